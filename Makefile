@@ -1,0 +1,31 @@
+# Two commands for a newcomer: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test unit venv system-deps clean bench chaos
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+system-deps:
+	@bash scripts/ensure-system-deps.sh
+
+demo: venv system-deps
+	$(VENV)/bin/cdc demo
+
+# The whole suite.  pytest exits 5 when it collects nothing, which fails make too.
+test: venv system-deps
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest tests
+
+unit: venv
+	$(PY) -m pytest tests/unit
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,202 @@
+"""The ``cdc`` command: one entry point, a subcommand per part of the pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from cdc.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+from cdc.stack.process import StackError
+
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed without a traceback, exit code 1."""
+
+
+# --- stack -----------------------------------------------------------------------------
+
+def _cmd_stack_up(args: argparse.Namespace) -> int:
+    from cdc.stack.manager import stack_up
+    with console.status("starting the embedded stack..."):
+        info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn)
+    m, k, p = info.mysql, info.kafka, info.postgres
+    console.print(f"[green]stack up[/green] in {info.state_dir}")
+    console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})")
+    console.print(f"  kafka     {k['bootstrap_servers']}" + (f" (embedded Tansu, pid {k['pid']})" if k.get("embedded") else " (external)"))
+    console.print(f"  postgres  " + (f"127.0.0.1:{p['port']} (pid {p['pid']})" if p.get("embedded") else "external DSN"))
+    console.print(f"  config    {info.config_path}   (use: cdc -c {info.config_path} ...)")
+    return 0
+
+
+def _cmd_stack_down(args: argparse.Namespace) -> int:
+    from cdc.stack.manager import stack_down
+    stopped = stack_down(Path(args.state_dir))
+    console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def _cmd_stack_status(args: argparse.Namespace) -> int:
+    from cdc.stack.manager import stack_status
+    report = stack_status(Path(args.state_dir))
+    table = Table("part", "health", "details")
+    for part, (ok, detail) in report.items():
+        table.add_row(part, "[green]up[/green]" if ok else "[red]down[/red]", detail)
+    console.print(table)
+    return 0 if all(ok for ok, _ in report.values()) else 1
+
+
+# --- pipeline commands ------------------------------------------------------------------
+
+def _not_yet(what: str, issue: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        raise CommandError(f"'cdc {what}' is not implemented yet ({issue})")
+    return run
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from producer.app import ProducerStopped, run_producer
+    from producer.binlog_source import SourceError
+    from producer.offset_store import OffsetStore
+    cfg = load(args)
+    if args.reset_offsets:
+        from confluent_kafka import Producer
+        from cdc.kafka.clients import producer_config
+        store = OffsetStore(cfg.kafka, cfg.producer.name)
+        store.ensure()
+        store.reset(Producer(producer_config(cfg.kafka)))
+        console.print(f"stored position of producer '{cfg.producer.name}' removed")
+        return 0
+    try:
+        return run_producer(cfg, idle_exit_s=args.exit_when_idle)
+    except (ProducerStopped, SourceError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _cmd_bench_stream(args: argparse.Namespace) -> int:
+    from cdc.bench import BenchError, bench_stream
+    try:
+        bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
+                     profile_dir=Path(args.profile) if args.profile else None, console=console)
+    except BenchError as exc:
+        raise CommandError(str(exc)) from None
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    """Producer position, lag and rate: stored offsets (Kafka) and the live status file."""
+    import json
+    import time
+    from producer.offset_store import OffsetStore
+    cfg = load(args)
+    table = Table("what", "value")
+    stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
+    if stored:
+        r = stored["resume"]
+        age = time.time() - stored.get("ts_ms", 0) / 1000
+        table.add_row("stored position", f"{r['file']}:{r['pos']} (last change {r.get('last')})")
+        table.add_row("last commit", f"{age:.1f}s ago")
+    else:
+        table.add_row("stored position", "none (the producer has not committed yet)")
+    status_file = Path(cfg.state_dir) / "producer-status.json"
+    if status_file.exists():
+        st = json.loads(status_file.read_text())
+        fresh = time.time() - st.get("updated_at", 0) < 30
+        table.add_row("producer", f"pid {st['pid']}, " + ("running" if fresh else "no update for 30s+"))
+        table.add_row("events", f"{st['events_total']:,} ({st['events_per_second']:.0f}/s)")
+        table.add_row("seconds behind source", f"{st['seconds_behind_source']:.1f}")
+    else:
+        table.add_row("producer", f"no status file in {cfg.state_dir} (not running here)")
+    console.print(table)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from cdc.demo import run_demo
+    return run_demo(Path(args.state_dir), keep_running=args.keep_running)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc", description="MySQL change data capture into Kafka, merged by Spark")
+    parser.add_argument("-c", "--config", default=str(DEFAULT_CONFIG_PATH),
+                        help="configuration file (default ./cdc.yaml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    stack = sub.add_parser("stack", help="the embedded stack: MySQL-compatible server, Kafka broker, PostgreSQL")
+    stack_sub = stack.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
+    for name, fn, help_ in (("up", _cmd_stack_up, "start (idempotent)"), ("down", _cmd_stack_down, "stop what up started"),
+                            ("status", _cmd_stack_status, "health of each part")):
+        p = stack_sub.add_parser(name, help=help_)
+        p.add_argument("--state-dir", default=".cdc/stack", help="where data, logs, stack.json and cdc.yaml live")
+        p.set_defaults(func=fn)
+        if name == "up":
+            p.add_argument("--kafka-bootstrap", help="use this external Kafka instead of the embedded broker")
+            p.add_argument("--postgres-dsn", help="use this existing PostgreSQL instead of a private one")
+
+    demo = sub.add_parser("demo", help="run the pipeline on demo data on the embedded stack")
+    demo.add_argument("--state-dir", default=".cdc/demo")
+    demo.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
+    demo.set_defaults(func=_cmd_demo)
+
+    produce = sub.add_parser("produce", help="stream binlog row changes into Kafka")
+    produce.add_argument("--reset-offsets", action="store_true",
+                         help="forget the stored position (the next start follows producer.startup)")
+    produce.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
+                         help="stop after this many seconds without binlog events")
+    produce.set_defaults(func=_cmd_produce)
+
+    bench = sub.add_parser("bench", help="benchmarks on the embedded stack")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+    bench_stream_p = bench_sub.add_parser(
+        "stream", help="binlog -> Kafka: python-mysql-replication vs the producer vs mariadb-binlog")
+    bench_stream_p.add_argument("--rows", type=int, default=500_000, help="row changes to generate (default 500000)")
+    bench_stream_p.add_argument("--state-dir", default=".cdc/bench", help="the benchmark's own stack (default .cdc/bench)")
+    bench_stream_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
+    bench_stream_p.add_argument("--profile", metavar="DIR", help="write a cProfile of each producer run into DIR")
+    bench_stream_p.set_defaults(func=_cmd_bench_stream)
+
+    status = sub.add_parser("status", help="producer position, lag and rate")
+    status.set_defaults(func=_cmd_status)
+
+    for name, issue, help_ in (
+        ("merge", "issue: Spark merge job", "run the Spark merge job"),
+        ("snapshot", "issue: incremental snapshots", "trigger a snapshot of tables by signal"),
+        ("verify", "issue: cdc verify", "compare source tables with the sinks"),
+    ):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=_not_yet(name, issue))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)
+    try:
+        return args.func(args)
+    except (CommandError, ConfigError, StackError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def load(args: argparse.Namespace):
+    """The configuration named by ``-c`` (for subcommands)."""
+    return load_config(args.config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

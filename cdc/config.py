@@ -1,0 +1,255 @@
+"""Configuration: one YAML file (``cdc.yaml``), validated, with environment overrides.
+
+Every ``cdc`` command takes ``-c PATH`` (default ``./cdc.yaml``).  Any key can be
+overridden from the environment as ``CDC__<SECTION>__<KEY>`` (double underscores
+between levels, case-insensitive), for example ``CDC__SOURCE__HOST=mysql`` or
+``CDC__KAFKA__BOOTSTRAP_SERVERS=kafka:9092``; that is how the docker compose file
+configures the services.  Secrets should come from the environment
+(``CDC__SOURCE__PASSWORD``) rather than from a file in the repository; values of the
+form ``${VAR}`` are expanded from the environment too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+ENV_PREFIX = "CDC__"
+DEFAULT_CONFIG_PATH = Path("cdc.yaml")
+
+
+class ConfigError(Exception):
+    """The configuration file is missing or invalid; the message says what and where."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SourceConfig(_Section):
+    """The MySQL/MariaDB server whose binlog is captured (connect as the CDC user)."""
+
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "cdc"
+    password: SecretStr = SecretStr("")
+    # Replication client id; must differ from every other replica of the server.
+    server_id: int = 5400
+    # Databases/tables to capture: names or regular expressions (full match).
+    # Tables are written ``db.table``.  Empty include list = everything not excluded.
+    include_databases: list[str] = Field(default_factory=list)
+    exclude_databases: list[str] = Field(default_factory=list)
+    include_tables: list[str] = Field(default_factory=list)
+    exclude_tables: list[str] = Field(default_factory=list)
+    # Columns left out of events, per table: {"shop.users": ["password_hash"]}.
+    exclude_columns: dict[str, list[str]] = Field(default_factory=dict)
+    # Key columns for tables without a primary key: {"shop.log": ["id"]}.
+    key_columns: dict[str, list[str]] = Field(default_factory=dict)
+    # Binlog event filters: {"shop.orders": ["truncate", "drop"]} ignores those DDL.
+    ignore_events: dict[str, list[str]] = Field(default_factory=dict)
+    # Debezium-shaped signal table, ``db.table``.
+    signal_table: str = "cdc_control.cdc_signal"
+    connect_timeout_s: float = 10.0
+
+    @field_validator("signal_table")
+    @classmethod
+    def _qualified(cls, v: str) -> str:
+        if v.count(".") != 1 or not all(v.split(".")):
+            raise ValueError("must be written 'database.table'")
+        return v
+
+
+class KafkaConfig(_Section):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = "cdc"
+    # Confluent Schema Registry URL; when set, records use its wire framing.
+    schema_registry_url: str | None = None
+    # Kafka transactions for the producer (events + offsets committed atomically).
+    transactions: bool = True
+    # Extra librdkafka settings passed through to every client.
+    client: dict[str, Any] = Field(default_factory=dict)
+    partitions: int = 1
+    replication_factor: int = 1
+
+
+class StartupConfig(_Section):
+    """Where a producer without a stored position starts reading the binlog."""
+
+    mode: Literal["latest", "earliest", "initial", "position", "gtid", "timestamp"] = "latest"
+    file: str | None = None
+    pos: int | None = None
+    gtid_set: str | None = None
+    # ISO-8601 timestamp or epoch seconds.
+    timestamp: str | None = None
+
+
+class ProducerConfig(_Section):
+    format: Literal["avro", "json"] = "avro"
+    startup: StartupConfig = Field(default_factory=StartupConfig)
+    # Records per Kafka transaction / offset commit.
+    batch_size: int = 5000
+    # Longest time (s) a batch stays open before it is committed.
+    batch_interval_s: float = 0.5
+    heartbeat_interval_s: float = 0.0
+    transaction_metadata: bool = False
+    metrics_port: int | None = None
+    # Name of this producer (Debezium's topic.prefix / server name); keys its offsets.
+    name: str = "cdc"
+
+
+class SnapshotConfig(_Section):
+    chunk_size: int = Field(8192, gt=0)
+    parallelism: int = Field(1, gt=0)
+
+
+class PostgresSinkConfig(_Section):
+    enabled: bool = False
+    dsn: SecretStr = SecretStr("")
+    schema_name: str = "public"
+
+
+class MySQLSinkConfig(_Section):
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: SecretStr = SecretStr("")
+    database: str = "cdc_sink"
+
+
+class ChangelogSinkConfig(_Section):
+    enabled: bool = True
+
+
+class SinksConfig(_Section):
+    changelog: ChangelogSinkConfig = Field(default_factory=ChangelogSinkConfig)
+    postgres: PostgresSinkConfig = Field(default_factory=PostgresSinkConfig)
+    mysql: MySQLSinkConfig = Field(default_factory=MySQLSinkConfig)
+
+
+class SparkConfig(_Section):
+    master: str = "local[*]"
+    checkpoint_dir: str = ".cdc/checkpoints"
+    trigger_interval_s: float = 1.0
+    # "python": the confluent-kafka data source; "jvm": Spark's own kafka source.
+    kafka_source: Literal["python", "jvm"] = "python"
+    max_offsets_per_trigger: int | None = None
+
+
+class CDCConfig(_Section):
+    source: SourceConfig = Field(default_factory=SourceConfig)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    producer: ProducerConfig = Field(default_factory=ProducerConfig)
+    snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
+    sinks: SinksConfig = Field(default_factory=SinksConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    state_dir: str = ".cdc"
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: Any, environ: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in environ:
+                raise ConfigError(f"configuration refers to ${{{name}}} but that environment variable is not set")
+            return environ[name]
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand(v, environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, environ) for v in value]
+    return value
+
+
+def config_env_keys(model: type[BaseModel] = CDCConfig, prefix: str = ENV_PREFIX) -> set[str]:
+    """Every environment variable name that maps onto a configuration key."""
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        env = f"{prefix}{name.upper()}"
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys |= config_env_keys(ann, env + "__")
+        else:
+            keys.add(env)
+    return keys
+
+
+def _string_field(path: list[str]) -> bool:
+    """Whether the configuration key at ``path`` holds a plain string (or secret)."""
+    model: Any = CDCConfig
+    for part in path:
+        field = model.model_fields[part]
+        model = field.annotation
+    return model in (str, SecretStr, str | None)
+
+
+def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
+    valid = config_env_keys()
+    for env_name, raw in environ.items():
+        if not env_name.upper().startswith(ENV_PREFIX):
+            continue
+        if env_name.upper() not in valid:
+            raise ConfigError(f"environment variable {env_name} does not name a configuration key")
+        path = env_name[len(ENV_PREFIX):].lower().split("__")
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        if _string_field(path) or raw == "":
+            node[path[-1]] = raw  # passwords, DSNs, hosts: taken verbatim
+        else:
+            # YAML parsing turns "5", "true", "[a, b]", "{k: v}" into the right types.
+            try:
+                node[path[-1]] = yaml.safe_load(raw)
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"environment variable {env_name}: not a valid value: {exc}") from None
+    return data
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, environ: dict[str, str] | None = None,
+                required: bool = True) -> CDCConfig:
+    """Read, expand and validate the configuration file (``-c PATH``)."""
+    environ = dict(os.environ if environ is None else environ)
+    p = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    data: dict[str, Any] = {}
+    if p.exists():
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections")
+        data = loaded
+    elif required and not any(k.upper().startswith(ENV_PREFIX) for k in environ):
+        raise ConfigError(
+            f"configuration file {p} not found: pass -c PATH, or run 'cdc stack up' "
+            f"which writes a complete one to <state-dir>/cdc.yaml")
+    data = _apply_env(_expand(data, environ), environ)
+    try:
+        return CDCConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{p}: invalid configuration:"]
+        for err in exc.errors():
+            where = ".".join(str(x) for x in err["loc"])
+            lines.append(f"  {where}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def dump_config(cfg: CDCConfig) -> str:
+    """YAML text of a configuration, secrets included (for files in the state dir only)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, SecretStr):
+            return v.get_secret_value()
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+    return yaml.safe_dump(plain(cfg.model_dump()), sort_keys=False)

@@ -1,0 +1,49 @@
+"""The writer schemas of Avro records, kept in the compacted topic ``<prefix>._schemas``."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from confluent_kafka import Producer
+
+from cdc.kafka.topic_reader import read_topic
+
+
+def schemas_topic(prefix: str) -> str:
+    return f"{prefix}._schemas"
+
+
+class SchemaStore:
+    """Looks schemas up by fingerprint, reading the schemas topic again on a miss."""
+
+    def __init__(self, bootstrap_servers: str, prefix: str, client_config: dict | None = None) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = schemas_topic(prefix)
+        self.client_config = client_config
+        self._schemas: dict[str, dict] = {}
+        self._next: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        for msg in read_topic(self.bootstrap_servers, self.topic, start=dict(self._next),
+                              client_config=self.client_config):
+            self._next[msg.partition()] = msg.offset() + 1
+            if msg.key() and msg.value():
+                self._schemas[msg.key().decode()] = json.loads(msg.value())
+
+    def get(self, fingerprint: str) -> dict | None:
+        with self._lock:
+            if fingerprint not in self._schemas:
+                self.refresh()
+            return self._schemas.get(fingerprint)
+
+    def known(self) -> dict[str, dict]:
+        with self._lock:
+            self.refresh()
+            return dict(self._schemas)
+
+
+def publish_schema(producer: Producer, prefix: str, fingerprint: str, schema: dict) -> None:
+    """Write a schema record (the caller flushes or commits it with the records using it)."""
+    producer.produce(schemas_topic(prefix), key=fingerprint.encode(), value=json.dumps(schema).encode())

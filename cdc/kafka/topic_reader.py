@@ -1,0 +1,60 @@
+"""Reading a whole topic, up to its true end, with bounded memory per call."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Iterator
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from cdc.kafka.offsets import end_offsets
+
+
+def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | None = None, timeout: float = 60.0,
+               client_config: dict | None = None, batch: int = 500) -> Iterator:
+    """Yield every record of ``topic`` (all partitions) from ``start`` (default: the
+    beginning) up to the end offsets taken when the call begins, then stop."""
+    conf = {"bootstrap.servers": bootstrap_servers, **(client_config or {})}
+    consumer = Consumer({**conf, "group.id": f"cdc-reader-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+        tmd = md.topics.get(topic)
+        if tmd is None or tmd.error is not None:
+            return
+        parts = sorted(tmd.partitions)
+        ends = end_offsets(bootstrap_servers, [(topic, p) for p in parts], client_config=client_config)
+        todo = {}
+        for p in parts:
+            low, end = ends[(topic, p)]
+            first = max(low, (start or {}).get(p, low))
+            if end > first:
+                todo[p] = end
+        if not todo:
+            return
+        consumer.assign([TopicPartition(topic, p, max(ends[(topic, p)][0], (start or {}).get(p, 0))) for p in todo])
+        deadline = time.monotonic() + timeout
+        while todo:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}: partitions {sorted(todo)} did not reach their end in {timeout}s")
+            msgs = consumer.consume(batch, 0.2)
+            for msg in msgs:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError(f"reading {topic}: {msg.error()}")
+                p = msg.partition()
+                if p not in todo:
+                    continue
+                yield msg
+                if msg.offset() + 1 >= todo[p]:
+                    del todo[p]
+            # With transactions the last offsets may be commit markers: no record reaches
+            # them, so a partition whose position has passed its end is done as well.
+            if todo and not msgs:
+                for tp in consumer.position([TopicPartition(topic, p) for p in list(todo)]):
+                    if tp.offset >= 0 and tp.offset >= todo[tp.partition]:
+                        del todo[tp.partition]
+    finally:
+        consumer.close()

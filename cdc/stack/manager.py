@@ -1,0 +1,188 @@
+"""``cdc stack up|down|status``: the embedded stack as one unit.
+
+``up`` is idempotent: parts already running (by recorded pid and a live health check)
+are left alone, dead ones are started again on the same port and data.  It writes
+``stack.json`` (connection details, ports, pids) and ``cdc.yaml`` (a complete
+configuration for this stack) into the state directory.  ``down`` stops only the
+processes recorded there, checking each pid's command line first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdc.config import CDCConfig, dump_config
+from cdc.stack.kafka_broker import EmbeddedBroker, external_broker
+from cdc.stack.mysql_server import EmbeddedMySQL, server_status
+from cdc.stack.postgres_server import EmbeddedPostgres, external_postgres
+from cdc.stack.process import StackError, pid_alive
+
+DEFAULT_STATE_DIR = Path(".cdc/stack")
+SINK_DATABASE = "cdc_sink"
+
+
+@dataclass
+class StackInfo:
+    state_dir: Path
+    data: dict[str, Any]
+
+    @property
+    def mysql(self) -> dict[str, Any]:
+        return self.data["mysql"]
+
+    @property
+    def kafka(self) -> dict[str, Any]:
+        return self.data["kafka"]
+
+    @property
+    def postgres(self) -> dict[str, Any]:
+        return self.data["postgres"]
+
+    @property
+    def config_path(self) -> Path:
+        return self.state_dir / "cdc.yaml"
+
+
+def _stack_file(state_dir: Path) -> Path:
+    return state_dir / "stack.json"
+
+
+def read_stack(state_dir: Path) -> dict[str, Any] | None:
+    f = _stack_file(state_dir)
+    if not f.exists():
+        return None
+    return json.loads(f.read_text())
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file that holds credentials: readable by its owner only."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
+    """The complete configuration for a running stack."""
+    m, k, p = data["mysql"], data["kafka"], data["postgres"]
+    cfg = CDCConfig()
+    cfg.state_dir = str(state_dir)
+    cfg.source.host, cfg.source.port = m["host"], m["port"]
+    cfg.source.user, cfg.source.password = m["cdc_user"], m["cdc_password"]
+    cfg.source.signal_table = m["signal_table"]
+    cfg.source.exclude_databases = [SINK_DATABASE]
+    cfg.kafka.bootstrap_servers = k["bootstrap_servers"]
+    cfg.sinks.postgres.enabled = True
+    cfg.sinks.postgres.dsn = p["dsn"]
+    cfg.sinks.mysql.enabled = True
+    cfg.sinks.mysql.host, cfg.sinks.mysql.port = m["host"], m["port"]
+    cfg.sinks.mysql.user, cfg.sinks.mysql.password = m["admin_user"], m["admin_password"]
+    cfg.sinks.mysql.database = SINK_DATABASE
+    cfg.spark.checkpoint_dir = str(state_dir / "checkpoints")
+    return cfg
+
+
+def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None = None,
+             postgres_dsn: str | None = None, signal_table: str = "cdc_control.cdc_signal") -> StackInfo:
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    previous = read_stack(state_dir) or {}
+    data: dict[str, Any] = {"state_dir": str(state_dir)}
+    try:
+        mysql = EmbeddedMySQL(state_dir, signal_table)
+        data["mysql"] = mysql.start(previous.get("mysql")).to_json()
+        if kafka_bootstrap:
+            data["kafka"] = external_broker(kafka_bootstrap)
+        else:
+            broker = EmbeddedBroker(state_dir)
+            prev_k = previous.get("kafka") if (previous.get("kafka") or {}).get("embedded") else None
+            data["kafka"] = broker.start(prev_k)
+        if postgres_dsn:
+            data["postgres"] = external_postgres(postgres_dsn)
+        else:
+            pg = EmbeddedPostgres(state_dir)
+            prev_p = previous.get("postgres") if (previous.get("postgres") or {}).get("embedded") else None
+            data["postgres"] = pg.start(prev_p)
+    except BaseException:
+        # Record what is running so 'down' can stop it, then report.
+        partial = {**previous, **data}
+        _write_private(_stack_file(state_dir), json.dumps(partial, indent=2))
+        raise
+    _write_private(_stack_file(state_dir), json.dumps(data, indent=2))
+    _write_private(state_dir / "cdc.yaml", dump_config(stack_config(data, state_dir)))
+    return StackInfo(state_dir, data)
+
+
+def stack_down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str]:
+    """Stop the processes this state dir's stack started; return what was stopped."""
+    state_dir = state_dir.resolve()
+    data = read_stack(state_dir)
+    if data is None:
+        return []
+    stopped = []
+    if (data.get("postgres") or {}).get("embedded") and EmbeddedPostgres(state_dir).stop(data["postgres"]):
+        stopped.append("postgres")
+    if (data.get("kafka") or {}).get("embedded") and EmbeddedBroker(state_dir).stop(data["kafka"]):
+        stopped.append("kafka")
+    if data.get("mysql") and EmbeddedMySQL(state_dir).stop(data["mysql"]):
+        stopped.append("mysql")
+    return stopped
+
+
+def stack_status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, tuple[bool, str]]:
+    state_dir = state_dir.resolve()
+    data = read_stack(state_dir)
+    if data is None:
+        raise StackError(f"no stack in {state_dir}: run 'cdc stack up --state-dir {state_dir}'")
+    report: dict[str, tuple[bool, str]] = {}
+    if "mysql" in data:
+        report["mysql"] = server_status(data["mysql"])
+    if "kafka" in data:
+        report["kafka"] = _kafka_status(data["kafka"])
+    if "postgres" in data:
+        report["postgres"] = _postgres_status(data["postgres"])
+    return report
+
+
+def _kafka_status(info: dict) -> tuple[bool, str]:
+    from confluent_kafka.admin import AdminClient
+    if info.get("embedded") and not pid_alive(info.get("pid")):
+        return False, f"embedded broker (pid {info.get('pid')}) is not running"
+    try:
+        md = AdminClient({"bootstrap.servers": info["bootstrap_servers"]}).list_topics(timeout=5)
+    except Exception as exc:  # KafkaException
+        return False, f"unreachable at {info['bootstrap_servers']}: {exc}"
+    kind = "embedded Tansu" if info.get("embedded") else "external Kafka"
+    return True, f"{kind} at {info['bootstrap_servers']}, {len(md.brokers)} broker(s), {len(md.topics)} topic(s)"
+
+
+def _postgres_status(info: dict) -> tuple[bool, str]:
+    import psycopg
+    try:
+        with psycopg.connect(info["dsn"], connect_timeout=3) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]
+    except psycopg.Error as exc:
+        return False, f"unreachable: {exc}"
+    where = f"port {info['port']}" if info.get("embedded") else "external"
+    return True, f"PostgreSQL {version} ({where})"
+
+
+def restart_mysql(state_dir: Path = DEFAULT_STATE_DIR, down_s: float = 0.0) -> dict[str, Any]:
+    """Stop and start the embedded MySQL-compatible server on the same port and data
+    (a source restart, for operations and tests); stack.json is updated."""
+    import time
+    state_dir = state_dir.resolve()
+    data = read_stack(state_dir)
+    if data is None or "mysql" not in data:
+        raise StackError(f"no embedded server recorded in {state_dir}")
+    mysql = EmbeddedMySQL(state_dir, data["mysql"]["signal_table"])
+    mysql.stop(data["mysql"])
+    time.sleep(down_s)
+    data["mysql"] = mysql.start(data["mysql"]).to_json()
+    _write_private(_stack_file(state_dir), json.dumps(data, indent=2))
+    return data["mysql"]

@@ -1,0 +1,210 @@
+"""The embedded MySQL-compatible server: the machine's ``mariadbd``/``mysqld`` binary
+on a private datadir with the binlog settings change capture needs."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pymysql
+
+from cdc.sql import quote_ident, quote_table
+from cdc.stack.process import StackError, free_port, pid_alive, spawn, stop_pid, wait_until
+
+SIGNAL_DDL = (
+    "CREATE TABLE IF NOT EXISTS {table} ("
+    " `id` VARCHAR(64) NOT NULL PRIMARY KEY,"
+    " `type` VARCHAR(32) NOT NULL,"
+    " `data` VARCHAR(2048) NULL"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+)
+
+
+def find_server_binary() -> str:
+    for name in ("mariadbd", "mysqld"):
+        path = shutil.which(name) or (f"/usr/sbin/{name}" if os.access(f"/usr/sbin/{name}", os.X_OK) else None)
+        if path:
+            return path
+    raise StackError(
+        "no MySQL-compatible server binary (mariadbd or mysqld) on this machine: "
+        "install one with 'sudo apt-get install -y mariadb-server' (make demo/test do this)")
+
+
+def server_flavor(binary: str) -> tuple[str, str]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout
+    m = re.search(r"Ver\s+([0-9.]+)", out)
+    version = m.group(1) if m else "unknown"
+    return ("mariadb" if "mariadb" in out.lower() else "mysql"), version
+
+
+@dataclass
+class MySQLServerInfo:
+    """What stack.json records about the server."""
+
+    host: str
+    port: int
+    socket: str
+    datadir: str
+    binary: str
+    flavor: str
+    version: str
+    admin_user: str
+    admin_password: str
+    cdc_user: str
+    cdc_password: str
+    signal_table: str
+    server_id: int = 1
+    pid: int | None = None
+    log: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class EmbeddedMySQL:
+    """Initialise (once) and run a private server under ``<state>/mysql``."""
+
+    def __init__(self, state_dir: Path, signal_table: str = "cdc_control.cdc_signal") -> None:
+        self.root = state_dir / "mysql"
+        self.datadir = self.root / "data"
+        self.socket = self.root / "mysqld.sock"
+        self.pidfile = self.root / "mysqld.pid"
+        self.log = self.root / "mysqld.log"
+        self.signal_table = signal_table
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self, previous: dict | None = None) -> MySQLServerInfo:
+        binary = find_server_binary()
+        flavor, version = server_flavor(binary)
+        if previous and pid_alive(previous.get("pid")) and self._healthy(previous):
+            return MySQLServerInfo(**previous)
+        port = previous["port"] if previous else free_port()
+        info = MySQLServerInfo(
+            host="127.0.0.1", port=port, socket=str(self.socket), datadir=str(self.datadir),
+            binary=binary, flavor=flavor, version=version,
+            admin_user="root", admin_password=(previous or {}).get("admin_password") or secrets.token_hex(16),
+            cdc_user="cdc", cdc_password=(previous or {}).get("cdc_password") or secrets.token_hex(16),
+            signal_table=self.signal_table, log=str(self.log))
+        fresh = not (self.datadir / "mysql").exists()
+        if fresh:
+            self._initialise(binary, flavor)
+        info.pid = self._launch(binary, flavor, port)
+        wait_until(lambda: self._socket_ready(info, fresh), 60, f"{flavor} server on port {port}",
+                   pid=info.pid, log_path=self.log)
+        if fresh:
+            self._bootstrap(info)
+        return info
+
+    def stop(self, info: dict) -> bool:
+        return stop_pid(info.get("pid"), str(self.datadir), timeout=60)
+
+    # -- steps ----------------------------------------------------------------------
+    def _user_args(self) -> list[str]:
+        return ["--user=root"] if os.geteuid() == 0 else []
+
+    def _initialise(self, binary: str, flavor: str) -> None:
+        if self.datadir.exists():
+            shutil.rmtree(self.datadir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        if flavor == "mariadb":
+            installer = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
+            if not installer:
+                raise StackError("mariadb-install-db not found: install the mariadb-server package")
+            argv = [installer, "--no-defaults", f"--datadir={self.datadir}", "--auth-root-authentication-method=normal",
+                    "--skip-test-db", *self._user_args()]
+        else:
+            argv = [binary, "--no-defaults", "--initialize-insecure", f"--datadir={self.datadir}", *self._user_args()]
+        res = subprocess.run(argv, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise StackError(f"initialising the {flavor} datadir failed ({' '.join(argv)}):\n{res.stdout}\n{res.stderr}")
+
+    def _launch(self, binary: str, flavor: str, port: int) -> int:
+        args = [
+            binary, "--no-defaults", f"--datadir={self.datadir}", f"--port={port}", "--bind-address=127.0.0.1",
+            f"--socket={self.socket}", f"--pid-file={self.pidfile}", f"--log-error={self.log}",
+            f"--log-bin={self.datadir / 'mysql-bin'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
+            "--binlog-row-metadata=FULL", "--server-id=1", "--skip-name-resolve",
+            "--character-set-server=utf8mb4", "--innodb-buffer-pool-size=256M", "--max-connections=300",
+            "--max-allowed-packet=64M", *self._user_args(),
+        ]
+        if flavor == "mysql":
+            args += ["--gtid-mode=ON", "--enforce-gtid-consistency=ON", "--mysqlx=OFF"]
+        else:
+            args += ["--gtid-strict-mode=ON"]
+        return spawn(args, self.root / "mysqld.out")
+
+    def _socket_ready(self, info: MySQLServerInfo, fresh: bool) -> bool:
+        try:
+            conn = self._connect_admin(info, fresh)
+        except pymysql.err.OperationalError:
+            return False
+        conn.close()
+        return True
+
+    def _connect_admin(self, info: MySQLServerInfo, fresh: bool) -> pymysql.connections.Connection:
+        if fresh:  # right after initialisation root has no password and only socket access matters
+            return pymysql.connect(unix_socket=str(self.socket), user="root", password="", autocommit=True,
+                                   connect_timeout=2)
+        return pymysql.connect(host=info.host, port=info.port, user=info.admin_user, password=info.admin_password,
+                               autocommit=True, connect_timeout=2)
+
+    def _healthy(self, previous: dict) -> bool:
+        try:
+            conn = pymysql.connect(host=previous["host"], port=previous["port"], user=previous["admin_user"],
+                                   password=previous["admin_password"], connect_timeout=2)
+        except pymysql.err.MySQLError:
+            return False
+        conn.close()
+        return True
+
+    def _bootstrap(self, info: MySQLServerInfo) -> None:
+        conn = self._connect_admin(info, fresh=True)
+        apw = conn.escape(info.admin_password)
+        statements = [
+            f"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY {apw}",
+            f"ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY {apw}",
+            "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
+            *cdc_user_statements(conn, info.cdc_user, info.cdc_password, self.signal_table),
+            f"ALTER USER 'root'@'localhost' IDENTIFIED BY {apw}",
+            "FLUSH PRIVILEGES",
+        ]
+        with conn.cursor() as cur:
+            for stmt in statements:
+                cur.execute(stmt)
+        conn.close()
+
+
+def cdc_user_statements(conn: pymysql.connections.Connection, user: str, password: str,
+                        signal_table: str) -> list[str]:
+    """SQL creating the least-privilege CDC user and the signal table.
+
+    The user may read the binlog and SELECT; it may only INSERT and DELETE rows of the
+    signal table (its snapshot window markers), nothing else."""
+    u = f"{conn.escape(user)}@'%'"
+    return [
+        f"CREATE USER IF NOT EXISTS {u} IDENTIFIED BY {conn.escape(password)}",
+        f"ALTER USER {u} IDENTIFIED BY {conn.escape(password)}",
+        f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {u}",
+        f"CREATE DATABASE IF NOT EXISTS {quote_ident(signal_table.split('.')[0])}",
+        SIGNAL_DDL.format(table=quote_table(signal_table)),
+        f"GRANT INSERT, DELETE ON {quote_table(signal_table)} TO {u}",
+    ]
+
+
+def server_status(info: dict) -> tuple[bool, str]:
+    try:
+        conn = pymysql.connect(host=info["host"], port=info["port"], user=info["cdc_user"],
+                               password=info["cdc_password"], connect_timeout=3)
+    except pymysql.err.MySQLError as exc:
+        return False, f"unreachable: {exc}"
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@version, @@log_bin, @@binlog_format, @@binlog_row_image")
+        version, log_bin, fmt, image = cur.fetchone()
+    conn.close()
+    return True, f"{version} on {info['host']}:{info['port']}, log_bin={log_bin} binlog_format={fmt} row_image={image}"

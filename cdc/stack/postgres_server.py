@@ -1,0 +1,102 @@
+"""PostgreSQL for the sinks: an existing server by DSN, or a private cluster
+initialised into the state directory from the machine's binaries."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import tempfile
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from cdc.stack.process import StackError, free_port, pid_alive, spawn, stop_pid, wait_until
+
+SERVICE_USER = "postgres"
+
+
+def find_pg_bindir() -> Path:
+    for cand in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True):
+        if os.access(os.path.join(cand, "postgres"), os.X_OK):
+            return Path(cand)
+    pg_ctl = shutil.which("pg_ctl")
+    if pg_ctl:
+        return Path(os.path.realpath(pg_ctl)).parent
+    raise StackError("no PostgreSQL server binaries found: install them with "
+                     "'sudo apt-get install -y postgresql' (make demo/test do this), or pass --postgres-dsn")
+
+
+def _traversable_by(user: str, path: Path) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--",
+                          "test", "-x", str(path.resolve())],
+                         capture_output=True)
+    return res.returncode == 0
+
+
+def _ready(dsn: str) -> bool:
+    import psycopg
+    try:
+        with psycopg.connect(dsn, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+class EmbeddedPostgres:
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "postgres"
+        if os.geteuid() == 0 and not _traversable_by(SERVICE_USER, state_dir):
+            # The service account cannot reach the state dir (e.g. a checkout under /root):
+            # keep the cluster in a private directory of its own, named after the state dir.
+            digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:12]
+            self.root = Path(tempfile.gettempdir()) / f"cdc-postgres-{digest}"
+        self.datadir = self.root / "data"
+        self.log = self.root / "postgres.log"
+
+    def _run_as(self) -> str | None:
+        # PostgreSQL refuses to run as root: use the service account when we are root.
+        return SERVICE_USER if os.geteuid() == 0 else None
+
+    def start(self, previous: dict | None = None) -> dict:
+        if previous and pid_alive(previous.get("pid")) and _ready(previous["dsn"]):
+            return previous
+        bindir = find_pg_bindir()
+        port = previous["port"] if previous else free_port()
+        user = self._run_as()
+        self.root.mkdir(parents=True, exist_ok=True)
+        if user:
+            shutil.chown(self.root, user=user)
+        if not (self.datadir / "PG_VERSION").exists():
+            argv = [str(bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres", "--auth=trust",
+                    "-E", "UTF8", "--locale=C.UTF-8"]
+            if user:
+                argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
+            res = subprocess.run(argv, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise StackError(f"initdb failed:\n{res.stdout}\n{res.stderr}")
+        sockdir = self.root
+        argv = [str(bindir / "postgres"), "-D", str(self.datadir), "-p", str(port), "-h", "127.0.0.1",
+                "-k", str(sockdir), "-c", "fsync=off", "-c", "max_connections=200"]
+        log = self.log
+        if user and not log.exists():
+            log.touch()
+            shutil.chown(log, user=user)
+        pid = spawn(argv, log, user=user)
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        wait_until(lambda: _ready(dsn), 60, f"PostgreSQL on port {port}", pid=pid, log_path=log)
+        return {"embedded": True, "dsn": dsn, "port": port, "pid": pid, "datadir": str(self.datadir),
+                "log": str(log)}
+
+    def stop(self, info: dict) -> bool:
+        # SIGINT = fast shutdown (SIGTERM would wait for every client to disconnect).
+        return stop_pid(info.get("pid"), str(self.datadir), timeout=30, sig=signal.SIGINT)
+
+
+def external_postgres(dsn: str) -> dict:
+    if not _ready(dsn):
+        raise StackError("the PostgreSQL server given by --postgres-dsn is not reachable")
+    return {"embedded": False, "dsn": dsn, "pid": None}

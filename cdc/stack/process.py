@@ -1,0 +1,121 @@
+"""Starting, finding and stopping the stack's own server processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+
+class StackError(Exception):
+    """A part of the embedded stack could not be started or reached."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) is not alive.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def pid_cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def spawn(argv: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None,
+          cwd: Path | None = None, user: str | None = None) -> int:
+    """Start a server detached from this process (own session); return its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = list(argv)
+    if user is not None and os.geteuid() == 0:
+        # setpriv execs (no intermediate process), so the pid we record is the server's.
+        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, start_new_session=True, close_fds=True)
+    return proc.pid
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, *, pid: int | None = None,
+               log_path: Path | None = None, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if pid is not None and not pid_alive(pid):
+            raise StackError(f"{what} exited while starting{_log_tail(log_path)}")
+        time.sleep(interval)
+    raise StackError(f"{what} did not become ready within {timeout:.0f}s{_log_tail(log_path)}")
+
+
+def _log_tail(log_path: Path | None, lines: int = 15) -> str:
+    if log_path is None or not log_path.exists():
+        return ""
+    tail = log_path.read_text(errors="replace").splitlines()[-lines:]
+    return f"; last lines of {log_path}:\n    " + "\n    ".join(tail)
+
+
+def stop_pid(pid: int | None, must_contain: str, timeout: float = 20.0, sig: int = signal.SIGTERM) -> bool:
+    """Stop a process we started: only if its command line still names ``must_contain``
+    (so a recycled pid is never touched).  SIGTERM, then SIGKILL.  True if it was running."""
+    if not pid_alive(pid) or must_contain not in pid_cmdline(pid):
+        return False
+    assert pid is not None
+    try:
+        os.killpg(os.getpgid(pid), sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            _reap(pid)
+            return True
+        time.sleep(0.1)
+    try:
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _reap(pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

@@ -1,0 +1,63 @@
+# syntax=docker/dockerfile:1
+# Spark standalone master, worker and the merge-job driver, all from this one image:
+# Python 3.11 + Java 17 + the project (which pins pyspark 4.3.x; SPARK_VERSION below must
+# be that exact version, so that driver, master and workers run the same Spark).
+# Build context is the repository root (compose: context "..").
+FROM python:3.11-slim-bookworm
+
+ARG SPARK_VERSION=4.3.0
+ARG SCALA_BINARY_VERSION=2.13
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY cdc ./cdc
+COPY producer ./producer
+COPY spark_jobs ./spark_jobs
+COPY schemas ./schemas
+# cryptography: PyMySQL needs it for MySQL 8.4's caching_sha2_password (MySQL sink).
+RUN pip install . "pyspark==${SPARK_VERSION}" "cryptography>=42" \
+    && rm -rf /src
+
+# pip's pyspark is a complete Spark distribution (bin/spark-submit, bin/spark-class, jars/).
+ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark \
+    PYSPARK_PYTHON=python3 \
+    PYSPARK_DRIVER_PYTHON=python3
+ENV PATH="${SPARK_HOME}/bin:${PATH}"
+
+# `spark-submit -m`: run a module of the installed project as the application's main.
+COPY <<PYEOF /opt/cdc/run_module.py
+"""spark-submit entry: ``spark-submit ... /opt/cdc/run_module.py MODULE [ARGS...]``."""
+import runpy
+import sys
+
+if len(sys.argv) < 2:
+    sys.exit("usage: run_module.py MODULE [ARGS...]")
+module = sys.argv[1]
+sys.argv = [module, *sys.argv[2:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+PYEOF
+
+RUN useradd --create-home --uid 185 spark \
+    && mkdir -p /opt/spark-ivy /data/checkpoints /tmp/spark-work \
+    && chown -R spark:spark /opt/spark-ivy /data/checkpoints /tmp/spark-work
+USER spark
+WORKDIR /home/spark
+
+# Resolve Spark's Kafka connector (and its dependencies) into the Ivy cache now, so that
+# `spark-submit --packages ...` in the merge-job service finds it without a download.
+RUN printf 'print("spark-sql-kafka resolved")\n' > /tmp/noop.py \
+    && spark-submit --conf spark.jars.ivy=/opt/spark-ivy \
+         --packages "org.apache.spark:spark-sql-kafka-0-10_${SCALA_BINARY_VERSION}:${SPARK_VERSION}" \
+         /tmp/noop.py \
+    && rm /tmp/noop.py
+
+CMD ["spark-class", "org.apache.spark.deploy.master.Master"]

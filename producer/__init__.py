@@ -1,0 +1,1 @@
+"""Binlog producer: reads the binlog and writes Debezium-style change events to Kafka."""

@@ -1,0 +1,348 @@
+"""``cdc produce``: the binlog producer's main loop.
+
+read binlog (BinlogReader, in a child process: ReaderProcess) -> filter (CaptureFilter)
+-> build records (EventBuilder) -> write (KafkaWriter) -> commit batches with the offset
+record (OffsetStore).
+
+A lost source connection is retried with backoff from the last position handed to
+Kafka; a Kafka write failure restarts the pipeline from the stored offset (so the
+events of the failed batch are written again); a configuration problem stops with a
+message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+import schemas
+from cdc.config import CDCConfig
+from producer import binlog_source as src
+from producer.binlog_reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
+from producer.capture_filter import CaptureFilter
+from producer.event_builder import EventBuilder
+from producer.kafka_writer import KafkaWriter, WriterError
+from producer.metrics import ProducerMetrics
+from producer.offset_store import OffsetStore
+from producer.pipeline import ReaderProcess
+from producer.position import BinlogPosition
+
+log = logging.getLogger("cdc.producer")
+
+_DDL = re.compile(
+    r"^\s*(?P<verb>CREATE|ALTER|DROP|TRUNCATE|RENAME)\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?"
+    r"(?P<kind>TABLE|DATABASE|SCHEMA)?\s*(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
+    r"(?P<name>(?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)", re.IGNORECASE)
+_IDENT = re.compile(r"`((?:[^`]|``)+)`|([\w$]+)")
+
+
+def ddl_target(ddl: str, default_db: str) -> tuple[str, str | None, str | None]:
+    """``(verb, db, table)`` of a table or database DDL statement.
+
+    ``table`` is None for database statements; ``("", None, None)`` for anything else
+    (users, grants, views, routines...), which is never published: such statements can
+    carry passwords."""
+    text = re.sub(r"/\*.*?\*/", " ", ddl, flags=re.S)
+    m = _DDL.match(text)
+    if not m:
+        return "", None, None
+    verb, kind = m.group("verb").lower(), (m.group("kind") or "").upper()
+    if verb == "truncate" and not kind:
+        kind = "TABLE"  # TRUNCATE t
+    if kind not in ("TABLE", "DATABASE", "SCHEMA"):
+        return "", None, None
+    parts = [a.replace("``", "`") if a else b for a, b in _IDENT.findall(m.group("name"))]
+    if kind in ("DATABASE", "SCHEMA"):
+        return verb, parts[0], None
+    if len(parts) == 2:
+        return verb, parts[0], parts[1]
+    return verb, default_db or None, parts[0]
+
+
+class ProducerStopped(Exception):
+    """The producer stopped for a reason the user must act on (the message says what)."""
+
+
+@dataclass
+class ProducerState:
+    resume: ResumePoint
+    stored_last: BinlogPosition | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ProducerApp:
+    def __init__(self, cfg: CDCConfig) -> None:
+        self.cfg = cfg
+        self.filter = CaptureFilter(cfg.source)
+        self.store = OffsetStore(cfg.kafka, cfg.producer.name)
+        self.metrics = ProducerMetrics()
+        self._stop = threading.Event()
+        self.state_dir = Path(cfg.state_dir)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- start position ---------------------------------------------------------------
+    def _startup(self, conn, info: src.ServerInfo, stored: dict | None) -> ProducerState:
+        if stored and stored.get("resume"):
+            r = stored["resume"]
+            src.check_position_available(conn, r["file"])
+            last = BinlogPosition.decode(r["last"]) if r.get("last") else None
+            log.info("resuming from stored position %s:%s (last change %s)", r["file"], r["pos"], r.get("last"))
+            return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last,
+                                 {k: v for k, v in stored.items() if k not in ("resume", "ts_ms")})
+        st = self.cfg.producer.startup
+        extra: dict[str, Any] = {}
+        if st.mode in ("latest", "initial"):
+            file, pos = src.current_position(conn)
+            if st.mode == "initial":
+                extra["initial_snapshot"] = "pending"
+                log.info("startup mode 'initial': streaming from %s:%s; the captured tables' snapshot is handed "
+                         "to the snapshot coordinator", file, pos)
+            resume = ResumePoint(file, pos)
+        elif st.mode == "earliest":
+            file, pos = src.earliest_position(conn)
+            resume = ResumePoint(file, pos)
+        elif st.mode == "position":
+            if not st.file or st.pos is None:
+                raise ProducerStopped("startup.mode=position needs startup.file and startup.pos")
+            src.check_position_available(conn, st.file)
+            resume = ResumePoint(st.file, int(st.pos))
+        elif st.mode == "gtid":
+            if not st.gtid_set:
+                raise ProducerStopped("startup.mode=gtid needs startup.gtid_set")
+            resume = ResumePoint("", 4, gtid_set=src.validate_gtid_set(st.gtid_set, info))
+        elif st.mode == "timestamp":
+            if not st.timestamp:
+                raise ProducerStopped("startup.mode=timestamp needs startup.timestamp")
+            file, pos = src.earliest_position(conn)
+            resume = ResumePoint(file, pos, skip_to_timestamp=src.parse_timestamp(st.timestamp))
+        else:  # pragma: no cover - validated by the config model
+            raise ProducerStopped(f"unknown startup mode {st.mode}")
+        log.info("no stored position: starting at %s (startup.mode=%s)",
+                 resume.gtid_set or f"{resume.file}:{resume.pos}", st.mode)
+        return ProducerState(resume, None, extra)
+
+    # -- main loop ------------------------------------------------------------------------
+    def run(self, *, max_events: int | None = None, idle_exit_s: float | None = None) -> int:
+        """Stream until stopped (SIGTERM/SIGINT or :meth:`stop`).  ``idle_exit_s``: return
+        after that long without new binlog events (tests, benchmarks)."""
+        self.metrics.start_server(self.cfg.producer.metrics_port)
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                return self._run_once(max_events=max_events, idle_exit_s=idle_exit_s)
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError,
+                    src.SourceUnavailable) as exc:
+                log.warning("source connection lost (%s); reconnecting in %.1fs", exc, delay)
+            except WriterError as exc:
+                log.error("Kafka write failed (%s); restarting from the stored position in %.1fs", exc, delay)
+            self._stop.wait(delay)
+            delay = min(delay * 2, 30.0)
+        return 0
+
+    def _run_once(self, *, max_events: int | None, idle_exit_s: float | None) -> int:
+        cfg = self.cfg
+        conn = src.connect(cfg.source)
+        try:
+            info = src.check_server(conn)
+            self.store.ensure()
+            stored = self.store.load()
+            state = self._startup(conn, info, stored)
+        finally:
+            conn.close()
+        # The reader process starts first: it reads ahead while the writer connects.
+        reader = ReaderProcess(cfg.source, state.resume, is_mariadb=info.is_mariadb,
+                               batch_rows=max(1, cfg.producer.batch_size // 4))
+        try:
+            writer = KafkaWriter(cfg.kafka, cfg.producer.name, transactions=cfg.kafka.transactions,
+                                 fmt=cfg.producer.format, offsets_topic=self.store.topic)
+            try:
+                builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
+                                       key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns)
+                session = _Session(self, writer, builder, reader, state, info)
+                return session.loop(max_events=max_events, idle_exit_s=idle_exit_s)
+            finally:
+                writer.close()
+        finally:
+            reader.close()
+
+
+class _Session:
+    """One connected run: reader + writer, until stopped or an error."""
+
+    def __init__(self, app: ProducerApp, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
+                 state: ProducerState, info: src.ServerInfo) -> None:
+        self.app, self.writer, self.builder, self.reader, self.state, self.info = app, writer, builder, reader, state, info
+        self.cfg = app.cfg
+        self.prefix = self.cfg.kafka.topic_prefix
+        self.batch_events = 0
+        self.batch_started = time.monotonic()
+        self.last_heartbeat = time.monotonic()
+        self.schema_change_schema = None
+        self._txn: dict | None = None  # the open transaction's metadata (transaction_metadata on)
+        # Where to restart to lose nothing of what has been handled: a ResumePoint, or the
+        # last RowChanges handled (its resume point, built when needed).
+        r = state.resume
+        self._handled: ResumePoint | RowChanges = ResumePoint(r.file, r.pos, r.last)
+        self._stored_last = state.stored_last.encode() if state.stored_last is not None else None
+
+    def current_resume(self) -> ResumePoint:
+        h = self._handled
+        return h.resume if type(h) is RowChanges else h
+
+    def loop(self, *, max_events: int | None, idle_exit_s: float | None) -> int:
+        cfg, app = self.cfg, self.app
+        total = 0
+        last_activity = time.monotonic()
+        for item in self.reader:
+            kind = type(item)
+            if kind is RowChanges:
+                last_activity = time.monotonic()
+                self._handled = item
+                if app.filter.is_signal(item.db, item.table):
+                    self._signal(item)
+                elif not app.filter.ignored(item.db, item.table, item.kind):
+                    if max_events is None:
+                        total += self._produce(item, item.first, len(item.rows))
+                    else:  # row by row, to stop after the row that reaches max_events
+                        for i in range(item.first, len(item.rows)):
+                            total += self._produce(item, i, i + 1)
+                            if total >= max_events:
+                                self._handled = item.resume_after(i)
+                                break
+            elif kind is TransactionEnd:
+                self._handled = item.resume
+                if self._txn is not None:
+                    self._txn_end(item)
+                if self._due():
+                    self._commit(item.resume)
+            elif kind is Idle:
+                if item.resume is not None:
+                    self._handled = item.resume
+                app.metrics.idle()
+                if self.batch_events and item.resume is not None:
+                    self._commit(item.resume)
+                self._heartbeat()
+                if idle_exit_s is not None and time.monotonic() - last_activity >= idle_exit_s:
+                    break
+            elif kind is SchemaChange:
+                last_activity = time.monotonic()
+                self._handled = item.resume
+                self._schema_change(item)
+            if self.batch_events >= cfg.producer.batch_size * 4:
+                # A very large transaction: commit mid-transaction (resume = its start + last change).
+                self._commit(self.current_resume())
+            if app._stop.is_set() or (max_events is not None and total >= max_events):
+                break
+        if self.batch_events or self.writer.in_batch:
+            self._commit(self.current_resume())
+        return 0
+
+    def _produce(self, item: RowChanges, start: int, stop: int) -> int:
+        """Write the events of rows ``start`` to ``stop - 1``; their number."""
+        records = self.builder.records(item, start, stop, self.writer, skip_up_to=self._stored_last)
+        if records:
+            if self.cfg.producer.transaction_metadata:
+                self._txn_begin(item, len(records))
+            self.writer.produce_all(records)
+            self.batch_events += len(records)
+            self.app.metrics.event(item.ts_ms, len(records))
+        return len(records)
+
+    # -- transaction metadata (Debezium's BEGIN/END records on <prefix>.transaction) ------
+    def _txn_write(self, status: str, txn_id: str, position: str, **extra) -> None:
+        value = {"status": status, "id": txn_id, "ts_ms": int(time.time() * 1000), "event_count": None,
+                 "data_collections": None, **extra}
+        self.writer.produce(f"{self.prefix}.transaction", json.dumps({"id": txn_id}).encode(),
+                            json.dumps(value).encode(), position)
+        self.batch_events += 1
+
+    def _txn_begin(self, item: RowChanges, n: int) -> None:
+        txn_id = item.gtid or f"{item.resume_file}:{item.resume_pos}"
+        if self._txn is None or self._txn["id"] != txn_id:
+            self._txn = {"id": txn_id, "count": 0, "collections": {}}
+            self._txn_write("BEGIN", txn_id, item.base.encode())
+        self._txn["count"] += n
+        name = f"{item.db}.{item.table}"
+        self._txn["collections"][name] = self._txn["collections"].get(name, 0) + n
+
+    def _txn_end(self, end: TransactionEnd) -> None:
+        txn, self._txn = self._txn, None
+        if txn is None:
+            return
+        self._txn_write("END", txn["id"], end.position.encode(), event_count=txn["count"],
+                        data_collections=[{"data_collection": k, "event_count": v}
+                                          for k, v in txn["collections"].items()])
+
+    def _due(self) -> bool:
+        return self.batch_events > 0 and (self.batch_events >= self.cfg.producer.batch_size or
+                                          time.monotonic() - self.batch_started >= self.cfg.producer.batch_interval_s)
+
+    def _commit(self, resume: ResumePoint) -> None:
+        key, value = self.app.store.record({"resume": resume.to_json(), **self.state.extra})
+        self.writer.commit(key, value)
+        self.batch_events = 0
+        self.batch_started = time.monotonic()
+        self.app.metrics.committed(resume)
+        self.app.metrics.write_status(self.app.state_dir, resume)
+
+    def _signal(self, item: RowChanges) -> None:
+        for i in range(item.first, len(item.rows)):
+            before, after, _, _ = item.images(i)
+            row = after or before or {}
+            log.info("signal row %s seen (type %s): snapshot signals are handled by the snapshot coordinator",
+                     row.get("id"), row.get("type"))
+
+    def _schema_change(self, item: SchemaChange) -> None:
+        verb, db, table = ddl_target(item.ddl, item.db)
+        if not verb or db is None or not (self.app.filter.database_captured(db) if table is None else self.app.filter.captures(db, table)):
+            return
+        if verb and self.app.filter.ignored(db, table, verb):
+            log.info("ignoring %s of %s.%s (source.ignore_events)", verb.upper(), db, table)
+            return
+        if self.schema_change_schema is None:
+            self.schema_change_schema = {**schemas.load("schema_change"), "fields": [
+                {"name": "source", "type": schemas.load("source")},
+                *schemas.load("schema_change")["fields"][1:]]}
+        source = {"version": "0.1.0", "connector": "mysql", "name": self.cfg.producer.name, "ts_ms": item.ts_ms,
+                  "snapshot": "false", "db": db, "sequence": None, "table": table, "server_id": self.info.server_id,
+                  "gtid": item.gtid, "file": item.file, "pos": item.pos, "row": 0, "thread": None, "query": None}
+        value = {"source": source, "ts_ms": int(time.time() * 1000), "databaseName": db, "schemaName": None,
+                 "ddl": item.ddl, "position": item.position.encode()}
+        topic = self.prefix
+        self.writer.produce(topic, json.dumps({"databaseName": db}).encode(),
+                            self.writer.encode(self.schema_change_schema, value, topic, "value"), item.position.encode())
+        self.batch_events += 1
+
+    def _heartbeat(self) -> None:
+        interval = self.cfg.producer.heartbeat_interval_s
+        if interval and time.monotonic() - self.last_heartbeat >= interval:
+            topic = f"{self.prefix}._heartbeat"
+            resume = self.current_resume()
+            self.writer.produce(topic, self.cfg.producer.name.encode(),
+                                json.dumps({"ts_ms": int(time.time() * 1000), "file": resume.file,
+                                            "pos": resume.pos}).encode())
+            self.last_heartbeat = time.monotonic()
+            self._commit(resume)
+
+
+def run_producer(cfg: CDCConfig, **kw) -> int:
+    app = ProducerApp(cfg)
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        log.info("stopping (signal %d)", signum)
+        app.stop()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, on_signal)
+    return app.run(**kw)

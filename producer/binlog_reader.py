@@ -1,0 +1,325 @@
+"""The binlog reader: python-mysql-replication's stream turned into positioned records.
+
+Every row gets a :class:`BinlogPosition` ``(file index, event start, 2*row)``: unique,
+rising in log order and comparable across file rotation (the odd sequence numbers are
+left for the create half of a primary-key-changing update, see ``event_builder``).
+
+Resuming: the reader is started at a :class:`ResumePoint`, the start of the transaction
+that holds the first change not yet stored (a row event cannot be decoded without the
+table map before it), and drops every change at or before ``last``.  So a restart in the
+middle of a multi-row event or of a transaction emits each change once.
+
+Rows come one :class:`RowChanges` per binlog rows event (not one object per row: the
+per-row cost here is python-mysql-replication's decoding only).  Every item tells where
+to restart once it has been handled (``resume``), so whoever consumes the items -- in
+this process or another (``producer.pipeline``) -- knows the resume point without asking
+the reader.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    FormatDescriptionEvent,
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+
+from cdc.config import SourceConfig
+from producer.capture_filter import SYSTEM_DATABASES
+from producer.position import BinlogPosition
+from producer.row_decoder import RowDecoder, table_map_key
+from producer.table_map import table_def_from_table_map
+from producer.table_schema import TableDef
+
+log = logging.getLogger(__name__)
+
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where to (re)start reading: a transaction boundary, and the last change already out."""
+
+    file: str
+    pos: int
+    last: str | None = None  # encoded BinlogPosition of the last change stored, if any
+    gtid_set: str | None = None  # start by GTID instead of file/pos (first start only)
+    skip_to_timestamp: int | None = None
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "pos": self.pos, "last": self.last}
+
+
+@dataclass
+class RowChanges:
+    """The changed rows of one binlog rows event, from the first one not yet out.
+
+    Row ``i`` (``first <= i < len(rows)``) has position ``base`` with sequence ``2*i``;
+    ``2*i + 1`` is left for the create half of a primary-key-changing update."""
+
+    kind: str  # "insert" | "update" | "delete"
+    db: str
+    table: str
+    table_def: TableDef  # from the binlog's table map: the schema of the event's time
+    base: BinlogPosition  # the event's position, sequence 0
+    rows: list[dict]  # python-mysql-replication's row dicts
+    first: int  # index of the first row not out yet
+    ts_ms: int
+    gtid: str | None
+    thread: int | None
+    file: str
+    resume_file: str  # where a restart reads this event again: its transaction's start
+    resume_pos: int
+    size: int = 0  # of the rows event in the binlog, bytes
+
+    @property
+    def pos(self) -> int:
+        return self.base.pos
+
+    def images(self, i: int) -> tuple[dict | None, dict | None, dict | None, dict | None]:
+        """``(before, after, before_none_sources, after_none_sources)`` of row ``i``."""
+        row = self.rows[i]
+        if self.kind == "update":
+            return row["before_values"], row["after_values"], row.get("before_none_sources"), row.get("after_none_sources")
+        if self.kind == "insert":
+            return None, row["values"], None, row.get("none_sources")
+        return row["values"], None, row.get("none_sources"), None
+
+    def position(self, seq: int) -> str:
+        """The encoded position of sequence ``seq`` (``2*row`` or ``2*row + 1``) of this event."""
+        return self.base.encode_row(seq)
+
+    def resume_after(self, i: int) -> ResumePoint:
+        """Where to restart once rows up to ``i`` are out."""
+        return ResumePoint(self.resume_file, self.resume_pos, self.position(2 * i + 1))
+
+    @property
+    def resume(self) -> ResumePoint:
+        return self.resume_after(len(self.rows) - 1)
+
+
+def first_new_row(base: BinlogPosition, last: BinlogPosition | None) -> int | None:
+    """Index of the first row of the event at ``base`` with a change after ``last``
+    (both halves of row ``i``, sequences ``2i`` and ``2i+1``, must be at or before
+    ``last`` for it to be skipped); None when the whole event is at or before ``last``."""
+    if last is None or (last.file_index, last.pos) < (base.file_index, base.pos):
+        return 0
+    if (last.file_index, last.pos) > (base.file_index, base.pos):
+        return None
+    return (last.row + 1) // 2
+
+
+@dataclass
+class SchemaChange:
+    db: str
+    ddl: str
+    position: BinlogPosition
+    ts_ms: int
+    gtid: str | None
+    file: str
+    pos: int
+    resume: ResumePoint  # reading from here starts after this statement
+
+
+@dataclass
+class TransactionEnd:
+    """A commit: everything up to here is a complete transaction."""
+
+    position: BinlogPosition
+    gtid: str | None
+    resume: ResumePoint  # reading from here starts with the next transaction
+    event_count: int
+
+
+@dataclass
+class Idle:
+    """A heartbeat from the server: nothing new for a while."""
+
+    resume: ResumePoint | None
+
+
+@dataclass
+class _TxnState:
+    start_file: str = ""
+    start_pos: int = 0
+    gtid: str | None = None
+    thread: int | None = None
+    events: int = 0
+    open: bool = False
+
+
+class BinlogReader:
+    """Iterate positioned records from a resume point; stop with :meth:`close`."""
+
+    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
+                 heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
+                 wants: Callable[[str, str], bool] = lambda db, table: True) -> None:
+        self.cfg = cfg
+        self.resume = resume
+        self.is_mariadb = is_mariadb
+        self._last = BinlogPosition.decode(resume.last) if resume.last else None
+        settings = {"host": cfg.host, "port": cfg.port, "user": cfg.user,
+                    "password": cfg.password.get_secret_value(), "charset": "utf8mb4",
+                    "connect_timeout": int(cfg.connect_timeout_s)}
+        kwargs: dict = {}
+        if resume.gtid_set:
+            kwargs["auto_position"] = resume.gtid_set
+        else:
+            kwargs.update(log_file=resume.file, log_pos=resume.pos, resume_stream=True)
+        # Changes before this time are skipped here, not by the library (whose filter
+        # also swallows the server's heartbeats, which carry timestamp 0).
+        self._skip_before = resume.skip_to_timestamp
+        self._stream = BinLogStreamReader(
+            # is_mariadb switches the library to MariaDB's GTID connect, which ignores file/pos:
+            # only set it when starting from a MariaDB GTID position.
+            connection_settings=settings, server_id=cfg.server_id, blocking=blocking,
+            is_mariadb=is_mariadb and bool(resume.gtid_set),
+            only_events=[TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
+                         GtidEvent, MariadbGtidEvent, HeartbeatLogEvent, FormatDescriptionEvent],
+            ignored_schemas=sorted(SYSTEM_DATABASES), only_schemas=only_schemas,
+            slave_heartbeat=heartbeat_s if blocking else None, enable_logging=False, **kwargs)
+        self._wants = wants
+        self._tables: dict[int, TableDef | None] = {}
+        self._table_keys: dict[int, tuple] = {}
+        # Row decoders by table id (None: the library decodes), and by table map content.
+        self._decoders: dict[int, RowDecoder | None] = {}
+        self._decoder_cache: dict[bytes, RowDecoder | None] = {}
+        self._file = resume.file
+        self._txn = _TxnState()
+        # Position right after the last event handled: where a reader would continue.
+        self._next_pos = resume.pos
+
+    # -- helpers ----------------------------------------------------------------------
+    def _file_position(self, end_pos: int, size: int) -> BinlogPosition:
+        return BinlogPosition.from_binlog(self._file, max(end_pos - size, 0))
+
+    def current_resume(self) -> ResumePoint:
+        """Where to restart to lose nothing of what has been yielded so far."""
+        last = self._last.encode() if self._last else None
+        if self._txn.open:
+            return ResumePoint(self._txn.start_file, self._txn.start_pos, last)
+        return ResumePoint(self._file, self._next_pos, last)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __iter__(self) -> Iterator[RowChanges | SchemaChange | TransactionEnd | Idle]:
+        stream = self._stream
+        for ev in stream:
+            end_pos = ev.packet.log_pos
+            if isinstance(ev, RotateEvent):
+                self._file, self._next_pos = ev.next_binlog, ev.position
+                continue
+            if isinstance(ev, HeartbeatLogEvent):
+                yield Idle(None if self._txn.open else self.current_resume())
+                continue
+            if isinstance(ev, FormatDescriptionEvent):
+                if end_pos:
+                    self._next_pos = max(self._next_pos, end_pos)
+                continue
+            # ``start`` places the event in positions (consistently, not at its first byte:
+            # ev.event_size leaves the header out); ``event_start`` is its first byte, where a
+            # reader can begin -- the start of a transaction to resume from.
+            start = end_pos - ev.event_size if end_pos else self._next_pos
+            event_start = end_pos - ev.packet.event_size if end_pos else self._next_pos
+            if self._skip_before is not None:
+                # Skip whole transactions that began before the start time.
+                if isinstance(ev, (GtidEvent, MariadbGtidEvent)) or (
+                        isinstance(ev, QueryEvent) and _query_text(ev).strip().upper() == "BEGIN"):
+                    if ev.timestamp >= self._skip_before:
+                        self._skip_before = None  # from here on everything is newer
+                if self._skip_before is not None:
+                    if end_pos:
+                        self._next_pos = end_pos
+                    continue
+            if isinstance(ev, TableMapEvent):
+                self._table_map(ev)
+            elif isinstance(ev, (GtidEvent, MariadbGtidEvent)):
+                self._txn = _TxnState(self._file, event_start, ev.gtid, None, 0, True)
+            elif isinstance(ev, QueryEvent):
+                query = _query_text(ev)
+                q = query.strip().upper()
+                if q == "BEGIN" or q.startswith("XA START"):
+                    if not self._txn.open:
+                        self._txn = _TxnState(self._file, event_start, None, None, 0, True)
+                    self._txn.thread = ev.slave_proxy_id
+                elif q == "COMMIT" or q.startswith("XA COMMIT"):
+                    self._next_pos = end_pos
+                    yield from self._commit(end_pos, start)
+                    continue
+                else:
+                    pos = self._file_position(end_pos, ev.event_size)
+                    db = ev.schema.decode() if isinstance(ev.schema, bytes) else ev.schema
+                    self._next_pos = end_pos
+                    # DDL commits implicitly: it is its own transaction.
+                    was_open, self._txn.open = self._txn.open, False
+                    if self._last is None or pos > self._last:
+                        self._last = pos
+                        yield SchemaChange(db or "", query, pos, ev.timestamp * 1000, self._txn.gtid,
+                                           self._file, pos.pos, self.current_resume())
+                    if was_open:
+                        yield from self._commit(end_pos, start)
+                    continue
+            elif isinstance(ev, XidEvent):
+                self._next_pos = end_pos
+                yield from self._commit(end_pos, start)
+                continue
+            elif isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                yield from self._rows(ev, end_pos)
+            if end_pos:
+                self._next_pos = end_pos
+
+    def _commit(self, end_pos: int, start: int) -> Iterator[TransactionEnd]:
+        txn = self._txn
+        self._txn = _TxnState()
+        yield TransactionEnd(BinlogPosition.from_binlog(self._file, start), txn.gtid,
+                             ResumePoint(self._file, end_pos, self._last.encode() if self._last else None),
+                             txn.events)
+
+    def _table_map(self, ev) -> None:
+        if not self._wants(ev.schema, ev.table):
+            self._tables[ev.table_id] = None
+            return
+        key = (ev.schema, ev.table, bytes(ev.null_bitmask), tuple((c.type, c.name) for c in ev.columns))
+        if self._table_keys.get(ev.table_id) != key or self._tables.get(ev.table_id) is None:
+            self._tables[ev.table_id] = table_def_from_table_map(ev)
+            self._table_keys[ev.table_id] = key
+        map_key = table_map_key(ev)
+        if map_key not in self._decoder_cache:
+            if len(self._decoder_cache) >= 1024:
+                self._decoder_cache.clear()  # bounded: rebuilt on demand
+            self._decoder_cache[map_key] = RowDecoder.for_columns(ev.columns)
+        self._decoders[ev.table_id] = self._decoder_cache[map_key]
+
+    def _rows(self, ev, end_pos: int) -> Iterator[RowChanges]:
+        table_def = self._tables.get(ev.table_id)
+        if table_def is None:
+            return  # not captured
+        base = self._file_position(end_pos, ev.event_size)
+        first = first_new_row(base, self._last)
+        if first is None:
+            return  # cannot hold anything new (checked before decoding rows)
+        decoder = self._decoders.get(ev.table_id)
+        rows = decoder.rows(ev) if decoder is not None else ev.rows
+        if first >= len(rows):
+            return
+        kind = "insert" if isinstance(ev, WriteRowsEvent) else "update" if isinstance(ev, UpdateRowsEvent) else "delete"
+        txn = self._txn
+        txn.events += len(rows) - first
+        self._last = base.with_row(2 * len(rows) - 1)
+        resume_file, resume_pos = (txn.start_file, txn.start_pos) if txn.open else (self._file, self._next_pos)
+        yield RowChanges(kind, ev.schema, ev.table, table_def, base, rows, first, ev.timestamp * 1000,
+                         txn.gtid, txn.thread, self._file, resume_file, resume_pos, ev.packet.event_size)
+
+
+def _query_text(ev) -> str:
+    return ev.query if isinstance(ev.query, str) else ev.query.decode("utf-8", "replace")

@@ -1,0 +1,168 @@
+"""Debezium-shaped change events from binlog row changes, as records ready to write.
+
+One :class:`TableEvents` per table *version* (per table definition fingerprint) holds the
+converters, the key/value Avro schemas and the envelope's :class:`RecordTemplate`, built
+once.  A row change becomes one event, or two for an UPDATE that changes the primary key:
+a delete of the old key (position ``2*row``) and a create of the new one (position
+``2*row + 1``), as Debezium does.
+
+The envelope fields shared by every row of a binlog event (``source`` but its ``row``,
+``ts_ms``, ...) are built once per event; in Avro they are encoded once per event too, and
+each row only adds its own fields (``ENVELOPE_VARIABLE``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import schemas
+from cdc.avro_template import RecordTemplate
+from producer.binlog_reader import RowChanges
+from producer.table_schema import TableDef
+from producer.type_mapping import RowConverter, avro_fullname, key_record_schema, row_record_schema
+
+CONNECTOR_VERSION = "0.1.0"
+OPS = {"insert": "c", "update": "u", "delete": "d"}
+#: The envelope fields that differ between the rows of one binlog event, in schema order.
+ENVELOPE_VARIABLE = ("before", "after", "source.row", "op", "position")
+
+#: One record to write: topic, key, value, encoded position.
+Record = tuple[str, "bytes | None", bytes, str]
+
+
+def table_topic(prefix: str, db: str, table: str) -> str:
+    return f"{prefix}.{db}.{table}"
+
+
+class RecordEncoding(Protocol):
+    """What the builder needs from the writer: the record format (see ``KafkaWriter``)."""
+
+    def encode(self, schema: dict | None, record: Any, topic: str, role: str) -> bytes | None: ...
+
+    def header(self, schema: dict, topic: str, role: str) -> bytes | None: ...
+
+
+@dataclass
+class TableEvents:
+    """Converters and schemas of one version of one table."""
+
+    prefix: str
+    table: TableDef
+    key_columns: list[str]
+    topic: str = ""
+    converter: RowConverter = field(init=False)
+    value_schema: dict = field(init=False)
+    key_schema: dict | None = field(init=False)
+    template: RecordTemplate = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.topic = table_topic(self.prefix, self.table.db, self.table.name)
+        self.converter = RowConverter(self.table, binlog=True, key_columns=self.key_columns)
+        ns = avro_fullname(self.topic)
+        self.key_schema = key_record_schema(self.table, self.key_columns, name=f"{ns}.Key") if self.key_columns else None
+        self.value_schema = envelope_schema(row_record_schema(self.table, f"{ns}.Value"), f"{ns}.Envelope")
+        self.template = RecordTemplate(self.value_schema, ENVELOPE_VARIABLE)
+
+
+def envelope_schema(row_schema: dict, name: str) -> dict:
+    """Debezium's envelope around a row schema, plus our position and snapshot window."""
+    row_name = row_schema["name"]
+    return {
+        "type": "record", "name": name, "connect.name": name,
+        "fields": [
+            {"name": "before", "type": ["null", row_schema], "default": None},
+            {"name": "after", "type": ["null", row_name], "default": None},
+            {"name": "source", "type": schemas.load("source")},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "transaction", "type": ["null", schemas.load("transaction_block")], "default": None},
+            {"name": "position", "type": "string",
+             "doc": "30-digit binlog position (file index, event position, sequence): unique and rising per partition"},
+            {"name": "snapshot_window", "type": ["null", schemas.load("snapshot_window")], "default": None},
+        ],
+    }
+
+
+class EventBuilder:
+    def __init__(self, prefix: str, name: str, server_id: int, key_columns: dict[str, list[str]] | None = None,
+                 excluded_columns: dict[str, list[str]] | None = None) -> None:
+        self.prefix = prefix
+        self.name = name
+        self.server_id = server_id
+        self.key_columns = key_columns or {}
+        self.excluded = {k: set(v) for k, v in (excluded_columns or {}).items()}
+        # By id() of the reader's TableDef, which is kept here so the id stays its own.
+        self._tables: dict[int, tuple[TableDef, TableEvents]] = {}
+
+    def table_events(self, table: TableDef) -> TableEvents:
+        cached = self._tables.get(id(table))
+        if cached is None or cached[0] is not table:
+            # (TableEvents.table is not the reader's TableDef when columns are excluded.)
+            cached = self._tables[id(table)] = (table, self._make(table))
+        return cached[1]
+
+    def _make(self, table: TableDef) -> TableEvents:
+        qualified = table.qualified_name
+        drop = self.excluded.get(qualified, set())
+        if drop:
+            table = TableDef(table.db, table.name, [c for c in table.columns if c.name not in drop],
+                             [k for k in table.primary_key if k not in drop])
+        keys = list(table.primary_key) or list(self.key_columns.get(qualified, []))
+        return TableEvents(self.prefix, table, keys)
+
+    def _source(self, ch: RowChanges) -> dict:
+        return {"version": CONNECTOR_VERSION, "connector": "mysql", "name": self.name, "ts_ms": ch.ts_ms,
+                "snapshot": "false", "db": ch.db, "sequence": None, "table": ch.table,
+                "server_id": self.server_id, "gtid": ch.gtid, "file": ch.file, "pos": ch.pos, "row": 0,
+                "thread": ch.thread, "query": None}
+
+    def records(self, ch: RowChanges, start: int, stop: int, writer: RecordEncoding,
+                skip_up_to: str | None = None) -> list[Record]:
+        """The records of rows ``start`` to ``stop - 1`` of ``ch``, in order, leaving out
+        those at or before the encoded position ``skip_up_to`` (written before a restart)."""
+        te = self.table_events(ch.table_def)
+        topic, template = te.topic, te.template
+        shared = self._value(None, None, self._source(ch), "", int(time.time() * 1000), "")
+        header = writer.header(te.value_schema, topic, "value")
+        bound = template.bind(shared, header) if header is not None else None
+        out: list[Record] = []
+        for i in range(start, stop):
+            for key, before, after, op, seq in self._changes(te, ch, i):
+                position = ch.position(seq)
+                if skip_up_to is not None and position <= skip_up_to:
+                    continue
+                values = (before, after, i, op, position)
+                value = (template.encode(bound, values) if bound is not None else
+                         writer.encode(None, template.record(shared, values), topic, "value"))
+                out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
+        return out
+
+    def _changes(self, te: TableEvents, ch: RowChanges, i: int) -> list[tuple[dict | None, Any, Any, str, int]]:
+        """``(key, before, after, op, sequence)`` of each event of row ``i``."""
+        before_values, after_values, before_none, after_none = ch.images(i)
+        conv = te.converter
+        before = self._row(te, before_values, before_none)
+        after = self._row(te, after_values, after_none)
+        if te.key_columns:
+            key_b = conv.convert_key(before_values) if before_values is not None else None
+            key_a = conv.convert_key(after_values) if after_values is not None else None
+        else:
+            key_b = key_a = None
+        if ch.kind == "update" and te.key_columns and key_b != key_a:
+            return [(key_b, before, None, "d", 2 * i), (key_a, None, after, "c", 2 * i + 1)]
+        return [(key_a if key_a is not None else key_b, before, after, OPS[ch.kind], 2 * i)]
+
+    def _row(self, te: TableEvents, values: dict | None, none_sources: dict | None) -> dict | None:
+        if values is None:
+            return None
+        drop = self.excluded.get(te.table.qualified_name)
+        if drop:
+            values = {k: v for k, v in values.items() if k not in drop}
+        return te.converter.convert(values, none_sources)
+
+    @staticmethod
+    def _value(before: Any, after: Any, source: dict, op: str, now: int, position: str) -> dict:
+        return {"before": before, "after": after, "source": source, "op": op, "ts_ms": now, "transaction": None,
+                "position": position, "snapshot_window": None}

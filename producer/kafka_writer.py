@@ -1,0 +1,167 @@
+"""Writes change events to Kafka in batches, each closed by an offset record.
+
+Per batch: events are produced as they come; at the end of the batch the writer waits
+until the broker acknowledged every one of them, then writes the offset record, then
+commits (with transactions: ``commit_transaction``, so events and offset become visible
+together; without: a flush).  An offset record is therefore never visible before the
+events it covers.  A delivery failure stops the writer with :class:`WriterError` before
+the offset is written, so the stored position never passes a lost event.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from cdc.config import KafkaConfig
+from cdc.kafka.clients import ensure_topics, producer_config
+from cdc.kafka.schema_store import publish_schema, schemas_topic
+from cdc.serde import AvroWriter, ConfluentRegistry, encode_json
+
+log = logging.getLogger(__name__)
+
+POSITION_HEADER = "cdc.position"
+
+
+class WriterError(Exception):
+    """Kafka refused or lost a write; the batch was not committed."""
+
+
+class KafkaWriter:
+    def __init__(self, kafka: KafkaConfig, name: str, *, transactions: bool, fmt: str = "avro",
+                 offsets_topic: str, linger_ms: int = 20) -> None:
+        self.kafka = kafka
+        self.prefix = kafka.topic_prefix
+        self.transactions = transactions
+        self.fmt = fmt
+        self.offsets_topic = offsets_topic
+        self._errors: list[str] = []
+        self._topics: set[str] = set()
+        self._writers: dict[int, AvroWriter] = {}
+        self._published: set[str] = set()
+        self._registry = ConfluentRegistry(kafka.schema_registry_url) if kafka.schema_registry_url else None
+        tx_id = f"cdc-producer-{name}" if transactions else None
+        self.producer = Producer(producer_config(kafka, transactional_id=tx_id, **{
+            "linger.ms": linger_ms, "partitioner": "murmur2_random", "batch.num.messages": 10000,
+            "queue.buffering.max.kbytes": 262144, "error_cb": self._on_error,
+            # Failures still reach _on_delivery; successes cost no Python call per record.
+            "delivery.report.only.error": True}))
+        self.in_batch = False
+        self.pending = 0
+        ensure_topics(kafka, [schemas_topic(self.prefix)], partitions=1, compacted=True)
+        self._topics.add(schemas_topic(self.prefix))
+        if transactions:
+            try:
+                # Fences a previous instance with the same id and aborts its open transaction.
+                self.producer.init_transactions(60)
+            except KafkaException as exc:
+                raise WriterError(f"Kafka transactions could not be initialised: {exc}") from exc
+
+    # -- errors -------------------------------------------------------------------------
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._errors.append(f"fatal Kafka error: {err}")
+        else:
+            log.warning("Kafka client: %s", err)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(f"delivery to {msg.topic()} failed: {err}")
+
+    def _check(self) -> None:
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise WriterError("; ".join(errors[:5]))
+
+    # -- topics and schemas ----------------------------------------------------------------
+    def ensure_topic(self, topic: str, *, compacted: bool = False, partitions: int | None = None) -> None:
+        if topic not in self._topics:
+            ensure_topics(self.kafka, [topic], compacted=compacted, partitions=partitions)
+            self._topics.add(topic)
+
+    def _writer(self, schema: dict, topic: str, role: str) -> AvroWriter:
+        w = self._writers.get(id(schema))
+        if w is None:
+            header = None
+            if self._registry is not None:
+                sid = self._registry.register(f"{topic}-{role}", schema)
+                header = b"\x00" + sid.to_bytes(4, "big")
+            w = self._writers[id(schema)] = AvroWriter(schema, header)
+            if self._registry is None and w.fingerprint not in self._published:
+                self._begin()
+                publish_schema(self.producer, self.prefix, w.fingerprint, schema)
+                self._published.add(w.fingerprint)
+        return w
+
+    def encode(self, schema: dict | None, record: Any, topic: str, role: str) -> bytes | None:
+        if record is None:
+            return None
+        if self.fmt == "json" or schema is None:
+            return encode_json(record)
+        return self._writer(schema, topic, role).encode(record)
+
+    def header(self, schema: dict, topic: str, role: str) -> bytes | None:
+        """The framing before the Avro body of a record of ``schema`` (the schema is published
+        or registered first), or None when records are JSON."""
+        if self.fmt == "json":
+            return None
+        return self._writer(schema, topic, role).header
+
+    # -- batches ---------------------------------------------------------------------------
+    def _begin(self) -> None:
+        if not self.in_batch:
+            if self.transactions:
+                self.producer.begin_transaction()
+            self.in_batch = True
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, position: str | None = None) -> None:
+        self.produce_all([(topic, key, value, position)])
+
+    def produce_all(self, records: list[tuple[str, bytes | None, bytes | None, str | None]]) -> None:
+        """Produce ``(topic, key, value, position)`` records in order."""
+        self._begin()
+        produce, on_delivery, topics = self.producer.produce, self._on_delivery, self._topics
+        for topic, key, value, position in records:
+            if topic not in topics:
+                self.ensure_topic(topic)
+            headers = [(POSITION_HEADER, position.encode())] if position else None
+            while True:
+                try:
+                    produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)  # local queue full: let deliveries drain
+            self.pending += 1
+            if self.pending % 2000 == 0:
+                self.producer.poll(0)
+                self._check()
+
+    def commit(self, offset_key: bytes, offset_value: bytes) -> None:
+        """Close the batch: wait for every event's ack, write the offset record, commit."""
+        self._begin()
+        try:
+            remaining = self.producer.flush(120)
+            if remaining:
+                raise WriterError(f"{remaining} records not acknowledged by Kafka within 120s")
+            self._check()
+            self.producer.produce(self.offsets_topic, key=offset_key, value=offset_value, on_delivery=self._on_delivery)
+            if self.transactions:
+                self.producer.commit_transaction(120)
+            else:
+                self.producer.flush(60)
+            self._check()
+        except KafkaException as exc:
+            raise WriterError(f"committing a batch failed: {exc}") from exc
+        finally:
+            self.in_batch = False
+            self.pending = 0
+
+    def close(self) -> None:
+        if self.in_batch and self.transactions:
+            try:
+                self.producer.abort_transaction(10)
+            except KafkaException:
+                pass
+        self.producer.flush(10)

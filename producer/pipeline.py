@@ -1,0 +1,233 @@
+"""The binlog reader in a child process, so decoding overlaps encoding and producing.
+
+python-mysql-replication decodes rows in pure Python, which takes about as long per row
+as everything else the producer does.  :class:`ReaderProcess` runs the
+:class:`BinlogReader` in a child process and hands its items to this one, in order,
+through a pipe:
+
+* bounded: the child sends a batch once it holds ``batch_rows`` rows or ``BATCH_BYTES``
+  of rows events, at a transaction end or schema change when ``FLUSH_S`` has passed since
+  its last batch, and at every server heartbeat -- which comes after ``QUIET_S`` without
+  events, so the last transactions before a pause wait no longer than that; sending
+  blocks while the pipe is full, so whatever the volume at most one pipe's worth
+  (``PIPE_BYTES``) plus one batch on each side is in flight;
+* errors: an exception in the child is sent after the items read before it and raised
+  here again, same type (a lost source connection is retried as before) with the child's
+  traceback as a note; a child that dies without a word raises :class:`ConnectionError`;
+* no orphans: the child runs in a session of its own, so a Ctrl-C or a stop sent to this
+  process's group stops this process only, which commits and then ends the child
+  (:meth:`ReaderProcess.close` kills it); the child exits when the pipe breaks (this
+  process closed it or died), and on Linux the kernel kills it when this process dies
+  (``PR_SET_PDEATHSIG``), even by SIGKILL.  The child only reads the binlog: it never
+  writes to Kafka.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Iterator
+
+from cdc.config import SourceConfig
+from producer.binlog_reader import BinlogReader, Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
+from producer.capture_filter import CaptureFilter
+from producer.table_schema import TableDef
+
+log = logging.getLogger(__name__)
+
+Item = RowChanges | SchemaChange | TransactionEnd | Idle
+
+#: A transaction end waits in the child for more items while its last batch is younger.
+FLUSH_S = 0.01
+#: The server's heartbeat period: the longest it stays silent, so a pause in the stream
+#: flushes the child's batch (and reaches the parent as an ``Idle``) after this long.
+QUIET_S = 0.1
+#: Pipe capacity asked for (Linux caps it at /proc/sys/fs/pipe-max-size, 1 MiB by default).
+PIPE_BYTES = 1 << 20
+#: A batch is sent once its rows events add up to this (rows can be large: BLOBs).
+BATCH_BYTES = 1 << 20
+_F_SETPIPE_SZ = 1031
+_PR_SET_PDEATHSIG = 1
+
+
+class ReaderProcess:
+    """Iterate a :class:`BinlogReader`'s items; the reader runs in a child process."""
+
+    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, batch_rows: int) -> None:
+        read_fd, write_fd = os.pipe()
+        try:
+            fcntl.fcntl(write_fd, _F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass  # not Linux, or above the system's limit: the default size only means smaller steps
+        # A fresh interpreter (not fork: no threads, locks or Kafka sockets inherited; not
+        # multiprocessing's spawn: that re-runs the caller's main script).
+        try:
+            self._process = subprocess.Popen([sys.executable, "-c", _CHILD_BOOT], stdin=subprocess.PIPE,
+                                             pass_fds=(write_fd,), close_fds=True, start_new_session=True)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)  # the child holds the write end now: EOF here when it exits
+        self._conn = Connection(read_fd, writable=False)
+        self._tables: dict[tuple[str, str, str], TableDef] = {}
+        try:
+            with self._process.stdin as stdin:
+                stdin.write(json.dumps(sys.path).encode() + b"\n")
+                pickle.dump((write_fd, cfg, resume, is_mariadb, max(1, batch_rows), os.getpid()),
+                            stdin, pickle.HIGHEST_PROTOCOL)
+        except BaseException:
+            self.close()
+            raise
+        log.debug("binlog reader process %d started", self._process.pid)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def __iter__(self) -> Iterator[Item]:
+        while True:
+            try:
+                data = self._conn.recv_bytes()
+            except EOFError:
+                try:
+                    code = self._process.wait(5)
+                except subprocess.TimeoutExpired:
+                    code = None
+                raise ConnectionError(f"the binlog reader process exited unexpectedly (exit code {code})") from None
+            kind, payload = pickle.loads(data)
+            if kind == "end":
+                return
+            if kind == "error":
+                raise payload
+            seen: dict[int, TableDef] = {}
+            for item in payload:
+                if type(item) is RowChanges:
+                    item.table_def = self._table(item.table_def, seen)
+                yield item
+
+    def _table(self, table: TableDef, seen: dict[int, TableDef]) -> TableDef:
+        """One object per table version across batches (each batch brings its own copy)."""
+        same = seen.get(id(table))
+        if same is None:
+            key = (table.db, table.name, table.fingerprint())
+            same = seen[id(table)] = self._tables.setdefault(key, table)
+        return same
+
+    def close(self) -> None:
+        """End the child (it holds nothing worth a graceful stop) and wait for it."""
+        self._conn.close()
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+
+
+class _ParentGone(Exception):
+    """The pipe to the parent is broken: it closed it or died."""
+
+
+class _Batcher:
+    """The child's side of the pipe: items, batched."""
+
+    def __init__(self, conn, batch_rows: int) -> None:
+        self.conn = conn
+        self.batch_rows = batch_rows
+        self.items: list[Item] = []
+        self.rows = self.bytes = 0
+        self.sent = time.monotonic()
+
+    def add(self, item: Item) -> None:
+        self.items.append(item)
+        if type(item) is RowChanges:
+            self.rows += len(item.rows) - item.first
+            self.bytes += item.size
+            if self.rows >= self.batch_rows or self.bytes >= BATCH_BYTES:
+                self.flush()
+        elif type(item) is Idle:
+            self._send_items()  # the stream paused: nothing to wait for
+        elif time.monotonic() - self.sent >= FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the pending items; a transaction end now waits up to FLUSH_S for more."""
+        self._send_items()
+        self.sent = time.monotonic()
+
+    def _send_items(self) -> None:
+        if self.items:
+            self._send(("items", self.items))
+            self.items, self.rows, self.bytes = [], 0, 0
+
+    def end(self) -> None:
+        self._send(("end", None))
+
+    def error(self, exc: BaseException) -> None:
+        """Send ``exc`` (after the items before it): raised again in the parent."""
+        note = "in the binlog reader process:\n" + "".join(traceback.format_exception(exc)).rstrip()
+        exc.add_note(note)
+        try:
+            data = pickle.dumps(("error", exc), pickle.HIGHEST_PROTOCOL)
+            pickle.loads(data)  # some exceptions pickle but cannot be rebuilt
+        except Exception:  # noqa: BLE001 - fall back to the message
+            fallback = RuntimeError(f"binlog reader: {type(exc).__name__}: {exc}")
+            fallback.add_note(note)
+            data = pickle.dumps(("error", fallback), pickle.HIGHEST_PROTOCOL)
+        self._send(data)
+
+    def _send(self, message) -> None:
+        data = message if isinstance(message, bytes) else pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        try:
+            self.conn.send_bytes(data)
+        except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
+            raise _ParentGone() from exc
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: a broken pipe still ends the child at its next send
+    if os.getppid() != parent_pid:
+        os._exit(0)  # the parent died before the signal was armed
+
+
+#: The child's first lines: the parent's import path (a JSON line on stdin), then its entry point.
+_CHILD_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.stdin.buffer.readline()); "
+               "from producer.pipeline import _child_main; _child_main()")
+
+
+def _child_main() -> None:
+    """The child process: read the binlog, send its items to the parent (arguments on stdin)."""
+    fd, cfg, resume, is_mariadb, batch_rows, parent_pid = pickle.load(sys.stdin.buffer)
+    _die_with_parent(parent_pid)
+    conn = Connection(fd, readable=False)
+    batcher = _Batcher(conn, batch_rows)
+    reader = None
+    try:
+        reader = BinlogReader(cfg, resume, is_mariadb=is_mariadb, wants=CaptureFilter(cfg).wants,
+                              heartbeat_s=QUIET_S)
+        for item in reader:
+            batcher.add(item)
+        batcher.flush()
+        batcher.end()
+    except _ParentGone:
+        pass  # nobody left to read: just exit
+    except BaseException as exc:  # noqa: BLE001 - every error goes to the parent
+        with contextlib.suppress(_ParentGone):
+            batcher.flush()
+            batcher.error(exc)
+    finally:
+        if reader is not None:
+            reader.close()
+        conn.close()

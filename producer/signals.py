@@ -1,0 +1,91 @@
+"""Signals: rows of the signal table, parsed and checked (Debezium's vocabulary).
+
+``execute-snapshot``  data: {"data-collections": ["db.t", "db\\.line_.*"], "type": "incremental",
+                             "additional-conditions": [{"data-collection": "db.t", "filter": "..."}],
+                             "surrogate-key": "col"}
+``stop-snapshot``     data: {"data-collections": [...]} (absent or empty: all), "type": "incremental"
+``pause-snapshot``, ``resume-snapshot``: no data needed
+``log``               data: {"message": "..."}
+``snapshot-window-open`` / ``snapshot-window-close``: the producer's own chunk markers.
+
+A malformed signal raises :class:`BadSignal` with the reason; the caller reports it
+(notification + log line) and keeps streaming.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+WINDOW_OPEN = "snapshot-window-open"
+WINDOW_CLOSE = "snapshot-window-close"
+USER_TYPES = ("execute-snapshot", "stop-snapshot", "pause-snapshot", "resume-snapshot", "log")
+
+
+class BadSignal(ValueError):
+    """A signal row that cannot be acted on; the message names the reason."""
+
+    def __init__(self, signal_id: str, reason: str) -> None:
+        super().__init__(f"signal {signal_id!r}: {reason}")
+        self.signal_id = signal_id
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Signal:
+    id: str
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def data_collections(self) -> list[str]:
+        return list(self.data.get("data-collections") or [])
+
+    @property
+    def conditions(self) -> dict[str, str]:
+        return {c["data-collection"]: c["filter"] for c in self.data.get("additional-conditions") or []}
+
+    @property
+    def surrogate_key(self) -> str | None:
+        return self.data.get("surrogate-key")
+
+
+def parse_signal(row: dict[str, Any]) -> Signal:
+    sid = str(row.get("id") or "")
+    stype = (row.get("type") or "").strip().lower()
+    raw = row.get("data")
+    if stype in (WINDOW_OPEN, WINDOW_CLOSE):
+        return Signal(sid, stype, json.loads(raw) if raw else {})
+    if stype not in USER_TYPES:
+        raise BadSignal(sid, f"unknown signal type {row.get('type')!r} (known: {', '.join(USER_TYPES)})")
+    data: Any = {}
+    if raw not in (None, ""):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise BadSignal(sid, f"data is not valid JSON: {exc.msg} at offset {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise BadSignal(sid, "data must be a JSON object")
+    if stype == "execute-snapshot":
+        cols = data.get("data-collections")
+        if not isinstance(cols, list) or not cols or not all(isinstance(c, str) and c.strip() for c in cols):
+            raise BadSignal(sid, "execute-snapshot needs 'data-collections': a non-empty list of table names")
+        kind = (data.get("type") or "incremental").lower()
+        if kind not in ("incremental", "blocking"):
+            raise BadSignal(sid, f"snapshot type {data.get('type')!r} is not supported (use 'incremental')")
+        if kind == "blocking":
+            raise BadSignal(sid, "blocking snapshots are not supported: use 'incremental' (lock-free)")
+        conds = data.get("additional-conditions") or []
+        if not isinstance(conds, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("data-collection"), str) and isinstance(c.get("filter"), str)
+                for c in conds):
+            raise BadSignal(sid, "'additional-conditions' must be a list of {\"data-collection\": ..., \"filter\": ...}")
+        sk = data.get("surrogate-key")
+        if sk is not None and (not isinstance(sk, str) or not sk.strip()):
+            raise BadSignal(sid, "'surrogate-key' must be a column name")
+    if stype == "stop-snapshot":
+        cols = data.get("data-collections")
+        if cols is not None and (not isinstance(cols, list) or not all(isinstance(c, str) for c in cols)):
+            raise BadSignal(sid, "'data-collections' must be a list of table names")
+    return Signal(sid, stype, data)

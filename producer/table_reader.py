@@ -1,0 +1,81 @@
+"""Reading tables for snapshots: definitions from information_schema, keyset chunks.
+
+The connection reads in UTC (``SET time_zone = '+00:00'``: TIMESTAMP values come back
+as UTC wall clock, as the binlog gives them) and FLOAT columns are read as DOUBLE
+(MariaDB's text protocol prints FLOAT with 6 significant digits).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pymysql
+
+from cdc.config import SourceConfig
+from cdc.sql import quote_ident
+from producer.chunk_splitter import chunk_query, max_key_query
+from producer.table_schema import ColumnDef, TableDef
+
+
+def snapshot_connection(cfg: SourceConfig) -> pymysql.connections.Connection:
+    conn = pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.get_secret_value(),
+                           autocommit=True, charset="utf8mb4", connect_timeout=int(cfg.connect_timeout_s))
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        # Each chunk SELECT is its own statement in autocommit: no long transaction, no lock.
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn
+
+
+def read_table_def(conn, db: str, table: str) -> TableDef | None:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, ORDINAL_POSITION, NUMERIC_PRECISION, "
+            "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, CHARACTER_MAXIMUM_LENGTH, COLUMN_KEY "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (db, table))
+        rows = cur.fetchall()
+        if not rows:
+            return None
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s AND "
+            "TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION", (db, table))
+        pk = [r[0] for r in cur.fetchall()]
+    cols = [ColumnDef(name=r[0], data_type=r[1], column_type=r[2], nullable=r[3] == "YES", ordinal=int(r[4]),
+                      numeric_precision=r[5], numeric_scale=r[6], datetime_precision=r[7], character_set=r[8],
+                      char_max_length=r[9]) for r in rows]
+    return TableDef(db=db, name=table, columns=cols, primary_key=pk)
+
+
+def list_tables(conn) -> list[tuple[str, str]]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+                    "ORDER BY TABLE_SCHEMA, TABLE_NAME")
+        return [(r[0], r[1]) for r in cur.fetchall()]
+
+
+def estimated_rows(conn, db: str, table: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (db, table))
+        row = cur.fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def max_key(conn, table: TableDef, keys: Sequence[str]) -> tuple | None:
+    with conn.cursor() as cur:
+        cur.execute(max_key_query(table.db, table.name, keys))
+        row = cur.fetchone()
+    return tuple(row) if row else None
+
+
+def read_chunk(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
+               upto: Sequence[Any] | None, condition: str | None, limit: int) -> list[dict[str, Any]]:
+    names = table.column_names
+    exprs = {c.name: f"CAST({quote_ident(c.name)} AS DOUBLE)"
+             for c in table.columns if c.data_type == "float"}
+    sql, params = chunk_query(table.db, table.name, names, keys, after=after, upto=upto, condition=condition,
+                              limit=limit, select_exprs=exprs)
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return [dict(zip(names, r)) for r in cur.fetchall()]

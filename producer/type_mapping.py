@@ -1,0 +1,1046 @@
+"""MySQL/MariaDB column types -> Avro types and values, following Debezium's MySQL connector.
+
+Debezium settings reproduced: ``decimal.handling.mode=precise``,
+``time.precision.mode=adaptive_time_microseconds``, ``bigint.unsigned.handling.mode=precise``,
+``binary.handling.mode=bytes``.  Debezium's semantic type names are carried as the Avro
+property ``connect.name`` (with ``connect.version`` and ``connect.parameters`` where
+Debezium has parameters), the way Confluent's AvroConverter writes them, so a consumer
+written for Debezium + Avro reads our records.
+
+==========================  =====================================  ===========================================
+MySQL type                  Avro type                              value
+==========================  =====================================  ===========================================
+TINYINT[(1)], BOOL          int (connect.type int16)               int (TINYINT(1) stays an int, as Debezium)
+TINYINT UNSIGNED            int (connect.type int16)               0..255
+SMALLINT                    int (connect.type int16)
+SMALLINT UNSIGNED,          int
+MEDIUMINT [UNSIGNED], INT
+INT UNSIGNED, BIGINT        long
+BIGINT UNSIGNED             bytes decimal(20,0)                    decimal.Decimal, up to 2**64-1
+                            (org.apache.kafka.connect.data.Decimal)
+DECIMAL(p,s), NUMERIC       bytes decimal(p,s) (same connect.name) decimal.Decimal quantized to scale s
+FLOAT                       float                                  the float32 value (shortest decimal form)
+FLOAT(M,D), DOUBLE, REAL    double                                 FLOAT(M,D)/DOUBLE(M,D) rounded to D places
+BIT(1)                      boolean
+BIT(n>1)                    bytes io.debezium.data.Bits            little-endian, ceil(n/8) bytes
+                            (connect.parameters.length = n)
+CHAR, VARCHAR, *TEXT        string                                 decoded with the column's character set
+BINARY, VARBINARY, *BLOB    bytes                                  BINARY(n) right-padded with 0x00 to n
+ENUM                        string io.debezium.data.Enum           (connect.parameters.allowed = "a,b,c")
+SET                         string io.debezium.data.EnumSet        members comma-joined in definition order
+JSON                        string io.debezium.data.Json           canonical JSON text (see below)
+DATE                        int io.debezium.time.Date              days since 1970-01-01
+TIME[(fsp)]                 long io.debezium.time.MicroTime        microseconds, negative allowed
+DATETIME(0..3)              long io.debezium.time.Timestamp        ms since epoch, wall clock read as UTC
+DATETIME(4..6)              long io.debezium.time.MicroTimestamp   us since epoch, wall clock read as UTC
+TIMESTAMP[(fsp)]            string io.debezium.time.ZonedTimestamp "2024-01-02T03:04:05.120Z": UTC, fsp digits
+YEAR                        int io.debezium.time.Year
+POINT                       record io.debezium.data.geometry.Point {x, y, wkb, srid}   (as Debezium does)
+GEOMETRY, LINESTRING, ...   record io.debezium.data.geometry.Geometry {wkb, srid}
+UUID, INET4, INET6 (MariaDB) string                                canonical text form
+==========================  =====================================  ===========================================
+
+Nullable columns become ``["null", T]`` with ``"default": null``.  DATE, DATETIME and
+TIMESTAMP fields are *always* nullable: MySQL's zero dates (``0000-00-00``, and any date
+with a zero year, month or day) are emitted as null, as Debezium does for optional
+columns (Debezium emits epoch for NOT NULL ones; we keep null for both so that snapshot
+and binlog agree -- the binlog library cannot decode those dates at all).
+
+Deliberate differences from Debezium, each to keep snapshot and binlog values equal:
+``YEAR 0000`` is emitted as 0 (Debezium: 2000); JSON text is canonicalised (see
+:func:`canonical_json`); FLOAT(M,D) is rounded to D places.
+
+Avro names: a column name that is not a valid Avro name (``[A-Za-z_][A-Za-z0-9_]*``)
+gets every invalid character replaced by ``_`` and a leading ``_`` if it starts with a
+digit (``9 weird-col`` -> ``_9_weird_col``), Debezium's ``field.name.adjustment.mode=avro``
+rule; the original name is kept in the field property ``"mysql.column"``.  If two
+columns end up with the same name, later ones (in ordinal order) get ``_2``, ``_3``...;
+names that were valid to start with are never changed.  :func:`field_names` gives the
+mapping.
+
+Input shapes
+============
+Converters accept the values of both readers.  Observed with MariaDB 10.11 (binlog
+``ROW``/``FULL``, ``binlog_row_metadata=FULL``), pymysql 1.x and python-mysql-replication
+1.0.17:
+
+===================  ==========================================  ==============================================
+type                 pymysql (snapshot SELECT)                   python-mysql-replication (binlog row event)
+===================  ==========================================  ==============================================
+integers             int, unsigned already unsigned              int; unsigned correct with FULL metadata (a
+                                                                 negative value for an unsigned column is
+                                                                 wrapped by 2**bits here, as Debezium does)
+BIGINT UNSIGNED      int up to 18446744073709551615              int up to 18446744073709551615
+DECIMAL              Decimal (scale as declared)                 Decimal (scale as declared)
+FLOAT                float from text: 3.14                       float32 widened: 3.140000104904175
+FLOAT(10,2)          1234.56                                     1234.56005859375
+DOUBLE               float                                       float
+BIT(n)               bytes, big-endian, ceil(n/8) long           str of '0'/'1', MSB first, n chars ('1010')
+CHAR/VARCHAR/TEXT    str                                         str decoded with the column charset; bytes
+                                                                 when Python has no codec (ucs2 -> raw bytes)
+BINARY(n)            bytes, n long                               bytes with trailing 0x00 STRIPPED; '' (str)
+                                                                 when all zero
+VARBINARY/BLOB       bytes                                       bytes; '' (str, not b'') when empty
+ENUM                 str ('' for the invalid-value index 0)      str ('' for index 0); None if the binlog has
+                                                                 no ENUM metadata
+SET                  str 'x,z' ('' when empty)                   python set {'x','z'} (unordered); an EMPTY
+                                                                 set arrives as None with none_sources[col]
+                                                                 == 'empty set'
+JSON (MariaDB)       str, text as inserted                       str, text as inserted (JSON is LONGTEXT)
+JSON (MySQL 8)       str, MySQL's normalised text                parsed tree: dict/list/int/float/bool/None/
+                                                                 Decimal/datetime with bytes keys and bytes
+                                                                 strings (from the library's source)
+DATE                 datetime.date; '0000-00-00' and year-0      date; None for any zero part (none_sources:
+                     dates as str                                'out of date range'); a date invalid for
+                                                                 Python (ALLOW_INVALID_DATES, 2024-02-30)
+                                                                 makes the library raise ValueError
+TIME                 timedelta, exact                            timedelta; WRONG for negative values with a
+                                                                 fractional part (see fix_binlog_negative_time)
+DATETIME             naive datetime; zero values as str          naive datetime; None for zero parts
+                     ('0000-00-00 00:00:00.000')
+TIMESTAMP            naive datetime in the SESSION time zone;    naive datetime in UTC; the zero timestamp as
+                     zero as str '0000-00-00 00:00:00'           datetime(1970, 1, 1, 0, 0)
+YEAR                 int; 0 for 0000                             int; 1900 for 0000 (library adds 1900 to 0)
+GEOMETRY, POINT...   bytes: 4-byte LE SRID + WKB                 bytes: 4-byte LE SRID + WKB
+UUID (MariaDB)       str '6ccd780c-baba-1026-9564-5b8c656024db'  16 bytes big-endian, trailing 0x00 stripped
+INET6 (MariaDB)      str '2001:db8::ff00:42:8329'                16 bytes, trailing 0x00 stripped
+===================  ==========================================  ==============================================
+
+Consequences for the readers:
+
+* the snapshot reader must run ``SET time_zone = '+00:00'`` on its connection, because
+  converters read naive TIMESTAMP datetimes as UTC (aware datetimes are converted);
+* the binlog reader must build its converters with ``binlog=True`` (this applies
+  :func:`fix_binlog_negative_time` to TIME values and reads top-level ``bytes`` of a
+  ``json`` column as a MySQL binary-JSON string scalar), and should pass the row's
+  ``none_sources`` to :meth:`RowConverter.convert` so an empty SET becomes ``''``
+  instead of null.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+import socket
+import struct
+import uuid
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Context, Decimal, ROUND_HALF_EVEN
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from producer.table_schema import ColumnDef, TableDef
+
+__all__ = [
+    "UnsupportedColumnType",
+    "ConversionError",
+    "avro_name",
+    "avro_fullname",
+    "field_names",
+    "avro_type",
+    "avro_field",
+    "is_nullable",
+    "value_converter",
+    "row_record_schema",
+    "key_record_schema",
+    "RowConverter",
+    "canonical_json",
+    "fix_binlog_negative_time",
+    "days_from_civil",
+    "python_codec",
+]
+
+
+class UnsupportedColumnType(ValueError):
+    """The column's data type has no mapping."""
+
+
+class ConversionError(ValueError):
+    """A value could not be converted for its column."""
+
+
+# =============================================================================== names
+_AVRO_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INVALID_NAME_CHARS_RE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def avro_name(name: str) -> str:
+    """``name`` made into a valid Avro name (unchanged if it already is one)."""
+    if _AVRO_NAME_RE.match(name):
+        return name
+    fixed = _INVALID_NAME_CHARS_RE.sub("_", name)
+    if not fixed or fixed[0].isdigit():
+        fixed = "_" + fixed
+    return fixed
+
+
+def avro_fullname(name: str) -> str:
+    """A dotted Avro full name with each part made valid (``my-db.t`` -> ``my_db.t``)."""
+    return ".".join(avro_name(part) for part in name.split("."))
+
+
+def field_names(table: TableDef, columns: Iterable[ColumnDef] | None = None) -> dict[str, str]:
+    """Column name -> unique Avro field name, for ``columns`` (default: all, in order)."""
+    cols = list(table.columns if columns is None else columns)
+    used = {c.name for c in cols if _AVRO_NAME_RE.match(c.name)}
+    out: dict[str, str] = {}
+    for c in cols:
+        if _AVRO_NAME_RE.match(c.name):
+            out[c.name] = c.name
+            continue
+        base = avro_name(c.name)
+        cand, k = base, 2
+        while cand in used:
+            cand = f"{base}_{k}"
+            k += 1
+        used.add(cand)
+        out[c.name] = cand
+    return out
+
+
+# =============================================================================== types
+_INT16 = {"type": "int", "connect.type": "int16"}
+_DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
+
+_INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bool", "boolean"}
+_DECIMAL_TYPES = {"decimal", "numeric", "dec", "fixed"}
+_DOUBLE_TYPES = {"double", "real", "double precision", "float8"}
+_STRING_TYPES = {
+    "char", "varchar", "tinytext", "text", "mediumtext", "longtext", "long", "long varchar",
+    "nchar", "nvarchar", "national char", "national varchar", "character", "character varying",
+}
+_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "long varbinary"}
+_GEOMETRY_TYPES = {
+    "geometry", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+    "geometrycollection", "geomcollection",
+}
+_ALWAYS_NULLABLE = {"date", "datetime", "timestamp"}
+
+GEOMETRY_RECORD_NAME = "io.debezium.data.geometry.Geometry"
+POINT_RECORD_NAME = "io.debezium.data.geometry.Point"
+
+
+def _semantic(base: str, name: str, params: dict[str, str] | None = None) -> dict:
+    t: dict[str, Any] = {"type": base, "connect.version": 1, "connect.name": name}
+    if params:
+        t["connect.parameters"] = params
+    return t
+
+
+def _decimal_type(precision: int, scale: int) -> dict:
+    return {
+        "type": "bytes",
+        "logicalType": "decimal",
+        "precision": precision,
+        "scale": scale,
+        "connect.version": 1,
+        "connect.name": _DECIMAL_NAME,
+        "connect.parameters": {"scale": str(scale), "connect.decimal.precision": str(precision)},
+    }
+
+
+def _geometry_record() -> dict:
+    return {
+        "type": "record",
+        "name": "Geometry",
+        "namespace": "io.debezium.data.geometry",
+        "doc": "Geometry (WKB plus optional SRID)",
+        "fields": [
+            {"name": "wkb", "type": "bytes"},
+            {"name": "srid", "type": ["null", "int"], "default": None},
+        ],
+        "connect.version": 1,
+        "connect.name": GEOMETRY_RECORD_NAME,
+    }
+
+
+def _point_record() -> dict:
+    return {
+        "type": "record",
+        "name": "Point",
+        "namespace": "io.debezium.data.geometry",
+        "doc": "Geometry (POINT)",
+        "fields": [
+            {"name": "x", "type": "double"},
+            {"name": "y", "type": "double"},
+            {"name": "wkb", "type": ["null", "bytes"], "default": None},
+            {"name": "srid", "type": ["null", "int"], "default": None},
+        ],
+        "connect.version": 1,
+        "connect.name": POINT_RECORD_NAME,
+    }
+
+
+def _decimal_precision_scale(col: ColumnDef) -> tuple[int, int]:
+    p = col.precision if col.precision is not None else 10  # MySQL's default DECIMAL = (10,0)
+    s = col.scale if col.scale is not None else 0
+    if not 1 <= p <= 65 or not 0 <= s <= min(p, 30):
+        raise UnsupportedColumnType(f"column {col.name!r}: bad DECIMAL precision/scale ({p},{s}) in {col.column_type!r}")
+    return p, s
+
+
+def _base_type(col: ColumnDef) -> Any:
+    """The non-null Avro type of ``col``."""
+    dt = col.data_type
+    if dt in _INT_TYPES:
+        unsigned = col.unsigned
+        if dt in ("tinyint", "bool", "boolean"):
+            return dict(_INT16)
+        if dt == "smallint":
+            return "int" if unsigned else dict(_INT16)
+        if dt == "mediumint":
+            return "int"
+        if dt in ("int", "integer"):
+            return "long" if unsigned else "int"
+        # bigint
+        return _decimal_type(20, 0) if unsigned else "long"
+    if dt in _DECIMAL_TYPES:
+        return _decimal_type(*_decimal_precision_scale(col))
+    if dt == "float":
+        return "float" if col.scale is None else "double"
+    if dt in _DOUBLE_TYPES:
+        return "double"
+    if dt == "bit":
+        n = col.bit_length or 1
+        if n == 1:
+            return "boolean"
+        t = _semantic("bytes", "io.debezium.data.Bits", {"length": str(n)})
+        t["length"] = n
+        return t
+    if dt in _STRING_TYPES or dt in ("uuid", "inet4", "inet6"):
+        return "string"
+    if dt in _BINARY_TYPES:
+        return "bytes"
+    if dt == "enum":
+        return _semantic("string", "io.debezium.data.Enum", {"allowed": ",".join(col.enum_values)})
+    if dt == "set":
+        return _semantic("string", "io.debezium.data.EnumSet", {"allowed": ",".join(col.enum_values)})
+    if dt == "json":
+        return _semantic("string", "io.debezium.data.Json")
+    if dt == "date":
+        return _semantic("int", "io.debezium.time.Date")
+    if dt == "time":
+        return _semantic("long", "io.debezium.time.MicroTime")
+    if dt == "datetime":
+        if col.fsp <= 3:
+            return _semantic("long", "io.debezium.time.Timestamp")
+        return _semantic("long", "io.debezium.time.MicroTimestamp")
+    if dt == "timestamp":
+        return _semantic("string", "io.debezium.time.ZonedTimestamp")
+    if dt == "year":
+        return _semantic("int", "io.debezium.time.Year")
+    if dt == "point":
+        return _point_record()
+    if dt in _GEOMETRY_TYPES:
+        return _geometry_record()
+    raise UnsupportedColumnType(
+        f"column {col.name!r}: no Avro mapping for data type {col.data_type!r} ({col.column_type!r})"
+    )
+
+
+def is_nullable(col: ColumnDef) -> bool:
+    """Whether the Avro field of ``col`` admits null (zero dates force it for temporal types)."""
+    return col.nullable or col.data_type in _ALWAYS_NULLABLE
+
+
+def avro_type(col: ColumnDef) -> Any:
+    """The Avro type of ``col``: ``["null", T]`` when nullable, else ``T``."""
+    t = _base_type(col)
+    return ["null", t] if is_nullable(col) else t
+
+
+def avro_field(col: ColumnDef, name: str | None = None) -> dict:
+    """The Avro record field for ``col`` (``name`` overrides the sanitised column name)."""
+    fname = name if name is not None else avro_name(col.name)
+    f: dict[str, Any] = {"name": fname, "type": avro_type(col)}
+    if is_nullable(col):
+        f["default"] = None
+    if fname != col.name:
+        f["mysql.column"] = col.name
+    return f
+
+
+def _dedupe_named_types(t: Any, defined: set[str]) -> Any:
+    """Replace repeated definitions of named records by a reference to their full name."""
+    if isinstance(t, list):
+        return [_dedupe_named_types(x, defined) for x in t]
+    if isinstance(t, dict) and t.get("type") == "record":
+        full = t["name"] if "." in t["name"] or not t.get("namespace") else f"{t['namespace']}.{t['name']}"
+        if full in defined:
+            return full
+        defined.add(full)
+    return t
+
+
+def _record_schema(table: TableDef, cols: Sequence[ColumnDef], name: str, doc: str | None) -> dict:
+    names = field_names(table, cols)
+    defined: set[str] = set()
+    fields = []
+    for c in cols:
+        f = avro_field(c, names[c.name])
+        f["type"] = _dedupe_named_types(f["type"], defined)
+        fields.append(f)
+    schema: dict[str, Any] = {"type": "record", "name": avro_fullname(name), "fields": fields}
+    if doc:
+        schema["doc"] = doc
+    schema["connect.name"] = schema["name"]
+    return schema
+
+
+def row_record_schema(table: TableDef, name: str) -> dict:
+    """Avro record schema of a whole row (Debezium's ``<prefix>.<db>.<table>.Value``).
+
+    Named types (the geometry records) are defined at their first use and referenced
+    by full name afterwards.  A schema that embeds this one twice (``before`` and
+    ``after`` of an envelope) must likewise reference the second occurrence by name.
+    """
+    return _record_schema(table, table.columns, name, f"row of {table.qualified_name}")
+
+
+def key_record_schema(table: TableDef, key_columns: Sequence[str] | None = None, name: str | None = None) -> dict:
+    """Avro record schema of the record key (default: the primary key columns)."""
+    cols = table.key_columns(key_columns)
+    if not cols:
+        raise ValueError(f"table {table.qualified_name} has no primary key and no key columns were given")
+    return _record_schema(table, cols, name or f"{table.db}.{table.name}.Key", f"key of {table.qualified_name}")
+
+
+# =============================================================================== helpers
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+_MICROS_PER_DAY = 86_400_000_000
+_F32 = struct.Struct("<f")
+_DECIMAL_CONTEXT = Context(prec=200, rounding=ROUND_HALF_EVEN)
+_UTC = timezone.utc
+
+_DATE_RE = re.compile(r"\s*(\d{1,4})-(\d{1,2})-(\d{1,2})\s*\Z")
+_DATETIME_RE = re.compile(
+    r"\s*(\d{1,4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d{0,6})\d*)?)?\s*\Z"
+)
+_TIME_RE = re.compile(r"\s*(-)?(\d+):(\d{1,2})(?::(\d{1,2}))?(?:\.(\d{0,6})\d*)?\s*\Z")
+
+
+def days_from_civil(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (any year, no validation)."""
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).decode("ascii", "replace")
+    return str(v)
+
+
+def _parse_date_days(v: Any) -> int | None:
+    """Days since epoch of a 'YYYY-MM-DD' string; None for zero parts."""
+    s = _text(v)
+    m = _DATE_RE.match(s) or _DATETIME_RE.match(s)
+    if not m:
+        raise ValueError(f"not a DATE value: {v!r}")
+    y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    if y == 0 or mo == 0 or d == 0:
+        return None
+    return days_from_civil(y, mo, d)
+
+
+def _parse_datetime(v: Any) -> tuple[int, int, int, int, int, int, int] | None:
+    """(y, mo, d, h, mi, s, us) of a 'YYYY-MM-DD HH:MM:SS[.ffffff]' string; None for zero dates."""
+    s = _text(v)
+    m = _DATETIME_RE.match(s)
+    if not m:
+        raise ValueError(f"not a DATETIME/TIMESTAMP value: {v!r}")
+    y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    if y == 0 or mo == 0 or d == 0:
+        return None
+    h = int(m.group(4) or 0)
+    mi = int(m.group(5) or 0)
+    sec = int(m.group(6) or 0)
+    frac = m.group(7) or ""
+    us = int(frac.ljust(6, "0")) if frac else 0
+    return y, mo, d, h, mi, sec, us
+
+
+def _naive_utc(v: datetime) -> datetime:
+    if v.tzinfo is not None:
+        v = v.astimezone(_UTC).replace(tzinfo=None)
+    return v
+
+
+def _datetime_micros(v: datetime) -> int:
+    if v.tzinfo is not None:
+        v = _naive_utc(v)
+    return ((v.toordinal() - _EPOCH_ORDINAL) * 86400 + v.hour * 3600 + v.minute * 60 + v.second) * 1_000_000 + v.microsecond
+
+
+def _timedelta_micros(v: timedelta) -> int:
+    return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+
+
+def fix_binlog_negative_time(v: timedelta) -> timedelta:
+    """Undo python-mysql-replication 1.0.17's decoding error for negative TIME with fractions.
+
+    The library returns ``-(floor(|t|) + 1s - frac(|t|))`` for a negative TIME ``t`` with a
+    non-zero fractional part (observed: ``-00:00:00.000001`` -> ``-0.999999s``,
+    ``-12:34:56.789`` -> ``-12:34:56.211``; ``.5`` happens to come out right).  The map is
+    its own inverse, so applying it again restores the true value.  Values that are not
+    negative or have no fraction are returned unchanged.
+    """
+    micros = _timedelta_micros(v)
+    if micros >= 0 or micros % 1_000_000 == 0:
+        return v
+    mag = -micros
+    whole = mag - mag % 1_000_000
+    frac = mag - whole
+    return timedelta(microseconds=-(whole + 1_000_000 - frac))
+
+
+def _parse_time_micros(v: Any) -> int:
+    s = _text(v)
+    m = _TIME_RE.match(s)
+    if not m:
+        raise ValueError(f"not a TIME value: {v!r}")
+    neg, h, mi, sec, frac = m.groups()
+    us = int(frac.ljust(6, "0")) if frac else 0
+    total = ((int(h) * 60 + int(mi)) * 60 + int(sec or 0)) * 1_000_000 + us
+    return -total if neg else total
+
+
+def _float32(v: float) -> float:
+    """The shortest decimal float that has the same float32 value as ``v``."""
+    f = _F32.unpack(_F32.pack(v))[0]
+    if f != f or f in (float("inf"), float("-inf")):
+        return f
+    for digits in (6, 7, 8, 9):
+        cand = float(f"{f:.{digits}g}")
+        if _F32.unpack(_F32.pack(cand))[0] == f:
+            return cand
+    return f  # pragma: no cover - 9 significant digits always round-trip a float32
+
+
+# character sets -> Python codecs
+_CHARSET_CODECS = {
+    "utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "ascii": "ascii",
+    "latin1": "cp1252", "latin2": "iso8859-2", "latin5": "iso8859-9", "latin7": "iso8859-13",
+    "ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be",
+    "cp1250": "cp1250", "cp1251": "cp1251", "cp1256": "cp1256", "cp1257": "cp1257",
+    "cp850": "cp850", "cp852": "cp852", "cp866": "cp866", "cp932": "cp932",
+    "koi8r": "koi8-r", "koi8u": "koi8-u", "greek": "iso8859-7", "hebrew": "iso8859-8",
+    "sjis": "shift_jis", "ujis": "euc_jp", "eucjpms": "euc_jp", "euckr": "euc_kr",
+    "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030", "big5": "big5",
+    "tis620": "tis-620", "macroman": "mac-roman", "macce": "mac-latin2",
+}
+
+
+def _latin1_fallback(err: UnicodeDecodeError) -> tuple[str, int]:
+    # MySQL's latin1 is cp1252 with the five bytes cp1252 leaves undefined mapped to C1 controls.
+    return err.object[err.start:err.end].decode("latin-1"), err.end
+
+
+codecs.register_error("cdc_latin1_fallback", _latin1_fallback)
+
+
+def python_codec(charset: str | None) -> tuple[str, str]:
+    """(codec, errors) to decode text of a MySQL character set; unknown sets decode as UTF-8."""
+    name = (charset or "utf8mb4").lower()
+    codec = _CHARSET_CODECS.get(name)
+    if codec is None:
+        try:
+            codec = codecs.lookup(name).name
+        except LookupError:
+            codec = "utf-8"
+    # python-mysql-replication reports latin1 columns as "cp1252" (its Python codec name)
+    return codec, ("cdc_latin1_fallback" if codec == "cp1252" else "replace")
+
+
+# JSON
+def _json_tree(o: Any) -> Any:
+    """A MySQL binary-JSON tree from the binlog library made json.dumps-able."""
+    t = type(o)
+    if t is dict:
+        return {(k.decode("utf-8", "replace") if type(k) is bytes else str(k)): _json_tree(x) for k, x in o.items()}
+    if t is list or t is tuple:
+        return [_json_tree(x) for x in o]
+    if t is bytes or t is bytearray:
+        return bytes(o).decode("utf-8", "replace")
+    if t is Decimal:
+        return int(o) if o == o.to_integral_value() and o.as_tuple().exponent >= 0 else float(o)
+    if t is datetime:
+        return o.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if t is date:
+        return o.isoformat()
+    if t is time:
+        return o.strftime("%H:%M:%S.%f")
+    if t is timedelta:
+        us = _timedelta_micros(o)
+        sign, us = ("-", -us) if us < 0 else ("", us)
+        return f"{sign}{us // 3_600_000_000:02d}:{us // 60_000_000 % 60:02d}:{us // 1_000_000 % 60:02d}.{us % 1_000_000:06d}"
+    return o
+
+
+def _dump_json(o: Any) -> str:
+    return json.dumps(o, ensure_ascii=False, separators=(", ", ": "), allow_nan=False)
+
+
+def canonical_json(text: str) -> str:
+    """JSON text in one canonical form: parsed and re-serialised MySQL-style.
+
+    Keys keep their order (MySQL already sorts them, MariaDB keeps the inserted order in
+    both the snapshot and the binlog), separators are ``", "`` and ``": "`` as in MySQL's
+    own output, non-ASCII stays literal, numbers go through Python's float/int.  Text that
+    does not parse is returned unchanged.
+    """
+    try:
+        return _dump_json(json.loads(text))
+    except (ValueError, TypeError):
+        return text
+
+
+# =============================================================================== converters
+Converter = Callable[[Any], Any]
+
+
+def _int_converter(bits: int | None) -> Converter:
+    if bits is None:
+        def conv(v: Any) -> Any:
+            return None if v is None else int(v)
+        return conv
+    wrap = 1 << bits
+
+    def conv_unsigned(v: Any) -> Any:
+        if v is None:
+            return None
+        v = int(v)
+        return v + wrap if v < 0 else v
+    return conv_unsigned
+
+
+def _decimal_converter(scale: int, unsigned_wrap: int | None = None) -> Converter:
+    quantum = Decimal(1).scaleb(-scale)
+    ctx = _DECIMAL_CONTEXT
+
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        if type(v) is not Decimal:
+            if isinstance(v, int):
+                if unsigned_wrap is not None and v < 0:
+                    v += unsigned_wrap
+                v = Decimal(v)
+            elif isinstance(v, float):
+                v = Decimal(repr(v))
+            else:
+                v = Decimal(_text(v).strip())
+        return v.quantize(quantum, context=ctx)
+    return conv
+
+
+def _float_converter(kind: str, scale: int | None) -> Converter:
+    if kind == "float":
+        def conv_f32(v: Any) -> Any:
+            return None if v is None else _float32(float(v))
+        return conv_f32
+    if scale is not None:
+        def conv_rounded(v: Any) -> Any:
+            return None if v is None else round(float(v), scale)
+        return conv_rounded
+
+    def conv(v: Any) -> Any:
+        return None if v is None else float(v)
+    return conv
+
+
+def _bit_int(v: Any) -> int:
+    t = type(v)
+    if t is str:
+        return int(v, 2) if v else 0
+    if t is bytes or t is bytearray:
+        return int.from_bytes(v, "big")
+    return int(v)
+
+
+def _bit_converter(n: int) -> Converter:
+    if n == 1:
+        def conv_bool(v: Any) -> Any:
+            return None if v is None else _bit_int(v) != 0
+        return conv_bool
+    nbytes = (n + 7) // 8
+
+    def conv(v: Any) -> Any:
+        return None if v is None else _bit_int(v).to_bytes(nbytes, "little")
+    return conv
+
+
+def _string_converter(col: ColumnDef) -> Converter:
+    codec, errors = python_codec(col.character_set)
+
+    def conv(v: Any) -> Any:
+        if v is None or type(v) is str:
+            return v
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return bytes(v).decode(codec, errors)
+        return str(v)
+    return conv
+
+
+def _bytes_converter(pad_to: int | None) -> Converter:
+    def to_bytes(v: Any) -> bytes:
+        if type(v) is bytes:
+            return v
+        if isinstance(v, str):  # the binlog library returns '' for empty binary values
+            return v.encode("utf-8", "surrogateescape")
+        return bytes(v)
+
+    if not pad_to:
+        def conv(v: Any) -> Any:
+            return None if v is None else to_bytes(v)
+        return conv
+
+    def conv_padded(v: Any) -> Any:
+        if v is None:
+            return None
+        b = to_bytes(v)
+        return b + bytes(pad_to - len(b)) if len(b) < pad_to else b
+    return conv_padded
+
+
+def _enum_converter(col: ColumnDef) -> Converter:
+    options = col.enum_values
+    text = _string_converter(col)
+
+    def conv(v: Any) -> Any:
+        if v is None or type(v) is str:
+            return v
+        if isinstance(v, int):
+            if v == 0:
+                return ""
+            if 1 <= v <= len(options):
+                return options[v - 1]
+            raise ValueError(f"ENUM index {v} out of range 1..{len(options)}")
+        return text(v)
+    return conv
+
+
+def _set_converter(col: ColumnDef) -> Converter:
+    options = col.enum_values
+    text = _string_converter(col)
+
+    def conv(v: Any) -> Any:
+        if v is None or type(v) is str:
+            return v
+        if isinstance(v, (set, frozenset, list, tuple)):
+            members = {text(x) for x in v}
+            joined = ",".join(o for o in options if o in members)
+            unknown = members.difference(options)
+            if unknown:
+                # MariaDB's catalog turns 4-byte characters of SET members into '?', so a
+                # member may be missing from ``options``: keep it, after the known ones.
+                joined = ",".join(filter(None, [joined, *sorted(unknown)]))
+            return joined
+        if isinstance(v, int):
+            return ",".join(o for i, o in enumerate(options) if v >> i & 1)
+        return text(v)
+    return conv
+
+
+def _json_converter(col: ColumnDef, binlog: bool) -> Converter:
+    mysql_binary = binlog and col.data_type == "json"
+
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        t = type(v)
+        if t is str:
+            return canonical_json(v)
+        if t is bytes or t is bytearray:
+            if mysql_binary:  # a top-level JSON string scalar from MySQL's binary JSON
+                return _dump_json(bytes(v).decode("utf-8", "replace"))
+            return canonical_json(bytes(v).decode("utf-8", "replace"))
+        return _dump_json(_json_tree(v))
+    return conv
+
+
+def _date_converter() -> Converter:
+    epoch = _EPOCH_ORDINAL
+
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, date):  # date, and datetime (a date subclass)
+            return v.toordinal() - epoch
+        return _parse_date_days(v)
+    return conv
+
+
+def _time_converter(binlog: bool) -> Converter:
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        if type(v) is timedelta:
+            if binlog and v.days < 0 and v.microseconds:
+                v = fix_binlog_negative_time(v)
+            return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+        if isinstance(v, time):
+            return (v.hour * 3600 + v.minute * 60 + v.second) * 1_000_000 + v.microsecond
+        if isinstance(v, timedelta):
+            return _timedelta_micros(v)
+        return _parse_time_micros(v)
+    return conv
+
+
+def _datetime_converter(millis: bool) -> Converter:
+    def micros_of(v: Any) -> int | None:
+        if isinstance(v, datetime):
+            return _datetime_micros(v)
+        if isinstance(v, date):
+            return (v.toordinal() - _EPOCH_ORDINAL) * _MICROS_PER_DAY
+        parts = _parse_datetime(v)
+        if parts is None:
+            return None
+        y, mo, d, h, mi, s, us = parts
+        return (days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s) * 1_000_000 + us
+
+    if millis:
+        def conv_ms(v: Any) -> Any:
+            if v is None:
+                return None
+            us = micros_of(v)
+            return None if us is None else us // 1000
+        return conv_ms
+
+    def conv_us(v: Any) -> Any:
+        return None if v is None else micros_of(v)
+    return conv_us
+
+
+def _timestamp_converter(fsp: int) -> Converter:
+    fsp = max(0, min(6, fsp))
+    cut = 20 + fsp
+
+    def fmt(v: datetime) -> str | None:
+        if v.tzinfo is not None:
+            v = _naive_utc(v)
+        if v.year == 1970 and v.month == 1 and v.day == 1 and v.hour == 0 and v.minute == 0 and v.second == 0:
+            # '0000-00-00 00:00:00' as the binlog library decodes it; never a valid TIMESTAMP
+            return None
+        if fsp:
+            return v.isoformat(timespec="microseconds")[:cut] + "Z"
+        return v.isoformat(timespec="seconds") + "Z"
+
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, datetime):
+            return fmt(v)
+        parts = _parse_datetime(v)
+        if parts is None:
+            return None
+        return fmt(datetime(*parts))
+    return conv
+
+
+def _year_converter() -> Converter:
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, date):
+            v = v.year
+        v = int(v)
+        return 0 if v == 1900 else v  # the binlog library reports YEAR 0000 as 1900
+    return conv
+
+
+def _split_geometry(v: Any) -> tuple[bytes, int | None]:
+    b = v if type(v) is bytes else bytes(v)
+    if len(b) < 5:
+        raise ValueError(f"geometry value too short ({len(b)} bytes): {b!r}")
+    srid = int.from_bytes(b[:4], "little", signed=True)
+    return b[4:], (srid or None)
+
+
+def _geometry_converter() -> Converter:
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        wkb, srid = _split_geometry(v)
+        return {"wkb": wkb, "srid": srid}
+    return conv
+
+
+def _point_converter() -> Converter:
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        wkb, srid = _split_geometry(v)
+        if len(wkb) < 21:
+            raise ValueError(f"POINT WKB too short ({len(wkb)} bytes)")
+        order = "<" if wkb[0] == 1 else ">"
+        gtype = struct.unpack_from(order + "I", wkb, 1)[0]
+        if gtype % 1000 != 1:
+            raise ValueError(f"WKB geometry type {gtype} is not a POINT")
+        x, y = struct.unpack_from(order + "dd", wkb, 5)
+        return {"x": x, "y": y, "wkb": wkb, "srid": srid}
+    return conv
+
+
+def _fixed_bytes(v: Any, n: int) -> bytes:
+    b = v if type(v) is bytes else bytes(v)
+    return b + bytes(n - len(b)) if len(b) < n else b
+
+
+def _uuid_converter() -> Converter:
+    def conv(v: Any) -> Any:
+        if v is None or type(v) is str:
+            return v
+        return str(uuid.UUID(bytes=_fixed_bytes(v, 16)))
+    return conv
+
+
+def _inet_converter(version: int) -> Converter:
+    # socket.inet_ntop is libc's formatter, as the server's (IPv4-mapped -> '::ffff:1.2.3.4').
+    size, family = (16, socket.AF_INET6) if version == 6 else (4, socket.AF_INET)
+
+    def conv(v: Any) -> Any:
+        if v is None or type(v) is str:
+            return v
+        return socket.inet_ntop(family, _fixed_bytes(v, size))
+    return conv
+
+
+def value_converter(col: ColumnDef, *, binlog: bool = False) -> Converter:
+    """A function converting one value of ``col`` to its Avro value (None -> None).
+
+    Build once per column and call per value.  ``binlog=True`` for values decoded by
+    python-mysql-replication (see the module docstring); the default suits pymysql.
+    """
+    dt = col.data_type
+    if dt in _INT_TYPES:
+        if dt == "bigint" and col.unsigned:
+            return _decimal_converter(0, unsigned_wrap=1 << 64)
+        bits = {"tinyint": 8, "bool": 8, "boolean": 8, "smallint": 16, "mediumint": 24, "int": 32,
+                "integer": 32, "bigint": 64}[dt]
+        return _int_converter(bits if col.unsigned else None)
+    if dt in _DECIMAL_TYPES:
+        return _decimal_converter(_decimal_precision_scale(col)[1])
+    if dt == "float":
+        return _float_converter("float" if col.scale is None else "double", col.scale)
+    if dt in _DOUBLE_TYPES:
+        return _float_converter("double", col.scale)
+    if dt == "bit":
+        return _bit_converter(col.bit_length or 1)
+    if dt in _STRING_TYPES:
+        return _string_converter(col)
+    if dt in _BINARY_TYPES:
+        return _bytes_converter(col.length if dt == "binary" else None)
+    if dt == "enum":
+        return _enum_converter(col)
+    if dt == "set":
+        return _set_converter(col)
+    if dt == "json":
+        return _json_converter(col, binlog)
+    if dt == "date":
+        return _date_converter()
+    if dt == "time":
+        return _time_converter(binlog)
+    if dt == "datetime":
+        return _datetime_converter(millis=col.fsp <= 3)
+    if dt == "timestamp":
+        return _timestamp_converter(col.fsp)
+    if dt == "year":
+        return _year_converter()
+    if dt == "point":
+        return _point_converter()
+    if dt in _GEOMETRY_TYPES:
+        return _geometry_converter()
+    if dt == "uuid":
+        return _uuid_converter()
+    if dt == "inet6":
+        return _inet_converter(6)
+    if dt == "inet4":
+        return _inet_converter(4)
+    raise UnsupportedColumnType(
+        f"column {col.name!r}: no value converter for data type {col.data_type!r} ({col.column_type!r})"
+    )
+
+
+# =============================================================================== rows
+_EMPTY_SET = "empty set"  # python-mysql-replication's none_sources reason for an empty SET
+
+
+def _short_repr(v: Any, limit: int = 120) -> str:
+    r = repr(v)
+    return r if len(r) <= limit else r[:limit] + "..."
+
+
+class RowConverter:
+    """Converts a row dict ``{column name: value}`` into an Avro record dict.
+
+    Every column of the table must be present and no other key is allowed: a missing or
+    unknown column raises :class:`ConversionError` naming it (a table definition out of
+    step with the data is a schema-change bug, never something to paper over).
+    """
+
+    def __init__(self, table: TableDef, *, binlog: bool = False, key_columns: Sequence[str] | None = None):
+        self.table = table
+        self.binlog = binlog
+        self.field_names: dict[str, str] = field_names(table)
+        self._plan = [(c.name, self.field_names[c.name], value_converter(c, binlog=binlog)) for c in table.columns]
+        self._columns = frozenset(c.name for c in table.columns)
+        self._set_fields = {c.name: self.field_names[c.name] for c in table.columns if c.data_type == "set"}
+        key_names = list(table.primary_key if key_columns is None else key_columns)
+        key_cols = table.key_columns(key_names)
+        self.key_columns = [c.name for c in key_cols]
+        by_name = {name: (fname, conv) for name, fname, conv in self._plan}
+        self._key_plan = [(c.name, *by_name[c.name]) for c in key_cols]
+
+    def _missing_or_unknown(self, values: Mapping[str, Any]) -> ConversionError | None:
+        missing = [n for n in self.table.column_names if n not in values]
+        unknown = [k for k in values if k not in self._columns]
+        if not missing and not unknown:
+            return None
+        parts = []
+        if unknown:
+            parts.append(f"unknown column(s) {', '.join(map(repr, unknown))}")
+        if missing:
+            parts.append(f"missing column(s) {', '.join(map(repr, missing))}")
+        return ConversionError(f"row of {self.table.qualified_name}: {'; '.join(parts)}")
+
+    def _run(self, plan: list, values: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        name = None
+        try:
+            for name, fname, conv in plan:
+                out[fname] = conv(values[name])
+        except Exception as exc:
+            if name not in values:
+                raise ConversionError(f"row of {self.table.qualified_name}: missing column {name!r}") from None
+            col = self.table.column(name)
+            raise ConversionError(
+                f"{self.table.qualified_name}.{name} ({col.column_type}): "
+                f"cannot convert {_short_repr(values[name])}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return out
+
+    def convert(self, values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The Avro record of a full row.
+
+        ``none_sources`` is python-mysql-replication's per-row map of why a value is None;
+        with it, an empty SET (reported as None, reason ``'empty set'``) becomes ``''``.
+        """
+        out = self._run(self._plan, values)
+        if len(values) != len(self._plan):
+            err = self._missing_or_unknown(values)
+            if err is not None:
+                raise err
+        if none_sources and self._set_fields:
+            for name, reason in none_sources.items():
+                if reason == _EMPTY_SET and name in self._set_fields and values.get(name) is None:
+                    out[self._set_fields[name]] = ""
+        return out
+
+    def convert_key(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The Avro key record from a row (only the key columns are read)."""
+        return self._run(self._key_plan, values)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the servers the embedded stack runs, when the machine has none:
+# a MySQL-compatible server (MariaDB from apt) and PostgreSQL.  Java 17 is needed by Spark.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+need=()
+
+if ! command -v mariadbd >/dev/null 2>&1 && ! command -v mysqld >/dev/null 2>&1 \
+   && [ ! -x /usr/sbin/mariadbd ] && [ ! -x /usr/sbin/mysqld ]; then
+  need+=(mariadb-server mariadb-client)
+fi
+if ! command -v mariadb-install-db >/dev/null 2>&1 && ! command -v mysql_install_db >/dev/null 2>&1 \
+   && [ -x /usr/sbin/mariadbd ]; then
+  need+=(mariadb-server)
+fi
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null 2>&1; then
+  need+=(postgresql)
+fi
+if ! command -v setpriv >/dev/null 2>&1; then
+  need+=(util-linux)
+fi
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing system packages: ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "warning: no 'java' on PATH: the Spark merge job needs Java 17 (apt-get install openjdk-17-jre-headless)" >&2
+fi

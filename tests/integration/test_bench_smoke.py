@@ -1,0 +1,29 @@
+"""``cdc bench stream`` runs end to end at a tiny size (figures are not checked: timing is
+never asserted; only that every change made it through every path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from cdc.bench import bench_stream
+
+
+def test_bench_stream_smoke(tmp_path: Path):
+    result = bench_stream(tmp_path / "bench", rows=3000, console=Console(width=160))
+    changes = result["changes"]
+    assert result["rows"] == changes["total"] >= 3000
+    assert changes["insert"] > changes["update"] > changes["delete"] > 0
+    assert result["reference"]["rows"] == result["rows"]
+    for key in ("producer_tx", "producer_no_tx"):
+        run = result[key]
+        assert run["reached_end"]
+        assert run["records"] == result["rows"], (key, run)
+        assert run["events"] == result["rows"], (key, run)
+        assert run["rows_per_s"] > 0
+        assert run["rss_peak_mb"] > 0
+    for key in ("reference", "native"):
+        assert result[key]["rows_per_s"] > 0
+    assert set(result["ratios"]) == {"b_tx/a", "b_no_tx/a", "c/a"}
+    assert all(r > 0 for r in result["ratios"].values())

@@ -1,0 +1,14 @@
+"""`make demo` runs end to end and reports consistency (exit code 0 only when consistent)."""
+
+from cdc.demo import run_demo
+from cdc.stack.manager import read_stack
+from cdc.stack.process import pid_alive
+
+
+def test_demo_runs_and_is_consistent(tmp_path, capsys):
+    state = tmp_path / "demo"
+    assert run_demo(state) == 0
+    out = capsys.readouterr().out
+    assert "consistent" in out and "INCONSISTENT" not in out
+    data = read_stack(state.resolve())
+    assert not any(pid_alive(data[p]["pid"]) for p in ("mysql", "kafka", "postgres"))  # stopped what it started

@@ -1,0 +1,145 @@
+"""Helpers for producer tests: run it, read back decoded events, apply them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cdc.config import CDCConfig, dump_config
+from cdc.kafka.schema_store import SchemaStore
+from cdc.kafka.topic_reader import read_topic
+from cdc.serde import RecordDecoder
+from producer.app import ProducerApp
+from producer.binlog_source import connect, current_position
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ProducerThread:
+    """The producer in a background thread of the test process."""
+
+    def __init__(self, cfg: CDCConfig) -> None:
+        self.app = ProducerApp(cfg)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.app.run()
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def __enter__(self) -> "ProducerThread":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.app.stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "producer did not stop"
+        if self.error is not None:
+            raise self.error
+
+
+def run_until_caught_up(cfg: CDCConfig, idle_s: float = 1.5) -> None:
+    """Run the producer until it has been idle ``idle_s`` seconds, then return."""
+    ProducerApp(cfg).run(idle_exit_s=idle_s)
+
+
+def start_at_current(cfg: CDCConfig) -> None:
+    """Make ``cfg`` start at the binlog's current end (deterministic: no race with 'latest')."""
+    conn = connect(cfg.source)
+    try:
+        file, pos = current_position(conn)
+    finally:
+        conn.close()
+    cfg.producer.startup.mode = "position"
+    cfg.producer.startup.file = file
+    cfg.producer.startup.pos = pos
+
+
+def decoder(cfg: CDCConfig) -> RecordDecoder:
+    return RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
+
+
+def read_events(cfg: CDCConfig, topic: str, dec: RecordDecoder | None = None) -> list[tuple[int, dict | None, dict]]:
+    """Every record of a topic as ``(partition, key, value)``, in offset order per partition."""
+    dec = dec or decoder(cfg)
+    return [(m.partition(), dec.decode(m.key()), dec.decode(m.value()))
+            for m in read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client)]
+
+
+def dedupe_by_position(events: list[tuple[int, dict | None, dict]]) -> tuple[list, int]:
+    """Drop copies: a record whose position is not above the highest seen in its partition."""
+    highest: dict[int, str] = {}
+    kept, dropped = [], 0
+    for part, key, value in events:
+        pos = value["position"]
+        if part in highest and pos <= highest[part]:
+            dropped += 1
+            continue
+        highest[part] = pos
+        kept.append((part, key, value))
+    return kept, dropped
+
+
+def apply_changelog(events) -> dict:
+    """Replay c/u/d/r events in order: {key tuple: after row}."""
+    table: dict = {}
+    for _, key, value in sorted(events, key=lambda e: e[2]["position"]):
+        k = tuple(sorted(key.items())) if key else None
+        if value["op"] == "d":
+            table.pop(k, None)
+        else:
+            table[k] = value["after"]
+    return table
+
+
+class ProducerProcess:
+    """``cdc produce`` as a real process (for kill -9 tests)."""
+
+    def __init__(self, cfg: CDCConfig, workdir: Path) -> None:
+        self.path = workdir / "producer.yaml"
+        self.path.write_text(dump_config(cfg))
+        self.log = workdir / "producer.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(self.path), "produce"],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def wait_for(check, timeout: float = 60.0, interval: float = 0.2, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")

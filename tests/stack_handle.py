@@ -1,0 +1,152 @@
+"""The stack the tests run against: embedded processes, or testcontainers with Docker."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pymysql
+
+from cdc.config import CDCConfig
+from cdc.stack.manager import SINK_DATABASE, restart_mysql, stack_config, stack_down, stack_up
+
+
+@dataclass
+class StackHandle:
+    """Connection details of the test stack (same shape as the stack's ``stack.json``)."""
+
+    data: dict
+    state_dir: Path
+    closer: Callable[[], None] = field(default=lambda: None)
+    kind: str = "embedded"
+    containers: dict = field(default_factory=dict)  # name -> testcontainers container (containers kind)
+
+    @property
+    def mysql(self) -> dict:
+        return self.data["mysql"]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.data["kafka"]["bootstrap_servers"]
+
+    @property
+    def pg_dsn(self) -> str:
+        return self.data["postgres"]["dsn"]
+
+    def admin(self, database: str | None = None, **kw) -> pymysql.connections.Connection:
+        m = self.mysql
+        return pymysql.connect(host=m["host"], port=m["port"], user=m["admin_user"], password=m["admin_password"],
+                               database=database, autocommit=True, charset="utf8mb4", **kw)
+
+    def cdc(self, database: str | None = None, **kw) -> pymysql.connections.Connection:
+        m = self.mysql
+        return pymysql.connect(host=m["host"], port=m["port"], user=m["cdc_user"], password=m["cdc_password"],
+                               database=database, autocommit=True, charset="utf8mb4", **kw)
+
+    def config(self) -> CDCConfig:
+        return stack_config(self.data, self.state_dir)
+
+    def close(self) -> None:
+        self.closer()
+
+    def restart_source(self, down_s: float = 0.0) -> None:
+        """Stop the source server, wait ``down_s``, start it again on the same address."""
+        if self.kind == "embedded":
+            self.data["mysql"] = restart_mysql(self.state_dir, down_s=down_s)
+            return
+        c = self.containers["mysql"].get_wrapped_container()  # pragma: no cover - needs Docker
+        c.stop()
+        time.sleep(down_s)
+        c.start()
+        port = int(self.containers["mysql"].get_exposed_port(3306))
+        if port != self.mysql["port"]:
+            raise RuntimeError(f"the MySQL container came back on port {port}, not {self.mysql['port']}")
+
+    @contextlib.contextmanager
+    def broker_frozen(self):
+        """The broker stops answering (process or container paused) inside the block."""
+        if self.kind == "embedded":
+            pid = self.data["kafka"]["pid"]
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                yield
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            return
+        c = self.containers["kafka"].get_wrapped_container()  # pragma: no cover - needs Docker
+        c.pause()
+        try:
+            yield
+        finally:
+            c.unpause()
+
+
+def docker_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+def start_test_stack(state_dir: Path) -> StackHandle:
+    if os.environ.get("CDC_TEST_STACK") == "containers":
+        if docker_available():
+            return _start_containers(state_dir)
+        print("CDC_TEST_STACK=containers but no Docker engine answers: using the embedded stack")
+    info = stack_up(state_dir)
+    return StackHandle(info.data, state_dir, closer=lambda: stack_down(state_dir), kind="embedded")
+
+
+def _start_containers(state_dir: Path) -> StackHandle:  # pragma: no cover - needs a Docker engine
+    """MySQL 8.4 with the binlog settings, Apache Kafka in KRaft mode, PostgreSQL."""
+    from testcontainers.kafka import KafkaContainer
+    from testcontainers.mysql import MySqlContainer
+    from testcontainers.postgres import PostgresContainer
+
+    from cdc.stack.mysql_server import cdc_user_statements
+
+    mysql = MySqlContainer("mysql:8.4", username="root", password="root-test", dbname="mysql").with_command(
+        "--log-bin=mysql-bin --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL "
+        "--server-id=1 --gtid-mode=ON --enforce-gtid-consistency=ON")
+    kafka = KafkaContainer("apache/kafka:3.9.0").with_kraft()
+    postgres = PostgresContainer("postgres:16")
+    started = []
+    try:
+        for c in (mysql, kafka, postgres):
+            c.start()
+            started.append(c)
+        host, port = mysql.get_container_host_ip(), int(mysql.get_exposed_port(3306))
+        cdc_password = "cdc-test"
+        signal_table = "cdc_control.cdc_signal"
+        conn = pymysql.connect(host=host, port=port, user="root", password="root-test", autocommit=True)
+        with conn.cursor() as cur:
+            for stmt in cdc_user_statements(conn, "cdc", cdc_password, signal_table):
+                cur.execute(stmt)
+        conn.close()
+        data = {
+            "mysql": {"host": host, "port": port, "admin_user": "root", "admin_password": "root-test",
+                      "cdc_user": "cdc", "cdc_password": cdc_password, "signal_table": signal_table,
+                      "flavor": "mysql", "pid": None},
+            "kafka": {"embedded": False, "bootstrap_servers": kafka.get_bootstrap_server(), "pid": None},
+            "postgres": {"embedded": False, "pid": None,
+                         "dsn": postgres.get_connection_url().replace("postgresql+psycopg2://", "postgresql://")},
+        }
+    except BaseException:
+        for c in started:
+            c.stop()
+        raise
+
+    def close() -> None:
+        for c in started:
+            c.stop()
+    return StackHandle(data, state_dir, closer=close, kind="containers",
+                       containers={"mysql": mysql, "kafka": kafka, "postgres": postgres})
+
+
+__all__ = ["StackHandle", "start_test_stack", "SINK_DATABASE"]

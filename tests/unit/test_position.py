@@ -1,0 +1,175 @@
+"""BinlogPosition: parsing, ordering, the 30-digit wire form."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from producer.position import ENCODED_WIDTH, PART_LIMIT, BinlogPosition
+
+parts = st.integers(min_value=0, max_value=PART_LIMIT - 1)
+positions = st.builds(BinlogPosition, parts, parts, parts)
+
+
+# ---------------------------------------------------------------------------- parsing
+@pytest.mark.parametrize(
+    "name, index, stem",
+    [
+        ("mysql-bin.000123", 123, "mysql-bin"),
+        ("binlog.1000000", 1000000, "binlog"),
+        ("mariadb-bin.000001", 1, "mariadb-bin"),
+        ("/var/lib/mysql/binlog.000042", 42, "binlog"),
+        ("my.host-bin.000007", 7, "my.host-bin"),
+        ("x.0", 0, "x"),
+    ],
+)
+def test_from_binlog_parses_index_and_stem(name, index, stem):
+    p = BinlogPosition.from_binlog(name, 4, 1)
+    assert (p.file_index, p.pos, p.row, p.stem) == (index, 4, 1, stem)
+
+
+@pytest.mark.parametrize(
+    "name, rebuilt",
+    [
+        ("mysql-bin.000123", "mysql-bin.000123"),
+        ("binlog.1000000", "binlog.1000000"),
+        ("binlog.1", "binlog.000001"),  # MySQL pads to 6 digits at least
+        ("/var/lib/mysql/binlog.000042", "binlog.000042"),
+    ],
+)
+def test_file_name_rebuilds_mysql_style(name, rebuilt):
+    assert BinlogPosition.from_binlog(name, 4).file_name == rebuilt
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["mysql-bin", "mysql-bin.", ".000001", "mysql-bin.00a001", "mysql-bin.-1", "", "mysql-bin.00001 ",
+     "mysql-bin.٣", "mysql-bin.99999999999"],
+)
+def test_from_binlog_rejects_bad_names(bad):
+    with pytest.raises(ValueError) as err:
+        BinlogPosition.from_binlog(bad, 4)
+    assert repr(bad) in str(err.value) or "too large" in str(err.value)
+
+
+def test_from_binlog_rejects_non_string():
+    with pytest.raises(ValueError, match="must be a string"):
+        BinlogPosition.from_binlog(123, 4)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- validation
+@pytest.mark.parametrize(
+    "args",
+    [(-1, 0, 0), (0, -1, 0), (0, 0, -1), (PART_LIMIT, 0, 0), (0, PART_LIMIT, 0), (0, 0, PART_LIMIT),
+     (1.0, 0, 0), (True, 0, 0), ("1", 0, 0)],
+)
+def test_parts_are_validated(args):
+    with pytest.raises(ValueError, match="BinlogPosition"):
+        BinlogPosition(*args)
+
+
+def test_empty_stem_rejected():
+    with pytest.raises(ValueError, match="stem"):
+        BinlogPosition(1, 2, 3, "")
+
+
+def test_limits_are_accepted():
+    top = BinlogPosition(PART_LIMIT - 1, PART_LIMIT - 1, PART_LIMIT - 1)
+    assert top.encode() == "9" * ENCODED_WIDTH
+    assert BinlogPosition(0, 0, 0).encode() == "0" * ENCODED_WIDTH
+
+
+# ---------------------------------------------------------------------------- wire form
+def test_encode_layout():
+    p = BinlogPosition.from_binlog("mysql-bin.000123", 4567, 2)
+    assert p.encode() == "0000000123" "0000004567" "0000000002"
+    assert len(p.encode()) == 30
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "1" * 29, "1" * 31, "0" * 29 + "a", " " + "0" * 29, "0" * 29 + "\n", "٣" * 30, "-" + "0" * 29,
+     None, 123, b"0" * 30],
+)
+def test_decode_rejects_bad_values_and_names_them(bad):
+    with pytest.raises(ValueError) as err:
+        BinlogPosition.decode(bad)  # type: ignore[arg-type]
+    assert repr(bad) in str(err.value)
+
+
+def test_decode_takes_stem():
+    p = BinlogPosition.decode("000000000100000000020000000003", stem="binlog")
+    assert p == BinlogPosition(1, 2, 3)
+    assert p.stem == "binlog"
+    assert p.file_name == "binlog.000001"
+
+
+# ---------------------------------------------------------------------------- ordering & helpers
+def test_stem_takes_no_part_in_equality_order_or_hash():
+    a = BinlogPosition(1, 2, 3, "mysql-bin")
+    b = BinlogPosition(1, 2, 3, "binlog")
+    assert a == b and hash(a) == hash(b) and not a < b and not b < a
+
+
+def test_order_is_tuple_order():
+    ps = [BinlogPosition(2, 4, 0), BinlogPosition(1, 999, 5), BinlogPosition(1, 999, 0), BinlogPosition(1, 4, 9)]
+    assert sorted(ps) == [BinlogPosition(1, 4, 9), BinlogPosition(1, 999, 0), BinlogPosition(1, 999, 5),
+                          BinlogPosition(2, 4, 0)]
+
+
+def test_with_row_and_next_row_keep_stem():
+    p = BinlogPosition.from_binlog("binlog.000009", 100)
+    assert p.with_row(7) == BinlogPosition(9, 100, 7)
+    assert p.next_row().next_row().row == 2
+    assert p.next_row().stem == "binlog"
+    assert p < p.next_row()
+    with pytest.raises(ValueError):
+        p.with_row(-1)
+
+
+def test_positions_are_frozen_and_hashable():
+    p = BinlogPosition(1, 2, 3)
+    with pytest.raises(Exception):
+        p.pos = 5  # type: ignore[misc]
+    assert {p: 1}[BinlogPosition(1, 2, 3)] == 1
+
+
+def test_str_is_readable():
+    assert str(BinlogPosition.from_binlog("mysql-bin.000003", 154, 1)) == "mysql-bin.000003:154#1"
+
+
+# ---------------------------------------------------------------------------- properties
+@settings(max_examples=300)
+@given(positions)
+def test_encode_decode_round_trip(p):
+    s = p.encode()
+    assert len(s) == ENCODED_WIDTH and s.isascii() and s.isdigit()
+    assert BinlogPosition.decode(s) == p
+
+
+@settings(max_examples=300)
+@given(positions, positions)
+def test_string_order_equals_position_order(a, b):
+    ea, eb = a.encode(), b.encode()
+    assert (ea < eb) == (a < b)
+    assert (ea == eb) == (a == b)
+    # bytewise order too (what Kafka tooling and C-collation text compare)
+    assert (ea.encode() < eb.encode()) == (a < b)
+
+
+@given(positions, st.integers(min_value=1, max_value=1000), parts, parts)
+def test_rotation_always_compares_greater(p, step, pos, row):
+    if p.file_index + step >= PART_LIMIT:
+        return
+    rotated = BinlogPosition(p.file_index + step, pos, row, p.stem)
+    assert rotated > p
+    assert rotated.encode() > p.encode()
+
+
+@given(st.integers(min_value=0, max_value=PART_LIMIT - 1), st.sampled_from(["mysql-bin", "binlog", "a.b-c"]),
+       parts, parts)
+def test_file_name_round_trip(index, stem, pos, row):
+    p = BinlogPosition(index, pos, row, stem)
+    q = BinlogPosition.from_binlog(p.file_name, pos, row)
+    assert q == p and q.stem == stem and q.file_name == p.file_name

@@ -91,6 +91,48 @@ def _cmd_bench_stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    """Insert a signal row (as the CDC user), like ``INSERT INTO cdc_signal ...`` would."""
+    from producer.binlog_source import connect
+    from producer.signals import execute_snapshot_data, send_signal
+    cfg = load(args)
+    if args.pause or args.resume:
+        kind, data = ("pause-snapshot" if args.pause else "resume-snapshot"), {"type": "incremental"}
+    elif args.stop:
+        kind, data = "stop-snapshot", {"type": "incremental", **({"data-collections": args.tables} if args.tables else {})}
+    else:
+        if not args.tables:
+            raise CommandError("name the tables to snapshot, e.g. 'cdc snapshot shop.orders'")
+        kind, data = "execute-snapshot", execute_snapshot_data(args.tables, where=args.where,
+                                                               surrogate_key=args.surrogate_key)
+    follower = None
+    if args.follow and kind == "execute-snapshot":
+        from cdc.progress import NotificationFollower
+        follower = NotificationFollower(cfg)
+    try:
+        conn = connect(cfg.source)
+    except Exception as exc:  # noqa: BLE001 - shown to the user
+        raise CommandError(f"cannot connect to the source as {cfg.source.user}: {exc}") from None
+    try:
+        sid = send_signal(conn, cfg.source.signal_table, kind, data)
+    finally:
+        conn.close()
+    console.print(f"signal {sid} ({kind}) inserted into {cfg.source.signal_table}")
+    if follower is None:
+        return 0
+    try:
+        result = follower.follow(console, sid, args.tables, args.timeout)
+    finally:
+        follower.close()
+    if result.refused:
+        raise CommandError(f"the producer refused the signal: {result.refused}")
+    if result.aborted:
+        console.print(f"[yellow]aborted:[/yellow] {', '.join(result.aborted)}")
+    if len(result.done) + len(result.aborted) < len(args.tables):
+        raise CommandError("timed out before every table was done (the snapshot goes on)")
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     """Producer position, lag and rate: stored offsets (Kafka) and the live status file."""
     import json
@@ -114,8 +156,18 @@ def _cmd_status(args: argparse.Namespace) -> int:
         table.add_row("events", f"{st['events_total']:,} ({st['events_per_second']:.0f}/s)")
         table.add_row("seconds behind source", f"{st['seconds_behind_source']:.1f}")
     else:
+        st = {}
         table.add_row("producer", f"no status file in {cfg.state_dir} (not running here)")
     console.print(table)
+    snap = st.get("snapshot") or (stored or {}).get("snapshot")
+    if snap:
+        from cdc.progress import draw_status_bars
+        if "tables" not in snap:  # the stored form
+            snap = {"paused": snap.get("paused"), "tables": [
+                {"table": j["table"], "rows": j.get("rows", 0), "estimated": j.get("estimated", 0)}
+                for j in snap.get("jobs", [])]}
+        console.print(f"snapshot {snap.get('snapshot_id', '')}" + (" (paused)" if snap.get("paused") else ""))
+        draw_status_bars(console, snap)
     return 0
 
 
@@ -164,12 +216,24 @@ def build_parser() -> argparse.ArgumentParser:
     bench_stream_p.add_argument("--profile", metavar="DIR", help="write a cProfile of each producer run into DIR")
     bench_stream_p.set_defaults(func=_cmd_bench_stream)
 
+    snap = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot (a signal row)")
+    snap.add_argument("tables", nargs="*", metavar="DB.TABLE",
+                      help="tables to snapshot (names or regular expressions, as in the signal's data-collections)")
+    snap.add_argument("--where", metavar="FILTER", help="only rows matching this predicate (additional-conditions)")
+    snap.add_argument("--surrogate-key", metavar="COLUMN", help="chunk on this unique column instead of the primary key")
+    action = snap.add_mutually_exclusive_group()
+    action.add_argument("--stop", action="store_true", help="stop the running snapshot (of TABLES, or all)")
+    action.add_argument("--pause", action="store_true", help="pause the running snapshot")
+    action.add_argument("--resume", action="store_true", help="resume a paused snapshot")
+    snap.add_argument("--follow", action="store_true", help="draw progress bars until the tables are done")
+    snap.add_argument("--timeout", type=float, default=None, help="with --follow: give up after SECONDS")
+    snap.set_defaults(func=_cmd_snapshot)
+
     status = sub.add_parser("status", help="producer position, lag and rate")
     status.set_defaults(func=_cmd_status)
 
     for name, issue, help_ in (
         ("merge", "issue: Spark merge job", "run the Spark merge job"),
-        ("snapshot", "issue: incremental snapshots", "trigger a snapshot of tables by signal"),
         ("verify", "issue: cdc verify", "compare source tables with the sinks"),
     ):
         p = sub.add_parser(name, help=help_)

@@ -35,7 +35,10 @@ from producer.kafka_writer import KafkaWriter, WriterError
 from producer.metrics import ProducerMetrics
 from producer.offset_store import OffsetStore
 from producer.pipeline import ReaderProcess
+from producer.signals import BadSignal
 from producer.position import BinlogPosition
+from producer.snapshot_coordinator import MarkerSeen, Notification, ReleasedChunk, SnapshotCoordinator
+from producer.table_reader import list_tables, snapshot_connection
 
 log = logging.getLogger("cdc.producer")
 
@@ -170,8 +173,15 @@ class ProducerApp:
             try:
                 builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
                                        key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns)
-                session = _Session(self, writer, builder, reader, state, info)
-                return session.loop(max_events=max_events, idle_exit_s=idle_exit_s)
+                coordinator = SnapshotCoordinator(
+                    signal_table=cfg.source.signal_table, chunk_size=cfg.snapshot.chunk_size,
+                    parallelism=cfg.snapshot.parallelism, captures=self.filter.captures,
+                    connect=lambda: snapshot_connection(cfg.source), state=state.extra.get("snapshot"))
+                session = _Session(self, writer, builder, reader, state, info, coordinator)
+                try:
+                    return session.loop(max_events=max_events, idle_exit_s=idle_exit_s)
+                finally:
+                    coordinator.close()
             finally:
                 writer.close()
         finally:
@@ -182,8 +192,10 @@ class _Session:
     """One connected run: reader + writer, until stopped or an error."""
 
     def __init__(self, app: ProducerApp, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
-                 state: ProducerState, info: src.ServerInfo) -> None:
+                 state: ProducerState, info: src.ServerInfo, coordinator: SnapshotCoordinator) -> None:
         self.app, self.writer, self.builder, self.reader, self.state, self.info = app, writer, builder, reader, state, info
+        self.coord = coordinator
+        coordinator.notify = self._notify
         self.cfg = app.cfg
         self.prefix = self.cfg.kafka.topic_prefix
         self.batch_events = 0
@@ -205,6 +217,10 @@ class _Session:
         cfg, app = self.cfg, self.app
         total = 0
         last_activity = time.monotonic()
+        if self.state.extra.get("initial_snapshot") == "pending":
+            self._start_initial_snapshot()
+        coord = self.coord
+        coord.poll()
         for item in self.reader:
             kind = type(item)
             if kind is RowChanges:
@@ -240,6 +256,8 @@ class _Session:
                 last_activity = time.monotonic()
                 self._handled = item.resume
                 self._schema_change(item)
+            if coord.active or coord.inflight:
+                coord.poll()
             if self.batch_events >= cfg.producer.batch_size * 4:
                 # A very large transaction: commit mid-transaction (resume = its start + last change).
                 self._commit(self.current_resume())
@@ -290,6 +308,13 @@ class _Session:
                                           time.monotonic() - self.batch_started >= self.cfg.producer.batch_interval_s)
 
     def _commit(self, resume: ResumePoint) -> None:
+        snap = self.coord.state()
+        if snap is None:
+            self.state.extra.pop("snapshot", None)
+        else:
+            self.state.extra["snapshot"] = snap
+        self.app.metrics.snapshot_progress = None if snap is None else {
+            "snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
         key, value = self.app.store.record({"resume": resume.to_json(), **self.state.extra})
         self.writer.commit(key, value)
         self.batch_events = 0
@@ -297,15 +322,65 @@ class _Session:
         self.app.metrics.committed(resume)
         self.app.metrics.write_status(self.app.state_dir, resume)
 
+    # -- snapshots ---------------------------------------------------------------------------
     def _signal(self, item: RowChanges) -> None:
+        """Rows inserted into the signal table: user signals and the chunk window markers.
+        (The DELETEs that clean up marker rows are not signals.)"""
+        if item.kind != "insert":
+            return
         for i in range(item.first, len(item.rows)):
-            before, after, _, _ = item.images(i)
-            row = after or before or {}
-            log.info("signal row %s seen (type %s): snapshot signals are handled by the snapshot coordinator",
-                     row.get("id"), row.get("type"))
+            _, row, _, _ = item.images(i)
+            marker, released = self.coord.on_signal(row or {}, item.base.with_row(2 * i))
+            if marker is not None:
+                self._write_marker(marker)
+            if released is not None:
+                self._write_chunk(released)
+
+    def _write_marker(self, m: MarkerSeen) -> None:
+        db, table = m.table.split(".", 1)
+        value = {"kind": m.kind, "snapshot_id": m.snapshot_id, "chunk_id": m.chunk_id, "db": db, "table": table,
+                 "key_range": m.key_range, "position": m.position.encode(), "file": m.position.file_name,
+                 "pos": m.position.pos, "ts_ms": int(time.time() * 1000)}
+        topic = f"{self.prefix}._markers"
+        self.writer.ensure_topic(topic, partitions=1)
+        self.writer.produce(topic, m.table.encode(), json.dumps(value).encode(), m.position.encode())
+        self.batch_events += 1
+
+    def _write_chunk(self, chunk: ReleasedChunk) -> None:
+        records = self.builder.chunk_records(chunk, self.writer)
+        if records:
+            self.writer.produce_all(records)
+            self.batch_events += len(records)
+            self.app.metrics.event(int(time.time() * 1000), len(records))
+
+    def _notify(self, n: Notification) -> None:
+        topic = f"{self.prefix}._notifications"
+        self.writer.ensure_topic(topic, partitions=1)
+        self.writer.produce(topic, n.snapshot_id.encode(), json.dumps(n.to_json(), default=str).encode())
+        self.batch_events += 1
+        log.info("snapshot notification %s %s %s", n.type, n.snapshot_id, json.dumps(n.data, default=str))
+
+    def _start_initial_snapshot(self) -> None:
+        """``startup.mode: initial``: every captured table, by the snapshot coordinator,
+        while the stream runs."""
+        conn = snapshot_connection(self.cfg.source)
+        try:
+            tables = [f"{d}.{t}" for d, t in list_tables(conn) if self.app.filter.captures(d, t)]
+        finally:
+            conn.close()
+        self.state.extra["initial_snapshot"] = "started"
+        if not tables:
+            log.info("startup mode 'initial': no captured table exists yet")
+            return
+        try:
+            self.coord.add_tables(tables, f"initial-{int(time.time())}")
+        except BadSignal as exc:
+            raise ProducerStopped(f"the initial snapshot cannot start: {exc.reason}") from None
 
     def _schema_change(self, item: SchemaChange) -> None:
         verb, db, table = ddl_target(item.ddl, item.db)
+        if verb and db is not None:
+            self.coord.on_schema_change(db, table)
         if not verb or db is None or not (self.app.filter.database_captured(db) if table is None else self.app.filter.captures(db, table)):
             return
         if verb and self.app.filter.ignored(db, table, verb):

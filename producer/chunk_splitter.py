@@ -45,7 +45,8 @@ def chunk_query(db: str, table: str, columns: Sequence[str], keys: Sequence[str]
         where.append(sql)
         params += p
     if condition:
-        where.append(f"({condition})")
+        # The driver formats the statement with %-parameters: a literal % must be doubled.
+        where.append(f"({condition.replace('%', '%%')})")
     order = ", ".join(_q(k) for k in keys)
     text = f"SELECT {cols} FROM {_q(db)}.{_q(table)}"
     if where:
@@ -53,6 +54,38 @@ def chunk_query(db: str, table: str, columns: Sequence[str], keys: Sequence[str]
     return f"{text} ORDER BY {order} LIMIT {int(limit)}", params
 
 
-def max_key_query(db: str, table: str, keys: Sequence[str]) -> str:
-    order = ", ".join(f"{_q(k)} DESC" for k in keys)
+def max_key_query(db: str, table: str, keys: Sequence[str], *, lowest: bool = False) -> str:
+    """The highest key (``lowest``: the lowest), by the key index."""
+    order = ", ".join(f"{_q(k)}{'' if lowest else ' DESC'}" for k in keys)
     return f"SELECT {', '.join(_q(k) for k in keys)} FROM {_q(db)}.{_q(table)} ORDER BY {order} LIMIT 1"
+
+
+def boundary_query(db: str, table: str, keys: Sequence[str], *, after: Sequence[Any] | None,
+                   upto: Sequence[Any], rows: int) -> tuple[str, list[Any]]:
+    """The key of the ``rows``-th row after ``after`` (and up to ``upto``): the upper bound
+    of a chunk of that many rows, found by the database on the key index without reading
+    the rows out, so chunks can be planned ahead and read in parallel."""
+    where, params = [], []
+    if after is not None:
+        sql, p = _compare(keys, after, ">")
+        where.append(sql)
+        params += p
+    sql, p = _compare(keys, upto, "<=")
+    where.append(sql)
+    params += p
+    cols = ", ".join(_q(k) for k in keys)
+    return (f"SELECT {cols} FROM {_q(db)}.{_q(table)} WHERE {' AND '.join(where)} ORDER BY {cols} "
+            f"LIMIT 1 OFFSET {int(rows) - 1}"), params
+
+
+def even_split_step(min_key: int, max_key: int, estimated_rows: int, chunk_size: int) -> int | None:
+    """Flink CDC's even split for a dense integer key: the key step holding about
+    ``chunk_size`` rows, or None when the keys are too sparse (distribution factor above
+    1000) or the row estimate is unusable.  A step that turns out to hold more rows is
+    still read ``chunk_size`` rows at a time (the rest of its range is read next)."""
+    if estimated_rows <= 0 or max_key < min_key:
+        return None
+    factor = (max_key - min_key + 1) / estimated_rows
+    if factor > 1000:
+        return None
+    return max(1, int(chunk_size * max(factor, 1.0)))

@@ -36,6 +36,17 @@ def table_topic(prefix: str, db: str, table: str) -> str:
     return f"{prefix}.{db}.{table}"
 
 
+class ChunkOut(Protocol):
+    """A released snapshot chunk (``snapshot_coordinator.ReleasedChunk``)."""
+
+    snapshot_id: str
+    chunk_id: int
+    table_def: TableDef
+    rows: list[dict]
+    open_position: Any
+    close_position: Any
+
+
 class RecordEncoding(Protocol):
     """What the builder needs from the writer: the record format (see ``KafkaWriter``)."""
 
@@ -51,6 +62,7 @@ class TableEvents:
     prefix: str
     table: TableDef
     key_columns: list[str]
+    binlog: bool = True  # values as the binlog decoder gives them (False: as a SELECT gives them)
     topic: str = ""
     converter: RowConverter = field(init=False)
     value_schema: dict = field(init=False)
@@ -59,7 +71,7 @@ class TableEvents:
 
     def __post_init__(self) -> None:
         self.topic = table_topic(self.prefix, self.table.db, self.table.name)
-        self.converter = RowConverter(self.table, binlog=True, key_columns=self.key_columns)
+        self.converter = RowConverter(self.table, binlog=self.binlog, key_columns=self.key_columns)
         ns = avro_fullname(self.topic)
         self.key_schema = key_record_schema(self.table, self.key_columns, name=f"{ns}.Key") if self.key_columns else None
         self.value_schema = envelope_schema(row_record_schema(self.table, f"{ns}.Value"), f"{ns}.Envelope")
@@ -95,6 +107,8 @@ class EventBuilder:
         self.excluded = {k: set(v) for k, v in (excluded_columns or {}).items()}
         # By id() of the reader's TableDef, which is kept here so the id stays its own.
         self._tables: dict[int, tuple[TableDef, TableEvents]] = {}
+        # Snapshot reads: by table definition fingerprint (each chunk reads the definition).
+        self._read_tables: dict[str, TableEvents] = {}
 
     def table_events(self, table: TableDef) -> TableEvents:
         cached = self._tables.get(id(table))
@@ -103,14 +117,22 @@ class EventBuilder:
             cached = self._tables[id(table)] = (table, self._make(table))
         return cached[1]
 
-    def _make(self, table: TableDef) -> TableEvents:
+    def read_table_events(self, table: TableDef) -> TableEvents:
+        """The events of rows read by a SELECT (snapshot chunks) of this table version."""
+        fp = f"{table.qualified_name}/{table.fingerprint()}"
+        te = self._read_tables.get(fp)
+        if te is None:
+            te = self._read_tables[fp] = self._make(table, binlog=False)
+        return te
+
+    def _make(self, table: TableDef, *, binlog: bool = True) -> TableEvents:
         qualified = table.qualified_name
         drop = self.excluded.get(qualified, set())
         if drop:
             table = TableDef(table.db, table.name, [c for c in table.columns if c.name not in drop],
                              [k for k in table.primary_key if k not in drop])
         keys = list(table.primary_key) or list(self.key_columns.get(qualified, []))
-        return TableEvents(self.prefix, table, keys)
+        return TableEvents(self.prefix, table, keys, binlog)
 
     def _source(self, ch: RowChanges) -> dict:
         return {"version": CONNECTOR_VERSION, "connector": "mysql", "name": self.name, "ts_ms": ch.ts_ms,
@@ -137,6 +159,33 @@ class EventBuilder:
                 value = (template.encode(bound, values) if bound is not None else
                          writer.encode(None, template.record(shared, values), topic, "value"))
                 out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
+        return out
+
+    def chunk_records(self, chunk: ChunkOut, writer: RecordEncoding) -> list[Record]:
+        """The records of a released snapshot chunk: op ``r``, ``source.snapshot``
+        "incremental", the window in ``snapshot_window``, row ``i`` at position
+        ``close.row + 1 + i`` (after the CLOSE marker, before the next binlog event)."""
+        te = self.read_table_events(chunk.table_def)
+        topic, template, conv = te.topic, te.template, te.converter
+        close = chunk.close_position
+        source = {"version": CONNECTOR_VERSION, "connector": "mysql", "name": self.name,
+                  "ts_ms": int(time.time() * 1000), "snapshot": "incremental", "db": te.table.db, "sequence": None,
+                  "table": te.table.name, "server_id": self.server_id, "gtid": None, "file": close.file_name,
+                  "pos": close.pos, "row": 0, "thread": None, "query": None}
+        shared = self._value(None, None, source, "r", int(time.time() * 1000), "")
+        shared["snapshot_window"] = {"snapshot_id": chunk.snapshot_id, "chunk_id": chunk.chunk_id,
+                                     "open_position": chunk.open_position.encode(), "close_position": close.encode()}
+        header = writer.header(te.value_schema, topic, "value")
+        bound = template.bind(shared, header) if header is not None else None
+        out: list[Record] = []
+        for i, values in enumerate(chunk.rows):
+            position = close.encode_row(close.row + 1 + i)
+            after = self._row(te, values, None)
+            key = conv.convert_key(values) if te.key_columns else None
+            fields = (None, after, 0, "r", position)
+            value = (template.encode(bound, fields) if bound is not None else
+                     writer.encode(None, template.record(shared, fields), topic, "value"))
+            out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
         return out
 
     def _changes(self, te: TableEvents, ch: RowChanges, i: int) -> list[tuple[dict | None, Any, Any, str, int]]:

@@ -29,6 +29,8 @@ class ProducerMetrics:
         self._idle = False
         self._last_log = time.monotonic()
         self._lock = threading.Lock()
+        # Snapshot progress: {"snapshot_id", "paused", "tables": [{table, rows, estimated, chunks}]} or None.
+        self.snapshot_progress: dict | None = None
 
     def event(self, source_ts_ms: int, n: int = 1) -> None:
         """``n`` events written, the last from a change made at ``source_ts_ms``."""
@@ -67,7 +69,7 @@ class ProducerMetrics:
                 "events_per_second": round(self.events_per_second(), 1),
                 "seconds_behind_source": round(self.seconds_behind_source(), 3),
                 "file": self.last_commit_file, "pos": self.last_commit_pos, "pid": os.getpid(),
-                "updated_at": time.time()}
+                "updated_at": time.time(), "snapshot": self.snapshot_progress}
 
     def write_status(self, state_dir: Path, resume) -> None:  # noqa: ARG002
         try:
@@ -91,6 +93,9 @@ class ProducerMetrics:
             f"cdc_producer_seconds_behind_source {s['seconds_behind_source']}\n",
             "# TYPE cdc_producer_binlog_position gauge\n",
             f'cdc_producer_binlog_position{{file="{s["file"]}"}} {s["pos"]}\n',
+            "# TYPE cdc_snapshot_rows_total counter\n",
+            *(f'cdc_snapshot_rows_total{{table="{t["table"]}"}} {t["rows"]}\n'
+              for t in (s["snapshot"] or {}).get("tables", [])),
         ])
 
     def start_server(self, port: int | None) -> None:

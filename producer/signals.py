@@ -89,3 +89,29 @@ def parse_signal(row: dict[str, Any]) -> Signal:
         if cols is not None and (not isinstance(cols, list) or not all(isinstance(c, str) for c in cols)):
             raise BadSignal(sid, "'data-collections' must be a list of table names")
     return Signal(sid, stype, data)
+
+
+def execute_snapshot_data(tables: list[str], *, where: str | None = None, surrogate_key: str | None = None) -> dict:
+    """The ``data`` of an ``execute-snapshot`` signal for ``tables`` (``where``: the same
+    additional condition for each of them)."""
+    data: dict[str, Any] = {"data-collections": list(tables), "type": "incremental"}
+    if where:
+        data["additional-conditions"] = [{"data-collection": t, "filter": where} for t in tables]
+    if surrogate_key:
+        data["surrogate-key"] = surrogate_key
+    return data
+
+
+def send_signal(conn, signal_table: str, signal_type: str, data: dict | None = None,
+                signal_id: str | None = None) -> str:
+    """INSERT a signal row, as a user would; returns its id.  ``conn``: a pymysql
+    connection of a user allowed to insert into the signal table (the CDC user is)."""
+    import uuid
+
+    from cdc.sql import quote_table
+    sid = signal_id or f"cli-{uuid.uuid4().hex[:16]}"
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {quote_table(signal_table)} (id, type, data) VALUES (%s, %s, %s)",
+                    (sid, signal_type, json.dumps(data) if data is not None else None))
+    conn.commit()
+    return sid

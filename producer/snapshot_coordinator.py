@@ -4,20 +4,32 @@ The coordinator is driven by the producer's main loop, in binlog order:
 
 * ``on_signal`` for every row inserted into the signal table (user signals and the
   producer's own window markers);
-* ``poll`` between binlog items: when a snapshot is active, not paused and no chunk is
-  in flight, it reads the next chunk -- INSERT the OPEN marker, SELECT the chunk (keyset
-  on the primary or surrogate key, up to the maximum key read when the table started),
-  INSERT the CLOSE marker -- and keeps the rows;
-* when the binlog reader reaches that chunk's CLOSE marker, ``on_signal`` returns a
-  :class:`ReleasedChunk`: the rows, the OPEN and CLOSE positions.  The main loop writes
-  them after every change logged up to CLOSE, which is the ordering DESIGN.md section 3
-  promises.  Deduplication (the DBLog rule) happens downstream.
+* ``on_schema_change`` for every DDL of a table;
+* ``poll`` between binlog items: while a snapshot is active and not paused it keeps up
+  to ``parallelism`` chunks in flight.  A chunk reader (a thread with its own
+  connection) INSERTs the OPEN marker, SELECTs the chunk's key range (keyset on the
+  primary or surrogate key, ``LIMIT chunk_size``), INSERTs the CLOSE marker;
+* when the binlog reader reaches a chunk's CLOSE marker, ``on_signal`` returns a
+  :class:`ReleasedChunk`: the rows and the OPEN and CLOSE positions.  The main loop
+  writes them after every change logged up to CLOSE, which is the ordering DESIGN.md
+  section 3 promises.  Deduplication (the DBLog rule) happens downstream.
 
-Its state (``state()``) is stored with the producer's offsets, so a restart resumes after
-the last released chunk; a chunk read but not released is read again.
+A chunk is read again, instead of released, when its table saw DDL while the chunk was in
+flight (TRUNCATE and column changes write no row events; a SELECT may have used the old
+column list) or when its read failed (the server went away): the same range, a new window.
 
-STATUS: groundwork for the incremental snapshot issue.  Not wired into the producer's
-main loop yet and not covered by integration tests; parallel readers are not written.
+Chunks: with one reader, plain keyset pagination (``(lo, max]`` read ``chunk_size`` rows
+at a time).  With several, ranges are planned ahead: a dense integer key is cut evenly
+(Flink CDC's distribution factor), any other key by asking the database for the key
+``chunk_size`` rows further on (``chunk_splitter.boundary_query``).  Buffered rows are
+bounded by ``parallelism x chunk_size`` whatever the table size.
+
+Marker rows carry this process's run id, so a marker left in the binlog by an earlier
+process (before a crash) is never taken for one of this process's chunks.  Marker rows
+are deleted once their chunk is released (Debezium's insert/delete strategy).
+
+Its state (``state()``, see ``snapshot_state``) is stored with the producer's offsets,
+so a restart resumes from the last released frontier of each table.
 """
 
 from __future__ import annotations
@@ -25,32 +37,33 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cdc.sql import quote_table
+from producer.chunk_splitter import even_split_step
 from producer.position import BinlogPosition
 from producer.signals import WINDOW_CLOSE, WINDOW_OPEN, BadSignal, Signal, parse_signal
 from producer.snapshot_filter import FilterRefused, validate_filter
-from producer.table_reader import estimated_rows, list_tables, max_key, read_chunk, read_table_def
+from producer.snapshot_state import KeyRange, TableJob, encode_key
+from producer.table_reader import (boundary_key, estimated_rows, list_tables, max_key, min_key, read_chunk,
+                                   read_table_def)
 from producer.table_schema import TableDef
 
 log = logging.getLogger("cdc.snapshot")
 
+#: Reads of one range that may fail while the server answers (a query it refuses) before
+#: the table's snapshot is aborted.  A lost connection is retried without limit.
+MAX_READ_FAILURES = 5
+_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 
-@dataclass
-class TableJob:
-    table: str  # db.table
-    condition: str | None = None  # validated filter
-    surrogate_key: str | None = None
-    max_key: list | None = None
-    last_key: list | None = None  # key of the last row of the last released chunk
-    rows: int = 0
-    chunks: int = 0
-    estimated: int = 0
-    started: bool = False
+
+class _Unclosed(Exception):
+    """A chunk reader failed before its CLOSE marker was written."""
 
 
 @dataclass
@@ -65,13 +78,31 @@ class Notification:
 
 
 @dataclass
-class PendingChunk:
+class MarkerSeen:
+    """A window marker of this process's chunk, at its binlog position (for the markers topic)."""
+
+    kind: str  # OPEN | CLOSE
+    snapshot_id: str
     chunk_id: int
     table: str
-    rows: list[dict]
+    key_range: dict
+    position: BinlogPosition
+
+
+@dataclass
+class _Chunk:
+    chunk_id: int
+    job: TableJob
+    key_range: KeyRange
     table_def: TableDef
-    last_key: list | None
+    keys: list[str]
+    future: Future
     open_position: BinlogPosition | None = None
+    invalid: str | None = None  # why it must be read again instead of released
+
+    @property
+    def marker_data(self) -> dict:
+        return {"lo": encode_key(self.key_range.lo), "hi": encode_key(self.key_range.hi)}
 
 
 @dataclass
@@ -87,19 +118,26 @@ class ReleasedChunk:
 
 class SnapshotCoordinator:
     def __init__(self, *, signal_table: str, chunk_size: int, captures: Callable[[str, str], bool],
-                 connect: Callable[[], Any], state: dict | None = None,
+                 connect: Callable[[], Any], parallelism: int = 1, state: dict | None = None,
                  notify: Callable[[Notification], None] = lambda n: None) -> None:
         self.signal_table = signal_table
         self.chunk_size = chunk_size
+        self.parallelism = parallelism
         self.captures = captures
         self._connect = connect
         self._conn = None
         self.notify = notify
+        self.run_id = uuid.uuid4().hex[:12]
         self.snapshot_id: str | None = None
         self.jobs: list[TableJob] = []
         self.paused = False
         self.chunk_seq = 0
-        self.pending: PendingChunk | None = None
+        self.inflight: dict[int, _Chunk] = {}
+        self._retry_after = 0.0
+        self._local = threading.local()
+        self._thread_conns: list[Any] = []
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
         if state:
             self._restore(state)
 
@@ -108,58 +146,77 @@ class SnapshotCoordinator:
         if self.snapshot_id is None:
             return None
         return {"snapshot_id": self.snapshot_id, "paused": self.paused, "chunk_seq": self.chunk_seq,
-                "jobs": [asdict(j) for j in self.jobs]}
+                "jobs": [j.to_state() for j in self.jobs]}
 
     def _restore(self, st: dict) -> None:
         self.snapshot_id = st["snapshot_id"]
         self.paused = st.get("paused", False)
         self.chunk_seq = st.get("chunk_seq", 0)
-        self.jobs = [TableJob(**j) for j in st.get("jobs", [])]
-        log.info("snapshot %s resumes: %s", self.snapshot_id, ", ".join(
-            f"{j.table} after {j.last_key}" for j in self.jobs))
+        self.jobs = [TableJob.from_state(j) for j in st.get("jobs", [])]
+        log.info("snapshot %s resumes%s: %s", self.snapshot_id, " (paused)" if self.paused else "", ", ".join(
+            f"{j.table} after key {j.frontier}" if j.frontier is not None else j.table for j in self.jobs))
 
     @property
     def active(self) -> bool:
         return self.snapshot_id is not None and bool(self.jobs)
 
     def progress(self) -> list[dict]:
-        return [{"table": j.table, "rows": j.rows, "estimated": max(j.estimated, j.rows), "chunks": j.chunks}
-                for j in self.jobs]
+        return [{"table": j.table, "rows": j.rows, "estimated": max(j.estimated, j.rows), "chunks": j.chunks,
+                 "paused": self.paused} for j in self.jobs]
 
-    # -- connection ----------------------------------------------------------------------
+    # -- connections ---------------------------------------------------------------------
     def conn(self):
         if self._conn is None:
             self._conn = self._connect()
         return self._conn
 
+    def _reader_conn(self):
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = self._local.conn = self._connect()
+            with self._lock:
+                self._thread_conns.append(c)
+        return c
+
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        for c in [self._conn, *self._thread_conns]:
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001 - closing a dead connection
+                    pass
+        self._conn, self._thread_conns = None, []
+        self.inflight.clear()
 
     # -- signals -------------------------------------------------------------------------
-    def on_signal(self, row: dict, position: BinlogPosition) -> ReleasedChunk | None:
+    def on_signal(self, row: dict, position: BinlogPosition) -> tuple[MarkerSeen | None, ReleasedChunk | None]:
+        """Handle one inserted signal row; returns the marker seen (for the markers topic)
+        and the chunk released by a CLOSE marker, if any."""
         try:
             sig = parse_signal(row)
         except BadSignal as exc:
             self._bad(exc)
-            return None
-        if sig.type == WINDOW_OPEN:
-            if self.pending is not None and sig.data.get("chunk_id") == self.pending.chunk_id \
-                    and sig.data.get("snapshot_id") == self.snapshot_id:
-                self.pending.open_position = position
-            return None
-        if sig.type == WINDOW_CLOSE:
-            return self._close(sig, position)
+            return None, None
+        if sig.type in (WINDOW_OPEN, WINDOW_CLOSE):
+            return self._window_marker(sig, position)
         handler = {"execute-snapshot": self._execute, "stop-snapshot": self._stop,
                    "pause-snapshot": self._pause, "resume-snapshot": self._resume, "log": self._log}[sig.type]
         try:
             handler(sig)
         except BadSignal as exc:
             self._bad(exc)
-        return None
+        return None, None
+
+    def on_schema_change(self, db: str, table: str | None) -> None:
+        """DDL on ``db.table`` (``table`` None: the whole database): chunks of it in flight
+        are read again."""
+        for ch in self.inflight.values():
+            cdb, ctable = ch.job.db_table
+            if cdb == db and (table is None or ctable == table) and ch.invalid is None:
+                ch.invalid = "DDL on the table while the chunk was in flight"
 
     def _bad(self, exc: BadSignal) -> None:
         log.warning("%s; the producer keeps streaming", exc)
@@ -172,7 +229,7 @@ class SnapshotCoordinator:
             try:
                 rx = re.compile(pattern)
             except re.error as exc:
-                raise BadSignal(sig.id, f"data collection {pattern!r} is not a valid regular expression: {exc}")
+                raise BadSignal(sig.id, f"data collection {pattern!r} is not a valid regular expression: {exc}") from None
             hits = [t for t in known if t == pattern or rx.fullmatch(t)]
             if not hits:
                 raise BadSignal(sig.id, f"table {pattern!r} is unknown or not captured")
@@ -181,31 +238,36 @@ class SnapshotCoordinator:
 
     def _execute(self, sig: Signal) -> None:
         tables = self._resolve_tables(sig)
-        conds = sig.conditions
+        self.add_tables(tables, sig.id, conditions=sig.conditions, surrogate_key=sig.surrogate_key)
+
+    def add_tables(self, tables: list[str], signal_id: str, *, conditions: dict[str, str] | None = None,
+                   surrogate_key: str | None = None) -> None:
+        """Start a snapshot of ``tables`` (db.table, captured), or add them to the running one."""
+        conds = conditions or {}
         unknown = set(conds) - set(tables)
         if unknown:
-            raise BadSignal(sig.id, f"additional-conditions name tables not in the snapshot: {sorted(unknown)}")
+            raise BadSignal(signal_id, f"additional-conditions name tables not in the snapshot: {sorted(unknown)}")
         jobs = []
         for name in tables:
             db, table = name.split(".", 1)
             tdef = read_table_def(self.conn(), db, table)
             if tdef is None:
-                raise BadSignal(sig.id, f"table {name} does not exist")
-            keys = [sig.surrogate_key] if sig.surrogate_key else tdef.primary_key
+                raise BadSignal(signal_id, f"table {name} does not exist")
+            keys = [surrogate_key] if surrogate_key else tdef.primary_key
             if not keys:
-                raise BadSignal(sig.id, f"table {name} has no primary key: give a 'surrogate-key'")
+                raise BadSignal(signal_id, f"table {name} has no primary key: give a 'surrogate-key'")
             for k in keys:
                 if k not in tdef.column_names:
-                    raise BadSignal(sig.id, f"surrogate key {k!r} is not a column of {name}")
+                    raise BadSignal(signal_id, f"surrogate key {k!r} is not a column of {name}")
             condition = None
             if name in conds:
                 try:
                     condition = validate_filter(conds[name], tdef.column_names)
                 except FilterRefused as exc:
-                    raise BadSignal(sig.id, f"filter for {name} refused: {exc}") from None
-            jobs.append(TableJob(name, condition, sig.surrogate_key))
+                    raise BadSignal(signal_id, f"filter for {name} refused: {exc}") from None
+            jobs.append(TableJob(name, condition, surrogate_key))
         if self.snapshot_id is None:
-            self.snapshot_id = sig.id or uuid.uuid4().hex
+            self.snapshot_id = signal_id or uuid.uuid4().hex
             self.jobs = jobs
             self.notify(Notification("STARTED", self.snapshot_id, {"tables": tables}))
         else:  # a snapshot is running: add its tables
@@ -218,103 +280,267 @@ class SnapshotCoordinator:
         if self.snapshot_id is None:
             return
         wanted = sig.data_collections
-        if wanted:
-            drop = {j.table for j in self.jobs if any(j.table == w or re.fullmatch(w, j.table) for w in wanted)}
-        else:
-            drop = {j.table for j in self.jobs}
+        drop = {j.table for j in self.jobs
+                if not wanted or any(j.table == w or re.fullmatch(w, j.table) for w in wanted)}
         self.jobs = [j for j in self.jobs if j.table not in drop]
-        if self.pending and self.pending.table in drop:
-            self.pending = None
+        for ch in self.inflight.values():
+            if ch.job.table in drop:
+                ch.invalid = "stopped"
         self.notify(Notification("ABORTED", self.snapshot_id, {"tables": sorted(drop)}))
+        log.info("snapshot %s: stopped %s", self.snapshot_id, ", ".join(sorted(drop)) or "nothing")
         if not self.jobs:
-            self._finish()
+            self._finish(completed=False)
 
     def _pause(self, sig: Signal) -> None:  # noqa: ARG002
         if self.snapshot_id is not None and not self.paused:
             self.paused = True
             self.notify(Notification("PAUSED", self.snapshot_id))
+            log.info("snapshot %s paused", self.snapshot_id)
 
     def _resume(self, sig: Signal) -> None:  # noqa: ARG002
         if self.snapshot_id is not None and self.paused:
             self.paused = False
             self.notify(Notification("RESUMED", self.snapshot_id))
+            log.info("snapshot %s resumed", self.snapshot_id)
 
     def _log(self, sig: Signal) -> None:
         log.info("signal %s: %s", sig.id, sig.data.get("message", ""))
         self.notify(Notification("LOG", sig.id, {"message": str(sig.data.get("message", ""))}))
 
-    def _finish(self) -> None:
-        if self.snapshot_id is not None:
+    def _finish(self, *, completed: bool = True) -> None:
+        if self.snapshot_id is not None and completed:
             self.notify(Notification("COMPLETED", self.snapshot_id))
-        self.snapshot_id, self.jobs, self.pending, self.paused = None, [], None, False
+            log.info("snapshot %s completed", self.snapshot_id)
+        self.snapshot_id, self.jobs, self.paused = None, [], False
 
     # -- chunks --------------------------------------------------------------------------
     def poll(self) -> None:
-        """Read the next chunk if one is due (called between binlog items)."""
-        if not self.active or self.paused or self.pending is not None:
+        """Start chunk reads while fewer than ``parallelism`` are in flight (called between
+        binlog items)."""
+        if self.inflight:
+            self._reap_unclosed()
+        if not self.active or self.paused or time.monotonic() < self._retry_after:
             return
-        job = self.jobs[0]
-        db, table = job.table.split(".", 1)
+        while len(self.inflight) < self.parallelism and self.active:
+            job = self._next_job()
+            if job is None:
+                return
+            if not self._submit(job):
+                return
+
+    def _next_job(self) -> TableJob | None:
+        """The first table with a range to read (tables go in order; the next one starts
+        when every range of the one before is planned)."""
+        for job in list(self.jobs):
+            if not job.started:
+                if not self._start_table(job):
+                    continue
+            if job.done:
+                self._table_done(job)
+                continue
+            busy = {id(c.key_range) for c in self.inflight.values()}
+            if any(id(r) not in busy for r in job.outstanding) or not job.planned_all:
+                return job
+            return None  # wait for this table's chunks before the next table
+        return None
+
+    def _start_table(self, job: TableJob) -> bool:
+        db, table = job.db_table
         conn = self.conn()
-        tdef = read_table_def(conn, db, table)  # every chunk: DDL during the snapshot is picked up
+        tdef = read_table_def(conn, db, table)
+        if tdef is None:
+            self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
+                                                                                       "dropped": True}))
+            self._remove(job)
+            return False
+        keys = self._keys(job, tdef)
+        mk = job.max_key
+        if not job.max_key_read:
+            found = max_key(conn, tdef, keys)
+            mk = list(found) if found is not None else None
+        job.start(mk, estimated_rows(conn, db, table))
+        log.info("snapshot %s: %s, key %s up to %s (about %d rows)", self.snapshot_id, job.table, ",".join(keys),
+                 mk, job.estimated)
+        return True
+
+    @staticmethod
+    def _keys(job: TableJob, tdef: TableDef) -> list[str]:
+        return [job.surrogate_key] if job.surrogate_key else list(tdef.primary_key)
+
+    def _submit(self, job: TableJob) -> bool:
+        db, table = job.db_table
+        tdef = read_table_def(self.conn(), db, table)  # every chunk: DDL during the snapshot is picked up
         if tdef is None:  # dropped meanwhile
-            self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id, {"table": job.table, "dropped": True}))
-            self.jobs.pop(0)
-            if not self.jobs:
-                self._finish()
-            return
-        keys = [job.surrogate_key] if job.surrogate_key else tdef.primary_key
-        if not job.started:
-            mk = max_key(conn, tdef, keys)
-            job.max_key = list(mk) if mk is not None else None
-            job.estimated = estimated_rows(conn, db, table)
-            job.started = True
-        if job.max_key is None:  # empty table
-            self._table_done(job)
-            return
+            self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
+                                                                                       "dropped": True}))
+            self._remove(job)
+            return True
+        keys = self._keys(job, tdef)
+        if any(k not in tdef.column_names for k in keys):
+            log.error("snapshot %s: key column(s) %s of %s are gone; the table's snapshot is aborted",
+                      self.snapshot_id, keys, job.table)
+            self.notify(Notification("ABORTED", self.snapshot_id or "", {"tables": [job.table],
+                                                                         "reason": "key column dropped"}))
+            self._remove(job)
+            return True
+        busy = {id(c.key_range) for c in self.inflight.values()}
+        rng = next((r for r in job.outstanding if id(r) not in busy), None)
+        if rng is None:
+            rng = job.plan(self._next_bound(job, tdef, keys))
         self.chunk_seq += 1
         chunk_id = self.chunk_seq
-        marker = json.dumps({"snapshot_id": self.snapshot_id, "chunk_id": chunk_id, "table": job.table})
-        self._insert_marker(f"{self.snapshot_id[:40]}-{chunk_id}-open", WINDOW_OPEN, marker)
-        rows = read_chunk(conn, tdef, keys, after=job.last_key, upto=job.max_key, condition=job.condition,
-                          limit=self.chunk_size)
-        self._insert_marker(f"{self.snapshot_id[:40]}-{chunk_id}-close", WINDOW_CLOSE, marker)
-        last = [rows[-1][k] for k in keys] if rows else None
-        self.pending = PendingChunk(chunk_id, job.table, rows, tdef, last)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="cdc-chunk-reader")
+        marker = json.dumps({"snapshot_id": self.snapshot_id, "chunk_id": chunk_id, "table": job.table,
+                             "run": self.run_id, "range": {"lo": encode_key(rng.lo), "hi": encode_key(rng.hi)}})
+        fut = self._pool.submit(self._read, chunk_id, marker, tdef, keys, rng, job.condition)
+        self.inflight[chunk_id] = _Chunk(chunk_id, job, rng, tdef, keys, fut)
+        return True
 
-    def _insert_marker(self, sid: str, kind: str, data: str) -> None:
-        with self.conn().cursor() as cur:
+    def _next_bound(self, job: TableJob, tdef: TableDef, keys: list[str]) -> list:
+        """The upper bound of the next range to plan."""
+        if self.parallelism == 1 or job.max_key is None:
+            return job.max_key  # keyset: (lo, max] read chunk_size rows at a time
+        conn = self.conn()
+        lo = job.planned_to
+        col = tdef.column(keys[0]) if len(keys) == 1 else None
+        if col is not None and col.data_type in _INTEGER_TYPES:
+            start = lo[0] if lo is not None else None
+            if start is None:
+                first = min_key(conn, tdef, keys)
+                start = first[0] - 1 if first is not None else None
+            step = even_split_step(start + 1, job.max_key[0], job.estimated, self.chunk_size) \
+                if start is not None else None
+            if step is not None:
+                return [min(start + step, job.max_key[0])]
+        found = boundary_key(conn, tdef, keys, after=lo, upto=job.max_key, rows=self.chunk_size)
+        return list(found) if found is not None else job.max_key
+
+    def _read(self, chunk_id: int, marker: str, tdef: TableDef, keys: list[str], rng: KeyRange,
+              condition: str | None) -> list[dict]:
+        """A chunk reader: OPEN marker, the range's SELECT, CLOSE marker (its own connection).
+
+        Raises :class:`_Unclosed` when no CLOSE marker was written (so none will come
+        through the binlog and the main loop must take the chunk back itself)."""
+        prefix = f"{self.snapshot_id[:32]}-{self.run_id}-{chunk_id}"
+        try:
+            conn = self._reader_conn()
+            self._insert_marker(conn, f"{prefix}-open", WINDOW_OPEN, marker)
+        except Exception as exc:
+            self._drop_reader_conn()
+            raise _Unclosed(exc) from exc
+        error: Exception | None = None
+        rows: list[dict] = []
+        try:
+            rows = read_chunk(conn, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition, limit=self.chunk_size)
+        except Exception as exc:  # noqa: BLE001 - reported through the CLOSE marker
+            error = exc
+        try:
+            # Also after a failed read: an OPEN without CLOSE keeps the window open downstream.
+            self._insert_marker(conn, f"{prefix}-close", WINDOW_CLOSE, marker)
+        except Exception as exc:
+            self._drop_reader_conn()
+            raise _Unclosed(error or exc) from exc
+        if error is not None:
+            raise error
+        return rows
+
+    def _drop_reader_conn(self) -> None:
+        c = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if c is not None:
+            with self._lock:
+                if c in self._thread_conns:
+                    self._thread_conns.remove(c)
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+
+    def _reap_unclosed(self) -> None:
+        """Chunks whose reader could not write the CLOSE marker: read them again later."""
+        for ch in list(self.inflight.values()):
+            if ch.future.done() and isinstance(ch.future.exception(), _Unclosed):
+                del self.inflight[ch.chunk_id]
+                self._retry_after = time.monotonic() + 2.0
+                log.warning("snapshot %s: chunk %d of %s failed (%s); read again in 2s", self.snapshot_id,
+                            ch.chunk_id, ch.job.table, ch.future.exception().__cause__)
+                if ch.job in self.jobs:
+                    ch.job.retry(ch.key_range)
+
+    def _insert_marker(self, conn, sid: str, kind: str, data: str) -> None:
+        with conn.cursor() as cur:
             cur.execute(f"INSERT INTO {quote_table(self.signal_table)} (id, type, data) VALUES (%s, %s, %s)",
                         (sid, kind, data))
 
-    def _cleanup_markers(self, chunk_id: int) -> None:
-        with self.conn().cursor() as cur:
-            cur.execute(f"DELETE FROM {quote_table(self.signal_table)} WHERE id IN (%s, %s)",
-                        (f"{self.snapshot_id[:40]}-{chunk_id}-open", f"{self.snapshot_id[:40]}-{chunk_id}-close"))
+    def _delete_markers(self, marker_ids: list[str]) -> None:
+        try:
+            with self.conn().cursor() as cur:
+                cur.execute(f"DELETE FROM {quote_table(self.signal_table)} WHERE id IN ({', '.join(['%s'] * len(marker_ids))})",
+                            marker_ids)
+        except Exception as exc:  # noqa: BLE001 - cleanup only; the rows are removed next time
+            log.warning("could not delete window marker rows %s: %s", marker_ids, exc)
+            self._conn = None
 
-    def _close(self, sig: Signal, position: BinlogPosition) -> ReleasedChunk | None:
-        p = self.pending
-        if p is None or sig.data.get("chunk_id") != p.chunk_id or sig.data.get("snapshot_id") != self.snapshot_id:
-            return None  # a marker of a chunk this process did not read (read again after a restart)
-        self.pending = None
-        job = self.jobs[0]
-        keys = [job.surrogate_key] if job.surrogate_key else p.table_def.primary_key
-        open_pos = p.open_position or position
-        released = ReleasedChunk(self.snapshot_id, p.chunk_id, p.table_def, p.rows, open_pos, position, keys)
-        job.rows += len(p.rows)
-        job.chunks += 1
-        self._cleanup_markers(p.chunk_id)
-        if p.last_key is None or len(p.rows) < self.chunk_size:
+    def _window_marker(self, sig: Signal, position: BinlogPosition) -> tuple[MarkerSeen | None, ReleasedChunk | None]:
+        d = sig.data
+        ch = self.inflight.get(d.get("chunk_id")) if d.get("run") == self.run_id else None
+        if ch is None:
+            if sig.type == WINDOW_CLOSE:  # a marker left by an earlier process: remove its rows
+                self._delete_markers([sig.id, sig.id[:-len("close")] + "open"])
+            return None, None
+        kind = "OPEN" if sig.type == WINDOW_OPEN else "CLOSE"
+        seen = MarkerSeen(kind, d.get("snapshot_id"), ch.chunk_id, ch.job.table, ch.marker_data, position)
+        if kind == "OPEN":
+            ch.open_position = position
+            return seen, None
+        return seen, self._close(ch, sig, position)
+
+    def _close(self, ch: _Chunk, sig: Signal, position: BinlogPosition) -> ReleasedChunk | None:
+        del self.inflight[ch.chunk_id]
+        self._delete_markers([sig.id, sig.id[:-len("close")] + "open"])
+        job = ch.job
+        try:
+            rows = ch.future.result()
+        except Exception as exc:  # noqa: BLE001 - a DDL race, a lost connection, a query the server refuses
+            rows = []
+            if ch.invalid is None:
+                ch.invalid = f"read failed: {exc}"
+                ch.key_range.failures += 1
+                self._retry_after = time.monotonic() + 1.0
+                if ch.key_range.failures >= MAX_READ_FAILURES and job in self.jobs:
+                    log.error("snapshot %s: reading %s failed %d times (%s); the table's snapshot is aborted",
+                              self.snapshot_id, job.table, ch.key_range.failures, exc)
+                    self.notify(Notification("ABORTED", self.snapshot_id or "", {
+                        "tables": [job.table], "reason": f"chunk read failed {ch.key_range.failures} times: {exc}"}))
+                    self._remove(job)
+                    return None
+        if ch.invalid or job not in self.jobs or ch.open_position is None:
+            reason = ch.invalid or ("its OPEN marker was not seen" if ch.open_position is None else "stopped")
+            if job in self.jobs:
+                job.retry(ch.key_range)
+                log.info("snapshot %s: chunk %d of %s is read again (%s)", self.snapshot_id, ch.chunk_id, job.table,
+                         reason)
+            return None
+        full = len(rows) >= self.chunk_size
+        last = [rows[-1][k] for k in ch.keys] if rows else None
+        job.released(ch.key_range, last, full, len(rows))
+        released = ReleasedChunk(self.snapshot_id or "", ch.chunk_id, ch.table_def, rows, ch.open_position, position,
+                                 ch.keys)
+        self.notify(Notification("IN_PROGRESS", self.snapshot_id or "", {
+            "table": job.table, "chunk": ch.chunk_id, "rows": job.rows, "estimated": max(job.estimated, job.rows)}))
+        if job.done:
             self._table_done(job)
-        else:
-            job.last_key = p.last_key
-            self.notify(Notification("IN_PROGRESS", self.snapshot_id or "", {
-                "table": job.table, "chunk": p.chunk_id, "rows": job.rows, "estimated": job.estimated}))
         return released
+
+    def _remove(self, job: TableJob) -> None:
+        if job in self.jobs:
+            self.jobs.remove(job)
+        if not self.jobs:
+            self._finish()
 
     def _table_done(self, job: TableJob) -> None:
         self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
-                                                                                 "rows": job.rows}))
-        self.jobs.remove(job)
-        if not self.jobs:
-            self._finish()
+                                                                                   "rows": job.rows}))
+        log.info("snapshot %s: %s done, %d rows in %d chunks", self.snapshot_id, job.table, job.rows, job.chunks)
+        self._remove(job)

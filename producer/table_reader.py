@@ -13,7 +13,7 @@ import pymysql
 
 from cdc.config import SourceConfig
 from cdc.sql import quote_ident
-from producer.chunk_splitter import chunk_query, max_key_query
+from producer.chunk_splitter import boundary_query, chunk_query, max_key_query
 from producer.table_schema import ColumnDef, TableDef
 
 
@@ -65,6 +65,23 @@ def estimated_rows(conn, db: str, table: str) -> int:
 def max_key(conn, table: TableDef, keys: Sequence[str]) -> tuple | None:
     with conn.cursor() as cur:
         cur.execute(max_key_query(table.db, table.name, keys))
+        row = cur.fetchone()
+    return tuple(row) if row else None
+
+
+def min_key(conn, table: TableDef, keys: Sequence[str]) -> tuple | None:
+    with conn.cursor() as cur:
+        cur.execute(max_key_query(table.db, table.name, keys, lowest=True))
+        row = cur.fetchone()
+    return tuple(row) if row else None
+
+
+def boundary_key(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
+                 upto: Sequence[Any], rows: int) -> tuple | None:
+    """The key ``rows`` rows after ``after`` (None: fewer rows than that up to ``upto``)."""
+    sql, params = boundary_query(table.db, table.name, keys, after=after, upto=upto, rows=rows)
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
         row = cur.fetchone()
     return tuple(row) if row else None
 

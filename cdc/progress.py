@@ -1,0 +1,100 @@
+"""Snapshot progress for humans: following the notifications topic, drawing bars.
+
+``cdc snapshot --follow`` reads ``<prefix>._notifications`` from the moment the signal was
+sent and draws a bar per table until every table of the signal is done (or the signal was
+refused); ``cdc status`` draws the same bars from the producer's status file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, TopicPartition
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cdc.config import CDCConfig
+from cdc.kafka.offsets import end_offsets
+
+
+def notifications_topic(prefix: str) -> str:
+    return f"{prefix}._notifications"
+
+
+def progress_bars(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("rows"), TimeElapsedColumn(), console=console)
+
+
+def draw_status_bars(console: Console, snapshot: dict) -> None:
+    """Bars of the status file's ``snapshot`` entry (a still picture)."""
+    with progress_bars(console) as bars:
+        for t in snapshot.get("tables", []):
+            label = t["table"] + (" (paused)" if snapshot.get("paused") else "")
+            bars.add_task(label, total=max(t["estimated"], t["rows"], 1), completed=t["rows"])
+
+
+@dataclass
+class FollowResult:
+    done: list[str] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    refused: str | None = None
+
+
+class NotificationFollower:
+    """Reads the notifications topic from its end at construction time."""
+
+    def __init__(self, cfg: CDCConfig) -> None:
+        self.topic = notifications_topic(cfg.kafka.topic_prefix)
+        self.consumer = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
+                                  "group.id": f"cdc-follow-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                                  "isolation.level": "read_committed", **cfg.kafka.client})
+        try:
+            (_, end), = end_offsets(cfg.kafka.bootstrap_servers, [(self.topic, 0)],
+                                    client_config=cfg.kafka.client).values()
+        except Exception:  # noqa: BLE001 - no topic yet: the producer creates it with the first notification
+            end = 0
+        self.consumer.assign([TopicPartition(self.topic, 0, max(end, 0))])
+
+    def poll(self, timeout: float = 0.5) -> list[dict]:
+        out = []
+        for msg in self.consumer.consume(500, timeout):
+            if msg.error() is None and msg.value():
+                out.append(json.loads(msg.value()))
+        return out
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def follow(self, console: Console, signal_id: str, tables: list[str], timeout: float | None) -> FollowResult:
+        """Draw bars until every table in ``tables`` completed or was aborted, or the signal
+        ``signal_id`` was refused."""
+        result = FollowResult()
+        pending = set(tables)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with progress_bars(console) as bars:
+            tasks = {t: bars.add_task(t, total=None) for t in tables}
+            while pending and (deadline is None or time.monotonic() < deadline):
+                for n in self.poll():
+                    kind, data = n.get("type"), n.get("additionalData") or {}
+                    if kind == "SKIPPED" and n.get("id") == signal_id:
+                        result.refused = data.get("reason", "refused")
+                        return result
+                    table = data.get("table")
+                    if kind == "IN_PROGRESS" and table in tasks:
+                        bars.update(tasks[table], completed=data.get("rows", 0),
+                                    total=max(int(data.get("estimated") or 0), int(data.get("rows", 0)), 1))
+                    elif kind == "TABLE_SCAN_COMPLETED" and table in pending:
+                        rows = int(data.get("rows", 0))
+                        bars.update(tasks[table], completed=rows, total=max(rows, 1))
+                        pending.discard(table)
+                        result.done.append(table)
+                    elif kind == "ABORTED":
+                        for t in data.get("tables", []):
+                            if t in pending:
+                                pending.discard(t)
+                                result.aborted.append(t)
+        return result

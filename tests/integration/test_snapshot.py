@@ -1,0 +1,283 @@
+"""Incremental snapshots on the real stack: signal rows in, chunk rows and markers out.
+
+The oracle is the DBLog rule's reference implementation (``spark_jobs.dblog``): the table
+topic, copies dropped by position, chunk rows deduplicated against the changes in their
+windows, applied in position order, must equal the source table.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from producer.binlog_source import connect
+from producer.table_reader import snapshot_connection
+from tests.producer_helpers import ProducerThread, read_events, run_until_caught_up, start_at_current, wait_for
+from tests.snapshot_helpers import (WriteLoad, create_table, dblog_replay, has_notification, markers,
+                                    notifications, signal, snapshot, source_rows)
+
+
+def _topic(cfg, db, table):
+    return f"{cfg.kafka.topic_prefix}.{db}.{table}"
+
+
+def _prepare(stack, config, test_db, kind, rows, chunk_size=50, parallelism=1):
+    with stack.admin() as conn:
+        keys = create_table(conn, test_db, "t", kind, rows)
+    config.source.include_databases = [test_db]
+    config.snapshot.chunk_size = chunk_size
+    config.snapshot.parallelism = parallelism
+    start_at_current(config)  # the rows loaded before are not in the stream: only the snapshot brings them
+    return keys
+
+
+def _assert_partitions_rise(events):
+    """In every partition positions rise strictly: chunk rows sit after every change up to
+    their CLOSE and before every later change (no restart here, so no copies either)."""
+    last: dict[int, str] = {}
+    for part, _, value in events:
+        assert value["position"] > last.get(part, ""), f"partition {part} goes back at {value['position']}"
+        last[part] = value["position"]
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+@pytest.mark.parametrize("kind", ["single", "composite", "string"])
+def test_snapshot_under_concurrent_writes_equals_the_table(stack, config, test_db, kind, parallelism):
+    keys = _prepare(stack, config, test_db, kind, rows=1500, chunk_size=150, parallelism=parallelism)
+    with ProducerThread(config), WriteLoad(stack.admin, test_db, "t", kind, key_space=1700, seed=7) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        sid = snapshot(config, [f"{test_db}.t"])
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
+        load.stop()
+    run_until_caught_up(config)
+
+    topic = _topic(config, test_db, "t")
+    events = read_events(config, topic)
+    _assert_partitions_rise(events)
+    result = dblog_replay(config, topic)
+    with stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t", keys)
+    assert result.table == expected
+    assert result.chunk_rows >= 1500 * 0.8 and len(result.windows) >= 1500 // 150
+    assert sum(load.ops.values()) > 100 and load.ops.get("reinsert") and load.ops.get("pk_change")
+    windows = sorted(result.windows, key=lambda w: w.open)
+    overlapping = sum(1 for a, b in zip(windows, windows[1:]) if b.open < a.close)
+    print(f"{kind}/{parallelism}: {result.chunk_rows} chunk rows in {len(windows)} windows ({overlapping} overlapping), "
+          f"{result.chunk_rows_dropped} dropped by the DBLog rule, {result.changes} changes, ops {load.ops}")
+    if parallelism > 1:
+        assert overlapping > 0, "parallel readers never had two windows open at once"
+
+    # Markers: an OPEN and a CLOSE per chunk, at the positions the chunk rows carry.
+    by_chunk = {}
+    for m in markers(config):
+        by_chunk.setdefault((m["snapshot_id"], m["chunk_id"]), {})[m["kind"]] = m["position"]
+    for w in result.windows:
+        assert by_chunk[(w.snapshot_id, w.chunk_id)] == {"OPEN": w.open, "CLOSE": w.close}
+    # Marker rows are cleaned up from the signal table.
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM {config.source.signal_table} WHERE data LIKE %s", (f"%{sid}%",))
+        assert cur.fetchone()[0] == 0
+    kinds = [n["type"] for n in notifications(config) if n["id"] == sid]
+    assert kinds[0] == "STARTED" and "IN_PROGRESS" in kinds and kinds[-1] == "COMPLETED"
+    assert "TABLE_SCAN_COMPLETED" in kinds
+
+
+@pytest.mark.parametrize("kind", ["single", "string"])
+def test_changes_inside_every_window_beat_the_chunk_rows(stack, config, test_db, kind):
+    """A trigger on the signal table changes rows just before every CLOSE marker of this
+    test's chunks: inside the window, after the chunk's SELECT.  The chunk rows of those
+    keys are stale, so the replay only equals the table if they sit in the right window."""
+    keys = _prepare(stack, config, test_db, kind, rows=600, chunk_size=100, parallelism=2)
+    trigger = f"cdc_control.`w_{test_db}`"
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"""CREATE TRIGGER {trigger} BEFORE INSERT ON {config.source.signal_table} FOR EACH ROW
+            BEGIN
+              IF NEW.type = 'snapshot-window-close' AND NEW.data LIKE '%{test_db}.t%' THEN
+                UPDATE `{test_db}`.t SET n = n + 1, v = CONCAT(v, '+') WHERE n % 7 = 0;
+                DELETE FROM `{test_db}`.t WHERE n % 13 = 0;
+              END IF;
+            END""")
+    try:
+        with ProducerThread(config):
+            sid = snapshot(config, [f"{test_db}.t"])
+            wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="snapshot completed")
+    finally:
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    run_until_caught_up(config)
+    result = dblog_replay(config, _topic(config, test_db, "t"))
+    with stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t", keys)
+    assert result.chunk_rows_dropped > 0
+    assert result.table == expected
+
+
+def test_chunk_rows_carry_the_debezium_snapshot_shape(stack, config, test_db):
+    _prepare(stack, config, test_db, "single", rows=10, chunk_size=4)
+    with ProducerThread(config):
+        sid = snapshot(config, [f"{test_db}.t"])
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="snapshot completed")
+    events = read_events(config, _topic(config, test_db, "t"))
+    assert len(events) == 10
+    _, key, value = events[0]
+    assert value["op"] == "r" and value["before"] is None and value["source"]["snapshot"] == "incremental"
+    assert key == {"id": value["after"]["id"]}
+    w = value["snapshot_window"]
+    assert w["snapshot_id"] == sid and w["open_position"] < w["close_position"] < value["position"]
+    assert value["source"]["file"] and value["source"]["pos"] == int(w["close_position"][10:20])
+    assert len({v["snapshot_window"]["chunk_id"] for _, _, v in events}) == 3  # 4 + 4 + 2
+
+
+def test_additional_conditions_and_surrogate_key(stack, config, test_db):
+    _prepare(stack, config, test_db, "single", rows=200, chunk_size=30)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{test_db}`.nopk (code VARCHAR(10) NOT NULL UNIQUE, qty INT)")
+        cur.executemany(f"INSERT INTO `{test_db}`.nopk VALUES (%s, %s)", [(f"c{i:03d}", i) for i in range(45)])
+        conn.commit()
+    config.source.key_columns = {f"{test_db}.nopk": ["code"]}
+    start_at_current(config)
+    with ProducerThread(config):
+        sid = snapshot(config, [f"{test_db}.t"], where="n % 10 = 3 AND v LIKE 'v%'")
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="filtered snapshot")
+        sid2 = snapshot(config, [f"{test_db}.nopk"], surrogate_key="code")
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid2), timeout=60, what="surrogate-key snapshot")
+    rows = [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t"))]
+    assert sorted(r["n"] for r in rows) == [i for i in range(200) if i % 10 == 3]
+    nopk = read_events(config, _topic(config, test_db, "nopk"))
+    assert sorted(v["after"]["code"] for _, _, v in nopk) == [f"c{i:03d}" for i in range(45)]
+    assert all(k == {"code": v["after"]["code"]} for _, k, v in nopk)
+
+
+@pytest.mark.parametrize("data, reason", [
+    ("{not json", "not valid JSON"),
+    ('{"data-collections": ["nosuchdb.nosuchtable"]}', "unknown or not captured"),
+    ('{"data-collections": []}', "non-empty list"),
+    ('{"data-collections": ["{db}.nopk"]}', "no primary key"),
+    ('{"data-collections": ["{db}.t"], "surrogate-key": "nope"}', "not a column"),
+    ('{"data-collections": ["{db}.t"], "additional-conditions": [{"data-collection": "{db}.t", '
+     '"filter": "1=1; DROP TABLE t"}]}', "refused"),
+    ('{"data-collections": ["{db}.t"], "additional-conditions": [{"data-collection": "{db}.t", '
+     '"filter": "id IN (SELECT id FROM mysql.user)"}]}', "refused"),
+    ('{"data-collections": ["{db}.t"], "additional-conditions": [{"data-collection": "{db}.t", '
+     '"filter": "id = 1 -- comment"}]}', "refused"),
+    ('{"data-collections": ["{db}.t"], "additional-conditions": [{"data-collection": "{db}.t", '
+     '"filter": "SLEEP(5) = 0"}]}', "refused"),
+    ('{"data-collections": ["{db}.t"], "additional-conditions": [{"data-collection": "{db}.t", '
+     '"filter": "other.col = 1"}]}', "refused"),
+    ('{"data-collections": ["{db}.t"], "type": "blocking"}', "blocking"),
+])
+def test_bad_signals_are_reported_and_streaming_goes_on(stack, config, test_db, data, reason):
+    _prepare(stack, config, test_db, "single", rows=5)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{test_db}`.nopk (x INT)")
+        conn.commit()
+    with ProducerThread(config):
+        # A raw INSERT, as a user would type it (the data is not built by our code).
+        conn = connect(config.source)
+        try:
+            with conn.cursor() as cur:
+                sid = "bad-" + test_db
+                cur.execute(f"INSERT INTO {config.source.signal_table} (id, type, data) VALUES (%s, %s, %s)",
+                            (sid, "execute-snapshot", data.replace("{db}", test_db)))
+            conn.commit()
+        finally:
+            conn.close()
+        wait_for(lambda: has_notification(config, "SKIPPED", id=sid), timeout=30, what="SKIPPED notification")
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"INSERT INTO `{test_db}`.t VALUES (100000, 'after the bad signal', 1)")
+            conn.commit()
+        wait_for(lambda: any(v["op"] == "c" for _, _, v in read_events(config, _topic(config, test_db, "t"))),
+                 timeout=30, what="streaming continues")
+    [n] = [n for n in notifications(config) if n["id"] == sid]
+    assert reason in n["additionalData"]["reason"]
+    # Nothing was read: no chunk rows.
+    assert not any(v["op"] == "r" for _, _, v in read_events(config, _topic(config, test_db, "t")))
+
+
+def test_unknown_signal_type_is_reported(stack, config, test_db):
+    _prepare(stack, config, test_db, "single", rows=1)
+    with ProducerThread(config):
+        sid = signal(config, "launch-rockets", {})
+        wait_for(lambda: has_notification(config, "SKIPPED", id=sid), timeout=30, what="SKIPPED notification")
+    [n] = [n for n in notifications(config) if n["id"] == sid]
+    assert "unknown signal type" in n["additionalData"]["reason"]
+
+
+def test_pause_resume_and_stop(stack, config, test_db):
+    _prepare(stack, config, test_db, "single", rows=3000, chunk_size=20)
+    with stack.admin() as conn:
+        create_table(conn, test_db, "u", "string", 300)
+    start_at_current(config)
+    with ProducerThread(config) as producer:
+        sid = snapshot(config, [f"{test_db}.t", f"{test_db}.u"])
+        wait_for(lambda: has_notification(config, "IN_PROGRESS", id=sid), timeout=30, what="first chunk")
+        signal(config, "pause-snapshot", {"type": "incremental"})
+        wait_for(lambda: has_notification(config, "PAUSED", id=sid), timeout=30, what="PAUSED")
+        coord_rows = lambda: len([1 for _, _, v in read_events(config, _topic(config, test_db, "t"))  # noqa: E731
+                                  if v["op"] == "r"])
+        wait_for(lambda: coord_rows() == coord_rows(), what="in-flight chunks released")
+        paused_at = coord_rows()
+        time.sleep(2.0)
+        assert coord_rows() == paused_at < 3000, "chunks were read while paused"
+        signal(config, "resume-snapshot", {"type": "incremental"})
+        wait_for(lambda: has_notification(config, "RESUMED", id=sid), timeout=30, what="RESUMED")
+        wait_for(lambda: coord_rows() > paused_at, timeout=30, what="chunks after resume")
+        signal(config, "stop-snapshot", {"type": "incremental", "data-collections": [f"{test_db}.t"]})
+        wait_for(lambda: has_notification(config, "ABORTED", id=sid), timeout=30, what="ABORTED")
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="u completed")
+        assert producer.thread.is_alive()
+    t_rows = coord_rows()
+    assert paused_at < t_rows < 3000
+    u_rows = [v for _, _, v in read_events(config, _topic(config, test_db, "u")) if v["op"] == "r"]
+    assert len(u_rows) == 300
+    kinds = [n["type"] for n in notifications(config) if n["id"] == sid]
+    assert kinds.index("PAUSED") < kinds.index("RESUMED") < kinds.index("ABORTED") < kinds.index("COMPLETED")
+
+
+def test_ddl_during_the_snapshot_loses_no_row(stack, config, test_db):
+    keys = _prepare(stack, config, test_db, "single", rows=2000, chunk_size=25)
+    with ProducerThread(config):
+        sid = snapshot(config, [f"{test_db}.t"])
+        wait_for(lambda: has_notification(config, "IN_PROGRESS", id=sid), timeout=30, what="first chunk")
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"ALTER TABLE `{test_db}`.t ADD COLUMN extra VARCHAR(10) NOT NULL DEFAULT 'dflt'")
+            cur.execute(f"UPDATE `{test_db}`.t SET extra = 'set' WHERE id % 100 = 0")
+            conn.commit()
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
+    run_until_caught_up(config)
+    result = dblog_replay(config, _topic(config, test_db, "t"))
+    with stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t", keys)
+    # Rows read before the ALTER have no 'extra'; every row read after has it, and the
+    # replay (later versions win) has every row with the value the table holds.
+    assert set(result.table) == set(expected)
+    late = {k: r for k, r in result.table.items() if "extra" in r}
+    assert late, "no chunk was read with the new schema"
+    for k, r in late.items():
+        assert r == expected[k]
+
+
+def test_initial_startup_snapshots_every_captured_table(stack, config, test_db):
+    with stack.admin() as conn:
+        create_table(conn, test_db, "a", "single", 120)
+        create_table(conn, test_db, "b", "composite", 80)
+    config.source.include_databases = [test_db]
+    config.snapshot.chunk_size = 50
+    config.producer.startup.mode = "initial"
+    with ProducerThread(config):
+        wait_for(lambda: has_notification(config, "COMPLETED"), timeout=60, what="initial snapshot completed")
+    a = read_events(config, _topic(config, test_db, "a"))
+    b = read_events(config, _topic(config, test_db, "b"))
+    assert len([1 for _, _, v in a if v["op"] == "r"]) == 120
+    assert len([1 for _, _, v in b if v["op"] == "r"]) == 80
+
+
+def test_reader_connection_reads_utc_and_read_committed(config):
+    conn = snapshot_connection(config.source)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@session.time_zone")
+            assert cur.fetchone()[0] == "+00:00"
+    finally:
+        conn.close()

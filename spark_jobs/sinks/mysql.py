@@ -1,0 +1,609 @@
+"""MySQL / MariaDB table sink: upserts ordered by position, deletes with tombstones (pymysql).
+
+Layout
+======
+All sink tables of one :class:`MySQLSink` live in one database (``database``, created if
+missing).  Source table ``db.table`` becomes ``<db>__<table>`` (cut to 64 characters with an
+8-hex-digit hash suffix when longer, see
+:func:`~spark_jobs.sinks.sink_schema.sink_table_name`).  Columns as in the source (types in
+:mod:`~spark_jobs.sinks.sink_schema`), primary key = the source key, plus
+``__cdc_position CHAR(30) CHARACTER SET ascii COLLATE ascii_bin NOT NULL``.  Tables are
+InnoDB, ``utf8mb4`` with a binary NO PAD collation (``utf8mb4_nopad_bin`` on MariaDB,
+``utf8mb4_0900_bin`` on MySQL 8): key equality is then byte equality, as in the Avro
+values, so two source keys that differ only in case or trailing spaces (possible under a
+case-sensitive source collation) stay two rows.  Non-key columns are nullable (rows of a
+schema lacking a column must fit); string/binary key columns are ``VARCHAR``/``VARBINARY``
+sized to InnoDB's 3072-byte key limit.  ``__cdc_tables`` and ``__cdc_tombstones`` are the
+same bookkeeping tables as in :mod:`spark_jobs.sinks.postgres` (whose docstring explains
+why deleted keys need tombstones).
+
+Applying a batch
+================
+The batch is reduced to one record per key (highest position).  Then, in one transaction:
+
+1. lock the table's row in ``__cdc_tables`` (``SELECT ... FOR UPDATE``, when
+   ``serialize``): writers of one table take turns, so what the next step reads stays true;
+2. read the stored positions of the batch's keys (``WHERE (k1, k2) IN (...)``, 500 keys a
+   statement, a primary-key range scan) and, if the table has tombstones, those of the
+   batch's keys;
+3. upserts newer than both: one multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` per ~MB
+   of SQL, every column ``c = IF(__cdc_position < VALUES(__cdc_position), VALUES(c), c)``
+   and ``__cdc_position`` assigned **last**.  MySQL and MariaDB evaluate the assignments
+   of ``ON DUPLICATE KEY UPDATE`` left to right, each seeing the columns as updated so
+   far; with the position last every comparison sees the *old* position.  (MariaDB's
+   ``SIMULTANEOUS_ASSIGNMENT`` mode would also give the old value; the order is right
+   under both.)  The guard is redundant after step 2 under the lock, and keeps the table
+   right when ``serialize=False``.  ``VALUES(col)`` works on MariaDB 10.11 and MySQL 8.4
+   (deprecated there since 8.0.20 in favour of a row alias, which MariaDB lacks);
+4. the tombstones those upserts supersede are deleted;
+5. deletes newer than the stored row: ``DELETE ... WHERE (k = .. AND __cdc_position <
+   ..) OR ...``; for every applied delete (row removed, or key not held) a tombstone is
+   written with the same ``IF`` guard.
+
+Values are sent as SQL literals built per column kind (integers and decimals bare,
+strings escaped, binary as ``X'..'``, times as text), which is exact for every type and
+about twice as fast as pymysql's generic escaping (measured: 224k vs 109k rows/s of 9 columns).  The session runs with
+``time_zone = '+00:00'`` (TIMESTAMP columns hold UTC), a strict ``sql_mode`` (no silent
+truncation) and without ``NO_BACKSLASH_ESCAPES`` (the escaping relies on backslashes).
+
+Skipping stored-or-newer records up front also makes a replayed batch read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Sequence
+
+import pymysql
+from pymysql.converters import escape_string
+
+from cdc.sql import quote_ident
+from spark_jobs.sinks.sink_schema import (
+    POSITION_COLUMN,
+    ApplyResult,
+    SinkColumn,
+    SinkError,
+    TableLayout,
+    format_time_micros,
+    freeze_key,
+    is_pass_through,
+    key_json_and_hash,
+    mysql_converter,
+    mysql_key_types,
+    mysql_type,
+    reduce_for_layout,
+    row_error,
+    row_getter,
+    sink_table_name,
+    table_layout,
+)
+
+__all__ = ["MySQLSink", "TOMBSTONES", "TABLES"]
+
+TOMBSTONES = "__cdc_tombstones"
+TABLES = "__cdc_tables"
+_MAX_IDENT = 64
+_READ_CHUNK = 500
+_DELETE_CHUNK = 500
+_SQL_MODE = "STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
+_POSITION_TYPE = "CHAR(30) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"
+_INT_WIDTH_RE = re.compile(r"^(tinyint|smallint|mediumint|int|bigint|year)\(\d+\)")
+
+Literal = Callable[[Any], str]
+
+
+def q(name: str) -> str:
+    return quote_ident(name)
+
+
+# =============================================================================== literals
+def _str_lit(v: Any) -> str:
+    return "'" + escape_string(v) + "'"
+
+
+def _bytes_lit(v: Any) -> str:
+    return "X'" + bytes(v).hex() + "'"
+
+
+def _float_lit(v: Any) -> str:
+    f = float(v)
+    if f != f or f in (float("inf"), float("-inf")):
+        raise ValueError(f"MySQL cannot store the float {f!r}")
+    return repr(f)
+
+
+def _decimal_lit(v: Any) -> str:
+    if not isinstance(v, Decimal):
+        v = Decimal(v)
+    if not v.is_finite():
+        raise ValueError(f"MySQL cannot store the decimal {v!r}")
+    return format(v, "f")
+
+
+def _temporal_lit(v: Any) -> str:
+    if isinstance(v, datetime):
+        return "'" + v.isoformat(sep=" ") + "'"
+    if isinstance(v, date):
+        return "'" + v.isoformat() + "'"
+    if isinstance(v, timedelta):
+        return "'" + format_time_micros((v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds) + "'"
+    return _str_lit(str(v))
+
+
+def _int_lit(v: Any) -> str:
+    return str(v) if type(v) is int else str(int(v))
+
+
+def _bool_lit(v: Any) -> str:
+    return "1" if v else "0"
+
+
+_KIND_LITERAL: dict[str, Literal] = {
+    "smallint": _int_lit, "int": _int_lit, "long": _int_lit, "year": _int_lit, "bits": _int_lit,
+    "float": _float_lit, "double": _float_lit, "decimal": _decimal_lit, "boolean": _bool_lit,
+    "string": _str_lit, "enum": _str_lit, "set": _str_lit, "json": _str_lit,
+    "bytes": _bytes_lit, "geometry": _bytes_lit, "point": _bytes_lit,
+    "date": _temporal_lit, "time": _str_lit, "time_ms": _str_lit,
+    "timestamp_ms": _temporal_lit, "timestamp_us": _temporal_lit, "zoned_timestamp": _temporal_lit,
+}
+
+
+def column_literal(col: SinkColumn) -> Literal:
+    """Avro value -> SQL literal text for ``col`` (``NULL`` for None)."""
+    conv = mysql_converter(col)
+    lit = _KIND_LITERAL[col.kind]
+    if is_pass_through(conv):
+        def literal(v: Any) -> str:
+            return "NULL" if v is None else lit(v)
+    else:
+        def literal(v: Any) -> str:
+            return "NULL" if v is None else lit(conv(v))
+    return literal
+
+
+def _readback(col: SinkColumn) -> Callable[[Any], Any]:
+    """A key value as pymysql returns it -> the form :func:`mysql_converter` gives (for matching)."""
+    k = col.kind
+    if k == "boolean":
+        return lambda v: bool(int.from_bytes(v, "big")) if isinstance(v, (bytes, bytearray)) else bool(v)
+    if k == "bits":
+        return lambda v: int.from_bytes(v, "big") if isinstance(v, (bytes, bytearray)) else int(v)
+    if k in ("time", "time_ms"):
+        return lambda v: format_time_micros((v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds) \
+            if isinstance(v, timedelta) else str(v)
+    if k in ("bytes", "geometry", "point"):
+        return lambda v: bytes(v)
+    return lambda v: v
+
+
+def _normalize_type(t: str) -> str:
+    t = t.strip().lower()
+    t = _INT_WIDTH_RE.sub(r"\1", t)
+    return t.replace(" unsigned", "")
+
+
+@dataclass
+class _Plan:
+    signature: tuple
+    name: str
+    qualified: str
+    layout: TableLayout
+    fields: list[str]
+    getter: Any
+    literals: list[Literal]
+    key_idx: list[int]
+    key_converters: list[Callable[[Any], Any]]
+    key_readback: list[Callable[[Any], Any]]
+    insert_prefix: str
+    insert_suffix: str
+    select_prefix: str
+    key_cols_sql: str
+
+
+class MySQLSink:
+    """Upsert sink into MySQL/MariaDB.  Picklable: the connection is opened where it is used."""
+
+    def __init__(self, host: str, port: int, user: str, password: Any, database: str, *,
+                 serialize: bool = True, connect_timeout: float = 10) -> None:
+        if not database:
+            raise SinkError("database must be non-empty")
+        if hasattr(password, "get_secret_value"):  # pydantic SecretStr from CDCConfig
+            password = password.get_secret_value()
+        self.host, self.port, self.user, self.password = host, int(port), user, password or ""
+        self.database = database
+        self.serialize = serialize
+        self.connect_timeout = connect_timeout
+        self._conn: pymysql.connections.Connection | None = None
+        self._plans: dict[tuple[str, str], _Plan] = {}
+        self._layouts: dict[tuple[str, tuple], TableLayout] = {}
+        self.flavor = ""
+        self.collation = ""
+        self._max_sql = 1 << 20
+        #: ALTER statements the last ensure_table ran (empty when the table already matched).
+        self.last_alters: list[str] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def __getstate__(self) -> dict:
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password,
+                "database": self.database, "serialize": self.serialize, "connect_timeout": self.connect_timeout}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["host"], state["port"], state["user"], state["password"], state["database"],
+                      serialize=state["serialize"], connect_timeout=state["connect_timeout"])
+
+    def __enter__(self) -> "MySQLSink":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def connection(self) -> pymysql.connections.Connection:
+        if self._conn is not None and self._conn.open:
+            return self._conn
+        conn = pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                               charset="utf8mb4", autocommit=False, connect_timeout=self.connect_timeout)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+                cur.execute(f"SET SESSION sql_mode = '{_SQL_MODE}'")
+                cur.execute("SELECT VERSION(), @@max_allowed_packet")
+                version, packet = cur.fetchone()
+                self.flavor = "mariadb" if "mariadb" in version.lower() else "mysql"
+                if self.flavor == "mariadb":
+                    self.collation = "utf8mb4_nopad_bin"
+                else:
+                    nums = [int(x) for x in re.findall(r"\d+", version)[:3]]
+                    self.collation = "utf8mb4_0900_bin" if nums >= [8, 0, 17] else "utf8mb4_bin"
+                # Statements stay well under max_allowed_packet (4 bytes a character at worst).
+                self._max_sql = max(64 * 1024, min(4 << 20, (int(packet) - 4096) // 4))
+                cur.execute(f"CREATE DATABASE IF NOT EXISTS {q(self.database)} CHARACTER SET utf8mb4")
+            conn.select_db(self.database)
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except pymysql.Error:
+                pass
+            finally:
+                self._conn = None
+
+    def _drop_broken(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            self._conn.rollback()
+        except Exception:
+            self.close()
+
+    # ------------------------------------------------------------------ names
+    def table_name(self, db: str, table: str) -> str:
+        return sink_table_name(db, table, _MAX_IDENT)
+
+    def qualified_name(self, db: str, table: str) -> str:
+        return f"{q(self.database)}.{q(self.table_name(db, table))}"
+
+    # ------------------------------------------------------------------ DDL
+    def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
+        text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema, sort_keys=True, default=str)
+        ck = (text, tuple(key_columns))
+        layout = self._layouts.get(ck)
+        if layout is None:
+            if len(self._layouts) > 256:
+                self._layouts.clear()
+            layout = self._layouts[ck] = table_layout(value_schema, key_columns)
+        return layout
+
+    def ensure_table(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str]) -> str:
+        """Create the sink table of ``db.table`` (or add the columns a newer schema has).
+
+        Returns the quoted, database-qualified table name.
+        """
+        return self._ensure(db, table, self._layout(value_schema, key_columns)).qualified
+
+    def _column_sql(self, c: SinkColumn, key_types: dict[str, str], is_key: bool) -> str:
+        t = key_types[c.name] if is_key else mysql_type(c)
+        if c.kind == "zoned_timestamp":
+            # explicit defaults: never the implicit DEFAULT/ON UPDATE CURRENT_TIMESTAMP of old servers
+            return f"{t} NOT NULL DEFAULT CURRENT_TIMESTAMP(6)" if is_key else f"{t} NULL DEFAULT NULL"
+        return f"{t} NOT NULL" if is_key else f"{t} NULL"
+
+    def _ensure(self, db: str, table: str, layout: TableLayout) -> _Plan:
+        sig = layout.signature()
+        plan = self._plans.get((db, table))
+        if plan is not None and plan.signature == sig:
+            return plan
+        name = self.table_name(db, table)
+        for c in layout.columns:
+            if len(c.name) > _MAX_IDENT:
+                raise SinkError(f"{db}.{table}: column name {c.name!r} is longer than {_MAX_IDENT} characters")
+        qualified = f"{q(self.database)}.{q(name)}"
+        key_types = mysql_key_types(layout.key)
+        key_set = {c.name for c in layout.key}
+        keys_json = json.dumps(layout.key_names)
+        conn = self.connection()
+        lock = f"cdc_sink_ddl:{self.database}"[:64]
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT GET_LOCK(%s, 120)", [lock])
+                if cur.fetchone()[0] != 1:
+                    raise SinkError(f"could not take the DDL lock {lock!r}")
+                try:
+                    opts = f"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={self.collation}"
+                    cur.execute(
+                        f"CREATE TABLE IF NOT EXISTS {q(TABLES)} (table_name VARCHAR(64) NOT NULL PRIMARY KEY,"
+                        " source_db VARCHAR(64) NOT NULL, source_table VARCHAR(64) NOT NULL,"
+                        " key_columns TEXT NOT NULL, created_at TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6))"
+                        f" {opts}")
+                    cur.execute(
+                        f"CREATE TABLE IF NOT EXISTS {q(TOMBSTONES)} (table_name VARCHAR(64) NOT NULL,"
+                        " key_hash BINARY(16) NOT NULL, key_json LONGTEXT NOT NULL,"
+                        f" position {_POSITION_TYPE}, PRIMARY KEY (table_name, key_hash)) {opts}")
+                    cur.execute(f"SELECT source_db, source_table, key_columns FROM {q(TABLES)} WHERE table_name = %s",
+                                [name])
+                    reg = cur.fetchone()
+                    if reg is not None:
+                        if (reg[0], reg[1]) != (db, table):
+                            raise SinkError(f"sink table {qualified} already mirrors {reg[0]}.{reg[1]}, "
+                                            f"not {db}.{table}")
+                        if json.loads(reg[2]) != layout.key_names:
+                            raise SinkError(f"sink table {qualified} has key {reg[2]}, the schema now says "
+                                            f"{keys_json}: a changed primary key needs the sink table rebuilt")
+                    defs = [f"{q(c.name)} {self._column_sql(c, key_types, c.name in key_set)}" for c in layout.columns]
+                    defs.append(f"{q(POSITION_COLUMN)} {_POSITION_TYPE}")
+                    defs.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in layout.key)})")
+                    cur.execute(f"CREATE TABLE IF NOT EXISTS {qualified} ({', '.join(defs)}) {opts}")
+                    cur.execute("SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+                                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", [self.database, name])
+                    existing = {n.lower(): _normalize_type(t) for n, t in cur.fetchall()}
+                    alters = []
+                    for c in layout.columns:
+                        is_key = c.name in key_set
+                        want = _normalize_type(key_types[c.name] if is_key else mysql_type(c))
+                        have = existing.get(c.name.lower())
+                        if have is None:
+                            alters.append(f"ALTER TABLE {qualified} ADD COLUMN {q(c.name)} "
+                                          f"{self._column_sql(c, key_types, False)}")
+                        elif have != want and not (want == "json" and have == "longtext" and self.flavor == "mariadb"):
+                            alters.append(f"ALTER TABLE {qualified} MODIFY COLUMN {q(c.name)} "
+                                          f"{self._column_sql(c, key_types, is_key)}")
+                    for stmt in alters:
+                        cur.execute(stmt)
+                    self.last_alters = alters
+                    if reg is None:  # (every ensure holds the DDL lock: nobody registers it meanwhile)
+                        cur.execute(f"INSERT INTO {q(TABLES)} (table_name, source_db, source_table, key_columns) "
+                                    "VALUES (%s, %s, %s, %s)", [name, db, table, keys_json])
+                    conn.commit()
+                finally:
+                    cur.execute("DO RELEASE_LOCK(%s)", [lock])
+        except pymysql.Error:
+            self._drop_broken()
+            raise
+        plan = self._plan(sig, name, qualified, layout)
+        self._plans[(db, table)] = plan
+        return plan
+
+    def _plan(self, sig: tuple, name: str, qualified: str, layout: TableLayout) -> _Plan:
+        cols = list(layout.columns)
+        key_set = {c.name for c in layout.key}
+        pos = q(POSITION_COLUMN)
+        guard = f"{pos} < VALUES({pos})"
+        sets = [f"{q(c.name)} = IF({guard}, VALUES({q(c.name)}), {q(c.name)})" for c in cols if c.name not in key_set]
+        sets.append(f"{pos} = IF({guard}, VALUES({pos}), {pos})")  # last: the guards above read the old position
+        names = [c.name for c in cols]
+        key_idx = [names.index(k.name) for k in layout.key]
+        key_cols_sql = ", ".join(q(k.name) for k in layout.key)
+        return _Plan(
+            signature=sig, name=name, qualified=qualified, layout=layout,
+            fields=[c.field for c in cols],
+            getter=row_getter([c.field for c in cols]),
+            literals=[column_literal(c) for c in cols],
+            key_idx=key_idx,
+            key_converters=[mysql_converter(k) for k in layout.key],
+            key_readback=[_readback(k) for k in layout.key],
+            insert_prefix=f"INSERT INTO {qualified} ({', '.join(q(c.name) for c in cols)}, {pos}) VALUES ",
+            insert_suffix=" ON DUPLICATE KEY UPDATE " + ", ".join(sets),
+            select_prefix=f"SELECT {key_cols_sql}, {pos} FROM {qualified} WHERE ",
+            key_cols_sql=key_cols_sql,
+        )
+
+    # ------------------------------------------------------------------ apply
+    def apply(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
+              records: Iterable[Any]) -> ApplyResult:
+        """Apply one batch of changes of ``db.table``; see the module docstring."""
+        layout = self._layout(value_schema, key_columns)
+        plan = self._ensure(db, table, layout)
+        reduced = reduce_for_layout(records, layout)
+        result = ApplyResult(superseded=reduced.superseded)
+        if not reduced.upserts and not reduced.deletes:
+            return result
+        conn = self.connection()
+        try:
+            conn.begin()
+            with conn.cursor() as cur:
+                self._apply(cur, plan, reduced.upserts, reduced.deletes, result)
+            conn.commit()
+        except BaseException:
+            self._drop_broken()
+            raise
+        return result
+
+    def _apply(self, cur, plan: _Plan, upserts: list, deletes: list, result: ApplyResult) -> None:
+        layout = plan.layout
+        tomb = q(TOMBSTONES)
+        if self.serialize:
+            cur.execute(f"SELECT 1 FROM {q(TABLES)} WHERE table_name = %s FOR UPDATE", [plan.name])
+            if cur.fetchone() is None:
+                raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
+        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {tomb} WHERE table_name = %s)", [plan.name])
+        has_tombstones = bool(cur.fetchone()[0])
+
+        # Key values of every record: Avro values, DB-form (for matching stored rows), SQL literals.
+        klits = [plan.literals[i] for i in plan.key_idx]
+        kconvs = [None if is_pass_through(c) else c for c in plan.key_converters]
+        single = len(klits) == 1
+
+        def prepared(changes: list) -> list[tuple[Any, tuple, Any, list[str]]]:
+            out = []
+            if single:
+                lit, conv = klits[0], kconvs[0]
+                for ch, kv in changes:
+                    v = kv[0]
+                    out.append((ch, kv, freeze_key((v if conv is None else conv(v),)), [lit(v)]))
+                return out
+            for ch, kv in changes:
+                dbk = freeze_key(tuple([v if c is None else c(v) for c, v in zip(kconvs, kv)]))
+                out.append((ch, kv, dbk, [lit(v) for lit, v in zip(klits, kv)]))
+            return out
+
+        ups = prepared(upserts)
+        dels = prepared(deletes)
+        stored = self._stored_positions(cur, plan, [p[3] for p in ups] + [p[3] for p in dels])
+        tombs: dict[bytes, str] = {}
+        hashes: dict[int, tuple[str, bytes]] = {}
+        if has_tombstones:
+            for i, p in enumerate(ups + dels):
+                hashes[i] = key_json_and_hash(p[1])
+            tombs = self._tombstone_positions(cur, plan, [h for _, h in hashes.values()])
+
+        # upserts
+        row_literal = self._row_literal
+        rows: list[str] = []
+        prune: list[tuple[bytes, str]] = []
+        for i, (ch, kv, dbk, _) in enumerate(ups):
+            pos = ch.position
+            cur_pos = stored.get(dbk)
+            if cur_pos is not None and cur_pos >= pos:
+                result.skipped += 1
+                continue
+            if has_tombstones:
+                h = hashes[i][1]
+                t = tombs.get(h)
+                if t is not None:
+                    if t >= pos:
+                        result.skipped += 1
+                        continue
+                    prune.append((h, pos))
+            rows.append(row_literal(plan, ch))
+            result.upserted += 1
+        self._insert_chunks(cur, plan.insert_prefix, plan.insert_suffix, rows)
+        for chunk in _chunks(prune, _DELETE_CHUNK):
+            cond = " OR ".join(f"(key_hash = X'{h.hex()}' AND position < '{p}')" for h, p in chunk)
+            cur.execute(f"DELETE FROM {tomb} WHERE table_name = %s AND ({cond})", [plan.name])
+
+        # deletes
+        doomed: list[str] = []
+        new_tombs: list[str] = []
+        tname = _str_lit(plan.name)
+        for j, (ch, kv, dbk, key_lits) in enumerate(dels):
+            pos = ch.position
+            cur_pos = stored.get(dbk)
+            if cur_pos is not None and cur_pos >= pos:
+                result.skipped += 1
+                continue
+            text, h = hashes[len(ups) + j] if has_tombstones else key_json_and_hash(kv)
+            if cur_pos is None:
+                t = tombs.get(h)
+                if t is not None and t >= pos:
+                    result.skipped += 1
+                    continue
+            else:
+                match = " AND ".join(f"{q(k.name)} = {lit}" for k, lit in zip(layout.key, key_lits))
+                doomed.append(f"({match} AND {q(POSITION_COLUMN)} < '{pos}')")
+            new_tombs.append(f"({tname}, X'{h.hex()}', {_str_lit(text)}, '{pos}')")
+            result.deleted += 1
+        for chunk in _chunks(doomed, _DELETE_CHUNK):
+            cur.execute(f"DELETE FROM {plan.qualified} WHERE " + " OR ".join(chunk))
+        guard = "position < VALUES(position)"
+        self._insert_chunks(
+            cur, f"INSERT INTO {tomb} (table_name, key_hash, key_json, position) VALUES ",
+            f" ON DUPLICATE KEY UPDATE key_json = IF({guard}, VALUES(key_json), key_json), "
+            f"position = IF({guard}, VALUES(position), position)", new_tombs)
+
+    def _row_literal(self, plan: _Plan, ch: Any) -> str:
+        try:
+            return "(" + ", ".join([lit(v) for lit, v in zip(plan.literals, plan.getter(ch.row))]) \
+                + ", '" + ch.position + "')"
+        except Exception as exc:
+            raise row_error(plan.qualified, plan.layout, plan.literals, ch, exc) from exc
+
+    def _insert_chunks(self, cur, prefix: str, suffix: str, rows: list[str]) -> None:
+        budget = self._max_sql
+        start = 0
+        while start < len(rows):
+            size = len(prefix) + len(suffix)
+            end = start
+            while end < len(rows) and (end == start or size + len(rows[end]) + 1 <= budget):
+                size += len(rows[end]) + 1
+                end += 1
+            cur.execute(prefix + ",".join(rows[start:end]) + suffix)
+            start = end
+
+    def _stored_positions(self, cur, plan: _Plan, key_literals: list[list[str]]) -> dict[tuple, str]:
+        """Stored ``__cdc_position`` of the given keys, by DB-form key tuple."""
+        out: dict[tuple, str] = {}
+        single = len(plan.key_idx) == 1
+        readback = plan.key_readback
+        nk = len(readback)
+        for chunk in _chunks(key_literals, _READ_CHUNK):
+            if single:
+                cond = f"{plan.key_cols_sql} IN ({', '.join(k[0] for k in chunk)})"
+            else:
+                cond = f"({plan.key_cols_sql}) IN ({', '.join('(' + ', '.join(k) + ')' for k in chunk)})"
+            cur.execute(plan.select_prefix + cond)
+            for r in cur.fetchall():
+                out[freeze_key(tuple(rb(v) for rb, v in zip(readback, r[:nk])))] = r[nk]
+        return out
+
+    def _tombstone_positions(self, cur, plan: _Plan, hashes: list[bytes]) -> dict[bytes, str]:
+        out: dict[bytes, str] = {}
+        for chunk in _chunks(hashes, _READ_CHUNK):
+            cur.execute(f"SELECT key_hash, position FROM {q(TOMBSTONES)} WHERE table_name = %s AND key_hash IN ("
+                        + ", ".join(f"X'{h.hex()}'" for h in chunk) + ")", [plan.name])
+            for h, p in cur.fetchall():
+                out[bytes(h)] = p
+        return out
+
+    # ------------------------------------------------------------------ maintenance
+    def purge_tombstones(self, before_position: str, db: str | None = None, table: str | None = None) -> int:
+        """Drop tombstones older than ``before_position`` (of one table, or all); returns how many."""
+        sql = f"DELETE FROM {q(TOMBSTONES)} WHERE position < %s"
+        args: list[Any] = [before_position]
+        if db is not None and table is not None:
+            sql += " AND table_name = %s"
+            args.append(self.table_name(db, table))
+        conn = self.connection()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                n = cur.rowcount
+            conn.commit()
+            return n
+        except BaseException:
+            self._drop_broken()
+            raise
+
+    def tombstones(self, db: str, table: str) -> list[tuple[str, str]]:
+        """``(key_json, position)`` of the table's tombstones, in position order."""
+        conn = self.connection()
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT key_json, position FROM {q(TOMBSTONES)} WHERE table_name = %s ORDER BY position",
+                        [self.table_name(db, table)])
+            rows = [(k, p) for k, p in cur.fetchall()]
+        conn.commit()
+        return rows
+
+
+def _chunks(items: list, n: int):
+    for i in range(0, len(items), n):
+        yield items[i:i + n]

@@ -133,6 +133,17 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
+    from cdc.bench import BenchError
+    from cdc.bench_snapshot import bench_snapshot
+    try:
+        bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size, parallelism=args.parallelism,
+                       writes_per_s=args.writes_per_s, keep_running=args.keep_running, console=console)
+    except BenchError as exc:
+        raise CommandError(str(exc)) from None
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     """Producer position, lag and rate: stored offsets (Kafka) and the live status file."""
     import json
@@ -228,6 +239,17 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--follow", action="store_true", help="draw progress bars until the tables are done")
     snap.add_argument("--timeout", type=float, default=None, help="with --follow: give up after SECONDS")
     snap.set_defaults(func=_cmd_snapshot)
+
+    bench_snap_p = bench_sub.add_parser(
+        "snapshot", help="incremental snapshot of a table: pymysql keyset scan vs the producer vs mariadb-dump")
+    bench_snap_p.add_argument("--rows", type=int, default=1_000_000, help="rows in the table (default 1000000)")
+    bench_snap_p.add_argument("--chunk-size", type=int, default=8192)
+    bench_snap_p.add_argument("--parallelism", type=int, default=1, help="chunk readers")
+    bench_snap_p.add_argument("--writes-per-s", type=int, default=1000,
+                              help="writes per second during the second run (0: skip it)")
+    bench_snap_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_snap_p.add_argument("--keep-running", action="store_true")
+    bench_snap_p.set_defaults(func=_cmd_bench_snapshot)
 
     status = sub.add_parser("status", help="producer position, lag and rate")
     status.set_defaults(func=_cmd_status)

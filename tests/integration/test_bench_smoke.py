@@ -27,3 +27,15 @@ def test_bench_stream_smoke(tmp_path: Path):
         assert result[key]["rows_per_s"] > 0
     assert set(result["ratios"]) == {"b_tx/a", "b_no_tx/a", "c/a"}
     assert all(r > 0 for r in result["ratios"].values())
+
+
+def test_bench_snapshot_smoke(tmp_path: Path):
+    from cdc.bench_snapshot import bench_snapshot
+    result = bench_snapshot(tmp_path / "bench", rows=6000, chunk_size=1000, writes_per_s=200,
+                            console=Console(width=160))
+    assert result["keyset"]["rows"] == 6000
+    assert result["snapshot_quiet"]["rows"] == 6000
+    # Under writes the snapshot also reads the rows inserted while it runs (up to its max key).
+    assert result["snapshot_writes"]["rows"] >= 6000 and result["snapshot_writes"]["writes"] > 0
+    assert result["dump"]["rows_per_s"] > 0
+    assert set(result["ratios"]) == {"snapshot_quiet/a", "snapshot_writes/a", "dump/a"}

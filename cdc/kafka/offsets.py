@@ -1,61 +1,133 @@
 """End offsets that are right on every Kafka-protocol broker.
 
-The embedded Tansu broker answers ListOffsets(latest) with the base offset of the last
-record batch plus one, not the log-end offset (1,000 records produced in one batch
-report an end of 1).  The high watermark carried by Fetch responses is correct, so the
-true end is read from a fetch at the last reported offset: librdkafka caches the
-fetch's high watermark, and ``get_watermark_offsets(cached=True)`` returns it.  On a
-broker that answers ListOffsets correctly this gives the same number.
+The embedded Tansu broker answers ListOffsets wrongly in two ways:
+
+* ListOffsets(latest) is the base offset of the last record batch plus one, not the
+  log-end offset (1,000 records produced in one batch report an end of 1);
+* under ``read_committed`` it answers 0 for as long as any transaction is open on the
+  partition, which with a producer that commits transactions back to back is nearly
+  always.
+
+The Fetch response is right on Tansu as on Kafka: it carries the high watermark and the
+last stable offset (LSO) of the partition whatever offset the fetch asked for.  So every
+partition is probed with one fetch, and the end is read from librdkafka's statistics
+(``ls_offset``: the fetch's LSO under ``read_committed``, its high watermark under
+``read_uncommitted``; the cached watermarks of ``get_watermark_offsets`` only hold the
+high watermark, which under ``read_committed`` counts records of open transactions).
+
+The ListOffsets answer is still asked for: it raises for a partition the broker does not
+know (yet) as before, gives the low watermark, is a lower bound (a correct broker's answer never
+exceeds what a later fetch reports, and Tansu's is never above the true end), and is a
+fetch position that is known to be valid.  The fetch starts at the highest of the low
+watermark, that answer and the caller's hint (typically the end returned last time), so
+it carries few or no records; a hint past the end of the log (a recreated topic) makes a
+Kafka broker answer "offset out of range", after which the consumer resets to the
+earliest offset and fetches again.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from typing import Iterable
+from typing import Iterable, Mapping
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 
 class OffsetLookupError(Exception):
     """The broker did not answer an offset lookup in time."""
 
 
+# get_watermark_offsets errors that mean "the broker did not answer in time".
+_NO_ANSWER = (KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)
+
+# How often librdkafka emits statistics while the probe waits for its fetch answers.
+_STATS_INTERVAL_MS = 10
+
+
 def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *, timeout: float = 15.0,
-                client_config: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+                client_config: dict | None = None,
+                hints: Mapping[tuple[str, int], int] | None = None) -> dict[tuple[str, int], tuple[int, int]]:
     """``{(topic, partition): (low, end)}`` where ``end`` is the true log-end offset.
 
     Under ``isolation.level=read_committed`` (the default here) ``end`` is the last stable
-    offset, the point up to which a read_committed consumer can read.
+    offset, the point up to which a read_committed consumer can read, also while
+    transactions are open; under ``read_uncommitted`` it is the high watermark.
+
+    ``hints`` (optional) maps partitions to an offset at or below their current end, such
+    as the end this function returned last time: the probing fetch starts there and so
+    carries only the records written since.  A wrong hint costs time, never correctness.
+
+    The whole call takes at most about ``timeout`` seconds: :class:`OffsetLookupError` if
+    the broker has not answered by then.  A partition the broker does not know raises
+    ``KafkaException``, as ``Consumer.get_watermark_offsets`` does.
     """
-    parts = list(partitions)
+    parts = list(dict.fromkeys((str(t), int(p)) for t, p in partitions))
+    if not parts:
+        return {}
+    stats: list[str] = []
     conf = {"bootstrap.servers": bootstrap_servers, "group.id": f"cdc-offsets-{uuid.uuid4().hex}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
-            "fetch.max.bytes": 1048576, "max.partition.fetch.bytes": 65536, **(client_config or {})}
+            "fetch.max.bytes": 1048576, "max.partition.fetch.bytes": 65536, **(client_config or {}),
+            # The probe's own settings: one small fetch per partition, answered at once
+            # even when it asks at the end of the log, and statistics to read it from.
+            "enable.auto.offset.store": False, "enable.partition.eof": False, "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10, "fetch.error.backoff.ms": 50, "fetch.queue.backoff.ms": 10,
+            "queued.min.messages": 1000,
+            "statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": stats.append}
+    committed = str(conf.get("isolation.level", "read_committed")).lower() != "read_uncommitted"
+    end_field = "ls_offset" if committed else "hi_offset"
+    deadline = time.monotonic() + timeout
     consumer = Consumer(conf)
     try:
         reported: dict[tuple[str, int], tuple[int, int]] = {}
         for topic, part in parts:
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=timeout)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise OffsetLookupError(f"no ListOffsets answer for {(topic, part)} within {timeout}s")
+            try:
+                lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=left)
+            except KafkaException as exc:
+                if exc.args and exc.args[0].code() in _NO_ANSWER:
+                    raise OffsetLookupError(f"no ListOffsets answer for {(topic, part)} within {timeout}s: "
+                                            f"{exc.args[0].str()}") from exc
+                raise
             reported[(topic, part)] = (lo, hi)
-        to_probe = [(tp, lo, hi) for tp, (lo, hi) in reported.items() if hi > lo]
-        if not to_probe:
-            return reported
-        consumer.assign([TopicPartition(t, p, max(lo, hi - 1)) for (t, p), lo, hi in to_probe])
-        result = dict(reported)
-        pending = {tp for tp, _, _ in to_probe}
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            consumer.poll(0.1)
-            for tp in list(pending):
-                lo, hi = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-                # Before the first fetch answer the cached value is negative (OFFSET_INVALID).
-                if hi >= 0:
-                    result[tp] = (reported[tp][0], max(hi, reported[tp][1] - 1))
-                    pending.discard(tp)
-        if pending:
-            raise OffsetLookupError(f"no fetch answer for {sorted(pending)} within {timeout}s")
+        hints = hints or {}
+        consumer.assign([TopicPartition(t, p, max(lo, hi, int(hints.get((t, p), lo))))
+                         for (t, p), (lo, hi) in reported.items()])
+        fetched: dict[tuple[str, int], int] = {}
+        while True:
+            # Records the probe happens to fetch are dropped; consuming them in bulk keeps
+            # the statistics callbacks queued behind them from waiting.
+            consumer.consume(100000, 0.01)
+            if stats:
+                latest = stats[-1]
+                stats.clear()
+                _read_stats(latest, end_field, reported, fetched)
+            if len(fetched) == len(reported):
+                break
+            if time.monotonic() > deadline:
+                missing = sorted(set(reported) - set(fetched))
+                raise OffsetLookupError(f"no fetch answer for {missing} within {timeout}s")
+        result = {}
+        for tp, (lo, hi) in reported.items():
+            # A correct ListOffsets answer is never above what the later fetch reports, and
+            # Tansu's answer is never above the true end: the larger of the two is right.
+            result[tp] = (lo, max(lo, hi, fetched[tp]))
         return result
     finally:
         consumer.close()
 
+
+def _read_stats(raw: str, end_field: str, wanted: Mapping[tuple[str, int], object],
+                found: dict[tuple[str, int], int]) -> None:
+    """Record into ``found`` the end offset of every wanted partition that the statistics
+    JSON ``raw`` shows a fetch answer for (before the first answer the value is -1001,
+    after an answer with a partition error it is -1)."""
+    topics = json.loads(raw).get("topics", {})
+    for (topic, part) in wanted:
+        entry = topics.get(topic, {}).get("partitions", {}).get(str(part))
+        if entry is not None and int(entry.get(end_field, -1)) >= 0:
+            found[(topic, part)] = int(entry[end_field])

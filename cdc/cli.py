@@ -133,6 +133,13 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from spark_jobs.merge_job import run_merge
+    cfg = load(args)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return run_merge(cfg, available_now=args.available_now)
+
+
 def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
     from cdc.bench import BenchError
     from cdc.bench_snapshot import bench_snapshot
@@ -170,6 +177,19 @@ def _cmd_status(args: argparse.Namespace) -> int:
         st = {}
         table.add_row("producer", f"no status file in {cfg.state_dir} (not running here)")
     console.print(table)
+    merge_file = Path(cfg.state_dir) / "merge-status.json"
+    if merge_file.exists():
+        ms = json.loads(merge_file.read_text())
+        lb = ms.get("last_batch", {})
+        fresh = time.time() - ms.get("updated_at", 0) < 60
+        mt = Table("merge job", "value")
+        mt.add_row("job", f"pid {ms['pid']}, " + ("running" if fresh else "no batch for 60s+"))
+        mt.add_row("last batch", f"#{ms['batch_id']}: {lb.get('input', 0):,} records, {lb.get('rows_per_second', 0):,.0f}/s, "
+                                 f"{lb.get('dropped', 0)} chunk rows dropped, {lb.get('dead', 0)} dead letters")
+        mt.add_row("latency", f"p50 {lb.get('latency_p50_ms')} ms, p99 {lb.get('latency_p99_ms')} ms")
+        t = ms.get("totals", {})
+        mt.add_row("totals", ", ".join(f"{k} {v:,}" for k, v in t.items()))
+        console.print(mt)
     snap = st.get("snapshot") or (stored or {}).get("snapshot")
     if snap:
         from cdc.progress import draw_status_bars
@@ -251,11 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench_snap_p.add_argument("--keep-running", action="store_true")
     bench_snap_p.set_defaults(func=_cmd_bench_snapshot)
 
+    merge = sub.add_parser("merge", help="run the Spark merge job: DBLog dedup into the clean changelog and sinks")
+    merge.add_argument("--available-now", action="store_true",
+                       help="process what is in Kafka now, then exit (default: run until stopped)")
+    merge.set_defaults(func=_cmd_merge)
+
     status = sub.add_parser("status", help="producer position, lag and rate")
     status.set_defaults(func=_cmd_status)
 
     for name, issue, help_ in (
-        ("merge", "issue: Spark merge job", "run the Spark merge job"),
         ("verify", "issue: cdc verify", "compare source tables with the sinks"),
     ):
         p = sub.add_parser(name, help=help_)

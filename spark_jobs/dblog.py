@@ -49,7 +49,10 @@ comparisons, so an adapter can map an output back to its input without re-encodi
 
 from __future__ import annotations
 
+import base64
+import math
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Mapping, NamedTuple, Union
 
@@ -589,3 +592,351 @@ class WindowBuffer:
             buf._windows[(sid, cid)] = _WindowState(open_, close, {_freeze(k) for k in keys})
         buf.stats.update(state.get("stats", {}))
         return buf
+
+
+# ---------------------------------------------------------------------------- marker-free form
+class WindowTooOldError(DBLogError):
+    """A chunk row that :class:`PartitionDeduper` cannot decide exactly any more.
+
+    Its window opened before ``forgotten_up_to``: a change of its key inside the window
+    may have been forgotten (pruned by the time-to-live), so keeping the row could
+    resurrect a stale row and dropping it could lose one.  Nothing is guessed: the adapter
+    sends the record to a dead-letter topic (re-read that chunk, or raise ``ttl_ms``).
+    The record counts as consumed: a later copy of it is a ``"copy"``."""
+
+    def __init__(self, key: Any, position: str, window: Window, forgotten_up_to: str) -> None:
+        self.key, self.position, self.window, self.forgotten_up_to = key, position, window, forgotten_up_to
+        super().__init__(
+            f"chunk row at {position} of window {window.snapshot_id}/{window.chunk_id} opened at {window.open}, "
+            f"but this partition's changes up to {forgotten_up_to} are forgotten and the key {key!r} has no "
+            "change tracked since: the row cannot be decided exactly (window longer than ttl_ms?)"
+        )
+
+    def __reduce__(self):  # picklable (Spark ships exceptions between processes)
+        return (type(self), (self.key, self.position, self.window, self.forgotten_up_to))
+
+
+def _position_before(p: str) -> str:
+    """The position just below ``p`` (``""``, below every position, for position 0)."""
+    n = int(p)
+    return f"{n - 1:0{POSITION_WIDTH}d}" if n else ""
+
+
+def _encode_key(k: Any) -> Any:
+    t = type(k)
+    if t is bytes:
+        return {"b64": base64.b64encode(k).decode("ascii")}
+    if t is str or t is int or t is bool or k is None:
+        return k
+    if t is float:
+        if not math.isfinite(k):
+            raise DBLogError(f"cannot checkpoint the non-finite float key {k!r}")
+        return k
+    if t is tuple:
+        return [_encode_key(x) for x in k]
+    raise DBLogError(f"cannot checkpoint a key of type {t.__name__} ({k!r}): keys must be bytes, str, int, "
+                     "float, bool, None or tuples of those")
+
+
+def _decode_key(v: Any) -> Any:
+    if type(v) is list:
+        return tuple(_decode_key(x) for x in v)
+    if type(v) is dict:
+        if len(v) != 1 or type(v.get("b64")) is not str:
+            raise DBLogError(f"unknown key encoding {v!r} in PartitionDeduper state")
+        return base64.b64decode(v["b64"], validate=True)
+    return v
+
+
+class PartitionDeduper:
+    """The DBLog rule over one Kafka partition of a table topic, without markers.
+
+    One deduper per (table topic, partition), fed the partition's records in offset order
+    with :meth:`push`: change events (op ``c``/``u``/``d``) and chunk rows (op ``r`` with
+    their :class:`Window`).  It needs no OPEN/CLOSE marker feed: a chunk row carries its
+    window, and the partition itself holds every change that can beat it.
+
+    Why the partition alone decides (the contract of DESIGN.md sections 3-4)
+    ------------------------------------------------------------------------
+    * Partitioning is by key, so every change of key K is in K's partition, in position
+      order.  A chunk row R of K sits at ``q = chunk_row_position(close, i)``, inside the
+      CLOSE marker's binlog event, after every change at or before CLOSE and before every
+      later change (section 3).
+    * So when R arrives, every record before it is below q, and every *change* before it
+      is below ``close``: a change in ``(close, q)`` would share the CLOSE marker's binlog
+      event, which holds only the signal-table row.  (Checked: a change at or above the
+      CLOSE of a later chunk row raises :class:`OrderingError`.)  Every change of K inside
+      ``(open, close)`` has therefore arrived before R, and every change of K after R is
+      above ``close`` and is irrelevant to R.
+    * Hence the latest change of K seen so far, L, decides: if ``L > open`` then
+      ``open < L < close`` and R is dropped; if ``L <= open`` (or K never changed) no
+      change of K lies in ``(open, close)`` and R is kept.  A key changed twice, deleted
+      and re-inserted, or moved by a primary-key change (a ``d`` of the old key and a
+      ``c`` of the new one, each in its own key's partition) needs nothing more: only
+      the latest position per key matters.
+
+    Forgetting (bounded state)
+    --------------------------
+    The state is ``key -> (position of the key's latest change, clock at that change)``,
+    ordered by that position (an ``OrderedDict``: a key changed again moves to the end).
+    The *clock* is the highest source timestamp (``ts_ms`` of the binlog event) of the
+    changes pushed so far.  A key is forgotten once the clock is more than ``ttl_ms``
+    above the clock at its latest change; pruning pops from the front, so it is amortised
+    O(1) per record, and ``forgotten_up_to`` (F) is the highest position forgotten.
+    Because the entries are popped in position order, *a key is tracked exactly when its
+    latest change is above F*; an untracked key's changes are all at or below F.  So for
+    a chunk row R of K, window ``(open, close)``:
+
+    * K tracked, latest change ``L > open``: drop (certain, whatever F);
+    * K tracked, ``L <= open``: keep (certain: L is K's latest change, whatever F);
+    * K untracked, ``F <= open``: keep (every change of K is at or below F, so outside
+      the window; ``F == open`` cannot even happen, F being a change's position and open
+      a marker's);
+    * K untracked, ``F > open``: a change of K in ``(open, F]`` may have been forgotten:
+      :class:`WindowTooOldError`, never a guess.
+
+    The decisions therefore never differ from :func:`dedupe_log` (restricted to the
+    partition); the TTL only decides whether the deduper can answer.  A change is aged
+    from the clock at its arrival, not from its own timestamp, which only ever retains
+    longer: MySQL stamps a row event with the time its *statement started*, so a long
+    transaction's events can be older than events logged before them; ages are in whole
+    seconds on MySQL (``ts_ms`` is a multiple of 1000).  With timestamps that rise with
+    the position, every chunk row is decided exactly when its window is no longer than
+    the TTL: ``ts(close) - ts(open) <= ttl_ms`` in binlog timestamps (of the marker
+    events, which bound those of the changes between them).  Chunk rows' own ``ts_ms``
+    is ignored: the producer stamps them with the wall clock at release
+    (``EventBuilder.chunk_records``), which runs ahead of the binlog's timestamps while
+    the binlog reader lags and would otherwise prune the window being decided.
+    The memory is the number of keys changed within the last ``ttl_ms`` of the clock.
+
+    Copies and errors
+    -----------------
+    A record at or below the highest position pushed is a copy (producer restart, aborted
+    transaction, replay): ``"copy"``, no other effect, so a feed with copies gives the same
+    decisions and the same state as one without.  Malformed input raises
+    :class:`DBLogError` (a chunk row without a window or not at its window's CLOSE event,
+    a change with a window, an unknown op, a change without an integer ``ts_ms``, a ``None``
+    key), broken order raises :class:`OrderingError`; both leave the state unchanged.
+    :class:`WindowTooOldError` (also a :class:`DBLogError`) consumes the record.
+
+    History
+    -------
+    By default the feed is taken to start at the partition's beginning (nothing was
+    missed).  An adapter starting a partition mid-stream with no saved state (startingOffsets
+    latest or a given offset, or records deleted by retention) passes
+    ``complete_history=False``: changes before the first record pushed then count as
+    forgotten, and chunk rows of windows opened before it raise :class:`WindowTooOldError`
+    unless their key was changed since.
+
+    Keys are compared as given (hashable); :meth:`to_state` can checkpoint bytes (the raw
+    Kafka record key, the adapter's choice), str, int, float (finite), bool, None and
+    tuples of those (as :func:`make_key` builds them).
+    """
+
+    EMIT = "emit"
+    DROP = "drop"
+    COPY = "copy"
+    TOO_OLD = "too_old"  # only in push_many(..., too_old="mark")
+
+    __slots__ = ("ttl_ms", "_high", "_change_high", "_clock", "_forgotten", "_tracked", "_pending_start", "_n")
+
+    def __init__(self, ttl_ms: int = 600_000, *, complete_history: bool = True) -> None:
+        if type(ttl_ms) is not int or ttl_ms < 0:
+            raise DBLogError(f"ttl_ms must be an int >= 0, got {ttl_ms!r}")
+        self.ttl_ms = ttl_ms
+        self._high = ""  # highest position pushed, below every position at first
+        self._change_high = ""  # highest change position pushed
+        self._clock: int | None = None  # highest ts_ms of a change pushed
+        self._forgotten = ""  # forgotten_up_to
+        self._tracked: OrderedDict[Key, tuple[str, int]] = OrderedDict()
+        self._pending_start = not complete_history
+        self._n = {"changes": 0, "rows_kept": 0, "rows_dropped": 0, "copies": 0, "too_old": 0, "forgotten": 0}
+
+    # ------------------------------------------------------------------ feeding
+    def push(self, key: Key, op: str, position: str, ts_ms: int | None, window: Window | Mapping | None = None) -> str:
+        """Take the partition's next record; return ``"emit"``, ``"drop"`` or ``"copy"``.
+
+        ``ts_ms``: the binlog event's timestamp (``source.ts_ms``), an int, for a change;
+        ignored (may be ``None``) for a chunk row.  ``window``: the chunk row's
+        :class:`Window` (or its ``snapshot_window`` mapping); ``None`` for a change."""
+        _check_position("position", position)
+        if key is None:
+            raise DBLogError(f"record at {position} has no key: the DBLog rule needs a key")
+        if op in CHANGE_OPS:
+            if window is not None:
+                raise DBLogError(f"a change (op {op!r}) at {position} carries a window: only chunk rows (op 'r') do")
+            if type(ts_ms) is not int:
+                raise DBLogError(f"change at {position} needs its source ts_ms as an int, got {ts_ms!r}")
+            if position <= self._high:
+                self._n["copies"] += 1
+                return "copy"
+            self._start(position)
+            self._change(key, position, ts_ms)
+            return "emit"
+        if op != "r":
+            raise DBLogError(f"unknown op {op!r} at {position} (expected c, u, d or r)")
+        if window is None:
+            raise DBLogError(f"chunk row (op 'r') at {position} without its window")
+        if type(window) is not Window:
+            if not isinstance(window, Mapping):
+                raise DBLogError(f"chunk row at {position}: window must be a Window or a snapshot_window mapping")
+            window = Window.from_dict(window)
+        close = window.close
+        if not (position > close and position[:EVENT_WIDTH] == close[:EVENT_WIDTH]):
+            raise DBLogError(f"chunk row position {position} is not at its window's CLOSE {close} "
+                             "(expected chunk_row_position(close, index))")
+        if position <= self._high:
+            self._n["copies"] += 1
+            return "copy"
+        if self._change_high >= close:
+            raise OrderingError(f"chunk row at {position} of window {window.snapshot_id}/{window.chunk_id} came after "
+                                f"a change at {self._change_high}, at or above its CLOSE {close}: a chunk row must "
+                                "precede every change after its CLOSE")
+        self._start(position)
+        return self._chunk_row(key, position, window)
+
+    def push_record(self, record: ChangeRecord | ChunkRow, ts_ms: int | None = None) -> str:
+        """:meth:`push` of a :class:`ChangeRecord` (c/u/d) or a :class:`ChunkRow`."""
+        return self.push(record.key, record.op if type(record) is ChangeRecord else "r", record.position,
+                         ts_ms, record.window)
+
+    def push_many(self, records: Iterable[tuple], *, too_old: str = "raise") -> list[str]:
+        """:meth:`push` each ``(key, op, position, ts_ms, window)``; the decisions, in order.
+
+        ``too_old="mark"`` gives ``"too_old"`` for a :class:`WindowTooOldError` and goes on
+        (the row is consumed either way); ``"raise"`` lets it through, leaving the records
+        before it pushed."""
+        if too_old not in ("raise", "mark"):
+            raise ValueError(f"too_old must be 'raise' or 'mark', got {too_old!r}")
+        out = []
+        push = self.push
+        for rec in records:
+            try:
+                out.append(push(*rec))
+            except WindowTooOldError:
+                if too_old == "raise":
+                    raise
+                out.append("too_old")
+        return out
+
+    # ------------------------------------------------------------------ rule
+    def _start(self, position: str) -> None:
+        if self._pending_start:  # history before the first record is unknown
+            self._pending_start = False
+            self._forgotten = _position_before(position)
+
+    def _change(self, key: Key, position: str, ts_ms: int) -> None:
+        clock = self._clock
+        advanced = clock is None or ts_ms > clock
+        if advanced:
+            self._clock = clock = ts_ms
+        tracked = self._tracked
+        tracked[key] = (position, clock)
+        tracked.move_to_end(key)
+        self._high = self._change_high = position
+        self._n["changes"] += 1
+        if advanced:
+            self._prune()
+
+    def _prune(self) -> None:
+        tracked = self._tracked
+        limit = self._clock - self.ttl_ms  # forget a key whose clock is below: more than ttl_ms behind
+        n = 0
+        while tracked:
+            key = next(iter(tracked))
+            position, at = tracked[key]
+            if at >= limit:
+                break
+            del tracked[key]
+            self._forgotten = position
+            n += 1
+        if n:
+            self._n["forgotten"] += n
+
+    def _chunk_row(self, key: Key, position: str, window: Window) -> str:
+        latest = self._tracked.get(key)
+        self._high = position
+        if latest is not None:
+            if latest[0] > window.open:  # and below close (checked in push)
+                self._n["rows_dropped"] += 1
+                return "drop"
+        elif self._forgotten > window.open:
+            self._n["too_old"] += 1
+            raise WindowTooOldError(key, position, window, self._forgotten)
+        self._n["rows_kept"] += 1
+        return "emit"
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def high(self) -> str:
+        """The highest position pushed (``""`` before any)."""
+        return self._high
+
+    @property
+    def forgotten_up_to(self) -> str:
+        """The highest change position forgotten (``""`` if none): a chunk row whose window
+        opened below it is decided only if its key is still tracked."""
+        return self._forgotten
+
+    @property
+    def clock(self) -> int | None:
+        """The highest source ``ts_ms`` of the changes pushed (``None`` before any)."""
+        return self._clock
+
+    @property
+    def tracked_keys(self) -> int:
+        return len(self._tracked)
+
+    def last_change(self, key: Key) -> str | None:
+        """Position of ``key``'s latest change if it is still tracked."""
+        latest = self._tracked.get(key)
+        return None if latest is None else latest[0]
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters (changes, rows_kept, rows_dropped, copies, too_old, forgotten) and
+        tracked_keys."""
+        return {**self._n, "tracked_keys": len(self._tracked)}
+
+    # ------------------------------------------------------------------ checkpoint
+    def to_state(self) -> dict[str, Any]:
+        """The whole state as JSON-serialisable data (bytes keys as ``{"b64": ...}``, tuple
+        keys as lists); :class:`DBLogError` for a key of another type."""
+        return {
+            "version": 1,
+            "kind": "PartitionDeduper",
+            "ttl_ms": self.ttl_ms,
+            "high": self._high,
+            "change_high": self._change_high,
+            "clock": self._clock,
+            "forgotten_up_to": self._forgotten,
+            "pending_start": self._pending_start,
+            "tracked": [[_encode_key(k), p, at] for k, (p, at) in self._tracked.items()],
+            "stats": dict(self._n),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], ttl_ms: int | None = None) -> "PartitionDeduper":
+        """A deduper continuing from :meth:`to_state`'s output (also after a JSON round
+        trip).  ``ttl_ms`` overrides the saved TTL (a shorter one prunes right away)."""
+        if state.get("version") != 1 or state.get("kind") != "PartitionDeduper":
+            raise DBLogError(f"not a PartitionDeduper state (version {state.get('version')!r}, "
+                             f"kind {state.get('kind')!r})")
+        d = cls(state["ttl_ms"] if ttl_ms is None else ttl_ms)
+        d._high, d._change_high, d._forgotten = state["high"], state["change_high"], state["forgotten_up_to"]
+        d._clock = state["clock"]
+        d._pending_start = bool(state.get("pending_start", False))
+        prev, prev_at = d._forgotten, None
+        for enc, p, at in state["tracked"]:
+            k = _decode_key(enc)
+            if not (prev < p <= d._change_high) or (prev_at is not None and at < prev_at) or k in d._tracked:
+                raise DBLogError(f"corrupt PartitionDeduper state at tracked entry {[enc, p, at]!r}")
+            d._tracked[k] = (p, at)
+            prev, prev_at = p, at
+        d._n.update(state.get("stats", {}))
+        if d._clock is not None:
+            d._prune()
+        return d
+
+
+__all__ += ["WindowTooOldError", "PartitionDeduper"]

@@ -1,0 +1,308 @@
+"""``cdc merge``: Kafka -> Spark Structured Streaming -> DBLog window dedup -> sinks.
+
+The stream reads every table topic ``<prefix>.<db>.<table>`` (the ``cdc-kafka`` Python
+source, or Spark's own ``kafka`` source with ``spark.kafka_source: jvm``).  Each
+micro-batch (``foreachBatch``):
+
+1. fixes, once, the range of the window markers topic ``<prefix>._markers`` it covers:
+   from where the previous batch stopped to the topic's end looked up *now*, after the
+   batch's table offsets were fixed.  The producer commits a marker no later than the
+   records after it, so every marker below any record of the batch is in that range.
+   The range is written down before use (``merge-state/<batch>.plan.json``) so a
+   replayed batch reads the same markers;
+2. runs :func:`spark_jobs.partition_merge.merge_partition` per table partition on the
+   executors (``groupBy("topic", "partition").applyInPandas``): decode, the DBLog rule,
+   clean changelog, sinks, dead letters;
+3. stores the partitions' new states (``merge-state/<batch>.json``: window buffers and
+   pending markers, bounded by the open windows) and logs the batch's figures (input
+   rows, rows/s, chunk rows dropped by the DBLog rule, copies, latency p50/p99 from the
+   source commit to the sink write), also written to ``<state_dir>/merge-status.json``
+   for ``cdc status``.
+
+A replayed batch (after a crash, Spark runs the last uncommitted batch again with the
+same offsets) starts from the state stored for the batch before, reads the same markers
+and so decides the same; the sinks never move a row backwards and the clean changelog
+skips what it already holds.  The query restarts after a failure (a lost database,
+Kafka) with backoff; ``cdc merge`` stops on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from cdc.config import CDCConfig
+
+log = logging.getLogger("cdc.merge")
+
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+
+
+def table_topic_pattern(prefix: str) -> str:
+    """Table topics ``<prefix>.<db>.<table>``; not ``<prefix>._*``, ``<prefix>.clean.*``,
+    ``<prefix>.transaction`` or the DDL topic ``<prefix>``."""
+    return re.escape(prefix) + r"\.(?!_|clean\.)[^.]+\.[^.]+"
+
+
+def markers_topic(prefix: str) -> str:
+    return f"{prefix}._markers"
+
+
+def dlq_topic(prefix: str) -> str:
+    return f"{prefix}._dlq"
+
+
+class MergeStateStore:
+    """Per batch: the plan (markers range) and the partitions' states, as JSON files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _write(self, path: Path, data: Any) -> None:
+        tmp = path.with_suffix(f".tmp{uuid.uuid4().hex[:6]}")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+
+    def _ids(self, suffix: str) -> list[int]:
+        return sorted(int(p.name[:-len(suffix)]) for p in self.dir.glob(f"*{suffix}")
+                      if p.name[:-len(suffix)].isdigit())
+
+    def state_before(self, batch_id: int) -> dict:
+        ids = [i for i in self._ids(".json") if i < batch_id]
+        return json.loads((self.dir / f"{ids[-1]}.json").read_text()) if ids else {"markers_next": 0, "partitions": {}}
+
+    def plan(self, batch_id: int) -> dict | None:
+        p = self.dir / f"{batch_id}.plan"
+        return json.loads(p.read_text()) if p.exists() else None
+
+    def save_plan(self, batch_id: int, plan: dict) -> None:
+        self._write(self.dir / f"{batch_id}.plan", plan)
+
+    def save_state(self, batch_id: int, state: dict) -> None:
+        self._write(self.dir / f"{batch_id}.json", state)
+        for suffix in (".json", ".plan"):
+            for i in self._ids(suffix):
+                if i < batch_id - 5:
+                    (self.dir / f"{i}{suffix}").unlink(missing_ok=True)
+
+
+def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None) -> list[dict]:
+    """The markers at offsets ``[start, end)`` of the (single-partition) markers topic."""
+    from confluent_kafka import Consumer, TopicPartition
+    if end <= start:
+        return []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-markers-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
+    out = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, start)])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            msgs = consumer.consume(1000, 1.0)
+            for m in msgs:
+                if m.error() is None and m.offset() < end and m.value():
+                    out.append(json.loads(m.value()))
+            pos = consumer.position([TopicPartition(topic, 0)])[0].offset
+            if pos >= end or any(m.error() is None and m.offset() >= end - 1 for m in msgs):
+                return out
+        raise TimeoutError(f"reading {topic} up to offset {end} took over 120 s")
+    finally:
+        consumer.close()
+
+
+class MergeJob:
+    def __init__(self, cfg: CDCConfig) -> None:
+        from spark_jobs.partition_merge import MergeSettings
+        self.cfg = cfg
+        k = cfg.kafka
+        self.prefix = k.topic_prefix
+        self.client = dict(k.client)
+        pg = cfg.sinks.postgres
+        my = cfg.sinks.mysql
+        self.settings = MergeSettings(
+            bootstrap=k.bootstrap_servers, prefix=self.prefix, client=self.client,
+            registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled,
+            postgres={"dsn": pg.dsn.get_secret_value(), "schema_name": pg.schema_name} if pg.enabled else None,
+            mysql={"host": my.host, "port": my.port, "user": my.user, "password": my.password.get_secret_value(),
+                   "database": my.database} if my.enabled else None,
+            dlq_topic=dlq_topic(self.prefix))
+        self.checkpoint = Path(cfg.spark.checkpoint_dir)
+        self.store = MergeStateStore(self.checkpoint / "merge-state")
+        self.status_path = Path(cfg.state_dir) / "merge-status.json"
+        self.batches = 0
+        self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0}
+        self._stop = threading.Event()
+        self.query = None
+
+    # -- the stream ------------------------------------------------------------------------
+    def _reader(self, spark):
+        cfg = self.cfg
+        fmt = "kafka" if cfg.spark.kafka_source == "jvm" else "cdc-kafka"
+        r = (spark.readStream.format(fmt)
+             .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
+             .option("subscribePattern", table_topic_pattern(self.prefix))
+             .option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(cfg.spark.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER))
+             .option("kafka.isolation.level", "read_committed"))
+        if fmt == "kafka":
+            r = r.option("failOnDataLoss", "false")
+        for key, value in self.client.items():
+            r = r.option(f"kafka.{key}", str(value))
+        return r.load()
+
+    def _ensure_topics(self) -> list[tuple[str, int]]:
+        """Every partition of every table topic; clean topics and the DLQ exist."""
+        from confluent_kafka.admin import AdminClient
+
+        from cdc.kafka.clients import ensure_topics
+        from spark_jobs.clean_changelog import clean_topic, ensure_clean_topic
+        md = AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, **self.client}).list_topics(timeout=15)
+        rx = re.compile(table_topic_pattern(self.prefix))
+        parts = []
+        for name, t in md.topics.items():
+            if rx.fullmatch(name) and t.error is None:
+                parts += [(name, p) for p in t.partitions]
+                if self.settings.changelog:
+                    db, table = name[len(self.prefix) + 1:].split(".", 1)
+                    ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean_topic(self.prefix, db, table),
+                                       len(t.partitions), self.client or None)
+        ensure_topics(self.cfg.kafka, [self.settings.dlq_topic, markers_topic(self.prefix)], partitions=1)
+        return parts
+
+    def process_batch(self, df, batch_id: int) -> None:
+        from cdc.kafka.offsets import end_offsets
+        from spark_jobs.partition_merge import OUTPUT_SCHEMA, group_function
+        t0 = time.monotonic()
+        prev = self.store.state_before(batch_id)
+        partitions = self._ensure_topics()  # after the batch's offsets were fixed
+        plan = self.store.plan(batch_id)
+        if plan is None:
+            mt = markers_topic(self.prefix)
+            (_, end), = end_offsets(self.cfg.kafka.bootstrap_servers, [(mt, 0)], client_config=self.client).values()
+            plan = {"markers_start": prev.get("markers_next", 0), "markers_end": max(end, prev.get("markers_next", 0))}
+            self.store.save_plan(batch_id, plan)
+        markers = read_markers(self.cfg.kafka.bootstrap_servers, markers_topic(self.prefix), plan["markers_start"],
+                               plan["markers_end"], self.client or None)
+        by_table: dict[str, list[dict]] = {}
+        for m in markers:
+            by_table.setdefault(f"{self.prefix}.{m['db']}.{m['table']}", []).append(m)
+        states = prev.get("partitions", {})
+        inputs = {f"{t}|{p}": (states.get(f"{t}|{p}"), by_table.get(t, [])) for t, p in partitions}
+        rows = (df.select("key", "value", "topic", "partition", "offset")
+                .groupBy("topic", "partition").applyInPandas(group_function(self.settings, inputs), OUTPUT_SCHEMA)
+                .collect())
+        from spark_jobs.partition_merge import merge_markers
+        new_states = dict(states)
+        for key, (state, new) in inputs.items():  # partitions without records: their markers wait
+            if new:
+                st = dict(state or {})
+                st["pending"] = merge_markers(st.get("pending", []), new)
+                new_states[key] = st
+        stats = []
+        for r in rows:
+            if r["kind"] == "state":
+                new_states[f"{r['topic']}|{r['partition']}"] = json.loads(r["payload"])
+            else:
+                stats.append(json.loads(r["payload"]))
+        self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states})
+        self._report(batch_id, stats, len(markers), time.monotonic() - t0)
+
+    def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float) -> None:
+        agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
+                                                            "upserted", "deleted")}
+        lat = sorted(x for s in stats for x in s.get("latencies_ms", []))
+        p50 = lat[len(lat) // 2] if lat else None
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None
+        self.batches += 1
+        for k in self.totals:
+            self.totals[k] += agg.get(k, 0)
+        rate = agg["input"] / seconds if seconds > 0 else 0.0
+        if agg["input"] or markers:
+            log.info("batch %d: %d records (%.0f/s), %d emitted, %d chunk rows dropped by the DBLog rule, %d copies, "
+                     "%d dead letters, %d markers, latency p50 %s ms p99 %s ms", batch_id, agg["input"], rate,
+                     agg["emitted"], agg["dropped"], agg["copies"], agg["dead"], markers,
+                     f"{p50:.0f}" if p50 is not None else "-", f"{p99:.0f}" if p99 is not None else "-")
+        status = {"pid": os.getpid(), "updated_at": time.time(), "batch_id": batch_id, "batches": self.batches,
+                  "last_batch": {**agg, "markers": markers, "seconds": round(seconds, 3),
+                                 "rows_per_second": round(rate, 1), "latency_p50_ms": p50, "latency_p99_ms": p99},
+                  "totals": self.totals}
+        try:
+            self.status_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.status_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(status))
+            os.replace(tmp, self.status_path)
+        except OSError as exc:  # best effort
+            log.debug("cannot write the merge status file: %s", exc)
+
+    # -- running -----------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+        q = self.query
+        if q is not None:
+            try:
+                q.stop()
+            except Exception:  # noqa: BLE001 - stopping a query that already failed
+                pass
+
+    def run(self, *, available_now: bool = False, max_restarts: int | None = None) -> int:
+        """Run until stopped; ``available_now``: process what is in Kafka now, then return."""
+        from spark_jobs.spark_session import build_session
+        spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
+        delay, restarts = 1.0, 0
+        try:
+            while not self._stop.is_set():
+                self._ensure_topics()
+                writer = (self._reader(spark).writeStream.foreachBatch(self.process_batch)
+                          .option("checkpointLocation", str(self.checkpoint / "query")))
+                writer = writer.trigger(availableNow=True) if available_now else \
+                    writer.trigger(processingTime=f"{self.cfg.spark.trigger_interval_s} seconds")
+                self.query = writer.start()
+                try:
+                    self.query.awaitTermination()
+                    return 0
+                except Exception as exc:  # noqa: BLE001 - a failed batch: restart from the checkpoint
+                    if self._stop.is_set():
+                        return 0
+                    restarts += 1
+                    if max_restarts is not None and restarts > max_restarts:
+                        raise
+                    log.error("the merge query failed (%s); restarting from the checkpoint in %.0fs",
+                              str(exc).splitlines()[0][:500], delay)
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, 60.0)
+            return 0
+        finally:
+            self.query = None
+
+
+def run_merge(cfg: CDCConfig, *, available_now: bool = False) -> int:
+    job = MergeJob(cfg)
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        log.info("stopping the merge job (signal %d)", signum)
+        threading.Thread(target=job.stop, daemon=True).start()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, on_signal)
+    return job.run(available_now=available_now)
+
+
+def main() -> int:
+    """``spark-submit spark_jobs/merge_job.py`` / ``python -m spark_jobs.merge_job``: the
+    configuration from ``CDC_CONFIG`` (default ./cdc.yaml) and ``CDC__*`` variables."""
+    from cdc.config import load_config
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    cfg = load_config(os.environ.get("CDC_CONFIG", "cdc.yaml"))
+    return run_merge(cfg)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,282 @@
+"""One micro-batch of one Kafka partition of a table topic: the merge job's executor work.
+
+Runs inside ``groupBy("topic", "partition").applyInPandas`` (so on the executors, one
+task per partition that has records), in offset order, which is position order:
+
+1. decode each record (Avro writer schemas from ``<prefix>._schemas`` or the registry,
+   or JSON);
+2. the DBLog rule with copies removed (:class:`spark_jobs.dblog.WindowBuffer`): the
+   partition's records merged by position with the table's window markers (those of
+   this batch plus those still pending from earlier ones); markers beyond the
+   partition's last record stay pending, since records below them may still come.  The
+   state (buffer + pending markers) comes from the previous micro-batch and goes back
+   as a ``state`` row;
+3. the kept records, original bytes unchanged, to the clean changelog partition
+   (:mod:`spark_jobs.clean_changelog`, idempotent by position);
+4. the kept records upserted/deleted into the PostgreSQL and MySQL sink tables (position
+   guarded, so a replay never moves a row backwards);
+5. records that cannot be decoded, decided or applied to the dead-letter topic with the
+   reason and their coordinates; the rest goes on.
+
+The output rows are small: the partition's new deduper state and its statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pandas as pd
+
+from cdc.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder, SerdeError
+from spark_jobs.clean_changelog import CleanPartitionWriter, clean_topic
+from spark_jobs.dblog import ChangeRecord, ChunkRow, DBLogError, Marker, Window, WindowBuffer
+
+log = logging.getLogger("cdc.merge")
+
+OUTPUT_SCHEMA = "kind string, topic string, partition int, payload string"
+
+
+@dataclass
+class MergeSettings:
+    """What an executor needs (plain data: shipped with the task)."""
+
+    bootstrap: str
+    prefix: str
+    client: dict = field(default_factory=dict)
+    registry_url: str | None = None
+    changelog: bool = True
+    postgres: dict | None = None  # {"dsn", "schema_name"}
+    mysql: dict | None = None  # {"host", "port", "user", "password", "database"}
+    dlq_topic: str = ""
+
+
+# -- per worker process caches (Spark reuses Python workers between tasks) ---------------------
+_cache: dict[Any, Any] = {}
+_cache_lock = threading.Lock()
+
+
+def _cached(key: Any, make):
+    with _cache_lock:
+        obj = _cache.get(key)
+        if obj is None:
+            obj = _cache[key] = make()
+        return obj
+
+
+class EnvelopeDecoder:
+    """Decodes a record and tells its writer schema (the sinks build tables from it)."""
+
+    def __init__(self, s: MergeSettings) -> None:
+        from cdc.kafka.schema_store import SchemaStore
+        self.store = SchemaStore(s.bootstrap, s.prefix, s.client or None)
+        self.registry = ConfluentRegistry(s.registry_url) if s.registry_url else None
+        self.decoder = RecordDecoder(self.store.get, self.registry)
+
+    def schema_of(self, data: bytes) -> tuple[str, Any]:
+        if data[:2] == SINGLE_OBJECT_MAGIC:
+            fp = data[2:10].hex()
+            return fp, self.store.get(fp)
+        if data[:1] == CONFLUENT_MAGIC and self.registry is not None:
+            sid = int.from_bytes(data[1:5], "big")
+            return f"registry-{sid}", self.registry.schema(sid)
+        return "json", None
+
+    def decode(self, data: bytes | None) -> Any:
+        return self.decoder.decode(data)
+
+
+def _sinks(s: MergeSettings) -> list[tuple[str, Any]]:
+    out = []
+    if s.postgres:
+        from spark_jobs.sinks import PostgresSink
+        out.append(("postgres", _cached(("pg", json.dumps(s.postgres, sort_keys=True)),
+                                        lambda: PostgresSink(s.postgres["dsn"], s.postgres.get("schema_name", "public")))))
+    if s.mysql:
+        from spark_jobs.sinks import MySQLSink
+        m = s.mysql
+        out.append(("mysql", _cached(("my", json.dumps(m, sort_keys=True)),
+                                     lambda: MySQLSink(m["host"], int(m["port"]), m["user"], m["password"], m["database"]))))
+    return out
+
+
+def _dlq_producer(s: MergeSettings):
+    from confluent_kafka import Producer
+    return _cached(("dlq", s.bootstrap), lambda: Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 5,
+                                                           **(s.client or {})}))
+
+
+@dataclass
+class _Kept:
+    key: dict | None
+    op: str
+    row: dict | None
+    position: str
+    schema_id: str
+    schema: Any
+    ts_ms: int
+    offset: int
+    key_bytes: bytes | None
+    value_bytes: bytes | None
+
+
+def merge_partition(pdf: pd.DataFrame, s: MergeSettings, state: dict | None, new_markers: list[dict]
+                    ) -> tuple[dict, dict]:
+    """The work of one partition (see the module docstring); returns (new state, stats)."""
+    t0 = time.monotonic()
+    topic, partition = str(pdf["topic"].iloc[0]), int(pdf["partition"].iloc[0])
+    pdf = pdf.sort_values("offset")
+    state = state or {}
+    buf = WindowBuffer.from_state(state["buffer"]) if state.get("buffer") else WindowBuffer()
+    markers = merge_markers(state.get("pending", []), new_markers)
+    mi = 0
+    dec: EnvelopeDecoder = _cached(("dec", s.bootstrap, s.prefix, s.registry_url), lambda: EnvelopeDecoder(s))
+    db, table = topic[len(s.prefix) + 1:].split(".", 1)
+    stats = {"topic": topic, "partition": partition, "input": len(pdf), "emitted": 0, "dropped": 0, "copies": 0,
+             "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0}
+    kept: list[_Kept] = []
+    dead: list[tuple[int, bytes | None, bytes | None, str]] = []
+    dropped_before, copies_before = buf.stats["rows_dropped"], buf.stats["copies"]
+    for key_b, value_b, offset in zip(pdf["key"], pdf["value"], pdf["offset"]):
+        key_b = bytes(key_b) if key_b is not None else None
+        value_b = bytes(value_b) if value_b is not None else None
+        try:
+            if value_b is None:
+                raise SerdeError("a record without a value (tombstone) is not a change event")
+            value = dec.decode(value_b)
+            key = dec.decode(key_b)
+            op, position = value["op"], value["position"]
+            while mi < len(markers) and markers[mi]["position"] < position:
+                m = markers[mi]
+                buf.push(Marker(m["kind"], m["snapshot_id"], int(m["chunk_id"]), m["position"]))
+                mi += 1
+            k = key_b.hex() if key_b is not None else ""
+            if op == "r":
+                window = Window.from_dict(value["snapshot_window"])
+                out = buf.push(ChunkRow(k, value["after"], window, position))
+            else:
+                out = buf.push(ChangeRecord(k, op, None if op == "d" else value["after"], position))
+        except (SerdeError, DBLogError, KeyError, TypeError, ValueError) as exc:
+            dead.append((int(offset), key_b, value_b, f"{type(exc).__name__}: {exc}"))
+            continue
+        if out is not None:
+            sid, schema = dec.schema_of(value_b)
+            ts = int((value.get("source") or {}).get("ts_ms") or 0)
+            kept.append(_Kept(key, op, value.get("after"), position, sid, schema, ts, int(offset), key_b, value_b))
+    stats["emitted"] = len(kept)
+    stats["dropped"] = buf.stats["rows_dropped"] - dropped_before
+    stats["copies"] = buf.stats["copies"] - copies_before
+
+    if s.changelog and kept:
+        writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, db, table), partition, s.client or None)
+        for k in kept:
+            writer.write(k.key_bytes, k.value_bytes, k.position)
+        writer.flush()
+        stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
+
+    for _, sink in _sinks(s):
+        dead += _apply(sink, db, table, kept, stats)
+    now = time.time() * 1000
+    stats["latencies_ms"] = [max(0.0, now - k.ts_ms) for k in kept if k.ts_ms]
+    if dead:
+        _dead_letters(s, topic, partition, dead)
+        stats["dead"] = len(dead)
+    stats["seconds"] = time.monotonic() - t0
+    return {"buffer": buf.to_state(), "pending": markers[mi:]}, stats
+
+
+def merge_markers(pending: list[dict], new: list[dict]) -> list[dict]:
+    """Pending and new markers of a table in position order, each position once."""
+    seen: dict[str, dict] = {}
+    for m in [*pending, *new]:
+        seen.setdefault(m["position"], m)
+    return [seen[p] for p in sorted(seen)]
+
+
+def _runs(kept: list[_Kept]) -> Iterator[list[_Kept]]:
+    """Consecutive records written with the same schema (a schema change starts a run)."""
+    run: list[_Kept] = []
+    for k in kept:
+        if run and k.schema_id != run[0].schema_id:
+            yield run
+            run = []
+        run.append(k)
+    if run:
+        yield run
+
+
+def _apply(sink, db: str, table: str, kept: list[_Kept], stats: dict) -> list[tuple[int, Any, Any, str]]:
+    """Apply the kept records run by run; a run the sink refuses is applied record by
+    record, and the records it still refuses are dead letters."""
+    dead = []
+    for run in _runs(kept):
+        schema = run[0].schema
+        if schema is None:  # JSON records: no writer schema to build the table from
+            dead += [(k.offset, k.key_bytes, k.value_bytes, "JSON records cannot be applied to table sinks")
+                     for k in run]
+            continue
+        key_columns = list((run[0].key or {}).keys())
+        recs = [(k.key, k.op, k.row, k.position) for k in run]
+        # A table the sink cannot create or alter is the sink's problem, not the records':
+        # it fails the batch (retried) instead of filling the dead-letter topic.
+        sink.ensure_table(db, table, schema, key_columns)
+        try:
+            res = sink.apply(db, table, schema, key_columns, recs)
+            stats["upserted"] += res.upserted
+            stats["deleted"] += res.deleted
+            stats["sink_skipped"] += res.skipped
+        except Exception as exc:  # noqa: BLE001 - isolate the records the sink refuses
+            if _connection_problem(exc):
+                raise
+            log.warning("%s.%s: the sink refused a run of %d records (%s); applying one by one", db, table,
+                        len(run), exc)
+            refused = []
+            for k, rec in zip(run, recs):
+                try:
+                    res = sink.apply(db, table, schema, key_columns, [rec])
+                    stats["upserted"] += res.upserted
+                    stats["deleted"] += res.deleted
+                except Exception as exc2:  # noqa: BLE001 - a poison record
+                    if _connection_problem(exc2):
+                        raise
+                    refused.append((k.offset, k.key_bytes, k.value_bytes, f"sink {type(sink).__name__}: {exc2}"))
+            if len(run) > 1 and len(refused) == len(run):
+                raise exc  # every record refused: the sink is the problem
+            dead += refused
+    return dead
+
+
+def _connection_problem(exc: Exception) -> bool:
+    """A lost database is not a poison record: the batch fails and is retried."""
+    text = f"{type(exc).__module__}.{type(exc).__name__} {exc}".lower()
+    return any(w in text for w in ("operationalerror", "interfaceerror", "connection", "server has gone away",
+                                   "lost connection", "can't connect"))
+
+
+def _dead_letters(s: MergeSettings, topic: str, partition: int, dead: list) -> None:
+    producer = _dlq_producer(s)
+    for offset, key_b, value_b, reason in dead:
+        headers = [("cdc.dlq.reason", reason.encode()[:4000]), ("cdc.dlq.topic", topic.encode()),
+                   ("cdc.dlq.partition", str(partition).encode()), ("cdc.dlq.offset", str(offset).encode())]
+        producer.produce(s.dlq_topic, value_b, key_b, headers=headers)
+        log.error("dead letter: %s[%d]@%d: %s", topic, partition, offset, reason)
+    remaining = producer.flush(60)
+    if remaining:
+        raise RuntimeError(f"{remaining} dead letters not acknowledged by Kafka")
+
+
+def group_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[dict]]]):
+    """The ``applyInPandas`` function for ``groupBy("topic", "partition")``; ``inputs``:
+    per ``"topic|partition"``, the state from the previous batch and this batch's markers
+    of the table."""
+    def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        topic, partition = str(pdf["topic"].iloc[0]), int(pdf["partition"].iloc[0])
+        state, markers = inputs.get(f"{topic}|{partition}", (None, []))
+        new_state, stats = merge_partition(pdf, s, state, markers)
+        return pd.DataFrame({"kind": ["state", "stats"], "topic": [topic, topic], "partition": [partition, partition],
+                             "payload": [json.dumps(new_state), json.dumps(stats)]})
+    return run

@@ -1,0 +1,48 @@
+"""Reading sink tables and clean changelogs back, comparable with ``source_rows``."""
+
+from __future__ import annotations
+
+import psycopg
+import pymysql
+
+from cdc.kafka.topic_reader import read_topic
+from spark_jobs.sinks import MySQLSink, PostgresSink
+from tests.producer_helpers import decoder
+
+POSITION = "__cdc_position"
+
+
+def pg_sink_rows(cfg, db: str, table: str, keys: list[str]) -> dict:
+    sink = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
+    with psycopg.connect(cfg.sinks.postgres.dsn.get_secret_value()) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {sink.qualified_name(db, table)}")
+        names = [d.name for d in cur.description]
+        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    return {tuple(r[k] for k in keys): {k: v for k, v in r.items() if k != POSITION} for r in rows}
+
+
+def mysql_sink_rows(stack, cfg, db: str, table: str, keys: list[str]) -> dict:
+    m = cfg.sinks.mysql
+    sink = MySQLSink(m.host, m.port, m.user, m.password.get_secret_value(), m.database)
+    with stack.admin() as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT * FROM {sink.qualified_name(db, table)}")
+        rows = cur.fetchall()
+    return {tuple(r[k] for k in keys): {k: v for k, v in r.items() if k != POSITION} for r in rows}
+
+
+def apply_clean(cfg, topic: str) -> dict:
+    """Replay a clean changelog topic in order (per partition; keys stay in their
+    partition): ``{key tuple: after row}``; also checks it holds no copy."""
+    dec = decoder(cfg)
+    table: dict = {}
+    highest: dict[int, str] = {}
+    for m in read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client):
+        key, value = dec.decode(m.key()), dec.decode(m.value())
+        assert value["position"] > highest.get(m.partition(), ""), f"copy or disorder in {topic} at {m.offset()}"
+        highest[m.partition()] = value["position"]
+        k = tuple(key.values())
+        if value["op"] == "d":
+            table.pop(k, None)
+        else:
+            table[k] = value["after"]
+    return table

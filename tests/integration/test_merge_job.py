@@ -116,3 +116,73 @@ def test_added_source_column_appears_in_the_sinks(stack, merge_config, test_db):
     assert any(r["price"] == big for r in expected.values())
     assert pg_sink_rows(cfg, test_db, "t_single", keys["single"]) == expected
     assert mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected
+
+
+def test_kill9_of_the_job_mid_snapshot_changes_nothing(stack, merge_config, test_db, tmp_path):
+    """``cdc merge`` runs as a process while a snapshot and writes run; it is killed with
+    SIGKILL twice and restarted; at the end the sinks and the clean changelog equal the
+    source as if nothing had happened."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cdc.config import dump_config
+    from tests.producer_helpers import ROOT, start_at_current
+    cfg = merge_config
+    cfg.source.include_databases = [test_db]
+    cfg.snapshot.chunk_size = 100
+    with stack.admin() as conn:
+        keys = create_table(conn, test_db, "t_composite", "composite", 3000)
+    start_at_current(cfg)
+    path = tmp_path / "merge.yaml"
+    path.write_text(dump_config(cfg))
+    status = __import__("pathlib").Path(cfg.state_dir) / "merge-status.json"
+
+    def start():
+        log = open(tmp_path / "merge.log", "ab")
+        return subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(path), "merge"], stdout=log,
+                                stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                start_new_session=True)
+
+    def batches() -> int:
+        try:
+            return json.loads(status.read_text())["batches"]
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    job = start()
+    kills = 0
+    try:
+        with ProducerThread(cfg), WriteLoad(stack.admin, test_db, "t_composite", "composite", key_space=3300,
+                                            seed=5) as load:
+            wait_for(lambda: batches() >= 1, timeout=120, what="first merge batch")
+            sid = snapshot(cfg, [f"{test_db}.t_composite"])
+            for _ in range(2):
+                seen = batches()
+                wait_for(lambda s=seen: batches() >= s + 2, timeout=120, what="merge batches")
+                os.killpg(job.pid, signal.SIGKILL)  # the driver and its Spark JVM
+                job.wait(30)
+                kills += 1
+                status.unlink(missing_ok=True)
+                job = start()
+            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
+            load.stop()
+        run_until_caught_up(cfg)
+        wait_for(lambda: batches() >= 1, timeout=120, what="merge after the last restart")
+        time.sleep(1)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+            try:
+                job.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGKILL)
+    _run_available_now(cfg)  # drain what is left, from the same checkpoint
+    assert kills == 2
+    with stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t_composite", keys)
+    assert pg_sink_rows(cfg, test_db, "t_composite", keys) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "t_composite", keys) == expected
+    assert apply_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "t_composite")) == expected

@@ -140,6 +140,18 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return run_merge(cfg, available_now=args.available_now)
 
 
+def _cmd_bench_merge(args: argparse.Namespace) -> int:
+    from cdc.bench import BenchError
+    from cdc.bench_merge import bench_merge
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
+                    keep_running=args.keep_running, console=console)
+    except BenchError as exc:
+        raise CommandError(str(exc)) from None
+    return 0
+
+
 def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
     from cdc.bench import BenchError
     from cdc.bench_snapshot import bench_snapshot
@@ -275,6 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--available-now", action="store_true",
                        help="process what is in Kafka now, then exit (default: run until stopped)")
     merge.set_defaults(func=_cmd_merge)
+
+    bench_merge_p = bench_sub.add_parser("merge", help="the Spark merge job into PostgreSQL: throughput and latency")
+    bench_merge_p.add_argument("--events", type=int, default=1_000_000, help="change events in Kafka (default 1000000)")
+    bench_merge_p.add_argument("--rate", type=int, default=5000, help="steady events/s for the latency run (0: skip)")
+    bench_merge_p.add_argument("--seconds", type=float, default=30.0, help="length of the latency run")
+    bench_merge_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_merge_p.add_argument("--keep-running", action="store_true")
+    bench_merge_p.set_defaults(func=_cmd_bench_merge)
 
     status = sub.add_parser("status", help="producer position, lag and rate")
     status.set_defaults(func=_cmd_status)

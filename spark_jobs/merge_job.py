@@ -11,8 +11,8 @@ micro-batch (``foreachBatch``):
    The range is written down before use (``merge-state/<batch>.plan.json``) so a
    replayed batch reads the same markers;
 2. runs :func:`spark_jobs.partition_merge.merge_partition` per table partition on the
-   executors (``groupBy("topic", "partition").applyInPandas``): decode, the DBLog rule,
-   clean changelog, sinks, dead letters;
+   executors (``mapInArrow`` over the source's partitions, one per Kafka partition: no
+   shuffle): decode, the DBLog rule, clean changelog, sinks, dead letters;
 3. stores the partitions' new states (``merge-state/<batch>.json``: window buffers and
    pending markers, bounded by the open windows) and logs the batch's figures (input
    rows, rows/s, chunk rows dropped by the DBLog rule, copies, latency p50/p99 from the
@@ -142,6 +142,7 @@ class MergeJob:
         self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0}
         self._stop = threading.Event()
         self.query = None
+        self._known: dict[str, int] = {}  # topics made sure of: partitions
 
     # -- the stream ------------------------------------------------------------------------
     def _reader(self, spark):
@@ -171,16 +172,19 @@ class MergeJob:
         for name, t in md.topics.items():
             if rx.fullmatch(name) and t.error is None:
                 parts += [(name, p) for p in t.partitions]
-                if self.settings.changelog:
+                if self.settings.changelog and self._known.get(name) != len(t.partitions):
                     db, table = name[len(self.prefix) + 1:].split(".", 1)
                     ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean_topic(self.prefix, db, table),
                                        len(t.partitions), self.client or None)
-        ensure_topics(self.cfg.kafka, [self.settings.dlq_topic, markers_topic(self.prefix)], partitions=1)
+                self._known[name] = len(t.partitions)
+        if not self._known.get("", 0):
+            ensure_topics(self.cfg.kafka, [self.settings.dlq_topic, markers_topic(self.prefix)], partitions=1)
+            self._known[""] = 1
         return parts
 
     def process_batch(self, df, batch_id: int) -> None:
         from cdc.kafka.offsets import end_offsets
-        from spark_jobs.partition_merge import OUTPUT_SCHEMA, group_function
+        from spark_jobs.partition_merge import OUTPUT_SCHEMA, arrow_function
         t0 = time.monotonic()
         prev = self.store.state_before(batch_id)
         partitions = self._ensure_topics()  # after the batch's offsets were fixed
@@ -198,8 +202,7 @@ class MergeJob:
         states = prev.get("partitions", {})
         inputs = {f"{t}|{p}": (states.get(f"{t}|{p}"), by_table.get(t, [])) for t, p in partitions}
         rows = (df.select("key", "value", "topic", "partition", "offset")
-                .groupBy("topic", "partition").applyInPandas(group_function(self.settings, inputs), OUTPUT_SCHEMA)
-                .collect())
+                .mapInArrow(arrow_function(self.settings, inputs), OUTPUT_SCHEMA).collect())
         from spark_jobs.partition_merge import merge_markers
         new_states = dict(states)
         for key, (state, new) in inputs.items():  # partitions without records: their markers wait

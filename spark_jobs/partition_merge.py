@@ -1,7 +1,8 @@
 """One micro-batch of one Kafka partition of a table topic: the merge job's executor work.
 
-Runs inside ``groupBy("topic", "partition").applyInPandas`` (so on the executors, one
-task per partition that has records), in offset order, which is position order:
+Runs inside ``mapInArrow`` over the stream's micro-batch (so on the executors; the Kafka
+sources give one Spark partition per Kafka partition, and records of several Kafka
+partitions in one task are separated here), in offset order, which is position order:
 
 1. decode each record (Avro writer schemas from ``<prefix>._schemas`` or the registry,
    or JSON);
@@ -29,8 +30,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
-
-import pandas as pd
 
 from cdc.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder, SerdeError
 from spark_jobs.clean_changelog import CleanPartitionWriter, clean_topic
@@ -112,7 +111,6 @@ def _dlq_producer(s: MergeSettings):
 
 @dataclass
 class _Kept:
-    key: dict | None
     op: str
     row: dict | None
     position: str
@@ -124,31 +122,29 @@ class _Kept:
     value_bytes: bytes | None
 
 
-def merge_partition(pdf: pd.DataFrame, s: MergeSettings, state: dict | None, new_markers: list[dict]
-                    ) -> tuple[dict, dict]:
-    """The work of one partition (see the module docstring); returns (new state, stats)."""
+def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes | None, bytes | None]],
+                    s: MergeSettings, state: dict | None, new_markers: list[dict]) -> tuple[dict, dict]:
+    """The work of one partition (see the module docstring): ``records`` are
+    ``(offset, key, value)``; returns (new state, stats)."""
     t0 = time.monotonic()
-    topic, partition = str(pdf["topic"].iloc[0]), int(pdf["partition"].iloc[0])
-    pdf = pdf.sort_values("offset")
+    records.sort(key=lambda r: r[0])
     state = state or {}
     buf = WindowBuffer.from_state(state["buffer"]) if state.get("buffer") else WindowBuffer()
     markers = merge_markers(state.get("pending", []), new_markers)
     mi = 0
     dec: EnvelopeDecoder = _cached(("dec", s.bootstrap, s.prefix, s.registry_url), lambda: EnvelopeDecoder(s))
     db, table = topic[len(s.prefix) + 1:].split(".", 1)
-    stats = {"topic": topic, "partition": partition, "input": len(pdf), "emitted": 0, "dropped": 0, "copies": 0,
+    stats = {"topic": topic, "partition": partition, "input": len(records), "emitted": 0, "dropped": 0, "copies": 0,
              "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0}
     kept: list[_Kept] = []
     dead: list[tuple[int, bytes | None, bytes | None, str]] = []
     dropped_before, copies_before = buf.stats["rows_dropped"], buf.stats["copies"]
-    for key_b, value_b, offset in zip(pdf["key"], pdf["value"], pdf["offset"]):
-        key_b = bytes(key_b) if key_b is not None else None
-        value_b = bytes(value_b) if value_b is not None else None
+    key_columns: list[str] | None = None
+    for offset, key_b, value_b in records:
         try:
             if value_b is None:
                 raise SerdeError("a record without a value (tombstone) is not a change event")
             value = dec.decode(value_b)
-            key = dec.decode(key_b)
             op, position = value["op"], value["position"]
             while mi < len(markers) and markers[mi]["position"] < position:
                 m = markers[mi]
@@ -164,9 +160,14 @@ def merge_partition(pdf: pd.DataFrame, s: MergeSettings, state: dict | None, new
             dead.append((int(offset), key_b, value_b, f"{type(exc).__name__}: {exc}"))
             continue
         if out is not None:
+            if key_columns is None and key_b is not None:
+                key_columns = list(dec.decode(key_b))  # the key record's fields, in key order
             sid, schema = dec.schema_of(value_b)
             ts = int((value.get("source") or {}).get("ts_ms") or 0)
-            kept.append(_Kept(key, op, value.get("after"), position, sid, schema, ts, int(offset), key_b, value_b))
+            # The key is not decoded per record: the sinks take the key columns from the row
+            # (``before`` for a delete).
+            row = value.get("after") if op != "d" else value.get("before")
+            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b))
     stats["emitted"] = len(kept)
     stats["dropped"] = buf.stats["rows_dropped"] - dropped_before
     stats["copies"] = buf.stats["copies"] - copies_before
@@ -179,7 +180,7 @@ def merge_partition(pdf: pd.DataFrame, s: MergeSettings, state: dict | None, new
         stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
 
     for _, sink in _sinks(s):
-        dead += _apply(sink, db, table, kept, stats)
+        dead += _apply(sink, db, table, kept, key_columns or [], stats)
     now = time.time() * 1000
     stats["latencies_ms"] = [max(0.0, now - k.ts_ms) for k in kept if k.ts_ms]
     if dead:
@@ -209,7 +210,8 @@ def _runs(kept: list[_Kept]) -> Iterator[list[_Kept]]:
         yield run
 
 
-def _apply(sink, db: str, table: str, kept: list[_Kept], stats: dict) -> list[tuple[int, Any, Any, str]]:
+def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str], stats: dict
+           ) -> list[tuple[int, Any, Any, str]]:
     """Apply the kept records run by run; a run the sink refuses is applied record by
     record, and the records it still refuses are dead letters."""
     dead = []
@@ -219,8 +221,11 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], stats: dict) -> list[tu
             dead += [(k.offset, k.key_bytes, k.value_bytes, "JSON records cannot be applied to table sinks")
                      for k in run]
             continue
-        key_columns = list((run[0].key or {}).keys())
-        recs = [(k.key, k.op, k.row, k.position) for k in run]
+        if not key_columns:
+            dead += [(k.offset, k.key_bytes, k.value_bytes, "a table without a key cannot be applied to table sinks "
+                      "(set source.key_columns for it)") for k in run]
+            continue
+        recs = [(None, k.op, k.row, k.position) for k in run]
         # A table the sink cannot create or alter is the sink's problem, not the records':
         # it fails the batch (retried) instead of filling the dead-letter topic.
         sink.ensure_table(db, table, schema, key_columns)
@@ -269,14 +274,29 @@ def _dead_letters(s: MergeSettings, topic: str, partition: int, dead: list) -> N
         raise RuntimeError(f"{remaining} dead letters not acknowledged by Kafka")
 
 
-def group_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[dict]]]):
-    """The ``applyInPandas`` function for ``groupBy("topic", "partition")``; ``inputs``:
-    per ``"topic|partition"``, the state from the previous batch and this batch's markers
-    of the table."""
-    def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        topic, partition = str(pdf["topic"].iloc[0]), int(pdf["partition"].iloc[0])
-        state, markers = inputs.get(f"{topic}|{partition}", (None, []))
-        new_state, stats = merge_partition(pdf, s, state, markers)
-        return pd.DataFrame({"kind": ["state", "stats"], "topic": [topic, topic], "partition": [partition, partition],
-                             "payload": [json.dumps(new_state), json.dumps(stats)]})
+def arrow_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[dict]]]):
+    """The ``mapInArrow`` function over ``key, value, topic, partition, offset``;
+    ``inputs``: per ``"topic|partition"``, the state from the previous batch and this
+    batch's markers of the table.  Yields one ``state`` and one ``stats`` row per Kafka
+    partition seen."""
+    def run(batches):
+        import pyarrow as pa
+        groups: dict[tuple[str, int], list] = {}
+        for b in batches:
+            cols = b.to_pydict()
+            for key, value, topic, partition, offset in zip(cols["key"], cols["value"], cols["topic"],
+                                                           cols["partition"], cols["offset"]):
+                groups.setdefault((topic, partition), []).append((offset, key, value))
+        kinds, topics, parts, payloads = [], [], [], []
+        for (topic, partition), records in groups.items():
+            state, markers = inputs.get(f"{topic}|{partition}", (None, []))
+            new_state, stats = merge_partition(topic, partition, records, s, state, markers)
+            for kind, payload in (("state", new_state), ("stats", stats)):
+                kinds.append(kind)
+                topics.append(topic)
+                parts.append(partition)
+                payloads.append(json.dumps(payload))
+        yield pa.RecordBatch.from_pydict({"kind": kinds, "topic": topics, "partition": parts, "payload": payloads},
+                                         schema=pa.schema([("kind", pa.string()), ("topic", pa.string()),
+                                                           ("partition", pa.int32()), ("payload", pa.string())]))
     return run

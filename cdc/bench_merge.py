@@ -1,0 +1,228 @@
+"""``cdc bench merge``: how fast the Spark merge job applies change events to PostgreSQL.
+
+One run on the embedded stack (its own state dir, default ``.cdc/bench``):
+
+1. ``events`` row changes (the stream benchmark's workload: 60% inserts, 30% updates,
+   10% deletes on a six-column table) are made and streamed by the producer into Kafka;
+2. (a) reference: one Python process reads the same topic with confluent-kafka and
+   decodes every record with fastavro (what any Python consumer pays before doing
+   anything);
+3. (b) the merge job (``local[2]``, the ``cdc-kafka`` source, DBLog rule, PostgreSQL sink
+   only) processes the backlog (``Trigger.AvailableNow``); events/s from start to the
+   last batch committed; the sink table is checked against the source;
+4. (c) latency: with a steady load of ``rate`` events/s written to the source for
+   ``seconds`` seconds, producer and merge job running (1 s trigger), the job's per
+   batch p50/p99 latency from the source commit (binlog event time, whole seconds) to
+   the sink write.
+
+Prints a table with ratios to (a) and returns the figures.  A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cdc.bench import DEFAULT_STATE_DIR, TABLE, TABLE_DDL, BenchError, _admin, _insert_sql, generate_changes, \
+    machine_info
+
+
+def _reference_decode(cfg, topic: str) -> dict[str, Any]:
+    from cdc.kafka.schema_store import SchemaStore
+    from cdc.kafka.topic_reader import read_topic
+    from cdc.serde import RecordDecoder
+    dec = RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
+    t0 = time.perf_counter()
+    n = 0
+    for m in read_topic(cfg.kafka.bootstrap_servers, topic, timeout=300):
+        dec.decode(m.key())
+        dec.decode(m.value())
+        n += 1
+    s = time.perf_counter() - t0
+    return {"events": n, "seconds": s, "events_per_s": n / s if s else 0.0}
+
+
+def _pg_count(cfg, db: str) -> int:
+    import psycopg
+
+    from spark_jobs.sinks import PostgresSink
+    sink = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
+    with psycopg.connect(cfg.sinks.postgres.dsn.get_secret_value()) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {sink.qualified_name(db, TABLE)}")
+        return int(cur.fetchone()[0])
+
+
+class _SteadyWriter:
+    """About ``rate`` row changes per second (multi-row inserts and updates)."""
+
+    def __init__(self, mysql: dict, db: str, rate: int, first_id: int) -> None:
+        self.mysql, self.db, self.rate, self.next_id = mysql, db, rate, first_id
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        per_tick = max(1, self.rate // 20)
+        t0 = time.perf_counter()
+        with _admin(self.mysql, self.db) as conn, conn.cursor() as cur:
+            while not self._stop.is_set():
+                cur.execute(_insert_sql(self.next_id, per_tick))
+                self.next_id += per_tick
+                self.count += per_tick
+                ahead = self.count / self.rate - (time.perf_counter() - t0)
+                if ahead > 0:
+                    time.sleep(ahead)
+
+
+def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
+                seconds: float = 30.0, keep_running: bool = False, console: Console | None = None) -> dict[str, Any]:
+    from cdc.config import load_config
+    from cdc.stack.manager import stack_down, stack_up
+    from producer.app import ProducerApp
+    from producer.binlog_source import current_position
+    from producer.event_builder import table_topic
+    from spark_jobs.merge_job import MergeJob
+
+    console = console or Console()
+    result: dict[str, Any] = {"machine": machine_info(), "requested_events": events, "partitions": partitions}
+    with console.status("starting the embedded stack..."):
+        info = stack_up(Path(state_dir))
+    run = uuid.uuid4().hex[:8]
+    db = f"benchmerge_{run}"
+    cfg = load_config(info.config_path)
+    cfg.kafka.topic_prefix = cfg.producer.name = f"benchmerge_{run}"
+    cfg.source.include_databases = [db]
+    cfg.source.server_id = 7000 + uuid.uuid4().int % 1000
+    cfg.kafka.partitions = partitions  # one Spark task per partition
+    cfg.sinks.changelog.enabled = False
+    cfg.sinks.mysql.enabled = False
+    cfg.sinks.postgres.schema_name = f"benchmerge_{run}"
+    cfg.spark.master = "local[2]"
+    cfg.spark.trigger_interval_s = 1.0
+    work = Path(info.state_dir) / "bench-merge" / run
+    cfg.state_dir = str(work / "state")
+    cfg.spark.checkpoint_dir = str(work / "checkpoints")
+    try:
+        with _admin(info.mysql) as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+            cur.execute(f"USE `{db}`")
+            cur.execute(TABLE_DDL)
+            cfg.producer.startup.mode = "position"
+            cfg.producer.startup.file, cfg.producer.startup.pos = current_position(conn)
+            with console.status(f"making {events:,} row changes..."):
+                changes = generate_changes(conn, events)
+            cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM `{TABLE}`")
+            live_rows, max_id = cur.fetchone()
+        result["changes"] = changes
+        with console.status("the producer streams them into Kafka..."):
+            t0 = time.perf_counter()
+            ProducerApp(cfg).run(idle_exit_s=3.0)
+            result["produce_s"] = time.perf_counter() - t0
+        topic = table_topic(cfg.kafka.topic_prefix, db, TABLE)
+        with console.status("(a) confluent-kafka + fastavro decoding..."):
+            result["reference"] = _reference_decode(cfg, topic)
+        if result["reference"]["events"] != changes["total"]:
+            raise BenchError(f"{result['reference']['events']} events in {topic}, {changes['total']} changes made")
+        with console.status("(b) the merge job into PostgreSQL (local[2])..."):
+            from spark_jobs.spark_session import build_session
+            t0 = time.perf_counter()
+            build_session(cfg.spark.master)  # the JVM's start, measured apart
+            result["spark_startup_s"] = time.perf_counter() - t0
+            job = MergeJob(cfg)
+            t0 = time.perf_counter()
+            job.run(available_now=True)
+            s = time.perf_counter() - t0
+        n = job.totals["input"]
+        result["merge"] = {"events": n, "seconds": s, "events_per_s": n / s if s else 0.0, "batches": job.batches}
+        sink_rows = _pg_count(cfg, db)
+        if sink_rows != live_rows:
+            raise BenchError(f"the sink table has {sink_rows} rows, the source {live_rows}")
+
+        if rate and seconds:
+            from producer.app import ProducerApp as _P
+            producer = _P(cfg)
+            pt = threading.Thread(target=producer.run, daemon=True)
+            pt.start()
+            job2 = MergeJob(cfg)
+            lat: list[tuple[float, float]] = []
+            jt = threading.Thread(target=job2.run, daemon=True)
+            jt.start()
+            status_path = Path(cfg.state_dir) / "merge-status.json"
+            writer = _SteadyWriter(info.mysql, db, rate, max_id + 1)
+            with console.status(f"(c) {rate:,} events/s for {seconds:.0f} s, producer and merge job running..."):
+                time.sleep(5.0)  # the job is up
+                writer.start()
+                t_end = time.monotonic() + seconds
+                last_batch = -1
+                while time.monotonic() < t_end:
+                    time.sleep(0.5)
+                    try:
+                        st = json.loads(status_path.read_text())
+                    except (OSError, ValueError):
+                        continue
+                    lb = st.get("last_batch", {})
+                    if st.get("batch_id") != last_batch and lb.get("latency_p99_ms") is not None:
+                        last_batch = st["batch_id"]
+                        lat.append((lb["latency_p50_ms"], lb["latency_p99_ms"]))
+                writer.stop()
+            job2.stop()
+            jt.join(120)
+            producer.stop()
+            pt.join(60)
+            p50s = sorted(p for p, _ in lat)
+            p99s = sorted(p for _, p in lat)
+            result["latency"] = {
+                "rate": rate, "seconds": seconds, "writes": writer.count, "writes_per_s": writer.count / seconds,
+                "batches": len(lat),
+                "p50_ms_median": p50s[len(p50s) // 2] if p50s else None,
+                "p99_ms_worst": p99s[-1] if p99s else None,
+                "p99_ms_median": p99s[len(p99s) // 2] if p99s else None}
+        a = result["reference"]["events_per_s"]
+        result["ratios"] = {"b/a": result["merge"]["events_per_s"] / a if a else 0.0}
+    finally:
+        try:
+            with _admin(info.mysql) as conn, conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+        except Exception as exc:  # noqa: BLE001 - cleanup is best effort
+            console.print(f"[yellow]cleanup:[/yellow] {exc}")
+        if not keep_running:
+            stack_down(Path(state_dir))
+    print_report(result, console)
+    return result
+
+
+def print_report(result: dict[str, Any], console: Console) -> None:
+    m = result["machine"]
+    table = Table(title=f"cdc bench merge: {result['changes']['total']:,} change events into PostgreSQL, "
+                        f"topic of {result.get('partitions', '?')} partitions",
+                  caption=f"{m['nproc']} cores ({m['cpu']}), load average at start {m['loadavg'][0]}")
+    for col in ("measure", "seconds", "events/s", "vs (a)"):
+        table.add_column(col, justify="left" if col == "measure" else "right")
+    a = result["reference"]["events_per_s"]
+    table.add_row("(a) confluent-kafka consume + fastavro decode, one process", f"{result['reference']['seconds']:.2f}",
+                  f"{a:,.0f}", "1.00")
+    b = result["merge"]
+    table.add_row(f"(b) merge job local[2] into PostgreSQL ({b['batches']} batches)", f"{b['seconds']:.2f}",
+                  f"{b['events_per_s']:,.0f}", f"{b['events_per_s'] / a:.2f}" if a else "-")
+    console.print(table)
+    console.print(f"(b) excludes the Spark session's start ({result.get('spark_startup_s', 0):.1f} s)")
+    if "latency" in result:
+        lt = result["latency"]
+        console.print(f"(c) latency at {lt['writes_per_s']:,.0f} events/s over {lt['seconds']:.0f} s, 1 s trigger, "
+                      f"{lt['batches']} batches: p50 {lt['p50_ms_median']} ms (median batch), "
+                      f"p99 {lt['p99_ms_median']} ms (median batch), {lt['p99_ms_worst']} ms (worst batch); "
+                      "source commit time = binlog event time (whole seconds)")

@@ -63,7 +63,12 @@ _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"
 
 
 class _Unclosed(Exception):
-    """A chunk reader failed before its CLOSE marker was written."""
+    """A chunk reader failed before its CLOSE marker was written; ``close``: the marker
+    row still to insert (id, data) when its OPEN marker was written."""
+
+    def __init__(self, cause: Exception, close: tuple[str, str] | None = None) -> None:
+        super().__init__(str(cause))
+        self.close = close
 
 
 @dataclass
@@ -138,6 +143,9 @@ class SnapshotCoordinator:
         self._thread_conns: list[Any] = []
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        # CLOSE markers a failed reader could not write: written when the server is back,
+        # so no window stays open downstream.
+        self._pending_closes: list[tuple[str, str]] = []
         if state:
             self._restore(state)
 
@@ -151,7 +159,9 @@ class SnapshotCoordinator:
     def _restore(self, st: dict) -> None:
         self.snapshot_id = st["snapshot_id"]
         self.paused = st.get("paused", False)
-        self.chunk_seq = st.get("chunk_seq", 0)
+        # Chunk ids an earlier process used after its last stored state must not be used
+        # again (its markers may still come through the binlog): continue from the clock.
+        self.chunk_seq = max(int(st.get("chunk_seq", 0)), time.time_ns() // 1_000_000 * 1000)
         self.jobs = [TableJob.from_state(j) for j in st.get("jobs", [])]
         log.info("snapshot %s resumes%s: %s", self.snapshot_id, " (paused)" if self.paused else "", ", ".join(
             f"{j.table} after key {j.frontier}" if j.frontier is not None else j.table for j in self.jobs))
@@ -319,6 +329,8 @@ class SnapshotCoordinator:
         binlog items)."""
         if self.inflight:
             self._reap_unclosed()
+        if self._pending_closes and time.monotonic() >= self._retry_after:
+            self._insert_pending_closes()
         if not self.active or self.paused or time.monotonic() < self._retry_after:
             return
         while len(self.inflight) < self.parallelism and self.active:
@@ -422,7 +434,7 @@ class SnapshotCoordinator:
 
         Raises :class:`_Unclosed` when no CLOSE marker was written (so none will come
         through the binlog and the main loop must take the chunk back itself)."""
-        prefix = f"{self.snapshot_id[:32]}-{self.run_id}-{chunk_id}"
+        prefix = f"{self.snapshot_id[:24]}-{self.run_id}-{chunk_id}"
         try:
             conn = self._reader_conn()
             self._insert_marker(conn, f"{prefix}-open", WINDOW_OPEN, marker)
@@ -440,7 +452,7 @@ class SnapshotCoordinator:
             self._insert_marker(conn, f"{prefix}-close", WINDOW_CLOSE, marker)
         except Exception as exc:
             self._drop_reader_conn()
-            raise _Unclosed(error or exc) from exc
+            raise _Unclosed(error or exc, (f"{prefix}-close", marker)) from exc
         if error is not None:
             raise error
         return rows
@@ -457,11 +469,25 @@ class SnapshotCoordinator:
             except Exception:  # noqa: BLE001 - already dead
                 pass
 
+    def _insert_pending_closes(self) -> None:
+        while self._pending_closes:
+            sid, data = self._pending_closes[0]
+            try:
+                self._insert_marker(self.conn(), sid, WINDOW_CLOSE, data)
+            except Exception as exc:  # noqa: BLE001 - still away: next poll
+                log.info("CLOSE marker %s not written yet (%s)", sid, exc)
+                self._conn = None
+                self._retry_after = time.monotonic() + 2.0
+                return
+            self._pending_closes.pop(0)
+
     def _reap_unclosed(self) -> None:
         """Chunks whose reader could not write the CLOSE marker: read them again later."""
         for ch in list(self.inflight.values()):
             if ch.future.done() and isinstance(ch.future.exception(), _Unclosed):
                 del self.inflight[ch.chunk_id]
+                if ch.future.exception().close is not None:
+                    self._pending_closes.append(ch.future.exception().close)
                 self._retry_after = time.monotonic() + 2.0
                 log.warning("snapshot %s: chunk %d of %s failed (%s); read again in 2s", self.snapshot_id,
                             ch.chunk_id, ch.job.table, ch.future.exception().__cause__)
@@ -485,11 +511,18 @@ class SnapshotCoordinator:
     def _window_marker(self, sig: Signal, position: BinlogPosition) -> tuple[MarkerSeen | None, ReleasedChunk | None]:
         d = sig.data
         ch = self.inflight.get(d.get("chunk_id")) if d.get("run") == self.run_id else None
-        if ch is None:
-            if sig.type == WINDOW_CLOSE:  # a marker left by an earlier process: remove its rows
-                self._delete_markers([sig.id, sig.id[:-len("close")] + "open"])
-            return None, None
         kind = "OPEN" if sig.type == WINDOW_OPEN else "CLOSE"
+        if ch is None:
+            # A marker of a chunk this process does not own (an earlier process's, or one
+            # whose reader failed): still published, so downstream no window stays open.
+            if sig.type == WINDOW_CLOSE:  # remove its rows
+                self._delete_markers([sig.id, sig.id[:-len("close")] + "open"])
+            try:
+                seen = MarkerSeen(kind, str(d["snapshot_id"]), int(d["chunk_id"]), str(d["table"]),
+                                  dict(d.get("range") or {}), position)
+            except (KeyError, TypeError, ValueError):
+                return None, None
+            return (seen if "." in seen.table else None), None
         seen = MarkerSeen(kind, d.get("snapshot_id"), ch.chunk_id, ch.job.table, ch.marker_data, position)
         if kind == "OPEN":
             ch.open_position = position

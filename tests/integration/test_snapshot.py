@@ -340,3 +340,23 @@ def test_cdc_snapshot_command_follows_progress(stack, config, config_file, test_
         assert bad.returncode == 1 and "refused" in bad.stderr, bad.stdout + bad.stderr
     rows = [v for _, _, v in read_events(config, _topic(config, test_db, "t")) if v["op"] == "r"]
     assert len(rows) == 500
+
+
+def test_source_restart_mid_snapshot(stack, config, test_db):
+    """The server goes away while chunks are read: the producer reconnects, the snapshot
+    goes on (chunks in flight read again), and every window opened is closed in the
+    markers topic, so none stays open downstream."""
+    keys = _prepare(stack, config, test_db, "single", rows=4000, chunk_size=50, parallelism=2)
+    with ProducerThread(config):
+        sid = snapshot(config, [f"{test_db}.t"])
+        wait_for(lambda: _chunk_rows(config, test_db) >= 500, timeout=60, what="500 chunk rows")
+        stack.restart_source(down_s=1.0)
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
+    result = dblog_replay(config, _topic(config, test_db, "t"))
+    with stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t", keys)
+    assert result.table == expected
+    kinds: dict = {}
+    for m in markers(config):
+        kinds.setdefault((m["snapshot_id"], m["chunk_id"]), set()).add(m["kind"])
+    assert all("CLOSE" in k for k in kinds.values()), [w for w, k in kinds.items() if "CLOSE" not in k]

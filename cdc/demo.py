@@ -1,6 +1,15 @@
 """``cdc demo`` (``make demo``): the pipeline on demo data on the embedded stack.
 
-It runs what exists and says plainly what does not yet.
+1. the stack starts and the demo schema is loaded: 220k rows over three tables (single,
+   composite and string primary keys) that exist *before* the producer starts, so only
+   a snapshot can bring them;
+2. the producer streams from the current binlog position, the Spark merge job runs,
+   and a write load (updates, deletes, re-inserts) runs against all three tables;
+3. a snapshot of the three tables is triggered by inserting a signal row, with a
+   progress bar per table;
+4. the writes stop, the producer and the merge job drain, and a report compares each
+   source table with its PostgreSQL sink, its MySQL sink and its clean changelog topic
+   (row counts and a checksum over the rows).  Exit code 0 only when all are equal.
 """
 
 from __future__ import annotations
@@ -58,58 +67,114 @@ def load_demo_data(info: StackInfo, rows: dict[str, int] = DEMO_ROWS, seed: int 
     return counts
 
 
-def _concurrent_writes(info: StackInfo, n: int, seed: int = 11) -> int:
-    """Updates, deletes and re-inserts while the producer streams."""
-    rnd = random.Random(seed)
-    done = 0
-    with _admin(info, "shop") as conn, conn.cursor() as cur:
-        for i in range(n):
-            r = rnd.random()
-            cid = rnd.randint(1, DEMO_ROWS["customers"])
-            if r < 0.5:
-                cur.execute("UPDATE customers SET balance = balance + 1 WHERE id = %s", (cid,))
-            elif r < 0.7:
-                cur.execute("UPDATE products SET stock = stock - 1 WHERE sku = %s",
-                            (f"SKU-{rnd.randrange(DEMO_ROWS['products']):06d}",))
-            elif r < 0.85:
-                cur.execute("DELETE FROM order_lines WHERE order_id = %s AND line_no = %s",
-                            (rnd.randint(1, DEMO_ROWS["order_lines"] // 4), rnd.randint(1, 4)))
-            else:
-                cur.execute("REPLACE INTO customers (id, email, name, country, balance) VALUES (%s,%s,%s,%s,%s)",
-                            (cid, f"again{i}@example.com", f"Again {i}", "NL", 1))
-            done += 1
-    return done
+class _WriteLoad:
+    """Updates, deletes and re-inserts against the demo tables, in a thread, until stopped."""
+
+    def __init__(self, info: StackInfo, seed: int = 11) -> None:
+        import threading
+        self.info, self.rnd, self.done = info, random.Random(seed), 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(60)
+        return self.done
+
+    def _run(self) -> None:
+        rnd = self.rnd
+        with _admin(self.info, "shop") as conn, conn.cursor() as cur:
+            while not self._stop.is_set():
+                r = rnd.random()
+                cid = rnd.randint(1, DEMO_ROWS["customers"])
+                if r < 0.4:
+                    cur.execute("UPDATE customers SET balance = balance + 1 WHERE id = %s", (cid,))
+                elif r < 0.6:
+                    cur.execute("UPDATE products SET stock = stock - 1 WHERE sku = %s",
+                                (f"SKU-{rnd.randrange(DEMO_ROWS['products']):06d}",))
+                elif r < 0.75:
+                    cur.execute("DELETE FROM order_lines WHERE order_id = %s AND line_no = %s",
+                                (rnd.randint(1, DEMO_ROWS["order_lines"] // 4), rnd.randint(1, 4)))
+                elif r < 0.85:
+                    cur.execute("INSERT INTO order_lines VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE "
+                                "quantity = quantity + 1", (rnd.randint(1, DEMO_ROWS["order_lines"] // 4),
+                                                            rnd.randint(1, 6), "SKU-000001", 1, 9.99))
+                else:
+                    cur.execute("REPLACE INTO customers (id, email, name, country, balance) VALUES (%s,%s,%s,%s,%s)",
+                                (cid, f"again{self.done}@example.com", f"Again {self.done}", "NL", 1))
+                self.done += 1
+                time.sleep(0.002)
+
+
+KEYS = {"customers": ["id"], "order_lines": ["order_id", "line_no"], "products": ["sku"]}
+VALUES = {"customers": ["email", "name", "country", "balance"], "order_lines": ["sku", "quantity", "price"],
+          "products": ["title", "stock"]}
+
+
+def _digest(rows: dict) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for k in sorted(rows):
+        h.update(repr((k, rows[k])).encode())
+    return h.hexdigest()[:12]
+
+
+def _norm(v):
+    from decimal import Decimal
+    if isinstance(v, Decimal):
+        return str(v.normalize()) if v == v.to_integral() else f"{v:f}".rstrip("0")
+    return v if not isinstance(v, int) else int(v)
+
+
+def _rows_of(cursor, sql: str, nkey: int) -> dict:
+    cursor.execute(sql)
+    return {tuple(_norm(x) for x in r[:nkey]): tuple(_norm(x) for x in r[nkey:]) for r in cursor.fetchall()}
 
 
 def _consistency(info: StackInfo, cfg) -> tuple[bool, Table]:
-    """Replay each table's change topic in position order and compare with the source."""
+    """Each source table against its PostgreSQL sink, its MySQL sink and its clean changelog."""
+    import psycopg
+
     from cdc.kafka.schema_store import SchemaStore
     from cdc.kafka.topic_reader import read_topic
     from cdc.serde import RecordDecoder
-    keys = {"customers": ["id"], "order_lines": ["order_id", "line_no"], "products": ["sku"]}
-    values = {"customers": ["email", "balance"], "order_lines": ["sku", "quantity", "price"], "products": ["stock"]}
+    from spark_jobs.clean_changelog import clean_topic
+    from spark_jobs.sinks import MySQLSink, PostgresSink
     dec = RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
-    table = Table("table", "source rows", "changelog rows", "events", "rows equal")
+    pg = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
+    my = MySQLSink(cfg.sinks.mysql.host, cfg.sinks.mysql.port, cfg.sinks.mysql.user,
+                   cfg.sinks.mysql.password.get_secret_value(), cfg.sinks.mysql.database)
+    table = Table("table", "source rows", "checksum", "PostgreSQL", "MySQL", "clean changelog", "equal")
     ok = True
-    with _admin(info, "shop") as conn, conn.cursor() as cur:
-        for name, key in keys.items():
-            replay: dict = {}
-            events = 0
-            for msg in read_topic(cfg.kafka.bootstrap_servers, f"{cfg.kafka.topic_prefix}.shop.{name}"):
+    with _admin(info, "shop") as conn, conn.cursor() as cur, \
+            psycopg.connect(cfg.sinks.postgres.dsn.get_secret_value()) as pconn, pconn.cursor() as pcur:
+        for name, key in KEYS.items():
+            cols = ", ".join(f"`{c}`" for c in key + VALUES[name])
+            source = _rows_of(cur, f"SELECT {cols} FROM {name}", len(key))
+            mysql_rows = _rows_of(cur, f"SELECT {cols} FROM {my.qualified_name('shop', name)}", len(key))
+            pcols = ", ".join(f'"{c}"' for c in key + VALUES[name])
+            pg_rows = _rows_of(pcur, f"SELECT {pcols} FROM {pg.qualified_name('shop', name)}", len(key))
+            clean: dict = {}
+            for msg in read_topic(cfg.kafka.bootstrap_servers, clean_topic(cfg.kafka.topic_prefix, "shop", name)):
                 v = dec.decode(msg.value())
-                events += 1
                 row = v["after"] if v["op"] != "d" else v["before"]
-                k = tuple(row[c] for c in key)
+                k = tuple(_norm(row[c]) for c in key)
                 if v["op"] == "d":
-                    replay.pop(k, None)
+                    clean.pop(k, None)
                 else:
-                    replay[k] = tuple(row[c] for c in values[name])
-            cur.execute(f"SELECT {', '.join(key + values[name])} FROM {name}")
-            source = {tuple(r[:len(key)]): tuple(r[len(key):]) for r in cur.fetchall()}
-            equal = replay == source
+                    clean[k] = tuple(_norm(row[c]) for c in VALUES[name])
+            want = _digest(source)
+            cells = []
+            equal = True
+            for rows in (pg_rows, mysql_rows, clean):
+                same = rows == source
+                equal &= same
+                cells.append(f"{len(rows):,} {_digest(rows)}" + ("" if same else " [red]differs[/red]"))
             ok &= equal
-            table.add_row(name, f"{len(source):,}", f"{len(replay):,}", f"{events:,}",
-                          "[green]yes[/green]" if equal else "[red]NO[/red]")
+            table.add_row(name, f"{len(source):,}", want, *cells, "[green]yes[/green]" if equal else "[red]NO[/red]")
     return ok, table
 
 
@@ -117,34 +182,68 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
     import threading
 
     from cdc.config import load_config
+    from cdc.progress import NotificationFollower
     from producer.app import ProducerApp
     from producer.binlog_source import connect, current_position
+    from spark_jobs.merge_job import MergeJob
 
     console.rule("[bold]MySQL CDC demo")
+    t_start = time.monotonic()
     with console.status("starting the embedded stack (MariaDB/MySQL, Kafka broker, PostgreSQL)..."):
         info = stack_up(state_dir)
     console.print(f"stack up in {info.state_dir} (config: {info.config_path})")
     ok = True
     try:
         cfg = load_config(info.config_path)
-        cfg.kafka.topic_prefix = cfg.producer.name = f"demo{int(time.time())}"
-        cfg.state_dir = str(info.state_dir / "producer")
+        run = f"demo{int(time.time())}"
+        cfg.kafka.topic_prefix = cfg.producer.name = run
+        cfg.kafka.partitions = 2
+        cfg.source.include_databases = ["shop"]
+        cfg.sinks.postgres.schema_name = run
+        cfg.sinks.mysql.database = f"cdc_sink_{run}"
+        cfg.state_dir = str(info.state_dir / run)
+        cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
+        cfg.spark.master = "local[2]"
+        with console.status("loading the demo schema and data (before the producer starts)..."):
+            t0 = time.monotonic()
+            counts = load_demo_data(info)
+        console.print(f"demo data: {sum(counts.values()):,} rows in {time.monotonic() - t0:.1f}s {counts}")
+
         conn = connect(cfg.source)
         file, pos = current_position(conn)
         conn.close()
         cfg.producer.startup.mode, cfg.producer.startup.file, cfg.producer.startup.pos = "position", file, pos
         app = ProducerApp(cfg)
-        producer = threading.Thread(target=app.run, daemon=True)
+        producer = threading.Thread(target=app.run, daemon=True, name="producer")
         producer.start()
-        console.print(f"producer streaming from {file}:{pos} into topics {cfg.kafka.topic_prefix}.shop.*")
-        with console.status("loading the demo schema and data while the producer streams..."):
-            t0 = time.monotonic()
-            counts = load_demo_data(info)
-        console.print(f"demo data: {sum(counts.values()):,} rows in {time.monotonic() - t0:.1f}s {counts}")
-        with console.status("concurrent writes..."):
-            n = _concurrent_writes(info, 3000)
-        console.print(f"concurrent writes: {n:,} statements")
-        with console.status("waiting for the producer to catch up..."):
+        console.print(f"producer streaming from {file}:{pos} into {run}.shop.*")
+        with console.status("starting the Spark merge job (local[2])..."):
+            from spark_jobs.spark_session import build_session
+            build_session(cfg.spark.master)
+            job = MergeJob(cfg)
+            merger = threading.Thread(target=job.run, daemon=True, name="merge-job")
+            merger.start()
+        console.print("merge job running: DBLog dedup into PostgreSQL, MySQL and the clean changelog topics")
+        load = _WriteLoad(info)
+        load.start()
+        console.print("write load running (updates, deletes, re-inserts)")
+
+        follower = NotificationFollower(cfg)
+        tables = [f"shop.{t}" for t in KEYS]
+        with _admin(info) as conn, conn.cursor() as cur:
+            sql = ("INSERT INTO cdc_control.cdc_signal (id, type, data) VALUES "
+                   f"('{run}', 'execute-snapshot', '{{\"data-collections\": [\"shop.customers\", "
+                   f"\"shop.order_lines\", \"shop.products\"], \"type\": \"incremental\"}}')")
+            console.print(f"[bold]signal:[/bold] {sql}")
+            cur.execute(sql)
+        result = follower.follow(console, run, tables, timeout=600)
+        follower.close()
+        if result.refused or len(result.done) < len(tables):
+            console.print(f"[red]the snapshot did not complete[/red]: {result}")
+            ok = False
+        writes = load.stop()
+        console.print(f"write load stopped after {writes:,} statements")
+        with console.status("the producer catches up..."):
             conn = connect(cfg.source)
             end_file, end_pos = current_position(conn)
             conn.close()
@@ -156,19 +255,20 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         console.print(f"producer: {snap['events_total']:,} events written, position {snap['file']}:{snap['pos']}")
         app.stop()
         producer.join(60)
-        with console.status("replaying the changelog topics and comparing with the source..."):
+        with console.status("the merge job drains what is left..."):
+            job.stop()
+            merger.join(120)
+            drain = MergeJob(cfg)
+            drain.run(available_now=True)
+        console.print(f"merge job: {job.totals['input'] + drain.totals['input']:,} records, "
+                      f"{job.totals['dropped'] + drain.totals['dropped']:,} chunk rows dropped by the DBLog rule, "
+                      f"{job.totals['dead'] + drain.totals['dead']} dead letters")
+        with console.status("comparing every source table with its sinks..."):
             consistent, report = _consistency(info, cfg)
         console.print(report)
         ok &= consistent
-        steps = Table("step", "state")
-        steps.add_row("stack, demo schema, binlog producer into Kafka",
-                      "[green]works[/green]" if consistent else "[red]inconsistent[/red]")
-        steps.add_row("snapshot by signal row", "[yellow]not there yet[/yellow]")
-        steps.add_row("Spark merge job into sinks", "[yellow]not there yet[/yellow]")
-        steps.add_row("cdc verify against the sinks", "[yellow]not there yet[/yellow]")
-        console.print(steps)
-        console.print("[green]consistent[/green]: every table's changelog replays to the source"
-                      if consistent else "[red]INCONSISTENT[/red]")
+        console.print(("[green]consistent[/green]: every sink equals its source table"
+                       if consistent else "[red]INCONSISTENT[/red]") + f" ({time.monotonic() - t_start:.0f}s)")
     finally:
         if keep_running:
             console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")

@@ -247,14 +247,20 @@ class MergeJob:
             log.debug("cannot write the merge status file: %s", exc)
 
     # -- running -----------------------------------------------------------------------------
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 60.0) -> None:
+        """Stop after the running micro-batch (if any) has finished: interrupting a batch
+        is safe (it is run again on restart) but noisy."""
         self._stop.set()
         q = self.query
-        if q is not None:
-            try:
-                q.stop()
-            except Exception:  # noqa: BLE001 - stopping a query that already failed
-                pass
+        if q is None:
+            return
+        deadline = time.monotonic() + wait_s
+        try:
+            while q.isActive and q.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            q.stop()
+        except Exception:  # noqa: BLE001 - stopping a query that already failed
+            pass
 
     def run(self, *, available_now: bool = False, max_restarts: int | None = None) -> int:
         """Run until stopped; ``available_now``: process what is in Kafka now, then return."""

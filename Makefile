@@ -27,5 +27,9 @@ test: venv system-deps
 unit: venv
 	$(PY) -m pytest tests/unit
 
+# Stream, snapshot and merge benchmarks (about 10 minutes) into docs/benchmarks.md.
+bench: venv system-deps
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench report --out docs/benchmarks.md
+
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

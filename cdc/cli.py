@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -55,12 +54,6 @@ def _cmd_stack_status(args: argparse.Namespace) -> int:
 
 
 # --- pipeline commands ------------------------------------------------------------------
-
-def _not_yet(what: str, issue: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        raise CommandError(f"'cdc {what}' is not implemented yet ({issue})")
-    return run
-
 
 def _cmd_produce(args: argparse.Namespace) -> int:
     from producer.app import ProducerStopped, run_producer
@@ -140,6 +133,18 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return run_merge(cfg, available_now=args.available_now)
 
 
+def _cmd_bench_report(args: argparse.Namespace) -> int:
+    from cdc.bench import BenchError
+    from cdc.bench_report import bench_report
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        bench_report(Path(args.out), Path(args.state_dir), stream_rows=args.stream_rows,
+                     snapshot_rows=args.snapshot_rows, merge_events=args.merge_events, console=console)
+    except BenchError as exc:
+        raise CommandError(str(exc)) from None
+    return 0
+
+
 def _cmd_bench_merge(args: argparse.Namespace) -> int:
     from cdc.bench import BenchError
     from cdc.bench_merge import bench_merge
@@ -212,6 +217,28 @@ def _cmd_status(args: argparse.Namespace) -> int:
         console.print(f"snapshot {snap.get('snapshot_id', '')}" + (" (paused)" if snap.get("paused") else ""))
         draw_status_bars(console, snap)
     return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 only when every table equals every target."""
+    import json
+    from cdc.verify import VerifyError, print_report, verify
+    cfg = load(args)
+    try:
+        if args.json:
+            report = verify(cfg, args.tables or None, changelog=args.changelog, chunk_size=args.chunk_size,
+                            samples=args.samples)
+        else:
+            with console.status("verifying...") as status:
+                report = verify(cfg, args.tables or None, changelog=args.changelog, chunk_size=args.chunk_size,
+                                samples=args.samples, progress=lambda msg: status.update(f"verifying {msg}"))
+    except VerifyError as exc:
+        raise CommandError(str(exc)) from None
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        print_report(report, console)
+    return 0 if report.equal else 1
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -296,15 +323,26 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--keep-running", action="store_true")
     bench_merge_p.set_defaults(func=_cmd_bench_merge)
 
+    bench_report_p = bench_sub.add_parser("report", help="stream, snapshot and merge benchmarks into docs/benchmarks.md")
+    bench_report_p.add_argument("--out", default="docs/benchmarks.md")
+    bench_report_p.add_argument("--stream-rows", type=int, default=500_000)
+    bench_report_p.add_argument("--snapshot-rows", type=int, default=1_000_000)
+    bench_report_p.add_argument("--merge-events", type=int, default=1_000_000)
+    bench_report_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_report_p.set_defaults(func=_cmd_bench_report)
+
     status = sub.add_parser("status", help="producer position, lag and rate")
     status.set_defaults(func=_cmd_status)
 
-    for name, issue, help_ in (
-        ("verify", "issue: cdc verify", "compare source tables with the sinks"),
-    ):
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=_not_yet(name, issue))
+    ver = sub.add_parser("verify", help="compare source tables with the sinks (chunk checksums, then row by row)")
+    ver.add_argument("tables", nargs="*", metavar="DB.TABLE",
+                     help="tables to verify (names or regular expressions; default: every captured table)")
+    ver.add_argument("--changelog", action="store_true",
+                     help="also replay each clean changelog topic (memory proportional to the table)")
+    ver.add_argument("--chunk-size", type=int, default=10_000, help="rows per checksum chunk (default 10000)")
+    ver.add_argument("--samples", type=int, default=5, help="differing rows shown per kind (default 5)")
+    ver.add_argument("--json", action="store_true", help="print the report as JSON")
+    ver.set_defaults(func=_cmd_verify)
     return parser
 
 

@@ -13,15 +13,20 @@ from typing import Any, Sequence
 from cdc.sql import quote_ident as _q
 
 
-def _compare(keys: Sequence[str], values: Sequence[Any], last_op: str) -> tuple[str, list[Any]]:
+def _compare(keys: Sequence[str], values: Sequence[Any], last_op: str,
+             key_exprs: dict[str, str] | None = None) -> tuple[str, list[Any]]:
     """(k1 > v1) OR (k1 = v1 AND k2 > v2) ... with ``last_op`` on the last key column
-    (``>`` for strictly after, ``<`` / ``<=`` for before / up to)."""
+    (``>`` for strictly after, ``<`` / ``<=`` for before / up to).  ``key_exprs``: the
+    expression compared for a column instead of the column (``(`e`+0)`` for ENUM/SET
+    keys, which sort by their index: the values must then be indexes too)."""
     strict = "<" if last_op in ("<", "<=") else ">"
+    exprs = key_exprs or {}
+    col = {k: exprs.get(k, _q(k)) for k in keys}
     terms, params = [], []
     for i, k in enumerate(keys):
-        eqs = [f"{_q(keys[j])} = %s" for j in range(i)]
+        eqs = [f"{col[keys[j]]} = %s" for j in range(i)]
         op = last_op if i == len(keys) - 1 else strict
-        terms.append("(" + " AND ".join([*eqs, f"{_q(k)} {op} %s"]) + ")")
+        terms.append("(" + " AND ".join([*eqs, f"{col[k]} {op} %s"]) + ")")
         params.extend(values[:i])
         params.append(values[i])
     return "(" + " OR ".join(terms) + ")", params
@@ -29,7 +34,8 @@ def _compare(keys: Sequence[str], values: Sequence[Any], last_op: str) -> tuple[
 
 def chunk_query(db: str, table: str, columns: Sequence[str], keys: Sequence[str], *, after: Sequence[Any] | None,
                 upto: Sequence[Any] | None, condition: str | None, limit: int,
-                select_exprs: dict[str, str] | None = None) -> tuple[str, list[Any]]:
+                select_exprs: dict[str, str] | None = None,
+                key_exprs: dict[str, str] | None = None) -> tuple[str, list[Any]]:
     """The SELECT of one chunk.  ``condition`` must already be validated
     (``snapshot_filter.validate_filter``); ``select_exprs`` overrides the expression
     read for a column (e.g. ``CAST(`f` AS DOUBLE)`` for FLOAT on MariaDB)."""
@@ -37,11 +43,11 @@ def chunk_query(db: str, table: str, columns: Sequence[str], keys: Sequence[str]
     cols = ", ".join(f"{exprs[c]} AS {_q(c)}" if c in exprs else _q(c) for c in columns)
     where, params = [], []
     if after is not None:
-        sql, p = _compare(keys, after, ">")
+        sql, p = _compare(keys, after, ">", key_exprs)
         where.append(sql)
         params += p
     if upto is not None:
-        sql, p = _compare(keys, upto, "<=")
+        sql, p = _compare(keys, upto, "<=", key_exprs)
         where.append(sql)
         params += p
     if condition:
@@ -61,16 +67,16 @@ def max_key_query(db: str, table: str, keys: Sequence[str], *, lowest: bool = Fa
 
 
 def boundary_query(db: str, table: str, keys: Sequence[str], *, after: Sequence[Any] | None,
-                   upto: Sequence[Any], rows: int) -> tuple[str, list[Any]]:
+                   upto: Sequence[Any], rows: int, key_exprs: dict[str, str] | None = None) -> tuple[str, list[Any]]:
     """The key of the ``rows``-th row after ``after`` (and up to ``upto``): the upper bound
     of a chunk of that many rows, found by the database on the key index without reading
     the rows out, so chunks can be planned ahead and read in parallel."""
     where, params = [], []
     if after is not None:
-        sql, p = _compare(keys, after, ">")
+        sql, p = _compare(keys, after, ">", key_exprs)
         where.append(sql)
         params += p
-    sql, p = _compare(keys, upto, "<=")
+    sql, p = _compare(keys, upto, "<=", key_exprs)
     where.append(sql)
     params += p
     cols = ", ".join(_q(k) for k in keys)

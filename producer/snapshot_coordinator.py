@@ -146,6 +146,7 @@ class SnapshotCoordinator:
         # CLOSE markers a failed reader could not write: written when the server is back,
         # so no window stays open downstream.
         self._pending_closes: list[tuple[str, str]] = []
+        self._aborted: set[str] = set()  # tables whose snapshot was aborted (reads kept failing, key dropped)
         if state:
             self._restore(state)
 
@@ -319,9 +320,11 @@ class SnapshotCoordinator:
 
     def _finish(self, *, completed: bool = True) -> None:
         if self.snapshot_id is not None and completed:
-            self.notify(Notification("COMPLETED", self.snapshot_id))
-            log.info("snapshot %s completed", self.snapshot_id)
-        self.snapshot_id, self.jobs, self.paused = None, [], False
+            data = {"aborted_tables": sorted(self._aborted)} if self._aborted else {}
+            self.notify(Notification("COMPLETED", self.snapshot_id, data))
+            log.info("snapshot %s completed%s", self.snapshot_id,
+                     f" (aborted: {', '.join(sorted(self._aborted))})" if self._aborted else "")
+        self.snapshot_id, self.jobs, self.paused, self._aborted = None, [], False, set()
 
     # -- chunks --------------------------------------------------------------------------
     def poll(self) -> None:
@@ -393,6 +396,7 @@ class SnapshotCoordinator:
                       self.snapshot_id, keys, job.table)
             self.notify(Notification("ABORTED", self.snapshot_id or "", {"tables": [job.table],
                                                                          "reason": "key column dropped"}))
+            self._aborted.add(job.table)
             self._remove(job)
             return True
         busy = {id(c.key_range) for c in self.inflight.values()}
@@ -546,6 +550,7 @@ class SnapshotCoordinator:
                               self.snapshot_id, job.table, ch.key_range.failures, exc)
                     self.notify(Notification("ABORTED", self.snapshot_id or "", {
                         "tables": [job.table], "reason": f"chunk read failed {ch.key_range.failures} times: {exc}"}))
+                    self._aborted.add(job.table)
                     self._remove(job)
                     return None
         if ch.invalid or job not in self.jobs or ch.open_position is None:

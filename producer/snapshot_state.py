@@ -45,6 +45,8 @@ def encode_key(values: list | tuple | None) -> list | None:
             out.append({"timedelta_us": (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds})
         elif isinstance(v, (bytes, bytearray)):
             out.append({"bytes": base64.b64encode(bytes(v)).decode()})
+        elif isinstance(v, (set, frozenset)):  # a SET column (pymysql gives a set of members)
+            out.append({"set": sorted(v)})
         else:
             raise TypeError(f"key value {v!r} of type {type(v).__name__} cannot be stored")
     return out
@@ -59,7 +61,7 @@ def decode_key(values: list | None) -> list | None:
             (tag, x), = v.items()
             out.append({"decimal": Decimal, "datetime": dt.datetime.fromisoformat, "date": dt.date.fromisoformat,
                         "timedelta_us": lambda us: dt.timedelta(microseconds=us),
-                        "bytes": base64.b64decode}[tag](x))
+                        "bytes": base64.b64decode, "set": set}[tag](x))
         else:
             out.append(v)
     return out

@@ -69,6 +69,27 @@ def max_key(conn, table: TableDef, keys: Sequence[str]) -> tuple | None:
     return tuple(row) if row else None
 
 
+def _key_exprs(table: TableDef, keys: Sequence[str], values: Sequence[Any] | None
+               ) -> tuple[dict[str, str], list[Any] | None]:
+    """ENUM and SET key columns sort by their index, not their text: compare ``col+0``
+    with the index of the value (a SET's bit mask)."""
+    exprs: dict[str, str] = {}
+    out = list(values) if values is not None else None
+    for i, k in enumerate(keys):
+        col = table.column(k)
+        if col.data_type not in ("enum", "set"):
+            continue
+        exprs[k] = f"({quote_ident(k)}+0)"
+        if out is not None and isinstance(out[i], (str, set, frozenset)):
+            members = list(col.enum_values)
+            if col.data_type == "enum":
+                out[i] = members.index(out[i]) + 1 if out[i] in members else 0
+            else:
+                chosen = out[i].split(",") if isinstance(out[i], str) else out[i]
+                out[i] = sum(1 << members.index(m) for m in chosen if m in members)
+    return exprs, out
+
+
 def min_key(conn, table: TableDef, keys: Sequence[str]) -> tuple | None:
     with conn.cursor() as cur:
         cur.execute(max_key_query(table.db, table.name, keys, lowest=True))
@@ -79,7 +100,10 @@ def min_key(conn, table: TableDef, keys: Sequence[str]) -> tuple | None:
 def boundary_key(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
                  upto: Sequence[Any], rows: int) -> tuple | None:
     """The key ``rows`` rows after ``after`` (None: fewer rows than that up to ``upto``)."""
-    sql, params = boundary_query(table.db, table.name, keys, after=after, upto=upto, rows=rows)
+    exprs, after_v = _key_exprs(table, keys, after)
+    _, upto_v = _key_exprs(table, keys, upto)
+    sql, params = boundary_query(table.db, table.name, keys, after=after_v, upto=upto_v, rows=rows,
+                                 key_exprs=exprs)
     with conn.cursor() as cur:
         cur.execute(sql, params)
         row = cur.fetchone()
@@ -91,8 +115,10 @@ def read_chunk(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[An
     names = table.column_names
     exprs = {c.name: f"CAST({quote_ident(c.name)} AS DOUBLE)"
              for c in table.columns if c.data_type == "float"}
-    sql, params = chunk_query(table.db, table.name, names, keys, after=after, upto=upto, condition=condition,
-                              limit=limit, select_exprs=exprs)
+    kexprs, after_v = _key_exprs(table, keys, after)
+    _, upto_v = _key_exprs(table, keys, upto)
+    sql, params = chunk_query(table.db, table.name, names, keys, after=after_v, upto=upto_v, condition=condition,
+                              limit=limit, select_exprs=exprs, key_exprs=kexprs)
     with conn.cursor() as cur:
         cur.execute(sql, params)
         return [dict(zip(names, r)) for r in cur.fetchall()]

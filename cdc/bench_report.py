@@ -1,0 +1,118 @@
+"""``make bench`` / ``cdc bench report``: the stream, snapshot and merge benchmarks in one
+session, written to ``docs/benchmarks.md`` with their reference runs, ratios and the
+machine.  Figures come only from the runs made here."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from cdc.bench import DEFAULT_STATE_DIR
+
+
+def _mariadb_version() -> str:
+    for tool in ("mariadbd", "mysqld"):
+        try:
+            out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=10)
+            if out.returncode == 0:
+                return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return "unknown"
+
+
+def _row(*cells: Any) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def render(stream: dict, snapshot: dict, merge: dict, *, stream_rows: int, snapshot_rows: int,
+           merge_events: int) -> str:
+    m = stream["machine"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Every figure below comes",
+        "from the same session; each benchmark runs its own reference in the same script, so",
+        "read the ratios, not the absolute rates (these machines are shared and noisy).",
+        "",
+        f"Machine: {m['nproc']} cores ({m['cpu']}), load average at start {m['loadavg'][0]}; "
+        f"Python {platform.python_version()}; {_mariadb_version()}; embedded Tansu broker.",
+        "",
+        "Reproduce: `make bench` (or `.venv/bin/cdc bench stream|snapshot|merge` one by one; each",
+        "starts its own embedded stack in `.cdc/bench` and stops it).",
+        "",
+        f"## Stream: binlog to Kafka (`cdc bench stream --rows {stream_rows}`)",
+        "",
+        _row("what", "seconds", "rows/s", "vs (a)"),
+        _row("---", "---", "---", "---"),
+    ]
+    a = stream["reference"]["rows_per_s"]
+    lines.append(_row("(a) python-mysql-replication decoding, no output", f"{stream['reference']['seconds']:.2f}",
+                      f"{a:,.0f}", "1.00"))
+    for key, label in (("producer_tx", "(b) producer, Kafka transactions"), ("producer_no_tx", "(b) producer, no transactions")):
+        if key in stream:
+            b = stream[key]
+            lines.append(_row(label, f"{b['seconds']:.2f}", f"{b['rows_per_s']:,.0f}", f"{b['rows_per_s'] / a:.2f}"))
+    c = stream["native"]
+    lines.append(_row(f"(c) {c['tool']} decoding (native)", f"{c['seconds']:.2f}", f"{c['rows_per_s']:,.0f}",
+                      f"{c['rows_per_s'] / a:.2f}"))
+    if "producer_tx" in stream:
+        b = stream["producer_tx"]
+        lines += ["", f"Producer memory (producer + binlog reader, MB): {b['rss_base_mb']:.0f} at start, "
+                      f"{b['rss_half_mb']} at 50%, {b['rss_end_mb']} at the end."]
+    lines += ["", f"## Snapshot (`cdc bench snapshot --rows {snapshot_rows}`)", "",
+              _row("what", "seconds", "rows/s", "vs (a)", "producer RSS MB start/25%/50%/100%"),
+              _row("---", "---", "---", "---", "---")]
+    a = snapshot["keyset"]["rows_per_s"]
+    lines.append(_row("(a) pymysql keyset scan, fetch only", f"{snapshot['keyset']['seconds']:.2f}", f"{a:,.0f}",
+                      "1.00", ""))
+    for key, label in (("snapshot_quiet", "(b) producer snapshot, signal to last chunk acknowledged, table quiet"),
+                       ("snapshot_writes", "(b) the same under writes")):
+        if key in snapshot:
+            b = snapshot[key]
+            extra = f" ({b['writes_per_s']:,.0f} writes/s)" if b["writes"] else ""
+            lines.append(_row(label + extra, f"{b['seconds']:.2f}", f"{b['rows_per_s']:,.0f}",
+                              f"{b['rows_per_s'] / a:.2f}",
+                              f"{b['rss_start_mb']:.0f}/{b['rss_25_mb']:.0f}/{b['rss_50_mb']:.0f}/{b['rss_100_mb']:.0f}"))
+    d = snapshot["dump"]
+    lines.append(_row(f"(c) {d['tool']} --quick", f"{d['seconds']:.2f}", f"{d['rows_per_s']:,.0f}",
+                      f"{d['rows_per_s'] / a:.2f}", ""))
+    lines += ["", f"## Merge: Kafka to PostgreSQL (`cdc bench merge --events {merge_events}`)", "",
+              _row("what", "seconds", "events/s", "vs (a)"), _row("---", "---", "---", "---")]
+    a = merge["reference"]["events_per_s"]
+    lines.append(_row("(a) confluent-kafka consume + fastavro decode, one process", f"{merge['reference']['seconds']:.2f}",
+                      f"{a:,.0f}", "1.00"))
+    b = merge["merge"]
+    lines.append(_row(f"(b) merge job local[2], DBLog rule, PostgreSQL upserts ({merge.get('partitions')} partitions)",
+                      f"{b['seconds']:.2f}", f"{b['events_per_s']:,.0f}", f"{b['events_per_s'] / a:.2f}"))
+    lines += ["", f"(b) excludes the Spark session's start ({merge.get('spark_startup_s', 0):.1f} s)."]
+    if "latency" in merge:
+        lt = merge["latency"]
+        lines += ["", f"Latency, {lt['writes_per_s']:,.0f} events/s written to the source for {lt['seconds']:.0f} s, "
+                      f"1 s trigger, {lt['batches']} micro-batches: p50 {lt['p50_ms_median']:.0f} ms and p99 "
+                      f"{lt['p99_ms_median']:.0f} ms in the median batch, p99 {lt['p99_ms_worst']:.0f} ms in the "
+                      "worst (source commit time = binlog event time, whole seconds)."]
+    return "\n".join(lines) + "\n"
+
+
+def bench_report(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAULT_STATE_DIR, *,
+                 stream_rows: int = 500_000, snapshot_rows: int = 1_000_000, merge_events: int = 1_000_000,
+                 console: Console | None = None) -> str:
+    from cdc.bench import bench_stream
+    from cdc.bench_merge import bench_merge
+    from cdc.bench_snapshot import bench_snapshot
+    console = console or Console()
+    stream = bench_stream(state_dir, rows=stream_rows, console=console)
+    snapshot = bench_snapshot(state_dir, rows=snapshot_rows, console=console)
+    merge = bench_merge(state_dir, events=merge_events, console=console)
+    text = render(stream, snapshot, merge, stream_rows=stream_rows, snapshot_rows=snapshot_rows,
+                  merge_events=merge_events)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    console.print(f"written to {out}")
+    return text

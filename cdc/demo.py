@@ -7,9 +7,10 @@
    and a write load (updates, deletes, re-inserts) runs against all three tables;
 3. a snapshot of the three tables is triggered by inserting a signal row, with a
    progress bar per table;
-4. the writes stop, the producer and the merge job drain, and a report compares each
-   source table with its PostgreSQL sink, its MySQL sink and its clean changelog topic
-   (row counts and a checksum over the rows).  Exit code 0 only when all are equal.
+4. the writes stop, the producer and the merge job drain, and ``cdc verify`` compares
+   each source table with its PostgreSQL sink, its MySQL sink and its clean changelog
+   topic (row counts and checksums per key chunk, then row by row where they differ).
+   Exit code 0 only when all are equal.
 """
 
 from __future__ import annotations
@@ -109,73 +110,7 @@ class _WriteLoad:
                 time.sleep(0.002)
 
 
-KEYS = {"customers": ["id"], "order_lines": ["order_id", "line_no"], "products": ["sku"]}
-VALUES = {"customers": ["email", "name", "country", "balance"], "order_lines": ["sku", "quantity", "price"],
-          "products": ["title", "stock"]}
-
-
-def _digest(rows: dict) -> str:
-    import hashlib
-    h = hashlib.sha256()
-    for k in sorted(rows):
-        h.update(repr((k, rows[k])).encode())
-    return h.hexdigest()[:12]
-
-
-def _norm(v):
-    from decimal import Decimal
-    if isinstance(v, Decimal):
-        return str(v.normalize()) if v == v.to_integral() else f"{v:f}".rstrip("0")
-    return v if not isinstance(v, int) else int(v)
-
-
-def _rows_of(cursor, sql: str, nkey: int) -> dict:
-    cursor.execute(sql)
-    return {tuple(_norm(x) for x in r[:nkey]): tuple(_norm(x) for x in r[nkey:]) for r in cursor.fetchall()}
-
-
-def _consistency(info: StackInfo, cfg) -> tuple[bool, Table]:
-    """Each source table against its PostgreSQL sink, its MySQL sink and its clean changelog."""
-    import psycopg
-
-    from cdc.kafka.schema_store import SchemaStore
-    from cdc.kafka.topic_reader import read_topic
-    from cdc.serde import RecordDecoder
-    from spark_jobs.clean_changelog import clean_topic
-    from spark_jobs.sinks import MySQLSink, PostgresSink
-    dec = RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
-    pg = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
-    my = MySQLSink(cfg.sinks.mysql.host, cfg.sinks.mysql.port, cfg.sinks.mysql.user,
-                   cfg.sinks.mysql.password.get_secret_value(), cfg.sinks.mysql.database)
-    table = Table("table", "source rows", "checksum", "PostgreSQL", "MySQL", "clean changelog", "equal")
-    ok = True
-    with _admin(info, "shop") as conn, conn.cursor() as cur, \
-            psycopg.connect(cfg.sinks.postgres.dsn.get_secret_value()) as pconn, pconn.cursor() as pcur:
-        for name, key in KEYS.items():
-            cols = ", ".join(f"`{c}`" for c in key + VALUES[name])
-            source = _rows_of(cur, f"SELECT {cols} FROM {name}", len(key))
-            mysql_rows = _rows_of(cur, f"SELECT {cols} FROM {my.qualified_name('shop', name)}", len(key))
-            pcols = ", ".join(f'"{c}"' for c in key + VALUES[name])
-            pg_rows = _rows_of(pcur, f"SELECT {pcols} FROM {pg.qualified_name('shop', name)}", len(key))
-            clean: dict = {}
-            for msg in read_topic(cfg.kafka.bootstrap_servers, clean_topic(cfg.kafka.topic_prefix, "shop", name)):
-                v = dec.decode(msg.value())
-                row = v["after"] if v["op"] != "d" else v["before"]
-                k = tuple(_norm(row[c]) for c in key)
-                if v["op"] == "d":
-                    clean.pop(k, None)
-                else:
-                    clean[k] = tuple(_norm(row[c]) for c in VALUES[name])
-            want = _digest(source)
-            cells = []
-            equal = True
-            for rows in (pg_rows, mysql_rows, clean):
-                same = rows == source
-                equal &= same
-                cells.append(f"{len(rows):,} {_digest(rows)}" + ("" if same else " [red]differs[/red]"))
-            ok &= equal
-            table.add_row(name, f"{len(source):,}", want, *cells, "[green]yes[/green]" if equal else "[red]NO[/red]")
-    return ok, table
+TABLES = ["shop.customers", "shop.order_lines", "shop.products"]
 
 
 def run_demo(state_dir: Path, keep_running: bool = False) -> int:
@@ -229,7 +164,7 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         console.print("write load running (updates, deletes, re-inserts)")
 
         follower = NotificationFollower(cfg)
-        tables = [f"shop.{t}" for t in KEYS]
+        tables = TABLES
         with _admin(info) as conn, conn.cursor() as cur:
             sql = ("INSERT INTO cdc_control.cdc_signal (id, type, data) VALUES "
                    f"('{run}', 'execute-snapshot', '{{\"data-collections\": [\"shop.customers\", "
@@ -263,9 +198,11 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         console.print(f"merge job: {job.totals['input'] + drain.totals['input']:,} records, "
                       f"{job.totals['dropped'] + drain.totals['dropped']:,} chunk rows dropped by the DBLog rule, "
                       f"{job.totals['dead'] + drain.totals['dead']} dead letters")
-        with console.status("comparing every source table with its sinks..."):
-            consistent, report = _consistency(info, cfg)
-        console.print(report)
+        from cdc.verify import print_report, verify
+        with console.status("cdc verify: every source table against its sinks and clean changelog..."):
+            report = verify(cfg, TABLES, changelog=True)
+        print_report(report, console)
+        consistent = report.equal
         ok &= consistent
         console.print(("[green]consistent[/green]: every sink equals its source table"
                        if consistent else "[red]INCONSISTENT[/red]") + f" ({time.monotonic() - t_start:.0f}s)")

@@ -31,5 +31,9 @@ unit: venv
 bench: venv system-deps
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench report --out docs/benchmarks.md
 
+# A long chaos run (processes killed under load; must end equal).  SEED=n picks the plan.
+chaos: venv system-deps
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc chaos --seed $${SEED:-1}
+
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

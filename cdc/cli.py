@@ -126,6 +126,36 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    """A long chaos run on its own embedded stack."""
+    import pymysql
+
+    from cdc.chaos import ChaosError, run_chaos
+    from cdc.config import load_config
+    from cdc.stack.manager import restart_mysql, stack_down, stack_up
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    state = Path(args.state_dir)
+    info = stack_up(state)
+    cfg = load_config(info.config_path)
+
+    def admin():
+        m = info.mysql
+        return pymysql.connect(host=m["host"], port=m["port"], user=m["admin_user"], password=m["admin_password"],
+                               charset="utf8mb4", autocommit=True)
+    try:
+        counts = run_chaos(cfg, admin=admin, restart_source=lambda: restart_mysql(info.state_dir, down_s=1.0),
+                           seed=args.seed, rows=args.rows, duration=args.duration,
+                           producer_kills=args.producer_kills, job_kills=args.job_kills,
+                           work_dir=info.state_dir / f"run-{args.seed}-{int(__import__('time').time())}",
+                           console=console)
+    except ChaosError as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        if not args.keep_running:
+            stack_down(info.state_dir)
+    return 0 if counts["verify_equal"] and counts["clean_changelog_duplicates"] == 0 else 1
+
+
 def _cmd_merge(args: argparse.Namespace) -> int:
     from spark_jobs.merge_job import run_merge
     cfg = load(args)
@@ -330,6 +360,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench_report_p.add_argument("--merge-events", type=int, default=1_000_000)
     bench_report_p.add_argument("--state-dir", default=".cdc/bench")
     bench_report_p.set_defaults(func=_cmd_bench_report)
+
+    chaos = sub.add_parser("chaos", help="the pipeline under load with processes killed; must end equal (make chaos)")
+    chaos.add_argument("--seed", type=int, default=1)
+    chaos.add_argument("--rows", type=int, default=20_000, help="rows per table before the producer starts")
+    chaos.add_argument("--duration", type=float, default=180.0, help="seconds over which the kills are spread")
+    chaos.add_argument("--producer-kills", type=int, default=20)
+    chaos.add_argument("--job-kills", type=int, default=8)
+    chaos.add_argument("--state-dir", default=".cdc/chaos")
+    chaos.add_argument("--keep-running", action="store_true")
+    chaos.set_defaults(func=_cmd_chaos)
 
     status = sub.add_parser("status", help="producer position, lag and rate")
     status.set_defaults(func=_cmd_status)

@@ -139,6 +139,8 @@ class SparkConfig(_Section):
     # "python": the confluent-kafka data source; "jvm": Spark's own kafka source.
     kafka_source: Literal["python", "jvm"] = "python"
     max_offsets_per_trigger: int | None = None
+    # Prometheus text endpoint of the merge job (micro-batch figures); none when unset.
+    metrics_port: int | None = None
 
 
 class CDCConfig(_Section):

@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 log = logging.getLogger("cdc.producer.metrics")
@@ -99,20 +98,5 @@ class ProducerMetrics:
         ])
 
     def start_server(self, port: int | None) -> None:
-        if not port:
-            return
-        metrics = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                body = metrics.prometheus().encode()
-                self.send_response(200 if self.path in ("/metrics", "/") else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):  # quiet
-                pass
-        server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
-        log.info("metrics on :%d/metrics", port)
+        from cdc.metrics_http import serve_metrics
+        serve_metrics(port, self.prometheus)

@@ -143,6 +143,19 @@ class MergeJob:
         self._stop = threading.Event()
         self.query = None
         self._known: dict[str, int] = {}  # topics made sure of: partitions
+        self.last: dict[str, Any] = {}
+
+    def prometheus(self) -> str:
+        """The merge job's figures in Prometheus text format."""
+        lines = []
+        for name, value in self.totals.items():
+            lines += [f"# TYPE cdc_merge_{name}_total counter", f"cdc_merge_{name}_total {value}"]
+        lines += ["# TYPE cdc_merge_batches_total counter", f"cdc_merge_batches_total {self.batches}"]
+        for name in ("rows_per_second", "latency_p50_ms", "latency_p99_ms", "seconds"):
+            v = self.last.get(name)
+            if v is not None:
+                lines += [f"# TYPE cdc_merge_last_batch_{name} gauge", f"cdc_merge_last_batch_{name} {v}"]
+        return "\n".join(lines) + "\n"
 
     # -- the stream ------------------------------------------------------------------------
     def _reader(self, spark):
@@ -234,6 +247,8 @@ class MergeJob:
                      "%d dead letters, %d markers, latency p50 %s ms p99 %s ms", batch_id, agg["input"], rate,
                      agg["emitted"], agg["dropped"], agg["copies"], agg["dead"], markers,
                      f"{p50:.0f}" if p50 is not None else "-", f"{p99:.0f}" if p99 is not None else "-")
+        self.last = {**agg, "markers": markers, "seconds": seconds, "rows_per_second": rate,
+                     "latency_p50_ms": p50, "latency_p99_ms": p99}
         status = {"pid": os.getpid(), "updated_at": time.time(), "batch_id": batch_id, "batches": self.batches,
                   "last_batch": {**agg, "markers": markers, "seconds": round(seconds, 3),
                                  "rows_per_second": round(rate, 1), "latency_p50_ms": p50, "latency_p99_ms": p99},
@@ -264,8 +279,10 @@ class MergeJob:
 
     def run(self, *, available_now: bool = False, max_restarts: int | None = None) -> int:
         """Run until stopped; ``available_now``: process what is in Kafka now, then return."""
+        from cdc.metrics_http import serve_metrics
         from spark_jobs.spark_session import build_session
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
+        server = serve_metrics(self.cfg.spark.metrics_port, self.prometheus)
         delay, restarts = 1.0, 0
         try:
             while not self._stop.is_set():
@@ -291,6 +308,8 @@ class MergeJob:
             return 0
         finally:
             self.query = None
+            if server is not None:
+                server.shutdown()
 
 
 def run_merge(cfg: CDCConfig, *, available_now: bool = False) -> int:

@@ -3,111 +3,17 @@
 from __future__ import annotations
 
 import json
-import random
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pymysql
 
 from cdc.config import CDCConfig
 from cdc.kafka.topic_reader import read_topic
+from cdc.workload import KEY_KINDS, WriteLoad, create_table  # noqa: F401 - re-exported for the tests
 from producer.binlog_source import connect
 from producer.signals import execute_snapshot_data, send_signal
 from spark_jobs.dblog import ChunkRow, apply_in_order, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import dedupe_by_position, read_events
-
-# Table shapes by key kind: DDL body, key columns, a key maker.
-KEY_KINDS = {
-    "single": ("id INT PRIMARY KEY, v VARCHAR(40), n INT", ["id"], lambda i: (i,)),
-    "composite": ("a INT, b VARCHAR(20), v VARCHAR(40), n INT, PRIMARY KEY (a, b)", ["a", "b"],
-                  lambda i: (i // 7, f"b-{i % 7}")),
-    "string": ("k VARCHAR(40) PRIMARY KEY, v VARCHAR(40), n INT", ["k"],
-               lambda i: (f"Kéy-{i:06d}" if i % 3 else f"kéy-{i:06d}-ü",)),
-}
-
-
-def create_table(conn, db: str, table: str, kind: str, rows: int) -> list[str]:
-    body, keys, make = KEY_KINDS[kind]
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE TABLE `{db}`.`{table}` ({body}) CHARACTER SET utf8mb4")
-        values = [(*make(i), f"v{i}", i) for i in range(rows)]
-        cols = ", ".join(f"`{c}`" for c in [*keys, "v", "n"])
-        marks = ", ".join(["%s"] * (len(keys) + 2))
-        for start in range(0, len(values), 1000):
-            cur.executemany(f"INSERT INTO `{db}`.`{table}` ({cols}) VALUES ({marks})", values[start:start + 1000])
-    conn.commit()
-    return keys
-
-
-@dataclass
-class WriteLoad:
-    """Random inserts, updates, deletes, primary-key changes and delete + re-insert of the
-    same key (in one transaction) against a table, in a thread, until stopped."""
-
-    conn_factory: object
-    db: str
-    table: str
-    kind: str
-    key_space: int
-    seed: int = 1
-    ops: dict = field(default_factory=dict)
-    error: BaseException | None = None
-
-    def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "WriteLoad":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        if self.error is not None:
-            raise self.error
-
-    def _run(self) -> None:
-        rnd = random.Random(self.seed)
-        _, keys, make = KEY_KINDS[self.kind]
-        t = f"`{self.db}`.`{self.table}`"
-        where = " AND ".join(f"`{k}` = %s" for k in keys)
-        cols = ", ".join(f"`{c}`" for c in [*keys, "v", "n"])
-        marks = ", ".join(["%s"] * (len(keys) + 2))
-        try:
-            conn = self.conn_factory()
-            with conn.cursor() as cur:
-                while not self._stop.is_set():
-                    op = rnd.choice(["insert", "update", "update", "delete", "reinsert", "pk_change"])
-                    key = make(rnd.randrange(self.key_space))
-                    n = rnd.randrange(10**6)
-                    try:
-                        if op == "insert":
-                            cur.execute(f"INSERT INTO {t} ({cols}) VALUES ({marks}) ON DUPLICATE KEY UPDATE n = n + 1",
-                                        (*key, f"ins{n}", n))
-                        elif op == "update":
-                            cur.execute(f"UPDATE {t} SET v = %s, n = %s WHERE {where}", (f"upd{n}", n, *key))
-                        elif op == "delete":
-                            cur.execute(f"DELETE FROM {t} WHERE {where}", key)
-                        elif op == "reinsert":
-                            cur.execute(f"DELETE FROM {t} WHERE {where}", key)
-                            cur.execute(f"INSERT INTO {t} ({cols}) VALUES ({marks})", (*key, f"re{n}", n))
-                        else:
-                            new = make(self.key_space + rnd.randrange(self.key_space))
-                            sets = ", ".join(f"`{k}` = %s" for k in keys)
-                            cur.execute(f"UPDATE {t} SET {sets} WHERE {where}", (*new, *key))
-                        conn.commit()
-                        self.ops[op] = self.ops.get(op, 0) + 1
-                    except pymysql.err.IntegrityError:
-                        conn.rollback()
-            conn.close()
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
-
 
 def signal(cfg: CDCConfig, kind: str, data: dict | None = None) -> str:
     conn = connect(cfg.source)

@@ -1,0 +1,310 @@
+"""The chaos run: the whole pipeline under a random write load, processes killed with
+SIGKILL at random moments, the source restarted; at the end the sinks and the clean
+changelog must equal the source.
+
+One scenario (``make chaos`` runs a long one, the test suite a moderate one):
+
+* three tables with single, composite and string primary keys, filled before the
+  producer starts (so only the snapshots bring their rows);
+* a random write load on each: inserts, updates, deletes, primary-key changes, delete and
+  re-insert of the same key in one transaction;
+* the producer (``cdc produce``, Kafka transactions on) and the merge job (``cdc merge``)
+  as processes;
+* a snapshot of each table triggered by a signal row while the load runs; the snapshot
+  is paused and resumed once;
+* the producer killed with SIGKILL ``producer_kills`` times and the merge job
+  ``job_kills`` times at moments drawn from the seed, each restarted; the source
+  database restarted once;
+* then the load stops, everything drains, and ``cdc verify`` (sinks and clean changelog)
+  must pass.  It prints what it did and counted: kills, restarts, rows, changes, copies
+  in the raw topics and duplicates in the clean changelog (zero expected).
+
+The same seed gives the same plan (moments, table data, write sequences); the timing of
+the machine does the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from cdc.config import CDCConfig, dump_config
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("single", "composite", "string")
+
+
+class ChaosError(Exception):
+    """The chaos run could not finish (the message says where it stopped)."""
+
+
+@dataclass
+class _Proc:
+    """A ``cdc`` subcommand as a process in its own session (SIGKILL takes its children)."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                         env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+        self.starts += 1
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self, timeout: float = 120) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class ChaosPlan:
+    seed: int
+    actions: list[tuple[float, str]] = field(default_factory=list)  # (seconds from start, action)
+
+    @classmethod
+    def make(cls, seed: int, *, duration: float, producer_kills: int, job_kills: int) -> "ChaosPlan":
+        rnd = random.Random(seed)
+        acts: list[tuple[float, str]] = [(1.0, "snapshot:single"), (3.0, "snapshot:composite"),
+                                         (5.0, "snapshot:string")]
+        t_pause = rnd.uniform(6.0, duration * 0.4)
+        acts += [(t_pause, "pause"), (t_pause + rnd.uniform(2.0, 4.0), "resume")]
+        # Producer kills at least 2 s apart, job kills at least 12 s apart (a Spark start).
+        acts += [(t, "kill:producer") for t in _spread(rnd, producer_kills, 4.0, duration, 2.0)]
+        acts += [(t, "kill:job") for t in _spread(rnd, job_kills, 12.0, duration + job_kills * 4.0, 12.0)]
+        acts.append((rnd.uniform(duration * 0.3, duration * 0.7), "restart:source"))
+        return cls(seed, sorted(acts))
+
+
+def _spread(rnd: random.Random, n: int, start: float, end: float, gap: float) -> list[float]:
+    """``n`` moments in [start, end], at least ``gap`` apart, drawn from ``rnd``."""
+    span = max(end - start - gap * (n - 1), 0.0)
+    offsets = sorted(rnd.uniform(0, span) for _ in range(n))
+    return [start + o + i * gap for i, o in enumerate(offsets)]
+
+
+def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Callable[[], None], seed: int = 1,
+              rows: int = 3000, duration: float = 60.0, producer_kills: int = 10, job_kills: int = 5,
+              work_dir: Path, console: Console | None = None) -> dict[str, Any]:
+    """Run one chaos scenario against the stack ``cfg`` points at (``admin``: a root
+    connection factory of the source; ``restart_source``: stops and starts it)."""
+    from cdc.kafka.topic_reader import read_topic
+    from cdc.verify import print_report, verify
+    from cdc.workload import WriteLoad, create_table
+    from producer.binlog_source import connect, current_position
+    from producer.offset_store import OffsetStore
+    from producer.signals import execute_snapshot_data, send_signal
+    from spark_jobs.clean_changelog import clean_topic
+    from spark_jobs.merge_job import MergeJob
+
+    console = console or Console()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    run = f"chaos{seed}_{uuid.uuid4().hex[:6]}"
+    db = run
+    cfg = cfg.model_copy(deep=True)
+    cfg.kafka.topic_prefix = cfg.producer.name = run
+    cfg.kafka.transactions = True
+    cfg.kafka.partitions = 2
+    cfg.source.include_databases = [db]
+    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = 100, 2
+    cfg.sinks.changelog.enabled = cfg.sinks.postgres.enabled = cfg.sinks.mysql.enabled = True
+    cfg.sinks.postgres.schema_name = run
+    cfg.sinks.mysql.database = f"sink_{run}"
+    cfg.spark.master, cfg.spark.trigger_interval_s = "local[2]", 1.0
+    cfg.spark.checkpoint_dir = str(work_dir / "checkpoints")
+    cfg.state_dir = str(work_dir / "state")
+    plan = ChaosPlan.make(seed, duration=duration, producer_kills=producer_kills, job_kills=job_kills)
+    counts: dict[str, Any] = {"seed": seed, "rows_per_table": rows, "producer_kills": 0, "job_kills": 0,
+                              "source_restarts": 0, "signals": 0}
+    with admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+    keys = {}
+    with admin() as conn:
+        for kind in KINDS:
+            keys[kind] = create_table(conn, db, f"t_{kind}", kind, rows)
+    c = connect(cfg.source)
+    try:
+        cfg.producer.startup.mode = "position"
+        cfg.producer.startup.file, cfg.producer.startup.pos = current_position(c)
+    finally:
+        c.close()
+    cfg_path = work_dir / "chaos.yaml"
+    fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds credentials
+    with os.fdopen(fd, "w") as f:
+        f.write(dump_config(cfg))
+    cdc = [sys.executable, "-m", "cdc.cli", "-c", str(cfg_path)]
+    producer = _Proc("producer", [*cdc, "produce"], work_dir / "producer.log")
+    job = _Proc("merge job", [*cdc, "merge"], work_dir / "merge.log")
+
+    def signal_row(kind: str, data: dict | None) -> str:
+        for _ in range(60):  # the source may be restarting
+            try:
+                c = connect(cfg.source)
+            except Exception:  # noqa: BLE001 - retried
+                time.sleep(1.0)
+                continue
+            try:
+                counts["signals"] += 1
+                return send_signal(c, cfg.source.signal_table, kind, data)
+            finally:
+                c.close()
+        raise ChaosError(f"could not insert the {kind} signal: the source stays away")
+
+    loads = [WriteLoad(admin, db, f"t_{k}", k, key_space=rows + rows // 10, seed=seed * 10 + i, pause_s=0.003)
+             for i, k in enumerate(KINDS)]
+    console.print(f"chaos run {run}: seed {seed}, {len(plan.actions)} planned actions over about {duration:.0f}s")
+    t0 = time.monotonic()
+    try:
+        producer.start()
+        job.start()
+        time.sleep(3.0)
+        for load in loads:
+            load.__enter__()
+        for at, action in plan.actions:
+            delay = at - (time.monotonic() - t0)
+            if delay > 0:
+                time.sleep(delay)
+            what, _, arg = action.partition(":")
+            if what == "snapshot":
+                signal_row("execute-snapshot", execute_snapshot_data([f"{db}.t_{arg}"]))
+            elif what in ("pause", "resume"):
+                signal_row(f"{what}-snapshot", {"type": "incremental"})
+            elif what == "kill":
+                p = producer if arg == "producer" else job
+                p.kill9()
+                counts["producer_kills" if arg == "producer" else "job_kills"] += 1
+                p.start()
+            elif what == "restart":
+                restart_source()
+                counts["source_restarts"] += 1
+            console.print(f"  {time.monotonic() - t0:6.1f}s  {action}")
+        _wait(lambda: _tables_done(cfg, db) >= len(KINDS), 600, "every table's snapshot to complete",
+              lambda: _check_alive(producer, job))
+        for load in loads:
+            load.stop()
+        counts["writes"] = {f"t_{k}": dict(load.ops) for k, load in zip(KINDS, loads)}
+        c = connect(cfg.source)
+        try:
+            end = current_position(c)
+        finally:
+            c.close()
+        store = OffsetStore(cfg.kafka, cfg.producer.name)
+        _wait(lambda: _caught_up(store, end), 300, "the producer to catch up", lambda: _check_alive(producer, job))
+        producer.stop()
+        job.stop()
+        drain = MergeJob(cfg)
+        drain.run(available_now=True)
+        report = verify(cfg, [f"{db}.t_{k}" for k in KINDS], changelog=True)
+    finally:
+        for load in loads:
+            load._stop.set()
+        producer.stop()
+        job.stop()
+    counts["seconds"] = round(time.monotonic() - t0, 1)
+    counts["producer_starts"], counts["job_starts"] = producer.starts, job.starts
+    raw_copies = clean_dups = 0
+    counts["source_rows"] = {}
+    for kind in KINDS:
+        table = f"t_{kind}"
+        raw_copies += _copies(read_topic(cfg.kafka.bootstrap_servers, f"{run}.{db}.{table}"))
+        clean_dups += _copies(read_topic(cfg.kafka.bootstrap_servers, clean_topic(run, db, table)))
+        with admin() as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM `{db}`.`{table}`")
+            counts["source_rows"][table] = cur.fetchone()[0]
+    counts["raw_topic_copies"] = raw_copies
+    counts["clean_changelog_duplicates"] = clean_dups
+    counts["verify_equal"] = report.equal
+    print_report(report, console)
+    _print_counts(counts, console)
+    counts["report"] = report
+    return counts
+
+
+def _copies(messages) -> int:
+    """Records whose position is not above the highest already seen in their partition."""
+    high: dict[int, bytes] = {}
+    n = 0
+    for m in messages:
+        pos = dict(m.headers() or []).get("cdc.position", b"")
+        if m.partition() in high and pos <= high[m.partition()]:
+            n += 1
+        else:
+            high[m.partition()] = pos
+    return n
+
+
+def _tables_done(cfg: CDCConfig, db: str) -> int:
+    from cdc.kafka.topic_reader import read_topic
+    done = set()
+    try:
+        for m in read_topic(cfg.kafka.bootstrap_servers, f"{cfg.kafka.topic_prefix}._notifications", timeout=10):
+            n = json.loads(m.value())
+            if n.get("type") == "TABLE_SCAN_COMPLETED":
+                done.add((n.get("additionalData") or {}).get("table"))
+    except Exception:  # noqa: BLE001 - the topic does not exist yet
+        return 0
+    return len({t for t in done if t and t.startswith(f"{db}.")})
+
+
+def _caught_up(store, end: tuple[str, int]) -> bool:
+    stored = store.load()
+    if not stored:
+        return False
+    r = stored["resume"]
+    return (int(r["file"].rsplit(".", 1)[1]), int(r["pos"])) >= (int(end[0].rsplit(".", 1)[1]), int(end[1]))
+
+
+def _check_alive(*procs: _Proc) -> None:
+    for p in procs:
+        if not p.alive():
+            raise ChaosError(f"the {p.name} exited ({p.proc.returncode if p.proc else '?'}); see {p.log}")
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str, health: Callable[[], None]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        health()
+        time.sleep(1.0)
+    raise ChaosError(f"timed out waiting for {what}")
+
+
+def _print_counts(counts: dict, console: Console) -> None:
+    t = Table("what", "count", title=f"chaos run, seed {counts['seed']}")
+    for k in ("producer_kills", "job_kills", "source_restarts", "producer_starts", "job_starts", "signals",
+              "raw_topic_copies", "clean_changelog_duplicates", "seconds"):
+        t.add_row(k.replace("_", " "), str(counts[k]))
+    t.add_row("source rows at the end", ", ".join(f"{k} {v:,}" for k, v in counts["source_rows"].items()))
+    t.add_row("writes", "; ".join(f"{k}: " + ", ".join(f"{op} {n}" for op, n in ops.items())
+                                  for k, ops in counts.get("writes", {}).items()))
+    t.add_row("verify", "[green]equal[/green]" if counts["verify_equal"] else "[red]DIFFERS[/red]")
+    console.print(t)

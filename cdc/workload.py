@@ -1,0 +1,126 @@
+"""Random write loads on tables with single, composite and string primary keys.
+
+Used by the chaos run, the tests and anyone who wants a realistic mix of changes:
+inserts, updates, deletes, primary-key changes and a delete and re-insert of the same key
+in one transaction.  Seeded: the same seed gives the same sequence of statements.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pymysql
+
+# Table shapes by key kind: DDL body, key columns, a key maker.
+KEY_KINDS = {
+    "single": ("id INT PRIMARY KEY, v VARCHAR(40), n INT", ["id"], lambda i: (i,)),
+    "composite": ("a INT, b VARCHAR(20), v VARCHAR(40), n INT, PRIMARY KEY (a, b)", ["a", "b"],
+                  lambda i: (i // 7, f"b-{i % 7}")),
+    "string": ("k VARCHAR(40) PRIMARY KEY, v VARCHAR(40), n INT", ["k"],
+               lambda i: (f"Kéy-{i:06d}" if i % 3 else f"kéy-{i:06d}-ü",)),
+}
+
+
+def create_table(conn, db: str, table: str, kind: str, rows: int) -> list[str]:
+    body, keys, make = KEY_KINDS[kind]
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{db}`.`{table}` ({body}) CHARACTER SET utf8mb4")
+        values = [(*make(i), f"v{i}", i) for i in range(rows)]
+        cols = ", ".join(f"`{c}`" for c in [*keys, "v", "n"])
+        marks = ", ".join(["%s"] * (len(keys) + 2))
+        for start in range(0, len(values), 1000):
+            cur.executemany(f"INSERT INTO `{db}`.`{table}` ({cols}) VALUES ({marks})", values[start:start + 1000])
+    conn.commit()
+    return keys
+
+
+@dataclass
+class WriteLoad:
+    """Random inserts, updates, deletes, primary-key changes and delete + re-insert of the
+    same key (in one transaction) against a table, in a thread, until stopped."""
+
+    conn_factory: object
+    db: str
+    table: str
+    kind: str
+    key_space: int
+    seed: int = 1
+    pause_s: float = 0.0  # between statements (0: as fast as the server takes them)
+    ops: dict = field(default_factory=dict)
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "WriteLoad":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        rnd = random.Random(self.seed)
+        _, keys, make = KEY_KINDS[self.kind]
+        t = f"`{self.db}`.`{self.table}`"
+        where = " AND ".join(f"`{k}` = %s" for k in keys)
+        cols = ", ".join(f"`{c}`" for c in [*keys, "v", "n"])
+        marks = ", ".join(["%s"] * (len(keys) + 2))
+        conn = None
+        try:
+            while not self._stop.is_set():
+                if conn is None:
+                    try:
+                        conn = self.conn_factory()
+                    except pymysql.err.OperationalError:  # the server is restarting
+                        self.ops["reconnects"] = self.ops.get("reconnects", 0) + 1
+                        time.sleep(0.5)
+                        continue
+                op = rnd.choice(["insert", "update", "update", "delete", "reinsert", "pk_change"])
+                key = make(rnd.randrange(self.key_space))
+                n = rnd.randrange(10**6)
+                try:
+                    with conn.cursor() as cur:
+                        if op == "insert":
+                            cur.execute(f"INSERT INTO {t} ({cols}) VALUES ({marks}) ON DUPLICATE KEY UPDATE n = n + 1",
+                                        (*key, f"ins{n}", n))
+                        elif op == "update":
+                            cur.execute(f"UPDATE {t} SET v = %s, n = %s WHERE {where}", (f"upd{n}", n, *key))
+                        elif op == "delete":
+                            cur.execute(f"DELETE FROM {t} WHERE {where}", key)
+                        elif op == "reinsert":
+                            cur.execute(f"DELETE FROM {t} WHERE {where}", key)
+                            cur.execute(f"INSERT INTO {t} ({cols}) VALUES ({marks})", (*key, f"re{n}", n))
+                        else:
+                            new = make(self.key_space + rnd.randrange(self.key_space))
+                            sets = ", ".join(f"`{k}` = %s" for k in keys)
+                            cur.execute(f"UPDATE {t} SET {sets} WHERE {where}", (*new, *key))
+                    conn.commit()
+                    self.ops[op] = self.ops.get(op, 0) + 1
+                except pymysql.err.IntegrityError:
+                    conn.rollback()
+                except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
+                    # The server went away mid-statement: whether it committed is unknown,
+                    # which is fine (the source is the truth the sinks are compared with).
+                    try:
+                        conn.close()
+                    except Exception:  # noqa: BLE001 - already closed
+                        pass
+                    conn = None
+                if self.pause_s:
+                    time.sleep(self.pause_s)
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+        finally:
+            if conn is not None:
+                conn.close()

@@ -320,7 +320,7 @@ def _count_by_reading(bootstrap: str, topic: str) -> int:
 def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], *, transactions: bool,
                    expected: int, profile: Path | None = None, tag: str = "") -> dict[str, Any]:
     """The producer from ``start`` until an offset commit covers ``end``; in a child process."""
-    from cdc.config import dump_config, load_config
+    from cdc.config import load_config, write_config
     from producer.event_builder import table_topic
 
     cfg = load_config(info.config_path)
@@ -337,9 +337,7 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=info.state_dir))
     try:
         cfg_path = work / "cdc.yaml"
-        fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds credentials
-        with os.fdopen(fd, "w") as f:
-            f.write(dump_config(cfg))
+        write_config(cfg, cfg_path)
         result_path = work / "result.json"
         spec = {"config_path": str(cfg_path), "end": list(end), "result_path": str(result_path),
                 "profile": str(profile) if profile else None, "idle_exit_s": 30.0}

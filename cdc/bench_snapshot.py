@@ -136,7 +136,7 @@ def _children(pid: int) -> list[int]:
 def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parallelism: int, writes_per_s: int,
                             console: Console) -> dict[str, Any]:
     """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED."""
-    from cdc.config import dump_config, load_config
+    from cdc.config import load_config, write_config
     from cdc.progress import NotificationFollower
     from producer.binlog_source import connect, current_position
     from producer.signals import execute_snapshot_data, send_signal
@@ -157,9 +157,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     work.mkdir(parents=True, exist_ok=True)
     cfg.state_dir = str(work / "state")
     cfg_path = work / "cdc.yaml"
-    fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds credentials
-    with os.fdopen(fd, "w") as f:
-        f.write(dump_config(cfg))
+    write_config(cfg, cfg_path)
     log = open(work / "producer.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(cfg_path), "produce"], stdout=log,
                             stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1])

@@ -40,7 +40,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from cdc.config import CDCConfig, dump_config
+from cdc.config import CDCConfig, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("single", "composite", "string")
@@ -157,9 +157,7 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     finally:
         c.close()
     cfg_path = work_dir / "chaos.yaml"
-    fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds credentials
-    with os.fdopen(fd, "w") as f:
-        f.write(dump_config(cfg))
+    write_config(cfg, cfg_path)
     cdc = [sys.executable, "-m", "cdc.cli", "-c", str(cfg_path)]
     producer = _Proc("producer", [*cdc, "produce"], work_dir / "producer.log")
     job = _Proc("merge job", [*cdc, "merge"], work_dir / "merge.log")

@@ -255,3 +255,15 @@ def dump_config(cfg: CDCConfig) -> str:
             return [plain(x) for x in v]
         return v
     return yaml.safe_dump(plain(cfg.model_dump()), sort_keys=False)
+
+
+def write_config(cfg: CDCConfig, path: str | os.PathLike[str]) -> Path:
+    """Write ``cfg`` as YAML to ``path``, readable by its owner only (it holds
+    credentials), replacing the file atomically."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(dump_config(cfg))
+    os.replace(tmp, path)
+    return path

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from cdc.sql import read_sql
 from cdc.stack.manager import StackInfo, stack_down, stack_up

@@ -62,6 +62,7 @@ import pymysql
 from pymysql.converters import escape_string
 
 from cdc.sql import quote_ident
+from spark_jobs.sinks.base import TableSinkBase
 from spark_jobs.sinks.sink_schema import (
     POSITION_COLUMN,
     ApplyResult,
@@ -78,8 +79,6 @@ from spark_jobs.sinks.sink_schema import (
     reduce_for_layout,
     row_error,
     row_getter,
-    sink_table_name,
-    table_layout,
 )
 
 __all__ = ["MySQLSink", "TOMBSTONES", "TABLES"]
@@ -204,8 +203,10 @@ class _Plan:
     key_cols_sql: str
 
 
-class MySQLSink:
+class MySQLSink(TableSinkBase):
     """Upsert sink into MySQL/MariaDB.  Picklable: the connection is opened where it is used."""
+
+    MAX_IDENT = _MAX_IDENT
 
     def __init__(self, host: str, port: int, user: str, password: Any, database: str, *,
                  serialize: bool = True, connect_timeout: float = 10) -> None:
@@ -287,30 +288,10 @@ class MySQLSink:
             self.close()
 
     # ------------------------------------------------------------------ names
-    def table_name(self, db: str, table: str) -> str:
-        return sink_table_name(db, table, _MAX_IDENT)
-
     def qualified_name(self, db: str, table: str) -> str:
         return f"{q(self.database)}.{q(self.table_name(db, table))}"
 
     # ------------------------------------------------------------------ DDL
-    def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
-        text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema, sort_keys=True, default=str)
-        ck = (text, tuple(key_columns))
-        layout = self._layouts.get(ck)
-        if layout is None:
-            if len(self._layouts) > 256:
-                self._layouts.clear()
-            layout = self._layouts[ck] = table_layout(value_schema, key_columns)
-        return layout
-
-    def ensure_table(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str]) -> str:
-        """Create the sink table of ``db.table`` (or add the columns a newer schema has).
-
-        Returns the quoted, database-qualified table name.
-        """
-        return self._ensure(db, table, self._layout(value_schema, key_columns)).qualified
-
     def _column_sql(self, c: SinkColumn, key_types: dict[str, str], is_key: bool) -> str:
         t = key_types[c.name] if is_key else mysql_type(c)
         if c.kind == "zoned_timestamp":

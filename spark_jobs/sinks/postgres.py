@@ -77,6 +77,7 @@ from typing import Any, Iterable, Sequence
 
 import psycopg
 
+from spark_jobs.sinks.base import TableSinkBase
 from spark_jobs.sinks.sink_schema import (
     POSITION_COLUMN,
     ApplyResult,
@@ -89,8 +90,6 @@ from spark_jobs.sinks.sink_schema import (
     row_error,
     row_getter,
     sink_identifier,
-    sink_table_name,
-    table_layout,
     is_pass_through,
     key_json_and_hash,
 )
@@ -143,8 +142,10 @@ class _Plan:
     tombstone_sql: str
 
 
-class PostgresSink:
+class PostgresSink(TableSinkBase):
     """Upsert sink into PostgreSQL.  Picklable: the connection is opened where it is used."""
+
+    MAX_IDENT = _MAX_IDENT
 
     def __init__(self, dsn: str, schema_name: str = "public", *, serialize: bool = True) -> None:
         if not schema_name:
@@ -191,31 +192,10 @@ class PostgresSink:
             self.close()
 
     # ------------------------------------------------------------------ names
-    def table_name(self, db: str, table: str) -> str:
-        """The sink table name of ``db.table`` (unquoted, inside :attr:`schema_name`)."""
-        return sink_table_name(db, table, _MAX_IDENT)
-
     def qualified_name(self, db: str, table: str) -> str:
         return f"{quote_pg(self.schema_name)}.{quote_pg(self.table_name(db, table))}"
 
     # ------------------------------------------------------------------ DDL
-    def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
-        text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema, sort_keys=True, default=str)
-        ck = (text, tuple(key_columns))
-        layout = self._layouts.get(ck)
-        if layout is None:
-            if len(self._layouts) > 256:
-                self._layouts.clear()
-            layout = self._layouts[ck] = table_layout(value_schema, key_columns)
-        return layout
-
-    def ensure_table(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str]) -> str:
-        """Create the sink table of ``db.table`` (or add the columns a newer schema has).
-
-        Returns the quoted, schema-qualified table name.
-        """
-        return self._ensure(db, table, self._layout(value_schema, key_columns)).qualified
-
     def _ensure(self, db: str, table: str, layout: TableLayout) -> _Plan:
         sig = layout.signature()
         plan = self._plans.get((db, table))

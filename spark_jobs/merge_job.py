@@ -60,6 +60,21 @@ def dlq_topic(prefix: str) -> str:
     return f"{prefix}._dlq"
 
 
+def batch_inputs(prefix: str, states: dict[str, dict], orphans: dict[str, list[dict]],
+                 partitions: list[tuple[str, int]], markers: list[dict]
+                 ) -> tuple[dict[str, tuple[dict | None, list[dict]]], dict[str, list[dict]]]:
+    """What each table partition gets in a batch: its state and the markers of its table
+    (this batch's, plus those kept for a table whose topic did not exist yet: a table
+    snapshotted before any change of it has markers before its topic is created).
+    Returns ``(inputs by "topic|partition", markers still without a topic)``."""
+    by_table: dict[str, list[dict]] = {t: list(ms) for t, ms in orphans.items()}
+    for m in markers:
+        by_table.setdefault(f"{prefix}.{m['db']}.{m['table']}", []).append(m)
+    known = {t for t, _ in partitions}
+    inputs = {f"{t}|{p}": (states.get(f"{t}|{p}"), by_table.get(t, [])) for t, p in partitions}
+    return inputs, {t: ms for t, ms in by_table.items() if t not in known}
+
+
 class MergeStateStore:
     """Per batch: the plan (markers range) and the partitions' states, as JSON files."""
 
@@ -209,11 +224,8 @@ class MergeJob:
             self.store.save_plan(batch_id, plan)
         markers = read_markers(self.cfg.kafka.bootstrap_servers, markers_topic(self.prefix), plan["markers_start"],
                                plan["markers_end"], self.client or None)
-        by_table: dict[str, list[dict]] = {}
-        for m in markers:
-            by_table.setdefault(f"{self.prefix}.{m['db']}.{m['table']}", []).append(m)
         states = prev.get("partitions", {})
-        inputs = {f"{t}|{p}": (states.get(f"{t}|{p}"), by_table.get(t, [])) for t, p in partitions}
+        inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         rows = (df.select("key", "value", "topic", "partition", "offset")
                 .mapInArrow(arrow_function(self.settings, inputs), OUTPUT_SCHEMA).collect())
         from spark_jobs.partition_merge import merge_markers
@@ -229,7 +241,8 @@ class MergeJob:
                 new_states[f"{r['topic']}|{r['partition']}"] = json.loads(r["payload"])
             else:
                 stats.append(json.loads(r["payload"]))
-        self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states})
+        self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states,
+                                         "orphan_markers": orphans})
         self._report(batch_id, stats, len(markers), time.monotonic() - t0)
 
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float) -> None:

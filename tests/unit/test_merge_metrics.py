@@ -53,3 +53,16 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_markers_of_a_table_without_topic_wait_for_it():
+    from spark_jobs.merge_job import batch_inputs
+    m1 = {"db": "shop", "table": "quiet", "kind": "OPEN", "position": "1" * 30}
+    m2 = {"db": "shop", "table": "orders", "kind": "OPEN", "position": "2" * 30}
+    inputs, orphans = batch_inputs("cdc", {}, {}, [("cdc.shop.orders", 0), ("cdc.shop.orders", 1)], [m1, m2])
+    assert inputs["cdc.shop.orders|0"] == (None, [m2]) and inputs["cdc.shop.orders|1"] == (None, [m2])
+    assert orphans == {"cdc.shop.quiet": [m1]}
+    # The next batch: the topic exists now (2 partitions): both get the kept markers.
+    m3 = {"db": "shop", "table": "quiet", "kind": "CLOSE", "position": "3" * 30}
+    inputs, orphans = batch_inputs("cdc", {}, orphans, [("cdc.shop.quiet", 0), ("cdc.shop.quiet", 1)], [m3])
+    assert inputs["cdc.shop.quiet|0"][1] == [m1, m3] == inputs["cdc.shop.quiet|1"][1] and orphans == {}

@@ -409,7 +409,8 @@ class SnapshotCoordinator:
             self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="cdc-chunk-reader")
         marker = json.dumps({"snapshot_id": self.snapshot_id, "chunk_id": chunk_id, "table": job.table,
                              "run": self.run_id, "range": {"lo": encode_key(rng.lo), "hi": encode_key(rng.hi)}})
-        fut = self._pool.submit(self._read, chunk_id, marker, tdef, keys, rng, job.condition)
+        prefix = f"{(self.snapshot_id or '')[:24]}-{self.run_id}-{chunk_id}"  # marker row ids: <= 64 characters
+        fut = self._pool.submit(self._read, prefix, marker, tdef, keys, rng, job.condition)
         self.inflight[chunk_id] = _Chunk(chunk_id, job, rng, tdef, keys, fut)
         return True
 
@@ -432,13 +433,12 @@ class SnapshotCoordinator:
         found = boundary_key(conn, tdef, keys, after=lo, upto=job.max_key, rows=self.chunk_size)
         return list(found) if found is not None else job.max_key
 
-    def _read(self, chunk_id: int, marker: str, tdef: TableDef, keys: list[str], rng: KeyRange,
+    def _read(self, prefix: str, marker: str, tdef: TableDef, keys: list[str], rng: KeyRange,
               condition: str | None) -> list[dict]:
         """A chunk reader: OPEN marker, the range's SELECT, CLOSE marker (its own connection).
 
         Raises :class:`_Unclosed` when no CLOSE marker was written (so none will come
         through the binlog and the main loop must take the chunk back itself)."""
-        prefix = f"{self.snapshot_id[:24]}-{self.run_id}-{chunk_id}"
         try:
             conn = self._reader_conn()
             self._insert_marker(conn, f"{prefix}-open", WINDOW_OPEN, marker)

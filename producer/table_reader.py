@@ -18,8 +18,11 @@ from producer.table_schema import ColumnDef, TableDef
 
 
 def snapshot_connection(cfg: SourceConfig) -> pymysql.connections.Connection:
+    # read/write timeouts: a server that stops answering (frozen, network gone) fails the
+    # chunk read, which is retried, instead of hanging the reader forever.
     conn = pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.get_secret_value(),
-                           autocommit=True, charset="utf8mb4", connect_timeout=int(cfg.connect_timeout_s))
+                           autocommit=True, charset="utf8mb4", connect_timeout=int(cfg.connect_timeout_s),
+                           read_timeout=600, write_timeout=600)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         # Each chunk SELECT is its own statement in autocommit: no long transaction, no lock.

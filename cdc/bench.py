@@ -379,6 +379,18 @@ def _admin(mysql: dict, database: str | None = None):
                            charset="utf8mb4")
 
 
+def drop_bench_database(info, db: str, state_dir: Path, keep_running: bool, console: Console) -> None:
+    """The end of a benchmark: its database dropped (best effort), the stack stopped unless kept."""
+    from cdc.stack.manager import stack_down
+    try:
+        with _admin(info.mysql) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    except Exception as exc:  # noqa: BLE001 - cleanup is best effort
+        console.print(f"[yellow]cleanup:[/yellow] {exc}")
+    if not keep_running:
+        stack_down(Path(state_dir))
+
+
 def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, keep_running: bool = False,
                  transactions: tuple[bool, ...] = (True, False), profile_dir: Path | None = None,
                  console: Console | None = None) -> dict[str, Any]:

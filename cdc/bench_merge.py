@@ -30,8 +30,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from cdc.bench import DEFAULT_STATE_DIR, TABLE, TABLE_DDL, BenchError, _admin, _insert_sql, generate_changes, \
-    machine_info
+from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, BenchError,
+                       drop_bench_database, generate_changes, machine_info)
 
 
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
@@ -91,7 +91,7 @@ class _SteadyWriter:
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
                 seconds: float = 30.0, keep_running: bool = False, console: Console | None = None) -> dict[str, Any]:
     from cdc.config import load_config
-    from cdc.stack.manager import stack_down, stack_up
+    from cdc.stack.manager import stack_up
     from producer.app import ProducerApp
     from producer.binlog_source import current_position
     from producer.event_builder import table_topic
@@ -194,13 +194,7 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
         a = result["reference"]["events_per_s"]
         result["ratios"] = {"b/a": result["merge"]["events_per_s"] / a if a else 0.0}
     finally:
-        try:
-            with _admin(info.mysql) as conn, conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
-        except Exception as exc:  # noqa: BLE001 - cleanup is best effort
-            console.print(f"[yellow]cleanup:[/yellow] {exc}")
-        if not keep_running:
-            stack_down(Path(state_dir))
+        drop_bench_database(info, db, Path(state_dir), keep_running, console)
     print_report(result, console)
     return result
 

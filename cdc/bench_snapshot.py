@@ -34,8 +34,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from cdc.bench import DEFAULT_STATE_DIR, TABLE, TABLE_DDL, BenchError, _admin, _insert_sql, _proc_status_kb, \
-    machine_info
+from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, _proc_status_kb, BenchError,
+                       drop_bench_database, machine_info)
 
 
 def load_table(conn, rows: int) -> None:
@@ -138,7 +138,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED."""
     from cdc.config import load_config, write_config
     from cdc.progress import NotificationFollower
-    from producer.binlog_source import connect, current_position
+    from producer.binlog_source import connect, start_at_current
     from producer.signals import execute_snapshot_data, send_signal
 
     cfg = load_config(info.config_path)
@@ -147,12 +147,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     cfg.source.include_databases = [db]
     cfg.source.server_id = 7000 + uuid.uuid4().int % 1000
     cfg.snapshot.chunk_size, cfg.snapshot.parallelism = chunk_size, parallelism
-    conn = connect(cfg.source)
-    try:
-        cfg.producer.startup.mode = "position"
-        cfg.producer.startup.file, cfg.producer.startup.pos = current_position(conn)
-    finally:
-        conn.close()
+    start_at_current(cfg)
     work = Path(info.state_dir) / "bench-snapshot" / prefix
     work.mkdir(parents=True, exist_ok=True)
     cfg.state_dir = str(work / "state")
@@ -220,7 +215,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
 def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *, chunk_size: int = 8192,
                    parallelism: int = 1, writes_per_s: int = 1000, keep_running: bool = False,
                    console: Console | None = None) -> dict[str, Any]:
-    from cdc.stack.manager import stack_down, stack_up
+    from cdc.stack.manager import stack_up
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "rows": rows, "chunk_size": chunk_size,
@@ -256,13 +251,7 @@ def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *
         result["ratios"] = {f"{k}/a": result[k]["rows_per_s"] / a for k in ("snapshot_quiet", "snapshot_writes", "dump")
                             if k in result and a}
     finally:
-        try:
-            with _admin(mysql) as conn, conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
-        except Exception as exc:  # noqa: BLE001 - cleanup is best effort
-            console.print(f"[yellow]cleanup:[/yellow] {exc}")
-        if not keep_running:
-            stack_down(Path(state_dir))
+        drop_bench_database(info, db, Path(state_dir), keep_running, console)
     print_report(result, console)
     return result
 

@@ -119,7 +119,7 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     from cdc.kafka.topic_reader import read_topic
     from cdc.verify import print_report, verify
     from cdc.workload import WriteLoad, create_table
-    from producer.binlog_source import connect, current_position
+    from producer.binlog_source import connect, current_position, start_at_current
     from producer.offset_store import OffsetStore
     from producer.signals import execute_snapshot_data, send_signal
     from spark_jobs.clean_changelog import clean_topic
@@ -150,12 +150,7 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     with admin() as conn:
         for kind in KINDS:
             keys[kind] = create_table(conn, db, f"t_{kind}", kind, rows)
-    c = connect(cfg.source)
-    try:
-        cfg.producer.startup.mode = "position"
-        cfg.producer.startup.file, cfg.producer.startup.pos = current_position(c)
-    finally:
-        c.close()
+    start_at_current(cfg)
     cfg_path = work_dir / "chaos.yaml"
     write_config(cfg, cfg_path)
     cdc = [sys.executable, "-m", "cdc.cli", "-c", str(cfg_path)]

@@ -86,6 +86,19 @@ def check_server(conn) -> ServerInfo:
     return info
 
 
+def start_at_current(cfg) -> tuple[str, int]:
+    """Set ``cfg.producer.startup`` to the binlog's current end (``mode: position``), so a
+    producer started later streams from exactly here; returns that position."""
+    conn = connect(cfg.source)
+    try:
+        file, pos = current_position(conn)
+    finally:
+        conn.close()
+    st = cfg.producer.startup
+    st.mode, st.file, st.pos = "position", file, pos
+    return file, pos
+
+
 def current_position(conn) -> tuple[str, int]:
     """The binlog coordinates of the end of the log right now."""
     with conn.cursor() as cur:

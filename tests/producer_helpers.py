@@ -15,7 +15,7 @@ from cdc.kafka.schema_store import SchemaStore
 from cdc.kafka.topic_reader import read_topic
 from cdc.serde import RecordDecoder
 from producer.app import ProducerApp
-from producer.binlog_source import connect, current_position
+from producer.binlog_source import start_at_current as binlog_start_at_current
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,14 +56,7 @@ def run_until_caught_up(cfg: CDCConfig, idle_s: float = 1.5) -> None:
 
 def start_at_current(cfg: CDCConfig) -> None:
     """Make ``cfg`` start at the binlog's current end (deterministic: no race with 'latest')."""
-    conn = connect(cfg.source)
-    try:
-        file, pos = current_position(conn)
-    finally:
-        conn.close()
-    cfg.producer.startup.mode = "position"
-    cfg.producer.startup.file = file
-    cfg.producer.startup.pos = pos
+    binlog_start_at_current(cfg)
 
 
 def decoder(cfg: CDCConfig) -> RecordDecoder:

@@ -39,3 +39,13 @@ def test_bench_snapshot_smoke(tmp_path: Path):
     assert result["snapshot_writes"]["rows"] >= 6000 and result["snapshot_writes"]["writes"] > 0
     assert result["dump"]["rows_per_s"] > 0
     assert set(result["ratios"]) == {"snapshot_quiet/a", "snapshot_writes/a", "dump/a"}
+
+
+def test_bench_merge_smoke(tmp_path: Path):
+    from cdc.bench_merge import bench_merge
+    result = bench_merge(tmp_path / "bench", events=3000, rate=500, seconds=6.0, console=Console(width=160))
+    assert result["reference"]["events"] == result["changes"]["total"] >= 3000
+    assert result["merge"]["events"] >= result["changes"]["total"] and result["merge"]["events_per_s"] > 0
+    lt = result["latency"]
+    assert lt["writes"] > 0 and lt["batches"] >= 1 and lt["p99_ms_median"] is not None
+    assert result["ratios"]["b/a"] > 0

@@ -39,9 +39,12 @@ def draw_status_bars(console: Console, snapshot: dict) -> None:
 
 @dataclass
 class FollowResult:
+    tables: list[str] = field(default_factory=list)  # what the producer snapshots for the signal
     done: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (table, reason)
     refused: str | None = None
+    timed_out: bool = False
 
 
 class NotificationFollower:
@@ -70,31 +73,57 @@ class NotificationFollower:
         self.consumer.close()
 
     def follow(self, console: Console, signal_id: str, tables: list[str], timeout: float | None) -> FollowResult:
-        """Draw bars until every table in ``tables`` completed or was aborted, or the signal
-        ``signal_id`` was refused."""
+        """Draw bars until every table the signal ``signal_id`` snapshots completed or was
+        aborted, or the signal was refused.  ``tables`` are the names (or regular
+        expressions) the signal gave; the tables themselves come from the producer's
+        STARTED notification for the signal."""
         result = FollowResult()
-        pending = set(tables)
+        pending: set[str] | None = None  # known once the producer said which tables
         deadline = None if timeout is None else time.monotonic() + timeout
+        early: list[dict] = []  # progress of a table seen before its STARTED (a snapshot running already)
         with progress_bars(console) as bars:
-            tasks = {t: bars.add_task(t, total=None) for t in tables}
-            while pending and (deadline is None or time.monotonic() < deadline):
+            tasks: dict[str, int] = {}
+            while pending is None or pending:
+                if deadline is not None and time.monotonic() >= deadline:
+                    result.timed_out = True
+                    break
                 for n in self.poll():
                     kind, data = n.get("type"), n.get("additionalData") or {}
                     if kind == "SKIPPED" and n.get("id") == signal_id:
+                        if data.get("table"):  # one table skipped, the others go on
+                            result.skipped.append((data["table"], data.get("reason", "")))
+                            console.print(f"[yellow]skipped[/yellow] {data['table']}: {data.get('reason', '')}")
+                            continue
                         result.refused = data.get("reason", "refused")
                         return result
-                    table = data.get("table")
-                    if kind == "IN_PROGRESS" and table in tasks:
-                        bars.update(tasks[table], completed=data.get("rows", 0),
-                                    total=max(int(data.get("estimated") or 0), int(data.get("rows", 0)), 1))
-                    elif kind == "TABLE_SCAN_COMPLETED" and table in pending:
-                        rows = int(data.get("rows", 0))
-                        bars.update(tasks[table], completed=rows, total=max(rows, 1))
-                        pending.discard(table)
-                        result.done.append(table)
-                    elif kind == "ABORTED":
-                        for t in data.get("tables", []):
-                            if t in pending:
-                                pending.discard(t)
-                                result.aborted.append(t)
+                    if kind == "STARTED" and (data.get("signal") or n.get("id")) == signal_id and pending is None:
+                        result.tables = list(data.get("tables", []))
+                        pending = set(result.tables)
+                        tasks = {t: bars.add_task(t, total=None) for t in result.tables}
+                        for e in early:
+                            self._progress(bars, tasks, pending, result, e)
+                        early.clear()
+                        continue
+                    if pending is None:
+                        early.append(n)
+                        continue
+                    self._progress(bars, tasks, pending, result, n)
         return result
+
+    @staticmethod
+    def _progress(bars: Progress, tasks: dict[str, int], pending: set[str], result: FollowResult, n: dict) -> None:
+        kind, data = n.get("type"), n.get("additionalData") or {}
+        table = data.get("table")
+        if kind == "IN_PROGRESS" and table in tasks:
+            bars.update(tasks[table], completed=data.get("rows", 0),
+                        total=max(int(data.get("estimated") or 0), int(data.get("rows", 0)), 1))
+        elif kind == "TABLE_SCAN_COMPLETED" and table in pending:
+            rows = int(data.get("rows", 0))
+            bars.update(tasks[table], completed=rows, total=max(rows, 1))
+            pending.discard(table)
+            result.done.append(table)
+        elif kind == "ABORTED":
+            for t in data.get("tables", []):
+                if t in pending:
+                    pending.discard(t)
+                    result.aborted.append(t)

@@ -1476,25 +1476,30 @@ def print_report(report: VerifyReport, console=None) -> None:
     from rich.markup import escape
     from rich.table import Table
     console = console or Console()
-    table = Table("table", "target", "mode", "rows source", "rows sink", "chunks", "chunks differing",
-                  "missing", "extra", "differing", "result", title="cdc verify")
+    table = Table("table", "target", "rows source / sink", "chunks differing / all", "missing / extra / differing",
+                  "result", title="cdc verify")
+    reasons: list[str] = []  # why a table was skipped or failed: under the table, in full
     for tr in report.tables:
         if tr.skipped is not None or tr.error is not None:
-            what = (f"[yellow]skipped[/yellow]: {escape(tr.skipped)}" if tr.skipped is not None
-                    else f"[red]error[/red]: {escape(tr.error or '')}")
-            table.add_row(escape(tr.table), "", "", "", "", "", "", "", "", "", what)
+            skipped = tr.skipped is not None
+            table.add_row(escape(tr.table), "", "", "", "", "[yellow]skipped[/yellow]" if skipped else "[red]error[/red]")
+            reasons.append(f"[bold]{escape(tr.table)}[/bold]: {'skipped' if skipped else 'error'}: "
+                           f"{escape(tr.skipped if skipped else tr.error or '')}")
             continue
         for r in tr.results:
             if r.error is not None:
-                result = f"[red]error[/red]: {escape(r.error)}"
+                result = "[red]error[/red]"
+                reasons.append(f"[bold]{escape(tr.table)}[/bold] vs {r.sink}: error: {escape(r.error)}")
             elif r.equal:
                 result = "[green]equal[/green]"
             else:
                 result = "[red]DIFFERS[/red]"
-            table.add_row(escape(tr.table), f"{r.sink} {escape(r.target)}", tr.mode, f"{r.source_rows:,}",
-                          f"{r.sink_rows:,}", f"{r.chunks:,}", f"{r.chunks_differing:,}", f"{r.missing:,}",
-                          f"{r.extra:,}", f"{r.differing:,}", result)
+            table.add_row(escape(tr.table), f"{r.sink} {escape(r.target)}", f"{r.source_rows:,} / {r.sink_rows:,}",
+                          f"{r.chunks_differing:,} / {r.chunks:,} ({tr.mode})",
+                          f"{r.missing:,} / {r.extra:,} / {r.differing:,}", result)
     console.print(table)
+    for line in reasons:
+        console.print(line, highlight=False)
     for tr in report.tables:
         for r in tr.results:
             lines = [f"  {escape(n)}" for n in r.notes]

@@ -372,7 +372,9 @@ class _Session:
             log.info("startup mode 'initial': no captured table exists yet")
             return
         try:
-            self.coord.add_tables(tables, f"initial-{int(time.time())}")
+            # A table that cannot be snapshotted (no primary key) is skipped with a
+            # notification; the others are snapshotted.
+            self.coord.add_tables(tables, f"initial-{int(time.time())}", skippable=set(tables))
         except BadSignal as exc:
             raise ProducerStopped(f"the initial snapshot cannot start: {exc.reason}") from None
 

@@ -19,7 +19,7 @@ the reader.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from pymysqlreplication import BinLogStreamReader

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import schemas
 from cdc.avro_template import RecordTemplate
+from cdc.kafka.topic_names import table_topic  # noqa: F401 - also imported from here
 from producer.binlog_reader import RowChanges
 from producer.table_schema import TableDef
 from producer.type_mapping import RowConverter, avro_fullname, key_record_schema, row_record_schema
@@ -30,10 +31,6 @@ ENVELOPE_VARIABLE = ("before", "after", "source.row", "op", "position")
 
 #: One record to write: topic, key, value, encoded position.
 Record = tuple[str, "bytes | None", bytes, str]
-
-
-def table_topic(prefix: str, db: str, table: str) -> str:
-    return f"{prefix}.{db}.{table}"
 
 
 class ChunkOut(Protocol):

@@ -15,6 +15,7 @@ A malformed signal raises :class:`BadSignal` with the reason; the caller reports
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +63,7 @@ def parse_signal(row: dict[str, Any]) -> Signal:
     data: Any = {}
     if raw not in (None, ""):
         try:
-            data = json.loads(raw)
+            data = loads_lenient(raw)
         except json.JSONDecodeError as exc:
             raise BadSignal(sid, f"data is not valid JSON: {exc.msg} at offset {exc.pos}") from None
     if not isinstance(data, dict):
@@ -89,6 +90,28 @@ def parse_signal(row: dict[str, Any]) -> Signal:
         if cols is not None and (not isinstance(cols, list) or not all(isinstance(c, str) for c in cols)):
             raise BadSignal(sid, "'data-collections' must be a list of table names")
     return Signal(sid, stype, data)
+
+
+# A JSON string escape, or a backslash before anything JSON cannot escape.
+_ESCAPE = re.compile(r'\\(["\\/bfnrtu]|.)', re.DOTALL)
+
+
+def loads_lenient(raw: str) -> Any:
+    r"""``json.loads``, but a backslash before a character JSON cannot escape stands for
+    itself.  A regular expression typed into SQL, ``'{"data-collections": ["shop\\.line_.*"]}'``,
+    reaches the server as ``"shop\.line_.*"`` (MySQL unescapes ``\\`` in string literals),
+    which strict JSON refuses; Debezium users write it that way.  Valid JSON reads as
+    ``json.loads`` reads it."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        if "escape" not in exc.msg:
+            raise
+        fixed = _ESCAPE.sub(lambda m: m.group(0) if m.group(1) in '"\\/bfnrtu' else "\\\\" + m.group(1), raw)
+        try:
+            return json.loads(fixed)
+        except json.JSONDecodeError:
+            raise exc from None
 
 
 def execute_snapshot_data(tables: list[str], *, where: str | None = None, surrogate_key: str | None = None) -> dict:

@@ -233,7 +233,9 @@ class SnapshotCoordinator:
         log.warning("%s; the producer keeps streaming", exc)
         self.notify(Notification("SKIPPED", exc.signal_id, {"reason": exc.reason}))
 
-    def _resolve_tables(self, sig: Signal) -> list[str]:
+    def _resolve_tables(self, sig: Signal) -> tuple[list[str], set[str]]:
+        """The captured tables a signal names, and those of them named only by a regular
+        expression (not by their own name)."""
         known = [f"{d}.{t}" for d, t in list_tables(self.conn()) if self.captures(d, t)]
         out: list[str] = []
         for pattern in sig.data_collections:
@@ -245,31 +247,46 @@ class SnapshotCoordinator:
             if not hits:
                 raise BadSignal(sig.id, f"table {pattern!r} is unknown or not captured")
             out += [h for h in hits if h not in out]
-        return out
+        named = set(sig.data_collections)
+        return out, {t for t in out if t not in named}
 
     def _execute(self, sig: Signal) -> None:
-        tables = self._resolve_tables(sig)
-        self.add_tables(tables, sig.id, conditions=sig.conditions, surrogate_key=sig.surrogate_key)
+        tables, matched = self._resolve_tables(sig)
+        self.add_tables(tables, sig.id, conditions=sig.conditions, surrogate_key=sig.surrogate_key,
+                        skippable=matched)
 
     def add_tables(self, tables: list[str], signal_id: str, *, conditions: dict[str, str] | None = None,
-                   surrogate_key: str | None = None) -> None:
-        """Start a snapshot of ``tables`` (db.table, captured), or add them to the running one."""
+                   surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset()) -> None:
+        """Start a snapshot of ``tables`` (db.table, captured), or add them to the running one.
+
+        A table that cannot be snapshotted (no primary key and no surrogate key, the
+        surrogate key not one of its columns) refuses the whole signal, except one in
+        ``skippable`` (matched by a regular expression, as Debezium does): that one alone is
+        skipped, with a SKIPPED notification naming it and the reason."""
         conds = conditions or {}
         unknown = set(conds) - set(tables)
         if unknown:
             raise BadSignal(signal_id, f"additional-conditions name tables not in the snapshot: {sorted(unknown)}")
         jobs = []
+        skipped: list[tuple[str, str]] = []
         for name in tables:
             db, table = name.split(".", 1)
             tdef = read_table_def(self.conn(), db, table)
             if tdef is None:
                 raise BadSignal(signal_id, f"table {name} does not exist")
             keys = [surrogate_key] if surrogate_key else tdef.primary_key
+            problem = None
             if not keys:
-                raise BadSignal(signal_id, f"table {name} has no primary key: give a 'surrogate-key'")
-            for k in keys:
-                if k not in tdef.column_names:
-                    raise BadSignal(signal_id, f"surrogate key {k!r} is not a column of {name}")
+                problem = f"table {name} has no primary key: give a 'surrogate-key'"
+            else:
+                for k in keys:
+                    if k not in tdef.column_names:
+                        problem = f"surrogate key {k!r} is not a column of {name}"
+            if problem is not None:
+                if name not in skippable:
+                    raise BadSignal(signal_id, problem)
+                skipped.append((name, problem))
+                continue
             condition = None
             if name in conds:
                 try:
@@ -277,14 +294,21 @@ class SnapshotCoordinator:
                 except FilterRefused as exc:
                     raise BadSignal(signal_id, f"filter for {name} refused: {exc}") from None
             jobs.append(TableJob(name, condition, surrogate_key))
+        if not jobs:
+            raise BadSignal(signal_id, "; ".join(reason for _, reason in skipped) or "no table to snapshot")
+        for name, reason in skipped:
+            log.warning("signal %r: %s; the table is skipped, the others are snapshotted", signal_id, reason)
+            self.notify(Notification("SKIPPED", signal_id, {"table": name, "reason": reason}))
+        tables = [j.table for j in jobs]
         if self.snapshot_id is None:
             self.snapshot_id = signal_id or uuid.uuid4().hex
             self.jobs = jobs
-            self.notify(Notification("STARTED", self.snapshot_id, {"tables": tables}))
+            self.notify(Notification("STARTED", self.snapshot_id, {"tables": tables, "signal": signal_id}))
         else:  # a snapshot is running: add its tables
             have = {j.table for j in self.jobs}
             self.jobs += [j for j in jobs if j.table not in have]
-            self.notify(Notification("STARTED", self.snapshot_id, {"tables": tables, "added": True}))
+            self.notify(Notification("STARTED", self.snapshot_id, {"tables": tables, "added": True,
+                                                                   "signal": signal_id}))
         log.info("snapshot %s: tables %s", self.snapshot_id, ", ".join(j.table for j in self.jobs))
 
     def _stop(self, sig: Signal) -> None:

@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from cdc.kafka.offsets import end_offsets
+from cdc.kafka.topic_names import clean_topic  # noqa: F401 - also imported from here
+from cdc.kafka.topic_reader import read_partition
 
 POSITION_HEADER = "cdc.position"
 
 
 class CleanChangelogError(Exception):
     """The clean changelog could not be written (Kafka refused or lost records)."""
-
-
-def clean_topic(prefix: str, db: str, table: str) -> str:
-    return f"{prefix}.clean.{db}.{table}"
 
 
 def ensure_clean_topic(bootstrap: str, topic: str, partitions: int, client: dict | None = None) -> None:
@@ -53,19 +51,12 @@ def last_position(bootstrap: str, topic: str, partition: int, client: dict | Non
     try:
         # The last record may sit a few offsets before the end (transaction markers of an
         # upstream tool): read the tail.
-        consumer.assign([TopicPartition(topic, partition, max(low, end - 50))])
         last = ""
-        while True:
-            msgs = consumer.consume(500, 5.0)
-            if not msgs:
-                break
+        for msgs in read_partition(consumer, topic, partition, max(low, end - 50), end, timeout=60):
             for m in msgs:
-                if m.error() is None:
-                    for k, v in m.headers() or []:
-                        if k == POSITION_HEADER and v:
-                            last = max(last, v.decode())
-                    if m.offset() >= end - 1:
-                        return last
+                for k, v in m.headers() or []:
+                    if k == POSITION_HEADER and v:
+                        last = max(last, v.decode())
         return last
     finally:
         consumer.close()

@@ -520,6 +520,8 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from cdc.kafka.topic_reader import CONSUME_WAIT_S
+
     schema = to_arrow_schema(SCHEMA, timezone="UTC")
     conf = {**_READ_DEFAULTS, **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
             "group.id": f"cdc-kafka-source-read-{uuid.uuid4().hex}", "enable.auto.commit": False,
@@ -533,7 +535,9 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
         position = rng.start
         last_progress = time.monotonic()
         while not done:
-            msgs = consumer.consume(batch_rows, 0.5)
+            # consume(n, t) waits for n messages or t: ask for what is left of the range
+            # (librdkafka would otherwise sit out the timeout at its end) and wait briefly.
+            msgs = consumer.consume(max(1, min(batch_rows, rng.end - max(position, rng.start))), CONSUME_WAIT_S)
             if msgs:
                 last_progress = time.monotonic()
             data = []
@@ -552,6 +556,8 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
                     cut -= 1
                 del data[cut:]
             pending.extend(data)
+            if data:
+                position = max(position, data[-1].offset() + 1)
             if not done:
                 # With gaps (markers, aborted or compacted records) no record may reach
                 # end - 1: the consumer's position tells when the range is passed.

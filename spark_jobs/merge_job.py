@@ -67,9 +67,10 @@ def batch_inputs(prefix: str, states: dict[str, dict], orphans: dict[str, list[d
     (this batch's, plus those kept for a table whose topic did not exist yet: a table
     snapshotted before any change of it has markers before its topic is created).
     Returns ``(inputs by "topic|partition", markers still without a topic)``."""
+    from cdc.kafka.topic_names import table_topic
     by_table: dict[str, list[dict]] = {t: list(ms) for t, ms in orphans.items()}
     for m in markers:
-        by_table.setdefault(f"{prefix}.{m['db']}.{m['table']}", []).append(m)
+        by_table.setdefault(table_topic(prefix, m["db"], m["table"]), []).append(m)
     known = {t for t, _ in partitions}
     inputs = {f"{t}|{p}": (states.get(f"{t}|{p}"), by_table.get(t, [])) for t, p in partitions}
     return inputs, {t: ms for t, ms in by_table.items() if t not in known}
@@ -112,24 +113,16 @@ class MergeStateStore:
 
 def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None) -> list[dict]:
     """The markers at offsets ``[start, end)`` of the (single-partition) markers topic."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
+
+    from cdc.kafka.topic_reader import read_partition
     if end <= start:
         return []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-markers-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
-    out = []
     try:
-        consumer.assign([TopicPartition(topic, 0, start)])
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            msgs = consumer.consume(1000, 1.0)
-            for m in msgs:
-                if m.error() is None and m.offset() < end and m.value():
-                    out.append(json.loads(m.value()))
-            pos = consumer.position([TopicPartition(topic, 0)])[0].offset
-            if pos >= end or any(m.error() is None and m.offset() >= end - 1 for m in msgs):
-                return out
-        raise TimeoutError(f"reading {topic} up to offset {end} took over 120 s")
+        return [json.loads(m.value()) for msgs in read_partition(consumer, topic, 0, start, end, timeout=120)
+                for m in msgs if m.value()]
     finally:
         consumer.close()
 

@@ -120,6 +120,7 @@ class _Kept:
     offset: int
     key_bytes: bytes | None
     value_bytes: bytes | None
+    table: tuple[str, str] = ("", "")  # the source's (db, table), from ``source``
 
 
 def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes | None, bytes | None]],
@@ -133,13 +134,15 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     markers = merge_markers(state.get("pending", []), new_markers)
     mi = 0
     dec: EnvelopeDecoder = _cached(("dec", s.bootstrap, s.prefix, s.registry_url), lambda: EnvelopeDecoder(s))
-    db, table = topic[len(s.prefix) + 1:].split(".", 1)
+    # The topic names the table with Kafka's characters only (cdc.kafka.topic_names): the
+    # true names come from each record's ``source``, and so may be two tables' sharing it.
+    topic_db, topic_table = topic[len(s.prefix) + 1:].split(".", 1)
     stats = {"topic": topic, "partition": partition, "input": len(records), "emitted": 0, "dropped": 0, "copies": 0,
              "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0}
     kept: list[_Kept] = []
     dead: list[tuple[int, bytes | None, bytes | None, str]] = []
     dropped_before, copies_before = buf.stats["rows_dropped"], buf.stats["copies"]
-    key_columns: list[str] | None = None
+    key_columns: dict[tuple[str, str], list[str]] = {}
     for offset, key_b, value_b in records:
         try:
             if value_b is None:
@@ -150,7 +153,11 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 m = markers[mi]
                 buf.push(Marker(m["kind"], m["snapshot_id"], int(m["chunk_id"]), m["position"]))
                 mi += 1
+            src = value.get("source") or {}
+            names = (str(src.get("db") or topic_db), str(src.get("table") or topic_table))
             k = key_b.hex() if key_b is not None else ""
+            if names != (topic_db, topic_table):  # a table whose name is not its topic's: keys apart
+                k = f"{names[0]}.{names[1]}|{k}"
             if op == "r":
                 window = Window.from_dict(value["snapshot_window"])
                 out = buf.push(ChunkRow(k, value["after"], window, position))
@@ -160,27 +167,45 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             dead.append((int(offset), key_b, value_b, f"{type(exc).__name__}: {exc}"))
             continue
         if out is not None:
-            if key_columns is None and key_b is not None:
-                key_columns = list(dec.decode(key_b))  # the key record's fields, in key order
+            if names not in key_columns and key_b is not None:
+                key_columns[names] = list(dec.decode(key_b))  # the key record's fields, in key order
             sid, schema = dec.schema_of(value_b)
-            ts = int((value.get("source") or {}).get("ts_ms") or 0)
+            ts = int(src.get("ts_ms") or 0)
             # The key is not decoded per record: the sinks take the key columns from the row
             # (``before`` for a delete).
             row = value.get("after") if op != "d" else value.get("before")
-            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b))
+            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names))
     stats["emitted"] = len(kept)
     stats["dropped"] = buf.stats["rows_dropped"] - dropped_before
     stats["copies"] = buf.stats["copies"] - copies_before
 
     if s.changelog and kept:
-        writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, db, table), partition, s.client or None)
+        writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, topic_db, topic_table), partition,
+                                      s.client or None)
         for k in kept:
             writer.write(k.key_bytes, k.value_bytes, k.position)
         writer.flush()
         stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
 
-    for _, sink in _sinks(s):
-        dead += _apply(sink, db, table, kept, key_columns or [], stats)
+    by_table: dict[tuple[str, str], list[_Kept]] = {}
+    for k in kept:
+        by_table.setdefault(k.table, []).append(k)
+    sinks = _sinks(s)
+    for (db, table), records_of_table in by_table.items():
+        # What no table sink can apply is one dead letter, whatever the number of sinks.
+        if sinks and not key_columns.get((db, table)):
+            refused, records_of_table = records_of_table, []
+            reason = "a table without a key cannot be applied to table sinks (set source.key_columns for it)"
+        else:  # JSON records: no writer schema to build the table from
+            refused = [k for k in records_of_table if k.schema is None]
+            records_of_table = [k for k in records_of_table if k.schema is not None]
+            reason = "JSON records cannot be applied to table sinks"
+        if sinks:
+            dead += [(k.offset, k.key_bytes, k.value_bytes, reason) for k in refused]
+        if not records_of_table:
+            continue
+        for _, sink in sinks:
+            dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats)
     now = time.time() * 1000
     stats["latencies_ms"] = [max(0.0, now - k.ts_ms) for k in kept if k.ts_ms]
     if dead:
@@ -217,14 +242,6 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
     dead = []
     for run in _runs(kept):
         schema = run[0].schema
-        if schema is None:  # JSON records: no writer schema to build the table from
-            dead += [(k.offset, k.key_bytes, k.value_bytes, "JSON records cannot be applied to table sinks")
-                     for k in run]
-            continue
-        if not key_columns:
-            dead += [(k.offset, k.key_bytes, k.value_bytes, "a table without a key cannot be applied to table sinks "
-                      "(set source.key_columns for it)") for k in run]
-            continue
         recs = [(None, k.op, k.row, k.position) for k in run]
         # A table the sink cannot create or alter is the sink's problem, not the records':
         # it fails the batch (retried) instead of filling the dead-letter topic.

@@ -10,6 +10,47 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from cdc.kafka.offsets import end_offsets
 
+# How long one ``consume`` call may wait.  librdkafka's ``consume(n, timeout)`` returns
+# only when ``n`` messages arrived or the timeout passed, so a call asking for more than
+# the log still holds always waits its whole timeout: ask for what is left, wait briefly,
+# and look at the consumer's position (offset gaps: transaction markers) in between.
+CONSUME_WAIT_S = 0.05
+
+
+def read_partition(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,
+                   timeout: float = 60.0, batch: int = 1000) -> Iterator[list]:
+    """Lists of the data messages of ``topic[partition]`` at offsets ``[start, end)``, in
+    offset order, read with ``consumer`` (assigned here).  Offsets may have gaps
+    (transaction markers, aborted or compacted records): the range is done when a record
+    at ``end - 1`` arrives or the consumer's position reaches ``end``.  Raises
+    ``TimeoutError`` when the range is not read within ``timeout`` seconds."""
+    if end <= start:
+        return
+    where = TopicPartition(topic, partition)
+    consumer.assign([TopicPartition(topic, partition, start)])
+    deadline = time.monotonic() + timeout
+    position = start
+    while position < end:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {topic}[{partition}] up to offset {end} took over {timeout:g}s "
+                               f"(at {position})")
+        msgs = consumer.consume(max(1, min(batch, end - position)), CONSUME_WAIT_S)
+        data = []
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                if m.offset() < end:
+                    data.append(m)
+                position = max(position, m.offset() + 1)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(f"reading {topic}[{partition}]: {err}")
+        if data:
+            yield data
+        if position < end:
+            pos = consumer.position([where])[0].offset
+            if pos >= 0:
+                position = max(position, pos)
+
 
 def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | None = None, timeout: float = 60.0,
                client_config: dict | None = None, batch: int = 500) -> Iterator:
@@ -38,7 +79,7 @@ def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | No
         while todo:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic}: partitions {sorted(todo)} did not reach their end in {timeout}s")
-            msgs = consumer.consume(batch, 0.2)
+            msgs = consumer.consume(batch, CONSUME_WAIT_S)
             for msg in msgs:
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:

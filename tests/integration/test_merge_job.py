@@ -186,3 +186,60 @@ def test_kill9_of_the_job_mid_snapshot_changes_nothing(stack, merge_config, test
     assert pg_sink_rows(cfg, test_db, "t_composite", keys) == expected
     assert mysql_sink_rows(stack, cfg, test_db, "t_composite", keys) == expected
     assert apply_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "t_composite")) == expected
+
+
+def test_table_names_kafka_cannot_hold_and_a_keyless_table_in_a_regex_snapshot(stack, merge_config, test_db):
+    """A user's schema with a table named with a space and accented letters (not a legal
+    Kafka topic name) and a table without a primary key, snapshotted by a regular
+    expression typed into SQL the way Debezium's docs show it: the keyed tables reach
+    both sinks and the clean changelog equal to the source, the key-less one is skipped
+    by the snapshot (a SKIPPED notification naming it) and its changes are dead letters
+    once each, whatever the number of sinks."""
+    from cdc.kafka.topic_names import table_topic
+    from tests.producer_helpers import start_at_current
+    from tests.snapshot_helpers import notifications
+    cfg = merge_config
+    odd = "stock items é$"
+    with stack.admin() as conn:
+        keys = create_table(conn, test_db, odd, "composite", 400)
+        create_table(conn, test_db, "t_single", "single", 300)
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE TABLE `{test_db}`.`no key` (a INT, b VARCHAR(10))")
+            cur.execute(f"INSERT INTO `{test_db}`.`no key` VALUES (1, 'x'), (2, 'y')")
+        conn.commit()
+    cfg.source.include_databases = [test_db]
+    cfg.snapshot.chunk_size = 100
+    start_at_current(cfg)
+    sid = "regex-" + test_db
+    with ProducerThread(cfg), WriteLoad(stack.admin, test_db, odd, "composite", key_space=500, seed=3) as load:
+        wait_for(lambda: sum(load.ops.values()) > 30, what="writes running")
+        # What `INSERT ... VALUES (..., '{"data-collections": ["db\\..*"]}')` delivers: one backslash.
+        raw = '{"data-collections": ["%s\\..*"], "type": "incremental"}' % test_db
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {cfg.source.signal_table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)",
+                        (sid, raw))
+            cur.execute(f"UPDATE `{test_db}`.`no key` SET b = 'z' WHERE a = 1")
+            conn.commit()
+        wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
+        load.stop()
+    run_until_caught_up(cfg)
+
+    mine = [n for n in notifications(cfg) if n["id"] == sid]
+    skipped = [n["additionalData"] for n in mine if n["type"] == "SKIPPED"]
+    assert skipped == [{"table": f"{test_db}.no key", "reason": f"table {test_db}.no key has no primary key: "
+                                                                "give a 'surrogate-key'"}]
+    started = next(n["additionalData"] for n in mine if n["type"] == "STARTED")
+    assert sorted(started["tables"]) == sorted([f"{test_db}.{odd}", f"{test_db}.t_single"])
+    topic = table_topic(cfg.kafka.topic_prefix, test_db, odd)
+    assert topic == f"{cfg.kafka.topic_prefix}.{test_db}.stock_items___"
+
+    _run_available_now(cfg)
+    for table, table_keys in ((odd, keys), ("t_single", ["id"])):
+        with stack.admin() as conn:
+            expected = source_rows(conn, test_db, table, table_keys)
+        assert pg_sink_rows(cfg, test_db, table, table_keys) == expected, f"postgres {table}"
+        assert mysql_sink_rows(stack, cfg, test_db, table, table_keys) == expected, f"mysql {table}"
+        assert apply_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, table)) == expected, f"clean {table}"
+    dead = list(read_topic(cfg.kafka.bootstrap_servers, dlq_topic(cfg.kafka.topic_prefix)))
+    assert len(dead) == 1  # the one UPDATE of the key-less table, once (two sinks)
+    assert b"without a key" in dict(dead[0].headers())["cdc.dlq.reason"]

@@ -305,11 +305,13 @@ def test_reader_connection_reads_utc_and_read_committed(config):
 def test_kill9_mid_snapshot_resumes_and_loses_nothing(stack, config, test_db, tmp_path, parallelism):
     """SIGKILL the producer process several times while a snapshot runs under writes; each
     restart resumes the snapshot from the stored frontier (not from the start)."""
-    keys = _prepare(stack, config, test_db, "composite", rows=4000, chunk_size=100, parallelism=parallelism)
+    # Large enough that the snapshot (about 13 ms a chunk here) is still running at each kill.
+    rows = 12000
+    keys = _prepare(stack, config, test_db, "composite", rows=rows, chunk_size=50, parallelism=parallelism)
     proc = ProducerProcess(config, tmp_path)
     proc.start()
     kills = 0
-    with WriteLoad(stack.admin, test_db, "t", "composite", key_space=4500, seed=11) as load:
+    with WriteLoad(stack.admin, test_db, "t", "composite", key_space=rows + 500, seed=11) as load:
         time.sleep(2.0)  # the producer connects and streams the writes
         sid = snapshot(config, [f"{test_db}.t"])
         for rows_before_kill in (600, 1500, 2400):
@@ -318,6 +320,7 @@ def test_kill9_mid_snapshot_resumes_and_loses_nothing(stack, config, test_db, tm
             proc.kill9()
             kills += 1
             proc.start()
+            assert not has_notification(config, "COMPLETED", id=sid), "the snapshot ended before the kill"
         wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
         load.stop()
     assert proc.stop() == 0
@@ -328,7 +331,7 @@ def test_kill9_mid_snapshot_resumes_and_loses_nothing(stack, config, test_db, tm
     assert kills == 3
     assert result.table == expected
     # Resumed, not restarted: far fewer chunk rows than 3 extra full passes would give.
-    assert result.chunk_rows < 4000 * 2, result.chunk_rows
+    assert result.chunk_rows < rows * 2, result.chunk_rows
     started = [n for n in notifications(config) if n["type"] == "STARTED" and n["id"] == sid]
     assert len(started) >= 1
 
@@ -356,8 +359,13 @@ def test_cdc_snapshot_command_follows_progress(stack, config, config_file, test_
                               "--where", "id > 0; DROP TABLE t", "--follow", "--timeout", "60"],
                              capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert bad.returncode == 1 and "refused" in bad.stderr, bad.stdout + bad.stderr
+        # Tables named by a regular expression: the bars are the tables the producer found.
+        rx = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(config_file), "snapshot", f"{test_db}\\..*",
+                             "--follow", "--timeout", "120"], capture_output=True, text=True, cwd=ROOT, timeout=180)
+        assert rx.returncode == 0, rx.stdout + rx.stderr
+        assert f"done: {test_db}.t" in rx.stdout
     rows = [v for _, _, v in read_events(config, _topic(config, test_db, "t")) if v["op"] == "r"]
-    assert len(rows) == 500
+    assert len(rows) == 1000  # two snapshots of 500 rows
 
 
 def test_source_restart_mid_snapshot(stack, config, test_db):

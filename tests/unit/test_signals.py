@@ -33,3 +33,32 @@ def test_bad_signals_name_the_reason(row, reason):
 def test_control_signals_need_no_data():
     for t in ("pause-snapshot", "resume-snapshot", "stop-snapshot", "log"):
         assert parse_signal({"id": "x", "type": t, "data": None}).type == t
+
+
+def test_regex_typed_into_sql_reads_as_meant():
+    # INSERT ... VALUES (..., '{"data-collections": ["shop\\.line_.*"]}') reaches the
+    # server with a single backslash: not valid JSON, but what the user meant is clear.
+    raw = '{"data-collections": ["shop\\.line_.*", "a\\\\.b", "c\\d+"], "type": "incremental"}'
+    assert raw.count("\\") == 4  # shop\.  a\\.  c\d
+    s = parse_signal({"id": "r", "type": "execute-snapshot", "data": raw})
+    assert s.data_collections == ["shop\\.line_.*", "a\\.b", "c\\d+"]
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ('{"m": "tab\\there"}', {"m": "tab\there"}),                  # valid escapes keep their meaning
+    ('{"m": "q\\"x\\\\y\\/z\\u00e9"}', {"m": 'q"x\\y/zé'}),
+    ('{"m": "a\\.b", "n": "\\n"}', {"m": "a\\.b", "n": "\n"}),    # mixed: only the invalid one stands for itself
+    ('{"m": "end\\\\"}', {"m": "end\\"}),
+])
+def test_loads_lenient(raw, expected):
+    from producer.signals import loads_lenient
+    assert loads_lenient(raw) == expected
+
+
+def test_loads_lenient_still_refuses_broken_json():
+    import json
+
+    from producer.signals import loads_lenient
+    for raw in ('{"a": ', '{"a": "x\\', "{'a': 1}"):
+        with pytest.raises(json.JSONDecodeError):
+            loads_lenient(raw)

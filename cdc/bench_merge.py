@@ -167,7 +167,9 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
                 time.sleep(5.0)  # the job is up
                 writer.start()
                 t_end = time.monotonic() + seconds
-                last_batch = -1
+                # The status file still shows the throughput run's last batch: only later
+                # batches are the latency run's.
+                last_batch = job.batches - 1
                 while time.monotonic() < t_end:
                     time.sleep(0.5)
                     try:

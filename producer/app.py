@@ -71,6 +71,26 @@ def ddl_target(ddl: str, default_db: str) -> tuple[str, str | None, str | None]:
     return verb, default_db or None, parts[0]
 
 
+# ALTER clauses that change existing rows without logging row events: a column renamed
+# (RENAME COLUMN, CHANGE), or added with a value for the existing rows (DEFAULT, or NOT
+# NULL and its implicit default).
+_DRIFT_ALTER = re.compile(r"\bRENAME\s+COLUMN\b|\bCHANGE\b|\bADD\b(?:\s+COLUMN)?[^,;]*\b(?:DEFAULT|NOT\s+NULL)\b",
+                          re.I)
+
+
+def sink_drift(verb: str, ddl: str) -> str | None:
+    """What a table DDL statement leaves the table sinks unable to follow row for row, as
+    advice for the log; None when they follow (see docs/operations.md, schema changes)."""
+    if verb == "truncate":
+        return ("no row events are logged for TRUNCATE, so the sink tables keep their rows: empty the sink "
+                "tables, then trigger a snapshot of the table (cdc snapshot) to bring back rows written since")
+    if verb == "alter" and _DRIFT_ALTER.search(re.sub(r"/\*.*?\*/", " ", ddl, flags=re.S)):
+        return ("rows the statement changed without row events (a column renamed, or added with a value "
+                "for the existing rows) reach the sink tables only when they change again: trigger a snapshot "
+                "of the table (cdc snapshot) to refresh them")
+    return None
+
+
 class ProducerStopped(Exception):
     """The producer stopped for a reason the user must act on (the message says what)."""
 
@@ -387,6 +407,9 @@ class _Session:
         if verb and self.app.filter.ignored(db, table, verb):
             log.info("ignoring %s of %s.%s (source.ignore_events)", verb.upper(), db, table)
             return
+        advice = sink_drift(verb, item.ddl)
+        if advice and table is not None:
+            log.warning("%s on %s.%s: %s", verb.upper(), db, table, advice)
         if self.schema_change_schema is None:
             self.schema_change_schema = {**schemas.load("schema_change"), "fields": [
                 {"name": "source", "type": schemas.load("source")},

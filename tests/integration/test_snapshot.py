@@ -280,15 +280,26 @@ def test_initial_startup_snapshots_every_captured_table(stack, config, test_db):
     with stack.admin() as conn:
         create_table(conn, test_db, "a", "single", 120)
         create_table(conn, test_db, "b", "composite", 80)
+        with conn.cursor() as cur:  # no key: cannot be snapshotted incrementally, skipped alone
+            cur.execute(f"CREATE TABLE `{test_db}`.c (x INT)")
+            cur.execute(f"INSERT INTO `{test_db}`.c VALUES (1), (2)")
+        conn.commit()
     config.source.include_databases = [test_db]
     config.snapshot.chunk_size = 50
     config.producer.startup.mode = "initial"
     with ProducerThread(config):
         wait_for(lambda: has_notification(config, "COMPLETED"), timeout=60, what="initial snapshot completed")
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"INSERT INTO `{test_db}`.c VALUES (3)")
+            conn.commit()
+        wait_for(lambda: any(v["op"] == "c" for _, _, v in read_events(config, _topic(config, test_db, "c"))),
+                 timeout=30, what="the key-less table streams")
     a = read_events(config, _topic(config, test_db, "a"))
     b = read_events(config, _topic(config, test_db, "b"))
     assert len([1 for _, _, v in a if v["op"] == "r"]) == 120
     assert len([1 for _, _, v in b if v["op"] == "r"]) == 80
+    [skipped] = [n["additionalData"] for n in notifications(config) if n["type"] == "SKIPPED"]
+    assert skipped["table"] == f"{test_db}.c" and "no primary key" in skipped["reason"]
 
 
 def test_reader_connection_reads_utc_and_read_committed(config):

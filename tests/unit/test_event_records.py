@@ -137,3 +137,20 @@ def test_a_table_version_is_built_once_also_with_excluded_columns():
     assert [c.name for c in te.table.columns] == ["id", "name", "price"]
     other = TableDef(db="shop", name="items", columns=TABLE.columns[:3], primary_key=["id"])
     assert builder.table_events(other) is not te
+
+
+@pytest.mark.parametrize("verb,ddl,drifts", [
+    ("truncate", "TRUNCATE TABLE t", True),
+    ("alter", "ALTER TABLE t ADD COLUMN c INT", False),
+    ("alter", "ALTER TABLE t ADD COLUMN c CHAR(3) DEFAULT 'EUR'", True),
+    ("alter", "ALTER TABLE t ADD c INT NOT NULL", True),
+    ("alter", "alter table t change qty quantity int", True),
+    ("alter", "ALTER TABLE t RENAME COLUMN a TO b", True),
+    ("alter", "ALTER TABLE t MODIFY c BIGINT", False),
+    ("alter", "ALTER TABLE t DROP INDEX i, ADD INDEX j (c)", False),
+    ("alter", "ALTER TABLE t ADD INDEX j (c), MODIFY d INT NOT NULL", False),
+    ("create", "CREATE TABLE t (a INT NOT NULL DEFAULT 1)", False),
+])
+def test_sink_drift_names_the_ddl_sinks_cannot_follow(verb, ddl, drifts):
+    from producer.app import sink_drift
+    assert (sink_drift(verb, ddl) is not None) == drifts

@@ -49,6 +49,10 @@ def _reference_decode(cfg, topic: str) -> dict[str, Any]:
     return {"events": n, "seconds": s, "events_per_s": n / s if s else 0.0}
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} ms"
+
+
 def _pg_count(cfg, db: str) -> int:
     import psycopg
 
@@ -219,6 +223,6 @@ def print_report(result: dict[str, Any], console: Console) -> None:
     if "latency" in result:
         lt = result["latency"]
         console.print(f"(c) latency at {lt['writes_per_s']:,.0f} events/s over {lt['seconds']:.0f} s, 1 s trigger, "
-                      f"{lt['batches']} batches: p50 {lt['p50_ms_median']} ms (median batch), "
-                      f"p99 {lt['p99_ms_median']} ms (median batch), {lt['p99_ms_worst']} ms (worst batch); "
+                      f"{lt['batches']} batches: p50 {_ms(lt['p50_ms_median'])} (median batch), "
+                      f"p99 {_ms(lt['p99_ms_median'])} (median batch), {_ms(lt['p99_ms_worst'])} (worst batch); "
                       "source commit time = binlog event time (whole seconds)")

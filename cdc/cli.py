@@ -235,7 +235,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         mt.add_row("job", f"pid {ms['pid']}, " + ("running" if fresh else "no batch for 60s+"))
         mt.add_row("last batch", f"#{ms['batch_id']}: {lb.get('input', 0):,} records, {lb.get('rows_per_second', 0):,.0f}/s, "
                                  f"{lb.get('dropped', 0)} chunk rows dropped, {lb.get('dead', 0)} dead letters")
-        mt.add_row("latency", f"p50 {lb.get('latency_p50_ms')} ms, p99 {lb.get('latency_p99_ms')} ms")
+        ms = {k: lb.get(f"latency_{k}_ms") for k in ("p50", "p99")}
+        mt.add_row("latency", ", ".join(f"{k} {v:,.0f} ms" if v is not None else f"{k} -" for k, v in ms.items()))
         t = ms.get("totals", {})
         mt.add_row("totals", ", ".join(f"{k} {v:,}" for k, v in t.items()))
         console.print(mt)

@@ -394,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)
+    for noisy in ("pymysqlreplication", "py4j"):  # py4j logs every gateway connection at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return args.func(args)
     except (CommandError, ConfigError, StackError) as exc:

@@ -334,6 +334,7 @@ def main() -> int:
     configuration from ``CDC_CONFIG`` (default ./cdc.yaml) and ``CDC__*`` variables."""
     from cdc.config import load_config
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     cfg = load_config(os.environ.get("CDC_CONFIG", "cdc.yaml"))
     return run_merge(cfg)
 

@@ -321,7 +321,7 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
                    expected: int, profile: Path | None = None, tag: str = "") -> dict[str, Any]:
     """The producer from ``start`` until an offset commit covers ``end``; in a child process."""
     from cdc.config import load_config, write_config
-    from producer.event_builder import table_topic
+    from cdc.kafka.topic_names import table_topic
 
     cfg = load_config(info.config_path)
     run = tag or uuid.uuid4().hex[:8]

@@ -98,7 +98,7 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
     from cdc.stack.manager import stack_up
     from producer.app import ProducerApp
     from producer.binlog_source import current_position
-    from producer.event_builder import table_topic
+    from cdc.kafka.topic_names import table_topic
     from spark_jobs.merge_job import MergeJob
 
     console = console or Console()

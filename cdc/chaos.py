@@ -122,7 +122,7 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     from producer.binlog_source import connect, current_position, start_at_current
     from producer.offset_store import OffsetStore
     from producer.signals import execute_snapshot_data, send_signal
-    from spark_jobs.clean_changelog import clean_topic
+    from cdc.kafka.topic_names import clean_topic
     from spark_jobs.merge_job import MergeJob
 
     console = console or Console()

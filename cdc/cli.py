@@ -114,7 +114,7 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     if follower is None:
         return 0
     try:
-        result = follower.follow(console, sid, args.tables, args.timeout)
+        result = follower.follow(console, sid, args.timeout)
     finally:
         follower.close()
     if result.refused:
@@ -235,8 +235,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         mt.add_row("job", f"pid {ms['pid']}, " + ("running" if fresh else "no batch for 60s+"))
         mt.add_row("last batch", f"#{ms['batch_id']}: {lb.get('input', 0):,} records, {lb.get('rows_per_second', 0):,.0f}/s, "
                                  f"{lb.get('dropped', 0)} chunk rows dropped, {lb.get('dead', 0)} dead letters")
-        ms = {k: lb.get(f"latency_{k}_ms") for k in ("p50", "p99")}
-        mt.add_row("latency", ", ".join(f"{k} {v:,.0f} ms" if v is not None else f"{k} -" for k, v in ms.items()))
+        latency = {k: lb.get(f"latency_{k}_ms") for k in ("p50", "p99")}
+        mt.add_row("latency", ", ".join(f"{k} {v:,.0f} ms" if v is not None else f"{k} -" for k, v in latency.items()))
         t = ms.get("totals", {})
         mt.add_row("totals", ", ".join(f"{k} {v:,}" for k, v in t.items()))
         console.print(mt)

@@ -170,7 +170,7 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
                    f"\"shop.order_lines\", \"shop.products\"], \"type\": \"incremental\"}}')")
             console.print(f"[bold]signal:[/bold] {sql}")
             cur.execute(sql)
-        result = follower.follow(console, run, tables, timeout=600)
+        result = follower.follow(console, run, timeout=600)
         follower.close()
         if result.refused or len(result.done) < len(tables):
             console.print(f"[red]the snapshot did not complete[/red]: {result}")

@@ -39,7 +39,6 @@ def draw_status_bars(console: Console, snapshot: dict) -> None:
 
 @dataclass
 class FollowResult:
-    tables: list[str] = field(default_factory=list)  # what the producer snapshots for the signal
     done: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (table, reason)
@@ -72,15 +71,14 @@ class NotificationFollower:
     def close(self) -> None:
         self.consumer.close()
 
-    def follow(self, console: Console, signal_id: str, tables: list[str], timeout: float | None) -> FollowResult:
+    def follow(self, console: Console, signal_id: str, timeout: float | None) -> FollowResult:
         """Draw bars until every table the signal ``signal_id`` snapshots completed or was
-        aborted, or the signal was refused.  ``tables`` are the names (or regular
-        expressions) the signal gave; the tables themselves come from the producer's
-        STARTED notification for the signal."""
+        aborted, or the signal was refused.  The tables (the signal may name them by regular
+        expressions) come from the producer's STARTED notification for the signal, which
+        the single-partition topic delivers before any progress of them."""
         result = FollowResult()
         pending: set[str] | None = None  # known once the producer said which tables
         deadline = None if timeout is None else time.monotonic() + timeout
-        early: list[dict] = []  # progress of a table seen before its STARTED (a snapshot running already)
         with progress_bars(console) as bars:
             tasks: dict[str, int] = {}
             while pending is None or pending:
@@ -97,17 +95,10 @@ class NotificationFollower:
                         result.refused = data.get("reason", "refused")
                         return result
                     if kind == "STARTED" and (data.get("signal") or n.get("id")) == signal_id and pending is None:
-                        result.tables = list(data.get("tables", []))
-                        pending = set(result.tables)
-                        tasks = {t: bars.add_task(t, total=None) for t in result.tables}
-                        for e in early:
-                            self._progress(bars, tasks, pending, result, e)
-                        early.clear()
-                        continue
-                    if pending is None:
-                        early.append(n)
-                        continue
-                    self._progress(bars, tasks, pending, result, n)
+                        pending = set(data.get("tables", []))
+                        tasks = {t: bars.add_task(t, total=None) for t in data.get("tables", [])}
+                    elif pending is not None:
+                        self._progress(bars, tasks, pending, result, n)
         return result
 
     @staticmethod

@@ -1208,7 +1208,7 @@ class _ChangelogTarget(_Target):
 
     def open(self, spec: TableSpec, result: SinkResult) -> bool:
         from cdc.kafka.topic_reader import read_topic
-        from spark_jobs.clean_changelog import clean_topic
+        from cdc.kafka.topic_names import clean_topic
         k = self.cfg.kafka
         topic = clean_topic(k.topic_prefix, spec.db, spec.table)
         result.target = topic

@@ -48,14 +48,17 @@ _DDL = re.compile(
 _IDENT = re.compile(r"`((?:[^`]|``)+)`|([\w$]+)")
 
 
+def _without_comments(ddl: str) -> str:
+    return re.sub(r"/\*.*?\*/", " ", ddl, flags=re.S)
+
+
 def ddl_target(ddl: str, default_db: str) -> tuple[str, str | None, str | None]:
     """``(verb, db, table)`` of a table or database DDL statement.
 
     ``table`` is None for database statements; ``("", None, None)`` for anything else
     (users, grants, views, routines...), which is never published: such statements can
     carry passwords."""
-    text = re.sub(r"/\*.*?\*/", " ", ddl, flags=re.S)
-    m = _DDL.match(text)
+    m = _DDL.match(_without_comments(ddl))
     if not m:
         return "", None, None
     verb, kind = m.group("verb").lower(), (m.group("kind") or "").upper()
@@ -84,7 +87,7 @@ def sink_drift(verb: str, ddl: str) -> str | None:
     if verb == "truncate":
         return ("no row events are logged for TRUNCATE, so the sink tables keep their rows: empty the sink "
                 "tables, then trigger a snapshot of the table (cdc snapshot) to bring back rows written since")
-    if verb == "alter" and _DRIFT_ALTER.search(re.sub(r"/\*.*?\*/", " ", ddl, flags=re.S)):
+    if verb == "alter" and _DRIFT_ALTER.search(_without_comments(ddl)):
         return ("rows the statement changed without row events (a column renamed, or added with a value "
                 "for the existing rows) reach the sink tables only when they change again: trigger a snapshot "
                 "of the table (cdc snapshot) to refresh them")

@@ -15,7 +15,6 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from cdc.kafka.offsets import end_offsets
-from cdc.kafka.topic_names import clean_topic  # noqa: F401 - also imported from here
 from cdc.kafka.topic_reader import read_partition
 
 POSITION_HEADER = "cdc.position"

@@ -510,70 +510,40 @@ def _to_batch(msgs: list, rng: KafkaRange, schema) -> Any:
 
 
 def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS) -> Iterator:
-    """Arrow record batches of the records of ``rng``, in offset order.
-
-    Stops when a record at or past ``rng.end`` arrives or the consumer's position reaches
-    ``rng.end``: offsets may have gaps (transaction markers, aborted records, compaction),
-    so there may be no record at ``end - 1``.  Raises :class:`KafkaReadTimeout` when no
-    progress is made for ``opts.poll_timeout_s``.
+    """Arrow record batches of the records of ``rng``, in offset order
+    (:func:`cdc.kafka.topic_reader.read_partition`: offset gaps such as transaction
+    markers, aborted or compacted records are passed).  Raises :class:`KafkaReadTimeout`
+    when no progress is made for ``opts.poll_timeout_s``.
     """
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from cdc.kafka.topic_reader import CONSUME_WAIT_S
+    from cdc.kafka.topic_reader import PartitionStalled, read_partition
 
     schema = to_arrow_schema(SCHEMA, timezone="UTC")
     conf = {**_READ_DEFAULTS, **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
             "group.id": f"cdc-kafka-source-read-{uuid.uuid4().hex}", "enable.auto.commit": False,
             "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "enable.partition.eof": True}
     consumer = Consumer(conf)
-    where = TopicPartition(rng.topic, rng.partition)
     try:
-        consumer.assign([TopicPartition(rng.topic, rng.partition, OFFSET_BEGINNING if rng.start < 0 else rng.start)])
         pending: list = []
-        done = False
-        position = rng.start
-        last_progress = time.monotonic()
-        while not done:
-            # consume(n, t) waits for n messages or t: ask for what is left of the range
-            # (librdkafka would otherwise sit out the timeout at its end) and wait briefly.
-            msgs = consumer.consume(max(1, min(batch_rows, rng.end - max(position, rng.start))), CONSUME_WAIT_S)
-            if msgs:
-                last_progress = time.monotonic()
-            data = []
-            for msg in msgs:
-                err = msg.error()
-                if err is None:
-                    data.append(msg)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    done = done or msg.offset() >= rng.end
-                else:
-                    raise KafkaSourceError(f"cdc-kafka: reading {rng.topic}/{rng.partition}: {err}")
-            if data and data[-1].offset() + 1 >= rng.end:
-                done = True
-                cut = len(data)
-                while cut and data[cut - 1].offset() >= rng.end:
-                    cut -= 1
-                del data[cut:]
-            pending.extend(data)
-            if data:
-                position = max(position, data[-1].offset() + 1)
-            if not done:
-                # With gaps (markers, aborted or compacted records) no record may reach
-                # end - 1: the consumer's position tells when the range is passed.
-                pos = consumer.position([where])[0].offset
-                if pos >= rng.end:
-                    done = True
-                elif pos > position:
-                    position, last_progress = pos, time.monotonic()
-            if pending and (done or len(pending) >= batch_rows):
-                yield _to_batch(pending, rng, schema)
-                pending = []
-            if not done and time.monotonic() - last_progress > opts.poll_timeout_s:
-                raise KafkaReadTimeout(
-                    f"cdc-kafka: {rng.topic}/{rng.partition} made no progress for {opts.poll_timeout_s:g}s "
-                    f"at position {position}, planned range [{rng.start}, {rng.end}) "
-                    f"(kafkaConsumer.pollTimeoutMs); were records deleted, or is the broker unreachable?")
+        try:
+            for msgs in read_partition(consumer, rng.topic, rng.partition,
+                                       OFFSET_BEGINNING if rng.start < 0 else rng.start, rng.end,
+                                       timeout=opts.poll_timeout_s, batch=batch_rows):
+                pending.extend(msgs)
+                if len(pending) >= batch_rows:
+                    yield _to_batch(pending, rng, schema)
+                    pending = []
+        except PartitionStalled as exc:
+            raise KafkaReadTimeout(
+                f"cdc-kafka: {rng.topic}/{rng.partition} made no progress for {opts.poll_timeout_s:g}s, "
+                f"planned range [{rng.start}, {rng.end}) (kafkaConsumer.pollTimeoutMs); were records deleted, "
+                f"or is the broker unreachable? ({exc})") from None
+        except RuntimeError as exc:
+            raise KafkaSourceError(f"cdc-kafka: {exc}") from None
+        if pending:
+            yield _to_batch(pending, rng, schema)
     finally:
         consumer.close()
 

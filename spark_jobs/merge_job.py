@@ -186,7 +186,8 @@ class MergeJob:
         from confluent_kafka.admin import AdminClient
 
         from cdc.kafka.clients import ensure_topics
-        from spark_jobs.clean_changelog import clean_topic, ensure_clean_topic
+        from cdc.kafka.topic_names import clean_topic
+        from spark_jobs.clean_changelog import ensure_clean_topic
         md = AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, **self.client}).list_topics(timeout=15)
         rx = re.compile(table_topic_pattern(self.prefix))
         parts = []

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from cdc.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder, SerdeError
-from spark_jobs.clean_changelog import CleanPartitionWriter, clean_topic
+from cdc.kafka.topic_names import clean_topic
+from spark_jobs.clean_changelog import CleanPartitionWriter
 from spark_jobs.dblog import ChangeRecord, ChunkRow, DBLogError, Marker, Window, WindowBuffer
 
 log = logging.getLogger("cdc.merge")

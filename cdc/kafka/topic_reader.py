@@ -17,23 +17,25 @@ from cdc.kafka.offsets import end_offsets
 CONSUME_WAIT_S = 0.05
 
 
+class PartitionStalled(TimeoutError):
+    """A partition range made no progress for the allowed time."""
+
+
 def read_partition(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,
                    timeout: float = 60.0, batch: int = 1000) -> Iterator[list]:
     """Lists of the data messages of ``topic[partition]`` at offsets ``[start, end)``, in
-    offset order, read with ``consumer`` (assigned here).  Offsets may have gaps
-    (transaction markers, aborted or compacted records): the range is done when a record
-    at ``end - 1`` arrives or the consumer's position reaches ``end``.  Raises
-    ``TimeoutError`` when the range is not read within ``timeout`` seconds."""
+    offset order, read with ``consumer`` (assigned here; ``start`` may be a logical offset
+    such as ``OFFSET_BEGINNING``).  Offsets may have gaps (transaction markers, aborted or
+    compacted records): the range is done when a record at ``end - 1`` arrives or the
+    consumer's position reaches ``end``.  Raises :class:`PartitionStalled` when the read
+    makes no progress for ``timeout`` seconds, ``RuntimeError`` on a consumer error."""
     if end <= start:
         return
     where = TopicPartition(topic, partition)
     consumer.assign([TopicPartition(topic, partition, start)])
-    deadline = time.monotonic() + timeout
     position = start
+    last_progress = time.monotonic()
     while position < end:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"reading {topic}[{partition}] up to offset {end} took over {timeout:g}s "
-                               f"(at {position})")
         msgs = consumer.consume(max(1, min(batch, end - position)), CONSUME_WAIT_S)
         data = []
         for m in msgs:
@@ -45,11 +47,15 @@ def read_partition(consumer: Consumer, topic: str, partition: int, start: int, e
             elif err.code() != KafkaError._PARTITION_EOF:
                 raise RuntimeError(f"reading {topic}[{partition}]: {err}")
         if data:
+            last_progress = time.monotonic()
             yield data
         if position < end:
             pos = consumer.position([where])[0].offset
-            if pos >= 0:
-                position = max(position, pos)
+            if pos > position:
+                position, last_progress = pos, time.monotonic()
+            elif time.monotonic() - last_progress > timeout:
+                raise PartitionStalled(f"{topic}[{partition}] made no progress for {timeout:g}s at position "
+                                       f"{position}, range [{start}, {end})")
 
 
 def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | None = None, timeout: float = 60.0,

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from cdc.kafka.topic_reader import read_topic
-from spark_jobs.clean_changelog import clean_topic
+from cdc.kafka.topic_names import clean_topic
 from spark_jobs.merge_job import MergeJob, dlq_topic
 from tests.producer_helpers import ProducerThread, run_until_caught_up, wait_for
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
@@ -71,6 +71,20 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
         assert apply_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, table)) == expected, f"clean {kind}"
     status = json.loads((__import__("pathlib").Path(cfg.state_dir) / "merge-status.json").read_text())
     assert status["totals"]["input"] > 0 and status["totals"]["dead"] == 0
+    # `cdc status` shows the job's figures from that file.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cdc.config import dump_config
+    cfg_path = Path(cfg.state_dir) / "status.yaml"
+    cfg_path.write_text(dump_config(cfg))
+    out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(cfg_path), "status"], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2], timeout=120,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"input {status['totals']['input']:,}, emitted {status['totals']['emitted']:,}" in out.stdout, out.stdout
 
     # A second run finds nothing new and changes nothing (the checkpoint holds).
     before = len(list(read_topic(cfg.kafka.bootstrap_servers, clean_topic(cfg.kafka.topic_prefix, test_db, "t_single"))))

@@ -36,7 +36,8 @@ from cdc.verify import VerifyReport, print_report, verify
 from producer.event_builder import envelope_schema
 from producer.table_reader import read_chunk, read_table_def, snapshot_connection
 from producer.type_mapping import RowConverter, avro_fullname, row_record_schema
-from spark_jobs.clean_changelog import CleanPartitionWriter, clean_topic, ensure_clean_topic
+from cdc.kafka.topic_names import clean_topic
+from spark_jobs.clean_changelog import CleanPartitionWriter, ensure_clean_topic
 from spark_jobs.sinks.mysql import MySQLSink
 from spark_jobs.sinks.postgres import PostgresSink, quote_pg
 from tests.producer_helpers import ROOT, decoder, run_until_caught_up, start_at_current

@@ -41,9 +41,21 @@ Options (case-insensitive, as for every Spark source):
     How long a task may wait without progress for the records of its range (120 s).
 ``fetchOffset.timeoutMs``
     Time allowed for one metadata / end-offset lookup on the driver (30 s).
+``failOnDataLoss``
+    ``true`` (default, as in Spark): the query stops with :class:`KafkaDataLossError` when
+    Kafka no longer holds records the query has not read: a topic or partition deleted,
+    a topic deleted and created again (its topic id changed), records removed below the
+    checkpoint's offset (retention), or the checkpoint's offset past the end of the log
+    (a recreated topic, a checkpoint of another cluster).  The message names the topic,
+    partition, checkpoint offset and the broker's earliest and latest offsets.
+    ``false``: a WARNING, and reading carries on from the partition's earliest offset (a
+    deleted partition is dropped); the batch's end offset records what was lost under
+    ``"@lost"`` (:func:`lost_from_json`), so the job can count it.
 
 Offsets are ``{"topic": {"partition": next_offset}}`` dicts (JSON-ready, canonical
-order).  Every micro-batch has its offsets fixed before it runs, and a task reads exactly
+order), plus ``"@ids": {"topic": "<topic id>"}`` (Kafka's topic ids, which change when a
+topic is recreated) and, in a batch that skipped lost records, ``"@lost"``.  ``@`` cannot
+appear in a topic name, so these keys never collide with one.  Every micro-batch has its offsets fixed before it runs, and a task reads exactly
 the records with ``start <= offset < end`` of one partition, so a replay of a batch reads
 the same records.  End offsets come from :func:`cdc.kafka.offsets.end_offsets`, which is
 correct on the embedded Tansu broker (its ListOffsets answer is not the log end).  Spark
@@ -57,6 +69,7 @@ pure functions at the top of the module; the Spark and Kafka parts are thin arou
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import uuid
@@ -69,6 +82,8 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                TimestampType)
 
 SHORT_NAME = "cdc-kafka"
+
+_log = logging.getLogger(__name__)
 
 SCHEMA = StructType([
     StructField("key", BinaryType()),
@@ -107,6 +122,14 @@ class KafkaReadTimeout(KafkaSourceError, TimeoutError):
     """A task waited longer than ``kafkaConsumer.pollTimeoutMs`` without progress."""
 
 
+class KafkaDataLossError(KafkaSourceError):
+    """Kafka no longer holds records the query has not read (``failOnDataLoss=true``)."""
+
+    def __init__(self, losses: Sequence["DataLoss"]) -> None:
+        self.losses = list(losses)
+        super().__init__(data_loss_message(self.losses))
+
+
 # --------------------------------------------------------------------------------------
 # Options
 # --------------------------------------------------------------------------------------
@@ -121,6 +144,7 @@ class SourceOptions:
     client_config: dict[str, Any] = field(default_factory=dict)  # kafka.* minus prefix, minus bootstrap
     poll_timeout_s: float = 120.0
     fetch_timeout_s: float = 30.0
+    fail_on_data_loss: bool = True
 
     def subscribed(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -184,11 +208,15 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         stray = sorted({t for t, _ in starting if not probe.subscribed(t)})
         if stray:
             raise KafkaSourceOptionError(f"startingOffsets names topics the query does not subscribe to: {stray}")
+    fail = str(opts.get("failondataloss", "true")).strip().lower()
+    if fail not in ("true", "false"):
+        raise KafkaSourceOptionError(f"option failOnDataLoss must be true or false, got {opts.get('failondataloss')!r}")
     poll_ms = _positive_int(opts, "kafkaconsumer.polltimeoutms", 120_000)
     fetch_ms = _positive_int(opts, "fetchoffset.timeoutms", 30_000)
     return SourceOptions(bootstrap_servers=bootstrap, topics=topics, pattern=pattern, starting=starting,
                          max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", None),
-                         client_config=client, poll_timeout_s=poll_ms / 1000.0, fetch_timeout_s=fetch_ms / 1000.0)
+                         client_config=client, poll_timeout_s=poll_ms / 1000.0, fetch_timeout_s=fetch_ms / 1000.0,
+                         fail_on_data_loss=fail == "true")
 
 
 def parse_starting_offsets(text: Any) -> Union[str, dict[TP, int]]:
@@ -229,20 +257,147 @@ def _offsets_from_doc(doc: Any, what: str, *, min_offset: int) -> dict[TP, int]:
 # Offsets and planning (pure)
 # --------------------------------------------------------------------------------------
 
-def offsets_to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
+#: Keys of the offset JSON that are not topics ('@' is not allowed in a topic name).
+IDS_KEY = "@ids"
+LOST_KEY = "@lost"
+
+
+def offsets_to_json(offsets: Mapping[TP, int], *, ids: Mapping[str, str] | None = None,
+                    lost: Sequence["DataLoss"] = ()) -> dict[str, Any]:
     """``{(t, p): o}`` -> ``{"t": {"p": o}}`` in canonical order (topics by name,
-    partitions by number), so equal offsets always serialise to the same JSON text."""
-    doc: dict[str, dict[str, int]] = {}
+    partitions by number), so equal offsets always serialise to the same JSON text;
+    ``ids`` (topic ids of those topics) under ``"@ids"``, ``lost`` under ``"@lost"``."""
+    doc: dict[str, Any] = {}
     for (topic, part) in sorted(offsets):
         doc.setdefault(topic, {})[str(part)] = int(offsets[(topic, part)])
+    kept_ids = {t: ids[t] for t in sorted(ids or {}) if t in doc and ids[t]}
+    if kept_ids:
+        doc[IDS_KEY] = kept_ids
+    if lost:
+        doc[LOST_KEY] = [x.to_json() for x in lost]
     return doc
 
 
 def offsets_from_json(doc: Mapping | None) -> dict[TP, int]:
-    """Inverse of :func:`offsets_to_json` (``None`` or ``{}`` is no partition)."""
+    """Inverse of :func:`offsets_to_json` (``None`` or ``{}`` is no partition); the
+    ``@`` keys are left out."""
     if not doc:
         return {}
-    return _offsets_from_doc(dict(doc), "offset", min_offset=0)
+    return _offsets_from_doc({k: v for k, v in dict(doc).items() if not str(k).startswith("@")}, "offset",
+                             min_offset=0)
+
+
+def ids_from_json(doc: Mapping | None) -> dict[str, str]:
+    """The topic ids recorded in an offset JSON (``{}`` when it has none)."""
+    ids = (doc or {}).get(IDS_KEY) or {}
+    return {str(t): str(i) for t, i in ids.items()} if isinstance(ids, dict) else {}
+
+
+def lost_from_json(doc: Mapping | None) -> list["DataLoss"]:
+    """The data losses a batch's end offset records (``failOnDataLoss=false``)."""
+    return [DataLoss.from_json(x) for x in (doc or {}).get(LOST_KEY) or []]
+
+
+# --------------------------------------------------------------------------------------
+# Data loss (pure)
+# --------------------------------------------------------------------------------------
+
+_LOSS_REASONS = {
+    "deleted": "the topic or partition was deleted: the records the query had not read are gone",
+    "recreated": "the topic was deleted and created again (its topic id changed): the records of the old topic "
+                 "the query had not read are gone, and the new topic's offsets start over",
+    "past-end": "the checkpoint's offset is past the end of the log: the topic was deleted and created again, "
+                "or the checkpoint belongs to another Kafka cluster",
+    "truncated": "records below the broker's earliest offset were removed (retention, or records deleted) "
+                 "before the query read them",
+    "vanished": "records the batch was planned to read were removed while it ran (the topic was deleted or "
+                "created again)",
+}
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    """Records of ``topic``/``partition`` the query had not read and Kafka no longer holds."""
+
+    topic: str
+    partition: int
+    checkpoint: int            # the offset the query was to read next
+    earliest: int | None       # the broker's offsets now (None: the partition is gone)
+    latest: int | None
+    kind: str                  # a key of _LOSS_REASONS
+    skipped: int | None        # records known to be skipped (None: how many is unknown)
+    resume: int | None         # where reading carries on with failOnDataLoss=false (None: dropped)
+    until: int | None = None   # "vanished": the end of the range the batch was planned to read
+
+    def describe(self) -> str:
+        broker = "gone from the broker" if self.earliest is None else \
+            f"broker earliest offset {self.earliest}, latest {self.latest}"
+        skipped = "" if self.skipped is None else f" ({self.skipped:,} records skipped)"
+        where = f"planned range [{self.checkpoint}, {self.until})" if self.until is not None else \
+            f"checkpoint offset {self.checkpoint}"
+        return f"{self.topic} partition {self.partition}: {where}, {broker}: {_LOSS_REASONS[self.kind]}{skipped}"
+
+    def to_json(self) -> dict:
+        return {"topic": self.topic, "partition": self.partition, "checkpoint": self.checkpoint,
+                "earliest": self.earliest, "latest": self.latest, "kind": self.kind, "skipped": self.skipped,
+                "resume": self.resume, "until": self.until}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "DataLoss":
+        return cls(str(d["topic"]), int(d["partition"]), int(d["checkpoint"]), d.get("earliest"), d.get("latest"),
+                   str(d["kind"]), d.get("skipped"), d.get("resume"), d.get("until"))
+
+
+def detect_data_loss(start: Mapping[TP, int], latest: Mapping[TP, tuple[int, int]],
+                     start_ids: Mapping[str, str] | None = None,
+                     ids: Mapping[str, str] | None = None) -> list[DataLoss]:
+    """The partitions of ``start`` (the offsets the query reads next) whose records from
+    there on are not all in Kafka any more, given ``latest`` (``{tp: (low, end)}`` now)
+    and the topic ids recorded with ``start`` and found now (either may be empty: ids are
+    compared only where both are known).
+
+    A recreated topic whose new log already reaches past the old offset is only seen by
+    its topic id; without ids it cannot be told from the old topic (Spark's own source has
+    the same blind spot)."""
+    out: list[DataLoss] = []
+    start_ids, ids = start_ids or {}, ids or {}
+    for (topic, part), off in sorted(start.items()):
+        if (topic, part) not in latest:
+            out.append(DataLoss(topic, part, off, None, None, "deleted", None, None))
+            continue
+        low, end = latest[(topic, part)]
+        old_id, new_id = start_ids.get(topic), ids.get(topic)
+        if old_id and new_id and old_id != new_id:
+            out.append(DataLoss(topic, part, off, low, end, "recreated", None, low))
+        elif off > end:
+            out.append(DataLoss(topic, part, off, low, end, "past-end", None, low))
+        elif off < low:
+            out.append(DataLoss(topic, part, off, low, end, "truncated", low - off, low))
+    return out
+
+
+def apply_data_loss(start: Mapping[TP, int], losses: Sequence[DataLoss]) -> dict[TP, int]:
+    """``start`` with every lost partition moved to where reading carries on (dropped when
+    the partition is gone)."""
+    out = dict(start)
+    for x in losses:
+        if x.resume is None:
+            out.pop((x.topic, x.partition), None)
+        else:
+            out[(x.topic, x.partition)] = x.resume
+    return out
+
+
+def data_loss_message(losses: Sequence[DataLoss]) -> str:
+    """The message of a query stopped for data loss: what was lost, and what to do."""
+    lines = ["Kafka no longer holds records the query had not read (failOnDataLoss=true):"]
+    lines += [f"  - {x.describe()}" for x in losses]
+    lines.append("The changes in those records are missing downstream. To recover, publish the affected tables "
+                 "again (a snapshot: cdc snapshot DB.TABLE --delete-missing), then run the query once with "
+                 "failOnDataLoss=false (cdc merge: spark.fail_on_data_loss: false, or "
+                 "CDC__SPARK__FAIL_ON_DATA_LOSS=false) to carry on from what Kafka holds now; or delete the "
+                 "checkpoint to start again from the earliest offsets.")
+    return "\n".join(lines)
 
 
 def resolve_starting_offsets(spec: Union[str, Mapping[TP, int]],
@@ -431,12 +586,24 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise KafkaSourceError(f"cdc-kafka: end offsets of {self._describe()} unavailable: {exc}") from exc
                 time.sleep(0.5)
 
+    def _fetch_ids(self, topics) -> dict[str, str]:
+        from confluent_kafka import KafkaException
+
+        from cdc.kafka.clients import topic_ids
+        try:
+            return topic_ids(self.opts.bootstrap_servers, topics, timeout=self.opts.fetch_timeout_s,
+                             client_config={k: v for k, v in self.opts.client_config.items()
+                                            if k not in ("isolation.level",)})
+        except KafkaException:
+            return {}  # ids unknown this time: compared where known only
+
     def _describe(self) -> str:
         return f"pattern {self.opts.pattern!r}" if self.opts.pattern else f"topics {list(self.opts.topics)}"
 
     def initialOffset(self) -> dict:
         latest = self._target if self._target is not None else self._fetch_latest()
-        return offsets_to_json(resolve_starting_offsets(self.opts.starting, latest))
+        return offsets_to_json(resolve_starting_offsets(self.opts.starting, latest),
+                               ids=self._fetch_ids({t for t, _ in latest}))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is not None:
@@ -450,17 +617,32 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._target if self._target is not None else self._fetch_latest()
         self._last_latest = {tp: end for tp, (_, end) in latest.items()}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        start_map = offsets_from_json(start)
-        end = plan_end_offsets(start_map, latest, cap)
-        if end == start_map:
+        start_map = {tp: o for tp, o in offsets_from_json(start).items() if self.opts.subscribed(tp[0])}
+        ids = self._fetch_ids({t for t, _ in latest} | {t for t, _ in start_map})
+        losses = detect_data_loss(start_map, latest, ids_from_json(start), ids)
+        if any(x.kind == "deleted" for x in losses):
+            # A partition missing from one metadata answer: ask again before calling it gone.
+            latest = {**self._fetch_latest(), **latest}
+            losses = detect_data_loss(start_map, latest, ids_from_json(start), ids)
+        if losses:
+            if self.opts.fail_on_data_loss:
+                raise KafkaDataLossError(losses)
+            for x in losses:
+                _log.warning("cdc-kafka: %s; failOnDataLoss=false: %s", x.describe(),
+                             "reading carries on from the earliest offset" if x.resume is not None else
+                             "the partition is dropped")
+        base = apply_data_loss(start_map, losses)
+        end = plan_end_offsets(base, latest, cap)
+        if not losses and end == start_map:
             return start  # nothing new: Spark runs no batch
-        return offsets_to_json(end)
+        return offsets_to_json(end, ids=ids, lost=losses)
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._last_latest is None else offsets_to_json(self._last_latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return plan_ranges(offsets_from_json(start), offsets_from_json(end))
+        first = apply_data_loss(offsets_from_json(start), lost_from_json(end))
+        return plan_ranges(first, offsets_from_json(end))
 
     def commit(self, end: dict) -> None:
         pass  # offsets live in Spark's checkpoint; nothing is committed to Kafka
@@ -509,11 +691,50 @@ def _to_batch(msgs: list, rng: KafkaRange, schema) -> Any:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+#: How long a task waits without progress before it asks the broker whether the records
+#: of its range are still there (and again after each such interval).
+_STALL_CHECK_S = 5.0
+
+
+def _range_gone(opts: SourceOptions, rng: KafkaRange, position: int) -> DataLoss | None:
+    """Whether the records of ``rng`` from ``position`` on are no longer in Kafka (the
+    topic was deleted or recreated, or records were removed, after the batch was planned)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from cdc.kafka.offsets import OffsetLookupError, end_offsets
+    try:
+        (low, end), = end_offsets(opts.bootstrap_servers, [(rng.topic, rng.partition)],
+                                  timeout=opts.fetch_timeout_s, client_config=opts.client_config).values()
+    except KafkaException as exc:
+        code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+            return DataLoss(rng.topic, rng.partition, max(rng.start, 0), None, None, "deleted", None, None, rng.end)
+        return None  # not an answer about the records (the read times out as before)
+    except OffsetLookupError:
+        return None  # the broker does not answer: not a loss (the read times out as before)
+    if end < rng.end:
+        return DataLoss(rng.topic, rng.partition, max(rng.start, 0), low, end, "vanished", None, None, rng.end)
+    if low > position:
+        return DataLoss(rng.topic, rng.partition, position, low, end, "truncated", low - position, None)
+    return None
+
+
+def _lost_in_task(opts: SourceOptions, loss: DataLoss) -> None:
+    """A task found records of its range gone: stop the query, or (failOnDataLoss=false)
+    say so and end the range with what was read."""
+    if opts.fail_on_data_loss:
+        raise KafkaDataLossError([loss])
+    _log.warning("cdc-kafka: %s (found while reading); failOnDataLoss=false: the rest of the range is skipped",
+                 loss.describe())
+
+
 def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS) -> Iterator:
     """Arrow record batches of the records of ``rng``, in offset order
     (:func:`cdc.kafka.topic_reader.read_partition`: offset gaps such as transaction
-    markers, aborted or compacted records are passed).  Raises :class:`KafkaReadTimeout`
-    when no progress is made for ``opts.poll_timeout_s``.
+    markers, aborted or compacted records are passed).  Records that vanished since the
+    batch was planned are data loss (:class:`KafkaDataLossError`, or a WARNING with
+    ``failOnDataLoss=false``).  Raises :class:`KafkaReadTimeout` when no progress is made
+    for ``opts.poll_timeout_s``.
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -525,23 +746,44 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
             "group.id": f"cdc-kafka-source-read-{uuid.uuid4().hex}", "enable.auto.commit": False,
             "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "enable.partition.eof": True}
     consumer = Consumer(conf)
+    position = rng.start  # the next offset to read (-2: the partition's first)
+    stalled_since: float | None = None
     try:
         pending: list = []
-        try:
-            for msgs in read_partition(consumer, rng.topic, rng.partition,
-                                       OFFSET_BEGINNING if rng.start < 0 else rng.start, rng.end,
-                                       timeout=opts.poll_timeout_s, batch=batch_rows):
-                pending.extend(msgs)
-                if len(pending) >= batch_rows:
-                    yield _to_batch(pending, rng, schema)
-                    pending = []
-        except PartitionStalled as exc:
-            raise KafkaReadTimeout(
-                f"cdc-kafka: {rng.topic}/{rng.partition} made no progress for {opts.poll_timeout_s:g}s, "
-                f"planned range [{rng.start}, {rng.end}) (kafkaConsumer.pollTimeoutMs); were records deleted, "
-                f"or is the broker unreachable? ({exc})") from None
-        except RuntimeError as exc:
-            raise KafkaSourceError(f"cdc-kafka: {exc}") from None
+        while position < 0 or position < rng.end:
+            try:
+                for msgs in read_partition(consumer, rng.topic, rng.partition,
+                                           OFFSET_BEGINNING if position < 0 else position, rng.end,
+                                           timeout=min(_STALL_CHECK_S, opts.poll_timeout_s), batch=batch_rows):
+                    if position == rng.start >= 0 and msgs[0].offset() > position:
+                        # A gap before the first record: transaction markers, or records
+                        # removed (retention) since the batch was planned.
+                        loss = _range_gone(opts, rng, position)
+                        if loss is not None and loss.kind == "truncated" and loss.earliest is not None \
+                                and loss.earliest > position:
+                            _lost_in_task(opts, loss)
+                    position = msgs[-1].offset() + 1
+                    stalled_since = None
+                    pending.extend(msgs)
+                    if len(pending) >= batch_rows:
+                        yield _to_batch(pending, rng, schema)
+                        pending = []
+                break
+            except PartitionStalled as exc:
+                now = time.monotonic()
+                stalled_since = stalled_since or now - min(_STALL_CHECK_S, opts.poll_timeout_s)
+                loss = _range_gone(opts, rng, max(position, 0))
+                if loss is not None:
+                    _lost_in_task(opts, loss)
+                    break
+                if now - stalled_since >= opts.poll_timeout_s:
+                    raise KafkaReadTimeout(
+                        f"cdc-kafka: {rng.topic}/{rng.partition} made no progress for {opts.poll_timeout_s:g}s, "
+                        f"planned range [{rng.start}, {rng.end}) (kafkaConsumer.pollTimeoutMs); is the broker "
+                        f"unreachable? ({exc})") from None
+                position = max(position, exc.position)
+            except RuntimeError as exc:
+                raise KafkaSourceError(f"cdc-kafka: {exc}") from None
         if pending:
             yield _to_batch(pending, rng, schema)
     finally:
@@ -550,6 +792,8 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
 
 __all__ = [
     "SHORT_NAME", "SCHEMA", "EARLIEST", "LATEST", "KafkaSourceError", "KafkaSourceOptionError", "KafkaReadTimeout",
+    "KafkaDataLossError", "DataLoss", "detect_data_loss", "apply_data_loss", "data_loss_message", "IDS_KEY",
+    "LOST_KEY", "ids_from_json", "lost_from_json",
     "SourceOptions", "parse_options", "parse_starting_offsets", "offsets_to_json", "offsets_from_json",
     "resolve_starting_offsets", "spread_limit", "plan_end_offsets", "KafkaRange", "plan_ranges",
     "CdcKafkaDataSource", "CdcKafkaStreamReader", "read_range",

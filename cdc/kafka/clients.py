@@ -41,3 +41,30 @@ def ensure_topics(cfg: KafkaConfig, names: Iterable[str], *, partitions: int | N
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
+
+
+#: The id a broker without topic ids (Kafka before 2.8) reports: no id.
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def topic_ids(bootstrap_servers: str, topics: Iterable[str], *, client_config: dict | None = None,
+              timeout: float = 15.0) -> dict[str, str]:
+    """Kafka's topic id of each topic that exists (a new id when a topic is deleted and
+    created again).  Topics the broker does not know, and brokers without topic ids, are
+    left out: callers compare ids only where both sides know one."""
+    from confluent_kafka import TopicCollection
+
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
+    out: dict[str, str] = {}
+    for name, fut in admin.describe_topics(TopicCollection(names), request_timeout=timeout).items():
+        try:
+            description = fut.result(timeout)
+        except KafkaException:
+            continue  # unknown topic (deleted meanwhile): no id
+        tid = str(getattr(description, "topic_id", "") or "")
+        if tid and tid != _NO_TOPIC_ID:
+            out[name] = tid
+    return out

@@ -36,6 +36,11 @@ class SchemaStore:
         with self._lock:
             if fingerprint not in self._schemas:
                 self.refresh()
+            if fingerprint not in self._schemas and self._next:
+                # Read from the start again: the topic may have been deleted and created again
+                # (lost Kafka history), its new records below the offsets read so far.
+                self._next = {}
+                self.refresh()
             return self._schemas.get(fingerprint)
 
     def known(self) -> dict[str, dict]:

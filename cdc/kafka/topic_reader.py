@@ -18,7 +18,12 @@ CONSUME_WAIT_S = 0.05
 
 
 class PartitionStalled(TimeoutError):
-    """A partition range made no progress for the allowed time."""
+    """A partition range made no progress for the allowed time; ``position``: the next
+    offset it was waiting for."""
+
+    def __init__(self, message: str, position: int = -1) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 def read_partition(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,
@@ -55,7 +60,7 @@ def read_partition(consumer: Consumer, topic: str, partition: int, start: int, e
                 position, last_progress = pos, time.monotonic()
             elif time.monotonic() - last_progress > timeout:
                 raise PartitionStalled(f"{topic}[{partition}] made no progress for {timeout:g}s at position "
-                                       f"{position}, range [{start}, {end})")
+                                       f"{position}, range [{start}, {end})", position)
 
 
 def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | None = None, timeout: float = 60.0,

@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc.kafka.offsets import end_offsets
-from spark_jobs.kafka_source import (SCHEMA, KafkaRange, KafkaReadTimeout, SourceOptions, parse_options,
+from spark_jobs.kafka_source import (SCHEMA, KafkaDataLossError, KafkaRange, KafkaReadTimeout, SourceOptions, parse_options,
                                      read_range)
 from spark_jobs.spark_session import build_session
 
@@ -237,17 +237,37 @@ def test_clear_errors_for_bad_options(spark, options, message):
         r.load()
 
 
-def test_read_gives_up_with_a_clear_error(config, topic):
-    """A planned range the broker cannot deliver (here: past the end) fails, not hangs."""
+def test_a_range_past_the_end_is_data_loss_not_a_hang(config, topic):
+    """A planned range whose records are not in the log (removed after the batch was
+    planned) fails with what was lost; with failOnDataLoss=false the task gives what is
+    there and ends."""
     bs = _bootstrap(config)
     _create(bs, topic, 1)
     _produce(bs, topic, 10, 1)
     opts = parse_options({"kafka.bootstrap.servers": bs, "subscribe": topic, "kafkaConsumer.pollTimeoutMs": "1500"})
     assert isinstance(opts, SourceOptions)
     t0 = time.monotonic()
-    with pytest.raises(KafkaReadTimeout, match=rf"{topic}/0 made no progress"):
+    with pytest.raises(KafkaDataLossError, match=rf"{topic} partition 0: planned range \[0, 100\), broker "
+                                                 r"earliest offset 0, latest 10: records the batch was planned"):
         list(read_range(opts, KafkaRange(topic, 0, 0, 100)))
     assert time.monotonic() - t0 < 20
+    lenient = parse_options({"kafka.bootstrap.servers": bs, "subscribe": topic, "kafkaConsumer.pollTimeoutMs": "1500",
+                             "failOnDataLoss": "false"})
+    batches = list(read_range(lenient, KafkaRange(topic, 0, 0, 100)))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(10))
     # The same range within the end reads exactly its records.
     batches = list(read_range(opts, KafkaRange(topic, 0, 3, 8)))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == [3, 4, 5, 6, 7]
+
+
+def test_read_gives_up_with_a_clear_error_when_the_broker_does_not_answer(stack, config, topic):
+    bs = _bootstrap(config)
+    _create(bs, topic, 1)
+    _produce(bs, topic, 10, 1)
+    opts = parse_options({"kafka.bootstrap.servers": bs, "subscribe": topic, "kafkaConsumer.pollTimeoutMs": "2000",
+                          "fetchOffset.timeoutMs": "1000"})
+    t0 = time.monotonic()
+    with stack.broker_frozen():
+        with pytest.raises(KafkaReadTimeout, match=rf"{topic}/0 made no progress"):
+            list(read_range(opts, KafkaRange(topic, 0, 0, 10)))
+    assert time.monotonic() - t0 < 30

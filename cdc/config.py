@@ -91,6 +91,10 @@ class StartupConfig(_Section):
 class ProducerConfig(_Section):
     format: Literal["avro", "json"] = "avro"
     startup: StartupConfig = Field(default_factory=StartupConfig)
+    # When Kafka lost the producer's history (a position kept in the state directory that
+    # Kafka does not have): stop with a message, re-publish from the kept position
+    # (resume), or that and a snapshot of every captured table (snapshot).
+    lost_history: Literal["stop", "resume", "snapshot"] = "stop"
     # Records per Kafka transaction / offset commit.
     batch_size: int = 5000
     # Longest time (s) a batch stays open before it is committed.
@@ -139,6 +143,10 @@ class SparkConfig(_Section):
     # "python": the confluent-kafka data source; "jvm": Spark's own kafka source.
     kafka_source: Literal["python", "jvm"] = "python"
     max_offsets_per_trigger: int | None = None
+    # Stop (true, as Spark's failOnDataLoss) when Kafka no longer holds records the job has
+    # not read (topic deleted or recreated, retention, a checkpoint past the log's end);
+    # false: carry on from what Kafka holds, counting what was lost.
+    fail_on_data_loss: bool = True
     # Prometheus text endpoint of the merge job (micro-batch figures); none when unset.
     metrics_port: int | None = None
 

@@ -13,11 +13,23 @@ micro-batch (``foreachBatch``):
 2. runs :func:`spark_jobs.partition_merge.merge_partition` per table partition on the
    executors (``mapInArrow`` over the source's partitions, one per Kafka partition: no
    shuffle): decode, the DBLog rule, clean changelog, sinks, dead letters;
-3. stores the partitions' new states (``merge-state/<batch>.json``: window buffers and
+3. applies the ``DELETE_MISSING`` markers of snapshots taken with ``delete-missing``
+   once every partition of their table has been read past the point the marker was
+   seen: each table sink deletes the rows below the snapshot's start position that the
+   snapshot did not refresh (rows deleted at the source while their changes were lost);
+4. stores the partitions' new states (``merge-state/<batch>.json``: window buffers and
    pending markers, bounded by the open windows) and logs the batch's figures (input
    rows, rows/s, chunk rows dropped by the DBLog rule, copies, latency p50/p99 from the
-   source commit to the sink write), also written to ``<state_dir>/merge-status.json``
-   for ``cdc status``.
+   source commit to the sink write, records lost in Kafka), also written to
+   ``<state_dir>/merge-status.json`` for ``cdc status``.
+
+Lost Kafka history (a topic deleted or recreated, records removed before they were read,
+a checkpoint past the end of the log): with ``spark.fail_on_data_loss`` (default) the job
+stops with :class:`MergeDataLoss`, naming each partition, its checkpoint offset, the
+broker's offsets, how far each sink got, and what to do.  It checks before it starts a
+query and after a query failed; the source stops the query itself when it finds loss while
+running.  With ``fail_on_data_loss: false`` it carries on from what Kafka holds and counts
+what was lost (batch log WARNING, ``merge-status.json``, metrics).
 
 A replayed batch (after a crash, Spark runs the last uncommitted batch again with the
 same offsets) starts from the state stored for the batch before, reads the same markers
@@ -40,10 +52,32 @@ from pathlib import Path
 from typing import Any
 
 from cdc.config import CDCConfig
+from spark_jobs.kafka_source import (DataLoss, data_loss_message, detect_data_loss, ids_from_json,
+                                     lost_from_json, offsets_from_json)
+from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
 
 log = logging.getLogger("cdc.merge")
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+#: The marker kinds of chunk windows (the DBLog rule); DELETE_MISSING is the driver's.
+WINDOW_KINDS = ("OPEN", "CLOSE")
+DELETE_MISSING = "DELETE_MISSING"
+
+
+class MergeDataLoss(Exception):
+    """The merge job stopped: Kafka no longer holds records it had not read."""
+
+    def __init__(self, losses: list[DataLoss], sinks_note: str = "") -> None:
+        self.losses = losses
+        text = data_loss_message(losses).replace("(failOnDataLoss=true)", "(spark.fail_on_data_loss: true)")
+        super().__init__(text + (f"\n{sinks_note}" if sinks_note else ""))
+
+
+def describe_position(position: str) -> str:
+    """A 30-digit position as a reader can place it in the binlog."""
+    if len(position) == 30 and position.isdigit():
+        return f"{position} (binlog file #{int(position[:10])}, pos {int(position[10:20])})"
+    return position
 
 
 def table_topic_pattern(prefix: str) -> str:
@@ -70,7 +104,8 @@ def batch_inputs(prefix: str, states: dict[str, dict], orphans: dict[str, list[d
     from cdc.kafka.topic_names import table_topic
     by_table: dict[str, list[dict]] = {t: list(ms) for t, ms in orphans.items()}
     for m in markers:
-        by_table.setdefault(table_topic(prefix, m["db"], m["table"]), []).append(m)
+        if m.get("kind") in WINDOW_KINDS:
+            by_table.setdefault(table_topic(prefix, m["db"], m["table"]), []).append(m)
     known = {t for t, _ in partitions}
     inputs = {f"{t}|{p}": (states.get(f"{t}|{p}"), by_table.get(t, [])) for t, p in partitions}
     return inputs, {t: ms for t, ms in by_table.items() if t not in known}
@@ -111,6 +146,23 @@ class MergeStateStore:
                     (self.dir / f"{i}{suffix}").unlink(missing_ok=True)
 
 
+def sinks_note(settings, wanted=lambda db, table: True) -> str:
+    """How far each table sink got: per table (``wanted(db, table)``), the highest position
+    applied (each sink row keeps the position of the change that wrote it)."""
+    from spark_jobs.partition_merge import sinks_of
+    lines = []
+    for name, sink in sinks_of(settings):
+        try:
+            applied = sink.applied_positions()
+        except Exception as exc:  # noqa: BLE001 - the note is best effort
+            lines.append(f"  {name}: not reachable ({exc})")
+            continue
+        for (db, table), pos in sorted(applied.items()):
+            if wanted(db, table):
+                lines.append(f"  {name} holds {db}.{table} up to position {describe_position(pos)}")
+    return ("How far the sinks got (the newest change applied per table):\n" + "\n".join(lines)) if lines else ""
+
+
 def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None) -> list[dict]:
     """The markers at offsets ``[start, end)`` of the (single-partition) markers topic."""
     from confluent_kafka import Consumer
@@ -144,10 +196,13 @@ class MergeJob:
                    "database": my.database} if my.enabled else None,
             dlq_topic=dlq_topic(self.prefix))
         self.checkpoint = Path(cfg.spark.checkpoint_dir)
+        self.query_dir = self.checkpoint / "query"
+        self.fail_on_data_loss = cfg.spark.fail_on_data_loss
         self.store = MergeStateStore(self.checkpoint / "merge-state")
         self.status_path = Path(cfg.state_dir) / "merge-status.json"
         self.batches = 0
-        self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0}
+        self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0, "lost_partitions": 0,
+                       "lost_records": 0, "deleted_missing": 0}
         self._stop = threading.Event()
         self.query = None
         self._known: dict[str, int] = {}  # topics made sure of: partitions
@@ -174,9 +229,8 @@ class MergeJob:
              .option("subscribePattern", table_topic_pattern(self.prefix))
              .option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", str(cfg.spark.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER))
-             .option("kafka.isolation.level", "read_committed"))
-        if fmt == "kafka":
-            r = r.option("failOnDataLoss", "false")
+             .option("kafka.isolation.level", "read_committed")
+             .option("failOnDataLoss", "true" if self.fail_on_data_loss else "false"))
         for key, value in self.client.items():
             r = r.option(f"kafka.{key}", str(value))
         return r.load()
@@ -204,25 +258,176 @@ class MergeJob:
             self._known[""] = 1
         return parts
 
-    def process_batch(self, df, batch_id: int) -> None:
+    # -- lost Kafka history ------------------------------------------------------------------
+    def _offsets_now(self, tps) -> dict[tuple[str, int], tuple[int, int]]:
+        """``{tp: (low, end)}`` of the partitions of ``tps`` that exist now."""
+        from confluent_kafka.admin import AdminClient
+
         from cdc.kafka.offsets import end_offsets
-        from spark_jobs.partition_merge import OUTPUT_SCHEMA, arrow_function
+        tps = set(tps)
+        if not tps:
+            return {}
+        md = AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, **self.client}).list_topics(timeout=15)
+        there = [(t, p) for t, p in tps if t in md.topics and md.topics[t].error is None
+                 and p in md.topics[t].partitions]
+        return end_offsets(self.cfg.kafka.bootstrap_servers, there, client_config=self.client) if there else {}
+
+    def _topic_ids(self, topics) -> dict[str, str]:
+        from cdc.kafka.clients import topic_ids
+        return topic_ids(self.cfg.kafka.bootstrap_servers, topics, client_config=self.client)
+
+    def _markers_losses(self, start: int, topic_id: str | None, plan_end: int | None = None) -> list[DataLoss]:
+        """Whether the markers topic still holds its records from ``start`` (and up to
+        ``plan_end``): the merge state keeps a read position in it."""
+        mt = markers_topic(self.prefix)
+        latest = self._offsets_now([(mt, 0)])
+        if not latest and start == 0:
+            return []  # no markers written yet
+        ids = self._topic_ids([mt])
+        losses = detect_data_loss({(mt, 0): start}, latest, {mt: topic_id} if topic_id else {}, ids)
+        if not losses and plan_end is not None and (mt, 0) in latest and plan_end > latest[(mt, 0)][1]:
+            low, end = latest[(mt, 0)]
+            losses = [DataLoss(mt, 0, plan_end, low, end, "past-end", None, low)]
+        return losses
+
+    def checkpoint_losses(self) -> list[DataLoss]:
+        """What the checkpoint would read next that Kafka no longer holds: the table topics'
+        offsets (Spark's offset log) and the markers topic (the merge state)."""
+        start_doc, pending_doc = next_start(self.query_dir)
+        rx = re.compile(table_topic_pattern(self.prefix))
+        start = {tp: o for tp, o in offsets_from_json(start_doc).items() if rx.fullmatch(tp[0])}
+        pending = {tp: o for tp, o in offsets_from_json(pending_doc).items() if rx.fullmatch(tp[0])}
+        latest = self._offsets_now(set(start) | set(pending))
+        losses = detect_data_loss(start, latest, ids_from_json(start_doc),
+                                  self._topic_ids({t for t, _ in start}) if start else {})
+        seen = {(x.topic, x.partition) for x in losses}
+        for tp, end in sorted(pending.items()):
+            if tp not in seen and tp in latest and end > latest[tp][1]:
+                low, top = latest[tp]
+                losses.append(DataLoss(tp[0], tp[1], end, low, top, "past-end", None, low))
+        planned, committed = last_batches(self.query_dir)
+        next_batch = planned if planned is not None and (committed is None or planned > committed) else \
+            (committed + 1 if committed is not None else 0)
+        prev = self.store.state_before(next_batch)
+        plan = self.store.plan(next_batch)
+        losses += self._markers_losses(int(prev.get("markers_next", 0)), prev.get("markers_topic_id"),
+                                       plan.get("markers_end") if plan else None)
+        return losses
+
+    def sinks_note(self, losses: list[DataLoss]) -> str:
+        """How far each table sink got, for the tables of the lost topics."""
+        from cdc.kafka.topic_names import table_topic
+        topics = {x.topic for x in losses}
+        everything = markers_topic(self.prefix) in topics
+        return sinks_note(self.settings, lambda db, table: everything or table_topic(self.prefix, db, table) in topics)
+
+    def stop_on_data_loss(self) -> None:
+        """Raise :class:`MergeDataLoss` when the checkpoint would read records Kafka lost
+        (when Kafka does not answer, that cannot be told: the query's own retries go on)."""
+        from confluent_kafka import KafkaException
+
+        from cdc.kafka.offsets import OffsetLookupError
+        try:
+            losses = self.checkpoint_losses()
+        except (KafkaException, OffsetLookupError) as exc:
+            log.warning("cannot check the checkpoint against Kafka (%s); the query starts and retries", exc)
+            return
+        if losses:
+            err = MergeDataLoss(losses, self.sinks_note(losses))
+            log.error("%s", err)
+            raise err
+
+    # -- one micro-batch ------------------------------------------------------------------------
+    def _plan(self, batch_id: int, prev: dict, partitions: list[tuple[str, int]]) -> tuple[dict, list[dict]]:
+        """The batch's markers range (written down before use, so a replay reads the same)
+        and its markers; the DELETE_MISSING markers get the partition ends they wait for."""
+        from cdc.kafka.offsets import end_offsets
+        from cdc.kafka.topic_names import table_topic
+        plan = self.store.plan(batch_id)
+        mt = markers_topic(self.prefix)
+        if plan is None:
+            self._wait_committed(batch_id, partitions)
+            start = int(prev.get("markers_next", 0))
+            losses = self._markers_losses(start, prev.get("markers_topic_id"))
+            if losses and self.fail_on_data_loss:
+                raise MergeDataLoss(losses, self.sinks_note(losses))
+            for x in losses:
+                log.warning("%s; spark.fail_on_data_loss is false: the markers are read from offset %s", x.describe(),
+                            x.resume)
+                start = x.resume or 0
+            latest = self._offsets_now([(mt, 0)])
+            end = latest.get((mt, 0), (0, 0))[1]
+            plan = {"markers_start": start, "markers_end": max(end, start),
+                    "markers_topic_id": self._topic_ids([mt]).get(mt) or prev.get("markers_topic_id"),
+                    "lost": [x.to_json() for x in losses]}
+            self.store.save_plan(batch_id, plan)
+        markers = read_markers(self.cfg.kafka.bootstrap_servers, mt, plan["markers_start"], plan["markers_end"],
+                               self.client or None)
+        if "delete_missing" not in plan:
+            waits = []
+            for m in markers:
+                if m.get("kind") == DELETE_MISSING:
+                    topic = table_topic(self.prefix, m["db"], m["table"])
+                    mine = [tp for tp in partitions if tp[0] == topic]
+                    ends = end_offsets(self.cfg.kafka.bootstrap_servers, mine, client_config=self.client) if mine else {}
+                    waits.append({"marker": m, "required": {f"{t}|{p}": e for (t, p), (_, e) in ends.items()}})
+            plan["delete_missing"] = waits
+            self.store.save_plan(batch_id, plan)
+        return plan, markers
+
+    def _wait_committed(self, batch_id: int, partitions: list[tuple[str, int]], timeout: float = 60.0) -> None:
+        """Wait until every record of the batch is committed in Kafka, so the markers range
+        looked up next holds the markers of the batch's transactions.  A correct broker has
+        that already; Tansu reports the first records of an open transaction as stable for a
+        moment (tests/integration/test_kafka_offsets.py), and a chunk row read from such a
+        transaction must not arrive before its window's CLOSE marker is in the range."""
+        from cdc.kafka.offsets import end_offsets
+        ends = batch_end_offsets(self.query_dir, batch_id)
+        known = set(partitions)
+        want = {tp: e for tp, e in offsets_from_json(ends[0]).items() if tp in known} \
+            if ends and isinstance(ends[0], dict) else {}
+        deadline = time.monotonic() + timeout
+        while want:
+            now = end_offsets(self.cfg.kafka.bootstrap_servers, list(want), client_config=self.client, hints=want)
+            want = {tp: e for tp, e in want.items() if now[tp][1] < e}
+            if not want:
+                return
+            if time.monotonic() > deadline:
+                log.warning("batch %d: records below the planned ends of %s are still not committed after %.0fs",
+                            batch_id, sorted(want), timeout)
+                return
+            time.sleep(0.02)
+
+    def _delete_missing(self, waiting: list[dict], batch_id: int) -> tuple[list[dict], int]:
+        """Apply the DELETE_MISSING markers whose table partitions this batch read past the
+        ends they wait for; returns the ones still waiting and the rows deleted."""
+        from spark_jobs.partition_merge import sinks_of
+        ends = batch_end_offsets(self.query_dir, batch_id)
+        reached = offsets_from_json(ends[0]) if ends and isinstance(ends[0], dict) else None
+        still, deleted = [], 0
+        for w in waiting:
+            if reached is None or any(reached.get((key.rsplit("|", 1)[0], int(key.rsplit("|", 1)[1])), 0) < end
+                                      for key, end in w["required"].items()):
+                still.append(w)
+                continue
+            m = w["marker"]
+            for name, sink in sinks_of(self.settings):
+                n = sink.delete_below(m["db"], m["table"], m["below"])
+                deleted += n
+                log.info("snapshot %s of %s.%s (delete-missing): %d rows it did not find deleted from %s "
+                         "(below position %s)", m.get("snapshot_id"), m["db"], m["table"], n, name, m["below"])
+        return still, deleted
+
+    def process_batch(self, df, batch_id: int) -> None:
+        from spark_jobs.partition_merge import OUTPUT_SCHEMA, arrow_function, merge_markers
         t0 = time.monotonic()
         prev = self.store.state_before(batch_id)
         partitions = self._ensure_topics()  # after the batch's offsets were fixed
-        plan = self.store.plan(batch_id)
-        if plan is None:
-            mt = markers_topic(self.prefix)
-            (_, end), = end_offsets(self.cfg.kafka.bootstrap_servers, [(mt, 0)], client_config=self.client).values()
-            plan = {"markers_start": prev.get("markers_next", 0), "markers_end": max(end, prev.get("markers_next", 0))}
-            self.store.save_plan(batch_id, plan)
-        markers = read_markers(self.cfg.kafka.bootstrap_servers, markers_topic(self.prefix), plan["markers_start"],
-                               plan["markers_end"], self.client or None)
+        plan, markers = self._plan(batch_id, prev, partitions)
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         rows = (df.select("key", "value", "topic", "partition", "offset")
                 .mapInArrow(arrow_function(self.settings, inputs), OUTPUT_SCHEMA).collect())
-        from spark_jobs.partition_merge import merge_markers
         new_states = dict(states)
         for key, (state, new) in inputs.items():  # partitions without records: their markers wait
             if new:
@@ -235,13 +440,27 @@ class MergeJob:
                 new_states[f"{r['topic']}|{r['partition']}"] = json.loads(r["payload"])
             else:
                 stats.append(json.loads(r["payload"]))
+        waiting, deleted = self._delete_missing(prev.get("delete_missing", []) + plan["delete_missing"], batch_id)
         self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states,
-                                         "orphan_markers": orphans})
-        self._report(batch_id, stats, len(markers), time.monotonic() - t0)
+                                         "orphan_markers": orphans, "markers_topic_id": plan.get("markers_topic_id"),
+                                         "delete_missing": waiting})
+        ends = batch_end_offsets(self.query_dir, batch_id)
+        lost = [DataLoss.from_json(x) for x in plan.get("lost", [])] + \
+            (lost_from_json(ends[0]) if ends and isinstance(ends[0], dict) else [])
+        self._report(batch_id, stats, len(markers), time.monotonic() - t0, lost=lost, deleted_missing=deleted)
 
-    def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float) -> None:
+    def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
+                lost: list[DataLoss] = (), deleted_missing: int = 0) -> None:
         agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
                                                             "upserted", "deleted")}
+        agg["lost_partitions"] = len(lost)
+        agg["lost_records"] = sum(x.skipped or 0 for x in lost)
+        agg["deleted_missing"] = deleted_missing
+        if lost:
+            log.warning("batch %d: Kafka lost records the job had not read (spark.fail_on_data_loss is false, the "
+                        "job carries on from what Kafka holds): %d partition(s), %s records known skipped: %s",
+                        batch_id, len(lost), f"{agg['lost_records']:,}",
+                        "; ".join(x.describe() for x in lost))
         lat = sorted(x for s in stats for x in s.get("latencies_ms", []))
         p50 = lat[len(lat) // 2] if lat else None
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None
@@ -258,7 +477,8 @@ class MergeJob:
                      "latency_p50_ms": p50, "latency_p99_ms": p99}
         status = {"pid": os.getpid(), "updated_at": time.time(), "batch_id": batch_id, "batches": self.batches,
                   "last_batch": {**agg, "markers": markers, "seconds": round(seconds, 3),
-                                 "rows_per_second": round(rate, 1), "latency_p50_ms": p50, "latency_p99_ms": p99},
+                                 "rows_per_second": round(rate, 1), "latency_p50_ms": p50, "latency_p99_ms": p99,
+                                 "lost": [x.to_json() for x in lost]},
                   "totals": self.totals}
         try:
             self.status_path.parent.mkdir(parents=True, exist_ok=True)
@@ -288,6 +508,8 @@ class MergeJob:
         """Run until stopped; ``available_now``: process what is in Kafka now, then return."""
         from cdc.metrics_http import serve_metrics
         from spark_jobs.spark_session import build_session
+        if self.fail_on_data_loss:
+            self.stop_on_data_loss()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
         server = serve_metrics(self.cfg.spark.metrics_port, self.prometheus)
         delay, restarts = 1.0, 0
@@ -305,6 +527,8 @@ class MergeJob:
                 except Exception as exc:  # noqa: BLE001 - a failed batch: restart from the checkpoint
                     if self._stop.is_set():
                         return 0
+                    if self.fail_on_data_loss:
+                        self.stop_on_data_loss()  # lost Kafka history stops the job: a restart cannot help
                     restarts += 1
                     if max_restarts is not None and restarts > max_restarts:
                         raise

@@ -90,7 +90,7 @@ class EnvelopeDecoder:
         return self.decoder.decode(data)
 
 
-def _sinks(s: MergeSettings) -> list[tuple[str, Any]]:
+def sinks_of(s: MergeSettings) -> list[tuple[str, Any]]:
     out = []
     if s.postgres:
         from spark_jobs.sinks import PostgresSink
@@ -191,7 +191,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     by_table: dict[tuple[str, str], list[_Kept]] = {}
     for k in kept:
         by_table.setdefault(k.table, []).append(k)
-    sinks = _sinks(s)
+    sinks = sinks_of(s)
     for (db, table), records_of_table in by_table.items():
         # What no table sink can apply is one dead letter, whatever the number of sinks.
         if sinks and not key_columns.get((db, table)):

@@ -51,6 +51,8 @@ Skipping stored-or-newer records up front also makes a replayed batch read-only.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import re
 from dataclasses import dataclass
@@ -556,6 +558,19 @@ class MySQLSink(TableSinkBase):
         return out
 
     # ------------------------------------------------------------------ maintenance
+    @contextlib.contextmanager
+    def _transaction(self):
+        """A cursor in a transaction: committed when the block ends, rolled back (and a broken
+        connection dropped) when it raises."""
+        conn = self.connection()
+        try:
+            with conn.cursor() as cur:
+                yield cur
+            conn.commit()
+        except BaseException:
+            self._drop_broken()
+            raise
+
     def purge_tombstones(self, before_position: str, db: str | None = None, table: str | None = None) -> int:
         """Drop tombstones older than ``before_position`` (of one table, or all); returns how many."""
         sql = f"DELETE FROM {q(TOMBSTONES)} WHERE position < %s"
@@ -563,26 +578,47 @@ class MySQLSink(TableSinkBase):
         if db is not None and table is not None:
             sql += " AND table_name = %s"
             args.append(self.table_name(db, table))
-        conn = self.connection()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                n = cur.rowcount
-            conn.commit()
-            return n
-        except BaseException:
-            self._drop_broken()
-            raise
+        with self._transaction() as cur:
+            cur.execute(sql, args)
+            return cur.rowcount
+
+    def _registered(self, cur) -> list[tuple[str, str, str]]:
+        """``(sink table, source db, source table)`` of every registered table."""
+        cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                    [self.database, TABLES])
+        if not cur.fetchone()[0]:
+            return []
+        cur.execute(f"SELECT table_name, source_db, source_table FROM {q(TABLES)} ORDER BY table_name")
+        return [(n, d, t) for n, d, t in cur.fetchall()]
+
+    def delete_below(self, db: str, table: str, position: str) -> int:
+        """Delete the rows of ``db.table`` whose position is below ``position``; returns how
+        many (see :meth:`PostgresSink.delete_below`)."""
+        name = self.table_name(db, table)
+        with self._transaction() as cur:
+            if name not in {n for n, _, _ in self._registered(cur)}:
+                return 0
+            cur.execute(f"SELECT 1 FROM {q(TABLES)} WHERE table_name = %s FOR UPDATE", [name])
+            cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {q(POSITION_COLUMN)} < %s", [position])
+            return cur.rowcount
+
+    def applied_positions(self) -> dict[tuple[str, str], str]:
+        """``{(db, table): the highest position applied}`` of every sink table that has rows."""
+        out: dict[tuple[str, str], str] = {}
+        with self._transaction() as cur:
+            for name, db, table in self._registered(cur):
+                cur.execute(f"SELECT MAX({q(POSITION_COLUMN)}) FROM {q(self.database)}.{q(name)}")
+                top = cur.fetchone()[0]
+                if top:
+                    out[(db, table)] = str(top)
+        return out
 
     def tombstones(self, db: str, table: str) -> list[tuple[str, str]]:
         """``(key_json, position)`` of the table's tombstones, in position order."""
-        conn = self.connection()
-        with conn.cursor() as cur:
+        with self._transaction() as cur:
             cur.execute(f"SELECT key_json, position FROM {q(TOMBSTONES)} WHERE table_name = %s ORDER BY position",
                         [self.table_name(db, table)])
-            rows = [(k, p) for k, p in cur.fetchall()]
-        conn.commit()
-        return rows
+            return [(k, p) for k, p in cur.fetchall()]
 
 
 def _chunks(items: list, n: int):

@@ -413,6 +413,49 @@ class PostgresSink(TableSinkBase):
             self._drop_broken()
             raise
 
+    def delete_below(self, db: str, table: str, position: str) -> int:
+        """Delete the rows of ``db.table`` whose position is below ``position`` (rows a
+        snapshot with ``delete-missing`` did not refresh: deleted at the source while their
+        changes were lost); returns how many.  Nothing when the table does not exist."""
+        schema = quote_pg(self.schema_name)
+        name = self.table_name(db, table)
+        conn = self.connection()
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                            [f"{schema}.{quote_pg(TABLES)}", self.qualified_name(db, table)])
+                if not cur.fetchone()[0]:
+                    return 0
+                # Writers of the table take turns (the lock ``apply`` takes).
+                cur.execute(f"SELECT 1 FROM {schema}.{quote_pg(TABLES)} WHERE table_name = %s FOR UPDATE", [name])
+                cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {quote_pg(POSITION_COLUMN)} < %s",
+                            [position])
+                return cur.rowcount
+        except psycopg.Error:
+            self._drop_broken()
+            raise
+
+    def applied_positions(self) -> dict[tuple[str, str], str]:
+        """``{(db, table): the highest position applied}`` of every sink table that has rows."""
+        schema = quote_pg(self.schema_name)
+        conn = self.connection()
+        out: dict[tuple[str, str], str] = {}
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s) IS NOT NULL", [f"{schema}.{quote_pg(TABLES)}"])
+                if not cur.fetchone()[0]:
+                    return out
+                cur.execute(f"SELECT source_db, source_table FROM {schema}.{quote_pg(TABLES)} ORDER BY table_name")
+                for db, table in cur.fetchall():
+                    cur.execute(f"SELECT max({quote_pg(POSITION_COLUMN)}) FROM {self.qualified_name(db, table)}")
+                    top = cur.fetchone()[0]
+                    if top:
+                        out[(db, table)] = str(top)
+            return out
+        except psycopg.Error:
+            self._drop_broken()
+            raise
+
     def tombstones(self, db: str, table: str) -> list[tuple[str, str]]:
         """``(key_json, position)`` of the table's tombstones, in position order (for tests and tools)."""
         schema = quote_pg(self.schema_name)

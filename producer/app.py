@@ -32,7 +32,7 @@ from producer.capture_filter import CaptureFilter
 from producer.event_builder import EventBuilder
 from producer.kafka_writer import KafkaWriter, WriterError
 from producer.metrics import ProducerMetrics
-from producer.offset_store import OffsetStore
+from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
 from producer.pipeline import ReaderProcess
 from producer.signals import BadSignal
 from producer.position import BinlogPosition
@@ -98,6 +98,20 @@ class ProducerStopped(Exception):
     """The producer stopped for a reason the user must act on (the message says what)."""
 
 
+class KafkaHistoryLost(ProducerStopped):
+    """A position kept locally is not in Kafka: Kafka lost the producer's history, and no
+    recovery was asked for (``producer.lost_history`` / ``cdc produce --recover``)."""
+
+    def __init__(self, message: str, local: dict, local_path: Path) -> None:
+        super().__init__(message)
+        self.local = local
+        self.local_path = local_path
+
+
+#: How a producer recovers when Kafka lost its history (producer.lost_history).
+RECOVERY_MODES = ("stop", "resume", "snapshot")
+
+
 @dataclass
 class ProducerState:
     resume: ResumePoint
@@ -110,6 +124,9 @@ class ProducerApp:
         self.cfg = cfg
         self.filter = CaptureFilter(cfg.source)
         self.store = OffsetStore(cfg.kafka, cfg.producer.name)
+        self.local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
+        #: ``cdc produce --recover``: how to recover from lost Kafka history on this start
+        self.recover: str | None = None
         self.metrics = ProducerMetrics()
         self._stop = threading.Event()
         self.state_dir = Path(cfg.state_dir)
@@ -119,6 +136,12 @@ class ProducerApp:
 
     # -- start position ---------------------------------------------------------------
     def _startup(self, conn, info: src.ServerInfo, stored: dict | None) -> ProducerState:
+        local = self.local.load()
+        problem = lost_history(stored, local)
+        if problem is not None:
+            return self._recover(conn, problem, local)
+        if local is not None and self.recover and self.recover != "stop":
+            log.info("--recover %s: Kafka holds this producer's history, nothing to recover", self.recover)
         if stored and stored.get("resume"):
             r = stored["resume"]
             src.check_position_available(conn, r["file"])
@@ -157,6 +180,59 @@ class ProducerApp:
         log.info("no stored position: starting at %s (startup.mode=%s)",
                  resume.gtid_set or f"{resume.file}:{resume.pos}", st.mode)
         return ProducerState(resume, None, extra)
+
+    def _recover(self, conn, problem: str, local: dict) -> ProducerState:
+        """Kafka lost this producer's history (``problem``): stop, or recover as asked."""
+        r = local["resume"]
+        requested = (local.get("recover") or {}).get("mode")
+        mode = self.recover or requested or self.cfg.producer.lost_history
+        kept = f"{r['file']}:{r['pos']}" + (f" (last change {r['last']})" if r.get("last") else "")
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(local.get("ts_ms", 0) / 1000))
+        what = (f"Kafka lost the history of producer '{self.cfg.producer.name}': {problem} in "
+                f"{self.store.topic} on {self.cfg.kafka.bootstrap_servers}, but the position it committed last, "
+                f"{kept} at {when}, is kept in {self.local.path}. The broker was emptied or the topic deleted, or "
+                f"this is another Kafka cluster. The change events written before that position are gone from "
+                f"Kafka: consumers that had not read them lost them")
+        try:
+            src.check_position_available(conn, r["file"])
+            in_binlog = True
+        except src.BinlogPurgedError:
+            in_binlog = False
+        if mode == "stop":
+            resume_hint = (f"re-publish from {r['file']}:{r['pos']} (the binlog still has it); changes before it that "
+                           "a consumer had not read stay lost to it" if in_binlog else
+                           f"not possible: the binlog no longer has {r['file']}")
+            raise KafkaHistoryLost(
+                f"{what}.\nRecover with one of:\n"
+                f"  cdc produce --recover resume     {resume_hint}\n"
+                f"  cdc produce --recover snapshot   stream from {'there' if in_binlog else 'the current position'} "
+                f"and snapshot every captured table again (delete-missing: the sinks also drop rows deleted "
+                f"meanwhile), so the sinks and the clean changelog are whole again\n"
+                f"(producer.lost_history: resume|snapshot does the same on every start; cdc produce --reset-offsets "
+                f"forgets both positions and starts as producer.startup says)", local, self.local.path)
+        extra = {k: v for k, v in local.items() if k not in ("resume", "ts_ms", "recover")}
+        if mode == "resume":
+            if not in_binlog:
+                raise ProducerStopped(f"{what}.\nRecovery by resume is not possible: the binlog no longer has "
+                                      f"{r['file']}. Use: cdc produce --recover snapshot")
+            log.error("%s. Recovering (%s): re-publishing from %s; changes before it that a consumer had not read "
+                      "stay lost to it (the merge job stops and names them)", what, mode, kept)
+            last = BinlogPosition.decode(r["last"]) if r.get("last") else None
+            return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last, extra)
+        # snapshot: stream on from the kept position when the binlog has it, and read every
+        # captured table again; delete-missing removes from the sinks what was deleted meanwhile
+        extra.pop("snapshot", None)
+        extra["initial_snapshot"] = "pending"
+        extra["initial_delete_missing"] = True
+        if in_binlog:
+            log.error("%s. Recovering (%s): streaming from %s and snapshotting every captured table again "
+                      "(delete-missing)", what, mode, kept)
+            last = BinlogPosition.decode(r["last"]) if r.get("last") else None
+            return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last, extra)
+        file, pos = src.current_position(conn)
+        log.error("%s. The binlog no longer has %s either. Recovering (%s): streaming from the current position "
+                  "%s:%s and snapshotting every captured table again (delete-missing)", what, r["file"], mode, file, pos)
+        return ProducerState(ResumePoint(file, pos), None, extra)
 
     # -- main loop ------------------------------------------------------------------------
     def run(self, *, max_events: int | None = None, idle_exit_s: float | None = None) -> int:
@@ -278,8 +354,9 @@ class _Session:
                 last_activity = time.monotonic()
                 self._handled = item.resume
                 self._schema_change(item)
-            if coord.active or coord.inflight:
+            if coord.busy:
                 coord.poll()
+                self._write_deletions()
             if self.batch_events >= cfg.producer.batch_size * 4:
                 # A very large transaction: commit mid-transaction (resume = its start + last change).
                 self._commit(self.current_resume())
@@ -335,10 +412,11 @@ class _Session:
             self.state.extra.pop("snapshot", None)
         else:
             self.state.extra["snapshot"] = snap
-        self.app.metrics.snapshot_progress = None if snap is None else {
+        self.app.metrics.snapshot_progress = None if snap is None or snap["snapshot_id"] is None else {
             "snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
         key, value = self.app.store.record({"resume": resume.to_json(), **self.state.extra})
         self.writer.commit(key, value)
+        self.app.local.save(value)  # after Kafka has it: the local copy is never ahead of Kafka
         self.batch_events = 0
         self.batch_started = time.monotonic()
         self.app.metrics.committed(resume)
@@ -357,6 +435,7 @@ class _Session:
                 self._write_marker(marker)
             if released is not None:
                 self._write_chunk(released)
+        self._write_deletions()
 
     def _write_marker(self, m: MarkerSeen) -> None:
         db, table = m.table.split(".", 1)
@@ -367,6 +446,21 @@ class _Session:
         self.writer.ensure_topic(topic, partitions=1)
         self.writer.produce(topic, m.table.encode(), json.dumps(value).encode(), m.position.encode())
         self.batch_events += 1
+
+    def _write_deletions(self) -> None:
+        """DELETE_MISSING markers of the delete-missing tables read completely: after their
+        chunks' rows, so a reader that sees the marker has every row of the snapshot before it."""
+        for d in self.coord.take_deletions():
+            db, table = d.table.split(".", 1)
+            value = {"kind": "DELETE_MISSING", "snapshot_id": d.snapshot_id, "chunk_id": 0, "db": db, "table": table,
+                     "key_range": None, "below": d.below.encode(), "position": d.below.encode(),
+                     "file": d.below.file_name, "pos": d.below.pos, "ts_ms": int(time.time() * 1000)}
+            topic = f"{self.prefix}._markers"
+            self.writer.ensure_topic(topic, partitions=1)
+            self.writer.produce(topic, d.table.encode(), json.dumps(value).encode(), d.below.encode())
+            self.batch_events += 1
+            log.info("snapshot %s: %s read completely; the sinks delete its rows below position %s that the "
+                     "snapshot did not find (delete-missing)", d.snapshot_id, d.table, d.below.encode())
 
     def _write_chunk(self, chunk: ReleasedChunk) -> None:
         records = self.builder.chunk_records(chunk, self.writer)
@@ -391,13 +485,15 @@ class _Session:
         finally:
             conn.close()
         self.state.extra["initial_snapshot"] = "started"
+        delete_missing = bool(self.state.extra.pop("initial_delete_missing", False))
         if not tables:
             log.info("startup mode 'initial': no captured table exists yet")
             return
         try:
             # A table that cannot be snapshotted (no primary key) is skipped with a
             # notification; the others are snapshotted.
-            self.coord.add_tables(tables, f"initial-{int(time.time())}", skippable=set(tables))
+            self.coord.add_tables(tables, f"{'recovery' if delete_missing else 'initial'}-{int(time.time())}",
+                                  skippable=set(tables), delete_missing=delete_missing)
         except BadSignal as exc:
             raise ProducerStopped(f"the initial snapshot cannot start: {exc.reason}") from None
 
@@ -439,8 +535,9 @@ class _Session:
             self._commit(resume)
 
 
-def run_producer(cfg: CDCConfig, **kw) -> int:
+def run_producer(cfg: CDCConfig, *, recover: str | None = None, **kw) -> int:
     app = ProducerApp(cfg)
+    app.recover = recover
 
     def on_signal(signum, frame):  # noqa: ARG001
         log.info("stopping (signal %d)", signum)

@@ -2,7 +2,9 @@
 
 ``execute-snapshot``  data: {"data-collections": ["db.t", "db\\.line_.*"], "type": "incremental",
                              "additional-conditions": [{"data-collection": "db.t", "filter": "..."}],
-                             "surrogate-key": "col"}
+                             "surrogate-key": "col", "delete-missing": true}
+                      ``delete-missing`` (ours, not Debezium's): once a table is read, the
+                      sinks delete the rows it did not find (deleted while changes were lost).
 ``stop-snapshot``     data: {"data-collections": [...]} (absent or empty: all), "type": "incremental"
 ``pause-snapshot``, ``resume-snapshot``: no data needed
 ``log``               data: {"message": "..."}
@@ -51,6 +53,10 @@ class Signal:
     def surrogate_key(self) -> str | None:
         return self.data.get("surrogate-key")
 
+    @property
+    def delete_missing(self) -> bool:
+        return self.data.get("delete-missing") is True
+
 
 def parse_signal(row: dict[str, Any]) -> Signal:
     sid = str(row.get("id") or "")
@@ -85,6 +91,12 @@ def parse_signal(row: dict[str, Any]) -> Signal:
         sk = data.get("surrogate-key")
         if sk is not None and (not isinstance(sk, str) or not sk.strip()):
             raise BadSignal(sid, "'surrogate-key' must be a column name")
+        dm = data.get("delete-missing")
+        if dm is not None and not isinstance(dm, bool):
+            raise BadSignal(sid, "'delete-missing' must be true or false")
+        if dm and conds:
+            raise BadSignal(sid, "'delete-missing' cannot be combined with 'additional-conditions': the sinks "
+                                 "would delete every row outside the filter")
     if stype == "stop-snapshot":
         cols = data.get("data-collections")
         if cols is not None and (not isinstance(cols, list) or not all(isinstance(c, str) for c in cols)):
@@ -114,10 +126,13 @@ def loads_lenient(raw: str) -> Any:
             raise exc from None
 
 
-def execute_snapshot_data(tables: list[str], *, where: str | None = None, surrogate_key: str | None = None) -> dict:
+def execute_snapshot_data(tables: list[str], *, where: str | None = None, surrogate_key: str | None = None,
+                          delete_missing: bool = False) -> dict:
     """The ``data`` of an ``execute-snapshot`` signal for ``tables`` (``where``: the same
     additional condition for each of them)."""
     data: dict[str, Any] = {"data-collections": list(tables), "type": "incremental"}
+    if delete_missing:
+        data["delete-missing"] = True
     if where:
         data["additional-conditions"] = [{"data-collection": t, "filter": where} for t in tables]
     if surrogate_key:

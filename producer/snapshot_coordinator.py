@@ -44,7 +44,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import pymysql
+
 from cdc.sql import quote_table
+from producer.binlog_source import current_position
 from producer.chunk_splitter import even_split_step
 from producer.position import BinlogPosition
 from producer.signals import WINDOW_CLOSE, WINDOW_OPEN, BadSignal, Signal, parse_signal
@@ -95,6 +98,16 @@ class MarkerSeen:
 
 
 @dataclass
+class DeleteMissing:
+    """A table of a ``delete-missing`` snapshot was read completely: downstream, the sinks
+    delete its rows below ``below`` that the snapshot did not refresh."""
+
+    snapshot_id: str
+    table: str
+    below: BinlogPosition
+
+
+@dataclass
 class _Chunk:
     chunk_id: int
     job: TableJob
@@ -102,6 +115,7 @@ class _Chunk:
     table_def: TableDef
     keys: list[str]
     future: Future
+    close_marker: tuple[str, str] = ("", "")  # (id, data) of its CLOSE marker row
     open_position: BinlogPosition | None = None
     invalid: str | None = None  # why it must be read again instead of released
 
@@ -147,17 +161,25 @@ class SnapshotCoordinator:
         # so no window stays open downstream.
         self._pending_closes: list[tuple[str, str]] = []
         self._aborted: set[str] = set()  # tables whose snapshot was aborted (reads kept failing, key dropped)
+        self._done: list[DeleteMissing] = []  # delete-missing tables read completely, for the markers topic
         if state:
             self._restore(state)
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict | None:
-        if self.snapshot_id is None:
+        if self.snapshot_id is None and not self._pending_closes and not self.inflight:
             return None
+        # Windows opened downstream that no CLOSE marker closed yet: after a restart they are
+        # closed by CLOSE marker rows written then (their readers are gone).
+        unclosed = [list(ch.close_marker) for ch in self.inflight.values() if ch.open_position is not None]
         return {"snapshot_id": self.snapshot_id, "paused": self.paused, "chunk_seq": self.chunk_seq,
-                "jobs": [j.to_state() for j in self.jobs]}
+                "jobs": [j.to_state() for j in self.jobs],
+                "unclosed": unclosed + [list(c) for c in self._pending_closes]}
 
     def _restore(self, st: dict) -> None:
+        self._pending_closes = [(str(i), str(d)) for i, d in st.get("unclosed", [])]
+        if st.get("snapshot_id") is None:
+            return  # only CLOSE markers were owed
         self.snapshot_id = st["snapshot_id"]
         self.paused = st.get("paused", False)
         # Chunk ids an earlier process used after its last stored state must not be used
@@ -170,6 +192,11 @@ class SnapshotCoordinator:
     @property
     def active(self) -> bool:
         return self.snapshot_id is not None and bool(self.jobs)
+
+    @property
+    def busy(self) -> bool:
+        """Whether :meth:`poll` has work: a snapshot, chunks in flight, CLOSE rows owed."""
+        return self.active or bool(self.inflight) or bool(self._pending_closes)
 
     def progress(self) -> list[dict]:
         return [{"table": j.table, "rows": j.rows, "estimated": max(j.estimated, j.rows), "chunks": j.chunks,
@@ -253,10 +280,11 @@ class SnapshotCoordinator:
     def _execute(self, sig: Signal) -> None:
         tables, matched = self._resolve_tables(sig)
         self.add_tables(tables, sig.id, conditions=sig.conditions, surrogate_key=sig.surrogate_key,
-                        skippable=matched)
+                        skippable=matched, delete_missing=sig.delete_missing)
 
     def add_tables(self, tables: list[str], signal_id: str, *, conditions: dict[str, str] | None = None,
-                   surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset()) -> None:
+                   surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset(),
+                   delete_missing: bool = False) -> None:
         """Start a snapshot of ``tables`` (db.table, captured), or add them to the running one.
 
         A table that cannot be snapshotted (no primary key and no surrogate key, the
@@ -293,13 +321,16 @@ class SnapshotCoordinator:
                     condition = validate_filter(conds[name], tdef.column_names)
                 except FilterRefused as exc:
                     raise BadSignal(signal_id, f"filter for {name} refused: {exc}") from None
-            jobs.append(TableJob(name, condition, surrogate_key))
+            jobs.append(TableJob(name, condition, surrogate_key, delete_missing=delete_missing))
         if not jobs:
             raise BadSignal(signal_id, "; ".join(reason for _, reason in skipped) or "no table to snapshot")
         for name, reason in skipped:
             log.warning("signal %r: %s; the table is skipped, the others are snapshotted", signal_id, reason)
             self.notify(Notification("SKIPPED", signal_id, {"table": name, "reason": reason}))
         tables = [j.table for j in jobs]
+        if self.snapshot_id is not None and delete_missing:
+            # a table already in the running snapshot is read again with delete-missing
+            self.jobs = [j for j in self.jobs if j.table not in tables or j.delete_missing]
         if self.snapshot_id is None:
             self.snapshot_id = signal_id or uuid.uuid4().hex
             self.jobs = jobs
@@ -393,6 +424,12 @@ class SnapshotCoordinator:
             self._remove(job)
             return False
         keys = self._keys(job, tdef)
+        if job.delete_missing and job.below is None:
+            # Every change after this point reaches the sinks, and every row the table holds
+            # now is read after it: a sink row below it that the snapshot does not refresh
+            # was deleted at the source.
+            file, pos = current_position(conn)
+            job.below = BinlogPosition.from_binlog(file, pos).encode()
         mk = job.max_key
         if not job.max_key_read:
             found = max_key(conn, tdef, keys)
@@ -435,7 +472,7 @@ class SnapshotCoordinator:
                              "run": self.run_id, "range": {"lo": encode_key(rng.lo), "hi": encode_key(rng.hi)}})
         prefix = f"{(self.snapshot_id or '')[:24]}-{self.run_id}-{chunk_id}"  # marker row ids: <= 64 characters
         fut = self._pool.submit(self._read, prefix, marker, tdef, keys, rng, job.condition)
-        self.inflight[chunk_id] = _Chunk(chunk_id, job, rng, tdef, keys, fut)
+        self.inflight[chunk_id] = _Chunk(chunk_id, job, rng, tdef, keys, fut, (f"{prefix}-close", marker))
         return True
 
     def _next_bound(self, job: TableJob, tdef: TableDef, keys: list[str]) -> list:
@@ -502,6 +539,8 @@ class SnapshotCoordinator:
             sid, data = self._pending_closes[0]
             try:
                 self._insert_marker(self.conn(), sid, WINDOW_CLOSE, data)
+            except pymysql.err.IntegrityError:
+                pass  # the chunk's own CLOSE row is there already: it closes the window
             except Exception as exc:  # noqa: BLE001 - still away: next poll
                 log.info("CLOSE marker %s not written yet (%s)", sid, exc)
                 self._conn = None
@@ -545,6 +584,10 @@ class SnapshotCoordinator:
             # whose reader failed): still published, so downstream no window stays open.
             if sig.type == WINDOW_CLOSE:  # remove its rows
                 self._delete_markers([sig.id, sig.id[:-len("close")] + "open"])
+            elif sig.id.endswith("-open"):
+                # Its reader is gone and may never have written the CLOSE: write one (a
+                # second CLOSE of a window is harmless downstream; rows never come for it).
+                self._pending_closes.append((sig.id[:-len("open")] + "close", json.dumps(d)))
             try:
                 seen = MarkerSeen(kind, str(d["snapshot_id"]), int(d["chunk_id"]), str(d["table"]),
                                   dict(d.get("range") or {}), position)
@@ -601,7 +644,14 @@ class SnapshotCoordinator:
         if not self.jobs:
             self._finish()
 
+    def take_deletions(self) -> list[DeleteMissing]:
+        """The delete-missing tables read completely since the last call."""
+        done, self._done = self._done, []
+        return done
+
     def _table_done(self, job: TableJob) -> None:
+        if job.delete_missing and job.below is not None:
+            self._done.append(DeleteMissing(self.snapshot_id or "", job.table, BinlogPosition.decode(job.below)))
         self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
                                                                                    "rows": job.rows}))
         log.info("snapshot %s: %s done, %d rows in %d chunks", self.snapshot_id, job.table, job.rows, job.chunks)

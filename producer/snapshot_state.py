@@ -89,6 +89,10 @@ class TableJob:
     estimated: int = 0
     started: bool = False  # in this process (the key space is planned from the frontier)
     max_key_read: bool = False  # the maximum key was read (when the table's snapshot began)
+    # delete-missing: once the table is read, the sinks delete its rows below ``below`` (the
+    # binlog position when the table's snapshot began) that the snapshot did not refresh
+    delete_missing: bool = False
+    below: str | None = None
     # in memory only: ranges planned and not yet released (key order), and how far planning got
     outstanding: list[KeyRange] = field(default_factory=list)
     planned_to: list | None = None
@@ -150,11 +154,13 @@ class TableJob:
     def to_state(self) -> dict:
         return {"table": self.table, "condition": self.condition, "surrogate_key": self.surrogate_key,
                 "max_key": encode_key(self.max_key), "frontier": encode_key(self.frontier), "rows": self.rows,
-                "chunks": self.chunks, "estimated": self.estimated, "max_key_read": self.max_key_read}
+                "chunks": self.chunks, "estimated": self.estimated, "max_key_read": self.max_key_read,
+                "delete_missing": self.delete_missing, "below": self.below}
 
     @classmethod
     def from_state(cls, st: dict) -> "TableJob":
         # After a restart the maximum key stays the one read when the table began.
         return cls(st["table"], st.get("condition"), st.get("surrogate_key"), decode_key(st.get("max_key")),
                    decode_key(st.get("frontier")), int(st.get("rows", 0)), int(st.get("chunks", 0)),
-                   int(st.get("estimated", 0)), started=False, max_key_read=bool(st.get("max_key_read")))
+                   int(st.get("estimated", 0)), started=False, max_key_read=bool(st.get("max_key_read")),
+                   delete_missing=bool(st.get("delete_missing")), below=st.get("below"))

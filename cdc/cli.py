@@ -26,20 +26,25 @@ class CommandError(Exception):
 def _cmd_stack_up(args: argparse.Namespace) -> int:
     from cdc.stack.manager import stack_up
     with console.status("starting the embedded stack..."):
-        info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn)
+        info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
+                        on_lost_kafka=args.on_lost_kafka)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
     console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})")
     console.print(f"  kafka     {k['bootstrap_servers']}" + (f" (embedded Tansu, pid {k['pid']})" if k.get("embedded") else " (external)"))
     console.print("  postgres  " + (f"127.0.0.1:{p['port']} (pid {p['pid']})" if p.get("embedded") else "external DSN"))
     console.print(f"  config    {info.config_path}   (use: cdc -c {info.config_path} ...)")
+    for note in info.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     return 0
 
 
 def _cmd_stack_down(args: argparse.Namespace) -> int:
-    from cdc.stack.manager import stack_down
+    from cdc.stack.manager import KAFKA_DOWN_NOTE, stack_down
     stopped = stack_down(Path(args.state_dir))
     console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    if "kafka" in stopped:
+        console.print(f"[yellow]note:[/yellow] {KAFKA_DOWN_NOTE}", highlight=False)
     return 0
 
 
@@ -56,9 +61,9 @@ def _cmd_stack_status(args: argparse.Namespace) -> int:
 # --- pipeline commands ------------------------------------------------------------------
 
 def _cmd_produce(args: argparse.Namespace) -> int:
-    from producer.app import ProducerStopped, run_producer
+    from producer.app import KafkaHistoryLost, ProducerStopped, run_producer
     from producer.binlog_source import SourceError
-    from producer.offset_store import OffsetStore
+    from producer.offset_store import LocalOffsetCopy, OffsetStore
     cfg = load(args)
     if args.reset_offsets:
         from confluent_kafka import Producer
@@ -66,12 +71,24 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         store = OffsetStore(cfg.kafka, cfg.producer.name)
         store.ensure()
         store.reset(Producer(producer_config(cfg.kafka)))
-        console.print(f"stored position of producer '{cfg.producer.name}' removed")
+        local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
+        local.remove()
+        console.print(f"stored position of producer '{cfg.producer.name}' removed (Kafka, and {local.path})")
         return 0
     try:
-        return run_producer(cfg, idle_exit_s=args.exit_when_idle)
+        return run_producer(cfg, idle_exit_s=args.exit_when_idle, recover=args.recover)
+    except KafkaHistoryLost as exc:
+        raise CommandError(f"{exc}\n{_sinks_note(cfg)}".rstrip()) from None
     except (ProducerStopped, SourceError) as exc:
         raise CommandError(str(exc)) from None
+
+
+def _sinks_note(cfg) -> str:
+    """How far each configured table sink got (for messages about lost history)."""
+    if not (cfg.sinks.postgres.enabled or cfg.sinks.mysql.enabled):
+        return ""
+    from spark_jobs.merge_job import MergeJob, sinks_note
+    return sinks_note(MergeJob(cfg).settings)
 
 
 def _cmd_bench_stream(args: argparse.Namespace) -> int:
@@ -97,7 +114,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
         if not args.tables:
             raise CommandError("name the tables to snapshot, e.g. 'cdc snapshot shop.orders'")
         kind, data = "execute-snapshot", execute_snapshot_data(args.tables, where=args.where,
-                                                               surrogate_key=args.surrogate_key)
+                                                               surrogate_key=args.surrogate_key,
+                                                               delete_missing=args.delete_missing)
     follower = None
     if args.follow and kind == "execute-snapshot":
         from cdc.progress import NotificationFollower
@@ -159,10 +177,13 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from spark_jobs.merge_job import run_merge
+    from spark_jobs.merge_job import MergeDataLoss, run_merge
     cfg = load(args)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    return run_merge(cfg, available_now=args.available_now)
+    try:
+        return run_merge(cfg, available_now=args.available_now)
+    except MergeDataLoss as exc:
+        raise CommandError(f"the merge job stopped: {exc}") from None
 
 
 def _cmd_bench_report(args: argparse.Namespace) -> int:
@@ -204,7 +225,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     """Producer position, lag and rate: stored offsets (Kafka) and the live status file."""
     import json
     import time
-    from producer.offset_store import OffsetStore
+    from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
     cfg = load(args)
     table = Table("what", "value")
     stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
@@ -215,6 +236,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
         table.add_row("last commit", f"{age:.1f}s ago")
     else:
         table.add_row("stored position", "none (the producer has not committed yet)")
+    local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
+    kept = local.load()
+    lost = lost_history(stored, kept)
+    if lost is not None:
+        table.add_row("[red]Kafka history[/red]", f"[red]lost[/red]: {lost}; the position kept in {local.path} is "
+                      f"{kept['resume']['file']}:{kept['resume']['pos']} (cdc produce says how to recover)")
     status_file = Path(cfg.state_dir) / "producer-status.json"
     if status_file.exists():
         st = json.loads(status_file.read_text())
@@ -241,7 +268,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         mt.add_row("totals", ", ".join(f"{k} {v:,}" for k, v in t.items()))
         console.print(mt)
     snap = st.get("snapshot") or (stored or {}).get("snapshot")
-    if snap:
+    if snap and snap.get("snapshot_id"):
         from cdc.progress import draw_status_bars
         if "tables" not in snap:  # the stored form
             snap = {"paused": snap.get("paused"), "tables": [
@@ -296,6 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "up":
             p.add_argument("--kafka-bootstrap", help="use this external Kafka instead of the embedded broker")
             p.add_argument("--postgres-dsn", help="use this existing PostgreSQL instead of a private one")
+            p.add_argument("--on-lost-kafka", choices=["recover", "refuse"], default="recover",
+                           help="when the embedded broker must be started again (its topics are gone) and the "
+                                "state directory holds a merge checkpoint or producer positions: reset them and "
+                                "have the producer recover by snapshot (default), or refuse to start")
 
     demo = sub.add_parser("demo", help="run the pipeline on demo data on the embedded stack")
     demo.add_argument("--state-dir", default=".cdc/demo")
@@ -307,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="forget the stored position (the next start follows producer.startup)")
     produce.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
                          help="stop after this many seconds without binlog events")
+    produce.add_argument("--recover", choices=["resume", "snapshot"], default=None,
+                         help="when Kafka lost this producer's history: re-publish from the position kept in the "
+                              "state directory (resume), and also snapshot every captured table again (snapshot)")
     produce.set_defaults(func=_cmd_produce)
 
     bench = sub.add_parser("bench", help="benchmarks on the embedded stack")
@@ -324,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="tables to snapshot (names or regular expressions, as in the signal's data-collections)")
     snap.add_argument("--where", metavar="FILTER", help="only rows matching this predicate (additional-conditions)")
     snap.add_argument("--surrogate-key", metavar="COLUMN", help="chunk on this unique column instead of the primary key")
+    snap.add_argument("--delete-missing", action="store_true",
+                      help="once a table is read, the sinks delete the rows it did not find (rows deleted at the "
+                           "source while their changes were lost)")
     action = snap.add_mutually_exclusive_group()
     action.add_argument("--stop", action="store_true", help="stop the running snapshot (of TABLES, or all)")
     action.add_argument("--pause", action="store_true", help="pause the running snapshot")

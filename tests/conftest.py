@@ -87,6 +87,18 @@ def config(stack: StackHandle, tmp_path: Path, unique) -> CDCConfig:
 
 
 @pytest.fixture
+def merge_config(config: CDCConfig, unique, tmp_path: Path) -> CDCConfig:
+    """``config`` for the Spark merge job: its own sink schema and database, ``local[2]``,
+    a checkpoint per test, a short trigger interval."""
+    config.sinks.postgres.schema_name = unique("sinkpg")
+    config.sinks.mysql.database = unique("sink")
+    config.spark.master = "local[2]"
+    config.spark.checkpoint_dir = str(tmp_path / "ckpt")
+    config.spark.trigger_interval_s = 0.5
+    return config
+
+
+@pytest.fixture
 def config_file(config: CDCConfig, tmp_path: Path) -> Path:
     path = tmp_path / "cdc.yaml"
     path.write_text(dump_config(config))

@@ -29,8 +29,13 @@ class EmbeddedBroker:
         self.root = state_dir / "kafka"
         self.log = self.root / "tansu.log"
 
+    @staticmethod
+    def running(previous: dict) -> bool:
+        """Whether the broker recorded in ``previous`` is still up (and so keeps its topics)."""
+        return bool(previous) and pid_alive(previous.get("pid")) and port_open("127.0.0.1", previous.get("port", 0))
+
     def start(self, previous: dict | None = None) -> dict:
-        if previous and pid_alive(previous.get("pid")) and port_open("127.0.0.1", previous["port"]):
+        if previous and self.running(previous):
             return previous
         binary = tansu_binary()
         port = previous["port"] if previous else free_port()

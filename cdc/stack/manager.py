@@ -5,13 +5,20 @@ are left alone, dead ones are started again on the same port and data.  It write
 ``stack.json`` (connection details, ports, pids) and ``cdc.yaml`` (a complete
 configuration for this stack) into the state directory.  ``down`` stops only the
 processes recorded there, checking each pid's command line first.
+
+The embedded broker keeps its topics in memory: started again, it is empty.  What
+depended on its topics is in the state directory: the merge job's checkpoint and the
+producers' local offset copies.  ``up`` then either resets them (``on_lost_kafka=
+"recover"``: the checkpoint is deleted, and each producer is asked to recover by snapshot
+on its next start, see :mod:`producer.offset_store`) or refuses to start (``"refuse"``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +36,7 @@ SINK_DATABASE = "cdc_sink"
 class StackInfo:
     state_dir: Path
     data: dict[str, Any]
+    notes: list[str] = field(default_factory=list)  # what ``up`` found and did, for the user
 
     @property
     def mysql(self) -> dict[str, Any]:
@@ -87,11 +95,79 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     return cfg
 
 
+def _checkpoint_dir(state_dir: Path) -> Path:
+    return state_dir / "checkpoints"  # spark.checkpoint_dir of the stack's cdc.yaml
+
+
+def _offset_copies(state_dir: Path) -> list[Path]:
+    d = state_dir / "offsets"  # producer offset copies (state_dir of the stack's cdc.yaml)
+    return sorted(d.glob("*.json")) if d.is_dir() else []
+
+
+def lost_kafka_dependents(state_dir: Path) -> list[str]:
+    """What in the state directory depended on the embedded broker's topics."""
+    found = [f"producer '{p.stem}' position ({p})" for p in _offset_copies(state_dir)]
+    ck = _checkpoint_dir(state_dir)
+    if ck.is_dir() and any(ck.iterdir()):
+        found.append(f"merge job checkpoint ({ck})")
+    return found
+
+
+def _running_merge_job(state_dir: Path) -> int | None:
+    """The pid of a merge job of this state directory that is still running, if any."""
+    try:
+        status = json.loads((state_dir / "merge-status.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = status.get("pid")
+    return pid if pid and pid != os.getpid() and pid_alive(pid) else None
+
+
+def _reset_for_lost_kafka(state_dir: Path) -> list[str]:
+    """Reset what depended on the lost topics; returns what was done."""
+    from producer.offset_store import LocalOffsetCopy
+    done = []
+    ck = _checkpoint_dir(state_dir)
+    if ck.is_dir() and any(ck.iterdir()):
+        running = _running_merge_job(state_dir)
+        if running is not None:
+            done.append(f"a merge job (pid {running}) is still running on {ck}: it stops on the lost topics; "
+                        f"stop it, delete {ck} and start it again")
+        else:
+            shutil.rmtree(ck)
+            done.append(f"deleted the merge job checkpoint {ck}: the next 'cdc merge' reads the new topics from the "
+                        "start")
+    for path in _offset_copies(state_dir):
+        if LocalOffsetCopy(state_dir, path.stem).request_recovery(
+                "snapshot", "the embedded broker came back empty (cdc stack up)"):
+            done.append(f"producer '{path.stem}': the next 'cdc produce' re-publishes from its last position and "
+                        "snapshots every captured table again (delete-missing)")
+    return done
+
+
 def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None = None,
-             postgres_dsn: str | None = None, signal_table: str = "cdc_control.cdc_signal") -> StackInfo:
+             postgres_dsn: str | None = None, signal_table: str = "cdc_control.cdc_signal",
+             on_lost_kafka: str = "recover") -> StackInfo:
+    """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
+    embedded broker must be started again (its topics are gone) and the state directory
+    holds what depended on them."""
+    if on_lost_kafka not in ("recover", "refuse"):
+        raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     previous = read_stack(state_dir) or {}
+    notes: list[str] = []
+    prev_kafka = previous.get("kafka") or {}
+    kafka_lost = (not kafka_bootstrap and bool(prev_kafka.get("embedded"))
+                  and not EmbeddedBroker.running(prev_kafka))
+    dependents = lost_kafka_dependents(state_dir) if kafka_lost else []
+    if dependents and on_lost_kafka == "refuse":
+        raise StackError(
+            "the embedded Kafka broker of this stack is not running, and it keeps its topics in memory: started "
+            "again it is empty. These depended on its topics:\n  - " + "\n  - ".join(dependents) +
+            "\nRun 'cdc stack up --on-lost-kafka recover' to start it anyway, delete the merge checkpoint and have "
+            "each producer re-publish and snapshot its tables again on its next start; or move the state directory "
+            "away to start from nothing.")
     data: dict[str, Any] = {"state_dir": str(state_dir)}
     try:
         mysql = EmbeddedMySQL(state_dir, signal_table)
@@ -115,7 +191,17 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
         raise
     _write_private(_stack_file(state_dir), json.dumps(data, indent=2))
     _write_private(state_dir / "cdc.yaml", dump_config(stack_config(data, state_dir)))
-    return StackInfo(state_dir, data)
+    if kafka_lost:
+        notes.append("the embedded Kafka broker was started again: it keeps its topics in memory, so every topic "
+                     "of the earlier run is gone")
+        if dependents:
+            notes += _reset_for_lost_kafka(state_dir)
+    return StackInfo(state_dir, data, notes)
+
+
+KAFKA_DOWN_NOTE = ("the embedded Kafka broker keeps its topics in memory: they are gone. The next 'cdc stack up' "
+                   "on this state directory deletes the merge checkpoint and has each producer re-publish from its "
+                   "last position and snapshot its tables again ('--on-lost-kafka refuse' refuses instead)")
 
 
 def stack_down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
-import pytest
 
 from cdc.kafka.topic_reader import read_topic
 from cdc.kafka.topic_names import clean_topic
@@ -14,16 +13,6 @@ from spark_jobs.merge_job import MergeJob, dlq_topic
 from tests.producer_helpers import ProducerThread, run_until_caught_up, wait_for
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
 from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
-
-
-@pytest.fixture
-def merge_config(config, unique, tmp_path):
-    config.sinks.postgres.schema_name = unique("sinkpg")
-    config.sinks.mysql.database = unique("sink")
-    config.spark.master = "local[2]"
-    config.spark.checkpoint_dir = str(tmp_path / "ckpt")
-    config.spark.trigger_interval_s = 0.5
-    return config
 
 
 def _run_available_now(cfg):

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from producer.signals import BadSignal, parse_signal
@@ -62,3 +64,17 @@ def test_loads_lenient_still_refuses_broken_json():
     for raw in ('{"a": ', '{"a": "x\\', "{'a': 1}"):
         with pytest.raises(json.JSONDecodeError):
             loads_lenient(raw)
+
+
+def test_delete_missing_option():
+    from producer.signals import execute_snapshot_data
+    row = {"id": "s1", "type": "execute-snapshot", "data": json.dumps(execute_snapshot_data(["a.b"], delete_missing=True))}
+    assert parse_signal(row).delete_missing is True
+    assert parse_signal({"id": "s2", "type": "execute-snapshot",
+                         "data": json.dumps({"data-collections": ["a.b"]})}).delete_missing is False
+    with pytest.raises(BadSignal, match="must be true or false"):
+        parse_signal({"id": "s3", "type": "execute-snapshot",
+                       "data": json.dumps({"data-collections": ["a.b"], "delete-missing": "yes"})})
+    with pytest.raises(BadSignal, match="cannot be combined with 'additional-conditions'"):
+        parse_signal({"id": "s4", "type": "execute-snapshot", "data": json.dumps(
+            execute_snapshot_data(["a.b"], where="x > 1", delete_missing=True))})

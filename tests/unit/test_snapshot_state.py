@@ -89,3 +89,11 @@ def test_even_split_step():
     assert even_split_step(1, 10_000, 1000, 100) == 1000  # sparse keys: wider steps
     assert even_split_step(1, 10**9, 10, 100) is None  # too sparse: ask the database
     assert even_split_step(1, 1000, 0, 100) is None  # no estimate
+
+
+def test_delete_missing_and_its_position_survive_a_restart():
+    job = TableJob("shop.orders", delete_missing=True, below="0" * 29 + "7")
+    again = TableJob.from_state(job.to_state())
+    assert again.delete_missing is True and again.below == "0" * 29 + "7"
+    plain = TableJob.from_state(TableJob("shop.orders").to_state())
+    assert plain.delete_missing is False and plain.below is None

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -103,6 +104,23 @@ def test_merge_job_stops_on_a_recreated_topic_and_carries_on_when_told(stack, me
     assert status["totals"]["lost_partitions"] == 1
     rows = _pg_rows(cfg, test_db)
     assert len(rows) == 350 and rows[(1,)]["v"] == "changed"
+
+    # Under a running job told to carry on: the topic goes again, the job goes on.
+    runner = _JobThread(cfg)
+    try:
+        wait_for(lambda: runner.job.query is not None and runner.job.query.isActive, 120, what="the job running")
+        time.sleep(2)  # a trigger or two on the old topic
+        _recreate_topic(cfg.kafka.bootstrap_servers, topic)
+        with stack.admin(test_db) as conn, conn.cursor() as cur:
+            cur.execute("UPDATE t SET v = 'second loss' WHERE id = 2")
+        run_until_caught_up(cfg)
+        wait_for(lambda: _pg_rows(cfg, test_db)[(2,)]["v"] == "second loss", 120,
+                 what="the change written after the loss in the sink")
+        assert runner.thread.is_alive() and runner.error is None
+        assert runner.job.totals["lost_partitions"] >= 1
+    finally:
+        runner.job.stop()
+        runner.thread.join(60)
 
 
 def _pg_rows(cfg, db):

@@ -219,7 +219,7 @@ def _child_main() -> int:
 
     spec = json.loads(sys.stdin.read())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from cdc.config import load_config
+    from common.config import load_config
     from producer.app import ProducerApp
 
     cfg = load_config(spec["config_path"])
@@ -302,7 +302,7 @@ def _topic_records(bootstrap: str, topic: str) -> int:
     on Tansu), in which case the caller counts with a read_committed consumer."""
     from confluent_kafka.admin import AdminClient
 
-    from cdc.kafka.offsets import end_offsets
+    from common.kafka.offsets import end_offsets
 
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
     tmd = md.topics.get(topic)
@@ -313,15 +313,15 @@ def _topic_records(bootstrap: str, topic: str) -> int:
 
 
 def _count_by_reading(bootstrap: str, topic: str) -> int:
-    from cdc.kafka.topic_reader import read_topic
+    from common.kafka.topic_reader import read_topic
     return sum(1 for _ in read_topic(bootstrap, topic, timeout=120))
 
 
 def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], *, transactions: bool,
                    expected: int, profile: Path | None = None, tag: str = "") -> dict[str, Any]:
     """The producer from ``start`` until an offset commit covers ``end``; in a child process."""
-    from cdc.config import load_config, write_config
-    from cdc.kafka.topic_names import table_topic
+    from common.config import load_config, write_config
+    from contract.topics import table_topic
 
     cfg = load_config(info.config_path)
     run = tag or uuid.uuid4().hex[:8]

@@ -35,9 +35,9 @@ from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql,
 
 
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
-    from cdc.kafka.schema_store import SchemaStore
-    from cdc.kafka.topic_reader import read_topic
-    from cdc.serde import RecordDecoder
+    from contract.schema_store import SchemaStore
+    from common.kafka.topic_reader import read_topic
+    from contract.serde import RecordDecoder
     dec = RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
     t0 = time.perf_counter()
     n = 0
@@ -94,11 +94,11 @@ class _SteadyWriter:
 
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
                 seconds: float = 30.0, keep_running: bool = False, console: Console | None = None) -> dict[str, Any]:
-    from cdc.config import load_config
+    from common.config import load_config
     from cdc.stack.manager import stack_up
     from producer.app import ProducerApp
     from producer.binlog_source import current_position
-    from cdc.kafka.topic_names import table_topic
+    from contract.topics import table_topic
     from spark_jobs.merge_job import MergeJob
 
     console = console or Console()

@@ -136,10 +136,10 @@ def _children(pid: int) -> list[int]:
 def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parallelism: int, writes_per_s: int,
                             console: Console) -> dict[str, Any]:
     """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED."""
-    from cdc.config import load_config, write_config
+    from common.config import load_config, write_config
     from cdc.progress import NotificationFollower
     from producer.binlog_source import connect, start_at_current
-    from producer.signals import execute_snapshot_data, send_signal
+    from contract.signals import execute_snapshot_data, send_signal
 
     cfg = load_config(info.config_path)
     prefix = f"benchsnap_{uuid.uuid4().hex[:8]}"

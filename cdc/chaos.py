@@ -40,7 +40,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from cdc.config import CDCConfig, write_config
+from common.config import CDCConfig, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("single", "composite", "string")
@@ -116,13 +116,13 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
               work_dir: Path, console: Console | None = None) -> dict[str, Any]:
     """Run one chaos scenario against the stack ``cfg`` points at (``admin``: a root
     connection factory of the source; ``restart_source``: stops and starts it)."""
-    from cdc.kafka.topic_reader import read_topic
+    from common.kafka.topic_reader import read_topic
     from cdc.verify import print_report, verify
     from cdc.workload import WriteLoad, create_table
     from producer.binlog_source import connect, current_position, start_at_current
     from producer.offset_store import OffsetStore
-    from producer.signals import execute_snapshot_data, send_signal
-    from cdc.kafka.topic_names import clean_topic
+    from contract.signals import execute_snapshot_data, send_signal
+    from contract.topics import clean_topic
     from spark_jobs.merge_job import MergeJob
 
     console = console or Console()
@@ -255,7 +255,7 @@ def _copies(messages) -> int:
 
 
 def _tables_done(cfg: CDCConfig, db: str) -> int:
-    from cdc.kafka.topic_reader import read_topic
+    from common.kafka.topic_reader import read_topic
     done = set()
     try:
         for m in read_topic(cfg.kafka.bootstrap_servers, f"{cfg.kafka.topic_prefix}._notifications", timeout=10):

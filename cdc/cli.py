@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from cdc.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+from common.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
 from cdc.stack.process import StackError
 
 console = Console(stderr=False)
@@ -67,7 +67,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     cfg = load(args)
     if args.reset_offsets:
         from confluent_kafka import Producer
-        from cdc.kafka.clients import producer_config
+        from common.kafka.clients import producer_config
         store = OffsetStore(cfg.kafka, cfg.producer.name)
         store.ensure()
         store.reset(Producer(producer_config(cfg.kafka)))
@@ -104,7 +104,7 @@ def _cmd_bench_stream(args: argparse.Namespace) -> int:
 def _cmd_snapshot(args: argparse.Namespace) -> int:
     """Insert a signal row (as the CDC user), like ``INSERT INTO cdc_signal ...`` would."""
     from producer.binlog_source import connect
-    from producer.signals import execute_snapshot_data, send_signal
+    from contract.signals import execute_snapshot_data, send_signal
     cfg = load(args)
     if args.pause or args.resume:
         kind, data = ("pause-snapshot" if args.pause else "resume-snapshot"), {"type": "incremental"}
@@ -151,7 +151,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     import pymysql
 
     from cdc.chaos import ChaosError, run_chaos
-    from cdc.config import load_config
+    from common.config import load_config
     from cdc.stack.manager import restart_mysql, stack_down, stack_up
     logging.getLogger("py4j").setLevel(logging.WARNING)
     state = Path(args.state_dir)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import random
 import time
+from importlib.resources import files
 from pathlib import Path
 
 from rich.console import Console
 
-from cdc.sql import read_sql
 from cdc.stack.manager import StackInfo, stack_down, stack_up
 
 console = Console()
@@ -40,7 +40,7 @@ def load_demo_data(info: StackInfo, rows: dict[str, int] = DEMO_ROWS, seed: int 
     """Create the demo schema and fill it (idempotent: tables are emptied first)."""
     rnd = random.Random(seed)
     with _admin(info) as conn, conn.cursor() as cur:
-        for stmt in read_sql("demo_schema.sql").split(";"):
+        for stmt in files("cdc").joinpath("demo_schema.sql").read_text().split(";"):
             if "CREATE" in stmt:
                 cur.execute(stmt)
         for table in rows:
@@ -115,7 +115,7 @@ TABLES = ["shop.customers", "shop.order_lines", "shop.products"]
 def run_demo(state_dir: Path, keep_running: bool = False) -> int:
     import threading
 
-    from cdc.config import load_config
+    from common.config import load_config
     from cdc.progress import NotificationFollower
     from producer.app import ProducerApp
     from producer.binlog_source import connect, current_position

@@ -16,8 +16,8 @@ from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cdc.config import CDCConfig
-from cdc.kafka.offsets import end_offsets
+from common.config import CDCConfig
+from common.kafka.offsets import end_offsets
 
 
 def notifications_topic(prefix: str) -> str:

@@ -768,7 +768,7 @@ def compare_rows(specs: Sequence[ColumnSpec], source: dict[tuple, tuple],
 
 # =============================================================================== SQL helpers
 def _q_my(name: str) -> str:
-    from cdc.sql import quote_ident
+    from common.sql.quoting import quote_ident
     return quote_ident(name)
 
 
@@ -1190,8 +1190,8 @@ class _ChangelogTarget(_Target):
 
     def _decoder(self):
         if self.decoder is None:
-            from cdc.kafka.schema_store import SchemaStore
-            from cdc.serde import ConfluentRegistry, RecordDecoder
+            from contract.schema_store import SchemaStore
+            from contract.serde import ConfluentRegistry, RecordDecoder
             k = self.cfg.kafka
             registry = ConfluentRegistry(k.schema_registry_url) if k.schema_registry_url else None
             self.decoder = RecordDecoder(SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None).get,
@@ -1207,8 +1207,8 @@ class _ChangelogTarget(_Target):
         return t is not None and t.error is None and bool(t.partitions)
 
     def open(self, spec: TableSpec, result: SinkResult) -> bool:
-        from cdc.kafka.topic_reader import read_topic
-        from cdc.kafka.topic_names import clean_topic
+        from common.kafka.topic_reader import read_topic
+        from contract.topics import clean_topic
         k = self.cfg.kafka
         topic = clean_topic(k.topic_prefix, spec.db, spec.table)
         result.target = topic

@@ -11,6 +11,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY common ./common
+COPY contract ./contract
 COPY cdc ./cdc
 COPY producer ./producer
 COPY spark_jobs ./spark_jobs

@@ -19,6 +19,8 @@ RUN apt-get update \
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY common ./common
+COPY contract ./contract
 COPY cdc ./cdc
 COPY producer ./producer
 COPY spark_jobs ./spark_jobs

@@ -25,7 +25,7 @@ from typing import Any
 import pymysql
 
 import schemas
-from cdc.config import CDCConfig
+from common.config import CDCConfig
 from producer import binlog_source as src
 from producer.binlog_reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
 from producer.capture_filter import CaptureFilter
@@ -34,8 +34,8 @@ from producer.kafka_writer import KafkaWriter, WriterError
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
 from producer.pipeline import ReaderProcess
-from producer.signals import BadSignal
-from producer.position import BinlogPosition
+from contract.signals import BadSignal
+from contract.position import BinlogPosition
 from producer.snapshot_coordinator import MarkerSeen, Notification, ReleasedChunk, SnapshotCoordinator
 from producer.table_reader import list_tables, snapshot_connection
 

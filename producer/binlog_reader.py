@@ -34,9 +34,9 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc.config import SourceConfig
+from common.config import SourceConfig
 from producer.capture_filter import SYSTEM_DATABASES
-from producer.position import BinlogPosition
+from contract.position import BinlogPosition
 from producer.row_decoder import RowDecoder, table_map_key
 from producer.table_map import table_def_from_table_map
 from producer.table_schema import TableDef

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pymysql
 
-from cdc.config import SourceConfig
+from common.config import SourceConfig
 
 
 class SourceError(Exception):

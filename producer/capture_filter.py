@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from cdc.config import SourceConfig
+from common.config import SourceConfig
 
 SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 DML_EVENTS = frozenset({"insert", "update", "delete"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from cdc.sql import quote_ident as _q
+from common.sql.quoting import quote_ident as _q
 
 
 def _compare(keys: Sequence[str], values: Sequence[Any], last_op: str,

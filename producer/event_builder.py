@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import schemas
-from cdc.avro_template import RecordTemplate
-from cdc.kafka.topic_names import table_topic
+from contract.avro_template import RecordTemplate
+from contract.topics import table_topic
 from producer.binlog_reader import RowChanges
 from producer.table_schema import TableDef
 from producer.type_mapping import RowConverter, avro_fullname, key_record_schema, row_record_schema

@@ -15,10 +15,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from cdc.config import KafkaConfig
-from cdc.kafka.clients import ensure_topics, producer_config
-from cdc.kafka.schema_store import publish_schema, schemas_topic
-from cdc.serde import AvroWriter, ConfluentRegistry, encode_json
+from common.config import KafkaConfig
+from common.kafka.clients import ensure_topics, producer_config
+from contract.schema_store import publish_schema, schemas_topic
+from contract.serde import AvroWriter, ConfluentRegistry, encode_json
 
 log = logging.getLogger(__name__)
 

@@ -98,5 +98,5 @@ class ProducerMetrics:
         ])
 
     def start_server(self, port: int | None) -> None:
-        from cdc.metrics_http import serve_metrics
+        from common.metrics_http import serve_metrics
         serve_metrics(port, self.prometheus)

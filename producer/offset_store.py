@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cdc.config import KafkaConfig
-from cdc.kafka.clients import ensure_topics
-from cdc.kafka.topic_reader import read_topic
-from producer.position import BinlogPosition
+from common.config import KafkaConfig
+from common.kafka.clients import ensure_topics
+from common.kafka.topic_reader import read_topic
+from contract.position import BinlogPosition
 
 
 def offsets_topic(prefix: str) -> str:

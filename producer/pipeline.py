@@ -39,7 +39,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Iterator
 
-from cdc.config import SourceConfig
+from common.config import SourceConfig
 from producer.binlog_reader import BinlogReader, Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
 from producer.capture_filter import CaptureFilter
 from producer.table_schema import TableDef

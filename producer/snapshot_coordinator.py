@@ -46,11 +46,11 @@ from typing import Any, Callable
 
 import pymysql
 
-from cdc.sql import quote_table
+from common.sql.quoting import quote_table
 from producer.binlog_source import current_position
 from producer.chunk_splitter import even_split_step
-from producer.position import BinlogPosition
-from producer.signals import WINDOW_CLOSE, WINDOW_OPEN, BadSignal, Signal, parse_signal
+from contract.position import BinlogPosition
+from contract.signals import WINDOW_CLOSE, WINDOW_OPEN, BadSignal, Signal, parse_signal
 from producer.snapshot_filter import FilterRefused, validate_filter
 from producer.snapshot_state import KeyRange, TableJob, encode_key
 from producer.table_reader import (boundary_key, estimated_rows, list_tables, max_key, min_key, read_chunk,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cdc.sql import quote_ident as _quote
+from common.sql.quoting import quote_ident as _quote
 
 MAX_FILTER_LENGTH = 2000
 

@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 import pymysql
 
-from cdc.config import SourceConfig
-from cdc.sql import quote_ident
+from common.config import SourceConfig
+from common.sql.quoting import quote_ident
 from producer.chunk_splitter import boundary_query, chunk_query, max_key_query
 from producer.table_schema import ColumnDef, TableDef
 

@@ -14,8 +14,8 @@ import uuid
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from cdc.kafka.offsets import end_offsets
-from cdc.kafka.topic_reader import read_partition
+from common.kafka.offsets import end_offsets
+from common.kafka.topic_reader import read_partition
 
 POSITION_HEADER = "cdc.position"
 

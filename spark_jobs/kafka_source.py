@@ -57,7 +57,7 @@ order), plus ``"@ids": {"topic": "<topic id>"}`` (Kafka's topic ids, which chang
 topic is recreated) and, in a batch that skipped lost records, ``"@lost"``.  ``@`` cannot
 appear in a topic name, so these keys never collide with one.  Every micro-batch has its offsets fixed before it runs, and a task reads exactly
 the records with ``start <= offset < end`` of one partition, so a replay of a batch reads
-the same records.  End offsets come from :func:`cdc.kafka.offsets.end_offsets`, which is
+the same records.  End offsets come from :func:`common.kafka.offsets.end_offsets`, which is
 correct on the embedded Tansu broker (its ListOffsets answer is not the log end).  Spark
 always runs and logs a batch 0 for a new query (empty when there is nothing to read), so
 the start that ``startingOffsets`` resolved to is in the checkpoint from then on.
@@ -568,7 +568,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last stable offset under read_committed)."""
         from confluent_kafka import KafkaException
 
-        from cdc.kafka.offsets import OffsetLookupError, end_offsets
+        from common.kafka.offsets import OffsetLookupError, end_offsets
 
         deadline = time.monotonic() + self.opts.fetch_timeout_s
         while True:
@@ -589,7 +589,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _fetch_ids(self, topics) -> dict[str, str]:
         from confluent_kafka import KafkaException
 
-        from cdc.kafka.clients import topic_ids
+        from common.kafka.clients import topic_ids
         try:
             return topic_ids(self.opts.bootstrap_servers, topics, timeout=self.opts.fetch_timeout_s,
                              client_config={k: v for k, v in self.opts.client_config.items()
@@ -701,7 +701,7 @@ def _range_gone(opts: SourceOptions, rng: KafkaRange, position: int) -> DataLoss
     topic was deleted or recreated, or records were removed, after the batch was planned)."""
     from confluent_kafka import KafkaError, KafkaException
 
-    from cdc.kafka.offsets import OffsetLookupError, end_offsets
+    from common.kafka.offsets import OffsetLookupError, end_offsets
     try:
         (low, end), = end_offsets(opts.bootstrap_servers, [(rng.topic, rng.partition)],
                                   timeout=opts.fetch_timeout_s, client_config=opts.client_config).values()
@@ -730,7 +730,7 @@ def _lost_in_task(opts: SourceOptions, loss: DataLoss) -> None:
 
 def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS) -> Iterator:
     """Arrow record batches of the records of ``rng``, in offset order
-    (:func:`cdc.kafka.topic_reader.read_partition`: offset gaps such as transaction
+    (:func:`common.kafka.topic_reader.read_partition`: offset gaps such as transaction
     markers, aborted or compacted records are passed).  Records that vanished since the
     batch was planned are data loss (:class:`KafkaDataLossError`, or a WARNING with
     ``failOnDataLoss=false``).  Raises :class:`KafkaReadTimeout` when no progress is made
@@ -739,7 +739,7 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
     from confluent_kafka import OFFSET_BEGINNING, Consumer
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from cdc.kafka.topic_reader import PartitionStalled, read_partition
+    from common.kafka.topic_reader import PartitionStalled, read_partition
 
     schema = to_arrow_schema(SCHEMA, timezone="UTC")
     conf = {**_READ_DEFAULTS, **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,

@@ -51,7 +51,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cdc.config import CDCConfig
+from common.config import CDCConfig
 from spark_jobs.kafka_source import (DataLoss, data_loss_message, detect_data_loss, ids_from_json,
                                      lost_from_json, offsets_from_json)
 from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
@@ -101,7 +101,7 @@ def batch_inputs(prefix: str, states: dict[str, dict], orphans: dict[str, list[d
     (this batch's, plus those kept for a table whose topic did not exist yet: a table
     snapshotted before any change of it has markers before its topic is created).
     Returns ``(inputs by "topic|partition", markers still without a topic)``."""
-    from cdc.kafka.topic_names import table_topic
+    from contract.topics import table_topic
     by_table: dict[str, list[dict]] = {t: list(ms) for t, ms in orphans.items()}
     for m in markers:
         if m.get("kind") in WINDOW_KINDS:
@@ -167,7 +167,7 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
     """The markers at offsets ``[start, end)`` of the (single-partition) markers topic."""
     from confluent_kafka import Consumer
 
-    from cdc.kafka.topic_reader import read_partition
+    from common.kafka.topic_reader import read_partition
     if end <= start:
         return []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-markers-{uuid.uuid4().hex}",
@@ -239,8 +239,8 @@ class MergeJob:
         """Every partition of every table topic; clean topics and the DLQ exist."""
         from confluent_kafka.admin import AdminClient
 
-        from cdc.kafka.clients import ensure_topics
-        from cdc.kafka.topic_names import clean_topic
+        from common.kafka.clients import ensure_topics
+        from contract.topics import clean_topic
         from spark_jobs.clean_changelog import ensure_clean_topic
         md = AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, **self.client}).list_topics(timeout=15)
         rx = re.compile(table_topic_pattern(self.prefix))
@@ -263,7 +263,7 @@ class MergeJob:
         """``{tp: (low, end)}`` of the partitions of ``tps`` that exist now."""
         from confluent_kafka.admin import AdminClient
 
-        from cdc.kafka.offsets import end_offsets
+        from common.kafka.offsets import end_offsets
         tps = set(tps)
         if not tps:
             return {}
@@ -273,7 +273,7 @@ class MergeJob:
         return end_offsets(self.cfg.kafka.bootstrap_servers, there, client_config=self.client) if there else {}
 
     def _topic_ids(self, topics) -> dict[str, str]:
-        from cdc.kafka.clients import topic_ids
+        from common.kafka.clients import topic_ids
         return topic_ids(self.cfg.kafka.bootstrap_servers, topics, client_config=self.client)
 
     def _markers_losses(self, start: int, topic_id: str | None, plan_end: int | None = None) -> list[DataLoss]:
@@ -316,7 +316,7 @@ class MergeJob:
 
     def sinks_note(self, losses: list[DataLoss]) -> str:
         """How far each table sink got, for the tables of the lost topics."""
-        from cdc.kafka.topic_names import table_topic
+        from contract.topics import table_topic
         topics = {x.topic for x in losses}
         everything = markers_topic(self.prefix) in topics
         return sinks_note(self.settings, lambda db, table: everything or table_topic(self.prefix, db, table) in topics)
@@ -326,7 +326,7 @@ class MergeJob:
         (when Kafka does not answer, that cannot be told: the query's own retries go on)."""
         from confluent_kafka import KafkaException
 
-        from cdc.kafka.offsets import OffsetLookupError
+        from common.kafka.offsets import OffsetLookupError
         try:
             losses = self.checkpoint_losses()
         except (KafkaException, OffsetLookupError) as exc:
@@ -341,8 +341,8 @@ class MergeJob:
     def _plan(self, batch_id: int, prev: dict, partitions: list[tuple[str, int]]) -> tuple[dict, list[dict]]:
         """The batch's markers range (written down before use, so a replay reads the same)
         and its markers; the DELETE_MISSING markers get the partition ends they wait for."""
-        from cdc.kafka.offsets import end_offsets
-        from cdc.kafka.topic_names import table_topic
+        from common.kafka.offsets import end_offsets
+        from contract.topics import table_topic
         plan = self.store.plan(batch_id)
         mt = markers_topic(self.prefix)
         if plan is None:
@@ -381,7 +381,7 @@ class MergeJob:
         that already; Tansu reports the first records of an open transaction as stable for a
         moment (tests/integration/test_kafka_offsets.py), and a chunk row read from such a
         transaction must not arrive before its window's CLOSE marker is in the range."""
-        from cdc.kafka.offsets import end_offsets
+        from common.kafka.offsets import end_offsets
         ends = batch_end_offsets(self.query_dir, batch_id)
         known = set(partitions)
         want = {tp: e for tp, e in offsets_from_json(ends[0]).items() if tp in known} \
@@ -506,7 +506,7 @@ class MergeJob:
 
     def run(self, *, available_now: bool = False, max_restarts: int | None = None) -> int:
         """Run until stopped; ``available_now``: process what is in Kafka now, then return."""
-        from cdc.metrics_http import serve_metrics
+        from common.metrics_http import serve_metrics
         from spark_jobs.spark_session import build_session
         if self.fail_on_data_loss:
             self.stop_on_data_loss()
@@ -557,7 +557,7 @@ def run_merge(cfg: CDCConfig, *, available_now: bool = False) -> int:
 def main() -> int:
     """``spark-submit spark_jobs/merge_job.py`` / ``python -m spark_jobs.merge_job``: the
     configuration from ``CDC_CONFIG`` (default ./cdc.yaml) and ``CDC__*`` variables."""
-    from cdc.config import load_config
+    from common.config import load_config
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     cfg = load_config(os.environ.get("CDC_CONFIG", "cdc.yaml"))

@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from cdc.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder, SerdeError
-from cdc.kafka.topic_names import clean_topic
+from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder, SerdeError
+from contract.topics import clean_topic
 from spark_jobs.clean_changelog import CleanPartitionWriter
 from spark_jobs.dblog import ChangeRecord, ChunkRow, DBLogError, Marker, Window, WindowBuffer
 
@@ -72,7 +72,7 @@ class EnvelopeDecoder:
     """Decodes a record and tells its writer schema (the sinks build tables from it)."""
 
     def __init__(self, s: MergeSettings) -> None:
-        from cdc.kafka.schema_store import SchemaStore
+        from contract.schema_store import SchemaStore
         self.store = SchemaStore(s.bootstrap, s.prefix, s.client or None)
         self.registry = ConfluentRegistry(s.registry_url) if s.registry_url else None
         self.decoder = RecordDecoder(self.store.get, self.registry)
@@ -135,7 +135,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     markers = merge_markers(state.get("pending", []), new_markers)
     mi = 0
     dec: EnvelopeDecoder = _cached(("dec", s.bootstrap, s.prefix, s.registry_url), lambda: EnvelopeDecoder(s))
-    # The topic names the table with Kafka's characters only (cdc.kafka.topic_names): the
+    # The topic names the table with Kafka's characters only (contract.topics): the
     # true names come from each record's ``source``, and so may be two tables' sharing it.
     topic_db, topic_table = topic[len(s.prefix) + 1:].split(".", 1)
     stats = {"topic": topic, "partition": partition, "input": len(records), "emitted": 0, "dropped": 0, "copies": 0,

@@ -20,7 +20,7 @@ from typing import Iterator
 import pymysql
 import pytest
 
-from cdc.config import CDCConfig, dump_config
+from common.config import CDCConfig, dump_config
 from tests.stack_handle import StackHandle, start_test_stack
 
 

@@ -10,10 +10,10 @@ import threading
 import time
 from pathlib import Path
 
-from cdc.config import CDCConfig, dump_config
-from cdc.kafka.schema_store import SchemaStore
-from cdc.kafka.topic_reader import read_topic
-from cdc.serde import RecordDecoder
+from common.config import CDCConfig, dump_config
+from contract.schema_store import SchemaStore
+from common.kafka.topic_reader import read_topic
+from contract.serde import RecordDecoder
 from producer.app import ProducerApp
 from producer.binlog_source import start_at_current as binlog_start_at_current
 

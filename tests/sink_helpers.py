@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pymysql
 
-from cdc.kafka.topic_reader import read_topic
+from common.kafka.topic_reader import read_topic
 from spark_jobs.sinks import MySQLSink, PostgresSink
 from tests.producer_helpers import decoder
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 import pymysql
 
-from cdc.config import CDCConfig
+from common.config import CDCConfig
 from cdc.stack.manager import SINK_DATABASE, restart_mysql, stack_config, stack_down, stack_up
 
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from cdc.config import ConfigError, SourceConfig, config_env_keys, load_config
+from common.config import ConfigError, SourceConfig, config_env_keys, load_config
 from cdc.stack.mysql_server import SIGNAL_DDL, quote_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -263,7 +263,7 @@ def check_cdc_env_names(compose: dict[str, Any]) -> list[str]:
             if key != key.upper():
                 problems.append(f"{name}: {key} should be written in upper case")
             if key.upper() not in valid:
-                problems.append(f"{name}: {key} does not name a configuration key (cdc.config.config_env_keys())")
+                problems.append(f"{name}: {key} does not name a configuration key (common.config.config_env_keys())")
     return problems
 
 
@@ -577,8 +577,8 @@ def check_mysql_service(compose: dict[str, Any]) -> list[str]:
     if "20-demo.sql" not in targets:
         problems.append("mysql: the demo schema is not mounted as 20-demo.sql")
     demo = [v for v in volume_entries(mysql) if str(v.get("target", "")).endswith("/20-demo.sql")]
-    if demo and (COMPOSE_PATH.parent / str(demo[0]["source"])).resolve() != REPO / "cdc/sql/demo_schema.sql":
-        problems.append("mysql: 20-demo.sql is not cdc/sql/demo_schema.sql")
+    if demo and (COMPOSE_PATH.parent / str(demo[0]["source"])).resolve() != REPO / "cdc/demo_schema.sql":
+        problems.append("mysql: 20-demo.sql is not cdc/demo_schema.sql")
     server_id = next((f.split("=", 1)[1] for f in flags if f.startswith("--server-id=")), None)
     if "producer" in svcs and server_id is not None and str(service_config(compose, "producer").source.server_id) == server_id:
         problems.append("producer: CDC__SOURCE__SERVER_ID must differ from the server's --server-id")

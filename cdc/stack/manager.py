@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc.config import CDCConfig, dump_config
+from common.config import CDCConfig, dump_config
 from cdc.stack.kafka_broker import EmbeddedBroker, external_broker
 from cdc.stack.mysql_server import EmbeddedMySQL, server_status
 from cdc.stack.postgres_server import EmbeddedPostgres, external_postgres

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pymysql
 
-from cdc.sql import quote_ident, quote_table
+from common.sql.quoting import quote_ident, quote_table
 from cdc.stack.process import StackError, free_port, pid_alive, spawn, stop_pid, wait_until
 
 SIGNAL_DDL = (

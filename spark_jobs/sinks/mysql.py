@@ -63,7 +63,7 @@ from typing import Any, Callable, Iterable, Sequence
 import pymysql
 from pymysql.converters import escape_string
 
-from cdc.sql import quote_ident
+from common.sql.quoting import quote_ident
 from spark_jobs.sinks.base import TableSinkBase
 from spark_jobs.sinks.sink_schema import (
     POSITION_COLUMN,

@@ -16,8 +16,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cdc.kafka.clients import ensure_topics
-from cdc.kafka.offsets import OffsetLookupError, end_offsets
+from common.kafka.clients import ensure_topics
+from common.kafka.offsets import OffsetLookupError, end_offsets
 
 UNCOMMITTED = {"isolation.level": "read_uncommitted"}
 

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc.kafka.offsets import end_offsets
+from common.kafka.offsets import end_offsets
 from spark_jobs.kafka_source import (SCHEMA, KafkaDataLossError, KafkaRange, KafkaReadTimeout, SourceOptions, parse_options,
                                      read_range)
 from spark_jobs.spark_session import build_session

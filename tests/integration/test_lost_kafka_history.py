@@ -27,8 +27,8 @@ import pymysql
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc.config import dump_config, load_config
-from cdc.kafka.topic_names import table_topic
+from common.config import dump_config, load_config
+from contract.topics import table_topic
 from producer.app import KafkaHistoryLost, ProducerApp
 from producer.offset_store import LocalOffsetCopy
 from spark_jobs.merge_job import MergeDataLoss, MergeJob

@@ -7,8 +7,8 @@ import json
 from decimal import Decimal
 
 
-from cdc.kafka.topic_reader import read_topic
-from cdc.kafka.topic_names import clean_topic
+from common.kafka.topic_reader import read_topic
+from contract.topics import clean_topic
 from spark_jobs.merge_job import MergeJob, dlq_topic
 from tests.producer_helpers import ProducerThread, run_until_caught_up, wait_for
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
@@ -66,7 +66,7 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
     import sys
     from pathlib import Path
 
-    from cdc.config import dump_config
+    from common.config import dump_config
     cfg_path = Path(cfg.state_dir) / "status.yaml"
     cfg_path.write_text(dump_config(cfg))
     out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(cfg_path), "status"], capture_output=True,
@@ -131,7 +131,7 @@ def test_kill9_of_the_job_mid_snapshot_changes_nothing(stack, merge_config, test
     import sys
     import time
 
-    from cdc.config import dump_config
+    from common.config import dump_config
     from tests.producer_helpers import ROOT, start_at_current
     cfg = merge_config
     cfg.source.include_databases = [test_db]
@@ -198,7 +198,7 @@ def test_table_names_kafka_cannot_hold_and_a_keyless_table_in_a_regex_snapshot(s
     both sinks and the clean changelog equal to the source, the key-less one is skipped
     by the snapshot (a SKIPPED notification naming it) and its changes are dead letters
     once each, whatever the number of sinks."""
-    from cdc.kafka.topic_names import table_topic
+    from contract.topics import table_topic
     from tests.producer_helpers import start_at_current
     from tests.snapshot_helpers import notifications
     cfg = merge_config
@@ -261,7 +261,7 @@ def test_merge_job_runs_by_spark_submit_on_a_standalone_cluster(stack, merge_con
 
     import pyspark
 
-    from cdc.config import dump_config
+    from common.config import dump_config
     from cdc.stack.process import free_port
     from tests.producer_helpers import wait_for
     cfg = merge_config

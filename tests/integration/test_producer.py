@@ -264,7 +264,7 @@ def test_heartbeats_on_idle_commit_the_position(stack, config, test_db):
     start_at_current(config)
     run_until_caught_up(config, idle_s=2.0)
     import json
-    from cdc.kafka.topic_reader import read_topic
+    from common.kafka.topic_reader import read_topic
     beats = [(m.key(), json.loads(m.value())) for m in
              read_topic(config.kafka.bootstrap_servers, f"{config.kafka.topic_prefix}._heartbeat")]
     assert len(beats) >= 2
@@ -274,7 +274,7 @@ def test_heartbeats_on_idle_commit_the_position(stack, config, test_db):
 
 def test_transaction_metadata_begin_and_end_with_counts(stack, config, test_db):
     import json
-    from cdc.kafka.topic_reader import read_topic
+    from common.kafka.topic_reader import read_topic
     _exec(stack, test_db, "CREATE TABLE a (id INT PRIMARY KEY)", "CREATE TABLE b (id INT PRIMARY KEY)")
     config.producer.transaction_metadata = True
     start_at_current(config)

@@ -230,7 +230,7 @@ def test_pause_resume_and_stop(stack, config, test_db):
         import subprocess
         import sys
 
-        from cdc.config import dump_config
+        from common.config import dump_config
         from tests.producer_helpers import ROOT
         cfg_path = config_file_for(config)
         cfg_path.write_text(dump_config(config))
@@ -360,7 +360,7 @@ def test_cdc_snapshot_command_follows_progress(stack, config, config_file, test_
 
     from tests.producer_helpers import ROOT
     _prepare(stack, config, test_db, "single", rows=500, chunk_size=100)
-    config_file.write_text(__import__("cdc.config", fromlist=["dump_config"]).dump_config(config))
+    config_file.write_text(__import__("common.config", fromlist=["dump_config"]).dump_config(config))
     with ProducerThread(config):
         out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(config_file), "snapshot", f"{test_db}.t",
                               "--follow", "--timeout", "120"], capture_output=True, text=True, cwd=ROOT, timeout=180)

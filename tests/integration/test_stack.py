@@ -13,9 +13,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc.config import load_config
-from cdc.kafka.clients import ensure_topics
-from cdc.kafka.offsets import end_offsets
+from common.config import load_config
+from common.kafka.clients import ensure_topics
+from common.kafka.offsets import end_offsets
 from cdc.stack.manager import read_stack, stack_down, stack_status, stack_up
 from cdc.stack.process import pid_alive
 

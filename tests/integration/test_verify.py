@@ -28,15 +28,15 @@ import pymysql
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from cdc.config import CDCConfig, dump_config
-from cdc.kafka.schema_store import SchemaStore
-from cdc.kafka.topic_reader import read_topic
-from cdc.serde import AvroWriter
+from common.config import CDCConfig, dump_config
+from contract.schema_store import SchemaStore
+from common.kafka.topic_reader import read_topic
+from contract.serde import AvroWriter
 from cdc.verify import VerifyReport, print_report, verify
 from producer.event_builder import envelope_schema
 from producer.table_reader import read_chunk, read_table_def, snapshot_connection
 from producer.type_mapping import RowConverter, avro_fullname, row_record_schema
-from cdc.kafka.topic_names import clean_topic
+from contract.topics import clean_topic
 from spark_jobs.clean_changelog import CleanPartitionWriter, ensure_clean_topic
 from spark_jobs.sinks.mysql import MySQLSink
 from spark_jobs.sinks.postgres import PostgresSink, quote_pg

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from producer.binlog_reader import ResumePoint, RowChanges, first_new_row
-from producer.position import BinlogPosition
+from contract.position import BinlogPosition
 from producer.table_schema import TableDef
 
 small = st.integers(0, 3)

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from producer.position import BinlogPosition
+from contract.position import BinlogPosition
 from spark_jobs.dblog import (
     ChangeRecord,
     ChunkRow,

@@ -9,10 +9,10 @@ from decimal import Decimal
 import fastavro
 import pytest
 
-from cdc.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
+from contract.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
 from producer.binlog_reader import RowChanges
 from producer.event_builder import EventBuilder
-from producer.position import BinlogPosition
+from contract.position import BinlogPosition
 from producer.table_schema import ColumnDef, TableDef
 
 TABLE = TableDef(db="shop", name="items", columns=[

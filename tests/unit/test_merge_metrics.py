@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from cdc.config import CDCConfig
-from cdc.metrics_http import serve_metrics
+from common.config import CDCConfig
+from common.metrics_http import serve_metrics
 from spark_jobs.merge_job import MergeJob, table_topic_pattern
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producer.position import ENCODED_WIDTH, PART_LIMIT, BinlogPosition
+from contract.position import ENCODED_WIDTH, PART_LIMIT, BinlogPosition
 
 parts = st.integers(min_value=0, max_value=PART_LIMIT - 1)
 positions = st.builds(BinlogPosition, parts, parts, parts)

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from producer.signals import BadSignal, parse_signal
+from contract.signals import BadSignal, parse_signal
 
 
 def test_execute_snapshot_debezium_form():
@@ -53,21 +53,21 @@ def test_regex_typed_into_sql_reads_as_meant():
     ('{"m": "end\\\\"}', {"m": "end\\"}),
 ])
 def test_loads_lenient(raw, expected):
-    from producer.signals import loads_lenient
+    from contract.signals import loads_lenient
     assert loads_lenient(raw) == expected
 
 
 def test_loads_lenient_still_refuses_broken_json():
     import json
 
-    from producer.signals import loads_lenient
+    from contract.signals import loads_lenient
     for raw in ('{"a": ', '{"a": "x\\', "{'a': 1}"):
         with pytest.raises(json.JSONDecodeError):
             loads_lenient(raw)
 
 
 def test_delete_missing_option():
-    from producer.signals import execute_snapshot_data
+    from contract.signals import execute_snapshot_data
     row = {"id": "s1", "type": "execute-snapshot", "data": json.dumps(execute_snapshot_data(["a.b"], delete_missing=True))}
     assert parse_signal(row).delete_missing is True
     assert parse_signal({"id": "s2", "type": "execute-snapshot",

@@ -3,7 +3,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc.kafka.topic_names import clean_topic, table_topic, topic_part
+from contract.topics import clean_topic, table_topic, topic_part
 
 LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 

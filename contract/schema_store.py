@@ -7,7 +7,7 @@ import threading
 
 from confluent_kafka import Producer
 
-from cdc.kafka.topic_reader import read_topic
+from common.kafka.topic_reader import read_topic
 
 
 def schemas_topic(prefix: str) -> str:

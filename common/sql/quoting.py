@@ -1,5 +1,4 @@
-"""SQL files shipped with the package (demo schema)."""
-from importlib.resources import files
+"""MySQL/MariaDB identifier quoting: every identifier that reaches SQL text goes through here."""
 
 
 def quote_ident(name: str) -> str:
@@ -13,7 +12,3 @@ def quote_table(qualified: str) -> str:
     """``db.table`` (split at the first dot) as a quoted, qualified name."""
     db, _, table = qualified.partition(".")
     return f"{quote_ident(db)}.{quote_ident(table)}"
-
-
-def read_sql(name: str) -> str:
-    return files(__name__).joinpath(name).read_text()

@@ -7,7 +7,7 @@ from typing import Iterable
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc.config import KafkaConfig
+from common.config import KafkaConfig
 
 
 def base_config(cfg: KafkaConfig) -> dict:

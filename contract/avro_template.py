@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import fastavro
 from fastavro.schema import expand_schema
 
-from cdc.serde import SerdeError
+from contract.serde import SerdeError
 
 Encoder = Callable[[Any], bytes]
 

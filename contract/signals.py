@@ -146,7 +146,7 @@ def send_signal(conn, signal_table: str, signal_type: str, data: dict | None = N
     connection of a user allowed to insert into the signal table (the CDC user is)."""
     import uuid
 
-    from cdc.sql import quote_table
+    from common.sql.quoting import quote_table
     sid = signal_id or f"cli-{uuid.uuid4().hex[:16]}"
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {quote_table(signal_table)} (id, type, data) VALUES (%s, %s, %s)",

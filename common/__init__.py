@@ -1,0 +1,1 @@
+"""The shared base every part stands on: configuration, errors, logging, Kafka clients, SQL."""

@@ -1,0 +1,1 @@
+"""SQL for MySQL/MariaDB: identifier quoting, source sessions, keyset predicates."""

@@ -39,6 +39,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from cdc.errors import BenchError
+from cdc.stack.manager import stack_down, stack_up
+from common.config import load_config, write_config
+from common.kafka.offsets import end_offsets
+from common.kafka.topic_reader import read_topic
+from contract.topics import table_topic
+from producer.app import ProducerApp
+from producer.binlog_source import current_position
 
 DEFAULT_STATE_DIR = Path(".cdc/bench")
 TABLE = "items"
@@ -58,10 +66,6 @@ TABLE_DDL = f"""CREATE TABLE `{TABLE}` (
 _NOTES = [
     "'" + ("lorem ipsum dolor sit amet " * (1 + i % 4)).strip() + f" #{i}'" for i in range(16)
 ] + ["NULL", "'\u00e9t\u00e9 \u2713 ok'"]
-
-
-class BenchError(Exception):
-    """The benchmark could not produce its figures (the message says why)."""
 
 
 # --- machine ---------------------------------------------------------------------------------
@@ -219,8 +223,6 @@ def _child_main() -> int:
 
     spec = json.loads(sys.stdin.read())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from common.config import load_config
-    from producer.app import ProducerApp
 
     cfg = load_config(spec["config_path"])
     end_key = _pos_key(*spec["end"])
@@ -302,7 +304,6 @@ def _topic_records(bootstrap: str, topic: str) -> int:
     on Tansu), in which case the caller counts with a read_committed consumer."""
     from confluent_kafka.admin import AdminClient
 
-    from common.kafka.offsets import end_offsets
 
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
     tmd = md.topics.get(topic)
@@ -313,15 +314,12 @@ def _topic_records(bootstrap: str, topic: str) -> int:
 
 
 def _count_by_reading(bootstrap: str, topic: str) -> int:
-    from common.kafka.topic_reader import read_topic
     return sum(1 for _ in read_topic(bootstrap, topic, timeout=120))
 
 
 def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], *, transactions: bool,
                    expected: int, profile: Path | None = None, tag: str = "") -> dict[str, Any]:
     """The producer from ``start`` until an offset commit covers ``end``; in a child process."""
-    from common.config import load_config, write_config
-    from contract.topics import table_topic
 
     cfg = load_config(info.config_path)
     run = tag or uuid.uuid4().hex[:8]
@@ -381,7 +379,6 @@ def _admin(mysql: dict, database: str | None = None):
 
 def drop_bench_database(info, db: str, state_dir: Path, keep_running: bool, console: Console) -> None:
     """The end of a benchmark: its database dropped (best effort), the stack stopped unless kept."""
-    from cdc.stack.manager import stack_down
     try:
         with _admin(info.mysql) as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
@@ -396,8 +393,6 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
                  console: Console | None = None) -> dict[str, Any]:
     """Generate ``rows`` changes and measure (a) python-mysql-replication, (b) the producer
     (with and without Kafka transactions), (c) ``mariadb-binlog`` over the same binlog range."""
-    from cdc.stack.manager import stack_down, stack_up
-    from producer.binlog_source import current_position
 
     console = console or Console()
     state_dir = Path(state_dir)

@@ -30,14 +30,22 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, BenchError,
-                       drop_bench_database, generate_changes, machine_info)
+from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, drop_bench_database,
+                       generate_changes, machine_info)
+from cdc.errors import BenchError
+from cdc.stack.manager import stack_up
+from common.config import load_config
+from common.kafka.topic_reader import read_topic
+from contract.schema_store import SchemaStore
+from contract.serde import RecordDecoder
+from contract.topics import table_topic
+from producer.app import ProducerApp, ProducerApp as _P
+from producer.binlog_source import current_position
+from spark_jobs.merge_job import MergeJob
+from spark_jobs.sinks import PostgresSink
 
 
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
-    from contract.schema_store import SchemaStore
-    from common.kafka.topic_reader import read_topic
-    from contract.serde import RecordDecoder
     dec = RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
     t0 = time.perf_counter()
     n = 0
@@ -56,7 +64,6 @@ def _ms(value: float | None) -> str:
 def _pg_count(cfg, db: str) -> int:
     import psycopg
 
-    from spark_jobs.sinks import PostgresSink
     sink = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
     with psycopg.connect(cfg.sinks.postgres.dsn.get_secret_value()) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {sink.qualified_name(db, TABLE)}")
@@ -94,12 +101,6 @@ class _SteadyWriter:
 
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
                 seconds: float = 30.0, keep_running: bool = False, console: Console | None = None) -> dict[str, Any]:
-    from common.config import load_config
-    from cdc.stack.manager import stack_up
-    from producer.app import ProducerApp
-    from producer.binlog_source import current_position
-    from contract.topics import table_topic
-    from spark_jobs.merge_job import MergeJob
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "requested_events": events, "partitions": partitions}
@@ -157,7 +158,6 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             raise BenchError(f"the sink table has {sink_rows} rows, the source {live_rows}")
 
         if rate and seconds:
-            from producer.app import ProducerApp as _P
             producer = _P(cfg)
             pt = threading.Thread(target=producer.run, daemon=True)
             pt.start()

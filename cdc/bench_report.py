@@ -12,7 +12,9 @@ from typing import Any
 
 from rich.console import Console
 
-from cdc.bench import DEFAULT_STATE_DIR
+from cdc.bench import DEFAULT_STATE_DIR, bench_stream
+from cdc.bench_merge import bench_merge
+from cdc.bench_snapshot import bench_snapshot
 
 
 def _mariadb_version() -> str:
@@ -103,9 +105,6 @@ def render(stream: dict, snapshot: dict, merge: dict, *, stream_rows: int, snaps
 def bench_report(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAULT_STATE_DIR, *,
                  stream_rows: int = 500_000, snapshot_rows: int = 1_000_000, merge_events: int = 1_000_000,
                  console: Console | None = None) -> str:
-    from cdc.bench import bench_stream
-    from cdc.bench_merge import bench_merge
-    from cdc.bench_snapshot import bench_snapshot
     console = console or Console()
     stream = bench_stream(state_dir, rows=stream_rows, console=console)
     snapshot = bench_snapshot(state_dir, rows=snapshot_rows, console=console)

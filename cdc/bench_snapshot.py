@@ -34,8 +34,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, _proc_status_kb, BenchError,
-                       drop_bench_database, machine_info)
+from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, _proc_status_kb, drop_bench_database,
+                       machine_info)
+from cdc.errors import BenchError
+from cdc.progress import NotificationFollower
+from cdc.stack.manager import stack_up
+from common.config import load_config, write_config
+from common.sql.sessions import connect
+from contract.signals import execute_snapshot_data, send_signal
+from producer.binlog_source import start_at_current
 
 
 def load_table(conn, rows: int) -> None:
@@ -136,10 +143,6 @@ def _children(pid: int) -> list[int]:
 def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parallelism: int, writes_per_s: int,
                             console: Console) -> dict[str, Any]:
     """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED."""
-    from common.config import load_config, write_config
-    from cdc.progress import NotificationFollower
-    from producer.binlog_source import connect, start_at_current
-    from contract.signals import execute_snapshot_data, send_signal
 
     cfg = load_config(info.config_path)
     prefix = f"benchsnap_{uuid.uuid4().hex[:8]}"
@@ -215,7 +218,6 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
 def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *, chunk_size: int = 8192,
                    parallelism: int = 1, writes_per_s: int = 1000, keep_running: bool = False,
                    console: Console | None = None) -> dict[str, Any]:
-    from cdc.stack.manager import stack_up
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "rows": rows, "chunk_size": chunk_size,

@@ -41,13 +41,19 @@ from rich.console import Console
 from rich.table import Table
 
 from common.config import CDCConfig, write_config
+from cdc.errors import ChaosError
+from cdc.verify import print_report, verify
+from cdc.workload import WriteLoad, create_table
+from common.kafka.topic_reader import read_topic
+from common.sql.sessions import connect
+from contract.signals import execute_snapshot_data, send_signal
+from contract.topics import clean_topic
+from producer.binlog_source import current_position, start_at_current
+from producer.offset_store import OffsetStore
+from spark_jobs.merge_job import MergeJob
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("single", "composite", "string")
-
-
-class ChaosError(Exception):
-    """The chaos run could not finish (the message says where it stopped)."""
 
 
 @dataclass
@@ -116,14 +122,6 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
               work_dir: Path, console: Console | None = None) -> dict[str, Any]:
     """Run one chaos scenario against the stack ``cfg`` points at (``admin``: a root
     connection factory of the source; ``restart_source``: stops and starts it)."""
-    from common.kafka.topic_reader import read_topic
-    from cdc.verify import print_report, verify
-    from cdc.workload import WriteLoad, create_table
-    from producer.binlog_source import connect, current_position, start_at_current
-    from producer.offset_store import OffsetStore
-    from contract.signals import execute_snapshot_data, send_signal
-    from contract.topics import clean_topic
-    from spark_jobs.merge_job import MergeJob
 
     console = console or Console()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +253,6 @@ def _copies(messages) -> int:
 
 
 def _tables_done(cfg: CDCConfig, db: str) -> int:
-    from common.kafka.topic_reader import read_topic
     done = set()
     try:
         for m in read_topic(cfg.kafka.bootstrap_servers, f"{cfg.kafka.topic_prefix}._notifications", timeout=10):

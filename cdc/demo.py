@@ -23,6 +23,13 @@ from pathlib import Path
 from rich.console import Console
 
 from cdc.stack.manager import StackInfo, stack_down, stack_up
+from cdc.progress import NotificationFollower
+from cdc.verify import print_report, verify
+from common.config import load_config
+from common.sql.sessions import connect
+from producer.app import ProducerApp
+from producer.binlog_source import current_position
+from spark_jobs.merge_job import MergeJob
 
 console = Console()
 
@@ -115,11 +122,6 @@ TABLES = ["shop.customers", "shop.order_lines", "shop.products"]
 def run_demo(state_dir: Path, keep_running: bool = False) -> int:
     import threading
 
-    from common.config import load_config
-    from cdc.progress import NotificationFollower
-    from producer.app import ProducerApp
-    from producer.binlog_source import connect, current_position
-    from spark_jobs.merge_job import MergeJob
 
     console.rule("[bold]MySQL CDC demo")
     t_start = time.monotonic()
@@ -197,7 +199,6 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         console.print(f"merge job: {job.totals['input'] + drain.totals['input']:,} records, "
                       f"{job.totals['dropped'] + drain.totals['dropped']:,} chunk rows dropped by the DBLog rule, "
                       f"{job.totals['dead'] + drain.totals['dead']} dead letters")
-        from cdc.verify import print_report, verify
         with console.status("cdc verify: every source table against its sinks and clean changelog..."):
             report = verify(cfg, TABLES, changelog=True)
         print_report(report, console)

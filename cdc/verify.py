@@ -99,6 +99,18 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time as dtime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, Iterator, Sequence
+from cdc.errors import VerifyError
+from common.sql.sessions import read_session
+from common.kafka.topic_reader import read_topic
+from common.sql.quoting import quote_ident
+from contract.schema_store import SchemaStore
+from contract.serde import ConfluentRegistry, RecordDecoder
+from contract.topics import clean_topic
+from producer.capture_filter import CaptureFilter
+from producer.table_reader import list_tables, read_table_def
+from producer.type_mapping import field_names
+from spark_jobs.sinks.mysql import MySQLSink
+from spark_jobs.sinks.postgres import PostgresSink, quote_pg
 
 __all__ = [
     "VerifyError",
@@ -136,10 +148,6 @@ STREAM_BATCH = 2000
 FLOAT32_REL_TOL = 1e-6
 #: Value of a column the changelog record does not have (an older schema).
 ABSENT = "<absent from the record>"
-
-
-class VerifyError(Exception):
-    """verify cannot run at all (source unreachable, nothing to compare with)."""
 
 
 # =============================================================================== normalisation
@@ -768,12 +776,10 @@ def compare_rows(specs: Sequence[ColumnSpec], source: dict[tuple, tuple],
 
 # =============================================================================== SQL helpers
 def _q_my(name: str) -> str:
-    from common.sql.quoting import quote_ident
     return quote_ident(name)
 
 
 def _q_pg(name: str) -> str:
-    from spark_jobs.sinks.postgres import quote_pg
     return quote_pg(name)
 
 
@@ -1041,7 +1047,6 @@ class _PostgresTarget(_DBTarget):
 
     def __init__(self, dsn: str, schema_name: str) -> None:
         super().__init__()
-        from spark_jobs.sinks.postgres import PostgresSink
         self.dsn = dsn
         self.names = PostgresSink(dsn, schema_name)
         self._n = 0
@@ -1093,7 +1098,6 @@ class _MySQLTarget(_DBTarget):
 
     def __init__(self, host: str, port: int, user: str, password: str, database: str) -> None:
         super().__init__()
-        from spark_jobs.sinks.mysql import MySQLSink
         self.args = dict(host=host, port=port, user=user, password=password)
         self.database = database
         self.names = MySQLSink(host, port, user, password, database)
@@ -1190,8 +1194,6 @@ class _ChangelogTarget(_Target):
 
     def _decoder(self):
         if self.decoder is None:
-            from contract.schema_store import SchemaStore
-            from contract.serde import ConfluentRegistry, RecordDecoder
             k = self.cfg.kafka
             registry = ConfluentRegistry(k.schema_registry_url) if k.schema_registry_url else None
             self.decoder = RecordDecoder(SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None).get,
@@ -1207,8 +1209,6 @@ class _ChangelogTarget(_Target):
         return t is not None and t.error is None and bool(t.partitions)
 
     def open(self, spec: TableSpec, result: SinkResult) -> bool:
-        from common.kafka.topic_reader import read_topic
-        from contract.topics import clean_topic
         k = self.cfg.kafka
         topic = clean_topic(k.topic_prefix, spec.db, spec.table)
         result.target = topic
@@ -1262,8 +1262,6 @@ def _json_check_columns(conn, db: str, table: str) -> set[str]:
 
 def table_spec(conn, cfg, db: str, table: str) -> TableSpec | str:
     """The :class:`TableSpec` of a source table, or why it cannot be verified."""
-    from producer.table_reader import read_table_def
-    from producer.type_mapping import field_names
     tdef = read_table_def(conn, db, table)
     if tdef is None:
         return f"no such table {db}.{table}"
@@ -1290,8 +1288,6 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | str:
 
 def _source_tables(conn, cfg, tables: Sequence[str] | None) -> tuple[list[tuple[str, str]], list[str]]:
     """The tables to verify (captured ones, or those named) and names that matched nothing."""
-    from producer.capture_filter import CaptureFilter
-    from producer.table_reader import list_tables
     every = list_tables(conn)
     if not tables:
         flt = CaptureFilter(cfg.source)
@@ -1391,20 +1387,6 @@ def _verify_table(src_conn, spec: TableSpec, targets: list[_Target], chunk_size:
             res.notes.append(f"the sink lacks column(s) {', '.join(res.missing_columns)} (compared as NULL)")
 
 
-def source_connection(src):
-    """The source session: UTC (TIMESTAMP values as UTC wall clock), READ COMMITTED,
-    autocommit (each chunk SELECT is its own statement: no long transaction, no lock),
-    binary strings sent as ``_binary'..'`` (binary key values compare byte for byte)."""
-    import pymysql
-    conn = pymysql.connect(host=src.host, port=src.port, user=src.user, password=src.password.get_secret_value(),
-                           autocommit=True, charset="utf8mb4", connect_timeout=int(src.connect_timeout_s),
-                           binary_prefix=True)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-    return conn
-
-
 def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False, chunk_size: int = 10_000,
            samples: int = 5, progress: Callable[[str], None] | None = None) -> VerifyReport:
     """Compare every captured source table (or ``tables``: ``db.table`` names or regular
@@ -1422,7 +1404,7 @@ def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False,
                           "and the changelog was not asked for")
     t0 = time.monotonic()
     try:
-        conn = source_connection(cfg.source)
+        conn = read_session(cfg.source, binary_prefix=True)
     except Exception as exc:  # noqa: BLE001 - shown to the user
         raise VerifyError(f"cannot connect to the source {cfg.source.host}:{cfg.source.port} "
                           f"as {cfg.source.user}: {exc}") from None

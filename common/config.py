@@ -18,13 +18,10 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from common.errors import ConfigError
 
 ENV_PREFIX = "CDC__"
 DEFAULT_CONFIG_PATH = Path("cdc.yaml")
-
-
-class ConfigError(Exception):
-    """The configuration file is missing or invalid; the message says what and where."""
 
 
 class _Section(BaseModel):

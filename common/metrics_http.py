@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-log = logging.getLogger("cdc.metrics")
+log = logging.getLogger(__name__)
 
 
 def serve_metrics(port: int | None, render: Callable[[], str]) -> ThreadingHTTPServer | None:

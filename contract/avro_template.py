@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import fastavro
 from fastavro.schema import expand_schema
 
-from contract.serde import SerdeError
+from contract.errors import SerdeError
 
 Encoder = Callable[[Any], bytes]
 

@@ -27,13 +27,10 @@ from typing import Any, Callable
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
+from contract.errors import SerdeError
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
-
-
-class SerdeError(Exception):
-    """A record could not be encoded or decoded (the message names why)."""
 
 
 class AvroWriter:

@@ -20,19 +20,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from contract.errors import BadSignal
+from common.sql.quoting import quote_table
 
 WINDOW_OPEN = "snapshot-window-open"
 WINDOW_CLOSE = "snapshot-window-close"
 USER_TYPES = ("execute-snapshot", "stop-snapshot", "pause-snapshot", "resume-snapshot", "log")
-
-
-class BadSignal(ValueError):
-    """A signal row that cannot be acted on; the message names the reason."""
-
-    def __init__(self, signal_id: str, reason: str) -> None:
-        super().__init__(f"signal {signal_id!r}: {reason}")
-        self.signal_id = signal_id
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -146,7 +139,6 @@ def send_signal(conn, signal_table: str, signal_type: str, data: dict | None = N
     connection of a user allowed to insert into the signal table (the CDC user is)."""
     import uuid
 
-    from common.sql.quoting import quote_table
     sid = signal_id or f"cli-{uuid.uuid4().hex[:16]}"
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {quote_table(signal_table)} (id, type, data) VALUES (%s, %s, %s)",

@@ -26,20 +26,23 @@ import pymysql
 
 import schemas
 from common.config import CDCConfig
+from common.errors import SourceUnavailable
+from common.sql.sessions import connect, read_session
 from producer import binlog_source as src
 from producer.binlog_reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
 from producer.capture_filter import CaptureFilter
 from producer.event_builder import EventBuilder
-from producer.kafka_writer import KafkaWriter, WriterError
+from producer.errors import BinlogPurgedError, KafkaHistoryLost, ProducerStopped, WriterError
+from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
 from producer.pipeline import ReaderProcess
-from contract.signals import BadSignal
+from contract.errors import BadSignal
 from contract.position import BinlogPosition
 from producer.snapshot_coordinator import MarkerSeen, Notification, ReleasedChunk, SnapshotCoordinator
-from producer.table_reader import list_tables, snapshot_connection
+from producer.table_reader import list_tables
 
-log = logging.getLogger("cdc.producer")
+log = logging.getLogger(__name__)
 
 _DDL = re.compile(
     r"^\s*(?P<verb>CREATE|ALTER|DROP|TRUNCATE|RENAME)\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?"
@@ -92,20 +95,6 @@ def sink_drift(verb: str, ddl: str) -> str | None:
                 "for the existing rows) reach the sink tables only when they change again: trigger a snapshot "
                 "of the table (cdc snapshot) to refresh them")
     return None
-
-
-class ProducerStopped(Exception):
-    """The producer stopped for a reason the user must act on (the message says what)."""
-
-
-class KafkaHistoryLost(ProducerStopped):
-    """A position kept locally is not in Kafka: Kafka lost the producer's history, and no
-    recovery was asked for (``producer.lost_history`` / ``cdc produce --recover``)."""
-
-    def __init__(self, message: str, local: dict, local_path: Path) -> None:
-        super().__init__(message)
-        self.local = local
-        self.local_path = local_path
 
 
 #: How a producer recovers when Kafka lost its history (producer.lost_history).
@@ -196,7 +185,7 @@ class ProducerApp:
         try:
             src.check_position_available(conn, r["file"])
             in_binlog = True
-        except src.BinlogPurgedError:
+        except BinlogPurgedError:
             in_binlog = False
         if mode == "stop":
             resume_hint = (f"re-publish from {r['file']}:{r['pos']} (the binlog still has it); changes before it that "
@@ -244,7 +233,7 @@ class ProducerApp:
             try:
                 return self._run_once(max_events=max_events, idle_exit_s=idle_exit_s)
             except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError,
-                    src.SourceUnavailable) as exc:
+                    SourceUnavailable) as exc:
                 log.warning("source connection lost (%s); reconnecting in %.1fs", exc, delay)
             except WriterError as exc:
                 log.error("Kafka write failed (%s); restarting from the stored position in %.1fs", exc, delay)
@@ -254,7 +243,7 @@ class ProducerApp:
 
     def _run_once(self, *, max_events: int | None, idle_exit_s: float | None) -> int:
         cfg = self.cfg
-        conn = src.connect(cfg.source)
+        conn = connect(cfg.source)
         try:
             info = src.check_server(conn)
             self.store.ensure()
@@ -274,7 +263,7 @@ class ProducerApp:
                 coordinator = SnapshotCoordinator(
                     signal_table=cfg.source.signal_table, chunk_size=cfg.snapshot.chunk_size,
                     parallelism=cfg.snapshot.parallelism, captures=self.filter.captures,
-                    connect=lambda: snapshot_connection(cfg.source), state=state.extra.get("snapshot"))
+                    connect=lambda: read_session(cfg.source), state=state.extra.get("snapshot"))
                 session = _Session(self, writer, builder, reader, state, info, coordinator)
                 try:
                     return session.loop(max_events=max_events, idle_exit_s=idle_exit_s)
@@ -479,7 +468,7 @@ class _Session:
     def _start_initial_snapshot(self) -> None:
         """``startup.mode: initial``: every captured table, by the snapshot coordinator,
         while the stream runs."""
-        conn = snapshot_connection(self.cfg.source)
+        conn = read_session(self.cfg.source)
         try:
             tables = [f"{d}.{t}" for d, t in list_tables(conn) if self.app.filter.captures(d, t)]
         finally:

@@ -12,19 +12,9 @@ from datetime import datetime, timezone
 
 import pymysql
 
-from common.config import SourceConfig
-
-
-class SourceError(Exception):
-    """The source server cannot be used as it is; the message says what to change."""
-
-
-class SourceUnavailable(SourceError):
-    """The server cannot be reached right now (retried with backoff)."""
-
-
-class BinlogPurgedError(SourceError):
-    """The stored position is in a binlog file the server no longer has."""
+from common.errors import SourceError
+from common.sql.sessions import connect
+from producer.errors import BinlogPurgedError
 
 
 @dataclass(frozen=True)
@@ -36,17 +26,6 @@ class ServerInfo:
     @property
     def is_mariadb(self) -> bool:
         return self.flavor == "mariadb"
-
-
-def connect(cfg: SourceConfig, database: str | None = None, **kw) -> pymysql.connections.Connection:
-    try:
-        return pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.get_secret_value(),
-                               database=database, autocommit=True, charset="utf8mb4",
-                               connect_timeout=int(cfg.connect_timeout_s), **kw)
-    except pymysql.err.OperationalError as exc:
-        if exc.args and exc.args[0] in (1045, 1044, 1049):  # access denied / unknown database: not transient
-            raise SourceError(f"cannot connect to the source {cfg.host}:{cfg.port} as '{cfg.user}': {exc.args[-1]}") from exc
-        raise SourceUnavailable(f"cannot connect to the source {cfg.host}:{cfg.port} as '{cfg.user}': {exc.args[-1]}") from exc
 
 
 def _variables(cur, names: list[str]) -> dict[str, str]:

@@ -12,15 +12,12 @@ import re
 from functools import lru_cache
 
 from common.config import SourceConfig
+from producer.errors import FilterConfigError
 
 SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 DML_EVENTS = frozenset({"insert", "update", "delete"})
 DDL_EVENTS = frozenset({"truncate", "drop", "create", "alter", "rename"})
 KNOWN_EVENTS = DML_EVENTS | DDL_EVENTS
-
-
-class FilterConfigError(ValueError):
-    """A pattern or event name in the capture configuration is invalid."""
 
 
 def _compile(patterns: list[str], what: str) -> list[re.Pattern[str]]:

@@ -19,14 +19,11 @@ from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics, producer_config
 from contract.schema_store import publish_schema, schemas_topic
 from contract.serde import AvroWriter, ConfluentRegistry, encode_json
+from producer.errors import WriterError
 
 log = logging.getLogger(__name__)
 
 POSITION_HEADER = "cdc.position"
-
-
-class WriterError(Exception):
-    """Kafka refused or lost a write; the batch was not committed."""
 
 
 class KafkaWriter:

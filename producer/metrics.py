@@ -12,8 +12,9 @@ import os
 import threading
 import time
 from pathlib import Path
+from common.metrics_http import serve_metrics
 
-log = logging.getLogger("cdc.producer.metrics")
+log = logging.getLogger(__name__)
 
 
 class ProducerMetrics:
@@ -98,5 +99,4 @@ class ProducerMetrics:
         ])
 
     def start_server(self, port: int | None) -> None:
-        from common.metrics_http import serve_metrics
         serve_metrics(port, self.prometheus)

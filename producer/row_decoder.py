@@ -28,6 +28,7 @@ from typing import Any, Callable
 from pymysqlreplication.constants import BINLOG, NONE_SOURCE
 from pymysqlreplication.constants import FIELD_TYPE as T
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
+from common.errors import UnsupportedType
 
 #: ``reader(buf, offset, reasons) -> (value, next offset)``; ``reasons`` is the event's
 #: column name -> why-None map (python-mysql-replication keeps one per event).
@@ -36,10 +37,6 @@ Reader = Callable[[bytes, int, dict], tuple[Any, int]]
 _EVENT_TYPES = frozenset({BINLOG.WRITE_ROWS_EVENT_V1, BINLOG.UPDATE_ROWS_EVENT_V1, BINLOG.DELETE_ROWS_EVENT_V1,
                           BINLOG.WRITE_ROWS_EVENT_V2, BINLOG.UPDATE_ROWS_EVENT_V2, BINLOG.DELETE_ROWS_EVENT_V2})
 _COMPRESSED_BYTES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
-
-
-class UnsupportedColumn(Exception):
-    """A column the fast path does not decode (its table goes to the library)."""
 
 
 def _struct(fmt: str) -> Reader:
@@ -54,7 +51,7 @@ def _struct(fmt: str) -> Reader:
 def _uint_le(size: int) -> Callable[[bytes, int], int]:
     """``packet.read_uint_by_size`` (little-endian unsigned) of 1 to 8 bytes."""
     if not 1 <= size <= 8:
-        raise UnsupportedColumn(f"integer of {size} bytes")
+        raise UnsupportedType(f"integer of {size} bytes")
     return lambda buf, off: int.from_bytes(buf[off:off + size], "little")
 
 
@@ -270,7 +267,7 @@ def _date(col) -> Reader:
 
 
 def column_reader(col) -> Reader:
-    """The reader of one table-map column, or :class:`UnsupportedColumn`."""
+    """The reader of one table-map column, or :class:`UnsupportedType`."""
     t, unsigned = col.type, getattr(col, "unsigned", False)
     if t == T.TINY:
         return _struct("<B" if unsigned else "<b")
@@ -310,7 +307,7 @@ def column_reader(col) -> Reader:
         return _timestamp2(col)
     if t == T.GEOMETRY:
         return _pascal_bytes(col.length_size)
-    raise UnsupportedColumn(f"column {col.name!r} of binlog type {t}")
+    raise UnsupportedType(f"column {col.name!r} of binlog type {t}")
 
 
 def table_map_key(ev) -> bytes:
@@ -330,7 +327,7 @@ class RowDecoder:
 
     def __init__(self, columns: list) -> None:
         if any(not c.name for c in columns):
-            raise UnsupportedColumn("a column has no name (binlog_row_metadata is not FULL)")
+            raise UnsupportedType("a column has no name (binlog_row_metadata is not FULL)")
         self.names = [c.name for c in columns]
         self._plan = [(c.name, column_reader(c)) for c in columns]
         self._all_columns = (1 << len(columns)) - 1  # a columns-present bitmap of a full row image
@@ -342,7 +339,7 @@ class RowDecoder:
         library must decode them."""
         try:
             return cls(columns)
-        except UnsupportedColumn:
+        except UnsupportedType:
             return None
 
     def rows(self, ev: RowsEvent) -> list[dict]:

@@ -50,14 +50,16 @@ from common.sql.quoting import quote_table
 from producer.binlog_source import current_position
 from producer.chunk_splitter import even_split_step
 from contract.position import BinlogPosition
-from contract.signals import WINDOW_CLOSE, WINDOW_OPEN, BadSignal, Signal, parse_signal
-from producer.snapshot_filter import FilterRefused, validate_filter
+from contract.signals import WINDOW_CLOSE, WINDOW_OPEN, Signal, parse_signal
+from contract.errors import BadSignal
+from producer.snapshot_filter import validate_filter
+from producer.errors import FilterRefused
 from producer.snapshot_state import KeyRange, TableJob, encode_key
 from producer.table_reader import (boundary_key, estimated_rows, list_tables, max_key, min_key, read_chunk,
                                    read_table_def)
 from producer.table_schema import TableDef
 
-log = logging.getLogger("cdc.snapshot")
+log = logging.getLogger(__name__)
 
 #: Reads of one range that may fail while the server answers (a query it refuses) before
 #: the table's snapshot is aborted.  A lost connection is retried without limit.

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from common.sql.quoting import quote_ident as _quote
+from producer.errors import FilterRefused
 
 MAX_FILTER_LENGTH = 2000
 
@@ -52,10 +53,6 @@ _TOKEN = re.compile(r"""
   | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
   | (?P<op><=>|<=|>=|<>|!=|=|<|>|\+|-|\*|/|%|\(|\)|,)
 """, re.VERBOSE)
-
-
-class FilterRefused(ValueError):
-    """The filter is not a plain predicate on the table's columns (message says why)."""
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,13 @@ from __future__ import annotations
 from pymysqlreplication.constants import FIELD_TYPE as T
 
 from producer.table_schema import ColumnDef, TableDef
+from common.errors import UnsupportedType
 
 _INTS = {T.TINY: "tinyint", T.SHORT: "smallint", T.INT24: "mediumint", T.LONG: "int", T.LONGLONG: "bigint"}
 _BLOB_SIZES = {1: ("tinyblob", "tinytext"), 2: ("blob", "text"), 3: ("mediumblob", "mediumtext"),
                4: ("longblob", "longtext")}
 _GEOMETRY_TYPES = {0: "geometry", 1: "point", 2: "linestring", 3: "polygon", 4: "multipoint",
                    5: "multilinestring", 6: "multipolygon", 7: "geometrycollection"}
-
-
-class UnsupportedBinlogColumn(ValueError):
-    """A column type the producer cannot map (named in the message)."""
 
 
 def _quote_members(values) -> str:
@@ -82,7 +79,7 @@ def column_def_from_binlog(col, ordinal: int, nullable: bool, geometry_type: int
         dt = "binary" if binary else "char"
         ct = f"{dt}({col.max_length})"
     else:
-        raise UnsupportedBinlogColumn(f"column {name!r} has binlog type code {t}, which the producer does not map")
+        raise UnsupportedType(f"column {name!r} has binlog type code {t}, which the producer does not map")
     return ColumnDef(name=name, data_type=dt, column_type=ct, nullable=nullable, ordinal=ordinal,
                      numeric_precision=prec, numeric_scale=scale, datetime_precision=dtp,
                      character_set=None if binary else charset)

@@ -9,25 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import pymysql
 
-from common.config import SourceConfig
 from common.sql.quoting import quote_ident
 from producer.chunk_splitter import boundary_query, chunk_query, max_key_query
 from producer.table_schema import ColumnDef, TableDef
-
-
-def snapshot_connection(cfg: SourceConfig) -> pymysql.connections.Connection:
-    # read/write timeouts: a server that stops answering (frozen, network gone) fails the
-    # chunk read, which is retried, instead of hanging the reader forever.
-    conn = pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.get_secret_value(),
-                           autocommit=True, charset="utf8mb4", connect_timeout=int(cfg.connect_timeout_s),
-                           read_timeout=600, write_timeout=600)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        # Each chunk SELECT is its own statement in autocommit: no long transaction, no lock.
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-    return conn
 
 
 def read_table_def(conn, db: str, table: str) -> TableDef | None:

@@ -129,11 +129,11 @@ from datetime import date, datetime, time, timedelta, timezone
 from decimal import Context, Decimal, ROUND_HALF_EVEN
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from common.errors import UnsupportedType
+from producer.errors import ConversionError
 from producer.table_schema import ColumnDef, TableDef
 
 __all__ = [
-    "UnsupportedColumnType",
-    "ConversionError",
     "avro_name",
     "avro_fullname",
     "field_names",
@@ -149,14 +149,6 @@ __all__ = [
     "days_from_civil",
     "python_codec",
 ]
-
-
-class UnsupportedColumnType(ValueError):
-    """The column's data type has no mapping."""
-
-
-class ConversionError(ValueError):
-    """A value could not be converted for its column."""
 
 
 # =============================================================================== names
@@ -275,7 +267,7 @@ def _decimal_precision_scale(col: ColumnDef) -> tuple[int, int]:
     p = col.precision if col.precision is not None else 10  # MySQL's default DECIMAL = (10,0)
     s = col.scale if col.scale is not None else 0
     if not 1 <= p <= 65 or not 0 <= s <= min(p, 30):
-        raise UnsupportedColumnType(f"column {col.name!r}: bad DECIMAL precision/scale ({p},{s}) in {col.column_type!r}")
+        raise UnsupportedType(f"column {col.name!r}: bad DECIMAL precision/scale ({p},{s}) in {col.column_type!r}")
     return p, s
 
 
@@ -333,7 +325,7 @@ def _base_type(col: ColumnDef) -> Any:
         return _point_record()
     if dt in _GEOMETRY_TYPES:
         return _geometry_record()
-    raise UnsupportedColumnType(
+    raise UnsupportedType(
         f"column {col.name!r}: no Avro mapping for data type {col.data_type!r} ({col.column_type!r})"
     )
 
@@ -961,7 +953,7 @@ def value_converter(col: ColumnDef, *, binlog: bool = False) -> Converter:
         return _inet_converter(6)
     if dt == "inet4":
         return _inet_converter(4)
-    raise UnsupportedColumnType(
+    raise UnsupportedType(
         f"column {col.name!r}: no value converter for data type {col.data_type!r} ({col.column_type!r})"
     )
 

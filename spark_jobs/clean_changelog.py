@@ -16,12 +16,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_partition
+from spark_jobs.errors import CleanChangelogError
 
 POSITION_HEADER = "cdc.position"
-
-
-class CleanChangelogError(Exception):
-    """The clean changelog could not be written (Kafka refused or lost records)."""
 
 
 def ensure_clean_topic(bootstrap: str, topic: str, partitions: int, client: dict | None = None) -> None:

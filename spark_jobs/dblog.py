@@ -53,6 +53,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Mapping, NamedTuple, Union
 
+from spark_jobs.errors import DBLogError, OrderingError, UnknownWindowError
+
 __all__ = [
     "POSITION_WIDTH",
     "EVENT_WIDTH",
@@ -84,18 +86,6 @@ _ROW_LIMIT = 10**10
 Key = Hashable
 Row = Union[Mapping[str, Any], None]
 CHANGE_OPS = frozenset("cud")
-
-
-class DBLogError(ValueError):
-    """Input that breaks the contract of this module."""
-
-
-class UnknownWindowError(DBLogError):
-    """A chunk row of a window whose OPEN marker the buffer never saw."""
-
-
-class OrderingError(DBLogError):
-    """A record arrived after a record of the other feed with a higher position."""
 
 
 def _check_position(what: str, p: object) -> None:

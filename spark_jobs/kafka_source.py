@@ -62,8 +62,9 @@ correct on the embedded Tansu broker (its ListOffsets answer is not the log end)
 always runs and logs a batch 0 for a new query (empty when there is nothing to read), so
 the start that ``startingOffsets`` resolved to is in the checkpoint from then on.
 
-The planning arithmetic (option parsing, offset JSON, the rate limit, the ranges) is in
-pure functions at the top of the module; the Spark and Kafka parts are thin around them.
+The planning arithmetic is pure: option parsing at the top of this module, the offset JSON
+and the rate limit in :mod:`spark_jobs.kafka_offsets`, data loss in
+:mod:`spark_jobs.data_loss`; the Spark and Kafka parts are thin around them.
 """
 
 from __future__ import annotations
@@ -81,6 +82,15 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
+from spark_jobs.data_loss import TP, DataLoss, apply_data_loss, data_loss_message, detect_data_loss
+from spark_jobs.errors import KafkaDataLossError, KafkaReadTimeout, KafkaSourceError, KafkaSourceOptionError
+from spark_jobs.kafka_offsets import (EARLIEST, ids_from_json, lost_from_json, offsets_from_doc, offsets_from_json,
+                                      offsets_to_json, plan_end_offsets, resolve_starting_offsets)
+from common.errors import OffsetLookupError, PartitionStalled
+from common.kafka.clients import topic_ids
+from common.kafka.offsets import end_offsets
+from common.kafka.topic_reader import read_partition
+
 SHORT_NAME = "cdc-kafka"
 
 _log = logging.getLogger(__name__)
@@ -97,10 +107,6 @@ SCHEMA = StructType([
                                                  StructField("value", BinaryType())]))),
 ])
 
-EARLIEST = -2  # in startingOffsets JSON and in planned ranges: the partition's first offset
-LATEST = -1    # in startingOffsets JSON: the partition's end offset when the query starts
-
-TP = tuple[str, int]
 
 # librdkafka settings the source manages itself; setting them would break the offset plan.
 _FORBIDDEN_CLIENT_KEYS = {
@@ -108,26 +114,6 @@ _FORBIDDEN_CLIENT_KEYS = {
     "enable.auto.commit": "the source never commits offsets to Kafka; Spark's checkpoint holds them",
     "enable.auto.offset.store": "the source never commits offsets to Kafka",
 }
-
-
-class KafkaSourceError(Exception):
-    """The cdc-kafka source could not read what its plan says it must read."""
-
-
-class KafkaSourceOptionError(KafkaSourceError, ValueError):
-    """The options given to the cdc-kafka source are missing or inconsistent."""
-
-
-class KafkaReadTimeout(KafkaSourceError, TimeoutError):
-    """A task waited longer than ``kafkaConsumer.pollTimeoutMs`` without progress."""
-
-
-class KafkaDataLossError(KafkaSourceError):
-    """Kafka no longer holds records the query has not read (``failOnDataLoss=true``)."""
-
-    def __init__(self, losses: Sequence["DataLoss"]) -> None:
-        self.losses = list(losses)
-        super().__init__(data_loss_message(self.losses))
 
 
 # --------------------------------------------------------------------------------------
@@ -230,260 +216,7 @@ def parse_starting_offsets(text: Any) -> Union[str, dict[TP, int]]:
     except ValueError:
         raise KafkaSourceOptionError(f"startingOffsets must be earliest, latest or JSON like "
                                      f'{{"topic": {{"0": 23, "1": -2}}}}, got {raw!r}') from None
-    return _offsets_from_doc(doc, "startingOffsets", min_offset=-2)
-
-
-def _offsets_from_doc(doc: Any, what: str, *, min_offset: int) -> dict[TP, int]:
-    if not isinstance(doc, dict):
-        raise KafkaSourceOptionError(f"{what} must be a JSON object of topics, got {doc!r}")
-    result: dict[TP, int] = {}
-    for topic, parts in doc.items():
-        if not isinstance(topic, str) or not topic or not isinstance(parts, dict):
-            raise KafkaSourceOptionError(f"{what}: topic {topic!r} must map to an object of partitions")
-        for part, off in parts.items():
-            try:
-                p = int(part)
-            except (TypeError, ValueError):
-                raise KafkaSourceOptionError(f"{what}: partition {part!r} of {topic} is not an integer") from None
-            if p < 0 or str(part).strip() != str(p):
-                raise KafkaSourceOptionError(f"{what}: partition {part!r} of {topic} is not a partition number")
-            if isinstance(off, bool) or not isinstance(off, int) or off < min_offset:
-                raise KafkaSourceOptionError(f"{what}: offset {off!r} of {topic}/{p} is not valid")
-            result[(topic, p)] = off
-    return result
-
-
-# --------------------------------------------------------------------------------------
-# Offsets and planning (pure)
-# --------------------------------------------------------------------------------------
-
-#: Keys of the offset JSON that are not topics ('@' is not allowed in a topic name).
-IDS_KEY = "@ids"
-LOST_KEY = "@lost"
-
-
-def offsets_to_json(offsets: Mapping[TP, int], *, ids: Mapping[str, str] | None = None,
-                    lost: Sequence["DataLoss"] = ()) -> dict[str, Any]:
-    """``{(t, p): o}`` -> ``{"t": {"p": o}}`` in canonical order (topics by name,
-    partitions by number), so equal offsets always serialise to the same JSON text;
-    ``ids`` (topic ids of those topics) under ``"@ids"``, ``lost`` under ``"@lost"``."""
-    doc: dict[str, Any] = {}
-    for (topic, part) in sorted(offsets):
-        doc.setdefault(topic, {})[str(part)] = int(offsets[(topic, part)])
-    kept_ids = {t: ids[t] for t in sorted(ids or {}) if t in doc and ids[t]}
-    if kept_ids:
-        doc[IDS_KEY] = kept_ids
-    if lost:
-        doc[LOST_KEY] = [x.to_json() for x in lost]
-    return doc
-
-
-def offsets_from_json(doc: Mapping | None) -> dict[TP, int]:
-    """Inverse of :func:`offsets_to_json` (``None`` or ``{}`` is no partition); the
-    ``@`` keys are left out."""
-    if not doc:
-        return {}
-    return _offsets_from_doc({k: v for k, v in dict(doc).items() if not str(k).startswith("@")}, "offset",
-                             min_offset=0)
-
-
-def ids_from_json(doc: Mapping | None) -> dict[str, str]:
-    """The topic ids recorded in an offset JSON (``{}`` when it has none)."""
-    ids = (doc or {}).get(IDS_KEY) or {}
-    return {str(t): str(i) for t, i in ids.items()} if isinstance(ids, dict) else {}
-
-
-def lost_from_json(doc: Mapping | None) -> list["DataLoss"]:
-    """The data losses a batch's end offset records (``failOnDataLoss=false``)."""
-    return [DataLoss.from_json(x) for x in (doc or {}).get(LOST_KEY) or []]
-
-
-# --------------------------------------------------------------------------------------
-# Data loss (pure)
-# --------------------------------------------------------------------------------------
-
-_LOSS_REASONS = {
-    "deleted": "the topic or partition was deleted: the records the query had not read are gone",
-    "recreated": "the topic was deleted and created again (its topic id changed): the records of the old topic "
-                 "the query had not read are gone, and the new topic's offsets start over",
-    "past-end": "the checkpoint's offset is past the end of the log: the topic was deleted and created again, "
-                "or the checkpoint belongs to another Kafka cluster",
-    "truncated": "records below the broker's earliest offset were removed (retention, or records deleted) "
-                 "before the query read them",
-    "vanished": "records the batch was planned to read were removed while it ran (the topic was deleted or "
-                "created again)",
-}
-
-
-@dataclass(frozen=True)
-class DataLoss:
-    """Records of ``topic``/``partition`` the query had not read and Kafka no longer holds."""
-
-    topic: str
-    partition: int
-    checkpoint: int            # the offset the query was to read next
-    earliest: int | None       # the broker's offsets now (None: the partition is gone)
-    latest: int | None
-    kind: str                  # a key of _LOSS_REASONS
-    skipped: int | None        # records known to be skipped (None: how many is unknown)
-    resume: int | None         # where reading carries on with failOnDataLoss=false (None: dropped)
-    until: int | None = None   # "vanished": the end of the range the batch was planned to read
-
-    def describe(self) -> str:
-        broker = "gone from the broker" if self.earliest is None else \
-            f"broker earliest offset {self.earliest}, latest {self.latest}"
-        skipped = "" if self.skipped is None else f" ({self.skipped:,} records skipped)"
-        where = f"planned range [{self.checkpoint}, {self.until})" if self.until is not None else \
-            f"checkpoint offset {self.checkpoint}"
-        return f"{self.topic} partition {self.partition}: {where}, {broker}: {_LOSS_REASONS[self.kind]}{skipped}"
-
-    def to_json(self) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "checkpoint": self.checkpoint,
-                "earliest": self.earliest, "latest": self.latest, "kind": self.kind, "skipped": self.skipped,
-                "resume": self.resume, "until": self.until}
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> "DataLoss":
-        return cls(str(d["topic"]), int(d["partition"]), int(d["checkpoint"]), d.get("earliest"), d.get("latest"),
-                   str(d["kind"]), d.get("skipped"), d.get("resume"), d.get("until"))
-
-
-def detect_data_loss(start: Mapping[TP, int], latest: Mapping[TP, tuple[int, int]],
-                     start_ids: Mapping[str, str] | None = None,
-                     ids: Mapping[str, str] | None = None) -> list[DataLoss]:
-    """The partitions of ``start`` (the offsets the query reads next) whose records from
-    there on are not all in Kafka any more, given ``latest`` (``{tp: (low, end)}`` now)
-    and the topic ids recorded with ``start`` and found now (either may be empty: ids are
-    compared only where both are known).
-
-    A recreated topic whose new log already reaches past the old offset is only seen by
-    its topic id; without ids it cannot be told from the old topic (Spark's own source has
-    the same blind spot)."""
-    out: list[DataLoss] = []
-    start_ids, ids = start_ids or {}, ids or {}
-    for (topic, part), off in sorted(start.items()):
-        if (topic, part) not in latest:
-            out.append(DataLoss(topic, part, off, None, None, "deleted", None, None))
-            continue
-        low, end = latest[(topic, part)]
-        old_id, new_id = start_ids.get(topic), ids.get(topic)
-        if old_id and new_id and old_id != new_id:
-            out.append(DataLoss(topic, part, off, low, end, "recreated", None, low))
-        elif off > end:
-            out.append(DataLoss(topic, part, off, low, end, "past-end", None, low))
-        elif off < low:
-            out.append(DataLoss(topic, part, off, low, end, "truncated", low - off, low))
-    return out
-
-
-def apply_data_loss(start: Mapping[TP, int], losses: Sequence[DataLoss]) -> dict[TP, int]:
-    """``start`` with every lost partition moved to where reading carries on (dropped when
-    the partition is gone)."""
-    out = dict(start)
-    for x in losses:
-        if x.resume is None:
-            out.pop((x.topic, x.partition), None)
-        else:
-            out[(x.topic, x.partition)] = x.resume
-    return out
-
-
-def data_loss_message(losses: Sequence[DataLoss]) -> str:
-    """The message of a query stopped for data loss: what was lost, and what to do."""
-    lines = ["Kafka no longer holds records the query had not read (failOnDataLoss=true):"]
-    lines += [f"  - {x.describe()}" for x in losses]
-    lines.append("The changes in those records are missing downstream. To recover, publish the affected tables "
-                 "again (a snapshot: cdc snapshot DB.TABLE --delete-missing), then run the query once with "
-                 "failOnDataLoss=false (cdc merge: spark.fail_on_data_loss: false, or "
-                 "CDC__SPARK__FAIL_ON_DATA_LOSS=false) to carry on from what Kafka holds now; or delete the "
-                 "checkpoint to start again from the earliest offsets.")
-    return "\n".join(lines)
-
-
-def resolve_starting_offsets(spec: Union[str, Mapping[TP, int]],
-                             latest: Mapping[TP, tuple[int, int]]) -> dict[TP, int]:
-    """Concrete start offsets for the partitions in ``latest`` (``{tp: (low, end)}``).
-
-    Partitions that a JSON spec leaves out start at earliest; a JSON offset is kept as
-    given (clamped into ``[low, end]`` like a consumer would be), -2/-1 become low/end.
-    """
-    result: dict[TP, int] = {}
-    for tp, (low, end) in latest.items():
-        if spec == "earliest":
-            result[tp] = low
-        elif spec == "latest":
-            result[tp] = end
-        else:
-            wanted = spec.get(tp, EARLIEST)  # type: ignore[union-attr]
-            if wanted == EARLIEST:
-                result[tp] = low
-            elif wanted == LATEST:
-                result[tp] = end
-            else:
-                result[tp] = min(max(wanted, low), end)
-    return result
-
-
-def spread_limit(backlogs: Mapping[Any, int], limit: int | None) -> dict[Any, int]:
-    """How many offsets each partition may advance in one batch.
-
-    Every partition with a backlog gets at least 1 (so none starves); the rest of the
-    cap is shared in proportion to the remaining backlogs by largest remainder, ties to
-    the smaller key.  The total is ``min(limit, sum)`` unless more partitions have a
-    backlog than ``limit`` allows (then each of them gets exactly 1).  ``None``: no cap.
-    """
-    shares = {k: max(0, int(b)) for k, b in backlogs.items()}
-    if limit is None:
-        return shares
-    if limit <= 0:
-        raise ValueError(f"limit must be positive, got {limit}")
-    pending = {k: b for k, b in shares.items() if b > 0}
-    total = sum(pending.values())
-    if total <= limit:
-        return shares
-    result = {k: (1 if b > 0 else 0) for k, b in shares.items()}
-    rest = limit - len(pending)
-    if rest <= 0:
-        return result
-    # Share ``rest`` in proportion to b - 1 (what is left after the guaranteed 1).
-    weights = {k: b - 1 for k, b in pending.items()}
-    wsum = sum(weights.values())  # >= rest, because total > limit
-    floors = {k: rest * w // wsum for k, w in weights.items()}
-    for k, f in floors.items():
-        result[k] += f
-    left = rest - sum(floors.values())
-    order = sorted(weights, key=lambda k: (-(rest * weights[k] % wsum), _sort_key(k)))
-    for k in order[:left]:
-        result[k] += 1
-    return result
-
-
-def _sort_key(k: Any) -> Any:
-    return (0, k) if isinstance(k, tuple) else (1, repr(k))
-
-
-def plan_end_offsets(start: Mapping[TP, int], latest: Mapping[TP, tuple[int, int]],
-                     max_offsets: int | None = None) -> dict[TP, int]:
-    """The end offsets of the next batch.
-
-    ``start`` is the previous batch's end; ``latest`` maps every partition known now to
-    ``(low, end)``.  A partition that ``start`` does not have is new and starts at its
-    ``low`` (earliest); a partition that disappeared keeps its offset; an end below the
-    start (a recreated topic) never moves a partition backwards.  ``max_offsets`` caps
-    the batch through :func:`spread_limit`.
-    """
-    result: dict[TP, int] = dict(start)
-    first: dict[TP, int] = {}
-    backlogs: dict[TP, int] = {}
-    for tp, (low, end) in latest.items():
-        s = start.get(tp)
-        first[tp] = low if s is None else max(s, low)
-        backlogs[tp] = max(0, end - first[tp])
-        result[tp] = low if s is None else s
-    for tp, n in spread_limit(backlogs, max_offsets).items():
-        if n > 0:
-            result[tp] = first[tp] + n
-    return result
+    return offsets_from_doc(doc, "startingOffsets", min_offset=-2)
 
 
 @dataclass(frozen=True)
@@ -568,7 +301,6 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last stable offset under read_committed)."""
         from confluent_kafka import KafkaException
 
-        from common.kafka.offsets import OffsetLookupError, end_offsets
 
         deadline = time.monotonic() + self.opts.fetch_timeout_s
         while True:
@@ -589,7 +321,6 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _fetch_ids(self, topics) -> dict[str, str]:
         from confluent_kafka import KafkaException
 
-        from common.kafka.clients import topic_ids
         try:
             return topic_ids(self.opts.bootstrap_servers, topics, timeout=self.opts.fetch_timeout_s,
                              client_config={k: v for k, v in self.opts.client_config.items()
@@ -626,7 +357,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             losses = detect_data_loss(start_map, latest, ids_from_json(start), ids)
         if losses:
             if self.opts.fail_on_data_loss:
-                raise KafkaDataLossError(losses)
+                raise KafkaDataLossError(data_loss_message(losses), losses)
             for x in losses:
                 _log.warning("cdc-kafka: %s; failOnDataLoss=false: %s", x.describe(),
                              "reading carries on from the earliest offset" if x.resume is not None else
@@ -701,7 +432,6 @@ def _range_gone(opts: SourceOptions, rng: KafkaRange, position: int) -> DataLoss
     topic was deleted or recreated, or records were removed, after the batch was planned)."""
     from confluent_kafka import KafkaError, KafkaException
 
-    from common.kafka.offsets import OffsetLookupError, end_offsets
     try:
         (low, end), = end_offsets(opts.bootstrap_servers, [(rng.topic, rng.partition)],
                                   timeout=opts.fetch_timeout_s, client_config=opts.client_config).values()
@@ -723,7 +453,7 @@ def _lost_in_task(opts: SourceOptions, loss: DataLoss) -> None:
     """A task found records of its range gone: stop the query, or (failOnDataLoss=false)
     say so and end the range with what was read."""
     if opts.fail_on_data_loss:
-        raise KafkaDataLossError([loss])
+        raise KafkaDataLossError(data_loss_message([loss]), [loss])
     _log.warning("cdc-kafka: %s (found while reading); failOnDataLoss=false: the rest of the range is skipped",
                  loss.describe())
 
@@ -739,7 +469,6 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
     from confluent_kafka import OFFSET_BEGINNING, Consumer
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from common.kafka.topic_reader import PartitionStalled, read_partition
 
     schema = to_arrow_schema(SCHEMA, timezone="UTC")
     conf = {**_READ_DEFAULTS, **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
@@ -791,10 +520,6 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
 
 
 __all__ = [
-    "SHORT_NAME", "SCHEMA", "EARLIEST", "LATEST", "KafkaSourceError", "KafkaSourceOptionError", "KafkaReadTimeout",
-    "KafkaDataLossError", "DataLoss", "detect_data_loss", "apply_data_loss", "data_loss_message", "IDS_KEY",
-    "LOST_KEY", "ids_from_json", "lost_from_json",
-    "SourceOptions", "parse_options", "parse_starting_offsets", "offsets_to_json", "offsets_from_json",
-    "resolve_starting_offsets", "spread_limit", "plan_end_offsets", "KafkaRange", "plan_ranges",
+    "SHORT_NAME", "SCHEMA", "SourceOptions", "parse_options", "parse_starting_offsets", "KafkaRange", "plan_ranges",
     "CdcKafkaDataSource", "CdcKafkaStreamReader", "read_range",
 ]

@@ -51,12 +51,22 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from common.config import CDCConfig
-from spark_jobs.kafka_source import (DataLoss, data_loss_message, detect_data_loss, ids_from_json,
-                                     lost_from_json, offsets_from_json)
+from common import logs
+from common.config import CDCConfig, load_config
+from common.errors import CDCError, OffsetLookupError
+from spark_jobs.data_loss import DataLoss, data_loss_message, detect_data_loss
+from spark_jobs.errors import MergeDataLoss
+from spark_jobs.kafka_offsets import ids_from_json, lost_from_json, offsets_from_json
 from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
+from common.kafka.clients import ensure_topics, topic_ids
+from common.kafka.offsets import end_offsets
+from common.kafka.topic_reader import read_partition
+from common.metrics_http import serve_metrics
+from contract.topics import clean_topic, table_topic
+from spark_jobs.clean_changelog import ensure_clean_topic
+from spark_jobs.partition_merge import MergeSettings, OUTPUT_SCHEMA, arrow_function, merge_markers, sinks_of
 
-log = logging.getLogger("cdc.merge")
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 #: The marker kinds of chunk windows (the DBLog rule); DELETE_MISSING is the driver's.
@@ -64,13 +74,10 @@ WINDOW_KINDS = ("OPEN", "CLOSE")
 DELETE_MISSING = "DELETE_MISSING"
 
 
-class MergeDataLoss(Exception):
-    """The merge job stopped: Kafka no longer holds records it had not read."""
-
-    def __init__(self, losses: list[DataLoss], sinks_note: str = "") -> None:
-        self.losses = losses
-        text = data_loss_message(losses).replace("(failOnDataLoss=true)", "(spark.fail_on_data_loss: true)")
-        super().__init__(text + (f"\n{sinks_note}" if sinks_note else ""))
+def data_loss_stop(losses: list[DataLoss], sinks_note: str = "") -> MergeDataLoss:
+    """The error that stops the job for ``losses``, with how far the sinks got."""
+    text = data_loss_message(losses, "spark.fail_on_data_loss: true")
+    return MergeDataLoss("the merge job stopped: " + text + (f"\n{sinks_note}" if sinks_note else ""), losses)
 
 
 def describe_position(position: str) -> str:
@@ -101,7 +108,6 @@ def batch_inputs(prefix: str, states: dict[str, dict], orphans: dict[str, list[d
     (this batch's, plus those kept for a table whose topic did not exist yet: a table
     snapshotted before any change of it has markers before its topic is created).
     Returns ``(inputs by "topic|partition", markers still without a topic)``."""
-    from contract.topics import table_topic
     by_table: dict[str, list[dict]] = {t: list(ms) for t, ms in orphans.items()}
     for m in markers:
         if m.get("kind") in WINDOW_KINDS:
@@ -149,7 +155,6 @@ class MergeStateStore:
 def sinks_note(settings, wanted=lambda db, table: True) -> str:
     """How far each table sink got: per table (``wanted(db, table)``), the highest position
     applied (each sink row keeps the position of the change that wrote it)."""
-    from spark_jobs.partition_merge import sinks_of
     lines = []
     for name, sink in sinks_of(settings):
         try:
@@ -167,7 +172,6 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
     """The markers at offsets ``[start, end)`` of the (single-partition) markers topic."""
     from confluent_kafka import Consumer
 
-    from common.kafka.topic_reader import read_partition
     if end <= start:
         return []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-markers-{uuid.uuid4().hex}",
@@ -181,7 +185,6 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
 
 class MergeJob:
     def __init__(self, cfg: CDCConfig) -> None:
-        from spark_jobs.partition_merge import MergeSettings
         self.cfg = cfg
         k = cfg.kafka
         self.prefix = k.topic_prefix
@@ -239,9 +242,6 @@ class MergeJob:
         """Every partition of every table topic; clean topics and the DLQ exist."""
         from confluent_kafka.admin import AdminClient
 
-        from common.kafka.clients import ensure_topics
-        from contract.topics import clean_topic
-        from spark_jobs.clean_changelog import ensure_clean_topic
         md = AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, **self.client}).list_topics(timeout=15)
         rx = re.compile(table_topic_pattern(self.prefix))
         parts = []
@@ -263,7 +263,6 @@ class MergeJob:
         """``{tp: (low, end)}`` of the partitions of ``tps`` that exist now."""
         from confluent_kafka.admin import AdminClient
 
-        from common.kafka.offsets import end_offsets
         tps = set(tps)
         if not tps:
             return {}
@@ -273,7 +272,6 @@ class MergeJob:
         return end_offsets(self.cfg.kafka.bootstrap_servers, there, client_config=self.client) if there else {}
 
     def _topic_ids(self, topics) -> dict[str, str]:
-        from common.kafka.clients import topic_ids
         return topic_ids(self.cfg.kafka.bootstrap_servers, topics, client_config=self.client)
 
     def _markers_losses(self, start: int, topic_id: str | None, plan_end: int | None = None) -> list[DataLoss]:
@@ -316,7 +314,6 @@ class MergeJob:
 
     def sinks_note(self, losses: list[DataLoss]) -> str:
         """How far each table sink got, for the tables of the lost topics."""
-        from contract.topics import table_topic
         topics = {x.topic for x in losses}
         everything = markers_topic(self.prefix) in topics
         return sinks_note(self.settings, lambda db, table: everything or table_topic(self.prefix, db, table) in topics)
@@ -326,14 +323,13 @@ class MergeJob:
         (when Kafka does not answer, that cannot be told: the query's own retries go on)."""
         from confluent_kafka import KafkaException
 
-        from common.kafka.offsets import OffsetLookupError
         try:
             losses = self.checkpoint_losses()
         except (KafkaException, OffsetLookupError) as exc:
             log.warning("cannot check the checkpoint against Kafka (%s); the query starts and retries", exc)
             return
         if losses:
-            err = MergeDataLoss(losses, self.sinks_note(losses))
+            err = data_loss_stop(losses, self.sinks_note(losses))
             log.error("%s", err)
             raise err
 
@@ -341,8 +337,6 @@ class MergeJob:
     def _plan(self, batch_id: int, prev: dict, partitions: list[tuple[str, int]]) -> tuple[dict, list[dict]]:
         """The batch's markers range (written down before use, so a replay reads the same)
         and its markers; the DELETE_MISSING markers get the partition ends they wait for."""
-        from common.kafka.offsets import end_offsets
-        from contract.topics import table_topic
         plan = self.store.plan(batch_id)
         mt = markers_topic(self.prefix)
         if plan is None:
@@ -350,7 +344,7 @@ class MergeJob:
             start = int(prev.get("markers_next", 0))
             losses = self._markers_losses(start, prev.get("markers_topic_id"))
             if losses and self.fail_on_data_loss:
-                raise MergeDataLoss(losses, self.sinks_note(losses))
+                raise data_loss_stop(losses, self.sinks_note(losses))
             for x in losses:
                 log.warning("%s; spark.fail_on_data_loss is false: the markers are read from offset %s", x.describe(),
                             x.resume)
@@ -381,7 +375,6 @@ class MergeJob:
         that already; Tansu reports the first records of an open transaction as stable for a
         moment (tests/integration/test_kafka_offsets.py), and a chunk row read from such a
         transaction must not arrive before its window's CLOSE marker is in the range."""
-        from common.kafka.offsets import end_offsets
         ends = batch_end_offsets(self.query_dir, batch_id)
         known = set(partitions)
         want = {tp: e for tp, e in offsets_from_json(ends[0]).items() if tp in known} \
@@ -401,7 +394,6 @@ class MergeJob:
     def _delete_missing(self, waiting: list[dict], batch_id: int) -> tuple[list[dict], int]:
         """Apply the DELETE_MISSING markers whose table partitions this batch read past the
         ends they wait for; returns the ones still waiting and the rows deleted."""
-        from spark_jobs.partition_merge import sinks_of
         ends = batch_end_offsets(self.query_dir, batch_id)
         reached = offsets_from_json(ends[0]) if ends and isinstance(ends[0], dict) else None
         still, deleted = [], 0
@@ -419,7 +411,6 @@ class MergeJob:
         return still, deleted
 
     def process_batch(self, df, batch_id: int) -> None:
-        from spark_jobs.partition_merge import OUTPUT_SCHEMA, arrow_function, merge_markers
         t0 = time.monotonic()
         prev = self.store.state_before(batch_id)
         partitions = self._ensure_topics()  # after the batch's offsets were fixed
@@ -506,7 +497,6 @@ class MergeJob:
 
     def run(self, *, available_now: bool = False, max_restarts: int | None = None) -> int:
         """Run until stopped; ``available_now``: process what is in Kafka now, then return."""
-        from common.metrics_http import serve_metrics
         from spark_jobs.spark_session import build_session
         if self.fail_on_data_loss:
             self.stop_on_data_loss()
@@ -557,11 +547,12 @@ def run_merge(cfg: CDCConfig, *, available_now: bool = False) -> int:
 def main() -> int:
     """``spark-submit spark_jobs/merge_job.py`` / ``python -m spark_jobs.merge_job``: the
     configuration from ``CDC_CONFIG`` (default ./cdc.yaml) and ``CDC__*`` variables."""
-    from common.config import load_config
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    cfg = load_config(os.environ.get("CDC_CONFIG", "cdc.yaml"))
-    return run_merge(cfg)
+    logs.configure()
+    try:
+        return run_merge(load_config(os.environ.get("CDC_CONFIG", "cdc.yaml")))
+    except CDCError as exc:
+        log.error("%s", exc)
+        return 1
 
 
 if __name__ == "__main__":

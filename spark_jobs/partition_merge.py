@@ -31,12 +31,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder, SerdeError
+from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder
+from contract.errors import SerdeError
 from contract.topics import clean_topic
 from spark_jobs.clean_changelog import CleanPartitionWriter
-from spark_jobs.dblog import ChangeRecord, ChunkRow, DBLogError, Marker, Window, WindowBuffer
+from spark_jobs.dblog import ChangeRecord, ChunkRow, Marker, Window, WindowBuffer
+from spark_jobs.errors import DBLogError
+from contract.schema_store import SchemaStore
+from spark_jobs.sinks import MySQLSink, PostgresSink
 
-log = logging.getLogger("cdc.merge")
+log = logging.getLogger(__name__)
 
 OUTPUT_SCHEMA = "kind string, topic string, partition int, payload string"
 
@@ -72,7 +76,6 @@ class EnvelopeDecoder:
     """Decodes a record and tells its writer schema (the sinks build tables from it)."""
 
     def __init__(self, s: MergeSettings) -> None:
-        from contract.schema_store import SchemaStore
         self.store = SchemaStore(s.bootstrap, s.prefix, s.client or None)
         self.registry = ConfluentRegistry(s.registry_url) if s.registry_url else None
         self.decoder = RecordDecoder(self.store.get, self.registry)
@@ -93,11 +96,9 @@ class EnvelopeDecoder:
 def sinks_of(s: MergeSettings) -> list[tuple[str, Any]]:
     out = []
     if s.postgres:
-        from spark_jobs.sinks import PostgresSink
         out.append(("postgres", _cached(("pg", json.dumps(s.postgres, sort_keys=True)),
                                         lambda: PostgresSink(s.postgres["dsn"], s.postgres.get("schema_name", "public")))))
     if s.mysql:
-        from spark_jobs.sinks import MySQLSink
         m = s.mysql
         out.append(("mysql", _cached(("my", json.dumps(m, sort_keys=True)),
                                      lambda: MySQLSink(m["host"], int(m["port"]), m["user"], m["password"], m["database"]))))

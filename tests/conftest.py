@@ -10,14 +10,12 @@ fails the session with the reason: no test is skipped because a service is missi
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import signal
 import uuid
 from pathlib import Path
 from typing import Iterator
 
-import pymysql
 import pytest
 
 from common.config import CDCConfig, dump_config

@@ -10,7 +10,7 @@ import pymysql
 from common.config import CDCConfig
 from common.kafka.topic_reader import read_topic
 from cdc.workload import KEY_KINDS, WriteLoad, create_table  # noqa: F401 - re-exported for the tests
-from producer.binlog_source import connect
+from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
 from spark_jobs.dblog import ChunkRow, apply_in_order, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import dedupe_by_position, read_events

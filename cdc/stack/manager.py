@@ -26,7 +26,9 @@ from common.config import CDCConfig, dump_config
 from cdc.stack.kafka_broker import EmbeddedBroker, external_broker
 from cdc.stack.mysql_server import EmbeddedMySQL, server_status
 from cdc.stack.postgres_server import EmbeddedPostgres, external_postgres
-from cdc.stack.process import StackError, pid_alive
+from cdc.stack.process import pid_alive
+from cdc.errors import StackError
+from producer.offset_store import LocalOffsetCopy
 
 DEFAULT_STATE_DIR = Path(".cdc/stack")
 SINK_DATABASE = "cdc_sink"
@@ -125,7 +127,6 @@ def _running_merge_job(state_dir: Path) -> int | None:
 
 def _reset_for_lost_kafka(state_dir: Path) -> list[str]:
     """Reset what depended on the lost topics; returns what was done."""
-    from producer.offset_store import LocalOffsetCopy
     done = []
     ck = _checkpoint_dir(state_dir)
     if ck.is_dir() and any(ck.iterdir()):

@@ -12,7 +12,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from cdc.stack.process import StackError, free_port, pid_alive, spawn, stop_pid, wait_until
+from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
+from cdc.errors import StackError
 
 SERVICE_USER = "postgres"
 

@@ -9,10 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Sequence
-
-
-class StackError(Exception):
-    """A part of the embedded stack could not be started or reached."""
+from cdc.errors import StackError
 
 
 def free_port() -> int:

@@ -33,10 +33,7 @@ import uuid
 from typing import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-
-class OffsetLookupError(Exception):
-    """The broker did not answer an offset lookup in time."""
+from common.errors import OffsetLookupError
 
 
 # get_watermark_offsets errors that mean "the broker did not answer in time".

@@ -9,21 +9,13 @@ from typing import Iterator
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from common.kafka.offsets import end_offsets
+from common.errors import PartitionStalled
 
 # How long one ``consume`` call may wait.  librdkafka's ``consume(n, timeout)`` returns
 # only when ``n`` messages arrived or the timeout passed, so a call asking for more than
 # the log still holds always waits its whole timeout: ask for what is left, wait briefly,
 # and look at the consumer's position (offset gaps: transaction markers) in between.
 CONSUME_WAIT_S = 0.05
-
-
-class PartitionStalled(TimeoutError):
-    """A partition range made no progress for the allowed time; ``position``: the next
-    offset it was waiting for."""
-
-    def __init__(self, message: str, position: int = -1) -> None:
-        super().__init__(message)
-        self.position = position
 
 
 def read_partition(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,

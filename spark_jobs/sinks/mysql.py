@@ -64,12 +64,12 @@ import pymysql
 from pymysql.converters import escape_string
 
 from common.sql.quoting import quote_ident
+from spark_jobs.errors import SinkError
 from spark_jobs.sinks.base import TableSinkBase
 from spark_jobs.sinks.sink_schema import (
     POSITION_COLUMN,
     ApplyResult,
     SinkColumn,
-    SinkError,
     TableLayout,
     format_time_micros,
     freeze_key,

@@ -77,11 +77,11 @@ from typing import Any, Iterable, Sequence
 
 import psycopg
 
+from spark_jobs.errors import SinkError
 from spark_jobs.sinks.base import TableSinkBase
 from spark_jobs.sinks.sink_schema import (
     POSITION_COLUMN,
     ApplyResult,
-    SinkError,
     TableLayout,
     key_hash,
     postgres_converter,

@@ -52,7 +52,7 @@ Notes:
 * Plain Avro logical types (``date``, ``time-millis``/``-micros``, ``timestamp-millis``/
   ``-micros``, ``decimal``, ``uuid``) map like their Debezium twins; an unknown
   ``connect.name`` falls back to its Avro primitive, except unknown ``io.debezium.time.*``
-  names, which raise :class:`UnsupportedAvroType` (a silently wrong time is worse).
+  names, which raise :class:`UnsupportedType` (a silently wrong time is worse).
 * Geometry keeps the WKB only (the SRID is not stored).  A ``Point`` without WKB gets one
   built from ``x``/``y``.
 * The MySQL string/binary types of *key* columns are ``VARCHAR``/``VARBINARY`` sized to fit
@@ -80,11 +80,12 @@ from decimal import Decimal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from common.errors import UnsupportedType
+from spark_jobs.errors import SinkError
+
 __all__ = [
     "POSITION_COLUMN",
     "POSITION_WIDTH",
-    "SinkError",
-    "UnsupportedAvroType",
     "SinkColumn",
     "TableLayout",
     "Change",
@@ -130,14 +131,6 @@ POSITION_WIDTH = 30
 _EPOCH_DATE = date(1970, 1, 1)
 _EPOCH = datetime(1970, 1, 1)
 _UTC = timezone.utc
-
-
-class SinkError(Exception):
-    """A sink could not apply a batch (bad input, schema conflict)."""
-
-
-class UnsupportedAvroType(SinkError, ValueError):
-    """An Avro field type has no sink column type."""
 
 
 # =============================================================================== schema walking
@@ -277,9 +270,9 @@ def _kind_of(t: Any, what: str) -> tuple[str, dict]:
     if isinstance(t, str):
         if t in _PRIMITIVE_KIND:
             return _PRIMITIVE_KIND[t], {}
-        raise UnsupportedAvroType(f"{what}: unsupported Avro type {t!r}")
+        raise UnsupportedType(f"{what}: unsupported Avro type {t!r}")
     if not isinstance(t, dict):
-        raise UnsupportedAvroType(f"{what}: unsupported Avro type {t!r}")
+        raise UnsupportedType(f"{what}: unsupported Avro type {t!r}")
     prim = t.get("type")
     cname = t.get("connect.name")
     logical = t.get("logicalType")
@@ -290,7 +283,7 @@ def _kind_of(t: Any, what: str) -> tuple[str, dict]:
             return "point", {}
         if marker == GEOMETRY_NAME:
             return "geometry", {}
-        raise UnsupportedAvroType(f"{what}: unsupported record type {marker!r}")
+        raise UnsupportedType(f"{what}: unsupported record type {marker!r}")
     if prim == "enum":
         return "string", {}
     if prim == "fixed":
@@ -298,7 +291,7 @@ def _kind_of(t: Any, what: str) -> tuple[str, dict]:
             return "decimal", {"precision": int(t["precision"]), "scale": int(t.get("scale", 0))}
         return "bytes", {}
     if prim not in _PRIMITIVE_KIND:
-        raise UnsupportedAvroType(f"{what}: unsupported Avro type {prim!r}")
+        raise UnsupportedType(f"{what}: unsupported Avro type {prim!r}")
     if logical == "decimal" and prim == "bytes":
         return "decimal", {"precision": int(t["precision"]), "scale": int(t.get("scale", 0))}
     if cname in _TIME_NAMES:
@@ -309,10 +302,10 @@ def _kind_of(t: Any, what: str) -> tuple[str, dict]:
         params = t.get("connect.parameters") or {}
         n = t.get("length", params.get("length"))
         if n is None:
-            raise UnsupportedAvroType(f"{what}: io.debezium.data.Bits without a length")
+            raise UnsupportedType(f"{what}: io.debezium.data.Bits without a length")
         return "bits", {"length": int(n)}
     if isinstance(cname, str) and cname.startswith("io.debezium.time."):
-        raise UnsupportedAvroType(f"{what}: unsupported temporal type {cname!r}")
+        raise UnsupportedType(f"{what}: unsupported temporal type {cname!r}")
     if (prim, logical) in _LOGICAL:
         return _LOGICAL[(prim, logical)], {}
     if prim == "int" and t.get("connect.type") in ("int16", "int8"):
@@ -327,7 +320,7 @@ def column_kind(field_type: Any, names: Mapping[str, dict] | None = None, *, wha
     if isinstance(field_type, list):
         branches = [b for b in field_type if b != "null"]
         if len(branches) != 1:
-            raise UnsupportedAvroType(f"{what}: unions other than [null, T] are not supported: {field_type!r}")
+            raise UnsupportedType(f"{what}: unions other than [null, T] are not supported: {field_type!r}")
         kind, attrs = _kind_of(s.resolve(branches[0], None), what)
         return kind, len(branches) != len(field_type), attrs
     kind, attrs = _kind_of(s.resolve(field_type, None), what)
@@ -352,7 +345,7 @@ def row_columns(value_schema: Any) -> list[SinkColumn]:
         if isinstance(t, list):
             branches = [b for b in t if b != "null"]
             if len(branches) != 1:
-                raise UnsupportedAvroType(f"{what}: unions other than [null, T] are not supported: {t!r}")
+                raise UnsupportedType(f"{what}: unions other than [null, T] are not supported: {t!r}")
             kind, attrs = _kind_of(s.resolve(branches[0], ns), what)
             nullable = len(branches) != len(t)
         else:
@@ -436,7 +429,7 @@ def table_layout(value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
         if c in key:
             raise SinkError(f"key column {k!r} given twice")
         if c.kind == "json":
-            raise UnsupportedAvroType(f"key column {c.name!r}: a JSON column cannot be part of a key")
+            raise UnsupportedType(f"key column {c.name!r}: a JSON column cannot be part of a key")
         key.append(c)
     key_cols = tuple(SinkColumn(c.name, c.field, c.kind, False, c.precision, c.scale, c.length) for c in key)
     key_set = {c.name for c in key_cols}
@@ -477,7 +470,7 @@ def postgres_type(col: Any) -> str:
     try:
         return _PG_TYPES[c.kind]
     except KeyError:
-        raise UnsupportedAvroType(f"column {c.name!r}: no PostgreSQL type for kind {c.kind!r}") from None
+        raise UnsupportedType(f"column {c.name!r}: no PostgreSQL type for kind {c.kind!r}") from None
 
 
 _MYSQL_TYPES = {
@@ -528,16 +521,16 @@ def mysql_type(col: Any) -> str:
     c = _as_column(col)
     if c.kind == "decimal":
         if not 1 <= (c.precision or 0) <= 65 or not 0 <= (c.scale or 0) <= 30:
-            raise UnsupportedAvroType(f"column {c.name!r}: DECIMAL({c.precision},{c.scale}) exceeds MySQL's limits")
+            raise UnsupportedType(f"column {c.name!r}: DECIMAL({c.precision},{c.scale}) exceeds MySQL's limits")
         return f"DECIMAL({c.precision},{c.scale})"
     if c.kind == "bits":
         if not 1 <= (c.length or 0) <= 64:
-            raise UnsupportedAvroType(f"column {c.name!r}: BIT({c.length}) exceeds MySQL's limit of 64")
+            raise UnsupportedType(f"column {c.name!r}: BIT({c.length}) exceeds MySQL's limit of 64")
         return f"BIT({c.length})"
     try:
         return _MYSQL_TYPES[c.kind]
     except KeyError:
-        raise UnsupportedAvroType(f"column {c.name!r}: no MySQL type for kind {c.kind!r}") from None
+        raise UnsupportedType(f"column {c.name!r}: no MySQL type for kind {c.kind!r}") from None
 
 
 # =============================================================================== values
@@ -666,7 +659,7 @@ def postgres_converter(col: Any) -> Callable[[Any], Any]:
         return _nullable(parse_zoned_timestamp)
     conv = _common_converter(c)
     if conv is None:
-        raise UnsupportedAvroType(f"column {c.name!r}: no converter for kind {c.kind!r}")
+        raise UnsupportedType(f"column {c.name!r}: no converter for kind {c.kind!r}")
     return conv
 
 
@@ -683,7 +676,7 @@ def mysql_converter(col: Any) -> Callable[[Any], Any]:
         return _nullable(_naive_utc)
     conv = _common_converter(c)
     if conv is None:
-        raise UnsupportedAvroType(f"column {c.name!r}: no converter for kind {c.kind!r}")
+        raise UnsupportedType(f"column {c.name!r}: no converter for kind {c.kind!r}")
     return conv
 
 

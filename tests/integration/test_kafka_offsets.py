@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from common.kafka.clients import ensure_topics
-from common.kafka.offsets import OffsetLookupError, end_offsets
+from common.kafka.offsets import end_offsets
+from common.errors import OffsetLookupError
 
 UNCOMMITTED = {"isolation.level": "read_uncommitted"}
 

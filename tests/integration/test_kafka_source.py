@@ -18,8 +18,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.kafka.offsets import end_offsets
-from spark_jobs.kafka_source import (SCHEMA, KafkaDataLossError, KafkaRange, KafkaReadTimeout, SourceOptions, parse_options,
-                                     read_range)
+from spark_jobs.kafka_source import SCHEMA, KafkaRange, SourceOptions, parse_options, read_range
+from spark_jobs.errors import KafkaDataLossError, KafkaReadTimeout
 from spark_jobs.spark_session import build_session
 
 

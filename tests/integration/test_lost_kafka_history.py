@@ -29,9 +29,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.config import dump_config, load_config
 from contract.topics import table_topic
-from producer.app import KafkaHistoryLost, ProducerApp
+from producer.app import ProducerApp
+from producer.errors import KafkaHistoryLost
 from producer.offset_store import LocalOffsetCopy
-from spark_jobs.merge_job import MergeDataLoss, MergeJob
+from spark_jobs.merge_job import MergeJob
+from spark_jobs.errors import MergeDataLoss
 from tests.producer_helpers import ROOT, read_events, run_until_caught_up, start_at_current, wait_for
 from tests.sink_helpers import pg_sink_rows
 
@@ -96,7 +98,7 @@ def test_merge_job_stops_on_a_recreated_topic_and_carries_on_when_told(stack, me
         cur.execute("UPDATE t SET v = 'changed' WHERE id = 1")
     run_until_caught_up(cfg)
     cfg.spark.fail_on_data_loss = False
-    with caplog.at_level(logging.WARNING, logger="cdc.merge"):
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.merge_job"):
         assert MergeJob(cfg).run(available_now=True) == 0
     warned = [r.getMessage() for r in caplog.records if "Kafka lost records" in r.getMessage()]
     assert warned and topic in warned[0], caplog.text[-2000:]

@@ -8,8 +8,12 @@ from decimal import Decimal
 
 import pytest
 
-from producer.app import ProducerApp, ProducerStopped
-from producer.binlog_source import BinlogPurgedError, SourceError, connect, current_position
+from producer.app import ProducerApp
+from producer.errors import ProducerStopped
+from common.sql.sessions import connect
+from producer.binlog_source import current_position
+from producer.errors import BinlogPurgedError
+from common.errors import SourceError
 from tests.producer_helpers import apply_changelog, read_events, run_until_caught_up, start_at_current
 
 

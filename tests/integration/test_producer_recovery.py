@@ -108,7 +108,7 @@ def test_source_restart_is_survived(stack, config, test_db):
     with stack.admin(test_db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))")
     start_at_current(config)
-    with ProducerThread(config) as producer:
+    with ProducerThread(config):
         _workload(stack, test_db, 200, 1)
         stack.restart_source(down_s=2.0)
         _workload(stack, test_db, 200, 2, offset=100000)

@@ -28,7 +28,8 @@ from producer.event_builder import envelope_schema
 from producer.table_reader import read_table_def
 from producer.table_schema import ColumnDef, TableDef
 from producer.type_mapping import RowConverter, avro_fullname, row_record_schema
-from spark_jobs.sinks import ApplyResult, SinkError, row_columns
+from spark_jobs.sinks import ApplyResult, row_columns
+from spark_jobs.errors import SinkError
 from spark_jobs.sinks.mysql import MySQLSink
 from spark_jobs.sinks.postgres import PostgresSink, quote_pg
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from producer.binlog_source import connect
-from producer.table_reader import snapshot_connection
-from tests.producer_helpers import ProducerProcess, ProducerThread, read_events, run_until_caught_up, start_at_current, wait_for
+from common.sql.sessions import connect, read_session
+from tests.producer_helpers import (ProducerProcess, ProducerThread, read_events, run_until_caught_up,
+                                    start_at_current, wait_for)
 from tests.snapshot_helpers import (WriteLoad, create_table, dblog_replay, has_notification, markers,
                                     notifications, signal, snapshot, source_rows)
 
@@ -303,7 +303,7 @@ def test_initial_startup_snapshots_every_captured_table(stack, config, test_db):
 
 
 def test_reader_connection_reads_utc_and_read_committed(config):
-    conn = snapshot_connection(config.source)
+    conn = read_session(config.source)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT @@session.time_zone")

@@ -34,7 +34,8 @@ from common.kafka.topic_reader import read_topic
 from contract.serde import AvroWriter
 from cdc.verify import VerifyReport, print_report, verify
 from producer.event_builder import envelope_schema
-from producer.table_reader import read_chunk, read_table_def, snapshot_connection
+from common.sql.sessions import read_session
+from producer.table_reader import read_chunk, read_table_def
 from producer.type_mapping import RowConverter, avro_fullname, row_record_schema
 from contract.topics import clean_topic
 from spark_jobs.clean_changelog import CleanPartitionWriter, ensure_clean_topic
@@ -86,7 +87,7 @@ def sinks(config: CDCConfig, unique, test_db) -> Iterator[Sinks]:
 
 def load_sinks(cfg: CDCConfig, sinks: Sinks, db: str, table: str, batch: int = 5000) -> int:
     """Both sink tables of ``db.table`` filled from the source, as a snapshot would; rows copied."""
-    conn = snapshot_connection(cfg.source)
+    conn = read_session(cfg.source)
     try:
         tdef = read_table_def(conn, db, table)
         ns = avro_fullname(f"cdc.{db}.{table}")

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contract.avro_template import RecordTemplate, avro_int, avro_long, avro_string, field_encoder
-from contract.serde import SerdeError
+from contract.errors import SerdeError
 from producer.event_builder import ENVELOPE_VARIABLE, EventBuilder, envelope_schema
 from producer.table_schema import ColumnDef, TableDef
 from producer.type_mapping import RowConverter, row_record_schema

@@ -1,4 +1,3 @@
-import itertools
 
 from hypothesis import given, settings, strategies as st
 

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from common.config import CDCConfig, ConfigError, config_env_keys, dump_config, load_config
+from common.config import CDCConfig, config_env_keys, dump_config, load_config
+from common.errors import ConfigError
 
 
 def test_defaults_validate_and_round_trip(tmp_path: Path):

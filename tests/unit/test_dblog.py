@@ -23,25 +23,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from contract.position import BinlogPosition
-from spark_jobs.dblog import (
-    ChangeRecord,
-    ChunkRow,
-    DBLogError,
-    Marker,
-    OrderingError,
-    UnknownWindowError,
-    Version,
-    Window,
-    WindowBuffer,
-    apply_in_order,
-    chunk_row_position,
-    dedupe_chunk,
-    dedupe_log,
-    from_envelope,
-    live_rows,
-    make_key,
-    merge_upsert,
-)
+from spark_jobs.dblog import (ChangeRecord, ChunkRow, Marker, Version, Window, WindowBuffer, apply_in_order,
+                              chunk_row_position, dedupe_chunk, dedupe_log, from_envelope, live_rows, make_key,
+                              merge_upsert)
+from spark_jobs.errors import DBLogError, OrderingError, UnknownWindowError
 
 END = "9" * 30
 PROPERTY = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

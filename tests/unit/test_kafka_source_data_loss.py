@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_jobs.kafka_source import (DataLoss, KafkaDataLossError, apply_data_loss, data_loss_message,
-                                     detect_data_loss, ids_from_json, lost_from_json, offsets_from_json,
-                                     offsets_to_json, parse_options, plan_end_offsets, plan_ranges)
+from spark_jobs.data_loss import DataLoss, apply_data_loss, data_loss_message, detect_data_loss
+from spark_jobs.errors import KafkaDataLossError
+from spark_jobs.kafka_offsets import (ids_from_json, lost_from_json, offsets_from_json, offsets_to_json,
+                                      plan_end_offsets)
+from spark_jobs.kafka_source import parse_options, plan_ranges
 from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
 
 T = ("cdc.shop.orders", 0)
@@ -75,8 +77,8 @@ def test_detection_is_exactly_the_offsets_outside_the_log(start, low, length):
 
 def test_the_error_names_everything_and_what_to_do():
     losses = detect_data_loss({T: 2000}, {T: (0, 110)})
-    err = KafkaDataLossError(losses)
-    assert str(err) == data_loss_message(losses)
+    err = KafkaDataLossError(data_loss_message(losses), losses)
+    assert err.losses == losses
     for part in ("cdc.shop.orders partition 0", "checkpoint offset 2000", "earliest offset 0, latest 110",
                  "failOnDataLoss=false", "cdc snapshot"):
         assert part in str(err)

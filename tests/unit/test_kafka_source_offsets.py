@@ -10,9 +10,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.datasource import InputPartition
 
-from spark_jobs.kafka_source import (EARLIEST, CdcKafkaStreamReader, KafkaRange, KafkaSourceOptionError,
-                                     offsets_from_json, offsets_to_json, parse_options, parse_starting_offsets,
-                                     plan_end_offsets, plan_ranges, resolve_starting_offsets, spread_limit)
+from spark_jobs.errors import KafkaSourceOptionError
+from spark_jobs.kafka_offsets import (EARLIEST, offsets_from_json, offsets_to_json, plan_end_offsets,
+                                      resolve_starting_offsets, spread_limit)
+from spark_jobs.kafka_source import (CdcKafkaStreamReader, KafkaRange, parse_options, parse_starting_offsets,
+                                     plan_ranges)
 
 BS = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 

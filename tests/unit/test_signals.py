@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from contract.signals import BadSignal, parse_signal
+from contract.signals import parse_signal
+from contract.errors import BadSignal
 
 
 def test_execute_snapshot_debezium_form():

@@ -22,37 +22,14 @@ from hypothesis import strategies as st
 from producer.event_builder import envelope_schema
 from producer.table_schema import ColumnDef, TableDef
 from producer.type_mapping import RowConverter, avro_fullname, avro_field, row_record_schema, value_converter
-from spark_jobs.sinks.sink_schema import (
-    POSITION_COLUMN,
-    ApplyResult,
-    Change,
-    SinkColumn,
-    SinkError,
-    UnsupportedAvroType,
-    bits_to_int,
-    bits_to_text,
-    days_to_date,
-    format_time_micros,
-    freeze_key,
-    geometry_wkb,
-    key_hash,
-    key_json,
-    micros_to_datetime,
-    micros_to_timedelta,
-    millis_to_datetime,
-    mysql_converter,
-    mysql_key_types,
-    mysql_type,
-    parse_zoned_timestamp,
-    postgres_converter,
-    postgres_type,
-    reduce_batch,
-    reduce_for_layout,
-    row_columns,
-    sink_identifier,
-    sink_table_name,
-    table_layout,
-)
+from spark_jobs.sinks.sink_schema import (POSITION_COLUMN, ApplyResult, Change, SinkColumn, bits_to_int, bits_to_text,
+                                          days_to_date, format_time_micros, freeze_key, geometry_wkb, key_hash,
+                                          key_json, micros_to_datetime, micros_to_timedelta, millis_to_datetime,
+                                          mysql_converter, mysql_key_types, mysql_type, parse_zoned_timestamp,
+                                          postgres_converter, postgres_type, reduce_batch, reduce_for_layout,
+                                          row_columns, sink_identifier, sink_table_name, table_layout)
+from spark_jobs.errors import SinkError
+from common.errors import UnsupportedType
 
 SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=200)
 UTC = timezone.utc
@@ -233,7 +210,7 @@ def test_plain_avro_logical_types():
     {"type": "record", "name": "Other", "fields": []},
 ])
 def test_unsupported_types_raise(bad):
-    with pytest.raises(UnsupportedAvroType):
+    with pytest.raises(UnsupportedType):
         row_columns({"type": "record", "name": "R", "fields": [{"name": "x", "type": bad}]})
 
 
@@ -257,9 +234,9 @@ def test_mysql_key_types_fit_innodb_key_limit():
 
 
 def test_mysql_refuses_what_it_cannot_store():
-    with pytest.raises(UnsupportedAvroType):
+    with pytest.raises(UnsupportedType):
         mysql_type(SinkColumn("x", "x", "decimal", True, 66, 2))
-    with pytest.raises(UnsupportedAvroType):
+    with pytest.raises(UnsupportedType):
         table_layout(ENVELOPE, ["js"])  # JSON as a key
 
 

@@ -19,21 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from producer.table_schema import ColumnDef, TableDef, parse_enum_values
-from producer.type_mapping import (
-    ConversionError,
-    RowConverter,
-    UnsupportedColumnType,
-    avro_field,
-    avro_name,
-    avro_type,
-    canonical_json,
-    days_from_civil,
-    field_names,
-    fix_binlog_negative_time,
-    key_record_schema,
-    row_record_schema,
-    value_converter,
-)
+from producer.type_mapping import (RowConverter, avro_field, avro_name, avro_type, canonical_json, days_from_civil,
+                                   field_names, fix_binlog_negative_time, key_record_schema, row_record_schema,
+                                   value_converter)
+from producer.errors import ConversionError
+from common.errors import UnsupportedType
 
 F32 = struct.Struct("<f")
 EPOCH = datetime(1970, 1, 1)
@@ -225,9 +215,9 @@ def test_geometry_types():
 
 def test_unsupported_type_raises_clearly():
     c = make_col("v", "vector", "vector(3)")
-    with pytest.raises(UnsupportedColumnType, match="vector"):
+    with pytest.raises(UnsupportedType, match="vector"):
         avro_type(c)
-    with pytest.raises(UnsupportedColumnType, match="'v'"):
+    with pytest.raises(UnsupportedType, match="'v'"):
         value_converter(c)
 
 

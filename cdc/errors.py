@@ -1,0 +1,25 @@
+"""Errors of the operator tools."""
+
+from __future__ import annotations
+
+from common.errors import CDCError
+
+
+class CommandError(CDCError):
+    """A command that cannot do what was asked (the message says why)."""
+
+
+class StackError(CDCError):
+    """The embedded stack cannot start or stop a part (the message names it and its log)."""
+
+
+class VerifyError(CDCError):
+    """``cdc verify`` cannot compare (no sink to compare with, the source unreachable)."""
+
+
+class BenchError(CDCError):
+    """A benchmark cannot run (the message says why)."""
+
+
+class ChaosError(CDCError):
+    """The chaos run cannot go on (the message says why)."""

@@ -1,0 +1,71 @@
+"""``cdc status``: the producer's stored position (Kafka, and the copy kept in the state
+directory), its live figures, the merge job's last batch and totals, snapshot progress."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from cdc.progress import draw_status_bars
+from common.config import CDCConfig
+from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
+
+
+def show_status(cfg: CDCConfig, console: Console) -> None:
+    table = Table("what", "value")
+    stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
+    if stored:
+        r = stored["resume"]
+        age = time.time() - stored.get("ts_ms", 0) / 1000
+        table.add_row("stored position", f"{r['file']}:{r['pos']} (last change {r.get('last')})")
+        table.add_row("last commit", f"{age:.1f}s ago")
+    else:
+        table.add_row("stored position", "none (the producer has not committed yet)")
+    local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
+    kept = local.load()
+    lost = lost_history(stored, kept)
+    if lost is not None:
+        table.add_row("[red]Kafka history[/red]", f"[red]lost[/red]: {lost}; the position kept in {local.path} is "
+                      f"{kept['resume']['file']}:{kept['resume']['pos']} (cdc produce says how to recover)")
+    status_file = Path(cfg.state_dir) / "producer-status.json"
+    if status_file.exists():
+        st = json.loads(status_file.read_text())
+        fresh = time.time() - st.get("updated_at", 0) < 30
+        table.add_row("producer", f"pid {st['pid']}, " + ("running" if fresh else "no update for 30s+"))
+        table.add_row("events", f"{st['events_total']:,} ({st['events_per_second']:.0f}/s)")
+        table.add_row("seconds behind source", f"{st['seconds_behind_source']:.1f}")
+    else:
+        st = {}
+        table.add_row("producer", f"no status file in {cfg.state_dir} (not running here)")
+    console.print(table)
+    _merge_job(cfg, console)
+    snap = st.get("snapshot") or (stored or {}).get("snapshot")
+    if snap and snap.get("snapshot_id"):
+        if "tables" not in snap:  # the stored form
+            snap = {"paused": snap.get("paused"), "tables": [
+                {"table": j["table"], "rows": j.get("rows", 0), "estimated": j.get("estimated", 0)}
+                for j in snap.get("jobs", [])]}
+        console.print(f"snapshot {snap.get('snapshot_id', '')}" + (" (paused)" if snap.get("paused") else ""))
+        draw_status_bars(console, snap)
+
+
+def _merge_job(cfg: CDCConfig, console: Console) -> None:
+    merge_file = Path(cfg.state_dir) / "merge-status.json"
+    if not merge_file.exists():
+        return
+    ms = json.loads(merge_file.read_text())
+    lb = ms.get("last_batch", {})
+    fresh = time.time() - ms.get("updated_at", 0) < 60
+    mt = Table("merge job", "value")
+    mt.add_row("job", f"pid {ms['pid']}, " + ("running" if fresh else "no batch for 60s+"))
+    mt.add_row("last batch", f"#{ms['batch_id']}: {lb.get('input', 0):,} records, {lb.get('rows_per_second', 0):,.0f}/s, "
+                             f"{lb.get('dropped', 0)} chunk rows dropped, {lb.get('dead', 0)} dead letters")
+    latency = {k: lb.get(f"latency_{k}_ms") for k in ("p50", "p99")}
+    mt.add_row("latency", ", ".join(f"{k} {v:,.0f} ms" if v is not None else f"{k} -" for k, v in latency.items()))
+    t = ms.get("totals", {})
+    mt.add_row("totals", ", ".join(f"{k} {v:,}" for k, v in t.items()))
+    console.print(mt)

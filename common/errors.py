@@ -1,0 +1,43 @@
+"""The project's error base, and the errors of the shared base.
+
+Every error raised on purpose derives from :class:`CDCError`, and its message says what
+went wrong and what to do: the ``cdc`` command prints it without a traceback and exits 1.
+Each package keeps its own kinds in an ``errors`` module like this one; code that must tell
+kinds apart catches the type, never the message text.
+"""
+
+from __future__ import annotations
+
+
+class CDCError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class ConfigError(CDCError):
+    """The configuration file is missing or invalid; the message says what and where."""
+
+
+class SourceError(CDCError):
+    """The source server cannot be used as it is; the message says what to change."""
+
+
+class SourceUnavailable(SourceError):
+    """The source server cannot be reached right now (retried with backoff)."""
+
+
+class UnsupportedType(CDCError, ValueError):
+    """A column type (of the binlog, of a table definition, of an Avro schema) that is not
+    mapped; the message names the column and the type."""
+
+
+class OffsetLookupError(CDCError):
+    """The broker did not answer an offset lookup in time."""
+
+
+class PartitionStalled(CDCError, TimeoutError):
+    """A partition range made no progress for the allowed time; ``position``: the next
+    offset it was waiting for."""
+
+    def __init__(self, message: str, position: int = -1) -> None:
+        super().__init__(message)
+        self.position = position

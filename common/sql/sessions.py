@@ -1,0 +1,46 @@
+"""Sessions with the source server, as the CDC user: the one place that opens them.
+
+:func:`connect` is a plain session (autocommit, utf8mb4), with connection failures told
+apart: :class:`~common.errors.SourceError` when retrying cannot help (access denied, an
+unknown database), :class:`~common.errors.SourceUnavailable` when it may.  :func:`read_session`
+is the session that reads tables (snapshot chunks, ``cdc verify``): UTC, READ COMMITTED,
+each SELECT its own statement in autocommit (no long transaction, no lock), and read/write
+timeouts so that a server that stops answering fails the read instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import pymysql
+
+from common.config import SourceConfig
+from common.errors import SourceError, SourceUnavailable
+
+#: Seconds a table read may wait for the server before it fails (and is retried).
+READ_TIMEOUT_S = 600
+
+
+def connect(cfg: SourceConfig, database: str | None = None, **kw) -> pymysql.connections.Connection:
+    """A session with the source server (``kw``: more pymysql options)."""
+    try:
+        return pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.get_secret_value(),
+                               database=database, autocommit=True, charset="utf8mb4",
+                               connect_timeout=int(cfg.connect_timeout_s), **kw)
+    except pymysql.err.OperationalError as exc:
+        where = f"cannot connect to the source {cfg.host}:{cfg.port} as '{cfg.user}': {exc.args[-1]}"
+        if exc.args and exc.args[0] in (1045, 1044, 1049):  # access denied / unknown database: not transient
+            raise SourceError(where) from exc
+        raise SourceUnavailable(where) from exc
+
+
+def read_session(cfg: SourceConfig, *, binary_prefix: bool = False) -> pymysql.connections.Connection:
+    """A session for reading tables: TIMESTAMP values as UTC wall clock, READ COMMITTED;
+    ``binary_prefix``: binary strings sent as ``_binary'..'`` (key values compared byte for byte)."""
+    conn = connect(cfg, read_timeout=READ_TIMEOUT_S, write_timeout=READ_TIMEOUT_S, binary_prefix=binary_prefix)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    except BaseException:
+        conn.close()
+        raise
+    return conn

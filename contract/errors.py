@@ -1,0 +1,19 @@
+"""Errors of the event contract: records that cannot be framed or read, signals that
+cannot be acted on."""
+
+from __future__ import annotations
+
+from common.errors import CDCError
+
+
+class SerdeError(CDCError):
+    """A record could not be encoded or decoded (the message names why)."""
+
+
+class BadSignal(CDCError, ValueError):
+    """A signal row that cannot be acted on; the message names the reason."""
+
+    def __init__(self, signal_id: str, reason: str) -> None:
+        super().__init__(f"signal {signal_id!r}: {reason}")
+        self.signal_id = signal_id
+        self.reason = reason

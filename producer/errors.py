@@ -1,0 +1,41 @@
+"""Errors of the binlog producer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.errors import CDCError, ConfigError, SourceError
+
+
+class ProducerStopped(CDCError):
+    """The producer stopped for a reason the user must act on (the message says what)."""
+
+
+class KafkaHistoryLost(ProducerStopped):
+    """A position kept locally is not in Kafka: Kafka lost the producer's history, and no
+    recovery was asked for (``producer.lost_history`` / ``cdc produce --recover``)."""
+
+    def __init__(self, message: str, local: dict, local_path: Path) -> None:
+        super().__init__(message)
+        self.local = local
+        self.local_path = local_path
+
+
+class BinlogPurgedError(SourceError):
+    """The stored position is in a binlog file the server no longer has."""
+
+
+class WriterError(CDCError):
+    """Kafka refused or lost a write; the batch was not committed."""
+
+
+class ConversionError(CDCError, ValueError):
+    """A value that does not fit its column's mapped type (the message names the column)."""
+
+
+class FilterRefused(CDCError, ValueError):
+    """A snapshot filter (additional-conditions) that is not accepted; the message says why."""
+
+
+class FilterConfigError(ConfigError):
+    """A capture filter of the configuration that cannot be used (a bad regular expression)."""

@@ -1,0 +1,61 @@
+"""Errors of the merge stage: the Kafka source, the DBLog rule, the clean changelog, the sinks."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from common.errors import CDCError
+
+
+class KafkaSourceError(CDCError):
+    """The cdc-kafka source could not read what its plan says it must read."""
+
+
+class KafkaSourceOptionError(KafkaSourceError, ValueError):
+    """The options given to the cdc-kafka source are missing or inconsistent."""
+
+
+class KafkaReadTimeout(KafkaSourceError, TimeoutError):
+    """A task waited longer than ``kafkaConsumer.pollTimeoutMs`` without progress."""
+
+
+class KafkaDataLossError(KafkaSourceError):
+    """Kafka no longer holds records the query has not read (``failOnDataLoss=true``);
+    ``losses``: the :class:`spark_jobs.data_loss.DataLoss` of each partition."""
+
+    def __init__(self, message: str, losses: Sequence[Any]) -> None:
+        super().__init__(message)
+        self.losses = list(losses)
+
+
+class MergeDataLoss(CDCError):
+    """The merge job stopped: Kafka no longer holds records it had not read."""
+
+    def __init__(self, message: str, losses: Sequence[Any]) -> None:
+        super().__init__(message)
+        self.losses = list(losses)
+
+
+class DBLogError(CDCError, ValueError):
+    """Input that breaks the contract of the DBLog rule."""
+
+
+class UnknownWindowError(DBLogError):
+    """A chunk row of a window whose OPEN marker the buffer never saw."""
+
+
+class OrderingError(DBLogError):
+    """A record arrived after a record of the other feed with a higher position."""
+
+
+class CleanChangelogError(CDCError):
+    """The clean changelog could not be written (Kafka refused or lost records)."""
+
+
+class SinkError(CDCError):
+    """A sink refused a table or a record (the message names them)."""
+
+
+class SinkUnavailable(SinkError):
+    """A sink's database cannot be reached: the batch fails and is retried, no record is
+    dead-lettered."""

@@ -30,6 +30,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from spark_jobs.sinks.configured import build_sinks
 from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, drop_bench_database,
                        generate_changes, machine_info)
 from cdc.errors import BenchError
@@ -39,10 +40,9 @@ from common.kafka.topic_reader import read_topic
 from contract.schema_store import SchemaStore
 from contract.serde import RecordDecoder
 from contract.topics import table_topic
-from producer.app import ProducerApp, ProducerApp as _P
+from producer.app import ProducerApp
 from producer.binlog_source import current_position
 from spark_jobs.merge_job import MergeJob
-from spark_jobs.sinks import PostgresSink
 
 
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
@@ -64,8 +64,8 @@ def _ms(value: float | None) -> str:
 def _pg_count(cfg, db: str) -> int:
     import psycopg
 
-    sink = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
-    with psycopg.connect(cfg.sinks.postgres.dsn.get_secret_value()) as conn, conn.cursor() as cur:
+    sink = dict(build_sinks(cfg.sinks))["postgres"]
+    with psycopg.connect(sink.dsn) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {sink.qualified_name(db, TABLE)}")
         return int(cur.fetchone()[0])
 
@@ -158,7 +158,7 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             raise BenchError(f"the sink table has {sink_rows} rows, the source {live_rows}")
 
         if rate and seconds:
-            producer = _P(cfg)
+            producer = ProducerApp(cfg)
             pt = threading.Thread(target=producer.run, daemon=True)
             pt.start()
             job2 = MergeJob(cfg)

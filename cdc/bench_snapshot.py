@@ -181,14 +181,13 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
                 if proc.poll() is not None:
                     raise BenchError(f"the producer exited ({proc.returncode}); see {work / 'producer.log'}")
                 for n in follower.poll(0.2):
-                    data = n.get("additionalData") or {}
-                    if n.get("type") == "IN_PROGRESS":
-                        done_rows = int(data.get("rows", 0))
+                    if n.type == "IN_PROGRESS":
+                        done_rows = int(n.data.get("rows", 0))
                         samples.append((done_rows, _rss_mb(proc.pid)))
-                    elif n.get("type") == "COMPLETED" and n.get("id") == sid:
+                    elif n.type == "COMPLETED" and n.snapshot_id == sid:
                         t_done = time.perf_counter()
-                    elif n.get("type") == "SKIPPED" and n.get("id") == sid:
-                        raise BenchError(f"the producer refused the signal: {data.get('reason')}")
+                    elif n.type == "SKIPPED" and n.snapshot_id == sid:
+                        raise BenchError(f"the producer refused the signal: {n.data.get('reason')}")
             if t_done is None:
                 raise BenchError("the snapshot did not complete within an hour")
         finally:

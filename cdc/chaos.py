@@ -25,7 +25,6 @@ the machine does the rest.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -47,7 +46,8 @@ from cdc.workload import WriteLoad, create_table
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
-from contract.topics import clean_topic
+from contract.notifications import Notification
+from contract.topics import clean_topic, notifications_topic
 from producer.binlog_source import current_position, start_at_current
 from producer.offset_store import OffsetStore
 from spark_jobs.merge_job import MergeJob
@@ -255,10 +255,10 @@ def _copies(messages) -> int:
 def _tables_done(cfg: CDCConfig, db: str) -> int:
     done = set()
     try:
-        for m in read_topic(cfg.kafka.bootstrap_servers, f"{cfg.kafka.topic_prefix}._notifications", timeout=10):
-            n = json.loads(m.value())
-            if n.get("type") == "TABLE_SCAN_COMPLETED":
-                done.add((n.get("additionalData") or {}).get("table"))
+        for m in read_topic(cfg.kafka.bootstrap_servers, notifications_topic(cfg.kafka.topic_prefix), timeout=10):
+            n = Notification.decode(m.value())
+            if n.type == "TABLE_SCAN_COMPLETED":
+                done.add(n.data.get("table"))
     except Exception:  # noqa: BLE001 - the topic does not exist yet
         return 0
     return len({t for t in done if t and t.startswith(f"{db}.")})

@@ -7,7 +7,6 @@ refused); ``cdc status`` draws the same bars from the producer's status file.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,10 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from common.config import CDCConfig
 from common.kafka.offsets import end_offsets
-
-
-def notifications_topic(prefix: str) -> str:
-    return f"{prefix}._notifications"
+from contract.notifications import Notification
+from contract.topics import notifications_topic
 
 
 def progress_bars(console: Console) -> Progress:
@@ -61,12 +58,9 @@ class NotificationFollower:
             end = 0
         self.consumer.assign([TopicPartition(self.topic, 0, max(end, 0))])
 
-    def poll(self, timeout: float = 0.5) -> list[dict]:
-        out = []
-        for msg in self.consumer.consume(500, timeout):
-            if msg.error() is None and msg.value():
-                out.append(json.loads(msg.value()))
-        return out
+    def poll(self, timeout: float = 0.5) -> list[Notification]:
+        return [Notification.decode(msg.value()) for msg in self.consumer.consume(500, timeout)
+                if msg.error() is None and msg.value()]
 
     def close(self) -> None:
         self.consumer.close()
@@ -86,15 +80,15 @@ class NotificationFollower:
                     result.timed_out = True
                     break
                 for n in self.poll():
-                    kind, data = n.get("type"), n.get("additionalData") or {}
-                    if kind == "SKIPPED" and n.get("id") == signal_id:
+                    kind, data = n.type, n.data
+                    if kind == "SKIPPED" and n.snapshot_id == signal_id:
                         if data.get("table"):  # one table skipped, the others go on
                             result.skipped.append((data["table"], data.get("reason", "")))
                             console.print(f"[yellow]skipped[/yellow] {data['table']}: {data.get('reason', '')}")
                             continue
                         result.refused = data.get("reason", "refused")
                         return result
-                    if kind == "STARTED" and (data.get("signal") or n.get("id")) == signal_id and pending is None:
+                    if kind == "STARTED" and (data.get("signal") or n.snapshot_id) == signal_id and pending is None:
                         pending = set(data.get("tables", []))
                         tasks = {t: bars.add_task(t, total=None) for t in data.get("tables", [])}
                     elif pending is not None:
@@ -102,8 +96,9 @@ class NotificationFollower:
         return result
 
     @staticmethod
-    def _progress(bars: Progress, tasks: dict[str, int], pending: set[str], result: FollowResult, n: dict) -> None:
-        kind, data = n.get("type"), n.get("additionalData") or {}
+    def _progress(bars: Progress, tasks: dict[str, int], pending: set[str], result: FollowResult,
+                  n: Notification) -> None:
+        kind, data = n.type, n.data
         table = data.get("table")
         if kind == "IN_PROGRESS" and table in tasks:
             bars.update(tasks[table], completed=data.get("rows", 0),

@@ -100,6 +100,9 @@ from datetime import date, datetime, time as dtime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, Iterator, Sequence
 from cdc.errors import VerifyError
+from common.sql.keyset import keyset_predicate
+from spark_jobs.sinks.configured import build_sinks
+from contract.position import CopyFilter
 from common.sql.sessions import read_session
 from common.kafka.topic_reader import read_topic
 from common.sql.quoting import quote_ident
@@ -784,20 +787,8 @@ def _q_pg(name: str) -> str:
 
 
 def _after(dialect: str, qkeys: list[str], params: list, op: str) -> tuple[str, list]:
-    """Key ``op`` params (``>`` or ``<=``): PostgreSQL's row comparison, MySQL's expanded form
-    (which MariaDB and MySQL turn into an index range)."""
-    if len(qkeys) == 1:
-        return f"{qkeys[0]} {op} %s", list(params)
-    if dialect == "postgres":
-        return f"({', '.join(qkeys)}) {op} ({', '.join(['%s'] * len(qkeys))})", list(params)
-    strict = ">" if op.startswith(">") else "<"
-    terms, out = [], []
-    for i, k in enumerate(qkeys):
-        last_op = op if i == len(qkeys) - 1 else strict
-        terms.append("(" + " AND ".join([*(f"{qkeys[j]} = %s" for j in range(i)), f"{k} {last_op} %s"]) + ")")
-        out.extend(params[:i])
-        out.append(params[i])
-    return "(" + " OR ".join(terms) + ")", out
+    """Key ``op`` params (``>`` or ``<=``): PostgreSQL's row comparison, MySQL's expanded form."""
+    return keyset_predicate(qkeys, params, op, row_comparison=dialect == "postgres")
 
 
 def _in_list(qkeys: list[str], keys: list[list]) -> tuple[str, list]:
@@ -1045,10 +1036,10 @@ class _PostgresTarget(_DBTarget):
     sink = "postgres"
     dialect = "postgres"
 
-    def __init__(self, dsn: str, schema_name: str) -> None:
+    def __init__(self, sink: PostgresSink) -> None:
         super().__init__()
-        self.dsn = dsn
-        self.names = PostgresSink(dsn, schema_name)
+        self.dsn = sink.dsn
+        self.names = sink
         self._n = 0
 
     def quote(self, name: str) -> str:
@@ -1096,11 +1087,11 @@ class _MySQLTarget(_DBTarget):
     sink = "mysql"
     dialect = "mysql"
 
-    def __init__(self, host: str, port: int, user: str, password: str, database: str) -> None:
+    def __init__(self, sink: MySQLSink) -> None:
         super().__init__()
-        self.args = dict(host=host, port=port, user=user, password=password)
-        self.database = database
-        self.names = MySQLSink(host, port, user, password, database)
+        self.args = dict(host=sink.host, port=sink.port, user=sink.user, password=sink.password)
+        self.database = sink.database
+        self.names = sink
 
     def quote(self, name: str) -> str:
         return _q_my(name)
@@ -1153,18 +1144,14 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
     position is not above the highest seen in its partition is a copy and skipped.
     """
     rows: dict[tuple, tuple] = {}
-    highest: dict[int, str] = {}
-    copies = 0
+    copies = CopyFilter()
     ks, vs = spec.key_specs, spec.value_specs
     for partition, key, value in records:
         if value is None:
             continue
         pos = value.get("position") or ""
-        if pos and partition in highest and pos <= highest[partition]:
-            copies += 1
+        if pos and not copies.keep(partition, pos):
             continue
-        if pos:
-            highest[partition] = pos
         op = value.get("op")
         row = value.get("before") if op == "d" else value.get("after")
         src = key if isinstance(key, dict) and key else row
@@ -1175,8 +1162,9 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
             rows.pop(k, None)
         elif row is not None:
             rows[k] = tuple(c.avro(row[c.field]) if c.field in row else ABSENT for c in vs)
-    if copies and notes is not None:
-        notes.append(f"{copies} copies skipped in the changelog (position not above their partition's highest)")
+    if copies.copies and notes is not None:
+        notes.append(f"{copies.copies} copies skipped in the changelog (position not above their partition's "
+                     "highest)")
     return rows
 
 
@@ -1317,11 +1305,8 @@ def _source_tables(conn, cfg, tables: Sequence[str] | None) -> tuple[list[tuple[
 # =============================================================================== verify
 def _targets(cfg, changelog: bool) -> list[_Target]:
     out: list[_Target] = []
-    p, m = cfg.sinks.postgres, cfg.sinks.mysql
-    if p.enabled:
-        out.append(_PostgresTarget(p.dsn.get_secret_value(), p.schema_name))
-    if m.enabled:
-        out.append(_MySQLTarget(m.host, m.port, m.user, m.password.get_secret_value(), m.database))
+    for _, sink in build_sinks(cfg.sinks):
+        out.append(_PostgresTarget(sink) if isinstance(sink, PostgresSink) else _MySQLTarget(sink))
     if changelog:
         out.append(_ChangelogTarget(cfg))
     return out

@@ -31,8 +31,14 @@ from dataclasses import dataclass, field, replace
 __all__ = [
     "BinlogPosition",
     "ENCODED_WIDTH",
+    "EVENT_WIDTH",
     "PART_LIMIT",
     "DEFAULT_STEM",
+    "is_position",
+    "event_of",
+    "chunk_row_position",
+    "describe_position",
+    "CopyFilter",
 ]
 
 #: Exclusive upper bound of each of the three parts.
@@ -40,6 +46,9 @@ PART_LIMIT = 10**10
 #: Width of one encoded part, and of the whole encoded position.
 _PART_WIDTH = 10
 ENCODED_WIDTH = 3 * _PART_WIDTH
+#: Width of the part of an encoded position that names the binlog *event* (file index and
+#: event position); the rest is the row sequence inside that event.
+EVENT_WIDTH = 2 * _PART_WIDTH
 #: Binlog file stem used when none is known (MySQL's and MariaDB's packaged default).
 DEFAULT_STEM = "mysql-bin"
 #: MySQL and MariaDB zero-pad the file index to at least 6 digits.
@@ -137,3 +146,56 @@ class BinlogPosition:
 
     def __str__(self) -> str:
         return f"{self.file_name}:{self.pos}#{self.row}"
+
+
+# ---------------------------------------------------------------------- the wire form
+def is_position(p: object) -> bool:
+    """Whether ``p`` is an encoded position: a string of exactly 30 ASCII digits."""
+    return type(p) is str and len(p) == ENCODED_WIDTH and p.isascii() and p.isdigit()
+
+
+def event_of(position: str) -> str:
+    """The binlog event part of an encoded position (file index and event position)."""
+    return position[:EVENT_WIDTH]
+
+
+def chunk_row_position(close: str, index: int) -> str:
+    """The position of the ``index``-th row (0-based, in the SELECT's order) of a snapshot
+    chunk whose CLOSE marker is at ``close``: the CLOSE marker's event with row sequence
+    ``close.row + 1 + index``.  Above ``close``, below the next binlog event, rising with
+    ``index``: chunk rows are written "at their CLOSE position, ordered within the chunk"."""
+    if not is_position(close):
+        raise ValueError(f"close position must be a {ENCODED_WIDTH}-digit position string, got {close!r}")
+    row = int(close[EVENT_WIDTH:]) + 1 + index
+    if index < 0 or row >= PART_LIMIT:
+        raise ValueError(f"chunk row index {index} out of range for close position {close}")
+    return f"{close[:EVENT_WIDTH]}{row:0{_PART_WIDTH}d}"
+
+
+def describe_position(position: str) -> str:
+    """An encoded position as a reader can place it in the binlog."""
+    if is_position(position):
+        return f"{position} (binlog file #{int(position[:_PART_WIDTH])}, pos {int(position[_PART_WIDTH:EVENT_WIDTH])})"
+    return position
+
+
+class CopyFilter:
+    """Drops copies: a record whose position is not above the highest one seen in its
+    partition (a producer restart or an aborted transaction wrote it again; DESIGN.md
+    section 4).  One position of state per partition."""
+
+    __slots__ = ("highest", "copies")
+
+    def __init__(self, highest: dict | None = None) -> None:
+        self.highest: dict = dict(highest or {})
+        self.copies = 0
+
+    def keep(self, partition, position: str) -> bool:
+        """Whether the record at ``position`` of ``partition`` is new (and remember it)."""
+        top = self.highest.get(partition)
+        if top is not None and position <= top:
+            self.copies += 1
+            return False
+        self.highest[partition] = position
+        return True
+

@@ -5,13 +5,9 @@ from __future__ import annotations
 import json
 import threading
 
-from confluent_kafka import Producer
 
 from common.kafka.topic_reader import read_topic
-
-
-def schemas_topic(prefix: str) -> str:
-    return f"{prefix}._schemas"
+from contract.topics import schemas_topic
 
 
 class SchemaStore:
@@ -49,6 +45,6 @@ class SchemaStore:
             return dict(self._schemas)
 
 
-def publish_schema(producer: Producer, prefix: str, fingerprint: str, schema: dict) -> None:
-    """Write a schema record (the caller flushes or commits it with the records using it)."""
-    producer.produce(schemas_topic(prefix), key=fingerprint.encode(), value=json.dumps(schema).encode())
+def schema_record(prefix: str, fingerprint: str, schema: dict) -> tuple[str, bytes, bytes]:
+    """The ``(topic, key, value)`` record that publishes a writer schema."""
+    return schemas_topic(prefix), fingerprint.encode(), json.dumps(schema).encode()

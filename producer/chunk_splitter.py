@@ -10,26 +10,18 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from common.sql.keyset import keyset_predicate
 from common.sql.quoting import quote_ident as _q
 
 
 def _compare(keys: Sequence[str], values: Sequence[Any], last_op: str,
              key_exprs: dict[str, str] | None = None) -> tuple[str, list[Any]]:
-    """(k1 > v1) OR (k1 = v1 AND k2 > v2) ... with ``last_op`` on the last key column
-    (``>`` for strictly after, ``<`` / ``<=`` for before / up to).  ``key_exprs``: the
-    expression compared for a column instead of the column (``(`e`+0)`` for ENUM/SET
-    keys, which sort by their index: the values must then be indexes too)."""
-    strict = "<" if last_op in ("<", "<=") else ">"
+    """The keyset predicate (:func:`common.sql.keyset.keyset_predicate`) over the key
+    columns; ``key_exprs``: the expression compared for a column instead of the column
+    (``(`e`+0)`` for ENUM/SET keys, which sort by their index: the values must then be
+    indexes too)."""
     exprs = key_exprs or {}
-    col = {k: exprs.get(k, _q(k)) for k in keys}
-    terms, params = [], []
-    for i, k in enumerate(keys):
-        eqs = [f"{col[keys[j]]} = %s" for j in range(i)]
-        op = last_op if i == len(keys) - 1 else strict
-        terms.append("(" + " AND ".join([*eqs, f"{col[k]} {op} %s"]) + ")")
-        params.extend(values[:i])
-        params.append(values[i])
-    return "(" + " OR ".join(terms) + ")", params
+    return keyset_predicate([exprs.get(k, _q(k)) for k in keys], values, last_op)
 
 
 def chunk_query(db: str, table: str, columns: Sequence[str], keys: Sequence[str], *, after: Sequence[Any] | None,

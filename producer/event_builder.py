@@ -17,15 +17,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import schemas
 from contract.avro_template import RecordTemplate
+from contract.envelope import INCREMENTAL_SNAPSHOT, OPS, SNAPSHOT_OP, envelope_schema, source_block
+from contract.position import chunk_row_position
 from contract.topics import table_topic
 from producer.binlog_reader import RowChanges
 from producer.table_schema import TableDef
 from producer.type_mapping import RowConverter, avro_fullname, key_record_schema, row_record_schema
 
-CONNECTOR_VERSION = "0.1.0"
-OPS = {"insert": "c", "update": "u", "delete": "d"}
 #: The envelope fields that differ between the rows of one binlog event, in schema order.
 ENVELOPE_VARIABLE = ("before", "after", "source.row", "op", "position")
 
@@ -75,25 +74,6 @@ class TableEvents:
         self.template = RecordTemplate(self.value_schema, ENVELOPE_VARIABLE)
 
 
-def envelope_schema(row_schema: dict, name: str) -> dict:
-    """Debezium's envelope around a row schema, plus our position and snapshot window."""
-    row_name = row_schema["name"]
-    return {
-        "type": "record", "name": name, "connect.name": name,
-        "fields": [
-            {"name": "before", "type": ["null", row_schema], "default": None},
-            {"name": "after", "type": ["null", row_name], "default": None},
-            {"name": "source", "type": schemas.load("source")},
-            {"name": "op", "type": "string"},
-            {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            {"name": "transaction", "type": ["null", schemas.load("transaction_block")], "default": None},
-            {"name": "position", "type": "string",
-             "doc": "30-digit binlog position (file index, event position, sequence): unique and rising per partition"},
-            {"name": "snapshot_window", "type": ["null", schemas.load("snapshot_window")], "default": None},
-        ],
-    }
-
-
 class EventBuilder:
     def __init__(self, prefix: str, name: str, server_id: int, key_columns: dict[str, list[str]] | None = None,
                  excluded_columns: dict[str, list[str]] | None = None) -> None:
@@ -132,10 +112,8 @@ class EventBuilder:
         return TableEvents(self.prefix, table, keys, binlog)
 
     def _source(self, ch: RowChanges) -> dict:
-        return {"version": CONNECTOR_VERSION, "connector": "mysql", "name": self.name, "ts_ms": ch.ts_ms,
-                "snapshot": "false", "db": ch.db, "sequence": None, "table": ch.table,
-                "server_id": self.server_id, "gtid": ch.gtid, "file": ch.file, "pos": ch.pos, "row": 0,
-                "thread": ch.thread, "query": None}
+        return source_block(self.name, self.server_id, db=ch.db, table=ch.table, ts_ms=ch.ts_ms, file=ch.file,
+                            pos=ch.pos, gtid=ch.gtid, thread=ch.thread)
 
     def records(self, ch: RowChanges, start: int, stop: int, writer: RecordEncoding,
                 skip_up_to: str | None = None) -> list[Record]:
@@ -165,18 +143,18 @@ class EventBuilder:
         te = self.read_table_events(chunk.table_def)
         topic, template, conv = te.topic, te.template, te.converter
         close = chunk.close_position
-        source = {"version": CONNECTOR_VERSION, "connector": "mysql", "name": self.name,
-                  "ts_ms": int(time.time() * 1000), "snapshot": "incremental", "db": te.table.db, "sequence": None,
-                  "table": te.table.name, "server_id": self.server_id, "gtid": None, "file": close.file_name,
-                  "pos": close.pos, "row": 0, "thread": None, "query": None}
-        shared = self._value(None, None, source, "r", int(time.time() * 1000), "")
+        source = source_block(self.name, self.server_id, db=te.table.db, table=te.table.name,
+                              ts_ms=int(time.time() * 1000), file=close.file_name, pos=close.pos,
+                              snapshot=INCREMENTAL_SNAPSHOT)
+        shared = self._value(None, None, source, SNAPSHOT_OP, int(time.time() * 1000), "")
         shared["snapshot_window"] = {"snapshot_id": chunk.snapshot_id, "chunk_id": chunk.chunk_id,
                                      "open_position": chunk.open_position.encode(), "close_position": close.encode()}
         header = writer.header(te.value_schema, topic, "value")
         bound = template.bind(shared, header) if header is not None else None
         out: list[Record] = []
+        close_pos = close.encode()
         for i, values in enumerate(chunk.rows):
-            position = close.encode_row(close.row + 1 + i)
+            position = chunk_row_position(close_pos, i)
             after = self._row(te, values, None)
             key = conv.convert_key(values) if te.key_columns else None
             fields = (None, after, 0, "r", position)
@@ -192,8 +170,8 @@ class EventBuilder:
         before = self._row(te, before_values, before_none)
         after = self._row(te, after_values, after_none)
         if te.key_columns:
-            key_b = conv.convert_key(before_values) if before_values is not None else None
-            key_a = conv.convert_key(after_values) if after_values is not None else None
+            key_b = conv.convert_key(before_values, before_none) if before_values is not None else None
+            key_a = conv.convert_key(after_values, after_none) if after_values is not None else None
         else:
             key_b = key_a = None
         if ch.kind == "update" and te.key_columns and key_b != key_a:

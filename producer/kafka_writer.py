@@ -1,4 +1,4 @@
-"""Writes change events to Kafka in batches, each closed by an offset record.
+"""Writes records to Kafka in batches, each closed by an offset record.
 
 Per batch: events are produced as they come; at the end of the batch the writer waits
 until the broker acknowledged every one of them, then writes the offset record, then
@@ -17,28 +17,24 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics, producer_config
-from contract.schema_store import publish_schema, schemas_topic
-from contract.serde import AvroWriter, ConfluentRegistry, encode_json
+from contract.envelope import POSITION_HEADER
 from producer.errors import WriterError
 
 log = logging.getLogger(__name__)
 
-POSITION_HEADER = "cdc.position"
-
 
 class KafkaWriter:
-    def __init__(self, kafka: KafkaConfig, name: str, *, transactions: bool, fmt: str = "avro",
-                 offsets_topic: str, linger_ms: int = 20) -> None:
+    """The producer's transport: records into Kafka in batches (transactions when
+    ``transactions``), topics created on first use.  Framing is the record encoder's
+    (:mod:`producer.record_encoder`)."""
+
+    def __init__(self, kafka: KafkaConfig, name: str, *, transactions: bool, offsets_topic: str,
+                 linger_ms: int = 20) -> None:
         self.kafka = kafka
-        self.prefix = kafka.topic_prefix
         self.transactions = transactions
-        self.fmt = fmt
         self.offsets_topic = offsets_topic
         self._errors: list[str] = []
         self._topics: set[str] = set()
-        self._writers: dict[int, AvroWriter] = {}
-        self._published: set[str] = set()
-        self._registry = ConfluentRegistry(kafka.schema_registry_url) if kafka.schema_registry_url else None
         tx_id = f"cdc-producer-{name}" if transactions else None
         self.producer = Producer(producer_config(kafka, transactional_id=tx_id, **{
             "linger.ms": linger_ms, "partitioner": "murmur2_random", "batch.num.messages": 10000,
@@ -47,8 +43,6 @@ class KafkaWriter:
             "delivery.report.only.error": True}))
         self.in_batch = False
         self.pending = 0
-        ensure_topics(kafka, [schemas_topic(self.prefix)], partitions=1, compacted=True)
-        self._topics.add(schemas_topic(self.prefix))
         if transactions:
             try:
                 # Fences a previous instance with the same id and aborts its open transaction.
@@ -72,39 +66,11 @@ class KafkaWriter:
             errors, self._errors = self._errors, []
             raise WriterError("; ".join(errors[:5]))
 
-    # -- topics and schemas ----------------------------------------------------------------
+    # -- topics --------------------------------------------------------------------------------
     def ensure_topic(self, topic: str, *, compacted: bool = False, partitions: int | None = None) -> None:
         if topic not in self._topics:
             ensure_topics(self.kafka, [topic], compacted=compacted, partitions=partitions)
             self._topics.add(topic)
-
-    def _writer(self, schema: dict, topic: str, role: str) -> AvroWriter:
-        w = self._writers.get(id(schema))
-        if w is None:
-            header = None
-            if self._registry is not None:
-                sid = self._registry.register(f"{topic}-{role}", schema)
-                header = b"\x00" + sid.to_bytes(4, "big")
-            w = self._writers[id(schema)] = AvroWriter(schema, header)
-            if self._registry is None and w.fingerprint not in self._published:
-                self._begin()
-                publish_schema(self.producer, self.prefix, w.fingerprint, schema)
-                self._published.add(w.fingerprint)
-        return w
-
-    def encode(self, schema: dict | None, record: Any, topic: str, role: str) -> bytes | None:
-        if record is None:
-            return None
-        if self.fmt == "json" or schema is None:
-            return encode_json(record)
-        return self._writer(schema, topic, role).encode(record)
-
-    def header(self, schema: dict, topic: str, role: str) -> bytes | None:
-        """The framing before the Avro body of a record of ``schema`` (the schema is published
-        or registered first), or None when records are JSON."""
-        if self.fmt == "json":
-            return None
-        return self._writer(schema, topic, role).header
 
     # -- batches ---------------------------------------------------------------------------
     def _begin(self) -> None:

@@ -29,10 +29,7 @@ from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics
 from common.kafka.topic_reader import read_topic
 from contract.position import BinlogPosition
-
-
-def offsets_topic(prefix: str) -> str:
-    return f"{prefix}._offsets"
+from contract.topics import offsets_topic
 
 
 class OffsetStore:

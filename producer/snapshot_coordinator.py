@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pymysql
@@ -49,6 +49,7 @@ import pymysql
 from common.sql.quoting import quote_table
 from producer.binlog_source import current_position
 from producer.chunk_splitter import even_split_step
+from contract.notifications import Notification
 from contract.position import BinlogPosition
 from contract.signals import WINDOW_CLOSE, WINDOW_OPEN, Signal, parse_signal
 from contract.errors import BadSignal
@@ -74,17 +75,6 @@ class _Unclosed(Exception):
     def __init__(self, cause: Exception, close: tuple[str, str] | None = None) -> None:
         super().__init__(str(cause))
         self.close = close
-
-
-@dataclass
-class Notification:
-    type: str  # STARTED, IN_PROGRESS, TABLE_SCAN_COMPLETED, COMPLETED, PAUSED, RESUMED, ABORTED, SKIPPED, LOG
-    snapshot_id: str
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {"aggregateType": "Incremental Snapshot", "type": self.type, "id": self.snapshot_id,
-                "additionalData": self.data, "timestamp": int(time.time() * 1000)}
 
 
 @dataclass

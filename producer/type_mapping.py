@@ -1028,11 +1028,21 @@ class RowConverter:
             if err is not None:
                 raise err
         if none_sources and self._set_fields:
-            for name, reason in none_sources.items():
-                if reason == _EMPTY_SET and name in self._set_fields and values.get(name) is None:
-                    out[self._set_fields[name]] = ""
+            self._empty_sets(out, values, none_sources)
         return out
 
-    def convert_key(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """The Avro key record from a row (only the key columns are read)."""
-        return self._run(self._key_plan, values)
+    def _empty_sets(self, out: dict[str, Any], values: Mapping[str, Any], none_sources: Mapping[str, str]) -> None:
+        """An empty SET reported by the binlog as None (reason ``'empty set'``) is ``''``."""
+        for name, reason in none_sources.items():
+            if reason == _EMPTY_SET and values.get(name) is None:
+                fname = self._set_fields.get(name)
+                if fname is not None and fname in out:
+                    out[fname] = ""
+
+    def convert_key(self, values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The Avro key record from a row (only the key columns are read); ``none_sources``
+        as for :meth:`convert` (a SET key column may be the empty set)."""
+        out = self._run(self._key_plan, values)
+        if none_sources and self._set_fields:
+            self._empty_sets(out, values, none_sources)
+        return out

@@ -16,9 +16,10 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_partition
+from contract.envelope import POSITION_HEADER
+from contract.position import CopyFilter
 from spark_jobs.errors import CleanChangelogError
 
-POSITION_HEADER = "cdc.position"
 
 
 def ensure_clean_topic(bootstrap: str, topic: str, partitions: int, client: dict | None = None) -> None:
@@ -63,7 +64,8 @@ class CleanPartitionWriter:
 
     def __init__(self, bootstrap: str, topic: str, partition: int, client: dict | None = None) -> None:
         self.topic, self.partition = topic, partition
-        self.skip_up_to = last_position(bootstrap, topic, partition, client)
+        # What an earlier attempt wrote is a copy now.
+        self.copies = CopyFilter({partition: last_position(bootstrap, topic, partition, client)})
         self._errors: list[str] = []
         self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
                                   "acks": "all", "compression.type": "lz4", **(client or {})})
@@ -75,7 +77,7 @@ class CleanPartitionWriter:
             self._errors.append(str(err))
 
     def write(self, key: bytes | None, value: bytes | None, position: str) -> None:
-        if position <= self.skip_up_to:
+        if not self.copies.keep(self.partition, position):
             self.skipped += 1
             return
         while True:

@@ -53,11 +53,11 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Mapping, NamedTuple, Union
 
+from contract.position import ENCODED_WIDTH, EVENT_WIDTH, event_of, is_position
+from contract.position import chunk_row_position as contract_chunk_row_position
 from spark_jobs.errors import DBLogError, OrderingError, UnknownWindowError
 
 __all__ = [
-    "POSITION_WIDTH",
-    "EVENT_WIDTH",
     "DBLogError",
     "UnknownWindowError",
     "OrderingError",
@@ -67,7 +67,6 @@ __all__ = [
     "Marker",
     "Version",
     "chunk_row_position",
-    "event_of",
     "make_key",
     "from_envelope",
     "dedupe_chunk",
@@ -78,36 +77,22 @@ __all__ = [
     "WindowBuffer",
 ]
 
-#: Width of an encoded position, and of its event part (file index + event position).
-POSITION_WIDTH = 30
-EVENT_WIDTH = 20
-_ROW_LIMIT = 10**10
-
 Key = Hashable
 Row = Union[Mapping[str, Any], None]
 CHANGE_OPS = frozenset("cud")
 
 
 def _check_position(what: str, p: object) -> None:
-    if type(p) is not str or len(p) != POSITION_WIDTH or not (p.isascii() and p.isdigit()):
-        raise DBLogError(f"{what} must be a {POSITION_WIDTH}-digit position string, got {p!r}")
-
-
-def event_of(position: str) -> str:
-    """The binlog event part of a position (file index and event position)."""
-    return position[:EVENT_WIDTH]
+    if not is_position(p):
+        raise DBLogError(f"{what} must be a {ENCODED_WIDTH}-digit position string, got {p!r}")
 
 
 def chunk_row_position(close: str, index: int) -> str:
-    """Position of the ``index``-th row (0-based, SELECT order) of a chunk closed at ``close``.
-
-    The CLOSE marker's event with row sequence ``close.row + 1 + index``: above ``close``,
-    below the next binlog event, rising with ``index``."""
-    _check_position("close position", close)
-    row = int(close[EVENT_WIDTH:]) + 1 + index
-    if index < 0 or row >= _ROW_LIMIT:
-        raise DBLogError(f"chunk row index {index} out of range for close position {close}")
-    return f"{close[:EVENT_WIDTH]}{row:010d}"
+    """:func:`contract.position.chunk_row_position`, with a bad input as :class:`DBLogError`."""
+    try:
+        return contract_chunk_row_position(close, index)
+    except ValueError as exc:
+        raise DBLogError(str(exc)) from None
 
 
 def make_key(key: Any) -> Key:
@@ -532,8 +517,8 @@ class WindowBuffer:
     def _retire(self, position: str) -> None:
         if not self._windows:
             return
-        ev = position[:EVENT_WIDTH]
-        done = [wid for wid, w in self._windows.items() if w.close is not None and w.close[:EVENT_WIDTH] < ev]
+        ev = event_of(position)
+        done = [wid for wid, w in self._windows.items() if w.close is not None and event_of(w.close) < ev]
         for wid in done:
             del self._windows[wid]
 

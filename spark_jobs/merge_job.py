@@ -62,43 +62,21 @@ from common.kafka.clients import ensure_topics, topic_ids
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_partition
 from common.metrics_http import serve_metrics
-from contract.topics import clean_topic, table_topic
+from contract.position import describe_position
+from contract.markers import DELETE_MISSING, decode_marker, is_window
+from contract.topics import clean_topic, dlq_topic, markers_topic, table_of_topic, table_topic, table_topic_pattern
 from spark_jobs.clean_changelog import ensure_clean_topic
 from spark_jobs.partition_merge import MergeSettings, OUTPUT_SCHEMA, arrow_function, merge_markers, sinks_of
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
-#: The marker kinds of chunk windows (the DBLog rule); DELETE_MISSING is the driver's.
-WINDOW_KINDS = ("OPEN", "CLOSE")
-DELETE_MISSING = "DELETE_MISSING"
 
 
 def data_loss_stop(losses: list[DataLoss], sinks_note: str = "") -> MergeDataLoss:
     """The error that stops the job for ``losses``, with how far the sinks got."""
     text = data_loss_message(losses, "spark.fail_on_data_loss: true")
     return MergeDataLoss("the merge job stopped: " + text + (f"\n{sinks_note}" if sinks_note else ""), losses)
-
-
-def describe_position(position: str) -> str:
-    """A 30-digit position as a reader can place it in the binlog."""
-    if len(position) == 30 and position.isdigit():
-        return f"{position} (binlog file #{int(position[:10])}, pos {int(position[10:20])})"
-    return position
-
-
-def table_topic_pattern(prefix: str) -> str:
-    """Table topics ``<prefix>.<db>.<table>``; not ``<prefix>._*``, ``<prefix>.clean.*``,
-    ``<prefix>.transaction`` or the DDL topic ``<prefix>``."""
-    return re.escape(prefix) + r"\.(?!_|clean\.)[^.]+\.[^.]+"
-
-
-def markers_topic(prefix: str) -> str:
-    return f"{prefix}._markers"
-
-
-def dlq_topic(prefix: str) -> str:
-    return f"{prefix}._dlq"
 
 
 def batch_inputs(prefix: str, states: dict[str, dict], orphans: dict[str, list[dict]],
@@ -110,7 +88,7 @@ def batch_inputs(prefix: str, states: dict[str, dict], orphans: dict[str, list[d
     Returns ``(inputs by "topic|partition", markers still without a topic)``."""
     by_table: dict[str, list[dict]] = {t: list(ms) for t, ms in orphans.items()}
     for m in markers:
-        if m.get("kind") in WINDOW_KINDS:
+        if is_window(m):
             by_table.setdefault(table_topic(prefix, m["db"], m["table"]), []).append(m)
     known = {t for t, _ in partitions}
     inputs = {f"{t}|{p}": (states.get(f"{t}|{p}"), by_table.get(t, [])) for t, p in partitions}
@@ -177,7 +155,7 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-markers-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
     try:
-        return [json.loads(m.value()) for msgs in read_partition(consumer, topic, 0, start, end, timeout=120)
+        return [decode_marker(m.value()) for msgs in read_partition(consumer, topic, 0, start, end, timeout=120)
                 for m in msgs if m.value()]
     finally:
         consumer.close()
@@ -189,14 +167,9 @@ class MergeJob:
         k = cfg.kafka
         self.prefix = k.topic_prefix
         self.client = dict(k.client)
-        pg = cfg.sinks.postgres
-        my = cfg.sinks.mysql
         self.settings = MergeSettings(
             bootstrap=k.bootstrap_servers, prefix=self.prefix, client=self.client,
-            registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled,
-            postgres={"dsn": pg.dsn.get_secret_value(), "schema_name": pg.schema_name} if pg.enabled else None,
-            mysql={"host": my.host, "port": my.port, "user": my.user, "password": my.password.get_secret_value(),
-                   "database": my.database} if my.enabled else None,
+            registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
             dlq_topic=dlq_topic(self.prefix))
         self.checkpoint = Path(cfg.spark.checkpoint_dir)
         self.query_dir = self.checkpoint / "query"
@@ -249,7 +222,7 @@ class MergeJob:
             if rx.fullmatch(name) and t.error is None:
                 parts += [(name, p) for p in t.partitions]
                 if self.settings.changelog and self._known.get(name) != len(t.partitions):
-                    db, table = name[len(self.prefix) + 1:].split(".", 1)
+                    db, table = table_of_topic(self.prefix, name)
                     ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean_topic(self.prefix, db, table),
                                        len(t.partitions), self.client or None)
                 self._known[name] = len(t.partitions)

@@ -33,12 +33,14 @@ from typing import Any, Iterator
 
 from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder
 from contract.errors import SerdeError
-from contract.topics import clean_topic
+from contract.markers import window_of
+from contract.topics import clean_topic, table_of_topic
+from common.config import SinksConfig
 from spark_jobs.clean_changelog import CleanPartitionWriter
 from spark_jobs.dblog import ChangeRecord, ChunkRow, Marker, Window, WindowBuffer
-from spark_jobs.errors import DBLogError
+from spark_jobs.errors import DBLogError, SinkUnavailable
 from contract.schema_store import SchemaStore
-from spark_jobs.sinks import MySQLSink, PostgresSink
+from spark_jobs.sinks.configured import configured_sinks
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,7 @@ class MergeSettings:
     client: dict = field(default_factory=dict)
     registry_url: str | None = None
     changelog: bool = True
-    postgres: dict | None = None  # {"dsn", "schema_name"}
-    mysql: dict | None = None  # {"host", "port", "user", "password", "database"}
+    sinks: SinksConfig = field(default_factory=SinksConfig)  # the table sinks (configured_sinks)
     dlq_topic: str = ""
 
 
@@ -94,15 +95,8 @@ class EnvelopeDecoder:
 
 
 def sinks_of(s: MergeSettings) -> list[tuple[str, Any]]:
-    out = []
-    if s.postgres:
-        out.append(("postgres", _cached(("pg", json.dumps(s.postgres, sort_keys=True)),
-                                        lambda: PostgresSink(s.postgres["dsn"], s.postgres.get("schema_name", "public")))))
-    if s.mysql:
-        m = s.mysql
-        out.append(("mysql", _cached(("my", json.dumps(m, sort_keys=True)),
-                                     lambda: MySQLSink(m["host"], int(m["port"]), m["user"], m["password"], m["database"]))))
-    return out
+    """The table sinks of the job, built once per worker process."""
+    return configured_sinks(s.sinks)
 
 
 def _dlq_producer(s: MergeSettings):
@@ -138,7 +132,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     dec: EnvelopeDecoder = _cached(("dec", s.bootstrap, s.prefix, s.registry_url), lambda: EnvelopeDecoder(s))
     # The topic names the table with Kafka's characters only (contract.topics): the
     # true names come from each record's ``source``, and so may be two tables' sharing it.
-    topic_db, topic_table = topic[len(s.prefix) + 1:].split(".", 1)
+    topic_db, topic_table = table_of_topic(s.prefix, topic)
     stats = {"topic": topic, "partition": partition, "input": len(records), "emitted": 0, "dropped": 0, "copies": 0,
              "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0}
     kept: list[_Kept] = []
@@ -153,7 +147,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             op, position = value["op"], value["position"]
             while mi < len(markers) and markers[mi]["position"] < position:
                 m = markers[mi]
-                buf.push(Marker(m["kind"], m["snapshot_id"], int(m["chunk_id"]), m["position"]))
+                buf.push(Marker(*window_of(m)))
                 mi += 1
             src = value.get("source") or {}
             names = (str(src.get("db") or topic_db), str(src.get("table") or topic_table))
@@ -253,9 +247,9 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
             stats["upserted"] += res.upserted
             stats["deleted"] += res.deleted
             stats["sink_skipped"] += res.skipped
+        except SinkUnavailable:  # a lost database is not a poison record: the batch fails and is retried
+            raise
         except Exception as exc:  # noqa: BLE001 - isolate the records the sink refuses
-            if _connection_problem(exc):
-                raise
             log.warning("%s.%s: the sink refused a run of %d records (%s); applying one by one", db, table,
                         len(run), exc)
             refused = []
@@ -264,21 +258,14 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
                     res = sink.apply(db, table, schema, key_columns, [rec])
                     stats["upserted"] += res.upserted
                     stats["deleted"] += res.deleted
+                except SinkUnavailable:
+                    raise
                 except Exception as exc2:  # noqa: BLE001 - a poison record
-                    if _connection_problem(exc2):
-                        raise
                     refused.append((k.offset, k.key_bytes, k.value_bytes, f"sink {type(sink).__name__}: {exc2}"))
             if len(run) > 1 and len(refused) == len(run):
                 raise exc  # every record refused: the sink is the problem
             dead += refused
     return dead
-
-
-def _connection_problem(exc: Exception) -> bool:
-    """A lost database is not a poison record: the batch fails and is retried."""
-    text = f"{type(exc).__module__}.{type(exc).__name__} {exc}".lower()
-    return any(w in text for w in ("operationalerror", "interfaceerror", "connection", "server has gone away",
-                                   "lost connection", "can't connect"))
 
 
 def _dead_letters(s: MergeSettings, topic: str, partition: int, dead: list) -> None:

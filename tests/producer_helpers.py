@@ -13,6 +13,7 @@ from pathlib import Path
 from common.config import CDCConfig, dump_config
 from contract.schema_store import SchemaStore
 from common.kafka.topic_reader import read_topic
+from contract.position import CopyFilter
 from contract.serde import RecordDecoder
 from producer.app import ProducerApp
 from producer.binlog_source import start_at_current as binlog_start_at_current
@@ -72,16 +73,9 @@ def read_events(cfg: CDCConfig, topic: str, dec: RecordDecoder | None = None) ->
 
 def dedupe_by_position(events: list[tuple[int, dict | None, dict]]) -> tuple[list, int]:
     """Drop copies: a record whose position is not above the highest seen in its partition."""
-    highest: dict[int, str] = {}
-    kept, dropped = [], 0
-    for part, key, value in events:
-        pos = value["position"]
-        if part in highest and pos <= highest[part]:
-            dropped += 1
-            continue
-        highest[part] = pos
-        kept.append((part, key, value))
-    return kept, dropped
+    copies = CopyFilter()
+    kept = [(part, key, value) for part, key, value in events if copies.keep(part, value["position"])]
+    return kept, copies.copies
 
 
 def apply_changelog(events) -> dict:

@@ -6,7 +6,8 @@ import psycopg
 import pymysql
 
 from common.kafka.topic_reader import read_topic
-from spark_jobs.sinks import MySQLSink, PostgresSink
+from spark_jobs.sinks.mysql import MySQLSink
+from spark_jobs.sinks.postgres import PostgresSink
 from tests.producer_helpers import decoder
 
 POSITION = "__cdc_position"

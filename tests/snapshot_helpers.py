@@ -14,6 +14,7 @@ from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
 from spark_jobs.dblog import ChunkRow, apply_in_order, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import dedupe_by_position, read_events
+from contract.topics import markers_topic, notifications_topic
 
 def signal(cfg: CDCConfig, kind: str, data: dict | None = None) -> str:
     conn = connect(cfg.source)
@@ -29,13 +30,13 @@ def snapshot(cfg: CDCConfig, tables: list[str], **kw) -> str:
 
 def notifications(cfg: CDCConfig) -> list[dict]:
     return [json.loads(m.value()) for m in read_topic(cfg.kafka.bootstrap_servers,
-                                                     f"{cfg.kafka.topic_prefix}._notifications",
+                                                     notifications_topic(cfg.kafka.topic_prefix),
                                                      client_config=cfg.kafka.client)]
 
 
 def markers(cfg: CDCConfig) -> list[dict]:
     return [json.loads(m.value()) for m in read_topic(cfg.kafka.bootstrap_servers,
-                                                     f"{cfg.kafka.topic_prefix}._markers",
+                                                     markers_topic(cfg.kafka.topic_prefix),
                                                      client_config=cfg.kafka.client)]
 
 

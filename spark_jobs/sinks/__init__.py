@@ -7,46 +7,11 @@ micro-batch partition::
     result = sink.apply(db, table, value_schema, key_columns, records)
     # records: (key, op, row, position) changes of one table; result: ApplyResult
 
-See ``docs/sinks.md`` and the module docstrings of :mod:`.postgres`, :mod:`.mysql` and
-:mod:`.sink_schema` for the table layout, the position rule and the tombstones.
+The writers (:mod:`.postgres`, :mod:`.mysql`, on :mod:`.base`; built from the
+configuration by :mod:`.configured`) import their database drivers; what they build on
+is pure (no I/O): :mod:`.layout` (value schema -> columns and key), :mod:`.types`
+(column types), :mod:`.values` (value conversion), :mod:`.batch` (batch reduction),
+:mod:`.keys` (key forms, tombstone keys), :mod:`.naming` (table and column names).
+See ``docs/sinks.md`` and the module docstrings for the table layout, the position rule
+and the tombstones.
 """
-
-from spark_jobs.sinks.sink_schema import (
-    POSITION_COLUMN,
-    ApplyResult,
-    Change,
-    Reduced,
-    SinkColumn,
-    TableLayout,
-    reduce_batch,
-    row_columns,
-    sink_table_name,
-    table_layout,
-)
-
-
-def __getattr__(name: str):
-    # The writers import their database drivers only when asked for.
-    if name == "PostgresSink":
-        from spark_jobs.sinks.postgres import PostgresSink
-        return PostgresSink
-    if name == "MySQLSink":
-        from spark_jobs.sinks.mysql import MySQLSink
-        return MySQLSink
-    raise AttributeError(name)
-
-
-__all__ = [
-    "POSITION_COLUMN",
-    "ApplyResult",
-    "Change",
-    "MySQLSink",
-    "PostgresSink",
-    "Reduced",
-    "SinkColumn",
-    "TableLayout",
-    "reduce_batch",
-    "row_columns",
-    "sink_table_name",
-    "table_layout",
-]

@@ -1,30 +1,177 @@
-"""What the PostgreSQL and MySQL sinks share: table naming and the layout cache."""
+"""What the PostgreSQL and MySQL sinks share: table naming, the layout and plan caches, the
+connection's lifecycle, the transaction around every statement, the frame of ``apply`` and
+the bookkeeping-table maintenance.
+
+A sink holds one connection, opened on first use and again after it was closed or lost; a
+sink pickles without it (its constructor's arguments only), so Spark ships sinks to its
+executors and each opens its own.  Use one sink object per thread.
+
+Every statement runs in a transaction (:meth:`TableSinkBase._transaction`): committed when
+the block ends, rolled back when it raises, and a connection the error broke is dropped
+(the next call opens a new one).  The driver's errors of a database out of reach
+(``UNAVAILABLE_ERRORS``, narrowed by :meth:`TableSinkBase.out_of_reach`: the server went
+away, the connection was lost or could not be made, a deadlock) leave the sink as
+:class:`~spark_jobs.errors.SinkUnavailable`: the merge job then fails the batch, to be
+retried, instead of applying it record by record and dead-lettering what the sink refuses.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
 
-from spark_jobs.sinks.sink_schema import TableLayout, sink_table_name, table_layout
+from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.sinks.batch import ApplyResult, reduce_for_layout
+from spark_jobs.sinks.layout import TableLayout, table_layout
+from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_table_name
+
+
+@dataclass
+class TablePlan:
+    """What ``apply`` needs for one version of one sink table, built once (subclasses add
+    their statements)."""
+
+    signature: tuple
+    name: str
+    qualified: str
+    layout: TableLayout
 
 
 class TableSinkBase:
-    """Subclasses set ``MAX_IDENT`` (the database's identifier limit in bytes), create
-    ``self._layouts = {}`` and implement ``qualified_name`` and ``_ensure``."""
+    """A sink of source tables into tables of one database schema.
+
+    Subclasses set ``MAX_IDENT`` (the database's identifier limit in bytes), ``SETTINGS``
+    (their constructor's argument names), ``DRIVER_ERROR`` and ``UNAVAILABLE_ERRORS`` (the
+    driver's exceptions), call ``super().__init__(serialize)``, and implement the hooks:
+    ``_connect``, ``_is_open``, ``_drop_broken``, ``_transaction_cursor`` (the connection),
+    ``_quote``, ``qualified_name``, ``_bookkeeping``, ``_registered``, ``_has_table`` (names
+    and catalogue), ``_prepare`` (DDL and plan) and ``_write`` (one batch's statements).
+    """
 
     MAX_IDENT = 64
-    _layouts: dict[tuple[str, tuple], TableLayout]
+    #: The constructor's arguments, by name: what a pickled sink keeps (never its connection).
+    SETTINGS: tuple[str, ...] = ()
+    #: The driver's base exception (``close`` ignores it: the connection is dropped anyway).
+    DRIVER_ERROR: type[Exception] = Exception
+    #: The driver's exceptions of a database out of reach: raised as :class:`SinkUnavailable`.
+    UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = ()
 
+    def __init__(self, serialize: bool) -> None:
+        self.serialize = serialize
+        self._conn: Any = None
+        self._plans: dict[tuple[str, str], TablePlan] = {}
+        self._layouts: dict[tuple[str, tuple], TableLayout] = {}
+        #: ALTER statements the last ensure_table ran (empty when the table already matched).
+        self.last_alters: list[str] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def __getstate__(self) -> dict:
+        return {name: getattr(self, name) for name in self.SETTINGS}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
+
+    def __enter__(self) -> "TableSinkBase":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def connection(self) -> Any:
+        """The sink's connection, opened when there is none or it was closed."""
+        if self._conn is None or not self._is_open(self._conn):
+            try:
+                self._conn = self._connect()
+            except self.UNAVAILABLE_ERRORS as exc:
+                if not self.out_of_reach(exc):
+                    raise
+                raise self._unavailable(exc) from exc
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except self.DRIVER_ERROR:
+                pass
+            finally:
+                self._conn = None
+
+    def out_of_reach(self, exc: Exception) -> bool:
+        """Whether ``exc`` (one of ``UNAVAILABLE_ERRORS``) says the database is out of reach
+        (retry the batch) rather than that it refuses this data (dead-letter the record)."""
+        return True
+
+    def _unavailable(self, exc: Exception) -> SinkUnavailable:
+        return SinkUnavailable(f"{type(self).__name__}: {type(exc).__name__}: {exc}")
+
+    @contextlib.contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """Drop the connection when the block broke it; a database out of reach raises
+        :class:`SinkUnavailable`."""
+        try:
+            yield
+        except self.UNAVAILABLE_ERRORS as exc:
+            self._drop_broken()
+            if not self.out_of_reach(exc):
+                raise
+            raise self._unavailable(exc) from exc
+        except BaseException:
+            self._drop_broken()
+            raise
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """A cursor in a transaction: committed when the block ends, rolled back (and a
+        broken connection dropped) when it raises."""
+        conn = self.connection()
+        with self._guarded(), self._transaction_cursor(conn) as cur:
+            yield cur
+
+    def _connect(self) -> Any:  # pragma: no cover - abstract
+        """A new connection, set up for the sink's statements."""
+        raise NotImplementedError
+
+    def _is_open(self, conn: Any) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _drop_broken(self) -> None:  # pragma: no cover - abstract
+        """After an error: end the transaction, and close the connection when it is broken."""
+        raise NotImplementedError
+
+    def _transaction_cursor(self, conn: Any) -> contextlib.AbstractContextManager:  # pragma: no cover - abstract
+        """A context manager: a cursor in a new transaction of ``conn``, committed on exit
+        without an error."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ names
     def table_name(self, db: str, table: str) -> str:
         """The sink table name of ``db.table`` (unquoted): ``<db>__<table>``, shortened to fit."""
         return sink_table_name(db, table, self.MAX_IDENT)
 
+    def _quote(self, name: str) -> str:  # pragma: no cover - abstract
+        """``name`` as a quoted identifier."""
+        raise NotImplementedError
+
     def qualified_name(self, db: str, table: str) -> str:  # pragma: no cover - abstract
+        """The quoted, qualified sink table of ``db.table``."""
         raise NotImplementedError
 
-    def _ensure(self, db: str, table: str, layout: TableLayout) -> Any:  # pragma: no cover - abstract
+    def _bookkeeping(self, name: str) -> str:  # pragma: no cover - abstract
+        """The quoted, qualified bookkeeping table ``name`` (:data:`TABLES`, :data:`TOMBSTONES`)."""
         raise NotImplementedError
 
+    def _registered(self, cur: Any) -> list[tuple[str, str, str]]:  # pragma: no cover - abstract
+        """``(sink table, source db, source table)`` of every registered table, by sink table."""
+        raise NotImplementedError
+
+    def _has_table(self, cur: Any, db: str, table: str) -> bool:  # pragma: no cover - abstract
+        """Whether the sink holds a table of ``db.table``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ DDL
     def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
         text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema, sort_keys=True, default=str)
         ck = (text, tuple(key_columns))
@@ -41,3 +188,121 @@ class TableSinkBase:
         Returns the quoted, qualified table name.
         """
         return self._ensure(db, table, self._layout(value_schema, key_columns)).qualified
+
+    def _ensure(self, db: str, table: str, layout: TableLayout) -> Any:
+        """The plan of ``db.table`` for ``layout``: the one built before for the same
+        layout, or a new one (the table created or altered first)."""
+        plan = self._plans.get((db, table))
+        if plan is None or plan.signature != layout.signature():
+            plan = self._plans[(db, table)] = self._prepare(db, table, layout)
+        return plan
+
+    def _prepare(self, db: str, table: str, layout: TableLayout) -> Any:  # pragma: no cover - abstract
+        """Create or alter the sink table of ``db.table`` for ``layout``; its new plan."""
+        raise NotImplementedError
+
+    def _check_registration(self, cur: Any, name: str, qualified: str, db: str, table: str,
+                            key_names: list[str]) -> bool:
+        """Whether sink table ``name`` is registered; :class:`SinkError` when it mirrors another
+        source table or has another key."""
+        cur.execute(f"SELECT source_db, source_table, key_columns FROM {self._bookkeeping(TABLES)} "
+                    "WHERE table_name = %s", [name])
+        reg = cur.fetchone()
+        if reg is None:
+            return False
+        if (reg[0], reg[1]) != (db, table):
+            raise SinkError(f"sink table {qualified} already mirrors {reg[0]}.{reg[1]}, not {db}.{table}")
+        if json.loads(reg[2]) != key_names:
+            raise SinkError(f"sink table {qualified} has key {reg[2]}, the schema now says {json.dumps(key_names)}: "
+                            "a changed primary key needs the sink table rebuilt")
+        return True
+
+    def _alter_and_register(self, cur: Any, alters: list[str], registered: bool, name: str, db: str, table: str,
+                            key_names: list[str]) -> None:
+        """Run the ``alters`` (kept as ``last_alters``); unless ``registered``, record that sink
+        table ``name`` mirrors ``db.table`` with key ``key_names`` (every ensure holds the DDL
+        lock: nobody registers it meanwhile)."""
+        for stmt in alters:
+            cur.execute(stmt)
+        self.last_alters = alters
+        if registered:
+            return
+        cur.execute(f"INSERT INTO {self._bookkeeping(TABLES)} (table_name, source_db, source_table, key_columns) "
+                    "VALUES (%s, %s, %s, %s)", [name, db, table, json.dumps(key_names)])
+
+    # ------------------------------------------------------------------ apply
+    def apply(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
+              records: Iterable[Any]) -> ApplyResult:
+        """Apply one batch of changes of ``db.table``; see the sink's module docstring."""
+        layout = self._layout(value_schema, key_columns)
+        plan = self._ensure(db, table, layout)
+        reduced = reduce_for_layout(records, layout)
+        result = ApplyResult(superseded=reduced.superseded)
+        if not reduced.upserts and not reduced.deletes:
+            return result
+        with self._transaction() as cur:
+            if self.serialize and not self._take_turn(cur, plan.name):
+                raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
+            cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s)",
+                        [plan.name])
+            has_tombstones = bool(cur.fetchone()[0])
+            self._write(cur, plan, reduced.upserts, reduced.deletes, has_tombstones, result)
+        return result
+
+    def _take_turn(self, cur: Any, name: str) -> bool:
+        """Lock sink table ``name``'s row in :data:`TABLES` (``SELECT ... FOR UPDATE``), so
+        writers of one table take turns; whether the table is registered."""
+        cur.execute(f"SELECT 1 FROM {self._bookkeeping(TABLES)} WHERE table_name = %s FOR UPDATE", [name])
+        return cur.fetchone() is not None
+
+    def _write(self, cur: Any, plan: Any, upserts: list, deletes: list, has_tombstones: bool,
+               result: ApplyResult) -> None:  # pragma: no cover - abstract
+        """Write a reduced batch (``(change, key values)`` pairs) in the open transaction,
+        counting into ``result``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ maintenance
+    def purge_tombstones(self, before_position: str, db: str | None = None, table: str | None = None) -> int:
+        """Drop tombstones older than ``before_position`` (of one table, or all); returns how many.
+
+        Safe once no record below ``before_position`` can be applied again (every input
+        partition committed past it).
+        """
+        sql = f"DELETE FROM {self._bookkeeping(TOMBSTONES)} WHERE position < %s"
+        args: list[Any] = [before_position]
+        if db is not None and table is not None:
+            sql += " AND table_name = %s"
+            args.append(self.table_name(db, table))
+        with self._transaction() as cur:
+            cur.execute(sql, args)
+            return cur.rowcount
+
+    def delete_below(self, db: str, table: str, position: str) -> int:
+        """Delete the rows of ``db.table`` whose position is below ``position`` (rows a
+        snapshot with ``delete-missing`` did not refresh: deleted at the source while their
+        changes were lost); returns how many.  Nothing when the table does not exist."""
+        with self._transaction() as cur:
+            if not self._has_table(cur, db, table):
+                return 0
+            self._take_turn(cur, self.table_name(db, table))  # the writers' lock: ``apply`` waits
+            cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {self._quote(POSITION_COLUMN)} < %s",
+                        [position])
+            return cur.rowcount
+
+    def applied_positions(self) -> dict[tuple[str, str], str]:
+        """``{(db, table): the highest position applied}`` of every sink table that has rows."""
+        out: dict[tuple[str, str], str] = {}
+        with self._transaction() as cur:
+            for _, db, table in self._registered(cur):
+                cur.execute(f"SELECT max({self._quote(POSITION_COLUMN)}) FROM {self.qualified_name(db, table)}")
+                top = cur.fetchone()[0]
+                if top:
+                    out[(db, table)] = str(top)
+        return out
+
+    def tombstones(self, db: str, table: str) -> list[tuple[str, str]]:
+        """``(key_json, position)`` of the table's tombstones, in position order (for tests and tools)."""
+        with self._transaction() as cur:
+            cur.execute(f"SELECT key_json, position FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s "
+                        "ORDER BY position", [self.table_name(db, table)])
+            return [(k, p) for k, p in cur.fetchall()]

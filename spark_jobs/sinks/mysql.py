@@ -5,8 +5,8 @@ Layout
 All sink tables of one :class:`MySQLSink` live in one database (``database``, created if
 missing).  Source table ``db.table`` becomes ``<db>__<table>`` (cut to 64 characters with an
 8-hex-digit hash suffix when longer, see
-:func:`~spark_jobs.sinks.sink_schema.sink_table_name`).  Columns as in the source (types in
-:mod:`~spark_jobs.sinks.sink_schema`), primary key = the source key, plus
+:func:`~spark_jobs.sinks.naming.sink_table_name`).  Columns as in the source (types in
+:mod:`~spark_jobs.sinks.types`), primary key = the source key, plus
 ``__cdc_position CHAR(30) CHARACTER SET ascii COLLATE ascii_bin NOT NULL``.  Tables are
 InnoDB, ``utf8mb4`` with a binary NO PAD collation (``utf8mb4_nopad_bin`` on MariaDB,
 ``utf8mb4_0900_bin`` on MySQL 8): key equality is then byte equality, as in the Avro
@@ -52,41 +52,27 @@ Skipping stored-or-newer records up front also makes a replayed batch read-only.
 from __future__ import annotations
 
 import contextlib
-
-import json
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterator
 
 import pymysql
 from pymysql.converters import escape_string
 
 from common.sql.quoting import quote_ident
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.base import TableSinkBase
-from spark_jobs.sinks.sink_schema import (
-    POSITION_COLUMN,
-    ApplyResult,
-    SinkColumn,
-    TableLayout,
-    format_time_micros,
-    freeze_key,
-    is_pass_through,
-    key_json_and_hash,
-    mysql_converter,
-    mysql_key_types,
-    mysql_type,
-    reduce_for_layout,
-    row_error,
-    row_getter,
-)
+from spark_jobs.sinks.base import TablePlan, TableSinkBase
+from spark_jobs.sinks.batch import ApplyResult
+from spark_jobs.sinks.keys import freeze_key, key_json_and_hash
+from spark_jobs.sinks.layout import SinkColumn, TableLayout
+from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES
+from spark_jobs.sinks.types import mysql_key_types, mysql_type
+from spark_jobs.sinks.values import format_time_micros, is_pass_through, mysql_converter, row_error, row_getter
 
-__all__ = ["MySQLSink", "TOMBSTONES", "TABLES"]
+__all__ = ["MySQLSink"]
 
-TOMBSTONES = "__cdc_tombstones"
-TABLES = "__cdc_tables"
 _MAX_IDENT = 64
 _READ_CHUNK = 500
 _DELETE_CHUNK = 500
@@ -188,11 +174,7 @@ def _normalize_type(t: str) -> str:
 
 
 @dataclass
-class _Plan:
-    signature: tuple
-    name: str
-    qualified: str
-    layout: TableLayout
+class _Plan(TablePlan):
     fields: list[str]
     getter: Any
     literals: list[Literal]
@@ -209,6 +191,9 @@ class MySQLSink(TableSinkBase):
     """Upsert sink into MySQL/MariaDB.  Picklable: the connection is opened where it is used."""
 
     MAX_IDENT = _MAX_IDENT
+    SETTINGS = ("host", "port", "user", "password", "database", "serialize", "connect_timeout")
+    DRIVER_ERROR = pymysql.Error
+    UNAVAILABLE_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
     def __init__(self, host: str, port: int, user: str, password: Any, database: str, *,
                  serialize: bool = True, connect_timeout: float = 10) -> None:
@@ -216,37 +201,16 @@ class MySQLSink(TableSinkBase):
             raise SinkError("database must be non-empty")
         if hasattr(password, "get_secret_value"):  # pydantic SecretStr from CDCConfig
             password = password.get_secret_value()
+        super().__init__(serialize)
         self.host, self.port, self.user, self.password = host, int(port), user, password or ""
         self.database = database
-        self.serialize = serialize
         self.connect_timeout = connect_timeout
-        self._conn: pymysql.connections.Connection | None = None
-        self._plans: dict[tuple[str, str], _Plan] = {}
-        self._layouts: dict[tuple[str, tuple], TableLayout] = {}
         self.flavor = ""
         self.collation = ""
         self._max_sql = 1 << 20
-        #: ALTER statements the last ensure_table ran (empty when the table already matched).
-        self.last_alters: list[str] = []
 
-    # ------------------------------------------------------------------ lifecycle
-    def __getstate__(self) -> dict:
-        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password,
-                "database": self.database, "serialize": self.serialize, "connect_timeout": self.connect_timeout}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["host"], state["port"], state["user"], state["password"], state["database"],
-                      serialize=state["serialize"], connect_timeout=state["connect_timeout"])
-
-    def __enter__(self) -> "MySQLSink":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def connection(self) -> pymysql.connections.Connection:
-        if self._conn is not None and self._conn.open:
-            return self._conn
+    # ------------------------------------------------------------------ connection
+    def _connect(self) -> pymysql.connections.Connection:
         conn = pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
                                charset="utf8mb4", autocommit=False, connect_timeout=self.connect_timeout)
         try:
@@ -269,17 +233,10 @@ class MySQLSink(TableSinkBase):
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
         return conn
 
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except pymysql.Error:
-                pass
-            finally:
-                self._conn = None
+    def _is_open(self, conn: pymysql.connections.Connection) -> bool:
+        return conn.open
 
     def _drop_broken(self) -> None:
         if self._conn is None:
@@ -289,9 +246,33 @@ class MySQLSink(TableSinkBase):
         except Exception:
             self.close()
 
+    @contextlib.contextmanager
+    def _transaction_cursor(self, conn: pymysql.connections.Connection) -> Iterator[pymysql.cursors.Cursor]:
+        conn.begin()
+        with conn.cursor() as cur:
+            yield cur
+        conn.commit()
+
     # ------------------------------------------------------------------ names
+    def _quote(self, name: str) -> str:
+        return q(name)
+
     def qualified_name(self, db: str, table: str) -> str:
         return f"{q(self.database)}.{q(self.table_name(db, table))}"
+
+    def _bookkeeping(self, name: str) -> str:
+        return q(name)
+
+    def _registered(self, cur) -> list[tuple[str, str, str]]:
+        cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                    [self.database, TABLES])
+        if not cur.fetchone()[0]:
+            return []
+        cur.execute(f"SELECT table_name, source_db, source_table FROM {q(TABLES)} ORDER BY table_name")
+        return [(n, d, t) for n, d, t in cur.fetchall()]
+
+    def _has_table(self, cur, db: str, table: str) -> bool:
+        return self.table_name(db, table) in {n for n, _, _ in self._registered(cur)}
 
     # ------------------------------------------------------------------ DDL
     def _column_sql(self, c: SinkColumn, key_types: dict[str, str], is_key: bool) -> str:
@@ -301,11 +282,8 @@ class MySQLSink(TableSinkBase):
             return f"{t} NOT NULL DEFAULT CURRENT_TIMESTAMP(6)" if is_key else f"{t} NULL DEFAULT NULL"
         return f"{t} NOT NULL" if is_key else f"{t} NULL"
 
-    def _ensure(self, db: str, table: str, layout: TableLayout) -> _Plan:
+    def _prepare(self, db: str, table: str, layout: TableLayout) -> _Plan:
         sig = layout.signature()
-        plan = self._plans.get((db, table))
-        if plan is not None and plan.signature == sig:
-            return plan
         name = self.table_name(db, table)
         for c in layout.columns:
             if len(c.name) > _MAX_IDENT:
@@ -313,68 +291,47 @@ class MySQLSink(TableSinkBase):
         qualified = f"{q(self.database)}.{q(name)}"
         key_types = mysql_key_types(layout.key)
         key_set = {c.name for c in layout.key}
-        keys_json = json.dumps(layout.key_names)
         conn = self.connection()
         lock = f"cdc_sink_ddl:{self.database}"[:64]
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT GET_LOCK(%s, 120)", [lock])
-                if cur.fetchone()[0] != 1:
-                    raise SinkError(f"could not take the DDL lock {lock!r}")
-                try:
-                    opts = f"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={self.collation}"
-                    cur.execute(
-                        f"CREATE TABLE IF NOT EXISTS {q(TABLES)} (table_name VARCHAR(64) NOT NULL PRIMARY KEY,"
-                        " source_db VARCHAR(64) NOT NULL, source_table VARCHAR(64) NOT NULL,"
-                        " key_columns TEXT NOT NULL, created_at TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6))"
-                        f" {opts}")
-                    cur.execute(
-                        f"CREATE TABLE IF NOT EXISTS {q(TOMBSTONES)} (table_name VARCHAR(64) NOT NULL,"
-                        " key_hash BINARY(16) NOT NULL, key_json LONGTEXT NOT NULL,"
-                        f" position {_POSITION_TYPE}, PRIMARY KEY (table_name, key_hash)) {opts}")
-                    cur.execute(f"SELECT source_db, source_table, key_columns FROM {q(TABLES)} WHERE table_name = %s",
-                                [name])
-                    reg = cur.fetchone()
-                    if reg is not None:
-                        if (reg[0], reg[1]) != (db, table):
-                            raise SinkError(f"sink table {qualified} already mirrors {reg[0]}.{reg[1]}, "
-                                            f"not {db}.{table}")
-                        if json.loads(reg[2]) != layout.key_names:
-                            raise SinkError(f"sink table {qualified} has key {reg[2]}, the schema now says "
-                                            f"{keys_json}: a changed primary key needs the sink table rebuilt")
-                    defs = [f"{q(c.name)} {self._column_sql(c, key_types, c.name in key_set)}" for c in layout.columns]
-                    defs.append(f"{q(POSITION_COLUMN)} {_POSITION_TYPE}")
-                    defs.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in layout.key)})")
-                    cur.execute(f"CREATE TABLE IF NOT EXISTS {qualified} ({', '.join(defs)}) {opts}")
-                    cur.execute("SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
-                                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", [self.database, name])
-                    existing = {n.lower(): _normalize_type(t) for n, t in cur.fetchall()}
-                    alters = []
-                    for c in layout.columns:
-                        is_key = c.name in key_set
-                        want = _normalize_type(key_types[c.name] if is_key else mysql_type(c))
-                        have = existing.get(c.name.lower())
-                        if have is None:
-                            alters.append(f"ALTER TABLE {qualified} ADD COLUMN {q(c.name)} "
-                                          f"{self._column_sql(c, key_types, False)}")
-                        elif have != want and not (want == "json" and have == "longtext" and self.flavor == "mariadb"):
-                            alters.append(f"ALTER TABLE {qualified} MODIFY COLUMN {q(c.name)} "
-                                          f"{self._column_sql(c, key_types, is_key)}")
-                    for stmt in alters:
-                        cur.execute(stmt)
-                    self.last_alters = alters
-                    if reg is None:  # (every ensure holds the DDL lock: nobody registers it meanwhile)
-                        cur.execute(f"INSERT INTO {q(TABLES)} (table_name, source_db, source_table, key_columns) "
-                                    "VALUES (%s, %s, %s, %s)", [name, db, table, keys_json])
-                    conn.commit()
-                finally:
-                    cur.execute("DO RELEASE_LOCK(%s)", [lock])
-        except pymysql.Error:
-            self._drop_broken()
-            raise
-        plan = self._plan(sig, name, qualified, layout)
-        self._plans[(db, table)] = plan
-        return plan
+        with self._guarded(), conn.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 120)", [lock])
+            if cur.fetchone()[0] != 1:
+                raise SinkError(f"could not take the DDL lock {lock!r}")
+            try:
+                opts = f"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={self.collation}"
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {q(TABLES)} (table_name VARCHAR(64) NOT NULL PRIMARY KEY,"
+                    " source_db VARCHAR(64) NOT NULL, source_table VARCHAR(64) NOT NULL,"
+                    " key_columns TEXT NOT NULL, created_at TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6))"
+                    f" {opts}")
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {q(TOMBSTONES)} (table_name VARCHAR(64) NOT NULL,"
+                    " key_hash BINARY(16) NOT NULL, key_json LONGTEXT NOT NULL,"
+                    f" position {_POSITION_TYPE}, PRIMARY KEY (table_name, key_hash)) {opts}")
+                registered = self._check_registration(cur, name, qualified, db, table, layout.key_names)
+                defs = [f"{q(c.name)} {self._column_sql(c, key_types, c.name in key_set)}" for c in layout.columns]
+                defs.append(f"{q(POSITION_COLUMN)} {_POSITION_TYPE}")
+                defs.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in layout.key)})")
+                cur.execute(f"CREATE TABLE IF NOT EXISTS {qualified} ({', '.join(defs)}) {opts}")
+                cur.execute("SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+                            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", [self.database, name])
+                existing = {n.lower(): _normalize_type(t) for n, t in cur.fetchall()}
+                alters = []
+                for c in layout.columns:
+                    is_key = c.name in key_set
+                    want = _normalize_type(key_types[c.name] if is_key else mysql_type(c))
+                    have = existing.get(c.name.lower())
+                    if have is None:
+                        alters.append(f"ALTER TABLE {qualified} ADD COLUMN {q(c.name)} "
+                                      f"{self._column_sql(c, key_types, False)}")
+                    elif have != want and not (want == "json" and have == "longtext" and self.flavor == "mariadb"):
+                        alters.append(f"ALTER TABLE {qualified} MODIFY COLUMN {q(c.name)} "
+                                      f"{self._column_sql(c, key_types, is_key)}")
+                self._alter_and_register(cur, alters, registered, name, db, table, layout.key_names)
+                conn.commit()
+            finally:
+                cur.execute("DO RELEASE_LOCK(%s)", [lock])
+        return self._plan(sig, name, qualified, layout)
 
     def _plan(self, sig: tuple, name: str, qualified: str, layout: TableLayout) -> _Plan:
         cols = list(layout.columns)
@@ -401,35 +358,10 @@ class MySQLSink(TableSinkBase):
         )
 
     # ------------------------------------------------------------------ apply
-    def apply(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
-              records: Iterable[Any]) -> ApplyResult:
-        """Apply one batch of changes of ``db.table``; see the module docstring."""
-        layout = self._layout(value_schema, key_columns)
-        plan = self._ensure(db, table, layout)
-        reduced = reduce_for_layout(records, layout)
-        result = ApplyResult(superseded=reduced.superseded)
-        if not reduced.upserts and not reduced.deletes:
-            return result
-        conn = self.connection()
-        try:
-            conn.begin()
-            with conn.cursor() as cur:
-                self._apply(cur, plan, reduced.upserts, reduced.deletes, result)
-            conn.commit()
-        except BaseException:
-            self._drop_broken()
-            raise
-        return result
-
-    def _apply(self, cur, plan: _Plan, upserts: list, deletes: list, result: ApplyResult) -> None:
+    def _write(self, cur, plan: _Plan, upserts: list, deletes: list, has_tombstones: bool,
+               result: ApplyResult) -> None:
         layout = plan.layout
         tomb = q(TOMBSTONES)
-        if self.serialize:
-            cur.execute(f"SELECT 1 FROM {q(TABLES)} WHERE table_name = %s FOR UPDATE", [plan.name])
-            if cur.fetchone() is None:
-                raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
-        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {tomb} WHERE table_name = %s)", [plan.name])
-        has_tombstones = bool(cur.fetchone()[0])
 
         # Key values of every record: Avro values, DB-form (for matching stored rows), SQL literals.
         klits = [plan.literals[i] for i in plan.key_idx]
@@ -556,69 +488,6 @@ class MySQLSink(TableSinkBase):
             for h, p in cur.fetchall():
                 out[bytes(h)] = p
         return out
-
-    # ------------------------------------------------------------------ maintenance
-    @contextlib.contextmanager
-    def _transaction(self):
-        """A cursor in a transaction: committed when the block ends, rolled back (and a broken
-        connection dropped) when it raises."""
-        conn = self.connection()
-        try:
-            with conn.cursor() as cur:
-                yield cur
-            conn.commit()
-        except BaseException:
-            self._drop_broken()
-            raise
-
-    def purge_tombstones(self, before_position: str, db: str | None = None, table: str | None = None) -> int:
-        """Drop tombstones older than ``before_position`` (of one table, or all); returns how many."""
-        sql = f"DELETE FROM {q(TOMBSTONES)} WHERE position < %s"
-        args: list[Any] = [before_position]
-        if db is not None and table is not None:
-            sql += " AND table_name = %s"
-            args.append(self.table_name(db, table))
-        with self._transaction() as cur:
-            cur.execute(sql, args)
-            return cur.rowcount
-
-    def _registered(self, cur) -> list[tuple[str, str, str]]:
-        """``(sink table, source db, source table)`` of every registered table."""
-        cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-                    [self.database, TABLES])
-        if not cur.fetchone()[0]:
-            return []
-        cur.execute(f"SELECT table_name, source_db, source_table FROM {q(TABLES)} ORDER BY table_name")
-        return [(n, d, t) for n, d, t in cur.fetchall()]
-
-    def delete_below(self, db: str, table: str, position: str) -> int:
-        """Delete the rows of ``db.table`` whose position is below ``position``; returns how
-        many (see :meth:`PostgresSink.delete_below`)."""
-        name = self.table_name(db, table)
-        with self._transaction() as cur:
-            if name not in {n for n, _, _ in self._registered(cur)}:
-                return 0
-            cur.execute(f"SELECT 1 FROM {q(TABLES)} WHERE table_name = %s FOR UPDATE", [name])
-            cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {q(POSITION_COLUMN)} < %s", [position])
-            return cur.rowcount
-
-    def applied_positions(self) -> dict[tuple[str, str], str]:
-        """``{(db, table): the highest position applied}`` of every sink table that has rows."""
-        out: dict[tuple[str, str], str] = {}
-        with self._transaction() as cur:
-            for name, db, table in self._registered(cur):
-                cur.execute(f"SELECT MAX({q(POSITION_COLUMN)}) FROM {q(self.database)}.{q(name)}")
-                top = cur.fetchone()[0]
-                if top:
-                    out[(db, table)] = str(top)
-        return out
-
-    def tombstones(self, db: str, table: str) -> list[tuple[str, str]]:
-        """``(key_json, position)`` of the table's tombstones, in position order."""
-        with self._transaction() as cur:
-            cur.execute(f"SELECT key_json, position FROM {q(TOMBSTONES)} WHERE table_name = %s ORDER BY position",
-                        [self.table_name(db, table)])
-            return [(k, p) for k, p in cur.fetchall()]
 
 
 def _chunks(items: list, n: int):

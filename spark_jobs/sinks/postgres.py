@@ -4,10 +4,10 @@ Layout
 ======
 All sink tables of one :class:`PostgresSink` live in one schema (``schema_name``, default
 ``public``, created if missing).  Source table ``db.table`` becomes
-``"<schema>"."<db>__<table>"`` (:func:`~spark_jobs.sinks.sink_schema.sink_table_name`;
+``"<schema>"."<db>__<table>"`` (:func:`~spark_jobs.sinks.naming.sink_table_name`;
 names over 63 bytes are cut and suffixed with 8 hex digits of their SHA-1, because
 PostgreSQL would silently truncate them).  A table has the source columns (named as in the
-source, types in :mod:`~spark_jobs.sinks.sink_schema`), the primary key = the source key,
+source, types in :mod:`~spark_jobs.sinks.types`), the primary key = the source key,
 and ``__cdc_position char(30) COLLATE "C" NOT NULL``: the position of the change that
 wrote the row.  Non-key columns are nullable, so that rows written by a schema that lacks
 a column (older, or after the source dropped it) can be stored.
@@ -34,7 +34,7 @@ tombstone only when the sink holds no row of it, or holds a newer one.  Tombston
 never written again stay; :meth:`PostgresSink.purge_tombstones` removes those older than a
 position below which no replay can reach (e.g. the lowest position of the committed
 Kafka offsets).  The key is identified by a 16-byte hash of its canonical JSON
-(:func:`~spark_jobs.sinks.sink_schema.key_json`), so one tombstone table serves keys of
+(:func:`~spark_jobs.sinks.keys.key_json`), so one tombstone table serves keys of
 any types and lengths.
 
 Applying a batch
@@ -70,34 +70,24 @@ dropped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterator
 
 import psycopg
 
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.base import TableSinkBase
-from spark_jobs.sinks.sink_schema import (
-    POSITION_COLUMN,
-    ApplyResult,
-    TableLayout,
-    key_hash,
-    postgres_converter,
-    postgres_type,
-    reduce_for_layout,
-    row_error,
-    row_getter,
-    sink_identifier,
-    is_pass_through,
-    key_json_and_hash,
-)
+from spark_jobs.sinks.base import TablePlan, TableSinkBase
+from spark_jobs.sinks.batch import ApplyResult
+from spark_jobs.sinks.keys import key_hash, key_json_and_hash
+from spark_jobs.sinks.layout import TableLayout
+from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_identifier
+from spark_jobs.sinks.types import postgres_type
+from spark_jobs.sinks.values import is_pass_through, postgres_converter, row_error, row_getter
 
-__all__ = ["PostgresSink", "quote_pg", "TOMBSTONES", "TABLES"]
+__all__ = ["PostgresSink", "quote_pg"]
 
-TOMBSTONES = "__cdc_tombstones"
-TABLES = "__cdc_tables"
 KEY_HASH = "__cdc_key_hash"
 KEY_JSON = "__cdc_key_json"
 _STAGE_UPSERTS = "__cdc_stage_upserts"
@@ -120,13 +110,9 @@ def _lock_id(text: str) -> int:
 
 
 @dataclass
-class _Plan:
+class _Plan(TablePlan):
     """Everything ``apply`` needs for one table version, built once."""
 
-    signature: tuple
-    name: str
-    qualified: str
-    layout: TableLayout
     col_names: list[str]            # quoted sink column names, in row order
     converters: list                # per column
     fields: list[str]               # per column: the row dict key
@@ -146,61 +132,74 @@ class PostgresSink(TableSinkBase):
     """Upsert sink into PostgreSQL.  Picklable: the connection is opened where it is used."""
 
     MAX_IDENT = _MAX_IDENT
+    SETTINGS = ("dsn", "schema_name", "serialize")
+    DRIVER_ERROR = psycopg.Error
+    UNAVAILABLE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+    #: SQLSTATE classes of an operational error that is about the server, not the data:
+    #: connection exceptions, operator intervention (shutdown, cannot connect now),
+    #: transaction rollback (deadlock, serialization failure: retrying helps).
+    _OUT_OF_REACH_STATES = ("08", "57P", "40")
+
+    def out_of_reach(self, exc: Exception) -> bool:
+        """A client-side failure (no SQLSTATE: the connection could not be made or was lost)
+        or a server-side one of :data:`_OUT_OF_REACH_STATES`; not, say, a key too large for
+        its index (54000), which is the record's problem."""
+        if isinstance(exc, psycopg.InterfaceError):
+            return True
+        state = getattr(exc, "sqlstate", None)
+        return state is None or state.startswith(self._OUT_OF_REACH_STATES)
 
     def __init__(self, dsn: str, schema_name: str = "public", *, serialize: bool = True) -> None:
         if not schema_name:
             raise SinkError("schema_name must be non-empty")
+        super().__init__(serialize)
         self.dsn = dsn
         self.schema_name = sink_identifier(schema_name, _MAX_IDENT)
-        self.serialize = serialize
-        self._conn: psycopg.Connection | None = None
-        self._plans: dict[tuple[str, str], _Plan] = {}
-        self._layouts: dict[tuple[str, tuple], TableLayout] = {}
-        #: ALTER statements the last ensure_table ran (empty when the table already matched).
-        self.last_alters: list[str] = []
 
-    # ------------------------------------------------------------------ lifecycle
-    def __getstate__(self) -> dict:
-        return {"dsn": self.dsn, "schema_name": self.schema_name, "serialize": self.serialize}
+    # ------------------------------------------------------------------ connection
+    def _connect(self) -> psycopg.Connection:
+        conn = psycopg.connect(self.dsn, autocommit=False)
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.commit()
+        return conn
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["dsn"], state["schema_name"], serialize=state["serialize"])
-
-    def __enter__(self) -> "PostgresSink":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            conn = psycopg.connect(self.dsn, autocommit=False)
-            conn.execute("SET TIME ZONE 'UTC'")
-            conn.commit()
-            self._conn = conn
-        return self._conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+    def _is_open(self, conn: psycopg.Connection) -> bool:
+        return not conn.closed
 
     def _drop_broken(self) -> None:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self.close()
 
+    @contextlib.contextmanager
+    def _transaction_cursor(self, conn: psycopg.Connection) -> Iterator[psycopg.Cursor]:
+        with conn.transaction(), conn.cursor() as cur:
+            yield cur
+
     # ------------------------------------------------------------------ names
+    def _quote(self, name: str) -> str:
+        return quote_pg(name)
+
     def qualified_name(self, db: str, table: str) -> str:
         return f"{quote_pg(self.schema_name)}.{quote_pg(self.table_name(db, table))}"
 
+    def _bookkeeping(self, name: str) -> str:
+        return f"{quote_pg(self.schema_name)}.{quote_pg(name)}"
+
+    def _registered(self, cur: psycopg.Cursor) -> list[tuple[str, str, str]]:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", [self._bookkeeping(TABLES)])
+        if not cur.fetchone()[0]:
+            return []
+        cur.execute(f"SELECT table_name, source_db, source_table FROM {self._bookkeeping(TABLES)} ORDER BY table_name")
+        return [(n, d, t) for n, d, t in cur.fetchall()]
+
+    def _has_table(self, cur: psycopg.Cursor, db: str, table: str) -> bool:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                    [self._bookkeeping(TABLES), self.qualified_name(db, table)])
+        return bool(cur.fetchone()[0])
+
     # ------------------------------------------------------------------ DDL
-    def _ensure(self, db: str, table: str, layout: TableLayout) -> _Plan:
+    def _prepare(self, db: str, table: str, layout: TableLayout) -> _Plan:
         sig = layout.signature()
-        plan = self._plans.get((db, table))
-        if plan is not None and plan.signature == sig:
-            return plan
         name = self.table_name(db, table)
         col_names = {c.name: sink_identifier(c.name, _MAX_IDENT) for c in layout.columns}
         if len(set(col_names.values())) != len(col_names):
@@ -208,64 +207,42 @@ class PostgresSink(TableSinkBase):
         schema = quote_pg(self.schema_name)
         qualified = f"{schema}.{quote_pg(name)}"
         key_names = [col_names[c.name] for c in layout.key]
-        conn = self.connection()
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_id("cdc-sink-ddl:" + self.schema_name)])
-                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-                cur.execute(
-                    f"CREATE TABLE IF NOT EXISTS {schema}.{quote_pg(TABLES)} ("
-                    " table_name text PRIMARY KEY, source_db text NOT NULL, source_table text NOT NULL,"
-                    " key_columns text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())")
-                cur.execute(
-                    f"CREATE TABLE IF NOT EXISTS {schema}.{quote_pg(TOMBSTONES)} ("
-                    " table_name text NOT NULL, key_hash bytea NOT NULL, key_json text NOT NULL,"
-                    " position char(30) COLLATE \"C\" NOT NULL, PRIMARY KEY (table_name, key_hash))")
-                cur.execute(f"SELECT source_db, source_table, key_columns FROM {schema}.{quote_pg(TABLES)} "
-                            "WHERE table_name = %s", [name])
-                reg = cur.fetchone()
-                keys_json = json.dumps(key_names)
-                if reg is not None:
-                    if (reg[0], reg[1]) != (db, table):
-                        raise SinkError(f"sink table {qualified} already mirrors {reg[0]}.{reg[1]}, not {db}.{table}")
-                    if reg[2] != keys_json:
-                        raise SinkError(f"sink table {qualified} has key {reg[2]}, the schema now says {keys_json}: "
-                                        "a changed primary key needs the sink table rebuilt")
-                defs = []
-                for c in layout.columns:
-                    nn = " NOT NULL" if c in layout.key else ""
-                    defs.append(f"{quote_pg(col_names[c.name])} {postgres_type(c)}{nn}")
-                defs.append(f"{quote_pg(POSITION_COLUMN)} char(30) COLLATE \"C\" NOT NULL")
-                defs.append(f"PRIMARY KEY ({', '.join(map(quote_pg, key_names))})")
-                cur.execute(f"CREATE TABLE IF NOT EXISTS {qualified} ({', '.join(defs)})")
-                cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-                            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", [qualified])
-                existing = dict(cur.fetchall())
-                alters = []
-                for c in layout.columns:
-                    cname, ctype = col_names[c.name], postgres_type(c)
-                    have = existing.get(cname)
-                    if have is None:
-                        alters.append(f"ALTER TABLE {qualified} ADD COLUMN IF NOT EXISTS {quote_pg(cname)} {ctype}")
-                    elif have != ctype:
-                        alters.append(f"ALTER TABLE {qualified} ALTER COLUMN {quote_pg(cname)} TYPE {ctype} "
-                                      f"USING {quote_pg(cname)}::{ctype}")
-                for stmt in alters:
-                    cur.execute(stmt)
-                self.last_alters = alters
-                if reg is None:  # (every ensure holds the advisory lock: nobody registers it meanwhile)
-                    cur.execute(f"INSERT INTO {schema}.{quote_pg(TABLES)} (table_name, source_db, source_table, "
-                                "key_columns) VALUES (%s, %s, %s, %s)", [name, db, table, keys_json])
-        except psycopg.Error:
-            self._drop_broken()
-            raise
-        plan = self._plan(sig, name, qualified, layout, col_names)
-        self._plans[(db, table)] = plan
-        return plan
+        with self._transaction() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_id("cdc-sink-ddl:" + self.schema_name)])
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._bookkeeping(TABLES)} ("
+                " table_name text PRIMARY KEY, source_db text NOT NULL, source_table text NOT NULL,"
+                " key_columns text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())")
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._bookkeeping(TOMBSTONES)} ("
+                " table_name text NOT NULL, key_hash bytea NOT NULL, key_json text NOT NULL,"
+                " position char(30) COLLATE \"C\" NOT NULL, PRIMARY KEY (table_name, key_hash))")
+            registered = self._check_registration(cur, name, qualified, db, table, key_names)
+            defs = []
+            for c in layout.columns:
+                nn = " NOT NULL" if c in layout.key else ""
+                defs.append(f"{quote_pg(col_names[c.name])} {postgres_type(c)}{nn}")
+            defs.append(f"{quote_pg(POSITION_COLUMN)} char(30) COLLATE \"C\" NOT NULL")
+            defs.append(f"PRIMARY KEY ({', '.join(map(quote_pg, key_names))})")
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {qualified} ({', '.join(defs)})")
+            cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                        "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", [qualified])
+            existing = dict(cur.fetchall())
+            alters = []
+            for c in layout.columns:
+                cname, ctype = col_names[c.name], postgres_type(c)
+                have = existing.get(cname)
+                if have is None:
+                    alters.append(f"ALTER TABLE {qualified} ADD COLUMN IF NOT EXISTS {quote_pg(cname)} {ctype}")
+                elif have != ctype:
+                    alters.append(f"ALTER TABLE {qualified} ALTER COLUMN {quote_pg(cname)} TYPE {ctype} "
+                                  f"USING {quote_pg(cname)}::{ctype}")
+            self._alter_and_register(cur, alters, registered, name, db, table, key_names)
+        return self._plan(sig, name, qualified, layout, col_names)
 
     def _plan(self, sig: tuple, name: str, qualified: str, layout: TableLayout, col_names: dict[str, str]) -> _Plan:
-        schema = quote_pg(self.schema_name)
-        tomb = f"{schema}.{quote_pg(TOMBSTONES)}"
+        tomb = self._bookkeeping(TOMBSTONES)
         cols = list(layout.columns)
         q = [quote_pg(col_names[c.name]) for c in cols]
         pos = quote_pg(POSITION_COLUMN)
@@ -314,70 +291,47 @@ class PostgresSink(TableSinkBase):
         )
 
     # ------------------------------------------------------------------ apply
-    def apply(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
-              records: Iterable[Any]) -> ApplyResult:
-        """Apply one batch of changes of ``db.table``; see the module docstring."""
-        layout = self._layout(value_schema, key_columns)
-        plan = self._ensure(db, table, layout)
-        reduced = reduce_for_layout(records, layout)
-        result = ApplyResult(superseded=reduced.superseded)
-        if not reduced.upserts and not reduced.deletes:
-            return result
-        schema = quote_pg(self.schema_name)
+    def _write(self, cur: psycopg.Cursor, plan: _Plan, upserts: list, deletes: list, has_tombstones: bool,
+               result: ApplyResult) -> None:
         params = {"table": plan.name}
-        conn = self.connection()
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                if self.serialize:
-                    cur.execute(f"SELECT 1 FROM {schema}.{quote_pg(TABLES)} WHERE table_name = %s FOR UPDATE",
-                                [plan.name])
-                    if cur.fetchone() is None:
-                        raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
-                cur.execute(f"SELECT EXISTS (SELECT 1 FROM {schema}.{quote_pg(TOMBSTONES)} WHERE table_name = %s)",
-                            [plan.name])
-                has_tombstones = bool(cur.fetchone()[0])
-                if reduced.upserts:
-                    n = len(reduced.upserts)
-                    cur.execute(plan.stage_upserts_ddl)
-                    cols = ", ".join(plan.col_names)
-                    with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({cols}, {quote_pg(POSITION_COLUMN)}"
-                                  f"{', ' + quote_pg(KEY_HASH) if has_tombstones else ''}) FROM STDIN") as copy:
-                        row_values = self._row_values
-                        for ch, kv in reduced.upserts:
-                            values = row_values(plan, ch)
-                            values.append(ch.position)
-                            if has_tombstones:
-                                values.append(key_hash(kv))
-                            copy.write_row(values)
-                    if n >= _ANALYZE_AT and has_tombstones:
-                        cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
-                    cur.execute(plan.upsert_tomb_sql if has_tombstones else plan.upsert_sql, params)
-                    result.upserted = cur.rowcount
-                    result.skipped += n - cur.rowcount
+        if upserts:
+            n = len(upserts)
+            cur.execute(plan.stage_upserts_ddl)
+            cols = ", ".join(plan.col_names)
+            with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({cols}, {quote_pg(POSITION_COLUMN)}"
+                          f"{', ' + quote_pg(KEY_HASH) if has_tombstones else ''}) FROM STDIN") as copy:
+                row_values = self._row_values
+                for ch, kv in upserts:
+                    values = row_values(plan, ch)
+                    values.append(ch.position)
                     if has_tombstones:
-                        cur.execute(plan.prune_sql, params)
-                if reduced.deletes:
-                    n = len(reduced.deletes)
-                    cur.execute(plan.stage_deletes_ddl)
-                    cols = ", ".join(plan.col_names[i] for i in plan.key_idx)
-                    convs = [plan.converters[i] for i in plan.key_idx]
-                    with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_DELETES)} ({cols}, {quote_pg(POSITION_COLUMN)}, "
-                                  f"{quote_pg(KEY_HASH)}, {quote_pg(KEY_JSON)}) FROM STDIN") as copy:
-                        for ch, kv in reduced.deletes:
-                            text, digest = key_json_and_hash(kv)
-                            values = [conv(v) for conv, v in zip(convs, kv)]
-                            values += [ch.position, digest, text]
-                            copy.write_row(values)
-                    if n >= _ANALYZE_AT:
-                        cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_DELETES)}")
-                    cur.execute(plan.delete_sql)
-                    cur.execute(plan.tombstone_sql, params)
-                    result.deleted = cur.rowcount
-                    result.skipped += n - cur.rowcount
-        except psycopg.Error:
-            self._drop_broken()
-            raise
-        return result
+                        values.append(key_hash(kv))
+                    copy.write_row(values)
+            if n >= _ANALYZE_AT and has_tombstones:
+                cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
+            cur.execute(plan.upsert_tomb_sql if has_tombstones else plan.upsert_sql, params)
+            result.upserted = cur.rowcount
+            result.skipped += n - cur.rowcount
+            if has_tombstones:
+                cur.execute(plan.prune_sql, params)
+        if deletes:
+            n = len(deletes)
+            cur.execute(plan.stage_deletes_ddl)
+            cols = ", ".join(plan.col_names[i] for i in plan.key_idx)
+            convs = [plan.converters[i] for i in plan.key_idx]
+            with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_DELETES)} ({cols}, {quote_pg(POSITION_COLUMN)}, "
+                          f"{quote_pg(KEY_HASH)}, {quote_pg(KEY_JSON)}) FROM STDIN") as copy:
+                for ch, kv in deletes:
+                    text, digest = key_json_and_hash(kv)
+                    values = [conv(v) for conv, v in zip(convs, kv)]
+                    values += [ch.position, digest, text]
+                    copy.write_row(values)
+            if n >= _ANALYZE_AT:
+                cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_DELETES)}")
+            cur.execute(plan.delete_sql)
+            cur.execute(plan.tombstone_sql, params)
+            result.deleted = cur.rowcount
+            result.skipped += n - cur.rowcount
 
     @staticmethod
     def _row_values(plan: _Plan, ch: Any) -> list:
@@ -390,78 +344,3 @@ class PostgresSink(TableSinkBase):
             return values
         except Exception as exc:
             raise row_error(plan.qualified, plan.layout, plan.converters, ch, exc) from exc
-
-    # ------------------------------------------------------------------ maintenance
-    def purge_tombstones(self, before_position: str, db: str | None = None, table: str | None = None) -> int:
-        """Drop tombstones older than ``before_position`` (of one table, or all); returns how many.
-
-        Safe once no record below ``before_position`` can be applied again (every input
-        partition committed past it).
-        """
-        schema = quote_pg(self.schema_name)
-        sql = f"DELETE FROM {schema}.{quote_pg(TOMBSTONES)} WHERE position < %s"
-        args: list[Any] = [before_position]
-        if db is not None and table is not None:
-            sql += " AND table_name = %s"
-            args.append(self.table_name(db, table))
-        conn = self.connection()
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute(sql, args)
-                return cur.rowcount
-        except psycopg.Error:
-            self._drop_broken()
-            raise
-
-    def delete_below(self, db: str, table: str, position: str) -> int:
-        """Delete the rows of ``db.table`` whose position is below ``position`` (rows a
-        snapshot with ``delete-missing`` did not refresh: deleted at the source while their
-        changes were lost); returns how many.  Nothing when the table does not exist."""
-        schema = quote_pg(self.schema_name)
-        name = self.table_name(db, table)
-        conn = self.connection()
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
-                            [f"{schema}.{quote_pg(TABLES)}", self.qualified_name(db, table)])
-                if not cur.fetchone()[0]:
-                    return 0
-                # Writers of the table take turns (the lock ``apply`` takes).
-                cur.execute(f"SELECT 1 FROM {schema}.{quote_pg(TABLES)} WHERE table_name = %s FOR UPDATE", [name])
-                cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {quote_pg(POSITION_COLUMN)} < %s",
-                            [position])
-                return cur.rowcount
-        except psycopg.Error:
-            self._drop_broken()
-            raise
-
-    def applied_positions(self) -> dict[tuple[str, str], str]:
-        """``{(db, table): the highest position applied}`` of every sink table that has rows."""
-        schema = quote_pg(self.schema_name)
-        conn = self.connection()
-        out: dict[tuple[str, str], str] = {}
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SELECT to_regclass(%s) IS NOT NULL", [f"{schema}.{quote_pg(TABLES)}"])
-                if not cur.fetchone()[0]:
-                    return out
-                cur.execute(f"SELECT source_db, source_table FROM {schema}.{quote_pg(TABLES)} ORDER BY table_name")
-                for db, table in cur.fetchall():
-                    cur.execute(f"SELECT max({quote_pg(POSITION_COLUMN)}) FROM {self.qualified_name(db, table)}")
-                    top = cur.fetchone()[0]
-                    if top:
-                        out[(db, table)] = str(top)
-            return out
-        except psycopg.Error:
-            self._drop_broken()
-            raise
-
-    def tombstones(self, db: str, table: str) -> list[tuple[str, str]]:
-        """``(key_json, position)`` of the table's tombstones, in position order (for tests and tools)."""
-        schema = quote_pg(self.schema_name)
-        conn = self.connection()
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(f"SELECT key_json, position FROM {schema}.{quote_pg(TOMBSTONES)} WHERE table_name = %s "
-                        "ORDER BY position", [self.table_name(db, table)])
-            return [(k, p) for k, p in cur.fetchall()]
-

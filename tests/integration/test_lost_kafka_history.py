@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.config import dump_config, load_config
-from contract.topics import table_topic
+from contract.topics import offsets_topic, table_topic
 from producer.app import ProducerApp
 from producer.errors import KafkaHistoryLost
 from producer.offset_store import LocalOffsetCopy
@@ -147,7 +147,7 @@ def test_producer_stops_when_kafka_lost_its_history_and_resumes_when_told(stack,
     # Kafka loses the producer's offsets and the table's events; the table changes meanwhile.
     prefix, topic = cfg.kafka.topic_prefix, table_topic(cfg.kafka.topic_prefix, test_db, "t")
     admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
-    for t in (f"{prefix}._offsets", topic):
+    for t in (offsets_topic(prefix), topic):
         admin.delete_topics([t])[t].result(30)
     with stack.admin(test_db) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO t VALUES (%s)", [(i,) for i in range(100, 120)])

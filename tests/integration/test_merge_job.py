@@ -9,7 +9,8 @@ from decimal import Decimal
 
 from common.kafka.topic_reader import read_topic
 from contract.topics import clean_topic
-from spark_jobs.merge_job import MergeJob, dlq_topic
+from contract.topics import dlq_topic
+from spark_jobs.merge_job import MergeJob
 from tests.producer_helpers import ProducerThread, run_until_caught_up, wait_for
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
 from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows

@@ -15,6 +15,7 @@ from producer.binlog_source import current_position
 from producer.errors import BinlogPurgedError
 from common.errors import SourceError
 from tests.producer_helpers import apply_changelog, read_events, run_until_caught_up, start_at_current
+from contract.topics import heartbeat_topic, transaction_topic
 
 
 def _exec(stack, db, *statements):
@@ -270,7 +271,7 @@ def test_heartbeats_on_idle_commit_the_position(stack, config, test_db):
     import json
     from common.kafka.topic_reader import read_topic
     beats = [(m.key(), json.loads(m.value())) for m in
-             read_topic(config.kafka.bootstrap_servers, f"{config.kafka.topic_prefix}._heartbeat")]
+             read_topic(config.kafka.bootstrap_servers, heartbeat_topic(config.kafka.topic_prefix))]
     assert len(beats) >= 2
     assert all(k == config.producer.name.encode() and b["file"].startswith("mysql-bin.") and b["ts_ms"] > 0
                for k, b in beats)
@@ -290,7 +291,7 @@ def test_transaction_metadata_begin_and_end_with_counts(stack, config, test_db):
         cur.execute("INSERT INTO a VALUES (4)")
     run_until_caught_up(config)
     txns = [json.loads(m.value()) for m in read_topic(config.kafka.bootstrap_servers,
-                                                      f"{config.kafka.topic_prefix}.transaction")]
+                                                      transaction_topic(config.kafka.topic_prefix))]
     assert [t["status"] for t in txns] == ["BEGIN", "END", "BEGIN", "END"]
     assert txns[0]["id"] == txns[1]["id"] != txns[2]["id"]
     assert txns[1]["event_count"] == 4

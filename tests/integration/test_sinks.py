@@ -28,8 +28,9 @@ from producer.event_builder import envelope_schema
 from producer.table_reader import read_table_def
 from producer.table_schema import ColumnDef, TableDef
 from producer.type_mapping import RowConverter, avro_fullname, row_record_schema
-from spark_jobs.sinks import ApplyResult, row_columns
-from spark_jobs.errors import SinkError
+from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.sinks.batch import ApplyResult
+from spark_jobs.sinks.layout import row_columns
 from spark_jobs.sinks.mysql import MySQLSink
 from spark_jobs.sinks.postgres import PostgresSink, quote_pg
 
@@ -163,6 +164,10 @@ class Backend:
     def drop(self) -> None:
         raise NotImplementedError
 
+    def kill(self) -> None:
+        """End the sink's connection from the server side (as a server restart would)."""
+        raise NotImplementedError
+
     def table(self, db: str, table: str, key: list[str]) -> dict[tuple, dict]:
         return {tuple(r[k] for k in key): r for r in self.rows(db, table)}
 
@@ -195,6 +200,13 @@ class PgBackend(Backend):
         self.sink.close()
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {quote_pg(self.schema)} CASCADE")
+
+    def kill(self) -> None:
+        pid = self.sink.connection().info.backend_pid
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", [pid])
+            while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+                time.sleep(0.01)
 
 
 class MyBackend(Backend):
@@ -233,6 +245,13 @@ class MyBackend(Backend):
         self.sink.close()
         with self.connect() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{self.database}`")
+
+    def kill(self) -> None:
+        thread = self.sink.connection().thread_id()
+        with self.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"KILL {int(thread)}")
+            while cur.execute("SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s", [thread]):
+                time.sleep(0.01)
 
 
 def make_backend(kind: str, config, unique) -> Backend:
@@ -598,6 +617,36 @@ def test_long_names_are_shortened_not_truncated_silently(backend):
     name = backend.sink.table_name(db, table)
     assert len(name.encode()) <= (63 if backend.name == "postgres" else 64) and name != f"{db}__{table}"
     assert [r["v"] for r in backend.rows(db, table)] == ["x"]
+
+
+# ----------------------------------------------------------------------------- connection and maintenance
+def test_a_lost_connection_is_sink_unavailable_and_the_next_call_reconnects(backend):
+    src = simple_source()
+    sink = backend.sink
+    sink.apply("shop", "items", src.schema, ["id"], [src.upsert({"id": 1, "v": "a", "n": None}, 1, "c")])
+    second = [src.upsert({"id": 2, "v": "b", "n": None}, 2, "c")]
+    backend.kill()
+    with pytest.raises(SinkUnavailable, match=type(sink).__name__):
+        sink.apply("shop", "items", src.schema, ["id"], second)
+    assert tuple(sink.apply("shop", "items", src.schema, ["id"], second)) == (1, 0, 0)
+    backend.kill()
+    with pytest.raises(SinkUnavailable):
+        sink.applied_positions()
+    assert sink.applied_positions() == {("shop", "items"): P(2)}
+
+
+def test_applied_positions_and_delete_below(backend):
+    sink = backend.sink
+    assert sink.applied_positions() == {}
+    assert sink.delete_below("shop", "items", P(5)) == 0  # no table yet
+    src, other = simple_source(), simple_source("shop", "empty")
+    sink.apply("shop", "items", src.schema, ["id"],
+               [src.upsert({"id": i, "v": f"v{i}", "n": None}, 10 * i, "c") for i in range(1, 5)])
+    sink.ensure_table("shop", "empty", other.schema, ["id"])
+    assert sink.applied_positions() == {("shop", "items"): P(40)}  # a table without rows is left out
+    assert sink.delete_below("shop", "items", P(25)) == 2
+    assert sorted(r["id"] for r in backend.rows("shop", "items")) == [3, 4]
+    assert sink.delete_below("shop", "empty", P(25)) == 0
 
 
 # ----------------------------------------------------------------------------- keys

@@ -152,5 +152,5 @@ def test_a_table_version_is_built_once_also_with_excluded_columns():
     ("create", "CREATE TABLE t (a INT NOT NULL DEFAULT 1)", False),
 ])
 def test_sink_drift_names_the_ddl_sinks_cannot_follow(verb, ddl, drifts):
-    from producer.app import sink_drift
+    from producer.ddl import sink_drift
     assert (sink_drift(verb, ddl) is not None) == drifts

@@ -7,7 +7,8 @@ import urllib.request
 
 from common.config import CDCConfig
 from common.metrics_http import serve_metrics
-from spark_jobs.merge_job import MergeJob, table_topic_pattern
+from contract.topics import table_topic_pattern
+from spark_jobs.merge_job import MergeJob
 
 
 def _job(tmp_path) -> MergeJob:

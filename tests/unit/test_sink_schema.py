@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import socket
 import struct
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -22,13 +23,15 @@ from hypothesis import strategies as st
 from producer.event_builder import envelope_schema
 from producer.table_schema import ColumnDef, TableDef
 from producer.type_mapping import RowConverter, avro_fullname, avro_field, row_record_schema, value_converter
-from spark_jobs.sinks.sink_schema import (POSITION_COLUMN, ApplyResult, Change, SinkColumn, bits_to_int, bits_to_text,
-                                          days_to_date, format_time_micros, freeze_key, geometry_wkb, key_hash,
-                                          key_json, micros_to_datetime, micros_to_timedelta, millis_to_datetime,
-                                          mysql_converter, mysql_key_types, mysql_type, parse_zoned_timestamp,
-                                          postgres_converter, postgres_type, reduce_batch, reduce_for_layout,
-                                          row_columns, sink_identifier, sink_table_name, table_layout)
-from spark_jobs.errors import SinkError
+from spark_jobs.sinks.batch import ApplyResult, Change, reduce_batch, reduce_for_layout
+from spark_jobs.sinks.keys import freeze_key, key_hash, key_json
+from spark_jobs.sinks.layout import SinkColumn, row_columns, table_layout
+from spark_jobs.sinks.naming import POSITION_COLUMN, sink_identifier, sink_table_name
+from spark_jobs.sinks.types import mysql_key_types, mysql_type, postgres_type
+from spark_jobs.sinks.values import (bits_to_int, bits_to_text, days_to_date, format_time_micros, geometry_wkb,
+                                     micros_to_datetime, micros_to_timedelta, millis_to_datetime, mysql_converter,
+                                     parse_zoned_timestamp, postgres_converter)
+from spark_jobs.errors import SinkError, SinkUnavailable
 from common.errors import UnsupportedType
 
 SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=200)
@@ -520,3 +523,28 @@ def test_sinks_pickle_without_connections():
     my = pickle.loads(pickle.dumps(MySQLSink("h", 3306, "u", "p", "sink")))
     assert (my.host, my.port, my.database, my._conn) == ("h", 3306, "sink", None)
 
+
+def test_an_unreachable_database_is_sink_unavailable():
+    """The driver's connection failure leaves the sink as SinkUnavailable (a retry, not a poison record)."""
+    from spark_jobs.sinks.mysql import MySQLSink
+    from spark_jobs.sinks.postgres import PostgresSink
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once the socket is closed
+    for sink in (PostgresSink(f"postgresql://x@127.0.0.1:{port}/db?connect_timeout=5", "s"),
+                 MySQLSink("127.0.0.1", port, "u", "p", "sink", connect_timeout=5)):
+        with pytest.raises(SinkUnavailable, match=type(sink).__name__):
+            sink.applied_positions()
+        assert sink._conn is None
+
+
+
+def test_postgres_tells_a_database_out_of_reach_from_data_it_refuses():
+    import psycopg
+    from spark_jobs.sinks.postgres import PostgresSink
+
+    sink = PostgresSink("postgresql://nowhere/x")
+    assert sink.out_of_reach(psycopg.OperationalError("connection refused"))  # client side: no SQLSTATE
+    assert sink.out_of_reach(psycopg.errors.AdminShutdown())
+    assert sink.out_of_reach(psycopg.errors.DeadlockDetected())
+    assert not sink.out_of_reach(psycopg.errors.ProgramLimitExceeded())  # a key too large for its index

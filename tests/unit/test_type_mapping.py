@@ -544,6 +544,15 @@ def test_empty_set_from_binlog_none_sources():
     assert conv.convert(row, {"st": "null"})["st"] is None
 
 
+def test_an_empty_set_in_the_key_is_the_empty_string_too():
+    table = TableDef("shop", "k", [ColumnDef(name="id", data_type="int", column_type="int(11)", nullable=False, ordinal=1),
+                                   ColumnDef(name="s", data_type="set", column_type="set('q','b','x')", nullable=False,
+                                             ordinal=2)], primary_key=["id", "s"])
+    conv = RowConverter(table, binlog=True)
+    assert conv.convert_key({"id": 1, "s": None}, {"s": "empty set"}) == {"id": 1, "s": ""}
+    assert conv.convert_key({"id": 1, "s": {"b", "q"}}) == {"id": 1, "s": "q,b"}
+
+
 def test_row_converter_rejects_unknown_and_missing_columns():
     conv = RowConverter(TABLE)
     with pytest.raises(ConversionError, match="unknown column.*'surprise'"):

@@ -1,0 +1,60 @@
+"""Debezium's MySQL envelope, as every record of a table topic carries it.
+
+Value: ``before``, ``after``, ``source``, ``op`` (``c``/``u``/``d``, ``r`` for snapshot
+rows), ``ts_ms``, ``transaction``, plus ours: ``position`` (:mod:`contract.position`) and
+``snapshot_window`` (a snapshot row's chunk window).  Names and op codes are Debezium's, so a
+consumer written for Debezium reads ours.  The ``source`` block is built here only
+(:func:`source_block`), for change events, snapshot rows and schema changes alike; the
+``.avsc`` files of its parts are in :mod:`schemas`.  Every record also carries its position
+in the header :data:`POSITION_HEADER`.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import schemas
+
+try:
+    CONNECTOR_VERSION = version("mysql-cdc")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    CONNECTOR_VERSION = "0.0.0"
+CONNECTOR = "mysql"
+
+#: Row event kind -> Debezium op code; a snapshot row is ``r``.
+OPS = {"insert": "c", "update": "u", "delete": "d"}
+SNAPSHOT_OP = "r"
+#: ``source.snapshot`` of a change event and of an incremental snapshot's row.
+NOT_SNAPSHOT, INCREMENTAL_SNAPSHOT = "false", "incremental"
+
+#: The Kafka header holding a record's 30-digit position.
+POSITION_HEADER = "cdc.position"
+
+
+def source_block(name: str, server_id: int, *, db: str | None, table: str | None, ts_ms: int | None,
+                 file: str, pos: int, row: int = 0, gtid: str | None = None, thread: int | None = None,
+                 snapshot: str = NOT_SNAPSHOT) -> dict[str, Any]:
+    """Debezium's ``source`` block, fields in the schema's order."""
+    return {"version": CONNECTOR_VERSION, "connector": CONNECTOR, "name": name, "ts_ms": ts_ms, "snapshot": snapshot,
+            "db": db, "sequence": None, "table": table, "server_id": server_id, "gtid": gtid, "file": file,
+            "pos": pos, "row": row, "thread": thread, "query": None}
+
+
+def envelope_schema(row_schema: dict, name: str) -> dict:
+    """Debezium's envelope around a row schema, plus our position and snapshot window."""
+    row_name = row_schema["name"]
+    return {
+        "type": "record", "name": name, "connect.name": name,
+        "fields": [
+            {"name": "before", "type": ["null", row_schema], "default": None},
+            {"name": "after", "type": ["null", row_name], "default": None},
+            {"name": "source", "type": schemas.load("source")},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "transaction", "type": ["null", schemas.load("transaction_block")], "default": None},
+            {"name": "position", "type": "string",
+             "doc": "30-digit binlog position (file index, event position, sequence): unique and rising per partition"},
+            {"name": "snapshot_window", "type": ["null", schemas.load("snapshot_window")], "default": None},
+        ],
+    }

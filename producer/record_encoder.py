@@ -1,0 +1,61 @@
+"""How the producer frames records: Avro or JSON (:mod:`contract.serde`).
+
+Avro records use the single-object framing, with every writer schema published to
+``<prefix>._schemas`` (:mod:`contract.schema_store`) before the first record that uses it,
+or Confluent's framing with ids from a schema registry.  Publishing goes through
+``publish`` (the Kafka writer's ``produce``), so a schema record is part of the same batch
+(with transactions: the same transaction) as the first record that needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from common.config import KafkaConfig
+from common.kafka.clients import ensure_topics
+from contract.schema_store import schema_record
+from contract.serde import AvroWriter, ConfluentRegistry, encode_json
+from contract.topics import schemas_topic
+
+#: ``publish(topic, key, value)``: write one record in the current batch.
+Publish = Callable[[str, bytes, bytes], None]
+
+
+class RecordEncoder:
+    def __init__(self, kafka: KafkaConfig, fmt: str, publish: Publish) -> None:
+        self.prefix = kafka.topic_prefix
+        self.fmt = fmt
+        self._publish = publish
+        self._writers: dict[int, AvroWriter] = {}
+        self._published: set[str] = set()
+        self._registry = ConfluentRegistry(kafka.schema_registry_url) if kafka.schema_registry_url else None
+        if fmt == "avro" and self._registry is None:
+            ensure_topics(kafka, [schemas_topic(self.prefix)], partitions=1, compacted=True)
+
+    def _writer(self, schema: dict, topic: str, role: str) -> AvroWriter:
+        w = self._writers.get(id(schema))
+        if w is None:
+            header = None
+            if self._registry is not None:
+                sid = self._registry.register(f"{topic}-{role}", schema)
+                header = b"\x00" + sid.to_bytes(4, "big")
+            w = self._writers[id(schema)] = AvroWriter(schema, header)
+            if self._registry is None and w.fingerprint not in self._published:
+                self._publish(*schema_record(self.prefix, w.fingerprint, schema))
+                self._published.add(w.fingerprint)
+        return w
+
+    def encode(self, schema: dict | None, record: Any, topic: str, role: str) -> bytes | None:
+        """``record`` framed for ``topic`` (``role``: key or value); None stays None."""
+        if record is None:
+            return None
+        if self.fmt == "json" or schema is None:
+            return encode_json(record)
+        return self._writer(schema, topic, role).encode(record)
+
+    def header(self, schema: dict, topic: str, role: str) -> bytes | None:
+        """The framing before the Avro body of a record of ``schema`` (the schema is published
+        or registered first), or None when records are JSON."""
+        if self.fmt == "json":
+            return None
+        return self._writer(schema, topic, role).header

@@ -1,0 +1,263 @@
+"""One connected run of the producer: the binlog reader's items in, records out.
+
+:class:`StreamSession` reads the binlog reader's items in order: row changes become change
+events (:mod:`producer.event_builder`), rows of the signal table go to the snapshot
+coordinator (user signals, window markers, released chunks), DDL becomes schema change
+events; batches are committed with the offset record at transaction ends (or when a batch
+is full or old), and at idle moments with a heartbeat.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from common.sql.sessions import read_session
+from contract.envelope import source_block
+from contract.errors import BadSignal
+from contract.markers import delete_missing_marker, marker_record, window_marker
+from contract.notifications import Notification
+from contract.records import heartbeat_record, schema_change_record, transaction_record
+from contract.topics import markers_topic, notifications_topic
+from producer.binlog_reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
+from producer.binlog_source import ServerInfo
+from producer.ddl import ddl_target, sink_drift
+from producer.errors import ProducerStopped
+from producer.event_builder import EventBuilder
+from producer.kafka_writer import KafkaWriter
+from producer.pipeline import ReaderProcess
+from producer.record_encoder import RecordEncoder
+from producer.snapshot_coordinator import MarkerSeen, ReleasedChunk, SnapshotCoordinator
+from producer.startup import ProducerState
+from producer.table_reader import list_tables
+
+if TYPE_CHECKING:
+    from producer.app import ProducerApp
+
+log = logging.getLogger(__name__)
+
+
+class StreamSession:
+    """One connected run: reader + writer, until stopped or an error."""
+
+    def __init__(self, app: "ProducerApp", writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
+                 state: ProducerState, info: ServerInfo, coordinator: SnapshotCoordinator) -> None:
+        self.app, self.writer, self.builder, self.reader, self.state, self.info = app, writer, builder, reader, state, info
+        self.encoder = RecordEncoder(app.cfg.kafka, app.cfg.producer.format, writer.produce)
+        self.coord = coordinator
+        coordinator.notify = self._notify
+        self.cfg = app.cfg
+        self.prefix = self.cfg.kafka.topic_prefix
+        self.batch_events = 0
+        self.batch_started = time.monotonic()
+        self.last_heartbeat = time.monotonic()
+        self._txn: dict | None = None  # the open transaction's metadata (transaction_metadata on)
+        # Where to restart to lose nothing of what has been handled: a ResumePoint, or the
+        # last RowChanges handled (its resume point, built when needed).
+        r = state.resume
+        self._handled: ResumePoint | RowChanges = ResumePoint(r.file, r.pos, r.last)
+        self._stored_last = state.stored_last.encode() if state.stored_last is not None else None
+
+    def current_resume(self) -> ResumePoint:
+        h = self._handled
+        return h.resume if type(h) is RowChanges else h
+
+    def loop(self, *, max_events: int | None, idle_exit_s: float | None) -> int:
+        cfg, app = self.cfg, self.app
+        total = 0
+        last_activity = time.monotonic()
+        if self.state.extra.get("initial_snapshot") == "pending":
+            self._start_initial_snapshot()
+        coord = self.coord
+        coord.poll()
+        for item in self.reader:
+            kind = type(item)
+            if kind is RowChanges:
+                last_activity = time.monotonic()
+                self._handled = item
+                if app.filter.is_signal(item.db, item.table):
+                    self._signal(item)
+                elif not app.filter.ignored(item.db, item.table, item.kind):
+                    if max_events is None:
+                        total += self._produce(item, item.first, len(item.rows))
+                    else:  # row by row, to stop after the row that reaches max_events
+                        for i in range(item.first, len(item.rows)):
+                            total += self._produce(item, i, i + 1)
+                            if total >= max_events:
+                                self._handled = item.resume_after(i)
+                                break
+            elif kind is TransactionEnd:
+                self._handled = item.resume
+                if self._txn is not None:
+                    self._txn_end(item)
+                if self._due():
+                    self._commit(item.resume)
+            elif kind is Idle:
+                if item.resume is not None:
+                    self._handled = item.resume
+                app.metrics.idle()
+                if self.batch_events and item.resume is not None:
+                    self._commit(item.resume)
+                self._heartbeat()
+                if idle_exit_s is not None and time.monotonic() - last_activity >= idle_exit_s:
+                    break
+            elif kind is SchemaChange:
+                last_activity = time.monotonic()
+                self._handled = item.resume
+                self._schema_change(item)
+            if coord.busy:
+                coord.poll()
+                self._write_deletions()
+            if self.batch_events >= cfg.producer.batch_size * 4:
+                # A very large transaction: commit mid-transaction (resume = its start + last change).
+                self._commit(self.current_resume())
+            if app._stop.is_set() or (max_events is not None and total >= max_events):
+                break
+        if self.batch_events or self.writer.in_batch:
+            self._commit(self.current_resume())
+        return 0
+
+    def _produce(self, item: RowChanges, start: int, stop: int) -> int:
+        """Write the events of rows ``start`` to ``stop - 1``; their number."""
+        records = self.builder.records(item, start, stop, self.encoder, skip_up_to=self._stored_last)
+        if records:
+            if self.cfg.producer.transaction_metadata:
+                self._txn_begin(item, len(records))
+            self.writer.produce_all(records)
+            self.batch_events += len(records)
+            self.app.metrics.event(item.ts_ms, len(records))
+        return len(records)
+
+    # -- transaction metadata (Debezium's BEGIN/END records on <prefix>.transaction) ------
+    def _txn_write(self, status: str, txn_id: str, position: str, **extra) -> None:
+        self.writer.produce(*transaction_record(self.prefix, status, txn_id, position, **extra))
+        self.batch_events += 1
+
+    def _txn_begin(self, item: RowChanges, n: int) -> None:
+        txn_id = item.gtid or f"{item.resume_file}:{item.resume_pos}"
+        if self._txn is None or self._txn["id"] != txn_id:
+            self._txn = {"id": txn_id, "count": 0, "collections": {}}
+            self._txn_write("BEGIN", txn_id, item.base.encode())
+        self._txn["count"] += n
+        name = f"{item.db}.{item.table}"
+        self._txn["collections"][name] = self._txn["collections"].get(name, 0) + n
+
+    def _txn_end(self, end: TransactionEnd) -> None:
+        txn, self._txn = self._txn, None
+        if txn is None:
+            return
+        self._txn_write("END", txn["id"], end.position.encode(), event_count=txn["count"],
+                        data_collections=txn["collections"])
+
+    def _due(self) -> bool:
+        return self.batch_events > 0 and (self.batch_events >= self.cfg.producer.batch_size or
+                                          time.monotonic() - self.batch_started >= self.cfg.producer.batch_interval_s)
+
+    def _commit(self, resume: ResumePoint) -> None:
+        snap = self.coord.state()
+        if snap is None:
+            self.state.extra.pop("snapshot", None)
+        else:
+            self.state.extra["snapshot"] = snap
+        self.app.metrics.snapshot_progress = None if snap is None or snap["snapshot_id"] is None else {
+            "snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
+        key, value = self.app.store.record({"resume": resume.to_json(), **self.state.extra})
+        self.writer.commit(key, value)
+        self.app.local.save(value)  # after Kafka has it: the local copy is never ahead of Kafka
+        self.batch_events = 0
+        self.batch_started = time.monotonic()
+        self.app.metrics.committed(resume)
+        self.app.metrics.write_status(self.app.state_dir, resume)
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def _signal(self, item: RowChanges) -> None:
+        """Rows inserted into the signal table: user signals and the chunk window markers.
+        (The DELETEs that clean up marker rows are not signals.)"""
+        if item.kind != "insert":
+            return
+        for i in range(item.first, len(item.rows)):
+            _, row, _, _ = item.images(i)
+            marker, released = self.coord.on_signal(row or {}, item.base.with_row(2 * i))
+            if marker is not None:
+                self._write_window_marker(marker)
+            if released is not None:
+                self._write_chunk(released)
+        self._write_deletions()
+
+    def _write_marker(self, marker: dict) -> None:
+        self.writer.ensure_topic(markers_topic(self.prefix), partitions=1)
+        self.writer.produce(*marker_record(self.prefix, marker))
+        self.batch_events += 1
+
+    def _write_window_marker(self, m: MarkerSeen) -> None:
+        self._write_marker(window_marker(m.kind, m.snapshot_id, m.chunk_id, m.table, m.key_range, m.position))
+
+    def _write_deletions(self) -> None:
+        """DELETE_MISSING markers of the delete-missing tables read completely: after their
+        chunks' rows, so a reader that sees the marker has every row of the snapshot before it."""
+        for d in self.coord.take_deletions():
+            self._write_marker(delete_missing_marker(d.snapshot_id, d.table, d.below))
+            log.info("snapshot %s: %s read completely; the sinks delete its rows below position %s that the "
+                     "snapshot did not find (delete-missing)", d.snapshot_id, d.table, d.below.encode())
+
+    def _write_chunk(self, chunk: ReleasedChunk) -> None:
+        records = self.builder.chunk_records(chunk, self.encoder)
+        if records:
+            self.writer.produce_all(records)
+            self.batch_events += len(records)
+            self.app.metrics.event(int(time.time() * 1000), len(records))
+
+    def _notify(self, n: Notification) -> None:
+        self.writer.ensure_topic(notifications_topic(self.prefix), partitions=1)
+        self.writer.produce(*n.record(self.prefix))
+        self.batch_events += 1
+        log.info("snapshot notification %s %s %s", n.type, n.snapshot_id, json.dumps(n.data, default=str))
+
+    def _start_initial_snapshot(self) -> None:
+        """``startup.mode: initial``: every captured table, by the snapshot coordinator,
+        while the stream runs."""
+        conn = read_session(self.cfg.source)
+        try:
+            tables = [f"{d}.{t}" for d, t in list_tables(conn) if self.app.filter.captures(d, t)]
+        finally:
+            conn.close()
+        self.state.extra["initial_snapshot"] = "started"
+        delete_missing = bool(self.state.extra.pop("initial_delete_missing", False))
+        if not tables:
+            log.info("startup mode 'initial': no captured table exists yet")
+            return
+        try:
+            # A table that cannot be snapshotted (no primary key) is skipped with a
+            # notification; the others are snapshotted.
+            self.coord.add_tables(tables, f"{'recovery' if delete_missing else 'initial'}-{int(time.time())}",
+                                  skippable=set(tables), delete_missing=delete_missing)
+        except BadSignal as exc:
+            raise ProducerStopped(f"the initial snapshot cannot start: {exc.reason}") from None
+
+    def _schema_change(self, item: SchemaChange) -> None:
+        verb, db, table = ddl_target(item.ddl, item.db)
+        if verb and db is not None:
+            self.coord.on_schema_change(db, table)
+        if not verb or db is None or not (self.app.filter.database_captured(db) if table is None else self.app.filter.captures(db, table)):
+            return
+        if verb and self.app.filter.ignored(db, table, verb):
+            log.info("ignoring %s of %s.%s (source.ignore_events)", verb.upper(), db, table)
+            return
+        advice = sink_drift(verb, item.ddl)
+        if advice and table is not None:
+            log.warning("%s on %s.%s: %s", verb.upper(), db, table, advice)
+        source = source_block(self.cfg.producer.name, self.info.server_id, db=db, table=table, ts_ms=item.ts_ms,
+                              file=item.file, pos=item.pos, gtid=item.gtid)
+        self.writer.produce(*schema_change_record(self.prefix, source, db=db, ddl=item.ddl,
+                                                  position=item.position.encode(), encode=self.encoder.encode))
+        self.batch_events += 1
+
+    def _heartbeat(self) -> None:
+        interval = self.cfg.producer.heartbeat_interval_s
+        if interval and time.monotonic() - self.last_heartbeat >= interval:
+            resume = self.current_resume()
+            self.writer.produce(*heartbeat_record(self.prefix, self.cfg.producer.name, resume.file, resume.pos))
+            self.last_heartbeat = time.monotonic()
+            self._commit(resume)

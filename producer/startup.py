@@ -1,0 +1,141 @@
+"""Where a producer starts: its stored position, or ``producer.startup`` when none is stored;
+and what it does when Kafka lost its history (a position kept in the state directory that
+Kafka does not hold): stop, or recover as told (``producer.lost_history`` / ``--recover``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.config import CDCConfig
+from contract.position import BinlogPosition
+from producer import binlog_source as src
+from producer.binlog_reader import ResumePoint
+from producer.errors import BinlogPurgedError, KafkaHistoryLost, ProducerStopped
+from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
+
+log = logging.getLogger(__name__)
+
+#: How a producer recovers when Kafka lost its history (producer.lost_history).
+RECOVERY_MODES = ("stop", "resume", "snapshot")
+
+
+@dataclass
+class ProducerState:
+    """Where a run starts: ``resume``, the last change already out, and what is stored with
+    the position (the running snapshot's state, the initial snapshot's progress)."""
+
+    resume: ResumePoint
+    stored_last: BinlogPosition | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Startup:
+    def __init__(self, cfg: CDCConfig, store: OffsetStore, local: LocalOffsetCopy) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.local = local
+
+    def plan(self, conn, info: src.ServerInfo, stored: dict | None, recover: str | None = None) -> ProducerState:
+        """The start of this run, given the position ``stored`` in Kafka (``recover``: the
+        recovery asked for on the command line)."""
+        local = self.local.load()
+        problem = lost_history(stored, local)
+        if problem is not None:
+            return self._recover(conn, problem, local, recover)
+        if local is not None and recover and recover != "stop":
+            log.info("--recover %s: Kafka holds this producer's history, nothing to recover", recover)
+        if stored and stored.get("resume"):
+            r = stored["resume"]
+            src.check_position_available(conn, r["file"])
+            last = BinlogPosition.decode(r["last"]) if r.get("last") else None
+            log.info("resuming from stored position %s:%s (last change %s)", r["file"], r["pos"], r.get("last"))
+            return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last,
+                                 {k: v for k, v in stored.items() if k not in ("resume", "ts_ms")})
+        st = self.cfg.producer.startup
+        extra: dict[str, Any] = {}
+        if st.mode in ("latest", "initial"):
+            file, pos = src.current_position(conn)
+            if st.mode == "initial":
+                extra["initial_snapshot"] = "pending"
+                log.info("startup mode 'initial': streaming from %s:%s; the captured tables' snapshot is handed "
+                         "to the snapshot coordinator", file, pos)
+            resume = ResumePoint(file, pos)
+        elif st.mode == "earliest":
+            file, pos = src.earliest_position(conn)
+            resume = ResumePoint(file, pos)
+        elif st.mode == "position":
+            if not st.file or st.pos is None:
+                raise ProducerStopped("startup.mode=position needs startup.file and startup.pos")
+            src.check_position_available(conn, st.file)
+            resume = ResumePoint(st.file, int(st.pos))
+        elif st.mode == "gtid":
+            if not st.gtid_set:
+                raise ProducerStopped("startup.mode=gtid needs startup.gtid_set")
+            resume = ResumePoint("", 4, gtid_set=src.validate_gtid_set(st.gtid_set, info))
+        elif st.mode == "timestamp":
+            if not st.timestamp:
+                raise ProducerStopped("startup.mode=timestamp needs startup.timestamp")
+            file, pos = src.earliest_position(conn)
+            resume = ResumePoint(file, pos, skip_to_timestamp=src.parse_timestamp(st.timestamp))
+        else:  # pragma: no cover - validated by the config model
+            raise ProducerStopped(f"unknown startup mode {st.mode}")
+        log.info("no stored position: starting at %s (startup.mode=%s)",
+                 resume.gtid_set or f"{resume.file}:{resume.pos}", st.mode)
+        return ProducerState(resume, None, extra)
+
+    def _recover(self, conn, problem: str, local: dict, recover: str | None) -> ProducerState:
+        """Kafka lost this producer's history (``problem``): stop, or recover as asked."""
+        r = local["resume"]
+        requested = (local.get("recover") or {}).get("mode")
+        mode = recover or requested or self.cfg.producer.lost_history
+        kept = f"{r['file']}:{r['pos']}" + (f" (last change {r['last']})" if r.get("last") else "")
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(local.get("ts_ms", 0) / 1000))
+        what = (f"Kafka lost the history of producer '{self.cfg.producer.name}': {problem} in "
+                f"{self.store.topic} on {self.cfg.kafka.bootstrap_servers}, but the position it committed last, "
+                f"{kept} at {when}, is kept in {self.local.path}. The broker was emptied or the topic deleted, or "
+                f"this is another Kafka cluster. The change events written before that position are gone from "
+                f"Kafka: consumers that had not read them lost them")
+        try:
+            src.check_position_available(conn, r["file"])
+            in_binlog = True
+        except BinlogPurgedError:
+            in_binlog = False
+        if mode == "stop":
+            resume_hint = (f"re-publish from {r['file']}:{r['pos']} (the binlog still has it); changes before it that "
+                           "a consumer had not read stay lost to it" if in_binlog else
+                           f"not possible: the binlog no longer has {r['file']}")
+            raise KafkaHistoryLost(
+                f"{what}.\nRecover with one of:\n"
+                f"  cdc produce --recover resume     {resume_hint}\n"
+                f"  cdc produce --recover snapshot   stream from {'there' if in_binlog else 'the current position'} "
+                f"and snapshot every captured table again (delete-missing: the sinks also drop rows deleted "
+                f"meanwhile), so the sinks and the clean changelog are whole again\n"
+                f"(producer.lost_history: resume|snapshot does the same on every start; cdc produce --reset-offsets "
+                f"forgets both positions and starts as producer.startup says)", local, self.local.path)
+        extra = {k: v for k, v in local.items() if k not in ("resume", "ts_ms", "recover")}
+        if mode == "resume":
+            if not in_binlog:
+                raise ProducerStopped(f"{what}.\nRecovery by resume is not possible: the binlog no longer has "
+                                      f"{r['file']}. Use: cdc produce --recover snapshot")
+            log.error("%s. Recovering (%s): re-publishing from %s; changes before it that a consumer had not read "
+                      "stay lost to it (the merge job stops and names them)", what, mode, kept)
+            last = BinlogPosition.decode(r["last"]) if r.get("last") else None
+            return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last, extra)
+        # snapshot: stream on from the kept position when the binlog has it, and read every
+        # captured table again; delete-missing removes from the sinks what was deleted meanwhile
+        extra.pop("snapshot", None)
+        extra["initial_snapshot"] = "pending"
+        extra["initial_delete_missing"] = True
+        if in_binlog:
+            log.error("%s. Recovering (%s): streaming from %s and snapshotting every captured table again "
+                      "(delete-missing)", what, mode, kept)
+            last = BinlogPosition.decode(r["last"]) if r.get("last") else None
+            return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last, extra)
+        file, pos = src.current_position(conn)
+        log.error("%s. The binlog no longer has %s either. Recovering (%s): streaming from the current position "
+                  "%s:%s and snapshotting every captured table again (delete-missing)", what, r["file"], mode, file, pos)
+        return ProducerState(ResumePoint(file, pos), None, extra)

@@ -48,7 +48,7 @@ from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
 from contract.notifications import Notification
 from contract.topics import clean_topic, notifications_topic
-from producer.binlog_source import current_position, start_at_current
+from producer.binlog.server import current_position, start_at_current
 from producer.offset_store import OffsetStore
 from spark_jobs.merge_job import MergeJob
 

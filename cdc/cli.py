@@ -18,7 +18,11 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from cdc import bench, bench_merge, bench_report, bench_snapshot, chaos, demo, verify
+from cdc import chaos, demo, verify
+from cdc.bench.merge import bench_merge
+from cdc.bench.report import bench_report
+from cdc.bench.snapshot import bench_snapshot
+from cdc.bench.stream import bench_stream
 from cdc.errors import CommandError
 from cdc.progress import NotificationFollower
 from cdc.stack.manager import KAFKA_DOWN_NOTE, restart_mysql, stack_down, stack_status, stack_up
@@ -98,8 +102,8 @@ def _sinks_note(cfg) -> str:
 
 
 def _cmd_bench_stream(args: argparse.Namespace) -> int:
-    bench.bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
-                       profile_dir=Path(args.profile) if args.profile else None, console=console)
+    bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
+                 profile_dir=Path(args.profile) if args.profile else None, console=console)
     return 0
 
 
@@ -169,21 +173,21 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_report(args: argparse.Namespace) -> int:
-    bench_report.bench_report(Path(args.out), Path(args.state_dir), stream_rows=args.stream_rows,
-                              snapshot_rows=args.snapshot_rows, merge_events=args.merge_events, console=console)
+    bench_report(Path(args.out), Path(args.state_dir), stream_rows=args.stream_rows,
+                 snapshot_rows=args.snapshot_rows, merge_events=args.merge_events, console=console)
     return 0
 
 
 def _cmd_bench_merge(args: argparse.Namespace) -> int:
-    bench_merge.bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
-                            keep_running=args.keep_running, console=console)
+    bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
+                keep_running=args.keep_running, console=console)
     return 0
 
 
 def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
-    bench_snapshot.bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
-                                  parallelism=args.parallelism, writes_per_s=args.writes_per_s,
-                                  keep_running=args.keep_running, console=console)
+    bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
+                   parallelism=args.parallelism, writes_per_s=args.writes_per_s,
+                   keep_running=args.keep_running, console=console)
     return 0
 
 

@@ -28,7 +28,7 @@ from cdc.verify import print_report, verify
 from common.config import load_config
 from common.sql.sessions import connect
 from producer.app import ProducerApp
-from producer.binlog_source import current_position
+from producer.binlog.server import current_position
 from spark_jobs.merge_job import MergeJob
 
 console = Console()

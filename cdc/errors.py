@@ -17,6 +17,16 @@ class VerifyError(CDCError):
     """``cdc verify`` cannot compare (no sink to compare with, the source unreachable)."""
 
 
+class TargetUnusable(VerifyError):
+    """A table cannot be compared with one target (its sink table lacks a key column); the
+    message goes into that table's result for the target."""
+
+
+class TargetMissing(TargetUnusable):
+    """The sink table or the clean changelog topic to compare with does not exist: every
+    source row counts as missing."""
+
+
 class BenchError(CDCError):
     """A benchmark cannot run (the message says why)."""
 

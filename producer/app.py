@@ -22,16 +22,16 @@ import pymysql
 from common.config import CDCConfig
 from common.errors import SourceUnavailable
 from common.sql.sessions import connect, read_session
-from producer import binlog_source as src
+from producer.binlog import server as src
 from producer.capture_filter import CaptureFilter
 from producer.errors import WriterError
-from producer.event_builder import EventBuilder
+from producer.events.builder import EventBuilder
 from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
-from producer.pipeline import ReaderProcess
+from producer.binlog.process import ReaderProcess
 from producer.session import StreamSession
-from producer.snapshot_coordinator import SnapshotCoordinator
+from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.startup import Startup
 
 log = logging.getLogger(__name__)

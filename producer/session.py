@@ -1,7 +1,7 @@
 """One connected run of the producer: the binlog reader's items in, records out.
 
 :class:`StreamSession` reads the binlog reader's items in order: row changes become change
-events (:mod:`producer.event_builder`), rows of the signal table go to the snapshot
+events (:mod:`producer.events.builder`), rows of the signal table go to the snapshot
 coordinator (user signals, window markers, released chunks), DDL becomes schema change
 events; batches are committed with the offset record at transaction ends (or when a batch
 is full or old), and at idle moments with a heartbeat.
@@ -21,17 +21,17 @@ from contract.markers import delete_missing_marker, marker_record, window_marker
 from contract.notifications import Notification
 from contract.records import heartbeat_record, schema_change_record, transaction_record
 from contract.topics import markers_topic, notifications_topic
-from producer.binlog_reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
-from producer.binlog_source import ServerInfo
+from producer.binlog.reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
+from producer.binlog.server import ServerInfo
 from producer.ddl import ddl_target, sink_drift
 from producer.errors import ProducerStopped
-from producer.event_builder import EventBuilder
+from producer.events.builder import EventBuilder
 from producer.kafka_writer import KafkaWriter
-from producer.pipeline import ReaderProcess
+from producer.binlog.process import ReaderProcess
 from producer.record_encoder import RecordEncoder
-from producer.snapshot_coordinator import MarkerSeen, ReleasedChunk, SnapshotCoordinator
+from producer.snapshot.coordinator import MarkerSeen, ReleasedChunk, SnapshotCoordinator
 from producer.startup import ProducerState
-from producer.table_reader import list_tables
+from producer.snapshot.table_reader import list_tables
 
 if TYPE_CHECKING:
     from producer.app import ProducerApp

@@ -12,8 +12,8 @@ from typing import Any
 
 from common.config import CDCConfig
 from contract.position import BinlogPosition
-from producer import binlog_source as src
-from producer.binlog_reader import ResumePoint
+from producer.binlog import server as src
+from producer.binlog.reader import ResumePoint
 from producer.errors import BinlogPurgedError, KafkaHistoryLost, ProducerStopped
 from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
 

@@ -16,7 +16,7 @@ from common.kafka.topic_reader import read_topic
 from contract.position import CopyFilter
 from contract.serde import RecordDecoder
 from producer.app import ProducerApp
-from producer.binlog_source import start_at_current as binlog_start_at_current
+from producer.binlog.server import start_at_current as binlog_start_at_current
 
 ROOT = Path(__file__).resolve().parents[1]
 

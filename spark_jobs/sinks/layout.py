@@ -3,7 +3,7 @@
 
 Input
 =====
-The *value schema* of a table's topic as the producer writes it (``producer/event_builder.py``):
+The *value schema* of a table's topic as the producer writes it (``producer/events/builder.py``):
 a Debezium envelope record whose ``after`` field is ``["null", <row record>]`` (the row
 record is defined inside ``before`` and only referenced by name in ``after``).  The row
 record itself, a JSON string of either, or a schema parsed by ``fastavro.parse_schema`` are
@@ -13,7 +13,7 @@ Debezium temporal types, ``bytes``, ``str``, dicts for the geometry records.
 Column kinds
 ============
 One :class:`SinkColumn` per row field, classified into a *kind* from the Avro type and its
-Debezium semantic name (``connect.name``), see ``producer/type_mapping.py``; the kinds and
+Debezium semantic name (``connect.name``), see ``producer/events/avro_types.py and producer/events/values.py``; the kinds and
 the column type each becomes are in the table of :mod:`spark_jobs.sinks.types`.
 
 * Plain Avro logical types (``date``, ``time-millis``/``-micros``, ``timestamp-millis``/

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cdc.bench import bench_stream
+from cdc.bench.merge import bench_merge
+from cdc.bench.snapshot import bench_snapshot
+from cdc.bench.stream import bench_stream
 
 
 def test_bench_stream_smoke(tmp_path: Path):
@@ -30,7 +32,6 @@ def test_bench_stream_smoke(tmp_path: Path):
 
 
 def test_bench_snapshot_smoke(tmp_path: Path):
-    from cdc.bench_snapshot import bench_snapshot
     result = bench_snapshot(tmp_path / "bench", rows=6000, chunk_size=1000, writes_per_s=200,
                             console=Console(width=160))
     assert result["keyset"]["rows"] == 6000
@@ -42,7 +43,6 @@ def test_bench_snapshot_smoke(tmp_path: Path):
 
 
 def test_bench_merge_smoke(tmp_path: Path):
-    from cdc.bench_merge import bench_merge
     result = bench_merge(tmp_path / "bench", events=3000, rate=500, seconds=6.0, console=Console(width=160))
     assert result["reference"]["events"] == result["changes"]["total"] >= 3000
     assert result["merge"]["events"] >= result["changes"]["total"] and result["merge"]["events_per_s"] > 0

@@ -300,12 +300,12 @@ def test_merge_job_runs_by_spark_submit_on_a_standalone_cluster(stack, merge_con
 
         def caught_up() -> bool:
             assert job.poll() is None, (tmp_path / "submit.log").read_text(errors="replace")[-3000:]
-            try:
-                return pg_sink_rows(cfg, test_db, "t_single", keys["single"]) == expected
+            try:  # a task writes one sink after the other: both must have caught up
+                return (pg_sink_rows(cfg, test_db, "t_single", keys["single"]) == expected and
+                        mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected)
             except Exception:  # noqa: BLE001 - no sink table yet
                 return False
-        wait_for(caught_up, timeout=240, interval=1.0, what="the cluster job to fill the sinks")
-        assert mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected
+        wait_for(caught_up, timeout=240, interval=1.0, what="the cluster job to fill both sinks")
         assert "app-" in (tmp_path / "worker.log").read_text(errors="replace")  # executors ran on the worker
         # The Python driver (a child of spark-submit's JVM) stops after the running batch.
         def drivers() -> list[int]:

@@ -11,7 +11,7 @@ import pytest
 from producer.app import ProducerApp
 from producer.errors import ProducerStopped
 from common.sql.sessions import connect
-from producer.binlog_source import current_position
+from producer.binlog.server import current_position
 from producer.errors import BinlogPurgedError
 from common.errors import SourceError
 from tests.producer_helpers import apply_changelog, read_events, run_until_caught_up, start_at_current

@@ -24,10 +24,11 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from psycopg.rows import dict_row
 
-from producer.event_builder import envelope_schema
-from producer.table_reader import read_table_def
+from producer.events.builder import envelope_schema
+from producer.snapshot.table_reader import read_table_def
 from producer.table_schema import ColumnDef, TableDef
-from producer.type_mapping import RowConverter, avro_fullname, row_record_schema
+from producer.events.avro_types import avro_fullname, row_record_schema
+from producer.events.values import RowConverter
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import ApplyResult
 from spark_jobs.sinks.layout import row_columns

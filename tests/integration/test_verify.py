@@ -2,7 +2,7 @@
 the real sink classes, and against a clean changelog written from the real producer's events.
 
 The sink tables are filled the way the pipeline fills them: rows read by the snapshot reader
-(``producer.table_reader.read_chunk``), converted by ``RowConverter``, sent through the
+(``producer.snapshot.table_reader.read_chunk``), converted by ``RowConverter``, sent through the
 producer's envelope schema with fastavro, applied with ``PostgresSink``/``MySQLSink.apply``.
 Then the sinks are broken on purpose (rows deleted or added, values changed in the last
 digit or by one microsecond) and verify must name each key and column.
@@ -33,10 +33,11 @@ from contract.schema_store import SchemaStore
 from common.kafka.topic_reader import read_topic
 from contract.serde import AvroWriter
 from cdc.verify import VerifyReport, print_report, verify
-from producer.event_builder import envelope_schema
+from producer.events.builder import envelope_schema
 from common.sql.sessions import read_session
-from producer.table_reader import read_chunk, read_table_def
-from producer.type_mapping import RowConverter, avro_fullname, row_record_schema
+from producer.snapshot.table_reader import read_chunk, read_table_def
+from producer.events.avro_types import avro_fullname, row_record_schema
+from producer.events.values import RowConverter
 from contract.topics import clean_topic
 from spark_jobs.clean_changelog import CleanPartitionWriter, ensure_clean_topic
 from spark_jobs.sinks.mysql import MySQLSink

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from contract.avro_template import RecordTemplate, avro_int, avro_long, avro_string, field_encoder
 from contract.errors import SerdeError
-from producer.event_builder import ENVELOPE_VARIABLE, EventBuilder, envelope_schema
+from producer.events.builder import ENVELOPE_VARIABLE, EventBuilder, envelope_schema
 from producer.table_schema import ColumnDef, TableDef
-from producer.type_mapping import RowConverter, row_record_schema
+from producer.events.avro_types import row_record_schema
+from producer.events.values import RowConverter
 
 
 def fastavro_bytes(schema, value) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producer.binlog_reader import ResumePoint, RowChanges, first_new_row
+from producer.binlog.reader import ResumePoint, RowChanges, first_new_row
 from contract.position import BinlogPosition
 from producer.table_schema import TableDef
 

@@ -1,7 +1,7 @@
 
 from hypothesis import given, settings, strategies as st
 
-from producer.chunk_splitter import _compare, chunk_query
+from producer.snapshot.chunk_queries import _compare, chunk_query
 
 
 def test_composite_keyset_query_shape():

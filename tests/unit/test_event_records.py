@@ -10,8 +10,8 @@ import fastavro
 import pytest
 
 from contract.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
-from producer.binlog_reader import RowChanges
-from producer.event_builder import EventBuilder
+from producer.binlog.reader import RowChanges
+from producer.events.builder import EventBuilder
 from contract.position import BinlogPosition
 from producer.table_schema import ColumnDef, TableDef
 

@@ -25,7 +25,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from producer.row_decoder import RowDecoder
+from producer.binlog.row_decoder import RowDecoder
 
 CHARSETS = ["utf8mb4", "latin1", "binary", None]
 

@@ -1,6 +1,6 @@
 """Sink schema: Avro row schema -> sink column types, value conversion, batch reduction.
 
-The schemas are the producer's own (``producer.type_mapping`` + ``envelope_schema``), and
+The schemas are the producer's own (``producer.events.values`` + ``envelope_schema``), and
 values go through the producer's converters and fastavro, so what is tested here is what
 the sinks will receive.
 """
@@ -20,9 +20,10 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producer.event_builder import envelope_schema
+from producer.events.builder import envelope_schema
 from producer.table_schema import ColumnDef, TableDef
-from producer.type_mapping import RowConverter, avro_fullname, avro_field, row_record_schema, value_converter
+from producer.events.avro_types import avro_fullname, avro_field, row_record_schema
+from producer.events.values import RowConverter, value_converter
 from spark_jobs.sinks.batch import ApplyResult, Change, reduce_batch, reduce_for_layout
 from spark_jobs.sinks.keys import freeze_key, key_hash, key_json
 from spark_jobs.sinks.layout import SinkColumn, row_columns, table_layout

@@ -1,7 +1,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from producer.snapshot_filter import validate_filter
+from producer.snapshot.filter import validate_filter
 from producer.errors import FilterRefused
 
 COLS = ["id", "region", "amount", "created_at", "weird col"]

@@ -10,8 +10,8 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producer.chunk_splitter import even_split_step
-from producer.snapshot_state import TableJob, decode_key, encode_key
+from producer.snapshot.chunk_planner import even_split_step
+from producer.snapshot.state import TableJob, decode_key, encode_key
 
 key_values = st.one_of(
     st.none(), st.integers(-2**63, 2**64), st.text(), st.binary(),

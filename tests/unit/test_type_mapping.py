@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from producer.table_schema import ColumnDef, TableDef, parse_enum_values
-from producer.type_mapping import (RowConverter, avro_field, avro_name, avro_type, canonical_json, days_from_civil,
-                                   field_names, fix_binlog_negative_time, key_record_schema, row_record_schema,
-                                   value_converter)
+from producer.events.avro_types import (avro_field, avro_name, avro_type, field_names, key_record_schema,
+                                        row_record_schema)
+from producer.events.values import (RowConverter, canonical_json, days_from_civil, fix_binlog_negative_time,
+                                    value_converter)
 from producer.errors import ConversionError
 from common.errors import UnsupportedType
 

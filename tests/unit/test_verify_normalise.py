@@ -1,5 +1,5 @@
 """cdc verify's pure parts: value normalisation across MySQL, PostgreSQL and Avro, checksums,
-row comparison, key parameters and the keyset predicates."""
+row comparison, key parameters, the keyset predicates and the table spec's typed refusals."""
 
 from __future__ import annotations
 
@@ -8,29 +8,27 @@ import random
 import struct
 from datetime import date, datetime, timedelta, timezone
 from decimal import Context, Decimal, localcontext
+from types import SimpleNamespace
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cdc.verify import (
-    ColumnSpec,
-    TableSpec,
-    _after,
-    _in_list,
+from cdc.verify.changelog import replay_changelog
+from cdc.verify.checksum import checksum, row_digest
+from cdc.verify.diff import compare_rows
+from cdc.verify.normalise import (
     canonical_decimal,
     canonical_float32,
     canonical_json,
-    checksum,
-    column_kind,
-    compare_rows,
     normalise,
     normalise_avro,
-    replay_changelog,
-    row_digest,
     source_value,
 )
-from producer.table_schema import ColumnDef
-from producer.type_mapping import value_converter
+from cdc.verify import spec as spec_module
+from cdc.verify.spec import ColumnSpec, KeylessTable, MissingTable, TableSpec, column_kind
+from cdc.verify.sql import key_after, key_in_list
+from producer.table_schema import ColumnDef, TableDef
+from producer.events.values import value_converter
 
 UTC = timezone.utc
 F32 = struct.Struct("<f")
@@ -248,15 +246,15 @@ def test_column_kinds_and_chunk_modes():
 
 
 def test_keyset_predicates():
-    assert _after("postgres", ['"a"'], [1], ">") == ('"a" > %s', [1])
-    assert _after("postgres", ['"a"', '"b"'], [1, "x"], "<=") == ('("a", "b") <= (%s, %s)', [1, "x"])
-    sql, params = _after("mysql", ["`a`", "`b`", "`c`"], [1, 2, 3], ">")
+    assert key_after("postgres", ['"a"'], [1], ">") == ('"a" > %s', [1])
+    assert key_after("postgres", ['"a"', '"b"'], [1, "x"], "<=") == ('("a", "b") <= (%s, %s)', [1, "x"])
+    sql, params = key_after("mysql", ["`a`", "`b`", "`c`"], [1, 2, 3], ">")
     assert sql == "((`a` > %s) OR (`a` = %s AND `b` > %s) OR (`a` = %s AND `b` = %s AND `c` > %s))"
     assert params == [1, 1, 2, 1, 2, 3]
-    sql, params = _after("mysql", ["`a`", "`b`"], [1, 2], "<=")
+    sql, params = key_after("mysql", ["`a`", "`b`"], [1, 2], "<=")
     assert sql == "((`a` < %s) OR (`a` = %s AND `b` <= %s))" and params == [1, 1, 2]
-    assert _in_list(["`k`"], [[1], [2]]) == ("`k` IN (%s, %s)", [1, 2])
-    assert _in_list(["a", "b"], [[1, "x"], [2, "y"]]) == ("(a, b) IN ((%s, %s), (%s, %s))", [1, "x", 2, "y"])
+    assert key_in_list(["`k`"], [[1], [2]]) == ("`k` IN (%s, %s)", [1, 2])
+    assert key_in_list(["a", "b"], [[1, "x"], [2, "y"]]) == ("(a, b) IN ((%s, %s), (%s, %s))", [1, "x", 2, "y"])
 
 
 # ----------------------------------------------------------------------------- checksums and diffs
@@ -326,6 +324,16 @@ def test_replay_changelog_applies_in_order_and_skips_copies():
 def test_source_value_drops_the_srid_only_for_geometries():
     assert source_value("geometry", b"\x00\x00\x00\x00WKB!") == b"WKB!"
     assert source_value("bytes", b"\x00\x00\x00\x00WKB!") == b"\x00\x00\x00\x00WKB!"
+
+
+def test_table_spec_says_by_type_why_a_table_cannot_be_compared(monkeypatch):
+    cfg = SimpleNamespace(source=SimpleNamespace(exclude_columns={}, key_columns={}))
+    monkeypatch.setattr(spec_module, "read_table_def", lambda conn, db, table: None)
+    assert spec_module.table_spec(None, cfg, "d", "t") == MissingTable("no such table d.t")
+    keyless = TableDef("d", "t", [ColumnDef(name="v", data_type="int", column_type="int", nullable=True, ordinal=1)])
+    monkeypatch.setattr(spec_module, "read_table_def", lambda conn, db, table: keyless)
+    assert spec_module.table_spec(None, cfg, "d", "t") == KeylessTable(
+        "no primary key and no source.key_columns entry (the sinks cannot hold it)")
 
 
 @settings(max_examples=50)

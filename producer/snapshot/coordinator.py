@@ -18,46 +18,39 @@ A chunk is read again, instead of released, when its table saw DDL while the chu
 flight (TRUNCATE and column changes write no row events; a SELECT may have used the old
 column list) or when its read failed (the server went away): the same range, a new window.
 
-Chunks: with one reader, plain keyset pagination (``(lo, max]`` read ``chunk_size`` rows
-at a time).  With several, ranges are planned ahead: a dense integer key is cut evenly
-(Flink CDC's distribution factor), any other key by asking the database for the key
-``chunk_size`` rows further on (``chunk_splitter.boundary_query``).  Buffered rows are
-bounded by ``parallelism x chunk_size`` whatever the table size.
+The parts: signal actions (:mod:`.actions`), the chunk planner (:mod:`.chunk_planner`),
+the chunk readers and the marker rows (:mod:`.chunk_reader`), the stored state
+(:mod:`.state`); this module drives them.  Buffered rows are bounded by
+``parallelism x chunk_size`` whatever the table size.
 
 Marker rows carry this process's run id, so a marker left in the binlog by an earlier
 process (before a crash) is never taken for one of this process's chunks.  Marker rows
 are deleted once their chunk is released (Debezium's insert/delete strategy).
 
-Its state (``state()``, see ``snapshot_state``) is stored with the producer's offsets,
-so a restart resumes from the last released frontier of each table.
+Its state (``state()``, see :mod:`.state`) is stored with the producer's offsets, so a
+restart resumes from the last released frontier of each table, and writes the CLOSE
+marker rows of windows a dead run left open.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import pymysql
-
-from common.sql.quoting import quote_table
-from producer.binlog_source import current_position
-from producer.chunk_splitter import even_split_step
+from contract.errors import BadSignal
 from contract.notifications import Notification
 from contract.position import BinlogPosition
 from contract.signals import WINDOW_CLOSE, WINDOW_OPEN, Signal, parse_signal
-from contract.errors import BadSignal
-from producer.snapshot_filter import validate_filter
-from producer.errors import FilterRefused
-from producer.snapshot_state import KeyRange, TableJob, encode_key
-from producer.table_reader import (boundary_key, estimated_rows, list_tables, max_key, min_key, read_chunk,
-                                   read_table_def)
+from producer.snapshot.actions import ACTIONS, table_jobs
+from producer.snapshot.chunk_planner import ChunkPlanner
+from producer.snapshot.chunk_reader import ChunkReader, MarkerRows, Unclosed
+from producer.snapshot.state import KeyRange, TableJob, encode_key
+from producer.snapshot.table_reader import read_table_def
 from producer.table_schema import TableDef
 
 log = logging.getLogger(__name__)
@@ -65,16 +58,6 @@ log = logging.getLogger(__name__)
 #: Reads of one range that may fail while the server answers (a query it refuses) before
 #: the table's snapshot is aborted.  A lost connection is retried without limit.
 MAX_READ_FAILURES = 5
-_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
-
-
-class _Unclosed(Exception):
-    """A chunk reader failed before its CLOSE marker was written; ``close``: the marker
-    row still to insert (id, data) when its OPEN marker was written."""
-
-    def __init__(self, cause: Exception, close: tuple[str, str] | None = None) -> None:
-        super().__init__(str(cause))
-        self.close = close
 
 
 @dataclass
@@ -131,13 +114,15 @@ class SnapshotCoordinator:
     def __init__(self, *, signal_table: str, chunk_size: int, captures: Callable[[str, str], bool],
                  connect: Callable[[], Any], parallelism: int = 1, state: dict | None = None,
                  notify: Callable[[Notification], None] = lambda n: None) -> None:
-        self.signal_table = signal_table
         self.chunk_size = chunk_size
         self.parallelism = parallelism
         self.captures = captures
         self._connect = connect
         self._conn = None
         self.notify = notify
+        self.markers = MarkerRows(signal_table)
+        self.planner = ChunkPlanner(chunk_size, parallelism)
+        self.readers = ChunkReader(connect, self.markers, chunk_size, parallelism)
         self.run_id = uuid.uuid4().hex[:12]
         self.snapshot_id: str | None = None
         self.jobs: list[TableJob] = []
@@ -145,10 +130,6 @@ class SnapshotCoordinator:
         self.chunk_seq = 0
         self.inflight: dict[int, _Chunk] = {}
         self._retry_after = 0.0
-        self._local = threading.local()
-        self._thread_conns: list[Any] = []
-        self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
         # CLOSE markers a failed reader could not write: written when the server is back,
         # so no window stays open downstream.
         self._pending_closes: list[tuple[str, str]] = []
@@ -196,29 +177,19 @@ class SnapshotCoordinator:
 
     # -- connections ---------------------------------------------------------------------
     def conn(self):
+        """The coordinator's own session (planning, marker cleanup, CLOSE rows owed)."""
         if self._conn is None:
             self._conn = self._connect()
         return self._conn
 
-    def _reader_conn(self):
-        c = getattr(self._local, "conn", None)
-        if c is None:
-            c = self._local.conn = self._connect()
-            with self._lock:
-                self._thread_conns.append(c)
-        return c
-
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        for c in [self._conn, *self._thread_conns]:
-            if c is not None:
-                try:
-                    c.close()
-                except Exception:  # noqa: BLE001 - closing a dead connection
-                    pass
-        self._conn, self._thread_conns = None, []
+        self.readers.close()
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection
+                pass
+        self._conn = None
         self.inflight.clear()
 
     # -- signals -------------------------------------------------------------------------
@@ -232,10 +203,8 @@ class SnapshotCoordinator:
             return None, None
         if sig.type in (WINDOW_OPEN, WINDOW_CLOSE):
             return self._window_marker(sig, position)
-        handler = {"execute-snapshot": self._execute, "stop-snapshot": self._stop,
-                   "pause-snapshot": self._pause, "resume-snapshot": self._resume, "log": self._log}[sig.type]
         try:
-            handler(sig)
+            ACTIONS[sig.type].run(self, sig)
         except BadSignal as exc:
             self._bad(exc)
         return None, None
@@ -252,70 +221,13 @@ class SnapshotCoordinator:
         log.warning("%s; the producer keeps streaming", exc)
         self.notify(Notification("SKIPPED", exc.signal_id, {"reason": exc.reason}))
 
-    def _resolve_tables(self, sig: Signal) -> tuple[list[str], set[str]]:
-        """The captured tables a signal names, and those of them named only by a regular
-        expression (not by their own name)."""
-        known = [f"{d}.{t}" for d, t in list_tables(self.conn()) if self.captures(d, t)]
-        out: list[str] = []
-        for pattern in sig.data_collections:
-            try:
-                rx = re.compile(pattern)
-            except re.error as exc:
-                raise BadSignal(sig.id, f"data collection {pattern!r} is not a valid regular expression: {exc}") from None
-            hits = [t for t in known if t == pattern or rx.fullmatch(t)]
-            if not hits:
-                raise BadSignal(sig.id, f"table {pattern!r} is unknown or not captured")
-            out += [h for h in hits if h not in out]
-        named = set(sig.data_collections)
-        return out, {t for t in out if t not in named}
-
-    def _execute(self, sig: Signal) -> None:
-        tables, matched = self._resolve_tables(sig)
-        self.add_tables(tables, sig.id, conditions=sig.conditions, surrogate_key=sig.surrogate_key,
-                        skippable=matched, delete_missing=sig.delete_missing)
-
     def add_tables(self, tables: list[str], signal_id: str, *, conditions: dict[str, str] | None = None,
                    surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset(),
                    delete_missing: bool = False) -> None:
-        """Start a snapshot of ``tables`` (db.table, captured), or add them to the running one.
-
-        A table that cannot be snapshotted (no primary key and no surrogate key, the
-        surrogate key not one of its columns) refuses the whole signal, except one in
-        ``skippable`` (matched by a regular expression, as Debezium does): that one alone is
-        skipped, with a SKIPPED notification naming it and the reason."""
-        conds = conditions or {}
-        unknown = set(conds) - set(tables)
-        if unknown:
-            raise BadSignal(signal_id, f"additional-conditions name tables not in the snapshot: {sorted(unknown)}")
-        jobs = []
-        skipped: list[tuple[str, str]] = []
-        for name in tables:
-            db, table = name.split(".", 1)
-            tdef = read_table_def(self.conn(), db, table)
-            if tdef is None:
-                raise BadSignal(signal_id, f"table {name} does not exist")
-            keys = [surrogate_key] if surrogate_key else tdef.primary_key
-            problem = None
-            if not keys:
-                problem = f"table {name} has no primary key: give a 'surrogate-key'"
-            else:
-                for k in keys:
-                    if k not in tdef.column_names:
-                        problem = f"surrogate key {k!r} is not a column of {name}"
-            if problem is not None:
-                if name not in skippable:
-                    raise BadSignal(signal_id, problem)
-                skipped.append((name, problem))
-                continue
-            condition = None
-            if name in conds:
-                try:
-                    condition = validate_filter(conds[name], tdef.column_names)
-                except FilterRefused as exc:
-                    raise BadSignal(signal_id, f"filter for {name} refused: {exc}") from None
-            jobs.append(TableJob(name, condition, surrogate_key, delete_missing=delete_missing))
-        if not jobs:
-            raise BadSignal(signal_id, "; ".join(reason for _, reason in skipped) or "no table to snapshot")
+        """Start a snapshot of ``tables`` (db.table, captured), or add them to the running one
+        (a table that cannot be snapshotted: :func:`~producer.snapshot.actions.table_jobs`)."""
+        jobs, skipped = table_jobs(self.conn(), tables, signal_id, conditions=conditions,
+                                   surrogate_key=surrogate_key, skippable=skippable, delete_missing=delete_missing)
         for name, reason in skipped:
             log.warning("signal %r: %s; the table is skipped, the others are snapshotted", signal_id, reason)
             self.notify(Notification("SKIPPED", signal_id, {"table": name, "reason": reason}))
@@ -334,36 +246,16 @@ class SnapshotCoordinator:
                                                                    "signal": signal_id}))
         log.info("snapshot %s: tables %s", self.snapshot_id, ", ".join(j.table for j in self.jobs))
 
-    def _stop(self, sig: Signal) -> None:
-        if self.snapshot_id is None:
-            return
-        wanted = sig.data_collections
-        drop = {j.table for j in self.jobs
-                if not wanted or any(j.table == w or re.fullmatch(w, j.table) for w in wanted)}
+    def stop_tables(self, drop: set[str]) -> None:
+        """Drop ``drop`` from the running snapshot (chunks of them in flight are not released)."""
         self.jobs = [j for j in self.jobs if j.table not in drop]
         for ch in self.inflight.values():
             if ch.job.table in drop:
                 ch.invalid = "stopped"
-        self.notify(Notification("ABORTED", self.snapshot_id, {"tables": sorted(drop)}))
+        self.notify(Notification("ABORTED", self.snapshot_id or "", {"tables": sorted(drop)}))
         log.info("snapshot %s: stopped %s", self.snapshot_id, ", ".join(sorted(drop)) or "nothing")
         if not self.jobs:
             self._finish(completed=False)
-
-    def _pause(self, sig: Signal) -> None:  # noqa: ARG002
-        if self.snapshot_id is not None and not self.paused:
-            self.paused = True
-            self.notify(Notification("PAUSED", self.snapshot_id))
-            log.info("snapshot %s paused", self.snapshot_id)
-
-    def _resume(self, sig: Signal) -> None:  # noqa: ARG002
-        if self.snapshot_id is not None and self.paused:
-            self.paused = False
-            self.notify(Notification("RESUMED", self.snapshot_id))
-            log.info("snapshot %s resumed", self.snapshot_id)
-
-    def _log(self, sig: Signal) -> None:
-        log.info("signal %s: %s", sig.id, sig.data.get("message", ""))
-        self.notify(Notification("LOG", sig.id, {"message": str(sig.data.get("message", ""))}))
 
     def _finish(self, *, completed: bool = True) -> None:
         if self.snapshot_id is not None and completed:
@@ -407,43 +299,27 @@ class SnapshotCoordinator:
         return None
 
     def _start_table(self, job: TableJob) -> bool:
-        db, table = job.db_table
         conn = self.conn()
-        tdef = read_table_def(conn, db, table)
+        tdef = read_table_def(conn, *job.db_table)
         if tdef is None:
             self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
                                                                                        "dropped": True}))
             self._remove(job)
             return False
-        keys = self._keys(job, tdef)
-        if job.delete_missing and job.below is None:
-            # Every change after this point reaches the sinks, and every row the table holds
-            # now is read after it: a sink row below it that the snapshot does not refresh
-            # was deleted at the source.
-            file, pos = current_position(conn)
-            job.below = BinlogPosition.from_binlog(file, pos).encode()
-        mk = job.max_key
-        if not job.max_key_read:
-            found = max_key(conn, tdef, keys)
-            mk = list(found) if found is not None else None
-        job.start(mk, estimated_rows(conn, db, table))
+        keys = self.planner.start_table(conn, job, tdef)
         log.info("snapshot %s: %s, key %s up to %s (about %d rows)", self.snapshot_id, job.table, ",".join(keys),
-                 mk, job.estimated)
+                 job.max_key, job.estimated)
         return True
 
-    @staticmethod
-    def _keys(job: TableJob, tdef: TableDef) -> list[str]:
-        return [job.surrogate_key] if job.surrogate_key else list(tdef.primary_key)
-
     def _submit(self, job: TableJob) -> bool:
-        db, table = job.db_table
-        tdef = read_table_def(self.conn(), db, table)  # every chunk: DDL during the snapshot is picked up
+        conn = self.conn()
+        tdef = read_table_def(conn, *job.db_table)  # every chunk: DDL during the snapshot is picked up
         if tdef is None:  # dropped meanwhile
             self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
                                                                                        "dropped": True}))
             self._remove(job)
             return True
-        keys = self._keys(job, tdef)
+        keys = self.planner.keys(job, tdef)
         if any(k not in tdef.column_names for k in keys):
             log.error("snapshot %s: key column(s) %s of %s are gone; the table's snapshot is aborted",
                       self.snapshot_id, keys, job.table)
@@ -452,87 +328,21 @@ class SnapshotCoordinator:
             self._aborted.add(job.table)
             self._remove(job)
             return True
-        busy = {id(c.key_range) for c in self.inflight.values()}
-        rng = next((r for r in job.outstanding if id(r) not in busy), None)
-        if rng is None:
-            rng = job.plan(self._next_bound(job, tdef, keys))
+        rng = self.planner.next_range(conn, job, tdef, keys, {id(c.key_range) for c in self.inflight.values()})
         self.chunk_seq += 1
         chunk_id = self.chunk_seq
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="cdc-chunk-reader")
         marker = json.dumps({"snapshot_id": self.snapshot_id, "chunk_id": chunk_id, "table": job.table,
                              "run": self.run_id, "range": {"lo": encode_key(rng.lo), "hi": encode_key(rng.hi)}})
         prefix = f"{(self.snapshot_id or '')[:24]}-{self.run_id}-{chunk_id}"  # marker row ids: <= 64 characters
-        fut = self._pool.submit(self._read, prefix, marker, tdef, keys, rng, job.condition)
+        fut = self.readers.submit(prefix, marker, tdef, keys, rng, job.condition)
         self.inflight[chunk_id] = _Chunk(chunk_id, job, rng, tdef, keys, fut, (f"{prefix}-close", marker))
         return True
-
-    def _next_bound(self, job: TableJob, tdef: TableDef, keys: list[str]) -> list:
-        """The upper bound of the next range to plan."""
-        if self.parallelism == 1 or job.max_key is None:
-            return job.max_key  # keyset: (lo, max] read chunk_size rows at a time
-        conn = self.conn()
-        lo = job.planned_to
-        col = tdef.column(keys[0]) if len(keys) == 1 else None
-        if col is not None and col.data_type in _INTEGER_TYPES:
-            start = lo[0] if lo is not None else None
-            if start is None:
-                first = min_key(conn, tdef, keys)
-                start = first[0] - 1 if first is not None else None
-            step = even_split_step(start + 1, job.max_key[0], job.estimated, self.chunk_size) \
-                if start is not None else None
-            if step is not None:
-                return [min(start + step, job.max_key[0])]
-        found = boundary_key(conn, tdef, keys, after=lo, upto=job.max_key, rows=self.chunk_size)
-        return list(found) if found is not None else job.max_key
-
-    def _read(self, prefix: str, marker: str, tdef: TableDef, keys: list[str], rng: KeyRange,
-              condition: str | None) -> list[dict]:
-        """A chunk reader: OPEN marker, the range's SELECT, CLOSE marker (its own connection).
-
-        Raises :class:`_Unclosed` when no CLOSE marker was written (so none will come
-        through the binlog and the main loop must take the chunk back itself)."""
-        try:
-            conn = self._reader_conn()
-            self._insert_marker(conn, f"{prefix}-open", WINDOW_OPEN, marker)
-        except Exception as exc:
-            self._drop_reader_conn()
-            raise _Unclosed(exc) from exc
-        error: Exception | None = None
-        rows: list[dict] = []
-        try:
-            rows = read_chunk(conn, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition, limit=self.chunk_size)
-        except Exception as exc:  # noqa: BLE001 - reported through the CLOSE marker
-            error = exc
-        try:
-            # Also after a failed read: an OPEN without CLOSE keeps the window open downstream.
-            self._insert_marker(conn, f"{prefix}-close", WINDOW_CLOSE, marker)
-        except Exception as exc:
-            self._drop_reader_conn()
-            raise _Unclosed(error or exc, (f"{prefix}-close", marker)) from exc
-        if error is not None:
-            raise error
-        return rows
-
-    def _drop_reader_conn(self) -> None:
-        c = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if c is not None:
-            with self._lock:
-                if c in self._thread_conns:
-                    self._thread_conns.remove(c)
-            try:
-                c.close()
-            except Exception:  # noqa: BLE001 - already dead
-                pass
 
     def _insert_pending_closes(self) -> None:
         while self._pending_closes:
             sid, data = self._pending_closes[0]
             try:
-                self._insert_marker(self.conn(), sid, WINDOW_CLOSE, data)
-            except pymysql.err.IntegrityError:
-                pass  # the chunk's own CLOSE row is there already: it closes the window
+                self.markers.insert_close(self.conn(), sid, data)
             except Exception as exc:  # noqa: BLE001 - still away: next poll
                 log.info("CLOSE marker %s not written yet (%s)", sid, exc)
                 self._conn = None
@@ -543,7 +353,7 @@ class SnapshotCoordinator:
     def _reap_unclosed(self) -> None:
         """Chunks whose reader could not write the CLOSE marker: read them again later."""
         for ch in list(self.inflight.values()):
-            if ch.future.done() and isinstance(ch.future.exception(), _Unclosed):
+            if ch.future.done() and isinstance(ch.future.exception(), Unclosed):
                 del self.inflight[ch.chunk_id]
                 if ch.future.exception().close is not None:
                     self._pending_closes.append(ch.future.exception().close)
@@ -553,16 +363,9 @@ class SnapshotCoordinator:
                 if ch.job in self.jobs:
                     ch.job.retry(ch.key_range)
 
-    def _insert_marker(self, conn, sid: str, kind: str, data: str) -> None:
-        with conn.cursor() as cur:
-            cur.execute(f"INSERT INTO {quote_table(self.signal_table)} (id, type, data) VALUES (%s, %s, %s)",
-                        (sid, kind, data))
-
     def _delete_markers(self, marker_ids: list[str]) -> None:
         try:
-            with self.conn().cursor() as cur:
-                cur.execute(f"DELETE FROM {quote_table(self.signal_table)} WHERE id IN ({', '.join(['%s'] * len(marker_ids))})",
-                            marker_ids)
+            self.markers.delete(self.conn(), marker_ids)
         except Exception as exc:  # noqa: BLE001 - cleanup only; the rows are removed next time
             log.warning("could not delete window marker rows %s: %s", marker_ids, exc)
             self._conn = None
@@ -575,11 +378,11 @@ class SnapshotCoordinator:
             # A marker of a chunk this process does not own (an earlier process's, or one
             # whose reader failed): still published, so downstream no window stays open.
             if sig.type == WINDOW_CLOSE:  # remove its rows
-                self._delete_markers([sig.id, sig.id[:-len("close")] + "open"])
+                self._delete_markers([sig.id, MarkerRows.open_id(sig.id)])
             elif sig.id.endswith("-open"):
                 # Its reader is gone and may never have written the CLOSE: write one (a
                 # second CLOSE of a window is harmless downstream; rows never come for it).
-                self._pending_closes.append((sig.id[:-len("open")] + "close", json.dumps(d)))
+                self._pending_closes.append((MarkerRows.close_id(sig.id), json.dumps(d)))
             try:
                 seen = MarkerSeen(kind, str(d["snapshot_id"]), int(d["chunk_id"]), str(d["table"]),
                                   dict(d.get("range") or {}), position)
@@ -594,7 +397,7 @@ class SnapshotCoordinator:
 
     def _close(self, ch: _Chunk, sig: Signal, position: BinlogPosition) -> ReleasedChunk | None:
         del self.inflight[ch.chunk_id]
-        self._delete_markers([sig.id, sig.id[:-len("close")] + "open"])
+        self._delete_markers([sig.id, MarkerRows.open_id(sig.id)])
         job = ch.job
         try:
             rows = ch.future.result()

@@ -1,62 +1,4 @@
-"""MySQL/MariaDB column types -> Avro types and values, following Debezium's MySQL connector.
-
-Debezium settings reproduced: ``decimal.handling.mode=precise``,
-``time.precision.mode=adaptive_time_microseconds``, ``bigint.unsigned.handling.mode=precise``,
-``binary.handling.mode=bytes``.  Debezium's semantic type names are carried as the Avro
-property ``connect.name`` (with ``connect.version`` and ``connect.parameters`` where
-Debezium has parameters), the way Confluent's AvroConverter writes them, so a consumer
-written for Debezium + Avro reads our records.
-
-==========================  =====================================  ===========================================
-MySQL type                  Avro type                              value
-==========================  =====================================  ===========================================
-TINYINT[(1)], BOOL          int (connect.type int16)               int (TINYINT(1) stays an int, as Debezium)
-TINYINT UNSIGNED            int (connect.type int16)               0..255
-SMALLINT                    int (connect.type int16)
-SMALLINT UNSIGNED,          int
-MEDIUMINT [UNSIGNED], INT
-INT UNSIGNED, BIGINT        long
-BIGINT UNSIGNED             bytes decimal(20,0)                    decimal.Decimal, up to 2**64-1
-                            (org.apache.kafka.connect.data.Decimal)
-DECIMAL(p,s), NUMERIC       bytes decimal(p,s) (same connect.name) decimal.Decimal quantized to scale s
-FLOAT                       float                                  the float32 value (shortest decimal form)
-FLOAT(M,D), DOUBLE, REAL    double                                 FLOAT(M,D)/DOUBLE(M,D) rounded to D places
-BIT(1)                      boolean
-BIT(n>1)                    bytes io.debezium.data.Bits            little-endian, ceil(n/8) bytes
-                            (connect.parameters.length = n)
-CHAR, VARCHAR, *TEXT        string                                 decoded with the column's character set
-BINARY, VARBINARY, *BLOB    bytes                                  BINARY(n) right-padded with 0x00 to n
-ENUM                        string io.debezium.data.Enum           (connect.parameters.allowed = "a,b,c")
-SET                         string io.debezium.data.EnumSet        members comma-joined in definition order
-JSON                        string io.debezium.data.Json           canonical JSON text (see below)
-DATE                        int io.debezium.time.Date              days since 1970-01-01
-TIME[(fsp)]                 long io.debezium.time.MicroTime        microseconds, negative allowed
-DATETIME(0..3)              long io.debezium.time.Timestamp        ms since epoch, wall clock read as UTC
-DATETIME(4..6)              long io.debezium.time.MicroTimestamp   us since epoch, wall clock read as UTC
-TIMESTAMP[(fsp)]            string io.debezium.time.ZonedTimestamp "2024-01-02T03:04:05.120Z": UTC, fsp digits
-YEAR                        int io.debezium.time.Year
-POINT                       record io.debezium.data.geometry.Point {x, y, wkb, srid}   (as Debezium does)
-GEOMETRY, LINESTRING, ...   record io.debezium.data.geometry.Geometry {wkb, srid}
-UUID, INET4, INET6 (MariaDB) string                                canonical text form
-==========================  =====================================  ===========================================
-
-Nullable columns become ``["null", T]`` with ``"default": null``.  DATE, DATETIME and
-TIMESTAMP fields are *always* nullable: MySQL's zero dates (``0000-00-00``, and any date
-with a zero year, month or day) are emitted as null, as Debezium does for optional
-columns (Debezium emits epoch for NOT NULL ones; we keep null for both so that snapshot
-and binlog agree -- the binlog library cannot decode those dates at all).
-
-Deliberate differences from Debezium, each to keep snapshot and binlog values equal:
-``YEAR 0000`` is emitted as 0 (Debezium: 2000); JSON text is canonicalised (see
-:func:`canonical_json`); FLOAT(M,D) is rounded to D places.
-
-Avro names: a column name that is not a valid Avro name (``[A-Za-z_][A-Za-z0-9_]*``)
-gets every invalid character replaced by ``_`` and a leading ``_`` if it starts with a
-digit (``9 weird-col`` -> ``_9_weird_col``), Debezium's ``field.name.adjustment.mode=avro``
-rule; the original name is kept in the field property ``"mysql.column"``.  If two
-columns end up with the same name, later ones (in ordinal order) get ``_2``, ``_3``...;
-names that were valid to start with are never changed.  :func:`field_names` gives the
-mapping.
+"""Converting MySQL/MariaDB column values to the Avro values of :mod:`producer.events.avro_types`.
 
 Input shapes
 ============
@@ -127,274 +69,22 @@ import struct
 import uuid
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Context, Decimal, ROUND_HALF_EVEN
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from common.errors import UnsupportedType
 from producer.errors import ConversionError
 from producer.table_schema import ColumnDef, TableDef
+from producer.events.avro_types import (BINARY_TYPES, DECIMAL_TYPES, DOUBLE_TYPES, GEOMETRY_TYPES, INT_TYPES, STRING_TYPES,
+                                         decimal_precision_scale, field_names)
 
 __all__ = [
-    "avro_name",
-    "avro_fullname",
-    "field_names",
-    "avro_type",
-    "avro_field",
-    "is_nullable",
     "value_converter",
-    "row_record_schema",
-    "key_record_schema",
     "RowConverter",
     "canonical_json",
     "fix_binlog_negative_time",
     "days_from_civil",
     "python_codec",
 ]
-
-
-# =============================================================================== names
-_AVRO_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_INVALID_NAME_CHARS_RE = re.compile(r"[^A-Za-z0-9_]")
-
-
-def avro_name(name: str) -> str:
-    """``name`` made into a valid Avro name (unchanged if it already is one)."""
-    if _AVRO_NAME_RE.match(name):
-        return name
-    fixed = _INVALID_NAME_CHARS_RE.sub("_", name)
-    if not fixed or fixed[0].isdigit():
-        fixed = "_" + fixed
-    return fixed
-
-
-def avro_fullname(name: str) -> str:
-    """A dotted Avro full name with each part made valid (``my-db.t`` -> ``my_db.t``)."""
-    return ".".join(avro_name(part) for part in name.split("."))
-
-
-def field_names(table: TableDef, columns: Iterable[ColumnDef] | None = None) -> dict[str, str]:
-    """Column name -> unique Avro field name, for ``columns`` (default: all, in order)."""
-    cols = list(table.columns if columns is None else columns)
-    used = {c.name for c in cols if _AVRO_NAME_RE.match(c.name)}
-    out: dict[str, str] = {}
-    for c in cols:
-        if _AVRO_NAME_RE.match(c.name):
-            out[c.name] = c.name
-            continue
-        base = avro_name(c.name)
-        cand, k = base, 2
-        while cand in used:
-            cand = f"{base}_{k}"
-            k += 1
-        used.add(cand)
-        out[c.name] = cand
-    return out
-
-
-# =============================================================================== types
-_INT16 = {"type": "int", "connect.type": "int16"}
-_DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
-
-_INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bool", "boolean"}
-_DECIMAL_TYPES = {"decimal", "numeric", "dec", "fixed"}
-_DOUBLE_TYPES = {"double", "real", "double precision", "float8"}
-_STRING_TYPES = {
-    "char", "varchar", "tinytext", "text", "mediumtext", "longtext", "long", "long varchar",
-    "nchar", "nvarchar", "national char", "national varchar", "character", "character varying",
-}
-_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "long varbinary"}
-_GEOMETRY_TYPES = {
-    "geometry", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-    "geometrycollection", "geomcollection",
-}
-_ALWAYS_NULLABLE = {"date", "datetime", "timestamp"}
-
-GEOMETRY_RECORD_NAME = "io.debezium.data.geometry.Geometry"
-POINT_RECORD_NAME = "io.debezium.data.geometry.Point"
-
-
-def _semantic(base: str, name: str, params: dict[str, str] | None = None) -> dict:
-    t: dict[str, Any] = {"type": base, "connect.version": 1, "connect.name": name}
-    if params:
-        t["connect.parameters"] = params
-    return t
-
-
-def _decimal_type(precision: int, scale: int) -> dict:
-    return {
-        "type": "bytes",
-        "logicalType": "decimal",
-        "precision": precision,
-        "scale": scale,
-        "connect.version": 1,
-        "connect.name": _DECIMAL_NAME,
-        "connect.parameters": {"scale": str(scale), "connect.decimal.precision": str(precision)},
-    }
-
-
-def _geometry_record() -> dict:
-    return {
-        "type": "record",
-        "name": "Geometry",
-        "namespace": "io.debezium.data.geometry",
-        "doc": "Geometry (WKB plus optional SRID)",
-        "fields": [
-            {"name": "wkb", "type": "bytes"},
-            {"name": "srid", "type": ["null", "int"], "default": None},
-        ],
-        "connect.version": 1,
-        "connect.name": GEOMETRY_RECORD_NAME,
-    }
-
-
-def _point_record() -> dict:
-    return {
-        "type": "record",
-        "name": "Point",
-        "namespace": "io.debezium.data.geometry",
-        "doc": "Geometry (POINT)",
-        "fields": [
-            {"name": "x", "type": "double"},
-            {"name": "y", "type": "double"},
-            {"name": "wkb", "type": ["null", "bytes"], "default": None},
-            {"name": "srid", "type": ["null", "int"], "default": None},
-        ],
-        "connect.version": 1,
-        "connect.name": POINT_RECORD_NAME,
-    }
-
-
-def _decimal_precision_scale(col: ColumnDef) -> tuple[int, int]:
-    p = col.precision if col.precision is not None else 10  # MySQL's default DECIMAL = (10,0)
-    s = col.scale if col.scale is not None else 0
-    if not 1 <= p <= 65 or not 0 <= s <= min(p, 30):
-        raise UnsupportedType(f"column {col.name!r}: bad DECIMAL precision/scale ({p},{s}) in {col.column_type!r}")
-    return p, s
-
-
-def _base_type(col: ColumnDef) -> Any:
-    """The non-null Avro type of ``col``."""
-    dt = col.data_type
-    if dt in _INT_TYPES:
-        unsigned = col.unsigned
-        if dt in ("tinyint", "bool", "boolean"):
-            return dict(_INT16)
-        if dt == "smallint":
-            return "int" if unsigned else dict(_INT16)
-        if dt == "mediumint":
-            return "int"
-        if dt in ("int", "integer"):
-            return "long" if unsigned else "int"
-        # bigint
-        return _decimal_type(20, 0) if unsigned else "long"
-    if dt in _DECIMAL_TYPES:
-        return _decimal_type(*_decimal_precision_scale(col))
-    if dt == "float":
-        return "float" if col.scale is None else "double"
-    if dt in _DOUBLE_TYPES:
-        return "double"
-    if dt == "bit":
-        n = col.bit_length or 1
-        if n == 1:
-            return "boolean"
-        t = _semantic("bytes", "io.debezium.data.Bits", {"length": str(n)})
-        t["length"] = n
-        return t
-    if dt in _STRING_TYPES or dt in ("uuid", "inet4", "inet6"):
-        return "string"
-    if dt in _BINARY_TYPES:
-        return "bytes"
-    if dt == "enum":
-        return _semantic("string", "io.debezium.data.Enum", {"allowed": ",".join(col.enum_values)})
-    if dt == "set":
-        return _semantic("string", "io.debezium.data.EnumSet", {"allowed": ",".join(col.enum_values)})
-    if dt == "json":
-        return _semantic("string", "io.debezium.data.Json")
-    if dt == "date":
-        return _semantic("int", "io.debezium.time.Date")
-    if dt == "time":
-        return _semantic("long", "io.debezium.time.MicroTime")
-    if dt == "datetime":
-        if col.fsp <= 3:
-            return _semantic("long", "io.debezium.time.Timestamp")
-        return _semantic("long", "io.debezium.time.MicroTimestamp")
-    if dt == "timestamp":
-        return _semantic("string", "io.debezium.time.ZonedTimestamp")
-    if dt == "year":
-        return _semantic("int", "io.debezium.time.Year")
-    if dt == "point":
-        return _point_record()
-    if dt in _GEOMETRY_TYPES:
-        return _geometry_record()
-    raise UnsupportedType(
-        f"column {col.name!r}: no Avro mapping for data type {col.data_type!r} ({col.column_type!r})"
-    )
-
-
-def is_nullable(col: ColumnDef) -> bool:
-    """Whether the Avro field of ``col`` admits null (zero dates force it for temporal types)."""
-    return col.nullable or col.data_type in _ALWAYS_NULLABLE
-
-
-def avro_type(col: ColumnDef) -> Any:
-    """The Avro type of ``col``: ``["null", T]`` when nullable, else ``T``."""
-    t = _base_type(col)
-    return ["null", t] if is_nullable(col) else t
-
-
-def avro_field(col: ColumnDef, name: str | None = None) -> dict:
-    """The Avro record field for ``col`` (``name`` overrides the sanitised column name)."""
-    fname = name if name is not None else avro_name(col.name)
-    f: dict[str, Any] = {"name": fname, "type": avro_type(col)}
-    if is_nullable(col):
-        f["default"] = None
-    if fname != col.name:
-        f["mysql.column"] = col.name
-    return f
-
-
-def _dedupe_named_types(t: Any, defined: set[str]) -> Any:
-    """Replace repeated definitions of named records by a reference to their full name."""
-    if isinstance(t, list):
-        return [_dedupe_named_types(x, defined) for x in t]
-    if isinstance(t, dict) and t.get("type") == "record":
-        full = t["name"] if "." in t["name"] or not t.get("namespace") else f"{t['namespace']}.{t['name']}"
-        if full in defined:
-            return full
-        defined.add(full)
-    return t
-
-
-def _record_schema(table: TableDef, cols: Sequence[ColumnDef], name: str, doc: str | None) -> dict:
-    names = field_names(table, cols)
-    defined: set[str] = set()
-    fields = []
-    for c in cols:
-        f = avro_field(c, names[c.name])
-        f["type"] = _dedupe_named_types(f["type"], defined)
-        fields.append(f)
-    schema: dict[str, Any] = {"type": "record", "name": avro_fullname(name), "fields": fields}
-    if doc:
-        schema["doc"] = doc
-    schema["connect.name"] = schema["name"]
-    return schema
-
-
-def row_record_schema(table: TableDef, name: str) -> dict:
-    """Avro record schema of a whole row (Debezium's ``<prefix>.<db>.<table>.Value``).
-
-    Named types (the geometry records) are defined at their first use and referenced
-    by full name afterwards.  A schema that embeds this one twice (``before`` and
-    ``after`` of an envelope) must likewise reference the second occurrence by name.
-    """
-    return _record_schema(table, table.columns, name, f"row of {table.qualified_name}")
-
-
-def key_record_schema(table: TableDef, key_columns: Sequence[str] | None = None, name: str | None = None) -> dict:
-    """Avro record schema of the record key (default: the primary key columns)."""
-    cols = table.key_columns(key_columns)
-    if not cols:
-        raise ValueError(f"table {table.qualified_name} has no primary key and no key columns were given")
-    return _record_schema(table, cols, name or f"{table.db}.{table.name}.Key", f"key of {table.qualified_name}")
 
 
 # =============================================================================== helpers
@@ -909,23 +599,23 @@ def value_converter(col: ColumnDef, *, binlog: bool = False) -> Converter:
     python-mysql-replication (see the module docstring); the default suits pymysql.
     """
     dt = col.data_type
-    if dt in _INT_TYPES:
+    if dt in INT_TYPES:
         if dt == "bigint" and col.unsigned:
             return _decimal_converter(0, unsigned_wrap=1 << 64)
         bits = {"tinyint": 8, "bool": 8, "boolean": 8, "smallint": 16, "mediumint": 24, "int": 32,
                 "integer": 32, "bigint": 64}[dt]
         return _int_converter(bits if col.unsigned else None)
-    if dt in _DECIMAL_TYPES:
-        return _decimal_converter(_decimal_precision_scale(col)[1])
+    if dt in DECIMAL_TYPES:
+        return _decimal_converter(decimal_precision_scale(col)[1])
     if dt == "float":
         return _float_converter("float" if col.scale is None else "double", col.scale)
-    if dt in _DOUBLE_TYPES:
+    if dt in DOUBLE_TYPES:
         return _float_converter("double", col.scale)
     if dt == "bit":
         return _bit_converter(col.bit_length or 1)
-    if dt in _STRING_TYPES:
+    if dt in STRING_TYPES:
         return _string_converter(col)
-    if dt in _BINARY_TYPES:
+    if dt in BINARY_TYPES:
         return _bytes_converter(col.length if dt == "binary" else None)
     if dt == "enum":
         return _enum_converter(col)
@@ -945,7 +635,7 @@ def value_converter(col: ColumnDef, *, binlog: bool = False) -> Converter:
         return _year_converter()
     if dt == "point":
         return _point_converter()
-    if dt in _GEOMETRY_TYPES:
+    if dt in GEOMETRY_TYPES:
         return _geometry_converter()
     if dt == "uuid":
         return _uuid_converter()

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 
 from common.sql.quoting import quote_ident
-from producer.chunk_splitter import boundary_query, chunk_query, max_key_query
+from producer.snapshot.chunk_queries import boundary_query, chunk_query, max_key_query
 from producer.table_schema import ColumnDef, TableDef
 
 

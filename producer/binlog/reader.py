@@ -12,7 +12,7 @@ middle of a multi-row event or of a transaction emits each change once.
 Rows come one :class:`RowChanges` per binlog rows event (not one object per row: the
 per-row cost here is python-mysql-replication's decoding only).  Every item tells where
 to restart once it has been handled (``resume``), so whoever consumes the items -- in
-this process or another (``producer.pipeline``) -- knows the resume point without asking
+this process or another (``producer.binlog.process``) -- knows the resume point without asking
 the reader.
 """
 
@@ -37,8 +37,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from common.config import SourceConfig
 from producer.capture_filter import SYSTEM_DATABASES
 from contract.position import BinlogPosition
-from producer.row_decoder import RowDecoder, table_map_key
-from producer.table_map import table_def_from_table_map
+from producer.binlog.row_decoder import RowDecoder, table_map_key
+from producer.binlog.table_map import table_def_from_table_map
 from producer.table_schema import TableDef
 
 log = logging.getLogger(__name__)

@@ -22,38 +22,35 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pymysql
 from rich.console import Console
-from rich.table import Table
 
-from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, _proc_status_kb, drop_bench_database,
-                       machine_info)
+from cdc.bench.common import (DEFAULT_STATE_DIR, TABLE, PacedWriter, admin, bench_config, child_pids, client_tool,
+                              create_bench_table, drop_bench_database, insert_sql, machine_info, proc_status_kb,
+                              results_table, rss_at, start_stack, timed_to_devnull)
 from cdc.errors import BenchError
 from cdc.progress import NotificationFollower
-from cdc.stack.manager import stack_up
-from common.config import load_config, write_config
+from common.config import write_config
 from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
-from producer.binlog_source import start_at_current
+from producer.binlog.server import start_at_current
 
 
 def load_table(conn, rows: int) -> None:
     with conn.cursor() as cur:
         for first in range(1, rows + 1, 5000):
-            cur.execute(_insert_sql(first, min(5000, rows + 1 - first)))
+            cur.execute(insert_sql(first, min(5000, rows + 1 - first)))
 
 
 def bench_keyset_scan(mysql: dict, db: str, chunk_size: int) -> dict[str, Any]:
     """(a) ``SELECT ... WHERE id > ? ORDER BY id LIMIT n`` until the end, rows fetched into Python."""
-    import pymysql
     conn = pymysql.connect(host=mysql["host"], port=mysql["port"], user=mysql["cdc_user"],
                            password=mysql["cdc_password"], database=db, charset="utf8mb4", autocommit=True)
     n, last = 0, 0
@@ -75,80 +72,44 @@ def bench_keyset_scan(mysql: dict, db: str, chunk_size: int) -> dict[str, Any]:
 
 def bench_dump(mysql: dict, db: str, rows: int) -> dict[str, Any]:
     """(c) ``mariadb-dump`` of the table to /dev/null."""
-    tool = shutil.which("mariadb-dump") or shutil.which("mysqldump")
-    if tool is None:
-        raise BenchError("neither mariadb-dump nor mysqldump is installed (package mariadb-client)")
+    tool = client_tool("mariadb-dump", "mysqldump")
     env = {**os.environ, "MYSQL_PWD": mysql["admin_password"]}
     argv = [tool, "--no-defaults", "-h", mysql["host"], "-P", str(mysql["port"]), "-u", mysql["admin_user"],
             "--single-transaction", "--quick", db, TABLE]
-    t0 = time.perf_counter()
-    with open(os.devnull, "wb") as devnull:
-        res = subprocess.run(argv, stdout=devnull, stderr=subprocess.PIPE, env=env)
-    s = time.perf_counter() - t0
+    s, res = timed_to_devnull(argv, env)
     if res.returncode != 0:
         raise BenchError(f"{Path(tool).name} failed: {res.stderr.decode(errors='replace')[-2000:]}")
     return {"tool": Path(tool).name, "rows": rows, "seconds": s, "rows_per_s": rows / s if s else 0.0}
 
 
-class _Writer:
+class _Writer(PacedWriter):
     """About ``rate`` single-row writes per second (updates and inserts) against the table."""
 
     def __init__(self, mysql: dict, db: str, rows: int, rate: int) -> None:
-        self.mysql, self.db, self.rows, self.rate = mysql, db, rows, rate
-        self.count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(mysql, db, rate)
+        self.rows = rows
+        self.rnd = random.Random(3)
+        self.next_id = rows + 1
 
-    def __enter__(self) -> "_Writer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        rnd = random.Random(3)
-        next_id = self.rows + 1
-        t0 = time.perf_counter()
-        with _admin(self.mysql, self.db) as conn, conn.cursor() as cur:
-            while not self._stop.is_set():
-                if rnd.random() < 0.8:
-                    cur.execute(f"UPDATE `{TABLE}` SET qty = qty + 1 WHERE id = %s", (rnd.randrange(1, self.rows),))
-                else:
-                    cur.execute(_insert_sql(next_id, 1))
-                    next_id += 1
-                self.count += 1
-                ahead = self.count / self.rate - (time.perf_counter() - t0)
-                if ahead > 0:
-                    time.sleep(ahead)
+    def write(self, cur) -> int:
+        if self.rnd.random() < 0.8:
+            cur.execute(f"UPDATE `{TABLE}` SET qty = qty + 1 WHERE id = %s", (self.rnd.randrange(1, self.rows),))
+        else:
+            cur.execute(insert_sql(self.next_id, 1))
+            self.next_id += 1
+        return 1
 
 
 def _rss_mb(pid: int) -> float:
-    return (_proc_status_kb("VmRSS", pid) + sum(_proc_status_kb("VmRSS", c) for c in _children(pid))) / 1024
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
+    return (proc_status_kb("VmRSS", pid) + sum(proc_status_kb("VmRSS", c) for c in child_pids(pid))) / 1024
 
 
 def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parallelism: int, writes_per_s: int,
                             console: Console) -> dict[str, Any]:
     """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED."""
 
-    cfg = load_config(info.config_path)
     prefix = f"benchsnap_{uuid.uuid4().hex[:8]}"
-    cfg.kafka.topic_prefix = cfg.producer.name = prefix
-    cfg.source.include_databases = [db]
-    cfg.source.server_id = 7000 + uuid.uuid4().int % 1000
+    cfg = bench_config(info, prefix, db)
     cfg.snapshot.chunk_size, cfg.snapshot.parallelism = chunk_size, parallelism
     start_at_current(cfg)
     work = Path(info.state_dir) / "bench-snapshot" / prefix
@@ -158,7 +119,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     write_config(cfg, cfg_path)
     log = open(work / "producer.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(cfg_path), "produce"], stdout=log,
-                            stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1])
+                            stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
     samples: list[tuple[int, float]] = []
     try:
         time.sleep(2.0)  # connected and streaming
@@ -167,7 +128,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
         writer = _Writer(info.mysql, db, rows, writes_per_s) if writes_per_s else None
         try:
             if writer:
-                writer.__enter__()
+                writer.start()
             conn = connect(cfg.source)
             try:
                 t0 = time.perf_counter()
@@ -192,7 +153,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
                 raise BenchError("the snapshot did not complete within an hour")
         finally:
             if writer:
-                writer.__exit__()
+                writer.stop()
             follower.close()
         seconds = t_done - t0
     finally:
@@ -205,13 +166,11 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     if not samples:
         raise BenchError("no progress notification was seen")
     total = samples[-1][0]
-
-    def rss_at(fraction: float) -> float:
-        return round(next((r for n, r in samples if n >= fraction * total), samples[-1][1]), 1)
     return {"rows": total, "seconds": seconds, "rows_per_s": total / seconds if seconds else 0.0,
             "writes": writer.count if writer else 0, "writes_per_s": (writer.count / seconds) if writer else 0.0,
-            "rss_start_mb": round(rss_start, 1), "rss_25_mb": rss_at(0.25), "rss_50_mb": rss_at(0.5),
-            "rss_100_mb": rss_at(1.0), "rss_max_mb": round(max(r for _, r in samples), 1), "parallelism": parallelism}
+            "rss_start_mb": round(rss_start, 1), "rss_25_mb": rss_at(samples, 0.25, total),
+            "rss_50_mb": rss_at(samples, 0.5, total), "rss_100_mb": rss_at(samples, 1.0, total),
+            "rss_max_mb": round(max(r for _, r in samples), 1), "parallelism": parallelism}
 
 
 def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *, chunk_size: int = 8192,
@@ -221,15 +180,12 @@ def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "rows": rows, "chunk_size": chunk_size,
                               "parallelism": parallelism}
-    with console.status("starting the embedded stack..."):
-        info = stack_up(Path(state_dir))
+    info = start_stack(state_dir, console)
     mysql = info.mysql
     db = f"benchsnap_{uuid.uuid4().hex[:8]}"
     try:
-        with _admin(mysql) as conn, conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-            cur.execute(f"USE `{db}`")
-            cur.execute(TABLE_DDL)
+        with admin(mysql) as conn, conn.cursor() as cur:
+            create_bench_table(cur, db)
             with console.status(f"loading {rows:,} rows..."):
                 t0 = time.perf_counter()
                 load_table(conn, rows)
@@ -258,12 +214,9 @@ def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *
 
 
 def print_report(result: dict[str, Any], console: Console) -> None:
-    m = result["machine"]
-    table = Table(title=f"cdc bench snapshot: {result['rows']:,} rows, chunks of {result['chunk_size']:,}, "
-                        f"{result['parallelism']} reader(s)",
-                  caption=f"{m['nproc']} cores ({m['cpu']}), load average at start {m['loadavg'][0]}")
-    for col in ("measure", "seconds", "rows/s", "vs (a)", "RSS MB start/25%/50%/100%"):
-        table.add_column(col, justify="left" if col == "measure" else "right")
+    table = results_table(f"cdc bench snapshot: {result['rows']:,} rows, chunks of {result['chunk_size']:,}, "
+                          f"{result['parallelism']} reader(s)",
+                          ("measure", "seconds", "rows/s", "vs (a)", "RSS MB start/25%/50%/100%"), result["machine"])
     a = result.get("keyset", {}).get("rows_per_s") or 0.0
     if "keyset" in result:
         k = result["keyset"]

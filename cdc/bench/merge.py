@@ -27,22 +27,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from rich.console import Console
-from rich.table import Table
 
-from spark_jobs.sinks.configured import build_sinks
-from cdc.bench import (DEFAULT_STATE_DIR, TABLE, TABLE_DDL, _admin, _insert_sql, drop_bench_database,
-                       generate_changes, machine_info)
+from cdc.bench.common import (DEFAULT_STATE_DIR, TABLE, PacedWriter, admin, bench_config, create_bench_table,
+                              drop_bench_database, generate_changes, insert_sql, machine_info, results_table,
+                              start_stack)
 from cdc.errors import BenchError
-from cdc.stack.manager import stack_up
-from common.config import load_config
 from common.kafka.topic_reader import read_topic
 from contract.schema_store import SchemaStore
 from contract.serde import RecordDecoder
 from contract.topics import table_topic
 from producer.app import ProducerApp
-from producer.binlog_source import current_position
+from producer.binlog.server import current_position
 from spark_jobs.merge_job import MergeJob
+from spark_jobs.sinks.configured import build_sinks
 
 
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
@@ -62,41 +61,24 @@ def _ms(value: float | None) -> str:
 
 
 def _pg_count(cfg, db: str) -> int:
-    import psycopg
-
     sink = dict(build_sinks(cfg.sinks))["postgres"]
     with psycopg.connect(sink.dsn) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {sink.qualified_name(db, TABLE)}")
         return int(cur.fetchone()[0])
 
 
-class _SteadyWriter:
+class _SteadyWriter(PacedWriter):
     """About ``rate`` row changes per second (multi-row inserts and updates)."""
 
     def __init__(self, mysql: dict, db: str, rate: int, first_id: int) -> None:
-        self.mysql, self.db, self.rate, self.next_id = mysql, db, rate, first_id
-        self.count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(mysql, db, rate)
+        self.next_id = first_id
+        self.per_tick = max(1, rate // 20)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        per_tick = max(1, self.rate // 20)
-        t0 = time.perf_counter()
-        with _admin(self.mysql, self.db) as conn, conn.cursor() as cur:
-            while not self._stop.is_set():
-                cur.execute(_insert_sql(self.next_id, per_tick))
-                self.next_id += per_tick
-                self.count += per_tick
-                ahead = self.count / self.rate - (time.perf_counter() - t0)
-                if ahead > 0:
-                    time.sleep(ahead)
+    def write(self, cur) -> int:
+        cur.execute(insert_sql(self.next_id, self.per_tick))
+        self.next_id += self.per_tick
+        return self.per_tick
 
 
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
@@ -104,14 +86,10 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "requested_events": events, "partitions": partitions}
-    with console.status("starting the embedded stack..."):
-        info = stack_up(Path(state_dir))
+    info = start_stack(state_dir, console)
     run = uuid.uuid4().hex[:8]
     db = f"benchmerge_{run}"
-    cfg = load_config(info.config_path)
-    cfg.kafka.topic_prefix = cfg.producer.name = f"benchmerge_{run}"
-    cfg.source.include_databases = [db]
-    cfg.source.server_id = 7000 + uuid.uuid4().int % 1000
+    cfg = bench_config(info, f"benchmerge_{run}", db)
     cfg.kafka.partitions = partitions  # one Spark task per partition
     cfg.sinks.changelog.enabled = False
     cfg.sinks.mysql.enabled = False
@@ -122,10 +100,8 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
     cfg.state_dir = str(work / "state")
     cfg.spark.checkpoint_dir = str(work / "checkpoints")
     try:
-        with _admin(info.mysql) as conn, conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-            cur.execute(f"USE `{db}`")
-            cur.execute(TABLE_DDL)
+        with admin(info.mysql) as conn, conn.cursor() as cur:
+            create_bench_table(cur, db)
             cfg.producer.startup.mode = "position"
             cfg.producer.startup.file, cfg.producer.startup.pos = current_position(conn)
             with console.status(f"making {events:,} row changes..."):
@@ -206,12 +182,9 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
 
 
 def print_report(result: dict[str, Any], console: Console) -> None:
-    m = result["machine"]
-    table = Table(title=f"cdc bench merge: {result['changes']['total']:,} change events into PostgreSQL, "
-                        f"topic of {result.get('partitions', '?')} partitions",
-                  caption=f"{m['nproc']} cores ({m['cpu']}), load average at start {m['loadavg'][0]}")
-    for col in ("measure", "seconds", "events/s", "vs (a)"):
-        table.add_column(col, justify="left" if col == "measure" else "right")
+    table = results_table(f"cdc bench merge: {result['changes']['total']:,} change events into PostgreSQL, "
+                          f"topic of {result.get('partitions', '?')} partitions",
+                          ("measure", "seconds", "events/s", "vs (a)"), result["machine"])
     a = result["reference"]["events_per_s"]
     table.add_row("(a) confluent-kafka consume + fastavro decode, one process", f"{result['reference']['seconds']:.2f}",
                   f"{a:,.0f}", "1.00")

@@ -1,4 +1,4 @@
-"""Keyset chunk queries over a (possibly composite) primary key.
+"""The SQL of chunk reads: keyset chunk queries over a (possibly composite) primary key.
 
 Chunks are ``ORDER BY k1, k2 ... LIMIT n`` after the last key read and up to the
 maximum key read when the table's snapshot started.  Comparisons are written as
@@ -74,16 +74,3 @@ def boundary_query(db: str, table: str, keys: Sequence[str], *, after: Sequence[
     cols = ", ".join(_q(k) for k in keys)
     return (f"SELECT {cols} FROM {_q(db)}.{_q(table)} WHERE {' AND '.join(where)} ORDER BY {cols} "
             f"LIMIT 1 OFFSET {int(rows) - 1}"), params
-
-
-def even_split_step(min_key: int, max_key: int, estimated_rows: int, chunk_size: int) -> int | None:
-    """Flink CDC's even split for a dense integer key: the key step holding about
-    ``chunk_size`` rows, or None when the keys are too sparse (distribution factor above
-    1000) or the row estimate is unusable.  A step that turns out to hold more rows is
-    still read ``chunk_size`` rows at a time (the rest of its range is read next)."""
-    if estimated_rows <= 0 or max_key < min_key:
-        return None
-    factor = (max_key - min_key + 1) / estimated_rows
-    if factor > 1000:
-        return None
-    return max(1, int(chunk_size * max(factor, 1.0)))

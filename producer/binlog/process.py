@@ -40,7 +40,8 @@ from multiprocessing.connection import Connection
 from typing import Iterator
 
 from common.config import SourceConfig
-from producer.binlog_reader import BinlogReader, Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
+from common.errors import CDCError
+from producer.binlog.reader import BinlogReader, Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
 from producer.capture_filter import CaptureFilter
 from producer.table_schema import TableDef
 
@@ -133,7 +134,7 @@ class ReaderProcess:
         self._process.wait()
 
 
-class _ParentGone(Exception):
+class _ParentGone(CDCError):
     """The pipe to the parent is broken: it closed it or died."""
 
 
@@ -204,7 +205,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 #: The child's first lines: the parent's import path (a JSON line on stdin), then its entry point.
 _CHILD_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.stdin.buffer.readline()); "
-               "from producer.pipeline import _child_main; _child_main()")
+               "from producer.binlog.process import _child_main; _child_main()")
 
 
 def _child_main() -> None:

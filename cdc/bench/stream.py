@@ -18,15 +18,15 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    (``-v --base64-output=decode-rows`` to /dev/null): the native reference.
 
 The figures are printed as a table and returned as a dict.  This is a benchmark, not a
-test: nothing here asserts timing.  ``python -m cdc.bench`` is the child entry point
+test: nothing here asserts timing.  ``python -m cdc.bench.stream`` is the child entry point
 (a JSON spec on stdin), not a user command.
 """
 
 from __future__ import annotations
 
+import cProfile
 import json
-import os
-import random
+import logging
 import shutil
 import subprocess
 import sys
@@ -37,78 +37,22 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from rich.console import Console
 from rich.table import Table
+
+from cdc.bench.common import (DEFAULT_STATE_DIR, TABLE, admin, bench_config, bench_server_id, child_pids,
+                              client_tool, create_bench_table, drop_bench_database, generate_changes, machine_info,
+                              proc_status_kb, results_table, rss_at, start_stack, timed_to_devnull)
 from cdc.errors import BenchError
-from cdc.stack.manager import stack_down, stack_up
 from common.config import load_config, write_config
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from contract.topics import table_topic
 from producer.app import ProducerApp
-from producer.binlog_source import current_position
-
-DEFAULT_STATE_DIR = Path(".cdc/bench")
-TABLE = "items"
-# One round of generated changes: 60% inserts, 30% updates, 10% deletes.
-ROUND_INSERTS, ROUND_UPDATES, ROUND_DELETES = 1800, 900, 300
-ROUND = ROUND_INSERTS + ROUND_UPDATES + ROUND_DELETES
-
-TABLE_DDL = f"""CREATE TABLE `{TABLE}` (
-  `id` INT NOT NULL PRIMARY KEY,
-  `name` VARCHAR(64) NOT NULL,
-  `price` DECIMAL(12,2) NOT NULL,
-  `updated_at` DATETIME(3) NOT NULL,
-  `qty` INT NOT NULL,
-  `note` TEXT NULL
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"""
-
-_NOTES = [
-    "'" + ("lorem ipsum dolor sit amet " * (1 + i % 4)).strip() + f" #{i}'" for i in range(16)
-] + ["NULL", "'\u00e9t\u00e9 \u2713 ok'"]
-
-
-# --- machine ---------------------------------------------------------------------------------
-
-def machine_info() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        nproc = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        nproc = os.cpu_count() or 0
-    return {"nproc": nproc, "cpu": cpu, "loadavg": [round(x, 2) for x in os.getloadavg()]}
-
-
-def _proc_status_kb(field: str, pid: int | str = "self") -> int:
-    """A ``kB`` figure of a process (this one by default) from /proc/<pid>/status (0 where
-    unavailable)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _child_pids() -> list[int]:
-    """This process's children (the producer's binlog reader process)."""
-    me, out = str(os.getpid()), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1] == me:
-                    out.append(int(entry))
-            except (OSError, IndexError):
-                pass
-    return out
+from producer.binlog.server import current_position
 
 
 def _file_index(name: str) -> int:
@@ -119,58 +63,16 @@ def _pos_key(file: str, pos: int) -> tuple[int, int]:
     return _file_index(file), int(pos)
 
 
-# --- workload ----------------------------------------------------------------------------------
-
-def _insert_sql(first_id: int, n: int) -> str:
-    parts = []
-    for i in range(first_id, first_id + n):
-        s = i % 86400
-        parts.append(f"({i},'item-{i:09d}',{i % 100000}.{i % 100:02d},"
-                     f"'2024-01-{1 + i % 28:02d} {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{i % 1000:03d}',"
-                     f"{i % 1000},{_NOTES[i % len(_NOTES)]})")
-    return f"INSERT INTO `{TABLE}` (id, name, price, updated_at, qty, note) VALUES " + ",".join(parts)
-
-
-def generate_changes(conn, rows: int, seed: int = 7) -> dict[str, int]:
-    """At least ``rows`` row changes on ``TABLE`` (in the connection's database).
-
-    Ids are inserted in rising order and deleted from the low end, so the live ids are
-    always one contiguous range and every UPDATE/DELETE touches exactly the rows it
-    names; every UPDATE changes ``qty``, so each touched row is one binlog row image.
-    """
-    rnd = random.Random(seed)
-    counts = {"insert": 0, "update": 0, "delete": 0}
-    lo = hi = 1  # live ids: [lo, hi)
-    rounds = max(1, -(-rows // ROUND))
-    with conn.cursor() as cur:
-        for _ in range(rounds):
-            cur.execute(_insert_sql(hi, ROUND_INSERTS))
-            counts["insert"] += cur.rowcount
-            hi += ROUND_INSERTS
-            start = rnd.randrange(lo, hi - ROUND_UPDATES + 1)
-            cur.execute(f"UPDATE `{TABLE}` SET qty = qty + 1, price = price + 0.25, updated_at = NOW(3), "
-                        f"name = CONCAT('upd-', id) WHERE id >= {start} AND id < {start + ROUND_UPDATES}")
-            counts["update"] += cur.rowcount
-            cur.execute(f"DELETE FROM `{TABLE}` WHERE id >= {lo} AND id < {lo + ROUND_DELETES}")
-            counts["delete"] += cur.rowcount
-            lo += ROUND_DELETES
-    counts["total"] = counts["insert"] + counts["update"] + counts["delete"]
-    return counts
-
-
 # --- (a) python-mysql-replication ----------------------------------------------------------------
 
 def bench_reference(mysql: dict, db: str, start: tuple[str, int], end: tuple[str, int]) -> dict[str, Any]:
     """python-mysql-replication decoding the range, touching every row, no output."""
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
     settings = {"host": mysql["host"], "port": mysql["port"], "user": mysql["cdc_user"],
                 "password": mysql["cdc_password"], "charset": "utf8mb4"}
     end_key = _pos_key(*end)
     t0 = time.perf_counter()
     stream = BinLogStreamReader(
-        connection_settings=settings, server_id=7000 + uuid.uuid4().int % 1000, blocking=False,
+        connection_settings=settings, server_id=bench_server_id(), blocking=False,
         log_file=start[0], log_pos=start[1], resume_stream=True, only_schemas=[db],
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent], enable_logging=False)
     n = 0
@@ -193,23 +95,12 @@ def bench_reference(mysql: dict, db: str, start: tuple[str, int], end: tuple[str
 
 # --- (c) mariadb-binlog ----------------------------------------------------------------------
 
-def binlog_tool() -> str:
-    for name in ("mariadb-binlog", "mysqlbinlog"):
-        path = shutil.which(name)
-        if path:
-            return path
-    raise BenchError("neither mariadb-binlog nor mysqlbinlog is installed (package mariadb-client)")
-
-
 def bench_native(datadir: Path, files: list[str], start_pos: int, end_pos: int, rows: int) -> dict[str, Any]:
     """``mariadb-binlog -v --base64-output=decode-rows`` over the range, to /dev/null."""
-    tool = binlog_tool()
+    tool = client_tool("mariadb-binlog", "mysqlbinlog")
     argv = [tool, "--no-defaults", "-v", "--base64-output=decode-rows", f"--start-position={start_pos}",
             f"--stop-position={end_pos}", *[str(datadir / f) for f in files]]
-    t0 = time.perf_counter()
-    with open(os.devnull, "wb") as devnull:
-        res = subprocess.run(argv, stdout=devnull, stderr=subprocess.PIPE)
-    seconds = time.perf_counter() - t0
+    seconds, res = timed_to_devnull(argv)
     if res.returncode != 0:
         raise BenchError(f"{Path(tool).name} failed ({res.returncode}): {res.stderr.decode(errors='replace')[-2000:]}")
     return {"tool": Path(tool).name, "rows": rows, "seconds": seconds, "rows_per_s": rows / seconds if seconds else 0.0}
@@ -218,9 +109,8 @@ def bench_native(datadir: Path, files: list[str], start_pos: int, end_pos: int, 
 # --- (b) the producer, in a child process ---------------------------------------------------------
 
 def _child_main() -> int:
-    """Run the producer over a range and report (``python -m cdc.bench`` with a JSON spec on stdin)."""
-    import logging
-
+    """Run the producer over a range and report (``python -m cdc.bench.stream`` with a JSON spec on
+    stdin)."""
     spec = json.loads(sys.stdin.read())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -251,18 +141,17 @@ def _child_main() -> int:
 
     def sample() -> None:
         while not stop_sampling.wait(0.25):
-            rss = _proc_status_kb("VmRSS")
-            for pid in _child_pids():
-                rss += _proc_status_kb("VmRSS", pid)
-                child_hwm_kb[pid] = max(child_hwm_kb.get(pid, 0), _proc_status_kb("VmHWM", pid))
+            rss = proc_status_kb("VmRSS")
+            for pid in child_pids():
+                rss += proc_status_kb("VmRSS", pid)
+                child_hwm_kb[pid] = max(child_hwm_kb.get(pid, 0), proc_status_kb("VmHWM", pid))
             samples.append((metrics.events_total, rss / 1024))
     sampler = threading.Thread(target=sample, daemon=True, name="rss-sampler")
 
-    rss_base = _proc_status_kb("VmRSS") / 1024
-    hwm_base = _proc_status_kb("VmHWM") / 1024
+    rss_base = proc_status_kb("VmRSS") / 1024
+    hwm_base = proc_status_kb("VmHWM") / 1024
     profiler = None
     if spec.get("profile"):
-        import cProfile
         profiler = cProfile.Profile()
     sampler.start()
     t0 = time.perf_counter()
@@ -282,7 +171,7 @@ def _child_main() -> int:
     result = {
         "events": metrics.events_total, "commits": metrics.commits_total, "reached_end": done is not None,
         "seconds": (done or t_exit) - t0, "startup_s": first - t0, "exit_s": t_exit - t0,
-        "rss_base_mb": round(rss_base, 1), "rss_peak_mb": round(_proc_status_kb("VmHWM") / 1024, 1),
+        "rss_base_mb": round(rss_base, 1), "rss_peak_mb": round(proc_status_kb("VmHWM") / 1024, 1),
         "reader_rss_peak_mb": round(max(child_hwm_kb.values(), default=0) / 1024, 1),
         "hwm_before_run_mb": round(hwm_base, 1), "rss_samples": samples,
     }
@@ -290,21 +179,10 @@ def _child_main() -> int:
     return 0
 
 
-def _rss_at(samples: list[tuple[int, float]], fraction: float, total: int) -> float | None:
-    """RSS (MB) of the first sample taken once ``fraction`` of the events were out."""
-    for events, rss in samples:
-        if events >= fraction * total:
-            return round(rss, 1)
-    return round(samples[-1][1], 1) if samples else None
-
-
 def _topic_records(bootstrap: str, topic: str) -> int:
     """Offsets used in ``topic`` (all partitions), from the true end offsets: the number
     of records, unless transaction commit markers took offsets too (they do on Kafka and
     on Tansu), in which case the caller counts with a read_committed consumer."""
-    from confluent_kafka.admin import AdminClient
-
-
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None:
@@ -320,17 +198,12 @@ def _count_by_reading(bootstrap: str, topic: str) -> int:
 def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], *, transactions: bool,
                    expected: int, profile: Path | None = None, tag: str = "") -> dict[str, Any]:
     """The producer from ``start`` until an offset commit covers ``end``; in a child process."""
-
-    cfg = load_config(info.config_path)
     run = tag or uuid.uuid4().hex[:8]
     prefix = f"bench_{run}_{'tx' if transactions else 'notx'}"
-    cfg.kafka.topic_prefix = prefix
+    cfg = bench_config(info, prefix, db)
     cfg.kafka.transactions = transactions
-    cfg.producer.name = prefix
     cfg.producer.startup.mode = "position"
     cfg.producer.startup.file, cfg.producer.startup.pos = start[0], int(start[1])
-    cfg.source.include_databases = [db]
-    cfg.source.server_id = 7000 + uuid.uuid4().int % 1000
     cfg.state_dir = str(info.state_dir / "producer" / prefix)
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=info.state_dir))
     try:
@@ -339,7 +212,7 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
         result_path = work / "result.json"
         spec = {"config_path": str(cfg_path), "end": list(end), "result_path": str(result_path),
                 "profile": str(profile) if profile else None, "idle_exit_s": 30.0}
-        proc = subprocess.run([sys.executable, "-m", "cdc.bench"], input=json.dumps(spec).encode(),
+        proc = subprocess.run([sys.executable, "-m", "cdc.bench.stream"], input=json.dumps(spec).encode(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
         if proc.returncode != 0 or not result_path.exists():
             raise BenchError(f"the producer run failed (exit {proc.returncode}):\n"
@@ -365,28 +238,10 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
             "offset_span": span,
             "rows_per_s": expected / res["seconds"] if res["seconds"] else 0.0,
             "rows_per_s_after_startup": expected / steady if steady > 0 else 0.0,
-            "rss_half_mb": _rss_at(samples, 0.5, events), "rss_end_mb": _rss_at(samples, 1.0, events)}
+            "rss_half_mb": rss_at(samples, 0.5, events), "rss_end_mb": rss_at(samples, 1.0, events)}
 
 
 # --- the whole benchmark ---------------------------------------------------------------------
-
-def _admin(mysql: dict, database: str | None = None):
-    import pymysql
-    return pymysql.connect(host=mysql["host"], port=mysql["port"], user=mysql["admin_user"],
-                           password=mysql["admin_password"], database=database, autocommit=True,
-                           charset="utf8mb4")
-
-
-def drop_bench_database(info, db: str, state_dir: Path, keep_running: bool, console: Console) -> None:
-    """The end of a benchmark: its database dropped (best effort), the stack stopped unless kept."""
-    try:
-        with _admin(info.mysql) as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
-    except Exception as exc:  # noqa: BLE001 - cleanup is best effort
-        console.print(f"[yellow]cleanup:[/yellow] {exc}")
-    if not keep_running:
-        stack_down(Path(state_dir))
-
 
 def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, keep_running: bool = False,
                  transactions: tuple[bool, ...] = (True, False), profile_dir: Path | None = None,
@@ -397,16 +252,13 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
     console = console or Console()
     state_dir = Path(state_dir)
     result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows}
-    with console.status("starting the embedded stack..."):
-        info = stack_up(state_dir)
+    info = start_stack(state_dir, console)
     mysql = info.mysql
     run = uuid.uuid4().hex[:8]
     db = f"bench_{run}"
     try:
-        with _admin(mysql) as conn, conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-            cur.execute(f"USE `{db}`")
-            cur.execute(TABLE_DDL)
+        with admin(mysql) as conn, conn.cursor() as cur:
+            create_bench_table(cur, db)
             cur.execute("FLUSH BINARY LOGS")  # this run's range starts in a file of its own
             start = current_position(conn)
             with console.status(f"generating {rows:,} row changes..."):
@@ -449,18 +301,7 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
                 ratios[name] = result[key]["rows_per_s"] / a
         result["ratios"] = ratios
     finally:
-        try:
-            with _admin(mysql) as conn, conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
-                if not keep_running:
-                    # Keep the bench datadir bounded: this run's binlog files go too.
-                    cur.execute("FLUSH BINARY LOGS")
-                    current = current_position(conn)[0]
-                    cur.execute("PURGE BINARY LOGS TO %s", (current,))
-        except Exception as exc:  # noqa: BLE001 - cleanup is best effort
-            console.print(f"[yellow]cleanup:[/yellow] {exc}")
-        if not keep_running:
-            stack_down(state_dir)
+        drop_bench_database(info, db, state_dir, keep_running, console, purge_binlogs=True)
     print_report(result, console)
     return result
 
@@ -471,9 +312,7 @@ def print_report(result: dict[str, Any], console: Console) -> None:
     title = (f"cdc bench stream: {result.get('rows', 0):,} row changes ({ch.get('insert', 0):,} inserts, "
              f"{ch.get('update', 0):,} updates, {ch.get('delete', 0):,} deletes), "
              f"{result.get('binlog_bytes', 0) / 1e6:.0f} MB of binlog")
-    table = Table(title=title, caption=f"{m['nproc']} cores ({m['cpu']}), load average at start {m['loadavg'][0]}")
-    for col in ("measure", "seconds", "rows/s", "vs (a)"):
-        table.add_column(col, justify="left" if col == "measure" else "right")
+    table = results_table(title, ("measure", "seconds", "rows/s", "vs (a)"), m)
     a = result.get("reference", {}).get("rows_per_s") or 0.0
     runs = [(key, label) for key, label in (("producer_tx", "(b) producer, Kafka transactions"),
                                             ("producer_no_tx", "(b) producer, no transactions")) if key in result]

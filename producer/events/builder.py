@@ -21,9 +21,10 @@ from contract.avro_template import RecordTemplate
 from contract.envelope import INCREMENTAL_SNAPSHOT, OPS, SNAPSHOT_OP, envelope_schema, source_block
 from contract.position import chunk_row_position
 from contract.topics import table_topic
-from producer.binlog_reader import RowChanges
+from producer.binlog.reader import RowChanges
 from producer.table_schema import TableDef
-from producer.type_mapping import RowConverter, avro_fullname, key_record_schema, row_record_schema
+from producer.events.avro_types import avro_fullname, key_record_schema, row_record_schema
+from producer.events.values import RowConverter
 
 #: The envelope fields that differ between the rows of one binlog event, in schema order.
 ENVELOPE_VARIABLE = ("before", "after", "source.row", "op", "position")
@@ -33,7 +34,7 @@ Record = tuple[str, "bytes | None", bytes, str]
 
 
 class ChunkOut(Protocol):
-    """A released snapshot chunk (``snapshot_coordinator.ReleasedChunk``)."""
+    """A released snapshot chunk (``producer.snapshot.coordinator.ReleasedChunk``)."""
 
     snapshot_id: str
     chunk_id: int

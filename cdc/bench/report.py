@@ -12,9 +12,10 @@ from typing import Any
 
 from rich.console import Console
 
-from cdc.bench import DEFAULT_STATE_DIR, bench_stream
-from cdc.bench_merge import bench_merge
-from cdc.bench_snapshot import bench_snapshot
+from cdc.bench.common import DEFAULT_STATE_DIR, machine_caption
+from cdc.bench.merge import bench_merge
+from cdc.bench.snapshot import bench_snapshot
+from cdc.bench.stream import bench_stream
 
 
 def _mariadb_version() -> str:
@@ -42,7 +43,7 @@ def render(stream: dict, snapshot: dict, merge: dict, *, stream_rows: int, snaps
         "from the same session; each benchmark runs its own reference in the same script, so",
         "read the ratios, not the absolute rates (these machines are shared and noisy).",
         "",
-        f"Machine: {m['nproc']} cores ({m['cpu']}), load average at start {m['loadavg'][0]}; "
+        f"Machine: {machine_caption(m)}; "
         f"Python {platform.python_version()}; {_mariadb_version()}; embedded Tansu broker.",
         "",
         "Reproduce: `make bench` (or `.venv/bin/cdc bench stream|snapshot|merge` one by one; each",

@@ -1,0 +1,256 @@
+"""What the benchmarks share: their table and its workload, the embedded stack and an admin
+connection to its server, a run's configuration and database, the machine's figures, the
+memory of a process, the MariaDB client tools, a paced writer and the results table."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Sequence
+
+import pymysql
+from rich.console import Console
+from rich.table import Table
+
+from cdc.errors import BenchError
+from cdc.stack.manager import StackInfo, stack_down, stack_up
+from common.config import load_config
+from producer.binlog.server import current_position
+
+DEFAULT_STATE_DIR = Path(".cdc/bench")
+TABLE = "items"
+# One round of generated changes: 60% inserts, 30% updates, 10% deletes.
+ROUND_INSERTS, ROUND_UPDATES, ROUND_DELETES = 1800, 900, 300
+ROUND = ROUND_INSERTS + ROUND_UPDATES + ROUND_DELETES
+
+TABLE_DDL = f"""CREATE TABLE `{TABLE}` (
+  `id` INT NOT NULL PRIMARY KEY,
+  `name` VARCHAR(64) NOT NULL,
+  `price` DECIMAL(12,2) NOT NULL,
+  `updated_at` DATETIME(3) NOT NULL,
+  `qty` INT NOT NULL,
+  `note` TEXT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"""
+
+_NOTES = [
+    "'" + ("lorem ipsum dolor sit amet " * (1 + i % 4)).strip() + f" #{i}'" for i in range(16)
+] + ["NULL", "'\u00e9t\u00e9 \u2713 ok'"]
+
+
+# --- machine and processes -------------------------------------------------------------------
+
+def machine_info() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        nproc = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        nproc = os.cpu_count() or 0
+    return {"nproc": nproc, "cpu": cpu, "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def machine_caption(machine: dict[str, Any]) -> str:
+    """The machine of :func:`machine_info` in one line."""
+    return f"{machine['nproc']} cores ({machine['cpu']}), load average at start {machine['loadavg'][0]}"
+
+
+def proc_status_kb(field: str, pid: int | str = "self") -> int:
+    """A ``kB`` figure of a process (this one by default) from /proc/<pid>/status (0 where
+    unavailable)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """The children of process ``pid`` (this one by default; the producer's binlog reader
+    process is one)."""
+    parent, out = os.getpid() if pid is None else pid, []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                    out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def rss_at(samples: list[tuple[int, float]], fraction: float, total: int) -> float | None:
+    """RSS (MB) of the first ``(done, RSS)`` sample taken once ``fraction`` of ``total`` was
+    done (the last sample's if none was)."""
+    for done, rss in samples:
+        if done >= fraction * total:
+            return round(rss, 1)
+    return round(samples[-1][1], 1) if samples else None
+
+
+# --- workload ----------------------------------------------------------------------------------
+
+def insert_sql(first_id: int, n: int) -> str:
+    """One multi-row INSERT of ``n`` rows into ``TABLE`` from id ``first_id`` on."""
+    parts = []
+    for i in range(first_id, first_id + n):
+        s = i % 86400
+        parts.append(f"({i},'item-{i:09d}',{i % 100000}.{i % 100:02d},"
+                     f"'2024-01-{1 + i % 28:02d} {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{i % 1000:03d}',"
+                     f"{i % 1000},{_NOTES[i % len(_NOTES)]})")
+    return f"INSERT INTO `{TABLE}` (id, name, price, updated_at, qty, note) VALUES " + ",".join(parts)
+
+
+def generate_changes(conn, rows: int, seed: int = 7) -> dict[str, int]:
+    """At least ``rows`` row changes on ``TABLE`` (in the connection's database).
+
+    Ids are inserted in rising order and deleted from the low end, so the live ids are
+    always one contiguous range and every UPDATE/DELETE touches exactly the rows it
+    names; every UPDATE changes ``qty``, so each touched row is one binlog row image.
+    """
+    rnd = random.Random(seed)
+    counts = {"insert": 0, "update": 0, "delete": 0}
+    lo = hi = 1  # live ids: [lo, hi)
+    rounds = max(1, -(-rows // ROUND))
+    with conn.cursor() as cur:
+        for _ in range(rounds):
+            cur.execute(insert_sql(hi, ROUND_INSERTS))
+            counts["insert"] += cur.rowcount
+            hi += ROUND_INSERTS
+            start = rnd.randrange(lo, hi - ROUND_UPDATES + 1)
+            cur.execute(f"UPDATE `{TABLE}` SET qty = qty + 1, price = price + 0.25, updated_at = NOW(3), "
+                        f"name = CONCAT('upd-', id) WHERE id >= {start} AND id < {start + ROUND_UPDATES}")
+            counts["update"] += cur.rowcount
+            cur.execute(f"DELETE FROM `{TABLE}` WHERE id >= {lo} AND id < {lo + ROUND_DELETES}")
+            counts["delete"] += cur.rowcount
+            lo += ROUND_DELETES
+    counts["total"] = counts["insert"] + counts["update"] + counts["delete"]
+    return counts
+
+
+class PacedWriter:
+    """About ``rate`` row changes per second against a benchmark table, in a thread, until
+    stopped; :meth:`write` makes one step and says how many rows it changed."""
+
+    def __init__(self, mysql: dict, db: str, rate: int) -> None:
+        self.mysql, self.db, self.rate = mysql, db, rate
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def write(self, cur) -> int:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        with admin(self.mysql, self.db) as conn, conn.cursor() as cur:
+            while not self._stop.is_set():
+                self.count += self.write(cur)
+                ahead = self.count / self.rate - (time.perf_counter() - t0)
+                if ahead > 0:
+                    time.sleep(ahead)
+
+
+# --- the stack and a run's database ------------------------------------------------------------
+
+def start_stack(state_dir: Path, console: Console) -> StackInfo:
+    """The embedded stack of ``state_dir``, started (or found running)."""
+    with console.status("starting the embedded stack..."):
+        return stack_up(Path(state_dir))
+
+
+def admin(mysql: dict, database: str | None = None):
+    """A connection to the stack's server as its admin user (autocommit)."""
+    return pymysql.connect(host=mysql["host"], port=mysql["port"], user=mysql["admin_user"],
+                           password=mysql["admin_password"], database=database, autocommit=True,
+                           charset="utf8mb4")
+
+
+def create_bench_table(cur, db: str) -> None:
+    """The run's database ``db`` with ``TABLE`` in it, made the cursor's current database."""
+    cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+    cur.execute(f"USE `{db}`")
+    cur.execute(TABLE_DDL)
+
+
+def bench_server_id() -> int:
+    """A replication server id for one binlog client of a run."""
+    return 7000 + uuid.uuid4().int % 1000
+
+
+def bench_config(info: StackInfo, prefix: str, db: str):
+    """The stack's configuration for one run: topics and producer named ``prefix``, only
+    ``db`` captured, a server id of its own."""
+    cfg = load_config(info.config_path)
+    cfg.kafka.topic_prefix = cfg.producer.name = prefix
+    cfg.source.include_databases = [db]
+    cfg.source.server_id = bench_server_id()
+    return cfg
+
+
+def drop_bench_database(info: StackInfo, db: str, state_dir: Path, keep_running: bool, console: Console, *,
+                        purge_binlogs: bool = False) -> None:
+    """The end of a benchmark: its database dropped (best effort; with ``purge_binlogs``,
+    unless the stack keeps running, the binlog files written so far too), the stack stopped
+    unless kept."""
+    try:
+        with admin(info.mysql) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+            if purge_binlogs and not keep_running:
+                # Keep the bench datadir bounded: this run's binlog files go too.
+                cur.execute("FLUSH BINARY LOGS")
+                current = current_position(conn)[0]
+                cur.execute("PURGE BINARY LOGS TO %s", (current,))
+    except Exception as exc:  # noqa: BLE001 - cleanup is best effort
+        console.print(f"[yellow]cleanup:[/yellow] {exc}")
+    if not keep_running:
+        stack_down(Path(state_dir))
+
+
+# --- the references and the results ------------------------------------------------------------
+
+def client_tool(mariadb: str, mysql: str) -> str:
+    """The path of a client tool by its MariaDB name, else its MySQL name."""
+    for name in (mariadb, mysql):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise BenchError(f"neither {mariadb} nor {mysql} is installed (package mariadb-client)")
+
+
+def timed_to_devnull(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Run ``argv`` with its output thrown away: the seconds it took and the finished process
+    (its stderr kept)."""
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as devnull:
+        res = subprocess.run(argv, stdout=devnull, stderr=subprocess.PIPE, env=env)
+    return time.perf_counter() - t0, res
+
+
+def results_table(title: str, columns: Sequence[str], machine: dict[str, Any]) -> Table:
+    """A results table captioned with the machine: the ``measure`` column left, the figures
+    right."""
+    table = Table(title=title, caption=machine_caption(machine))
+    for col in columns:
+        table.add_column(col, justify="left" if col == "measure" else "right")
+    return table

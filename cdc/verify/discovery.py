@@ -1,0 +1,39 @@
+"""Which source tables verify compares: every captured table (the capture filter, minus the
+MySQL sink's database when the sink shares the source's server), or the tables named
+(exact ``db.table`` names or regular expressions matched against the whole name)."""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from producer.capture_filter import CaptureFilter
+from producer.snapshot.table_reader import list_tables
+
+
+def source_tables(conn, cfg, tables: Sequence[str] | None) -> tuple[list[tuple[str, str]], list[str]]:
+    """The tables to verify (captured ones, or those named) and names that matched nothing."""
+    every = list_tables(conn)
+    if not tables:
+        flt = CaptureFilter(cfg.source)
+        sink = cfg.sinks.mysql
+        same_server = sink.enabled and (sink.host, sink.port) == (cfg.source.host, cfg.source.port)
+        return [(d, t) for d, t in every if flt.captures(d, t) and not (same_server and d == sink.database)], []
+    out: list[tuple[str, str]] = []
+    unknown: list[str] = []
+    names = {f"{d}.{t}": (d, t) for d, t in every}
+    for name in tables:
+        if name in names:
+            hits = [names[name]]
+        else:
+            try:
+                pat = re.compile(name)
+            except re.error:
+                pat = None
+            hits = [dt for n, dt in names.items() if pat is not None and pat.fullmatch(n)]
+        if not hits:
+            unknown.append(name)
+        for h in hits:
+            if h not in out:
+                out.append(h)
+    return out, unknown

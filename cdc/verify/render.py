@@ -1,0 +1,73 @@
+"""The verify report printed as rich tables: one row per table and target, why a table was
+skipped or failed, then the notes and sample rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cdc.verify.report import VerifyReport
+
+
+def _show(v: Any, limit: int = 60) -> str:
+    if isinstance(v, (bytes, bytearray)):
+        text = "0x" + bytes(v).hex()
+    else:
+        text = repr(v)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _key_text(key: dict) -> str:
+    return ", ".join(f"{k}={_show(v)}" for k, v in key.items())
+
+
+def print_report(report: VerifyReport, console=None) -> None:
+    """The report as rich tables: one row per table and target, then the sample rows."""
+    console = console or Console()
+    table = Table("table", "target", "rows source / sink", "chunks differing / all", "missing / extra / differing",
+                  "result", title="cdc verify")
+    reasons: list[str] = []  # why a table was skipped or failed: under the table, in full
+    for tr in report.tables:
+        if tr.skipped is not None or tr.error is not None:
+            skipped = tr.skipped is not None
+            table.add_row(escape(tr.table), "", "", "", "", "[yellow]skipped[/yellow]" if skipped else "[red]error[/red]")
+            reasons.append(f"[bold]{escape(tr.table)}[/bold]: {'skipped' if skipped else 'error'}: "
+                           f"{escape(tr.skipped if skipped else tr.error or '')}")
+            continue
+        for r in tr.results:
+            if r.error is not None:
+                result = "[red]error[/red]"
+                reasons.append(f"[bold]{escape(tr.table)}[/bold] vs {r.sink}: error: {escape(r.error)}")
+            elif r.equal:
+                result = "[green]equal[/green]"
+            else:
+                result = "[red]DIFFERS[/red]"
+            table.add_row(escape(tr.table), f"{r.sink} {escape(r.target)}", f"{r.source_rows:,} / {r.sink_rows:,}",
+                          f"{r.chunks_differing:,} / {r.chunks:,} ({tr.mode})",
+                          f"{r.missing:,} / {r.extra:,} / {r.differing:,}", result)
+    console.print(table)
+    for line in reasons:
+        console.print(line, highlight=False)
+    for tr in report.tables:
+        for r in tr.results:
+            lines = [f"  {escape(n)}" for n in r.notes]
+            for s in r.samples:
+                if s.kind == "missing":
+                    lines.append(f"  missing in sink: {escape(_key_text(s.key))}")
+                elif s.kind == "extra":
+                    lines.append(f"  extra in sink:   {escape(_key_text(s.key))}")
+                else:
+                    cols = "; ".join(f"{c}: source {_show((s.source or {}).get(c))} sink {_show((s.sink or {}).get(c))}"
+                                     for c in s.columns)
+                    lines.append(f"  values differ:   {escape(_key_text(s.key))}: {escape(cols)}")
+            if lines:
+                console.print(f"[bold]{escape(tr.table)}[/bold] vs {r.sink} {escape(r.target)}:")
+                for line in lines:
+                    console.print(line, highlight=False)
+    n_bad = sum(1 for t in report.tables if not t.equal)
+    console.print(("[green]equal[/green]: every table equals its sinks" if report.equal
+                   else f"[red]{n_bad} table(s) differ[/red]") + f" ({len(report.tables)} table(s), "
+                  f"{report.seconds:.1f}s)")

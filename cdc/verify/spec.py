@@ -1,0 +1,225 @@
+"""What verify compares: the normalisation kind of a column, the compared columns and key
+of a table (:class:`ColumnSpec`, :class:`TableSpec`), and :func:`table_spec`, which builds
+them from a source table's definition or says why the table cannot be compared.
+
+Columns compared: the source's, minus ``source.exclude_columns``; the sinks'
+``__cdc_position`` and any sink-only column are ignored; a source column the sink lacks
+makes the table differ.  The key's column kinds choose how a chunk's sink rows are found
+(:attr:`TableSpec.mode`, see :mod:`cdc.verify.targets`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from cdc.verify.normalise import normalise, normalise_avro, source_value
+from producer.events.avro_types import field_names
+from producer.snapshot.table_reader import read_table_def
+
+_UTC = timezone.utc
+#: Relative tolerance for FLOAT (float32) columns in the row-by-row comparison.
+FLOAT32_REL_TOL = 1e-6
+
+
+# --- column kinds ------------------------------------------------------------------------------
+_INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bool", "boolean", "year"}
+_DECIMAL_TYPES = {"decimal", "numeric", "dec", "fixed"}
+_DOUBLE_TYPES = {"double", "real", "double precision", "float8"}
+_TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "long", "long varchar", "nchar",
+               "nvarchar", "national char", "national varchar", "character", "character varying", "enum", "set",
+               "uuid", "inet4", "inet6"}
+_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "long varbinary"}
+_GEOMETRY_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+                   "geometrycollection", "geomcollection"}
+#: Key kinds whose order is the same in MySQL (any collation) and PostgreSQL: ranges are safe.
+RANGE_SAFE_KINDS = frozenset({"int", "decimal", "float32", "double", "bit", "bytes", "date", "time", "datetime",
+                              "timestamp"})
+
+
+def column_kind(data_type: str, json_columns: bool = False) -> str:
+    """The normalisation kind of a source column from its ``DATA_TYPE``."""
+    dt = data_type.lower()
+    if json_columns or dt == "json":
+        return "json"
+    if dt in _INT_TYPES:
+        return "int"
+    if dt in _DECIMAL_TYPES:
+        return "decimal"
+    if dt == "float":
+        return "float32"
+    if dt in _DOUBLE_TYPES:
+        return "double"
+    if dt == "bit":
+        return "bit"
+    if dt in _TEXT_TYPES:
+        return "text"
+    if dt in _BINARY_TYPES:
+        return "bytes"
+    if dt in ("date", "time", "datetime", "timestamp"):
+        return dt
+    if dt in _GEOMETRY_TYPES:
+        return "geometry"
+    return "other"
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One compared column: its source name, Avro field name and normalisation kind."""
+
+    name: str
+    kind: str
+    field: str = ""
+    scale: int | None = None
+    fsp: int = 0
+    bits: int = 1
+    members: tuple[str, ...] = ()
+    #: "enum" or "set" for those source types (their order in the source is by number).
+    enum: str = ""
+
+    def source(self, v: Any) -> Any:
+        return source_value(self.kind, v, scale=self.scale, members=self.members)
+
+    def sink(self, v: Any) -> Any:
+        return normalise(self.kind, v, scale=self.scale, members=self.members)
+
+    def avro(self, v: Any) -> Any:
+        return normalise_avro(self.kind, v, fsp=self.fsp, scale=self.scale, members=self.members)
+
+    def same(self, a: Any, b: Any) -> bool:
+        """Row-level equality (FLOAT columns within a relative 1e-6)."""
+        if a == b:
+            return True
+        if self.kind == "float32" and self.scale is None and isinstance(a, float) and isinstance(b, float):
+            return math.isclose(a, b, rel_tol=FLOAT32_REL_TOL)
+        return False
+
+    # ----- key values as statement parameters
+    def param(self, canon: Any, dialect: str) -> Any:
+        """A normalised key value as a parameter for ``dialect``: ``postgres``, ``mysql`` (the
+        MySQL sink) or ``source`` (MySQL/MariaDB, the source table's own types).
+
+        In the source an ENUM/SET key is given as its number: ``ORDER BY`` sorts ENUM and
+        SET by number, while ``e > 'text'`` would compare text, and keyset pagination would
+        skip rows."""
+        if canon is None:
+            return None
+        k = self.kind
+        if dialect == "source" and self.enum and isinstance(canon, str):
+            if self.enum == "enum":
+                return self.members.index(canon) + 1 if canon in self.members else 0
+            parts = set(canon.split(",")) if canon else set()
+            if parts <= set(self.members):
+                return sum(1 << i for i, m in enumerate(self.members) if m in parts)
+            return canon
+        if dialect == "source":
+            dialect = "mysql"
+        try:
+            if k == "decimal":
+                return Decimal(canon)
+            if k == "bit":
+                if dialect == "postgres":
+                    return bool(canon) if self.bits == 1 else format(canon, f"0{self.bits}b")
+                return int(canon)
+            if k == "date":
+                return date.fromisoformat(canon)
+            if k in ("datetime", "timestamp"):
+                d = datetime.fromisoformat(canon)
+                return d.replace(tzinfo=_UTC) if (k == "timestamp" and dialect == "postgres") else d
+            if k == "time" and isinstance(canon, int):
+                if dialect == "postgres":
+                    return timedelta(microseconds=canon)
+                sign, us = ("-", -canon) if canon < 0 else ("", canon)
+                s, frac = divmod(us, 1_000_000)
+                return f"{sign}{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{frac:06d}"
+        except (ValueError, TypeError, InvalidOperation):
+            return canon
+        return canon
+
+
+@dataclass
+class TableSpec:
+    """A source table as verify compares it."""
+
+    db: str
+    table: str
+    columns: list[ColumnSpec]          # compared columns, source order (key columns included)
+    key: list[str]                     # key column names, key order
+
+    def __post_init__(self) -> None:
+        by = {c.name: c for c in self.columns}
+        self.key_specs = [by[k] for k in self.key]
+        self.value_specs = [c for c in self.columns if c.name not in set(self.key)]
+        self.mode = "range" if all(c.kind in RANGE_SAFE_KINDS for c in self.key_specs) else "keys"
+
+    @property
+    def name(self) -> str:
+        return f"{self.db}.{self.table}"
+
+    def key_params(self, key: tuple, dialect: str) -> list:
+        return [c.param(v, dialect) for c, v in zip(self.key_specs, key)]
+
+
+@dataclass(frozen=True)
+class Unverifiable:
+    """Why a source table cannot be compared (one of the two kinds below)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class MissingTable(Unverifiable):
+    """The source table does not exist: the table's report is an error."""
+
+
+@dataclass(frozen=True)
+class KeylessTable(Unverifiable):
+    """No primary key and no ``source.key_columns`` entry (the sinks cannot hold it): the
+    table is skipped."""
+
+
+def _json_check_columns(conn, db: str, table: str) -> set[str]:
+    """MariaDB's JSON columns: LONGTEXT with a ``CHECK (json_valid(`col`))`` constraint."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = %s "
+                        "AND TABLE_NAME = %s", (db, table))
+            clauses = [r[0] for r in cur.fetchall()]
+    except Exception:  # noqa: BLE001 - MySQL's CHECK_CONSTRAINTS has no TABLE_NAME (and real JSON)
+        return set()
+    out = set()
+    for c in clauses:
+        m = re.fullmatch(r"\s*json_valid\(`((?:[^`]|``)+)`\)\s*", c or "", re.IGNORECASE)
+        if m:
+            out.add(m.group(1).replace("``", "`"))
+    return out
+
+
+def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
+    """The :class:`TableSpec` of a source table, or why it cannot be verified."""
+    tdef = read_table_def(conn, db, table)
+    if tdef is None:
+        return MissingTable(f"no such table {db}.{table}")
+    qualified = f"{db}.{table}"
+    excluded = set(cfg.source.exclude_columns.get(qualified, []))
+    key = list(tdef.primary_key) or list(cfg.source.key_columns.get(qualified, []))
+    if not key:
+        return KeylessTable("no primary key and no source.key_columns entry (the sinks cannot hold it)")
+    jsons = _json_check_columns(conn, db, table)
+    names = field_names(tdef)
+    cols = []
+    for c in tdef.columns:
+        if c.name in excluded and c.name not in key:
+            continue
+        kind = column_kind(c.data_type, c.name in jsons and c.data_type in ("longtext", "text", "mediumtext"))
+        scale = c.scale if c.data_type in ("float", "double", "real") else None
+        cols.append(ColumnSpec(c.name, kind, names[c.name], scale, c.fsp if kind == "datetime" else 0,
+                               (c.bit_length or 1) if kind == "bit" else 1,
+                               tuple(c.enum_values) if c.data_type in ("set", "enum") else (),
+                               c.data_type if c.data_type in ("set", "enum") else ""))
+    key = [tdef.column(k).name for k in key]
+    return TableSpec(db, table, cols, key)

@@ -1,0 +1,2 @@
+"""Reading the binlog: the server's checks and coordinates, the reader (in a child process),
+table maps and row decoding."""

@@ -1,0 +1,1 @@
+"""Building change events: Avro types of MySQL columns, converting values, the envelopes."""

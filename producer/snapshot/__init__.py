@@ -1,0 +1,1 @@
+"""Incremental snapshots: signals in, chunk reads bracketed by OPEN/CLOSE markers out."""

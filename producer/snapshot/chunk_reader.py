@@ -1,0 +1,144 @@
+"""Chunk readers: OPEN marker row, the chunk's SELECT, CLOSE marker row, each on its own session.
+
+Readers are the threads of a pool (``snapshot.parallelism``), each with its own read
+session (UTC, READ COMMITTED, autocommit: every statement commits on its own, no lock is
+held, no long transaction).  The window markers are rows of the signal table
+(:class:`MarkerRows`): their INSERTs land in the binlog exactly where the read began and
+ended, which is what the DBLog rule needs.  A reader that could not write its CLOSE marker
+raises :class:`Unclosed` with the row still to write, so the coordinator writes it when the
+server is back and no window stays open downstream.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+import pymysql
+
+from common.errors import CDCError
+from common.sql.quoting import quote_table
+from contract.signals import WINDOW_CLOSE, WINDOW_OPEN
+from producer.snapshot.state import KeyRange
+from producer.snapshot.table_reader import read_chunk
+from producer.table_schema import TableDef
+
+
+class Unclosed(CDCError):
+    """A chunk reader failed before its CLOSE marker was written; ``close``: the marker
+    row still to insert (id, data) when its OPEN marker was written."""
+
+    def __init__(self, cause: Exception, close: tuple[str, str] | None = None) -> None:
+        super().__init__(str(cause))
+        self.close = close
+
+
+class MarkerRows:
+    """The window marker rows of the signal table (Debezium's insert/delete strategy):
+    ``<prefix>-open`` and ``<prefix>-close`` with the chunk's JSON as ``data``."""
+
+    def __init__(self, signal_table: str) -> None:
+        self.table = quote_table(signal_table)
+
+    @staticmethod
+    def close_id(open_id: str) -> str:
+        return open_id[:-len("open")] + "close"
+
+    @staticmethod
+    def open_id(close_id: str) -> str:
+        return close_id[:-len("close")] + "open"
+
+    def insert(self, conn, row_id: str, kind: str, data: str) -> None:
+        with conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {self.table} (id, type, data) VALUES (%s, %s, %s)", (row_id, kind, data))
+
+    def insert_close(self, conn, row_id: str, data: str) -> None:
+        """A CLOSE marker row owed by a reader that is gone (none when the chunk's own is there)."""
+        try:
+            self.insert(conn, row_id, WINDOW_CLOSE, data)
+        except pymysql.err.IntegrityError:
+            pass  # the chunk's own CLOSE row is there already: it closes the window
+
+    def delete(self, conn, row_ids: list[str]) -> None:
+        with conn.cursor() as cur:
+            cur.execute(f"DELETE FROM {self.table} WHERE id IN ({', '.join(['%s'] * len(row_ids))})", row_ids)
+
+
+class ChunkReader:
+    """The pool of chunk readers and their sessions."""
+
+    def __init__(self, connect: Callable[[], Any], markers: MarkerRows, chunk_size: int, parallelism: int) -> None:
+        self._connect = connect
+        self.markers = markers
+        self.chunk_size = chunk_size
+        self.parallelism = parallelism
+        self._local = threading.local()
+        self._conns: list[Any] = []
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, prefix: str, marker: str, tdef: TableDef, keys: list[str], rng: KeyRange,
+               condition: str | None) -> Future:
+        """Read the chunk ``rng`` of ``tdef`` in a reader thread: a future of its rows."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="cdc-chunk-reader")
+        return self._pool.submit(self._read, prefix, marker, tdef, keys, rng, condition)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        for c in self._conns:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection
+                pass
+        self._conns = []
+
+    def _read(self, prefix: str, marker: str, tdef: TableDef, keys: list[str], rng: KeyRange,
+              condition: str | None) -> list[dict]:
+        """OPEN marker, the range's SELECT, CLOSE marker.  Raises :class:`Unclosed` when no
+        CLOSE marker was written (so none will come through the binlog and the coordinator
+        must take the chunk back itself)."""
+        try:
+            conn = self._session()
+            self.markers.insert(conn, f"{prefix}-open", WINDOW_OPEN, marker)
+        except Exception as exc:
+            self._drop_session()
+            raise Unclosed(exc) from exc
+        error: Exception | None = None
+        rows: list[dict] = []
+        try:
+            rows = read_chunk(conn, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition, limit=self.chunk_size)
+        except Exception as exc:  # noqa: BLE001 - reported through the CLOSE marker
+            error = exc
+        try:
+            # Also after a failed read: an OPEN without CLOSE keeps the window open downstream.
+            self.markers.insert(conn, f"{prefix}-close", WINDOW_CLOSE, marker)
+        except Exception as exc:
+            self._drop_session()
+            raise Unclosed(error or exc, (f"{prefix}-close", marker)) from exc
+        if error is not None:
+            raise error
+        return rows
+
+    def _session(self):
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = self._local.conn = self._connect()
+            with self._lock:
+                self._conns.append(c)
+        return c
+
+    def _drop_session(self) -> None:
+        c = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if c is not None:
+            with self._lock:
+                if c in self._conns:
+                    self._conns.remove(c)
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - already dead
+                pass

@@ -1,0 +1,68 @@
+"""The house's rules, checked on the code (docs/DESIGN.md, "Layers"):
+
+* the import-linter contracts of pyproject.toml hold: the layers (tools over the
+  pipeline's two ends over the event contract over the shared base, the two ends
+  independent) and no import cycle between the subpackages of a package;
+* project modules are imported at the top of a module, except the few that pull in
+  pyspark (the ``cdc`` command and the tools must not start the JVM's Python side to
+  print a status);
+* every logger is named by its module, every error derives from ``CDCError``.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("common", "contract", "schemas", "producer", "spark_jobs", "cdc")
+#: Project modules that may be imported inside a function: they import pyspark.
+LAZY_MODULES = {"spark_jobs.spark_session", "spark_jobs.kafka_source"}
+MAX_FUNCTION_IMPORTS = 20
+
+
+def _modules():
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            yield path, ast.parse(path.read_text(), str(path))
+
+
+def test_import_contracts_hold():
+    out = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-logo", "--no-cache"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_project_imports_inside_functions_are_only_the_heavy_ones():
+    inside = []
+    for path, tree in _modules():
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                mods = [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else \
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                inside += [(f"{path.relative_to(ROOT)}:{node.lineno}", m) for m in mods if m.split(".")[0] in PACKAGES]
+    assert len(inside) <= MAX_FUNCTION_IMPORTS, inside
+    assert [x for x in inside if x[1] not in LAZY_MODULES] == []
+
+
+def test_loggers_are_named_by_their_module_and_errors_derive_from_cdc_error():
+    literal_loggers, stray_errors = [], []
+    builtin = {"Exception", "ValueError", "TypeError", "RuntimeError", "TimeoutError", "OSError", "KeyError"}
+    for path, tree in _modules():
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "getLogger" and node.args \
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
+                    and node.args[0].value.split(".")[0] in PACKAGES:
+                literal_loggers.append(f"{where}:{node.lineno}")
+            if isinstance(node, ast.ClassDef) and where != "common/errors.py":
+                bases = {b.id for b in node.bases if isinstance(b, ast.Name)}
+                if bases and bases <= builtin:
+                    stray_errors.append(f"{where}:{node.lineno} {node.name}")
+    assert literal_loggers == [], "use logging.getLogger(__name__)"
+    assert stray_errors == [], "errors derive from common.errors.CDCError (an errors module per package)"

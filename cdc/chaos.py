@@ -39,14 +39,14 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from common.config import CDCConfig, write_config
 from cdc.errors import ChaosError
 from cdc.verify import print_report, verify
 from cdc.workload import WriteLoad, create_table
+from common.config import CDCConfig, write_config
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect
-from contract.signals import execute_snapshot_data, send_signal
 from contract.notifications import Notification
+from contract.signals import execute_snapshot_data, send_signal
 from contract.topics import clean_topic, notifications_topic
 from producer.binlog.server import current_position, start_at_current
 from producer.offset_store import OffsetStore

@@ -16,15 +16,17 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from importlib.resources import files
 from pathlib import Path
 
 from rich.console import Console
 
-from cdc.stack.manager import StackInfo, stack_down, stack_up
 from cdc.progress import NotificationFollower
+from cdc.stack.manager import StackInfo, stack_down, stack_up
 from cdc.verify import print_report, verify
+from cdc.workload import BackgroundWriter
 from common.config import load_config
 from common.sql.sessions import connect
 from producer.app import ProducerApp
@@ -74,22 +76,12 @@ def load_demo_data(info: StackInfo, rows: dict[str, int] = DEMO_ROWS, seed: int 
     return counts
 
 
-class _WriteLoad:
+class _WriteLoad(BackgroundWriter):
     """Updates, deletes and re-inserts against the demo tables, in a thread, until stopped."""
 
     def __init__(self, info: StackInfo, seed: int = 11) -> None:
-        import threading
+        super().__init__()
         self.info, self.rnd, self.done = info, random.Random(seed), 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(60)
-        return self.done
 
     def _run(self) -> None:
         rnd = self.rnd
@@ -120,9 +112,6 @@ TABLES = ["shop.customers", "shop.order_lines", "shop.products"]
 
 
 def run_demo(state_dir: Path, keep_running: bool = False) -> int:
-    import threading
-
-
     console.rule("[bold]MySQL CDC demo")
     t_start = time.monotonic()
     with console.status("starting the embedded stack (MariaDB/MySQL, Kafka broker, PostgreSQL)..."):
@@ -177,7 +166,8 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         if result.refused or len(result.done) < len(tables):
             console.print(f"[red]the snapshot did not complete[/red]: {result}")
             ok = False
-        writes = load.stop()
+        load.stop(60)
+        writes = load.done
         console.print(f"write load stopped after {writes:,} statements")
         with console.status("the producer catches up..."):
             conn = connect(cfg.source)

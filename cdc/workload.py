@@ -24,6 +24,41 @@ KEY_KINDS = {
 }
 
 
+class BackgroundWriter:
+    """Writes to a database in a thread until stopped: subclasses implement :meth:`_run`,
+    which returns when ``self._stop`` is set; an error it raises is raised by :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._guarded, daemon=True)
+        self.error: BaseException | None = None
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # raised by stop()
+            self.error = exc
+
+    def _run(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def start(self) -> "BackgroundWriter":
+        self._thread.start()
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+
+
 def create_table(conn, db: str, table: str, kind: str, rows: int) -> list[str]:
     body, keys, make = KEY_KINDS[kind]
     with conn.cursor() as cur:
@@ -38,7 +73,7 @@ def create_table(conn, db: str, table: str, kind: str, rows: int) -> list[str]:
 
 
 @dataclass
-class WriteLoad:
+class WriteLoad(BackgroundWriter):
     """Random inserts, updates, deletes, primary-key changes and delete + re-insert of the
     same key (in one transaction) against a table, in a thread, until stopped."""
 
@@ -53,21 +88,7 @@ class WriteLoad:
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "WriteLoad":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        if self.error is not None:
-            raise self.error
+        BackgroundWriter.__init__(self)
 
     def _run(self) -> None:
         rnd = random.Random(self.seed)

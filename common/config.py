@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
 from common.errors import ConfigError
 
 ENV_PREFIX = "CDC__"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 
-
 from common.kafka.topic_reader import read_topic
 from contract.topics import schemas_topic
 

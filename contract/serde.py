@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
+
 from contract.errors import SerdeError
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"

@@ -20,8 +20,9 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from contract.errors import BadSignal
+
 from common.sql.quoting import quote_table
+from contract.errors import BadSignal
 
 WINDOW_OPEN = "snapshot-window-open"
 WINDOW_CLOSE = "snapshot-window-close"

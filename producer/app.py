@@ -23,13 +23,13 @@ from common.config import CDCConfig
 from common.errors import SourceUnavailable
 from common.sql.sessions import connect, read_session
 from producer.binlog import server as src
+from producer.binlog.process import ReaderProcess
 from producer.capture_filter import CaptureFilter
 from producer.errors import WriterError
 from producer.events.builder import EventBuilder
 from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
-from producer.binlog.process import ReaderProcess
 from producer.session import StreamSession
 from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.startup import Startup
@@ -51,11 +51,11 @@ class ProducerApp:
         self.recover: str | None = None
         self.metrics = ProducerMetrics()
         self.startup = Startup(cfg, self.store, self.local)
-        self._stop = threading.Event()
+        self.stopping = threading.Event()
         self.state_dir = Path(cfg.state_dir)
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stopping.set()
 
     # -- main loop ------------------------------------------------------------------------
     def run(self, *, max_events: int | None = None, idle_exit_s: float | None = None) -> int:
@@ -63,7 +63,7 @@ class ProducerApp:
         after that long without new binlog events (tests, benchmarks)."""
         self.metrics.start_server(self.cfg.producer.metrics_port)
         delay = 0.5
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             try:
                 return self._run_once(max_events=max_events, idle_exit_s=idle_exit_s)
             except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError,
@@ -71,7 +71,7 @@ class ProducerApp:
                 log.warning("source connection lost (%s); reconnecting in %.1fs", exc, delay)
             except WriterError as exc:
                 log.error("Kafka write failed (%s); restarting from the stored position in %.1fs", exc, delay)
-            self._stop.wait(delay)
+            self.stopping.wait(delay)
             delay = min(delay * 2, 30.0)
         return 0
 

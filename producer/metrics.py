@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from pathlib import Path
+
 from common.metrics_http import serve_metrics
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
+from common.config import CDCConfig
 from common.sql.sessions import read_session
 from contract.envelope import source_block
 from contract.errors import BadSignal
@@ -21,28 +24,40 @@ from contract.markers import delete_missing_marker, marker_record, window_marker
 from contract.notifications import Notification
 from contract.records import heartbeat_record, schema_change_record, transaction_record
 from contract.topics import markers_topic, notifications_topic
+from producer.binlog.process import ReaderProcess
 from producer.binlog.reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
 from producer.binlog.server import ServerInfo
+from producer.capture_filter import CaptureFilter
 from producer.ddl import ddl_target, sink_drift
 from producer.errors import ProducerStopped
 from producer.events.builder import EventBuilder
 from producer.kafka_writer import KafkaWriter
-from producer.binlog.process import ReaderProcess
+from producer.metrics import ProducerMetrics
+from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.record_encoder import RecordEncoder
 from producer.snapshot.coordinator import MarkerSeen, ReleasedChunk, SnapshotCoordinator
-from producer.startup import ProducerState
 from producer.snapshot.table_reader import list_tables
-
-if TYPE_CHECKING:
-    from producer.app import ProducerApp
+from producer.startup import ProducerState
 
 log = logging.getLogger(__name__)
+
+
+class ProducerParts(Protocol):
+    """What a session uses of the producer that runs it (:class:`producer.app.ProducerApp`)."""
+
+    cfg: CDCConfig
+    filter: CaptureFilter
+    metrics: ProducerMetrics
+    store: OffsetStore
+    local: LocalOffsetCopy
+    state_dir: Path
+    stopping: threading.Event
 
 
 class StreamSession:
     """One connected run: reader + writer, until stopped or an error."""
 
-    def __init__(self, app: "ProducerApp", writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
+    def __init__(self, app: ProducerParts, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
                  state: ProducerState, info: ServerInfo, coordinator: SnapshotCoordinator) -> None:
         self.app, self.writer, self.builder, self.reader, self.state, self.info = app, writer, builder, reader, state, info
         self.encoder = RecordEncoder(app.cfg.kafka, app.cfg.producer.format, writer.produce)
@@ -113,7 +128,7 @@ class StreamSession:
             if self.batch_events >= cfg.producer.batch_size * 4:
                 # A very large transaction: commit mid-transaction (resume = its start + last change).
                 self._commit(self.current_resume())
-            if app._stop.is_set() or (max_events is not None and total >= max_events):
+            if app.stopping.is_set() or (max_events is not None and total >= max_events):
                 break
         if self.batch_events or self.writer.in_batch:
             self._commit(self.current_resume())

@@ -21,7 +21,6 @@ from contract.position import CopyFilter
 from spark_jobs.errors import CleanChangelogError
 
 
-
 def ensure_clean_topic(bootstrap: str, topic: str, partitions: int, client: dict | None = None) -> None:
     """Create ``topic`` with ``partitions`` partitions, or grow it to that many."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})

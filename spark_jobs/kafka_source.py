@@ -79,17 +79,33 @@ from typing import Any, Iterator, Mapping, Sequence, Union
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from spark_jobs.data_loss import TP, DataLoss, apply_data_loss, data_loss_message, detect_data_loss
-from spark_jobs.errors import KafkaDataLossError, KafkaReadTimeout, KafkaSourceError, KafkaSourceOptionError
-from spark_jobs.kafka_offsets import (EARLIEST, ids_from_json, lost_from_json, offsets_from_doc, offsets_from_json,
-                                      offsets_to_json, plan_end_offsets, resolve_starting_offsets)
 from common.errors import OffsetLookupError, PartitionStalled
 from common.kafka.clients import topic_ids
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_partition
+from spark_jobs.data_loss import TP, DataLoss, apply_data_loss, data_loss_message, detect_data_loss
+from spark_jobs.errors import KafkaDataLossError, KafkaReadTimeout, KafkaSourceError, KafkaSourceOptionError
+from spark_jobs.kafka_offsets import (
+    EARLIEST,
+    ids_from_json,
+    lost_from_json,
+    offsets_from_doc,
+    offsets_from_json,
+    offsets_to_json,
+    plan_end_offsets,
+    resolve_starting_offsets,
+)
 
 SHORT_NAME = "cdc-kafka"
 

@@ -54,19 +54,19 @@ from typing import Any
 from common import logs
 from common.config import CDCConfig, load_config
 from common.errors import CDCError, OffsetLookupError
-from spark_jobs.data_loss import DataLoss, data_loss_message, detect_data_loss
-from spark_jobs.errors import MergeDataLoss
-from spark_jobs.kafka_offsets import ids_from_json, lost_from_json, offsets_from_json
-from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
 from common.kafka.clients import ensure_topics, topic_ids
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_partition
 from common.metrics_http import serve_metrics
-from contract.position import describe_position
 from contract.markers import DELETE_MISSING, decode_marker, is_window
+from contract.position import describe_position
 from contract.topics import clean_topic, dlq_topic, markers_topic, table_of_topic, table_topic, table_topic_pattern
 from spark_jobs.clean_changelog import ensure_clean_topic
-from spark_jobs.partition_merge import MergeSettings, OUTPUT_SCHEMA, arrow_function, merge_markers, sinks_of
+from spark_jobs.data_loss import DataLoss, data_loss_message, detect_data_loss
+from spark_jobs.errors import MergeDataLoss
+from spark_jobs.kafka_offsets import ids_from_json, lost_from_json, offsets_from_json
+from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
+from spark_jobs.partition_merge import OUTPUT_SCHEMA, MergeSettings, arrow_function, merge_markers, sinks_of
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,7 @@ class MergeJob:
         """Wait until every record of the batch is committed in Kafka, so the markers range
         looked up next holds the markers of the batch's transactions.  A correct broker has
         that already; Tansu reports the first records of an open transaction as stable for a
-        moment (tests/integration/test_kafka_offsets.py), and a chunk row read from such a
+        moment (tests/integration/common/test_kafka_offsets.py), and a chunk row read from such a
         transaction must not arrive before its window's CLOSE marker is in the range."""
         ends = batch_end_offsets(self.query_dir, batch_id)
         known = set(partitions)

@@ -31,15 +31,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder
+from common.config import SinksConfig
 from contract.errors import SerdeError
 from contract.markers import window_of
+from contract.schema_store import SchemaStore
+from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
-from common.config import SinksConfig
 from spark_jobs.clean_changelog import CleanPartitionWriter
 from spark_jobs.dblog import ChangeRecord, ChunkRow, Marker, Window, WindowBuffer
 from spark_jobs.errors import DBLogError, SinkUnavailable
-from contract.schema_store import SchemaStore
 from spark_jobs.sinks.configured import configured_sinks
 
 log = logging.getLogger(__name__)

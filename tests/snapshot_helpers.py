@@ -7,14 +7,15 @@ from dataclasses import dataclass
 
 import pymysql
 
+from cdc.workload import KEY_KINDS, WriteLoad, create_table  # noqa: F401 - re-exported for the tests
 from common.config import CDCConfig
 from common.kafka.topic_reader import read_topic
-from cdc.workload import KEY_KINDS, WriteLoad, create_table  # noqa: F401 - re-exported for the tests
 from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
+from contract.topics import markers_topic, notifications_topic
 from spark_jobs.dblog import ChunkRow, apply_in_order, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import dedupe_by_position, read_events
-from contract.topics import markers_topic, notifications_topic
+
 
 def signal(cfg: CDCConfig, kind: str, data: dict | None = None) -> str:
     conn = connect(cfg.source)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import time
 import shutil
+import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import pymysql
 
-from common.config import CDCConfig
 from cdc.stack.manager import SINK_DATABASE, restart_mysql, stack_config, stack_down, stack_up
+from common.config import CDCConfig
 
 
 @dataclass

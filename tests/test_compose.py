@@ -26,9 +26,9 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from cdc.stack.mysql_server import SIGNAL_DDL, quote_table
 from common.config import SourceConfig, config_env_keys, load_config
 from common.errors import ConfigError
-from cdc.stack.mysql_server import SIGNAL_DDL, quote_table
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"

@@ -8,7 +8,6 @@ import os
 import random
 import shutil
 import subprocess
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ from rich.table import Table
 
 from cdc.errors import BenchError
 from cdc.stack.manager import StackInfo, stack_down, stack_up
+from cdc.workload import BackgroundWriter
 from common.config import load_config
 from producer.binlog.server import current_position
 
@@ -141,22 +141,14 @@ def generate_changes(conn, rows: int, seed: int = 7) -> dict[str, int]:
     return counts
 
 
-class PacedWriter:
+class PacedWriter(BackgroundWriter):
     """About ``rate`` row changes per second against a benchmark table, in a thread, until
     stopped; :meth:`write` makes one step and says how many rows it changed."""
 
     def __init__(self, mysql: dict, db: str, rate: int) -> None:
+        super().__init__()
         self.mysql, self.db, self.rate = mysql, db, rate
         self.count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
     def write(self, cur) -> int:
         raise NotImplementedError

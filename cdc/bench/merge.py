@@ -30,9 +30,20 @@ from typing import Any
 import psycopg
 from rich.console import Console
 
-from cdc.bench.common import (DEFAULT_STATE_DIR, TABLE, PacedWriter, admin, bench_config, create_bench_table,
-                              drop_bench_database, generate_changes, insert_sql, machine_info, results_table,
-                              start_stack)
+from cdc.bench.common import (
+    DEFAULT_STATE_DIR,
+    TABLE,
+    PacedWriter,
+    admin,
+    bench_config,
+    create_bench_table,
+    drop_bench_database,
+    generate_changes,
+    insert_sql,
+    machine_info,
+    results_table,
+    start_stack,
+)
 from cdc.errors import BenchError
 from common.kafka.topic_reader import read_topic
 from contract.schema_store import SchemaStore

@@ -32,9 +32,24 @@ from typing import Any
 import pymysql
 from rich.console import Console
 
-from cdc.bench.common import (DEFAULT_STATE_DIR, TABLE, PacedWriter, admin, bench_config, child_pids, client_tool,
-                              create_bench_table, drop_bench_database, insert_sql, machine_info, proc_status_kb,
-                              results_table, rss_at, start_stack, timed_to_devnull)
+from cdc.bench.common import (
+    DEFAULT_STATE_DIR,
+    TABLE,
+    PacedWriter,
+    admin,
+    bench_config,
+    child_pids,
+    client_tool,
+    create_bench_table,
+    drop_bench_database,
+    insert_sql,
+    machine_info,
+    proc_status_kb,
+    results_table,
+    rss_at,
+    start_stack,
+    timed_to_devnull,
+)
 from cdc.errors import BenchError
 from cdc.progress import NotificationFollower
 from common.config import write_config

@@ -43,9 +43,24 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from rich.console import Console
 from rich.table import Table
 
-from cdc.bench.common import (DEFAULT_STATE_DIR, TABLE, admin, bench_config, bench_server_id, child_pids,
-                              client_tool, create_bench_table, drop_bench_database, generate_changes, machine_info,
-                              proc_status_kb, results_table, rss_at, start_stack, timed_to_devnull)
+from cdc.bench.common import (
+    DEFAULT_STATE_DIR,
+    TABLE,
+    admin,
+    bench_config,
+    bench_server_id,
+    child_pids,
+    client_tool,
+    create_bench_table,
+    drop_bench_database,
+    generate_changes,
+    machine_info,
+    proc_status_kb,
+    results_table,
+    rss_at,
+    start_stack,
+    timed_to_devnull,
+)
 from cdc.errors import BenchError
 from common.config import load_config, write_config
 from common.kafka.offsets import end_offsets

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.stack.process import free_port, pid_alive, port_open, spawn, stop_pid, wait_until
 from cdc.errors import StackError
+from cdc.stack.process import free_port, pid_alive, port_open, spawn, stop_pid, wait_until
 
 
 def tansu_binary() -> str:

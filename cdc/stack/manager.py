@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.config import CDCConfig, dump_config
+from cdc.errors import StackError
 from cdc.stack.kafka_broker import EmbeddedBroker, external_broker
 from cdc.stack.mysql_server import EmbeddedMySQL, server_status
 from cdc.stack.postgres_server import EmbeddedPostgres, external_postgres
 from cdc.stack.process import pid_alive
-from cdc.errors import StackError
+from common.config import CDCConfig, dump_config
 from producer.offset_store import LocalOffsetCopy
 
 DEFAULT_STATE_DIR = Path(".cdc/stack")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pymysql
 
-from common.sql.quoting import quote_ident, quote_table
-from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
 from cdc.errors import StackError
+from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
+from common.sql.quoting import quote_ident, quote_table
 
 SIGNAL_DDL = (
     "CREATE TABLE IF NOT EXISTS {table} ("

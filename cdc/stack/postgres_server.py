@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import tempfile
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
-from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
 from cdc.errors import StackError
+from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
 
 SERVICE_USER = "postgres"
 

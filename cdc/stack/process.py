@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Sequence
+
 from cdc.errors import StackError
 
 

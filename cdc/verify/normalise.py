@@ -26,7 +26,8 @@ import json
 import math
 import re
 import struct
-from datetime import date, datetime, time as dtime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
+from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 

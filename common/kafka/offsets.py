@@ -33,8 +33,8 @@ import uuid
 from typing import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from common.errors import OffsetLookupError
 
+from common.errors import OffsetLookupError
 
 # get_watermark_offsets errors that mean "the broker did not answer in time".
 _NO_ANSWER = (KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)

@@ -8,8 +8,8 @@ from typing import Iterator
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from common.kafka.offsets import end_offsets
 from common.errors import PartitionStalled
+from common.kafka.offsets import end_offsets
 
 # How long one ``consume`` call may wait.  librdkafka's ``consume(n, timeout)`` returns
 # only when ``n`` messages arrived or the timeout passed, so a call asking for more than

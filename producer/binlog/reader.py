@@ -35,10 +35,10 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from common.config import SourceConfig
-from producer.capture_filter import SYSTEM_DATABASES
 from contract.position import BinlogPosition
 from producer.binlog.row_decoder import RowDecoder, table_map_key
 from producer.binlog.table_map import table_def_from_table_map
+from producer.capture_filter import SYSTEM_DATABASES
 from producer.table_schema import TableDef
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from pymysqlreplication.constants import BINLOG, NONE_SOURCE
 from pymysqlreplication.constants import FIELD_TYPE as T
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
+
 from common.errors import UnsupportedType
 
 #: ``reader(buf, offset, reasons) -> (value, next offset)``; ``reasons`` is the event's

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pymysqlreplication.constants import FIELD_TYPE as T
 
-from producer.table_schema import ColumnDef, TableDef
 from common.errors import UnsupportedType
+from producer.table_schema import ColumnDef, TableDef
 
 _INTS = {T.TINY: "tinyint", T.SHORT: "smallint", T.INT24: "mediumint", T.LONG: "int", T.LONGLONG: "bigint"}
 _BLOB_SIZES = {1: ("tinyblob", "tinytext"), 2: ("blob", "text"), 3: ("mediumblob", "mediumtext"),

@@ -22,9 +22,9 @@ from contract.envelope import INCREMENTAL_SNAPSHOT, OPS, SNAPSHOT_OP, envelope_s
 from contract.position import chunk_row_position
 from contract.topics import table_topic
 from producer.binlog.reader import RowChanges
-from producer.table_schema import TableDef
 from producer.events.avro_types import avro_fullname, key_record_schema, row_record_schema
 from producer.events.values import RowConverter
+from producer.table_schema import TableDef
 
 #: The envelope fields that differ between the rows of one binlog event, in schema order.
 ENVELOPE_VARIABLE = ("before", "after", "source.row", "op", "position")

@@ -68,14 +68,22 @@ import socket
 import struct
 import uuid
 from datetime import date, datetime, time, timedelta, timezone
-from decimal import Context, Decimal, ROUND_HALF_EVEN
+from decimal import ROUND_HALF_EVEN, Context, Decimal
 from typing import Any, Callable, Mapping, Sequence
 
 from common.errors import UnsupportedType
 from producer.errors import ConversionError
+from producer.events.avro_types import (
+    BINARY_TYPES,
+    DECIMAL_TYPES,
+    DOUBLE_TYPES,
+    GEOMETRY_TYPES,
+    INT_TYPES,
+    STRING_TYPES,
+    decimal_precision_scale,
+    field_names,
+)
 from producer.table_schema import ColumnDef, TableDef
-from producer.events.avro_types import (BINARY_TYPES, DECIMAL_TYPES, DOUBLE_TYPES, GEOMETRY_TYPES, INT_TYPES, STRING_TYPES,
-                                         decimal_precision_scale, field_names)
 
 __all__ = [
     "value_converter",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from contract.errors import BadSignal
 from contract.notifications import Notification
@@ -20,14 +20,27 @@ from producer.snapshot.filter import validate_filter
 from producer.snapshot.state import TableJob
 from producer.snapshot.table_reader import list_tables, read_table_def
 
-if TYPE_CHECKING:
-    from producer.snapshot.coordinator import SnapshotCoordinator
-
 log = logging.getLogger(__name__)
 
 
+class SnapshotControl(Protocol):
+    """What the actions use of the coordinator (:class:`~producer.snapshot.coordinator.SnapshotCoordinator`)."""
+
+    snapshot_id: str | None
+    jobs: list[TableJob]
+    paused: bool
+    captures: Callable[[str, str], bool]
+    notify: Callable[[Notification], None]
+
+    def conn(self) -> Any: ...
+
+    def add_tables(self, tables: list[str], signal_id: str, **options: Any) -> None: ...
+
+    def stop_tables(self, drop: set[str]) -> None: ...
+
+
 class SignalAction(Protocol):
-    def run(self, coord: "SnapshotCoordinator", sig: Signal) -> None: ...
+    def run(self, coord: SnapshotControl, sig: Signal) -> None: ...
 
 
 def resolve_tables(conn, captures: Callable[[str, str], bool], sig: Signal) -> tuple[list[str], set[str]]:
@@ -95,7 +108,7 @@ def table_jobs(conn, tables: list[str], signal_id: str, *, conditions: dict[str,
 class ExecuteSnapshot:
     """``execute-snapshot``: snapshot the tables, or add them to the running snapshot."""
 
-    def run(self, coord: "SnapshotCoordinator", sig: Signal) -> None:
+    def run(self, coord: SnapshotControl, sig: Signal) -> None:
         tables, matched = resolve_tables(coord.conn(), coord.captures, sig)
         coord.add_tables(tables, sig.id, conditions=sig.conditions, surrogate_key=sig.surrogate_key,
                          skippable=matched, delete_missing=sig.delete_missing)
@@ -104,7 +117,7 @@ class ExecuteSnapshot:
 class StopSnapshot:
     """``stop-snapshot``: drop the tables it names (all when it names none)."""
 
-    def run(self, coord: "SnapshotCoordinator", sig: Signal) -> None:
+    def run(self, coord: SnapshotControl, sig: Signal) -> None:
         if coord.snapshot_id is None:
             return
         wanted = sig.data_collections
@@ -115,7 +128,7 @@ class StopSnapshot:
 class PauseSnapshot:
     """``pause-snapshot``: chunks in flight finish, no new chunk starts."""
 
-    def run(self, coord: "SnapshotCoordinator", sig: Signal) -> None:  # noqa: ARG002
+    def run(self, coord: SnapshotControl, sig: Signal) -> None:  # noqa: ARG002
         if coord.snapshot_id is not None and not coord.paused:
             coord.paused = True
             coord.notify(Notification("PAUSED", coord.snapshot_id))
@@ -125,7 +138,7 @@ class PauseSnapshot:
 class ResumeSnapshot:
     """``resume-snapshot``: go on from where it paused."""
 
-    def run(self, coord: "SnapshotCoordinator", sig: Signal) -> None:  # noqa: ARG002
+    def run(self, coord: SnapshotControl, sig: Signal) -> None:  # noqa: ARG002
         if coord.snapshot_id is not None and coord.paused:
             coord.paused = False
             coord.notify(Notification("RESUMED", coord.snapshot_id))
@@ -135,7 +148,7 @@ class ResumeSnapshot:
 class LogMessage:
     """``log``: a log line and a LOG notification."""
 
-    def run(self, coord: "SnapshotCoordinator", sig: Signal) -> None:
+    def run(self, coord: SnapshotControl, sig: Signal) -> None:
         log.info("signal %s: %s", sig.id, sig.data.get("message", ""))
         coord.notify(Notification("LOG", sig.id, {"message": str(sig.data.get("message", ""))}))
 

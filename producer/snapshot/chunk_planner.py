@@ -10,13 +10,11 @@ key ``chunk_size`` rows further on (:func:`~producer.snapshot.chunk_queries.boun
 
 from __future__ import annotations
 
-
 from contract.position import BinlogPosition
 from producer.binlog.server import current_position
 from producer.snapshot.state import KeyRange, TableJob
 from producer.snapshot.table_reader import boundary_key, estimated_rows, max_key, min_key
 from producer.table_schema import TableDef
-
 
 _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 

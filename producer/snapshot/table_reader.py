@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-
 from common.sql.quoting import quote_ident
 from producer.snapshot.chunk_queries import boundary_query, chunk_query, max_key_query
 from producer.table_schema import ColumnDef, TableDef

@@ -11,8 +11,8 @@ same position are copies of one event (the producer never gives two events one p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from contract.position import ENCODED_WIDTH, is_position

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from decimal import Decimal
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 __all__ = ["freeze_key", "key_json", "key_hash", "key_json_and_hash"]

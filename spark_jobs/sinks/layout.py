@@ -25,8 +25,8 @@ the column type each becomes are in the table of :mod:`spark_jobs.sinks.types`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import UnsupportedType

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import operator
 import struct
-from datetime import date, datetime, timedelta, timezone
 from collections.abc import Callable, Mapping
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from common.errors import UnsupportedType

@@ -1,0 +1,251 @@
+"""Kafka loses history: the merge job and the producer notice, say so, and recover.
+
+* a table topic deleted and created again under a running merge job stops it with the
+  partition, the offsets and what to do; told ``fail_on_data_loss: false`` it carries on
+  from what Kafka holds and counts what was lost;
+* a producer whose position Kafka no longer holds stops instead of starting at
+  ``latest``; told ``--recover resume`` it re-publishes from the position it kept;
+* the embedded stack stopped and started again (its broker keeps topics in memory):
+  ``cdc stack up`` resets what depended on the lost topics, the producer re-publishes and
+  snapshots with delete-missing, and ``cdc verify --changelog`` ends equal, also for rows
+  deleted in changes the merge job had not read when the topics were lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pymysql
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from common.config import dump_config, load_config
+from contract.topics import offsets_topic, table_topic
+from producer.app import ProducerApp
+from producer.errors import KafkaHistoryLost
+from producer.offset_store import LocalOffsetCopy
+from spark_jobs.errors import MergeDataLoss
+from spark_jobs.merge_job import MergeJob
+from tests.producer_helpers import ROOT, read_events, run_until_caught_up, start_at_current, wait_for
+from tests.sink_helpers import pg_sink_rows
+
+
+def _recreate_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics, 30, what=f"{topic} deleted")
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+class _JobThread:
+    def __init__(self, cfg) -> None:
+        self.job = MergeJob(cfg)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.job.run(max_restarts=5)
+        except BaseException as exc:  # noqa: BLE001 - inspected by the test
+            self.error = exc
+
+
+def test_merge_job_stops_on_a_recreated_topic_and_carries_on_when_told(stack, merge_config, test_db, caplog):
+    cfg = merge_config
+    cfg.source.include_databases = [test_db]
+    cfg.sinks.mysql.enabled = False
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
+    start_at_current(cfg)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(300)])
+    run_until_caught_up(cfg)
+    topic = table_topic(cfg.kafka.topic_prefix, test_db, "t")
+
+    runner = _JobThread(cfg)
+    try:
+        wait_for(lambda: len(_pg_rows(cfg, test_db)) == 300, 120, what="300 rows in the sink")
+        _recreate_topic(cfg.kafka.bootstrap_servers, topic)
+        runner.thread.join(120)
+        assert not runner.thread.is_alive(), "the merge job did not stop on the lost topic"
+    finally:
+        runner.job.stop()
+        runner.thread.join(60)
+    err = runner.error
+    assert isinstance(err, MergeDataLoss), f"the job ended with {err!r}"
+    text = str(err)
+    assert f"{topic} partition 0: checkpoint offset" in text and "earliest offset 0, latest 0" in text
+    assert "fail_on_data_loss" in text and "cdc snapshot" in text
+    assert "postgres holds" in text and f"{test_db}.t up to position" in text  # how far the sink got
+    assert [x.kind for x in err.losses] in (["recreated"], ["past-end"])
+
+    # The job refuses to start again on that checkpoint, before Spark starts.
+    with pytest.raises(MergeDataLoss):
+        MergeJob(cfg).run(available_now=True)
+
+    # Changes written to the new topic; told to carry on, the job reads it from its start.
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(300, 350)])
+        cur.execute("UPDATE t SET v = 'changed' WHERE id = 1")
+    run_until_caught_up(cfg)
+    cfg.spark.fail_on_data_loss = False
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.merge_job"):
+        assert MergeJob(cfg).run(available_now=True) == 0
+    warned = [r.getMessage() for r in caplog.records if "Kafka lost records" in r.getMessage()]
+    assert warned and topic in warned[0], caplog.text[-2000:]
+    status = json.loads((Path(cfg.state_dir) / "merge-status.json").read_text())
+    assert status["totals"]["lost_partitions"] == 1
+    rows = _pg_rows(cfg, test_db)
+    assert len(rows) == 350 and rows[(1,)]["v"] == "changed"
+
+    # Under a running job told to carry on: the topic goes again, the job goes on.
+    runner = _JobThread(cfg)
+    try:
+        wait_for(lambda: runner.job.query is not None and runner.job.query.isActive, 120, what="the job running")
+        time.sleep(2)  # a trigger or two on the old topic
+        _recreate_topic(cfg.kafka.bootstrap_servers, topic)
+        with stack.admin(test_db) as conn, conn.cursor() as cur:
+            cur.execute("UPDATE t SET v = 'second loss' WHERE id = 2")
+        run_until_caught_up(cfg)
+        wait_for(lambda: _pg_rows(cfg, test_db)[(2,)]["v"] == "second loss", 120,
+                 what="the change written after the loss in the sink")
+        assert runner.thread.is_alive() and runner.error is None
+        assert runner.job.totals["lost_partitions"] >= 1
+    finally:
+        runner.job.stop()
+        runner.thread.join(60)
+
+
+def _pg_rows(cfg, db):
+    try:
+        return pg_sink_rows(cfg, db, "t", ["id"])
+    except psycopg.errors.UndefinedTable:
+        return {}
+
+
+def test_producer_stops_when_kafka_lost_its_history_and_resumes_when_told(stack, config, test_db, tmp_path):
+    cfg = config
+    cfg.source.include_databases = [test_db]
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    start_at_current(cfg)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s)", [(i,) for i in range(100)])
+    run_until_caught_up(cfg)
+    kept = LocalOffsetCopy(cfg.state_dir, cfg.producer.name).load()
+    assert kept is not None and kept["resume"]["last"]
+
+    # Kafka loses the producer's offsets and the table's events; the table changes meanwhile.
+    prefix, topic = cfg.kafka.topic_prefix, table_topic(cfg.kafka.topic_prefix, test_db, "t")
+    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+    for t in (offsets_topic(prefix), topic):
+        admin.delete_topics([t])[t].result(30)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s)", [(i,) for i in range(100, 120)])
+
+    with pytest.raises(KafkaHistoryLost) as lost:
+        ProducerApp(cfg).run(idle_exit_s=1)
+    text = str(lost.value)
+    assert f"Kafka lost the history of producer '{cfg.producer.name}'" in text
+    assert kept["resume"]["file"] in text and str(LocalOffsetCopy(cfg.state_dir, cfg.producer.name).path) in text
+    assert "cdc produce --recover resume" in text and "cdc produce --recover snapshot" in text
+
+    # The command says the same and exits 1.
+    path = tmp_path / "cdc.yaml"
+    path.write_text(dump_config(cfg))
+    out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(path), "produce"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Kafka lost the history" in out.stderr and "Traceback" not in out.stderr
+
+    app = ProducerApp(cfg)
+    app.recover = "resume"
+    app.run(idle_exit_s=1.5)
+    ids = sorted(v["after"]["id"] for _, _, v in read_events(cfg, topic))
+    assert ids == list(range(100, 120))  # what came after the kept position, nothing lost, nothing older
+    ProducerApp(cfg).run(idle_exit_s=1)  # Kafka holds the history again: a plain start
+
+
+# -- the embedded stack, stopped and started again ---------------------------------------------
+
+def _cdc(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "cdc.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _ok(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
+    return out.stdout + out.stderr
+
+
+def test_stack_restarted_with_an_empty_broker_recovers_and_verifies_equal(tmp_path):
+    state = tmp_path / "stack"
+    _ok(_cdc("stack", "up", "--state-dir", str(state)))
+    try:
+        data = json.loads((state / "stack.json").read_text())
+        m = data["mysql"]
+
+        def admin():
+            return pymysql.connect(host=m["host"], port=m["port"], user=m["admin_user"], password=m["admin_password"],
+                                   autocommit=True)
+        with admin() as conn, conn.cursor() as cur:
+            cur.execute("CREATE DATABASE shop")
+            cur.execute("CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
+            cur.execute("CREATE TABLE shop.tags (tag VARCHAR(30) PRIMARY KEY, n INT)")
+        cfg = load_config(state / "cdc.yaml")
+        cfg.source.include_databases = ["shop"]
+        cfg.spark.master = "local[2]"
+        start_at_current(cfg)  # the producer starts where the binlog is now
+        path = tmp_path / "cdc.yaml"
+        path.write_text(dump_config(cfg))
+        conf = ("-c", str(path))
+
+        with admin() as conn, conn.cursor() as cur:
+            cur.executemany("INSERT INTO shop.items VALUES (%s, %s, %s)", [(i, f"item {i}", i % 7) for i in range(2000)])
+            cur.executemany("INSERT INTO shop.tags VALUES (%s, %s)", [(f"t{i}", i) for i in range(50)])
+        _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
+        _ok(_cdc(*conf, "merge", "--available-now"))
+        _ok(_cdc(*conf, "verify", "--changelog"))
+
+        # Changes Kafka will hold but the merge job will not have read when the topics are lost.
+        with admin() as conn, conn.cursor() as cur:
+            cur.execute("DELETE FROM shop.items WHERE id < 300")
+            cur.execute("UPDATE shop.items SET qty = qty + 100 WHERE id BETWEEN 300 AND 499")
+            cur.execute("DELETE FROM shop.tags WHERE n < 10")
+        _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
+
+        down = _ok(_cdc("stack", "down", "--state-dir", str(state)))
+        assert "keeps its topics in memory" in down
+
+        refused = _cdc("stack", "up", "--state-dir", str(state), "--on-lost-kafka", "refuse")
+        assert refused.returncode == 1 and "merge job checkpoint" in refused.stderr, refused.stderr
+        assert "producer" in refused.stderr and "Traceback" not in refused.stderr
+
+        up = _ok(_cdc("stack", "up", "--state-dir", str(state)))
+        assert "every topic of the earlier run is gone" in up and "deleted the merge job checkpoint" in up
+        assert "re-publishes from its last position" in up
+
+        # Written while the producer is down.
+        with admin() as conn, conn.cursor() as cur:
+            cur.executemany("INSERT INTO shop.items VALUES (%s, %s, %s)", [(i, f"new {i}", 1) for i in range(5000, 5100)])
+            cur.execute("UPDATE shop.items SET name = 'renamed' WHERE id BETWEEN 1000 AND 1009")
+            cur.execute("DELETE FROM shop.items WHERE id BETWEEN 1500 AND 1504")
+
+        produced = _ok(_cdc(*conf, "produce", "--exit-when-idle", "3"))
+        assert "Kafka lost the history" in produced and "Recovering (snapshot)" in produced
+        merged = _ok(_cdc(*conf, "merge", "--available-now"))
+        assert "did not find deleted" in merged
+        report = _cdc(*conf, "verify", "--changelog", "--json")
+        _ok(report)
+        assert json.loads(report.stdout)["equal"] is True
+    finally:
+        _cdc("stack", "down", "--state-dir", str(state))

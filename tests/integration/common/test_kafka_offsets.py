@@ -1,0 +1,188 @@
+"""``end_offsets`` against the real broker: open transactions, a busy transactional
+producer, speed and the timeout.
+
+On Tansu, ListOffsets(read_committed) answers 0 while any transaction is open on the
+partition (and ListOffsets(latest) is the last batch's base offset + 1): these tests fail
+with an ``end_offsets`` that trusts it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from common.errors import OffsetLookupError
+from common.kafka.clients import ensure_topics
+from common.kafka.offsets import end_offsets
+
+UNCOMMITTED = {"isolation.level": "read_uncommitted"}
+
+
+def _read(bootstrap: str, topic: str, part: int, end: int, isolation: str, *,
+          timeout: float = 30.0) -> list[tuple[int, bytes]]:
+    """``(offset, value)`` of the records with offset < ``end`` that a consumer with
+    ``isolation`` reads from 0; fails if its position does not reach ``end`` in time
+    (what a reader given a too-high end would do: wait for records it cannot see)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"offsets-read-{uuid.uuid4().hex}",
+                         "isolation.level": isolation, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, part, 0)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            for msg in consumer.consume(1000, 0.2):
+                if msg.error() is None and msg.offset() < end:
+                    got.append((msg.offset(), msg.value()))
+            pos = consumer.position([TopicPartition(topic, part)])[0].offset
+            if pos >= end or (got and got[-1][0] == end - 1):
+                return got
+            assert time.monotonic() < deadline, f"{isolation} reader of {topic}[{part}] stuck at {pos}, end {end}"
+    finally:
+        consumer.close()
+
+
+def test_end_offsets_stop_before_an_open_transaction_and_move_on_its_commit(stack, config, topic):
+    bs = config.kafka.bootstrap_servers
+    ensure_topics(config.kafka, [topic], partitions=1)
+    tp = (topic, 0)
+    producer = Producer({"bootstrap.servers": bs, "transactional.id": f"tx-{topic}", "linger.ms": 200,
+                         "batch.num.messages": 100000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(1000):
+        producer.produce(topic, value=b"c%d" % i, partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(500):
+        producer.produce(topic, value=b"o%d" % i, partition=0)
+    producer.flush(30)  # the open transaction's records are in the log
+    open_txn = True
+    try:
+        low, end = end_offsets(bs, [tp])[tp]
+        _, hw = end_offsets(bs, [tp], client_config=UNCOMMITTED)[tp]
+        assert low == 0
+        # read_uncommitted: the high watermark, just past the last open-transaction record.
+        everything = _read(bs, topic, 0, hw, "read_uncommitted")
+        assert len(everything) == 1500 and everything[-1] == (hw - 1, b"o499")
+        last_committed = max(off for off, v in everything if v.startswith(b"c"))
+        first_open = min(off for off, v in everything if v.startswith(b"o"))
+        # read_committed: at least past the last committed record (and its commit marker
+        # when the broker counts it), never into the open transaction.
+        assert last_committed + 1 <= end <= first_open
+        committed = _read(bs, topic, 0, end, "read_committed")
+        assert [v for _, v in committed] == [b"c%d" % i for i in range(1000)]
+        # Hints change where the probe fetches, never the answer.
+        for hint in (0, end - 1, end, hw, 10 ** 9):
+            assert end_offsets(bs, [tp], hints={tp: hint})[tp] == (low, end), hint
+
+        producer.commit_transaction(30)
+        open_txn = False
+        _, end2 = end_offsets(bs, [tp])[tp]
+        _, hw2 = end_offsets(bs, [tp], client_config=UNCOMMITTED)[tp]
+        assert end2 == hw2 >= hw + 1  # the commit marker of the second transaction is counted
+        committed = _read(bs, topic, 0, end2, "read_committed")
+        assert [v for _, v in committed] == [b"c%d" % i for i in range(1000)] + [b"o%d" % i for i in range(500)]
+    finally:
+        if open_txn:
+            producer.abort_transaction(30)
+
+
+def test_end_offsets_keep_up_with_a_producer_that_always_has_a_transaction_open(stack, config, topic):
+    """The binlog producer's pattern: transactions committed back to back, so one is open
+    nearly all the time."""
+    bs = config.kafka.bootstrap_servers
+    ensure_topics(config.kafka, [topic], partitions=2)
+    parts = [(topic, 0), (topic, 1)]
+    stop, first_commit = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    txns = [0]
+
+    def produce() -> None:
+        try:
+            producer = Producer({"bootstrap.servers": bs, "transactional.id": f"loop-{topic}", "linger.ms": 5})
+            producer.init_transactions(30)
+            while not stop.is_set():
+                producer.begin_transaction()
+                for i in range(20):
+                    producer.produce(topic, value=f"{txns[0]}:{i}".encode(), partition=i % 2)
+                producer.flush(30)
+                time.sleep(0.005)  # the records sit in the log, uncommitted, for a moment
+                producer.commit_transaction(30)
+                txns[0] += 1
+                first_commit.set()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+            first_commit.set()
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        assert first_commit.wait(60)
+        calls, took = [], []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            calls.append(end_offsets(bs, parts))
+            took.append(time.perf_counter() - t0)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    assert not thread.is_alive()
+    print(f"{txns[0]} transactions; end_offsets took median {statistics.median(took):.3f}s, max {max(took):.3f}s")
+
+    for tp in parts:
+        ends = [call[tp][1] for call in calls]
+        assert ends == sorted(ends), f"{tp}: the end moved backwards: {ends}"
+        assert sum(1 for e in ends if e > 0) >= 0.9 * len(ends), ends
+        assert ends[-1] > ends[0], ends
+    # An end is a transaction boundary: it does not split a transaction's records, nor stand
+    # between its last record and its commit marker.  Tansu breaks this now and then: for a
+    # moment after the first records of a transaction land it reports them as stable
+    # (measured: 1 end in 50 inside a transaction in about one run in six), which the merge
+    # job allows for (it fixes a batch's markers range only once the batch's records are
+    # committed).  Anything more than such a glitch fails.
+    for tp in parts:
+        _, final = end_offsets(bs, [tp])[tp]
+        records = _read(bs, *tp, final, "read_committed")
+        assert len(records) == 10 * txns[0]
+        offsets: dict[str, list[int]] = {}
+        for off, value in records:
+            offsets.setdefault(value.decode().split(":")[0], []).append(off)
+        inside = set()
+        for offs in offsets.values():
+            inside.update(range(min(offs) + 1, max(offs) + 2))
+        bad = [call[tp][1] for call in calls if call[tp][1] in inside]
+        assert len(bad) <= 2, f"{tp}: ends inside a transaction: {bad}"
+
+
+def test_end_offsets_of_ten_partitions_are_quick(stack, config, topic):
+    bs = config.kafka.bootstrap_servers
+    ensure_topics(config.kafka, [topic], partitions=10)
+    parts = [(topic, p) for p in range(10)]
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 50})
+    for i in range(8000):  # partitions 8 and 9 stay empty
+        producer.produce(topic, value=b"x" * 100, partition=i % 8)
+    producer.flush(30)
+    took = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        ends = end_offsets(bs, parts)
+        took.append(time.perf_counter() - t0)
+    assert ends == {tp: (0, 1000 if tp[1] < 8 else 0) for tp in parts}
+    print(f"10 partitions: median {statistics.median(took):.3f}s, max {max(took):.3f}s")
+    assert statistics.median(took) < 0.5
+
+
+def test_end_offsets_give_up_with_offset_lookup_error_when_the_broker_does_not_answer(stack, config, topic):
+    bs = config.kafka.bootstrap_servers
+    ensure_topics(config.kafka, [topic], partitions=2)
+    t0 = time.monotonic()
+    with stack.broker_frozen(), pytest.raises(OffsetLookupError):
+        end_offsets(bs, [(topic, 0), (topic, 1)], timeout=2.0)
+    assert time.monotonic() - t0 < 8
+    assert end_offsets(bs, [(topic, 0), (topic, 1)]) == {(topic, 0): (0, 0), (topic, 1): (0, 0)}

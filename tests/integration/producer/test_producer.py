@@ -1,0 +1,301 @@
+"""The binlog producer on the real stack: events, schema changes, startup, filters, errors."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+
+from common.errors import SourceError
+from common.sql.sessions import connect
+from contract.topics import heartbeat_topic, transaction_topic
+from producer.app import ProducerApp
+from producer.binlog.server import current_position
+from producer.errors import BinlogPurgedError, ProducerStopped
+from tests.producer_helpers import apply_changelog, read_events, run_until_caught_up, start_at_current
+
+
+def _exec(stack, db, *statements):
+    with stack.admin(db) as conn, conn.cursor() as cur:
+        for s in statements:
+            cur.execute(s)
+
+
+def _topic(cfg, db, table):
+    return f"{cfg.kafka.topic_prefix}.{db}.{table}"
+
+
+def test_insert_update_delete_are_debezium_envelopes(stack, config, test_db):
+    _exec(stack, test_db, "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
+    start_at_current(config)
+    _exec(stack, test_db, "INSERT INTO items VALUES (1, 'apple', 3), (2, 'pear', 5)",
+          "UPDATE items SET qty = 4 WHERE id = 1", "DELETE FROM items WHERE id = 2")
+    run_until_caught_up(config)
+    events = read_events(config, _topic(config, test_db, "items"))
+    ops = [(k, v["op"], v["before"], v["after"]) for _, k, v in events]
+    assert ops == [
+        ({"id": 1}, "c", None, {"id": 1, "name": "apple", "qty": 3}),
+        ({"id": 2}, "c", None, {"id": 2, "name": "pear", "qty": 5}),
+        ({"id": 1}, "u", {"id": 1, "name": "apple", "qty": 3}, {"id": 1, "name": "apple", "qty": 4}),
+        ({"id": 2}, "d", {"id": 2, "name": "pear", "qty": 5}, None),
+    ]
+    src = events[0][2]["source"]
+    assert set(src) >= {"version", "connector", "name", "ts_ms", "snapshot", "db", "table", "server_id", "gtid",
+                        "file", "pos", "row", "thread", "query"}
+    assert (src["connector"], src["db"], src["table"], src["snapshot"], src["server_id"]) == \
+        ("mysql", test_db, "items", "false", 1)
+    assert src["file"].startswith("mysql-bin.") and src["pos"] > 0 and src["gtid"]
+    assert [v["source"]["row"] for _, _, v in events[:2]] == [0, 1]  # two rows of one event
+    positions = [v["position"] for _, _, v in events]
+    assert positions == sorted(positions) and len(set(positions)) == 4
+    assert all(isinstance(v["ts_ms"], int) for _, _, v in events)
+
+
+def test_primary_key_change_is_delete_then_create(stack, config, test_db):
+    _exec(stack, test_db, "CREATE TABLE t (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))",
+          "INSERT INTO t VALUES (1, 'x', 10)")
+    start_at_current(config)
+    _exec(stack, test_db, "UPDATE t SET b = 'y', v = 11 WHERE a = 1")
+    run_until_caught_up(config)
+    events = read_events(config, _topic(config, test_db, "t"))
+    assert [(k, v["op"], v["before"], v["after"]) for _, k, v in events] == [
+        ({"a": 1, "b": "x"}, "d", {"a": 1, "b": "x", "v": 10}, None),
+        ({"a": 1, "b": "y"}, "c", None, {"a": 1, "b": "y", "v": 11}),
+    ]
+    assert events[0][2]["position"] < events[1][2]["position"]
+
+
+def test_ddl_mid_stream_gives_following_events_the_new_schema(stack, config, test_db):
+    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))")
+    start_at_current(config)
+    _exec(stack, test_db,
+          "INSERT INTO t VALUES (1, 'one')",
+          "ALTER TABLE t ADD COLUMN b INT DEFAULT 7",
+          "INSERT INTO t VALUES (2, 'two', 8)",
+          "ALTER TABLE t RENAME COLUMN a TO label",
+          "UPDATE t SET label = 'uno' WHERE id = 1",
+          "ALTER TABLE t MODIFY COLUMN b BIGINT",
+          "INSERT INTO t VALUES (3, 'three', 9000000000)",
+          "ALTER TABLE t DROP COLUMN b",
+          "INSERT INTO t VALUES (4, 'four')",
+          "RENAME TABLE t TO t2",
+          "INSERT INTO t2 VALUES (5, 'five')",
+          "TRUNCATE TABLE t2",
+          "CREATE TABLE t3 (k VARCHAR(5) PRIMARY KEY)",
+          "INSERT INTO t3 VALUES ('k')",
+          "DROP TABLE t3")
+    run_until_caught_up(config)
+    afters = [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t"))]
+    assert afters == [
+        {"id": 1, "a": "one"},
+        {"id": 2, "a": "two", "b": 8},
+        {"id": 1, "label": "uno", "b": 7},
+        {"id": 3, "label": "three", "b": 9000000000},
+        {"id": 4, "label": "four"},
+    ]
+    assert [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t2"))] == [{"id": 5, "label": "five"}]
+    assert [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t3"))] == [{"k": "k"}]
+    ddls = [v["ddl"] for _, _, v in read_events(config, config.kafka.topic_prefix)]
+    assert [d.split()[0].upper() for d in ddls] == ["ALTER", "ALTER", "ALTER", "ALTER", "RENAME", "TRUNCATE",
+                                                    "CREATE", "DROP"]
+    assert all(test_db in v["databaseName"] for _, _, v in read_events(config, config.kafka.topic_prefix))
+
+
+def test_restart_decodes_old_positions_with_the_schema_of_their_time(stack, config, test_db):
+    """The binlog's table maps are the schema history: DDL after the stored position
+    does not change how earlier events decode."""
+    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))")
+    start_at_current(config)
+    _exec(stack, test_db, "INSERT INTO t VALUES (1, 'one')", "ALTER TABLE t DROP COLUMN a, ADD COLUMN z DATE",
+          "INSERT INTO t VALUES (2, '2024-02-29')")
+    run_until_caught_up(config)  # first run reads everything after the DDL already happened
+    afters = [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t"))]
+    assert afters == [{"id": 1, "a": "one"}, {"id": 2, "z": 19782}]
+
+
+def test_startup_modes(stack, config, test_db):
+    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY)")
+    conn = connect(config.source)
+    file, pos = current_position(conn)
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        gtid_before = cur.fetchone()[0]
+    conn.close()
+    _exec(stack, test_db, "INSERT INTO t VALUES (1)")
+    time.sleep(1.1)
+    ts_between = datetime.now(timezone.utc).isoformat()
+    time.sleep(1.1)
+    _exec(stack, test_db, "INSERT INTO t VALUES (2)")
+    base = config.kafka.topic_prefix
+
+    def ids(mode: str, **startup) -> list[int]:
+        cfg = config.model_copy(deep=True)
+        cfg.kafka.topic_prefix = cfg.producer.name = f"{base}_{mode}"
+        cfg.producer.startup.mode = mode
+        for k, v in startup.items():
+            setattr(cfg.producer.startup, k, v)
+        run_until_caught_up(cfg)
+        return [v["after"]["id"] for _, _, v in read_events(cfg, _topic(cfg, test_db, "t"))]
+
+    assert ids("position", file=file, pos=pos) == [1, 2]
+    assert ids("gtid", gtid_set=gtid_before) == [1, 2]
+    assert ids("timestamp", timestamp=ts_between) == [2]
+    assert ids("earliest")[-2:] == [1, 2]
+    assert ids("latest") == []
+
+
+def test_capture_filters_and_event_filters(stack, config, test_db):
+    _exec(stack, test_db, "CREATE TABLE keep_a (id INT PRIMARY KEY, secret VARCHAR(10), v INT)",
+          "CREATE TABLE keep_b (id INT PRIMARY KEY)", "CREATE TABLE skip_me (id INT PRIMARY KEY)",
+          "CREATE TABLE log_x (id INT PRIMARY KEY)")
+    config.source.include_tables = [rf"{test_db}\.keep_.*", rf"{test_db}\.log_x"]
+    config.source.exclude_tables = [rf"{test_db}\.keep_b"]
+    config.source.exclude_columns = {f"{test_db}.keep_a": ["secret"]}
+    config.source.ignore_events = {rf"{test_db}\.log_.*": ["delete", "truncate"]}
+    start_at_current(config)
+    _exec(stack, test_db, "INSERT INTO keep_a VALUES (1, 'pw', 5)", "INSERT INTO keep_b VALUES (1)",
+          "INSERT INTO skip_me VALUES (1)", "INSERT INTO log_x VALUES (1), (2)", "DELETE FROM log_x WHERE id = 1",
+          "TRUNCATE TABLE log_x", "ALTER TABLE keep_a ADD COLUMN w INT")
+    run_until_caught_up(config)
+    assert [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "keep_a"))] == [{"id": 1, "v": 5}]
+    assert read_events(config, _topic(config, test_db, "keep_b")) == []
+    assert read_events(config, _topic(config, test_db, "skip_me")) == []
+    assert [v["op"] for _, _, v in read_events(config, _topic(config, test_db, "log_x"))] == ["c", "c"]
+    ddls = [v["ddl"] for _, _, v in read_events(config, config.kafka.topic_prefix)]
+    assert len(ddls) == 1 and ddls[0].startswith("ALTER TABLE keep_a")
+
+
+def test_json_format(stack, config, test_db):
+    _exec(stack, test_db, "CREATE TABLE t (id BIGINT UNSIGNED PRIMARY KEY, d DECIMAL(30,10), b VARBINARY(4))")
+    config.producer.format = "json"
+    start_at_current(config)
+    _exec(stack, test_db, "INSERT INTO t VALUES (18446744073709551615, 12345678901234567890.0123456789, 0x00ff)")
+    run_until_caught_up(config)
+    [(_, key, value)] = read_events(config, _topic(config, test_db, "t"))
+    assert key == {"id": "18446744073709551615"}
+    assert value["after"] == {"id": "18446744073709551615", "d": "12345678901234567890.0123456789", "b": "AP8="}
+
+
+def test_misconfigured_server_is_refused_with_the_setting_and_fix(stack, config):
+    _exec(stack, None, "SET GLOBAL binlog_format = 'STATEMENT'", "SET GLOBAL binlog_row_image = 'MINIMAL'")
+    try:
+        with pytest.raises(SourceError) as err:
+            ProducerApp(config).run(idle_exit_s=1)
+    finally:
+        _exec(stack, None, "SET GLOBAL binlog_format = 'ROW'", "SET GLOBAL binlog_row_image = 'FULL'")
+    text = str(err.value)
+    assert "binlog_format" in text and "SET GLOBAL binlog_format = 'ROW'" in text
+    assert "binlog_row_image" in text and "FULL" in text
+
+
+def _purge_binlogs_before_newest(stack, must_go: str) -> None:
+    """PURGE silently keeps a file a replication connection still reads: a dump
+    thread left by an earlier test (the server drops them lazily after a client
+    dies) is killed and the purge repeated until ``must_go`` is gone."""
+    with stack.admin() as conn, conn.cursor() as cur:
+        for _ in range(50):
+            cur.execute("SHOW MASTER STATUS")
+            newest = cur.fetchone()[0]
+            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            cur.execute("SHOW BINARY LOGS")
+            if must_go not in [row[0] for row in cur.fetchall()]:
+                return
+            cur.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+            for (thread_id,) in cur.fetchall():
+                try:
+                    cur.execute(f"KILL {int(thread_id)}")
+                except Exception:  # noqa: BLE001 - the thread ended by itself meanwhile
+                    pass
+            time.sleep(0.2)
+    raise AssertionError(f"binlog {must_go} could not be purged")
+
+
+def test_start_in_a_purged_binlog_is_refused(stack, config, test_db):
+    conn = connect(config.source)
+    old_file, old_pos = current_position(conn)
+    conn.close()
+    _exec(stack, test_db, "FLUSH BINARY LOGS")
+    _purge_binlogs_before_newest(stack, old_file)
+    config.producer.startup.mode = "position"
+    config.producer.startup.file, config.producer.startup.pos = old_file, old_pos
+    with pytest.raises(BinlogPurgedError) as err:
+        ProducerApp(config).run(idle_exit_s=1)
+    assert old_file in str(err.value) and "no longer on the server" in str(err.value)
+
+
+def test_unknown_startup_requirements_are_reported(config):
+    config.producer.startup.mode = "gtid"
+    with pytest.raises(ProducerStopped, match="gtid_set"):
+        ProducerApp(config).run(idle_exit_s=1)
+    config.producer.startup.gtid_set = "not-a-gtid"
+    with pytest.raises(SourceError, match="not a mariadb GTID set|not a mysql GTID set"):
+        ProducerApp(config).run(idle_exit_s=1)
+
+
+def test_changelog_applied_in_order_equals_the_table(stack, config, test_db):
+    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n DECIMAL(8,2))")
+    start_at_current(config)
+    import random
+    rnd = random.Random(5)
+    live: set[int] = set()
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        for i in range(600):
+            k = rnd.randrange(80)
+            action = rnd.random()
+            if k not in live:
+                cur.execute("INSERT INTO t VALUES (%s, %s, %s)", (k, f"v{i}", rnd.randrange(10000) / 100))
+                live.add(k)
+            elif action < 0.4:
+                cur.execute("DELETE FROM t WHERE id = %s", (k,))
+                live.discard(k)
+            elif action < 0.6 and (k + 100) not in live:
+                cur.execute("UPDATE t SET id = %s WHERE id = %s", (k + 100, k))
+                live.discard(k)
+                live.add(k + 100)
+            else:
+                cur.execute("UPDATE t SET v = %s, n = n + 1 WHERE id = %s", (f"u{i}", k))
+        cur.execute("SELECT id, v, n FROM t")
+        expected = {(("id", r[0]),): {"id": r[0], "v": r[1], "n": Decimal(r[2])} for r in cur.fetchall()}
+    run_until_caught_up(config)
+    assert apply_changelog(read_events(config, _topic(config, test_db, "t"))) == expected
+
+
+def test_heartbeats_on_idle_commit_the_position(stack, config, test_db):
+    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY)")
+    config.producer.heartbeat_interval_s = 0.3
+    start_at_current(config)
+    run_until_caught_up(config, idle_s=2.0)
+    import json
+
+    from common.kafka.topic_reader import read_topic
+    beats = [(m.key(), json.loads(m.value())) for m in
+             read_topic(config.kafka.bootstrap_servers, heartbeat_topic(config.kafka.topic_prefix))]
+    assert len(beats) >= 2
+    assert all(k == config.producer.name.encode() and b["file"].startswith("mysql-bin.") and b["ts_ms"] > 0
+               for k, b in beats)
+
+
+def test_transaction_metadata_begin_and_end_with_counts(stack, config, test_db):
+    import json
+
+    from common.kafka.topic_reader import read_topic
+    _exec(stack, test_db, "CREATE TABLE a (id INT PRIMARY KEY)", "CREATE TABLE b (id INT PRIMARY KEY)")
+    config.producer.transaction_metadata = True
+    start_at_current(config)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO a VALUES (1), (2), (3)")
+        cur.execute("INSERT INTO b VALUES (1)")
+        cur.execute("COMMIT")
+        cur.execute("INSERT INTO a VALUES (4)")
+    run_until_caught_up(config)
+    txns = [json.loads(m.value()) for m in read_topic(config.kafka.bootstrap_servers,
+                                                      transaction_topic(config.kafka.topic_prefix))]
+    assert [t["status"] for t in txns] == ["BEGIN", "END", "BEGIN", "END"]
+    assert txns[0]["id"] == txns[1]["id"] != txns[2]["id"]
+    assert txns[1]["event_count"] == 4
+    assert sorted((c["data_collection"], c["event_count"]) for c in txns[1]["data_collections"]) == \
+        [(f"{test_db}.a", 3), (f"{test_db}.b", 1)]
+    assert txns[3]["event_count"] == 1

@@ -99,6 +99,9 @@ class ProducerConfig(_Section):
     batch_interval_s: float = 0.5
     heartbeat_interval_s: float = 0.0
     transaction_metadata: bool = False
+    # Write TRUNCATE TABLE as Debezium's truncate event (``op: t``) on the table topic
+    # (Debezium skips them by default; the sinks follow a TRUNCATE either way, by marker).
+    emit_truncate: bool = True
     metrics_port: int | None = None
     # Name of this producer (Debezium's topic.prefix / server name); keys its offsets.
     name: str = "cdc"
@@ -107,6 +110,9 @@ class ProducerConfig(_Section):
 class SnapshotConfig(_Section):
     chunk_size: int = Field(8192, gt=0)
     parallelism: int = Field(1, gt=0)
+    # Snapshot a table by itself after DDL that changed its rows without row events
+    # (a column added with a default, a generated column, a column renamed or retyped).
+    after_ddl: bool = True
 
 
 class PostgresSinkConfig(_Section):
@@ -128,10 +134,47 @@ class ChangelogSinkConfig(_Section):
     enabled: bool = True
 
 
+class SchemaChangeRule(_Section):
+    """How the sinks and the clean changelog follow the DDL of the tables ``tables`` (a
+    regular expression matched against ``db.table`` in full); the first rule that matches
+    a table applies, a table no rule matches gets the defaults."""
+
+    tables: str = ".*"
+    # A table's columns added or retyped: evolve (the sink tables and the changelog follow),
+    # ignore (they keep the columns they have; the changelog keeps the schema the table
+    # first had), stop (the merge job stops with a message naming the table and the change).
+    columns: Literal["evolve", "ignore", "stop"] = "evolve"
+    # DROP TABLE: keep the sink tables (and the changelog topic) or drop them.
+    drop_table: Literal["keep", "drop"] = "keep"
+    # RENAME TABLE: rename the sink tables, keep the old ones, or drop them.  The renamed
+    # table is snapshotted by the producer, so its new sink tables fill either way.
+    rename_table: Literal["rename", "keep", "drop"] = "rename"
+
+    @field_validator("tables")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {v!r} ({exc})") from None
+        return v
+
+    def matches(self, db: str, table: str) -> bool:
+        return re.fullmatch(self.tables, f"{db}.{table}") is not None
+
+
 class SinksConfig(_Section):
     changelog: ChangelogSinkConfig = Field(default_factory=ChangelogSinkConfig)
     postgres: PostgresSinkConfig = Field(default_factory=PostgresSinkConfig)
     mysql: MySQLSinkConfig = Field(default_factory=MySQLSinkConfig)
+    schema_changes: list[SchemaChangeRule] = Field(default_factory=list)
+
+    def schema_rule(self, db: str, table: str) -> SchemaChangeRule:
+        """The schema change rule of ``db.table`` (the first that matches, or the defaults)."""
+        for rule in self.schema_changes:
+            if rule.matches(db, table):
+                return rule
+        return SchemaChangeRule()
 
 
 class SparkConfig(_Section):

@@ -1,7 +1,7 @@
 """Debezium's MySQL envelope, as every record of a table topic carries it.
 
 Value: ``before``, ``after``, ``source``, ``op`` (``c``/``u``/``d``, ``r`` for snapshot
-rows), ``ts_ms``, ``transaction``, plus ours: ``position`` (:mod:`contract.position`) and
+rows, ``t`` for a truncate: no key, ``before`` and ``after`` null), ``ts_ms``, ``transaction``, plus ours: ``position`` (:mod:`contract.position`) and
 ``snapshot_window`` (a snapshot row's chunk window).  Names and op codes are Debezium's, so a
 consumer written for Debezium reads ours.  The ``source`` block is built here only
 (:func:`source_block`), for change events, snapshot rows and schema changes alike; the
@@ -11,10 +11,12 @@ in the header :data:`POSITION_HEADER`.
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import schemas
+from contract.topics import table_topic
 
 try:
     CONNECTOR_VERSION = version("mysql-cdc")
@@ -25,6 +27,7 @@ CONNECTOR = "mysql"
 #: Row event kind -> Debezium op code; a snapshot row is ``r``.
 OPS = {"insert": "c", "update": "u", "delete": "d"}
 SNAPSHOT_OP = "r"
+TRUNCATE_OP = "t"
 #: ``source.snapshot`` of a change event and of an incremental snapshot's row.
 NOT_SNAPSHOT, INCREMENTAL_SNAPSHOT = "false", "incremental"
 
@@ -58,3 +61,30 @@ def envelope_schema(row_schema: dict, name: str) -> dict:
             {"name": "snapshot_window", "type": ["null", schemas.load("snapshot_window")], "default": None},
         ],
     }
+
+
+# Avro names of a table's records
+_AVRO_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INVALID_NAME_CHARS_RE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def avro_name(name: str) -> str:
+    """``name`` made into a valid Avro name (unchanged if it already is one)."""
+    if _AVRO_NAME_RE.match(name):
+        return name
+    fixed = _INVALID_NAME_CHARS_RE.sub("_", name)
+    if not fixed or fixed[0].isdigit():
+        fixed = "_" + fixed
+    return fixed
+
+
+def avro_fullname(name: str) -> str:
+    """A dotted Avro full name with each part made valid (``my-db.t`` -> ``my_db.t``)."""
+    return ".".join(avro_name(part) for part in name.split("."))
+
+
+def record_names(prefix: str, db: str, table: str) -> tuple[str, str, str]:
+    """The Avro full names of ``db.table``'s key, row and envelope records
+    (``<topic>.Key``, ``<topic>.Value``, ``<topic>.Envelope``, Debezium's)."""
+    ns = avro_fullname(table_topic(prefix, db, table))
+    return f"{ns}.Key", f"{ns}.Value", f"{ns}.Envelope"

@@ -9,7 +9,13 @@ For every chunk an OPEN and a CLOSE marker::
 ``position`` is the marker row's own binlog position (``lo`` exclusive, ``hi`` inclusive).
 A snapshot with ``delete-missing`` adds, per table read completely, a DELETE_MISSING
 marker whose ``below`` is the binlog position when the table's read began; it is written
-after the table's last chunk rows.  Readers keep markers as these dicts (the merge state
+after the table's last chunk rows.  A ``TRUNCATE TABLE`` adds a TRUNCATE marker whose
+``below`` is the statement's own position: every row written before it is gone.  ``DROP TABLE`` adds
+a DROP_TABLE marker, ``RENAME TABLE`` a RENAME_TABLE marker (``to_db``, ``to_table``).
+These are *table markers*: the merge job applies them once every partition of the
+table's topic is read past the marker (DELETE_MISSING and TRUNCATE: the sinks delete the
+table's rows below ``below``; DROP_TABLE and RENAME_TABLE: as ``sinks.schema_changes``
+says).  Readers keep markers as these dicts (the merge state
 holds them); this module is where their fields are defined.
 """
 
@@ -22,9 +28,12 @@ from typing import Any
 from contract.position import BinlogPosition
 from contract.topics import markers_topic
 
-OPEN, CLOSE, DELETE_MISSING = "OPEN", "CLOSE", "DELETE_MISSING"
+OPEN, CLOSE, DELETE_MISSING, TRUNCATE = "OPEN", "CLOSE", "DELETE_MISSING", "TRUNCATE"
+DROP_TABLE, RENAME_TABLE = "DROP_TABLE", "RENAME_TABLE"
 #: The markers of chunk windows (the DBLog rule's input).
 WINDOW_KINDS = (OPEN, CLOSE)
+#: The markers applied to a table's sinks once its partitions are read past them.
+TABLE_KINDS = (DELETE_MISSING, TRUNCATE, DROP_TABLE, RENAME_TABLE)
 
 Marker = dict[str, Any]
 
@@ -45,6 +54,18 @@ def delete_missing_marker(snapshot_id: str, table: str, below: BinlogPosition) -
     return {"kind": DELETE_MISSING, "snapshot_id": snapshot_id, "chunk_id": 0, "db": db, "table": name,
             "key_range": None, "below": below.encode(), "position": below.encode(), "file": below.file_name,
             "pos": below.pos, "ts_ms": int(time.time() * 1000)}
+
+
+def table_ddl_marker(kind: str, db: str, table: str, position: BinlogPosition, **extra: Any) -> Marker:
+    """A TRUNCATE, DROP_TABLE or RENAME_TABLE (``to_db``, ``to_table``) marker of
+    ``db.table``, at the statement's ``position`` (a TRUNCATE's rows below it are gone)."""
+    return {"kind": kind, "snapshot_id": "", "chunk_id": 0, "db": db, "table": table, "key_range": None,
+            "below": position.encode(), "position": position.encode(), "file": position.file_name,
+            "pos": position.pos, "ts_ms": int(time.time() * 1000), **extra}
+
+
+def is_table_marker(marker: Marker) -> bool:
+    return marker.get("kind") in TABLE_KINDS
 
 
 def marker_record(prefix: str, marker: Marker) -> tuple[str, bytes, bytes, str]:

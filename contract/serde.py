@@ -26,9 +26,11 @@ from decimal import Decimal
 from typing import Any, Callable
 
 import fastavro
+from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from contract.errors import SerdeError
+from contract.schema_resolution import reader_view, resolvable
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
@@ -97,13 +99,81 @@ class ConfluentRegistry:
 
 
 class RecordDecoder:
-    """Decodes any record of ours, looking writer schemas up by fingerprint or registry id."""
+    """Decodes any record of ours, looking writer schemas up by fingerprint or registry id.
+
+    With ``newest`` (:meth:`SchemaStore.newest <contract.schema_store.SchemaStore.newest>`)
+    a single-object record is read with its table's newest schema
+    (:mod:`contract.schema_resolution`), so records written before a column was added
+    have it too.
+    """
 
     def __init__(self, lookup: Callable[[str], dict | None] | None = None,
-                 registry: ConfluentRegistry | None = None) -> None:
+                 registry: ConfluentRegistry | None = None,
+                 newest: Callable[[str], tuple[str, dict] | None] | None = None) -> None:
         self._lookup = lookup
         self._registry = registry
+        self._newest = newest
         self._parsed: dict[Any, Any] = {}
+        self._views: dict[str, tuple[dict, Any]] = {}
+        self._unresolvable: set[tuple[str, str]] = set()
+        self._resolvable: set[tuple[str, str]] = set()
+
+    @classmethod
+    def resolving(cls, store: Any, registry: ConfluentRegistry | None = None) -> "RecordDecoder":
+        """A decoder of a :class:`~contract.schema_store.SchemaStore`'s records that reads
+        each with its table's newest schema."""
+        return cls(store.get, registry, newest=store.newest)
+
+    def _resolves(self, fp: str, newest: tuple[str, dict]) -> bool:
+        """Whether records of writer ``fp`` are read with ``newest`` (see
+        :func:`~contract.schema_resolution.resolvable`; a change resolution cannot express,
+        INT -> VARCHAR, reads the writer schema alone)."""
+        pair = (fp, newest[0])
+        if pair in self._unresolvable:
+            return False
+        if pair not in self._resolvable:
+            writer = self._lookup(fp) if self._lookup is not None else None
+            if writer is None or not resolvable(writer, newest[1]):
+                self._unresolvable.add(pair)
+                return False
+            self._resolvable.add(pair)
+        return True
+
+    def reader_schema(self, fingerprint: str) -> tuple[str, dict] | None:
+        """``(fingerprint, reader schema)`` records of writer ``fingerprint`` are read with:
+        the reader view of the newest schema of their name; None when they are read with
+        their writer schema alone (no ``newest``, or a change resolution cannot express)."""
+        found = self._newest(fingerprint) if self._newest is not None else None
+        if found is None or (found[0] != fingerprint and not self._resolves(fingerprint, found)):
+            return None
+        return found[0], self._view(found[0], found[1])[0]
+
+    def decode_as(self, data: bytes, reader: dict) -> Any:
+        """A single-object record read with ``reader`` itself (Avro schema resolution, e.g. a
+        table's first schema: columns added since are left out), or None when the record is
+        not single-object framed or ``reader`` cannot read it."""
+        if data[:2] != SINGLE_OBJECT_MAGIC or self._lookup is None:
+            return None
+        fp = data[2:10].hex()
+        writer = self._lookup(fp)
+        if writer is None or not resolvable(writer, reader):
+            return None
+        key = ("as", id(reader))  # (readers are the schema store's: they stay alive)
+        parsed_reader = self._parsed.get(key)
+        if parsed_reader is None:
+            parsed_reader = self._parsed[key] = fastavro.parse_schema(reader)
+        try:
+            return fastavro.schemaless_reader(io.BytesIO(data[10:]), self._schema_for(fp, lambda: writer),
+                                              parsed_reader)
+        except SchemaResolutionError:
+            return None
+
+    def _view(self, fp: str, schema: dict) -> tuple[dict, Any]:
+        view = self._views.get(fp)
+        if view is None:
+            v = reader_view(schema)
+            view = self._views[fp] = (v, fastavro.parse_schema(v))
+        return view
 
     def _schema_for(self, key: Any, fetch: Callable[[], dict | None]) -> Any:
         parsed = self._parsed.get(key)
@@ -122,6 +192,13 @@ class RecordDecoder:
             if self._lookup is None:
                 raise SerdeError("an Avro record needs a schema store to decode")
             parsed = self._schema_for(fp, lambda: self._lookup(fp))
+            found = self._newest(fp) if self._newest is not None else None
+            if found is not None and found[0] != fp and self._resolves(fp, found):
+                reader = self._view(found[0], found[1])[1]
+                try:
+                    return fastavro.schemaless_reader(io.BytesIO(data[10:]), parsed, reader)
+                except SchemaResolutionError:
+                    self._unresolvable.add((fp, found[0]))
             return fastavro.schemaless_reader(io.BytesIO(data[10:]), parsed, None)
         if data[:1] == CONFLUENT_MAGIC and len(data) >= 5 and self._registry is not None:
             sid = struct.unpack(">I", data[1:5])[0]

@@ -42,20 +42,65 @@ def ddl_target(ddl: str, default_db: str) -> tuple[str, str | None, str | None]:
 
 
 # ALTER clauses that change existing rows without logging row events: a column renamed
-# (RENAME COLUMN, CHANGE), or added with a value for the existing rows (DEFAULT, or NOT
-# NULL and its implicit default).
-_DRIFT_ALTER = re.compile(r"\bRENAME\s+COLUMN\b|\bCHANGE\b|\bADD\b(?:\s+COLUMN)?[^,;]*\b(?:DEFAULT|NOT\s+NULL)\b",
-                          re.I)
+# (RENAME COLUMN, CHANGE), added with a value for the existing rows (a DEFAULT other than
+# NULL, NOT NULL and its implicit default, a generated column), or retyped (MODIFY, CHANGE),
+# which may rewrite every value.
+_REWRITES = (
+    (re.compile(r"\bRENAME\s+COLUMN\b", re.I), "a column renamed"),
+    (re.compile(r"\bCHANGE\b", re.I), "a column changed or renamed"),
+    (re.compile(r"\bMODIFY\b", re.I), "a column's type changed"),
+    (re.compile(r"\bADD\b(?!\s+(?:INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|CONSTRAINT|FOREIGN|PRIMARY|CHECK|PARTITION)\b)"
+                r"(?:\s+COLUMN)?[^,;]*?\b(?:GENERATED\s+ALWAYS|AS\s*\()", re.I), "a generated column added"),
+    (re.compile(r"\bADD\b(?!\s+(?:INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|CONSTRAINT|FOREIGN|PRIMARY|CHECK|PARTITION)\b)"
+                r"(?:\s+COLUMN)?[^,;]*?\b(?:DEFAULT\s+(?!NULL\b)|NOT\s+NULL\b)", re.I),
+     "a column added with a value for the existing rows"),
+)
 
 
-def sink_drift(verb: str, ddl: str) -> str | None:
-    """What a table DDL statement leaves the table sinks unable to follow row for row, as
-    advice for the log; None when they follow (see docs/operations.md, schema changes)."""
-    if verb == "truncate":
-        return ("no row events are logged for TRUNCATE, so the sink tables keep their rows: empty the sink "
-                "tables, then trigger a snapshot of the table (cdc snapshot) to bring back rows written since")
-    if verb == "alter" and _DRIFT_ALTER.search(_without_comments(ddl)):
-        return ("rows the statement changed without row events (a column renamed, or added with a value "
-                "for the existing rows) reach the sink tables only when they change again: trigger a snapshot "
-                "of the table (cdc snapshot) to refresh them")
+def rows_rewritten(verb: str, ddl: str) -> str | None:
+    """Why a table DDL statement changed existing rows without logging row events (the
+    producer snapshots the table again, so the sinks follow), or None when it did not.
+
+    TRUNCATE is not one of them: it is emitted as a truncate event (``op: t``)."""
+    if verb != "alter":
+        return None
+    text = _without_comments(ddl)
+    for pattern, reason in _REWRITES:
+        if pattern.search(text):
+            return reason
     return None
+
+
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?"
+_RENAME_PAIR = re.compile(rf"({_NAME})\s+TO\s+({_NAME})", re.I)
+_ALTER_RENAME = re.compile(rf"^\s*ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?({_NAME})"
+                           rf"(?:[^;]*?,)?\s*RENAME\s+(?:TO\s+|AS\s+)?(?!COLUMN\b|INDEX\b|KEY\b)({_NAME})\s*(?:,|;|$)",
+                           re.I)
+_DROP = re.compile(r"^\s*DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(?:/\*.*?\*/\s*)?(?P<names>.+?)"
+                   r"\s*(?:RESTRICT|CASCADE)?\s*;?\s*$", re.I | re.S)
+
+
+def _qualified(name: str, default_db: str) -> tuple[str | None, str]:
+    parts = [a.replace("``", "`") if a else b for a, b in _IDENT.findall(name)]
+    return (parts[0], parts[1]) if len(parts) == 2 else (default_db or None, parts[0])
+
+
+def renamed_tables(ddl: str, default_db: str) -> list[tuple[tuple[str | None, str], tuple[str | None, str]]]:
+    """``((db, table), (new db, new table))`` of each table a ``RENAME TABLE a TO b, c TO d``
+    or an ``ALTER TABLE a RENAME [TO] b`` renames; empty for anything else."""
+    text = _without_comments(ddl)
+    if re.match(r"^\s*RENAME\s+TABLES?\b", text, re.I):
+        body = re.sub(r"^\s*RENAME\s+TABLES?\s+", "", text, flags=re.I)
+        return [(_qualified(a, default_db), _qualified(b, default_db)) for a, b in _RENAME_PAIR.findall(body)]
+    m = _ALTER_RENAME.match(text)
+    if m:
+        return [(_qualified(m.group(1), default_db), _qualified(m.group(2), default_db))]
+    return []
+
+
+def dropped_tables(ddl: str, default_db: str) -> list[tuple[str | None, str]]:
+    """``(db, table)`` of each table a ``DROP TABLE a, b`` drops; empty for anything else."""
+    m = _DROP.match(_without_comments(ddl))
+    if not m:
+        return []
+    return [_qualified(n, default_db) for n in re.findall(_NAME, m.group("names"))]

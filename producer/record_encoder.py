@@ -2,7 +2,13 @@
 
 Avro records use the single-object framing, with every writer schema published to
 ``<prefix>._schemas`` (:mod:`contract.schema_store`) before the first record that uses it,
-or Confluent's framing with ids from a schema registry.  Publishing goes through
+or Confluent's framing with ids from a schema registry.
+
+The order of ``<prefix>._schemas`` tells readers which schema of a table is the newest
+(:mod:`contract.schema_store`): a schema the topic already holds is not published again
+when the producer starts (a restart at an older position must not make an old schema
+look new), and after a DDL every schema is published again at its first use
+(:meth:`RecordEncoder.schemas_changed`).  Publishing goes through
 ``publish`` (the Kafka writer's ``produce``), so a schema record is part of the same batch
 (with transactions: the same transaction) as the first record that needs it.
 """
@@ -13,7 +19,7 @@ from typing import Any, Callable
 
 from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics
-from contract.schema_store import schema_record
+from contract.schema_store import SchemaStore, schema_record
 from contract.serde import AvroWriter, ConfluentRegistry, encode_json
 from contract.topics import schemas_topic
 
@@ -31,6 +37,12 @@ class RecordEncoder:
         self._registry = ConfluentRegistry(kafka.schema_registry_url) if kafka.schema_registry_url else None
         if fmt == "avro" and self._registry is None:
             ensure_topics(kafka, [schemas_topic(self.prefix)], partitions=1, compacted=True)
+            self._published = set(SchemaStore(kafka.bootstrap_servers, self.prefix, kafka.client or None).known())
+
+    def schemas_changed(self) -> None:
+        """A DDL went by: publish each schema again at its first use, so the schemas topic's
+        order keeps telling which schema of each table is the newest."""
+        self._published.clear()
 
     def _writer(self, schema: dict, topic: str, role: str) -> AvroWriter:
         w = self._writers.get(id(schema))
@@ -40,9 +52,9 @@ class RecordEncoder:
                 sid = self._registry.register(f"{topic}-{role}", schema)
                 header = b"\x00" + sid.to_bytes(4, "big")
             w = self._writers[id(schema)] = AvroWriter(schema, header)
-            if self._registry is None and w.fingerprint not in self._published:
-                self._publish(*schema_record(self.prefix, w.fingerprint, schema))
-                self._published.add(w.fingerprint)
+        if self._registry is None and w.fingerprint not in self._published:
+            self._publish(*schema_record(self.prefix, w.fingerprint, schema))
+            self._published.add(w.fingerprint)
         return w
 
     def encode(self, schema: dict | None, record: Any, topic: str, role: str) -> bytes | None:

@@ -59,3 +59,7 @@ class SinkError(CDCError):
 class SinkUnavailable(SinkError):
     """A sink's database cannot be reached: the batch fails and is retried, no record is
     dead-lettered."""
+
+
+class SchemaChangeStopped(CDCError):
+    """A table's schema changed and ``sinks.schema_changes`` says ``columns: stop`` for it."""

@@ -13,10 +13,11 @@ micro-batch (``foreachBatch``):
 2. runs :func:`spark_jobs.partition_merge.merge_partition` per table partition on the
    executors (``mapInArrow`` over the source's partitions, one per Kafka partition: no
    shuffle): decode, the DBLog rule, clean changelog, sinks, dead letters;
-3. applies the ``DELETE_MISSING`` markers of snapshots taken with ``delete-missing``
-   once every partition of their table has been read past the point the marker was
-   seen: each table sink deletes the rows below the snapshot's start position that the
-   snapshot did not refresh (rows deleted at the source while their changes were lost);
+3. applies the table markers once every partition of their table has been read past the
+   point the marker was seen: each table sink deletes the table's rows below the marker's
+   position: for ``DELETE_MISSING`` (snapshots taken with ``delete-missing``) the rows the
+   snapshot did not refresh (deleted at the source while their changes were lost), for
+   ``TRUNCATE`` every row written before the statement;
 4. stores the partitions' new states (``merge-state/<batch>.json``: window buffers and
    pending markers, bounded by the open windows) and logs the batch's figures (input
    rows, rows/s, chunk rows dropped by the DBLog rule, copies, latency p50/p99 from the
@@ -54,16 +55,26 @@ from typing import Any
 from common import logs
 from common.config import CDCConfig, load_config
 from common.errors import CDCError, OffsetLookupError
-from common.kafka.clients import ensure_topics, topic_ids
+from common.kafka.clients import delete_topics, ensure_topics, topic_ids
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_partition
 from common.metrics_http import serve_metrics
-from contract.markers import DELETE_MISSING, decode_marker, is_window
+from contract.envelope import record_names
+from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE, decode_marker, is_table_marker, is_window
 from contract.position import describe_position
-from contract.topics import clean_topic, dlq_topic, markers_topic, table_of_topic, table_topic, table_topic_pattern
+from contract.schema_store import SchemaStore
+from contract.topics import (
+    clean_topic,
+    dlq_topic,
+    markers_topic,
+    schemas_topic,
+    table_of_topic,
+    table_topic,
+    table_topic_pattern,
+)
 from spark_jobs.clean_changelog import ensure_clean_topic
 from spark_jobs.data_loss import DataLoss, data_loss_message, detect_data_loss
-from spark_jobs.errors import MergeDataLoss
+from spark_jobs.errors import MergeDataLoss, SchemaChangeStopped
 from spark_jobs.kafka_offsets import ids_from_json, lost_from_json, offsets_from_json
 from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
 from spark_jobs.partition_merge import OUTPUT_SCHEMA, MergeSettings, arrow_function, merge_markers, sinks_of
@@ -175,6 +186,7 @@ class MergeJob:
         self.query_dir = self.checkpoint / "query"
         self.fail_on_data_loss = cfg.spark.fail_on_data_loss
         self.store = MergeStateStore(self.checkpoint / "merge-state")
+        self.schemas = SchemaStore(k.bootstrap_servers, self.prefix, self.client or None)
         self.status_path = Path(cfg.state_dir) / "merge-status.json"
         self.batches = 0
         self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0, "lost_partitions": 0,
@@ -309,7 +321,8 @@ class MergeJob:
     # -- one micro-batch ------------------------------------------------------------------------
     def _plan(self, batch_id: int, prev: dict, partitions: list[tuple[str, int]]) -> tuple[dict, list[dict]]:
         """The batch's markers range (written down before use, so a replay reads the same)
-        and its markers; the DELETE_MISSING markers get the partition ends they wait for."""
+        and its markers; the table markers (DELETE_MISSING, TRUNCATE) get the partition ends
+        they wait for."""
         plan = self.store.plan(batch_id)
         mt = markers_topic(self.prefix)
         if plan is None:
@@ -322,9 +335,11 @@ class MergeJob:
                 log.warning("%s; spark.fail_on_data_loss is false: the markers are read from offset %s", x.describe(),
                             x.resume)
                 start = x.resume or 0
-            latest = self._offsets_now([(mt, 0)])
+            st = schemas_topic(self.prefix)
+            latest = self._offsets_now([(mt, 0), (st, 0)])
             end = latest.get((mt, 0), (0, 0))[1]
             plan = {"markers_start": start, "markers_end": max(end, start),
+                    "schemas_end": latest.get((st, 0), (0, 0))[1],
                     "markers_topic_id": self._topic_ids([mt]).get(mt) or prev.get("markers_topic_id"),
                     "lost": [x.to_json() for x in losses]}
             self.store.save_plan(batch_id, plan)
@@ -333,7 +348,7 @@ class MergeJob:
         if "delete_missing" not in plan:
             waits = []
             for m in markers:
-                if m.get("kind") == DELETE_MISSING:
+                if is_table_marker(m):
                     topic = table_topic(self.prefix, m["db"], m["table"])
                     mine = [tp for tp in partitions if tp[0] == topic]
                     ends = end_offsets(self.cfg.kafka.bootstrap_servers, mine, client_config=self.client) if mine else {}
@@ -364,34 +379,101 @@ class MergeJob:
                 return
             time.sleep(0.02)
 
-    def _delete_missing(self, waiting: list[dict], batch_id: int) -> tuple[list[dict], int]:
-        """Apply the DELETE_MISSING markers whose table partitions this batch read past the
-        ends they wait for; returns the ones still waiting and the rows deleted."""
+    def _table_markers(self, waiting: list[dict], batch_id: int) -> tuple[list[dict], int, int]:
+        """Apply the table markers (DELETE_MISSING, TRUNCATE, DROP_TABLE, RENAME_TABLE) whose
+        table partitions this batch read past the ends they wait for; returns the ones still
+        waiting, the rows deleted and how many sink tables were dropped or renamed."""
         ends = batch_end_offsets(self.query_dir, batch_id)
         reached = offsets_from_json(ends[0]) if ends and isinstance(ends[0], dict) else None
-        still, deleted = [], 0
+        still, deleted, moved = [], 0, 0
         for w in waiting:
             if reached is None or any(reached.get((key.rsplit("|", 1)[0], int(key.rsplit("|", 1)[1])), 0) < end
                                       for key, end in w["required"].items()):
                 still.append(w)
                 continue
             m = w["marker"]
+            if m.get("kind") in (DROP_TABLE, RENAME_TABLE):
+                moved += self._table_ddl(m)
+                continue
             for name, sink in sinks_of(self.settings):
                 n = sink.delete_below(m["db"], m["table"], m["below"])
                 deleted += n
-                log.info("snapshot %s of %s.%s (delete-missing): %d rows it did not find deleted from %s "
-                         "(below position %s)", m.get("snapshot_id"), m["db"], m["table"], n, name, m["below"])
-        return still, deleted
+                if m.get("kind") == TRUNCATE:
+                    log.info("TRUNCATE of %s.%s: %d rows written before it deleted from %s (below position %s)",
+                             m["db"], m["table"], n, name, m["below"])
+                else:
+                    log.info("snapshot %s of %s.%s (delete-missing): %d rows it did not find deleted from %s "
+                             "(below position %s)", m.get("snapshot_id"), m["db"], m["table"], n, name, m["below"])
+        return still, deleted, moved
+
+    def _table_ddl(self, m: dict) -> int:
+        """A DROP_TABLE or RENAME_TABLE marker, as ``sinks.schema_changes`` says for the
+        table; how many sink tables were dropped or renamed."""
+        db, table = m["db"], m["table"]
+        rule = self.cfg.sinks.schema_rule(db, table)
+        action = rule.drop_table if m["kind"] == DROP_TABLE else rule.rename_table
+        what = "DROP TABLE" if m["kind"] == DROP_TABLE else f"RENAME TABLE to {m.get('to_db')}.{m.get('to_table')}"
+        if action == "keep":
+            log.info("%s of %s.%s: the sink tables and the clean changelog are kept (sinks.schema_changes)", what,
+                     db, table)
+            return 0
+        moved = 0
+        for name, sink in sinks_of(self.settings):
+            if action == "rename":
+                done = sink.rename_table(db, table, m["to_db"], m["to_table"])
+            else:
+                done = "dropped" if sink.drop_table(db, table) else "none"
+            moved += done != "none"
+            log.info("%s of %s.%s: sink %s: %s", what, db, table, name, done)
+        if action == "drop" and self.settings.changelog:
+            topic = clean_topic(self.prefix, db, table)
+            delete_topics(self.cfg.kafka, [topic])
+            log.info("%s of %s.%s: clean changelog %s deleted", what, db, table, topic)
+        return moved
+
+    def stop_on_schema_change(self) -> None:
+        """:class:`SchemaChangeStopped` when a table the job reads has a schema change that
+        ``sinks.schema_changes`` refuses (checked before the query starts and after it fails)."""
+        if not any(r.columns == "stop" for r in self.cfg.sinks.schema_changes):
+            return
+        st = schemas_topic(self.prefix)
+        end = self._offsets_now([(st, 0)]).get((st, 0), (0, 0))[1]
+        try:
+            self._check_schema_changes(self._ensure_topics(), end)
+        except SchemaChangeStopped as exc:
+            log.error("%s", exc)
+            raise
+
+    def _check_schema_changes(self, partitions: list[tuple[str, int]], schemas_end: int) -> None:
+        """Stop before the batch is applied when a table whose ``sinks.schema_changes`` rule
+        says ``columns: stop`` has a schema other than the one it was first captured with."""
+        rules = [r for r in self.cfg.sinks.schema_changes if r.columns == "stop"]
+        if not rules or not schemas_end:
+            return
+        self.schemas.refresh_until(schemas_end)
+        for topic in sorted({t for t, _ in partitions}):
+            db, table = table_of_topic(self.prefix, topic)
+            if self.cfg.sinks.schema_rule(db, table).columns != "stop":
+                continue
+            change = self.schemas.change_of(record_names(self.prefix, db, table)[2])
+            if change:
+                raise SchemaChangeStopped(
+                    f"the schema of {db}.{table} changed since it was first captured ({change}), and "
+                    f"sinks.schema_changes says 'columns: stop' for it: the merge job stops before applying its "
+                    "records.  Bring the sink tables in line by hand and set 'columns: evolve' or 'ignore' for the "
+                    "table, then start the job again")
 
     def process_batch(self, df, batch_id: int) -> None:
         t0 = time.monotonic()
         prev = self.store.state_before(batch_id)
         partitions = self._ensure_topics()  # after the batch's offsets were fixed
         plan, markers = self._plan(batch_id, prev, partitions)
+        schemas_end, epoch = int(plan.get("schemas_end") or 0), int(prev.get("sink_epoch") or 0)
+        self._check_schema_changes(partitions, schemas_end)
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         rows = (df.select("key", "value", "topic", "partition", "offset")
-                .mapInArrow(arrow_function(self.settings, inputs), OUTPUT_SCHEMA).collect())
+                .mapInArrow(arrow_function(self.settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect())
         new_states = dict(states)
         for key, (state, new) in inputs.items():  # partitions without records: their markers wait
             if new:
@@ -404,10 +486,11 @@ class MergeJob:
                 new_states[f"{r['topic']}|{r['partition']}"] = json.loads(r["payload"])
             else:
                 stats.append(json.loads(r["payload"]))
-        waiting, deleted = self._delete_missing(prev.get("delete_missing", []) + plan["delete_missing"], batch_id)
+        waiting, deleted, moved = self._table_markers(prev.get("delete_missing", []) + plan["delete_missing"],
+                                                      batch_id)
         self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states,
                                          "orphan_markers": orphans, "markers_topic_id": plan.get("markers_topic_id"),
-                                         "delete_missing": waiting})
+                                         "delete_missing": waiting, "sink_epoch": epoch + moved})
         ends = batch_end_offsets(self.query_dir, batch_id)
         lost = [DataLoss.from_json(x) for x in plan.get("lost", [])] + \
             (lost_from_json(ends[0]) if ends and isinstance(ends[0], dict) else [])
@@ -473,6 +556,7 @@ class MergeJob:
         from spark_jobs.spark_session import build_session
         if self.fail_on_data_loss:
             self.stop_on_data_loss()
+        self.stop_on_schema_change()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
         server = serve_metrics(self.cfg.spark.metrics_port, self.prometheus)
         delay, restarts = 1.0, 0
@@ -492,6 +576,7 @@ class MergeJob:
                         return 0
                     if self.fail_on_data_loss:
                         self.stop_on_data_loss()  # lost Kafka history stops the job: a restart cannot help
+                    self.stop_on_schema_change()  # so does a schema change the configuration refuses
                     restarts += 1
                     if max_restarts is not None and restarts > max_restarts:
                         raise

@@ -5,7 +5,7 @@ sources give one Spark partition per Kafka partition, and records of several Kaf
 partitions in one task are separated here), in offset order, which is position order:
 
 1. decode each record (Avro writer schemas from ``<prefix>._schemas`` or the registry,
-   or JSON);
+   or JSON), read with its table's newest schema (:mod:`contract.schema_resolution`);
 2. the DBLog rule with copies removed (:class:`spark_jobs.dblog.WindowBuffer`): the
    partition's records merged by position with the table's window markers (those of
    this batch plus those still pending from earlier ones); markers beyond the
@@ -13,7 +13,8 @@ partitions in one task are separated here), in offset order, which is position o
    state (buffer + pending markers) comes from the previous micro-batch and goes back
    as a ``state`` row;
 3. the kept records, original bytes unchanged, to the clean changelog partition
-   (:mod:`spark_jobs.clean_changelog`, idempotent by position);
+   (:mod:`spark_jobs.clean_changelog`, idempotent by position); a truncate event
+   (``op: t``) goes there only: the sinks follow the table's TRUNCATE marker;
 4. the kept records upserted/deleted into the PostgreSQL and MySQL sink tables (position
    guarded, so a replay never moves a row backwards);
 5. records that cannot be decoded, decided or applied to the dead-letter topic with the
@@ -32,10 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from common.config import SinksConfig
+from contract.envelope import TRUNCATE_OP, record_names
 from contract.errors import SerdeError
 from contract.markers import window_of
+from contract.schema_resolution import reader_view
 from contract.schema_store import SchemaStore
-from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder
+from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
 from spark_jobs.clean_changelog import CleanPartitionWriter
 from spark_jobs.dblog import ChangeRecord, ChunkRow, Marker, Window, WindowBuffer
@@ -74,17 +77,22 @@ def _cached(key: Any, make):
 
 
 class EnvelopeDecoder:
-    """Decodes a record and tells its writer schema (the sinks build tables from it)."""
+    """Decodes a record with its table's newest schema (:mod:`contract.schema_resolution`)
+    and tells that schema (the sinks build tables from it)."""
 
     def __init__(self, s: MergeSettings) -> None:
         self.store = SchemaStore(s.bootstrap, s.prefix, s.client or None)
         self.registry = ConfluentRegistry(s.registry_url) if s.registry_url else None
-        self.decoder = RecordDecoder(self.store.get, self.registry)
+        self.decoder = RecordDecoder.resolving(self.store, self.registry)
+        self._first_writers: dict[str, AvroWriter] = {}
+        self._views: dict[str, dict] = {}
 
     def schema_of(self, data: bytes) -> tuple[str, Any]:
         if data[:2] == SINGLE_OBJECT_MAGIC:
             fp = data[2:10].hex()
-            return fp, self.store.get(fp)
+            if self.store.get(fp) is None:
+                return fp, None
+            return self.decoder.reader_schema(fp) or (fp, self.store.get(fp))
         if data[:1] == CONFLUENT_MAGIC and self.registry is not None:
             sid = int.from_bytes(data[1:5], "big")
             return f"registry-{sid}", self.registry.schema(sid)
@@ -92,6 +100,28 @@ class EnvelopeDecoder:
 
     def decode(self, data: bytes | None) -> Any:
         return self.decoder.decode(data)
+
+    def as_first(self, data: bytes, envelope_name: str) -> tuple[Any, bytes, str, dict] | None:
+        """``columns: ignore``: the record as its table's first schema has it (columns added
+        since left out): ``(value, bytes framed with that schema, its id, the reader schema
+        the sinks lay tables out by)``; None when the record has that schema already or that
+        schema cannot read it (a column renamed)."""
+        first = self.store.first(envelope_name)
+        if first is None or data[:2] != SINGLE_OBJECT_MAGIC or data[2:10].hex() == first[0]:
+            return None
+        value = self.decoder.decode_as(data, first[1])
+        if value is None:
+            return None
+        writer = self._first_writers.get(first[0])
+        if writer is None:
+            writer = self._first_writers[first[0]] = AvroWriter(first[1])
+        return value, writer.encode(value), first[0], self._first_views(first)
+
+    def _first_views(self, first: tuple[str, dict]) -> dict:
+        view = self._views.get(first[0])
+        if view is None:
+            view = self._views[first[0]] = reader_view(first[1])
+        return view
 
 
 def sinks_of(s: MergeSettings) -> list[tuple[str, Any]]:
@@ -120,9 +150,13 @@ class _Kept:
 
 
 def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes | None, bytes | None]],
-                    s: MergeSettings, state: dict | None, new_markers: list[dict]) -> tuple[dict, dict]:
+                    s: MergeSettings, state: dict | None, new_markers: list[dict], schemas_end: int = 0,
+                    sink_epoch: int = 0) -> tuple[dict, dict]:
     """The work of one partition (see the module docstring): ``records`` are
-    ``(offset, key, value)``; returns (new state, stats)."""
+    ``(offset, key, value)``; ``schemas_end`` the schemas topic's end when the batch was
+    planned (its records are read with the newest schemas up to there); ``sink_epoch``
+    counts the sink tables the driver dropped or renamed (the sinks forget what they
+    prepared when it moves); returns (new state, stats)."""
     t0 = time.monotonic()
     records.sort(key=lambda r: r[0])
     state = state or {}
@@ -130,6 +164,13 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     markers = merge_markers(state.get("pending", []), new_markers)
     mi = 0
     dec: EnvelopeDecoder = _cached(("dec", s.bootstrap, s.prefix, s.registry_url), lambda: EnvelopeDecoder(s))
+    if schemas_end:
+        dec.store.refresh_until(schemas_end)
+    if _cached(("epoch",), lambda: [sink_epoch])[0] != sink_epoch:
+        for _, sink in sinks_of(s):
+            sink.forget_plans()
+        _cache[("epoch",)] = [sink_epoch]
+    ignore_columns = s.sinks.schema_rule(*table_of_topic(s.prefix, topic)).columns == "ignore"
     # The topic names the table with Kafka's characters only (contract.topics): the
     # true names come from each record's ``source``, and so may be two tables' sharing it.
     topic_db, topic_table = table_of_topic(s.prefix, topic)
@@ -154,6 +195,13 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             k = key_b.hex() if key_b is not None else ""
             if names != (topic_db, topic_table):  # a table whose name is not its topic's: keys apart
                 k = f"{names[0]}.{names[1]}|{k}"
+            if op == TRUNCATE_OP:
+                # To the clean changelog only: the sinks follow the table's TRUNCATE marker
+                # (merge_job), and the producer reads again every chunk whose window it was in.
+                if s.changelog:
+                    kept.append(_Kept(op, None, position, "", None, int(src.get("ts_ms") or 0), int(offset), key_b,
+                                      value_b, names))
+                continue
             if op == "r":
                 window = Window.from_dict(value["snapshot_window"])
                 out = buf.push(ChunkRow(k, value["after"], window, position))
@@ -166,6 +214,10 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             if names not in key_columns and key_b is not None:
                 key_columns[names] = list(dec.decode(key_b))  # the key record's fields, in key order
             sid, schema = dec.schema_of(value_b)
+            if ignore_columns:  # sinks and changelog keep the table's first schema
+                first = dec.as_first(value_b, record_names(s.prefix, *names)[2])
+                if first is not None:
+                    value, value_b, sid, schema = first
             ts = int(src.get("ts_ms") or 0)
             # The key is not decoded per record: the sinks take the key columns from the row
             # (``before`` for a delete).
@@ -185,7 +237,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
 
     by_table: dict[tuple[str, str], list[_Kept]] = {}
     for k in kept:
-        by_table.setdefault(k.table, []).append(k)
+        if k.op != TRUNCATE_OP:
+            by_table.setdefault(k.table, []).append(k)
     sinks = sinks_of(s)
     for (db, table), records_of_table in by_table.items():
         # What no table sink can apply is one dead letter, whatever the number of sinks.
@@ -280,11 +333,12 @@ def _dead_letters(s: MergeSettings, topic: str, partition: int, dead: list) -> N
         raise RuntimeError(f"{remaining} dead letters not acknowledged by Kafka")
 
 
-def arrow_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[dict]]]):
+def arrow_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[dict]]], schemas_end: int = 0,
+                   sink_epoch: int = 0):
     """The ``mapInArrow`` function over ``key, value, topic, partition, offset``;
     ``inputs``: per ``"topic|partition"``, the state from the previous batch and this
-    batch's markers of the table.  Yields one ``state`` and one ``stats`` row per Kafka
-    partition seen."""
+    batch's markers of the table; ``schemas_end``, ``sink_epoch``: see :func:`merge_partition`.  Yields one
+    ``state`` and one ``stats`` row per Kafka partition seen."""
     def run(batches):
         import pyarrow as pa
         groups: dict[tuple[str, int], list] = {}
@@ -296,7 +350,7 @@ def arrow_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[d
         kinds, topics, parts, payloads = [], [], [], []
         for (topic, partition), records in groups.items():
             state, markers = inputs.get(f"{topic}|{partition}", (None, []))
-            new_state, stats = merge_partition(topic, partition, records, s, state, markers)
+            new_state, stats = merge_partition(topic, partition, records, s, state, markers, schemas_end, sink_epoch)
             for kind, payload in (("state", new_state), ("stats", stats)):
                 kinds.append(kind)
                 topics.append(topic)

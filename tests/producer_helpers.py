@@ -61,7 +61,7 @@ def start_at_current(cfg: CDCConfig) -> None:
 
 
 def decoder(cfg: CDCConfig) -> RecordDecoder:
-    return RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
+    return RecordDecoder.resolving(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix))
 
 
 def read_events(cfg: CDCConfig, topic: str, dec: RecordDecoder | None = None) -> list[tuple[int, dict | None, dict]]:

@@ -56,7 +56,7 @@ from spark_jobs.sinks.configured import build_sinks
 
 
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
-    dec = RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
+    dec = RecordDecoder.resolving(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix))
     t0 = time.perf_counter()
     n = 0
     for m in read_topic(cfg.kafka.bootstrap_servers, topic, timeout=300):

@@ -2,8 +2,10 @@
 
 The topic is replayed from the beginning into a dict keyed by the normalised key (a record
 not above the highest position seen in its partition is a copy and skipped; ``d`` removes
-the key).  **This needs memory proportional to the table** (one normalised row per live
-key): a replay cannot be bounded.  The source chunks are then compared with the entries
+the key, a truncate event ``t`` every key whose last record is below it).  Records are
+read with the table's newest schema (:mod:`contract.schema_resolution`).  **This needs
+memory proportional to the table** (one normalised row per live key): a replay cannot be
+bounded.  The source chunks are then compared with the entries
 they take out of the dict; what is left is "extra".
 """
 
@@ -20,12 +22,13 @@ from cdc.verify.source import Chunk, SourceTable
 from cdc.verify.spec import TableSpec
 from cdc.verify.targets import Target
 from common.kafka.topic_reader import read_topic
+from contract.envelope import TRUNCATE_OP
 from contract.position import CopyFilter
 from contract.schema_store import SchemaStore
 from contract.serde import ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic
 
-#: Value of a column the changelog record does not have (an older schema).
+#: Value of a column the changelog record does not have (not in the table's newest schema).
 ABSENT = "<absent from the record>"
 
 
@@ -38,6 +41,8 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
     position is not above the highest seen in its partition is a copy and skipped.
     """
     rows: dict[tuple, tuple] = {}
+    positions: dict[tuple, str] = {}
+    truncated = ""  # the position of the last truncate event (op t): every row below is gone
     copies = CopyFilter()
     ks, vs = spec.key_specs, spec.value_specs
     for partition, key, value in records:
@@ -47,6 +52,9 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
         if pos and not copies.keep(partition, pos):
             continue
         op = value.get("op")
+        if op == TRUNCATE_OP:
+            truncated = max(truncated, pos)
+            continue
         row = value.get("before") if op == "d" else value.get("after")
         src = key if isinstance(key, dict) and key else row
         if src is None:
@@ -54,8 +62,13 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
         k = tuple(c.avro(src.get(c.field, src.get(c.name))) for c in ks)
         if op == "d":
             rows.pop(k, None)
+            positions.pop(k, None)
         elif row is not None:
             rows[k] = tuple(c.avro(row[c.field]) if c.field in row else ABSENT for c in vs)
+            positions[k] = pos
+    if truncated:  # (partitions are read in no particular order between them: applied last)
+        for k in [k for k, p in positions.items() if p < truncated]:
+            del rows[k]
     if copies.copies and notes is not None:
         notes.append(f"{copies.copies} copies skipped in the changelog (position not above their partition's "
                      "highest)")
@@ -77,8 +90,10 @@ class ChangelogTarget(Target):
         if self.decoder is None:
             k = self.cfg.kafka
             registry = ConfluentRegistry(k.schema_registry_url) if k.schema_registry_url else None
-            self.decoder = RecordDecoder(SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None).get,
-                                         registry)
+            # Each record read with its table's newest schema: a record written before a
+            # column was added has the column (its default).
+            self.decoder = RecordDecoder.resolving(SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None),
+                                                   registry)
         return self.decoder
 
     def _exists(self, topic: str) -> bool:

@@ -43,6 +43,21 @@ def ensure_topics(cfg: KafkaConfig, names: Iterable[str], *, partitions: int | N
                 raise
 
 
+def delete_topics(cfg: KafkaConfig, names: Iterable[str], *, timeout: float = 30.0) -> None:
+    """Delete the topics that exist (the others are left alone)."""
+    admin = AdminClient(base_config(cfg))
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    doomed = [n for n in dict.fromkeys(names) if n in existing]
+    if not doomed:
+        return
+    for name, fut in admin.delete_topics(doomed, operation_timeout=timeout).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if "UNKNOWN_TOPIC" not in str(exc):
+                raise
+
+
 #: The id a broker without topic ids (Kafka before 2.8) reports: no id.
 _NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 

@@ -67,6 +67,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 from common.errors import UnsupportedType
+from contract.envelope import avro_fullname, avro_name  # noqa: F401 - part of this module's names
 from producer.table_schema import ColumnDef, TableDef
 
 __all__ = [
@@ -83,23 +84,8 @@ __all__ = [
 
 
 # =============================================================================== names
+# (avro_name, avro_fullname: contract.envelope, where the table records' names are made)
 _AVRO_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_INVALID_NAME_CHARS_RE = re.compile(r"[^A-Za-z0-9_]")
-
-
-def avro_name(name: str) -> str:
-    """``name`` made into a valid Avro name (unchanged if it already is one)."""
-    if _AVRO_NAME_RE.match(name):
-        return name
-    fixed = _INVALID_NAME_CHARS_RE.sub("_", name)
-    if not fixed or fixed[0].isdigit():
-        fixed = "_" + fixed
-    return fixed
-
-
-def avro_fullname(name: str) -> str:
-    """A dotted Avro full name with each part made valid (``my-db.t`` -> ``my_db.t``)."""
-    return ".".join(avro_name(part) for part in name.split("."))
 
 
 def field_names(table: TableDef, columns: Iterable[ColumnDef] | None = None) -> dict[str, str]:

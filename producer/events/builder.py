@@ -18,11 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from contract.avro_template import RecordTemplate
-from contract.envelope import INCREMENTAL_SNAPSHOT, OPS, SNAPSHOT_OP, envelope_schema, source_block
+from contract.envelope import (
+    INCREMENTAL_SNAPSHOT,
+    OPS,
+    SNAPSHOT_OP,
+    TRUNCATE_OP,
+    envelope_schema,
+    record_names,
+    source_block,
+)
 from contract.position import chunk_row_position
 from contract.topics import table_topic
 from producer.binlog.reader import RowChanges
-from producer.events.avro_types import avro_fullname, key_record_schema, row_record_schema
+from producer.events.avro_types import key_record_schema, row_record_schema
 from producer.events.values import RowConverter
 from producer.table_schema import TableDef
 
@@ -69,9 +77,9 @@ class TableEvents:
     def __post_init__(self) -> None:
         self.topic = table_topic(self.prefix, self.table.db, self.table.name)
         self.converter = RowConverter(self.table, binlog=self.binlog, key_columns=self.key_columns)
-        ns = avro_fullname(self.topic)
-        self.key_schema = key_record_schema(self.table, self.key_columns, name=f"{ns}.Key") if self.key_columns else None
-        self.value_schema = envelope_schema(row_record_schema(self.table, f"{ns}.Value"), f"{ns}.Envelope")
+        key_name, row_name, envelope_name = record_names(self.prefix, self.table.db, self.table.name)
+        self.key_schema = key_record_schema(self.table, self.key_columns, name=key_name) if self.key_columns else None
+        self.value_schema = envelope_schema(row_record_schema(self.table, row_name), envelope_name)
         self.template = RecordTemplate(self.value_schema, ENVELOPE_VARIABLE)
 
 
@@ -163,6 +171,13 @@ class EventBuilder:
                      writer.encode(None, template.record(shared, fields), topic, "value"))
             out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
         return out
+
+    def truncate_record(self, table: TableDef, source: dict, position: str, writer: RecordEncoding) -> Record:
+        """Debezium's truncate event of ``table``: op ``t``, no key, ``before`` and ``after``
+        null, with the table's value schema."""
+        te = self.read_table_events(table)
+        value = self._value(None, None, source, TRUNCATE_OP, int(time.time() * 1000), position)
+        return te.topic, None, writer.encode(te.value_schema, value, te.topic, "value"), position
 
     def _changes(self, te: TableEvents, ch: RowChanges, i: int) -> list[tuple[dict | None, Any, Any, str, int]]:
         """``(key, before, after, op, sequence)`` of each event of row ``i``."""

@@ -223,28 +223,45 @@ class SnapshotCoordinator:
 
     def add_tables(self, tables: list[str], signal_id: str, *, conditions: dict[str, str] | None = None,
                    surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset(),
-                   delete_missing: bool = False) -> None:
+                   delete_missing: bool = False, reason: str | None = None) -> None:
         """Start a snapshot of ``tables`` (db.table, captured), or add them to the running one
-        (a table that cannot be snapshotted: :func:`~producer.snapshot.actions.table_jobs`)."""
+        (a table that cannot be snapshotted: :func:`~producer.snapshot.actions.table_jobs`);
+        ``reason``: why the producer started it by itself (in the STARTED notification)."""
         jobs, skipped = table_jobs(self.conn(), tables, signal_id, conditions=conditions,
                                    surrogate_key=surrogate_key, skippable=skippable, delete_missing=delete_missing)
         for name, reason in skipped:
             log.warning("signal %r: %s; the table is skipped, the others are snapshotted", signal_id, reason)
             self.notify(Notification("SKIPPED", signal_id, {"table": name, "reason": reason}))
         tables = [j.table for j in jobs]
-        if self.snapshot_id is not None and delete_missing:
+        if self.snapshot_id is not None and reason:
+            # started by the producer after DDL: a table the running snapshot reads is read
+            # again from its start (what it read so far may predate the DDL)
+            for old in [j for j in self.jobs if j.table in tables]:
+                for j in jobs:
+                    if j.table == old.table and old.delete_missing:
+                        j.delete_missing = True
+                self.jobs.remove(old)
+        elif self.snapshot_id is not None and delete_missing:
             # a table already in the running snapshot is read again with delete-missing
             self.jobs = [j for j in self.jobs if j.table not in tables or j.delete_missing]
         if self.snapshot_id is None:
             self.snapshot_id = signal_id or uuid.uuid4().hex
             self.jobs = jobs
-            self.notify(Notification("STARTED", self.snapshot_id, {"tables": tables, "signal": signal_id}))
+            self.notify(Notification("STARTED", self.snapshot_id, {"tables": tables, "signal": signal_id,
+                                                                   **({"reason": reason} if reason else {})}))
         else:  # a snapshot is running: add its tables
             have = {j.table for j in self.jobs}
             self.jobs += [j for j in jobs if j.table not in have]
             self.notify(Notification("STARTED", self.snapshot_id, {"tables": tables, "added": True,
-                                                                   "signal": signal_id}))
+                                                                   "signal": signal_id,
+                                                                   **({"reason": reason} if reason else {})}))
         log.info("snapshot %s: tables %s", self.snapshot_id, ", ".join(j.table for j in self.jobs))
+
+    def tables_gone(self, tables: set[str]) -> None:
+        """``tables`` (db.table) were dropped or renamed: the running snapshot stops reading them."""
+        running = {j.table for j in self.jobs} & tables
+        if running:
+            self.stop_tables(running)
 
     def stop_tables(self, drop: set[str]) -> None:
         """Drop ``drop`` from the running snapshot (chunks of them in flight are not released)."""

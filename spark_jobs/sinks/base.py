@@ -289,6 +289,59 @@ class TableSinkBase:
                         [position])
             return cur.rowcount
 
+    def registered_tables(self) -> list[tuple[str, str, str]]:
+        """``(sink table, source db, source table)`` of every sink table, by sink table."""
+        with self._transaction() as cur:
+            return self._registered(cur)
+
+    def forget_plans(self) -> None:
+        """Forget the tables prepared so far (another process dropped or renamed some)."""
+        self._plans.clear()
+
+    def drop_table(self, db: str, table: str) -> bool:
+        """Drop the sink table of ``db.table`` and its bookkeeping (DROP TABLE at the source,
+        ``drop_table: drop``); whether there was one."""
+        name = self.table_name(db, table)
+        with self._transaction() as cur:
+            if not self._has_table(cur, db, table):
+                return False
+            self._take_turn(cur, name)
+            cur.execute(f"DROP TABLE IF EXISTS {self.qualified_name(db, table)}")
+            for book in (TABLES, TOMBSTONES):
+                cur.execute(f"DELETE FROM {self._bookkeeping(book)} WHERE table_name = %s", [name])
+        self._plans.pop((db, table), None)
+        return True
+
+    def rename_table(self, db: str, table: str, to_db: str, to_table: str) -> str:
+        """The sink table of ``db.table`` becomes that of ``to_db.to_table`` (RENAME TABLE at
+        the source, ``rename_table: rename``).  When the new one exists already (its rows
+        came first), the old one is dropped instead: the producer snapshots a renamed table,
+        so the new sink table fills either way.  Returns what was done: ``renamed``,
+        ``dropped`` or ``none``."""
+        name, to_name = self.table_name(db, table), self.table_name(to_db, to_table)
+        with self._transaction() as cur:
+            if not self._has_table(cur, db, table):
+                return "none"
+            if self._has_table(cur, to_db, to_table):
+                done = "dropped"
+            else:
+                self._take_turn(cur, name)
+                cur.execute(self._rename_sql(db, table, to_db, to_table))
+                cur.execute(f"UPDATE {self._bookkeeping(TABLES)} SET table_name = %s, source_db = %s, "
+                            "source_table = %s WHERE table_name = %s", [to_name, to_db, to_table, name])
+                cur.execute(f"UPDATE {self._bookkeeping(TOMBSTONES)} SET table_name = %s WHERE table_name = %s",
+                            [to_name, name])
+                done = "renamed"
+        if done == "dropped":
+            self.drop_table(db, table)
+        self._plans.pop((db, table), None)
+        self._plans.pop((to_db, to_table), None)
+        return done
+
+    def _rename_sql(self, db: str, table: str, to_db: str, to_table: str) -> str:  # pragma: no cover - abstract
+        """The statement that renames the sink table of ``db.table`` to that of ``to_db.to_table``."""
+        raise NotImplementedError
+
     def applied_positions(self) -> dict[tuple[str, str], str]:
         """``{(db, table): the highest position applied}`` of every sink table that has rows."""
         out: dict[tuple[str, str], str] = {}

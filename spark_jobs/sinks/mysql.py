@@ -263,6 +263,9 @@ class MySQLSink(TableSinkBase):
     def _bookkeeping(self, name: str) -> str:
         return q(name)
 
+    def _rename_sql(self, db: str, table: str, to_db: str, to_table: str) -> str:
+        return f"RENAME TABLE {self.qualified_name(db, table)} TO {self.qualified_name(to_db, to_table)}"
+
     def _registered(self, cur) -> list[tuple[str, str, str]]:
         cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
                     [self.database, TABLES])

@@ -185,6 +185,9 @@ class PostgresSink(TableSinkBase):
     def _bookkeeping(self, name: str) -> str:
         return f"{quote_pg(self.schema_name)}.{quote_pg(name)}"
 
+    def _rename_sql(self, db: str, table: str, to_db: str, to_table: str) -> str:
+        return f"ALTER TABLE {self.qualified_name(db, table)} RENAME TO {quote_pg(self.table_name(to_db, to_table))}"
+
     def _registered(self, cur: psycopg.Cursor) -> list[tuple[str, str, str]]:
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", [self._bookkeeping(TABLES)])
         if not cur.fetchone()[0]:

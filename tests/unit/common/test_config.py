@@ -68,3 +68,22 @@ def test_string_values_from_the_environment_are_taken_verbatim(tmp_path: Path):
     assert cfg.source.password.get_secret_value() == "12345"
     assert cfg.source.host == "[x"
     assert cfg.sinks.postgres.dsn.get_secret_value() == "%x*y"
+
+
+def test_schema_change_rules_first_match_wins_and_bad_regexes_are_refused(tmp_path: Path):
+    path = tmp_path / "c.yaml"
+    path.write_text("sinks:\n  schema_changes:\n"
+                    "    - {tables: 'shop\\.orders', columns: stop}\n"
+                    "    - {tables: 'shop\\..*', columns: ignore, drop_table: drop}\n")
+    cfg = load_config(path)
+    assert cfg.sinks.schema_rule("shop", "orders").columns == "stop"
+    assert cfg.sinks.schema_rule("shop", "items").columns == "ignore"
+    assert cfg.sinks.schema_rule("shop", "items").drop_table == "drop"
+    other = cfg.sinks.schema_rule("crm", "orders")
+    assert (other.columns, other.drop_table, other.rename_table) == ("evolve", "keep", "rename")
+    path.write_text("sinks:\n  schema_changes:\n    - {tables: 'shop\\.(orders', columns: stop}\n")
+    with pytest.raises(ConfigError, match="not a regular expression"):
+        load_config(path)
+    path.write_text("sinks:\n  schema_changes:\n    - {tables: 'x', columns: maybe}\n")
+    with pytest.raises(ConfigError, match="columns"):
+        load_config(path)

@@ -22,6 +22,9 @@ from cdc.verify.source import SourceTable
 from cdc.verify.spec import KeylessTable, MissingTable, TableSpec, table_spec
 from cdc.verify.targets import DBTarget, MySQLTarget, PostgresTarget, Target
 from common.sql.sessions import read_session
+from contract.envelope import record_names
+from contract.schema_resolution import row_fields
+from contract.schema_store import SchemaStore
 from spark_jobs.sinks.configured import build_sinks
 from spark_jobs.sinks.postgres import PostgresSink
 
@@ -102,6 +105,23 @@ def _verify_table(src_conn, spec: TableSpec, targets: list[Target], chunk_size: 
         res.missing = report.source_rows
 
 
+def _as_policy_keeps(cfg, spec: TableSpec) -> tuple[TableSpec, list[str]]:
+    """``spec`` without the columns ``sinks.schema_changes`` (``columns: ignore``) keeps out
+    of the sinks and the changelog: those the table's first schema lacks; and their names."""
+    if cfg.sinks.schema_rule(spec.db, spec.table).columns != "ignore":
+        return spec, []
+    k = cfg.kafka
+    store = SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None)
+    store.known()
+    first = store.first(record_names(k.topic_prefix, spec.db, spec.table)[2])
+    if first is None:
+        return spec, []
+    fields = {f["name"] for f in row_fields(first[1]) or []}
+    kept = [c for c in spec.columns if c.field in fields or c.name in spec.key]
+    left_out = [c.name for c in spec.columns if c not in kept]
+    return (TableSpec(spec.db, spec.table, kept, spec.key) if left_out else spec), left_out
+
+
 def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False, chunk_size: int = 10_000,
            samples: int = 5, progress: Callable[[str], None] | None = None) -> VerifyReport:
     """Compare every captured source table (or ``tables``: ``db.table`` names or regular
@@ -137,10 +157,14 @@ def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False,
             if isinstance(spec, KeylessTable):
                 report.tables.append(TableReport(f"{db}.{table}", skipped=spec.reason))
                 continue
+            spec, left_out = _as_policy_keeps(cfg, spec)
             tr = TableReport(spec.name, key=list(spec.key), mode=spec.mode)
             report.tables.append(tr)
             try:
                 _verify_table(conn, spec, targets, chunk_size, samples, tr, progress)
+                for res in tr.results if left_out else []:
+                    res.notes.append(f"sinks.schema_changes says 'columns: ignore' for the table: column(s) "
+                                     f"{', '.join(left_out)}, added since it was first captured, not compared")
             except Exception as exc:  # noqa: BLE001 - the source failed for this table
                 tr.error = f"{type(exc).__name__}: {exc}"
             tr.seconds = time.monotonic() - started

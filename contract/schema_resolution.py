@@ -23,7 +23,7 @@ import copy
 import json
 from typing import Any
 
-__all__ = ["describe_change", "reader_view", "resolvable", "row_fields"]
+__all__ = ["describe_change", "is_envelope", "reader_view", "resolvable", "row_fields"]
 
 #: Avro's promotions (writer -> reader) of plain primitives.
 _PROMOTIONS = {("int", "long"), ("int", "float"), ("int", "double"), ("long", "float"), ("long", "double"),
@@ -40,13 +40,21 @@ def _named(t: Any) -> dict | None:
     return None
 
 
+def is_envelope(schema: Any) -> bool:
+    """Whether ``schema`` is a change event envelope (a record with ``before`` and ``after``)."""
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return False
+    names = {f.get("name") for f in schema.get("fields", [])}
+    return "before" in names and "after" in names
+
+
 def row_fields(schema: dict) -> list[dict] | None:
     """The fields of the row record of an envelope schema (``before``'s record), of a
     row record itself, or None for anything else."""
     if not isinstance(schema, dict) or schema.get("type") != "record":
         return None
     fields = {f["name"]: f for f in schema.get("fields", [])}
-    if "before" in fields and "after" in fields:
+    if is_envelope(schema):
         row = _named(fields["before"]["type"])
         return None if row is None else row.get("fields", [])
     return schema.get("fields", [])
@@ -104,7 +112,7 @@ def resolvable(writer: dict, reader: dict) -> bool:
     wf, rf = row_fields(writer), row_fields(reader)
     if wf is None or rf is None:
         return False
-    if "before" in {f["name"] for f in writer.get("fields", [])}:
+    if is_envelope(writer):
         outer = lambda s: {f["name"]: json.dumps(f["type"], sort_keys=True)  # noqa: E731
                            for f in s.get("fields", []) if f["name"] not in ("before", "after")}
         if outer(writer) != outer(reader):

@@ -30,7 +30,7 @@ from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from contract.errors import SerdeError
-from contract.schema_resolution import reader_view, resolvable
+from contract.schema_resolution import is_envelope, reader_view, resolvable
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
@@ -133,7 +133,9 @@ class RecordDecoder:
             return False
         if pair not in self._resolvable:
             writer = self._lookup(fp) if self._lookup is not None else None
-            if writer is None or not resolvable(writer, newest[1]):
+            # Envelopes only: a key record is read as written (a key is an identity; a changed
+            # key is a new one, not an old one with nulls).
+            if writer is None or not is_envelope(writer) or not resolvable(writer, newest[1]):
                 self._unresolvable.add(pair)
                 return False
             self._resolvable.add(pair)

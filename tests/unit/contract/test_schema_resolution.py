@@ -107,3 +107,11 @@ def test_describe_change_names_the_columns_added_dropped_and_retyped():
     assert describe_change(V1, V2) == "added: extra, nn; retyped: id"
     assert describe_change(V1, V3) == "dropped: v; retyped: id"
     assert describe_change(V1, V1) is None
+
+
+def test_key_records_are_read_as_written():
+    k1 = {"type": "record", "name": "p.d.t.Key", "fields": [{"name": "id", "type": "int"}]}
+    k2 = {"type": "record", "name": "p.d.t.Key", "fields": [{"name": "id", "type": "int"},
+                                                              {"name": "b", "type": ["null", "string"], "default": None}]}
+    dec = RecordDecoder.resolving(_Store(k1, k2))
+    assert dec.decode(AvroWriter(k1).encode({"id": 3})) == {"id": 3}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import pymysql
 
@@ -14,7 +16,7 @@ from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
 from contract.topics import markers_topic, notifications_topic
 from spark_jobs.dblog import ChunkRow, apply_in_order, dedupe_log, from_envelope, make_key
-from tests.producer_helpers import dedupe_by_position, read_events
+from tests.producer_helpers import dedupe_by_position, read_events, wait_for
 
 
 def signal(cfg: CDCConfig, kind: str, data: dict | None = None) -> str:
@@ -51,6 +53,23 @@ def has_notification(cfg: CDCConfig, kind: str, **match) -> bool:
         if n["type"] == kind and all(n.get(k) == v or data.get(k) == v for k, v in match.items()):
             return True
     return False
+
+
+@contextmanager
+def write_loads(stack, db: str, tables: dict[str, str], key_space: int, *, pause_s: float = 0.0,
+                min_ops: int = 20) -> Iterator[list[WriteLoad]]:
+    """A :class:`WriteLoad` on each of ``tables`` (name -> key kind), running once each has
+    made ``min_ops`` changes; stopped (and their errors raised) when the block ends."""
+    loads = [WriteLoad(stack.admin, db, table, kind, key_space=key_space, seed=i, pause_s=pause_s)
+             for i, (table, kind) in enumerate(tables.items())]
+    for load in loads:
+        load.start()
+    try:
+        wait_for(lambda: all(sum(ld.ops.values()) > min_ops for ld in loads), what="writes running")
+        yield loads
+    finally:
+        for load in loads:
+            load.stop()
 
 
 def source_rows(conn, db: str, table: str, keys: list[str]) -> dict:

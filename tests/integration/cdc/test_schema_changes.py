@@ -21,13 +21,13 @@ from spark_jobs.sinks.postgres import PostgresSink
 from tests.producer_helpers import ProducerThread, decoder, read_events, run_until_caught_up, start_at_current, wait_for
 from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
 from tests.snapshot_helpers import (
-    WriteLoad,
     create_table,
     has_notification,
     markers,
     notifications,
     snapshot,
     source_rows,
+    write_loads,
 )
 
 
@@ -69,12 +69,7 @@ def _run(stack, cfg, test_db, tables: dict[str, str], rows: int, ddl_during_snap
     cfg.snapshot.chunk_size = 100
     start_at_current(cfg)
     with ProducerThread(cfg):
-        loads = [WriteLoad(stack.admin, test_db, table, kind, key_space=rows + 50, seed=i, pause_s=0.002)
-                 for i, (table, kind) in enumerate(tables.items())]
-        for load in loads:
-            load.start()
-        try:
-            wait_for(lambda: all(sum(ld.ops.values()) > 20 for ld in loads), what="writes running")
+        with write_loads(stack, test_db, tables, rows + 50, pause_s=0.002):
             sid = snapshot(cfg, [f"{test_db}.{t}" for t in tables])
             wait_for(lambda: has_notification(cfg, "IN_PROGRESS", id=sid), timeout=60, what="snapshot under way")
             ddl_during_snapshot()
@@ -82,9 +77,6 @@ def _run(stack, cfg, test_db, tables: dict[str, str], rows: int, ddl_during_snap
             for stmt in ddl_after:
                 _ddl(stack, stmt)
             time.sleep(0.5)
-        finally:
-            for load in loads:
-                load.stop()
         wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshots started after DDL completed")
         time.sleep(2)  # the producer writes what the last chunks released
     assert MergeJob(cfg).run(available_now=True) == 0

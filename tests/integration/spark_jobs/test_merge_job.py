@@ -11,7 +11,7 @@ from contract.topics import clean_topic, dlq_topic
 from spark_jobs.merge_job import MergeJob
 from tests.producer_helpers import ROOT, ProducerThread, run_until_caught_up, wait_for
 from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
-from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
+from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows, write_loads
 
 
 def _run_available_now(cfg):
@@ -30,17 +30,9 @@ def _pipeline(stack, cfg, test_db, kinds, rows=800):
     cfg.snapshot.chunk_size = 150
     start_at_current(cfg)
     with ProducerThread(cfg):
-        loads = [WriteLoad(stack.admin, test_db, f"t_{kind}", kind, key_space=rows + 100, seed=i)
-                 for i, kind in enumerate(kinds)]
-        for load in loads:
-            load.__enter__()
-        try:
-            wait_for(lambda: all(sum(ld.ops.values()) > 30 for ld in loads), what="writes running")
+        with write_loads(stack, test_db, {f"t_{kind}": kind for kind in kinds}, rows + 100, min_ops=30):
             sid = snapshot(cfg, [f"{test_db}.t_{kind}" for kind in kinds])
             wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
-        finally:
-            for load in loads:
-                load.stop()
     run_until_caught_up(cfg)
     return keys
 

@@ -455,7 +455,10 @@ class MergeJob:
             db, table = table_of_topic(self.prefix, topic)
             if self.cfg.sinks.schema_rule(db, table).columns != "stop":
                 continue
-            change = self.schemas.change_of(record_names(self.prefix, db, table)[2])
+            key_name, _, envelope_name = record_names(self.prefix, db, table)
+            change = "; ".join(f"{what} {c}" for what, c in (("key", self.schemas.change_of(key_name)),
+                                                               ("columns", self.schemas.change_of(envelope_name)))
+                               if c)
             if change:
                 raise SchemaChangeStopped(
                     f"the schema of {db}.{table} changed since it was first captured ({change}), and "

@@ -85,6 +85,7 @@ class EnvelopeDecoder:
         self.registry = ConfluentRegistry(s.registry_url) if s.registry_url else None
         self.decoder = RecordDecoder.resolving(self.store, self.registry)
         self._first_writers: dict[str, AvroWriter] = {}
+        self._key_names: dict[str, list[str]] = {}
         self._views: dict[str, dict] = {}
 
     def schema_of(self, data: bytes) -> tuple[str, Any]:
@@ -100,6 +101,18 @@ class EnvelopeDecoder:
 
     def decode(self, data: bytes | None) -> Any:
         return self.decoder.decode(data)
+
+    def key_names(self, data: bytes) -> tuple[list[str], bool]:
+        """The field names of a key record, and whether its schema is its table's newest key
+        schema (False: written before the table's primary key changed)."""
+        if data[:2] != SINGLE_OBJECT_MAGIC:
+            return list(self.decoder.decode(data)), True
+        fp = data[2:10].hex()
+        names = self._key_names.get(fp)
+        if names is None:
+            names = self._key_names[fp] = list(self.decoder.decode(data))
+        newest = self.store.newest(fp)
+        return names, newest is None or newest[0] == fp
 
     def as_first(self, data: bytes, envelope_name: str) -> tuple[Any, bytes, str, dict] | None:
         """``columns: ignore``: the record as its table's first schema has it (columns added
@@ -147,6 +160,7 @@ class _Kept:
     key_bytes: bytes | None
     value_bytes: bytes | None
     table: tuple[str, str] = ("", "")  # the source's (db, table), from ``source``
+    old_key: bool = False  # keyed as before the table's primary key changed: changelog only
 
 
 def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes | None, bytes | None]],
@@ -211,8 +225,13 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             dead.append((int(offset), key_b, value_b, f"{type(exc).__name__}: {exc}"))
             continue
         if out is not None:
-            if names not in key_columns and key_b is not None:
-                key_columns[names] = list(dec.decode(key_b))  # the key record's fields, in key order
+            old_key = False
+            if key_b is not None:
+                knames, newest_key = dec.key_names(key_b)  # the key record's fields, in key order
+                if not newest_key:  # written before the table's primary key changed
+                    old_key = True
+                elif names not in key_columns:
+                    key_columns[names] = knames
             sid, schema = dec.schema_of(value_b)
             if ignore_columns:  # sinks and changelog keep the table's first schema
                 first = dec.as_first(value_b, record_names(s.prefix, *names)[2])
@@ -222,7 +241,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             # The key is not decoded per record: the sinks take the key columns from the row
             # (``before`` for a delete).
             row = value.get("after") if op != "d" else value.get("before")
-            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names))
+            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names, old_key))
     stats["emitted"] = len(kept)
     stats["dropped"] = buf.stats["rows_dropped"] - dropped_before
     stats["copies"] = buf.stats["copies"] - copies_before
@@ -237,7 +256,11 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
 
     by_table: dict[tuple[str, str], list[_Kept]] = {}
     for k in kept:
-        if k.op != TRUNCATE_OP:
+        if k.old_key:
+            # The sink table is keyed by the new key (rebuilt by it); the snapshot the producer
+            # takes after a key change brings every row under the new key.
+            stats["sink_skipped"] += 1
+        elif k.op != TRUNCATE_OP:
             by_table.setdefault(k.table, []).append(k)
     sinks = sinks_of(s)
     for (db, table), records_of_table in by_table.items():
@@ -294,9 +317,11 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
         recs = [(None, k.op, k.row, k.position) for k in run]
         # A table the sink cannot create or alter is the sink's problem, not the records':
         # it fails the batch (retried) instead of filling the dead-letter topic.
-        sink.ensure_table(db, table, schema, key_columns)
+        # (rekey: the records carry the table's newest key, so a sink table keyed otherwise
+        # predates a primary key change and is rebuilt)
+        sink.ensure_table(db, table, schema, key_columns, rekey=True)
         try:
-            res = sink.apply(db, table, schema, key_columns, recs)
+            res = sink.apply(db, table, schema, key_columns, recs, rekey=True)
             stats["upserted"] += res.upserted
             stats["deleted"] += res.deleted
             stats["sink_skipped"] += res.skipped
@@ -308,7 +333,7 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
             refused = []
             for k, rec in zip(run, recs):
                 try:
-                    res = sink.apply(db, table, schema, key_columns, [rec])
+                    res = sink.apply(db, table, schema, key_columns, [rec], rekey=True)
                     stats["upserted"] += res.upserted
                     stats["deleted"] += res.deleted
                 except SinkUnavailable:

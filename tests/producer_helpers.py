@@ -61,6 +61,12 @@ def start_at_current(cfg: CDCConfig) -> None:
 
 
 def decoder(cfg: CDCConfig) -> RecordDecoder:
+    """Records as written (each with its writer schema)."""
+    return RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)
+
+
+def resolving_decoder(cfg: CDCConfig) -> RecordDecoder:
+    """Records read with their table's newest schema, as the merge job and verify read them."""
     return RecordDecoder.resolving(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix))
 
 

@@ -56,10 +56,19 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
             truncated = max(truncated, pos)
             continue
         row = value.get("before") if op == "d" else value.get("after")
-        src = key if isinstance(key, dict) and key else row
+        # The key from the row when it has the key columns (a record keyed before the
+        # table's primary key changed has another key record), else from the key record.
+        src = row if row is not None and all(c.field in row for c in ks) else \
+            key if isinstance(key, dict) and key else row
         if src is None:
             continue
         k = tuple(c.avro(src.get(c.field, src.get(c.name))) for c in ks)
+        before = value.get("before")
+        if op == "u" and isinstance(before, dict) and all(c.field in before for c in ks):
+            old = tuple(c.avro(before[c.field]) for c in ks)
+            if old != k:  # the update moved the row to another key (under today's key)
+                rows.pop(old, None)
+                positions.pop(old, None)
         if op == "d":
             rows.pop(k, None)
             positions.pop(k, None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -26,6 +27,8 @@ from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import ApplyResult, reduce_for_layout
 from spark_jobs.sinks.layout import TableLayout, table_layout
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_table_name
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -182,29 +185,34 @@ class TableSinkBase:
             layout = self._layouts[ck] = table_layout(value_schema, key_columns)
         return layout
 
-    def ensure_table(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str]) -> str:
-        """Create the sink table of ``db.table`` (or add the columns a newer schema has).
+    def ensure_table(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str], *,
+                     rekey: bool = False) -> str:
+        """Create the sink table of ``db.table`` (or add the columns a newer schema has);
+        ``rekey``: ``key_columns`` is the table's newest key, so a sink table with another key
+        is dropped and created again (else that is a :class:`SinkError`).
 
         Returns the quoted, qualified table name.
         """
-        return self._ensure(db, table, self._layout(value_schema, key_columns)).qualified
+        return self._ensure(db, table, self._layout(value_schema, key_columns), rekey).qualified
 
-    def _ensure(self, db: str, table: str, layout: TableLayout) -> Any:
+    def _ensure(self, db: str, table: str, layout: TableLayout, rekey: bool = False) -> Any:
         """The plan of ``db.table`` for ``layout``: the one built before for the same
         layout, or a new one (the table created or altered first)."""
         plan = self._plans.get((db, table))
         if plan is None or plan.signature != layout.signature():
-            plan = self._plans[(db, table)] = self._prepare(db, table, layout)
+            plan = self._plans[(db, table)] = self._prepare(db, table, layout, rekey)
         return plan
 
-    def _prepare(self, db: str, table: str, layout: TableLayout) -> Any:  # pragma: no cover - abstract
+    def _prepare(self, db: str, table: str, layout: TableLayout, rekey: bool = False
+                 ) -> Any:  # pragma: no cover - abstract
         """Create or alter the sink table of ``db.table`` for ``layout``; its new plan."""
         raise NotImplementedError
 
     def _check_registration(self, cur: Any, name: str, qualified: str, db: str, table: str,
-                            key_names: list[str]) -> bool:
+                            key_names: list[str], rekey: bool = False) -> bool:
         """Whether sink table ``name`` is registered; :class:`SinkError` when it mirrors another
-        source table or has another key."""
+        source table, or has another key and ``rekey`` is off (on: the table is dropped, to be
+        created again with the new key; the caller holds the DDL lock)."""
         cur.execute(f"SELECT source_db, source_table, key_columns FROM {self._bookkeeping(TABLES)} "
                     "WHERE table_name = %s", [name])
         reg = cur.fetchone()
@@ -213,8 +221,16 @@ class TableSinkBase:
         if (reg[0], reg[1]) != (db, table):
             raise SinkError(f"sink table {qualified} already mirrors {reg[0]}.{reg[1]}, not {db}.{table}")
         if json.loads(reg[2]) != key_names:
-            raise SinkError(f"sink table {qualified} has key {reg[2]}, the schema now says {json.dumps(key_names)}: "
-                            "a changed primary key needs the sink table rebuilt")
+            if not rekey:
+                raise SinkError(f"sink table {qualified} has key {reg[2]}, the schema now says "
+                                f"{json.dumps(key_names)}: a changed primary key needs the sink table rebuilt")
+            log.warning("%s.%s: the primary key changed from %s to %s: sink table %s is dropped and created again "
+                        "with the new key (the producer snapshots the table after such DDL)", db, table, reg[2],
+                        json.dumps(key_names), qualified)
+            cur.execute(f"DROP TABLE IF EXISTS {qualified}")
+            for book in (TABLES, TOMBSTONES):
+                cur.execute(f"DELETE FROM {self._bookkeeping(book)} WHERE table_name = %s", [name])
+            return False
         return True
 
     def _alter_and_register(self, cur: Any, alters: list[str], registered: bool, name: str, db: str, table: str,
@@ -232,10 +248,11 @@ class TableSinkBase:
 
     # ------------------------------------------------------------------ apply
     def apply(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
-              records: Iterable[Any]) -> ApplyResult:
-        """Apply one batch of changes of ``db.table``; see the sink's module docstring."""
+              records: Iterable[Any], *, rekey: bool = False) -> ApplyResult:
+        """Apply one batch of changes of ``db.table``; see the sink's module docstring
+        (``rekey``: :meth:`ensure_table`)."""
         layout = self._layout(value_schema, key_columns)
-        plan = self._ensure(db, table, layout)
+        plan = self._ensure(db, table, layout, rekey)
         reduced = reduce_for_layout(records, layout)
         result = ApplyResult(superseded=reduced.superseded)
         if not reduced.upserts and not reduced.deletes:

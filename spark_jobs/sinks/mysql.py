@@ -285,7 +285,7 @@ class MySQLSink(TableSinkBase):
             return f"{t} NOT NULL DEFAULT CURRENT_TIMESTAMP(6)" if is_key else f"{t} NULL DEFAULT NULL"
         return f"{t} NOT NULL" if is_key else f"{t} NULL"
 
-    def _prepare(self, db: str, table: str, layout: TableLayout) -> _Plan:
+    def _prepare(self, db: str, table: str, layout: TableLayout, rekey: bool = False) -> _Plan:
         sig = layout.signature()
         name = self.table_name(db, table)
         for c in layout.columns:
@@ -311,7 +311,7 @@ class MySQLSink(TableSinkBase):
                     f"CREATE TABLE IF NOT EXISTS {q(TOMBSTONES)} (table_name VARCHAR(64) NOT NULL,"
                     " key_hash BINARY(16) NOT NULL, key_json LONGTEXT NOT NULL,"
                     f" position {_POSITION_TYPE}, PRIMARY KEY (table_name, key_hash)) {opts}")
-                registered = self._check_registration(cur, name, qualified, db, table, layout.key_names)
+                registered = self._check_registration(cur, name, qualified, db, table, layout.key_names, rekey)
                 defs = [f"{q(c.name)} {self._column_sql(c, key_types, c.name in key_set)}" for c in layout.columns]
                 defs.append(f"{q(POSITION_COLUMN)} {_POSITION_TYPE}")
                 defs.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in layout.key)})")

@@ -201,7 +201,7 @@ class PostgresSink(TableSinkBase):
         return bool(cur.fetchone()[0])
 
     # ------------------------------------------------------------------ DDL
-    def _prepare(self, db: str, table: str, layout: TableLayout) -> _Plan:
+    def _prepare(self, db: str, table: str, layout: TableLayout, rekey: bool = False) -> _Plan:
         sig = layout.signature()
         name = self.table_name(db, table)
         col_names = {c.name: sink_identifier(c.name, _MAX_IDENT) for c in layout.columns}
@@ -221,7 +221,7 @@ class PostgresSink(TableSinkBase):
                 f"CREATE TABLE IF NOT EXISTS {self._bookkeeping(TOMBSTONES)} ("
                 " table_name text NOT NULL, key_hash bytea NOT NULL, key_json text NOT NULL,"
                 " position char(30) COLLATE \"C\" NOT NULL, PRIMARY KEY (table_name, key_hash))")
-            registered = self._check_registration(cur, name, qualified, db, table, key_names)
+            registered = self._check_registration(cur, name, qualified, db, table, key_names, rekey)
             defs = []
             for c in layout.columns:
                 nn = " NOT NULL" if c in layout.key else ""

@@ -87,7 +87,9 @@ def test_ddl_mid_stream_gives_following_events_the_new_schema(stack, config, tes
           "INSERT INTO t3 VALUES ('k')",
           "DROP TABLE t3")
     run_until_caught_up(config)
-    afters = [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t"))]
+    # (the change events; the producer also snapshots a table after DDL that changed its rows
+    # without row events, tests/integration/cdc/test_schema_changes.py)
+    afters = [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t")) if v["op"] in "cud"]
     assert afters == [
         {"id": 1, "a": "one"},
         {"id": 2, "a": "two", "b": 8},
@@ -95,7 +97,9 @@ def test_ddl_mid_stream_gives_following_events_the_new_schema(stack, config, tes
         {"id": 3, "label": "three", "b": 9000000000},
         {"id": 4, "label": "four"},
     ]
-    assert [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t2"))] == [{"id": 5, "label": "five"}]
+    t2 = read_events(config, _topic(config, test_db, "t2"))
+    assert [v["after"] for _, _, v in t2 if v["op"] in "cud"] == [{"id": 5, "label": "five"}]
+    assert [(k, v["before"], v["after"]) for _, k, v in t2 if v["op"] == "t"] == [(None, None, None)]
     assert [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t3"))] == [{"k": "k"}]
     ddls = [v["ddl"] for _, _, v in read_events(config, config.kafka.topic_prefix)]
     assert [d.split()[0].upper() for d in ddls] == ["ALTER", "ALTER", "ALTER", "ALTER", "RENAME", "TRUNCATE",

@@ -154,6 +154,7 @@ def test_a_table_version_is_built_once_also_with_excluded_columns():
     ("alter", "ALTER TABLE t ADD UNIQUE KEY j (c) /* NOT NULL */", False),
     ("alter", "ALTER TABLE t ADD INDEX j (c), MODIFY d INT NOT NULL", True),
     ("alter", "ALTER TABLE t DROP COLUMN c", False),
+    ("alter", "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (a, b)", True),
     ("create", "CREATE TABLE t (a INT NOT NULL DEFAULT 1)", False),
 ])
 def test_rows_rewritten_names_the_ddl_that_changes_rows_without_row_events(verb, ddl, rewrites):

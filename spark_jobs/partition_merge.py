@@ -200,6 +200,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 raise SerdeError("a record without a value (tombstone) is not a change event")
             value = dec.decode(value_b)
             op, position = value["op"], value["position"]
+            # the key record's fields, in key order; False: keyed before the table's primary key changed
+            knames, newest_key = dec.key_names(key_b) if key_b is not None else (None, True)
             while mi < len(markers) and markers[mi]["position"] < position:
                 m = markers[mi]
                 buf.push(Marker(*window_of(m)))
@@ -225,13 +227,9 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             dead.append((int(offset), key_b, value_b, f"{type(exc).__name__}: {exc}"))
             continue
         if out is not None:
-            old_key = False
-            if key_b is not None:
-                knames, newest_key = dec.key_names(key_b)  # the key record's fields, in key order
-                if not newest_key:  # written before the table's primary key changed
-                    old_key = True
-                elif names not in key_columns:
-                    key_columns[names] = knames
+            old_key = not newest_key
+            if knames is not None and newest_key and names not in key_columns:
+                key_columns[names] = knames
             sid, schema = dec.schema_of(value_b)
             if ignore_columns:  # sinks and changelog keep the table's first schema
                 first = dec.as_first(value_b, record_names(s.prefix, *names)[2])

@@ -422,7 +422,7 @@ class MergeJob:
             if action == "rename":
                 done = sink.rename_table(db, table, m["to_db"], m["to_table"])
             else:
-                done = "dropped" if sink.drop_table(db, table) else "none"
+                done = "dropped" if sink.drop_table(db, table, below=m["position"]) else "none"
             moved += done != "none"
             log.info("%s of %s.%s: sink %s: %s", what, db, table, name, done)
         if action == "drop" and self.settings.changelog:

@@ -315,15 +315,25 @@ class TableSinkBase:
         """Forget the tables prepared so far (another process dropped or renamed some)."""
         self._plans.clear()
 
-    def drop_table(self, db: str, table: str) -> bool:
+    def drop_table(self, db: str, table: str, below: str | None = None) -> bool:
         """Drop the sink table of ``db.table`` and its bookkeeping (DROP TABLE at the source,
-        ``drop_table: drop``); whether there was one."""
+        ``drop_table: drop``); whether there was one.  With ``below`` (the DROP's position)
+        only the rows below it go, and the table only when nothing is left: rows above it
+        belong to a table created again under the same name."""
         name = self.table_name(db, table)
         with self._transaction() as cur:
             if not self._has_table(cur, db, table):
                 return False
             self._take_turn(cur, name)
-            cur.execute(f"DROP TABLE IF EXISTS {self.qualified_name(db, table)}")
+            qualified = self.qualified_name(db, table)
+            if below is not None:
+                cur.execute(f"DELETE FROM {qualified} WHERE {self._quote(POSITION_COLUMN)} < %s", [below])
+                cur.execute(f"DELETE FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s AND position < %s",
+                            [name, below])
+                cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified})")
+                if cur.fetchone()[0]:
+                    return True
+            cur.execute(f"DROP TABLE IF EXISTS {qualified}")
             for book in (TABLES, TOMBSTONES):
                 cur.execute(f"DELETE FROM {self._bookkeeping(book)} WHERE table_name = %s", [name])
         self._plans.pop((db, table), None)

@@ -1,7 +1,8 @@
 """Debezium's MySQL envelope, as every record of a table topic carries it.
 
 Value: ``before``, ``after``, ``source``, ``op`` (``c``/``u``/``d``, ``r`` for snapshot
-rows, ``t`` for a truncate: no key, ``before`` and ``after`` null), ``ts_ms``, ``transaction``, plus ours: ``position`` (:mod:`contract.position`) and
+rows, ``t`` for a truncate: no key, ``before`` and ``after`` null), ``ts_ms``,
+``transaction``, plus ours: ``position`` (:mod:`contract.position`) and
 ``snapshot_window`` (a snapshot row's chunk window).  Names and op codes are Debezium's, so a
 consumer written for Debezium reads ours.  The ``source`` block is built here only
 (:func:`source_block`), for change events, snapshot rows and schema changes alike; the

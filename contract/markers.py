@@ -10,12 +10,12 @@ For every chunk an OPEN and a CLOSE marker::
 A snapshot with ``delete-missing`` adds, per table read completely, a DELETE_MISSING
 marker whose ``below`` is the binlog position when the table's read began; it is written
 after the table's last chunk rows.  A ``TRUNCATE TABLE`` adds a TRUNCATE marker whose
-``below`` is the statement's own position: every row written before it is gone.  ``DROP TABLE`` adds
-a DROP_TABLE marker, ``RENAME TABLE`` a RENAME_TABLE marker (``to_db``, ``to_table``).
-These are *table markers*: the merge job applies them once every partition of the
-table's topic is read past the marker (DELETE_MISSING and TRUNCATE: the sinks delete the
-table's rows below ``below``; DROP_TABLE and RENAME_TABLE: as ``sinks.schema_changes``
-says).  Readers keep markers as these dicts (the merge state
+``below`` is the statement's own position: every row written before it is gone.  ``DROP
+TABLE`` adds a DROP_TABLE marker, ``RENAME TABLE`` a RENAME_TABLE marker (``to_db``,
+``to_table``).  These are *table markers*: the merge job applies them once every
+partition of the table's topic is read past the marker (DELETE_MISSING and TRUNCATE: the
+sinks delete the table's rows below ``below``; DROP_TABLE and RENAME_TABLE: as
+``sinks.schema_changes`` says).  Readers keep markers as these dicts (the merge state
 holds them); this module is where their fields are defined.
 """
 

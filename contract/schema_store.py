@@ -35,6 +35,7 @@ class SchemaStore:
         self._newest: dict[str, str] = {}  # record name -> fingerprint of its newest schema
         self._first: dict[str, str] = {}  # record name -> fingerprint of its first schema
         self._next: dict[int, int] = {}
+        self._covered = 0  # the highest end refresh_until read up to
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
@@ -53,8 +54,10 @@ class SchemaStore:
         a reader that knows the topic's end when its batch was fixed sees every schema the
         batch's records were written with, and the newest of each name."""
         with self._lock:
-            if self._next.get(0, 0) < end:
+            # (not the next offset to read: a transactional topic ends with a commit marker)
+            if self._covered < end:
                 self.refresh()
+                self._covered = end
 
     def get(self, fingerprint: str) -> dict | None:
         with self._lock:

@@ -141,14 +141,21 @@ class RecordDecoder:
             self._resolvable.add(pair)
         return True
 
+    def _reader(self, fp: str) -> tuple[str, tuple[dict, Any]] | None:
+        """``(fingerprint, (view, parsed view))`` of the newest schema records of writer
+        ``fp`` are read with, or None when they are read with their writer schema alone (no
+        ``newest``, or a change resolution cannot express)."""
+        found = self._newest(fp) if self._newest is not None else None
+        if found is None or (found[0] != fp and not self._resolves(fp, found)):
+            return None
+        return found[0], self.view_of(found[0], found[1])
+
     def reader_schema(self, fingerprint: str) -> tuple[str, dict] | None:
         """``(fingerprint, reader schema)`` records of writer ``fingerprint`` are read with:
         the reader view of the newest schema of their name; None when they are read with
-        their writer schema alone (no ``newest``, or a change resolution cannot express)."""
-        found = self._newest(fingerprint) if self._newest is not None else None
-        if found is None or (found[0] != fingerprint and not self._resolves(fingerprint, found)):
-            return None
-        return found[0], self._view(found[0], found[1])[0]
+        their writer schema alone."""
+        reader = self._reader(fingerprint)
+        return None if reader is None else (reader[0], reader[1][0])
 
     def decode_as(self, data: bytes, reader: dict) -> Any:
         """A single-object record read with ``reader`` itself (Avro schema resolution, e.g. a
@@ -170,7 +177,9 @@ class RecordDecoder:
         except SchemaResolutionError:
             return None
 
-    def _view(self, fp: str, schema: dict) -> tuple[dict, Any]:
+    def view_of(self, fp: str, schema: dict) -> tuple[dict, Any]:
+        """The :func:`~contract.schema_resolution.reader_view` of schema ``fp`` and its parsed
+        form, made once."""
         view = self._views.get(fp)
         if view is None:
             v = reader_view(schema)
@@ -194,13 +203,12 @@ class RecordDecoder:
             if self._lookup is None:
                 raise SerdeError("an Avro record needs a schema store to decode")
             parsed = self._schema_for(fp, lambda: self._lookup(fp))
-            found = self._newest(fp) if self._newest is not None else None
-            if found is not None and found[0] != fp and self._resolves(fp, found):
-                reader = self._view(found[0], found[1])[1]
+            reader = self._reader(fp)
+            if reader is not None and reader[0] != fp:
                 try:
-                    return fastavro.schemaless_reader(io.BytesIO(data[10:]), parsed, reader)
+                    return fastavro.schemaless_reader(io.BytesIO(data[10:]), parsed, reader[1][1])
                 except SchemaResolutionError:
-                    self._unresolvable.add((fp, found[0]))
+                    self._unresolvable.add((fp, reader[0]))
             return fastavro.schemaless_reader(io.BytesIO(data[10:]), parsed, None)
         if data[:1] == CONFLUENT_MAGIC and len(data) >= 5 and self._registry is not None:
             sid = struct.unpack(">I", data[1:5])[0]

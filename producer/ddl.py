@@ -41,10 +41,10 @@ def ddl_target(ddl: str, default_db: str) -> tuple[str, str | None, str | None]:
     return verb, default_db or None, parts[0]
 
 
-# ALTER clauses that change existing rows without logging row events: a column renamed
-# (RENAME COLUMN, CHANGE), the primary key changed (every row's key), added with a value for the existing rows (a DEFAULT other than
-# NULL, NOT NULL and its implicit default, a generated column), or retyped (MODIFY, CHANGE),
-# which may rewrite every value.
+# ALTER clauses that change existing rows without logging row events: the primary key
+# changed (every row's key), a column renamed (RENAME COLUMN, CHANGE), added with a value
+# for the existing rows (a DEFAULT other than NULL, NOT NULL and its implicit default, a
+# generated column), or retyped (MODIFY, CHANGE), which may rewrite every value.
 _REWRITES = (
     (re.compile(r"\b(?:ADD|DROP)\s+PRIMARY\s+KEY\b", re.I), "the primary key changed"),
     (re.compile(r"\bRENAME\s+COLUMN\b", re.I), "a column renamed"),

@@ -447,8 +447,7 @@ class MergeJob:
     def _check_schema_changes(self, partitions: list[tuple[str, int]], schemas_end: int) -> None:
         """Stop before the batch is applied when a table whose ``sinks.schema_changes`` rule
         says ``columns: stop`` has a schema other than the one it was first captured with."""
-        rules = [r for r in self.cfg.sinks.schema_changes if r.columns == "stop"]
-        if not rules or not schemas_end:
+        if not schemas_end or not any(r.columns == "stop" for r in self.cfg.sinks.schema_changes):
             return
         self.schemas.refresh_until(schemas_end)
         for topic in sorted({t for t, _ in partitions}):

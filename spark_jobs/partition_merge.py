@@ -36,7 +36,6 @@ from common.config import SinksConfig
 from contract.envelope import TRUNCATE_OP, record_names
 from contract.errors import SerdeError
 from contract.markers import window_of
-from contract.schema_resolution import reader_view
 from contract.schema_store import SchemaStore
 from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
@@ -86,14 +85,12 @@ class EnvelopeDecoder:
         self.decoder = RecordDecoder.resolving(self.store, self.registry)
         self._first_writers: dict[str, AvroWriter] = {}
         self._key_names: dict[str, list[str]] = {}
-        self._views: dict[str, dict] = {}
 
     def schema_of(self, data: bytes) -> tuple[str, Any]:
         if data[:2] == SINGLE_OBJECT_MAGIC:
             fp = data[2:10].hex()
-            if self.store.get(fp) is None:
-                return fp, None
-            return self.decoder.reader_schema(fp) or (fp, self.store.get(fp))
+            writer = self.store.get(fp)
+            return (fp, None) if writer is None else self.decoder.reader_schema(fp) or (fp, writer)
         if data[:1] == CONFLUENT_MAGIC and self.registry is not None:
             sid = int.from_bytes(data[1:5], "big")
             return f"registry-{sid}", self.registry.schema(sid)
@@ -128,13 +125,7 @@ class EnvelopeDecoder:
         writer = self._first_writers.get(first[0])
         if writer is None:
             writer = self._first_writers[first[0]] = AvroWriter(first[1])
-        return value, writer.encode(value), first[0], self._first_views(first)
-
-    def _first_views(self, first: tuple[str, dict]) -> dict:
-        view = self._views.get(first[0])
-        if view is None:
-            view = self._views[first[0]] = reader_view(first[1])
-        return view
+        return value, writer.encode(value), first[0], self.decoder.view_of(first[0], first[1])[0]
 
 
 def sinks_of(s: MergeSettings) -> list[tuple[str, Any]]:
@@ -184,10 +175,10 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
         for _, sink in sinks_of(s):
             sink.forget_plans()
         _cache[("epoch",)] = [sink_epoch]
-    ignore_columns = s.sinks.schema_rule(*table_of_topic(s.prefix, topic)).columns == "ignore"
     # The topic names the table with Kafka's characters only (contract.topics): the
     # true names come from each record's ``source``, and so may be two tables' sharing it.
     topic_db, topic_table = table_of_topic(s.prefix, topic)
+    ignore_columns = s.sinks.schema_rule(topic_db, topic_table).columns == "ignore"
     stats = {"topic": topic, "partition": partition, "input": len(records), "emitted": 0, "dropped": 0, "copies": 0,
              "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0}
     kept: list[_Kept] = []

@@ -63,11 +63,10 @@ The values themselves are converted in :mod:`producer.events.values`.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Sequence
 
 from common.errors import UnsupportedType
-from contract.envelope import avro_fullname, avro_name  # noqa: F401 - part of this module's names
+from contract.envelope import avro_fullname, avro_name  # noqa: F401 - avro_fullname: part of this module's names
 from producer.table_schema import ColumnDef, TableDef
 
 __all__ = [
@@ -85,16 +84,15 @@ __all__ = [
 
 # =============================================================================== names
 # (avro_name, avro_fullname: contract.envelope, where the table records' names are made)
-_AVRO_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def field_names(table: TableDef, columns: Iterable[ColumnDef] | None = None) -> dict[str, str]:
     """Column name -> unique Avro field name, for ``columns`` (default: all, in order)."""
     cols = list(table.columns if columns is None else columns)
-    used = {c.name for c in cols if _AVRO_NAME_RE.match(c.name)}
+    used = {c.name for c in cols if avro_name(c.name) == c.name}
     out: dict[str, str] = {}
     for c in cols:
-        if _AVRO_NAME_RE.match(c.name):
+        if avro_name(c.name) == c.name:
             out[c.name] = c.name
             continue
         base = avro_name(c.name)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.config import CDCConfig
+from contract.gtid import GtidSet
 from contract.position import BinlogPosition
 from producer.binlog import server as src
 from producer.binlog.reader import ResumePoint
@@ -31,6 +32,13 @@ class ProducerState:
     resume: ResumePoint
     stored_last: BinlogPosition | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the GTIDs passed at ``resume`` (as far as known: MySQL reports none for a file/pos)
+    gtids: GtidSet = field(default_factory=GtidSet)
+
+    @property
+    def file_base(self) -> int:
+        """Added to binlog file indexes in positions (:func:`producer.binlog.reader.based`)."""
+        return int(self.extra.get("file_base", 0))
 
 
 class Startup:
@@ -41,7 +49,57 @@ class Startup:
 
     def plan(self, conn, info: src.ServerInfo, stored: dict | None, recover: str | None = None) -> ProducerState:
         """The start of this run, given the position ``stored`` in Kafka (``recover``: the
-        recovery asked for on the command line)."""
+        recovery asked for on the command line), with the GTIDs passed there and the server
+        it is on recorded (so a later start on another server resumes by GTID)."""
+        state = self._plan(conn, info, stored, recover)
+        flavor = "mariadb" if info.is_mariadb else "mysql"
+        known = state.extra.get("gtid")
+        if known is not None and state.extra.get("server_id") in (None, info.server_id):
+            state.gtids = GtidSet.parse(known, flavor)
+        elif state.resume.gtid_set:
+            state.gtids = GtidSet.parse(state.resume.gtid_set, flavor)
+        elif state.resume.file:
+            state.gtids = src.gtids_at(conn, info, state.resume.file, state.resume.pos) or GtidSet(flavor)
+        else:
+            state.gtids = GtidSet(flavor)
+        state.extra["server_id"] = info.server_id
+        state.extra["gtid"] = str(state.gtids)
+        return state
+
+    def _failover(self, conn, info: src.ServerInfo, stored: dict) -> ProducerState:
+        """The stored position was taken on another server (``server_id`` differs): resume
+        from its GTID set, if this server's history holds it, with positions above every
+        one written before (a new file base)."""
+        flavor = "mariadb" if info.is_mariadb else "mysql"
+        was = stored.get("server_id")
+        text = stored.get("gtid") or ""
+        if not text:
+            raise ProducerStopped(
+                f"the stored position {stored['resume']['file']}:{stored['resume']['pos']} was taken on server_id "
+                f"{was}, but this server is server_id {info.server_id} and no GTID set was stored with the position: "
+                "a binlog file/pos of one server means nothing on another. Point the producer back at the server "
+                "it was reading, or start anew (cdc produce --reset-offsets, startup.mode=initial)")
+        mine = src.executed_gtids(conn, info.is_mariadb)
+        wanted = GtidSet.parse(text, flavor)
+        if not mine.covers(wanted):
+            raise ProducerStopped(
+                f"failover refused: the stored position was taken on server_id {was} at GTID set {wanted}, but this "
+                f"server (server_id {info.server_id}) has executed {mine or 'no GTIDs'}: its history does not hold "
+                f"the stored position ({'; '.join(mine.missing(wanted))}). Is it of the same replication topology, "
+                "and has it caught up? Point the producer at a server that has applied every stored transaction")
+        r = stored["resume"]
+        base = int(stored.get("file_base", 0))
+        last = BinlogPosition.decode(r["last"]) if r.get("last") else None
+        top = max(last.file_index if last else 0, BinlogPosition.from_binlog(r["file"], int(r["pos"])).file_index + base)
+        extra = {k: v for k, v in stored.items() if k not in ("resume", "ts_ms")}
+        extra["file_base"] = top + 1
+        log.warning("the stored position was taken on server_id %s; this server is server_id %s: failover, resuming "
+                    "after GTID set %s (positions continue above binlog file #%d)", was, info.server_id, wanted, top)
+        return ProducerState(ResumePoint("", 4, gtid_set=str(wanted)), None, extra)
+
+    def _plan(self, conn, info: src.ServerInfo, stored: dict | None, recover: str | None) -> ProducerState:
+        if stored and stored.get("resume") and stored.get("server_id") not in (None, info.server_id):
+            return self._failover(conn, info, stored)
         local = self.local.load()
         problem = lost_history(stored, local)
         if problem is not None:
@@ -50,6 +108,10 @@ class Startup:
             log.info("--recover %s: Kafka holds this producer's history, nothing to recover", recover)
         if stored and stored.get("resume"):
             r = stored["resume"]
+            if r.get("gtid_set") and not r.get("file"):  # started by GTID; no event read before it stopped
+                log.info("resuming from stored GTID set %s", r["gtid_set"])
+                return ProducerState(ResumePoint("", 4, gtid_set=r["gtid_set"]), None,
+                                     {k: v for k, v in stored.items() if k not in ("resume", "ts_ms")})
             src.check_position_available(conn, r["file"])
             last = BinlogPosition.decode(r["last"]) if r.get("last") else None
             log.info("resuming from stored position %s:%s (last change %s)", r["file"], r["pos"], r.get("last"))

@@ -113,6 +113,9 @@ class SnapshotConfig(_Section):
     # Snapshot a table by itself after DDL that changed its rows without row events
     # (a column added with a default, a generated column, a column renamed or retyped).
     after_ddl: bool = True
+    # No writes to the source: chunk windows bounded by GTID sets read before and after each chunk
+    # SELECT instead of marker rows (issue 14); signals from the Kafka channel.
+    read_only: bool = False
 
 
 class PostgresSinkConfig(_Section):

@@ -87,6 +87,7 @@ class ProducerApp:
         conn = connect(cfg.source)
         try:
             info = src.check_server(conn)
+            src.check_grants(conn, read_only=cfg.snapshot.read_only, signal_table=cfg.source.signal_table)
             self.store.ensure()
             stored = self.store.load()
             state = self.startup.plan(conn, info, stored, self.recover)

@@ -15,6 +15,7 @@ import pymysql
 from common.errors import SourceError
 from common.sql.sessions import connect
 from contract.gtid import GtidSet
+from producer.binlog.grants import grants_problem, missing_privileges
 from producer.errors import BinlogPurgedError
 
 
@@ -64,6 +65,21 @@ def check_server(conn) -> ServerInfo:
     if problems:
         raise SourceError("the source server is not configured for change capture:\n  - " + "\n  - ".join(problems))
     return info
+
+
+def check_grants(conn, *, read_only: bool, signal_table: str) -> None:
+    """Refuse a CDC user that lacks a privilege the producer needs, naming each and the
+    GRANT statement that gives it: REPLICATION SLAVE, REPLICATION CLIENT (BINLOG MONITOR),
+    SELECT, and unless ``read_only`` INSERT and DELETE on ``signal_table``."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        account = cur.fetchone()[0]
+        cur.execute("SHOW GRANTS")
+        lines = [row[0] for row in cur.fetchall()]
+    problem = grants_problem(missing_privileges(lines, read_only=read_only, signal_table=signal_table), account,
+                             read_only=read_only)
+    if problem:
+        raise SourceError(problem)
 
 
 def start_at_current(cfg) -> tuple[str, int]:

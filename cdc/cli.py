@@ -164,7 +164,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         counts = chaos.run_chaos(cfg, admin=admin, restart_source=lambda: restart_mysql(info.state_dir, down_s=1.0),
                                  seed=args.seed, rows=args.rows, duration=args.duration,
                                  producer_kills=args.producer_kills, job_kills=args.job_kills,
-                                 work_dir=info.state_dir / f"run-{args.seed}-{int(time.time())}", console=console)
+                                 work_dir=info.state_dir / f"run-{args.seed}-{int(time.time())}", console=console,
+                                 read_only=args.read_only)
     finally:
         if not args.keep_running:
             stack_down(info.state_dir)
@@ -332,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_p.add_argument("--job-kills", type=int, default=8)
     chaos_p.add_argument("--state-dir", default=".cdc/chaos")
     chaos_p.add_argument("--keep-running", action="store_true")
+    chaos_p.add_argument("--read-only", action="store_true",
+                         help="the producer as a CDC user without write privileges, read-only snapshots")
     chaos_p.set_defaults(func=_cmd_chaos)
 
     status_p = sub.add_parser("status", help="producer position, lag and rate")

@@ -14,6 +14,7 @@ import pymysql
 
 from common.errors import SourceError
 from common.sql.sessions import connect
+from contract.gtid import GtidSet
 from producer.binlog.grants import grants_problem, missing_privileges
 from producer.errors import BinlogPurgedError
 
@@ -107,6 +108,29 @@ def current_position(conn) -> tuple[str, int]:
                 return row[0], int(row[1])
     raise SourceError("the server reports no binary log status: is log_bin on and does the CDC user have "
                       "REPLICATION CLIENT (BINLOG MONITOR on MariaDB)?")
+
+
+def executed_gtids(conn, is_mariadb: bool) -> GtidSet:
+    """The server's executed GTID set now: MariaDB ``@@gtid_binlog_pos`` (the last GTID of
+    each domain in its binlog), MySQL ``@@gtid_executed``."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos" if is_mariadb else "SELECT @@gtid_executed")
+        (text,) = cur.fetchone()
+    return GtidSet.parse(text or "", "mariadb" if is_mariadb else "mysql")
+
+
+def gtids_at(conn, info: ServerInfo, file: str, pos: int) -> GtidSet | None:
+    """The GTID position of binlog coordinates ``file:pos`` (MariaDB's ``BINLOG_GTID_POS``);
+    None on MySQL, or when the server does not know the coordinates."""
+    if not info.is_mariadb:
+        return None
+    with conn.cursor() as cur:
+        try:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+        except pymysql.err.MySQLError:
+            return None
+        (text,) = cur.fetchone()
+    return None if text is None else GtidSet.parse(text, "mariadb")
 
 
 def binlog_files(conn) -> list[tuple[str, int]]:

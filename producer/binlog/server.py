@@ -149,12 +149,13 @@ def earliest_position(conn) -> tuple[str, int]:
 def check_position_available(conn, file: str) -> None:
     names = [f for f, _ in binlog_files(conn)]
     if file not in names:
+        oldest = names[0] if names else None
         raise BinlogPurgedError(
             f"the binlog file {file} holding the stored position is no longer on the server "
-            f"(oldest is {names[0] if names else 'none'}): changes between the stored position and the oldest "
+            f"(oldest is {oldest or 'none'}): changes between the stored position and the oldest "
             f"binlog are gone. Restart from a fresh snapshot: delete the producer's offsets "
             f"('cdc produce --reset-offsets') and start with startup.mode=initial, or raise the server's "
-            f"binlog retention (binlog_expire_logs_seconds / expire_logs_days) to avoid this")
+            f"binlog retention (binlog_expire_logs_seconds / expire_logs_days) to avoid this", file, oldest)
 
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")

@@ -27,6 +27,8 @@ import pymysql
 from cdc.errors import StackError
 from cdc.stack.mysql_server import EmbeddedMySQL, ReplicationSource, change_master_sql
 from cdc.stack.process import stop_pid
+from contract.errors import GtidError
+from contract.gtid import GtidSet
 
 REPLICATION_USER = "repl"
 MAX_REPLICAS = 2
@@ -49,24 +51,12 @@ def _source(info: dict[str, Any], replication: dict[str, str]) -> ReplicationSou
 
 # -- GTID positions ----------------------------------------------------------------------
 
-def parse_gtid_pos(text: str | None) -> dict[int, int]:
-    """A MariaDB GTID position (``0-1-42,1-3-7``) as ``{domain: sequence number}``."""
-    out: dict[int, int] = {}
-    for part in (text or "").replace("\n", "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            domain, _server, seq = (int(x) for x in part.split("-"))
-        except ValueError:
-            raise StackError(f"not a MariaDB GTID position: {text!r}") from None
-        out[domain] = max(seq, out.get(domain, 0))
-    return out
-
-
-def covers(pos: dict[int, int], target: dict[int, int]) -> bool:
-    """Whether position ``pos`` has reached ``target`` in every replication domain."""
-    return all(pos.get(domain, -1) >= seq for domain, seq in target.items())
+def _gtids(text: str | None) -> GtidSet:
+    """A MariaDB GTID position (``0-1-42,1-3-7``)."""
+    try:
+        return GtidSet.parse(text or "", "mariadb")
+    except GtidError:
+        raise StackError(f"not a MariaDB GTID position: {text!r}") from None
 
 
 def _variable(conn: pymysql.connections.Connection, name: str) -> str:
@@ -100,13 +90,13 @@ def wait_caught_up(primary: dict[str, Any], replica: dict[str, Any], timeout: fl
     ``@@gtid_slave_pos`` covers the primary's ``@@gtid_binlog_pos``); returns that position.
     A replication error on the replica fails at once, with the server's message."""
     target_text = binlog_pos(primary)
-    target = parse_gtid_pos(target_text)
+    target = _gtids(target_text)
     deadline = time.monotonic() + timeout
     slave_pos, status = "", {}
     with admin_connection(replica) as conn:
         while True:
             slave_pos = _variable(conn, "gtid_slave_pos")
-            if covers(parse_gtid_pos(slave_pos), target):
+            if _gtids(slave_pos).covers(target):
                 return target_text
             status = slave_status(conn)
             error = _replication_error(status)
@@ -214,9 +204,9 @@ def _wait_relay_applied(conn: pymysql.connections.Connection, port: int, timeout
     """Wait until the SQL thread applied every transaction the IO thread received."""
     deadline = time.monotonic() + timeout
     while True:
-        received = parse_gtid_pos(slave_status(conn).get("Gtid_IO_Pos"))
+        received = _gtids(slave_status(conn).get("Gtid_IO_Pos"))
         applied = _variable(conn, "gtid_slave_pos")
-        if covers(parse_gtid_pos(applied), received):
+        if _gtids(applied).covers(received):
             return
         if time.monotonic() > deadline:
             raise StackError(f"replica on port {port} did not apply its relay log within {timeout:.0f}s "
@@ -250,7 +240,7 @@ def promote(new_primary: dict[str, Any], others: list[dict[str, Any]], replicati
     for other in others:
         with admin_connection(other) as conn:
             applied = _variable(conn, "gtid_slave_pos")
-        if not covers(parse_gtid_pos(new_pos), parse_gtid_pos(applied)):
+        if not _gtids(new_pos).covers(_gtids(applied)):
             raise StackError(
                 f"replica on port {other['port']} applied transactions the new primary on port "
                 f"{new_primary['port']} does not have ({applied} against {new_pos}): it cannot follow it. "

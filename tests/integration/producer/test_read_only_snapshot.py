@@ -87,20 +87,26 @@ def _check_markers(cfg, result):
         assert by_chunk.get((w.snapshot_id, w.chunk_id)) == {"OPEN": w.open, "CLOSE": w.close}, str(w)
 
 
+def _snapshot_under_writes(stack, cfg, db, kind, keys, *, key_space, seed):
+    """A snapshot of ``db.t`` while a write load runs; the topic replayed by the DBLog rule
+    must equal the table.  Returns (snapshot id, the load, the replay)."""
+    with ProducerThread(cfg), WriteLoad(stack.admin, db, "t", kind, key_space=key_space, seed=seed) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        sid = _snapshot(stack, cfg, [f"{db}.t"])
+        wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
+        load.stop()
+    run_until_caught_up(cfg)
+    result = dblog_replay(cfg, _topic(cfg, db))
+    with stack.admin() as conn:
+        assert result.table == source_rows(conn, db, "t", keys)
+    return sid, load, result
+
+
 @pytest.mark.parametrize("kind, parallelism", [("single", 1), ("composite", 3), ("string", 2)])
 def test_read_only_snapshot_under_concurrent_writes_equals_the_table(stack, ro_config, test_db, kind, parallelism):
     cfg = ro_config
     keys = _prepare(stack, cfg, test_db, kind, rows=1500, chunk_size=150, parallelism=parallelism)
-    with ProducerThread(cfg), WriteLoad(stack.admin, test_db, "t", kind, key_space=1700, seed=5) as load:
-        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
-        sid = _snapshot(stack, cfg, [f"{test_db}.t"])
-        wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
-        load.stop()
-    run_until_caught_up(cfg)
-    result = dblog_replay(cfg, _topic(cfg, test_db))
-    with stack.admin() as conn:
-        expected = source_rows(conn, test_db, "t", keys)
-    assert result.table == expected
+    sid, load, result = _snapshot_under_writes(stack, cfg, test_db, kind, keys, key_space=1700, seed=5)
     assert load.ops.get("reinsert") and load.ops.get("pk_change")
     read = _rows_read(cfg, sid)
     print(f"{kind}/{parallelism}: read {read} rows in {len(result.windows)} windows, published {result.chunk_rows} "
@@ -119,15 +125,7 @@ def test_hot_keys_changed_inside_windows_are_dropped_by_the_producer(stack, ro_c
     readers: many chunk rows change inside their window, and the producer drops them."""
     cfg = ro_config
     keys = _prepare(stack, cfg, test_db, "single", rows=3000, chunk_size=500, parallelism=2)
-    with ProducerThread(cfg), WriteLoad(stack.admin, test_db, "t", "single", key_space=3000, seed=9) as load:
-        wait_for(lambda: sum(load.ops.values()) > 100, what="writes running")
-        sid = _snapshot(stack, cfg, [f"{test_db}.t"])
-        wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
-        load.stop()
-    run_until_caught_up(cfg)
-    result = dblog_replay(cfg, _topic(cfg, test_db))
-    with stack.admin() as conn:
-        assert result.table == source_rows(conn, test_db, "t", keys)
+    sid, load, result = _snapshot_under_writes(stack, cfg, test_db, "single", keys, key_space=3000, seed=9)
     read = _rows_read(cfg, sid)
     assert result.chunk_rows_dropped == 0  # the windows in Kafka are empty of changes: dropped before
     assert result.chunk_rows < read, f"no chunk row was changed inside its window ({read} read, ops {load.ops})"

@@ -31,6 +31,7 @@ from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.session import StreamSession
+from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.startup import Startup
 
@@ -98,11 +99,17 @@ class ProducerApp:
                     signal_table=cfg.source.signal_table, chunk_size=cfg.snapshot.chunk_size,
                     parallelism=cfg.snapshot.parallelism, captures=self.filter.captures,
                     connect=lambda: read_session(cfg.source), state=state.extra.get("snapshot"))
-                session = StreamSession(self, writer, builder, reader, state, info, coordinator)
+                stored_signal = state.extra.get("signal_offset")
+                signals = (KafkaSignalChannel(cfg.kafka, cfg.producer.name,
+                                              stored_signal if isinstance(stored_signal, int) else None)
+                           if "kafka" in cfg.source.signal_channels else None)
+                session = StreamSession(self, writer, builder, reader, state, info, coordinator, signals)
                 try:
                     return session.loop(max_events=max_events, idle_exit_s=idle_exit_s)
                 finally:
                     coordinator.close()
+                    if signals is not None:
+                        signals.close()
             finally:
                 writer.close()
         finally:

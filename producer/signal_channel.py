@@ -58,18 +58,12 @@ class KafkaSignalChannel:
         self.consumer = Consumer({
             **base_config(kafka), "group.id": f"cdc-signals-{uuid.uuid4().hex}", "enable.auto.commit": False,
             "enable.auto.offset.store": False, "isolation.level": "read_committed",
-            # a stored offset the topic no longer has (deleted and created again, retention):
-            # its oldest record
+            # an offset the topic no longer has (deleted and created again while the
+            # producer runs, retention): its oldest record
             "auto.offset.reset": "earliest", "enable.partition.eof": False})
         try:
             self._check_partitions()
-            if start is None:
-                (_, start), = end_offsets(kafka.bootstrap_servers, [(self.topic, 0)],
-                                          client_config=kafka.client).values()
-                log.info("signal channel %s: no stored offset, reading signals sent from now on (offset %d)",
-                         self.topic, start)
-            else:
-                log.info("signal channel %s: reading from stored offset %d", self.topic, start)
+            start = self._start(kafka, start)
             self.consumer.assign([TopicPartition(self.topic, 0, start)])
         except BaseException:
             self.consumer.close()
@@ -78,6 +72,23 @@ class KafkaSignalChannel:
         #: signals before it were handled.
         self.next_offset: int = start
         self._last_error = ""
+
+    def _start(self, kafka: KafkaConfig, stored: int | None) -> int:
+        """Where to read from: the stored offset, or the channel's end when none is stored.
+        A stored offset the topic does not have (past its end: the topic was deleted and
+        created again; below its start: retention) reads from its oldest record (on every
+        broker: Tansu does not answer "offset out of range", it waits at the offset)."""
+        (low, end), = end_offsets(kafka.bootstrap_servers, [(self.topic, 0)], client_config=kafka.client).values()
+        if stored is None:
+            log.info("signal channel %s: no stored offset, acting on signals sent from now on (offset %d)",
+                     self.topic, end)
+            return end
+        if not low <= stored <= end:
+            log.warning("signal channel %s: the stored offset %d is not in the topic (offsets %d to %d: it was created "
+                        "again, or its records expired); reading from its oldest record", self.topic, stored, low, end)
+            return low
+        log.info("signal channel %s: reading from stored offset %d", self.topic, stored)
+        return stored
 
     def _check_partitions(self) -> None:
         meta = self.consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
@@ -100,8 +111,8 @@ class KafkaSignalChannel:
                 continue
             offset = msg.offset()
             if offset < self.next_offset:
-                log.warning("signal channel %s: stored offset %d is past the topic's end (the topic was created "
-                            "again?); reading from its oldest record, offset %d", self.topic, self.next_offset, offset)
+                log.warning("signal channel %s: offset %d is gone from the topic (created again meanwhile?); reading "
+                            "from its oldest record, offset %d", self.topic, self.next_offset, offset)
             self.next_offset = offset + 1
             key = msg.key()
             if key != self._key:

@@ -4,11 +4,16 @@ keyed by the producer's name, acted on once (also across kill -9), bad ones repo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 
+from confluent_kafka.admin import AdminClient
+
 from common.config import dump_config
+from common.kafka.clients import delete_topics, ensure_topics
+from contract.topics import signals_topic
 from tests.producer_helpers import (
     ROOT,
     ProducerProcess,
@@ -201,6 +206,28 @@ def test_a_kafka_signal_is_acted_on_once_across_kill9(stack, config, test_db, tm
     assert result.chunk_rows < 6000 * 2  # resumed, not read again from the start
 
 
+def test_a_channel_topic_created_again_is_read_from_its_start(stack, config, test_db):
+    """The stored offset is past the end of a signal topic deleted and created again while
+    the producer was down: the producer reads the new topic from its oldest record (a
+    Kafka broker would answer "offset out of range"; Tansu just waits at the offset)."""
+    _prepare(stack, config, test_db, "single", rows=50)
+    with ProducerThread(config):
+        _reading_signals(config)
+        ids = [kafka_signal(config, "log", {"message": f"m{i}"}) for i in range(3)]
+        wait_for(lambda: has_notification(config, "LOG", id=ids[-1]), timeout=30, what="the last LOG")
+    assert stored_signal_offset(config) >= 3
+    topic = signals_topic(config.kafka.topic_prefix)
+    delete_topics(config.kafka, [topic])
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
+    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics, 30, what=f"{topic} deleted")
+    ensure_topics(config.kafka, [topic], partitions=1)
+    sid = kafka_snapshot(config, [f"{test_db}.t"])  # offset 0 of the new topic, sent while the producer is down
+    with ProducerThread(config):
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="snapshot completed")
+    assert stored_signal_offset(config) == 1
+    assert _chunk_rows(config, test_db) == 50
+
+
 def test_source_channel_off_ignores_signal_table_rows_and_kafka_works(stack, config, test_db):
     _prepare(stack, config, test_db, "single", rows=300, chunk_size=50, channels=("kafka",))
     with ProducerThread(config):
@@ -232,7 +259,7 @@ def test_kafka_channel_off_reads_no_kafka_signal(stack, config, test_db):
 def _cli(config_file, *args, timeout=180):
     return subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(config_file), "snapshot", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                          env={**__import__("os").environ, "COLUMNS": "200"})
+                          env={**os.environ, "COLUMNS": "200"})
 
 
 def test_cdc_snapshot_through_the_kafka_channel(stack, config, test_db, tmp_path):

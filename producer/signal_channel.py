@@ -17,6 +17,7 @@ Debezium does): only signals sent after it first started are acted on.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +92,13 @@ class KafkaSignalChannel:
         return stored
 
     def _check_partitions(self) -> None:
-        meta = self.consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
-        parts = len(meta.partitions) if meta is not None and meta.error is None else 0
+        deadline = time.monotonic() + 10.0
+        while True:  # a topic just created may take a moment to show in the metadata
+            meta = self.consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
+            parts = len(meta.partitions) if meta is not None and meta.error is None else 0
+            if parts or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         if parts != 1:
             raise ProducerStopped(f"the signal channel topic {self.topic} has {parts} partitions: it needs exactly one "
                                   f"(signals keep their order), so delete it and let the producer create it, or "

@@ -9,11 +9,14 @@ import subprocess
 import sys
 import time
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from common.config import dump_config
 from common.kafka.clients import delete_topics, ensure_topics
 from contract.topics import signals_topic
+from producer.app import ProducerApp
+from producer.errors import ProducerStopped
 from tests.producer_helpers import (
     ROOT,
     ProducerProcess,
@@ -320,3 +323,10 @@ def test_cdc_snapshot_through_the_kafka_channel(stack, config, test_db, tmp_path
     path.write_text(dump_config(off))
     out = _cli(path, f"{test_db}.t", "--channel", "kafka")
     assert out.returncode == 1 and "kafka signal channel is off" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_channel_topic_of_several_partitions_is_refused(stack, config, test_db):
+    _prepare(stack, config, test_db, "single", rows=1)
+    ensure_topics(config.kafka, [signals_topic(config.kafka.topic_prefix)], partitions=2)
+    with pytest.raises(ProducerStopped, match="has 2 partitions: it needs exactly one"):
+        ProducerApp(config).run(idle_exit_s=1.0)

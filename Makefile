@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit venv system-deps clean bench chaos
+.PHONY: demo test unit venv system-deps clean bench chaos chaos-read-only
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: venv system-deps
 # A long chaos run (processes killed under load; must end equal).  SEED=n picks the plan.
 chaos: venv system-deps
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc chaos --seed $${SEED:-1}
+
+# The same with read-only snapshots, as a CDC user that may not write to the source.
+chaos-read-only: venv system-deps
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc chaos --read-only --seed $${SEED:-1}
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -15,6 +15,9 @@ One scenario (``make chaos`` runs a long one, the test suite a moderate one):
 * the producer killed with SIGKILL ``producer_kills`` times and the merge job
   ``job_kills`` times at moments drawn from the seed, each restarted; the source
   database restarted once;
+* with ``read_only``: the producer runs as a CDC user that may not write at all
+  (REPLICATION SLAVE, REPLICATION CLIENT, SELECT) with ``snapshot.read_only`` (windows
+  bounded by GTID sets); the signals are rows another user inserts;
 * then the load stops, everything drains, and ``cdc verify`` (sinks and clean changelog)
   must pass.  It prints what it did and counted: kills, restarts, rows, changes, copies
   in the raw topics and duplicates in the clean changelog (zero expected).
@@ -119,9 +122,10 @@ def _spread(rnd: random.Random, n: int, start: float, end: float, gap: float) ->
 
 def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Callable[[], None], seed: int = 1,
               rows: int = 3000, duration: float = 60.0, producer_kills: int = 10, job_kills: int = 5,
-              work_dir: Path, console: Console | None = None) -> dict[str, Any]:
+              work_dir: Path, console: Console | None = None, read_only: bool = False) -> dict[str, Any]:
     """Run one chaos scenario against the stack ``cfg`` points at (``admin``: a root
-    connection factory of the source; ``restart_source``: stops and starts it)."""
+    connection factory of the source; ``restart_source``: stops and starts it;
+    ``read_only``: a CDC user without any write privilege, read-only snapshots)."""
 
     console = console or Console()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -144,6 +148,13 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
                               "source_restarts": 0, "signals": 0}
     with admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+        if read_only:
+            user, password = f"ro_{run}"[:32], uuid.uuid4().hex
+            cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (user, password))
+            cur.execute(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO `{user}`@'%'")
+            cfg.source.user, cfg.source.password = user, password
+            cfg.snapshot.read_only = True
+    counts["read_only"] = read_only
     keys = {}
     with admin() as conn:
         for kind in KINDS:
@@ -158,7 +169,7 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     def signal_row(kind: str, data: dict | None) -> str:
         for _ in range(60):  # the source may be restarting
             try:
-                c = connect(cfg.source)
+                c = admin() if read_only else connect(cfg.source)  # a read-only CDC user may not insert
             except Exception:  # noqa: BLE001 - retried
                 time.sleep(1.0)
                 continue

@@ -46,10 +46,14 @@ err_console = Console(stderr=True)
 def _cmd_stack_up(args: argparse.Namespace) -> int:
     with console.status("starting the embedded stack..."):
         info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
-                        on_lost_kafka=args.on_lost_kafka)
+                        on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
-    console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})")
+    console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
+                  + (", CDC user read-only" if m.get("cdc_read_only") else ""))
+    for index, r in enumerate(info.replicas, start=1):
+        console.print(f"  replica{index}  at {r['host']}:{r['port']} (pid {r['pid']}, server-id {r['server_id']}, "
+                      "read-only, GTID replication)")
     console.print(f"  kafka     {k['bootstrap_servers']}" + (f" (embedded Tansu, pid {k['pid']})" if k.get("embedded") else " (external)"))
     console.print("  postgres  " + (f"127.0.0.1:{p['port']} (pid {p['pid']})" if p.get("embedded") else "external DSN"))
     console.print(f"  config    {info.config_path}   (use: cdc -c {info.config_path} ...)")
@@ -164,7 +168,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         counts = chaos.run_chaos(cfg, admin=admin, restart_source=lambda: restart_mysql(info.state_dir, down_s=1.0),
                                  seed=args.seed, rows=args.rows, duration=args.duration,
                                  producer_kills=args.producer_kills, job_kills=args.job_kills,
-                                 work_dir=info.state_dir / f"run-{args.seed}-{int(time.time())}", console=console)
+                                 work_dir=info.state_dir / f"run-{args.seed}-{int(time.time())}", console=console,
+                                 read_only=args.read_only)
     finally:
         if not args.keep_running:
             stack_down(info.state_dir)
@@ -239,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "up":
             p.add_argument("--kafka-bootstrap", help="use this external Kafka instead of the embedded broker")
             p.add_argument("--postgres-dsn", help="use this existing PostgreSQL instead of a private one")
+            p.add_argument("--replicas", type=int, choices=[0, 1, 2], default=None, metavar="N",
+                           help="run N MariaDB replicas of the server (0..2; GTID replication, read-only); "
+                                "default: as many as the stack has, none for a new stack")
+            p.add_argument("--read-only", action=argparse.BooleanOptionalAction, default=None,
+                           help="a CDC user that writes nothing (REPLICATION SLAVE, REPLICATION CLIENT, SELECT; "
+                                "snapshot.read_only: true in cdc.yaml); --no-read-only gives it back INSERT and "
+                                "DELETE on the signal table; default: as the stack has it, writable for a new stack")
             p.add_argument("--on-lost-kafka", choices=["recover", "refuse"], default="recover",
                            help="when the embedded broker must be started again (its topics are gone) and the "
                                 "state directory holds a merge checkpoint or producer positions: reset them and "
@@ -329,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_p.add_argument("--job-kills", type=int, default=8)
     chaos_p.add_argument("--state-dir", default=".cdc/chaos")
     chaos_p.add_argument("--keep-running", action="store_true")
+    chaos_p.add_argument("--read-only", action="store_true",
+                         help="the producer as a CDC user without write privileges, read-only snapshots")
     chaos_p.set_defaults(func=_cmd_chaos)
 
     status_p = sub.add_parser("status", help="producer position, lag and rate")

@@ -96,6 +96,10 @@ class StartupConfig(_Section):
     gtid_set: str | None = None
     # ISO-8601 timestamp or epoch seconds.
     timestamp: str | None = None
+    # When the stored position's binlog file is no longer on the server (purged while the
+    # producer was down): stop with a message, or stream from the current position and
+    # snapshot every captured table again with delete-missing (Debezium's when_needed).
+    when_needed: Literal["stop", "snapshot"] = "stop"
 
 
 class ProducerConfig(_Section):

@@ -17,3 +17,7 @@ class BadSignal(CDCError, ValueError):
         super().__init__(f"signal {signal_id!r}: {reason}")
         self.signal_id = signal_id
         self.reason = reason
+
+
+class GtidError(CDCError, ValueError):
+    """Text that is not a GTID or a GTID set of either flavour (MariaDB, MySQL)."""

@@ -39,12 +39,13 @@ Marker = dict[str, Any]
 
 
 def window_marker(kind: str, snapshot_id: str, chunk_id: int, table: str, key_range: dict,
-                  position: BinlogPosition) -> Marker:
-    """An OPEN or CLOSE marker of chunk ``chunk_id`` of ``table`` (``db.table``)."""
+                  position: BinlogPosition, **extra: Any) -> Marker:
+    """An OPEN or CLOSE marker of chunk ``chunk_id`` of ``table`` (``db.table``); ``extra``:
+    more fields (a read-only window's ``gtids_before``/``gtids_after``)."""
     db, name = table.split(".", 1)
     return {"kind": kind, "snapshot_id": snapshot_id, "chunk_id": chunk_id, "db": db, "table": name,
             "key_range": key_range, "position": position.encode(), "file": position.file_name, "pos": position.pos,
-            "ts_ms": int(time.time() * 1000)}
+            "ts_ms": int(time.time() * 1000), **extra}
 
 
 def delete_missing_marker(snapshot_id: str, table: str, below: BinlogPosition) -> Marker:

@@ -18,10 +18,16 @@ import threading
 from pathlib import Path
 
 import pymysql
+from confluent_kafka import KafkaException
 
 from common.config import CDCConfig
 from common.errors import SourceUnavailable
+from common.kafka.offsets import end_offsets
+from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect, read_session
+from contract.markers import decode_marker
+from contract.position import BinlogPosition, is_position
+from contract.topics import markers_topic
 from producer.binlog import server as src
 from producer.binlog.process import ReaderProcess
 from producer.capture_filter import CaptureFilter
@@ -33,6 +39,7 @@ from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.session import StreamSession
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import SnapshotCoordinator
+from producer.snapshot.gtid_windows import MarkerSlots
 from producer.startup import Startup
 
 log = logging.getLogger(__name__)
@@ -81,6 +88,7 @@ class ProducerApp:
         conn = connect(cfg.source)
         try:
             info = src.check_server(conn)
+            src.check_grants(conn, read_only=cfg.snapshot.read_only, signal_table=cfg.source.signal_table)
             self.store.ensure()
             stored = self.store.load()
             state = self.startup.plan(conn, info, stored, self.recover)
@@ -88,7 +96,7 @@ class ProducerApp:
             conn.close()
         # The reader process starts first: it reads ahead while the writer connects.
         reader = ReaderProcess(cfg.source, state.resume, is_mariadb=info.is_mariadb,
-                               batch_rows=max(1, cfg.producer.batch_size // 4))
+                               batch_rows=max(1, cfg.producer.batch_size // 4), file_base=state.file_base)
         try:
             writer = KafkaWriter(cfg.kafka, cfg.producer.name, transactions=cfg.kafka.transactions,
                                  offsets_topic=self.store.topic)
@@ -98,7 +106,9 @@ class ProducerApp:
                 coordinator = SnapshotCoordinator(
                     signal_table=cfg.source.signal_table, chunk_size=cfg.snapshot.chunk_size,
                     parallelism=cfg.snapshot.parallelism, captures=self.filter.captures,
-                    connect=lambda: read_session(cfg.source), state=state.extra.get("snapshot"))
+                    connect=lambda: read_session(cfg.source), state=state.extra.get("snapshot"),
+                    read_only=cfg.snapshot.read_only, is_mariadb=info.is_mariadb, file_base=state.file_base,
+                    slots=self._marker_slots() if cfg.snapshot.read_only else None)
                 stored_signal = state.extra.get("signal_offset")
                 signals = (KafkaSignalChannel(cfg.kafka, cfg.producer.name,
                                               stored_signal if isinstance(stored_signal, int) else None)
@@ -114,6 +124,28 @@ class ProducerApp:
                 writer.close()
         finally:
             reader.close()
+
+
+    def _marker_slots(self) -> MarkerSlots:
+        """Read-only windows' marker positions, above the last marker in Kafka: a killed run
+        may have written markers and rows at the point where this run closes its first
+        window (the writer has fenced it off by now)."""
+        cfg = self.cfg
+        topic = markers_topic(cfg.kafka.topic_prefix)
+        try:
+            (low, end), = end_offsets(cfg.kafka.bootstrap_servers, [(topic, 0)], client_config=cfg.kafka.client).values()
+        except KafkaException:
+            return MarkerSlots()  # no markers topic yet
+        top = None
+        for msg in read_topic(cfg.kafka.bootstrap_servers, topic, start={0: max(low, end - 256)},
+                              client_config=cfg.kafka.client):
+            p = decode_marker(msg.value()).get("position") if msg.value() else None
+            if is_position(p) and (top is None or p > top):
+                top = p
+        slots = MarkerSlots()
+        if top is not None:
+            slots.reserve(BinlogPosition.decode(top), cfg.snapshot.chunk_size)
+        return slots
 
 
 def run_producer(cfg: CDCConfig, *, recover: str | None = None, **kw) -> int:

@@ -22,7 +22,13 @@ class KafkaHistoryLost(ProducerStopped):
 
 
 class BinlogPurgedError(SourceError):
-    """The stored position is in a binlog file the server no longer has."""
+    """The stored position is in a binlog file (``file``) the server no longer has;
+    ``oldest``: the oldest binlog file it has (None: none)."""
+
+    def __init__(self, message: str, file: str = "", oldest: str | None = None) -> None:
+        super().__init__(message)
+        self.file = file
+        self.oldest = oldest
 
 
 class WriterError(CDCError):

@@ -37,7 +37,7 @@ from contract.records import heartbeat_record, schema_change_record, transaction
 from contract.signals import is_window_marker
 from contract.topics import markers_topic, notifications_topic
 from producer.binlog.process import ReaderProcess
-from producer.binlog.reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
+from producer.binlog.reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd, based
 from producer.binlog.server import ServerInfo
 from producer.capture_filter import CaptureFilter
 from producer.ddl import ddl_target, dropped_tables, renamed_tables, rows_rewritten
@@ -49,6 +49,7 @@ from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.record_encoder import RecordEncoder
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import MarkerSeen, ReleasedChunk, SnapshotCoordinator
+from producer.snapshot.gtid_windows import Boundary
 from producer.snapshot.table_reader import list_tables, read_table_def
 from producer.startup import ProducerState
 
@@ -88,9 +89,9 @@ class StreamSession:
         self._txn: dict | None = None  # the open transaction's metadata (transaction_metadata on)
         # Where to restart to lose nothing of what has been handled: a ResumePoint, or the
         # last RowChanges handled (its resume point, built when needed).
-        r = state.resume
-        self._handled: ResumePoint | RowChanges = ResumePoint(r.file, r.pos, r.last)
+        self._handled: ResumePoint | RowChanges = state.resume
         self._stored_last = state.stored_last.encode() if state.stored_last is not None else None
+        self.gtids = state.gtids  # the GTIDs passed (read-only windows close by them; stored with the offsets)
         # The Kafka signal channel (None: off), and whether rows of the signal table other
         # than window markers are user signals (the source channel).
         self.signals = signals
@@ -112,7 +113,7 @@ class StreamSession:
         if self.state.extra.get("initial_snapshot") == "pending":
             self._start_initial_snapshot()
         coord = self.coord
-        coord.poll()
+        coord.poll(self._boundary(self._handled))
         for item in self.reader:
             kind = type(item)
             if kind is RowChanges:
@@ -131,6 +132,8 @@ class StreamSession:
                                 break
             elif kind is TransactionEnd:
                 self._handled = item.resume
+                if item.gtid:
+                    self.gtids.add(item.gtid)
                 if self._txn is not None:
                     self._txn_end(item)
                 if self._due():
@@ -147,11 +150,17 @@ class StreamSession:
             elif kind is SchemaChange:
                 last_activity = time.monotonic()
                 self._handled = item.resume
+                if item.gtid:
+                    self.gtids.add(item.gtid)
                 self._schema_change(item)
             if self.signals is not None and (kind is Idle or time.monotonic() >= self._signals_due):
                 self._kafka_signals(self.signals)
             if coord.busy:
-                coord.poll()
+                boundary = self._boundary(item) if coord.read_only else None
+                coord.poll(boundary)
+                if boundary is not None:
+                    for chunk in coord.release_quiet(boundary):
+                        self._write_chunk(chunk)
                 self._write_deletions()
             if self.batch_events >= cfg.producer.batch_size * 4:
                 # A very large transaction: commit mid-transaction (resume = its start + last change).
@@ -162,9 +171,28 @@ class StreamSession:
             self._commit(self.current_resume())
         return 0
 
+    def _boundary(self, item) -> Boundary | None:
+        """The stream's place after ``item`` when that is a transaction boundary (read-only
+        chunk windows open and close there), else None."""
+        kind = type(item)
+        if kind is TransactionEnd or kind is SchemaChange:
+            resume = item.resume
+        elif kind is Idle or kind is ResumePoint:
+            resume = item.resume if kind is Idle else item
+        else:
+            return None
+        if resume is None or not resume.file:
+            return None
+        point = resume.position()
+        return Boundary(point, based(point, self.state.file_base), self.gtids)
+
     def _produce(self, item: RowChanges, start: int, stop: int) -> int:
         """Write the events of rows ``start`` to ``stop - 1``; their number."""
         records = self.builder.records(item, start, stop, self.encoder, skip_up_to=self._stored_last)
+        if records and self.coord.read_only and self.coord.inflight:
+            # read-only windows: the keys changed while their chunks are read (dropped at the close)
+            for keys in self.coord.tracking(item.db, item.table):
+                keys.update(r[1] for r in records)
         if records:
             if self.cfg.producer.transaction_metadata:
                 self._txn_begin(item, len(records))
@@ -199,6 +227,9 @@ class StreamSession:
                                           time.monotonic() - self.batch_started >= self.cfg.producer.batch_interval_s)
 
     def _commit(self, resume: ResumePoint) -> None:
+        # The GTIDs passed at ``resume``: a commit inside a transaction resumes at its start,
+        # and the transaction's GTID is added at its end.
+        self.state.extra["gtid"] = str(self.gtids)
         snap = self.coord.state()
         if snap is None:
             self.state.extra.pop("snapshot", None)
@@ -255,9 +286,8 @@ class StreamSession:
     def _signal_position(self) -> BinlogPosition:
         """The session's binlog position, for a signal of the Kafka channel (only window
         markers use theirs, and those never come through it)."""
-        r = self.current_resume()
         try:
-            return BinlogPosition.from_binlog(r.file, r.pos)
+            return self.current_resume().position(self.state.file_base)
         except ValueError:  # no file yet (started by GTID set)
             return BinlogPosition(0, 0)
 
@@ -267,7 +297,8 @@ class StreamSession:
         self.batch_events += 1
 
     def _write_window_marker(self, m: MarkerSeen) -> None:
-        self._write_marker(window_marker(m.kind, m.snapshot_id, m.chunk_id, m.table, m.key_range, m.position))
+        self._write_marker(window_marker(m.kind, m.snapshot_id, m.chunk_id, m.table, m.key_range, m.position,
+                                         **m.extra))
 
     def _write_deletions(self) -> None:
         """DELETE_MISSING markers of the delete-missing tables read completely: after their
@@ -278,7 +309,11 @@ class StreamSession:
                      "snapshot did not find (delete-missing)", d.snapshot_id, d.table, d.below.encode())
 
     def _write_chunk(self, chunk: ReleasedChunk) -> None:
+        for m in chunk.markers:  # read-only windows: OPEN and CLOSE go with the rows
+            self._write_window_marker(m)
         records = self.builder.chunk_records(chunk, self.encoder)
+        if chunk.changed:  # read-only windows: the DBLog rule, here (gtid_windows)
+            records = [r for r in records if r[1] not in chunk.changed]
         if records:
             self.writer.produce_all(records)
             self.batch_events += len(records)

@@ -1,4 +1,6 @@
 """Where a producer starts: its stored position, or ``producer.startup`` when none is stored;
+what it does when the server no longer has the stored position's binlog (purged): stop, or
+stream from the current position and snapshot again (``producer.startup.when_needed``);
 and what it does when Kafka lost its history (a position kept in the state directory that
 Kafka does not hold): stop, or recover as told (``producer.lost_history`` / ``--recover``).
 """
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.config import CDCConfig
+from contract.gtid import GtidSet
 from contract.position import BinlogPosition
 from producer.binlog import server as src
 from producer.binlog.reader import ResumePoint
@@ -31,6 +34,13 @@ class ProducerState:
     resume: ResumePoint
     stored_last: BinlogPosition | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the GTIDs passed at ``resume`` (as far as known: MySQL reports none for a file/pos)
+    gtids: GtidSet = field(default_factory=GtidSet)
+
+    @property
+    def file_base(self) -> int:
+        """Added to binlog file indexes in positions (:func:`producer.binlog.reader.based`)."""
+        return int(self.extra.get("file_base", 0))
 
 
 class Startup:
@@ -41,7 +51,57 @@ class Startup:
 
     def plan(self, conn, info: src.ServerInfo, stored: dict | None, recover: str | None = None) -> ProducerState:
         """The start of this run, given the position ``stored`` in Kafka (``recover``: the
-        recovery asked for on the command line)."""
+        recovery asked for on the command line), with the GTIDs passed there and the server
+        it is on recorded (so a later start on another server resumes by GTID)."""
+        state = self._plan(conn, info, stored, recover)
+        flavor = "mariadb" if info.is_mariadb else "mysql"
+        known = state.extra.get("gtid")
+        if known is not None and state.extra.get("server_id") in (None, info.server_id):
+            state.gtids = GtidSet.parse(known, flavor)
+        elif state.resume.gtid_set:
+            state.gtids = GtidSet.parse(state.resume.gtid_set, flavor)
+        elif state.resume.file:
+            state.gtids = src.gtids_at(conn, info, state.resume.file, state.resume.pos) or GtidSet(flavor)
+        else:
+            state.gtids = GtidSet(flavor)
+        state.extra["server_id"] = info.server_id
+        state.extra["gtid"] = str(state.gtids)
+        return state
+
+    def _failover(self, conn, info: src.ServerInfo, stored: dict) -> ProducerState:
+        """The stored position was taken on another server (``server_id`` differs): resume
+        from its GTID set, if this server's history holds it, with positions above every
+        one written before (a new file base)."""
+        flavor = "mariadb" if info.is_mariadb else "mysql"
+        was = stored.get("server_id")
+        text = stored.get("gtid") or ""
+        if not text:
+            raise ProducerStopped(
+                f"the stored position {stored['resume']['file']}:{stored['resume']['pos']} was taken on server_id "
+                f"{was}, but this server is server_id {info.server_id} and no GTID set was stored with the position: "
+                "a binlog file/pos of one server means nothing on another. Point the producer back at the server "
+                "it was reading, or start anew (cdc produce --reset-offsets, startup.mode=initial)")
+        mine = src.executed_gtids(conn, info.is_mariadb)
+        wanted = GtidSet.parse(text, flavor)
+        if not mine.covers(wanted):
+            raise ProducerStopped(
+                f"failover refused: the stored position was taken on server_id {was} at GTID set {wanted}, but this "
+                f"server (server_id {info.server_id}) has executed {mine or 'no GTIDs'}: its history does not hold "
+                f"the stored position ({'; '.join(mine.missing(wanted))}). Is it of the same replication topology, "
+                "and has it caught up? Point the producer at a server that has applied every stored transaction")
+        r = stored["resume"]
+        base = int(stored.get("file_base", 0))
+        last = BinlogPosition.decode(r["last"]) if r.get("last") else None
+        top = max(last.file_index if last else 0, BinlogPosition.from_binlog(r["file"], int(r["pos"])).file_index + base)
+        extra = {k: v for k, v in stored.items() if k not in ("resume", "ts_ms")}
+        extra["file_base"] = top + 1
+        log.warning("the stored position was taken on server_id %s; this server is server_id %s: failover, resuming "
+                    "after GTID set %s (positions continue above binlog file #%d)", was, info.server_id, wanted, top)
+        return ProducerState(ResumePoint("", 4, gtid_set=str(wanted)), None, extra)
+
+    def _plan(self, conn, info: src.ServerInfo, stored: dict | None, recover: str | None) -> ProducerState:
+        if stored and stored.get("resume") and stored.get("server_id") not in (None, info.server_id):
+            return self._failover(conn, info, stored)
         local = self.local.load()
         problem = lost_history(stored, local)
         if problem is not None:
@@ -50,11 +110,17 @@ class Startup:
             log.info("--recover %s: Kafka holds this producer's history, nothing to recover", recover)
         if stored and stored.get("resume"):
             r = stored["resume"]
-            src.check_position_available(conn, r["file"])
+            carried = {k: v for k, v in stored.items() if k not in ("resume", "ts_ms")}
+            if r.get("gtid_set") and not r.get("file"):  # started by GTID; no event read before it stopped
+                log.info("resuming from stored GTID set %s", r["gtid_set"])
+                return ProducerState(ResumePoint("", 4, gtid_set=r["gtid_set"]), None, carried)
+            try:
+                src.check_position_available(conn, r["file"])
+            except BinlogPurgedError as exc:
+                return self._purged(conn, r, carried, exc)
             last = BinlogPosition.decode(r["last"]) if r.get("last") else None
             log.info("resuming from stored position %s:%s (last change %s)", r["file"], r["pos"], r.get("last"))
-            return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last,
-                                 {k: v for k, v in stored.items() if k not in ("resume", "ts_ms")})
+            return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last, carried)
         st = self.cfg.producer.startup
         extra: dict[str, Any] = {}
         if st.mode in ("latest", "initial"):
@@ -86,6 +152,30 @@ class Startup:
         log.info("no stored position: starting at %s (startup.mode=%s)",
                  resume.gtid_set or f"{resume.file}:{resume.pos}", st.mode)
         return ProducerState(resume, None, extra)
+
+    def _purged(self, conn, r: dict, extra: dict[str, Any], exc: BinlogPurgedError) -> ProducerState:
+        """The stored position ``r`` is in a binlog file the server no longer has: stop, or
+        (``producer.startup.when_needed: snapshot``) stream from the current position and
+        snapshot every captured table again."""
+        kept = f"{r['file']}:{r['pos']}" + (f", last change {r['last']}" if r.get("last") else "")
+        what = (f"the binlog file {r['file']} holding the stored position of producer '{self.cfg.producer.name}' "
+                f"({kept}) is no longer on the server {self.cfg.source.host}:{self.cfg.source.port}; its oldest "
+                f"binlog is {exc.oldest or 'none'}. The changes logged between the stored position and "
+                f"{exc.oldest or 'the current position'} were purged before the producer read them: they are "
+                f"missing from Kafka")
+        if self.cfg.producer.startup.when_needed == "snapshot":
+            state = _from_current(conn, _snapshot_everything(extra))
+            log.error("%s. producer.startup.when_needed=snapshot: streaming from the current position %s:%s and "
+                      "snapshotting every captured table again (delete-missing: the sinks also drop rows deleted "
+                      "meanwhile)", what, state.resume.file, state.resume.pos)
+            return state
+        raise BinlogPurgedError(
+            f"{what}.\nTo carry on, set producer.startup.when_needed: snapshot (environment "
+            f"CDC__PRODUCER__STARTUP__WHEN_NEEDED=snapshot): the producer then streams from the current position and "
+            f"snapshots every captured table again (delete-missing: the sinks also drop rows deleted meanwhile). "
+            f"Or forget the position ('cdc produce --reset-offsets') and start as producer.startup.mode says. To "
+            f"avoid this, keep binlogs longer than a producer may be down (binlog_expire_logs_seconds / "
+            f"expire_logs_days)", r["file"], exc.oldest)
 
     def _recover(self, conn, problem: str, local: dict, recover: str | None) -> ProducerState:
         """Kafka lost this producer's history (``problem``): stop, or recover as asked."""
@@ -127,15 +217,32 @@ class Startup:
             return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last, extra)
         # snapshot: stream on from the kept position when the binlog has it, and read every
         # captured table again; delete-missing removes from the sinks what was deleted meanwhile
-        extra.pop("snapshot", None)
-        extra["initial_snapshot"] = "pending"
-        extra["initial_delete_missing"] = True
+        extra = _snapshot_everything(extra)
         if in_binlog:
             log.error("%s. Recovering (%s): streaming from %s and snapshotting every captured table again "
                       "(delete-missing)", what, mode, kept)
             last = BinlogPosition.decode(r["last"]) if r.get("last") else None
             return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last, extra)
-        file, pos = src.current_position(conn)
+        state = _from_current(conn, extra)
         log.error("%s. The binlog no longer has %s either. Recovering (%s): streaming from the current position "
-                  "%s:%s and snapshotting every captured table again (delete-missing)", what, r["file"], mode, file, pos)
-        return ProducerState(ResumePoint(file, pos), None, extra)
+                  "%s:%s and snapshotting every captured table again (delete-missing)", what, r["file"], mode,
+                  state.resume.file, state.resume.pos)
+        return state
+
+
+def _snapshot_everything(extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` of a start that snapshots every captured table again with delete-missing
+    (a running snapshot's state is dropped: its windows lie in the history that is gone)."""
+    extra.pop("snapshot", None)
+    extra["initial_snapshot"] = "pending"
+    extra["initial_delete_missing"] = True
+    return extra
+
+
+def _from_current(conn, extra: dict[str, Any]) -> ProducerState:
+    """A start at the binlog's current end instead of the stored position: the GTID set
+    stored with that position does not hold here (:meth:`Startup.plan` reads the one of the
+    current position instead)."""
+    extra.pop("gtid", None)
+    file, pos = src.current_position(conn)
+    return ProducerState(ResumePoint(file, pos), None, extra)

@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from common.config import CDCConfig, dump_config
+from tests.replication_helpers import Topology
 from tests.stack_handle import StackHandle, start_test_stack
 
 
@@ -101,3 +102,25 @@ def config_file(config: CDCConfig, tmp_path: Path) -> Path:
     path = tmp_path / "cdc.yaml"
     path.write_text(dump_config(config))
     return path
+
+
+@pytest.fixture
+def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+    """A fresh MariaDB primary with two replicas (GTID replication, read-only, log_slave_updates)
+    in a directory of this test's own; everything is stopped and removed afterwards."""
+    topology = Topology(tmp_path_factory.mktemp("repl"), replicas=2).start()  # a short path: sockets
+    try:
+        yield topology
+    finally:
+        topology.close()
+
+
+@pytest.fixture
+def own_mysql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+    """A MariaDB server of this test's own (no replicas), for what must not touch the session
+    server (purging its binlogs); ``own_mysql.point(config)`` reads from it."""
+    topology = Topology(tmp_path_factory.mktemp("own"), replicas=0).start()
+    try:
+        yield topology
+    finally:
+        topology.close()

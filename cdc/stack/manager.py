@@ -3,7 +3,9 @@
 ``up`` is idempotent: parts already running (by recorded pid and a live health check)
 are left alone, dead ones are started again on the same port and data.  It writes
 ``stack.json`` (connection details, ports, pids) and ``cdc.yaml`` (a complete
-configuration for this stack) into the state directory.  ``down`` stops only the
+configuration for this stack) into the state directory.  ``--replicas N`` adds MariaDB
+replicas of the server (:mod:`cdc.stack.replication`), recorded under ``replicas``;
+``--read-only`` gives the CDC user no write at all (``snapshot.read_only`` in cdc.yaml).  ``down`` stops only the
 processes recorded there, checking each pid's command line first.
 
 The embedded broker keeps its topics in memory: started again, it is empty.  What
@@ -27,6 +29,7 @@ from cdc.stack.kafka_broker import EmbeddedBroker, external_broker
 from cdc.stack.mysql_server import EmbeddedMySQL, server_status
 from cdc.stack.postgres_server import EmbeddedPostgres, external_postgres
 from cdc.stack.process import pid_alive
+from cdc.stack.replication import replica_name, replica_status, start_replicas, stop_server
 from common.config import CDCConfig, dump_config
 from producer.offset_store import LocalOffsetCopy
 
@@ -51,6 +54,10 @@ class StackInfo:
     @property
     def postgres(self) -> dict[str, Any]:
         return self.data["postgres"]
+
+    @property
+    def replicas(self) -> list[dict[str, Any]]:
+        return self.data.get("replicas") or []
 
     @property
     def config_path(self) -> Path:
@@ -86,6 +93,7 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     cfg.source.user, cfg.source.password = m["cdc_user"], m["cdc_password"]
     cfg.source.signal_table = m["signal_table"]
     cfg.source.exclude_databases = [SINK_DATABASE]
+    cfg.snapshot.read_only = bool(m.get("cdc_read_only"))
     cfg.kafka.bootstrap_servers = k["bootstrap_servers"]
     cfg.sinks.postgres.enabled = True
     cfg.sinks.postgres.dsn = p["dsn"]
@@ -148,10 +156,14 @@ def _reset_for_lost_kafka(state_dir: Path) -> list[str]:
 
 def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None = None,
              postgres_dsn: str | None = None, signal_table: str = "cdc_control.cdc_signal",
-             on_lost_kafka: str = "recover") -> StackInfo:
+             on_lost_kafka: str = "recover", replicas: int | None = None,
+             read_only: bool | None = None) -> StackInfo:
     """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
     embedded broker must be started again (its topics are gone) and the state directory
-    holds what depended on them."""
+    holds what depended on them.  ``replicas``: how many MariaDB replicas of the server to
+    run (0..2; None: as many as recorded, none for a new stack).  ``read_only``: the CDC
+    user gets only REPLICATION SLAVE, REPLICATION CLIENT and SELECT, and cdc.yaml says
+    ``snapshot.read_only: true`` (None: as recorded, writable for a new stack)."""
     if on_lost_kafka not in ("recover", "refuse"):
         raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
@@ -171,8 +183,11 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
             "away to start from nothing.")
     data: dict[str, Any] = {"state_dir": str(state_dir)}
     try:
-        mysql = EmbeddedMySQL(state_dir, signal_table)
+        mysql = EmbeddedMySQL(state_dir, signal_table, cdc_read_only=read_only)
         data["mysql"] = mysql.start(previous.get("mysql")).to_json()
+        count = len(previous.get("replicas") or []) if replicas is None else replicas
+        data.update(start_replicas(state_dir, data["mysql"], count, previous=previous.get("replicas"),
+                                   replication=previous.get("replication")))
         if kafka_bootstrap:
             data["kafka"] = external_broker(kafka_bootstrap)
         else:
@@ -216,6 +231,9 @@ def stack_down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str]:
         stopped.append("postgres")
     if (data.get("kafka") or {}).get("embedded") and EmbeddedBroker(state_dir).stop(data["kafka"]):
         stopped.append("kafka")
+    for index, replica in enumerate(data.get("replicas") or [], start=1):
+        if stop_server(replica):
+            stopped.append(replica_name(index))
     if data.get("mysql") and EmbeddedMySQL(state_dir).stop(data["mysql"]):
         stopped.append("mysql")
     return stopped
@@ -229,6 +247,8 @@ def stack_status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, tuple[bool, s
     report: dict[str, tuple[bool, str]] = {}
     if "mysql" in data:
         report["mysql"] = server_status(data["mysql"])
+    for index, replica in enumerate(data.get("replicas") or [], start=1):
+        report[replica_name(index)] = replica_status(replica)
     if "kafka" in data:
         report["kafka"] = _kafka_status(data["kafka"])
     if "postgres" in data:

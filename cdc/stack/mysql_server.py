@@ -1,5 +1,9 @@
 """The embedded MySQL-compatible server: the machine's ``mariadbd``/``mysqld`` binary
-on a private datadir with the binlog settings change capture needs."""
+on a private datadir with the binlog settings change capture needs.
+
+The same class runs a replica (``replica_of``): its own datadir and port, a distinct
+``--server-id``, ``--read-only=ON``; :mod:`cdc.stack.replication` builds a primary with
+replicas from it."""
 
 from __future__ import annotations
 
@@ -63,43 +67,86 @@ class MySQLServerInfo:
     pid: int | None = None
     log: str = ""
     extra: dict = field(default_factory=dict)
+    # The CDC user may only read (REPLICATION SLAVE, REPLICATION CLIENT, SELECT): no
+    # INSERT/DELETE on the signal table (``cdc stack up --read-only``).
+    cdc_read_only: bool = False
+    # "primary", or "replica" (started with --read-only=ON, replicating by GTID).
+    role: str = "primary"
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-class EmbeddedMySQL:
-    """Initialise (once) and run a private server under ``<state>/mysql``."""
+@dataclass(frozen=True)
+class ReplicationSource:
+    """The server a replica replicates from, and the replication user it logs in as."""
 
-    def __init__(self, state_dir: Path, signal_table: str = "cdc_control.cdc_signal") -> None:
-        self.root = state_dir / "mysql"
+    host: str
+    port: int
+    user: str
+    password: str
+
+
+class EmbeddedMySQL:
+    """Initialise (once) and run a private server under ``<state>/<name>`` (``mysql``).
+
+    ``replica_of``: run it as a replica of that server (``--read-only=ON``); a fresh one
+    replicates the source's binlog from its first transaction, the users included.
+    ``cdc_read_only``: the CDC user's grants (None: as recorded, writable when new)."""
+
+    def __init__(self, state_dir: Path, signal_table: str = "cdc_control.cdc_signal", *, name: str = "mysql",
+                 server_id: int = 1, replica_of: ReplicationSource | None = None,
+                 cdc_read_only: bool | None = None) -> None:
+        self.name = name
+        self.root = state_dir / name
         self.datadir = self.root / "data"
         self.socket = self.root / "mysqld.sock"
         self.pidfile = self.root / "mysqld.pid"
         self.log = self.root / "mysqld.log"
         self.signal_table = signal_table
+        self.server_id = server_id
+        self.replica_of = replica_of
+        self.cdc_read_only = cdc_read_only
+
+    @property
+    def initialised(self) -> bool:
+        return (self.datadir / "mysql").exists()
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self, previous: dict | None = None) -> MySQLServerInfo:
+        """Start the server, or find it running.  ``previous``: its record in stack.json
+        (a replica's first start: the primary's passwords, which replication brings)."""
+        previous = previous or {}
         binary = find_server_binary()
         flavor, version = server_flavor(binary)
-        if previous and pid_alive(previous.get("pid")) and self._healthy(previous):
-            return MySQLServerInfo(**previous)
-        port = previous["port"] if previous else free_port()
-        info = MySQLServerInfo(
-            host="127.0.0.1", port=port, socket=str(self.socket), datadir=str(self.datadir),
-            binary=binary, flavor=flavor, version=version,
-            admin_user="root", admin_password=(previous or {}).get("admin_password") or secrets.token_hex(16),
-            cdc_user="cdc", cdc_password=(previous or {}).get("cdc_password") or secrets.token_hex(16),
-            signal_table=self.signal_table, log=str(self.log))
-        fresh = not (self.datadir / "mysql").exists()
-        if fresh:
-            self._initialise(binary, flavor)
-        info.pid = self._launch(binary, flavor, port)
-        wait_until(lambda: self._socket_ready(info, fresh), 60, f"{flavor} server on port {port}",
-                   pid=info.pid, log_path=self.log)
-        if fresh:
-            self._bootstrap(info)
+        read_only = bool(previous.get("cdc_read_only")) if self.cdc_read_only is None else self.cdc_read_only
+        if pid_alive(previous.get("pid")) and self._healthy(previous):
+            info = MySQLServerInfo(**previous)
+        else:
+            info = MySQLServerInfo(
+                host="127.0.0.1", port=previous.get("port") or free_port(), socket=str(self.socket),
+                datadir=str(self.datadir), binary=binary, flavor=flavor, version=version,
+                admin_user="root", admin_password=previous.get("admin_password") or secrets.token_hex(16),
+                cdc_user="cdc", cdc_password=previous.get("cdc_password") or secrets.token_hex(16),
+                signal_table=self.signal_table, server_id=self.server_id, log=str(self.log),
+                cdc_read_only=bool(previous.get("cdc_read_only")),
+                role="replica" if self.replica_of else "primary")
+            fresh = not self.initialised
+            if fresh:
+                self._initialise(binary, flavor)
+            info.pid = self._launch(binary, flavor, info.port)
+            wait_until(lambda: self._socket_ready(info, fresh), 60, f"{flavor} server {self.name} on port {info.port}",
+                       pid=info.pid, log_path=self.log)
+            if fresh and self.replica_of:
+                self._follow(info, self.replica_of)
+            elif fresh:
+                self._bootstrap(info, read_only)
+                info.cdc_read_only = read_only
+        if self.replica_of:
+            info.cdc_read_only = read_only  # the grants come from the primary, by replication
+        elif info.cdc_read_only != read_only:
+            self._set_cdc_grants(info, read_only)
+            info.cdc_read_only = read_only
         return info
 
     def stop(self, info: dict) -> bool:
@@ -130,14 +177,18 @@ class EmbeddedMySQL:
             binary, "--no-defaults", f"--datadir={self.datadir}", f"--port={port}", "--bind-address=127.0.0.1",
             f"--socket={self.socket}", f"--pid-file={self.pidfile}", f"--log-error={self.log}",
             f"--log-bin={self.datadir / 'mysql-bin'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
-            "--binlog-row-metadata=FULL", "--server-id=1", "--skip-name-resolve",
+            "--binlog-row-metadata=FULL", f"--server-id={self.server_id}", "--skip-name-resolve",
             "--character-set-server=utf8mb4", "--innodb-buffer-pool-size=256M", "--max-connections=300",
-            "--max-allowed-packet=64M", *self._user_args(),
+            "--max-allowed-packet=64M", f"--relay-log={self.datadir / 'relay-bin'}", *self._user_args(),
         ]
-        if flavor == "mysql":
+        if flavor == "mysql":  # log_replica_updates is on by default
             args += ["--gtid-mode=ON", "--enforce-gtid-consistency=ON", "--mysqlx=OFF"]
         else:
-            args += ["--gtid-strict-mode=ON"]
+            # A server logs what it replicates too, so any server of a topology can feed a
+            # producer (or become the primary) with every transaction under its own GTID.
+            args += ["--gtid-strict-mode=ON", "--log-slave-updates=ON"]
+        if self.replica_of:
+            args += ["--read-only=ON"]
         return spawn(args, self.root / "mysqld.out")
 
     def _socket_ready(self, info: MySQLServerInfo, fresh: bool) -> bool:
@@ -164,14 +215,15 @@ class EmbeddedMySQL:
         conn.close()
         return True
 
-    def _bootstrap(self, info: MySQLServerInfo) -> None:
+    def _bootstrap(self, info: MySQLServerInfo, cdc_read_only: bool) -> None:
         conn = self._connect_admin(info, fresh=True)
         apw = conn.escape(info.admin_password)
         statements = [
             f"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY {apw}",
             f"ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY {apw}",
             "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
-            *cdc_user_statements(conn, info.cdc_user, info.cdc_password, self.signal_table),
+            *cdc_user_statements(conn, info.cdc_user, info.cdc_password, self.signal_table,
+                                 read_only=cdc_read_only),
             f"ALTER USER 'root'@'localhost' IDENTIFIED BY {apw}",
             "FLUSH PRIVILEGES",
         ]
@@ -180,22 +232,61 @@ class EmbeddedMySQL:
                 cur.execute(stmt)
         conn.close()
 
+    def _follow(self, info: MySQLServerInfo, source: ReplicationSource) -> None:
+        """A fresh replica: replicate ``source`` from its first transaction (nothing is
+        written here first: a local GTID would break strict GTID order), then wait for the
+        users to arrive (the admin login works once they have)."""
+        conn = self._connect_admin(info, fresh=True)
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL gtid_slave_pos = ''")
+            cur.execute(change_master_sql(conn, source))
+            cur.execute("START SLAVE")
+        conn.close()
+        wait_until(lambda: self._socket_ready(info, False), 120,
+                   f"replica {self.name} to receive the users of its primary on port {source.port}",
+                   pid=info.pid, log_path=self.log, interval=0.2)
+
+    def _set_cdc_grants(self, info: MySQLServerInfo, read_only: bool) -> None:
+        """Switch the CDC user between read-only and writable (INSERT, DELETE on the signal table)."""
+        conn = self._connect_admin(info, fresh=False)
+        u = f"{conn.escape(info.cdc_user)}@'%'"
+        with conn.cursor() as cur:
+            if read_only:
+                try:
+                    cur.execute(f"REVOKE INSERT, DELETE ON {quote_table(self.signal_table)} FROM {u}")
+                except pymysql.err.MySQLError as exc:
+                    if exc.args[0] not in (1141, 1147):  # no such grant: nothing to revoke
+                        raise
+            else:
+                cur.execute(f"GRANT INSERT, DELETE ON {quote_table(self.signal_table)} TO {u}")
+        conn.close()
+
+
+def change_master_sql(conn: pymysql.connections.Connection, source: ReplicationSource) -> str:
+    """``CHANGE MASTER TO`` ``source`` by GTID (MariaDB), retrying a lost connection each second."""
+    return (f"CHANGE MASTER TO MASTER_HOST={conn.escape(source.host)}, MASTER_PORT={int(source.port)}, "
+            f"MASTER_USER={conn.escape(source.user)}, MASTER_PASSWORD={conn.escape(source.password)}, "
+            "MASTER_CONNECT_RETRY=1, MASTER_USE_GTID=slave_pos")
+
 
 def cdc_user_statements(conn: pymysql.connections.Connection, user: str, password: str,
-                        signal_table: str) -> list[str]:
+                        signal_table: str, *, read_only: bool = False) -> list[str]:
     """SQL creating the least-privilege CDC user and the signal table.
 
     The user may read the binlog and SELECT; it may only INSERT and DELETE rows of the
-    signal table (its snapshot window markers), nothing else."""
+    signal table (its snapshot window markers), nothing else.  ``read_only``: not even
+    that (read-only snapshots, ``snapshot.read_only``)."""
     u = f"{conn.escape(user)}@'%'"
-    return [
+    statements = [
         f"CREATE USER IF NOT EXISTS {u} IDENTIFIED BY {conn.escape(password)}",
         f"ALTER USER {u} IDENTIFIED BY {conn.escape(password)}",
         f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {u}",
         f"CREATE DATABASE IF NOT EXISTS {quote_ident(signal_table.split('.')[0])}",
         SIGNAL_DDL.format(table=quote_table(signal_table)),
-        f"GRANT INSERT, DELETE ON {quote_table(signal_table)} TO {u}",
     ]
+    if not read_only:
+        statements.append(f"GRANT INSERT, DELETE ON {quote_table(signal_table)} TO {u}")
+    return statements
 
 
 def server_status(info: dict) -> tuple[bool, str]:

@@ -65,7 +65,8 @@ _PR_SET_PDEATHSIG = 1
 class ReaderProcess:
     """Iterate a :class:`BinlogReader`'s items; the reader runs in a child process."""
 
-    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, batch_rows: int) -> None:
+    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, batch_rows: int,
+                 file_base: int = 0) -> None:
         read_fd, write_fd = os.pipe()
         try:
             fcntl.fcntl(write_fd, _F_SETPIPE_SZ, PIPE_BYTES)
@@ -86,7 +87,7 @@ class ReaderProcess:
         try:
             with self._process.stdin as stdin:
                 stdin.write(json.dumps(sys.path).encode() + b"\n")
-                pickle.dump((write_fd, cfg, resume, is_mariadb, max(1, batch_rows), os.getpid()),
+                pickle.dump((write_fd, cfg, resume, is_mariadb, max(1, batch_rows), os.getpid(), file_base),
                             stdin, pickle.HIGHEST_PROTOCOL)
         except BaseException:
             self.close()
@@ -210,14 +211,14 @@ _CHILD_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.stdin.buffer.read
 
 def _child_main() -> None:
     """The child process: read the binlog, send its items to the parent (arguments on stdin)."""
-    fd, cfg, resume, is_mariadb, batch_rows, parent_pid = pickle.load(sys.stdin.buffer)
+    fd, cfg, resume, is_mariadb, batch_rows, parent_pid, file_base = pickle.load(sys.stdin.buffer)
     _die_with_parent(parent_pid)
     conn = Connection(fd, readable=False)
     batcher = _Batcher(conn, batch_rows)
     reader = None
     try:
         reader = BinlogReader(cfg, resume, is_mariadb=is_mariadb, wants=CaptureFilter(cfg).wants,
-                              heartbeat_s=QUIET_S)
+                              heartbeat_s=QUIET_S, file_base=file_base)
         for item in reader:
             batcher.add(item)
         batcher.flush()

@@ -56,7 +56,23 @@ class ResumePoint:
     skip_to_timestamp: int | None = None
 
     def to_json(self) -> dict:
-        return {"file": self.file, "pos": self.pos, "last": self.last}
+        out = {"file": self.file, "pos": self.pos, "last": self.last}
+        if self.gtid_set and not self.file:  # started by GTID, no event read yet
+            out["gtid_set"] = self.gtid_set
+        return out
+
+    def position(self, file_base: int = 0) -> BinlogPosition:
+        """This point as a position (row 0): the first byte of the next event, so below
+        that event's own position and above every event before it."""
+        return based(BinlogPosition.from_binlog(self.file, self.pos), file_base)
+
+
+def based(p: BinlogPosition, file_base: int) -> BinlogPosition:
+    """``p`` with ``file_base`` added to its file index.  Positions must rise across
+    servers too: after a failover the new server's binlog files are numbered on their
+    own, so the producer adds a base that puts them above everything written before
+    (stored with its offsets, see :mod:`producer.startup`)."""
+    return BinlogPosition(p.file_index + file_base, p.pos, p.row, p.stem) if file_base else p
 
 
 @dataclass
@@ -162,8 +178,9 @@ class BinlogReader:
 
     def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
                  heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
-                 wants: Callable[[str, str], bool] = lambda db, table: True) -> None:
+                 wants: Callable[[str, str], bool] = lambda db, table: True, file_base: int = 0) -> None:
         self.cfg = cfg
+        self.file_base = file_base
         self.resume = resume
         self.is_mariadb = is_mariadb
         self._last = BinlogPosition.decode(resume.last) if resume.last else None
@@ -200,7 +217,7 @@ class BinlogReader:
 
     # -- helpers ----------------------------------------------------------------------
     def _file_position(self, end_pos: int, size: int) -> BinlogPosition:
-        return BinlogPosition.from_binlog(self._file, max(end_pos - size, 0))
+        return based(BinlogPosition.from_binlog(self._file, max(end_pos - size, 0)), self.file_base)
 
     def current_resume(self) -> ResumePoint:
         """Where to restart to lose nothing of what has been yielded so far."""
@@ -220,6 +237,12 @@ class BinlogReader:
                 self._file, self._next_pos = ev.next_binlog, ev.position
                 continue
             if isinstance(ev, HeartbeatLogEvent):
+                # The server sends a heartbeat when it has sent everything it holds: its
+                # position is the binlog's end (events the reader filters included), so an
+                # idle binlog does not hold a resume point (or a read-only window) behind.
+                ident = ev.ident.decode() if isinstance(ev.ident, bytes) else ev.ident
+                if not self._txn.open and end_pos and ident == self._file:
+                    self._next_pos = max(self._next_pos, end_pos)
                 yield Idle(None if self._txn.open else self.current_resume())
                 continue
             if isinstance(ev, FormatDescriptionEvent):
@@ -281,7 +304,7 @@ class BinlogReader:
     def _commit(self, end_pos: int, start: int) -> Iterator[TransactionEnd]:
         txn = self._txn
         self._txn = _TxnState()
-        yield TransactionEnd(BinlogPosition.from_binlog(self._file, start), txn.gtid,
+        yield TransactionEnd(based(BinlogPosition.from_binlog(self._file, start), self.file_base), txn.gtid,
                              ResumePoint(self._file, end_pos, self._last.encode() if self._last else None),
                              txn.events)
 

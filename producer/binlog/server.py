@@ -14,6 +14,8 @@ import pymysql
 
 from common.errors import SourceError
 from common.sql.sessions import connect
+from contract.gtid import GtidSet
+from producer.binlog.grants import grants_problem, missing_privileges
 from producer.errors import BinlogPurgedError
 
 
@@ -65,6 +67,21 @@ def check_server(conn) -> ServerInfo:
     return info
 
 
+def check_grants(conn, *, read_only: bool, signal_table: str) -> None:
+    """Refuse a CDC user that lacks a privilege the producer needs, naming each and the
+    GRANT statement that gives it: REPLICATION SLAVE, REPLICATION CLIENT (BINLOG MONITOR),
+    SELECT, and unless ``read_only`` INSERT and DELETE on ``signal_table``."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        account = cur.fetchone()[0]
+        cur.execute("SHOW GRANTS")
+        lines = [row[0] for row in cur.fetchall()]
+    problem = grants_problem(missing_privileges(lines, read_only=read_only, signal_table=signal_table), account,
+                             read_only=read_only)
+    if problem:
+        raise SourceError(problem)
+
+
 def start_at_current(cfg) -> tuple[str, int]:
     """Set ``cfg.producer.startup`` to the binlog's current end (``mode: position``), so a
     producer started later streams from exactly here; returns that position."""
@@ -93,6 +110,29 @@ def current_position(conn) -> tuple[str, int]:
                       "REPLICATION CLIENT (BINLOG MONITOR on MariaDB)?")
 
 
+def executed_gtids(conn, is_mariadb: bool) -> GtidSet:
+    """The server's executed GTID set now: MariaDB ``@@gtid_binlog_pos`` (the last GTID of
+    each domain in its binlog), MySQL ``@@gtid_executed``."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos" if is_mariadb else "SELECT @@gtid_executed")
+        (text,) = cur.fetchone()
+    return GtidSet.parse(text or "", "mariadb" if is_mariadb else "mysql")
+
+
+def gtids_at(conn, info: ServerInfo, file: str, pos: int) -> GtidSet | None:
+    """The GTID position of binlog coordinates ``file:pos`` (MariaDB's ``BINLOG_GTID_POS``);
+    None on MySQL, or when the server does not know the coordinates."""
+    if not info.is_mariadb:
+        return None
+    with conn.cursor() as cur:
+        try:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+        except pymysql.err.MySQLError:
+            return None
+        (text,) = cur.fetchone()
+    return None if text is None else GtidSet.parse(text, "mariadb")
+
+
 def binlog_files(conn) -> list[tuple[str, int]]:
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
@@ -109,12 +149,13 @@ def earliest_position(conn) -> tuple[str, int]:
 def check_position_available(conn, file: str) -> None:
     names = [f for f, _ in binlog_files(conn)]
     if file not in names:
+        oldest = names[0] if names else None
         raise BinlogPurgedError(
             f"the binlog file {file} holding the stored position is no longer on the server "
-            f"(oldest is {names[0] if names else 'none'}): changes between the stored position and the oldest "
+            f"(oldest is {oldest or 'none'}): changes between the stored position and the oldest "
             f"binlog are gone. Restart from a fresh snapshot: delete the producer's offsets "
             f"('cdc produce --reset-offsets') and start with startup.mode=initial, or raise the server's "
-            f"binlog retention (binlog_expire_logs_seconds / expire_logs_days) to avoid this")
+            f"binlog retention (binlog_expire_logs_seconds / expire_logs_days) to avoid this", file, oldest)
 
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")

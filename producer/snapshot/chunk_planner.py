@@ -11,6 +11,7 @@ key ``chunk_size`` rows further on (:func:`~producer.snapshot.chunk_queries.boun
 from __future__ import annotations
 
 from contract.position import BinlogPosition
+from producer.binlog.reader import based
 from producer.binlog.server import current_position
 from producer.snapshot.state import KeyRange, TableJob
 from producer.snapshot.table_reader import boundary_key, estimated_rows, max_key, min_key
@@ -33,9 +34,10 @@ def even_split_step(min_key: int, max_key: int, estimated_rows: int, chunk_size:
 
 
 class ChunkPlanner:
-    def __init__(self, chunk_size: int, parallelism: int) -> None:
+    def __init__(self, chunk_size: int, parallelism: int, file_base: int = 0) -> None:
         self.chunk_size = chunk_size
         self.parallelism = parallelism
+        self.file_base = file_base  # added to binlog file indexes in positions (producer.binlog.reader.based)
 
     @staticmethod
     def keys(job: TableJob, tdef: TableDef) -> list[str]:
@@ -52,7 +54,7 @@ class ChunkPlanner:
             # now is read after it: a sink row below it that the snapshot does not refresh
             # was deleted at the source.
             file, pos = current_position(conn)
-            job.below = BinlogPosition.from_binlog(file, pos).encode()
+            job.below = based(BinlogPosition.from_binlog(file, pos), self.file_base).encode()
         mk = job.max_key
         if not job.max_key_read:
             found = max_key(conn, tdef, keys)

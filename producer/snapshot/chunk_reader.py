@@ -1,5 +1,10 @@
 """Chunk readers: OPEN marker row, the chunk's SELECT, CLOSE marker row, each on its own session.
 
+In read-only mode (``snapshot.read_only``) a reader writes nothing: it reads the server's
+executed GTID set, the chunk in a consistent-snapshot transaction, and the GTID set and
+binlog end again (:class:`QuietRead`); the coordinator closes the window when the binlog
+reader has passed them (:mod:`producer.snapshot.gtid_windows`).
+
 Readers are the threads of a pool (``snapshot.parallelism``), each with its own read
 session (UTC, READ COMMITTED, autocommit: every statement commits on its own, no lock is
 held, no long transaction).  The window markers are rows of the signal table
@@ -12,14 +17,19 @@ server is back and no window stays open downstream.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pymysql
 
-from common.errors import CDCError
+from common.errors import CDCError, SourceUnavailable
 from common.sql.quoting import quote_table
+from contract.gtid import GtidSet
+from contract.position import BinlogPosition
 from contract.signals import WINDOW_CLOSE, WINDOW_OPEN
+from producer.binlog.server import current_position, executed_gtids
 from producer.snapshot.state import KeyRange
 from producer.snapshot.table_reader import read_chunk
 from producer.table_schema import TableDef
@@ -32,6 +42,22 @@ class Unclosed(CDCError):
     def __init__(self, cause: Exception, close: tuple[str, str] | None = None) -> None:
         super().__init__(str(cause))
         self.close = close
+
+
+#: Tries of a read-only chunk read whose consistent snapshot does not yet hold everything
+#: the binlog reader has passed (a commit binlogged, not yet visible), a few ms apart.
+SNAPSHOT_TRIES = 200
+
+
+@dataclass
+class QuietRead:
+    """A chunk read without writing: its rows, the executed GTID sets read just before and
+    just after it, and the binlog's end (file, pos) read after the second set."""
+
+    rows: list[dict]
+    gtids_before: GtidSet
+    gtids_after: GtidSet
+    end: tuple[str, int]
 
 
 class MarkerRows:
@@ -84,6 +110,63 @@ class ChunkReader:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="cdc-chunk-reader")
         return self._pool.submit(self._read, prefix, marker, tdef, keys, rng, condition)
+
+    def submit_quiet(self, tdef: TableDef, keys: list[str], rng: KeyRange, condition: str | None, *,
+                     is_mariadb: bool, anchor: BinlogPosition, anchor_gtids: GtidSet) -> Future:
+        """Read the chunk ``rng`` without writing to the source (read-only mode): a future
+        of a :class:`QuietRead`.  ``anchor``: the binlog point (real file index) the binlog
+        reader had reached when the chunk was submitted, and ``anchor_gtids`` the GTIDs it
+        had passed; the read sees at least everything before them."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="cdc-chunk-reader")
+        return self._pool.submit(self._read_quiet, tdef, keys, rng, condition, is_mariadb, anchor, anchor_gtids)
+
+    def _read_quiet(self, tdef: TableDef, keys: list[str], rng: KeyRange, condition: str | None, is_mariadb: bool,
+                    anchor: BinlogPosition, anchor_gtids: GtidSet) -> QuietRead:
+        try:
+            conn = self._session()
+            for _ in range(SNAPSHOT_TRIES):
+                before = executed_gtids(conn, is_mariadb)
+                rows = self._snapshot_select(conn, tdef, keys, rng, condition, is_mariadb, anchor, anchor_gtids, before)
+                if rows is not None:
+                    break
+                time.sleep(0.005)
+            else:
+                raise SourceUnavailable(f"the server's snapshot did not reach the binlog point {anchor} the binlog "
+                                        f"reader had passed in {SNAPSHOT_TRIES} tries")
+            after = executed_gtids(conn, is_mariadb)
+            end = current_position(conn)
+        except Exception:
+            self._drop_session()
+            raise
+        return QuietRead(rows, before, after, end)
+
+    def _snapshot_select(self, conn, tdef: TableDef, keys: list[str], rng: KeyRange, condition: str | None,
+                         is_mariadb: bool, anchor: BinlogPosition, anchor_gtids: GtidSet,
+                         before: GtidSet) -> list[dict] | None:
+        """The chunk's SELECT in a consistent-snapshot transaction, or None when the
+        snapshot does not hold every transaction before ``anchor`` yet.  MariaDB tells the
+        snapshot's exact binlog point (``binlog_snapshot_file/position``: its binlog is
+        written before the engine commits, so a GTID set can name a transaction not yet
+        visible); MySQL adds a GTID to ``gtid_executed`` once it is committed, so the set
+        read before the snapshot must reach the anchor's."""
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            try:
+                if is_mariadb:
+                    cur.execute("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+                    status = {k.lower(): v for k, v in cur.fetchall()}
+                    seen = BinlogPosition.from_binlog(status["binlog_snapshot_file"],
+                                                      int(status["binlog_snapshot_position"]))
+                    ready = (seen.file_index, seen.pos) >= (anchor.file_index, anchor.pos)
+                else:
+                    ready = before.covers(anchor_gtids)
+                rows = read_chunk(conn, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition,
+                                  limit=self.chunk_size) if ready else None
+            finally:
+                cur.execute("COMMIT")
+        return rows
 
     def close(self) -> None:
         if self._pool is not None:

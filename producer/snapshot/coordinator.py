@@ -23,6 +23,11 @@ the chunk readers and the marker rows (:mod:`.chunk_reader`), the stored state
 (:mod:`.state`); this module drives them.  Buffered rows are bounded by
 ``parallelism x chunk_size`` whatever the table size.
 
+In read-only mode (``read_only``) no marker row is written: chunks are read quietly and
+their windows bounded by GTID sets (:mod:`.gtid_windows`); the session hands the
+coordinator each transaction boundary (``poll(boundary)``, ``release_quiet``) and the
+record keys it writes while such chunks are in flight (``track``).
+
 Marker rows carry this process's run id, so a marker left in the binlog by an earlier
 process (before a crash) is never taken for one of this process's chunks.  Marker rows
 are deleted once their chunk is released (Debezium's insert/delete strategy).
@@ -39,7 +44,7 @@ import logging
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from contract.errors import BadSignal
@@ -48,7 +53,8 @@ from contract.position import BinlogPosition
 from contract.signals import WINDOW_CLOSE, WINDOW_OPEN, Signal, parse_signal
 from producer.snapshot.actions import ACTIONS, table_jobs
 from producer.snapshot.chunk_planner import ChunkPlanner
-from producer.snapshot.chunk_reader import ChunkReader, MarkerRows, Unclosed
+from producer.snapshot.chunk_reader import ChunkReader, MarkerRows, QuietRead, Unclosed
+from producer.snapshot.gtid_windows import Boundary, MarkerSlots, window_passed
 from producer.snapshot.state import KeyRange, TableJob, encode_key
 from producer.snapshot.table_reader import read_table_def
 from producer.table_schema import TableDef
@@ -70,6 +76,7 @@ class MarkerSeen:
     table: str
     key_range: dict
     position: BinlogPosition
+    extra: dict = field(default_factory=dict)  # read-only windows: the GTID sets bounding the read
 
 
 @dataclass
@@ -93,6 +100,8 @@ class _Chunk:
     close_marker: tuple[str, str] = ("", "")  # (id, data) of its CLOSE marker row
     open_position: BinlogPosition | None = None
     invalid: str | None = None  # why it must be read again instead of released
+    quiet: Boundary | None = None  # read-only: the boundary it was submitted at
+    changed: set = field(default_factory=set)  # read-only: record keys written for its table since
 
     @property
     def marker_data(self) -> dict:
@@ -108,12 +117,21 @@ class ReleasedChunk:
     open_position: BinlogPosition
     close_position: BinlogPosition
     key_columns: list[str]
+    # read-only windows: record keys changed inside the window (their rows are dropped),
+    # and the markers to write before the rows
+    changed: set | None = None
+    markers: tuple[MarkerSeen, ...] = ()
 
 
 class SnapshotCoordinator:
     def __init__(self, *, signal_table: str, chunk_size: int, captures: Callable[[str, str], bool],
                  connect: Callable[[], Any], parallelism: int = 1, state: dict | None = None,
-                 notify: Callable[[Notification], None] = lambda n: None) -> None:
+                 notify: Callable[[Notification], None] = lambda n: None, read_only: bool = False,
+                 is_mariadb: bool = True, slots: MarkerSlots | None = None, file_base: int = 0) -> None:
+        self.read_only = read_only
+        self.is_mariadb = is_mariadb
+        self.slots = slots or MarkerSlots()
+        self._boundary: Boundary | None = None
         self.chunk_size = chunk_size
         self.parallelism = parallelism
         self.captures = captures
@@ -121,7 +139,7 @@ class SnapshotCoordinator:
         self._conn = None
         self.notify = notify
         self.markers = MarkerRows(signal_table)
-        self.planner = ChunkPlanner(chunk_size, parallelism)
+        self.planner = ChunkPlanner(chunk_size, parallelism, file_base)
         self.readers = ChunkReader(connect, self.markers, chunk_size, parallelism)
         self.run_id = uuid.uuid4().hex[:12]
         self.snapshot_id: str | None = None
@@ -144,7 +162,8 @@ class SnapshotCoordinator:
             return None
         # Windows opened downstream that no CLOSE marker closed yet: after a restart they are
         # closed by CLOSE marker rows written then (their readers are gone).
-        unclosed = [list(ch.close_marker) for ch in self.inflight.values() if ch.open_position is not None]
+        unclosed = [list(ch.close_marker) for ch in self.inflight.values()
+                    if ch.open_position is not None and ch.quiet is None]
         return {"snapshot_id": self.snapshot_id, "paused": self.paused, "chunk_seq": self.chunk_seq,
                 "jobs": [j.to_state() for j in self.jobs],
                 "unclosed": unclosed + [list(c) for c in self._pending_closes]}
@@ -288,9 +307,13 @@ class SnapshotCoordinator:
         self.snapshot_id, self.jobs, self.paused, self._aborted = None, [], False, set()
 
     # -- chunks --------------------------------------------------------------------------
-    def poll(self) -> None:
+    def poll(self, boundary: Boundary | None = None) -> None:
         """Start chunk reads while fewer than ``parallelism`` are in flight (called between
-        binlog items)."""
+        binlog items).  Read-only mode starts them at transaction boundaries only
+        (``boundary``: where the stream stands, None inside a transaction)."""
+        self._boundary = boundary
+        if self.read_only and boundary is None:
+            return
         if self.inflight:
             self._reap_unclosed()
         if self._pending_closes and time.monotonic() >= self._retry_after:
@@ -355,10 +378,55 @@ class SnapshotCoordinator:
         chunk_id = self.chunk_seq
         marker = json.dumps({"snapshot_id": self.snapshot_id, "chunk_id": chunk_id, "table": job.table,
                              "run": self.run_id, "range": {"lo": encode_key(rng.lo), "hi": encode_key(rng.hi)}})
+        if self.read_only:
+            at = self._boundary
+            fut = self.readers.submit_quiet(tdef, keys, rng, job.condition, is_mariadb=self.is_mariadb,
+                                            anchor=at.point, anchor_gtids=at.gtids.copy())
+            self.inflight[chunk_id] = _Chunk(chunk_id, job, rng, tdef, keys, fut, quiet=at)
+            return True
         prefix = f"{(self.snapshot_id or '')[:24]}-{self.run_id}-{chunk_id}"  # marker row ids: <= 64 characters
         fut = self.readers.submit(prefix, marker, tdef, keys, rng, job.condition)
         self.inflight[chunk_id] = _Chunk(chunk_id, job, rng, tdef, keys, fut, (f"{prefix}-close", marker))
         return True
+
+    # -- read-only windows ---------------------------------------------------------------
+    def tracking(self, db: str, table: str) -> list[set]:
+        """The changed-key sets of the read-only chunks of ``db.table`` in flight (the
+        session adds the record keys it writes for the table)."""
+        return [ch.changed for ch in self.inflight.values() if ch.quiet is not None and ch.job.db_table == (db, table)]
+
+    def release_quiet(self, at: Boundary) -> list[ReleasedChunk]:
+        """The read-only chunks whose window the stream has passed at ``at``, in the order
+        they were submitted; a failed read is taken back to be read again."""
+        out = []
+        for ch in sorted(self.inflight.values(), key=lambda c: c.chunk_id):
+            if ch.quiet is None or not ch.future.done():
+                continue
+            exc = ch.future.exception()
+            if exc is not None:
+                del self.inflight[ch.chunk_id]
+                self._read_failed(ch, exc)
+                continue
+            read: QuietRead = ch.future.result()
+            if not window_passed(read.end, read.gtids_after, at):
+                continue
+            slots = self.slots.window(at.based, len(read.rows))
+            if slots is None:  # a killed run wrote markers further on: wait to pass them
+                continue
+            del self.inflight[ch.chunk_id]
+            open_at, close_at = slots
+            ch.open_position = open_at
+            extra = {"read_only": True, "gtids_before": str(read.gtids_before), "gtids_after": str(read.gtids_after),
+                     "changes_from": ch.quiet.based.encode()}
+            snapshot_id = self.snapshot_id or ""  # (the last chunk's release ends the snapshot)
+            released = self._release(ch, read.rows, close_at)
+            if released is not None:
+                released.changed = ch.changed
+                released.markers = tuple(MarkerSeen(kind, snapshot_id, ch.chunk_id, ch.job.table,
+                                                    ch.marker_data, p, extra)
+                                         for kind, p in (("OPEN", open_at), ("CLOSE", close_at)))
+                out.append(released)
+        return out
 
     def _insert_pending_closes(self) -> None:
         while self._pending_closes:
@@ -420,23 +488,38 @@ class SnapshotCoordinator:
     def _close(self, ch: _Chunk, sig: Signal, position: BinlogPosition) -> ReleasedChunk | None:
         del self.inflight[ch.chunk_id]
         self._delete_markers([sig.id, MarkerRows.open_id(sig.id)])
-        job = ch.job
         try:
             rows = ch.future.result()
         except Exception as exc:  # noqa: BLE001 - a DDL race, a lost connection, a query the server refuses
-            rows = []
-            if ch.invalid is None:
-                ch.invalid = f"read failed: {exc}"
-                ch.key_range.failures += 1
-                self._retry_after = time.monotonic() + 1.0
-                if ch.key_range.failures >= MAX_READ_FAILURES and job in self.jobs:
-                    log.error("snapshot %s: reading %s failed %d times (%s); the table's snapshot is aborted",
-                              self.snapshot_id, job.table, ch.key_range.failures, exc)
-                    self.notify(Notification("ABORTED", self.snapshot_id or "", {
-                        "tables": [job.table], "reason": f"chunk read failed {ch.key_range.failures} times: {exc}"}))
-                    self._aborted.add(job.table)
-                    self._remove(job)
-                    return None
+            self._read_failed(ch, exc)
+            return None
+        return self._release(ch, rows, position)
+
+    def _read_failed(self, ch: _Chunk, exc: BaseException) -> None:
+        """The chunk's read failed: read it again (after a pause), or abort the table's
+        snapshot after MAX_READ_FAILURES failures of the same range."""
+        job = ch.job
+        if ch.invalid is None:
+            ch.invalid = f"read failed: {exc}"
+            ch.key_range.failures += 1
+            self._retry_after = time.monotonic() + 1.0
+            if ch.key_range.failures >= MAX_READ_FAILURES and job in self.jobs:
+                log.error("snapshot %s: reading %s failed %d times (%s); the table's snapshot is aborted",
+                          self.snapshot_id, job.table, ch.key_range.failures, exc)
+                self.notify(Notification("ABORTED", self.snapshot_id or "", {
+                    "tables": [job.table], "reason": f"chunk read failed {ch.key_range.failures} times: {exc}"}))
+                self._aborted.add(job.table)
+                self._remove(job)
+                return
+        if job in self.jobs:
+            job.retry(ch.key_range)
+            log.info("snapshot %s: chunk %d of %s is read again (%s)", self.snapshot_id, ch.chunk_id, job.table,
+                     ch.invalid)
+
+    def _release(self, ch: _Chunk, rows: list[dict], position: BinlogPosition) -> ReleasedChunk | None:
+        """The chunk's rows, read, as of its CLOSE at ``position`` (None when it must be
+        read again: DDL meanwhile, stopped, its OPEN not seen)."""
+        job = ch.job
         if ch.invalid or job not in self.jobs or ch.open_position is None:
             reason = ch.invalid or ("its OPEN marker was not seen" if ch.open_position is None else "stopped")
             if job in self.jobs:

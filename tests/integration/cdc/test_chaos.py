@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from rich.console import Console
 
 from cdc.chaos import ChaosPlan, run_chaos
@@ -24,11 +25,13 @@ def test_same_seed_same_plan():
     assert all(y - x >= 2.0 for x, y in zip(kills, kills[1:]))
 
 
-def test_chaos_run_ends_equal(stack, config, tmp_path):
+@pytest.mark.parametrize("read_only", [False, True], ids=["marker-rows", "read-only"])
+def test_chaos_run_ends_equal(stack, config, tmp_path, read_only):
     seed = int(os.environ.get("CDC_CHAOS_SEED", "1"))
     counts = run_chaos(config, admin=stack.admin, restart_source=lambda: stack.restart_source(down_s=1.0),
                        seed=seed, rows=2000, duration=45.0, producer_kills=10, job_kills=5,
-                       work_dir=tmp_path / "chaos", console=Console(width=160))
+                       work_dir=tmp_path / "chaos", console=Console(width=160), read_only=read_only)
+    assert counts["read_only"] is read_only
     assert counts["producer_kills"] >= 10 and counts["job_kills"] >= 5 and counts["source_restarts"] == 1
     assert counts["clean_changelog_duplicates"] == 0
     assert counts["verify_equal"], counts["report"]

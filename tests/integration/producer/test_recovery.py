@@ -1,13 +1,20 @@
-"""Never lose, never invent: kill -9 and restart, source restart, reconnect."""
+"""Never lose, never invent: kill -9 and restart, source restart, reconnect, binlogs
+purged while the producer was down."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 
 import pytest
 
+from contract.markers import DELETE_MISSING
+from contract.topics import table_topic
+from producer.app import ProducerApp
+from producer.errors import BinlogPurgedError
+from spark_jobs.dblog import ChunkRow, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import (
     ProducerProcess,
     ProducerThread,
@@ -18,6 +25,7 @@ from tests.producer_helpers import (
     start_at_current,
     wait_for,
 )
+from tests.snapshot_helpers import markers
 
 
 def _workload(stack, db: str, n: int, seed: int, pause: float = 0.0, offset: int = 0) -> None:
@@ -147,3 +155,107 @@ def test_broker_outage_loses_nothing(stack, config, test_db):
                  what="the producer to deliver everything after the outage")
     kept, _ = dedupe_by_position(read_events(config, topic))
     assert len({v["position"] for _, _, v in kept}) == len(kept)
+
+
+def _purge_all_but_newest(source) -> tuple[str, str]:
+    """``FLUSH BINARY LOGS`` and ``PURGE BINARY LOGS TO`` the newest file on a server of the
+    test's own; a dump thread the stopped producer left (dropped lazily) keeps its file,
+    so it is killed and the purge repeated.  Returns (oldest file before, newest)."""
+    with source.admin() as conn, conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        oldest = cur.fetchone()[0]
+        cur.fetchall()
+        cur.execute("FLUSH BINARY LOGS")
+        for _ in range(50):
+            cur.execute("SHOW MASTER STATUS")
+            newest = cur.fetchone()[0]
+            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            cur.execute("SHOW BINARY LOGS")
+            if [row[0] for row in cur.fetchall()] == [newest]:
+                return oldest, newest
+            cur.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+            for (thread_id,) in cur.fetchall():
+                try:
+                    cur.execute(f"KILL {int(thread_id)}")
+                except Exception:  # noqa: BLE001 - the thread ended by itself meanwhile
+                    pass
+            time.sleep(0.2)
+    raise AssertionError("the old binlogs could not be purged")
+
+
+def _rebuilt(cfg, db: str, table: str) -> tuple[dict, list[dict]]:
+    """The table topic replayed by key (copies dropped, the DBLog rule applied, in position
+    order), then the table's DELETE_MISSING markers applied: a key whose last record lies
+    below a marker's ``below`` was not read again by that snapshot, so it is gone."""
+    kept, _ = dedupe_by_position(read_events(cfg, table_topic(cfg.kafka.topic_prefix, db, table)))
+    changes, rows = [], []
+    for _, key, value in kept:
+        rec = from_envelope(key, value)
+        (rows if isinstance(rec, ChunkRow) else changes).append(rec)
+    state: dict = {}
+    for rec in dedupe_log(changes, rows):
+        if rec.op == "d":
+            state.pop(rec.key, None)
+        else:
+            state[rec.key] = (rec.position, dict(rec.row))
+    found = [m for m in markers(cfg) if m["kind"] == DELETE_MISSING and (m["db"], m["table"]) == (db, table)]
+    for marker in found:
+        state = {k: v for k, v in state.items() if v[0] >= marker["below"]}
+    return {k: row for k, (_, row) in state.items()}, found
+
+
+def test_purged_binlogs_stop_the_producer_or_with_when_needed_snapshot_again(own_mysql, config, caplog):
+    """Rows inserted, updated and deleted while the producer is down, then the binlogs that
+    hold them purged: ``when_needed: stop`` stops naming the stored file, the oldest binlog
+    and the setting; ``when_needed: snapshot`` streams from the current position and
+    snapshots the table again (delete-missing), and the topic rebuilds the source table."""
+    source = own_mysql  # purging the session server's binlogs would pull them from under other tests
+    source.point(config)
+    config.source.include_databases = ["shop"]
+    with source.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(40))")
+        cur.executemany("INSERT INTO shop.t VALUES (%s, %s)", [(i, f"old{i}") for i in range(40)])
+    start_at_current(config)
+    with source.admin(database="shop") as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"streamed{i}") for i in range(40, 80)])
+        cur.execute("UPDATE t SET v = 'streamed' WHERE id < 10")
+    run_until_caught_up(config)
+    streamed, _ = _rebuilt(config, "shop", "t")
+    assert len(streamed) == 50  # inserted 40..79 and updated 0..9: what the stream saw
+
+    # While the producer is down: inserts, updates, deletes (of streamed rows too), then purge.
+    with source.admin(database="shop") as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"while down{i}") for i in range(80, 100)])
+        cur.execute("UPDATE t SET v = 'changed while down' WHERE id IN (5, 45, 85)")
+        cur.execute("DELETE FROM t WHERE id IN (6, 46, 47, 86)")
+    oldest_before, newest = _purge_all_but_newest(source)
+
+    config.producer.startup.when_needed = "stop"
+    with pytest.raises(BinlogPurgedError) as err:
+        ProducerApp(config).run(idle_exit_s=1)
+    text = str(err.value)
+    assert f"the binlog file {oldest_before} holding the stored position of producer '{config.producer.name}'" \
+        in text
+    assert f"its oldest binlog is {newest}" in text
+    assert "producer.startup.when_needed: snapshot" in text and "CDC__PRODUCER__STARTUP__WHEN_NEEDED" in text
+    assert (err.value.file, err.value.oldest) == (oldest_before, newest)
+
+    config.producer.startup.when_needed = "snapshot"
+    with caplog.at_level(logging.ERROR, logger="producer.startup"), ProducerThread(config):
+        wait_for(lambda: _rebuilt(config, "shop", "t")[1], 90, what="the table snapshotted again (DELETE_MISSING)")
+        with source.admin(database="shop") as conn, conn.cursor() as cur:  # streaming goes on from the current position
+            cur.execute("INSERT INTO t VALUES (1000, 'after the restart')")
+        wait_for(lambda: make_key({"id": 1000}) in _rebuilt(config, "shop", "t")[0],
+                 60, what="a change after the restart")
+    [logged] = [r.getMessage() for r in caplog.records if "were purged before the producer read them" in r.getMessage()]
+    assert "when_needed=snapshot" in logged and oldest_before in logged
+
+    with source.admin(database="shop") as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, v FROM t")
+        expected = {make_key({"id": i}): {"id": i, "v": v} for i, v in cur.fetchall()}
+    table, found = _rebuilt(config, "shop", "t")
+    assert table == expected
+    assert len(found) == 1 and found[0]["snapshot_id"].startswith("recovery-")
+    assert make_key({"id": 46}) not in table and make_key({"id": 6}) not in table  # deleted while down
+    assert table[make_key({"id": 45})]["v"] == "changed while down"

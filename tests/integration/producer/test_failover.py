@@ -1,0 +1,127 @@
+"""Capture from a replica, and failover by GTID, on a real MariaDB primary with two replicas.
+
+The producer reads replica 1 (read-only snapshots: a replica cannot take marker rows) while
+the primary takes the writes and a snapshot runs.  The producer is killed, the primary dies,
+replica 1 is promoted and replica 2 follows it; the producer is pointed at replica 2, a
+server it never read: it resumes from the GTID set stored with its position, positions go
+on rising (a new file base), the snapshot goes on from its stored frontier.  After the load
+stops and everything drains, the table topic replayed by the DBLog rule, and the sinks the
+Spark merge job fills from it, equal the new primary's table.  A server whose GTID history
+does not hold the stored position is refused with both sets named.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cdc.verify import verify
+from common.errors import CDCError
+from contract.signals import execute_snapshot_data, send_signal
+from producer.app import ProducerApp
+from spark_jobs.merge_job import MergeJob
+from tests.producer_helpers import ProducerProcess, read_events, run_until_caught_up, start_at_current, wait_for
+from tests.snapshot_helpers import WriteLoad, create_table, dblog_replay, has_notification, source_rows
+
+
+def _chunk_rows(cfg, topic) -> int:
+    try:
+        return sum(1 for _, _, v in read_events(cfg, topic) if v["op"] == "r")
+    except Exception:  # noqa: BLE001 - no topic yet
+        return 0
+
+
+def test_failover_mid_snapshot_to_another_replica_loses_nothing(replicated, merge_config, unique, tmp_path):
+    topo = replicated
+    cfg = topo.point(merge_config, topo.replicas[0])
+    cfg.snapshot.read_only = True
+    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = 50, 2
+    cfg.sinks.postgres.enabled = True
+    db = unique("shop")
+    rows = 20000
+    with topo.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        keys = create_table(conn, db, "t", "composite", rows)
+    for replica in topo.replicas:
+        topo.wait_caught_up(replica)
+    with topo.admin(topo.replicas[0]) as conn, conn.cursor() as cur:
+        for _ in range(3):  # replica 1's binlog files are numbered ahead of replica 2's
+            cur.execute("FLUSH BINARY LOGS")
+    cfg.source.include_databases = [db]
+    start_at_current(cfg)
+    topic = f"{cfg.kafka.topic_prefix}.{db}.t"
+    proc = ProducerProcess(cfg, tmp_path)
+    proc.start()
+    # the writes go to whichever server is the primary (the load reconnects after the failover)
+    with WriteLoad(lambda: topo.admin(), db, "t", "composite", key_space=rows + 500, seed=21, pause_s=0.002) as load:
+        time.sleep(2.0)
+        with topo.admin() as conn:
+            sid = send_signal(conn, cfg.source.signal_table, "execute-snapshot", execute_snapshot_data([f"{db}.t"]))
+        wait_for(lambda: _chunk_rows(cfg, topic) >= 400, timeout=120, what="400 chunk rows")
+        proc.kill9()
+        old_primary = topo.primary
+        topo.stop(old_primary, kill=True)
+        topo.promote(topo.replicas[0])  # replica 1 is the primary now; replica 2 follows it
+        assert not has_notification(cfg, "COMPLETED", id=sid), "the snapshot ended before the failover"
+        new_primary, replica2 = topo.primary, topo.replicas[0]
+        topo.point(cfg, replica2)  # a server this producer never read
+        proc = ProducerProcess(cfg, tmp_path)
+        proc.start()
+        wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=240, what="snapshot completed")
+        load.stop()
+    assert load.ops.get("reconnects"), "the write load never saw the failover"
+    assert proc.stop() == 0
+    topo.wait_caught_up(replica2, new_primary)
+    run_until_caught_up(cfg)
+    log = (tmp_path / "producer.log").read_text()
+    assert "failover" in log and "server_id 2" in log, log[-3000:]
+
+    with topo.admin(new_primary) as conn:
+        expected = source_rows(conn, db, "t", keys)
+    result = dblog_replay(cfg, topic)
+    assert result.table == expected
+    assert result.chunk_rows < rows * 2
+    # Positions rise across the servers: the records read from replica 2 sit above the others.
+    events = read_events(cfg, topic)
+    highest = {}
+    for part, _, value in events:
+        if value["source"]["server_id"] == replica2["server_id"]:
+            assert value["position"] > highest.get(part, "")
+        else:
+            highest[part] = max(highest.get(part, ""), value["position"])
+    assert any(v["source"]["server_id"] == replica2["server_id"] for _, _, v in events)
+
+    MergeJob(cfg).run(available_now=True)
+    report = verify(cfg, [f"{db}.t"], changelog=True)
+    assert report.equal, report
+
+
+def test_a_server_of_another_topology_is_refused_naming_both_gtid_sets(replicated, own_mysql, config, unique):
+    topo = replicated
+    cfg = topo.point(config, topo.replicas[0])
+    cfg.snapshot.read_only = True
+    db = unique("shop")
+    with topo.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        create_table(conn, db, "t", "single", 50)
+        for i in range(30):  # the topology's history grows past the other server's
+            cur.execute(f"UPDATE `{db}`.t SET n = n + 1 WHERE id = %s", (i + 1,))
+    topo.wait_caught_up(topo.replicas[0])
+    cfg.source.include_databases = [db]
+    start_at_current(cfg)
+    with topo.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"UPDATE `{db}`.t SET n = n + 1")
+    topo.wait_caught_up(topo.replicas[0])
+    run_until_caught_up(cfg)
+    with topo.cdc(topo.replicas[0]) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        stored = cur.fetchone()[0]
+    own_mysql.point(cfg, own_mysql.primary)
+    with own_mysql.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        other = cur.fetchone()[0]
+    with pytest.raises(CDCError) as err:
+        ProducerApp(cfg).run(idle_exit_s=1.0)
+    message = str(err.value)
+    assert "failover refused" in message and stored in message and other in message, message

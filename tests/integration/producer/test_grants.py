@@ -1,0 +1,68 @@
+"""The producer checks its user's grants at start-up and names what is missing."""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import contextmanager
+
+import pytest
+
+from common.errors import SourceError
+from common.sql.quoting import quote_table
+from common.sql.sessions import connect
+from producer.app import ProducerApp
+from producer.binlog.server import check_grants
+
+
+@contextmanager
+def _user(stack, name: str, *grants: str):
+    """A user of the session server with only ``grants`` (``... ON x``), dropped afterwards."""
+    password = secrets.token_hex(12)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{name}'@'%' IDENTIFIED BY {conn.escape(password)}")
+        for grant in grants:
+            cur.execute(f"GRANT {grant} TO '{name}'@'%'")
+    try:
+        yield password
+    finally:
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS '{name}'@'%'")
+
+
+def test_a_user_without_replication_slave_stops_the_producer_naming_it(stack, config, unique):
+    name = unique("noslave")[:32]
+    signal = quote_table(config.source.signal_table)
+    with _user(stack, name, "REPLICATION CLIENT, SELECT ON *.*", f"INSERT, DELETE ON {signal}") as password:
+        config.source.user, config.source.password = name, password
+        with pytest.raises(SourceError) as err:
+            ProducerApp(config).run(idle_exit_s=1)
+    text = str(err.value)
+    assert f"the CDC user '{name}'@'%' lacks" in text
+    assert "REPLICATION SLAVE: to read the binlog stream" in text
+    assert f"GRANT REPLICATION SLAVE ON *.* TO '{name}'@'%';" in text
+    assert "REPLICATION CLIENT:" not in text and "INSERT:" not in text and password not in text
+
+
+def test_a_read_only_user_passes_only_in_read_only_mode(stack, config, unique):
+    name = unique("readonly")[:32]
+    with _user(stack, name, "REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.*") as password:
+        config.source.user, config.source.password = name, password
+        conn = connect(config.source)
+        try:
+            check_grants(conn, read_only=True, signal_table=config.source.signal_table)
+            with pytest.raises(SourceError) as err:
+                check_grants(conn, read_only=False, signal_table=config.source.signal_table)
+        finally:
+            conn.close()
+    text = str(err.value)
+    assert "  - INSERT:" in text and "  - DELETE:" in text and "REPLICATION SLAVE:" not in text
+    assert f"GRANT INSERT, DELETE ON {quote_table(config.source.signal_table)} TO '{name}'@'%';" in text
+    assert "snapshot.read_only: true" in text
+
+
+def test_the_stack_cdc_user_passes(stack, config):
+    conn = connect(config.source)
+    try:
+        check_grants(conn, read_only=False, signal_table=config.source.signal_table)
+    finally:
+        conn.close()

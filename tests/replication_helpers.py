@@ -1,0 +1,81 @@
+"""A MariaDB primary with replicas of its own for one test (the ``replicated`` and
+``own_mysql`` fixtures), started from the machine's binaries by :mod:`cdc.stack.replication`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from cdc.stack.mysql_server import EmbeddedMySQL
+from cdc.stack.replication import promote, remove_server, start_replicas, stop_server, wait_caught_up
+from common.config import CDCConfig
+
+
+class Topology:
+    """A primary and ``replicas`` replicas under ``state_dir``; ``servers`` lists every
+    server started (a stopped one stays listed, so :meth:`close` removes it too)."""
+
+    def __init__(self, state_dir: Path, replicas: int = 2) -> None:
+        self.state_dir = state_dir
+        self.count = replicas
+        self.primary: dict[str, Any] = {}
+        self.replicas: list[dict[str, Any]] = []
+        self.replication: dict[str, str] = {}
+        self.servers: list[dict[str, Any]] = []
+
+    def start(self) -> "Topology":
+        try:
+            self.primary = EmbeddedMySQL(self.state_dir).start().to_json()
+            self.servers.append(self.primary)
+            started = start_replicas(self.state_dir, self.primary, self.count)
+            self.replicas = started.get("replicas", [])
+            self.replication = started.get("replication", {})
+            self.servers += self.replicas
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    # -- connections -----------------------------------------------------------------------
+    def admin(self, server: dict[str, Any] | None = None, database: str | None = None) -> pymysql.connections.Connection:
+        s = server or self.primary
+        return pymysql.connect(host=s["host"], port=s["port"], user=s["admin_user"], password=s["admin_password"],
+                               database=database, autocommit=True, charset="utf8mb4")
+
+    def cdc(self, server: dict[str, Any] | None = None, database: str | None = None) -> pymysql.connections.Connection:
+        s = server or self.primary
+        return pymysql.connect(host=s["host"], port=s["port"], user=s["cdc_user"], password=s["cdc_password"],
+                               database=database, autocommit=True, charset="utf8mb4")
+
+    def point(self, cfg: CDCConfig, server: dict[str, Any] | None = None) -> CDCConfig:
+        """``cfg`` reading from ``server`` (the primary by default) as its CDC user."""
+        s = server or self.primary
+        cfg.source.host, cfg.source.port = s["host"], s["port"]
+        cfg.source.user, cfg.source.password = s["cdc_user"], s["cdc_password"]
+        cfg.source.signal_table = s["signal_table"]
+        return cfg
+
+    # -- topology changes --------------------------------------------------------------------
+    def wait_caught_up(self, replica: dict[str, Any], source: dict[str, Any] | None = None,
+                       timeout: float = 60.0) -> str:
+        return wait_caught_up(source or self.primary, replica, timeout)
+
+    def stop(self, server: dict[str, Any], *, kill: bool = False) -> None:
+        """The server dies (SIGTERM, or SIGKILL with ``kill``)."""
+        stop_server(server, kill=kill)
+
+    def promote(self, replica: dict[str, Any]) -> None:
+        """``replica`` becomes the primary; the other replicas follow it."""
+        others = [r for r in self.replicas if r is not replica]
+        promote(replica, others, self.replication)
+        self.primary = replica
+        self.replicas = others
+
+    def close(self) -> None:
+        """Stop every server and delete the state directory."""
+        for server in self.servers:
+            remove_server(server)
+        shutil.rmtree(self.state_dir, ignore_errors=True)

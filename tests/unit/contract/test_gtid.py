@@ -1,0 +1,70 @@
+"""GTID sets (contract.gtid): parsing both flavours, growing, covering."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contract.errors import GtidError
+from contract.gtid import GtidSet
+
+UUID_A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+UUID_B = "4f22ab58-82db-22f2-af44-d91bb0530673"
+
+
+def test_mariadb_positions_parse_and_print_back():
+    gs = GtidSet.parse("0-1-42,1-2-7")
+    assert gs.flavor == "mariadb" and str(gs) == "0-1-42,1-2-7"
+    assert gs.last == {"0": ("1", 42), "1": ("2", 7)}
+
+
+def test_mysql_sets_keep_the_top_of_each_source():
+    gs = GtidSet.parse(f"{UUID_A.upper()}:1-5:7-9,\n{UUID_B}:3")
+    assert gs.flavor == "mysql"
+    assert gs.last == {UUID_A: ("", 9), UUID_B: ("", 3)}
+    assert str(gs) == f"{UUID_A}:1-9,{UUID_B}:1-3"
+
+
+def test_empty_text_is_the_empty_set():
+    assert not GtidSet.parse("") and not GtidSet.parse(None, "mysql")
+    assert GtidSet.parse("").covers(GtidSet.parse(""))
+
+
+@pytest.mark.parametrize("text", ["0-1", "x-1-2", "0-1-2;1-2-3", f"{UUID_A}", "zz:1-2"])
+def test_bad_text_is_refused_with_the_element(text):
+    with pytest.raises(GtidError, match="GTID"):
+        GtidSet.parse(text, "mysql" if "zz" in text or UUID_A in text else "mariadb")
+
+
+def test_covers_per_source_and_names_what_is_missing():
+    have = GtidSet.parse("0-1-42,1-2-7")
+    assert have.covers(GtidSet.parse("0-1-40"))
+    assert have.covers(GtidSet.parse("0-3-42,1-2-7"))  # another server id, same domain sequence
+    assert not have.covers(GtidSet.parse("0-1-43"))
+    assert have.missing(GtidSet.parse("0-1-43,2-5-1")) == ["0: 0-1-42 < 0-1-43", "2: nothing < 2-5-1"]
+
+
+def test_add_moves_a_source_forward_never_back():
+    gs = GtidSet.parse("0-1-10")
+    gs.add("0-1-11")
+    gs.add("0-1-5")
+    gs.add("3-9-1")
+    gs.add(None)
+    assert str(gs) == "0-1-11,3-9-1"
+    copy = gs.copy()
+    copy.add("0-1-12")
+    assert str(gs) == "0-1-11,3-9-1"
+
+
+@given(st.dictionaries(st.integers(0, 5), st.integers(1, 10**6), min_size=0, max_size=4),
+       st.dictionaries(st.integers(0, 5), st.integers(1, 10**6), min_size=0, max_size=4))
+def test_covers_is_per_domain_max_comparison(a, b):
+    ga = GtidSet.parse(",".join(f"{d}-1-{n}" for d, n in a.items()), "mariadb")
+    gb = GtidSet.parse(",".join(f"{d}-1-{n}" for d, n in b.items()), "mariadb")
+    assert ga.covers(gb) == all(d in a and a[d] >= n for d, n in b.items())
+    assert GtidSet.parse(str(ga), "mariadb") == ga
+    merged = ga.copy()
+    for d, n in b.items():
+        merged.add(f"{d}-1-{n}")
+    assert merged.covers(ga) and merged.covers(gb)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -330,3 +331,34 @@ def test_a_channel_topic_of_several_partitions_is_refused(stack, config, test_db
     ensure_topics(config.kafka, [signals_topic(config.kafka.topic_prefix)], partitions=2)
     with pytest.raises(ProducerStopped, match="has 2 partitions: it needs exactly one"):
         ProducerApp(config).run(idle_exit_s=1.0)
+
+
+def test_read_only_producer_snapshots_on_a_signal_from_kafka(stack, config, test_db, tmp_path, unique):
+    """The source read-only (a CDC user without any write, snapshot.read_only), signals from
+    Kafka only: cdc snapshot picks the Kafka channel by itself, and the snapshot equals the
+    table."""
+    user, password = unique("ro")[-30:], secrets.token_hex(12)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (user, password))
+        cur.execute(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO `{user}`@'%'")
+    try:
+        config.source.user, config.source.password = user, password
+        config.snapshot.read_only = True
+        keys = _prepare(stack, config, test_db, "string", rows=800, chunk_size=100, channels=("kafka",))
+        path = tmp_path / "cdc.yaml"
+        path.write_text(dump_config(config))
+        with ProducerThread(config), WriteLoad(stack.admin, test_db, "t", "string", key_space=900, seed=5) as load:
+            _reading_signals(config)
+            wait_for(lambda: sum(load.ops.values()) > 30, what="writes running")
+            out = _cli(path, f"{test_db}.t", "--follow", "--timeout", "120")
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert "sent to" in out.stdout and f"done: {test_db}.t" in out.stdout
+            load.stop()
+        run_until_caught_up(config)
+    finally:
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute("DROP USER IF EXISTS %s@'%%'", (user,))
+    result = dblog_replay(config, _topic(config, test_db, "t"))
+    with stack.admin() as conn:
+        assert result.table == source_rows(conn, test_db, "t", keys)
+    assert result.chunk_rows >= 800 * 0.8

@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from cdc import chaos, demo, verify
+from cdc import chaos, demo, signal_sender, verify
 from cdc.bench.merge import bench_merge
 from cdc.bench.report import bench_report
 from cdc.bench.snapshot import bench_snapshot
@@ -31,8 +31,7 @@ from common import logs
 from common.config import DEFAULT_CONFIG_PATH, load_config
 from common.errors import CDCError
 from common.kafka.clients import producer_config
-from common.sql.sessions import connect
-from contract.signals import execute_snapshot_data, send_signal
+from contract.signals import execute_snapshot_data
 from producer.app import run_producer
 from producer.errors import KafkaHistoryLost
 from producer.offset_store import LocalOffsetCopy, OffsetStore
@@ -112,8 +111,11 @@ def _cmd_bench_stream(args: argparse.Namespace) -> int:
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
-    """Insert a signal row (as the CDC user), like ``INSERT INTO cdc_signal ...`` would."""
+    """Send a signal: a row inserted into the signal table (as the CDC user), like ``INSERT
+    INTO cdc_signal ...`` would, or a record on the Kafka signal channel
+    (:mod:`cdc.signal_sender`)."""
     cfg = load(args)
+    channel = signal_sender.choose_channel(cfg, args.channel)
     if args.pause or args.resume:
         kind, data = ("pause-snapshot" if args.pause else "resume-snapshot"), {"type": "incremental"}
     elif args.stop:
@@ -127,16 +129,18 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     follower = None
     if args.follow and kind == "execute-snapshot":
         follower = NotificationFollower(cfg)
-    conn = connect(cfg.source)
     try:
-        sid = send_signal(conn, cfg.source.signal_table, kind, data)
-    finally:
-        conn.close()
-    console.print(f"signal {sid} ({kind}) inserted into {cfg.source.signal_table}")
+        sent = signal_sender.send(cfg, channel, kind, data)
+    except BaseException:
+        if follower is not None:
+            follower.close()
+        raise
+    console.print(f"signal {sent.id} ({kind}) {'inserted into' if channel == 'source' else 'sent to'} {sent.where}",
+                  highlight=False)
     if follower is None:
         return 0
     try:
-        result = follower.follow(console, sid, args.timeout)
+        result = follower.follow(console, sent.id, args.timeout)
     finally:
         follower.close()
     if result.refused:
@@ -277,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_stream_p.add_argument("--profile", metavar="DIR", help="write a cProfile of each producer run into DIR")
     bench_stream_p.set_defaults(func=_cmd_bench_stream)
 
-    snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot (a signal row)")
+    snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot (a signal)")
     snap_p.add_argument("tables", nargs="*", metavar="DB.TABLE",
                       help="tables to snapshot (names or regular expressions, as in the signal's data-collections)")
     snap_p.add_argument("--where", metavar="FILTER", help="only rows matching this predicate (additional-conditions)")
@@ -289,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument("--stop", action="store_true", help="stop the running snapshot (of TABLES, or all)")
     action.add_argument("--pause", action="store_true", help="pause the running snapshot")
     action.add_argument("--resume", action="store_true", help="resume a paused snapshot")
+    snap_p.add_argument("--channel", choices=list(signal_sender.CHANNELS), default=None,
+                        help="send the signal as a row of the signal table (source) or a record on <prefix>._signals "
+                             "(kafka); default: source, unless source.signal_channels leaves it out or "
+                             "snapshot.read_only is on")
     snap_p.add_argument("--follow", action="store_true", help="draw progress bars until the tables are done")
     snap_p.add_argument("--timeout", type=float, default=None, help="with --follow: give up after SECONDS")
     snap_p.set_defaults(func=_cmd_snapshot)

@@ -52,6 +52,11 @@ class SourceConfig(_Section):
     ignore_events: dict[str, list[str]] = Field(default_factory=dict)
     # Debezium-shaped signal table, ``db.table``.
     signal_table: str = "cdc_control.cdc_signal"
+    # Where user signals come from (Debezium's signal.enabled.channels): rows inserted into
+    # signal_table (source), records of <prefix>._signals keyed by producer.name (kafka).
+    # Either can be off; the producer's own window marker rows are read from signal_table
+    # whatever this says.  ``source,kafka`` is read as a list too (for the environment).
+    signal_channels: list[Literal["source", "kafka"]] = Field(default_factory=lambda: ["source", "kafka"])
     connect_timeout_s: float = 10.0
 
     @field_validator("signal_table")
@@ -60,6 +65,13 @@ class SourceConfig(_Section):
         if v.count(".") != 1 or not all(v.split(".")):
             raise ValueError("must be written 'database.table'")
         return v
+
+    @field_validator("signal_channels", mode="before")
+    @classmethod
+    def _channel_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [c.strip() for c in v.split(",") if c.strip()]
+        return list(dict.fromkeys(v)) if isinstance(v, list) else v
 
 
 class KafkaConfig(_Section):

@@ -10,6 +10,12 @@
 ``log``               data: {"message": "..."}
 ``snapshot-window-open`` / ``snapshot-window-close``: the producer's own chunk markers.
 
+Two channels bring user signals (``source.signal_channels``): rows inserted into the
+signal table (``source``), and records of ``<prefix>._signals`` keyed by the producer's
+name (``kafka``), whose value is the JSON of a row, ``{"id": ..., "type": ..., "data":
+{...}}`` (``data`` an object, or a string holding one as in the table; no ``id``: the
+record's offset, ``kafka-<offset>``).  Window markers only come through the table.
+
 A malformed signal raises :class:`BadSignal` with the reason; the caller reports it
 (notification + log line) and keeps streaming.
 """
@@ -18,11 +24,13 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from common.sql.quoting import quote_table
 from contract.errors import BadSignal
+from contract.topics import signals_topic
 
 WINDOW_OPEN = "snapshot-window-open"
 WINDOW_CLOSE = "snapshot-window-close"
@@ -52,6 +60,13 @@ class Signal:
         return self.data.get("delete-missing") is True
 
 
+def is_window_marker(row: dict[str, Any]) -> bool:
+    """Whether a signal table row is one of the producer's own chunk window markers (not a
+    user signal)."""
+    stype = row.get("type")
+    return isinstance(stype, str) and stype.strip().lower() in (WINDOW_OPEN, WINDOW_CLOSE)
+
+
 def parse_signal(row: dict[str, Any]) -> Signal:
     sid = str(row.get("id") or "")
     stype = (row.get("type") or "").strip().lower()
@@ -61,11 +76,14 @@ def parse_signal(row: dict[str, Any]) -> Signal:
     if stype not in USER_TYPES:
         raise BadSignal(sid, f"unknown signal type {row.get('type')!r} (known: {', '.join(USER_TYPES)})")
     data: Any = {}
-    if raw not in (None, ""):
-        try:
-            data = loads_lenient(raw)
-        except json.JSONDecodeError as exc:
-            raise BadSignal(sid, f"data is not valid JSON: {exc.msg} at offset {exc.pos}") from None
+    if isinstance(raw, (str, bytes, bytearray)):
+        if raw:
+            try:
+                data = loads_lenient(raw)
+            except json.JSONDecodeError as exc:
+                raise BadSignal(sid, f"data is not valid JSON: {exc.msg} at offset {exc.pos}") from None
+    elif raw is not None:
+        data = raw  # decoded already (the data object of a Kafka signal)
     if not isinstance(data, dict):
         raise BadSignal(sid, "data must be a JSON object")
     if stype == "execute-snapshot":
@@ -134,15 +152,55 @@ def execute_snapshot_data(tables: list[str], *, where: str | None = None, surrog
     return data
 
 
+def new_signal_id() -> str:
+    """A fresh id for a signal sent by the ``cdc`` command."""
+    return f"cli-{uuid.uuid4().hex[:16]}"
+
+
 def send_signal(conn, signal_table: str, signal_type: str, data: dict | None = None,
                 signal_id: str | None = None) -> str:
     """INSERT a signal row, as a user would; returns its id.  ``conn``: a pymysql
     connection of a user allowed to insert into the signal table (the CDC user is)."""
-    import uuid
-
-    sid = signal_id or f"cli-{uuid.uuid4().hex[:16]}"
+    sid = signal_id or new_signal_id()
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {quote_table(signal_table)} (id, type, data) VALUES (%s, %s, %s)",
                     (sid, signal_type, json.dumps(data) if data is not None else None))
     conn.commit()
     return sid
+
+
+def signal_record(prefix: str, producer: str, signal_id: str, signal_type: str,
+                  data: dict | None = None) -> tuple[str, bytes, bytes]:
+    """``(topic, key, value)`` of a signal for the producer named ``producer`` on the Kafka
+    signal channel ``<prefix>._signals``."""
+    value = {"id": signal_id, "type": signal_type, "data": data if data is not None else {}}
+    return signals_topic(prefix), producer.encode(), json.dumps(value).encode()
+
+
+def kafka_signal_row(value: bytes | None, offset: int) -> dict[str, Any]:
+    """The signal row (``id``, ``type``, ``data``, as :func:`parse_signal` takes it) of the
+    record at ``offset`` of the Kafka signal channel.  Its id is the record's ``id``, or
+    ``kafka-<offset>`` when it has none.  Raises :class:`BadSignal` when the value is not a
+    JSON object, or names a window marker type (those are the producer's own rows in the
+    signal table, never signals from outside)."""
+    fallback = f"kafka-{offset}"
+    shape = 'a signal is a JSON object {"id": ..., "type": ..., "data": {...}}'
+    if not value:
+        raise BadSignal(fallback, f"the record at offset {offset} has no value: {shape}")
+    try:
+        doc = json.loads(value)
+    except UnicodeDecodeError:
+        raise BadSignal(fallback, f"the record at offset {offset} is not UTF-8 text: {shape}") from None
+    except json.JSONDecodeError as exc:
+        raise BadSignal(fallback, f"the record at offset {offset} is not JSON ({exc.msg} at character {exc.pos}): "
+                                  f"{shape}") from None
+    if not isinstance(doc, dict):
+        raise BadSignal(fallback, f"the record at offset {offset} holds a JSON {type(doc).__name__}: {shape}")
+    raw_id = doc.get("id")
+    sid = fallback if raw_id is None or raw_id == "" else str(raw_id)
+    stype = doc.get("type")
+    if stype is not None and not isinstance(stype, str):
+        stype = json.dumps(stype)
+    if is_window_marker({"type": stype}):
+        raise BadSignal(sid, f"{stype!r} is the producer's own chunk window marker, not a signal")
+    return {"id": sid, "type": stype, "data": doc.get("data")}

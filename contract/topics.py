@@ -11,6 +11,7 @@
 ``<prefix>._offsets``                  the producer's stored position (compacted)
 ``<prefix>._markers``                  snapshot window markers (one partition)
 ``<prefix>._notifications``            snapshot notifications (one partition)
+``<prefix>._signals``                  the Kafka signal channel (one partition, key = producer name)
 ``<prefix>._heartbeat``                heartbeats
 ``<prefix>._dlq``                      the merge job's dead letters
 =====================================  ====================================================
@@ -83,6 +84,11 @@ def markers_topic(prefix: str) -> str:
 
 def notifications_topic(prefix: str) -> str:
     return f"{prefix}._notifications"
+
+
+def signals_topic(prefix: str) -> str:
+    """The Kafka signal channel: signals as JSON, keyed by the producer's name (one partition)."""
+    return f"{prefix}._signals"
 
 
 def heartbeat_topic(prefix: str) -> str:

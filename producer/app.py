@@ -37,6 +37,7 @@ from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.session import StreamSession
+from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.snapshot.gtid_windows import MarkerSlots
 from producer.startup import Startup
@@ -108,11 +109,17 @@ class ProducerApp:
                     connect=lambda: read_session(cfg.source), state=state.extra.get("snapshot"),
                     read_only=cfg.snapshot.read_only, is_mariadb=info.is_mariadb, file_base=state.file_base,
                     slots=self._marker_slots() if cfg.snapshot.read_only else None)
-                session = StreamSession(self, writer, builder, reader, state, info, coordinator)
+                stored_signal = state.extra.get("signal_offset")
+                signals = (KafkaSignalChannel(cfg.kafka, cfg.producer.name,
+                                              stored_signal if isinstance(stored_signal, int) else None)
+                           if "kafka" in cfg.source.signal_channels else None)
+                session = StreamSession(self, writer, builder, reader, state, info, coordinator, signals)
                 try:
                     return session.loop(max_events=max_events, idle_exit_s=idle_exit_s)
                 finally:
                     coordinator.close()
+                    if signals is not None:
+                        signals.close()
             finally:
                 writer.close()
         finally:

@@ -4,7 +4,9 @@
 events (:mod:`producer.events.builder`), rows of the signal table go to the snapshot
 coordinator (user signals, window markers, released chunks), DDL becomes schema change
 events; batches are committed with the offset record at transaction ends (or when a batch
-is full or old), and at idle moments with a heartbeat.
+is full or old), and at idle moments with a heartbeat.  Between items (every
+``SIGNAL_POLL_S`` at most) and at idle moments the Kafka signal channel is read
+(:mod:`producer.signal_channel`); its next offset rides with the offset record.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from contract.markers import (
     window_marker,
 )
 from contract.notifications import Notification
+from contract.position import BinlogPosition
 from contract.records import heartbeat_record, schema_change_record, transaction_record
+from contract.signals import is_window_marker
 from contract.topics import markers_topic, notifications_topic
 from producer.binlog.process import ReaderProcess
 from producer.binlog.reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd, based
@@ -43,12 +47,16 @@ from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.record_encoder import RecordEncoder
+from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import MarkerSeen, ReleasedChunk, SnapshotCoordinator
 from producer.snapshot.gtid_windows import Boundary
 from producer.snapshot.table_reader import list_tables, read_table_def
 from producer.startup import ProducerState
 
 log = logging.getLogger(__name__)
+
+#: The Kafka signal channel is read between binlog items at most this often (s).
+SIGNAL_POLL_S = 0.1
 
 
 class ProducerParts(Protocol):
@@ -67,7 +75,8 @@ class StreamSession:
     """One connected run: reader + writer, until stopped or an error."""
 
     def __init__(self, app: ProducerParts, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
-                 state: ProducerState, info: ServerInfo, coordinator: SnapshotCoordinator) -> None:
+                 state: ProducerState, info: ServerInfo, coordinator: SnapshotCoordinator,
+                 signals: KafkaSignalChannel | None = None) -> None:
         self.app, self.writer, self.builder, self.reader, self.state, self.info = app, writer, builder, reader, state, info
         self.encoder = RecordEncoder(app.cfg.kafka, app.cfg.producer.format, writer.produce)
         self.coord = coordinator
@@ -83,6 +92,15 @@ class StreamSession:
         self._handled: ResumePoint | RowChanges = state.resume
         self._stored_last = state.stored_last.encode() if state.stored_last is not None else None
         self.gtids = state.gtids  # the GTIDs passed (read-only windows close by them; stored with the offsets)
+        # The Kafka signal channel (None: off), and whether rows of the signal table other
+        # than window markers are user signals (the source channel).
+        self.signals = signals
+        self.source_signals = "source" in self.cfg.source.signal_channels
+        self._signals_due = 0.0
+        if signals is None:  # switched off: switched on again, it starts at the channel's end
+            state.extra.pop("signal_offset", None)
+        else:  # the first commit stores where this producer started reading signals
+            state.extra["signal_offset"] = signals.next_offset
 
     def current_resume(self) -> ResumePoint:
         h = self._handled
@@ -135,6 +153,8 @@ class StreamSession:
                 if item.gtid:
                     self.gtids.add(item.gtid)
                 self._schema_change(item)
+            if self.signals is not None and (kind is Idle or time.monotonic() >= self._signals_due):
+                self._kafka_signals(self.signals)
             if coord.busy:
                 boundary = self._boundary(item) if coord.read_only else None
                 coord.poll(boundary)
@@ -233,12 +253,43 @@ class StreamSession:
             return
         for i in range(item.first, len(item.rows)):
             _, row, _, _ = item.images(i)
-            marker, released = self.coord.on_signal(row or {}, item.base.with_row(2 * i))
+            row = row or {}
+            if not self.source_signals and not is_window_marker(row):
+                log.warning("signal %r inserted into %s is not acted on: the source signal channel is off "
+                            "(source.signal_channels: %s)", row.get("id"), self.cfg.source.signal_table,
+                            ", ".join(self.cfg.source.signal_channels) or "none")
+                continue
+            marker, released = self.coord.on_signal(row, item.base.with_row(2 * i))
             if marker is not None:
                 self._write_window_marker(marker)
             if released is not None:
                 self._write_chunk(released)
         self._write_deletions()
+
+    def _kafka_signals(self, channel: KafkaSignalChannel) -> None:
+        """Signals of the Kafka channel, handed to the coordinator as signal table rows are.
+        The channel's next offset goes into the offset record, committed in the same
+        transaction as what the signals caused: each is acted on once."""
+        self._signals_due = time.monotonic() + SIGNAL_POLL_S
+        got = channel.poll()
+        if channel.next_offset == self.state.extra.get("signal_offset"):
+            return
+        position = self._signal_position()
+        for sig in got:
+            if sig.error is not None:
+                self.coord.bad_signal(sig.error)
+            else:  # never a window marker (refused by the channel): nothing to write but notifications
+                self.coord.on_signal(sig.row or {}, position)
+        self.state.extra["signal_offset"] = channel.next_offset
+        self.batch_events += 1  # the stored offset moved: commit it with the next batch
+
+    def _signal_position(self) -> BinlogPosition:
+        """The session's binlog position, for a signal of the Kafka channel (only window
+        markers use theirs, and those never come through it)."""
+        try:
+            return self.current_resume().position(self.state.file_base)
+        except ValueError:  # no file yet (started by GTID set)
+            return BinlogPosition(0, 0)
 
     def _write_marker(self, marker: dict) -> None:
         self.writer.ensure_topic(markers_topic(self.prefix), partitions=1)

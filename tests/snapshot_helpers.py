@@ -8,13 +8,17 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import pymysql
+from confluent_kafka import Producer
 
+from cdc import signal_sender
 from cdc.workload import KEY_KINDS, WriteLoad, create_table  # noqa: F401 - re-exported for the tests
 from common.config import CDCConfig
+from common.kafka.clients import ensure_topics, producer_config
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
-from contract.topics import markers_topic, notifications_topic
+from contract.topics import markers_topic, notifications_topic, signals_topic
+from producer.offset_store import OffsetStore
 from spark_jobs.dblog import ChunkRow, apply_in_order, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import dedupe_by_position, read_events, wait_for
 
@@ -29,6 +33,32 @@ def signal(cfg: CDCConfig, kind: str, data: dict | None = None) -> str:
 
 def snapshot(cfg: CDCConfig, tables: list[str], **kw) -> str:
     return signal(cfg, "execute-snapshot", execute_snapshot_data(tables, **kw))
+
+
+def kafka_signal(cfg: CDCConfig, kind: str, data: dict | None = None) -> str:
+    """Send a signal through the Kafka signal channel (as ``cdc snapshot --channel kafka``)."""
+    return signal_sender.send(cfg, "kafka", kind, data).id
+
+
+def kafka_snapshot(cfg: CDCConfig, tables: list[str], **kw) -> str:
+    return kafka_signal(cfg, "execute-snapshot", execute_snapshot_data(tables, **kw))
+
+
+def signal_channel_record(cfg: CDCConfig, key: bytes | None, value: bytes | None) -> int:
+    """Write one raw record to the Kafka signal channel; its offset."""
+    topic = signals_topic(cfg.kafka.topic_prefix)
+    ensure_topics(cfg.kafka, [topic], partitions=1)
+    offsets: list[int] = []
+    producer = Producer(producer_config(cfg.kafka))
+    producer.produce(topic, value, key, on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
+    assert producer.flush(30) == 0 and offsets and offsets[0] >= 0, offsets
+    return offsets[0]
+
+
+def stored_signal_offset(cfg: CDCConfig) -> int | None:
+    """The next signal channel offset in the producer's stored offset record (None: none yet)."""
+    stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
+    return None if stored is None else stored.get("signal_offset")
 
 
 def notifications(cfg: CDCConfig) -> list[dict]:

@@ -3,7 +3,7 @@
 The coordinator is driven by the producer's main loop, in binlog order:
 
 * ``on_signal`` for every row inserted into the signal table (user signals and the
-  producer's own window markers);
+  producer's own window markers) and every signal of the Kafka signal channel;
 * ``on_schema_change`` for every DDL of a table;
 * ``poll`` between binlog items: while a snapshot is active and not paused it keeps up
   to ``parallelism`` chunks in flight.  A chunk reader (a thread with its own
@@ -235,6 +235,11 @@ class SnapshotCoordinator:
             cdb, ctable = ch.job.db_table
             if cdb == db and (table is None or ctable == table) and ch.invalid is None:
                 ch.invalid = "DDL on the table while the chunk was in flight"
+
+    def bad_signal(self, exc: BadSignal) -> None:
+        """A signal that cannot be acted on, refused before :meth:`on_signal` (a Kafka record
+        that is not even a signal row): reported as a bad signal row is."""
+        self._bad(exc)
 
     def _bad(self, exc: BadSignal) -> None:
         log.warning("%s; the producer keeps streaming", exc)

@@ -87,3 +87,20 @@ def test_schema_change_rules_first_match_wins_and_bad_regexes_are_refused(tmp_pa
     path.write_text("sinks:\n  schema_changes:\n    - {tables: 'x', columns: maybe}\n")
     with pytest.raises(ConfigError, match="columns"):
         load_config(path)
+
+
+def test_signal_channels_default_both_and_either_can_be_off(tmp_path: Path):
+    assert CDCConfig().source.signal_channels == ["source", "kafka"]
+    path = tmp_path / "cdc.yaml"
+    path.write_text("source:\n  signal_channels: [kafka]\n")
+    assert load_config(path, environ={}).source.signal_channels == ["kafka"]
+    for raw, expected in (("source", ["source"]), ("kafka, source", ["kafka", "source"]), ("[kafka]", ["kafka"]),
+                          ("kafka,kafka", ["kafka"]), ("", [])):
+        cfg = load_config(path, environ={"CDC__SOURCE__SIGNAL_CHANNELS": raw})
+        assert cfg.source.signal_channels == expected, raw
+    with pytest.raises(ConfigError, match="source.signal_channels"):
+        load_config(path, environ={"CDC__SOURCE__SIGNAL_CHANNELS": "source,table"})
+
+
+def test_snapshot_read_only_is_off_by_default():
+    assert CDCConfig().snapshot.read_only is False

@@ -79,3 +79,71 @@ def test_delete_missing_option():
     with pytest.raises(BadSignal, match="cannot be combined with 'additional-conditions'"):
         parse_signal({"id": "s4", "type": "execute-snapshot", "data": json.dumps(
             execute_snapshot_data(["a.b"], where="x > 1", delete_missing=True))})
+
+
+# -- the Kafka signal channel ------------------------------------------------------------
+
+def test_signal_record_round_trips_through_the_kafka_row():
+    from contract.signals import execute_snapshot_data, kafka_signal_row, signal_record
+    topic, key, value = signal_record("cdc", "prod-1", "s9", "execute-snapshot", execute_snapshot_data(["a.b"]))
+    assert topic == "cdc._signals" and key == b"prod-1"
+    assert json.loads(value) == {"id": "s9", "type": "execute-snapshot",
+                                 "data": {"data-collections": ["a.b"], "type": "incremental"}}
+    sig = parse_signal(kafka_signal_row(value, 7))
+    assert (sig.id, sig.type, sig.data_collections) == ("s9", "execute-snapshot", ["a.b"])
+
+
+def test_kafka_signal_data_may_be_an_object_or_a_string_as_in_the_table():
+    from contract.signals import kafka_signal_row
+    as_object = b'{"id": "o", "type": "execute-snapshot", "data": {"data-collections": ["a.b"]}}'
+    as_string = json.dumps({"id": "s", "type": "execute-snapshot",
+                            "data": json.dumps({"data-collections": ["a.b"]})}).encode()
+    assert parse_signal(kafka_signal_row(as_object, 0)).data_collections == ["a.b"]
+    assert parse_signal(kafka_signal_row(as_string, 0)).data_collections == ["a.b"]
+    assert parse_signal(kafka_signal_row(b'{"id": "p", "type": "pause-snapshot"}', 0)).type == "pause-snapshot"
+
+
+def test_kafka_signal_without_an_id_is_named_by_its_offset():
+    from contract.signals import kafka_signal_row
+    assert kafka_signal_row(b'{"type": "log", "data": {"message": "hi"}}', 42)["id"] == "kafka-42"
+    assert kafka_signal_row(b'{"id": "", "type": "log"}', 43)["id"] == "kafka-43"
+    assert kafka_signal_row(b'{"id": 17, "type": "log"}', 44)["id"] == "17"
+
+
+@pytest.mark.parametrize("value,sid,reason", [
+    (None, "kafka-5", "has no value"),
+    (b"", "kafka-5", "has no value"),
+    (b"execute-snapshot shop.t", "kafka-5", "is not JSON"),
+    (b"\xff\xfe\x00", "kafka-5", "not UTF-8"),
+    (b'["execute-snapshot"]', "kafka-5", "holds a JSON list"),
+    (b'{"id": "w", "type": "snapshot-window-open", "data": "{}"}', "w", "window marker"),
+    (b'{"id": "w", "type": "Snapshot-Window-Close"}', "w", "window marker"),
+])
+def test_kafka_signal_values_that_are_no_signal_name_the_reason(value, sid, reason):
+    from contract.signals import kafka_signal_row
+    with pytest.raises(BadSignal) as err:
+        kafka_signal_row(value, 5)
+    assert err.value.signal_id == sid and reason in err.value.reason
+    assert "JSON object" in err.value.reason or "window marker" in err.value.reason
+
+
+@pytest.mark.parametrize("value,reason", [
+    (b'{"id": "k", "type": "explode"}', "unknown signal type"),
+    (b'{"id": "k", "type": 5}', "unknown signal type"),
+    (b'{"id": "k"}', "unknown signal type"),
+    (b'{"id": "k", "type": "execute-snapshot"}', "data-collections"),
+    (b'{"id": "k", "type": "execute-snapshot", "data": [1]}', "JSON object"),
+    (b'{"id": "k", "type": "execute-snapshot", "data": "{broken"}', "not valid JSON"),
+])
+def test_kafka_signals_are_checked_as_table_rows_are(value, reason):
+    from contract.signals import kafka_signal_row
+    with pytest.raises(BadSignal) as err:
+        parse_signal(kafka_signal_row(value, 0))
+    assert err.value.signal_id == "k" and reason in err.value.reason
+
+
+def test_window_markers_are_told_from_user_signals():
+    from contract.signals import is_window_marker
+    assert is_window_marker({"type": "snapshot-window-open"}) and is_window_marker({"type": " SNAPSHOT-WINDOW-CLOSE"})
+    assert not is_window_marker({"type": "execute-snapshot"}) and not is_window_marker({})
+    assert not is_window_marker({"type": 5})

@@ -98,6 +98,10 @@ class GtidSet:
                 out.append(f"{source}: {mine} < {self._text(source, server, number)}")
         return out
 
+    def item(self, source: str) -> str:
+        """The furthest GTID of ``source`` in this set, as text."""
+        return self._text(source, *self.last[source])
+
     def __bool__(self) -> bool:
         return bool(self.last)
 

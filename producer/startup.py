@@ -95,9 +95,31 @@ class Startup:
         top = max(last.file_index if last else 0, BinlogPosition.from_binlog(r["file"], int(r["pos"])).file_index + base)
         extra = {k: v for k, v in stored.items() if k not in ("resume", "ts_ms")}
         extra["file_base"] = top + 1
+        gone = self._purged_gtids(conn, info, wanted)
+        if gone:
+            what = (f"failover: this server (server_id {info.server_id}) holds the stored GTID set {wanted} in its "
+                    f"history, but its binlogs no longer hold the transactions right after it ({gone}): they were "
+                    "purged here")
+            if self.cfg.producer.startup.when_needed == "snapshot":
+                log.error("%s. producer.startup.when_needed=snapshot: streaming from the current position and "
+                          "snapshotting every captured table again (delete-missing)", what)
+                return _from_current(conn, _snapshot_everything(extra))
+            raise BinlogPurgedError(f"{what}. Point the producer at a server of the topology that still has them, or "
+                                    "set producer.startup.when_needed: snapshot to snapshot every captured table again")
         log.warning("the stored position was taken on server_id %s; this server is server_id %s: failover, resuming "
                     "after GTID set %s (positions continue above binlog file #%d)", was, info.server_id, wanted, top)
         return ProducerState(ResumePoint("", 4, gtid_set=str(wanted)), None, extra)
+
+    @staticmethod
+    def _purged_gtids(conn, info: src.ServerInfo, wanted: GtidSet) -> str:
+        """The domains whose transactions after ``wanted`` this server's binlogs no longer
+        begin with (its oldest binlog starts further on), as text; "" when none (MariaDB:
+        ``BINLOG_GTID_POS`` of the oldest binlog's start; MySQL: not told here)."""
+        start = src.gtids_at(conn, info, src.earliest_position(conn)[0], 4)
+        if start is None:
+            return ""
+        return ", ".join(f"domain {d}: the oldest binlog starts after {start.item(d)}"
+                         for d, (_, n) in sorted(wanted.last.items()) if d in start.last and start.last[d][1] > n)
 
     def _plan(self, conn, info: src.ServerInfo, stored: dict | None, recover: str | None) -> ProducerState:
         if stored and stored.get("resume") and stored.get("server_id") not in (None, info.server_id):

@@ -125,3 +125,40 @@ def test_a_server_of_another_topology_is_refused_naming_both_gtid_sets(replicate
         ProducerApp(cfg).run(idle_exit_s=1.0)
     message = str(err.value)
     assert "failover refused" in message and stored in message and other in message, message
+
+
+def test_a_failover_target_whose_binlogs_lost_the_next_transactions_stops_or_snapshots(replicated, config, unique):
+    """The stored GTID set is in the other replica's history, but it purged the binlogs
+    with the transactions after it: stop naming them, or (when_needed: snapshot) stream
+    from its current position and snapshot the tables again."""
+    topo = replicated
+    cfg = topo.point(config, topo.replicas[0])
+    cfg.snapshot.read_only = True
+    db = unique("shop")
+    with topo.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        keys = create_table(conn, db, "t", "single", 200)
+    for replica in topo.replicas:
+        topo.wait_caught_up(replica)
+    cfg.source.include_databases = [db]
+    start_at_current(cfg)
+    run_until_caught_up(cfg)  # the producer's position: replica 1's end
+    with topo.admin() as conn, conn.cursor() as cur:  # written while the producer is away
+        cur.execute(f"UPDATE `{db}`.t SET n = n + 1 WHERE id <= 50")
+        cur.execute(f"DELETE FROM `{db}`.t WHERE id > 190")
+    replica2 = topo.replicas[1]
+    topo.wait_caught_up(replica2)
+    with topo.admin(replica2) as conn, conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("SHOW MASTER STATUS")
+        cur.execute(f"PURGE BINARY LOGS TO '{cur.fetchone()[0]}'")
+    topo.point(cfg, replica2)
+    with pytest.raises(CDCError, match="no longer hold the transactions right after it"):
+        ProducerApp(cfg).run(idle_exit_s=1.0)
+    cfg.producer.startup.when_needed = "snapshot"
+    run_until_caught_up(cfg)
+    wait_for(lambda: has_notification(cfg, "COMPLETED"), timeout=60, what="the recovery snapshot")
+    run_until_caught_up(cfg)
+    with topo.admin() as conn:
+        expected = source_rows(conn, db, "t", keys)
+    assert dblog_replay(cfg, f"{cfg.kafka.topic_prefix}.{db}.t").table == expected

@@ -54,7 +54,7 @@ class Startup:
         recovery asked for on the command line), with the GTIDs passed there and the server
         it is on recorded (so a later start on another server resumes by GTID)."""
         state = self._plan(conn, info, stored, recover)
-        flavor = "mariadb" if info.is_mariadb else "mysql"
+        flavor = info.flavor
         known = state.extra.get("gtid")
         if known is not None and state.extra.get("server_id") in (None, info.server_id):
             state.gtids = GtidSet.parse(known, flavor)
@@ -72,7 +72,7 @@ class Startup:
         """The stored position was taken on another server (``server_id`` differs): resume
         from its GTID set, if this server's history holds it, with positions above every
         one written before (a new file base)."""
-        flavor = "mariadb" if info.is_mariadb else "mysql"
+        flavor = info.flavor
         was = stored.get("server_id")
         text = stored.get("gtid") or ""
         if not text:

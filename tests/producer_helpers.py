@@ -136,3 +136,29 @@ def wait_for(check, timeout: float = 60.0, interval: float = 0.2, what: str = "c
             return
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def purge_binlogs(conn) -> tuple[str, str]:
+    """``FLUSH BINARY LOGS``, then ``PURGE BINARY LOGS TO`` the newest file until it is the
+    only one (``conn``: an admin connection).  PURGE silently keeps a file a replication
+    connection still reads: a dump thread a stopped producer left (the server drops them
+    lazily) is killed and the purge repeated.  Returns (oldest file before, newest)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        oldest = cur.fetchall()[0][0]
+        cur.execute("FLUSH BINARY LOGS")
+        for _ in range(50):
+            cur.execute("SHOW MASTER STATUS")
+            newest = cur.fetchone()[0]
+            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            cur.execute("SHOW BINARY LOGS")
+            if [row[0] for row in cur.fetchall()] == [newest]:
+                return oldest, newest
+            cur.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+            for (thread_id,) in cur.fetchall():
+                try:
+                    cur.execute(f"KILL {int(thread_id)}")
+                except Exception:  # noqa: BLE001 - the thread ended by itself meanwhile
+                    pass
+            time.sleep(0.2)
+    raise AssertionError("the old binlogs could not be purged")

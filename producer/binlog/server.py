@@ -6,7 +6,6 @@ of ``SHOW BINARY LOG STATUS``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -14,6 +13,7 @@ import pymysql
 
 from common.errors import SourceError
 from common.sql.sessions import connect
+from contract.errors import GtidError
 from contract.gtid import GtidSet
 from producer.binlog.grants import grants_problem, missing_privileges
 from producer.errors import BinlogPurgedError
@@ -158,16 +158,18 @@ def check_position_available(conn, file: str) -> None:
             f"binlog retention (binlog_expire_logs_seconds / expire_logs_days) to avoid this", file, oldest)
 
 
-_MARIADB_GTID = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")
-_MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:[0-9:-]+(,\s*[0-9a-fA-F-]{36}:[0-9:-]+)*$")
-
-
 def validate_gtid_set(gtid_set: str, info: ServerInfo) -> str:
+    """``startup.gtid_set`` as given (the server reads it), once it parses as this
+    server's flavour of GTID set."""
     s = gtid_set.strip().replace("\n", "")
-    pattern = _MARIADB_GTID if info.is_mariadb else _MYSQL_GTID
-    if not pattern.match(s):
-        form = "domain-server-sequence[,...] (e.g. 0-1-42)" if info.is_mariadb else "uuid:interval[,...] (e.g. 3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5)"
-        raise SourceError(f"startup.gtid_set {gtid_set!r} is not a {info.flavor} GTID set: expected {form}")
+    try:
+        if not GtidSet.parse(s, info.flavor):
+            raise GtidError("an empty set")
+    except GtidError as exc:
+        form = "domain-server-sequence[,...] (e.g. 0-1-42)" if info.is_mariadb else \
+            "uuid:interval[,...] (e.g. 3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5)"
+        raise SourceError(f"startup.gtid_set {gtid_set!r} is not a {info.flavor} GTID set ({exc}): "
+                          f"expected {form}") from None
     return s
 
 

@@ -21,7 +21,14 @@ from common.errors import CDCError
 from contract.signals import execute_snapshot_data, send_signal
 from producer.app import ProducerApp
 from spark_jobs.merge_job import MergeJob
-from tests.producer_helpers import ProducerProcess, read_events, run_until_caught_up, start_at_current, wait_for
+from tests.producer_helpers import (
+    ProducerProcess,
+    purge_binlogs,
+    read_events,
+    run_until_caught_up,
+    start_at_current,
+    wait_for,
+)
 from tests.snapshot_helpers import WriteLoad, create_table, dblog_replay, has_notification, source_rows
 
 
@@ -151,18 +158,8 @@ def test_a_failover_target_whose_binlogs_lost_the_next_transactions_stops_or_sna
         cur.execute(f"DELETE FROM `{db}`.t WHERE id > 190")
     replica2 = topo.replicas[1]
     topo.wait_caught_up(replica2)
-    with topo.admin(replica2) as conn, conn.cursor() as cur:
-        cur.execute("FLUSH BINARY LOGS")
-        cur.execute("SHOW MASTER STATUS")
-        newest = cur.fetchone()[0]
-        for _ in range(100):  # a file still needed for crash recovery is kept until its checkpoint
-            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
-            cur.execute("SHOW BINARY LOGS")
-            if [r[0] for r in cur.fetchall()] == [newest]:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("replica 2's old binlogs could not be purged")
+    with topo.admin(replica2) as admin:
+        purge_binlogs(admin)
     topo.point(cfg, replica2)
     with pytest.raises(CDCError, match="no longer hold the transactions right after it"):
         ProducerApp(cfg).run(idle_exit_s=1.0)

@@ -14,7 +14,7 @@ from contract.topics import heartbeat_topic, transaction_topic
 from producer.app import ProducerApp
 from producer.binlog.server import current_position
 from producer.errors import BinlogPurgedError, ProducerStopped
-from tests.producer_helpers import apply_changelog, read_events, run_until_caught_up, start_at_current
+from tests.producer_helpers import apply_changelog, purge_binlogs, read_events, run_until_caught_up, start_at_current
 
 
 def _exec(stack, db, *statements):
@@ -194,34 +194,12 @@ def test_misconfigured_server_is_refused_with_the_setting_and_fix(stack, config)
     assert "binlog_row_image" in text and "FULL" in text
 
 
-def _purge_binlogs_before_newest(stack, must_go: str) -> None:
-    """PURGE silently keeps a file a replication connection still reads: a dump
-    thread left by an earlier test (the server drops them lazily after a client
-    dies) is killed and the purge repeated until ``must_go`` is gone."""
-    with stack.admin() as conn, conn.cursor() as cur:
-        for _ in range(50):
-            cur.execute("SHOW MASTER STATUS")
-            newest = cur.fetchone()[0]
-            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
-            cur.execute("SHOW BINARY LOGS")
-            if must_go not in [row[0] for row in cur.fetchall()]:
-                return
-            cur.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
-            for (thread_id,) in cur.fetchall():
-                try:
-                    cur.execute(f"KILL {int(thread_id)}")
-                except Exception:  # noqa: BLE001 - the thread ended by itself meanwhile
-                    pass
-            time.sleep(0.2)
-    raise AssertionError(f"binlog {must_go} could not be purged")
-
-
 def test_start_in_a_purged_binlog_is_refused(stack, config, test_db):
     conn = connect(config.source)
     old_file, old_pos = current_position(conn)
     conn.close()
-    _exec(stack, test_db, "FLUSH BINARY LOGS")
-    _purge_binlogs_before_newest(stack, old_file)
+    with stack.admin() as admin:
+        purge_binlogs(admin)
     config.producer.startup.mode = "position"
     config.producer.startup.file, config.producer.startup.pos = old_file, old_pos
     with pytest.raises(BinlogPurgedError) as err:

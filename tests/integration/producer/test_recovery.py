@@ -20,6 +20,7 @@ from tests.producer_helpers import (
     ProducerThread,
     apply_changelog,
     dedupe_by_position,
+    purge_binlogs,
     read_events,
     run_until_caught_up,
     start_at_current,
@@ -157,32 +158,6 @@ def test_broker_outage_loses_nothing(stack, config, test_db):
     assert len({v["position"] for _, _, v in kept}) == len(kept)
 
 
-def _purge_all_but_newest(source) -> tuple[str, str]:
-    """``FLUSH BINARY LOGS`` and ``PURGE BINARY LOGS TO`` the newest file on a server of the
-    test's own; a dump thread the stopped producer left (dropped lazily) keeps its file,
-    so it is killed and the purge repeated.  Returns (oldest file before, newest)."""
-    with source.admin() as conn, conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        oldest = cur.fetchone()[0]
-        cur.fetchall()
-        cur.execute("FLUSH BINARY LOGS")
-        for _ in range(50):
-            cur.execute("SHOW MASTER STATUS")
-            newest = cur.fetchone()[0]
-            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
-            cur.execute("SHOW BINARY LOGS")
-            if [row[0] for row in cur.fetchall()] == [newest]:
-                return oldest, newest
-            cur.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
-            for (thread_id,) in cur.fetchall():
-                try:
-                    cur.execute(f"KILL {int(thread_id)}")
-                except Exception:  # noqa: BLE001 - the thread ended by itself meanwhile
-                    pass
-            time.sleep(0.2)
-    raise AssertionError("the old binlogs could not be purged")
-
-
 def _rebuilt(cfg, db: str, table: str) -> tuple[dict, list[dict]]:
     """The table topic replayed by key (copies dropped, the DBLog rule applied, in position
     order), then the table's DELETE_MISSING markers applied: a key whose last record lies
@@ -229,7 +204,8 @@ def test_purged_binlogs_stop_the_producer_or_with_when_needed_snapshot_again(own
         cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"while down{i}") for i in range(80, 100)])
         cur.execute("UPDATE t SET v = 'changed while down' WHERE id IN (5, 45, 85)")
         cur.execute("DELETE FROM t WHERE id IN (6, 46, 47, 86)")
-    oldest_before, newest = _purge_all_but_newest(source)
+    with source.admin() as admin:
+        oldest_before, newest = purge_binlogs(admin)
 
     config.producer.startup.when_needed = "stop"
     with pytest.raises(BinlogPurgedError) as err:

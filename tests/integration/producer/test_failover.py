@@ -39,23 +39,28 @@ def _chunk_rows(cfg, topic) -> int:
         return 0
 
 
-def test_failover_mid_snapshot_to_another_replica_loses_nothing(replicated, merge_config, unique, tmp_path):
-    topo = replicated
-    cfg = topo.point(merge_config, topo.replicas[0])
+def _on_replica1(topo, cfg, db: str, kind: str, rows: int) -> list[str]:
+    """``cfg`` reading replica 1 with read-only snapshots; ``db.t`` made on the primary
+    with ``rows`` rows and replicated to both replicas; returns its key columns."""
+    topo.point(cfg, topo.replicas[0])
     cfg.snapshot.read_only = True
-    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = 50, 2
-    cfg.sinks.postgres.enabled = True
-    db = unique("shop")
-    rows = 20000
+    cfg.source.include_databases = [db]
     with topo.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}`")
-        keys = create_table(conn, db, "t", "composite", rows)
+        keys = create_table(conn, db, "t", kind, rows)
     for replica in topo.replicas:
         topo.wait_caught_up(replica)
+    return keys
+
+
+def test_failover_mid_snapshot_to_another_replica_loses_nothing(replicated, merge_config, unique, tmp_path):
+    topo, cfg, db, rows = replicated, merge_config, unique("shop"), 20000
+    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = 50, 2
+    cfg.sinks.postgres.enabled = True
+    keys = _on_replica1(topo, cfg, db, "composite", rows)
     with topo.admin(topo.replicas[0]) as conn, conn.cursor() as cur:
         for _ in range(3):  # replica 1's binlog files are numbered ahead of replica 2's
             cur.execute("FLUSH BINARY LOGS")
-    cfg.source.include_databases = [db]
     start_at_current(cfg)
     topic = f"{cfg.kafka.topic_prefix}.{db}.t"
     proc = ProducerProcess(cfg, tmp_path)
@@ -105,17 +110,12 @@ def test_failover_mid_snapshot_to_another_replica_loses_nothing(replicated, merg
 
 
 def test_a_server_of_another_topology_is_refused_naming_both_gtid_sets(replicated, own_mysql, config, unique):
-    topo = replicated
-    cfg = topo.point(config, topo.replicas[0])
-    cfg.snapshot.read_only = True
-    db = unique("shop")
+    topo, cfg, db = replicated, config, unique("shop")
+    _on_replica1(topo, cfg, db, "single", 50)
     with topo.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{db}`")
-        create_table(conn, db, "t", "single", 50)
         for i in range(30):  # the topology's history grows past the other server's
             cur.execute(f"UPDATE `{db}`.t SET n = n + 1 WHERE id = %s", (i + 1,))
     topo.wait_caught_up(topo.replicas[0])
-    cfg.source.include_databases = [db]
     start_at_current(cfg)
     with topo.admin() as conn, conn.cursor() as cur:
         cur.execute(f"UPDATE `{db}`.t SET n = n + 1")
@@ -138,16 +138,8 @@ def test_a_failover_target_whose_binlogs_lost_the_next_transactions_stops_or_sna
     """The stored GTID set is in the other replica's history, but it purged the binlogs
     with the transactions after it: stop naming them, or (when_needed: snapshot) stream
     from its current position and snapshot the tables again."""
-    topo = replicated
-    cfg = topo.point(config, topo.replicas[0])
-    cfg.snapshot.read_only = True
-    db = unique("shop")
-    with topo.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{db}`")
-        keys = create_table(conn, db, "t", "single", 200)
-    for replica in topo.replicas:
-        topo.wait_caught_up(replica)
-    cfg.source.include_databases = [db]
+    topo, cfg, db = replicated, config, unique("shop")
+    keys = _on_replica1(topo, cfg, db, "single", 200)
     start_at_current(cfg)
     with topo.admin() as conn, conn.cursor() as cur:
         cur.execute(f"UPDATE `{db}`.t SET n = n + 1 WHERE id = 1")

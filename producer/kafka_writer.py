@@ -101,14 +101,19 @@ class KafkaWriter:
                 self.producer.poll(0)
                 self._check()
 
+    def flush(self) -> None:
+        """Wait until every record produced so far is acknowledged (the batch stays open):
+        what comes after cannot reach the broker without them."""
+        remaining = self.producer.flush(120)
+        if remaining:
+            raise WriterError(f"{remaining} records not acknowledged by Kafka within 120s")
+        self._check()
+
     def commit(self, offset_key: bytes, offset_value: bytes) -> None:
         """Close the batch: wait for every event's ack, write the offset record, commit."""
         self._begin()
         try:
-            remaining = self.producer.flush(120)
-            if remaining:
-                raise WriterError(f"{remaining} records not acknowledged by Kafka within 120s")
-            self._check()
+            self.flush()
             self.producer.produce(self.offsets_topic, key=offset_key, value=offset_value, on_delivery=self._on_delivery)
             if self.transactions:
                 self.producer.commit_transaction(120)

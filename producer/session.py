@@ -309,8 +309,13 @@ class StreamSession:
                      "snapshot did not find (delete-missing)", d.snapshot_id, d.table, d.below.encode())
 
     def _write_chunk(self, chunk: ReleasedChunk) -> None:
-        for m in chunk.markers:  # read-only windows: OPEN and CLOSE go with the rows
-            self._write_window_marker(m)
+        if chunk.markers:  # read-only windows: OPEN and CLOSE go with the rows, and before them
+            for m in chunk.markers:
+                self._write_window_marker(m)
+            # acknowledged first: rows of a killed run's batch that a broker keeps visible (an
+            # aborted transaction on Tansu) come with their window, and the next run's first
+            # windows are placed above it (producer.app._marker_slots)
+            self.writer.flush()
         records = self.builder.chunk_records(chunk, self.encoder)
         if chunk.changed:  # read-only windows: the DBLog rule, here (gtid_windows)
             records = [r for r in records if r[1] not in chunk.changed]

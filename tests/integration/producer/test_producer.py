@@ -12,6 +12,7 @@ from common.errors import SourceError
 from common.sql.sessions import connect
 from contract.topics import heartbeat_topic, transaction_topic
 from producer.app import ProducerApp
+from producer.binlog.reader import BinlogReader, Idle, ResumePoint
 from producer.binlog.server import current_position
 from producer.errors import BinlogPurgedError, ProducerStopped
 from tests.producer_helpers import apply_changelog, purge_binlogs, read_events, run_until_caught_up, start_at_current
@@ -281,3 +282,27 @@ def test_transaction_metadata_begin_and_end_with_counts(stack, config, test_db):
     assert sorted((c["data_collection"], c["event_count"]) for c in txns[1]["data_collections"]) == \
         [(f"{test_db}.a", 3), (f"{test_db}.b", 1)]
     assert txns[3]["event_count"] == 1
+
+
+def test_an_idle_binlog_moves_the_resume_point_to_its_end(stack, config):
+    """A new binlog file begins with events the reader does not get (GTID list, binlog
+    checkpoint); the server's heartbeats carry its binlog end, so the resume point the
+    reader reports when idle reaches it (read-only windows close by it where GTIDs do not)."""
+    conn = connect(config.source)
+    try:
+        file, pos = current_position(conn)
+        reader = BinlogReader(config.source, ResumePoint(file, pos), is_mariadb=True, heartbeat_s=0.2)
+        with stack.admin() as admin, admin.cursor() as cur:
+            cur.execute("FLUSH BINARY LOGS")
+        end = current_position(conn)
+        seen = None
+        deadline = time.monotonic() + 20
+        for item in reader:
+            if isinstance(item, Idle) and item.resume is not None:
+                seen = (item.resume.file, item.resume.pos)
+                if seen == end or time.monotonic() > deadline:
+                    break
+        reader.close()
+    finally:
+        conn.close()
+    assert seen == end, f"idle at {seen}, the binlog ends at {end}"

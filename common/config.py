@@ -103,7 +103,10 @@ class StartupConfig(_Section):
 
 
 class ProducerConfig(_Section):
-    format: Literal["avro", "json"] = "avro"
+    format: Literal["avro", "json", "debezium-json"] = "avro"
+    # Debezium's tombstones.on.delete: a record with the key and no value after each delete
+    # (null: on with debezium-json, as Debezium by default, off with avro and json).
+    tombstones_on_delete: bool | None = None
     startup: StartupConfig = Field(default_factory=StartupConfig)
     # When Kafka lost the producer's history (a position kept in the state directory that
     # Kafka does not have): stop with a message, re-publish from the kept position
@@ -112,7 +115,7 @@ class ProducerConfig(_Section):
     # Records per Kafka transaction / offset commit.
     batch_size: int = 5000
     # Longest time (s) a batch stays open before it is committed.
-    batch_interval_s: float = 0.5
+    batch_interval_s: float = 0.1
     heartbeat_interval_s: float = 0.0
     transaction_metadata: bool = False
     # Write TRUNCATE TABLE as Debezium's truncate event (``op: t``) on the table topic
@@ -121,6 +124,13 @@ class ProducerConfig(_Section):
     metrics_port: int | None = None
     # Name of this producer (Debezium's topic.prefix / server name); keys its offsets.
     name: str = "cdc"
+
+    @property
+    def tombstones(self) -> bool:
+        """Whether deletes are followed by a tombstone (``tombstones_on_delete``, by format)."""
+        if self.tombstones_on_delete is None:
+            return self.format == "debezium-json"
+        return self.tombstones_on_delete
 
 
 class SnapshotConfig(_Section):
@@ -199,7 +209,7 @@ class SinksConfig(_Section):
 class SparkConfig(_Section):
     master: str = "local[*]"
     checkpoint_dir: str = ".cdc/checkpoints"
-    trigger_interval_s: float = 1.0
+    trigger_interval_s: float = 0.5
     # "python": the confluent-kafka data source; "jvm": Spark's own kafka source.
     kafka_source: Literal["python", "jvm"] = "python"
     max_offsets_per_trigger: int | None = None

@@ -49,7 +49,7 @@ def envelope_schema(row_schema: dict, name: str) -> dict:
     """Debezium's envelope around a row schema, plus our position and snapshot window."""
     row_name = row_schema["name"]
     return {
-        "type": "record", "name": name, "connect.name": name,
+        "type": "record", "name": name, "connect.version": 2, "connect.name": name,
         "fields": [
             {"name": "before", "type": ["null", row_schema], "default": None},
             {"name": "after", "type": ["null", row_name], "default": None},
@@ -77,6 +77,29 @@ def avro_name(name: str) -> str:
     if not fixed or fixed[0].isdigit():
         fixed = "_" + fixed
     return fixed
+
+
+def unique_avro_names(names: "list[str] | tuple[str, ...]") -> dict[str, str]:
+    """Each of ``names`` (a record's column names, in order) -> a unique valid Avro name.
+
+    Names that are valid already never change; an invalid one becomes :func:`avro_name` of
+    it, with ``_2``, ``_3``... when that is taken (Debezium's ``field.name.adjustment.mode=avro``
+    rule, made unique in column order).
+    """
+    used = {n for n in names if avro_name(n) == n}
+    out: dict[str, str] = {}
+    for n in names:
+        if avro_name(n) == n:
+            out[n] = n
+            continue
+        base = avro_name(n)
+        cand, k = base, 2
+        while cand in used:
+            cand = f"{base}_{k}"
+            k += 1
+        used.add(cand)
+        out[n] = cand
+    return out
 
 
 def avro_fullname(name: str) -> str:

@@ -21,3 +21,8 @@ class BadSignal(CDCError, ValueError):
 
 class GtidError(CDCError, ValueError):
     """Text that is not a GTID or a GTID set of either flavour (MariaDB, MySQL)."""
+
+
+class NotCompiled(CDCError):
+    """A writer schema :func:`contract.avro_decoder.compile_decoder` leaves to fastavro
+    (a logical type fastavro converts to dates and times, a recursive schema)."""

@@ -37,6 +37,9 @@ class SchemaStore:
         self._next: dict[int, int] = {}
         self._covered = 0  # the highest end refresh_until read up to
         self._lock = threading.Lock()
+        #: Rises whenever a schema is read that the store did not hold: what was worked out
+        #: from the newest schemas (a decoder's reader schemas) is stale when it moved.
+        self.generation = 0
 
     def refresh(self) -> None:
         for msg in read_topic(self.bootstrap_servers, self.topic, start=dict(self._next),
@@ -44,6 +47,8 @@ class SchemaStore:
             self._next[msg.partition()] = msg.offset() + 1
             if msg.key() and msg.value():
                 fp, schema = msg.key().decode(), json.loads(msg.value())
+                if fp not in self._schemas:
+                    self.generation += 1
                 self._schemas[fp] = schema
                 if isinstance(schema, dict):
                     self._newest[schema_name(schema)] = fp

@@ -11,7 +11,10 @@ producer running:
   ``00`` + 4-byte schema id (big-endian) + the Avro body, subjects ``<topic>-key`` and
   ``<topic>-value``.
 
-JSON records are plain UTF-8 JSON objects (bytes as base64, decimals as strings).
+JSON records are plain UTF-8 JSON objects (bytes as base64, decimals as strings), or, in
+the ``debezium-json`` format, Kafka Connect's JsonConverter shape ``{"schema", "payload"}``
+(:mod:`contract.connect_json`): :class:`RecordDecoder` reads those into the values Avro
+decoding gives.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from contract.avro_decoder import NotCompiled, compile_decoder
+from contract.connect_json import RECORD_PREFIX, ConnectJsonReader
 from contract.errors import SerdeError
 from contract.schema_resolution import is_envelope, reader_view, resolvable
 
@@ -109,20 +114,30 @@ class RecordDecoder:
 
     def __init__(self, lookup: Callable[[str], dict | None] | None = None,
                  registry: ConfluentRegistry | None = None,
-                 newest: Callable[[str], tuple[str, dict] | None] | None = None) -> None:
+                 newest: Callable[[str], tuple[str, dict] | None] | None = None,
+                 generation: Callable[[], int] | None = None) -> None:
         self._lookup = lookup
         self._registry = registry
         self._newest = newest
+        # Per fingerprint (8 raw bytes): (parsed writer, parsed reader or None), worked out
+        # once; with ``newest`` only while ``generation()`` (the schema store's) stays put.
+        self._generation = generation
+        self._plans: dict[bytes, tuple[Any, Any, Any]] = {}
+        self._plans_at: int | None = None
+        self._compiled: dict[str, Any] = {}  # writer fingerprint -> compiled decoder or None
         self._parsed: dict[Any, Any] = {}
         self._views: dict[str, tuple[dict, Any]] = {}
         self._unresolvable: set[tuple[str, str]] = set()
         self._resolvable: set[tuple[str, str]] = set()
+        self._connect = ConnectJsonReader()
 
     @classmethod
     def resolving(cls, store: Any, registry: ConfluentRegistry | None = None) -> "RecordDecoder":
         """A decoder of a :class:`~contract.schema_store.SchemaStore`'s records that reads
         each with its table's newest schema."""
-        return cls(store.get, registry, newest=store.newest)
+        # (a store without a generation: nothing resolved is kept between records)
+        generation = (lambda: store.generation) if hasattr(store, "generation") else None
+        return cls(store.get, registry, newest=store.newest, generation=generation)
 
     def _resolves(self, fp: str, newest: tuple[str, dict]) -> bool:
         """Whether records of writer ``fp`` are read with ``newest`` (see
@@ -195,25 +210,70 @@ class RecordDecoder:
             parsed = self._parsed[key] = fastavro.parse_schema(schema)
         return parsed
 
+    def _plan(self, fpb: bytes) -> tuple[Any, Any, Any]:
+        """(parsed writer, parsed reader or None, compiled decoder or None) for records of
+        fingerprint ``fpb``; the compiled decoder (:mod:`contract.avro_decoder`) reads
+        records that need no resolution."""
+        fp = fpb.hex()
+        if self._lookup is None:
+            raise SerdeError("an Avro record needs a schema store to decode")
+        parsed = self._schema_for(fp, lambda: self._lookup(fp))
+        reader = self._reader(fp)
+        resolving = reader is not None and reader[0] != fp
+        compiled = None
+        if not resolving:
+            compiled = self._compiled.get(fp, False)
+            if compiled is False:
+                try:
+                    compiled = compile_decoder(self._lookup(fp))
+                except NotCompiled:
+                    compiled = None
+                self._compiled[fp] = compiled
+        plan = (parsed, reader[1][1] if resolving else None, compiled)
+        if self._newest is None or self._generation is not None:
+            self._plans[fpb] = plan
+        return plan
+
+    def connect_schema(self, data: bytes) -> tuple[str, dict | None] | None:
+        """``(schema id, Avro view of its schema)`` of a record in Kafka Connect's JSON shape
+        (:func:`contract.connect_json.avro_view`: what the table sinks lay tables out by),
+        None for any other record."""
+        return self._connect.schema_of(data)
+
     def decode(self, data: bytes | None) -> Any:
         if data is None:
             return None
         if data[:2] == SINGLE_OBJECT_MAGIC:
-            fp = data[2:10].hex()
-            if self._lookup is None:
-                raise SerdeError("an Avro record needs a schema store to decode")
-            parsed = self._schema_for(fp, lambda: self._lookup(fp))
-            reader = self._reader(fp)
-            if reader is not None and reader[0] != fp:
+            if self._generation is not None:
+                at = self._generation()
+                if at != self._plans_at:
+                    self._plans.clear()
+                    self._plans_at = at
+            fpb = data[2:10]
+            plan = self._plans.get(fpb) or self._plan(fpb)
+            if plan[2] is not None:
+                return plan[2](data, 10)
+            body = io.BytesIO(data)
+            body.seek(10)
+            if plan[1] is not None:
                 try:
-                    return fastavro.schemaless_reader(io.BytesIO(data[10:]), parsed, reader[1][1])
+                    return fastavro.schemaless_reader(body, plan[0], plan[1])
                 except SchemaResolutionError:
-                    self._unresolvable.add((fp, reader[0]))
-            return fastavro.schemaless_reader(io.BytesIO(data[10:]), parsed, None)
+                    self._unresolvable.add((fpb.hex(), self._reader(fpb.hex())[0]))
+                    self._plans.pop(fpb, None)
+                    body.seek(10)
+            return fastavro.schemaless_reader(body, plan[0], None)
         if data[:1] == CONFLUENT_MAGIC and len(data) >= 5 and self._registry is not None:
             sid = struct.unpack(">I", data[1:5])[0]
             parsed = self._schema_for(("registry", sid), lambda: self._registry.schema(sid))
             return fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed, None)
         if data[:1] in (b"{", b"["):
-            return json.loads(data)
+            if data[:10] == RECORD_PREFIX:
+                found, value = self._connect.read(data)
+                if found:
+                    return value
+            value = json.loads(data)
+            if isinstance(value, dict) and set(value) == {"schema", "payload"}:  # JsonConverter's, spaced
+                return self._connect.read(data)[1]
+            return value
         raise SerdeError(f"unknown record framing (first bytes {data[:4].hex()})")

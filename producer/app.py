@@ -102,7 +102,8 @@ class ProducerApp:
                                  offsets_topic=self.store.topic)
             try:
                 builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
-                                       key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns)
+                                       key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns,
+                                       tombstones=cfg.producer.tombstones)
                 coordinator = SnapshotCoordinator(
                     signal_table=cfg.source.signal_table, chunk_size=cfg.snapshot.chunk_size,
                     parallelism=cfg.snapshot.parallelism, captures=self.filter.captures,

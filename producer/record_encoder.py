@@ -1,4 +1,5 @@
-"""How the producer frames records: Avro or JSON (:mod:`contract.serde`).
+"""How the producer frames records: Avro, JSON (:mod:`contract.serde`) or Kafka Connect's
+JsonConverter shape as Debezium writes it (``debezium-json``, :mod:`contract.connect_json`).
 
 Avro records use the single-object framing, with every writer schema published to
 ``<prefix>._schemas`` (:mod:`contract.schema_store`) before the first record that uses it,
@@ -19,6 +20,8 @@ from typing import Any, Callable
 
 from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics
+from contract.connect_json import ConnectJsonWriter
+from contract.errors import SerdeError
 from contract.schema_store import SchemaStore, schema_record
 from contract.serde import AvroWriter, ConfluentRegistry, encode_json
 from contract.topics import schemas_topic
@@ -33,6 +36,7 @@ class RecordEncoder:
         self.fmt = fmt
         self._publish = publish
         self._writers: dict[int, AvroWriter] = {}
+        self._connect: dict[int, ConnectJsonWriter] = {}
         self._published: set[str] = set()
         self._registry = ConfluentRegistry(kafka.schema_registry_url) if kafka.schema_registry_url else None
         if fmt == "avro" and self._registry is None:
@@ -61,13 +65,23 @@ class RecordEncoder:
         """``record`` framed for ``topic`` (``role``: key or value); None stays None."""
         if record is None:
             return None
+        if self.fmt == "debezium-json":
+            return self._connect_writer(schema, topic).encode(record)
         if self.fmt == "json" or schema is None:
             return encode_json(record)
         return self._writer(schema, topic, role).encode(record)
 
+    def _connect_writer(self, schema: dict | None, topic: str) -> ConnectJsonWriter:
+        if schema is None:
+            raise SerdeError(f"{topic}: a debezium-json record needs its schema")
+        w = self._connect.get(id(schema))
+        if w is None or w.schema is not schema:
+            w = self._connect[id(schema)] = ConnectJsonWriter(schema)
+        return w
+
     def header(self, schema: dict, topic: str, role: str) -> bytes | None:
         """The framing before the Avro body of a record of ``schema`` (the schema is published
         or registered first), or None when records are JSON."""
-        if self.fmt == "json":
+        if self.fmt != "avro":
             return None
         return self._writer(schema, topic, role).header

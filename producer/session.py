@@ -194,11 +194,12 @@ class StreamSession:
             for keys in self.coord.tracking(item.db, item.table):
                 keys.update(r[1] for r in records)
         if records:
+            events = sum(1 for r in records if r[2] is not None)  # (tombstones are no change events)
             if self.cfg.producer.transaction_metadata:
-                self._txn_begin(item, len(records))
+                self._txn_begin(item, events)
             self.writer.produce_all(records)
             self.batch_events += len(records)
-            self.app.metrics.event(item.ts_ms, len(records))
+            self.app.metrics.event(item.ts_ms, events)
         return len(records)
 
     # -- transaction metadata (Debezium's BEGIN/END records on <prefix>.transaction) ------

@@ -63,3 +63,7 @@ class SinkUnavailable(SinkError):
 
 class SchemaChangeStopped(CDCError):
     """A table's schema changed and ``sinks.schema_changes`` says ``columns: stop`` for it."""
+
+
+class MergeStateError(CDCError):
+    """The merge job's checkpoint does not hold what a micro-batch needs (its offsets)."""

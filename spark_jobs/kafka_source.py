@@ -257,6 +257,14 @@ def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int]) -> list[KafkaRan
     return ranges
 
 
+def batch_ranges(start: Mapping | None, end: Mapping) -> list[KafkaRange]:
+    """The ranges of a micro-batch from its start and end offset documents (the previous
+    batch's end, None for the first batch: every partition from its first record), lost
+    partitions moved to where reading carries on."""
+    first = apply_data_loss(offsets_from_json(start) if start else {}, lost_from_json(end))
+    return plan_ranges(first, offsets_from_json(end))
+
+
 # --------------------------------------------------------------------------------------
 # Spark data source
 # --------------------------------------------------------------------------------------
@@ -388,8 +396,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._last_latest is None else offsets_to_json(self._last_latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        first = apply_data_loss(offsets_from_json(start), lost_from_json(end))
-        return plan_ranges(first, offsets_from_json(end))
+        return batch_ranges(start, end)
 
     def commit(self, end: dict) -> None:
         pass  # offsets live in Spark's checkpoint; nothing is committed to Kafka
@@ -411,7 +418,9 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 _BATCH_ROWS = 10_000
 # Task consumers read one partition: larger fetches than librdkafka's 1 MiB per partition
 # (measured on the embedded broker: ~145k rec/s per task instead of ~100k).  kafka.* wins.
-_READ_DEFAULTS = {"max.partition.fetch.bytes": 10 * 1024 * 1024}
+# A range's records are in the log already: a fetch with nothing to return (past the last
+# record, before a commit marker) must not wait for new records (librdkafka's 500 ms).
+_READ_DEFAULTS = {"max.partition.fetch.bytes": 10 * 1024 * 1024, "fetch.wait.max.ms": 10}
 
 
 def _to_batch(msgs: list, rng: KafkaRange, schema) -> Any:
@@ -474,23 +483,32 @@ def _lost_in_task(opts: SourceOptions, loss: DataLoss) -> None:
                  loss.describe())
 
 
-def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS) -> Iterator:
-    """Arrow record batches of the records of ``rng``, in offset order
-    (:func:`common.kafka.topic_reader.read_partition`: offset gaps such as transaction
-    markers, aborted or compacted records are passed).  Records that vanished since the
-    batch was planned are data loss (:class:`KafkaDataLossError`, or a WARNING with
-    ``failOnDataLoss=false``).  Raises :class:`KafkaReadTimeout` when no progress is made
-    for ``opts.poll_timeout_s``.
-    """
-    from confluent_kafka import OFFSET_BEGINNING, Consumer
-    from pyspark.sql.pandas.types import to_arrow_schema
+def range_consumer(opts: SourceOptions):
+    """A consumer for :func:`read_messages` (which assigns it the partition it reads)."""
+    from confluent_kafka import Consumer
+
+    return Consumer({**_READ_DEFAULTS, **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
+                     "group.id": f"cdc-kafka-source-read-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                     "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+                     "enable.partition.eof": True})
 
 
-    schema = to_arrow_schema(SCHEMA, timezone="UTC")
-    conf = {**_READ_DEFAULTS, **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
-            "group.id": f"cdc-kafka-source-read-{uuid.uuid4().hex}", "enable.auto.commit": False,
-            "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "enable.partition.eof": True}
-    consumer = Consumer(conf)
+def read_messages(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS,
+                  consumer: Any = None) -> Iterator[list]:
+    """Lists of the data messages (confluent-kafka's) of ``rng``, in offset order, about
+    ``batch_rows`` at a time (:func:`common.kafka.topic_reader.read_partition`: offset gaps
+    such as transaction markers, aborted or compacted records are passed).  Records that
+    vanished since the batch was planned are data loss (:class:`KafkaDataLossError`, or a
+    WARNING with ``failOnDataLoss=false``).  Raises :class:`KafkaReadTimeout` when no
+    progress is made for ``opts.poll_timeout_s``.  What :func:`read_range` turns into Arrow,
+    and what the merge job's tasks read directly (no trip through the JVM).  ``consumer``:
+    one of :func:`range_consumer`'s to use (and leave unassigned, open) instead of a new one
+    (closed at the end): a worker that reads range after range saves the connection."""
+    from confluent_kafka import OFFSET_BEGINNING
+
+    own = consumer is None
+    if own:
+        consumer = range_consumer(opts)
     position = rng.start  # the next offset to read (-2: the partition's first)
     stalled_since: float | None = None
     try:
@@ -511,7 +529,7 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
                     stalled_since = None
                     pending.extend(msgs)
                     if len(pending) >= batch_rows:
-                        yield _to_batch(pending, rng, schema)
+                        yield pending
                         pending = []
                 break
             except PartitionStalled as exc:
@@ -530,12 +548,25 @@ def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH
             except RuntimeError as exc:
                 raise KafkaSourceError(f"cdc-kafka: {exc}") from None
         if pending:
-            yield _to_batch(pending, rng, schema)
+            yield pending
     finally:
-        consumer.close()
+        if own:
+            consumer.close()
+        else:
+            consumer.unassign()
+
+
+def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS) -> Iterator:
+    """Arrow record batches (the source's schema) of the records of ``rng``, in offset
+    order (:func:`read_messages`)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(SCHEMA, timezone="UTC")
+    for msgs in read_messages(opts, rng, batch_rows=batch_rows):
+        yield _to_batch(msgs, rng, schema)
 
 
 __all__ = [
-    "SHORT_NAME", "SCHEMA", "SourceOptions", "parse_options", "parse_starting_offsets", "KafkaRange", "plan_ranges",
-    "CdcKafkaDataSource", "CdcKafkaStreamReader", "read_range",
+    "SHORT_NAME", "SCHEMA", "SourceOptions", "parse_options", "parse_starting_offsets", "KafkaRange", "plan_ranges", "batch_ranges",
+    "CdcKafkaDataSource", "CdcKafkaStreamReader", "range_consumer", "read_messages", "read_range",
 ]

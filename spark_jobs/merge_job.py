@@ -11,8 +11,11 @@ micro-batch (``foreachBatch``):
    The range is written down before use (``merge-state/<batch>.plan.json``) so a
    replayed batch reads the same markers;
 2. runs :func:`spark_jobs.partition_merge.merge_partition` per table partition on the
-   executors (``mapInArrow`` over the source's partitions, one per Kafka partition: no
-   shuffle): decode, the DBLog rule, clean changelog, sinks, dead letters;
+   executors: the batch's Kafka ranges, planned from Spark's offset log as the source plans
+   them, in at most one task per executor core, each task reading its ranges itself
+   (:func:`spark_jobs.partition_merge.range_function`; with ``spark.kafka_source: jvm``,
+   ``mapInArrow`` over the batch's DataFrame); no shuffle: decode, the DBLog rule, clean
+   changelog, sinks, dead letters;
 3. applies the table markers once every partition of their table has been read past the
    point the marker was seen: each table sink deletes the table's rows below the marker's
    position: for ``DELETE_MISSING`` (snapshots taken with ``delete-missing``) the rows the
@@ -74,10 +77,18 @@ from contract.topics import (
 )
 from spark_jobs.clean_changelog import ensure_clean_topic
 from spark_jobs.data_loss import DataLoss, data_loss_message, detect_data_loss
-from spark_jobs.errors import MergeDataLoss, SchemaChangeStopped
+from spark_jobs.errors import MergeDataLoss, MergeStateError, SchemaChangeStopped
 from spark_jobs.kafka_offsets import ids_from_json, lost_from_json, offsets_from_json
+from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
 from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
-from spark_jobs.partition_merge import OUTPUT_SCHEMA, MergeSettings, arrow_function, merge_markers, sinks_of
+from spark_jobs.partition_merge import (
+    OUTPUT_SCHEMA,
+    MergeSettings,
+    arrow_function,
+    merge_markers,
+    range_function,
+    sinks_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +206,10 @@ class MergeJob:
         self.query = None
         self._known: dict[str, int] = {}  # topics made sure of: partitions
         self.last: dict[str, Any] = {}
+        self.phase_totals: dict[str, float] = {}  # seconds per phase over every batch (see _report)
+        self._admin_client = None
+        self.first_batch_started: float | None = None  # time.monotonic() of the first batch's start
+        self.last_batch_ended: float | None = None  # ... and of the last batch's end
 
     def prometheus(self) -> str:
         """The merge job's figures in Prometheus text format."""
@@ -209,25 +224,61 @@ class MergeJob:
         return "\n".join(lines) + "\n"
 
     # -- the stream ------------------------------------------------------------------------
-    def _reader(self, spark):
+    def _source_options(self) -> dict[str, str]:
         cfg = self.cfg
-        fmt = "kafka" if cfg.spark.kafka_source == "jvm" else "cdc-kafka"
-        r = (spark.readStream.format(fmt)
-             .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
-             .option("subscribePattern", table_topic_pattern(self.prefix))
-             .option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", str(cfg.spark.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER))
-             .option("kafka.isolation.level", "read_committed")
-             .option("failOnDataLoss", "true" if self.fail_on_data_loss else "false"))
+        options = {"kafka.bootstrap.servers": cfg.kafka.bootstrap_servers,
+                   "subscribePattern": table_topic_pattern(self.prefix),
+                   "startingOffsets": "earliest",
+                   "maxOffsetsPerTrigger": str(cfg.spark.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER),
+                   "kafka.isolation.level": "read_committed",
+                   "failOnDataLoss": "true" if self.fail_on_data_loss else "false"}
         for key, value in self.client.items():
-            r = r.option(f"kafka.{key}", str(value))
-        return r.load()
+            options[f"kafka.{key}"] = str(value)
+        return options
+
+    def _reader(self, spark):
+        fmt = "kafka" if self.cfg.spark.kafka_source == "jvm" else "cdc-kafka"
+        return spark.readStream.format(fmt).options(**self._source_options()).load()
+
+    def _batch_ranges(self, batch_id: int) -> list[KafkaRange]:
+        """The Kafka ranges of batch ``batch_id`` as the ``cdc-kafka`` source plans them
+        (:meth:`~spark_jobs.kafka_source.CdcKafkaStreamReader.partitions`): from the
+        previous batch's end offsets (batch 0: each partition's first) to this batch's."""
+        ends = batch_end_offsets(self.query_dir, batch_id)
+        before = batch_end_offsets(self.query_dir, batch_id - 1) if batch_id > 0 else None
+        if not ends or not isinstance(ends[0], dict):
+            raise MergeStateError(f"the checkpoint {self.query_dir} holds no end offsets of batch {batch_id}")
+        if batch_id > 0 and (not before or not isinstance(before[0], dict)):
+            raise MergeStateError(f"the checkpoint {self.query_dir} holds no end offsets of batch {batch_id - 1}, "
+                                  f"where batch {batch_id} starts")
+        return batch_ranges(before[0] if before else None, ends[0])
+
+    def _merge_tasks(self, df, batch_id: int, inputs: dict, schemas_end: int, epoch: int) -> list[dict]:
+        """Run the partitions' merge on the executors; the ``state`` and ``stats`` rows.
+
+        With the ``cdc-kafka`` source each task reads its Kafka ranges itself (at most one task
+        per executor core, ``RDD.mapPartitions``): the batch's DataFrame is not read, so the
+        records are not turned into Arrow, sent to the JVM and back to a second Python
+        worker.  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read through the
+        DataFrame (``mapInArrow``)."""
+        if self.cfg.spark.kafka_source == "jvm":
+            return [r.asDict() for r in df.select("key", "value", "topic", "partition", "offset")
+                    .mapInArrow(arrow_function(self.settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
+        ranges = self._batch_ranges(batch_id)
+        if not ranges:
+            return []
+        items = [(r, *inputs.get(f"{r.topic}|{r.partition}", (None, []))) for r in ranges]
+        opts = parse_options(self._source_options())
+        sc = df.sparkSession.sparkContext
+        # No more tasks than executor cores: a task merges its ranges one after the other,
+        # and a small batch pays Spark's per-task cost fewer times.
+        rows = (sc.parallelize(items, max(1, min(len(items), sc.defaultParallelism)))
+                .mapPartitions(range_function(self.settings, opts, schemas_end, epoch)).collect())
+        return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]
 
     def _ensure_topics(self) -> list[tuple[str, int]]:
         """Every partition of every table topic; clean topics and the DLQ exist."""
-        from confluent_kafka.admin import AdminClient
-
-        md = AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, **self.client}).list_topics(timeout=15)
+        md = self._admin().list_topics(timeout=15)
         rx = re.compile(table_topic_pattern(self.prefix))
         parts = []
         for name, t in md.topics.items():
@@ -244,14 +295,20 @@ class MergeJob:
         return parts
 
     # -- lost Kafka history ------------------------------------------------------------------
-    def _offsets_now(self, tps) -> dict[tuple[str, int], tuple[int, int]]:
-        """``{tp: (low, end)}`` of the partitions of ``tps`` that exist now."""
+    def _admin(self):
+        """The job's admin client (metadata), made once: one per look-up costs a connection."""
         from confluent_kafka.admin import AdminClient
 
+        if self._admin_client is None:
+            self._admin_client = AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, **self.client})
+        return self._admin_client
+
+    def _offsets_now(self, tps) -> dict[tuple[str, int], tuple[int, int]]:
+        """``{tp: (low, end)}`` of the partitions of ``tps`` that exist now."""
         tps = set(tps)
         if not tps:
             return {}
-        md = AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, **self.client}).list_topics(timeout=15)
+        md = self._admin().list_topics(timeout=15)
         there = [(t, p) for t, p in tps if t in md.topics and md.topics[t].error is None
                  and p in md.topics[t].partitions]
         return end_offsets(self.cfg.kafka.bootstrap_servers, there, client_config=self.client) if there else {}
@@ -259,14 +316,19 @@ class MergeJob:
     def _topic_ids(self, topics) -> dict[str, str]:
         return topic_ids(self.cfg.kafka.bootstrap_servers, topics, client_config=self.client)
 
-    def _markers_losses(self, start: int, topic_id: str | None, plan_end: int | None = None) -> list[DataLoss]:
+    def _markers_losses(self, start: int, topic_id: str | None, plan_end: int | None = None, *,
+                        latest: dict | None = None, ids: dict | None = None) -> list[DataLoss]:
         """Whether the markers topic still holds its records from ``start`` (and up to
-        ``plan_end``): the merge state keeps a read position in it."""
+        ``plan_end``): the merge state keeps a read position in it.  ``latest`` and ``ids``:
+        the markers topic's offsets and id when the caller looked them up already."""
         mt = markers_topic(self.prefix)
-        latest = self._offsets_now([(mt, 0)])
+        if latest is None:
+            latest = self._offsets_now([(mt, 0)])
+        latest = {tp: v for tp, v in latest.items() if tp == (mt, 0)}
         if not latest and start == 0:
             return []  # no markers written yet
-        ids = self._topic_ids([mt])
+        if ids is None:
+            ids = self._topic_ids([mt])
         losses = detect_data_loss({(mt, 0): start}, latest, {mt: topic_id} if topic_id else {}, ids)
         if not losses and plan_end is not None and (mt, 0) in latest and plan_end > latest[(mt, 0)][1]:
             low, end = latest[(mt, 0)]
@@ -327,20 +389,23 @@ class MergeJob:
         mt = markers_topic(self.prefix)
         if plan is None:
             self._wait_committed(batch_id, partitions)
+            # Looked up after the batch's records are committed (so the markers before them
+            # are too), once for the losses check and the range.
+            st = schemas_topic(self.prefix)
+            latest = self._offsets_now([(mt, 0), (st, 0)])
+            ids = self._topic_ids([mt])
             start = int(prev.get("markers_next", 0))
-            losses = self._markers_losses(start, prev.get("markers_topic_id"))
+            losses = self._markers_losses(start, prev.get("markers_topic_id"), latest=latest, ids=ids)
             if losses and self.fail_on_data_loss:
                 raise data_loss_stop(losses, self.sinks_note(losses))
             for x in losses:
                 log.warning("%s; spark.fail_on_data_loss is false: the markers are read from offset %s", x.describe(),
                             x.resume)
                 start = x.resume or 0
-            st = schemas_topic(self.prefix)
-            latest = self._offsets_now([(mt, 0), (st, 0)])
             end = latest.get((mt, 0), (0, 0))[1]
             plan = {"markers_start": start, "markers_end": max(end, start),
                     "schemas_end": latest.get((st, 0), (0, 0))[1],
-                    "markers_topic_id": self._topic_ids([mt]).get(mt) or prev.get("markers_topic_id"),
+                    "markers_topic_id": ids.get(mt) or prev.get("markers_topic_id"),
                     "lost": [x.to_json() for x in losses]}
             self.store.save_plan(batch_id, plan)
         markers = read_markers(self.cfg.kafka.bootstrap_servers, mt, plan["markers_start"], plan["markers_end"],
@@ -467,6 +532,8 @@ class MergeJob:
 
     def process_batch(self, df, batch_id: int) -> None:
         t0 = time.monotonic()
+        if self.first_batch_started is None:
+            self.first_batch_started = t0
         prev = self.store.state_before(batch_id)
         partitions = self._ensure_topics()  # after the batch's offsets were fixed
         plan, markers = self._plan(batch_id, prev, partitions)
@@ -474,8 +541,9 @@ class MergeJob:
         self._check_schema_changes(partitions, schemas_end)
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
-        rows = (df.select("key", "value", "topic", "partition", "offset")
-                .mapInArrow(arrow_function(self.settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect())
+        t_tasks = time.monotonic()
+        rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch)
+        t_finish = time.monotonic()
         new_states = dict(states)
         for key, (state, new) in inputs.items():  # partitions without records: their markers wait
             if new:
@@ -496,12 +564,21 @@ class MergeJob:
         ends = batch_end_offsets(self.query_dir, batch_id)
         lost = [DataLoss.from_json(x) for x in plan.get("lost", [])] + \
             (lost_from_json(ends[0]) if ends and isinstance(ends[0], dict) else [])
-        self._report(batch_id, stats, len(markers), time.monotonic() - t0, lost=lost, deleted_missing=deleted)
+        t_end = self.last_batch_ended = time.monotonic()
+        phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish}
+        self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases)
 
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
-                lost: list[DataLoss] = (), deleted_missing: int = 0) -> None:
+                lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None) -> None:
         agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
                                                             "upserted", "deleted")}
+        # Where the batch's time went: the driver's phases (wall clock) and the tasks' own,
+        # summed over the tasks (which run side by side).
+        phases = {**(phases or {}), **{k: sum(s.get(k, 0.0) for s in stats)
+                                       for k in ("read_s", "decide_s", "changelog_s", "sinks_s")}}
+        phases = {k: round(v, 3) for k, v in phases.items()}
+        for k, v in phases.items():
+            self.phase_totals[k] = self.phase_totals.get(k, 0.0) + v
         agg["lost_partitions"] = len(lost)
         agg["lost_records"] = sum(x.skipped or 0 for x in lost)
         agg["deleted_missing"] = deleted_missing
@@ -522,11 +599,13 @@ class MergeJob:
                      "%d dead letters, %d markers, latency p50 %s ms p99 %s ms", batch_id, agg["input"], rate,
                      agg["emitted"], agg["dropped"], agg["copies"], agg["dead"], markers,
                      f"{p50:.0f}" if p50 is not None else "-", f"{p99:.0f}" if p99 is not None else "-")
+            log.debug("batch %d phases: %s", batch_id, phases)
         self.last = {**agg, "markers": markers, "seconds": seconds, "rows_per_second": rate,
                      "latency_p50_ms": p50, "latency_p99_ms": p99}
         status = {"pid": os.getpid(), "updated_at": time.time(), "batch_id": batch_id, "batches": self.batches,
                   "last_batch": {**agg, "markers": markers, "seconds": round(seconds, 3),
                                  "rows_per_second": round(rate, 1), "latency_p50_ms": p50, "latency_p99_ms": p99,
+                                 "phases": phases,
                                  "lost": [x.to_json() for x in lost]},
                   "totals": self.totals}
         try:

@@ -1,8 +1,9 @@
 """One micro-batch of one Kafka partition of a table topic: the merge job's executor work.
 
-Runs inside ``mapInArrow`` over the stream's micro-batch (so on the executors; the Kafka
-sources give one Spark partition per Kafka partition, and records of several Kafka
-partitions in one task are separated here), in offset order, which is position order:
+Runs on the executors: in a task of :func:`range_function`, which reads the batch's
+Kafka ranges itself, or (Spark's JVM ``kafka`` source) inside ``mapInArrow`` over the
+micro-batch, where records of several Kafka partitions in one task are separated
+(:func:`arrow_function`); records in offset order, which is position order:
 
 1. decode each record (Avro writer schemas from ``<prefix>._schemas`` or the registry,
    or JSON), read with its table's newest schema (:mod:`contract.schema_resolution`);
@@ -84,17 +85,32 @@ class EnvelopeDecoder:
         self.registry = ConfluentRegistry(s.registry_url) if s.registry_url else None
         self.decoder = RecordDecoder.resolving(self.store, self.registry)
         self._first_writers: dict[str, AvroWriter] = {}
-        self._key_names: dict[str, list[str]] = {}
+        # Per fingerprint (raw bytes), worked out once while the store's schemas stay put:
+        self._schemas: dict[bytes, tuple[str, Any]] = {}
+        self._keys: dict[bytes, tuple[list[str], bool]] = {}
+        self._at = -1
+
+    def _fresh(self) -> None:
+        if self.store.generation != self._at:
+            self._schemas.clear()
+            self._keys.clear()
+            self._at = self.store.generation
 
     def schema_of(self, data: bytes) -> tuple[str, Any]:
         if data[:2] == SINGLE_OBJECT_MAGIC:
-            fp = data[2:10].hex()
-            writer = self.store.get(fp)
-            return (fp, None) if writer is None else self.decoder.reader_schema(fp) or (fp, writer)
+            self._fresh()
+            found = self._schemas.get(data[2:10])
+            if found is None:
+                fp = data[2:10].hex()
+                writer = self.store.get(fp)
+                found = (fp, None) if writer is None else self.decoder.reader_schema(fp) or (fp, writer)
+                self._fresh()  # (the lookup may have read new schemas)
+                self._schemas[data[2:10]] = found
+            return found
         if data[:1] == CONFLUENT_MAGIC and self.registry is not None:
             sid = int.from_bytes(data[1:5], "big")
             return f"registry-{sid}", self.registry.schema(sid)
-        return "json", None
+        return self.decoder.connect_schema(data) or ("json", None)  # debezium-json: the record's own schema
 
     def decode(self, data: bytes | None) -> Any:
         return self.decoder.decode(data)
@@ -104,12 +120,14 @@ class EnvelopeDecoder:
         schema (False: written before the table's primary key changed)."""
         if data[:2] != SINGLE_OBJECT_MAGIC:
             return list(self.decoder.decode(data)), True
-        fp = data[2:10].hex()
-        names = self._key_names.get(fp)
-        if names is None:
-            names = self._key_names[fp] = list(self.decoder.decode(data))
-        newest = self.store.newest(fp)
-        return names, newest is None or newest[0] == fp
+        self._fresh()
+        found = self._keys.get(data[2:10])
+        if found is None:
+            names = list(self.decoder.decode(data))
+            newest = self.store.newest(data[2:10].hex())
+            self._fresh()
+            found = self._keys[data[2:10]] = (names, newest is None or newest[0] == data[2:10].hex())
+        return found
 
     def as_first(self, data: bytes, envelope_name: str) -> tuple[Any, bytes, str, dict] | None:
         """``columns: ignore``: the record as its table's first schema has it (columns added
@@ -187,8 +205,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     key_columns: dict[tuple[str, str], list[str]] = {}
     for offset, key_b, value_b in records:
         try:
-            if value_b is None:
-                raise SerdeError("a record without a value (tombstone) is not a change event")
+            if value_b is None:  # a tombstone (after a delete): for log compaction, not a change
+                continue
             value = dec.decode(value_b)
             op, position = value["op"], value["position"]
             # the key record's fields, in key order; False: keyed before the table's primary key changed
@@ -231,6 +249,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             # (``before`` for a delete).
             row = value.get("after") if op != "d" else value.get("before")
             kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names, old_key))
+    t_decided = time.monotonic()
+    stats["decide_s"] = t_decided - t0
     stats["emitted"] = len(kept)
     stats["dropped"] = buf.stats["rows_dropped"] - dropped_before
     stats["copies"] = buf.stats["copies"] - copies_before
@@ -242,6 +262,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             writer.write(k.key_bytes, k.value_bytes, k.position)
         writer.flush()
         stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
+    t_clean = time.monotonic()
+    stats["changelog_s"] = t_clean - t_decided
 
     by_table: dict[tuple[str, str], list[_Kept]] = {}
     for k in kept:
@@ -267,6 +289,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             continue
         for _, sink in sinks:
             dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats)
+    stats["sinks_s"] = time.monotonic() - t_clean
     now = time.time() * 1000
     stats["latencies_ms"] = [max(0.0, now - k.ts_ms) for k in kept if k.ts_ms]
     if dead:
@@ -373,4 +396,28 @@ def arrow_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[d
         yield pa.RecordBatch.from_pydict({"kind": kinds, "topic": topics, "partition": parts, "payload": payloads},
                                          schema=pa.schema([("kind", pa.string()), ("topic", pa.string()),
                                                            ("partition", pa.int32()), ("payload", pa.string())]))
+    return run
+
+
+def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch: int = 0):
+    """The task function (``RDD.mapPartitions``) over ``(KafkaRange, state, markers)``
+    items, one Kafka partition range each: reads the range itself with confluent-kafka
+    (:func:`spark_jobs.kafka_source.read_messages`, with the source's options ``opts``:
+    data loss is found as the source finds it) and merges it: the records never travel
+    through the JVM.  Yields the ``(kind, topic, partition, payload)`` rows of
+    :func:`arrow_function`."""
+    def run(items):
+        from spark_jobs.kafka_source import range_consumer, read_messages
+        # one consumer per worker process and source options, reused task after task
+        consumer = _cached(("range-consumer", repr(opts)), lambda: range_consumer(opts))
+        for rng, state, markers in items:
+            t0 = time.monotonic()
+            records = [(m.offset(), m.key(), m.value())
+                       for msgs in read_messages(opts, rng, consumer=consumer) for m in msgs]
+            read_s = time.monotonic() - t0
+            new_state, stats = merge_partition(rng.topic, rng.partition, records, s, state, markers, schemas_end,
+                                               sink_epoch)
+            stats["read_s"] = read_s
+            yield "state", rng.topic, rng.partition, json.dumps(new_state)
+            yield "stats", rng.topic, rng.partition, json.dumps(stats)
     return run

@@ -60,6 +60,25 @@ def start_at_current(cfg: CDCConfig) -> None:
     binlog_start_at_current(cfg)
 
 
+def stream_all_types(stack, cfg: CDCConfig, db: str, statements: list[str]) -> bool:
+    """The all-types table (tests.all_types) created in ``db``, the producer placed after
+    it, its rows inserted and ``statements`` run, all streamed into Kafka; returns whether
+    the server is MariaDB (its extra types are in)."""
+    from tests.all_types import create_all_types, insert_all_types
+
+    mariadb = stack.mysql.get("flavor", "mariadb") == "mariadb"
+    with stack.admin(db) as conn:
+        create_all_types(conn, mariadb, rows=False)
+    start_at_current(cfg)
+    with stack.admin(db) as conn:
+        insert_all_types(conn, mariadb)
+        with conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+    run_until_caught_up(cfg)
+    return mariadb
+
+
 def decoder(cfg: CDCConfig) -> RecordDecoder:
     """Records as written (each with its writer schema)."""
     return RecordDecoder(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix).get)

@@ -103,14 +103,16 @@ def rss_at(samples: list[tuple[int, float]], fraction: float, total: int) -> flo
 
 # --- workload ----------------------------------------------------------------------------------
 
-def insert_sql(first_id: int, n: int) -> str:
-    """One multi-row INSERT of ``n`` rows into ``TABLE`` from id ``first_id`` on."""
+def insert_sql(first_id: int, n: int, *, stamped: bool = False) -> str:
+    """One multi-row INSERT of ``n`` rows into ``TABLE`` from id ``first_id`` on;
+    ``stamped``: ``updated_at`` is the statement's time (``NOW(3)``, the session's time
+    zone) instead of a made-up one."""
     parts = []
     for i in range(first_id, first_id + n):
         s = i % 86400
-        parts.append(f"({i},'item-{i:09d}',{i % 100000}.{i % 100:02d},"
-                     f"'2024-01-{1 + i % 28:02d} {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{i % 1000:03d}',"
-                     f"{i % 1000},{_NOTES[i % len(_NOTES)]})")
+        at = "NOW(3)" if stamped else \
+            f"'2024-01-{1 + i % 28:02d} {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{i % 1000:03d}'"
+        parts.append(f"({i},'item-{i:09d}',{i % 100000}.{i % 100:02d},{at},{i % 1000},{_NOTES[i % len(_NOTES)]})")
     return f"INSERT INTO `{TABLE}` (id, name, price, updated_at, qty, note) VALUES " + ",".join(parts)
 
 

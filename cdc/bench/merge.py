@@ -3,24 +3,38 @@
 One run on the embedded stack (its own state dir, default ``.cdc/bench``):
 
 1. ``events`` row changes (the stream benchmark's workload: 60% inserts, 30% updates,
-   10% deletes on a six-column table) are made and streamed by the producer into Kafka;
+   10% deletes on a six-column table) are made, then streamed by the producer into Kafka
+   (the producer's rate over that backlog is reported: the merge stage must keep pace);
 2. (a) reference: one Python process reads the same topic with confluent-kafka and
    decodes every record with fastavro (what any Python consumer pays before doing
    anything);
 3. (b) the merge job (``local[2]``, the ``cdc-kafka`` source, DBLog rule, PostgreSQL sink
-   only) processes the backlog (``Trigger.AvailableNow``); events/s from start to the
-   last batch committed; the sink table is checked against the source;
-4. (c) latency: with a steady load of ``rate`` events/s written to the source for
-   ``seconds`` seconds, producer and merge job running (1 s trigger), the job's per
-   batch p50/p99 latency from the source commit (binlog event time, whole seconds) to
-   the sink write.
+   only) processes the backlog (``Trigger.AvailableNow``): events/s from the query's start
+   to the last batch committed, and the steady rate from the first batch's start (the
+   query's start, reported apart, is paid once per job start); where the time went, per
+   phase; the sink table is checked against the source;
+4. (c) latency: a steady load of ``rate`` row inserts/s for ``seconds`` seconds, producer
+   and merge job running with the trigger interval the configuration ships.  Each row's
+   ``updated_at`` is its INSERT statement's time (``NOW(3)``, UTC), and the sink table gets
+   a column defaulting to PostgreSQL's ``clock_timestamp()`` at the row's insert: latency
+   is their difference, per row, in milliseconds (the binlog's whole-second event times
+   are not used); p50 and p99 over every row;
+5. (d) idle change: with nothing else written, one row at a time (five times, 2 s apart),
+   the same measure; the median and the worst are reported;
+6. (e) scale-out: (b) again against a Spark standalone master with one worker, then two
+   workers, of one core each (all on this machine, so the ratio shows what the job does
+   with a second executor, not a second machine); the driver's serial share (planning and
+   state, per batch) is reported: what would stop the job scaling on real nodes.
 
-Prints a table with ratios to (a) and returns the figures.  A benchmark, not a test.
+Prints a table with ratios to (a), or with ``--json`` one object with every figure
+(``reference_events_per_s``, ``merge_events_per_s``, ``ratio``, ``producer_events_per_s``,
+``latency_p50_ms``, ``latency_p99_ms``, ``idle_change_ms``, ...).  A benchmark, not a test.
 """
 
 from __future__ import annotations
 
-import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -45,6 +59,8 @@ from cdc.bench.common import (
     start_stack,
 )
 from cdc.errors import BenchError
+from cdc.stack.spark_cluster import standalone_cluster
+from common.config import dump_config
 from common.kafka.topic_reader import read_topic
 from contract.schema_store import SchemaStore
 from contract.serde import RecordDecoder
@@ -71,6 +87,13 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms"
 
 
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q))]
+
+
 def _pg_count(cfg, db: str) -> int:
     sink = dict(build_sinks(cfg.sinks))["postgres"]
     with psycopg.connect(sink.dsn) as conn, conn.cursor() as cur:
@@ -78,22 +101,154 @@ def _pg_count(cfg, db: str) -> int:
         return int(cur.fetchone()[0])
 
 
+_ARRIVED = "bench_arrived_at"
+
+
+class _SinkClock:
+    """The PostgreSQL sink table with a column stamped when a row is inserted
+    (``clock_timestamp()``), and the latency of the rows inserted from the source with a
+    ``NOW(3)`` ``updated_at``: ``arrived - updated_at`` in ms."""
+
+    def __init__(self, cfg, db: str) -> None:
+        sink = dict(build_sinks(cfg.sinks))["postgres"]
+        self.dsn, self.table = sink.dsn, sink.qualified_name(db, TABLE)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS {_ARRIVED} timestamptz "
+                         "DEFAULT clock_timestamp()")
+
+    def latencies(self, first_id: int, last_id: int | None = None) -> list[float]:
+        sql = (f"SELECT EXTRACT(EPOCH FROM ({_ARRIVED} - (updated_at AT TIME ZONE 'UTC'))) * 1000 FROM {self.table} "
+               f"WHERE id >= %s AND id < %s AND {_ARRIVED} IS NOT NULL")
+        with psycopg.connect(self.dsn) as conn, conn.cursor() as cur:
+            cur.execute(sql, (first_id, last_id if last_id is not None else 2 ** 31 - 1))
+            return [float(r[0]) for r in cur.fetchall()]
+
+    def has(self, row_id: int) -> bool:
+        with psycopg.connect(self.dsn) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT 1 FROM {self.table} WHERE id = %s", (row_id,))
+            return cur.fetchone() is not None
+
+
 class _SteadyWriter(PacedWriter):
-    """About ``rate`` row changes per second (multi-row inserts and updates)."""
+    """About ``rate`` row inserts per second (multi-row INSERTs, ``updated_at`` = NOW(3) UTC)."""
 
     def __init__(self, mysql: dict, db: str, rate: int, first_id: int) -> None:
         super().__init__(mysql, db, rate)
-        self.next_id = first_id
+        self.first_id = self.next_id = first_id
         self.per_tick = max(1, rate // 20)
+        self._utc = False
 
     def write(self, cur) -> int:
-        cur.execute(insert_sql(self.next_id, self.per_tick))
+        if not self._utc:
+            cur.execute("SET time_zone = '+00:00'")
+            self._utc = True
+        cur.execute(insert_sql(self.next_id, self.per_tick, stamped=True))
         self.next_id += self.per_tick
         return self.per_tick
 
 
+def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict | None = None) -> dict[str, Any]:
+    """(b)/(e): the merge job over the whole backlog (``Trigger.AvailableNow``), on
+    ``master``, with a checkpoint and a PostgreSQL schema of its own."""
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.spark_session import build_session
+    cfg = cfg.model_copy(deep=True)
+    cfg.spark.master = master
+    cfg.state_dir = str(work / name / "state")
+    cfg.spark.checkpoint_dir = str(work / name / "checkpoints")
+    cfg.sinks.postgres.schema_name = f"{cfg.sinks.postgres.schema_name}_{name}"
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext.master != master:
+        active.stop()
+    t0 = time.perf_counter()
+    build_session(master, conf=conf)  # the JVM's start, measured apart
+    startup = time.perf_counter() - t0
+    job = MergeJob(cfg)
+    t0, m0 = time.perf_counter(), time.monotonic()
+    job.run(available_now=True)
+    s = time.perf_counter() - t0
+    n = job.totals["input"]
+    steady_s = (job.last_batch_ended or m0) - (job.first_batch_started or m0)
+    phases = {k: round(v, 2) for k, v in job.phase_totals.items()}
+    serial = phases.get("plan_s", 0.0) + phases.get("finish_s", 0.0)
+    return {"master": master, "events": n, "seconds": s, "events_per_s": n / s if s else 0.0,
+            "session_start_s": startup, "query_start_s": (job.first_batch_started or m0) - m0,
+            "steady_seconds": steady_s, "steady_events_per_s": n / steady_s if steady_s > 0 else 0.0,
+            "batches": job.batches, "phases": phases, "driver_serial_share": serial / steady_s if steady_s else 0.0,
+            "sink_rows": _pg_count(cfg, db), "cfg": cfg}
+
+
+def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
+                 console: Console) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(c) and (d): producer and merge job running; returns (latency, idle change)."""
+    clock = _SinkClock(cfg, db)
+    # The producer in a process of its own, as it runs in production (in this process its
+    # Python work would hold the GIL against the merge job's driver).
+    pcfg = cfg.model_copy(deep=True)
+    pcfg.state_dir = producer_state  # where the backlog's run left its position
+    config_path = Path(producer_state).parent / "latency-producer.yaml"
+    config_path.touch(mode=0o600)
+    config_path.write_text(dump_config(pcfg))
+    producer = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(config_path), "produce"],
+                                stdout=subprocess.DEVNULL, stderr=open(config_path.with_suffix(".log"), "wb"))
+    job = MergeJob(cfg)
+    jt = threading.Thread(target=job.run, daemon=True)
+    jt.start()
+    writer = _SteadyWriter(info.mysql, db, rate, first_id)  # (replaced after the warm-up)
+    idle: list[float] = []
+    try:
+        with console.status(f"(c) {rate:,} events/s for {seconds:.0f} s, producer and merge job running..."):
+            # Warm up: a row through the whole pipeline, so the job's Python workers have
+            # started (once per job start) before the measured load begins.
+            with admin(info.mysql, db) as conn, conn.cursor() as cur:
+                cur.execute(insert_sql(first_id, 1))
+            deadline = time.monotonic() + 120
+            while not clock.has(first_id) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(2.0)
+            first_id += 1
+            writer = _SteadyWriter(info.mysql, db, rate, first_id)
+            writer.start()
+            time.sleep(seconds)
+            writer.stop()
+            last = writer.next_id
+            deadline = time.monotonic() + 120
+            lat = clock.latencies(first_id, last)
+            while len(lat) < writer.count and time.monotonic() < deadline:  # every row in the sink
+                time.sleep(0.5)
+                lat = clock.latencies(first_id, last)
+        with console.status("(d) single changes on the idle pipeline..."), \
+                admin(info.mysql, db) as conn, conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            row = last
+            for _ in range(5):
+                time.sleep(2.0)
+                cur.execute(insert_sql(row, 1, stamped=True))
+                deadline = time.monotonic() + 30
+                while not clock.has(row) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                idle += clock.latencies(row, row + 1)
+                row += 1
+    finally:
+        writer.stop()
+        job.stop()
+        jt.join(120)
+        producer.terminate()
+        try:
+            producer.wait(60)
+        except subprocess.TimeoutExpired:
+            producer.kill()
+    latency = {"rate": rate, "seconds": seconds, "writes": writer.count, "writes_per_s": writer.count / seconds,
+               "rows_measured": len(lat), "trigger_interval_s": cfg.spark.trigger_interval_s,
+               "p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99), "max_ms": max(lat) if lat else None}
+    idle_change = {"changes": len(idle), "median_ms": _pct(idle, 0.5), "worst_ms": max(idle) if idle else None}
+    return latency, idle_change
+
+
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
-                seconds: float = 30.0, keep_running: bool = False, console: Console | None = None) -> dict[str, Any]:
+                seconds: float = 30.0, scale_out: bool = True, keep_running: bool = False,
+                console: Console | None = None) -> dict[str, Any]:
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "requested_events": events, "partitions": partitions}
@@ -105,11 +260,8 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
     cfg.sinks.changelog.enabled = False
     cfg.sinks.mysql.enabled = False
     cfg.sinks.postgres.schema_name = f"benchmerge_{run}"
-    cfg.spark.master = "local[2]"
-    cfg.spark.trigger_interval_s = 1.0
     work = Path(info.state_dir) / "bench-merge" / run
-    cfg.state_dir = str(work / "state")
-    cfg.spark.checkpoint_dir = str(work / "checkpoints")
+    idle_exit_s = 3.0
     try:
         with admin(info.mysql) as conn, conn.cursor() as cur:
             create_bench_table(cur, db)
@@ -121,75 +273,91 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             live_rows, max_id = cur.fetchone()
         result["changes"] = changes
         with console.status("the producer streams them into Kafka..."):
+            cfg.state_dir = str(work / "producer")
             t0 = time.perf_counter()
-            ProducerApp(cfg).run(idle_exit_s=3.0)
-            result["produce_s"] = time.perf_counter() - t0
+            ProducerApp(cfg).run(idle_exit_s=idle_exit_s)
+            produce_s = time.perf_counter() - t0 - idle_exit_s
+        result["producer"] = {"events": changes["total"], "seconds": produce_s,
+                              "events_per_s": changes["total"] / produce_s if produce_s > 0 else 0.0}
         topic = table_topic(cfg.kafka.topic_prefix, db, TABLE)
         with console.status("(a) confluent-kafka + fastavro decoding..."):
             result["reference"] = _reference_decode(cfg, topic)
         if result["reference"]["events"] != changes["total"]:
             raise BenchError(f"{result['reference']['events']} events in {topic}, {changes['total']} changes made")
         with console.status("(b) the merge job into PostgreSQL (local[2])..."):
-            from spark_jobs.spark_session import build_session
-            t0 = time.perf_counter()
-            build_session(cfg.spark.master)  # the JVM's start, measured apart
-            result["spark_startup_s"] = time.perf_counter() - t0
-            job = MergeJob(cfg)
-            t0 = time.perf_counter()
-            job.run(available_now=True)
-            s = time.perf_counter() - t0
-        n = job.totals["input"]
-        result["merge"] = {"events": n, "seconds": s, "events_per_s": n / s if s else 0.0, "batches": job.batches}
-        sink_rows = _pg_count(cfg, db)
-        if sink_rows != live_rows:
-            raise BenchError(f"the sink table has {sink_rows} rows, the source {live_rows}")
-
+            b = _throughput_run(cfg, work, "local", "local[2]", db)
+        if b["sink_rows"] != live_rows:
+            raise BenchError(f"the sink table has {b['sink_rows']} rows, the source {live_rows}")
+        merged_cfg = b.pop("cfg")
+        result["merge"] = b
         if rate and seconds:
-            producer = ProducerApp(cfg)
-            pt = threading.Thread(target=producer.run, daemon=True)
-            pt.start()
-            job2 = MergeJob(cfg)
-            lat: list[tuple[float, float]] = []
-            jt = threading.Thread(target=job2.run, daemon=True)
-            jt.start()
-            status_path = Path(cfg.state_dir) / "merge-status.json"
-            writer = _SteadyWriter(info.mysql, db, rate, max_id + 1)
-            with console.status(f"(c) {rate:,} events/s for {seconds:.0f} s, producer and merge job running..."):
-                time.sleep(5.0)  # the job is up
-                writer.start()
-                t_end = time.monotonic() + seconds
-                # The status file still shows the throughput run's last batch: only later
-                # batches are the latency run's.
-                last_batch = job.batches - 1
-                while time.monotonic() < t_end:
-                    time.sleep(0.5)
-                    try:
-                        st = json.loads(status_path.read_text())
-                    except (OSError, ValueError):
-                        continue
-                    lb = st.get("last_batch", {})
-                    if st.get("batch_id") != last_batch and lb.get("latency_p99_ms") is not None:
-                        last_batch = st["batch_id"]
-                        lat.append((lb["latency_p50_ms"], lb["latency_p99_ms"]))
-                writer.stop()
-            job2.stop()
-            jt.join(120)
-            producer.stop()
-            pt.join(60)
-            p50s = sorted(p for p, _ in lat)
-            p99s = sorted(p for _, p in lat)
-            result["latency"] = {
-                "rate": rate, "seconds": seconds, "writes": writer.count, "writes_per_s": writer.count / seconds,
-                "batches": len(lat),
-                "p50_ms_median": p50s[len(p50s) // 2] if p50s else None,
-                "p99_ms_worst": p99s[-1] if p99s else None,
-                "p99_ms_median": p99s[len(p99s) // 2] if p99s else None}
+            result["latency"], result["idle_change"] = _latency_run(merged_cfg, info, db, rate, seconds, max_id + 1,
+                                                                    str(work / "producer"), console)
+        if scale_out:
+            with admin(info.mysql, db) as conn, conn.cursor() as cur:  # the latency run added rows
+                cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
+                live_rows = cur.fetchone()[0]
+            result["scale_out"] = _scale_out(cfg, work, db, live_rows, console)
         a = result["reference"]["events_per_s"]
-        result["ratios"] = {"b/a": result["merge"]["events_per_s"] / a if a else 0.0}
+        result["ratios"] = {"b/a": b["events_per_s"] / a if a else 0.0,
+                            "b steady/a": b["steady_events_per_s"] / a if a else 0.0}
     finally:
         drop_bench_database(info, db, Path(state_dir), keep_running, console)
+    result["summary"] = summary(result)
     print_report(result, console)
     return result
+
+
+def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console) -> dict[str, Any]:
+    """(e): the same backlog on a standalone master with one, then two one-core workers."""
+    out: dict[str, Any] = {}
+    for workers in (1, 2):
+        with console.status(f"(e) standalone master, {workers} worker(s) of 1 core..."), \
+                standalone_cluster(work / f"spark-{workers}", workers=workers, cores=1) as master:
+            r = _throughput_run(cfg, work, f"standalone{workers}", master, db,
+                                conf={"spark.cores.max": str(workers), "spark.executor.cores": "1",
+                                      "spark.executor.memory": "1g"})
+            r.pop("cfg")
+            if r["sink_rows"] != live_rows:
+                raise BenchError(f"standalone, {workers} worker(s): the sink table has {r['sink_rows']} rows, "
+                                 f"the source {live_rows}")
+            out[f"workers_{workers}"] = r
+            _stop_session()
+    one, two = out["workers_1"]["steady_events_per_s"], out["workers_2"]["steady_events_per_s"]
+    out["ratio_2_to_1"] = two / one if one else 0.0
+    return out
+
+
+def _stop_session() -> None:
+    from pyspark.sql import SparkSession
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures ``--json`` promises, flat."""
+    a = result["reference"]["events_per_s"]
+    b = result["merge"]
+    lt, idle, so = result.get("latency", {}), result.get("idle_change", {}), result.get("scale_out", {})
+    return {
+        "events": result["changes"]["total"], "partitions": result.get("partitions"),
+        "reference_events_per_s": round(a), "merge_events_per_s": round(b["events_per_s"]),
+        "ratio": round(b["events_per_s"] / a, 3) if a else None,
+        "merge_steady_events_per_s": round(b["steady_events_per_s"]),
+        "steady_ratio": round(b["steady_events_per_s"] / a, 3) if a else None,
+        "merge_query_start_s": round(b["query_start_s"], 2), "spark_session_start_s": round(b["session_start_s"], 2),
+        "producer_events_per_s": round(result["producer"]["events_per_s"]),
+        "merge_to_producer": round(b["events_per_s"] / result["producer"]["events_per_s"], 3)
+        if result["producer"]["events_per_s"] else None,
+        "phases_s": b["phases"], "driver_serial_share": round(b["driver_serial_share"], 3),
+        "latency_rate": lt.get("writes_per_s"), "latency_trigger_s": lt.get("trigger_interval_s"),
+        "latency_p50_ms": lt.get("p50_ms"), "latency_p99_ms": lt.get("p99_ms"), "latency_max_ms": lt.get("max_ms"),
+        "idle_change_ms": idle.get("median_ms"), "idle_change_worst_ms": idle.get("worst_ms"),
+        "standalone_1_worker_events_per_s": round(so["workers_1"]["steady_events_per_s"]) if so else None,
+        "standalone_2_workers_events_per_s": round(so["workers_2"]["steady_events_per_s"]) if so else None,
+        "scale_out_ratio": round(so["ratio_2_to_1"], 3) if so else None,
+    }
 
 
 def print_report(result: dict[str, Any], console: Console) -> None:
@@ -197,16 +365,35 @@ def print_report(result: dict[str, Any], console: Console) -> None:
                           f"topic of {result.get('partitions', '?')} partitions",
                           ("measure", "seconds", "events/s", "vs (a)"), result["machine"])
     a = result["reference"]["events_per_s"]
+    p = result["producer"]
+    table.add_row("the producer over the same backlog (binlog to Kafka)", f"{p['seconds']:.2f}",
+                  f"{p['events_per_s']:,.0f}", f"{p['events_per_s'] / a:.2f}" if a else "-")
     table.add_row("(a) confluent-kafka consume + fastavro decode, one process", f"{result['reference']['seconds']:.2f}",
                   f"{a:,.0f}", "1.00")
     b = result["merge"]
-    table.add_row(f"(b) merge job local[2] into PostgreSQL ({b['batches']} batches)", f"{b['seconds']:.2f}",
-                  f"{b['events_per_s']:,.0f}", f"{b['events_per_s'] / a:.2f}" if a else "-")
+    table.add_row(f"(b) merge job local[2] into PostgreSQL ({b['batches']} batches), query start included",
+                  f"{b['seconds']:.2f}", f"{b['events_per_s']:,.0f}", f"{b['events_per_s'] / a:.2f}" if a else "-")
+    table.add_row("(b) the same from its first batch (steady)", f"{b['steady_seconds']:.2f}",
+                  f"{b['steady_events_per_s']:,.0f}", f"{b['steady_events_per_s'] / a:.2f}" if a else "-")
+    so = result.get("scale_out")
+    if so:
+        for workers in (1, 2):
+            r = so[f"workers_{workers}"]
+            table.add_row(f"(e) standalone, {workers} worker(s) of 1 core (steady)", f"{r['steady_seconds']:.2f}",
+                          f"{r['steady_events_per_s']:,.0f}", f"{r['steady_events_per_s'] / a:.2f}" if a else "-")
     console.print(table)
-    console.print(f"(b) excludes the Spark session's start ({result.get('spark_startup_s', 0):.1f} s)")
+    console.print(f"(b) Spark session start {b['session_start_s']:.1f} s and query start {b['query_start_s']:.1f} s "
+                  "(once per job start); where the time went (s; driver phases wall clock, task phases summed "
+                  "over tasks): " + ", ".join(f"{k[:-2]} {v:.1f}" for k, v in b.get("phases", {}).items())
+                  + f"; driver serial share {b['driver_serial_share']:.1%}")
     if "latency" in result:
-        lt = result["latency"]
-        console.print(f"(c) latency at {lt['writes_per_s']:,.0f} events/s over {lt['seconds']:.0f} s, 1 s trigger, "
-                      f"{lt['batches']} batches: p50 {_ms(lt['p50_ms_median'])} (median batch), "
-                      f"p99 {_ms(lt['p99_ms_median'])} (median batch), {_ms(lt['p99_ms_worst'])} (worst batch); "
-                      "source commit time = binlog event time (whole seconds)")
+        lt, idle = result["latency"], result["idle_change"]
+        console.print(f"(c) latency at {lt['writes_per_s']:,.0f} events/s over {lt['seconds']:.0f} s, trigger "
+                      f"{lt['trigger_interval_s']:g} s, {lt['rows_measured']:,} rows: p50 {_ms(lt['p50_ms'])}, "
+                      f"p99 {_ms(lt['p99_ms'])}, max {_ms(lt['max_ms'])} (INSERT statement time NOW(3) to the "
+                      "sink row's insert, clock_timestamp())")
+        console.print(f"(d) a single change on the idle pipeline: median {_ms(idle['median_ms'])}, worst "
+                      f"{_ms(idle['worst_ms'])} over {idle['changes']} changes")
+    if so:
+        console.print(f"(e) scale-out: 2 workers / 1 worker = {so['ratio_2_to_1']:.2f} (one machine of 2 cores: "
+                      "driver, broker and PostgreSQL share them)")

@@ -15,7 +15,7 @@ from common.kafka.offsets import end_offsets
 # only when ``n`` messages arrived or the timeout passed, so a call asking for more than
 # the log still holds always waits its whole timeout: ask for what is left, wait briefly,
 # and look at the consumer's position (offset gaps: transaction markers) in between.
-CONSUME_WAIT_S = 0.05
+CONSUME_WAIT_S = 0.01
 
 
 def read_partition(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,

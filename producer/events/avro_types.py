@@ -66,7 +66,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from common.errors import UnsupportedType
-from contract.envelope import avro_fullname, avro_name  # noqa: F401 - avro_fullname: part of this module's names
+from contract.envelope import avro_fullname, avro_name, unique_avro_names  # noqa: F401 - avro_fullname: part of this module's names
 from producer.table_schema import ColumnDef, TableDef
 
 __all__ = [
@@ -88,21 +88,7 @@ __all__ = [
 
 def field_names(table: TableDef, columns: Iterable[ColumnDef] | None = None) -> dict[str, str]:
     """Column name -> unique Avro field name, for ``columns`` (default: all, in order)."""
-    cols = list(table.columns if columns is None else columns)
-    used = {c.name for c in cols if avro_name(c.name) == c.name}
-    out: dict[str, str] = {}
-    for c in cols:
-        if avro_name(c.name) == c.name:
-            out[c.name] = c.name
-            continue
-        base = avro_name(c.name)
-        cand, k = base, 2
-        while cand in used:
-            cand = f"{base}_{k}"
-            k += 1
-        used.add(cand)
-        out[c.name] = cand
-    return out
+    return unique_avro_names([c.name for c in (table.columns if columns is None else columns)])
 
 
 # =============================================================================== types
@@ -151,7 +137,7 @@ def _geometry_record() -> dict:
         "type": "record",
         "name": "Geometry",
         "namespace": "io.debezium.data.geometry",
-        "doc": "Geometry (WKB plus optional SRID)",
+        "doc": "Geometry",
         "fields": [
             {"name": "wkb", "type": "bytes"},
             {"name": "srid", "type": ["null", "int"], "default": None},

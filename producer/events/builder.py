@@ -9,6 +9,10 @@ a delete of the old key (position ``2*row``) and a create of the new one (positi
 The envelope fields shared by every row of a binlog event (``source`` but its ``row``,
 ``ts_ms``, ...) are built once per event; in Avro they are encoded once per event too, and
 each row only adds its own fields (``ENVELOPE_VARIABLE``).
+
+With ``tombstones`` (Debezium's ``tombstones.on.delete``) every delete, the delete half of a
+key-changing update included, is followed by a tombstone: the same key, no value, the
+delete's position.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from producer.table_schema import TableDef
 #: The envelope fields that differ between the rows of one binlog event, in schema order.
 ENVELOPE_VARIABLE = ("before", "after", "source.row", "op", "position")
 
-#: One record to write: topic, key, value, encoded position.
-Record = tuple[str, "bytes | None", bytes, str]
+#: One record to write: topic, key, value (None: a tombstone), encoded position.
+Record = tuple[str, "bytes | None", "bytes | None", str]
 
 
 class ChunkOut(Protocol):
@@ -85,8 +89,9 @@ class TableEvents:
 
 class EventBuilder:
     def __init__(self, prefix: str, name: str, server_id: int, key_columns: dict[str, list[str]] | None = None,
-                 excluded_columns: dict[str, list[str]] | None = None) -> None:
+                 excluded_columns: dict[str, list[str]] | None = None, tombstones: bool = False) -> None:
         self.prefix = prefix
+        self.tombstones = tombstones
         self.name = name
         self.server_id = server_id
         self.key_columns = key_columns or {}
@@ -141,8 +146,11 @@ class EventBuilder:
                     continue
                 values = (before, after, i, op, position)
                 value = (template.encode(bound, values) if bound is not None else
-                         writer.encode(None, template.record(shared, values), topic, "value"))
-                out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
+                         writer.encode(te.value_schema, template.record(shared, values), topic, "value"))
+                key_bytes = writer.encode(te.key_schema, key, topic, "key")
+                out.append((topic, key_bytes, value, position))
+                if op == "d" and self.tombstones:
+                    out.append((topic, key_bytes, None, position))
         return out
 
     def chunk_records(self, chunk: ChunkOut, writer: RecordEncoding) -> list[Record]:
@@ -168,7 +176,7 @@ class EventBuilder:
             key = conv.convert_key(values) if te.key_columns else None
             fields = (None, after, 0, "r", position)
             value = (template.encode(bound, fields) if bound is not None else
-                     writer.encode(None, template.record(shared, fields), topic, "value"))
+                     writer.encode(te.value_schema, template.record(shared, fields), topic, "value"))
             out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
         return out
 

@@ -46,6 +46,13 @@ def test_bench_merge_smoke(tmp_path: Path):
     result = bench_merge(tmp_path / "bench", events=3000, rate=500, seconds=6.0, console=Console(width=160))
     assert result["reference"]["events"] == result["changes"]["total"] >= 3000
     assert result["merge"]["events"] >= result["changes"]["total"] and result["merge"]["events_per_s"] > 0
-    lt = result["latency"]
-    assert lt["writes"] > 0 and lt["batches"] >= 1 and lt["p99_ms_median"] is not None
-    assert result["ratios"]["b/a"] > 0
+    lt, idle = result["latency"], result["idle_change"]
+    assert lt["writes"] > 0 and lt["rows_measured"] == lt["writes"] and lt["p99_ms"] is not None
+    assert idle["changes"] == 5 and idle["median_ms"] is not None
+    assert result["ratios"]["b/a"] > 0 and result["merge"]["steady_events_per_s"] > 0
+    so = result["scale_out"]  # both standalone runs put every source row in their sink table
+    assert so["workers_1"]["events"] == so["workers_2"]["events"] > result["changes"]["total"]
+    summary = result["summary"]  # what --json prints
+    for key in ("reference_events_per_s", "merge_events_per_s", "ratio", "producer_events_per_s",
+                "latency_p50_ms", "latency_p99_ms", "idle_change_ms", "scale_out_ratio"):
+        assert summary[key] is not None and summary[key] > 0, key

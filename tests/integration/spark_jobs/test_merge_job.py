@@ -250,69 +250,50 @@ def test_merge_job_runs_by_spark_submit_on_a_standalone_cluster(stack, merge_con
     import time
     from pathlib import Path
 
-    import pyspark
-
-    from cdc.stack.process import free_port
+    from cdc.stack.spark_cluster import spark_env, standalone_cluster
     from common.config import dump_config
     from tests.producer_helpers import wait_for
     cfg = merge_config
     keys = _pipeline(stack, cfg, test_db, ["single"], rows=300)
-    home = Path(pyspark.__file__).parent
-    port = free_port()
-    master = f"spark://127.0.0.1:{port}"
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": os.sys.executable,
-           "SPARK_LOG_DIR": str(tmp_path), "SPARK_WORKER_DIR": str(tmp_path / "work")}
+    env = spark_env(tmp_path)
     config_path = tmp_path / "cluster.yaml"
     config_path.write_text(dump_config(cfg))
-    procs: list[subprocess.Popen] = []
-
-    def spawn(argv: list[str], log: str, extra: dict | None = None) -> subprocess.Popen:
-        p = subprocess.Popen(argv, stdout=open(tmp_path / log, "wb"), stderr=subprocess.STDOUT,
-                             env={**env, **(extra or {})}, start_new_session=True)
-        procs.append(p)
-        return p
-
+    job = None
     try:
-        spawn([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-               "--port", str(port), "--webui-port", str(free_port())], "master.log")
-        wait_for(lambda: "I have been elected leader" in (tmp_path / "master.log").read_text(errors="replace"),
-                 timeout=60, what="the Spark master")
-        spawn([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-               "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()), master], "worker.log")
-        wait_for(lambda: "Successfully registered with master" in (tmp_path / "worker.log").read_text(errors="replace"),
-                 timeout=60, what="the Spark worker")
-        job = spawn([str(home / "bin" / "spark-submit"), "--master", master, "--conf", "spark.cores.max=2",
-                     "--conf", "spark.executor.memory=1g", str(ROOT / "spark_jobs" /
-                                                                "merge_job.py")],
-                    "submit.log", {"CDC_CONFIG": str(config_path), "CDC__SPARK__MASTER": master})
-        with stack.admin() as conn:
-            expected = source_rows(conn, test_db, "t_single", keys["single"])
+        with standalone_cluster(tmp_path, workers=1, cores=2, memory="2g") as master:
+            job = subprocess.Popen(
+                [str(Path(env["SPARK_HOME"]) / "bin" / "spark-submit"), "--master", master, "--conf",
+                 "spark.cores.max=2", "--conf", "spark.executor.memory=1g", str(ROOT / "spark_jobs" / "merge_job.py")],
+                stdout=open(tmp_path / "submit.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+                env={**env, "CDC_CONFIG": str(config_path), "CDC__SPARK__MASTER": master})
+            with stack.admin() as conn:
+                expected = source_rows(conn, test_db, "t_single", keys["single"])
 
-        def caught_up() -> bool:
-            assert job.poll() is None, (tmp_path / "submit.log").read_text(errors="replace")[-3000:]
-            try:  # a task writes one sink after the other: both must have caught up
-                return (pg_sink_rows(cfg, test_db, "t_single", keys["single"]) == expected and
-                        mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected)
-            except Exception:  # noqa: BLE001 - no sink table yet
-                return False
-        wait_for(caught_up, timeout=240, interval=1.0, what="the cluster job to fill both sinks")
-        assert "app-" in (tmp_path / "worker.log").read_text(errors="replace")  # executors ran on the worker
-        # The Python driver (a child of spark-submit's JVM) stops after the running batch.
-        def drivers() -> list[int]:
-            return [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(int(d)) == job.pid
-                    and b"merge_job.py" in _cmdline(int(d)) and b"python" in _cmdline(int(d)).split(b"\0")[0]]
-        wait_for(lambda: len(drivers()) == 1, timeout=30, what="the Python driver under spark-submit")
-        os.kill(drivers()[0], signal.SIGTERM)
-        assert job.wait(120) == 0, (tmp_path / "submit.log").read_text(errors="replace")[-3000:]
-        assert "stopping the merge job (signal 15)" in (tmp_path / "submit.log").read_text(errors="replace")
+            def caught_up() -> bool:
+                assert job.poll() is None, (tmp_path / "submit.log").read_text(errors="replace")[-3000:]
+                try:  # a task writes one sink after the other: both must have caught up
+                    return (pg_sink_rows(cfg, test_db, "t_single", keys["single"]) == expected and
+                            mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected)
+                except Exception:  # noqa: BLE001 - no sink table yet
+                    return False
+            wait_for(caught_up, timeout=240, interval=1.0, what="the cluster job to fill both sinks")
+            assert "app-" in (tmp_path / "worker-0.log").read_text(errors="replace")  # executors ran on the worker
+
+            # The Python driver (a child of spark-submit's JVM) stops after the running batch.
+            def drivers() -> list[int]:
+                return [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(int(d)) == job.pid
+                        and b"merge_job.py" in _cmdline(int(d)) and b"python" in _cmdline(int(d)).split(b"\0")[0]]
+            wait_for(lambda: len(drivers()) == 1, timeout=30, what="the Python driver under spark-submit")
+            os.kill(drivers()[0], signal.SIGTERM)
+            assert job.wait(120) == 0, (tmp_path / "submit.log").read_text(errors="replace")[-3000:]
+            assert "stopping the merge job (signal 15)" in (tmp_path / "submit.log").read_text(errors="replace")
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                    p.wait(30)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(p.pid, signal.SIGKILL)
+        if job is not None and job.poll() is None:
+            try:
+                os.killpg(job.pid, signal.SIGTERM)
+                job.wait(30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(job.pid, signal.SIGKILL)
         time.sleep(0.5)
 
 

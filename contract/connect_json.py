@@ -1,0 +1,539 @@
+"""Kafka Connect's JsonConverter shape, as Debezium writes it by default (``debezium-json``).
+
+With ``value.converter.schemas.enable=true`` (Kafka Connect's default) every key and value
+is ``{"schema": <Connect schema>, "payload": <value>}``.  Consumers written for Debezium's
+JSON output (Pathway's ``pw.io.debezium.read``, Flink's ``debezium-json`` format, Kafka
+Connect sinks) read that shape.
+
+Writing (:class:`ConnectJsonWriter`): the Connect schema is derived from the Avro schema the
+producer already builds (:mod:`producer.events.avro_types` carries Debezium's semantic names
+as ``connect.name`` / ``connect.version`` / ``connect.parameters``), so there is one type
+mapping.  Avro -> Connect:
+
+========================================  ==============================================
+Avro                                      Connect (JsonConverter)
+========================================  ==============================================
+``["null", T]``                           T with ``"optional": true``
+int / int with ``connect.type`` int16     int32 / int16 (int8 likewise)
+long, float, double, boolean, string      int64, float, double, boolean, string
+bytes                                     bytes (payload base64)
+bytes decimal(p, s)                       bytes ``org.apache.kafka.connect.data.Decimal``,
+                                          ``parameters {"scale", "connect.decimal.precision"}``,
+                                          payload base64 of the unscaled two's complement
+                                          big-endian number (Connect's ``Decimal.fromLogical``)
+record                                    struct (``name``: ``connect.name`` or the full name)
+``connect.name/version/parameters``       ``name`` / ``version`` / ``parameters``
+field ``default`` (not null)              ``default`` (JsonConverter writes it for a null)
+========================================  ==============================================
+
+Keys of the JSON objects come in JsonConverter's order (``type``, ``fields``, ``optional``,
+``name``, ``version``, ``doc``, ``parameters``, ``default``, ``field``).  ``doc`` is written for
+Debezium's own structs (``io.debezium.data.*``: Geometry, Point) only, as Debezium does.
+A field the producer renamed to make it a valid Avro name (the ``mysql.column`` property)
+has its column's name here, as Debezium's default ``field.name.adjustment.mode=none``.
+
+The change event envelope gets Debezium's field order (``before``, ``after``, ``source``,
+``transaction``, ``op``, ``ts_ms``, ``ts_us``, ``ts_ns``, then ours: ``position``,
+``snapshot_window``) and ``source`` gets ``ts_us`` / ``ts_ns`` after ``sequence``, both
+derived from the ``ts_ms`` beside them (the binlog's and our clock's resolution is a
+millisecond).
+
+Reading (:class:`ConnectJsonReader`): any record of that shape, ours or Debezium's, is read
+with its own schema into the values our Avro decoding gives (``Decimal`` for decimals,
+``bytes`` for bytes, float32 values widened as Avro's ``float``, structs as dicts keyed by
+Avro field names), and the schema is turned into an Avro view (:func:`avro_view`) for the
+table sinks (:mod:`spark_jobs.sinks.layout`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import struct
+from collections.abc import Callable
+from decimal import Context, Decimal, InvalidOperation
+from typing import Any
+
+from contract.envelope import avro_fullname, unique_avro_names
+from contract.errors import SerdeError
+
+__all__ = [
+    "DECIMAL_NAME",
+    "ConnectJsonReader",
+    "ConnectJsonWriter",
+    "avro_view",
+    "connect_schema",
+]
+
+DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
+PRECISION_PARAMETER = "connect.decimal.precision"
+SCALE_PARAMETER = "scale"
+#: The prefix of every record this module writes (and of JsonConverter's).
+RECORD_PREFIX = b'{"schema":'
+
+#: Debezium's envelope fields, in its order (``Envelope`` + ``SchemaFactory.datatypeEnvelopeSchema``).
+ENVELOPE_ORDER = ("before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns")
+#: Fields Debezium has that our Avro records leave out, derived from ``ts_ms``: name -> factor.
+_DERIVED_TIMES = {"ts_us": 1_000, "ts_ns": 1_000_000}
+
+_PRIMITIVE = {"boolean": "boolean", "int": "int32", "long": "int64", "float": "float", "double": "double",
+              "string": "string", "bytes": "bytes"}
+_F32 = struct.Struct("<f")
+_DECIMAL_CONTEXT = Context(prec=200)
+_MISSING = object()
+
+Encode = Callable[[Any], Any]
+
+
+def _dumps(o: Any) -> str:
+    return json.dumps(o, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+# =============================================================================== Avro -> Connect
+def _fullname(name: str, namespace: str | None) -> str:
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def _unscaled(v: Decimal, scale: int, what: str) -> bytes:
+    """Connect's Decimal payload: the unscaled value, two's complement, big-endian, shortest."""
+    if type(v) is not Decimal:
+        v = Decimal(str(v)) if isinstance(v, (int, str)) else v
+        if type(v) is not Decimal:
+            raise SerdeError(f"{what}: {v!r} is not a decimal")
+    if v.as_tuple().exponent != -scale:
+        q = v.quantize(Decimal(1).scaleb(-scale), context=_DECIMAL_CONTEXT)
+        if q != v:
+            raise SerdeError(f"{what}: {v} does not have scale {scale}")
+        v = q
+    n = int(v.scaleb(scale, context=_DECIMAL_CONTEXT))
+    return n.to_bytes(((n if n >= 0 else ~n).bit_length() + 8) // 8, "big", signed=True)
+
+
+def _b64(v: Any) -> str:
+    return base64.b64encode(v).decode("ascii")
+
+
+class _AvroToConnect:
+    """Walks one Avro schema into its Connect schema and a payload encoder."""
+
+    def __init__(self) -> None:
+        self.named: dict[str, tuple[dict, Encode]] = {}
+
+    def field_type(self, t: Any, ns: str | None, what: str, default: Any = _MISSING) -> tuple[dict, Encode]:
+        optional = False
+        if isinstance(t, list):
+            branches = [b for b in t if b != "null"]
+            if len(branches) != 1:
+                raise SerdeError(f"{what}: Avro unions other than [null, T] have no Connect form: {t!r}")
+            optional, t = len(branches) != len(t), branches[0]
+        schema, enc = self.type(t, ns, what)
+        schema = dict(schema)
+        schema["optional"] = optional
+        _reorder(schema)
+        if default is not _MISSING and default is not None:
+            schema["default"] = enc(default)
+        return schema, enc
+
+    def type(self, t: Any, ns: str | None, what: str) -> tuple[dict, Encode]:
+        if isinstance(t, str):
+            if t in _PRIMITIVE:
+                return {"type": _PRIMITIVE[t]}, (_b64 if t == "bytes" else _same)
+            found = self.named.get(_fullname(t, ns)) or self.named.get(t)
+            if found is None:
+                raise SerdeError(f"{what}: unknown Avro type name {t!r}")
+            return found
+        if not isinstance(t, dict):
+            raise SerdeError(f"{what}: unsupported Avro type {t!r}")
+        prim = t.get("type")
+        if prim == "record":
+            return self.record(t, ns)
+        if isinstance(prim, (dict, list)):
+            return self.type(prim, ns, what)
+        if prim == "array":
+            items, enc_item = self.field_type(t["items"], ns, what)
+            return {"type": "array", "items": items}, lambda v: [enc_item(x) for x in v]
+        if prim not in _PRIMITIVE:
+            raise SerdeError(f"{what}: Avro type {prim!r} has no Connect form")
+        schema: dict[str, Any] = {"type": _PRIMITIVE[prim]}
+        if prim == "int" and t.get("connect.type") in ("int8", "int16"):
+            schema["type"] = t["connect.type"]
+        enc: Encode = _b64 if prim == "bytes" else _same
+        params = t.get("connect.parameters")
+        if t.get("logicalType") == "decimal" and prim == "bytes":
+            scale = int(t.get("scale", 0))
+            schema.update(name=DECIMAL_NAME, version=1)
+            params = params or {SCALE_PARAMETER: str(scale), PRECISION_PARAMETER: str(t["precision"])}
+
+            def enc(v: Any, scale: int = scale) -> str:
+                return _b64(_unscaled(v, scale, what))
+        if t.get("connect.name"):
+            schema["name"] = t["connect.name"]
+        if t.get("connect.version") is not None:
+            schema["version"] = t["connect.version"]
+        if params:
+            schema["parameters"] = dict(params)
+        return schema, enc
+
+    def record(self, t: dict, ns: str | None) -> tuple[dict, Encode]:
+        full = _fullname(t["name"], t.get("namespace", ns))
+        inner_ns = full.rpartition(".")[0] or None
+        name = t.get("connect.name") or full
+        fields = t.get("fields", [])
+        names = [f["name"] for f in fields]
+        is_envelope = "before" in names and "after" in names and "op" in names
+        plan: list[tuple[str, str, Encode | None, bool, Any]] = []
+        connect_fields: list[dict] = []
+        for f in fields:
+            column = f.get("mysql.column") or f["name"]
+            fs, enc = self.field_type(f["type"], inner_ns, f"{name}.{column}", f.get("default", _MISSING))
+            fs["field"] = column
+            connect_fields.append(fs)
+            default = fs.get("default", _MISSING)
+            plan.append((f["name"], column, enc, fs["optional"] or default is not _MISSING, default))
+            if column == "sequence" and "ts_ms" in names and name.endswith(".Source"):
+                self._derived(plan, connect_fields)
+        if is_envelope:
+            if "ts_ms" in names:
+                self._derived(plan, connect_fields)
+            order = {n: i for i, n in enumerate(ENVELOPE_ORDER)}
+            ranked = sorted(range(len(plan)), key=lambda i: (order.get(plan[i][1], len(order)), i))
+            plan = [plan[i] for i in ranked]
+            connect_fields = [connect_fields[i] for i in ranked]
+        schema: dict[str, Any] = {"type": "struct", "fields": connect_fields, "name": name}
+        if t.get("connect.version") is not None:
+            schema["version"] = t["connect.version"]
+        if t.get("doc") and name.startswith("io.debezium.data."):
+            schema["doc"] = t["doc"]
+        record_name = name
+
+        def enc_record(v: Any) -> dict:
+            out = {}
+            for aname, cname, enc, nullable, default in plan:
+                if enc is None:  # derived from ts_ms
+                    ms = v.get("ts_ms")
+                    out[cname] = None if ms is None else ms * _DERIVED_TIMES[cname]
+                    continue
+                x = v.get(aname)
+                if x is None:
+                    if default is not _MISSING:
+                        out[cname] = default
+                    elif nullable:
+                        out[cname] = None
+                    else:
+                        raise SerdeError(f"{record_name}.{cname}: null, but the field is not optional")
+                else:
+                    out[cname] = enc(x)
+            return out
+        self.named[full] = (schema, enc_record)
+        return schema, enc_record
+
+    @staticmethod
+    def _derived(plan: list, connect_fields: list[dict]) -> None:
+        have = {p[1] for p in plan}
+        for cname in _DERIVED_TIMES:
+            if cname not in have:
+                plan.append((cname, cname, None, True, _MISSING))
+                connect_fields.append({"type": "int64", "optional": True, "field": cname})
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+_KEY_ORDER = ("type", "items", "keys", "values", "fields", "optional", "name", "version", "doc", "parameters",
+              "default", "field")
+
+
+def _reorder(schema: dict) -> None:
+    """JsonConverter's key order, in place."""
+    items = sorted(schema.items(), key=lambda kv: _KEY_ORDER.index(kv[0]) if kv[0] in _KEY_ORDER else 99)
+    schema.clear()
+    schema.update(items)
+
+
+def connect_schema(avro_schema: dict) -> dict:
+    """The Connect schema (JsonConverter's JSON form) of records of ``avro_schema``: a
+    required struct."""
+    schema, _ = _AvroToConnect().field_type(avro_schema, None, avro_schema.get("name", "record"))
+    return schema
+
+
+class ConnectJsonWriter:
+    """Encodes records of one Avro schema as ``{"schema": ..., "payload": ...}`` (the schema
+    text made once)."""
+
+    __slots__ = ("_encode", "connect", "prefix", "schema")
+
+    def __init__(self, avro_schema: dict) -> None:
+        self.schema = avro_schema
+        self.connect, self._encode = _AvroToConnect().field_type(avro_schema, None, avro_schema.get("name", "record"))
+        self.prefix = RECORD_PREFIX + _dumps(self.connect).encode() + b',"payload":'
+
+    def payload(self, record: Any) -> Any:
+        """The JSON value of ``record`` (what goes under ``payload``)."""
+        if record is None:
+            raise SerdeError(f"{self.connect.get('name')}: a null record has no payload (write no value instead)")
+        try:
+            return self._encode(record)
+        except (AttributeError, TypeError, ValueError, OverflowError) as exc:
+            raise SerdeError(f"record does not fit schema {self.connect.get('name')}: {exc}") from exc
+
+    def encode(self, record: Any) -> bytes:
+        try:
+            return self.prefix + _dumps(self.payload(record)).encode() + b"}"
+        except (TypeError, ValueError) as exc:
+            raise SerdeError(f"record does not fit schema {self.connect.get('name')}: {exc}") from exc
+
+
+# =============================================================================== Connect -> values
+Decode = Callable[[Any], Any]
+_INTS = {"int8", "int16", "int32", "int64"}
+
+
+def _bad(what: str, v: Any, expected: str) -> SerdeError:
+    return SerdeError(f"{what}: {v!r} is not {expected}")
+
+
+def _decoder(cs: dict, what: str) -> Decode:
+    """The decoder of payload values of Connect schema ``cs`` into our Avro values."""
+    if not isinstance(cs, dict) or not isinstance(cs.get("type"), str):
+        raise SerdeError(f"{what}: not a Connect schema: {cs!r}")
+    typ, name = cs["type"], cs.get("name")
+    params = cs.get("parameters") or {}
+    inner: Decode
+    if typ in _INTS:
+        def inner(v: Any) -> Any:
+            if type(v) is not int:
+                raise _bad(what, v, f"an {typ}")
+            return v
+    elif typ == "float":
+        def inner(v: Any) -> Any:
+            if type(v) not in (int, float):
+                raise _bad(what, v, "a float")
+            return _F32.unpack(_F32.pack(v))[0]  # as Avro's float reads back
+    elif typ == "double":
+        def inner(v: Any) -> Any:
+            if type(v) not in (int, float):
+                raise _bad(what, v, "a double")
+            return float(v)
+    elif typ == "boolean":
+        def inner(v: Any) -> Any:
+            if type(v) is not bool:
+                raise _bad(what, v, "a boolean")
+            return v
+    elif typ == "string":
+        def inner(v: Any) -> Any:
+            if type(v) is not str:
+                raise _bad(what, v, "a string")
+            return v
+    elif typ == "bytes" and name == DECIMAL_NAME:
+        try:
+            scale = int(params.get(SCALE_PARAMETER, 0))
+        except ValueError:
+            raise SerdeError(f"{what}: Decimal scale {params.get(SCALE_PARAMETER)!r} is not a number") from None
+
+        def inner(v: Any) -> Any:
+            if type(v) is str:
+                n = int.from_bytes(_unbase64(v, what), "big", signed=True)
+                return Decimal(n).scaleb(-scale, context=_DECIMAL_CONTEXT)
+            if type(v) in (int, float):  # JsonConverter's decimal.format=NUMERIC
+                try:
+                    return Decimal(repr(v)).quantize(Decimal(1).scaleb(-scale), context=_DECIMAL_CONTEXT)
+                except InvalidOperation:
+                    raise _bad(what, v, f"a decimal of scale {scale}") from None
+            raise _bad(what, v, "a Decimal (base64 or number)")
+    elif typ == "bytes":
+        def inner(v: Any) -> Any:
+            if type(v) is not str:
+                raise _bad(what, v, "base64 bytes")
+            return _unbase64(v, what)
+    elif typ == "struct":
+        fields = cs.get("fields")
+        if not isinstance(fields, list):
+            raise SerdeError(f"{what}: a struct schema without a list of fields")
+        columns = [f.get("field") for f in fields]
+        if not all(isinstance(c, str) for c in columns):
+            raise SerdeError(f"{what}: a struct field without a name")
+        names = unique_avro_names(columns)
+        plan = [(c, names[c], _decoder(f, f"{what}.{c}")) for c, f in zip(columns, fields)]
+
+        def inner(v: Any) -> Any:
+            if type(v) is not dict:
+                raise _bad(what, v, "a struct (JSON object)")
+            return {aname: dec(v.get(c)) for c, aname, dec in plan}
+    elif typ == "array":
+        item = _decoder(cs.get("items"), f"{what}[]")
+
+        def inner(v: Any) -> Any:
+            if type(v) is not list:
+                raise _bad(what, v, "an array")
+            return [item(x) for x in v]
+    elif typ == "map":
+        key, value = _decoder(cs.get("keys"), f"{what} key"), _decoder(cs.get("values"), f"{what} value")
+
+        def inner(v: Any) -> Any:
+            if type(v) is dict:
+                return {key(k): value(x) for k, x in v.items()}
+            if type(v) is list:
+                return {key(k): value(x) for k, x in v}
+            raise _bad(what, v, "a map")
+    else:
+        raise SerdeError(f"{what}: unknown Connect schema type {typ!r}")
+    optional = bool(cs.get("optional"))
+    default = inner(cs["default"]) if cs.get("default") is not None else None
+
+    def decode(v: Any) -> Any:
+        if v is None:
+            if default is not None:
+                return default
+            if optional:
+                return None
+            raise SerdeError(f"{what}: null, but the field is not optional")
+        return inner(v)
+    return decode
+
+
+def _unbase64(v: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError):
+        raise SerdeError(f"{what}: {v[:40]!r} is not base64") from None
+
+
+def avro_view(cs: dict) -> dict:
+    """An Avro schema with the fields, types and Debezium names of Connect schema ``cs`` (a
+    struct): what the table sinks lay tables out by.  Field names are made valid Avro names
+    (the column's name kept as ``mysql.column``), each named struct is defined once."""
+    if not isinstance(cs, dict) or cs.get("type") != "struct":
+        raise SerdeError(f"a record schema must be a Connect struct, got {cs.get('type') if isinstance(cs, dict) else cs!r}")
+    return _avro_type(cs, set(), "record")
+
+
+def _avro_type(cs: dict, defined: set[str], path: str) -> Any:
+    typ, name = cs.get("type"), cs.get("name")
+    params = cs.get("parameters") or {}
+    if typ == "struct":
+        full = avro_fullname(name or path.replace(".", "_"))
+        if full in defined:
+            return full
+        defined.add(full)
+        columns = [f["field"] for f in cs["fields"]]
+        names = unique_avro_names(columns)
+        fields = []
+        for c, f in zip(columns, cs["fields"]):
+            t = _avro_type(f, defined, f"{full}.{names[c]}")
+            field: dict[str, Any] = {"name": names[c], "type": ["null", t] if f.get("optional") else t}
+            if f.get("optional"):
+                field["default"] = None
+            if names[c] != c:
+                field["mysql.column"] = c
+            fields.append(field)
+        out: dict[str, Any] = {"type": "record", "name": full, "fields": fields}
+        if cs.get("doc"):
+            out["doc"] = cs["doc"]
+    elif typ == "array":
+        return {"type": "array", "items": _avro_type(cs["items"], defined, f"{path}_item")}
+    elif typ == "map":
+        return {"type": "map", "values": _avro_type(cs["values"], defined, f"{path}_value")}
+    elif typ in ("int8", "int16"):
+        out = {"type": "int", "connect.type": typ}
+    elif typ == "bytes" and name == DECIMAL_NAME:
+        scale = int(params.get(SCALE_PARAMETER, 0))
+        precision = int(params.get(PRECISION_PARAMETER, 0)) or max(65, scale + 1)  # (no precision: the widest)
+        out = {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
+    else:
+        avro = {v: k for k, v in _PRIMITIVE.items()}.get(typ)
+        if avro is None:
+            raise SerdeError(f"{path}: Connect type {typ!r} has no Avro form")
+        out = {"type": avro}
+    if name:
+        out["connect.name"] = name
+    if cs.get("version") is not None:
+        out["connect.version"] = cs["version"]
+    if params:
+        out["connect.parameters"] = dict(params)
+    return out if len(out) > 1 else out["type"]
+
+
+# =============================================================================== reading records
+class _Known:
+    """One Connect schema seen in records: its text (the record prefix), decoder, Avro view."""
+
+    __slots__ = ("_view", "decode", "id", "prefix", "schema")
+
+    def __init__(self, prefix: bytes, schema: dict | None) -> None:
+        self.prefix = prefix
+        self.schema = schema
+        self.decode = _decoder(schema, schema.get("name") or "record") if schema is not None else _same
+        self.id = "connect-" + hashlib.sha1(prefix).hexdigest()[:16]
+        self._view: dict | None = None
+
+    def view(self) -> dict | None:
+        if self._view is None and self.schema is not None and self.schema.get("type") == "struct":
+            self._view = avro_view(self.schema)
+        return self._view
+
+
+class ConnectJsonReader:
+    """Reads ``{"schema", "payload"}`` records, each with its own schema (schemas seen are
+    kept: the payload of a record whose schema text was seen before is all that is parsed)."""
+
+    def __init__(self, keep: int = 64) -> None:
+        self._known: dict[bytes, _Known] = {}  # by prefix (the record up to the payload)
+        self._recent: list[_Known] = []
+        self._keep = keep
+        self._json = json.JSONDecoder()
+
+    def _find(self, data: bytes) -> tuple[_Known, Any] | None:
+        """The record's schema and its (raw) payload; None when ``data`` is not of the shape."""
+        for known in self._recent:
+            if data.startswith(known.prefix) and data.endswith(b"}"):
+                try:
+                    return known, json.loads(data[len(known.prefix):-1])
+                except ValueError:
+                    break
+        try:
+            text = data.decode("utf-8")
+            obj = json.loads(text)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise SerdeError(f"not a JSON record: {exc}") from None
+        if not isinstance(obj, dict) or set(obj) != {"schema", "payload"}:
+            return None
+        prefix = b""
+        if text.startswith('{"schema":{'):  # our writer's and JsonConverter's compact form
+            _, end = self._json.raw_decode(text, 10)
+            if text.startswith(',"payload":', end):
+                prefix = text[:end + 11].encode("utf-8")
+        key = prefix or RECORD_PREFIX + _dumps(obj["schema"]).encode()
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= 4096:
+                self._known.clear()
+            known = self._known[key] = _Known(key, obj["schema"])
+        if prefix:
+            if known in self._recent:
+                self._recent.remove(known)
+            self._recent.insert(0, known)
+            del self._recent[self._keep:]
+        return known, obj["payload"]
+
+    def read(self, data: bytes) -> tuple[bool, Any]:
+        """``(True, value)`` for a record of the shape (its payload as our Avro values),
+        ``(False, None)`` for other JSON."""
+        found = self._find(data)
+        if found is None:
+            return False, None
+        known, payload = found
+        return True, known.decode(payload)
+
+    def schema_of(self, data: bytes) -> tuple[str, dict | None] | None:
+        """``(schema id, Avro view)`` of a record of the shape (the id names its Connect
+        schema), or None for other records."""
+        if not data or data[:1] != b"{" or b'"schema"' not in data[:32]:
+            return None
+        found = self._find(data)
+        if found is None:
+            return None
+        return found[0].id, found[0].view()

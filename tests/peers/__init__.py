@@ -1,0 +1,1 @@
+"""Programs run by third-party consumers (each in its own interpreter) against our topics."""

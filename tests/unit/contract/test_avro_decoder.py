@@ -1,0 +1,149 @@
+"""The compiled Avro decoder reads what fastavro reads, for any schema it compiles."""
+
+from __future__ import annotations
+
+import io
+import itertools
+from decimal import Decimal
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contract.avro_decoder import NotCompiled, compile_decoder, read_long
+from contract.errors import SerdeError
+from tests.unit.contract.test_avro_template import SCHEMA, TEMPLATE, _example, records_strategy, sources
+
+
+def fastavro_bytes(schema, value) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), value)
+    return buf.getvalue()
+
+
+def fastavro_read(schema, data: bytes):
+    return fastavro.schemaless_reader(io.BytesIO(data), fastavro.parse_schema(schema), None)
+
+
+# -- schemas and values drawn together ----------------------------------------------------------
+
+_names = itertools.count()
+
+
+def _name() -> str:
+    return f"n{next(_names)}"
+
+
+def _decimal(precision: int, scale: int, fixed: bool):
+    t = {"type": "fixed", "name": _name(), "size": 16} if fixed else {"type": "bytes"}
+    schema = {**t, "logicalType": "decimal", "precision": precision, "scale": scale}
+    values = st.integers(-(10 ** precision) + 1, 10 ** precision - 1).map(lambda n: Decimal(n).scaleb(-scale))
+    return schema, values
+
+
+LEAVES = st.one_of(
+    st.just(("null", st.none())),
+    st.just(("boolean", st.booleans())),
+    st.just(("int", st.integers(-(1 << 31), (1 << 31) - 1))),
+    st.just(("long", st.integers(-(1 << 63), (1 << 63) - 1))),
+    st.just(("float", st.floats(width=32, allow_nan=False))),
+    st.just(("double", st.floats(allow_nan=False))),
+    st.just(("bytes", st.binary(max_size=40))),
+    st.just(("string", st.text(max_size=40))),
+    st.builds(lambda p, s, f: _decimal(p, min(s, p), f), st.integers(1, 38), st.integers(0, 20), st.booleans()),
+    st.builds(lambda n: ({"type": "enum", "name": _name(), "symbols": [f"S{i}" for i in range(n)]},
+                         st.sampled_from([f"S{i}" for i in range(n)])), st.integers(1, 5)),
+    st.builds(lambda n: ({"type": "fixed", "name": _name(), "size": n}, st.binary(min_size=n, max_size=n)),
+              st.integers(0, 8)),
+    st.just(({"type": "long", "connect.name": "io.debezium.time.Timestamp"}, st.integers(0, 1 << 50))),
+)
+
+
+def _record(fields):
+    schema = {"type": "record", "name": _name(),
+              "fields": [{"name": f"f{i}", "type": t} for i, (t, _) in enumerate(fields)]}
+    return schema, st.fixed_dictionaries({f"f{i}": v for i, (_, v) in enumerate(fields)})
+
+
+def _nullable(inner, null_first: bool):
+    t, values = inner
+    if t == "null" or isinstance(t, list):
+        return inner
+    return (["null", t] if null_first else [t, "null"]), st.one_of(st.none(), values)
+
+
+def _containers(children):
+    return st.one_of(
+        st.lists(children, min_size=1, max_size=4).map(_record),
+        children.map(lambda c: ({"type": "array", "items": c[0]}, st.lists(c[1], max_size=4))),
+        children.map(lambda c: ({"type": "map", "values": c[0]},
+                                st.dictionaries(st.text(max_size=5), c[1], max_size=3))),
+        st.tuples(children, st.booleans()).map(lambda cb: _nullable(*cb)),
+    )
+
+
+SCHEMAS = st.recursive(LEAVES, _containers, max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_compiled_decoder_reads_what_fastavro_reads(data):
+    schema, values = data.draw(SCHEMAS.map(lambda sv: _record([sv])))  # a record around any type
+    decode = compile_decoder(schema)
+    for value in data.draw(st.lists(values, min_size=1, max_size=3)):
+        encoded = fastavro_bytes(schema, value)
+        assert decode(b"\xc3\x01HEADER!!" + encoded, 10) == fastavro_read(schema, encoded)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sources, st.integers(0, 1 << 45), records_strategy)
+def test_compiled_decoder_reads_change_event_envelopes(source, now, records):
+    decode = compile_decoder(SCHEMA)
+    example = _example(source, now)
+    bound = TEMPLATE.bind(example, b"\xc3\x01HEADER!!")
+    for values in records:
+        data = TEMPLATE.encode(bound, values)
+        got = decode(data, 10)
+        assert got == fastavro_read(SCHEMA, data[10:])
+        assert [type(v) for v in got.values()] == [type(v) for v in fastavro_read(SCHEMA, data[10:]).values()]
+
+
+def test_decimals_keep_their_scale():
+    schema = {"type": "record", "name": "D", "fields": [
+        {"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}}]}
+    for text in ("0.00", "-1.50", "12345678.91"):
+        got = compile_decoder(schema)(fastavro_bytes(schema, {"d": Decimal(text)}), 0)["d"]
+        assert str(got) == text
+
+
+@given(st.integers(-(1 << 63), (1 << 63) - 1))
+def test_read_long(n):
+    encoded = fastavro_bytes("long", n)
+    assert read_long(b"xx" + encoded + b"yy", 2) == (n, 2 + len(encoded))
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "record", "name": "T", "fields": [{"name": "t", "type": {"type": "long",
+                                                                      "logicalType": "timestamp-millis"}}]},
+    {"type": "record", "name": "U", "fields": [{"name": "u", "type": {"type": "string", "logicalType": "uuid"}}]},
+    {"type": "record", "name": "R", "fields": [{"name": "next", "type": ["null", "R"]}]},
+])
+def test_schemas_fastavro_converts_or_that_recurse_are_not_compiled(schema):
+    with pytest.raises(NotCompiled):
+        compile_decoder(schema)
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20])
+def test_a_truncated_record_is_a_serde_error(cut):
+    schema = {"type": "record", "name": "S", "fields": [{"name": "s", "type": "string"},
+                                                        {"name": "d", "type": "double"}]}
+    data = fastavro_bytes(schema, {"s": "x" * 30, "d": 1.5})
+    with pytest.raises(SerdeError, match="cannot be decoded"):
+        compile_decoder(schema)(data[:-cut], 0)
+
+
+def test_a_union_branch_out_of_range_is_a_serde_error():
+    schema = {"type": "record", "name": "S", "fields": [{"name": "s", "type": ["null", "string"]}]}
+    with pytest.raises(SerdeError, match="union branch"):
+        compile_decoder(schema)(b"\x06", 0)

@@ -41,8 +41,12 @@ demo: venv system-deps
 	$(VENV)/bin/cdc demo
 
 # The whole suite.  pytest exits 5 when it collects nothing, which fails make too.
+# Two pytest workers (pytest-xdist), each with a stack of its own; a file's tests stay on one
+# worker (module fixtures).  TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= 2
+
 test: venv pathway debezium system-deps
-	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest tests
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
 
 unit: venv
 	$(PY) -m pytest tests/unit

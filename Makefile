@@ -46,6 +46,7 @@ demo: venv system-deps
 TEST_WORKERS ?= 2
 
 test: venv pathway debezium system-deps
+	@bash scripts/ensure-system-deps.sh --debezium
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
 
 unit: venv

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the servers the embedded stack runs, when the machine has none:
 # a MySQL-compatible server (MariaDB from apt) and PostgreSQL.  Java 17 is needed by Spark.
+# With --debezium (make debezium, for the tests): also Debian's MariaDB JDBC driver, which
+# Debezium's MySQL connector needs to read a MariaDB server (docs/debezium-conformance.md).
 set -euo pipefail
 
 SUDO=""
@@ -20,6 +22,9 @@ if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v pg_ct
 fi
 if ! command -v setpriv >/dev/null 2>&1; then
   need+=(util-linux)
+fi
+if [ "${1:-}" = "--debezium" ] && [ ! -f /usr/share/java/mariadb-java-client.jar ]; then
+  need+=(libmariadb-java)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

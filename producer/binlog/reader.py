@@ -96,10 +96,13 @@ class RowChanges:
     resume_file: str  # where a restart reads this event again: its transaction's start
     resume_pos: int
     size: int = 0  # of the rows event in the binlog, bytes
+    # The rows event's first byte in its file: ``source.pos`` as Debezium reports it
+    # (``base`` places the event among positions past its header; None: ``base.pos``).
+    event_pos: int | None = None
 
     @property
     def pos(self) -> int:
-        return self.base.pos
+        return self.base.pos if self.event_pos is None else self.event_pos
 
     def images(self, i: int) -> tuple[dict | None, dict | None, dict | None, dict | None]:
         """``(before, after, before_none_sources, after_none_sources)`` of row ``i``."""
@@ -142,7 +145,7 @@ class SchemaChange:
     ts_ms: int
     gtid: str | None
     file: str
-    pos: int
+    pos: int  # the statement's first byte in its file (``source.pos``)
     resume: ResumePoint  # reading from here starts after this statement
 
 
@@ -288,7 +291,7 @@ class BinlogReader:
                     if self._last is None or pos > self._last:
                         self._last = pos
                         yield SchemaChange(db or "", query, pos, ev.timestamp * 1000, self._txn.gtid,
-                                           self._file, pos.pos, self.current_resume())
+                                           self._file, event_start, self.current_resume())
                     if was_open:
                         yield from self._commit(end_pos, start)
                     continue
@@ -297,7 +300,7 @@ class BinlogReader:
                 yield from self._commit(end_pos, start)
                 continue
             elif isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                yield from self._rows(ev, end_pos)
+                yield from self._rows(ev, end_pos, event_start)
             if end_pos:
                 self._next_pos = end_pos
 
@@ -323,7 +326,7 @@ class BinlogReader:
             self._decoder_cache[map_key] = RowDecoder.for_columns(ev.columns)
         self._decoders[ev.table_id] = self._decoder_cache[map_key]
 
-    def _rows(self, ev, end_pos: int) -> Iterator[RowChanges]:
+    def _rows(self, ev, end_pos: int, event_start: int) -> Iterator[RowChanges]:
         table_def = self._tables.get(ev.table_id)
         if table_def is None:
             return  # not captured
@@ -341,7 +344,8 @@ class BinlogReader:
         self._last = base.with_row(2 * len(rows) - 1)
         resume_file, resume_pos = (txn.start_file, txn.start_pos) if txn.open else (self._file, self._next_pos)
         yield RowChanges(kind, ev.schema, ev.table, table_def, base, rows, first, ev.timestamp * 1000,
-                         txn.gtid, txn.thread, self._file, resume_file, resume_pos, ev.packet.event_size)
+                         txn.gtid, txn.thread, self._file, resume_file, resume_pos, ev.packet.event_size,
+                         event_start)
 
 
 def _query_text(ev) -> str:

@@ -15,9 +15,10 @@ What is compared, per table:
 * ``value``: each column's value in each event, ``before`` and ``after``;
 * ``envelope``: the payload's top-level fields;
 * ``source``: the ``source`` block's fields and their types, and the values that must agree
-  between two servers fed the same statements (``connector``, ``db``, ``table``, ``snapshot``,
-  ``row``); the rest (name, server id, file, pos, gtid, ts_ms, thread, query) differs by
-  construction.
+  when both read one binlog (``connector``, ``db``, ``table``, ``snapshot``, ``file``, ``pos``,
+  ``row``, ``server_id``, ``gtid``, ``ts_ms``) -- ``source-value:<field>`` for changes,
+  ``snapshot-source-value:<field>`` for snapshot reads; ``name`` (each side's topic prefix),
+  ``thread`` and ``query`` are not compared.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-# The source fields whose values must agree between two servers fed the same statements.
-SOURCE_VALUES = ("connector", "db", "table", "snapshot", "row")
+# The source fields whose values must agree when both sides read one binlog.
+SOURCE_VALUES = ("connector", "db", "table", "snapshot", "file", "pos", "row", "server_id", "gtid", "ts_ms")
 
 
 @dataclass(frozen=True)
@@ -151,10 +152,12 @@ def compare(ours: Iterable[Event], theirs: Iterable[Event], *, tables: Iterable[
                 for n in sorted(set(ra) | set(rb)):
                     if ra.get(n) != rb.get(n):
                         _first(found, f"value:{short}.{n}", Difference(f"value:{short}.{n}", ra.get(n), rb.get(n)))
+            # Snapshot reads apart: where their source block points is each snapshot's own.
+            kind = "snapshot-source-value" if x.value.get("op") == "r" else "source-value"
             for n in SOURCE_VALUES:
                 va, vb = (x.value.get("source") or {}).get(n), (y.value.get("source") or {}).get(n)
                 if va != vb:
-                    _first(found, f"source-value:{n}", Difference(f"source-value:{n}", va, vb))
+                    _first(found, f"{kind}:{n}", Difference(f"{kind}:{n}", va, vb))
     return [found[k] for k in sorted(found)]
 
 

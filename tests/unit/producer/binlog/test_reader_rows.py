@@ -49,6 +49,9 @@ def test_images_per_kind():
 def test_positions_and_resume_points():
     ch = _changes("insert", [{"values": {}, "none_sources": {}}] * 3, first=1)
     assert ch.pos == 3456
+    # source.pos is the rows event's first byte when the reader knows it (Debezium's pos)
+    moved = RowChanges(**{**ch.__dict__, "event_pos": 3433})
+    assert moved.pos == 3433 and moved.position(5) == ch.position(5)
     assert ch.position(5) == BinlogPosition.from_binlog("mysql-bin.000012", 3456, 5).encode()
     assert ch.resume_after(1) == ResumePoint("mysql-bin.000012", 3000, ch.position(3))
     assert ch.resume == ResumePoint("mysql-bin.000012", 3000, ch.position(5))

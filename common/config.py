@@ -386,8 +386,9 @@ class CDCConfig(_Section):
         if not self.sources:
             return [CapturedSource(name=self.producer.name, config=self.source, topic_prefix=self.kafka.topic_prefix,
                                    producer_name=self.producer.name)]
-        return [CapturedSource(name=s.name, config=s, topic_prefix=s.topic_prefix or f"{self.kafka.topic_prefix}_{s.name}",
-                               producer_name=s.name) for s in self.sources]
+        return [CapturedSource(name=s.name, config=s, producer_name=s.name,
+                               topic_prefix=s.topic_prefix or f"{self.kafka.topic_prefix}_{s.name}")
+                for s in self.sources]
 
     def captured_source(self, name: str) -> CapturedSource:
         """The source named ``name`` (see :meth:`captured_sources`)."""

@@ -111,7 +111,7 @@ def test_a_route_naming_an_unknown_source_lists_the_sources(tmp_path: Path):
 def test_two_routes_to_one_target_must_agree_on_origin_and_ddl(tmp_path: Path):
     same = ("routes:\n  - {schema: a, table: t, target: x.t}\n  - {schema: b, table: t, target: x.t}\n")
     assert len(_load(tmp_path, same).routes) == 2
-    msg = _error(tmp_path, same.replace("target: x.t}\n  - {schema: b", "target: x.t}\n  - {ddl: optimistic, schema: b"))
+    msg = _error(tmp_path, same.replace("- {schema: b", "- {ddl: optimistic, schema: b"))
     assert "routes[0] and routes[1]" in msg and "x.t" in msg
 
 

@@ -84,22 +84,28 @@ def test_routes_can_come_from_the_environment(tmp_path: Path):
     assert cfg.routes[0].origin.names == ("src", "__db", "__table")
 
 
-@pytest.mark.parametrize("route, message", [
-    ("{schema: 'shop_(', table: orders, target: shop.orders}", "routes.0.schema"),
-    ("{schema: shop, table: 'o[', target: shop.orders}", "not a regular expression"),
-    ("{schema: shop, table: orders, target: orders}", "database.table"),
-    ("{schema: shop, table: orders, target: shop.orders.x}", "database.table"),
-    ("{schema: shop, table: orders, target: shop.orders, origin: {db: __source}}", "must differ"),
-    ("{schema: shop, table: orders, target: shop.orders, origin: {db: __SOURCE}}", "must differ"),
-    ("{schema: shop, table: orders, target: shop.orders, origin: {table: __cdc_position}}", "__cdc_"),
-    ("{schema: shop, table: orders, target: shop.orders, origin: {table: ''}}", "empty"),
-    ("{schema: shop, table: orders, target: shop.orders, ddl: eager}", "routes.0.ddl"),
-    ("{schema: shop, table: orders, target: shop.orders, colour: red}", "routes.0.colour"),
-    ("{table: orders, target: shop.orders}", "routes.0.schema"),
-    ("{schema: shop, table: orders, target: shop.orders, source: north}", "names no configured source"),
+@pytest.mark.parametrize("text, message", [
+    ("routes: [{schema: 'shop_(', table: orders, target: shop.orders}]", "routes.0.schema"),
+    ("routes: [{schema: shop, table: 'o[', target: shop.orders}]", "not a regular expression"),
+    ("routes: [{schema: shop, table: orders, target: orders}]", "database.table"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders.x}]", "database.table"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, origin: {db: __source}}]", "must differ"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, origin: {db: __SOURCE}}]", "must differ"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, origin: {table: __cdc_position}}]", "__cdc_"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, origin: {table: ''}}]", "empty"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, ddl: eager}]", "routes.0.ddl"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, colour: red}]", "routes.0.colour"),
+    ("routes: [{table: orders, target: shop.orders}]", "routes.0.schema"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, source: north}]", "names no configured source"),
+    ("sources: [{name: a}, {name: a}]", "'a' is given twice"),
+    ("sources: [{name: 'a b'}]", "letters, digits"),
+    ("sources: [{name: a, topic_prefix: p}, {name: b, topic_prefix: p}]", "'p' and 'p'"),
+    ("sources: [{name: a, topic_prefix: p}, {name: b, topic_prefix: p.b}]", "would mix"),
+    ("sources: [{name: a, topic_prefix: 'p/q'}]", "Kafka's topic characters"),
+    ("sources: [{host: h}]", "sources.0.name"),
 ])
-def test_bad_routes_are_refused_with_their_location(tmp_path: Path, route: str, message: str):
-    assert message in _error(tmp_path, f"routes:\n  - {route}\n")
+def test_bad_routes_and_sources_are_refused_with_their_location(tmp_path: Path, text: str, message: str):
+    assert message in _error(tmp_path, text + "\n")
 
 
 def test_a_route_naming_an_unknown_source_lists_the_sources(tmp_path: Path):
@@ -115,19 +121,17 @@ def test_two_routes_to_one_target_must_agree_on_origin_and_ddl(tmp_path: Path):
     assert "routes[0] and routes[1]" in msg and "x.t" in msg
 
 
-@pytest.mark.parametrize("sources, message", [
-    ("[{name: a}, {name: a}]", "'a' is given twice"),
-    ("[{name: 'a b'}]", "letters, digits"),
-    ("[{name: a, topic_prefix: p}, {name: b, topic_prefix: p}]", "'p' and 'p'"),
-    ("[{name: a, topic_prefix: p}, {name: b, topic_prefix: p.b}]", "would mix"),
-    ("[{name: a, topic_prefix: 'p/q'}]", "Kafka's topic characters"),
-    ("[{host: h}]", "sources.0.name"),
-])
-def test_bad_sources_are_refused(tmp_path: Path, sources: str, message: str):
-    assert message in _error(tmp_path, f"sources: {sources}\n")
-
-
 def test_source_and_sources_together_are_refused(tmp_path: Path):
     assert "either 'source'" in _error(tmp_path, "source: {host: h}\nsources: [{name: a}]\n")
     with pytest.raises(ConfigError, match="either 'source'"):
         _load(tmp_path, "sources: [{name: a}]\n", {"CDC__SOURCE__HOST": "db"})
+
+
+def test_the_example_of_docs_sharding_md_is_valid(tmp_path: Path):
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "sharding.md").read_text()
+    example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = _load(tmp_path, example)
+    assert [c.topic_prefix for c in cfg.captured_sources()] == ["cdc_east", "cdc_west"]
+    [route] = cfg.routes
+    shards = [("east", 1), ("east", 2), ("west", 3), ("west", 4)]
+    assert all(route.matches(s, f"shop_0{i}", "orders") for s, i in shards)

@@ -149,7 +149,8 @@ class ShardDDLCoordinator:
     def start(self, shards: Mapping[ShardId, tuple[str, str, TableShape]]) -> Outcome:
         """The route's shards when it starts: ``{shard: (version, at, shape)}``.  Their
         shapes must merge (:func:`~spark_jobs.sharding.shapes.check_compatible`, else
-        :class:`IncompatibleShards` naming both tables); the target is their union."""
+        :class:`IncompatibleShards` naming both tables); the target is their union.  For a
+        route without state only: a restarted job reads its state (:meth:`from_state`)."""
         check_compatible(self.route, {s: shape for s, (_, _, shape) in shards.items()})
         fresh = set()
         for shard, (version, at, shape) in shards.items():

@@ -83,7 +83,7 @@ def _cmd_stack_status(args: argparse.Namespace) -> int:
 # --- pipeline commands ------------------------------------------------------------------
 
 def _cmd_produce(args: argparse.Namespace) -> int:
-    cfg = load(args)
+    cfg = load(args).for_source(args.source)
     if args.reset_offsets:
         store = OffsetStore(cfg.kafka, cfg.producer.name)
         store.ensure()
@@ -115,7 +115,7 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     """Send a signal: a row inserted into the signal table (as the CDC user), like ``INSERT
     INTO cdc_signal ...`` would, or a record on the Kafka signal channel
     (:mod:`cdc.signal_sender`)."""
-    cfg = load(args)
+    cfg = load(args).for_source(args.source)
     channel = signal_sender.choose_channel(cfg, args.channel)
     if args.pause or args.resume:
         kind, data = ("pause-snapshot" if args.pause else "resume-snapshot"), {"type": "incremental"}
@@ -206,7 +206,7 @@ def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     """Producer position, lag and rate, lost history, the merge job's figures, snapshot bars."""
-    show_status(load(args), console)
+    show_status(load(args), console, source=args.source)
     return 0
 
 
@@ -229,6 +229,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running)
+
+
+def _source_option(p: argparse.ArgumentParser, help_: str) -> None:
+    """``--source NAME``: which ``sources`` entry a command is about (not needed with ``source`` alone)."""
+    p.add_argument("--source", metavar="NAME", default=None, help=help_)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce_p.add_argument("--recover", choices=["resume", "snapshot"], default=None,
                          help="when Kafka lost this producer's history: re-publish from the position kept in the "
                               "state directory (resume), and also snapshot every captured table again (snapshot)")
+    _source_option(produce_p, "run the producer of this source (a name from 'sources': its settings, topic prefix "
+                              "and producer name); needed when several are configured")
     produce_p.set_defaults(func=_cmd_produce)
 
     bench_p = sub.add_parser("bench", help="benchmarks on the embedded stack")
@@ -303,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "snapshot.read_only is on")
     snap_p.add_argument("--follow", action="store_true", help="draw progress bars until the tables are done")
     snap_p.add_argument("--timeout", type=float, default=None, help="with --follow: give up after SECONDS")
+    _source_option(snap_p, "signal the producer of this source (its signal table, or its <prefix>._signals topic "
+                           "keyed by its name); needed when several are configured")
     snap_p.set_defaults(func=_cmd_snapshot)
 
     bench_snap_p = bench_sub.add_parser(
@@ -353,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_p.set_defaults(func=_cmd_chaos)
 
     status_p = sub.add_parser("status", help="producer position, lag and rate")
+    _source_option(status_p, "only the producer of this source (default: every source's)")
     status_p.set_defaults(func=_cmd_status)
 
     ver_p = sub.add_parser("verify", help="compare source tables with the sinks (chunk checksums, then row by row)")

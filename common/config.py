@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from common.errors import ConfigError
 
@@ -389,6 +398,48 @@ class CDCConfig(_Section):
         return [CapturedSource(name=s.name, config=s, producer_name=s.name,
                                topic_prefix=s.topic_prefix or f"{self.kafka.topic_prefix}_{s.name}")
                 for s in self.sources]
+
+    #: The source this configuration is the view of (:meth:`for_source`); None as loaded.
+    _of_source: str | None = PrivateAttr(default=None)
+
+    @property
+    def source_name(self) -> str | None:
+        """The name of the ``sources`` entry this configuration is the view of
+        (:meth:`for_source`), None for a configuration as loaded or with ``source`` alone."""
+        return self._of_source
+
+    def for_source(self, name: str | None = None) -> "CDCConfig":
+        """The configuration of the producer of one source, as a single-source configuration:
+        ``source`` holds that entry's settings, ``kafka.topic_prefix`` its topic prefix,
+        ``producer.name`` its producer name (so offsets, the transactional id, the signal
+        topic's key and ``offsets/<name>.json`` are its own), ``producer.metrics_port`` is
+        the configured port plus the entry's index (one port per producer); no ``sources``,
+        no ``routes``.  Everything that reads one server (the producer, ``cdc snapshot``,
+        ``cdc status``, verify) works on this view.
+
+        With ``source`` alone the configuration itself is its only source's (``name`` None or
+        ``producer.name``).  ``name`` None with several ``sources``: a :class:`ConfigError`
+        listing them (a command then needs ``--source NAME``)."""
+        if not self.sources:
+            if name is not None and name != self.producer.name:
+                self.captured_source(name)  # raises, naming the one source
+            return self
+        if name is None:
+            if len(self.sources) > 1:
+                raise ConfigError(f"several sources are configured ({', '.join(s.name for s in self.sources)}): "
+                                  f"name one with --source NAME")
+            name = self.sources[0].name
+        captured = self.captured_source(name)
+        index = [s.name for s in self.sources].index(name)
+        entry = captured.config.model_dump(exclude={"name", "topic_prefix"})
+        producer = self.producer.model_copy(update={
+            "name": captured.producer_name,
+            "metrics_port": None if self.producer.metrics_port is None else self.producer.metrics_port + index})
+        view = self.model_copy(update={
+            "source": SourceConfig.model_validate(entry), "sources": [], "routes": [], "producer": producer,
+            "kafka": self.kafka.model_copy(update={"topic_prefix": captured.topic_prefix})})
+        view._of_source = name
+        return view
 
     def captured_source(self, name: str) -> CapturedSource:
         """The source named ``name`` (see :meth:`captured_sources`)."""

@@ -45,6 +45,31 @@ def _error(tmp_path: Path, text: str) -> str:
     return str(err.value)
 
 
+def test_the_view_of_a_source_is_a_single_source_configuration_of_its_producer(tmp_path: Path):
+    cfg = _load(tmp_path, TWO_SERVERS + "producer:\n  metrics_port: 9100\n")
+    west = cfg.for_source("west")
+    assert (west.source.host, west.source.server_id, west.source.include_databases) == ("db2", 5402, ["shop_0[34]"])
+    assert (west.kafka.topic_prefix, west.producer.name, west.source_name) == ("cdc_w", "west", "west")
+    assert west.producer.metrics_port == 9101 and cfg.for_source("east").producer.metrics_port == 9100
+    assert west.sources == [] and west.routes == []
+    assert west.captured_sources()[0].topic_prefix == "cdc_w"
+    # the configuration itself is left as it was
+    assert (cfg.kafka.topic_prefix, cfg.producer.name, cfg.source_name, len(cfg.sources)) == ("cdc", "cdc", None, 2)
+    with pytest.raises(ConfigError, match=r"several sources are configured \(east, west\): name one with --source"):
+        cfg.for_source()
+    with pytest.raises(ConfigError, match="no source named 'north' \\(sources: east, west\\)"):
+        cfg.for_source("north")
+
+
+def test_the_view_of_a_single_source_configuration_is_itself():
+    cfg = CDCConfig()
+    assert cfg.for_source() is cfg and cfg.for_source("cdc") is cfg and cfg.source_name is None
+    with pytest.raises(ConfigError, match="no source named 'east' \\(sources: cdc\\)"):
+        cfg.for_source("east")
+    one = CDCConfig.model_validate({"sources": [{"name": "east", "host": "db1"}]})
+    assert one.for_source().source_name == "east" and one.for_source().source.host == "db1"
+
+
 def test_a_single_source_configuration_is_one_source_named_by_the_producer():
     cfg = CDCConfig()
     [only] = cfg.captured_sources()

@@ -72,6 +72,9 @@ class TableReport:
     error: str | None = None
     skipped: str | None = None
     seconds: float = 0.0
+    #: A route's target ``db.table`` when the table is one of its shards (``table`` is then
+    #: ``source/db.table``) or the route's own line (its rows of no shard).
+    target: str | None = None
 
     @property
     def equal(self) -> bool:
@@ -80,7 +83,7 @@ class TableReport:
         return self.error is None and all(r.equal for r in self.results)
 
     def to_dict(self) -> dict:
-        return {"table": self.table, "key": list(self.key), "mode": self.mode, "equal": self.equal,
+        return {"table": self.table, "target": self.target, "key": list(self.key), "mode": self.mode, "equal": self.equal,
                 "source_rows": self.source_rows, "chunks": self.chunks, "error": self.error,
                 "skipped": self.skipped, "seconds": round(self.seconds, 3),
                 "results": [r.to_dict() for r in self.results]}

@@ -3,11 +3,16 @@ snapshots per source, ``cdc status`` per source, and ``cdc verify`` of a merged 
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
+import psycopg
 from confluent_kafka.admin import AdminClient
+from rich.console import Console
 
+from cdc.verify import print_report, verify
+from common.config import CDCConfig
 from contract.topics import table_topic
 from producer.offset_store import OffsetStore
 from tests.producer_helpers import ROOT, ProducerProcess, read_events, wait_for
@@ -90,3 +95,82 @@ def test_a_producer_per_source_with_its_own_topics_snapshots_and_status(stack, o
         for p in procs:
             if p.alive():
                 assert p.stop() == 0
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db_e}`")
+
+
+def test_verify_compares_a_merged_target_with_the_union_of_its_shards(stack, own_mysql, two_sources, unique):
+    """The merge job's routing is not wired in this branch: the target tables are filled here
+    from the shards with SQL, as the route would fill them (origin columns leading the key)."""
+    cfg = two_sources
+    east, west = (s.name for s in cfg.sources)
+    db1, db2, db3, tdb = unique("shop"), unique("shop"), unique("shop"), unique("shop")
+    rows = {db1: [(1, 10, "a"), (7, 70, "b")], db2: [(7, 71, "c"), (9, 90, None)], db3: [(7, 72, "d")]}
+    for conn, db in ((stack.admin(), db1), (stack.admin(), db2), (own_mysql.admin(), db3)):
+        with conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}`")
+            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, amount INT, note VARCHAR(20))")
+            cur.executemany(f"INSERT INTO `{db}`.orders VALUES (%s, %s, %s)", rows[db])
+    cfg.sources[0].include_databases = [db1, db2]
+    cfg.sources[1].include_databases = [db3]
+    cfg.sinks.postgres.schema_name = pg_schema = unique("sinkpg")
+    cfg.sinks.mysql.database = my_db = unique("sink")
+    cfg = CDCConfig.model_validate({**cfg.model_dump(), "routes": [
+        {"source": f"{east}|{west}", "schema": f"{db1}|{db2}|{db3}", "table": "orders", "target": f"{tdb}.orders"}]})
+    union = [(src, db, "orders", *r) for src, dbs in ((east, (db1, db2)), (west, (db3,))) for db in dbs
+             for r in rows[db]]
+    columns = "__source VARCHAR(64), __db VARCHAR(64), __table VARCHAR(64), id INT, amount INT, note VARCHAR(20)"
+    key = "PRIMARY KEY (__source, __db, __table, id)"
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as pg:
+        pg.execute(f'CREATE SCHEMA "{pg_schema}"')
+        pg.execute(f'CREATE TABLE "{pg_schema}"."{tdb}__orders" ({columns}, {key})')
+        with pg.cursor() as cur:
+            cur.executemany(f'INSERT INTO "{pg_schema}"."{tdb}__orders" VALUES (%s, %s, %s, %s, %s, %s)', union)
+    with stack.admin() as my, my.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{my_db}`")
+        cur.execute(f"CREATE TABLE `{my_db}`.`{tdb}__orders` ({columns}, {key})")
+        for src, db in ((east, db1), (east, db2)):  # the east shards are on this server: INSERT ... SELECT
+            cur.execute(f"INSERT INTO `{my_db}`.`{tdb}__orders` SELECT %s, %s, 'orders', id, amount, note "
+                        f"FROM `{db}`.orders", (src, db))
+        cur.executemany(f"INSERT INTO `{my_db}`.`{tdb}__orders` VALUES (%s, %s, %s, %s, %s, %s)",
+                        [r for r in union if r[0] == west])
+    try:
+        report = verify(cfg)
+        assert report.equal, report.to_dict()
+        by = {t.table: t for t in report.tables}
+        assert set(by) == {f"{east}/{db1}.orders", f"{east}/{db2}.orders", f"{west}/{db3}.orders",
+                           f"{tdb}.orders: rows of no shard"}
+        shard = by[f"{west}/{db3}.orders"]
+        assert shard.target == f"{tdb}.orders" and shard.source_rows == 1
+        assert [(r.sink, r.source_rows, r.sink_rows) for r in shard.results] == [("postgres", 1, 1), ("mysql", 1, 1)]
+
+        # One row changed (PostgreSQL), one missing (MySQL), one of no shard (PostgreSQL).
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as pg:
+            pg.execute(f'UPDATE "{pg_schema}"."{tdb}__orders" SET amount = 0 WHERE __db = %s AND id = 7', (db1,))
+            pg.execute(f'INSERT INTO "{pg_schema}"."{tdb}__orders" VALUES (%s, %s, %s, 1, 1, NULL)',
+                       (west, "shop_zz", "orders"))
+        with stack.admin() as my, my.cursor() as cur:
+            cur.execute(f"DELETE FROM `{my_db}`.`{tdb}__orders` WHERE __source = %s AND id = 7", (west,))
+        report = verify(cfg, [f"{tdb}.orders"])
+        assert not report.equal
+        by = {t.table: {r.sink: r for r in t.results} for t in report.tables}
+        changed = by[f"{east}/{db1}.orders"]["postgres"]
+        assert (changed.differing, changed.missing, changed.extra) == (1, 0, 0)
+        assert changed.samples[0].key == {"id": 7} and changed.samples[0].columns == ["amount"]
+        assert by[f"{east}/{db1}.orders"]["mysql"].equal and by[f"{east}/{db2}.orders"]["postgres"].equal
+        gone = by[f"{west}/{db3}.orders"]["mysql"]
+        assert (gone.missing, gone.sink_rows) == (1, 0) and gone.samples[0].key == {"id": 7}
+        stray = by[f"{tdb}.orders: rows of no shard"]
+        assert stray["postgres"].extra == 1 and f"{west}/shop_zz.orders" in stray["postgres"].notes[0]
+        assert stray["mysql"].equal
+        out = io.StringIO()
+        print_report(report, Console(file=out, width=250))
+        text = out.getvalue()
+        assert f"values differ:   {east}/{db1}.orders id=7: amount: source 70 sink 0" in text
+        assert f"missing in sink: {west}/{db3}.orders id=7" in text
+    finally:
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as pg:
+            pg.execute(f'DROP SCHEMA IF EXISTS "{pg_schema}" CASCADE')
+        with stack.admin() as my, my.cursor() as cur:
+            for db in (my_db, db1, db2):
+                cur.execute(f"DROP DATABASE IF EXISTS `{db}`")

@@ -34,13 +34,13 @@ def _label(tr: TableReport) -> str:
 def print_report(report: VerifyReport, console=None) -> None:
     """The report as rich tables: one row per table and target, then the sample rows."""
     console = console or Console()
-    table = Table("table", "target", "rows source / sink", "chunks differing / all", "missing / extra / differing",
-                  "result", title="cdc verify")
+    table = Table("table", "target", "rows source / sink", "checksum source / sink", "chunks differing / all",
+                  "missing / extra / differing", "result", title="cdc verify")
     reasons: list[str] = []  # why a table was skipped or failed: under the table, in full
     for tr in report.tables:
         if tr.skipped is not None or tr.error is not None:
             skipped = tr.skipped is not None
-            table.add_row(escape(_label(tr)), "", "", "", "", "[yellow]skipped[/yellow]" if skipped else "[red]error[/red]")
+            table.add_row(escape(_label(tr)), "", "", "", "", "", "[yellow]skipped[/yellow]" if skipped else "[red]error[/red]")
             reasons.append(f"[bold]{escape(_label(tr))}[/bold]: {'skipped' if skipped else 'error'}: "
                            f"{escape(tr.skipped if skipped else tr.error or '')}")
             continue
@@ -52,7 +52,8 @@ def print_report(report: VerifyReport, console=None) -> None:
                 result = "[green]equal[/green]"
             else:
                 result = "[red]DIFFERS[/red]"
-            table.add_row(escape(_label(tr)), f"{r.sink} {escape(r.target)}", f"{r.source_rows:,} / {r.sink_rows:,}",
+            sums = f"{tr.checksum[:8]} / {r.checksum[:8]}" if tr.checksum and r.checksum else ""
+            table.add_row(escape(_label(tr)), f"{r.sink} {escape(r.target)}", f"{r.source_rows:,} / {r.sink_rows:,}", sums,
                           f"{r.chunks_differing:,} / {r.chunks:,} ({tr.mode})",
                           f"{r.missing:,} / {r.extra:,} / {r.differing:,}", result)
     console.print(table)

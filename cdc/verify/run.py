@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from cdc.errors import TargetMissing, TargetUnusable, VerifyError
 from cdc.verify.changelog import ChangelogTarget
-from cdc.verify.checksum import checksum
+from cdc.verify.checksum import Checksum, checksum
 from cdc.verify.diff import Diffs, compare_rows
 from cdc.verify.discovery import source_tables
 from cdc.verify.report import SinkResult, TableReport, VerifyReport
@@ -46,6 +46,8 @@ def _verify_table(src_conn, spec: TableSpec, targets: list[Target], chunk_size: 
     source = SourceTable(src_conn, spec)
     live: list[tuple[Target, Diffs]] = []
     absent: list[SinkResult] = []  # no sink table or topic: every source row is missing
+    whole = Checksum()
+    sums: dict[int, Checksum] = {}  # id(result) -> the target's rows read so far
     for t in targets:
         res = SinkResult(t.sink, "")
         report.results.append(res)
@@ -63,12 +65,14 @@ def _verify_table(src_conn, spec: TableSpec, targets: list[Target], chunk_size: 
     for chunk in source.chunks(chunk_size):
         report.chunks += 1
         report.source_rows += len(chunk.rows)
+        whole.include(chunk.checksum)
         if progress is not None:
             progress(f"{spec.name}: chunk {chunk.index + 1}, {report.source_rows:,} rows")
         for t, diffs in list(live):
             res = diffs.result
             try:
                 got = checksum(t.chunk_rows(chunk))
+                sums.setdefault(id(res), Checksum()).include(got)
                 res.chunks += 1
                 if isinstance(t, DBTarget):
                     if spec.mode == "range":
@@ -99,8 +103,11 @@ def _verify_table(src_conn, spec: TableSpec, targets: list[Target], chunk_size: 
         except Exception as exc:  # noqa: BLE001
             diffs.result.error = f"{type(exc).__name__}: {exc}"
             t.close()
+    report.checksum = whole.hex
     for res in report.results:
         res.source_rows = report.source_rows
+        if res.error is None:
+            res.checksum = sums.get(id(res), Checksum()).hex
         if res.missing_columns:
             res.notes.append(f"the sink lacks column(s) {', '.join(res.missing_columns)} (compared as NULL)")
     for res in absent:

@@ -143,6 +143,7 @@ def test_verify_compares_a_merged_target_with_the_union_of_its_shards(stack, own
         shard = by[f"{west}/{db3}.orders"]
         assert shard.target == f"{tdb}.orders" and shard.source_rows == 1
         assert [(r.sink, r.source_rows, r.sink_rows) for r in shard.results] == [("postgres", 1, 1), ("mysql", 1, 1)]
+        assert shard.checksum and all(r.checksum == shard.checksum for r in shard.results)  # per shard
 
         # One row changed (PostgreSQL), one missing (MySQL), one of no shard (PostgreSQL).
         with psycopg.connect(stack.pg_dsn, autocommit=True) as pg:
@@ -156,6 +157,7 @@ def test_verify_compares_a_merged_target_with_the_union_of_its_shards(stack, own
         by = {t.table: {r.sink: r for r in t.results} for t in report.tables}
         changed = by[f"{east}/{db1}.orders"]["postgres"]
         assert (changed.differing, changed.missing, changed.extra) == (1, 0, 0)
+        assert changed.checksum != by[f"{east}/{db1}.orders"]["mysql"].checksum
         assert changed.samples[0].key == {"id": 7} and changed.samples[0].columns == ["amount"]
         assert by[f"{east}/{db1}.orders"]["mysql"].equal and by[f"{east}/{db2}.orders"]["postgres"].equal
         gone = by[f"{west}/{db3}.orders"]["mysql"]

@@ -5,6 +5,7 @@ import io
 from rich.console import Console
 
 from cdc.verify import print_report
+from cdc.verify.checksum import Checksum, checksum
 from cdc.verify.report import RowDiff, SinkResult, TableReport, VerifyReport
 from cdc.verify.shards import shard_spec, stray_rows
 from cdc.verify.source import Chunk
@@ -106,3 +107,11 @@ def test_the_report_shows_a_shards_keys_with_their_origin():
     assert "missing in sink: east/shop_01.orders id=7" in text
     assert "shop.orders: rows of no shard" in text and "-> shop.orders: rows" not in text
     assert report.to_dict()["tables"][0]["target"] == "shop.orders" and not report.equal
+
+
+def test_a_tables_checksum_is_its_chunks_summed():
+    rows = [((i,), (i * 10,)) for i in range(10)]
+    whole = Checksum()
+    for part in (rows[:3], rows[3:]):
+        whole.include(checksum(part))
+    assert (whole.count, whole.hex) == (10, checksum(reversed(rows)).hex)

@@ -26,7 +26,7 @@ from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.stream import bench_stream
 from cdc.errors import CommandError
 from cdc.progress import NotificationFollower
-from cdc.stack.manager import KAFKA_DOWN_NOTE, restart_mysql, stack_down, stack_status, stack_up
+from cdc.stack.manager import KAFKA_DOWN_NOTE, SOURCE_NAMES, restart_mysql, stack_down, stack_status, stack_up
 from cdc.status import show_status
 from common import logs
 from common.config import DEFAULT_CONFIG_PATH, load_config
@@ -47,7 +47,8 @@ err_console = Console(stderr=True)
 def _cmd_stack_up(args: argparse.Namespace) -> int:
     with console.status("starting the embedded stack..."):
         info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
-                        on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only)
+                        on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only,
+                        sources=args.sources)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
     console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
@@ -55,9 +56,16 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
     for index, r in enumerate(info.replicas, start=1):
         console.print(f"  replica{index}  at {r['host']}:{r['port']} (pid {r['pid']}, server-id {r['server_id']}, "
                       "read-only, GTID replication)")
+    for index, s in enumerate(info.sources, start=2):
+        console.print(f"  mysql{index}    {s['flavor']} {s['version']} at {s['host']}:{s['port']} (pid {s['pid']}), "
+                      "a second source server")
     console.print(f"  kafka     {k['bootstrap_servers']}" + (f" (embedded Tansu, pid {k['pid']})" if k.get("embedded") else " (external)"))
     console.print("  postgres  " + (f"127.0.0.1:{p['port']} (pid {p['pid']})" if p.get("embedded") else "external DSN"))
     console.print(f"  config    {info.config_path}   (use: cdc -c {info.config_path} ...)")
+    if info.sources_config_path is not None:
+        names = "|".join(SOURCE_NAMES[:1 + len(info.sources)])
+        console.print(f"  sources   {info.sources_config_path}   (every source server: cdc -c {info.sources_config_path} "
+                      f"produce --source {names})")
     for note in info.notes:
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     return 0
@@ -256,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--replicas", type=int, choices=[0, 1, 2], default=None, metavar="N",
                            help="run N MariaDB replicas of the server (0..2; GTID replication, read-only); "
                                 "default: as many as the stack has, none for a new stack")
+            p.add_argument("--sources", type=int, choices=[1, 2], default=None, metavar="N",
+                           help="run N source servers (1..2): with 2, a second server of its own (mysql2) and "
+                                "cdc-sources.yaml naming both under 'sources' (east, west); default: as many as the "
+                                "stack has, one for a new stack")
             p.add_argument("--read-only", action=argparse.BooleanOptionalAction, default=None,
                            help="a CDC user that writes nothing (REPLICATION SLAVE, REPLICATION CLIENT, SELECT; "
                                 "snapshot.read_only: true in cdc.yaml); --no-read-only gives it back INSERT and "

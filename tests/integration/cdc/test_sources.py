@@ -8,11 +8,14 @@ import subprocess
 import sys
 
 import psycopg
+import pymysql
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
+from cdc.stack.manager import read_stack, stack_down, stack_status, stack_up
+from cdc.stack.process import pid_alive
 from cdc.verify import print_report, verify
-from common.config import CDCConfig
+from common.config import CDCConfig, load_config
 from contract.topics import table_topic
 from producer.offset_store import OffsetStore
 from tests.producer_helpers import ROOT, ProducerProcess, read_events, wait_for
@@ -176,3 +179,37 @@ def test_verify_compares_a_merged_target_with_the_union_of_its_shards(stack, own
         with stack.admin() as my, my.cursor() as cur:
             for db in (my_db, db1, db2):
                 cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_stack_up_with_two_source_servers(stack, tmp_path_factory):
+    """``cdc stack up --sources 2`` (Kafka and PostgreSQL of the session stack): a second
+    server of its own, recorded in stack.json, both in cdc-sources.yaml as ``sources``;
+    ``status`` reports it, ``up`` again keeps it, ``--sources 1`` and ``down`` stop it."""
+    state = tmp_path_factory.mktemp("stack-src")
+    common = ["--state-dir", str(state), "--kafka-bootstrap", stack.bootstrap, "--postgres-dsn", stack.pg_dsn]
+    out = subprocess.run([sys.executable, "-m", "cdc.cli", "stack", "up", "--sources", "2", *common],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "mysql2" in out.stdout and "cdc-sources.yaml" in out.stdout
+        data = read_stack(state)
+        [second] = data["sources"]
+        assert pid_alive(second["pid"]) and second["port"] != data["mysql"]["port"] and second["role"] == "primary"
+        cfg = load_config(state / "cdc-sources.yaml")
+        east, west = cfg.captured_sources()
+        assert (east.name, east.config.port, west.name, west.config.port) == (
+            "east", data["mysql"]["port"], "west", second["port"])
+        assert load_config(state / "cdc.yaml").sources == []  # cdc.yaml keeps the one-server configuration
+        view = cfg.for_source("west")
+        with pymysql.connect(host=view.source.host, port=view.source.port, user=view.source.user,
+                             password=view.source.password.get_secret_value()) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {view.source.signal_table}")  # its own signal table
+        assert stack_status(state)["mysql2"][0]
+        again = stack_up(state, kafka_bootstrap=stack.bootstrap, postgres_dsn=stack.pg_dsn)  # as recorded
+        assert [s["pid"] for s in again.sources] == [second["pid"]]
+        one = stack_up(state, kafka_bootstrap=stack.bootstrap, postgres_dsn=stack.pg_dsn, sources=1)
+        assert one.sources == [] and not (state / "cdc-sources.yaml").exists() and not pid_alive(second["pid"])
+        stack_up(state, kafka_bootstrap=stack.bootstrap, postgres_dsn=stack.pg_dsn, sources=2)
+    finally:
+        stopped = stack_down(state)
+    assert sorted(stopped) == ["mysql", "mysql2"]

@@ -20,10 +20,8 @@ from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
 def show_status(cfg: CDCConfig, console: Console, source: str | None = None) -> None:
     """Every source's producer (or ``source``'s only), then the merge job.  With ``source``
     alone there is one producer, shown as before; with ``sources`` a table per source."""
-    if source is not None:
-        views = [cfg.for_source(source)]
-    else:
-        views = [cfg.for_source(c.name) for c in cfg.captured_sources()] if cfg.sources else [cfg]
+    names = [source] if source is not None else [c.name for c in cfg.captured_sources()]
+    views = [cfg.for_source(name) for name in names]
     snapshots = [(view, _producer(view, console)) for view in views]
     _merge_job(cfg, console)
     for view, snap in snapshots:

@@ -432,12 +432,12 @@ class CDCConfig(_Section):
         captured = self.captured_source(name)
         index = [s.name for s in self.sources].index(name)
         entry = captured.config.model_dump(exclude={"name", "topic_prefix"})
-        producer = self.producer.model_copy(update={
+        producer = self.producer.model_copy(deep=True, update={
             "name": captured.producer_name,
             "metrics_port": None if self.producer.metrics_port is None else self.producer.metrics_port + index})
-        view = self.model_copy(update={
+        view = self.model_copy(deep=True, update={
             "source": SourceConfig.model_validate(entry), "sources": [], "routes": [], "producer": producer,
-            "kafka": self.kafka.model_copy(update={"topic_prefix": captured.topic_prefix})})
+            "kafka": self.kafka.model_copy(deep=True, update={"topic_prefix": captured.topic_prefix})})
         view._of_source = name
         return view
 

@@ -157,7 +157,7 @@ def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False,
     sources: list[_Source] = []
     try:
         for c in cfg.captured_sources():
-            view = cfg.for_source(c.name) if cfg.sources else cfg
+            view = cfg.for_source(c.name)
             sources.append(_Source(c.name, view, _connect(view), ChangelogTarget(view) if changelog else None))
         plan: list[tuple[_Source, str, str, Route | None]] = []
         unknown: set[str] | None = None

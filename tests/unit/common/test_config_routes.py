@@ -53,6 +53,9 @@ def test_the_view_of_a_source_is_a_single_source_configuration_of_its_producer(t
     assert west.producer.metrics_port == 9101 and cfg.for_source("east").producer.metrics_port == 9100
     assert west.sources == [] and west.routes == []
     assert west.captured_sources()[0].topic_prefix == "cdc_w"
+    west.producer.startup.mode = "earliest"  # a view shares nothing with the configuration
+    west.sinks.postgres.schema_name = "other"
+    assert cfg.producer.startup.mode == "latest" and cfg.sinks.postgres.schema_name == "public"
     # the configuration itself is left as it was
     assert (cfg.kafka.topic_prefix, cfg.producer.name, cfg.source_name, len(cfg.sources)) == ("cdc", "cdc", None, 2)
     with pytest.raises(ConfigError, match=r"several sources are configured \(east, west\): name one with --source"):

@@ -186,9 +186,7 @@ def test_stack_up_with_two_source_servers(stack, tmp_path_factory):
     server of its own, recorded in stack.json, both in cdc-sources.yaml as ``sources``;
     ``status`` reports it, ``up`` again keeps it, ``--sources 1`` and ``down`` stop it."""
     state = tmp_path_factory.mktemp("stack-src")
-    common = ["--state-dir", str(state), "--kafka-bootstrap", stack.bootstrap, "--postgres-dsn", stack.pg_dsn]
-    out = subprocess.run([sys.executable, "-m", "cdc.cli", "stack", "up", "--sources", "2", *common],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = stack.stack_up_beside(state, "--sources", "2")
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         assert "mysql2" in out.stdout and "cdc-sources.yaml" in out.stdout

@@ -26,7 +26,7 @@ from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.stream import bench_stream
 from cdc.errors import CommandError
 from cdc.progress import NotificationFollower
-from cdc.stack.manager import KAFKA_DOWN_NOTE, restart_mysql, stack_down, stack_status, stack_up
+from cdc.stack.manager import KAFKA_DOWN_NOTE, SOURCE_NAMES, restart_mysql, stack_down, stack_status, stack_up
 from cdc.status import show_status
 from common import logs
 from common.config import DEFAULT_CONFIG_PATH, load_config
@@ -47,7 +47,8 @@ err_console = Console(stderr=True)
 def _cmd_stack_up(args: argparse.Namespace) -> int:
     with console.status("starting the embedded stack..."):
         info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
-                        on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only)
+                        on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only,
+                        sources=args.sources)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
     console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
@@ -55,9 +56,16 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
     for index, r in enumerate(info.replicas, start=1):
         console.print(f"  replica{index}  at {r['host']}:{r['port']} (pid {r['pid']}, server-id {r['server_id']}, "
                       "read-only, GTID replication)")
+    for index, s in enumerate(info.sources, start=2):
+        console.print(f"  mysql{index}    {s['flavor']} {s['version']} at {s['host']}:{s['port']} (pid {s['pid']}), "
+                      "a second source server")
     console.print(f"  kafka     {k['bootstrap_servers']}" + (f" (embedded Tansu, pid {k['pid']})" if k.get("embedded") else " (external)"))
     console.print("  postgres  " + (f"127.0.0.1:{p['port']} (pid {p['pid']})" if p.get("embedded") else "external DSN"))
     console.print(f"  config    {info.config_path}   (use: cdc -c {info.config_path} ...)")
+    if info.sources_config_path is not None:
+        names = "|".join(SOURCE_NAMES[:1 + len(info.sources)])
+        console.print(f"  sources   {info.sources_config_path}   (every source server: cdc -c {info.sources_config_path} "
+                      f"produce --source {names})")
     for note in info.notes:
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     return 0
@@ -83,7 +91,7 @@ def _cmd_stack_status(args: argparse.Namespace) -> int:
 # --- pipeline commands ------------------------------------------------------------------
 
 def _cmd_produce(args: argparse.Namespace) -> int:
-    cfg = load(args)
+    cfg = load(args).for_source(args.source)
     if args.reset_offsets:
         store = OffsetStore(cfg.kafka, cfg.producer.name)
         store.ensure()
@@ -115,7 +123,7 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     """Send a signal: a row inserted into the signal table (as the CDC user), like ``INSERT
     INTO cdc_signal ...`` would, or a record on the Kafka signal channel
     (:mod:`cdc.signal_sender`)."""
-    cfg = load(args)
+    cfg = load(args).for_source(args.source)
     channel = signal_sender.choose_channel(cfg, args.channel)
     if args.pause or args.resume:
         kind, data = ("pause-snapshot" if args.pause else "resume-snapshot"), {"type": "incremental"}
@@ -206,7 +214,7 @@ def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     """Producer position, lag and rate, lost history, the merge job's figures, snapshot bars."""
-    show_status(load(args), console)
+    show_status(load(args), console, source=args.source)
     return 0
 
 
@@ -231,6 +239,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running)
 
 
+def _source_option(p: argparse.ArgumentParser, help_: str) -> None:
+    """``--source NAME``: which ``sources`` entry a command is about (not needed with ``source`` alone)."""
+    p.add_argument("--source", metavar="NAME", default=None, help=help_)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc", description="MySQL change data capture into Kafka, merged by Spark")
     parser.add_argument("-c", "--config", default=str(DEFAULT_CONFIG_PATH),
@@ -251,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--replicas", type=int, choices=[0, 1, 2], default=None, metavar="N",
                            help="run N MariaDB replicas of the server (0..2; GTID replication, read-only); "
                                 "default: as many as the stack has, none for a new stack")
+            p.add_argument("--sources", type=int, choices=[1, 2], default=None, metavar="N",
+                           help="run N source servers (1..2): with 2, a second server of its own (mysql2) and "
+                                "cdc-sources.yaml naming both under 'sources' (east, west); default: as many as the "
+                                "stack has, one for a new stack")
             p.add_argument("--read-only", action=argparse.BooleanOptionalAction, default=None,
                            help="a CDC user that writes nothing (REPLICATION SLAVE, REPLICATION CLIENT, SELECT; "
                                 "snapshot.read_only: true in cdc.yaml); --no-read-only gives it back INSERT and "
@@ -273,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce_p.add_argument("--recover", choices=["resume", "snapshot"], default=None,
                          help="when Kafka lost this producer's history: re-publish from the position kept in the "
                               "state directory (resume), and also snapshot every captured table again (snapshot)")
+    _source_option(produce_p, "run the producer of this source (a name from 'sources': its settings, topic prefix "
+                              "and producer name); needed when several are configured")
     produce_p.set_defaults(func=_cmd_produce)
 
     bench_p = sub.add_parser("bench", help="benchmarks on the embedded stack")
@@ -303,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "snapshot.read_only is on")
     snap_p.add_argument("--follow", action="store_true", help="draw progress bars until the tables are done")
     snap_p.add_argument("--timeout", type=float, default=None, help="with --follow: give up after SECONDS")
+    _source_option(snap_p, "signal the producer of this source (its signal table, or its <prefix>._signals topic "
+                           "keyed by its name); needed when several are configured")
     snap_p.set_defaults(func=_cmd_snapshot)
 
     bench_snap_p = bench_sub.add_parser(
@@ -353,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_p.set_defaults(func=_cmd_chaos)
 
     status_p = sub.add_parser("status", help="producer position, lag and rate")
+    _source_option(status_p, "only the producer of this source (default: every source's)")
     status_p.set_defaults(func=_cmd_status)
 
     ver_p = sub.add_parser("verify", help="compare source tables with the sinks (chunk checksums, then row by row)")

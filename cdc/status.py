@@ -1,5 +1,6 @@
 """``cdc status``: the producer's stored position (Kafka, and the copy kept in the state
-directory), its live figures, the merge job's last batch and totals, snapshot progress."""
+directory), its live figures, the merge job's last batch and totals, snapshot progress;
+with ``sources``, each source's producer in a table of its own (``--source NAME``: one)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,33 @@ from rich.table import Table
 
 from cdc.progress import draw_status_bars
 from common.config import CDCConfig
+from producer.metrics import status_file
 from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
 
 
-def show_status(cfg: CDCConfig, console: Console) -> None:
-    table = Table("what", "value")
+def show_status(cfg: CDCConfig, console: Console, source: str | None = None) -> None:
+    """Every source's producer (or ``source``'s only), then the merge job.  With ``source``
+    alone there is one producer, shown as before; with ``sources`` a table per source."""
+    names = [source] if source is not None else [c.name for c in cfg.captured_sources()]
+    views = [cfg.for_source(name) for name in names]
+    snapshots = [(view, _producer(view, console)) for view in views]
+    _merge_job(cfg, console)
+    for view, snap in snapshots:
+        if snap and snap.get("snapshot_id"):
+            if "tables" not in snap:  # the stored form
+                snap = {"paused": snap.get("paused"), "tables": [
+                    {"table": j["table"], "rows": j.get("rows", 0), "estimated": j.get("estimated", 0)}
+                    for j in snap.get("jobs", [])]}
+            of = f" of source {view.source_name}" if view.source_name else ""
+            console.print(f"snapshot {snap.get('snapshot_id', '')}{of}" + (" (paused)" if snap.get("paused") else ""))
+            draw_status_bars(console, snap)
+
+
+def _producer(cfg: CDCConfig, console: Console) -> dict | None:
+    """One producer's table (``cfg``: a single source's configuration); its snapshot, if any."""
+    title = (f"producer '{cfg.producer.name}' of source {cfg.source_name} ({cfg.source.host}:{cfg.source.port}, "
+             f"topics {cfg.kafka.topic_prefix}.*)" if cfg.source_name else None)
+    table = Table("what", "value", title=title)
     stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
     if stored:
         r = stored["resume"]
@@ -31,26 +54,18 @@ def show_status(cfg: CDCConfig, console: Console) -> None:
     if lost is not None:
         table.add_row("[red]Kafka history[/red]", f"[red]lost[/red]: {lost}; the position kept in {local.path} is "
                       f"{kept['resume']['file']}:{kept['resume']['pos']} (cdc produce says how to recover)")
-    status_file = Path(cfg.state_dir) / "producer-status.json"
-    if status_file.exists():
-        st = json.loads(status_file.read_text())
+    path = status_file(cfg)
+    if path.exists():
+        st = json.loads(path.read_text())
         fresh = time.time() - st.get("updated_at", 0) < 30
         table.add_row("producer", f"pid {st['pid']}, " + ("running" if fresh else "no update for 30s+"))
         table.add_row("events", f"{st['events_total']:,} ({st['events_per_second']:.0f}/s)")
         table.add_row("seconds behind source", f"{st['seconds_behind_source']:.1f}")
     else:
         st = {}
-        table.add_row("producer", f"no status file in {cfg.state_dir} (not running here)")
+        table.add_row("producer", f"no status file {path.name} in {cfg.state_dir} (not running here)")
     console.print(table)
-    _merge_job(cfg, console)
-    snap = st.get("snapshot") or (stored or {}).get("snapshot")
-    if snap and snap.get("snapshot_id"):
-        if "tables" not in snap:  # the stored form
-            snap = {"paused": snap.get("paused"), "tables": [
-                {"table": j["table"], "rows": j.get("rows", 0), "estimated": j.get("estimated", 0)}
-                for j in snap.get("jobs", [])]}
-        console.print(f"snapshot {snap.get('snapshot_id', '')}" + (" (paused)" if snap.get("paused") else ""))
-        draw_status_bars(console, snap)
+    return st.get("snapshot") or (stored or {}).get("snapshot")
 
 
 def _merge_job(cfg: CDCConfig, console: Console) -> None:

@@ -17,12 +17,35 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from common.errors import ConfigError
 
 ENV_PREFIX = "CDC__"
 DEFAULT_CONFIG_PATH = Path("cdc.yaml")
+
+
+def _qualified_name(v: str) -> str:
+    if v.count(".") != 1 or not all(v.split(".")):
+        raise ValueError("must be written 'database.table'")
+    return v
+
+
+def _full_regex(v: str) -> str:
+    try:
+        re.compile(v)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {v!r} ({exc})") from None
+    return v
 
 
 class _Section(BaseModel):
@@ -62,9 +85,7 @@ class SourceConfig(_Section):
     @field_validator("signal_table")
     @classmethod
     def _qualified(cls, v: str) -> str:
-        if v.count(".") != 1 or not all(v.split(".")):
-            raise ValueError("must be written 'database.table'")
-        return v
+        return _qualified_name(v)
 
     @field_validator("signal_channels", mode="before")
     @classmethod
@@ -72,6 +93,36 @@ class SourceConfig(_Section):
         if isinstance(v, str):
             v = [c.strip() for c in v.split(",") if c.strip()]
         return list(dict.fromkeys(v)) if isinstance(v, list) else v
+
+
+#: What a source's name may hold: it goes into topic names and producer names.
+SOURCE_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class NamedSourceConfig(SourceConfig):
+    """One of several source servers (``sources:``), each read by a producer of its own.
+
+    ``name`` tells the shards of a route apart (the ``__source`` origin column) and is the
+    producer's name for this source; ``topic_prefix`` is the ``kafka.topic_prefix`` of its
+    topics (default ``<kafka.topic_prefix>_<name>``): every topic of the source (tables,
+    markers, schemas, offsets, signals) is its own, as with a single source today."""
+
+    name: str
+    topic_prefix: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not SOURCE_NAME.fullmatch(v):
+            raise ValueError(f"a source name holds letters, digits, '_' and '-' only, got {v!r}")
+        return v
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", v):
+            raise ValueError(f"a topic prefix holds Kafka's topic characters only ([A-Za-z0-9._-]), got {v!r}")
+        return v
 
 
 class KafkaConfig(_Section):
@@ -182,11 +233,7 @@ class SchemaChangeRule(_Section):
     @field_validator("tables")
     @classmethod
     def _regex(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {v!r} ({exc})") from None
-        return v
+        return _full_regex(v)
 
     def matches(self, db: str, table: str) -> bool:
         return re.fullmatch(self.tables, f"{db}.{table}") is not None
@@ -206,6 +253,76 @@ class SinksConfig(_Section):
         return SchemaChangeRule()
 
 
+class OriginColumns(_Section):
+    """The shard-origin columns of a route's target table: the source's name, the database
+    and the table a row comes from.  They lead the target's key, so shards whose primary
+    keys overlap stay apart."""
+
+    enabled: bool = True
+    source: str = "__source"
+    db: str = "__db"
+    table: str = "__table"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "OriginColumns":
+        names = [self.source, self.db, self.table]
+        for n in names:
+            if not n or n.lower().startswith("__cdc_"):
+                raise ValueError(f"origin column name {n!r}: empty, or in the sinks' own '__cdc_' names")
+        lowered = [n.lower() for n in names]
+        if len(set(lowered)) != len(lowered):
+            raise ValueError(f"origin column names must differ (case-insensitively): {', '.join(names)}")
+        return self
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """``(source, db, table)`` column names; empty when the columns are off."""
+        return (self.source, self.db, self.table) if self.enabled else ()
+
+
+class RouteConfig(_Section):
+    """Routes the tables of several shards into one target table (TiDB DM's table routing):
+    every table whose source name, database and table name match ``source``, ``schema``
+    and ``table`` (regular expressions, matched in full against the true names) lands in
+    ``target`` (``db.table``).  The first route that matches a table applies; a table no
+    route matches keeps a sink table of its own."""
+
+    source: str = ".*"
+    schema_: str = Field(alias="schema")
+    table: str
+    target: str
+    origin: OriginColumns = Field(default_factory=OriginColumns)
+    # Sharding DDL: pessimistic (the target changes once every shard ran the DDL; a shard's
+    # rows under the new schema wait until then) or optimistic (the target takes the union
+    # of the shards' columns at once).
+    ddl: Literal["pessimistic", "optimistic"] = "pessimistic"
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True,
+                              serialize_by_alias=True)
+
+    @field_validator("source", "schema_", "table")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        return _full_regex(v)
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        return _qualified_name(v)
+
+    @property
+    def target_db(self) -> str:
+        return self.target.split(".")[0]
+
+    @property
+    def target_table(self) -> str:
+        return self.target.split(".")[1]
+
+    def matches(self, source: str, db: str, table: str) -> bool:
+        return (re.fullmatch(self.source, source) is not None and re.fullmatch(self.schema_, db) is not None
+                and re.fullmatch(self.table, table) is not None)
+
+
 class SparkConfig(_Section):
     master: str = "local[*]"
     checkpoint_dir: str = ".cdc/checkpoints"
@@ -221,14 +338,115 @@ class SparkConfig(_Section):
     metrics_port: int | None = None
 
 
+class CapturedSource(BaseModel):
+    """A source as the pipeline sees it (:meth:`CDCConfig.captured_sources`): its name, its
+    settings, the topic prefix of its topics and the name of its producer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    config: SourceConfig
+    topic_prefix: str
+    producer_name: str
+
+
 class CDCConfig(_Section):
+    # One source server (``source``), or several (``sources``, each with a name): not both.
     source: SourceConfig = Field(default_factory=SourceConfig)
+    sources: list[NamedSourceConfig] = Field(default_factory=list)
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     producer: ProducerConfig = Field(default_factory=ProducerConfig)
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     sinks: SinksConfig = Field(default_factory=SinksConfig)
+    # Shards merged into one target table (docs/sharding.md): the first route that matches applies.
+    routes: list[RouteConfig] = Field(default_factory=list)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     state_dir: str = ".cdc"
+
+    @model_validator(mode="after")
+    def _sources_and_routes(self) -> "CDCConfig":
+        if self.sources and self.source != SourceConfig():
+            raise ValueError("give either 'source' (one server) or 'sources' (several, each with a name), not both")
+        names = [s.name for s in self.sources]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"sources: the name {dup[0]!r} is given twice")
+        captured = self.captured_sources()
+        prefixes = [c.topic_prefix for c in captured]
+        for i, a in enumerate(prefixes):
+            for b in prefixes[i + 1:]:
+                if a == b or a.startswith(b + ".") or b.startswith(a + "."):
+                    raise ValueError(f"sources: the topic prefixes {a!r} and {b!r} would mix the sources' topics")
+        known = [c.name for c in captured]
+        for i, route in enumerate(self.routes):
+            if not any(re.fullmatch(route.source, n) for n in known):
+                raise ValueError(f"routes[{i}] (to {route.target}): source {route.source!r} names no configured "
+                                 f"source (sources: {', '.join(known)})")
+            for j, other in enumerate(self.routes[:i]):
+                if other.target == route.target and (other.origin != route.origin or other.ddl != route.ddl):
+                    raise ValueError(f"routes[{j}] and routes[{i}] both lead to {route.target} with different "
+                                     f"'origin' or 'ddl' settings: a target has one of each")
+        return self
+
+    def captured_sources(self) -> list[CapturedSource]:
+        """Every source server with its name, topic prefix and producer name: the entries of
+        ``sources``, or ``source`` alone, named ``producer.name`` and using
+        ``kafka.topic_prefix`` (today's single-source configuration, unchanged)."""
+        if not self.sources:
+            return [CapturedSource(name=self.producer.name, config=self.source, topic_prefix=self.kafka.topic_prefix,
+                                   producer_name=self.producer.name)]
+        return [CapturedSource(name=s.name, config=s, producer_name=s.name,
+                               topic_prefix=s.topic_prefix or f"{self.kafka.topic_prefix}_{s.name}")
+                for s in self.sources]
+
+    #: The source this configuration is the view of (:meth:`for_source`); None as loaded.
+    _of_source: str | None = PrivateAttr(default=None)
+
+    @property
+    def source_name(self) -> str | None:
+        """The name of the ``sources`` entry this configuration is the view of
+        (:meth:`for_source`), None for a configuration as loaded or with ``source`` alone."""
+        return self._of_source
+
+    def for_source(self, name: str | None = None) -> "CDCConfig":
+        """The configuration of the producer of one source, as a single-source configuration:
+        ``source`` holds that entry's settings, ``kafka.topic_prefix`` its topic prefix,
+        ``producer.name`` its producer name (so offsets, the transactional id, the signal
+        topic's key and ``offsets/<name>.json`` are its own), ``producer.metrics_port`` is
+        the configured port plus the entry's index (one port per producer); no ``sources``,
+        no ``routes``.  Everything that reads one server (the producer, ``cdc snapshot``,
+        ``cdc status``, verify) works on this view.
+
+        With ``source`` alone the configuration itself is its only source's (``name`` None or
+        ``producer.name``).  ``name`` None with several ``sources``: a :class:`ConfigError`
+        listing them (a command then needs ``--source NAME``)."""
+        if not self.sources:
+            if name is not None and name != self.producer.name:
+                self.captured_source(name)  # raises, naming the one source
+            return self
+        if name is None:
+            if len(self.sources) > 1:
+                raise ConfigError(f"several sources are configured ({', '.join(s.name for s in self.sources)}): "
+                                  f"name one with --source NAME")
+            name = self.sources[0].name
+        captured = self.captured_source(name)
+        index = [s.name for s in self.sources].index(name)
+        entry = captured.config.model_dump(exclude={"name", "topic_prefix"})
+        producer = self.producer.model_copy(deep=True, update={
+            "name": captured.producer_name,
+            "metrics_port": None if self.producer.metrics_port is None else self.producer.metrics_port + index})
+        view = self.model_copy(deep=True, update={
+            "source": SourceConfig.model_validate(entry), "sources": [], "routes": [], "producer": producer,
+            "kafka": self.kafka.model_copy(deep=True, update={"topic_prefix": captured.topic_prefix})})
+        view._of_source = name
+        return view
+
+    def captured_source(self, name: str) -> CapturedSource:
+        """The source named ``name`` (see :meth:`captured_sources`)."""
+        for c in self.captured_sources():
+            if c.name == name:
+                return c
+        raise ConfigError(f"no source named {name!r} (sources: {', '.join(c.name for c in self.captured_sources())})")
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -318,7 +536,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, environ: dict[str
         lines = [f"{p}: invalid configuration:"]
         for err in exc.errors():
             where = ".".join(str(x) for x in err["loc"])
-            lines.append(f"  {where}: {err['msg']}")
+            lines.append(f"  {where}: {err['msg']}" if where else f"  {err['msg']}")
         raise ConfigError("\n".join(lines)) from None
 
 

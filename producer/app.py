@@ -34,7 +34,7 @@ from producer.capture_filter import CaptureFilter
 from producer.errors import WriterError
 from producer.events.builder import EventBuilder
 from producer.kafka_writer import KafkaWriter
-from producer.metrics import ProducerMetrics
+from producer.metrics import ProducerMetrics, status_file
 from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.session import StreamSession
 from producer.signal_channel import KafkaSignalChannel
@@ -50,7 +50,10 @@ class ProducerApp:
     :class:`~producer.session.StreamSession`, and starts again after a lost connection or a
     failed Kafka write."""
 
-    def __init__(self, cfg: CDCConfig) -> None:
+    def __init__(self, cfg: CDCConfig, source: str | None = None) -> None:
+        # The producer reads one server: with ``sources``, the entry named ``source``
+        # (:meth:`CDCConfig.for_source`: its settings, topic prefix and producer name).
+        cfg = cfg.for_source(source)
         self.cfg = cfg
         self.filter = CaptureFilter(cfg.source)
         self.store = OffsetStore(cfg.kafka, cfg.producer.name)
@@ -61,6 +64,7 @@ class ProducerApp:
         self.startup = Startup(cfg, self.store, self.local)
         self.stopping = threading.Event()
         self.state_dir = Path(cfg.state_dir)
+        self.status_file = status_file(cfg)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -149,8 +153,9 @@ class ProducerApp:
         return slots
 
 
-def run_producer(cfg: CDCConfig, *, recover: str | None = None, **kw) -> int:
-    app = ProducerApp(cfg)
+def run_producer(cfg: CDCConfig, *, recover: str | None = None, source: str | None = None, **kw) -> int:
+    """Run the producer of ``source`` (a ``sources`` entry; None: the only source) until stopped."""
+    app = ProducerApp(cfg, source)
     app.recover = recover
 
     def on_signal(signum, frame):  # noqa: ARG001

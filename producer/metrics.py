@@ -1,6 +1,7 @@
 """Producer figures: events, rate, position, lag behind the source.
 
 Exposed three ways: structured log lines, a status file ``<state_dir>/producer-status.json``
+(``producer-status-<source>.json`` for the producer of a ``sources`` entry, :func:`status_file`)
 read by ``cdc status``, and Prometheus text format on ``producer.metrics_port``.
 """
 
@@ -72,12 +73,13 @@ class ProducerMetrics:
                 "file": self.last_commit_file, "pos": self.last_commit_pos, "pid": os.getpid(),
                 "updated_at": time.time(), "snapshot": self.snapshot_progress}
 
-    def write_status(self, state_dir: Path, resume) -> None:  # noqa: ARG002
+    def write_status(self, path: Path, resume) -> None:  # noqa: ARG002
+        """Write the figures to ``path`` (:func:`status_file`), replacing it atomically."""
         try:
-            state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = state_dir / "producer-status.json.tmp"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
             tmp.write_text(json.dumps(self.snapshot()))
-            os.replace(tmp, state_dir / "producer-status.json")
+            os.replace(tmp, path)
         except OSError as exc:  # status is best effort; never stop streaming for it
             log.debug("cannot write status file: %s", exc)
 
@@ -101,3 +103,12 @@ class ProducerMetrics:
 
     def start_server(self, port: int | None) -> None:
         serve_metrics(port, self.prometheus)
+
+
+def status_file(cfg) -> Path:
+    """The producer's status file: ``<state_dir>/producer-status.json``, or
+    ``producer-status-<name>.json`` for the producer of a ``sources`` entry (the view
+    :meth:`common.config.CDCConfig.for_source` gives), so producers sharing a state
+    directory do not overwrite each other's."""
+    name = cfg.source_name
+    return Path(cfg.state_dir) / ("producer-status.json" if name is None else f"producer-status-{name}.json")

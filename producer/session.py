@@ -68,6 +68,7 @@ class ProducerParts(Protocol):
     store: OffsetStore
     local: LocalOffsetCopy
     state_dir: Path
+    status_file: Path
     stopping: threading.Event
 
 
@@ -244,7 +245,7 @@ class StreamSession:
         self.batch_events = 0
         self.batch_started = time.monotonic()
         self.app.metrics.committed(resume)
-        self.app.metrics.write_status(self.app.state_dir, resume)
+        self.app.metrics.write_status(self.app.status_file, resume)
 
     # -- snapshots ---------------------------------------------------------------------------
     def _signal(self, item: RowChanges) -> None:

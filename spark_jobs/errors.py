@@ -67,3 +67,23 @@ class SchemaChangeStopped(CDCError):
 
 class MergeStateError(CDCError):
     """The merge job's checkpoint does not hold what a micro-batch needs (its offsets)."""
+
+
+class RouteError(CDCError):
+    """A routing rule (``routes``) cannot be applied as configured; the message names the
+    route and the tables."""
+
+
+class IncompatibleShards(RouteError):
+    """A route would merge tables whose keys or column types do not agree (the message
+    names both tables): refused at start."""
+
+
+class RouteCollision(RouteError):
+    """Two different sources of rows would land in one sink table (a route's target and a
+    table of that name, or same-named tables of two sources)."""
+
+
+class ShardDDLConflict(RouteError):
+    """A shard ran DDL the route's target cannot follow (a different type for a column, a
+    key the other shards do not have in optimistic mode): the route stops."""

@@ -124,3 +124,19 @@ def own_mysql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
         yield topology
     finally:
         topology.close()
+
+
+@pytest.fixture
+def two_sources(config: CDCConfig, own_mysql: Topology, unique) -> CDCConfig:
+    """``config`` with two ``sources`` on two servers: the first reads the session server,
+    the second a MariaDB server of this test's own (``own_mysql``).  Their names are unique
+    (``east_<run>_<n>``, ``west_<run>_<n>``), and so are their topic prefixes
+    (``<config's prefix>_<name>``), producer names and transactional ids;
+    ``cfg.for_source(cfg.sources[i].name)`` is the configuration of either's producer."""
+    east = config.source.model_dump()
+    west = own_mysql.point(CDCConfig()).source.model_dump()
+    west["server_id"] = east["server_id"] + 1
+    data = config.model_dump()
+    data.pop("source")
+    data["sources"] = [{"name": unique("east"), **east}, {"name": unique("west"), **west}]
+    return CDCConfig.model_validate(data)

@@ -118,16 +118,18 @@ def apply_changelog(events) -> dict:
 class ProducerProcess:
     """``cdc produce`` as a real process (for kill -9 tests)."""
 
-    def __init__(self, cfg: CDCConfig, workdir: Path) -> None:
+    def __init__(self, cfg: CDCConfig, workdir: Path, source: str | None = None) -> None:
+        """``source``: run ``cdc produce --source NAME`` (a ``sources`` entry's producer)."""
         self.path = workdir / "producer.yaml"
         self.path.write_text(dump_config(cfg))
-        self.log = workdir / "producer.log"
+        self.log = workdir / (f"producer-{source}.log" if source else "producer.log")
+        self.args = ["--source", source] if source else []
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(self.path), "produce"],
+            self.proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(self.path), "produce", *self.args],
                                          stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
     def kill9(self) -> None:

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,13 @@ class StackHandle:
 
     def close(self) -> None:
         self.closer()
+
+    def stack_up_beside(self, state_dir: Path, *args: str) -> subprocess.CompletedProcess:
+        """``cdc stack up --state-dir STATE_DIR ARGS`` as a process, with this stack's Kafka and
+        PostgreSQL (its own MariaDB servers only)."""
+        return subprocess.run([sys.executable, "-m", "cdc.cli", "stack", "up", *args, "--state-dir", str(state_dir),
+                               "--kafka-bootstrap", self.bootstrap, "--postgres-dsn", self.pg_dsn],
+                              cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
 
     def restart_source(self, down_s: float = 0.0) -> None:
         """Stop the source server, wait ``down_s``, start it again on the same address."""

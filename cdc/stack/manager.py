@@ -5,8 +5,11 @@ are left alone, dead ones are started again on the same port and data.  It write
 ``stack.json`` (connection details, ports, pids) and ``cdc.yaml`` (a complete
 configuration for this stack) into the state directory.  ``--replicas N`` adds MariaDB
 replicas of the server (:mod:`cdc.stack.replication`), recorded under ``replicas``;
-``--read-only`` gives the CDC user no write at all (``snapshot.read_only`` in cdc.yaml).  ``down`` stops only the
-processes recorded there, checking each pid's command line first.
+``--read-only`` gives the CDC user no write at all (``snapshot.read_only`` in cdc.yaml).  ``--sources 2``
+adds a second source server (``mysql2``, recorded under ``sources``) and writes
+``cdc-sources.yaml``, a configuration with both as ``sources`` (``east``: the first server,
+``west``: the second; docs/sharding.md).  ``down`` stops only the processes recorded there,
+checking each pid's command line first.
 
 The embedded broker keeps its topics in memory: started again, it is empty.  What
 depended on its topics is in the state directory: the merge job's checkpoint and the
@@ -35,6 +38,9 @@ from producer.offset_store import LocalOffsetCopy
 
 DEFAULT_STATE_DIR = Path(".cdc/stack")
 SINK_DATABASE = "cdc_sink"
+#: The names of the stack's source servers in cdc-sources.yaml: the first server, then ``mysql2``.
+SOURCE_NAMES = ("east", "west")
+SOURCES_CONFIG = "cdc-sources.yaml"
 
 
 @dataclass
@@ -60,8 +66,18 @@ class StackInfo:
         return self.data.get("replicas") or []
 
     @property
+    def sources(self) -> list[dict[str, Any]]:
+        """The source servers beyond the first (``--sources 2``: ``mysql2``)."""
+        return self.data.get("sources") or []
+
+    @property
     def config_path(self) -> Path:
         return self.state_dir / "cdc.yaml"
+
+    @property
+    def sources_config_path(self) -> Path | None:
+        """``cdc-sources.yaml`` (every source server under ``sources``), when there are several."""
+        return self.state_dir / SOURCES_CONFIG if self.sources else None
 
 
 def _stack_file(state_dir: Path) -> Path:
@@ -103,6 +119,46 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     cfg.sinks.mysql.database = SINK_DATABASE
     cfg.spark.checkpoint_dir = str(state_dir / "checkpoints")
     return cfg
+
+
+def stack_sources_config(data: dict[str, Any], state_dir: Path) -> CDCConfig | None:
+    """The configuration of a stack with several source servers: ``sources`` named
+    :data:`SOURCE_NAMES` (the first server, then the others), the rest as in
+    :func:`stack_config`; None with one server."""
+    if not data.get("sources"):
+        return None
+    cfg = stack_config(data, state_dir)
+    entries = [{"name": name, **cfg.source.model_dump(), "host": m["host"], "port": m["port"], "user": m["cdc_user"],
+                "password": m["cdc_password"], "signal_table": m["signal_table"]}
+               for name, m in zip(SOURCE_NAMES, [data["mysql"], *data["sources"]])]
+    return CDCConfig.model_validate({**cfg.model_dump(exclude={"source"}), "sources": entries})
+
+
+def start_sources(state_dir: Path, first: dict[str, Any], count: int, *,
+                  previous: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Start (or find running) the source servers beyond ``first``, for ``count`` in all
+    (``mysql2``, ...: servers of their own, not replicas, with ``first``'s users, passwords,
+    signal table and CDC grants); recorded ones beyond ``count`` are stopped (their data is
+    kept, and found again by a later ``--sources``).  Returns their records for stack.json."""
+    if not 1 <= count <= len(SOURCE_NAMES):
+        raise StackError(f"the number of source servers must be between 1 and {len(SOURCE_NAMES)}, not {count}")
+    previous = list(previous or [])
+    for old in previous[count - 1:]:
+        stop_server(old)
+    started: list[dict[str, Any]] = []
+    try:
+        for index in range(2, count + 1):
+            server = EmbeddedMySQL(state_dir, first["signal_table"], name=f"mysql{index}", server_id=10 + index,
+                                   cdc_read_only=first["cdc_read_only"])
+            seed = previous[index - 2] if index - 2 < len(previous) else {
+                "admin_password": first["admin_password"], "cdc_password": first["cdc_password"],
+                "cdc_read_only": first["cdc_read_only"]}
+            started.append(server.start(seed).to_json())
+    except BaseException:
+        for info in started:
+            stop_server(info)
+        raise
+    return started
 
 
 def _checkpoint_dir(state_dir: Path) -> Path:
@@ -157,13 +213,15 @@ def _reset_for_lost_kafka(state_dir: Path) -> list[str]:
 def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None = None,
              postgres_dsn: str | None = None, signal_table: str = "cdc_control.cdc_signal",
              on_lost_kafka: str = "recover", replicas: int | None = None,
-             read_only: bool | None = None) -> StackInfo:
+             read_only: bool | None = None, sources: int | None = None) -> StackInfo:
     """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
     embedded broker must be started again (its topics are gone) and the state directory
     holds what depended on them.  ``replicas``: how many MariaDB replicas of the server to
     run (0..2; None: as many as recorded, none for a new stack).  ``read_only``: the CDC
     user gets only REPLICATION SLAVE, REPLICATION CLIENT and SELECT, and cdc.yaml says
-    ``snapshot.read_only: true`` (None: as recorded, writable for a new stack)."""
+    ``snapshot.read_only: true`` (None: as recorded, writable for a new stack).  ``sources``:
+    how many source servers (1..2; None: as recorded, one for a new stack); with two,
+    ``cdc-sources.yaml`` configures both as ``sources``."""
     if on_lost_kafka not in ("recover", "refuse"):
         raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
@@ -188,6 +246,10 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
         count = len(previous.get("replicas") or []) if replicas is None else replicas
         data.update(start_replicas(state_dir, data["mysql"], count, previous=previous.get("replicas"),
                                    replication=previous.get("replication")))
+        n_sources = 1 + len(previous.get("sources") or []) if sources is None else sources
+        extra = start_sources(state_dir, data["mysql"], n_sources, previous=previous.get("sources"))
+        if extra:
+            data["sources"] = extra
         if kafka_bootstrap:
             data["kafka"] = external_broker(kafka_bootstrap)
         else:
@@ -207,6 +269,11 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
         raise
     _write_private(_stack_file(state_dir), json.dumps(data, indent=2))
     _write_private(state_dir / "cdc.yaml", dump_config(stack_config(data, state_dir)))
+    several = stack_sources_config(data, state_dir)
+    if several is not None:
+        _write_private(state_dir / SOURCES_CONFIG, dump_config(several))
+    else:
+        (state_dir / SOURCES_CONFIG).unlink(missing_ok=True)
     if kafka_lost:
         notes.append("the embedded Kafka broker was started again: it keeps its topics in memory, so every topic "
                      "of the earlier run is gone")
@@ -234,6 +301,9 @@ def stack_down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str]:
     for index, replica in enumerate(data.get("replicas") or [], start=1):
         if stop_server(replica):
             stopped.append(replica_name(index))
+    for index, server in enumerate(data.get("sources") or [], start=2):
+        if stop_server(server):
+            stopped.append(f"mysql{index}")
     if data.get("mysql") and EmbeddedMySQL(state_dir).stop(data["mysql"]):
         stopped.append("mysql")
     return stopped
@@ -249,6 +319,8 @@ def stack_status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, tuple[bool, s
         report["mysql"] = server_status(data["mysql"])
     for index, replica in enumerate(data.get("replicas") or [], start=1):
         report[replica_name(index)] = replica_status(replica)
+    for index, server in enumerate(data.get("sources") or [], start=2):
+        report[f"mysql{index}"] = server_status(server)
     if "kafka" in data:
         report["kafka"] = _kafka_status(data["kafka"])
     if "postgres" in data:

@@ -19,6 +19,7 @@ The parts: :mod:`~cdc.verify.normalise` (comparable values), :mod:`~cdc.verify.s
 :mod:`~cdc.verify.source` (the source in key chunks), :mod:`~cdc.verify.targets` (the sink
 tables), :mod:`~cdc.verify.changelog` (the clean changelog replayed),
 :mod:`~cdc.verify.diff` (row by row), :mod:`~cdc.verify.discovery` (which tables),
+:mod:`~cdc.verify.shards` (a route's shards against its merged target),
 :mod:`~cdc.verify.run` (the run), :mod:`~cdc.verify.report` and :mod:`~cdc.verify.render`.
 """
 

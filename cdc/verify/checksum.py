@@ -27,6 +27,11 @@ class Checksum:
         self.count += 1
         self.total = (self.total + row_digest(key, values)) & _MASK
 
+    def include(self, other: "Checksum") -> None:
+        """Add ``other``'s rows (a chunk's into the table's)."""
+        self.count += other.count
+        self.total = (self.total + other.total) & _MASK
+
     @property
     def hex(self) -> str:
         return f"{self.total:032x}"

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cdc.verify.report import VerifyReport
+from cdc.verify.report import TableReport, VerifyReport
 
 
 def _show(v: Any, limit: int = 60) -> str:
@@ -24,17 +24,24 @@ def _key_text(key: dict) -> str:
     return ", ".join(f"{k}={_show(v)}" for k, v in key.items())
 
 
+def _label(tr: TableReport) -> str:
+    """A table as the report shows it: ``db.table``, a shard ``east/shop_01.orders -> shop.orders``."""
+    if tr.target is None or tr.table.startswith(tr.target + ":"):
+        return tr.table
+    return f"{tr.table} -> {tr.target}"
+
+
 def print_report(report: VerifyReport, console=None) -> None:
     """The report as rich tables: one row per table and target, then the sample rows."""
     console = console or Console()
-    table = Table("table", "target", "rows source / sink", "chunks differing / all", "missing / extra / differing",
-                  "result", title="cdc verify")
+    table = Table("table", "target", "rows source / sink", "checksum source / sink", "chunks differing / all",
+                  "missing / extra / differing", "result", title="cdc verify")
     reasons: list[str] = []  # why a table was skipped or failed: under the table, in full
     for tr in report.tables:
         if tr.skipped is not None or tr.error is not None:
             skipped = tr.skipped is not None
-            table.add_row(escape(tr.table), "", "", "", "", "[yellow]skipped[/yellow]" if skipped else "[red]error[/red]")
-            reasons.append(f"[bold]{escape(tr.table)}[/bold]: {'skipped' if skipped else 'error'}: "
+            table.add_row(escape(_label(tr)), "", "", "", "", "", "[yellow]skipped[/yellow]" if skipped else "[red]error[/red]")
+            reasons.append(f"[bold]{escape(_label(tr))}[/bold]: {'skipped' if skipped else 'error'}: "
                            f"{escape(tr.skipped if skipped else tr.error or '')}")
             continue
         for r in tr.results:
@@ -45,26 +52,30 @@ def print_report(report: VerifyReport, console=None) -> None:
                 result = "[green]equal[/green]"
             else:
                 result = "[red]DIFFERS[/red]"
-            table.add_row(escape(tr.table), f"{r.sink} {escape(r.target)}", f"{r.source_rows:,} / {r.sink_rows:,}",
+            sums = f"{tr.checksum[:8]} / {r.checksum[:8]}" if tr.checksum and r.checksum else ""
+            table.add_row(escape(_label(tr)), f"{r.sink} {escape(r.target)}", f"{r.source_rows:,} / {r.sink_rows:,}", sums,
                           f"{r.chunks_differing:,} / {r.chunks:,} ({tr.mode})",
                           f"{r.missing:,} / {r.extra:,} / {r.differing:,}", result)
     console.print(table)
     for line in reasons:
         console.print(line, highlight=False)
     for tr in report.tables:
+        # A shard's keys are shown with their origin: "east/shop_01.orders id=7".
+        origin = f"{tr.table} " if tr.target is not None and not tr.table.startswith(tr.target + ":") else ""
         for r in tr.results:
             lines = [f"  {escape(n)}" for n in r.notes]
             for s in r.samples:
+                key = escape(origin + _key_text(s.key))
                 if s.kind == "missing":
-                    lines.append(f"  missing in sink: {escape(_key_text(s.key))}")
+                    lines.append(f"  missing in sink: {key}")
                 elif s.kind == "extra":
-                    lines.append(f"  extra in sink:   {escape(_key_text(s.key))}")
+                    lines.append(f"  extra in sink:   {key}")
                 else:
                     cols = "; ".join(f"{c}: source {_show((s.source or {}).get(c))} sink {_show((s.sink or {}).get(c))}"
                                      for c in s.columns)
-                    lines.append(f"  values differ:   {escape(_key_text(s.key))}: {escape(cols)}")
+                    lines.append(f"  values differ:   {key}: {escape(cols)}")
             if lines:
-                console.print(f"[bold]{escape(tr.table)}[/bold] vs {r.sink} {escape(r.target)}:")
+                console.print(f"[bold]{escape(_label(tr))}[/bold] vs {r.sink} {escape(r.target)}:")
                 for line in lines:
                     console.print(line, highlight=False)
     n_bad = sum(1 for t in report.tables if not t.equal)

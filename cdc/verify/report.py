@@ -41,6 +41,8 @@ class SinkResult:
     samples: list[RowDiff] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    #: Checksum (:mod:`cdc.verify.checksum`, hex) of the target's rows read chunk by chunk.
+    checksum: str = ""
 
     @property
     def equal(self) -> bool:
@@ -58,7 +60,8 @@ class SinkResult:
                 "source_rows": self.source_rows, "sink_rows": self.sink_rows, "chunks": self.chunks,
                 "chunks_differing": self.chunks_differing, "missing": self.missing, "extra": self.extra,
                 "differing": self.differing, "missing_columns": list(self.missing_columns),
-                "samples": [s.to_dict() for s in self.samples], "notes": list(self.notes), "error": self.error}
+                "samples": [s.to_dict() for s in self.samples], "notes": list(self.notes), "error": self.error,
+                "checksum": self.checksum}
 
 
 @dataclass
@@ -72,6 +75,11 @@ class TableReport:
     error: str | None = None
     skipped: str | None = None
     seconds: float = 0.0
+    #: A route's target ``db.table`` when the table is one of its shards (``table`` is then
+    #: ``source/db.table``) or the route's own line (its rows of no shard).
+    target: str | None = None
+    #: Checksum (hex) of the source table's rows: its chunks' summed.
+    checksum: str = ""
 
     @property
     def equal(self) -> bool:
@@ -80,9 +88,9 @@ class TableReport:
         return self.error is None and all(r.equal for r in self.results)
 
     def to_dict(self) -> dict:
-        return {"table": self.table, "key": list(self.key), "mode": self.mode, "equal": self.equal,
+        return {"table": self.table, "target": self.target, "key": list(self.key), "mode": self.mode, "equal": self.equal,
                 "source_rows": self.source_rows, "chunks": self.chunks, "error": self.error,
-                "skipped": self.skipped, "seconds": round(self.seconds, 3),
+                "skipped": self.skipped, "seconds": round(self.seconds, 3), "checksum": self.checksum,
                 "results": [r.to_dict() for r in self.results]}
 
 

@@ -10,14 +10,16 @@ checksum differs but whose rows compare equal on the second read is reported in 
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
 from cdc.errors import TargetMissing, TargetUnusable, VerifyError
 from cdc.verify.changelog import ChangelogTarget
-from cdc.verify.checksum import checksum
+from cdc.verify.checksum import Checksum, checksum
 from cdc.verify.diff import Diffs, compare_rows
 from cdc.verify.discovery import source_tables
 from cdc.verify.report import SinkResult, TableReport, VerifyReport
+from cdc.verify.shards import shard_spec, stray_rows
 from cdc.verify.source import SourceTable
 from cdc.verify.spec import KeylessTable, MissingTable, TableSpec, table_spec
 from cdc.verify.targets import DBTarget, MySQLTarget, PostgresTarget, Target
@@ -25,17 +27,17 @@ from common.sql.sessions import read_session
 from contract.envelope import record_names
 from contract.schema_resolution import row_fields
 from contract.schema_store import SchemaStore
+from spark_jobs.sharding.routes import Route, Router
+from spark_jobs.sharding.shapes import ShardId
 from spark_jobs.sinks.configured import build_sinks
 from spark_jobs.sinks.postgres import PostgresSink
 
 
-def build_targets(cfg, changelog: bool) -> list[Target]:
-    """A target per enabled sink, and the clean changelog when asked for."""
-    out: list[Target] = []
+def build_targets(cfg) -> list[DBTarget]:
+    """A target per enabled sink (the clean changelog's are per source, in :func:`verify`)."""
+    out: list[DBTarget] = []
     for _, sink in build_sinks(cfg.sinks):
         out.append(PostgresTarget(sink) if isinstance(sink, PostgresSink) else MySQLTarget(sink))
-    if changelog:
-        out.append(ChangelogTarget(cfg))
     return out
 
 
@@ -44,6 +46,8 @@ def _verify_table(src_conn, spec: TableSpec, targets: list[Target], chunk_size: 
     source = SourceTable(src_conn, spec)
     live: list[tuple[Target, Diffs]] = []
     absent: list[SinkResult] = []  # no sink table or topic: every source row is missing
+    whole = Checksum()
+    sums: dict[int, Checksum] = {}  # id(result) -> the target's rows read so far
     for t in targets:
         res = SinkResult(t.sink, "")
         report.results.append(res)
@@ -61,12 +65,14 @@ def _verify_table(src_conn, spec: TableSpec, targets: list[Target], chunk_size: 
     for chunk in source.chunks(chunk_size):
         report.chunks += 1
         report.source_rows += len(chunk.rows)
+        whole.include(chunk.checksum)
         if progress is not None:
             progress(f"{spec.name}: chunk {chunk.index + 1}, {report.source_rows:,} rows")
         for t, diffs in list(live):
             res = diffs.result
             try:
                 got = checksum(t.chunk_rows(chunk))
+                sums.setdefault(id(res), Checksum()).include(got)
                 res.chunks += 1
                 if isinstance(t, DBTarget):
                     if spec.mode == "range":
@@ -97,8 +103,11 @@ def _verify_table(src_conn, spec: TableSpec, targets: list[Target], chunk_size: 
         except Exception as exc:  # noqa: BLE001
             diffs.result.error = f"{type(exc).__name__}: {exc}"
             t.close()
+    report.checksum = whole.hex
     for res in report.results:
         res.source_rows = report.source_rows
+        if res.error is None:
+            res.checksum = sums.get(id(res), Checksum()).hex
         if res.missing_columns:
             res.notes.append(f"the sink lacks column(s) {', '.join(res.missing_columns)} (compared as NULL)")
     for res in absent:
@@ -119,58 +128,152 @@ def _as_policy_keeps(cfg, spec: TableSpec) -> tuple[TableSpec, list[str]]:
     fields = {f["name"] for f in row_fields(first[1]) or []}
     kept = [c for c in spec.columns if c.field in fields or c.name in spec.key]
     left_out = [c.name for c in spec.columns if c not in kept]
-    return (TableSpec(spec.db, spec.table, kept, spec.key) if left_out else spec), left_out
+    return (replace(spec, columns=kept) if left_out else spec), left_out
 
 
 def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False, chunk_size: int = 10_000,
            samples: int = 5, progress: Callable[[str], None] | None = None) -> VerifyReport:
     """Compare every captured source table (or ``tables``: ``db.table`` names or regular
-    expressions) with each enabled sink table and, with ``changelog``, its clean changelog
-    topic.  See the package docstring for how; ``report.equal`` says whether all are equal.
+    expressions, or a route's target ``db.table`` for all its shards) with each enabled sink
+    table and, with ``changelog``, its clean changelog topic.  With ``sources``, every
+    source's tables (named ``source/db.table``); a table a route merges is compared as a
+    shard of the route's target (:mod:`cdc.verify.shards`).  See the package docstring for
+    how; ``report.equal`` says whether all are equal.
 
     Memory: the database comparisons hold one chunk (``chunk_size`` rows) per side plus
     ``samples`` rows per kind of difference; the changelog replay holds the whole table.
     """
     if chunk_size < 1:
         raise VerifyError("chunk_size must be at least 1")
-    targets = build_targets(cfg, changelog)
-    if not targets:
+    db_targets = build_targets(cfg)
+    if not db_targets and not changelog:
         raise VerifyError("nothing to compare with: no sink is enabled (sinks.postgres / sinks.mysql) "
                           "and the changelog was not asked for")
     t0 = time.monotonic()
+    report = VerifyReport(targets=[t.sink for t in db_targets] + (["changelog"] if changelog else []),
+                          chunk_size=chunk_size)
+    router = Router.from_config(cfg)
+    named_targets = {r.name for r in router.routes} & set(tables or [])
+    sources: list[_Source] = []
     try:
-        conn = read_session(cfg.source, binary_prefix=True)
-    except Exception as exc:  # noqa: BLE001 - shown to the user
-        raise VerifyError(f"cannot connect to the source {cfg.source.host}:{cfg.source.port} "
-                          f"as {cfg.source.user}: {exc}") from None
-    report = VerifyReport(targets=[t.sink for t in targets], chunk_size=chunk_size)
-    try:
-        todo, unknown = source_tables(conn, cfg, tables)
-        for name in unknown:
-            report.tables.append(TableReport(name, error="no source table matches this name"))
-        for db, table in todo:
-            started = time.monotonic()
-            spec = table_spec(conn, cfg, db, table)
-            if isinstance(spec, MissingTable):
-                report.tables.append(TableReport(f"{db}.{table}", error=spec.reason))
-                continue
-            if isinstance(spec, KeylessTable):
-                report.tables.append(TableReport(f"{db}.{table}", skipped=spec.reason))
-                continue
-            spec, left_out = _as_policy_keeps(cfg, spec)
-            tr = TableReport(spec.name, key=list(spec.key), mode=spec.mode)
-            report.tables.append(tr)
-            try:
-                _verify_table(conn, spec, targets, chunk_size, samples, tr, progress)
-                for res in tr.results if left_out else []:
-                    res.notes.append(f"sinks.schema_changes says 'columns: ignore' for the table: column(s) "
-                                     f"{', '.join(left_out)}, added since it was first captured, not compared")
-            except Exception as exc:  # noqa: BLE001 - the source failed for this table
-                tr.error = f"{type(exc).__name__}: {exc}"
-            tr.seconds = time.monotonic() - started
+        for c in cfg.captured_sources():
+            view = cfg.for_source(c.name)
+            sources.append(_Source(c.name, view, _connect(view), ChangelogTarget(view) if changelog else None))
+        plan: list[tuple[_Source, str, str, Route | None]] = []
+        unknown: set[str] | None = None
+        for src in sources:
+            todo, missed = source_tables(src.conn, src.view, tables)
+            if named_targets:  # a route's target named: its shards
+                every, _ = source_tables(src.conn, src.view, None)
+                todo += [dt for dt in every if dt not in todo and
+                         getattr(router.route_of(src.name, *dt), "name", None) in named_targets]
+            unknown = set(missed) - named_targets if unknown is None else unknown & set(missed)
+            plan += [(src, db, table, router.route_of(src.name, db, table)) for db, table in todo]
+        for name in tables or []:
+            if name in (unknown or set()):
+                report.tables.append(TableReport(name, error="no source table matches this name"))
+        for src, db, table, route in plan:
+            if route is None:
+                targets = db_targets + ([src.changelog] if src.changelog is not None else [])
+                _verify_one(report, src, db, table, None, targets, chunk_size, samples, progress,
+                            label=src.name if cfg.sources else None)
+        routes = list(dict.fromkeys(route for *_, route in plan if route is not None))
+        for route in routes:
+            members = [(src, db, table) for src, db, table, r in plan if r == route]
+            _verify_route(report, route, members, db_targets, chunk_size, samples, progress, changelog,
+                          whole=not tables or route.name in named_targets)
     finally:
-        for t in targets:
+        for t in db_targets:
             t.close()
-        conn.close()
+        for src in sources:
+            if src.changelog is not None:
+                src.changelog.close()
+            src.conn.close()
     report.seconds = time.monotonic() - t0
     return report
+
+
+@dataclass
+class _Source:
+    """A source server as verify reads it: its name, its single-source configuration, a
+    connection, and its clean changelog target (``changelog=True``)."""
+
+    name: str
+    view: Any
+    conn: Any
+    changelog: ChangelogTarget | None
+
+
+def _connect(view):
+    try:
+        return read_session(view.source, binary_prefix=True)
+    except Exception as exc:  # noqa: BLE001 - shown to the user
+        of = f" {view.source_name}" if view.source_name else ""
+        raise VerifyError(f"cannot connect to the source{of} {view.source.host}:{view.source.port} "
+                          f"as {view.source.user}: {exc}") from None
+
+
+def _verify_one(report: VerifyReport, src: _Source, db: str, table: str, route: Route | None,
+                targets: list[Target], chunk_size: int, samples: int, progress: Callable[[str], None] | None,
+                label: str | None = None) -> TableReport:
+    """One source table against ``targets``: its own sink tables, or (``route``) its rows in
+    the route's target.  ``label``: the source name shown before ``db.table``."""
+    started = time.monotonic()
+    shown = f"{label}/{db}.{table}" if label else f"{db}.{table}"
+    target = route.name if route is not None else None
+    spec = table_spec(src.conn, src.view, db, table)
+    if isinstance(spec, MissingTable):
+        tr = TableReport(shown, error=spec.reason, target=target)
+    elif isinstance(spec, KeylessTable):
+        tr = TableReport(shown, skipped=spec.reason, target=target)
+    else:
+        spec, left_out = _as_policy_keeps(src.view, spec)
+        spec = shard_spec(spec, route, src.name) if route is not None else replace(spec, source=label)
+        tr = TableReport(spec.name, key=list(spec.key), mode=spec.mode, target=target)
+        try:
+            _verify_table(src.conn, spec, targets, chunk_size, samples, tr, progress)
+            for res in tr.results if left_out else []:
+                res.notes.append(f"sinks.schema_changes says 'columns: ignore' for the table: column(s) "
+                                 f"{', '.join(left_out)}, added since it was first captured, not compared")
+        except Exception as exc:  # noqa: BLE001 - the source failed for this table
+            tr.error = f"{type(exc).__name__}: {exc}"
+    tr.seconds = time.monotonic() - started
+    report.tables.append(tr)
+    return tr
+
+
+def _verify_route(report: VerifyReport, route: Route, members: list[tuple[_Source, str, str]],
+                  db_targets: list[DBTarget], chunk_size: int, samples: int,
+                  progress: Callable[[str], None] | None, changelog: bool, whole: bool) -> None:
+    """The shards of ``route`` against its target, then (``whole``: every shard was
+    compared, not only those named) the target's rows of no shard."""
+    if not route.origin:
+        report.tables.append(TableReport(route.name, target=route.name, skipped=(
+            f"the route's origin columns are off (routes[{route.index}].origin.enabled): the target cannot tell its "
+            f"{len(members)} shard(s)' rows apart, so it is not compared per shard")))
+        return
+    for src, db, table in members:
+        _verify_one(report, src, db, table, route, db_targets, chunk_size, samples, progress, label=src.name)
+    if changelog:
+        report.tables.append(TableReport(f"{route.name}: clean changelog", target=route.name,
+                                         skipped="the merged clean changelog is not compared yet"))
+    if not whole:
+        return
+    shards = [ShardId(src.name, db, table) for src, db, table in members]
+    tr = TableReport(f"{route.name}: rows of no shard", key=list(route.origin), target=route.name)
+    for t in db_targets:
+        res = SinkResult(t.sink, t.qualified(*route.target))
+        try:
+            counts = t.origin_counts(route.target, list(route.origin))
+        except Exception as exc:  # noqa: BLE001 - reported per target
+            res.error = f"{type(exc).__name__}: {exc}"
+            t.close()
+            tr.results.append(res)
+            continue
+        if counts is None:
+            continue  # no target table (or no origin columns): the shards' results say so
+        stray = stray_rows(counts, shards)
+        res.sink_rows = res.extra = sum(stray.values())
+        res.notes += [f"{n:,} row(s) from {name}, which is not a shard verified here" for name, n in stray.items()]
+        tr.results.append(res)
+    report.tables.append(tr)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -143,12 +143,23 @@ class ColumnSpec:
 
 @dataclass
 class TableSpec:
-    """A source table as verify compares it."""
+    """A source table as verify compares it.
+
+    A shard of a route (``routes``, docs/sharding.md) lands in the route's ``target`` table,
+    among the other shards' rows: its rows there are those whose ``origin`` columns hold
+    its origin values (``{"__source": "east", "__db": "shop_01", "__table": "orders"}``),
+    and within them its key is its own (the origin columns lead the target's key)."""
 
     db: str
     table: str
     columns: list[ColumnSpec]          # compared columns, source order (key columns included)
     key: list[str]                     # key column names, key order
+    #: The name of the source the table is read from, when several are configured.
+    source: str | None = None
+    #: The sink table's ``(db, table)`` when it is not the table's own (a route's target).
+    target: tuple[str, str] | None = None
+    #: Origin column -> value: the sink rows of this table (a shard in a route's target).
+    origin: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         by = {c.name: c for c in self.columns}
@@ -158,7 +169,13 @@ class TableSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.db}.{self.table}"
+        """``db.table``, or ``source/db.table`` when several sources are configured."""
+        return f"{self.source}/{self.db}.{self.table}" if self.source else f"{self.db}.{self.table}"
+
+    @property
+    def sink_name(self) -> tuple[str, str]:
+        """The ``(db, table)`` the sinks name the sink table by."""
+        return self.target or (self.db, self.table)
 
     def key_params(self, key: tuple, dialect: str) -> list:
         return [c.param(v, dialect) for c, v in zip(self.key_specs, key)]

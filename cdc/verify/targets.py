@@ -105,12 +105,18 @@ class DBTarget(Target):
         self.matched = 0
         if self.conn is None:
             self.conn = self.connect()
-        self.table = self.qualified(spec.db, spec.table)
+        self.table = self.qualified(*spec.sink_name)
         result.target = self.table
-        cols = self.sink_columns(spec.db, spec.table)
+        cols = self.sink_columns(*spec.sink_name)
         if cols is None:
             raise TargetMissing(f"sink table {self.table} does not exist")
         lower = {k.lower(): k for k in cols}
+        # A shard in a route's target: only the rows with its origin values are its own.
+        no_origin = [c for c in spec.origin if c not in cols]
+        if no_origin:
+            raise TargetUnusable(f"sink table {self.table} lacks the route's origin column(s) {', '.join(no_origin)}")
+        self.scope = [f"{self.quote(c)} = %s" for c in spec.origin]
+        self.scope_params = list(spec.origin.values())
         names: dict[str, str] = {}
         for c in spec.columns:
             found = c.name if c.name in cols else lower.get(c.name.lower())
@@ -145,21 +151,28 @@ class DBTarget(Target):
                 p, ps = key_after(self.dialect, self.qkeys, spec.key_params(chunk.hi, self.dialect), "<=")
                 where.append(p)
                 params += ps
-            sql = f"SELECT {self.select} FROM {self.table}" + (f" WHERE {' AND '.join(where)}" if where else "")
-            yield from self._rows(self.stream(sql, params))
+            sql = f"SELECT {self.select} FROM {self.table}{self._where(where)}"
+            yield from self._rows(self.stream(sql, [*self.scope_params, *params]))
             return
         keys = list(chunk.rows)
         for i in range(0, len(keys), LOOKUP_BATCH):
             yield from self._lookup(keys[i:i + LOOKUP_BATCH])
 
+    def _where(self, preds: list[str]) -> str:
+        """`` WHERE`` the shard's scope (a routed table's origin values; its parameters
+        first) and ``preds``, or nothing."""
+        every = [*self.scope, *preds]
+        return f" WHERE {' AND '.join(every)}" if every else ""
+
     def _lookup(self, keys: list[tuple]) -> Iterator[tuple[tuple, tuple]]:
         pred, params = key_in_list(self.qkeys, [self.spec.key_params(k, self.dialect) for k in keys])
-        yield from self._rows(self.fetch(f"SELECT {self.select} FROM {self.table} WHERE {pred}", params))
+        yield from self._rows(self.fetch(f"SELECT {self.select} FROM {self.table}{self._where([pred])}",
+                                         [*self.scope_params, *params]))
 
     def finish(self, source: SourceTable, diffs: Diffs) -> None:
         if self.spec.mode == "range":
             return  # the chunks tiled the key space: every sink row was in one
-        total = self.fetch(f"SELECT COUNT(*) FROM {self.table}", [])[0][0]
+        total = self.fetch(f"SELECT COUNT(*) FROM {self.table}{self._where([])}", self.scope_params)[0][0]
         diffs.result.sink_rows = int(total)
         if total <= self.matched:
             return
@@ -178,7 +191,7 @@ class DBTarget(Target):
                     else:
                         diffs.result.extra += 1
 
-        for r in self.stream(f"SELECT {', '.join(self.qkeys)} FROM {self.table}", []):
+        for r in self.stream(f"SELECT {', '.join(self.qkeys)} FROM {self.table}{self._where([])}", self.scope_params):
             batch.append(tuple(c.sink(v) for c, v in zip(ks, r)))
             if len(batch) >= LOOKUP_BATCH:
                 check(batch)
@@ -188,6 +201,18 @@ class DBTarget(Target):
         found = {k: v for k, v in self._lookup(sample_keys)} if sample_keys else {}
         for k in sample_keys:
             diffs.extra(k, found.get(k))
+
+    def origin_counts(self, target: tuple[str, str], origin: list[str]) -> dict[tuple, int] | None:
+        """Rows per origin values (the shards' rows) in a route's target table; None when
+        the table or one of the origin columns does not exist."""
+        if self.conn is None:
+            self.conn = self.connect()
+        cols = self.sink_columns(*target)
+        if cols is None or any(c not in cols for c in origin):
+            return None
+        q = ", ".join(self.quote(c) for c in origin)
+        rows = self.fetch(f"SELECT {q}, COUNT(*) FROM {self.qualified(*target)} GROUP BY {q}", [])
+        return {tuple(r[:-1]): int(r[-1]) for r in rows}
 
     def close(self) -> None:
         if self.conn is not None:

@@ -4,8 +4,6 @@ failover by promotion, ``log_slave_updates``, and ``cdc stack up --replicas/--re
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pymysql
@@ -14,7 +12,6 @@ import pytest
 from cdc.stack.manager import read_stack, stack_down, stack_status, stack_up
 from cdc.stack.process import pid_alive
 from common.config import load_config
-from tests.producer_helpers import ROOT
 from tests.replication_helpers import Topology
 
 
@@ -131,9 +128,7 @@ def test_stack_up_with_replicas_and_a_read_only_cdc_user(stack, tmp_path_factory
     stack.json records the replica, cdc.yaml says snapshot.read_only, the CDC user writes
     nothing, ``status`` reports the replica, ``up`` again keeps it, ``down`` stops it."""
     state = tmp_path_factory.mktemp("stack-repl")
-    common = ["--state-dir", str(state), "--kafka-bootstrap", stack.bootstrap, "--postgres-dsn", stack.pg_dsn]
-    out = subprocess.run([sys.executable, "-m", "cdc.cli", "stack", "up", "--replicas", "1", "--read-only", *common],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = stack.stack_up_beside(state, "--replicas", "1", "--read-only")
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         assert "replica1" in out.stdout and "read-only" in out.stdout

@@ -1,0 +1,116 @@
+"""A routed target's sink layout, as the merge job ships it to the executors (pure, no I/O).
+
+The sinks lay a table out from an Avro value schema (:mod:`spark_jobs.sinks.layout`).  A
+route's target gets one of its own, :func:`target_schema`: a row record with the route's
+origin columns (text) first, then the union of the shards' columns (optimistic sharding
+DDL: a column any shard has is in the target; each column with the type the shards' types
+join to; every non-key column nullable, since a shard without it writes NULL).  The shards'
+shapes are checked first (:meth:`~spark_jobs.sharding.routes.Route.check`): tables that
+cannot be merged are :class:`~spark_jobs.errors.IncompatibleShards`, naming both.
+
+:func:`target_row` fills a shard's row into the target's columns (the origin values, NULL
+for a column the shard does not have).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spark_jobs.sharding.routes import Route
+from spark_jobs.sharding.shapes import ShardId, TableShape, shape_of_sink_columns
+from spark_jobs.sinks.layout import _PRIMITIVES, _record_ns, row_columns, row_record
+
+__all__ = ["target_schema", "target_row", "target_fields"]
+
+
+def _inline(t: Any, s: Any, ns: str | None, defined: set[str]) -> Any:
+    """Avro type ``t`` with every named type it references defined inline (once per name in
+    the target schema: the shards' schemas define their named types in ``before`` only)."""
+    if isinstance(t, list):
+        return [_inline(x, s, ns, defined) for x in t]
+    if isinstance(t, str):
+        if t in _PRIMITIVES:
+            return t
+        resolved = s.resolve(t, ns)
+        full = _full(resolved, ns)
+        if full in defined:
+            return full
+        defined.add(full)
+        return _named(resolved, full)
+    if isinstance(t, dict) and t.get("type") in ("record", "enum", "fixed", "error") and "name" in t:
+        full = _full(t, ns)
+        if full in defined:
+            return full
+        defined.add(full)
+        return _named(t, full)
+    return copy.deepcopy(t)
+
+
+def _named(t: dict, full: str) -> dict:
+    """A named type's definition under its full name (the target record has another namespace)."""
+    out = {k: copy.deepcopy(v) for k, v in t.items() if k != "namespace"}
+    out["name"] = full
+    return out
+
+
+def _full(t: Any, ns: str | None) -> str:
+    if not isinstance(t, dict) or "name" not in t:
+        return str(t)
+    name = t["name"]
+    space = t.get("namespace", ns)
+    return name if "." in name or not space else f"{space}.{name}"
+
+
+def _nullable(t: Any) -> Any:
+    if isinstance(t, list):
+        return t if "null" in t else ["null", *t]
+    return ["null", t]
+
+
+def target_schema(route: Route, shards: Mapping[ShardId, tuple[Any, Sequence[str]]]) -> tuple[dict, list[str]]:
+    """The target's Avro row record and key columns from each shard's (newest) value schema
+    and key column names; :class:`~spark_jobs.errors.IncompatibleShards` when the shards
+    cannot be merged.  Deterministic: shards in order, a column where it first appears."""
+    shapes: dict[ShardId, TableShape] = {}
+    fields: dict[ShardId, list[dict]] = {}
+    for shard in sorted(shards):
+        schema, key = shards[shard]
+        record, s = row_record(schema)
+        shapes[shard] = shape_of_sink_columns(row_columns(schema), key)
+        fields[shard] = [(f, s, _record_ns(record)) for f in record.get("fields", [])]
+    target = route.check(shapes)
+    want = target.types()
+    chosen: dict[str, tuple[dict, Any, str | None]] = {}
+    for shard in sorted(fields):
+        have = shapes[shard].types()
+        for f, s, ns in fields[shard]:
+            name = f.get("mysql.column") or f["name"]
+            if name not in chosen or (have.get(name) == want.get(name) != chosen[name][3]):
+                chosen[name] = (f, s, ns, have.get(name))
+    defined: set[str] = set()
+    out: list[dict] = [{"name": n, "type": "string"} for n in route.origin]
+    for c in target.columns[len(route.origin):]:
+        f, s, ns, _ = chosen[c.name]
+        field = {k: v for k, v in f.items() if k not in ("type", "default")}
+        t = _inline(f["type"], s, ns, defined)
+        field["type"] = t if c.name in target.key else _nullable(t)
+        if c.name not in target.key:
+            field["default"] = None
+        out.append(field)
+    space = "cdc.route." + re.sub(r"[^A-Za-z0-9_]", "_", f"{route.target[0]}.{route.target[1]}")
+    return {"type": "record", "name": "Value", "namespace": space, "fields": out}, list(target.key)
+
+
+def target_fields(schema: Mapping[str, Any]) -> list[str]:
+    """The row fields of a target schema (:func:`target_schema`), in order."""
+    return [f["name"] for f in schema["fields"]]
+
+
+def target_row(route: Route, shard: ShardId, row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """A shard's row as a target row: the origin values, the row's values, NULL for a target
+    column the shard does not have (yet)."""
+    full = route.row(shard, row)
+    return {f: full.get(f) for f in fields}

@@ -44,6 +44,7 @@ Kafka) with backoff; ``cdc merge`` stops on SIGTERM/SIGINT.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -77,7 +78,7 @@ from contract.topics import (
 )
 from spark_jobs.clean_changelog import ensure_clean_topic
 from spark_jobs.data_loss import DataLoss, data_loss_message, detect_data_loss
-from spark_jobs.errors import MergeDataLoss, MergeStateError, SchemaChangeStopped
+from spark_jobs.errors import MergeDataLoss, MergeStateError, RouteError, SchemaChangeStopped
 from spark_jobs.kafka_offsets import ids_from_json, lost_from_json, offsets_from_json
 from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
 from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
@@ -89,6 +90,9 @@ from spark_jobs.partition_merge import (
     range_function,
     sinks_of,
 )
+from spark_jobs.sharding.routes import Router
+from spark_jobs.sharding.shapes import ShardId
+from spark_jobs.sharding.target import target_schema
 
 log = logging.getLogger(__name__)
 
@@ -189,10 +193,15 @@ class MergeJob:
         k = cfg.kafka
         self.prefix = k.topic_prefix
         self.client = dict(k.client)
+        # The source whose topics the job reads (one yet: docs/sharding.md): the one using
+        # kafka.topic_prefix, which `source:` alone always is.
+        sources = [c for c in cfg.captured_sources() if c.topic_prefix == self.prefix]
+        self.source_name = sources[0].name if sources else cfg.producer.name
+        self.router = Router.from_config(cfg)
         self.settings = MergeSettings(
             bootstrap=k.bootstrap_servers, prefix=self.prefix, client=self.client,
             registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
-            dlq_topic=dlq_topic(self.prefix))
+            dlq_topic=dlq_topic(self.prefix), source_name=self.source_name, routes=list(cfg.routes))
         self.checkpoint = Path(cfg.spark.checkpoint_dir)
         self.query_dir = self.checkpoint / "query"
         self.fail_on_data_loss = cfg.spark.fail_on_data_loss
@@ -253,7 +262,8 @@ class MergeJob:
                                   f"where batch {batch_id} starts")
         return batch_ranges(before[0] if before else None, ends[0])
 
-    def _merge_tasks(self, df, batch_id: int, inputs: dict, schemas_end: int, epoch: int) -> list[dict]:
+    def _merge_tasks(self, df, batch_id: int, inputs: dict, schemas_end: int, epoch: int,
+                     settings: MergeSettings | None = None) -> list[dict]:
         """Run the partitions' merge on the executors; the ``state`` and ``stats`` rows.
 
         With the ``cdc-kafka`` source each task reads its Kafka ranges itself (at most one task
@@ -261,9 +271,10 @@ class MergeJob:
         records are not turned into Arrow, sent to the JVM and back to a second Python
         worker.  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read through the
         DataFrame (``mapInArrow``)."""
+        settings = settings or self.settings
         if self.cfg.spark.kafka_source == "jvm":
             return [r.asDict() for r in df.select("key", "value", "topic", "partition", "offset")
-                    .mapInArrow(arrow_function(self.settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
+                    .mapInArrow(arrow_function(settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
         ranges = self._batch_ranges(batch_id)
         if not ranges:
             return []
@@ -273,7 +284,7 @@ class MergeJob:
         # No more tasks than executor cores: a task merges its ranges one after the other,
         # and a small batch pays Spark's per-task cost fewer times.
         rows = (sc.parallelize(items, max(1, min(len(items), sc.defaultParallelism)))
-                .mapPartitions(range_function(self.settings, opts, schemas_end, epoch)).collect())
+                .mapPartitions(range_function(settings, opts, schemas_end, epoch)).collect())
         return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]
 
     def _ensure_topics(self) -> list[tuple[str, int]]:
@@ -530,6 +541,57 @@ class MergeJob:
                     "records.  Bring the sink tables in line by hand and set 'columns: evolve' or 'ignore' for the "
                     "table, then start the job again")
 
+    # -- routing (docs/sharding.md) ----------------------------------------------------------------
+    def route_targets(self, partitions: list[tuple[str, int]], schemas_end: int) -> dict[str, dict]:
+        """Each route's target layout (``{"schema", "key"}`` by route name) from the newest
+        schemas (up to ``schemas_end``) of the routed tables among the topics of
+        ``partitions``: the union of their columns (optimistic sharding DDL).  Raises
+        :class:`~spark_jobs.errors.RouteCollision` when an unrouted table lands in a target,
+        :class:`~spark_jobs.errors.IncompatibleShards` (naming both tables) when a route's
+        tables cannot be merged, at start or after a DDL."""
+        if not self.router.routes:
+            return {}
+        if schemas_end:
+            self.schemas.refresh_until(schemas_end)
+        tables: list[ShardId] = []
+        shards: dict = {}
+        for topic in sorted({t for t, _ in partitions}):
+            db, table = table_of_topic(self.prefix, topic)
+            shard = ShardId(self.source_name, db, table)
+            tables.append(shard)
+            route = self.router.route_of(*shard)
+            if route is None:
+                continue
+            key_name, _, envelope_name = record_names(self.prefix, db, table)
+            envelope, key = self.schemas.newest_named(envelope_name), self.schemas.newest_named(key_name)
+            if envelope is None:
+                continue  # no schema yet: no record either
+            key_columns = [f.get("mysql.column") or f["name"] for f in key[1].get("fields", [])] if key else []
+            shards.setdefault(route, {})[shard] = (envelope[1], key_columns)
+        self.router.plan(tables)
+        targets = {}
+        for route, members in shards.items():
+            schema, key = target_schema(route, members)
+            targets[route.name] = {"schema": schema, "key": key}
+        return targets
+
+    def check_routes(self) -> None:
+        """Refuse routes the job cannot apply (before the query starts, and after it failed:
+        a conflicting DDL stops the route and so the job), naming the tables."""
+        if not self.router.routes:
+            return
+        pessimistic = [r.name for r in self.router.routes if r.ddl == "pessimistic"]
+        try:
+            if pessimistic:
+                raise RouteError(f"route(s) to {', '.join(pessimistic)} say 'ddl: pessimistic', which the merge job "
+                                 "does not apply yet (docs/sharding.md): set 'ddl: optimistic'")
+            st = schemas_topic(self.prefix)
+            end = self._offsets_now([(st, 0)]).get((st, 0), (0, 0))[1]
+            self.route_targets(self._ensure_topics(), end)
+        except RouteError as exc:
+            log.error("%s", exc)
+            raise
+
     def process_batch(self, df, batch_id: int) -> None:
         t0 = time.monotonic()
         if self.first_batch_started is None:
@@ -539,10 +601,13 @@ class MergeJob:
         plan, markers = self._plan(batch_id, prev, partitions)
         schemas_end, epoch = int(plan.get("schemas_end") or 0), int(prev.get("sink_epoch") or 0)
         self._check_schema_changes(partitions, schemas_end)
+        settings = self.settings
+        if self.router.routes:
+            settings = dataclasses.replace(settings, targets=self.route_targets(partitions, schemas_end))
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         t_tasks = time.monotonic()
-        rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch)
+        rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch, settings)
         t_finish = time.monotonic()
         new_states = dict(states)
         for key, (state, new) in inputs.items():  # partitions without records: their markers wait
@@ -638,6 +703,7 @@ class MergeJob:
         if self.fail_on_data_loss:
             self.stop_on_data_loss()
         self.stop_on_schema_change()
+        self.check_routes()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
         server = serve_metrics(self.cfg.spark.metrics_port, self.prometheus)
         delay, restarts = 1.0, 0
@@ -658,6 +724,7 @@ class MergeJob:
                     if self.fail_on_data_loss:
                         self.stop_on_data_loss()  # lost Kafka history stops the job: a restart cannot help
                     self.stop_on_schema_change()  # so does a schema change the configuration refuses
+                    self.check_routes()  # and a route whose tables no longer merge (a conflicting DDL)
                     restarts += 1
                     if max_restarts is not None and restarts > max_restarts:
                         raise

@@ -42,7 +42,10 @@ from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, Con
 from contract.topics import clean_topic, table_of_topic
 from spark_jobs.clean_changelog import CleanPartitionWriter
 from spark_jobs.dblog import ChangeRecord, ChunkRow, Marker, Window, WindowBuffer
-from spark_jobs.errors import DBLogError, SinkUnavailable
+from spark_jobs.errors import DBLogError, RouteError, SinkUnavailable
+from spark_jobs.sharding.routes import Router
+from spark_jobs.sharding.shapes import ShardId
+from spark_jobs.sharding.target import target_fields, target_row
 from spark_jobs.sinks.configured import configured_sinks
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,12 @@ class MergeSettings:
     changelog: bool = True
     sinks: SinksConfig = field(default_factory=SinksConfig)  # the table sinks (configured_sinks)
     dlq_topic: str = ""
+    # Table routing (docs/sharding.md): the source's name (the ``__source`` origin value),
+    # the configured routes, and per batch each route's target (``{"schema", "key"}`` by
+    # route name, :func:`spark_jobs.sharding.target.target_schema`, planned on the driver).
+    source_name: str = ""
+    routes: list = field(default_factory=list)
+    targets: dict = field(default_factory=dict)
 
 
 # -- per worker process caches (Spark reuses Python workers between tasks) ---------------------
@@ -272,7 +281,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             # takes after a key change brings every row under the new key.
             stats["sink_skipped"] += 1
         elif k.op != TRUNCATE_OP:
-            by_table.setdefault(k.table, []).append(k)
+            routed = _routed(s, k, key_columns) if s.routes else None
+            by_table.setdefault(k.table if routed is None else routed.table, []).append(routed or k)
     sinks = sinks_of(s)
     for (db, table), records_of_table in by_table.items():
         # What no table sink can apply is one dead letter, whatever the number of sinks.
@@ -297,6 +307,24 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
         stats["dead"] = len(dead)
     stats["seconds"] = time.monotonic() - t0
     return {"buffer": buf.to_state(), "pending": markers[mi:]}, stats
+
+
+def _routed(s: MergeSettings, k: _Kept, key_columns: dict[tuple[str, str], list[str]]) -> _Kept | None:
+    """A kept record of a routed table as a record of the route's target (origin values in
+    its row, the target's layout and key), or None: the table is not routed."""
+    router: Router = _cached(("router", repr(s.routes)), lambda: Router(s.routes))
+    route = router.route_of(s.source_name, *k.table)
+    if route is None:
+        return None
+    target = s.targets.get(route.name)
+    if target is None:
+        raise RouteError(f"{s.source_name}/{k.table[0]}.{k.table[1]} is routed to {route.name}, but the batch was "
+                         "planned without that route's target layout")
+    key_columns[route.target] = list(target["key"])
+    fields = _cached(("route-fields", route.name, repr(target["schema"])), lambda: target_fields(target["schema"]))
+    row = target_row(route, ShardId(s.source_name, *k.table), k.row, fields)
+    return _Kept(k.op, row, k.position, f"route:{route.name}", target["schema"], k.ts_ms, k.offset, k.key_bytes,
+                 k.value_bytes, route.target, k.old_key)
 
 
 def merge_markers(pending: list[dict], new: list[dict]) -> list[dict]:

@@ -1,0 +1,171 @@
+"""Table routing in the merge job (issue 15, docs/sharding.md) on the real stack: four shard
+databases of the session MariaDB server (the same ids in every shard) routed into one
+target; the merged PostgreSQL and MySQL targets must equal the union of the shards, each
+row with its origin values; an incompatible route is refused at start and a conflicting
+DDL stops the job."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+
+from common.config import RouteConfig
+from spark_jobs.errors import IncompatibleShards, RouteError
+from spark_jobs.merge_job import MergeJob
+from tests.producer_helpers import ProducerThread, run_until_caught_up, start_at_current, wait_for
+from tests.sink_helpers import mysql_sink_rows, pg_sink_rows
+from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
+
+ORIGIN = ["__source", "__db", "__table"]
+KEY = [*ORIGIN, "id"]
+
+
+@pytest.fixture
+def shards(stack, test_db):
+    """Four shard databases ``<test_db>_01`` .. ``_04``, dropped afterwards."""
+    names = [f"{test_db}_0{i}" for i in range(1, 5)]
+    with stack.admin() as conn, conn.cursor() as cur:
+        for name in names:
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    yield names
+    with stack.admin() as conn, conn.cursor() as cur:
+        for name in names:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def _route(cfg, test_db, shards, ddl="optimistic"):
+    cfg.source.include_databases = list(shards)
+    cfg.routes = [RouteConfig(schema=re.escape(test_db) + "_0[1-4]", table="orders", target=f"{test_db}.orders",
+                              ddl=ddl)]
+
+
+def _union(stack, cfg, shards) -> dict:
+    """The shards' rows, each with its origin values, by the target's key."""
+    expected = {}
+    for db in shards:
+        with stack.admin() as conn:
+            rows = source_rows(conn, db, "orders", ["id"])
+        for (i,), row in rows.items():
+            expected[(cfg.producer.name, db, "orders", i)] = {"__source": cfg.producer.name, "__db": db,
+                                                              "__table": "orders", **row}
+    return expected
+
+
+def test_four_shards_merge_into_one_target_under_load_with_add_column_shard_by_shard(stack, merge_config, test_db,
+                                                                                     shards):
+    cfg = merge_config
+    _route(cfg, test_db, shards)
+    with stack.admin() as conn:
+        for db in shards:
+            create_table(conn, db, "orders", "single", 150)  # ids 0..149 in every shard
+    cfg.snapshot.chunk_size = 80
+    start_at_current(cfg)
+    loads = [WriteLoad(stack.admin, db, "orders", "single", key_space=200, seed=i, pause_s=0.02) for i, db in enumerate(shards)]
+    with ProducerThread(cfg):
+        for load in loads:
+            load.start()
+        try:
+            wait_for(lambda: all(sum(ld.ops.values()) > 20 for ld in loads), what="writes running")
+            sid = snapshot(cfg, [f"{db}.orders" for db in shards])
+            # ADD COLUMN shard by shard while the writes and the snapshot run; the last shard
+            # never gets it (its rows write NULL into the target's column).
+            for i, db in enumerate(shards[:3]):
+                with stack.admin() as conn, conn.cursor() as cur:
+                    cur.execute(f"ALTER TABLE `{db}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+                    cur.execute(f"UPDATE `{db}`.orders SET coupon = %s WHERE id %% 5 = 0", [f"c{i}"])
+                    conn.commit()
+                time.sleep(1.0)
+            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=300, what="snapshot completed")
+        finally:
+            for load in loads:
+                load.stop()
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+
+    expected = _union(stack, cfg, shards)
+    assert {k[1] for k in expected} == set(shards) and len(expected) > 4 * 100
+    assert all(expected[k].get("coupon") is None for k in expected if k[1] == shards[3])
+    for v in (v for k, v in expected.items() if k[1] == shards[3]):
+        v["coupon"] = None  # the target has the column; that shard writes NULL
+    assert any(v["coupon"] == "c0" for v in expected.values())
+    pg = pg_sink_rows(cfg, test_db, "orders", KEY)
+    assert pg == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
+    # the shards' own sink tables are not made
+    with pytest.raises(Exception):
+        pg_sink_rows(cfg, shards[0], "orders", ["id"])
+
+
+def test_incompatible_route_is_refused_at_start_naming_both_tables(stack, merge_config, test_db, shards):
+    cfg = merge_config
+    _route(cfg, test_db, shards[:2])
+    start_at_current(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{shards[0]}`.orders (id INT PRIMARY KEY, qty INT)")
+        cur.execute(f"CREATE TABLE `{shards[1]}`.orders (id INT PRIMARY KEY, qty VARCHAR(10))")
+        cur.execute(f"INSERT INTO `{shards[0]}`.orders VALUES (1, 5)")
+        cur.execute(f"INSERT INTO `{shards[1]}`.orders VALUES (1, 'five')")
+        conn.commit()
+    run_until_caught_up(cfg)
+    with pytest.raises(IncompatibleShards) as err:
+        MergeJob(cfg).run(available_now=True)
+    text = str(err.value)
+    assert f"{shards[0]}.orders" in text and f"{shards[1]}.orders" in text and test_db + ".orders" in text
+
+
+def test_pessimistic_routes_are_refused_until_wired(stack, merge_config, test_db, shards):
+    cfg = merge_config
+    _route(cfg, test_db, shards, ddl="pessimistic")
+    with pytest.raises(RouteError, match="ddl: optimistic"):
+        MergeJob(cfg).run(available_now=True)
+
+
+def test_conflicting_ddl_stops_the_running_job(stack, merge_config, test_db, shards):
+    cfg = merge_config
+    _route(cfg, test_db, shards[:2])
+    start_at_current(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        for db in shards[:2]:
+            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)")
+            cur.execute(f"INSERT INTO `{db}`.orders VALUES (1, 5), (2, 6)")
+        conn.commit()
+    run_until_caught_up(cfg)
+    job = MergeJob(cfg)
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["rc"] = job.run(max_restarts=3)
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            outcome["error"] = exc
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(pg_rows_or_empty(cfg, test_db)) == 4, timeout=180, what="the first rows merged")
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"ALTER TABLE `{shards[0]}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+            cur.execute(f"ALTER TABLE `{shards[1]}`.orders ADD COLUMN coupon BIGINT NULL")
+            cur.execute(f"INSERT INTO `{shards[0]}`.orders VALUES (3, 7, 'x')")
+            cur.execute(f"INSERT INTO `{shards[1]}`.orders VALUES (3, 7, 42)")
+            conn.commit()
+        run_until_caught_up(cfg)
+        thread.join(240)
+        assert not thread.is_alive(), "the job did not stop on the conflicting DDL"
+    finally:
+        job.stop()
+        thread.join(60)
+    err = outcome.get("error")
+    assert isinstance(err, IncompatibleShards), outcome
+    assert f"{shards[0]}.orders" in str(err) and f"{shards[1]}.orders" in str(err) and "coupon" in str(err)
+    # nothing of the conflicting rows reached the target
+    assert len(pg_rows_or_empty(cfg, test_db)) == 4
+
+
+def pg_rows_or_empty(cfg, test_db) -> dict:
+    try:
+        return pg_sink_rows(cfg, test_db, "orders", KEY)
+    except Exception:  # noqa: BLE001 - not created yet
+        return {}

@@ -66,7 +66,8 @@ from common.metrics_http import serve_metrics
 from contract.envelope import record_names
 from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE, decode_marker, is_table_marker, is_window
 from contract.position import describe_position
-from contract.schema_store import SchemaStore
+from contract.schema_store import SchemaStore, schema_record
+from contract.serde import AvroWriter
 from contract.topics import (
     clean_topic,
     dlq_topic,
@@ -92,7 +93,7 @@ from spark_jobs.partition_merge import (
 )
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
-from spark_jobs.sharding.target import target_schema
+from spark_jobs.sharding.target import target_envelope_schema, target_key_schema, target_schema
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,7 @@ class MergeJob:
         self._stop = threading.Event()
         self.query = None
         self._known: dict[str, int] = {}  # topics made sure of: partitions
+        self._published: set[str] = set()  # fingerprints of schemas the job published
         self.last: dict[str, Any] = {}
         self.phase_totals: dict[str, float] = {}  # seconds per phase over every batch (see _report)
         self._admin_client = None
@@ -297,6 +299,8 @@ class MergeJob:
                 parts += [(name, p) for p in t.partitions]
                 if self.settings.changelog and self._known.get(name) != len(t.partitions):
                     db, table = table_of_topic(self.prefix, name)
+                    route = self.router.route_of(self.source_name, db, table)
+                    db, table = route.target if route is not None else (db, table)  # merged: the target's
                     ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean_topic(self.prefix, db, table),
                                        len(t.partitions), self.client or None)
                 self._known[name] = len(t.partitions)
@@ -573,7 +577,31 @@ class MergeJob:
         for route, members in shards.items():
             schema, key = target_schema(route, members)
             targets[route.name] = {"schema": schema, "key": key}
+            if self.settings.changelog:
+                # The merged clean changelog's schemas, published like the producer's.
+                targets[route.name]["key_schema"] = target_key_schema(schema, key)
+                targets[route.name]["envelope_schema"] = target_envelope_schema(members[min(members)][0], schema)
+                self._publish_schemas([targets[route.name]["key_schema"], targets[route.name]["envelope_schema"]])
         return targets
+
+    def _publish_schemas(self, schemas: list[dict]) -> None:
+        """Publish the schemas the schemas topic does not hold yet (a merged clean changelog's)."""
+        from confluent_kafka import Producer
+
+        fresh = []
+        for schema in schemas:
+            fp = AvroWriter(schema).fingerprint
+            if fp not in self._published and self.schemas.get(fp) is None:
+                fresh.append(schema_record(self.prefix, fp, schema))
+            self._published.add(fp)
+        if not fresh:
+            return
+        producer = Producer({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, "enable.idempotence": True,
+                             **self.client})
+        for topic, key, value in fresh:
+            producer.produce(topic, value, key)
+        if producer.flush(60):
+            raise MergeStateError(f"the merged clean changelog's schemas were not acknowledged by Kafka ({topic})")
 
     def check_routes(self) -> None:
         """Refuse routes the job cannot apply (before the query starts, and after it failed:

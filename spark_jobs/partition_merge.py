@@ -40,12 +40,12 @@ from contract.markers import window_of
 from contract.schema_store import SchemaStore
 from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
-from spark_jobs.clean_changelog import CleanPartitionWriter
+from spark_jobs.clean_changelog import CleanPartitionWriter, MergedPartitionWriter
 from spark_jobs.dblog import ChangeRecord, ChunkRow, Marker, Window, WindowBuffer
 from spark_jobs.errors import DBLogError, RouteError, SinkUnavailable
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
-from spark_jobs.sharding.target import target_fields, target_row
+from spark_jobs.sharding.target import target_fields, target_key, target_row
 from spark_jobs.sinks.configured import configured_sinks
 
 log = logging.getLogger(__name__)
@@ -179,6 +179,7 @@ class _Kept:
     value_bytes: bytes | None
     table: tuple[str, str] = ("", "")  # the source's (db, table), from ``source``
     old_key: bool = False  # keyed as before the table's primary key changed: changelog only
+    envelope: dict | None = None  # the decoded record (a routed table's: for the merged clean changelog)
 
 
 def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes | None, bytes | None]],
@@ -234,7 +235,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 # (merge_job), and the producer reads again every chunk whose window it was in.
                 if s.changelog:
                     kept.append(_Kept(op, None, position, "", None, int(src.get("ts_ms") or 0), int(offset), key_b,
-                                      value_b, names))
+                                      value_b, names, envelope=value if s.routes else None))
                 continue
             if op == "r":
                 window = Window.from_dict(value["snapshot_window"])
@@ -257,20 +258,29 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             # The key is not decoded per record: the sinks take the key columns from the row
             # (``before`` for a delete).
             row = value.get("after") if op != "d" else value.get("before")
-            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names, old_key))
+            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names, old_key,
+                              value if s.routes else None))
     t_decided = time.monotonic()
     stats["decide_s"] = t_decided - t0
     stats["emitted"] = len(kept)
     stats["dropped"] = buf.stats["rows_dropped"] - dropped_before
     stats["copies"] = buf.stats["copies"] - copies_before
 
+    merged_clean = dict(state.get("merged_clean") or {})  # route name -> the merged clean partition's end
     if s.changelog and kept:
-        writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, topic_db, topic_table), partition,
-                                      s.client or None)
-        for k in kept:
-            writer.write(k.key_bytes, k.value_bytes, k.position)
-        writer.flush()
-        stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
+        router: Router | None = _cached(("router", repr(s.routes)), lambda: Router(s.routes)) if s.routes else None
+        plain = [k for k in kept if router is None or router.route_of(s.source_name, *k.table) is None]
+        if plain:
+            writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, topic_db, topic_table), partition,
+                                          s.client or None)
+            for k in plain:
+                writer.write(k.key_bytes, k.value_bytes, k.position)
+            writer.flush()
+            stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
+        if len(plain) < len(kept):
+            plain_ids = {id(k) for k in plain}
+            dead += _merged_changelog(s, router, [k for k in kept if id(k) not in plain_ids], partition,
+                                      merged_clean, stats)
     t_clean = time.monotonic()
     stats["changelog_s"] = t_clean - t_decided
 
@@ -306,7 +316,10 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
         _dead_letters(s, topic, partition, dead)
         stats["dead"] = len(dead)
     stats["seconds"] = time.monotonic() - t0
-    return {"buffer": buf.to_state(), "pending": markers[mi:]}, stats
+    new_state = {"buffer": buf.to_state(), "pending": markers[mi:]}
+    if merged_clean:
+        new_state["merged_clean"] = merged_clean
+    return new_state, stats
 
 
 def _routed(s: MergeSettings, k: _Kept, key_columns: dict[tuple[str, str], list[str]]) -> _Kept | None:
@@ -325,6 +338,48 @@ def _routed(s: MergeSettings, k: _Kept, key_columns: dict[tuple[str, str], list[
     row = target_row(route, ShardId(s.source_name, *k.table), k.row, fields)
     return _Kept(k.op, row, k.position, f"route:{route.name}", target["schema"], k.ts_ms, k.offset, k.key_bytes,
                  k.value_bytes, route.target, k.old_key)
+
+
+def _merged_changelog(s: MergeSettings, router: Router, kept: list[_Kept], partition: int, merged_clean: dict,
+                      stats: dict) -> list[tuple[int, Any, Any, str]]:
+    """Routed tables' kept records into their routes' merged clean topics (partition
+    ``partition``), as target rows keyed by the target's key (origin values first), each
+    with its shard's header; ``merged_clean`` (route name -> the partition's end offset after
+    the previous write) is updated.  Returns the records that cannot be encoded (dead letters)."""
+    dead = []
+    groups: dict[tuple, list[_Kept]] = {}
+    for k in kept:
+        groups.setdefault((router.route_of(s.source_name, *k.table), k.table), []).append(k)
+    for (route, table), records in groups.items():
+        target = s.targets.get(route.name)
+        if target is None or "envelope_schema" not in target:
+            raise RouteError(f"{s.source_name}/{table[0]}.{table[1]} is routed to {route.name}, but the batch was "
+                             "planned without that route's merged clean changelog schemas")
+        key_w = _cached(("avro", repr(target["key_schema"])), lambda: AvroWriter(target["key_schema"]))
+        value_w = _cached(("avro", repr(target["envelope_schema"])), lambda: AvroWriter(target["envelope_schema"]))
+        fields = target_fields(target["schema"])
+        shard = ShardId(s.source_name, *table)
+        writer = MergedPartitionWriter(s.bootstrap, clean_topic(s.prefix, *route.target), partition, str(shard),
+                                       int(merged_clean.get(route.name, 0)), s.client or None)
+        for k in records:
+            env = k.envelope or {}
+            try:
+                before = env.get("before")
+                after = env.get("after")
+                value = {**env, "before": None if before is None else target_row(route, shard, before, fields),
+                         "after": None if after is None else target_row(route, shard, after, fields)}
+                row = value["after"] if value["after"] is not None else value["before"]
+                key_b = key_w.encode(target_key(row, target["key"])) if row is not None else None
+                value_b = value_w.encode(value)
+            except (SerdeError, KeyError, TypeError, ValueError) as exc:
+                dead.append((k.offset, k.key_bytes, k.value_bytes, f"merged clean changelog {route.name}: {exc}"))
+                continue
+            writer.write(key_b, value_b, k.position)
+        writer.flush()
+        merged_clean[route.name] = writer.end_offset()
+        stats["clean_written"] = stats.get("clean_written", 0) + writer.written
+        stats["clean_skipped"] = stats.get("clean_skipped", 0) + writer.skipped
+    return dead
 
 
 def merge_markers(pending: list[dict], new: list[dict]) -> list[dict]:

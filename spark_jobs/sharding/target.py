@@ -23,7 +23,8 @@ from spark_jobs.sharding.routes import Route
 from spark_jobs.sharding.shapes import ShardId, TableShape, shape_of_sink_columns
 from spark_jobs.sinks.layout import _PRIMITIVES, _record_ns, row_columns, row_record
 
-__all__ = ["target_schema", "target_row", "target_fields"]
+__all__ = ["target_schema", "target_row", "target_fields", "target_key_schema", "target_envelope_schema",
+           "target_key"]
 
 
 def _inline(t: Any, s: Any, ns: str | None, defined: set[str]) -> Any:
@@ -114,3 +115,31 @@ def target_row(route: Route, shard: ShardId, row: Mapping[str, Any], fields: Seq
     column the shard does not have (yet)."""
     full = route.row(shard, row)
     return {f: full.get(f) for f in fields}
+
+
+def target_key_schema(schema: Mapping[str, Any], key: Sequence[str]) -> dict:
+    """The Avro key record of the target's merged clean changelog: the key columns of the
+    target row record ``schema`` (origin columns first), in key order."""
+    by_name = {f.get("mysql.column") or f["name"]: f for f in schema["fields"]}
+    fields = [{k: copy.deepcopy(v) for k, v in by_name[n].items() if k != "default"} for n in key]
+    return {"type": "record", "name": "Key", "namespace": schema["namespace"], "fields": fields}
+
+
+def target_envelope_schema(envelope: Mapping[str, Any], schema: Mapping[str, Any]) -> dict:
+    """A shard's envelope schema with its rows (``before``, ``after``) being target rows:
+    the value schema of the target's merged clean changelog."""
+    full = f"{schema['namespace']}.{schema['name']}"
+    fields = []
+    for f in envelope["fields"]:
+        if f["name"] == "before":
+            f = {**f, "type": ["null", copy.deepcopy(dict(schema))], "default": None}
+        elif f["name"] == "after":
+            f = {**f, "type": ["null", full], "default": None}
+        fields.append(copy.deepcopy(f))
+    return {**{k: v for k, v in envelope.items() if k not in ("fields", "namespace", "name")},
+            "type": "record", "name": "Envelope", "namespace": schema["namespace"], "fields": fields}
+
+
+def target_key(row: Mapping[str, Any], key: Sequence[str]) -> dict[str, Any]:
+    """The merged clean changelog's key record of a target row."""
+    return {k: row[k] for k in key}

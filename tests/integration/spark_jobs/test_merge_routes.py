@@ -13,9 +13,12 @@ import time
 import pytest
 
 from common.config import RouteConfig
+from common.kafka.topic_reader import read_topic
+from contract.topics import clean_topic
+from spark_jobs.clean_changelog import SHARD_HEADER
 from spark_jobs.errors import IncompatibleShards, RouteError
 from spark_jobs.merge_job import MergeJob
-from tests.producer_helpers import ProducerThread, run_until_caught_up, start_at_current, wait_for
+from tests.producer_helpers import ProducerThread, decoder, run_until_caught_up, start_at_current, wait_for
 from tests.sink_helpers import mysql_sink_rows, pg_sink_rows
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
 
@@ -94,7 +97,17 @@ def test_four_shards_merge_into_one_target_under_load_with_add_column_shard_by_s
     pg = pg_sink_rows(cfg, test_db, "orders", KEY)
     assert pg == expected
     assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
-    # the shards' own sink tables are not made
+    # the merged clean changelog: one topic, keyed by the target's key, no copy per shard
+    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    # a second run changes nothing (the checkpoint holds, nothing is written twice)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    # the shards' own sink tables and clean topics are not made
+    from confluent_kafka.admin import AdminClient
+    topics = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client}).list_topics(
+        timeout=15).topics
+    assert clean_topic(cfg.kafka.topic_prefix, test_db, "orders") in topics
+    assert clean_topic(cfg.kafka.topic_prefix, shards[0], "orders") not in topics
     with pytest.raises(Exception):
         pg_sink_rows(cfg, shards[0], "orders", ["id"])
 
@@ -162,6 +175,27 @@ def test_conflicting_ddl_stops_the_running_job(stack, merge_config, test_db, sha
     assert f"{shards[0]}.orders" in str(err) and f"{shards[1]}.orders" in str(err) and "coupon" in str(err)
     # nothing of the conflicting rows reached the target
     assert len(pg_rows_or_empty(cfg, test_db)) == 4
+
+
+def _merged_clean(cfg, topic: str) -> dict:
+    """Replay a merged clean changelog (per partition and shard, positions must rise):
+    ``{key tuple: after row}``."""
+    dec = decoder(cfg)
+    table: dict = {}
+    highest: dict = {}
+    for m in read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client):
+        key, value = dec.decode(m.key()), dec.decode(m.value())
+        shard = dict(m.headers())[SHARD_HEADER]
+        assert value["position"] > highest.get((m.partition(), shard), ""), f"copy or disorder at {m.offset()}"
+        highest[(m.partition(), shard)] = value["position"]
+        assert list(key) == KEY
+        k = tuple(key.values())
+        assert shard.decode() == f"{k[0]}/{k[1]}.{k[2]}"
+        if value["op"] == "d":
+            table.pop(k, None)
+        elif value["op"] != "t":
+            table[k] = value["after"]
+    return table
 
 
 def pg_rows_or_empty(cfg, test_db) -> dict:

@@ -66,3 +66,24 @@ def test_incompatible_shards_are_refused_naming_both_tables():
     assert "main/shop_01.orders" in str(err.value) and "main/shop_03.orders" in str(err.value)
     with pytest.raises(IncompatibleShards, match="keyed by"):
         target_schema(ROUTE, {S1: (a, ["id"]), S3: (c, ["coupon"])})
+
+
+def test_merged_clean_changelog_schemas_round_trip():
+    import io
+
+    import fastavro
+
+    from spark_jobs.sharding.target import target_envelope_schema, target_key, target_key_schema
+    a = envelope("cdc.shop_01.orders", [{"name": "id", "type": "int"}, {"name": "s", "type": ["null", STATUS]}])
+    b = envelope("cdc.shop_02.orders", [{"name": "id", "type": "int"}, {"name": "note", "type": "string"}])
+    schema, key = target_schema(ROUTE, {S1: (a, ["id"]), S2: (b, ["id"])})
+    key_schema, env_schema = target_key_schema(schema, key), target_envelope_schema(a, schema)
+    row = target_row(ROUTE, S2, {"id": 1, "note": "x"}, target_fields(schema))
+    value = {"before": None, "after": row, "op": "c"}
+    for sch, rec in ((key_schema, target_key(row, key)), (env_schema, value)):
+        parsed = fastavro.parse_schema(sch)
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, rec)
+        buf.seek(0)
+        assert fastavro.schemaless_reader(buf, parsed) == rec
+    assert [f["name"] for f in key_schema["fields"]] == key

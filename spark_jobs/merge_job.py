@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from common import logs
-from common.config import CDCConfig, load_config
+from common.config import CapturedSource, CDCConfig, load_config
 from common.errors import CDCError, OffsetLookupError
 from common.kafka.clients import delete_topics, ensure_topics, topic_ids
 from common.kafka.offsets import end_offsets
@@ -189,26 +189,39 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
 
 
 class MergeJob:
-    def __init__(self, cfg: CDCConfig) -> None:
+    """The merge job of one source (``source``: an entry of ``cfg.captured_sources()``,
+    default the first): its table topics, markers and schemas under the source's topic
+    prefix.  With ``source:`` alone that is today's job (checkpoint ``spark.checkpoint_dir``,
+    ``merge-status.json``); with ``sources`` each source's job keeps its checkpoint and
+    status under its name (:func:`run_merge` runs one per source, one query each)."""
+
+    def __init__(self, cfg: CDCConfig, source: CapturedSource | None = None) -> None:
         self.cfg = cfg
         k = cfg.kafka
-        self.prefix = k.topic_prefix
+        self.source = source or cfg.captured_sources()[0]
+        self.prefix = self.source.topic_prefix
+        self.source_name = self.source.name
         self.client = dict(k.client)
-        # The source whose topics the job reads (one yet: docs/sharding.md): the one using
-        # kafka.topic_prefix, which `source:` alone always is.
-        sources = [c for c in cfg.captured_sources() if c.topic_prefix == self.prefix]
-        self.source_name = sources[0].name if sources else cfg.producer.name
         self.router = Router.from_config(cfg)
         self.settings = MergeSettings(
             bootstrap=k.bootstrap_servers, prefix=self.prefix, client=self.client,
             registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
-            dlq_topic=dlq_topic(self.prefix), source_name=self.source_name, routes=list(cfg.routes))
-        self.checkpoint = Path(cfg.spark.checkpoint_dir)
+            dlq_topic=dlq_topic(self.prefix), source_name=self.source_name, routes=list(cfg.routes),
+            clean_prefix=k.topic_prefix)
+        several = bool(cfg.sources)
+        self.checkpoint = Path(cfg.spark.checkpoint_dir) / (self.source_name if several else "")
         self.query_dir = self.checkpoint / "query"
         self.fail_on_data_loss = cfg.spark.fail_on_data_loss
         self.store = MergeStateStore(self.checkpoint / "merge-state")
         self.schemas = SchemaStore(k.bootstrap_servers, self.prefix, self.client or None)
-        self.status_path = Path(cfg.state_dir) / "merge-status.json"
+        # every source's schemas (a route's target is the union of every source's shards)
+        self._stores = {c.topic_prefix: (c.name, self.schemas if c.topic_prefix == self.prefix else
+                                         SchemaStore(k.bootstrap_servers, c.topic_prefix, self.client or None))
+                        for c in cfg.captured_sources()}
+        self._clean_schemas = self._stores.get(k.topic_prefix, (None, None))[1] or \
+            SchemaStore(k.bootstrap_servers, k.topic_prefix, self.client or None)
+        self.status_path = Path(cfg.state_dir) / (f"merge-status-{self.source_name}.json" if several
+                                                  else "merge-status.json")
         self.batches = 0
         self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0, "lost_partitions": 0,
                        "lost_records": 0, "deleted_missing": 0}
@@ -300,9 +313,9 @@ class MergeJob:
                 if self.settings.changelog and self._known.get(name) != len(t.partitions):
                     db, table = table_of_topic(self.prefix, name)
                     route = self.router.route_of(self.source_name, db, table)
-                    db, table = route.target if route is not None else (db, table)  # merged: the target's
-                    ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean_topic(self.prefix, db, table),
-                                       len(t.partitions), self.client or None)
+                    clean = clean_topic(self.prefix, db, table) if route is None else \
+                        clean_topic(self.cfg.kafka.topic_prefix, *route.target)  # merged: the target's
+                    ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean, len(t.partitions), self.client or None)
                 self._known[name] = len(t.partitions)
         if not self._known.get("", 0):
             ensure_topics(self.cfg.kafka, [self.settings.dlq_topic, markers_topic(self.prefix)], partitions=1)
@@ -559,19 +572,29 @@ class MergeJob:
             self.schemas.refresh_until(schemas_end)
         tables: list[ShardId] = []
         shards: dict = {}
-        for topic in sorted({t for t, _ in partitions}):
-            db, table = table_of_topic(self.prefix, topic)
-            shard = ShardId(self.source_name, db, table)
-            tables.append(shard)
-            route = self.router.route_of(*shard)
-            if route is None:
-                continue
-            key_name, _, envelope_name = record_names(self.prefix, db, table)
-            envelope, key = self.schemas.newest_named(envelope_name), self.schemas.newest_named(key_name)
-            if envelope is None:
-                continue  # no schema yet: no record either
-            key_columns = [f.get("mysql.column") or f["name"] for f in key[1].get("fields", [])] if key else []
-            shards.setdefault(route, {})[shard] = (envelope[1], key_columns)
+        topics = {self.prefix: sorted({t for t, _ in partitions})}
+        if len(self._stores) > 1:  # the other sources' tables, with their newest schemas now
+            md = self._admin().list_topics(timeout=15)
+            for prefix, (_, store) in self._stores.items():
+                if prefix != self.prefix:
+                    rx = re.compile(table_topic_pattern(prefix))
+                    topics[prefix] = sorted(n for n, t in md.topics.items() if rx.fullmatch(n) and t.error is None)
+                    store.refresh()
+        for prefix, names in topics.items():
+            source_name, store = self._stores[prefix]
+            for topic in names:
+                db, table = table_of_topic(prefix, topic)
+                shard = ShardId(source_name, db, table)
+                tables.append(shard)
+                route = self.router.route_of(*shard)
+                if route is None:
+                    continue
+                key_name, _, envelope_name = record_names(prefix, db, table)
+                envelope, key = store.newest_named(envelope_name), store.newest_named(key_name)
+                if envelope is None:
+                    continue  # no schema yet: no record either
+                key_columns = [f.get("mysql.column") or f["name"] for f in key[1].get("fields", [])] if key else []
+                shards.setdefault(route, {})[shard] = (envelope[1], key_columns)
         self.router.plan(tables)
         targets = {}
         for route, members in shards.items():
@@ -591,11 +614,12 @@ class MergeJob:
         fresh = []
         for schema in schemas:
             fp = AvroWriter(schema).fingerprint
-            if fp not in self._published and self.schemas.get(fp) is None:
-                fresh.append(schema_record(self.prefix, fp, schema))
+            if fp not in self._published and self._clean_schemas.get(fp) is None:
+                fresh.append(schema_record(self.cfg.kafka.topic_prefix, fp, schema))
             self._published.add(fp)
         if not fresh:
             return
+        ensure_topics(self.cfg.kafka, [schemas_topic(self.cfg.kafka.topic_prefix)], partitions=1, compacted=True)
         producer = Producer({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, "enable.idempotence": True,
                              **self.client})
         for topic, key, value in fresh:
@@ -733,7 +757,8 @@ class MergeJob:
         self.stop_on_schema_change()
         self.check_routes()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
-        server = serve_metrics(self.cfg.spark.metrics_port, self.prometheus)
+        first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job
+        server = serve_metrics(self.cfg.spark.metrics_port if first else None, self.prometheus)
         delay, restarts = 1.0, 0
         try:
             while not self._stop.is_set():
@@ -767,15 +792,51 @@ class MergeJob:
                 server.shutdown()
 
 
+def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts: int | None = None) -> int:
+    """Run the jobs of several sources side by side (a query each, one Spark session);
+    when one stops with an error the others are stopped and the error raised."""
+    if len(jobs) == 1:
+        return jobs[0].run(available_now=available_now, max_restarts=max_restarts)
+    from spark_jobs.spark_session import build_session
+    build_session(jobs[0].cfg.spark.master, app_name="cdc-merge")  # one session, made before the threads
+    results: dict[int, Any] = {}
+    done = threading.Event()
+
+    def run(i: int, job: MergeJob) -> None:
+        try:
+            results[i] = job.run(available_now=available_now, max_restarts=max_restarts)
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread
+            results[i] = exc
+            done.set()
+    threads = [threading.Thread(target=run, args=(i, job), daemon=True, name=f"merge-{job.source_name}")
+               for i, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        if done.wait(0.5):
+            for job in jobs:
+                job.stop()
+            break
+    for t in threads:
+        t.join()
+    for i in range(len(jobs)):
+        if isinstance(results.get(i), BaseException):
+            raise results[i]
+    return max((r for r in results.values() if isinstance(r, int)), default=0)
+
+
 def run_merge(cfg: CDCConfig, *, available_now: bool = False) -> int:
-    job = MergeJob(cfg)
+    """The merge job of every source (``CDCConfig.captured_sources()``): with ``source:``
+    alone, one job exactly as before."""
+    jobs = [MergeJob(cfg, source) for source in cfg.captured_sources()]
 
     def on_signal(signum, frame):  # noqa: ARG001
         log.info("stopping the merge job (signal %d)", signum)
-        threading.Thread(target=job.stop, daemon=True).start()
+        for job in jobs:
+            threading.Thread(target=job.stop, daemon=True).start()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
-    return job.run(available_now=available_now)
+    return run_jobs(jobs, available_now=available_now)
 
 
 def main() -> int:

@@ -70,6 +70,7 @@ class MergeSettings:
     source_name: str = ""
     routes: list = field(default_factory=list)
     targets: dict = field(default_factory=dict)
+    clean_prefix: str = ""  # kafka.topic_prefix: the merged clean topics' (default: ``prefix``)
 
 
 # -- per worker process caches (Spark reuses Python workers between tasks) ---------------------
@@ -359,7 +360,7 @@ def _merged_changelog(s: MergeSettings, router: Router, kept: list[_Kept], parti
         value_w = _cached(("avro", repr(target["envelope_schema"])), lambda: AvroWriter(target["envelope_schema"]))
         fields = target_fields(target["schema"])
         shard = ShardId(s.source_name, *table)
-        writer = MergedPartitionWriter(s.bootstrap, clean_topic(s.prefix, *route.target), partition, str(shard),
+        writer = MergedPartitionWriter(s.bootstrap, clean_topic(s.clean_prefix or s.prefix, *route.target), partition, str(shard),
                                        int(merged_clean.get(route.name, 0)), s.client or None)
         for k in records:
             env = k.envelope or {}

@@ -203,3 +203,80 @@ def pg_rows_or_empty(cfg, test_db) -> dict:
         return pg_sink_rows(cfg, test_db, "orders", KEY)
     except Exception:  # noqa: BLE001 - not created yet
         return {}
+
+
+def _source_configs(cfg, groups: dict[str, list[str]]):
+    """A configuration with ``sources`` (one per group of databases of the session server,
+    prefix ``<kafka.topic_prefix>_<name>``), and each source's producer configuration (what
+    ``cdc produce --source NAME`` runs: that source as ``source``, its prefix and name)."""
+    from pathlib import Path
+
+    from common.config import NamedSourceConfig, SourceConfig
+    base = cfg.source.model_dump()
+    multi = cfg.model_copy(deep=True)
+    multi.source = SourceConfig()
+    multi.sources = [NamedSourceConfig(**{**base, "include_databases": dbs, "server_id": base["server_id"] + 11 + i},
+                                       name=name) for i, (name, dbs) in enumerate(groups.items())]
+    producers = {}
+    for c in multi.captured_sources():
+        pc = cfg.model_copy(deep=True)
+        pc.source = SourceConfig(**{k: v for k, v in c.config.model_dump().items() if k not in ("name", "topic_prefix")})
+        pc.kafka.topic_prefix = c.topic_prefix
+        pc.producer.name = c.producer_name
+        pc.state_dir = str(Path(cfg.state_dir) / c.name)
+        producers[c.name] = pc
+    return multi, producers
+
+
+def test_two_sources_each_with_its_shards_merge_into_one_target(stack, merge_config, test_db, shards):
+    """Two sources (two producers, two topic prefixes, each with its markers and schemas) of
+    two shards each, under load, snapshotted, one ADD COLUMN on each source: one query per
+    source; the target holds the union with each row's source name."""
+    from spark_jobs.merge_job import run_jobs
+    from tests.snapshot_helpers import kafka_snapshot
+    cfg = merge_config
+    _route(cfg, test_db, shards)
+    cfg.snapshot.chunk_size = 60
+    multi, producers = _source_configs(cfg, {"east": shards[:2], "west": shards[2:]})
+    with stack.admin() as conn:
+        for db in shards:
+            create_table(conn, db, "orders", "single", 100)
+    for pc in producers.values():
+        start_at_current(pc)
+    loads = [WriteLoad(stack.admin, db, "orders", "single", key_space=150, seed=i, pause_s=0.03)
+             for i, db in enumerate(shards)]
+    with ProducerThread(producers["east"]), ProducerThread(producers["west"]):
+        for load in loads:
+            load.start()
+        try:
+            wait_for(lambda: all(sum(ld.ops.values()) > 10 for ld in loads), what="writes running")
+            sids = {name: kafka_snapshot(pc, [f"{db}.orders" for db in pc.source.include_databases])
+                    for name, pc in producers.items()}
+            for db in (shards[0], shards[3]):
+                with stack.admin() as conn, conn.cursor() as cur:
+                    cur.execute(f"ALTER TABLE `{db}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+                    cur.execute(f"UPDATE `{db}`.orders SET coupon = 'c' WHERE MOD(id, 3) = 0")
+                    conn.commit()
+                time.sleep(1.0)
+            for name, pc in producers.items():
+                wait_for(lambda: has_notification(pc, "COMPLETED", id=sids[name]), timeout=300,
+                         what=f"snapshot of {name} completed")
+        finally:
+            for load in loads:
+                load.stop()
+    for pc in producers.values():
+        run_until_caught_up(pc)
+    assert run_jobs([MergeJob(multi, c) for c in multi.captured_sources()], available_now=True) == 0
+
+    expected = {}
+    for name, pc in producers.items():
+        for db in pc.source.include_databases:
+            with stack.admin() as conn:
+                rows = source_rows(conn, db, "orders", ["id"])
+            for (i,), row in rows.items():
+                expected[(name, db, "orders", i)] = {"__source": name, "__db": db, "__table": "orders",
+                                                     "coupon": None, **row}
+    assert {k[0] for k in expected} == {"east", "west"} and any(v["coupon"] == "c" for v in expected.values())
+    assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
+    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected

@@ -485,11 +485,25 @@ class MergeJob:
                 still.append(w)
                 continue
             m = w["marker"]
+            route = self.router.route_of(self.source_name, m["db"], m["table"]) if self.router.routes else None
             if m.get("kind") in (DROP_TABLE, RENAME_TABLE):
-                moved += self._table_ddl(m)
+                if route is not None:  # the target is shared: its other shards' rows stay
+                    log.info("%s of %s.%s, routed to %s: the target and its rows of the table are kept",
+                             m["kind"], m["db"], m["table"], route.name)
+                else:
+                    moved += self._table_ddl(m)
                 continue
+            db, table, where = m["db"], m["table"], None
+            if route is not None:  # a shard's rows in its route's target: by their origin values
+                db, table = route.target
+                where = route.origin_values(ShardId(self.source_name, m["db"], m["table"]))
+                if not where:
+                    log.warning("%s of %s.%s: its route to %s has no origin columns, so its rows in the target "
+                                "cannot be told from the other shards': nothing deleted", m.get("kind"), m["db"],
+                                m["table"], route.name)
+                    continue
             for name, sink in sinks_of(self.settings):
-                n = sink.delete_below(m["db"], m["table"], m["below"])
+                n = sink.delete_below(db, table, m["below"], where)
                 deleted += n
                 if m.get("kind") == TRUNCATE:
                     log.info("TRUNCATE of %s.%s: %d rows written before it deleted from %s (below position %s)",

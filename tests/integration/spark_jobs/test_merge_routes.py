@@ -102,6 +102,19 @@ def test_four_shards_merge_into_one_target_under_load_with_add_column_shard_by_s
     # a second run changes nothing (the checkpoint holds, nothing is written twice)
     assert MergeJob(cfg).run(available_now=True) == 0
     assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    # TRUNCATE of one shard: its rows leave the target (by their origin values), the others stay
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"TRUNCATE TABLE `{shards[1]}`.orders")
+        cur.execute(f"INSERT INTO `{shards[1]}`.orders (id, v, n) VALUES (1, 'after truncate', 1)")
+        conn.commit()
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    expected = {k: v for k, v in expected.items() if k[1] != shards[1]}
+    expected[(cfg.producer.name, shards[1], "orders", 1)] = {
+        "__source": cfg.producer.name, "__db": shards[1], "__table": "orders", "id": 1, "v": "after truncate",
+        "n": 1, "coupon": None}
+    assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
     # the shards' own sink tables and clean topics are not made
     from confluent_kafka.admin import AdminClient
     topics = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client}).list_topics(

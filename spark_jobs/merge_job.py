@@ -93,7 +93,7 @@ from spark_jobs.partition_merge import (
 )
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
-from spark_jobs.sharding.target import target_envelope_schema, target_key_schema, target_schema
+from spark_jobs.sharding.target import check_history, target_envelope_schema, target_key_schema, target_schema
 
 log = logging.getLogger(__name__)
 
@@ -586,6 +586,7 @@ class MergeJob:
             self.schemas.refresh_until(schemas_end)
         tables: list[ShardId] = []
         shards: dict = {}
+        history: dict = {}  # route -> shard -> every schema version, oldest first
         topics = {self.prefix: sorted({t for t, _ in partitions})}
         if len(self._stores) > 1:  # the other sources' tables, with their newest schemas now
             md = self._admin().list_topics(timeout=15)
@@ -609,10 +610,12 @@ class MergeJob:
                     continue  # no schema yet: no record either
                 key_columns = [f.get("mysql.column") or f["name"] for f in key[1].get("fields", [])] if key else []
                 shards.setdefault(route, {})[shard] = (envelope[1], key_columns)
+                history.setdefault(route, {})[shard] = store.versions_named(envelope_name)
         self.router.plan(tables)
         targets = {}
         for route, members in shards.items():
             schema, key = target_schema(route, members)
+            check_history(route, history[route], {shard: k for shard, (_, k) in members.items()})
             targets[route.name] = {"schema": schema, "key": key}
             if self.settings.changelog:
                 # The merged clean changelog's schemas, published like the producer's.

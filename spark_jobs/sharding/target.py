@@ -19,12 +19,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spark_jobs.sharding.coordinator import ShardDDLCoordinator
 from spark_jobs.sharding.routes import Route
 from spark_jobs.sharding.shapes import ShardId, TableShape, shape_of_sink_columns
 from spark_jobs.sinks.layout import _PRIMITIVES, _record_ns, row_columns, row_record
 
 __all__ = ["target_schema", "target_row", "target_fields", "target_key_schema", "target_envelope_schema",
-           "target_key"]
+           "target_key", "check_history"]
 
 
 def _inline(t: Any, s: Any, ns: str | None, defined: set[str]) -> Any:
@@ -143,3 +144,32 @@ def target_envelope_schema(envelope: Mapping[str, Any], schema: Mapping[str, Any
 def target_key(row: Mapping[str, Any], key: Sequence[str]) -> dict[str, Any]:
     """The merged clean changelog's key record of a target row."""
     return {k: row[k] for k in key}
+
+
+def check_history(route: Route, history: Mapping[ShardId, Sequence[tuple[str, Any]]],
+                  keys: Mapping[ShardId, Sequence[str]]) -> None:
+    """Every schema version of every shard (``(fingerprint, value schema)``, oldest first;
+    each shard's key ``keys[shard]``) announced to an optimistic
+    :class:`~spark_jobs.sharding.coordinator.ShardDDLCoordinator`: a column whose types over
+    all those versions do not join is :class:`~spark_jobs.errors.ShardDDLConflict` naming
+    two shards and their schema versions, even when the newest schemas merge (a column
+    dropped on one shard, added with another type on another: the target keeps the first).
+    A version that lacks a key column (written before the key changed) is left out."""
+    start: dict[ShardId, tuple[str, str, TableShape]] = {}
+    later: list[tuple[ShardId, str, str, TableShape]] = []
+    for shard in sorted(history):
+        for i, (fp, schema) in enumerate(history[shard]):
+            columns = row_columns(schema)
+            if not set(keys[shard]) <= {c.name for c in columns}:
+                continue
+            shape = shape_of_sink_columns(columns, keys[shard])
+            if shard not in start:
+                start[shard] = (fp, f"{i:09d}", shape)
+            else:
+                later.append((shard, fp, f"{i:09d}", shape))
+    if not start:
+        return
+    coordinator = ShardDDLCoordinator(route.name, "optimistic")
+    coordinator.start(start)
+    for shard, fp, at, shape in later:
+        coordinator.announce(shard, fp, at, shape)

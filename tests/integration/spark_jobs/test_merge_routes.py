@@ -293,3 +293,34 @@ def test_two_sources_each_with_its_shards_merge_into_one_target(stack, merge_con
     assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
     assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
     assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+
+
+def test_conflict_hidden_by_a_dropped_column_stops_the_job(stack, merge_config, test_db, shards):
+    """shop_01 adds ``coupon`` as text (the target takes it) and drops it; shop_02 then adds
+    ``coupon`` as a number: the newest schemas merge, the shards' histories do not."""
+    from spark_jobs.errors import ShardDDLConflict
+    cfg = merge_config
+    _route(cfg, test_db, shards[:2])
+    start_at_current(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        for db in shards[:2]:
+            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)")
+            cur.execute(f"INSERT INTO `{db}`.orders VALUES (1, 5)")
+        cur.execute(f"ALTER TABLE `{shards[0]}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+        cur.execute(f"INSERT INTO `{shards[0]}`.orders VALUES (2, 6, 'x')")
+        conn.commit()
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    assert {k: v["coupon"] for k, v in pg_rows_or_empty(cfg, test_db).items()}[
+        (cfg.producer.name, shards[0], "orders", 2)] == "x"
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE `{shards[0]}`.orders DROP COLUMN coupon")
+        cur.execute(f"INSERT INTO `{shards[0]}`.orders VALUES (3, 7)")  # (a schema is published at its first row)
+        cur.execute(f"ALTER TABLE `{shards[1]}`.orders ADD COLUMN coupon BIGINT NULL")
+        cur.execute(f"INSERT INTO `{shards[1]}`.orders VALUES (2, 6, 42)")
+        conn.commit()
+    run_until_caught_up(cfg)
+    with pytest.raises(ShardDDLConflict) as err:
+        MergeJob(cfg).run(available_now=True)
+    assert f"{shards[0]}.orders" in str(err.value) and f"{shards[1]}.orders" in str(err.value)
+    assert len(pg_rows_or_empty(cfg, test_db)) == 3  # nothing of the batch was applied

@@ -87,3 +87,22 @@ def test_merged_clean_changelog_schemas_round_trip():
         buf.seek(0)
         assert fastavro.schemaless_reader(buf, parsed) == rec
     assert [f["name"] for f in key_schema["fields"]] == key
+
+
+def test_history_conflict_the_newest_schemas_hide():
+    """shop_01 adds coupon as text then drops it, shop_02 adds it as a number: the newest
+    schemas merge, every version does not (the target kept the text column)."""
+    from spark_jobs.errors import ShardDDLConflict
+    from spark_jobs.sharding.target import check_history
+    ident = {"name": "id", "type": "int"}
+    v1 = envelope("cdc.shop_01.orders", [ident])
+    v2 = envelope("cdc.shop_01.orders", [ident, {"name": "coupon", "type": ["null", "string"]}])
+    w2 = envelope("cdc.shop_02.orders", [ident, {"name": "coupon", "type": ["null", "long"]}])
+    target_schema(ROUTE, {S1: (v1, ["id"]), S2: (w2, ["id"])})  # the newest schemas merge
+    keys = {S1: ["id"], S2: ["id"]}
+    with pytest.raises(ShardDDLConflict) as err:
+        check_history(ROUTE, {S1: [("a1", v1), ("a2", v2), ("a3", v1)], S2: [("b1", v1), ("b2", w2)]}, keys)
+    assert "main/shop_01.orders" in str(err.value) and "main/shop_02.orders" in str(err.value)
+    # widenings and same DDL everywhere are fine
+    check_history(ROUTE, {S1: [("a1", v1), ("a2", v2)], S2: [("b1", v1), ("b2", v2)]}, keys)
+    check_history(ROUTE, {}, {})

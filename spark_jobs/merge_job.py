@@ -579,8 +579,9 @@ class MergeJob:
         ``partitions``: the union of their columns (optimistic sharding DDL).  Raises
         :class:`~spark_jobs.errors.RouteCollision` when an unrouted table lands in a target,
         :class:`~spark_jobs.errors.IncompatibleShards` (naming both tables) when a route's
-        tables cannot be merged, at start or after a DDL."""
-        if not self.router.routes:
+        tables cannot be merged, at start or after a DDL.  With several sources and no route,
+        the check that no two sources' same-named tables land in one sink table."""
+        if not self.router.routes and len(self._stores) == 1:
             return {}
         if schemas_end:
             self.schemas.refresh_until(schemas_end)
@@ -647,7 +648,7 @@ class MergeJob:
     def check_routes(self) -> None:
         """Refuse routes the job cannot apply (before the query starts, and after it failed:
         a conflicting DDL stops the route and so the job), naming the tables."""
-        if not self.router.routes:
+        if not self.router.routes and len(self._stores) == 1:
             return
         pessimistic = [r.name for r in self.router.routes if r.ddl == "pessimistic"]
         try:
@@ -671,7 +672,7 @@ class MergeJob:
         schemas_end, epoch = int(plan.get("schemas_end") or 0), int(prev.get("sink_epoch") or 0)
         self._check_schema_changes(partitions, schemas_end)
         settings = self.settings
-        if self.router.routes:
+        if self.router.routes or len(self._stores) > 1:
             settings = dataclasses.replace(settings, targets=self.route_targets(partitions, schemas_end))
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)

@@ -324,3 +324,24 @@ def test_conflict_hidden_by_a_dropped_column_stops_the_job(stack, merge_config, 
         MergeJob(cfg).run(available_now=True)
     assert f"{shards[0]}.orders" in str(err.value) and f"{shards[1]}.orders" in str(err.value)
     assert len(pg_rows_or_empty(cfg, test_db)) == 3  # nothing of the batch was applied
+
+
+def test_two_sources_same_unrouted_table_are_refused(stack, merge_config, test_db, shards):
+    """Two sources both capturing shop_01.orders and no route: both would land in one sink
+    table, keys colliding; the job refuses to start, naming both."""
+    from spark_jobs.errors import RouteCollision
+    from spark_jobs.merge_job import run_jobs
+    cfg = merge_config
+    multi, producers = _source_configs(cfg, {"east": shards[:1], "west": shards[:1]})
+    with stack.admin() as conn:
+        create_table(conn, shards[0], "orders", "single", 3)
+    for pc in producers.values():
+        start_at_current(pc)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `{shards[0]}`.orders (id, v, n) VALUES (10, 'x', 1)")
+        conn.commit()
+    for pc in producers.values():
+        run_until_caught_up(pc)
+    with pytest.raises(RouteCollision) as err:
+        run_jobs([MergeJob(multi, c) for c in multi.captured_sources()], available_now=True)
+    assert f"east/{shards[0]}.orders" in str(err.value) and f"west/{shards[0]}.orders" in str(err.value)

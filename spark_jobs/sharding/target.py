@@ -95,15 +95,26 @@ def target_schema(route: Route, shards: Mapping[ShardId, tuple[Any, Sequence[str
     defined: set[str] = set()
     out: list[dict] = [{"name": n, "type": "string"} for n in route.origin]
     for c in target.columns[len(route.origin):]:
-        f, s, ns, _ = chosen[c.name]
+        f, s, ns, have = chosen[c.name]
         field = {k: v for k, v in f.items() if k not in ("type", "default")}
-        t = _inline(f["type"], s, ns, defined)
+        t = _inline(f["type"], s, ns, defined) if have == c.type else _joined_type(c.type, f, s, ns, defined)
         field["type"] = t if c.name in target.key else _nullable(t)
         if c.name not in target.key:
             field["default"] = None
         out.append(field)
     space = "cdc.route." + re.sub(r"[^A-Za-z0-9_]", "_", f"{route.target[0]}.{route.target[1]}")
     return {"type": "record", "name": "Value", "namespace": space, "fields": out}, list(target.key)
+
+
+def _joined_type(want: str, f: dict, s: Any, ns: str | None, defined: set[str]) -> Any:
+    """The Avro type of a join no shard has (``decimal(p,s)`` joining two decimals, ``string``
+    joining an enum and a set); other joins are one of the shards' types."""
+    m = re.fullmatch(r"decimal\((\d+),(\d+)\)", want)
+    if m:
+        return {"type": "bytes", "logicalType": "decimal", "precision": int(m.group(1)), "scale": int(m.group(2))}
+    if want == "string":
+        return "string"
+    return _inline(f["type"], s, ns, defined)
 
 
 def target_fields(schema: Mapping[str, Any]) -> list[str]:

@@ -106,3 +106,17 @@ def test_history_conflict_the_newest_schemas_hide():
     # widenings and same DDL everywhere are fine
     check_history(ROUTE, {S1: [("a1", v1), ("a2", v2)], S2: [("b1", v1), ("b2", v2)]}, keys)
     check_history(ROUTE, {}, {})
+
+
+def test_joins_no_shard_has_are_made():
+    dec = lambda p, sc: {"type": "bytes", "logicalType": "decimal", "precision": p, "scale": sc}  # noqa: E731
+    a = envelope("cdc.shop_01.orders", [{"name": "id", "type": "int"}, {"name": "price", "type": dec(10, 2)},
+                                        {"name": "s", "type": {"type": "string",
+                                                               "connect.name": "io.debezium.data.Enum"}}])
+    b = envelope("cdc.shop_02.orders", [{"name": "id", "type": "int"}, {"name": "price", "type": dec(12, 0)},
+                                        {"name": "s", "type": {"type": "string",
+                                                               "connect.name": "io.debezium.data.EnumSet"}}])
+    schema, key = target_schema(ROUTE, {S1: (a, ["id"]), S2: (b, ["id"])})
+    cols = {c.name: c for c in table_layout(schema, key).columns}
+    assert (cols["price"].kind, cols["price"].precision, cols["price"].scale) == ("decimal", 14, 2)
+    assert cols["s"].kind == "string"

@@ -93,7 +93,13 @@ from spark_jobs.partition_merge import (
 )
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
-from spark_jobs.sharding.target import check_history, target_envelope_schema, target_key_schema, target_schema
+from spark_jobs.sharding.target import (
+    check_history,
+    coordinate,
+    target_envelope_schema,
+    target_key_schema,
+    target_schema,
+)
 
 log = logging.getLogger(__name__)
 
@@ -291,9 +297,16 @@ class MergeJob:
             return [r.asDict() for r in df.select("key", "value", "topic", "partition", "offset")
                     .mapInArrow(arrow_function(settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
         ranges = self._batch_ranges(batch_id)
-        if not ranges:
-            return []
         items = [(r, *inputs.get(f"{r.topic}|{r.partition}", (None, []))) for r in ranges]
+        # Partitions holding rows (pessimistic routes) and without records: a task of their
+        # own (an empty range), so that the rows a DDL released are applied.
+        seen = {(r.topic, r.partition) for r in ranges}
+        for key, (state, markers) in inputs.items():
+            topic, part = key.rsplit("|", 1)
+            if state and state.get("held") and (topic, int(part)) not in seen:
+                items.append((KafkaRange(topic, int(part), 0, 0), state, markers))
+        if not items:
+            return []
         opts = parse_options(self._source_options())
         sc = df.sparkSession.sparkContext
         # No more tasks than executor cores: a task merges its ranges one after the other,
@@ -615,9 +628,24 @@ class MergeJob:
         self.router.plan(tables)
         targets = {}
         for route, members in shards.items():
-            schema, key = target_schema(route, members)
-            check_history(route, history[route], {shard: k for shard, (_, k) in members.items()})
-            targets[route.name] = {"schema": schema, "key": key}
+            keys = {shard: k for shard, (_, k) in members.items()}
+            if route.ddl == "pessimistic":
+                others = sorted(str(sh) for sh in members if sh.source != self.source_name)
+                if others:
+                    raise RouteError(f"route to {route.name} says 'ddl: pessimistic' and merges tables of several "
+                                     f"sources ({others[0]} is not {self.source_name}'s): the merge job applies "
+                                     "pessimistic routes within one source only (docs/sharding.md)")
+                coordinator = coordinate(route, history[route], keys, "pessimistic")
+                schema, key = target_schema(route, members, coordinator.target)
+                waiting = sorted(f"{sh}|{v}" for sh, v in coordinator.waiting())
+                if waiting:
+                    log.info("route to %s (pessimistic): the rows of %s wait for %s to run the same DDL", route.name,
+                             ", ".join(waiting), ", ".join(map(str, coordinator.awaited())))
+            else:
+                schema, key = target_schema(route, members)
+                check_history(route, history[route], keys)
+                waiting = []
+            targets[route.name] = {"schema": schema, "key": key, "waiting": waiting}
             if self.settings.changelog:
                 # The merged clean changelog's schemas, published like the producer's.
                 targets[route.name]["key_schema"] = target_key_schema(schema, key)
@@ -652,9 +680,9 @@ class MergeJob:
             return
         pessimistic = [r.name for r in self.router.routes if r.ddl == "pessimistic"]
         try:
-            if pessimistic:
+            if pessimistic and self.cfg.spark.kafka_source == "jvm":
                 raise RouteError(f"route(s) to {', '.join(pessimistic)} say 'ddl: pessimistic', which the merge job "
-                                 "does not apply yet (docs/sharding.md): set 'ddl: optimistic'")
+                                 "applies with the cdc-kafka source only (spark.kafka_source), not Spark's 'kafka'")
             st = schemas_topic(self.prefix)
             end = self._offsets_now([(st, 0)]).get((st, 0), (0, 0))[1]
             self.route_targets(self._ensure_topics(), end)

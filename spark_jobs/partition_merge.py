@@ -26,6 +26,7 @@ The output rows are small: the partition's new deduper state and its statistics.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -261,6 +262,10 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             row = value.get("after") if op != "d" else value.get("before")
             kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names, old_key,
                               value if s.routes else None))
+    held: list[dict] = []
+    if state.get("held") or any(t.get("waiting") for t in s.targets.values()):
+        kept = _hold(s, dec, state.get("held") or [], kept, held)
+        stats["held"] = len(held)
     t_decided = time.monotonic()
     stats["decide_s"] = t_decided - t0
     stats["emitted"] = len(kept)
@@ -320,6 +325,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     new_state = {"buffer": buf.to_state(), "pending": markers[mi:]}
     if merged_clean:
         new_state["merged_clean"] = merged_clean
+    if held:
+        new_state["held"] = held
     return new_state, stats
 
 
@@ -339,6 +346,45 @@ def _routed(s: MergeSettings, k: _Kept, key_columns: dict[tuple[str, str], list[
     row = target_row(route, ShardId(s.source_name, *k.table), k.row, fields)
     return _Kept(k.op, row, k.position, f"route:{route.name}", target["schema"], k.ts_ms, k.offset, k.key_bytes,
                  k.value_bytes, route.target, k.old_key)
+
+
+def _hold(s: MergeSettings, dec: EnvelopeDecoder, held: list[dict], kept: list[_Kept], out: list[dict]
+          ) -> list[_Kept]:
+    """Pessimistic routes: the records to apply now, of the rows held before (first) and the
+    kept ones; from the first record written under a schema version its route's coordinator
+    says WAIT for, every later record of the partition is held too (first in, first out: a
+    key's changes stay in order), appended to ``out`` as JSON (raw bytes: decoded again when
+    released)."""
+    router: Router = _cached(("router", repr(s.routes)), lambda: Router(s.routes))
+    go: list[_Kept] = []
+    blocked = False
+    for k in [_unheld(s, dec, h) for h in held] + kept:
+        route = router.route_of(s.source_name, *k.table)
+        if route is None or route.ddl != "pessimistic":
+            go.append(k)
+            continue
+        version = k.value_bytes[2:10].hex() if k.value_bytes and k.value_bytes[:2] == SINGLE_OBJECT_MAGIC else ""
+        waiting = (s.targets.get(route.name) or {}).get("waiting") or ()
+        if blocked or f"{ShardId(s.source_name, *k.table)}|{version}" in waiting:
+            blocked = True
+            out.append({"op": k.op, "position": k.position, "ts_ms": k.ts_ms, "offset": k.offset,
+                        "key": base64.b64encode(k.key_bytes).decode() if k.key_bytes is not None else None,
+                        "value": base64.b64encode(k.value_bytes).decode(), "table": list(k.table),
+                        "old_key": k.old_key})
+        else:
+            go.append(k)
+    return go
+
+
+def _unheld(s: MergeSettings, dec: EnvelopeDecoder, h: dict) -> _Kept:
+    """A held record (:func:`_hold`) decoded again."""
+    value_b = base64.b64decode(h["value"])
+    key_b = base64.b64decode(h["key"]) if h.get("key") is not None else None
+    value = dec.decode(value_b)
+    sid, schema = dec.schema_of(value_b) if h["op"] != TRUNCATE_OP else ("", None)
+    row = None if h["op"] == TRUNCATE_OP else (value.get("after") if h["op"] != "d" else value.get("before"))
+    return _Kept(h["op"], row, h["position"], sid, schema, int(h["ts_ms"]), int(h["offset"]), key_b, value_b,
+                 tuple(h["table"]), bool(h.get("old_key")), value)
 
 
 def _merged_changelog(s: MergeSettings, router: Router, kept: list[_Kept], partition: int, merged_clean: dict,
@@ -496,8 +542,8 @@ def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch
         consumer = _cached(("range-consumer", repr(opts)), lambda: range_consumer(opts))
         for rng, state, markers in items:
             t0 = time.monotonic()
-            records = [(m.offset(), m.key(), m.value())
-                       for msgs in read_messages(opts, rng, consumer=consumer) for m in msgs]
+            records = [] if rng.start == rng.end else [  # (empty: a partition holding rows, see merge_job)
+                (m.offset(), m.key(), m.value()) for msgs in read_messages(opts, rng, consumer=consumer) for m in msgs]
             read_s = time.monotonic() - t0
             new_state, stats = merge_partition(rng.topic, rng.partition, records, s, state, markers, schemas_end,
                                                sink_epoch)

@@ -25,7 +25,7 @@ from spark_jobs.sharding.shapes import ShardId, TableShape, shape_of_sink_column
 from spark_jobs.sinks.layout import _PRIMITIVES, _record_ns, row_columns, row_record
 
 __all__ = ["target_schema", "target_row", "target_fields", "target_key_schema", "target_envelope_schema",
-           "target_key", "check_history"]
+           "target_key", "check_history", "coordinate"]
 
 
 def _inline(t: Any, s: Any, ns: str | None, defined: set[str]) -> Any:
@@ -72,7 +72,8 @@ def _nullable(t: Any) -> Any:
     return ["null", t]
 
 
-def target_schema(route: Route, shards: Mapping[ShardId, tuple[Any, Sequence[str]]]) -> tuple[dict, list[str]]:
+def target_schema(route: Route, shards: Mapping[ShardId, tuple[Any, Sequence[str]]],
+                  shape: TableShape | None = None) -> tuple[dict, list[str]]:
     """The target's Avro row record and key columns from each shard's (newest) value schema
     and key column names; :class:`~spark_jobs.errors.IncompatibleShards` when the shards
     cannot be merged.  Deterministic: shards in order, a column where it first appears."""
@@ -84,6 +85,8 @@ def target_schema(route: Route, shards: Mapping[ShardId, tuple[Any, Sequence[str
         shapes[shard] = shape_of_sink_columns(row_columns(schema), key)
         fields[shard] = [(f, s, _record_ns(record)) for f in record.get("fields", [])]
     target = route.check(shapes)
+    if shape is not None:  # pessimistic: the coordinator's target, not the union
+        target = route.shape(shape)
     want = target.types()
     chosen: dict[str, tuple[dict, Any, str | None]] = {}
     for shard in sorted(fields):
@@ -95,6 +98,8 @@ def target_schema(route: Route, shards: Mapping[ShardId, tuple[Any, Sequence[str
     defined: set[str] = set()
     out: list[dict] = [{"name": n, "type": "string"} for n in route.origin]
     for c in target.columns[len(route.origin):]:
+        if c.name not in chosen:
+            continue  # a column every shard dropped since: the sinks keep it
         f, s, ns, have = chosen[c.name]
         field = {k: v for k, v in f.items() if k not in ("type", "default")}
         t = _inline(f["type"], s, ns, defined) if have == c.type else _joined_type(c.type, f, s, ns, defined)
@@ -159,6 +164,12 @@ def target_key(row: Mapping[str, Any], key: Sequence[str]) -> dict[str, Any]:
 
 def check_history(route: Route, history: Mapping[ShardId, Sequence[tuple[str, Any]]],
                   keys: Mapping[ShardId, Sequence[str]]) -> None:
+    """:func:`coordinate` in optimistic mode: raises on a conflict, nothing else."""
+    coordinate(route, history, keys, "optimistic")
+
+
+def coordinate(route: Route, history: Mapping[ShardId, Sequence[tuple[str, Any]]],
+               keys: Mapping[ShardId, Sequence[str]], mode: str) -> ShardDDLCoordinator | None:
     """Every schema version of every shard (``(fingerprint, value schema)``, oldest first;
     each shard's key ``keys[shard]``) announced to an optimistic
     :class:`~spark_jobs.sharding.coordinator.ShardDDLCoordinator`: a column whose types over
@@ -179,8 +190,9 @@ def check_history(route: Route, history: Mapping[ShardId, Sequence[tuple[str, An
             else:
                 later.append((shard, fp, f"{i:09d}", shape))
     if not start:
-        return
-    coordinator = ShardDDLCoordinator(route.name, "optimistic")
+        return None
+    coordinator = ShardDDLCoordinator(route.name, mode)
     coordinator.start(start)
     for shard, fp, at, shape in later:
         coordinator.announce(shard, fp, at, shape)
+    return coordinator

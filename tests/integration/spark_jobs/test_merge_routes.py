@@ -16,9 +16,15 @@ from common.config import RouteConfig
 from common.kafka.topic_reader import read_topic
 from contract.topics import clean_topic
 from spark_jobs.clean_changelog import SHARD_HEADER
-from spark_jobs.errors import IncompatibleShards, RouteError
+from spark_jobs.errors import IncompatibleShards
 from spark_jobs.merge_job import MergeJob
-from tests.producer_helpers import ProducerThread, decoder, run_until_caught_up, start_at_current, wait_for
+from tests.producer_helpers import (
+    ProducerThread,
+    resolving_decoder,
+    run_until_caught_up,
+    start_at_current,
+    wait_for,
+)
 from tests.sink_helpers import mysql_sink_rows, pg_sink_rows
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
 
@@ -142,11 +148,46 @@ def test_incompatible_route_is_refused_at_start_naming_both_tables(stack, merge_
     assert f"{shards[0]}.orders" in text and f"{shards[1]}.orders" in text and test_db + ".orders" in text
 
 
-def test_pessimistic_routes_are_refused_until_wired(stack, merge_config, test_db, shards):
+def test_pessimistic_rows_wait_until_every_shard_ran_the_ddl(stack, merge_config, test_db, shards):
+    """ddl: pessimistic: shop_01 adds ``coupon``; its rows under the new schema wait (held in
+    the partition's state) while shop_02's go on, and the target has no ``coupon``; once
+    shop_02 adds it too the target takes the column and the held rows are applied (shop_01
+    has no new record then: its partition gets a task of its own)."""
     cfg = merge_config
-    _route(cfg, test_db, shards, ddl="pessimistic")
-    with pytest.raises(RouteError, match="ddl: optimistic"):
-        MergeJob(cfg).run(available_now=True)
+    _route(cfg, test_db, shards[:2], ddl="pessimistic")
+    a, b = shards[:2]
+    start_at_current(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        for db in (a, b):
+            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)")
+            cur.execute(f"INSERT INTO `{db}`.orders VALUES (1, 1), (2, 2), (3, 3)")
+        conn.commit()
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    assert len(pg_rows_or_empty(cfg, test_db)) == 6
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE `{a}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+        cur.execute(f"INSERT INTO `{a}`.orders VALUES (4, 4, 'a4')")
+        cur.execute(f"UPDATE `{a}`.orders SET qty = 9 WHERE id = 1")
+        cur.execute(f"INSERT INTO `{b}`.orders VALUES (4, 4)")
+        conn.commit()
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    name = cfg.producer.name
+    for rows in (pg_rows_or_empty(cfg, test_db), mysql_sink_rows(stack, cfg, test_db, "orders", KEY)):
+        assert (name, b, "orders", 4) in rows and (name, a, "orders", 4) not in rows  # a's rows wait
+        assert rows[(name, a, "orders", 1)]["qty"] == 1 and all("coupon" not in r for r in rows.values())
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE `{b}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+        cur.execute(f"INSERT INTO `{b}`.orders VALUES (5, 5, 'b5')")
+        conn.commit()
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    expected = _union(stack, cfg, [a, b])
+    assert expected[(name, a, "orders", 4)]["coupon"] == "a4" and expected[(name, a, "orders", 1)]["qty"] == 9
+    assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
+    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
 
 
 def test_conflicting_ddl_stops_the_running_job(stack, merge_config, test_db, shards):
@@ -192,8 +233,9 @@ def test_conflicting_ddl_stops_the_running_job(stack, merge_config, test_db, sha
 
 def _merged_clean(cfg, topic: str) -> dict:
     """Replay a merged clean changelog (per partition and shard, positions must rise):
-    ``{key tuple: after row}``."""
-    dec = decoder(cfg)
+    ``{key tuple: after row}``, each read with the target's newest schema (as the merge job
+    reads a table topic: a row written before the target had a column has it NULL)."""
+    dec = resolving_decoder(cfg)
     table: dict = {}
     highest: dict = {}
     for m in read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client):

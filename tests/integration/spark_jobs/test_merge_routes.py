@@ -63,6 +63,42 @@ def _union(stack, cfg, shards) -> dict:
     return expected
 
 
+def _small_shards(stack, cfg, test_db, dbs, values: str, ddl: str = "optimistic") -> None:
+    """``orders (id INT PRIMARY KEY, qty INT)`` in each of ``dbs`` with ``values``, routed
+    into ``<test_db>.orders``, captured from the binlog (no snapshot)."""
+    _route(cfg, test_db, dbs, ddl=ddl)
+    start_at_current(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        for db in dbs:
+            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)")
+            cur.execute(f"INSERT INTO `{db}`.orders VALUES {values}")
+        conn.commit()
+    run_until_caught_up(cfg)
+
+
+def _assert_merged(stack, cfg, test_db, expected: dict) -> None:
+    """Both sinks' target and the merged clean changelog equal ``expected``."""
+    assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
+    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+
+
+def _run_sql_and_merge(stack, cfg, *statements: str, refused: type[Exception] | None = None):
+    """Run ``statements`` on the source, stream them, run the merge job over what is there;
+    ``refused``: the error the job must stop with (its ``pytest.raises`` info returned)."""
+    with stack.admin() as conn, conn.cursor() as cur:
+        for stmt in statements:
+            cur.execute(stmt)
+        conn.commit()
+    run_until_caught_up(cfg)
+    if refused is None:
+        assert MergeJob(cfg).run(available_now=True) == 0
+        return None
+    with pytest.raises(refused) as err:
+        MergeJob(cfg).run(available_now=True)
+    return err
+
+
 def test_four_shards_merge_into_one_target_under_load_with_add_column_shard_by_shard(stack, merge_config, test_db,
                                                                                      shards):
     cfg = merge_config
@@ -72,7 +108,8 @@ def test_four_shards_merge_into_one_target_under_load_with_add_column_shard_by_s
             create_table(conn, db, "orders", "single", 150)  # ids 0..149 in every shard
     cfg.snapshot.chunk_size = 80
     start_at_current(cfg)
-    loads = [WriteLoad(stack.admin, db, "orders", "single", key_space=200, seed=i, pause_s=0.02) for i, db in enumerate(shards)]
+    loads = [WriteLoad(stack.admin, db, "orders", "single", key_space=200, seed=i, pause_s=0.02)
+             for i, db in enumerate(shards)]
     with ProducerThread(cfg):
         for load in loads:
             load.start()
@@ -100,21 +137,17 @@ def test_four_shards_merge_into_one_target_under_load_with_add_column_shard_by_s
     for v in (v for k, v in expected.items() if k[1] == shards[3]):
         v["coupon"] = None  # the target has the column; that shard writes NULL
     assert any(v["coupon"] == "c0" for v in expected.values())
-    pg = pg_sink_rows(cfg, test_db, "orders", KEY)
-    assert pg == expected
-    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
-    # the merged clean changelog: one topic, keyed by the target's key, no copy per shard
-    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    # both sinks, and the merged clean changelog: one topic, keyed by the target's key, no copy per shard
+    _assert_merged(stack, cfg, test_db, expected)
     # a second run changes nothing (the checkpoint holds, nothing is written twice)
     assert MergeJob(cfg).run(available_now=True) == 0
     assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
     # TRUNCATE of one shard: its rows leave the target (by their origin values), the others stay
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"TRUNCATE TABLE `{shards[1]}`.orders")
-        cur.execute(f"INSERT INTO `{shards[1]}`.orders (id, v, n) VALUES (1, 'after truncate', 1)")
-        conn.commit()
-    run_until_caught_up(cfg)
-    assert MergeJob(cfg).run(available_now=True) == 0
+    _run_sql_and_merge(
+        stack, cfg,
+        f"TRUNCATE TABLE `{shards[1]}`.orders",
+        f"INSERT INTO `{shards[1]}`.orders (id, v, n) VALUES (1, 'after truncate', 1)",
+    )
     expected = {k: v for k, v in expected.items() if k[1] != shards[1]}
     expected[(cfg.producer.name, shards[1], "orders", 1)] = {
         "__source": cfg.producer.name, "__db": shards[1], "__table": "orders", "id": 1, "v": "after truncate",
@@ -135,15 +168,13 @@ def test_incompatible_route_is_refused_at_start_naming_both_tables(stack, merge_
     cfg = merge_config
     _route(cfg, test_db, shards[:2])
     start_at_current(cfg)
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE TABLE `{shards[0]}`.orders (id INT PRIMARY KEY, qty INT)")
-        cur.execute(f"CREATE TABLE `{shards[1]}`.orders (id INT PRIMARY KEY, qty VARCHAR(10))")
-        cur.execute(f"INSERT INTO `{shards[0]}`.orders VALUES (1, 5)")
-        cur.execute(f"INSERT INTO `{shards[1]}`.orders VALUES (1, 'five')")
-        conn.commit()
-    run_until_caught_up(cfg)
-    with pytest.raises(IncompatibleShards) as err:
-        MergeJob(cfg).run(available_now=True)
+    err = _run_sql_and_merge(
+        stack, cfg,
+        f"CREATE TABLE `{shards[0]}`.orders (id INT PRIMARY KEY, qty INT)",
+        f"CREATE TABLE `{shards[1]}`.orders (id INT PRIMARY KEY, qty VARCHAR(10))",
+        f"INSERT INTO `{shards[0]}`.orders VALUES (1, 5)",
+        f"INSERT INTO `{shards[1]}`.orders VALUES (1, 'five')",
+        refused=IncompatibleShards)
     text = str(err.value)
     assert f"{shards[0]}.orders" in text and f"{shards[1]}.orders" in text and test_db + ".orders" in text
 
@@ -154,52 +185,34 @@ def test_pessimistic_rows_wait_until_every_shard_ran_the_ddl(stack, merge_config
     shop_02 adds it too the target takes the column and the held rows are applied (shop_01
     has no new record then: its partition gets a task of its own)."""
     cfg = merge_config
-    _route(cfg, test_db, shards[:2], ddl="pessimistic")
     a, b = shards[:2]
-    start_at_current(cfg)
-    with stack.admin() as conn, conn.cursor() as cur:
-        for db in (a, b):
-            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)")
-            cur.execute(f"INSERT INTO `{db}`.orders VALUES (1, 1), (2, 2), (3, 3)")
-        conn.commit()
-    run_until_caught_up(cfg)
+    _small_shards(stack, cfg, test_db, [a, b], "(1, 1), (2, 2), (3, 3)", ddl="pessimistic")
     assert MergeJob(cfg).run(available_now=True) == 0
     assert len(pg_rows_or_empty(cfg, test_db)) == 6
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"ALTER TABLE `{a}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
-        cur.execute(f"INSERT INTO `{a}`.orders VALUES (4, 4, 'a4')")
-        cur.execute(f"UPDATE `{a}`.orders SET qty = 9 WHERE id = 1")
-        cur.execute(f"INSERT INTO `{b}`.orders VALUES (4, 4)")
-        conn.commit()
-    run_until_caught_up(cfg)
-    assert MergeJob(cfg).run(available_now=True) == 0
+    _run_sql_and_merge(
+        stack, cfg,
+        f"ALTER TABLE `{a}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
+        f"INSERT INTO `{a}`.orders VALUES (4, 4, 'a4')",
+        f"UPDATE `{a}`.orders SET qty = 9 WHERE id = 1",
+        f"INSERT INTO `{b}`.orders VALUES (4, 4)",
+    )
     name = cfg.producer.name
     for rows in (pg_rows_or_empty(cfg, test_db), mysql_sink_rows(stack, cfg, test_db, "orders", KEY)):
         assert (name, b, "orders", 4) in rows and (name, a, "orders", 4) not in rows  # a's rows wait
         assert rows[(name, a, "orders", 1)]["qty"] == 1 and all("coupon" not in r for r in rows.values())
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"ALTER TABLE `{b}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
-        cur.execute(f"INSERT INTO `{b}`.orders VALUES (5, 5, 'b5')")
-        conn.commit()
-    run_until_caught_up(cfg)
-    assert MergeJob(cfg).run(available_now=True) == 0
+    _run_sql_and_merge(
+        stack, cfg,
+        f"ALTER TABLE `{b}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
+        f"INSERT INTO `{b}`.orders VALUES (5, 5, 'b5')",
+    )
     expected = _union(stack, cfg, [a, b])
     assert expected[(name, a, "orders", 4)]["coupon"] == "a4" and expected[(name, a, "orders", 1)]["qty"] == 9
-    assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
-    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
-    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    _assert_merged(stack, cfg, test_db, expected)
 
 
 def test_conflicting_ddl_stops_the_running_job(stack, merge_config, test_db, shards):
     cfg = merge_config
-    _route(cfg, test_db, shards[:2])
-    start_at_current(cfg)
-    with stack.admin() as conn, conn.cursor() as cur:
-        for db in shards[:2]:
-            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)")
-            cur.execute(f"INSERT INTO `{db}`.orders VALUES (1, 5), (2, 6)")
-        conn.commit()
-    run_until_caught_up(cfg)
+    _small_shards(stack, cfg, test_db, shards[:2], "(1, 5), (2, 6)")
     job = MergeJob(cfg)
     outcome: dict = {}
 
@@ -275,7 +288,8 @@ def _source_configs(cfg, groups: dict[str, list[str]]):
     producers = {}
     for c in multi.captured_sources():
         pc = cfg.model_copy(deep=True)
-        pc.source = SourceConfig(**{k: v for k, v in c.config.model_dump().items() if k not in ("name", "topic_prefix")})
+        pc.source = SourceConfig(**{k: v for k, v in c.config.model_dump().items()
+                                    if k not in ("name", "topic_prefix")})
         pc.kafka.topic_prefix = c.topic_prefix
         pc.producer.name = c.producer_name
         pc.state_dir = str(Path(cfg.state_dir) / c.name)
@@ -332,9 +346,7 @@ def test_two_sources_each_with_its_shards_merge_into_one_target(stack, merge_con
                 expected[(name, db, "orders", i)] = {"__source": name, "__db": db, "__table": "orders",
                                                      "coupon": None, **row}
     assert {k[0] for k in expected} == {"east", "west"} and any(v["coupon"] == "c" for v in expected.values())
-    assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
-    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
-    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    _assert_merged(stack, cfg, test_db, expected)
 
 
 def test_conflict_hidden_by_a_dropped_column_stops_the_job(stack, merge_config, test_db, shards):
@@ -342,28 +354,21 @@ def test_conflict_hidden_by_a_dropped_column_stops_the_job(stack, merge_config, 
     ``coupon`` as a number: the newest schemas merge, the shards' histories do not."""
     from spark_jobs.errors import ShardDDLConflict
     cfg = merge_config
-    _route(cfg, test_db, shards[:2])
-    start_at_current(cfg)
-    with stack.admin() as conn, conn.cursor() as cur:
-        for db in shards[:2]:
-            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)")
-            cur.execute(f"INSERT INTO `{db}`.orders VALUES (1, 5)")
-        cur.execute(f"ALTER TABLE `{shards[0]}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
-        cur.execute(f"INSERT INTO `{shards[0]}`.orders VALUES (2, 6, 'x')")
-        conn.commit()
-    run_until_caught_up(cfg)
-    assert MergeJob(cfg).run(available_now=True) == 0
+    _small_shards(stack, cfg, test_db, shards[:2], "(1, 5)")
+    _run_sql_and_merge(
+        stack, cfg,
+        f"ALTER TABLE `{shards[0]}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
+        f"INSERT INTO `{shards[0]}`.orders VALUES (2, 6, 'x')",
+    )
     assert {k: v["coupon"] for k, v in pg_rows_or_empty(cfg, test_db).items()}[
         (cfg.producer.name, shards[0], "orders", 2)] == "x"
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"ALTER TABLE `{shards[0]}`.orders DROP COLUMN coupon")
-        cur.execute(f"INSERT INTO `{shards[0]}`.orders VALUES (3, 7)")  # (a schema is published at its first row)
-        cur.execute(f"ALTER TABLE `{shards[1]}`.orders ADD COLUMN coupon BIGINT NULL")
-        cur.execute(f"INSERT INTO `{shards[1]}`.orders VALUES (2, 6, 42)")
-        conn.commit()
-    run_until_caught_up(cfg)
-    with pytest.raises(ShardDDLConflict) as err:
-        MergeJob(cfg).run(available_now=True)
+    err = _run_sql_and_merge(
+        stack, cfg,
+        f"ALTER TABLE `{shards[0]}`.orders DROP COLUMN coupon",
+        f"INSERT INTO `{shards[0]}`.orders VALUES (3, 7)",  # (a schema is published at its first row)
+        f"ALTER TABLE `{shards[1]}`.orders ADD COLUMN coupon BIGINT NULL",
+        f"INSERT INTO `{shards[1]}`.orders VALUES (2, 6, 42)",
+        refused=ShardDDLConflict)
     assert f"{shards[0]}.orders" in str(err.value) and f"{shards[1]}.orders" in str(err.value)
     assert len(pg_rows_or_empty(cfg, test_db)) == 3  # nothing of the batch was applied
 

@@ -84,6 +84,17 @@ class SchemaStore:
         fp = self._newest.get(schema_name(schema), fingerprint)
         return fp, self._schemas[fp]
 
+    def newest_named(self, name: str) -> tuple[str, dict] | None:
+        """``(fingerprint, schema)`` of the newest schema of record ``name`` read so far, or None."""
+        fp = self._newest.get(name)
+        return None if fp is None else (fp, self._schemas[fp])
+
+    def versions_named(self, name: str) -> list[tuple[str, dict]]:
+        """``(fingerprint, schema)`` of every schema of record ``name`` read so far, in the
+        order the topic first held them (oldest first)."""
+        with self._lock:
+            return [(fp, sc) for fp, sc in self._schemas.items() if isinstance(sc, dict) and schema_name(sc) == name]
+
     def first(self, name: str) -> tuple[str, dict] | None:
         """``(fingerprint, schema)`` of the first schema of record ``name`` the topic holds
         (the table's schema when it was first captured), or None."""

@@ -5,6 +5,15 @@ clean topic has at least as many partitions), by one task at a time, in position
 with an idempotent producer.  So the clean partition's last record tells how far an
 earlier attempt got: a retried task or a replayed micro-batch skips every record at or
 below that position and the topic never holds a copy, without Kafka transactions.
+
+A routed table's records go to the merged clean topic of its route's target
+(``<prefix>.clean.<target db>.<target table>``), whose partition ``p`` takes partition
+``p`` of every shard table: tasks of several shards write one partition side by side, so
+its last record says nothing of one shard.  Each record names its shard (header
+:data:`SHARD_HEADER`), and :class:`MergedPartitionWriter` finds how far an earlier
+attempt got for its shard among the records written since the end offset the previous
+batch's state recorded (``since``): every record of the shard past that offset is from an
+attempt of this batch.
 """
 
 from __future__ import annotations
@@ -19,6 +28,9 @@ from common.kafka.topic_reader import read_partition
 from contract.envelope import POSITION_HEADER
 from contract.position import CopyFilter
 from spark_jobs.errors import CleanChangelogError
+
+#: The header naming a merged clean record's shard (``source/db.table``).
+SHARD_HEADER = "cdc.shard"
 
 
 def ensure_clean_topic(bootstrap: str, topic: str, partitions: int, client: dict | None = None) -> None:
@@ -58,18 +70,45 @@ def last_position(bootstrap: str, topic: str, partition: int, client: dict | Non
         consumer.close()
 
 
+def last_shard_position(bootstrap: str, topic: str, partition: int, shard: str, since: int,
+                        client: dict | None = None) -> tuple[str, int]:
+    """The highest position of ``shard``'s records in a merged clean partition at offsets
+    from ``since`` ("" when none), and the partition's end offset."""
+    (low, end), = end_offsets(bootstrap, [(topic, partition)], client_config=client).values()
+    start = max(low, since)
+    if end <= start:
+        return "", end
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-clean-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
+    wanted = shard.encode()
+    try:
+        last = ""
+        for msgs in read_partition(consumer, topic, partition, start, end, timeout=60):
+            for m in msgs:
+                headers = dict(m.headers() or [])
+                if headers.get(SHARD_HEADER) == wanted and headers.get(POSITION_HEADER):
+                    last = max(last, headers[POSITION_HEADER].decode())
+        return last, end
+    finally:
+        consumer.close()
+
+
 class CleanPartitionWriter:
     """Writes one clean partition, skipping what an earlier attempt already wrote."""
 
     def __init__(self, bootstrap: str, topic: str, partition: int, client: dict | None = None) -> None:
         self.topic, self.partition = topic, partition
+        self.extra_headers: list[tuple[str, bytes]] = []
         # What an earlier attempt wrote is a copy now.
-        self.copies = CopyFilter({partition: last_position(bootstrap, topic, partition, client)})
+        self.copies = CopyFilter({partition: self._last(bootstrap, client)})
         self._errors: list[str] = []
         self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
                                   "acks": "all", "compression.type": "lz4", **(client or {})})
         self.written = 0
         self.skipped = 0
+
+    def _last(self, bootstrap: str, client: dict | None) -> str:
+        return last_position(bootstrap, self.topic, self.partition, client)
 
     def _on_delivery(self, err, msg) -> None:  # noqa: ARG002
         if err is not None:
@@ -82,7 +121,8 @@ class CleanPartitionWriter:
         while True:
             try:
                 self.producer.produce(self.topic, value, key, partition=self.partition,
-                                      headers=[(POSITION_HEADER, position.encode())], on_delivery=self._on_delivery)
+                                      headers=[(POSITION_HEADER, position.encode()), *self.extra_headers],
+                                      on_delivery=self._on_delivery)
                 break
             except BufferError:
                 self.producer.poll(0.05)
@@ -93,3 +133,23 @@ class CleanPartitionWriter:
         if remaining or self._errors:
             raise CleanChangelogError(f"{self.topic}[{self.partition}]: {remaining} records not acknowledged, "
                                       f"errors: {self._errors[:3]}")
+
+
+class MergedPartitionWriter(CleanPartitionWriter):
+    """Writes one shard's records into a partition of a route's merged clean topic,
+    skipping what an earlier attempt wrote for that shard since offset ``since``."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, shard: str, since: int,
+                 client: dict | None = None) -> None:
+        self.shard, self.since = shard, since
+        super().__init__(bootstrap, topic, partition, client)
+        self.extra_headers = [(SHARD_HEADER, shard.encode())]
+        self.bootstrap, self.client = bootstrap, client
+
+    def _last(self, bootstrap: str, client: dict | None) -> str:
+        return last_shard_position(bootstrap, self.topic, self.partition, self.shard, self.since, client)[0]
+
+    def end_offset(self) -> int:
+        """The partition's end offset now (after :meth:`flush`): the next batch's ``since``."""
+        (_, end), = end_offsets(self.bootstrap, [(self.topic, self.partition)], client_config=self.client).values()
+        return end

@@ -44,6 +44,7 @@ Kafka) with backoff; ``cdc merge`` stops on SIGTERM/SIGINT.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from common import logs
-from common.config import CDCConfig, load_config
+from common.config import CapturedSource, CDCConfig, load_config
 from common.errors import CDCError, OffsetLookupError
 from common.kafka.clients import delete_topics, ensure_topics, topic_ids
 from common.kafka.offsets import end_offsets
@@ -65,7 +66,8 @@ from common.metrics_http import serve_metrics
 from contract.envelope import record_names
 from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE, decode_marker, is_table_marker, is_window
 from contract.position import describe_position
-from contract.schema_store import SchemaStore
+from contract.schema_store import SchemaStore, schema_record
+from contract.serde import AvroWriter
 from contract.topics import (
     clean_topic,
     dlq_topic,
@@ -77,7 +79,7 @@ from contract.topics import (
 )
 from spark_jobs.clean_changelog import ensure_clean_topic
 from spark_jobs.data_loss import DataLoss, data_loss_message, detect_data_loss
-from spark_jobs.errors import MergeDataLoss, MergeStateError, SchemaChangeStopped
+from spark_jobs.errors import MergeDataLoss, MergeStateError, RouteError, SchemaChangeStopped
 from spark_jobs.kafka_offsets import ids_from_json, lost_from_json, offsets_from_json
 from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
 from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
@@ -88,6 +90,15 @@ from spark_jobs.partition_merge import (
     merge_markers,
     range_function,
     sinks_of,
+)
+from spark_jobs.sharding.routes import Router
+from spark_jobs.sharding.shapes import ShardId
+from spark_jobs.sharding.target import (
+    check_history,
+    coordinate,
+    target_envelope_schema,
+    target_key_schema,
+    target_schema,
 )
 
 log = logging.getLogger(__name__)
@@ -184,27 +195,46 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
 
 
 class MergeJob:
-    def __init__(self, cfg: CDCConfig) -> None:
+    """The merge job of one source (``source``: an entry of ``cfg.captured_sources()``,
+    default the first): its table topics, markers and schemas under the source's topic
+    prefix.  With ``source:`` alone that is today's job (checkpoint ``spark.checkpoint_dir``,
+    ``merge-status.json``); with ``sources`` each source's job keeps its checkpoint and
+    status under its name (:func:`run_merge` runs one per source, one query each)."""
+
+    def __init__(self, cfg: CDCConfig, source: CapturedSource | None = None) -> None:
         self.cfg = cfg
         k = cfg.kafka
-        self.prefix = k.topic_prefix
+        self.source = source or cfg.captured_sources()[0]
+        self.prefix = self.source.topic_prefix
+        self.source_name = self.source.name
         self.client = dict(k.client)
+        self.router = Router.from_config(cfg)
         self.settings = MergeSettings(
             bootstrap=k.bootstrap_servers, prefix=self.prefix, client=self.client,
             registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
-            dlq_topic=dlq_topic(self.prefix))
-        self.checkpoint = Path(cfg.spark.checkpoint_dir)
+            dlq_topic=dlq_topic(self.prefix), source_name=self.source_name, routes=list(cfg.routes),
+            clean_prefix=k.topic_prefix)
+        several = bool(cfg.sources)
+        self.checkpoint = Path(cfg.spark.checkpoint_dir) / (self.source_name if several else "")
         self.query_dir = self.checkpoint / "query"
         self.fail_on_data_loss = cfg.spark.fail_on_data_loss
         self.store = MergeStateStore(self.checkpoint / "merge-state")
         self.schemas = SchemaStore(k.bootstrap_servers, self.prefix, self.client or None)
-        self.status_path = Path(cfg.state_dir) / "merge-status.json"
+        # every source's schemas (a route's target is the union of every source's shards)
+        self._stores = {c.topic_prefix: (c.name, self.schemas if c.topic_prefix == self.prefix else
+                                         SchemaStore(k.bootstrap_servers, c.topic_prefix, self.client or None))
+                        for c in cfg.captured_sources()}
+        self._clean_schemas = self._stores.get(k.topic_prefix, (None, None))[1] or \
+            SchemaStore(k.bootstrap_servers, k.topic_prefix, self.client or None)
+        self.status_path = Path(cfg.state_dir) / (f"merge-status-{self.source_name}.json" if several
+                                                  else "merge-status.json")
         self.batches = 0
         self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0, "lost_partitions": 0,
                        "lost_records": 0, "deleted_missing": 0}
         self._stop = threading.Event()
         self.query = None
         self._known: dict[str, int] = {}  # topics made sure of: partitions
+        self._published: set[str] = set()  # fingerprints of schemas the job published
         self.last: dict[str, Any] = {}
         self.phase_totals: dict[str, float] = {}  # seconds per phase over every batch (see _report)
         self._admin_client = None
@@ -253,7 +283,8 @@ class MergeJob:
                                   f"where batch {batch_id} starts")
         return batch_ranges(before[0] if before else None, ends[0])
 
-    def _merge_tasks(self, df, batch_id: int, inputs: dict, schemas_end: int, epoch: int) -> list[dict]:
+    def _merge_tasks(self, df, batch_id: int, inputs: dict, schemas_end: int, epoch: int,
+                     settings: MergeSettings | None = None) -> list[dict]:
         """Run the partitions' merge on the executors; the ``state`` and ``stats`` rows.
 
         With the ``cdc-kafka`` source each task reads its Kafka ranges itself (at most one task
@@ -261,19 +292,27 @@ class MergeJob:
         records are not turned into Arrow, sent to the JVM and back to a second Python
         worker.  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read through the
         DataFrame (``mapInArrow``)."""
+        settings = settings or self.settings
         if self.cfg.spark.kafka_source == "jvm":
             return [r.asDict() for r in df.select("key", "value", "topic", "partition", "offset")
-                    .mapInArrow(arrow_function(self.settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
+                    .mapInArrow(arrow_function(settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
         ranges = self._batch_ranges(batch_id)
-        if not ranges:
-            return []
         items = [(r, *inputs.get(f"{r.topic}|{r.partition}", (None, []))) for r in ranges]
+        # Partitions holding rows (pessimistic routes) and without records: a task of their
+        # own (an empty range), so that the rows a DDL released are applied.
+        seen = {(r.topic, r.partition) for r in ranges}
+        for key, (state, markers) in inputs.items():
+            topic, part = key.rsplit("|", 1)
+            if state and state.get("held") and (topic, int(part)) not in seen:
+                items.append((KafkaRange(topic, int(part), 0, 0), state, markers))
+        if not items:
+            return []
         opts = parse_options(self._source_options())
         sc = df.sparkSession.sparkContext
         # No more tasks than executor cores: a task merges its ranges one after the other,
         # and a small batch pays Spark's per-task cost fewer times.
         rows = (sc.parallelize(items, max(1, min(len(items), sc.defaultParallelism)))
-                .mapPartitions(range_function(self.settings, opts, schemas_end, epoch)).collect())
+                .mapPartitions(range_function(settings, opts, schemas_end, epoch)).collect())
         return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]
 
     def _ensure_topics(self) -> list[tuple[str, int]]:
@@ -286,8 +325,10 @@ class MergeJob:
                 parts += [(name, p) for p in t.partitions]
                 if self.settings.changelog and self._known.get(name) != len(t.partitions):
                     db, table = table_of_topic(self.prefix, name)
-                    ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean_topic(self.prefix, db, table),
-                                       len(t.partitions), self.client or None)
+                    route = self.router.route_of(self.source_name, db, table)
+                    clean = clean_topic(self.prefix, db, table) if route is None else \
+                        clean_topic(self.cfg.kafka.topic_prefix, *route.target)  # merged: the target's
+                    ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean, len(t.partitions), self.client or None)
                 self._known[name] = len(t.partitions)
         if not self._known.get("", 0):
             ensure_topics(self.cfg.kafka, [self.settings.dlq_topic, markers_topic(self.prefix)], partitions=1)
@@ -457,11 +498,25 @@ class MergeJob:
                 still.append(w)
                 continue
             m = w["marker"]
+            route = self.router.route_of(self.source_name, m["db"], m["table"]) if self.router.routes else None
             if m.get("kind") in (DROP_TABLE, RENAME_TABLE):
-                moved += self._table_ddl(m)
+                if route is not None:  # the target is shared: its other shards' rows stay
+                    log.info("%s of %s.%s, routed to %s: the target and its rows of the table are kept",
+                             m["kind"], m["db"], m["table"], route.name)
+                else:
+                    moved += self._table_ddl(m)
                 continue
+            db, table, where = m["db"], m["table"], None
+            if route is not None:  # a shard's rows in its route's target: by their origin values
+                db, table = route.target
+                where = route.origin_values(ShardId(self.source_name, m["db"], m["table"]))
+                if not where:
+                    log.warning("%s of %s.%s: its route to %s has no origin columns, so its rows in the target "
+                                "cannot be told from the other shards': nothing deleted", m.get("kind"), m["db"],
+                                m["table"], route.name)
+                    continue
             for name, sink in sinks_of(self.settings):
-                n = sink.delete_below(m["db"], m["table"], m["below"])
+                n = sink.delete_below(db, table, m["below"], where)
                 deleted += n
                 if m.get("kind") == TRUNCATE:
                     log.info("TRUNCATE of %s.%s: %d rows written before it deleted from %s (below position %s)",
@@ -530,6 +585,111 @@ class MergeJob:
                     "records.  Bring the sink tables in line by hand and set 'columns: evolve' or 'ignore' for the "
                     "table, then start the job again")
 
+    # -- routing (docs/sharding.md) ----------------------------------------------------------------
+    def route_targets(self, partitions: list[tuple[str, int]], schemas_end: int) -> dict[str, dict]:
+        """Each route's target layout (``{"schema", "key"}`` by route name) from the newest
+        schemas (up to ``schemas_end``) of the routed tables among the topics of
+        ``partitions``: the union of their columns (optimistic sharding DDL).  Raises
+        :class:`~spark_jobs.errors.RouteCollision` when an unrouted table lands in a target,
+        :class:`~spark_jobs.errors.IncompatibleShards` (naming both tables) when a route's
+        tables cannot be merged, at start or after a DDL.  With several sources and no route,
+        the check that no two sources' same-named tables land in one sink table."""
+        if not self.router.routes and len(self._stores) == 1:
+            return {}
+        if schemas_end:
+            self.schemas.refresh_until(schemas_end)
+        tables: list[ShardId] = []
+        shards: dict = {}
+        history: dict = {}  # route -> shard -> every schema version, oldest first
+        topics = {self.prefix: sorted({t for t, _ in partitions})}
+        if len(self._stores) > 1:  # the other sources' tables, with their newest schemas now
+            md = self._admin().list_topics(timeout=15)
+            for prefix, (_, store) in self._stores.items():
+                if prefix != self.prefix:
+                    rx = re.compile(table_topic_pattern(prefix))
+                    topics[prefix] = sorted(n for n, t in md.topics.items() if rx.fullmatch(n) and t.error is None)
+                    store.refresh()
+        for prefix, names in topics.items():
+            source_name, store = self._stores[prefix]
+            for topic in names:
+                db, table = table_of_topic(prefix, topic)
+                shard = ShardId(source_name, db, table)
+                tables.append(shard)
+                route = self.router.route_of(*shard)
+                if route is None:
+                    continue
+                key_name, _, envelope_name = record_names(prefix, db, table)
+                envelope, key = store.newest_named(envelope_name), store.newest_named(key_name)
+                if envelope is None:
+                    continue  # no schema yet: no record either
+                key_columns = [f.get("mysql.column") or f["name"] for f in key[1].get("fields", [])] if key else []
+                shards.setdefault(route, {})[shard] = (envelope[1], key_columns)
+                history.setdefault(route, {})[shard] = store.versions_named(envelope_name)
+        self.router.plan(tables)
+        targets = {}
+        for route, members in shards.items():
+            keys = {shard: k for shard, (_, k) in members.items()}
+            if route.ddl == "pessimistic":
+                others = sorted(str(sh) for sh in members if sh.source != self.source_name)
+                if others:
+                    raise RouteError(f"route to {route.name} says 'ddl: pessimistic' and merges tables of several "
+                                     f"sources ({others[0]} is not {self.source_name}'s): the merge job applies "
+                                     "pessimistic routes within one source only (docs/sharding.md)")
+                coordinator = coordinate(route, history[route], keys, "pessimistic")
+                schema, key = target_schema(route, members, coordinator.target)
+                waiting = sorted(f"{sh}|{v}" for sh, v in coordinator.waiting())
+                if waiting:
+                    log.info("route to %s (pessimistic): the rows of %s wait for %s to run the same DDL", route.name,
+                             ", ".join(waiting), ", ".join(map(str, coordinator.awaited())))
+            else:
+                schema, key = target_schema(route, members)
+                check_history(route, history[route], keys)
+                waiting = []
+            targets[route.name] = {"schema": schema, "key": key, "waiting": waiting}
+            if self.settings.changelog:
+                # The merged clean changelog's schemas, published like the producer's.
+                targets[route.name]["key_schema"] = target_key_schema(schema, key)
+                targets[route.name]["envelope_schema"] = target_envelope_schema(members[min(members)][0], schema)
+                self._publish_schemas([targets[route.name]["key_schema"], targets[route.name]["envelope_schema"]])
+        return targets
+
+    def _publish_schemas(self, schemas: list[dict]) -> None:
+        """Publish the schemas the schemas topic does not hold yet (a merged clean changelog's)."""
+        from confluent_kafka import Producer
+
+        fresh = []
+        for schema in schemas:
+            fp = AvroWriter(schema).fingerprint
+            if fp not in self._published and self._clean_schemas.get(fp) is None:
+                fresh.append(schema_record(self.cfg.kafka.topic_prefix, fp, schema))
+            self._published.add(fp)
+        if not fresh:
+            return
+        ensure_topics(self.cfg.kafka, [schemas_topic(self.cfg.kafka.topic_prefix)], partitions=1, compacted=True)
+        producer = Producer({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, "enable.idempotence": True,
+                             **self.client})
+        for topic, key, value in fresh:
+            producer.produce(topic, value, key)
+        if producer.flush(60):
+            raise MergeStateError(f"the merged clean changelog's schemas were not acknowledged by Kafka ({topic})")
+
+    def check_routes(self) -> None:
+        """Refuse routes the job cannot apply (before the query starts, and after it failed:
+        a conflicting DDL stops the route and so the job), naming the tables."""
+        if not self.router.routes and len(self._stores) == 1:
+            return
+        pessimistic = [r.name for r in self.router.routes if r.ddl == "pessimistic"]
+        try:
+            if pessimistic and self.cfg.spark.kafka_source == "jvm":
+                raise RouteError(f"route(s) to {', '.join(pessimistic)} say 'ddl: pessimistic', which the merge job "
+                                 "applies with the cdc-kafka source only (spark.kafka_source), not Spark's 'kafka'")
+            st = schemas_topic(self.prefix)
+            end = self._offsets_now([(st, 0)]).get((st, 0), (0, 0))[1]
+            self.route_targets(self._ensure_topics(), end)
+        except RouteError as exc:
+            log.error("%s", exc)
+            raise
+
     def process_batch(self, df, batch_id: int) -> None:
         t0 = time.monotonic()
         if self.first_batch_started is None:
@@ -539,10 +699,13 @@ class MergeJob:
         plan, markers = self._plan(batch_id, prev, partitions)
         schemas_end, epoch = int(plan.get("schemas_end") or 0), int(prev.get("sink_epoch") or 0)
         self._check_schema_changes(partitions, schemas_end)
+        settings = self.settings
+        if self.router.routes or len(self._stores) > 1:
+            settings = dataclasses.replace(settings, targets=self.route_targets(partitions, schemas_end))
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         t_tasks = time.monotonic()
-        rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch)
+        rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch, settings)
         t_finish = time.monotonic()
         new_states = dict(states)
         for key, (state, new) in inputs.items():  # partitions without records: their markers wait
@@ -638,8 +801,10 @@ class MergeJob:
         if self.fail_on_data_loss:
             self.stop_on_data_loss()
         self.stop_on_schema_change()
+        self.check_routes()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
-        server = serve_metrics(self.cfg.spark.metrics_port, self.prometheus)
+        first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job
+        server = serve_metrics(self.cfg.spark.metrics_port if first else None, self.prometheus)
         delay, restarts = 1.0, 0
         try:
             while not self._stop.is_set():
@@ -658,6 +823,7 @@ class MergeJob:
                     if self.fail_on_data_loss:
                         self.stop_on_data_loss()  # lost Kafka history stops the job: a restart cannot help
                     self.stop_on_schema_change()  # so does a schema change the configuration refuses
+                    self.check_routes()  # and a route whose tables no longer merge (a conflicting DDL)
                     restarts += 1
                     if max_restarts is not None and restarts > max_restarts:
                         raise
@@ -672,15 +838,51 @@ class MergeJob:
                 server.shutdown()
 
 
+def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts: int | None = None) -> int:
+    """Run the jobs of several sources side by side (a query each, one Spark session);
+    when one stops with an error the others are stopped and the error raised."""
+    if len(jobs) == 1:
+        return jobs[0].run(available_now=available_now, max_restarts=max_restarts)
+    from spark_jobs.spark_session import build_session
+    build_session(jobs[0].cfg.spark.master, app_name="cdc-merge")  # one session, made before the threads
+    results: dict[int, Any] = {}
+    done = threading.Event()
+
+    def run(i: int, job: MergeJob) -> None:
+        try:
+            results[i] = job.run(available_now=available_now, max_restarts=max_restarts)
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread
+            results[i] = exc
+            done.set()
+    threads = [threading.Thread(target=run, args=(i, job), daemon=True, name=f"merge-{job.source_name}")
+               for i, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        if done.wait(0.5):
+            for job in jobs:
+                job.stop()
+            break
+    for t in threads:
+        t.join()
+    for i in range(len(jobs)):
+        if isinstance(results.get(i), BaseException):
+            raise results[i]
+    return max((r for r in results.values() if isinstance(r, int)), default=0)
+
+
 def run_merge(cfg: CDCConfig, *, available_now: bool = False) -> int:
-    job = MergeJob(cfg)
+    """The merge job of every source (``CDCConfig.captured_sources()``): with ``source:``
+    alone, one job exactly as before."""
+    jobs = [MergeJob(cfg, source) for source in cfg.captured_sources()]
 
     def on_signal(signum, frame):  # noqa: ARG001
         log.info("stopping the merge job (signal %d)", signum)
-        threading.Thread(target=job.stop, daemon=True).start()
+        for job in jobs:
+            threading.Thread(target=job.stop, daemon=True).start()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
-    return job.run(available_now=available_now)
+    return run_jobs(jobs, available_now=available_now)
 
 
 def main() -> int:

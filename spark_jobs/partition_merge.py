@@ -26,6 +26,7 @@ The output rows are small: the partition's new deduper state and its statistics.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -40,9 +41,12 @@ from contract.markers import window_of
 from contract.schema_store import SchemaStore
 from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
-from spark_jobs.clean_changelog import CleanPartitionWriter
+from spark_jobs.clean_changelog import CleanPartitionWriter, MergedPartitionWriter
 from spark_jobs.dblog import ChangeRecord, ChunkRow, Marker, Window, WindowBuffer
-from spark_jobs.errors import DBLogError, SinkUnavailable
+from spark_jobs.errors import DBLogError, RouteError, SinkUnavailable
+from spark_jobs.sharding.routes import Router
+from spark_jobs.sharding.shapes import ShardId
+from spark_jobs.sharding.target import target_fields, target_key, target_row
 from spark_jobs.sinks.configured import configured_sinks
 
 log = logging.getLogger(__name__)
@@ -61,6 +65,13 @@ class MergeSettings:
     changelog: bool = True
     sinks: SinksConfig = field(default_factory=SinksConfig)  # the table sinks (configured_sinks)
     dlq_topic: str = ""
+    # Table routing (docs/sharding.md): the source's name (the ``__source`` origin value),
+    # the configured routes, and per batch each route's target (``{"schema", "key"}`` by
+    # route name, :func:`spark_jobs.sharding.target.target_schema`, planned on the driver).
+    source_name: str = ""
+    routes: list = field(default_factory=list)
+    targets: dict = field(default_factory=dict)
+    clean_prefix: str = ""  # kafka.topic_prefix: the merged clean topics' (default: ``prefix``)
 
 
 # -- per worker process caches (Spark reuses Python workers between tasks) ---------------------
@@ -170,6 +181,7 @@ class _Kept:
     value_bytes: bytes | None
     table: tuple[str, str] = ("", "")  # the source's (db, table), from ``source``
     old_key: bool = False  # keyed as before the table's primary key changed: changelog only
+    envelope: dict | None = None  # the decoded record (a routed table's: for the merged clean changelog)
 
 
 def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes | None, bytes | None]],
@@ -225,7 +237,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 # (merge_job), and the producer reads again every chunk whose window it was in.
                 if s.changelog:
                     kept.append(_Kept(op, None, position, "", None, int(src.get("ts_ms") or 0), int(offset), key_b,
-                                      value_b, names))
+                                      value_b, names, envelope=value if s.routes else None))
                 continue
             if op == "r":
                 window = Window.from_dict(value["snapshot_window"])
@@ -248,20 +260,33 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             # The key is not decoded per record: the sinks take the key columns from the row
             # (``before`` for a delete).
             row = value.get("after") if op != "d" else value.get("before")
-            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names, old_key))
+            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names, old_key,
+                              value if s.routes else None))
+    held: list[dict] = []
+    if state.get("held") or any(t.get("waiting") for t in s.targets.values()):
+        kept = _hold(s, dec, state.get("held") or [], kept, held)
+        stats["held"] = len(held)
     t_decided = time.monotonic()
     stats["decide_s"] = t_decided - t0
     stats["emitted"] = len(kept)
     stats["dropped"] = buf.stats["rows_dropped"] - dropped_before
     stats["copies"] = buf.stats["copies"] - copies_before
 
+    merged_clean = dict(state.get("merged_clean") or {})  # route name -> the merged clean partition's end
     if s.changelog and kept:
-        writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, topic_db, topic_table), partition,
-                                      s.client or None)
-        for k in kept:
-            writer.write(k.key_bytes, k.value_bytes, k.position)
-        writer.flush()
-        stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
+        router: Router | None = _cached(("router", repr(s.routes)), lambda: Router(s.routes)) if s.routes else None
+        plain = [k for k in kept if router is None or router.route_of(s.source_name, *k.table) is None]
+        if plain:
+            writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, topic_db, topic_table), partition,
+                                          s.client or None)
+            for k in plain:
+                writer.write(k.key_bytes, k.value_bytes, k.position)
+            writer.flush()
+            stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
+        if len(plain) < len(kept):
+            plain_ids = {id(k) for k in plain}
+            dead += _merged_changelog(s, router, [k for k in kept if id(k) not in plain_ids], partition,
+                                      merged_clean, stats)
     t_clean = time.monotonic()
     stats["changelog_s"] = t_clean - t_decided
 
@@ -272,7 +297,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             # takes after a key change brings every row under the new key.
             stats["sink_skipped"] += 1
         elif k.op != TRUNCATE_OP:
-            by_table.setdefault(k.table, []).append(k)
+            routed = _routed(s, k, key_columns) if s.routes else None
+            by_table.setdefault(k.table if routed is None else routed.table, []).append(routed or k)
     sinks = sinks_of(s)
     for (db, table), records_of_table in by_table.items():
         # What no table sink can apply is one dead letter, whatever the number of sinks.
@@ -296,7 +322,111 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
         _dead_letters(s, topic, partition, dead)
         stats["dead"] = len(dead)
     stats["seconds"] = time.monotonic() - t0
-    return {"buffer": buf.to_state(), "pending": markers[mi:]}, stats
+    new_state = {"buffer": buf.to_state(), "pending": markers[mi:]}
+    if merged_clean:
+        new_state["merged_clean"] = merged_clean
+    if held:
+        new_state["held"] = held
+    return new_state, stats
+
+
+def _routed(s: MergeSettings, k: _Kept, key_columns: dict[tuple[str, str], list[str]]) -> _Kept | None:
+    """A kept record of a routed table as a record of the route's target (origin values in
+    its row, the target's layout and key), or None: the table is not routed."""
+    router: Router = _cached(("router", repr(s.routes)), lambda: Router(s.routes))
+    route = router.route_of(s.source_name, *k.table)
+    if route is None:
+        return None
+    target = s.targets.get(route.name)
+    if target is None:
+        raise RouteError(f"{s.source_name}/{k.table[0]}.{k.table[1]} is routed to {route.name}, but the batch was "
+                         "planned without that route's target layout")
+    key_columns[route.target] = list(target["key"])
+    fields = _cached(("route-fields", route.name, repr(target["schema"])), lambda: target_fields(target["schema"]))
+    row = target_row(route, ShardId(s.source_name, *k.table), k.row, fields)
+    return _Kept(k.op, row, k.position, f"route:{route.name}", target["schema"], k.ts_ms, k.offset, k.key_bytes,
+                 k.value_bytes, route.target, k.old_key)
+
+
+def _hold(s: MergeSettings, dec: EnvelopeDecoder, held: list[dict], kept: list[_Kept], out: list[dict]
+          ) -> list[_Kept]:
+    """Pessimistic routes: the records to apply now, of the rows held before (first) and the
+    kept ones; from the first record written under a schema version its route's coordinator
+    says WAIT for, every later record of the partition is held too (first in, first out: a
+    key's changes stay in order), appended to ``out`` as JSON (raw bytes: decoded again when
+    released)."""
+    router: Router = _cached(("router", repr(s.routes)), lambda: Router(s.routes))
+    go: list[_Kept] = []
+    blocked = False
+    for k in [_unheld(s, dec, h) for h in held] + kept:
+        route = router.route_of(s.source_name, *k.table)
+        if route is None or route.ddl != "pessimistic":
+            go.append(k)
+            continue
+        version = k.value_bytes[2:10].hex() if k.value_bytes and k.value_bytes[:2] == SINGLE_OBJECT_MAGIC else ""
+        waiting = (s.targets.get(route.name) or {}).get("waiting") or ()
+        if blocked or f"{ShardId(s.source_name, *k.table)}|{version}" in waiting:
+            blocked = True
+            out.append({"op": k.op, "position": k.position, "ts_ms": k.ts_ms, "offset": k.offset,
+                        "key": base64.b64encode(k.key_bytes).decode() if k.key_bytes is not None else None,
+                        "value": base64.b64encode(k.value_bytes).decode(), "table": list(k.table),
+                        "old_key": k.old_key})
+        else:
+            go.append(k)
+    return go
+
+
+def _unheld(s: MergeSettings, dec: EnvelopeDecoder, h: dict) -> _Kept:
+    """A held record (:func:`_hold`) decoded again."""
+    value_b = base64.b64decode(h["value"])
+    key_b = base64.b64decode(h["key"]) if h.get("key") is not None else None
+    value = dec.decode(value_b)
+    sid, schema = dec.schema_of(value_b) if h["op"] != TRUNCATE_OP else ("", None)
+    row = None if h["op"] == TRUNCATE_OP else (value.get("after") if h["op"] != "d" else value.get("before"))
+    return _Kept(h["op"], row, h["position"], sid, schema, int(h["ts_ms"]), int(h["offset"]), key_b, value_b,
+                 tuple(h["table"]), bool(h.get("old_key")), value)
+
+
+def _merged_changelog(s: MergeSettings, router: Router, kept: list[_Kept], partition: int, merged_clean: dict,
+                      stats: dict) -> list[tuple[int, Any, Any, str]]:
+    """Routed tables' kept records into their routes' merged clean topics (partition
+    ``partition``), as target rows keyed by the target's key (origin values first), each
+    with its shard's header; ``merged_clean`` (route name -> the partition's end offset after
+    the previous write) is updated.  Returns the records that cannot be encoded (dead letters)."""
+    dead = []
+    groups: dict[tuple, list[_Kept]] = {}
+    for k in kept:
+        groups.setdefault((router.route_of(s.source_name, *k.table), k.table), []).append(k)
+    for (route, table), records in groups.items():
+        target = s.targets.get(route.name)
+        if target is None or "envelope_schema" not in target:
+            raise RouteError(f"{s.source_name}/{table[0]}.{table[1]} is routed to {route.name}, but the batch was "
+                             "planned without that route's merged clean changelog schemas")
+        key_w = _cached(("avro", repr(target["key_schema"])), lambda: AvroWriter(target["key_schema"]))
+        value_w = _cached(("avro", repr(target["envelope_schema"])), lambda: AvroWriter(target["envelope_schema"]))
+        fields = target_fields(target["schema"])
+        shard = ShardId(s.source_name, *table)
+        writer = MergedPartitionWriter(s.bootstrap, clean_topic(s.clean_prefix or s.prefix, *route.target), partition, str(shard),
+                                       int(merged_clean.get(route.name, 0)), s.client or None)
+        for k in records:
+            env = k.envelope or {}
+            try:
+                before = env.get("before")
+                after = env.get("after")
+                value = {**env, "before": None if before is None else target_row(route, shard, before, fields),
+                         "after": None if after is None else target_row(route, shard, after, fields)}
+                row = value["after"] if value["after"] is not None else value["before"]
+                key_b = key_w.encode(target_key(row, target["key"])) if row is not None else None
+                value_b = value_w.encode(value)
+            except (SerdeError, KeyError, TypeError, ValueError) as exc:
+                dead.append((k.offset, k.key_bytes, k.value_bytes, f"merged clean changelog {route.name}: {exc}"))
+                continue
+            writer.write(key_b, value_b, k.position)
+        writer.flush()
+        merged_clean[route.name] = writer.end_offset()
+        stats["clean_written"] = stats.get("clean_written", 0) + writer.written
+        stats["clean_skipped"] = stats.get("clean_skipped", 0) + writer.skipped
+    return dead
 
 
 def merge_markers(pending: list[dict], new: list[dict]) -> list[dict]:
@@ -412,8 +542,8 @@ def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch
         consumer = _cached(("range-consumer", repr(opts)), lambda: range_consumer(opts))
         for rng, state, markers in items:
             t0 = time.monotonic()
-            records = [(m.offset(), m.key(), m.value())
-                       for msgs in read_messages(opts, rng, consumer=consumer) for m in msgs]
+            records = [] if rng.start == rng.end else [  # (empty: a partition holding rows, see merge_job)
+                (m.offset(), m.key(), m.value()) for msgs in read_messages(opts, rng, consumer=consumer) for m in msgs]
             read_s = time.monotonic() - t0
             new_state, stats = merge_partition(rng.topic, rng.partition, records, s, state, markers, schemas_end,
                                                sink_epoch)

@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import ApplyResult, reduce_for_layout
@@ -294,16 +294,19 @@ class TableSinkBase:
             cur.execute(sql, args)
             return cur.rowcount
 
-    def delete_below(self, db: str, table: str, position: str) -> int:
+    def delete_below(self, db: str, table: str, position: str, where: Mapping[str, str] | None = None) -> int:
         """Delete the rows of ``db.table`` whose position is below ``position`` (rows a
         snapshot with ``delete-missing`` did not refresh: deleted at the source while their
-        changes were lost); returns how many.  Nothing when the table does not exist."""
+        changes were lost); returns how many.  Nothing when the table does not exist.
+        ``where``: only the rows with these column values (a routed target: one shard's
+        rows, by its origin values)."""
+        conds = "".join(f" AND {self._quote(c)} = %s" for c in (where or {}))
         with self._transaction() as cur:
             if not self._has_table(cur, db, table):
                 return 0
             self._take_turn(cur, self.table_name(db, table))  # the writers' lock: ``apply`` waits
-            cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {self._quote(POSITION_COLUMN)} < %s",
-                        [position])
+            cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {self._quote(POSITION_COLUMN)} < %s"
+                        + conds, [position, *(where or {}).values()])
             return cur.rowcount
 
     def registered_tables(self) -> list[tuple[str, str, str]]:

@@ -1,0 +1,394 @@
+"""Table routing in the merge job (issue 15, docs/sharding.md) on the real stack: four shard
+databases of the session MariaDB server (the same ids in every shard) routed into one
+target; the merged PostgreSQL and MySQL targets must equal the union of the shards, each
+row with its origin values; an incompatible route is refused at start and a conflicting
+DDL stops the job."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+
+from common.config import RouteConfig
+from common.kafka.topic_reader import read_topic
+from contract.topics import clean_topic
+from spark_jobs.clean_changelog import SHARD_HEADER
+from spark_jobs.errors import IncompatibleShards
+from spark_jobs.merge_job import MergeJob
+from tests.producer_helpers import (
+    ProducerThread,
+    resolving_decoder,
+    run_until_caught_up,
+    start_at_current,
+    wait_for,
+)
+from tests.sink_helpers import mysql_sink_rows, pg_sink_rows
+from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
+
+ORIGIN = ["__source", "__db", "__table"]
+KEY = [*ORIGIN, "id"]
+
+
+@pytest.fixture
+def shards(stack, test_db):
+    """Four shard databases ``<test_db>_01`` .. ``_04``, dropped afterwards."""
+    names = [f"{test_db}_0{i}" for i in range(1, 5)]
+    with stack.admin() as conn, conn.cursor() as cur:
+        for name in names:
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    yield names
+    with stack.admin() as conn, conn.cursor() as cur:
+        for name in names:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def _route(cfg, test_db, shards, ddl="optimistic"):
+    cfg.source.include_databases = list(shards)
+    cfg.routes = [RouteConfig(schema=re.escape(test_db) + "_0[1-4]", table="orders", target=f"{test_db}.orders",
+                              ddl=ddl)]
+
+
+def _union(stack, cfg, shards) -> dict:
+    """The shards' rows, each with its origin values, by the target's key."""
+    expected = {}
+    for db in shards:
+        with stack.admin() as conn:
+            rows = source_rows(conn, db, "orders", ["id"])
+        for (i,), row in rows.items():
+            expected[(cfg.producer.name, db, "orders", i)] = {"__source": cfg.producer.name, "__db": db,
+                                                              "__table": "orders", **row}
+    return expected
+
+
+def _small_shards(stack, cfg, test_db, dbs, values: str, ddl: str = "optimistic") -> None:
+    """``orders (id INT PRIMARY KEY, qty INT)`` in each of ``dbs`` with ``values``, routed
+    into ``<test_db>.orders``, captured from the binlog (no snapshot)."""
+    _route(cfg, test_db, dbs, ddl=ddl)
+    start_at_current(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        for db in dbs:
+            cur.execute(f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)")
+            cur.execute(f"INSERT INTO `{db}`.orders VALUES {values}")
+        conn.commit()
+    run_until_caught_up(cfg)
+
+
+def _assert_merged(stack, cfg, test_db, expected: dict) -> None:
+    """Both sinks' target and the merged clean changelog equal ``expected``."""
+    assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
+    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+
+
+def _run_sql_and_merge(stack, cfg, *statements: str, refused: type[Exception] | None = None):
+    """Run ``statements`` on the source, stream them, run the merge job over what is there;
+    ``refused``: the error the job must stop with (its ``pytest.raises`` info returned)."""
+    with stack.admin() as conn, conn.cursor() as cur:
+        for stmt in statements:
+            cur.execute(stmt)
+        conn.commit()
+    run_until_caught_up(cfg)
+    if refused is None:
+        assert MergeJob(cfg).run(available_now=True) == 0
+        return None
+    with pytest.raises(refused) as err:
+        MergeJob(cfg).run(available_now=True)
+    return err
+
+
+def test_four_shards_merge_into_one_target_under_load_with_add_column_shard_by_shard(stack, merge_config, test_db,
+                                                                                     shards):
+    cfg = merge_config
+    _route(cfg, test_db, shards)
+    with stack.admin() as conn:
+        for db in shards:
+            create_table(conn, db, "orders", "single", 150)  # ids 0..149 in every shard
+    cfg.snapshot.chunk_size = 80
+    start_at_current(cfg)
+    loads = [WriteLoad(stack.admin, db, "orders", "single", key_space=200, seed=i, pause_s=0.02)
+             for i, db in enumerate(shards)]
+    with ProducerThread(cfg):
+        for load in loads:
+            load.start()
+        try:
+            wait_for(lambda: all(sum(ld.ops.values()) > 20 for ld in loads), what="writes running")
+            sid = snapshot(cfg, [f"{db}.orders" for db in shards])
+            # ADD COLUMN shard by shard while the writes and the snapshot run; the last shard
+            # never gets it (its rows write NULL into the target's column).
+            for i, db in enumerate(shards[:3]):
+                with stack.admin() as conn, conn.cursor() as cur:
+                    cur.execute(f"ALTER TABLE `{db}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+                    cur.execute(f"UPDATE `{db}`.orders SET coupon = %s WHERE id %% 5 = 0", [f"c{i}"])
+                    conn.commit()
+                time.sleep(1.0)
+            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=300, what="snapshot completed")
+        finally:
+            for load in loads:
+                load.stop()
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+
+    expected = _union(stack, cfg, shards)
+    assert {k[1] for k in expected} == set(shards) and len(expected) > 4 * 100
+    assert all(expected[k].get("coupon") is None for k in expected if k[1] == shards[3])
+    for v in (v for k, v in expected.items() if k[1] == shards[3]):
+        v["coupon"] = None  # the target has the column; that shard writes NULL
+    assert any(v["coupon"] == "c0" for v in expected.values())
+    # both sinks, and the merged clean changelog: one topic, keyed by the target's key, no copy per shard
+    _assert_merged(stack, cfg, test_db, expected)
+    # a second run changes nothing (the checkpoint holds, nothing is written twice)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    # TRUNCATE of one shard: its rows leave the target (by their origin values), the others stay
+    _run_sql_and_merge(
+        stack, cfg,
+        f"TRUNCATE TABLE `{shards[1]}`.orders",
+        f"INSERT INTO `{shards[1]}`.orders (id, v, n) VALUES (1, 'after truncate', 1)",
+    )
+    expected = {k: v for k, v in expected.items() if k[1] != shards[1]}
+    expected[(cfg.producer.name, shards[1], "orders", 1)] = {
+        "__source": cfg.producer.name, "__db": shards[1], "__table": "orders", "id": 1, "v": "after truncate",
+        "n": 1, "coupon": None}
+    assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
+    # the shards' own sink tables and clean topics are not made
+    from confluent_kafka.admin import AdminClient
+    topics = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client}).list_topics(
+        timeout=15).topics
+    assert clean_topic(cfg.kafka.topic_prefix, test_db, "orders") in topics
+    assert clean_topic(cfg.kafka.topic_prefix, shards[0], "orders") not in topics
+    with pytest.raises(Exception):
+        pg_sink_rows(cfg, shards[0], "orders", ["id"])
+
+
+def test_incompatible_route_is_refused_at_start_naming_both_tables(stack, merge_config, test_db, shards):
+    cfg = merge_config
+    _route(cfg, test_db, shards[:2])
+    start_at_current(cfg)
+    err = _run_sql_and_merge(
+        stack, cfg,
+        f"CREATE TABLE `{shards[0]}`.orders (id INT PRIMARY KEY, qty INT)",
+        f"CREATE TABLE `{shards[1]}`.orders (id INT PRIMARY KEY, qty VARCHAR(10))",
+        f"INSERT INTO `{shards[0]}`.orders VALUES (1, 5)",
+        f"INSERT INTO `{shards[1]}`.orders VALUES (1, 'five')",
+        refused=IncompatibleShards)
+    text = str(err.value)
+    assert f"{shards[0]}.orders" in text and f"{shards[1]}.orders" in text and test_db + ".orders" in text
+
+
+def test_pessimistic_rows_wait_until_every_shard_ran_the_ddl(stack, merge_config, test_db, shards):
+    """ddl: pessimistic: shop_01 adds ``coupon``; its rows under the new schema wait (held in
+    the partition's state) while shop_02's go on, and the target has no ``coupon``; once
+    shop_02 adds it too the target takes the column and the held rows are applied (shop_01
+    has no new record then: its partition gets a task of its own)."""
+    cfg = merge_config
+    a, b = shards[:2]
+    _small_shards(stack, cfg, test_db, [a, b], "(1, 1), (2, 2), (3, 3)", ddl="pessimistic")
+    assert MergeJob(cfg).run(available_now=True) == 0
+    assert len(pg_rows_or_empty(cfg, test_db)) == 6
+    _run_sql_and_merge(
+        stack, cfg,
+        f"ALTER TABLE `{a}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
+        f"INSERT INTO `{a}`.orders VALUES (4, 4, 'a4')",
+        f"UPDATE `{a}`.orders SET qty = 9 WHERE id = 1",
+        f"INSERT INTO `{b}`.orders VALUES (4, 4)",
+    )
+    name = cfg.producer.name
+    for rows in (pg_rows_or_empty(cfg, test_db), mysql_sink_rows(stack, cfg, test_db, "orders", KEY)):
+        assert (name, b, "orders", 4) in rows and (name, a, "orders", 4) not in rows  # a's rows wait
+        assert rows[(name, a, "orders", 1)]["qty"] == 1 and all("coupon" not in r for r in rows.values())
+    _run_sql_and_merge(
+        stack, cfg,
+        f"ALTER TABLE `{b}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
+        f"INSERT INTO `{b}`.orders VALUES (5, 5, 'b5')",
+    )
+    expected = _union(stack, cfg, [a, b])
+    assert expected[(name, a, "orders", 4)]["coupon"] == "a4" and expected[(name, a, "orders", 1)]["qty"] == 9
+    _assert_merged(stack, cfg, test_db, expected)
+
+
+def test_conflicting_ddl_stops_the_running_job(stack, merge_config, test_db, shards):
+    cfg = merge_config
+    _small_shards(stack, cfg, test_db, shards[:2], "(1, 5), (2, 6)")
+    job = MergeJob(cfg)
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["rc"] = job.run(max_restarts=3)
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            outcome["error"] = exc
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(pg_rows_or_empty(cfg, test_db)) == 4, timeout=180, what="the first rows merged")
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"ALTER TABLE `{shards[0]}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+            cur.execute(f"ALTER TABLE `{shards[1]}`.orders ADD COLUMN coupon BIGINT NULL")
+            cur.execute(f"INSERT INTO `{shards[0]}`.orders VALUES (3, 7, 'x')")
+            cur.execute(f"INSERT INTO `{shards[1]}`.orders VALUES (3, 7, 42)")
+            conn.commit()
+        run_until_caught_up(cfg)
+        thread.join(240)
+        assert not thread.is_alive(), "the job did not stop on the conflicting DDL"
+    finally:
+        job.stop()
+        thread.join(60)
+    err = outcome.get("error")
+    assert isinstance(err, IncompatibleShards), outcome
+    assert f"{shards[0]}.orders" in str(err) and f"{shards[1]}.orders" in str(err) and "coupon" in str(err)
+    # nothing of the conflicting rows reached the target
+    assert len(pg_rows_or_empty(cfg, test_db)) == 4
+
+
+def _merged_clean(cfg, topic: str) -> dict:
+    """Replay a merged clean changelog (per partition and shard, positions must rise):
+    ``{key tuple: after row}``, each read with the target's newest schema (as the merge job
+    reads a table topic: a row written before the target had a column has it NULL)."""
+    dec = resolving_decoder(cfg)
+    table: dict = {}
+    highest: dict = {}
+    for m in read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client):
+        key, value = dec.decode(m.key()), dec.decode(m.value())
+        shard = dict(m.headers())[SHARD_HEADER]
+        assert value["position"] > highest.get((m.partition(), shard), ""), f"copy or disorder at {m.offset()}"
+        highest[(m.partition(), shard)] = value["position"]
+        assert list(key) == KEY
+        k = tuple(key.values())
+        assert shard.decode() == f"{k[0]}/{k[1]}.{k[2]}"
+        if value["op"] == "d":
+            table.pop(k, None)
+        elif value["op"] != "t":
+            table[k] = value["after"]
+    return table
+
+
+def pg_rows_or_empty(cfg, test_db) -> dict:
+    try:
+        return pg_sink_rows(cfg, test_db, "orders", KEY)
+    except Exception:  # noqa: BLE001 - not created yet
+        return {}
+
+
+def _source_configs(cfg, groups: dict[str, list[str]]):
+    """A configuration with ``sources`` (one per group of databases of the session server,
+    prefix ``<kafka.topic_prefix>_<name>``), and each source's producer configuration (what
+    ``cdc produce --source NAME`` runs: that source as ``source``, its prefix and name)."""
+    from pathlib import Path
+
+    from common.config import NamedSourceConfig, SourceConfig
+    base = cfg.source.model_dump()
+    multi = cfg.model_copy(deep=True)
+    multi.source = SourceConfig()
+    multi.sources = [NamedSourceConfig(**{**base, "include_databases": dbs, "server_id": base["server_id"] + 11 + i},
+                                       name=name) for i, (name, dbs) in enumerate(groups.items())]
+    producers = {}
+    for c in multi.captured_sources():
+        pc = cfg.model_copy(deep=True)
+        pc.source = SourceConfig(**{k: v for k, v in c.config.model_dump().items()
+                                    if k not in ("name", "topic_prefix")})
+        pc.kafka.topic_prefix = c.topic_prefix
+        pc.producer.name = c.producer_name
+        pc.state_dir = str(Path(cfg.state_dir) / c.name)
+        producers[c.name] = pc
+    return multi, producers
+
+
+def test_two_sources_each_with_its_shards_merge_into_one_target(stack, merge_config, test_db, shards):
+    """Two sources (two producers, two topic prefixes, each with its markers and schemas) of
+    two shards each, under load, snapshotted, one ADD COLUMN on each source: one query per
+    source; the target holds the union with each row's source name."""
+    from spark_jobs.merge_job import run_jobs
+    from tests.snapshot_helpers import kafka_snapshot
+    cfg = merge_config
+    _route(cfg, test_db, shards)
+    cfg.snapshot.chunk_size = 60
+    multi, producers = _source_configs(cfg, {"east": shards[:2], "west": shards[2:]})
+    with stack.admin() as conn:
+        for db in shards:
+            create_table(conn, db, "orders", "single", 100)
+    for pc in producers.values():
+        start_at_current(pc)
+    loads = [WriteLoad(stack.admin, db, "orders", "single", key_space=150, seed=i, pause_s=0.03)
+             for i, db in enumerate(shards)]
+    with ProducerThread(producers["east"]), ProducerThread(producers["west"]):
+        for load in loads:
+            load.start()
+        try:
+            wait_for(lambda: all(sum(ld.ops.values()) > 10 for ld in loads), what="writes running")
+            sids = {name: kafka_snapshot(pc, [f"{db}.orders" for db in pc.source.include_databases])
+                    for name, pc in producers.items()}
+            for db in (shards[0], shards[3]):
+                with stack.admin() as conn, conn.cursor() as cur:
+                    cur.execute(f"ALTER TABLE `{db}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+                    cur.execute(f"UPDATE `{db}`.orders SET coupon = 'c' WHERE MOD(id, 3) = 0")
+                    conn.commit()
+                time.sleep(1.0)
+            for name, pc in producers.items():
+                wait_for(lambda: has_notification(pc, "COMPLETED", id=sids[name]), timeout=300,
+                         what=f"snapshot of {name} completed")
+        finally:
+            for load in loads:
+                load.stop()
+    for pc in producers.values():
+        run_until_caught_up(pc)
+    assert run_jobs([MergeJob(multi, c) for c in multi.captured_sources()], available_now=True) == 0
+
+    expected = {}
+    for name, pc in producers.items():
+        for db in pc.source.include_databases:
+            with stack.admin() as conn:
+                rows = source_rows(conn, db, "orders", ["id"])
+            for (i,), row in rows.items():
+                expected[(name, db, "orders", i)] = {"__source": name, "__db": db, "__table": "orders",
+                                                     "coupon": None, **row}
+    assert {k[0] for k in expected} == {"east", "west"} and any(v["coupon"] == "c" for v in expected.values())
+    _assert_merged(stack, cfg, test_db, expected)
+
+
+def test_conflict_hidden_by_a_dropped_column_stops_the_job(stack, merge_config, test_db, shards):
+    """shop_01 adds ``coupon`` as text (the target takes it) and drops it; shop_02 then adds
+    ``coupon`` as a number: the newest schemas merge, the shards' histories do not."""
+    from spark_jobs.errors import ShardDDLConflict
+    cfg = merge_config
+    _small_shards(stack, cfg, test_db, shards[:2], "(1, 5)")
+    _run_sql_and_merge(
+        stack, cfg,
+        f"ALTER TABLE `{shards[0]}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
+        f"INSERT INTO `{shards[0]}`.orders VALUES (2, 6, 'x')",
+    )
+    assert {k: v["coupon"] for k, v in pg_rows_or_empty(cfg, test_db).items()}[
+        (cfg.producer.name, shards[0], "orders", 2)] == "x"
+    err = _run_sql_and_merge(
+        stack, cfg,
+        f"ALTER TABLE `{shards[0]}`.orders DROP COLUMN coupon",
+        f"INSERT INTO `{shards[0]}`.orders VALUES (3, 7)",  # (a schema is published at its first row)
+        f"ALTER TABLE `{shards[1]}`.orders ADD COLUMN coupon BIGINT NULL",
+        f"INSERT INTO `{shards[1]}`.orders VALUES (2, 6, 42)",
+        refused=ShardDDLConflict)
+    assert f"{shards[0]}.orders" in str(err.value) and f"{shards[1]}.orders" in str(err.value)
+    assert len(pg_rows_or_empty(cfg, test_db)) == 3  # nothing of the batch was applied
+
+
+def test_two_sources_same_unrouted_table_are_refused(stack, merge_config, test_db, shards):
+    """Two sources both capturing shop_01.orders and no route: both would land in one sink
+    table, keys colliding; the job refuses to start, naming both."""
+    from spark_jobs.errors import RouteCollision
+    from spark_jobs.merge_job import run_jobs
+    cfg = merge_config
+    multi, producers = _source_configs(cfg, {"east": shards[:1], "west": shards[:1]})
+    with stack.admin() as conn:
+        create_table(conn, shards[0], "orders", "single", 3)
+    for pc in producers.values():
+        start_at_current(pc)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `{shards[0]}`.orders (id, v, n) VALUES (10, 'x', 1)")
+        conn.commit()
+    for pc in producers.values():
+        run_until_caught_up(pc)
+    with pytest.raises(RouteCollision) as err:
+        run_jobs([MergeJob(multi, c) for c in multi.captured_sources()], available_now=True)
+    assert f"east/{shards[0]}.orders" in str(err.value) and f"west/{shards[0]}.orders" in str(err.value)

@@ -273,8 +273,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     stats["copies"] = buf.stats["copies"] - copies_before
 
     merged_clean = dict(state.get("merged_clean") or {})  # route name -> the merged clean partition's end
+    router = _router(s)
     if s.changelog and kept:
-        router: Router | None = _cached(("router", repr(s.routes)), lambda: Router(s.routes)) if s.routes else None
         plain = [k for k in kept if router is None or router.route_of(s.source_name, *k.table) is None]
         if plain:
             writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, topic_db, topic_table), partition,
@@ -291,13 +291,14 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     stats["changelog_s"] = t_clean - t_decided
 
     by_table: dict[tuple[str, str], list[_Kept]] = {}
+    fields_of: dict[str, Any] = {}  # route name -> its target's fields (this batch's layout)
     for k in kept:
         if k.old_key:
             # The sink table is keyed by the new key (rebuilt by it); the snapshot the producer
             # takes after a key change brings every row under the new key.
             stats["sink_skipped"] += 1
         elif k.op != TRUNCATE_OP:
-            routed = _routed(s, k, key_columns) if s.routes else None
+            routed = _routed(s, router, k, key_columns, fields_of) if router is not None else None
             by_table.setdefault(k.table if routed is None else routed.table, []).append(routed or k)
     sinks = sinks_of(s)
     for (db, table), records_of_table in by_table.items():
@@ -330,10 +331,16 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     return new_state, stats
 
 
-def _routed(s: MergeSettings, k: _Kept, key_columns: dict[tuple[str, str], list[str]]) -> _Kept | None:
+def _router(s: MergeSettings) -> Router | None:
+    """The routes' router (None without routes), made once per worker process."""
+    return _cached(("router", repr(s.routes)), lambda: Router(s.routes)) if s.routes else None
+
+
+def _routed(s: MergeSettings, router: Router, k: _Kept, key_columns: dict[tuple[str, str], list[str]],
+            fields_of: dict[str, Any]) -> _Kept | None:
     """A kept record of a routed table as a record of the route's target (origin values in
-    its row, the target's layout and key), or None: the table is not routed."""
-    router: Router = _cached(("router", repr(s.routes)), lambda: Router(s.routes))
+    its row, the target's layout and key), or None: the table is not routed.  ``fields_of``
+    keeps each target's fields for the partition's other records."""
     route = router.route_of(s.source_name, *k.table)
     if route is None:
         return None
@@ -342,7 +349,9 @@ def _routed(s: MergeSettings, k: _Kept, key_columns: dict[tuple[str, str], list[
         raise RouteError(f"{s.source_name}/{k.table[0]}.{k.table[1]} is routed to {route.name}, but the batch was "
                          "planned without that route's target layout")
     key_columns[route.target] = list(target["key"])
-    fields = _cached(("route-fields", route.name, repr(target["schema"])), lambda: target_fields(target["schema"]))
+    fields = fields_of.get(route.name)
+    if fields is None:
+        fields = fields_of[route.name] = target_fields(target["schema"])
     row = target_row(route, ShardId(s.source_name, *k.table), k.row, fields)
     return _Kept(k.op, row, k.position, f"route:{route.name}", target["schema"], k.ts_ms, k.offset, k.key_bytes,
                  k.value_bytes, route.target, k.old_key)
@@ -355,7 +364,7 @@ def _hold(s: MergeSettings, dec: EnvelopeDecoder, held: list[dict], kept: list[_
     says WAIT for, every later record of the partition is held too (first in, first out: a
     key's changes stay in order), appended to ``out`` as JSON (raw bytes: decoded again when
     released)."""
-    router: Router = _cached(("router", repr(s.routes)), lambda: Router(s.routes))
+    router = _router(s)
     go: list[_Kept] = []
     blocked = False
     for k in [_unheld(s, dec, h) for h in held] + kept:

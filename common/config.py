@@ -128,6 +128,11 @@ class NamedSourceConfig(SourceConfig):
 class KafkaConfig(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "cdc"
+    # Who writes the table topics the merge job and ``cdc verify --changelog`` read:
+    # ``producer`` (ours: positions, window markers, schemas topic) or ``debezium`` (a
+    # Debezium MySQL/MariaDB connector whose ``topic.prefix`` is ``topic_prefix``, with the
+    # JSON converter and schemas; docs/debezium-input.md).
+    input: Literal["producer", "debezium"] = "producer"
     # Confluent Schema Registry URL; when set, records use its wire framing.
     schema_registry_url: str | None = None
     # Kafka transactions for the producer (events + offsets committed atomically).
@@ -377,6 +382,15 @@ class CDCConfig(_Section):
             for b in prefixes[i + 1:]:
                 if a == b or a.startswith(b + ".") or b.startswith(a + "."):
                     raise ValueError(f"sources: the topic prefixes {a!r} and {b!r} would mix the sources' topics")
+        if self.kafka.input == "debezium":
+            refused = [what for what, given in (("routes", self.routes), ("sources", self.sources),
+                                                ("kafka.schema_registry_url", self.kafka.schema_registry_url))
+                       if given]
+            refused += [f"sinks.schema_changes 'columns: {r.columns}' (for {r.tables})"
+                        for r in self.sinks.schema_changes if r.columns != "evolve"]
+            if refused:
+                raise ValueError(f"kafka.input: debezium (topics written by Debezium) works without "
+                                 f"{', '.join(refused)} for now (docs/debezium-input.md)")
         known = [c.name for c in captured]
         for i, route in enumerate(self.routes):
             if not any(re.fullmatch(route.source, n) for n in known):

@@ -21,7 +21,7 @@ import pymysql
 from confluent_kafka import KafkaException
 
 from common.config import CDCConfig
-from common.errors import SourceUnavailable
+from common.errors import ConfigError, SourceUnavailable
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect, read_session
@@ -54,6 +54,9 @@ class ProducerApp:
         # The producer reads one server: with ``sources``, the entry named ``source``
         # (:meth:`CDCConfig.for_source`: its settings, topic prefix and producer name).
         cfg = cfg.for_source(source)
+        if cfg.kafka.input == "debezium":
+            raise ConfigError(f"kafka.input is 'debezium': the topics under {cfg.kafka.topic_prefix!r} are Debezium's, "
+                              "so the producer does not run (the merge job and cdc verify read them)")
         self.cfg = cfg
         self.filter = CaptureFilter(cfg.source)
         self.store = OffsetStore(cfg.kafka, cfg.producer.name)

@@ -213,7 +213,7 @@ class MergeJob:
             bootstrap=k.bootstrap_servers, prefix=self.prefix, client=self.client,
             registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
             dlq_topic=dlq_topic(self.prefix), source_name=self.source_name, routes=list(cfg.routes),
-            clean_prefix=k.topic_prefix)
+            clean_prefix=k.topic_prefix, debezium=k.input == "debezium")
         several = bool(cfg.sources)
         self.checkpoint = Path(cfg.spark.checkpoint_dir) / (self.source_name if several else "")
         self.query_dir = self.checkpoint / "query"
@@ -331,7 +331,9 @@ class MergeJob:
                     ensure_clean_topic(self.cfg.kafka.bootstrap_servers, clean, len(t.partitions), self.client or None)
                 self._known[name] = len(t.partitions)
         if not self._known.get("", 0):
-            ensure_topics(self.cfg.kafka, [self.settings.dlq_topic, markers_topic(self.prefix)], partitions=1)
+            # (Debezium's topics have no markers: a prefix of Debezium's gets no markers topic)
+            ensure_topics(self.cfg.kafka, [self.settings.dlq_topic] +
+                          ([] if self.settings.debezium else [markers_topic(self.prefix)]), partitions=1)
             self._known[""] = 1
         return parts
 
@@ -396,6 +398,8 @@ class MergeJob:
             (committed + 1 if committed is not None else 0)
         prev = self.store.state_before(next_batch)
         plan = self.store.plan(next_batch)
+        if self.settings.debezium:  # no markers topic
+            return losses
         losses += self._markers_losses(int(prev.get("markers_next", 0)), prev.get("markers_topic_id"),
                                        plan.get("markers_end") if plan else None)
         return losses
@@ -428,6 +432,12 @@ class MergeJob:
         they wait for."""
         plan = self.store.plan(batch_id)
         mt = markers_topic(self.prefix)
+        if plan is None and self.settings.debezium:
+            # Debezium writes no window markers (its incremental snapshot deduplicates the
+            # chunks itself) and no schemas topic (each record embeds its schema).
+            self._wait_committed(batch_id, partitions)
+            plan = {"markers_start": 0, "markers_end": 0, "schemas_end": 0, "markers_topic_id": None, "lost": []}
+            self.store.save_plan(batch_id, plan)
         if plan is None:
             self._wait_committed(batch_id, partitions)
             # Looked up after the batch's records are committed (so the markers before them
@@ -449,8 +459,8 @@ class MergeJob:
                     "markers_topic_id": ids.get(mt) or prev.get("markers_topic_id"),
                     "lost": [x.to_json() for x in losses]}
             self.store.save_plan(batch_id, plan)
-        markers = read_markers(self.cfg.kafka.bootstrap_servers, mt, plan["markers_start"], plan["markers_end"],
-                               self.client or None)
+        markers = [] if self.settings.debezium else read_markers(
+            self.cfg.kafka.bootstrap_servers, mt, plan["markers_start"], plan["markers_end"], self.client or None)
         if "delete_missing" not in plan:
             waits = []
             for m in markers:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from common.config import SinksConfig
+from contract.debezium import debezium_position, not_connect_shape
 from contract.envelope import TRUNCATE_OP, record_names
 from contract.errors import SerdeError
 from contract.markers import window_of
@@ -72,6 +73,9 @@ class MergeSettings:
     routes: list = field(default_factory=list)
     targets: dict = field(default_factory=dict)
     clean_prefix: str = ""  # kafka.topic_prefix: the merged clean topics' (default: ``prefix``)
+    # kafka.input: debezium: the table topics are Debezium's (positions from ``source`` and the
+    # Kafka offset, :mod:`contract.debezium`; no markers: its snapshot rows come deduplicated)
+    debezium: bool = False
 
 
 # -- per worker process caches (Spark reuses Python workers between tasks) ---------------------
@@ -215,12 +219,19 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     dead: list[tuple[int, bytes | None, bytes | None, str]] = []
     dropped_before, copies_before = buf.stats["rows_dropped"], buf.stats["copies"]
     key_columns: dict[tuple[str, str], list[str]] = {}
+    truncates: dict[tuple[str, str], str] = {}  # Debezium's truncate events (op t): the highest position per table
     for offset, key_b, value_b in records:
         try:
             if value_b is None:  # a tombstone (after a delete): for log compaction, not a change
                 continue
-            value = dec.decode(value_b)
-            op, position = value["op"], value["position"]
+            if s.debezium:
+                if value_b[:1] != b"{" or dec.decoder.connect_schema(value_b) is None:
+                    raise not_connect_shape(value_b)
+                value = dec.decode(value_b)
+                op, position = value["op"], debezium_position(value, int(offset))
+            else:
+                value = dec.decode(value_b)
+                op, position = value["op"], value["position"]
             # the key record's fields, in key order; False: keyed before the table's primary key changed
             knames, newest_key = dec.key_names(key_b) if key_b is not None else (None, True)
             while mi < len(markers) and markers[mi]["position"] < position:
@@ -235,11 +246,18 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             if op == TRUNCATE_OP:
                 # To the clean changelog only: the sinks follow the table's TRUNCATE marker
                 # (merge_job), and the producer reads again every chunk whose window it was in.
+                # (Debezium writes no marker: its truncate deletes the sink rows below it, below.)
+                if s.debezium and buf.push(ChangeRecord(k, "d", None, position)) is None:
+                    continue  # a copy
+                if s.debezium:
+                    truncates[names] = max(truncates.get(names, ""), position)
                 if s.changelog:
                     kept.append(_Kept(op, None, position, "", None, int(src.get("ts_ms") or 0), int(offset), key_b,
                                       value_b, names, envelope=value if s.routes else None))
                 continue
-            if op == "r":
+            if op == "r" and s.debezium:  # deduplicated by Debezium, as of its chunk's window close
+                out = buf.push(ChangeRecord(k, "c", value["after"], position))
+            elif op == "r":
                 window = Window.from_dict(value["snapshot_window"])
                 out = buf.push(ChunkRow(k, value["after"], window, position))
             else:
@@ -316,6 +334,9 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             continue
         for _, sink in sinks:
             dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats)
+    for (db, table), below in truncates.items():  # after the records before it were applied
+        for _, sink in sinks:
+            stats["deleted"] += sink.delete_below(db, table, below)
     stats["sinks_s"] = time.monotonic() - t_clean
     now = time.time() * 1000
     stats["latencies_ms"] = [max(0.0, now - k.ts_ms) for k in kept if k.ts_ms]

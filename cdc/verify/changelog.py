@@ -22,7 +22,7 @@ from cdc.verify.source import Chunk, SourceTable
 from cdc.verify.spec import TableSpec
 from cdc.verify.targets import Target
 from common.kafka.topic_reader import read_topic
-from contract.envelope import TRUNCATE_OP
+from contract.envelope import POSITION_HEADER, TRUNCATE_OP
 from contract.position import CopyFilter
 from contract.schema_store import SchemaStore
 from contract.serde import ConfluentRegistry, RecordDecoder
@@ -33,13 +33,17 @@ ABSENT = "<absent from the record>"
 
 
 def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], spec: TableSpec,
-                     notes: list[str] | None = None) -> dict[tuple, tuple]:
+                     notes: list[str] | None = None, *, absent_is_null: bool = False) -> dict[tuple, tuple]:
     """Replay decoded clean-changelog records ``(partition, key record, envelope)`` in
     offset order per partition: normalised key -> normalised values.
 
     Memory is proportional to the table (one entry per live key).  A record whose
     position is not above the highest seen in its partition is a copy and skipped.
+    ``absent_is_null``: a column the record does not have is NULL (records that carry their
+    own schema, Debezium's: one written before the column was added, as the sink tables
+    hold it), not :data:`ABSENT`.
     """
+    absent = None if absent_is_null else ABSENT
     rows: dict[tuple, tuple] = {}
     positions: dict[tuple, str] = {}
     truncated = ""  # the position of the last truncate event (op t): every row below is gone
@@ -73,7 +77,8 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
             rows.pop(k, None)
             positions.pop(k, None)
         elif row is not None:
-            rows[k] = tuple(c.avro(row[c.field]) if c.field in row else ABSENT for c in vs)
+            rows[k] = tuple(c.avro(row[c.field]) if c.field in row else
+                            (c.avro(None) if absent is None else absent) for c in vs)
             positions[k] = pos
     if truncated:  # (partitions are read in no particular order between them: applied last)
         for k in [k for k, p in positions.items() if p < truncated]:
@@ -82,6 +87,15 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
         notes.append(f"{copies.copies} copies skipped in the changelog (position not above their partition's "
                      "highest)")
     return rows
+
+
+def record_position(message) -> str:
+    """A clean changelog record's position: its header (:data:`POSITION_HEADER`, which the
+    merge job writes on every record); "" when it has none."""
+    for name, v in message.headers() or []:
+        if name == POSITION_HEADER and v:
+            return v.decode()
+    return ""
 
 
 class ChangelogTarget(Target):
@@ -122,10 +136,17 @@ class ChangelogTarget(Target):
             raise TargetMissing(f"topic {topic} does not exist")
         dec = self._decoder()
 
+        debezium = k.input == "debezium"
+
         def records() -> Iterator[tuple[int, dict | None, dict | None]]:
             for m in read_topic(k.bootstrap_servers, topic, client_config=k.client or None, timeout=300):
-                yield m.partition(), dec.decode(m.key()), dec.decode(m.value())
-        self.rows = replay_changelog(records(), spec, result.notes)
+                value = dec.decode(m.value())
+                if debezium and isinstance(value, dict) and "position" not in value:
+                    # Debezium's records carry no position: the merge job's header has it
+                    # (the record's own, :func:`contract.debezium.debezium_position`)
+                    value["position"] = record_position(m)
+                yield m.partition(), dec.decode(m.key()), value
+        self.rows = replay_changelog(records(), spec, result.notes, absent_is_null=debezium)
         result.sink_rows = len(self.rows)
 
     def chunk_rows(self, chunk: Chunk) -> Iterator[tuple[tuple, tuple]]:

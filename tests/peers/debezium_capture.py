@@ -21,9 +21,30 @@ import json
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 MARIADB_DRIVER = Path("/usr/share/java/mariadb-java-client.jar")
+
+
+@contextmanager
+def debezium_mariadb(state_dir: Path, *, server_id: int = 77) -> Iterator[dict]:
+    """A MariaDB server whose version reads ``5.7.44-MariaDB-log``: Debezium's MySQL connector
+    takes it for a MariaDB it speaks to (below 8.4: ``SHOW MASTER STATUS``; ``MariaDB`` in the
+    version: MariaDB's binlog protocol), and so does our producer.  Yields its connection
+    details (:meth:`cdc.stack.mysql_server.EmbeddedMySQL.start`); stopped afterwards."""
+    from cdc.stack.mysql_server import EmbeddedMySQL
+
+    if not MARIADB_DRIVER.exists():
+        raise AssertionError(f"{MARIADB_DRIVER} is missing: `make test` installs Debian's libmariadb-java "
+                             "(scripts/ensure-system-deps.sh)")
+    server = EmbeddedMySQL(state_dir, name="dbz", server_id=server_id, server_args=("--version=5.7.44-MariaDB-log",))
+    info = server.start().to_json()
+    try:
+        yield info
+    finally:
+        server.stop(info)
 
 
 def connector_properties(*, host: str, port: int, user: str, password: str, server_id: int, prefix: str,

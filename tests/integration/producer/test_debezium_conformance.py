@@ -28,12 +28,11 @@ from typing import Iterator
 
 import pytest
 
-from cdc.stack.mysql_server import EmbeddedMySQL
 from common.kafka.topic_reader import read_topic
 from contract.topics import table_topic
 from tests.all_types import create_all_types, insert_all_types
 from tests.peers.conformance import Event, check_against_table, compare, parse, read_jsonl
-from tests.peers.debezium_capture import MARIADB_DRIVER, connector_properties
+from tests.peers.debezium_capture import connector_properties, debezium_mariadb
 from tests.producer_helpers import ROOT, ProducerThread, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
 
@@ -74,19 +73,9 @@ DBZ_SIGNALS = "dbz_signal"
 
 @pytest.fixture(scope="module")
 def debezium_server(tmp_path_factory) -> Iterator[dict]:
-    """A MariaDB server whose version reads ``5.7.44-MariaDB-log``: Debezium's MySQL connector
-    takes it for a MariaDB it speaks to (below 8.4: ``SHOW MASTER STATUS``; ``MariaDB`` in the
-    version: MariaDB's binlog protocol), and so does our producer."""
-    if not MARIADB_DRIVER.exists():
-        pytest.fail(f"{MARIADB_DRIVER} is missing: `make test` installs Debian's libmariadb-java "
-                    "(scripts/ensure-system-deps.sh)")
-    server = EmbeddedMySQL(tmp_path_factory.mktemp("dbz"), name="dbz", server_id=77,
-                           server_args=("--version=5.7.44-MariaDB-log",))
-    info = server.start().to_json()
-    try:
+    """A MariaDB server that reports ``5.7.44-MariaDB-log`` (tests/peers/debezium_capture.py)."""
+    with debezium_mariadb(tmp_path_factory.mktemp("dbz")) as info:
         yield info
-    finally:
-        server.stop(info)
 
 
 class DebeziumCapture:

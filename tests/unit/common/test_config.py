@@ -104,3 +104,27 @@ def test_signal_channels_default_both_and_either_can_be_off(tmp_path: Path):
 
 def test_snapshot_read_only_is_off_by_default():
     assert CDCConfig().snapshot.read_only is False
+
+
+def test_debezium_input_is_set_from_the_environment_and_refuses_what_it_cannot_do_yet(tmp_path: Path):
+    path = tmp_path / "cdc.yaml"
+    path.write_text("kafka:\n  topic_prefix: dbserver1\n")
+    cfg = load_config(path, environ={"CDC__KAFKA__INPUT": "debezium"})
+    assert (cfg.kafka.input, cfg.kafka.topic_prefix) == ("debezium", "dbserver1")
+    assert load_config(path).kafka.input == "producer"
+    with pytest.raises(ConfigError, match="kafka.input"):
+        load_config(path, environ={"CDC__KAFKA__INPUT": "maxwell"})
+    path.write_text("kafka:\n  input: debezium\nsinks:\n  schema_changes:\n    - {tables: 'a\\..*', columns: stop}\n")
+    with pytest.raises(ConfigError, match="columns: stop"):
+        load_config(path)
+    path.write_text("kafka:\n  input: debezium\nroutes:\n  - {schema: 'shop_.*', table: orders, target: shop.orders}\n")
+    with pytest.raises(ConfigError, match="routes"):
+        load_config(path)
+
+
+def test_the_producer_does_not_run_on_a_debezium_input(tmp_path: Path):
+    from producer.app import ProducerApp
+    cfg = CDCConfig()
+    cfg.kafka.input = "debezium"
+    with pytest.raises(ConfigError, match="Debezium's"):
+        ProducerApp(cfg)

@@ -1,0 +1,85 @@
+"""Topics written by Debezium itself (``kafka.input: debezium``): positions and shape checks.
+
+Debezium's MySQL (and MariaDB) connector writes a table's changes to
+``<topic.prefix>.<db>.<table>`` in the envelope our producer writes too, but without our
+``position`` field, without window markers and without a schemas topic.  The merge job and
+``cdc verify --changelog`` read such topics with a position derived here from each record's
+``source`` block and its Kafka offset.
+
+The position (:mod:`contract.position`'s 30-digit form: file index, event position,
+sequence) of a Debezium record:
+
+* a change (``op`` ``c``, ``u``, ``d``, ``t``): the binlog file index and event position
+  of ``source.file`` / ``source.pos`` (the rows event), sequence
+  ``READS_BELOW + 2 * source.row``, plus one for a create.  A key-changing UPDATE becomes a
+  delete of the old key and a create of the new one with the same ``source``; the create
+  ranks above its delete (a rows event holds updates, or inserts, or deletes: a plain
+  insert's ``+1`` meets nothing);
+* a snapshot read (``op: r``): every row of one incremental-snapshot chunk carries the same
+  ``source``, the coordinates of the event at which Debezium closed the chunk's window
+  (its close row in the signal table; with a read-only snapshot, the event past the
+  window, whose changes Debezium writes after the chunk), and every row of an initial
+  snapshot the binlog position the stream goes on from.  Debezium wrote those rows
+  deduplicated, as of that point: the read ranks at that event, *below* the event's own
+  changes, sequence = the record's Kafka offset in its partition (``< READS_BELOW``).
+
+So, within a partition, positions rise in offset order and are unique (Debezium writes a
+key's records to one partition, in binlog order), a change made after a chunk's window
+ranks above the chunk's row of its key, one made before it below; a record Debezium wrote
+again after a restart (from its last committed offset) has the position of its first
+copy, and the merge job drops it as a copy.  Replays read the same offsets, so they rank
+the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contract.errors import SerdeError
+from contract.position import PART_LIMIT, BinlogPosition
+
+#: Sequences below this are snapshot reads (their Kafka offset); changes are above it.
+READS_BELOW = PART_LIMIT // 2
+
+#: What a Debezium user sets for the merge job to read their topics.
+SCHEMAS_REQUIRED = ("kafka.input: debezium reads Debezium's JSON converter with schemas: set "
+                    "value.converter.schemas.enable=true (Kafka Connect's default) on the connector; the merge job "
+                    "builds the sink tables from each record's embedded schema")
+
+_OPS = frozenset("cudrt")
+
+
+def debezium_position(value: Any, offset: int) -> str:
+    """The 30-digit position of a decoded Debezium envelope at ``offset`` in its Kafka
+    partition (see the module docstring); :class:`SerdeError` naming what is missing."""
+    if not isinstance(value, dict):
+        raise SerdeError(f"a Debezium record's value is an object, got {type(value).__name__}")
+    op = value.get("op")
+    if op not in _OPS:
+        raise SerdeError(f"a Debezium change event has op c, u, d, r or t, got {op!r}")
+    src = value.get("source")
+    if not isinstance(src, dict) or not src.get("file") or src.get("pos") is None:
+        raise SerdeError("a Debezium record without source.file and source.pos: the merge job orders records by "
+                         "their binlog coordinates (Debezium's MySQL and MariaDB connectors write them)")
+    try:
+        event = BinlogPosition.from_binlog(str(src["file"]), int(src["pos"]))
+    except (TypeError, ValueError) as exc:
+        raise SerdeError(f"a Debezium record's source.file/pos cannot place it in the binlog: {exc}") from None
+    if op == "r":
+        if not 0 <= offset < READS_BELOW:
+            raise SerdeError(f"a snapshot read at Kafka offset {offset}: positions hold offsets below {READS_BELOW}")
+        seq = offset
+    else:
+        row = src.get("row") or 0
+        if type(row) is not int or not 0 <= row < (PART_LIMIT - READS_BELOW) // 2:
+            raise SerdeError(f"a Debezium record's source.row {row!r} is not a row index")
+        seq = READS_BELOW + 2 * row + (op == "c")
+    return event.encode_row(seq)
+
+
+def not_connect_shape(data: bytes) -> SerdeError:
+    """The error for a record value that is not a JSON converter record with its schema."""
+    if data[:64].lstrip()[:1] != b"{":
+        return SerdeError(f"the record's value is not JSON (first bytes {data[:4].hex()}): {SCHEMAS_REQUIRED}")
+    return SerdeError(f"the record's value is JSON without an embedded schema (a schemaless Debezium record, "
+                      f"value.converter.schemas.enable=false?): {SCHEMAS_REQUIRED}")

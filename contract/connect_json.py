@@ -485,6 +485,10 @@ class ConnectJsonReader:
         self._recent: list[_Known] = []
         self._keep = keep
         self._json = json.JSONDecoder()
+        # The records last read by :meth:`read` (a value and its key) and their schemas:
+        # :meth:`schema_of` of the same bytes object (the merge job asks for both) parses
+        # nothing again.
+        self._last: list[tuple[bytes, _Known]] = []
 
     def _find(self, data: bytes) -> tuple[_Known, Any] | None:
         """The record's schema and its (raw) payload; None when ``data`` is not of the shape."""
@@ -526,11 +530,15 @@ class ConnectJsonReader:
         if found is None:
             return False, None
         known, payload = found
+        self._last = [(data, known), *self._last[:1]]
         return True, known.decode(payload)
 
     def schema_of(self, data: bytes) -> tuple[str, dict | None] | None:
         """``(schema id, Avro view)`` of a record of the shape (the id names its Connect
         schema), or None for other records."""
+        for seen, known in self._last:
+            if seen is data:
+                return known.id, known.view()
         if not data or data[:1] != b"{" or b'"schema"' not in data[:32]:
             return None
         found = self._find(data)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from common.config import SinksConfig
+from contract.connect_json import RECORD_PREFIX
 from contract.debezium import debezium_position, not_connect_shape
 from contract.envelope import TRUNCATE_OP, record_names
 from contract.errors import SerdeError
@@ -225,8 +226,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             if value_b is None:  # a tombstone (after a delete): for log compaction, not a change
                 continue
             if s.debezium:
-                if value_b[:1] != b"{" or dec.decoder.connect_schema(value_b) is None:
-                    raise not_connect_shape(value_b)
+                if value_b[:10] != RECORD_PREFIX and dec.decoder.connect_schema(value_b) is None:
+                    raise not_connect_shape(value_b)  # (JsonConverter's own records start with RECORD_PREFIX)
                 value = dec.decode(value_b)
                 op, position = value["op"], debezium_position(value, int(offset))
             else:

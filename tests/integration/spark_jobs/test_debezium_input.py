@@ -233,3 +233,54 @@ def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merg
             assert table.source_rows == 2 if table.table.endswith(TRUNCATED) else table.source_rows > ROWS / 2
         assert report.equal
         assert ops_during > 0 and runs > 0
+
+
+def test_merge_job_behind_debeziums_initial_snapshot(merge_config, unique, tmp_path, tmp_path_factory):
+    """``snapshot.mode: initial``: every row Debezium's initial snapshot reads carries the binlog
+    position the stream goes on from; a write load runs while Debezium starts and streams on."""
+    cfg = merge_config
+    cfg.kafka.input = "debezium"
+    prefix, db, table = cfg.kafka.topic_prefix, unique("db"), "t_initial"
+    with debezium_mariadb(tmp_path_factory.mktemp("dbzinit"), server_id=79) as server:
+        def admin() -> pymysql.Connection:
+            return pymysql.connect(host=server["host"], port=server["port"], user=server["admin_user"],
+                                   password=server["admin_password"], charset="utf8mb4")
+        cfg.source.host, cfg.source.port = server["host"], server["port"]
+        cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
+        with admin() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+            create_table(conn, db, table, "string", ROWS)
+            cur.execute(f"CREATE TABLE `{db}`.{FENCE} (id INT PRIMARY KEY)")
+        ensure_topics(cfg.kafka, [table_topic(prefix, db, t) for t in (table, FENCE)], partitions=3)
+        props = connector_properties(
+            host=server["host"], port=server["port"], user=server["admin_user"], password=server["admin_password"],
+            server_id=4344, prefix=prefix, databases=[db], state_dir=tmp_path / "dbz-state",
+            **{"snapshot.mode": "initial"})
+        load = WriteLoad(admin, db, table, "string", key_space=ROWS + 100, seed=7, pause_s=0.003).start()
+        try:
+            wait_for(lambda: sum(load.ops.values()) > 30, what="writes running")
+            dbz = DebeziumToKafka(props, cfg.kafka.bootstrap_servers, tmp_path)
+            try:
+                time.sleep(3)
+                load.stop()
+                with admin() as conn, conn.cursor() as cur:
+                    cur.execute(f"INSERT INTO `{db}`.{FENCE} VALUES (1)")
+                    conn.commit()
+                wait_for(lambda: len(_records(cfg, table_topic(prefix, db, FENCE))) > 0, 120, interval=0.5,
+                         what="the fence row in Kafka")
+            finally:
+                dbz.close()
+        finally:
+            load.stop()
+        values = [json.loads(m.value())["payload"] for m in _records(cfg, table_topic(prefix, db, table))
+                  if m.value() is not None]
+        reads = [v for v in values if v["op"] == "r"]
+        assert len(reads) >= ROWS / 2 and len({(v["source"]["file"], v["source"]["pos"]) for v in reads}) == 1
+        assert any(v["op"] != "r" for v in values)
+        assert MergeJob(cfg).run(available_now=True) == 0
+        report = verify(cfg, [f"{db}.{table}"], changelog=True, chunk_size=100)
+        print(f"Debezium's initial snapshot: {len(reads)} reads at one position, {len(values) - len(reads)} changes")
+        (result,) = report.tables
+        assert {r.sink for r in result.results} == {"postgres", "mysql", "changelog"}
+        for r in result.results:
+            assert r.equal, r

@@ -69,3 +69,11 @@ def test_a_read_beyond_the_offsets_positions_hold_is_refused():
 def test_a_schemaless_record_names_the_converter_setting():
     assert "value.converter.schemas.enable=true" in str(not_connect_shape(b'{"before":null,"after":{"id":1}}'))
     assert "not JSON" in str(not_connect_shape(b"\x00\x00\x00\x00\x01"))
+
+
+def test_the_position_is_the_binlog_positions_wire_form():
+    from contract.position import BinlogPosition
+    p = debezium_position(_rec("u", 4567, 2, "/var/lib/mysql/binlog.000123"), 0)
+    assert BinlogPosition.decode(p) == BinlogPosition(123, 4567, READS_BELOW + 4)
+    with pytest.raises(SerdeError, match="source.pos"):
+        debezium_position(_rec("u", "4567"), 0)

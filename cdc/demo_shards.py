@@ -47,7 +47,7 @@ def _target_columns(cfg) -> list[str]:
         return [r[0] for r in cur.fetchall()]
 
 
-def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: bool = False) -> int:
+def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: bool = False, rows: int = ROWS) -> int:
     console.rule(f"[bold]MySQL CDC demo: four shards on two servers merged into one table (ddl: {ddl})")
     t_start = time.monotonic()
     with console.status("starting the embedded stack with two source servers, Kafka and PostgreSQL..."):
@@ -77,9 +77,9 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
                         with conn.cursor() as cur:
                             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
                             cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-                        create_table(conn, db, "orders", "single", ROWS)
+                        create_table(conn, db, "orders", "single", rows)
         console.print(f"shards: {', '.join(f'{n}/{db}.orders' for n, dbs in shards.items() for db in dbs)}, "
-                      f"{ROWS:,} rows each (ids 0..{ROWS - 1})")
+                      f"{rows:,} rows each (ids 0..{rows - 1})")
         console.print("route: [bold]east|west / shop_0[1-4] / orders -> shop.orders[/bold] (origin columns "
                       f"__source, __db, __table in the key; ddl: {ddl})")
 
@@ -93,7 +93,7 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
             jobs = [MergeJob(cfg, c) for c in cfg.captured_sources()]
             merger = threading.Thread(target=run_jobs, args=(jobs,), daemon=True, name="merge-job")
             merger.start()
-        loads = [WriteLoad(lambda s=servers[name]: admin_connection(s), db, "orders", "single", key_space=ROWS + 2000,
+        loads = [WriteLoad(lambda s=servers[name]: admin_connection(s), db, "orders", "single", key_space=rows + rows // 10,
                            seed=i, pause_s=0.005)
                  for i, (name, db) in enumerate((n, d) for n, dbs in shards.items() for d in dbs)]
         for load in loads:
@@ -104,18 +104,28 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
         sids = {}
         for name, view in views.items():
             sids[name] = f"{run}-{name}"
-            tables = ", ".join(f'\\"{db}.orders\\"' for db in shards[name])
+            tables = ", ".join(f'"{db}.orders"' for db in shards[name])
             sql = (f"INSERT INTO {view.source.signal_table} (id, type, data) VALUES ('{sids[name]}', "
                    f"'execute-snapshot', '{{\"data-collections\": [{tables}], \"type\": \"incremental\"}}')")
             console.print(f"[bold]signal on {name}:[/bold] {sql}")
             with admin_connection(servers[name]) as conn, conn.cursor() as cur:
                 cur.execute(sql)
 
+        with console.status("the merge job's first rows reach the target..."):
+            deadline = time.monotonic() + 300
+            while not _target_columns(cfg) and time.monotonic() < deadline and merger.is_alive():
+                time.sleep(0.5)
         order = [("east", "shop_01"), ("west", "shop_03"), ("east", "shop_02"), ("west", "shop_04")]
         for i, (name, db) in enumerate(order):
-            time.sleep(4.0)
-            console.print(f"target columns: {', '.join(_target_columns(cfg)) or '(not created yet)'}; records held by the "
-                          f"pessimistic route: {sum(j.held for j in jobs)}")
+            if i:  # the job has seen the DDL: pessimistic, rows held; optimistic, the column in the target
+                seen = (lambda: sum(j.held for j in jobs) > 0) if ddl == "pessimistic" else \
+                    (lambda: "coupon" in _target_columns(cfg))
+                deadline = time.monotonic() + 120
+                while not seen() and time.monotonic() < deadline and merger.is_alive():
+                    time.sleep(0.5)
+            time.sleep(2.0)
+            console.print(f"target columns: {', '.join(_target_columns(cfg)) or '(not created yet)'}; records held until "
+                          f"every shard ran the DDL: {sum(j.held for j in jobs)}")
             with admin_connection(servers[name]) as conn, conn.cursor() as cur:
                 cur.execute(f"ALTER TABLE `{db}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
                 cur.execute(f"UPDATE `{db}`.orders SET coupon = %s WHERE MOD(id, 50) = 0", (f"c{i + 1}",))

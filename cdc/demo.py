@@ -213,9 +213,14 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         console.print(("[green]consistent[/green]: every sink equals its source table"
                        if consistent else "[red]INCONSISTENT[/red]") + f" ({time.monotonic() - t_start:.0f}s)")
     finally:
-        if keep_running:
-            console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")
-        else:
-            stack_down(info.state_dir)
-            console.print("stack stopped")
+        leave_stack(info, keep_running, console)
     return 0 if ok else 1
+
+
+def leave_stack(info: StackInfo, keep_running: bool, console: Console) -> None:
+    """At a demo's end: stop the stack it started, or say how to."""
+    if keep_running:
+        console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")
+    else:
+        stack_down(info.state_dir)
+        console.print("stack stopped")

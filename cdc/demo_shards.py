@@ -25,9 +25,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cdc.demo import admin_connection, start_producer, stop_producer
+from cdc.demo import admin_connection, leave_stack, start_producer, stop_producer
 from cdc.progress import NotificationFollower
-from cdc.stack.manager import stack_down, stack_sources_config, stack_up
+from cdc.stack.manager import stack_sources_config, stack_up
 from cdc.verify import print_report, verify
 from cdc.workload import WriteLoad, create_table
 from common.config import RouteConfig
@@ -160,10 +160,6 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
         console.print(("[green]consistent[/green]: the merged targets equal the union of the four shards"
                        if report.equal else "[red]INCONSISTENT[/red]") + f" ({time.monotonic() - t_start:.0f}s)")
     finally:
-        if keep_running:
-            console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")
-        else:
-            stack_down(info.state_dir)
-            console.print("stack stopped")
+        leave_stack(info, keep_running, console)
     return 0 if ok else 1
 

@@ -11,13 +11,16 @@ shard ran it.  Optimistic mode: the target takes the column at the first shard's
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 import time
 
 import psycopg
 import pytest
+from rich.console import Console
 
+from cdc.status import show_status
 from common.config import RouteConfig
 from contract.topics import clean_topic
 from spark_jobs.merge_job import MergeJob, run_jobs
@@ -202,6 +205,12 @@ def test_rows_held_on_an_idle_source_are_released_by_the_other_sources_ddl(stack
         rows = pg_rows_or_empty(cfg, base)
         assert (east.name, a, "orders", 3) not in rows and rows[(east.name, a, "orders", 1)]["qty"] == 1
         assert "coupon" not in _target_columns(cfg, base, "orders")
+        # cdc status: each source's merge query, with the records east's holds
+        out = io.StringIO()
+        show_status(cfg, Console(file=out, width=200))
+        text = out.getvalue()
+        assert f"merge job of source {east.name}" in text and f"merge job of source {west.name}" in text
+        assert "2 record(s) of pessimistic routes wait" in text
         # west runs the DDL: a schema on west's schemas topic; east writes nothing more
         run(west.name, f"ALTER TABLE `{b}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
             f"INSERT INTO `{b}`.orders VALUES (2, 20, 'b2')")

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit venv pathway debezium system-deps clean bench chaos chaos-read-only
+.PHONY: demo demo-shards test unit venv pathway debezium system-deps clean bench chaos chaos-read-only
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,8 +37,13 @@ debezium: $(DEBEZIUM_STAMP)
 system-deps:
 	@bash scripts/ensure-system-deps.sh
 
+# DEMO_ARGS: e.g. --shards (four shards on two servers merged into one table); make demo-shards
+DEMO_ARGS ?=
 demo: venv system-deps
-	$(VENV)/bin/cdc demo
+	$(VENV)/bin/cdc demo $(DEMO_ARGS)
+
+demo-shards: venv system-deps
+	$(VENV)/bin/cdc demo --shards $(DEMO_ARGS)
 
 # The whole suite.  pytest exits 5 when it collects nothing, which fails make too.
 # Two pytest workers (pytest-xdist), each with a stack of its own; a file's tests stay on one

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from cdc import chaos, demo, signal_sender, verify
+from cdc import chaos, demo, demo_shards, signal_sender, verify
 from cdc.bench.merge import bench_merge
 from cdc.bench.report import bench_report
 from cdc.bench.snapshot import bench_snapshot
@@ -236,6 +236,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.shards:
+        return demo_shards.run_shards_demo(Path(args.state_dir), ddl=args.ddl, keep_running=args.keep_running)
     return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running)
 
 
@@ -280,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo_p = sub.add_parser("demo", help="run the pipeline on demo data on the embedded stack")
     demo_p.add_argument("--state-dir", default=".cdc/demo")
     demo_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
+    demo_p.add_argument("--shards", action="store_true",
+                        help="four shards on two source servers merged into one table (docs/sharding.md)")
+    demo_p.add_argument("--ddl", choices=["pessimistic", "optimistic"], default="pessimistic",
+                        help="with --shards: the route's sharding DDL mode (default pessimistic)")
     demo_p.set_defaults(func=_cmd_demo)
 
     produce_p = sub.add_parser("produce", help="stream binlog row changes into Kafka")

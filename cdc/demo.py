@@ -39,10 +39,41 @@ DEMO_ROWS = {"customers": 80_000, "order_lines": 80_000, "products": 60_000}
 
 
 def _admin(info: StackInfo, database: str | None = None):
+    return admin_connection(info.mysql, database)
+
+
+def admin_connection(server: dict, database: str | None = None):
+    """An admin connection (autocommit) to a source server of the stack (its stack.json record)."""
     import pymysql
-    m = info.mysql
-    return pymysql.connect(host=m["host"], port=m["port"], user=m["admin_user"], password=m["admin_password"],
-                           database=database, autocommit=True, charset="utf8mb4")
+    return pymysql.connect(host=server["host"], port=server["port"], user=server["admin_user"],
+                           password=server["admin_password"], database=database, autocommit=True, charset="utf8mb4")
+
+
+def start_producer(cfg) -> tuple[ProducerApp, threading.Thread, tuple[str, int]]:
+    """A producer of ``cfg`` (one source) streaming from its server's current binlog end, in a thread."""
+    conn = connect(cfg.source)
+    file, pos = current_position(conn)
+    conn.close()
+    cfg.producer.startup.mode, cfg.producer.startup.file, cfg.producer.startup.pos = "position", file, pos
+    app = ProducerApp(cfg)
+    thread = threading.Thread(target=app.run, daemon=True, name=f"producer-{cfg.producer.name}")
+    thread.start()
+    return app, thread, (file, pos)
+
+
+def stop_producer(cfg, app: ProducerApp, thread: threading.Thread, timeout: float = 300) -> dict:
+    """Let the producer catch up with its server's binlog end, stop it; its figures."""
+    conn = connect(cfg.source)
+    end = current_position(conn)
+    conn.close()
+    deadline = time.monotonic() + timeout
+    while (app.metrics.last_commit_file, app.metrics.last_commit_pos) < end \
+            and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.5)
+    snap = app.metrics.snapshot()
+    app.stop()
+    thread.join(60)
+    return snap
 
 
 def load_demo_data(info: StackInfo, rows: dict[str, int] = DEMO_ROWS, seed: int = 7) -> dict[str, int]:
@@ -134,13 +165,7 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
             counts = load_demo_data(info)
         console.print(f"demo data: {sum(counts.values()):,} rows in {time.monotonic() - t0:.1f}s {counts}")
 
-        conn = connect(cfg.source)
-        file, pos = current_position(conn)
-        conn.close()
-        cfg.producer.startup.mode, cfg.producer.startup.file, cfg.producer.startup.pos = "position", file, pos
-        app = ProducerApp(cfg)
-        producer = threading.Thread(target=app.run, daemon=True, name="producer")
-        producer.start()
+        app, producer, (file, pos) = start_producer(cfg)
         console.print(f"producer streaming from {file}:{pos} into {run}.shop.*")
         with console.status("starting the Spark merge job (local[2])..."):
             from spark_jobs.spark_session import build_session
@@ -170,17 +195,8 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         writes = load.done
         console.print(f"write load stopped after {writes:,} statements")
         with console.status("the producer catches up..."):
-            conn = connect(cfg.source)
-            end_file, end_pos = current_position(conn)
-            conn.close()
-            deadline = time.monotonic() + 300
-            while (app.metrics.last_commit_file, app.metrics.last_commit_pos) < (end_file, end_pos) \
-                    and time.monotonic() < deadline and producer.is_alive():
-                time.sleep(0.5)
-        snap = app.metrics.snapshot()
+            snap = stop_producer(cfg, app, producer)
         console.print(f"producer: {snap['events_total']:,} events written, position {snap['file']}:{snap['pos']}")
-        app.stop()
-        producer.join(60)
         with console.status("the merge job drains what is left..."):
             job.stop()
             merger.join(120)
@@ -197,9 +213,14 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         console.print(("[green]consistent[/green]: every sink equals its source table"
                        if consistent else "[red]INCONSISTENT[/red]") + f" ({time.monotonic() - t_start:.0f}s)")
     finally:
-        if keep_running:
-            console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")
-        else:
-            stack_down(info.state_dir)
-            console.print("stack stopped")
+        leave_stack(info, keep_running, console)
     return 0 if ok else 1
+
+
+def leave_stack(info: StackInfo, keep_running: bool, console: Console) -> None:
+    """At a demo's end: stop the stack it started, or say how to."""
+    if keep_running:
+        console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")
+    else:
+        stack_down(info.state_dir)
+        console.print("stack stopped")

@@ -23,7 +23,7 @@ def show_status(cfg: CDCConfig, console: Console, source: str | None = None) -> 
     names = [source] if source is not None else [c.name for c in cfg.captured_sources()]
     views = [cfg.for_source(name) for name in names]
     snapshots = [(view, _producer(view, console)) for view in views]
-    _merge_job(cfg, console)
+    _merge_job(cfg, console, source)
     for view, snap in snapshots:
         if snap and snap.get("snapshot_id"):
             if "tables" not in snap:  # the stored form
@@ -68,17 +68,25 @@ def _producer(cfg: CDCConfig, console: Console) -> dict | None:
     return st.get("snapshot") or (stored or {}).get("snapshot")
 
 
-def _merge_job(cfg: CDCConfig, console: Console) -> None:
-    merge_file = Path(cfg.state_dir) / "merge-status.json"
-    if not merge_file.exists():
-        return
-    ms = json.loads(merge_file.read_text())
+def _merge_job(cfg: CDCConfig, console: Console, source: str | None = None) -> None:
+    """The merge job's table; with ``sources``, one per source's query (its own status file)."""
+    names = [c.name for c in cfg.captured_sources() if source in (None, c.name)] if cfg.sources else [None]
+    for name in names:
+        merge_file = Path(cfg.state_dir) / (f"merge-status-{name}.json" if name else "merge-status.json")
+        if merge_file.exists():
+            _merge_table(json.loads(merge_file.read_text()), console, name)
+
+
+def _merge_table(ms: dict, console: Console, source: str | None) -> None:
     lb = ms.get("last_batch", {})
     fresh = time.time() - ms.get("updated_at", 0) < 60
-    mt = Table("merge job", "value")
+    mt = Table("merge job" + (f" of source {source}" if source else ""), "value")
     mt.add_row("job", f"pid {ms['pid']}, " + ("running" if fresh else "no batch for 60s+"))
     mt.add_row("last batch", f"#{ms['batch_id']}: {lb.get('input', 0):,} records, {lb.get('rows_per_second', 0):,.0f}/s, "
                              f"{lb.get('dropped', 0)} chunk rows dropped, {lb.get('dead', 0)} dead letters")
+    if lb.get("held"):
+        mt.add_row("held", f"{lb['held']:,} record(s) of pessimistic routes wait until every shard ran the same DDL "
+                           "(the job's log names the shards)")
     latency = {k: lb.get(f"latency_{k}_ms") for k in ("p50", "p99")}
     mt.add_row("latency", ", ".join(f"{k} {v:,.0f} ms" if v is not None else f"{k} -" for k, v in latency.items()))
     t = ms.get("totals", {})

@@ -20,13 +20,16 @@ LATEST = -1    # in startingOffsets JSON: the partition's end offset when the qu
 #: Keys of the offset JSON that are not topics ('@' is not allowed in a topic name).
 IDS_KEY = "@ids"
 LOST_KEY = "@lost"
+WAKE_KEY = "@wake"
 
 
 def offsets_to_json(offsets: Mapping[TP, int], *, ids: Mapping[str, str] | None = None,
-                    lost: Sequence[DataLoss] = ()) -> dict[str, Any]:
+                    lost: Sequence[DataLoss] = (), wake: Mapping[TP, int] | None = None) -> dict[str, Any]:
     """``{(t, p): o}`` -> ``{"t": {"p": o}}`` in canonical order (topics by name,
     partitions by number), so equal offsets always serialise to the same JSON text;
-    ``ids`` (topic ids of those topics) under ``"@ids"``, ``lost`` under ``"@lost"``."""
+    ``ids`` (topic ids of those topics) under ``"@ids"``, ``lost`` under ``"@lost"``,
+    ``wake`` (the end offsets of the topics a batch wakes on, none of them read) under
+    ``"@wake"`` as ``{"t|p": o}``."""
     doc: dict[str, Any] = {}
     for (topic, part) in sorted(offsets):
         doc.setdefault(topic, {})[str(part)] = int(offsets[(topic, part)])
@@ -35,7 +38,20 @@ def offsets_to_json(offsets: Mapping[TP, int], *, ids: Mapping[str, str] | None 
         doc[IDS_KEY] = kept_ids
     if lost:
         doc[LOST_KEY] = [x.to_json() for x in lost]
+    if wake:
+        doc[WAKE_KEY] = {f"{t}|{p}": int(wake[(t, p)]) for t, p in sorted(wake)}
     return doc
+
+
+def wake_from_json(doc: Mapping | None) -> dict[TP, int]:
+    """The end offsets of the wake topics recorded in an offset JSON (``{}``: none)."""
+    raw = (doc or {}).get(WAKE_KEY) or {}
+    out: dict[TP, int] = {}
+    if isinstance(raw, dict):
+        for key, offset in raw.items():
+            topic, _, part = str(key).rpartition("|")
+            out[(topic, int(part))] = int(offset)
+    return out
 
 
 def offsets_from_json(doc: Mapping | None) -> dict[TP, int]:

@@ -35,6 +35,12 @@ Options (case-insensitive, as for every Spark source):
     their backlog (each partition with a backlog gets at least one).  Implemented through
     Spark's admission control (``getDefaultReadLimit`` returns ``ReadMaxRows``), so
     ``Trigger.AvailableNow`` honours it too and ``Trigger.Once`` ignores it, as in Spark.
+``wakeTopics``
+    A comma-separated list of topics whose records are never read, but whose growth makes
+    a micro-batch run (their end offsets are part of the batch's offset, under ``"@wake"``).
+    The merge job wakes on the other sources' schema topics, so that the rows a pessimistic
+    route holds are released when another source's shard runs the DDL, even while this
+    source writes nothing.
 ``kafka.isolation.level``
     ``read_committed`` unless set: records of open transactions are not read.
 ``kafkaConsumer.pollTimeoutMs``
@@ -105,6 +111,7 @@ from spark_jobs.kafka_offsets import (
     offsets_to_json,
     plan_end_offsets,
     resolve_starting_offsets,
+    wake_from_json,
 )
 
 SHORT_NAME = "cdc-kafka"
@@ -147,6 +154,7 @@ class SourceOptions:
     poll_timeout_s: float = 120.0
     fetch_timeout_s: float = 30.0
     fail_on_data_loss: bool = True
+    wake_topics: tuple[str, ...] = ()
 
     def subscribed(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -213,12 +221,17 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     fail = str(opts.get("failondataloss", "true")).strip().lower()
     if fail not in ("true", "false"):
         raise KafkaSourceOptionError(f"option failOnDataLoss must be true or false, got {opts.get('failondataloss')!r}")
+    wake = tuple(dict.fromkeys(t.strip() for t in str(opts.get("waketopics") or "").split(",") if t.strip()))
+    probe = SourceOptions(bootstrap, topics, pattern)
+    read = sorted(t for t in wake if probe.subscribed(t))
+    if read:
+        raise KafkaSourceOptionError(f"wakeTopics names topics the query reads: {read}")
     poll_ms = _positive_int(opts, "kafkaconsumer.polltimeoutms", 120_000)
     fetch_ms = _positive_int(opts, "fetchoffset.timeoutms", 30_000)
     return SourceOptions(bootstrap_servers=bootstrap, topics=topics, pattern=pattern, starting=starting,
                          max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", None),
                          client_config=client, poll_timeout_s=poll_ms / 1000.0, fetch_timeout_s=fetch_ms / 1000.0,
-                         fail_on_data_loss=fail == "true")
+                         fail_on_data_loss=fail == "true", wake_topics=wake)
 
 
 def parse_starting_offsets(text: Any) -> Union[str, dict[TP, int]]:
@@ -293,6 +306,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = options
         self._meta = None            # driver-side consumer for metadata, created lazily
         self._target: dict[TP, tuple[int, int]] | None = None  # Trigger.AvailableNow snapshot
+        self._target_wake: dict[TP, int] | None = None  # ... and of the wake topics
         self._last_latest: dict[TP, int] | None = None
 
     def __getstate__(self) -> dict:
@@ -342,6 +356,28 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise KafkaSourceError(f"cdc-kafka: end offsets of {self._describe()} unavailable: {exc}") from exc
                 time.sleep(0.5)
 
+    def _fetch_wake(self) -> dict[TP, int]:
+        """The end offsets of the ``wakeTopics`` that exist (``{}`` when none is set)."""
+        if not self.opts.wake_topics:
+            return {}
+        if self._target_wake is not None:
+            return self._target_wake
+        from confluent_kafka import Consumer, KafkaException
+
+        if self._meta is None:
+            self._meta = Consumer(self._client("meta"))
+        try:
+            md = self._meta.list_topics(timeout=self.opts.fetch_timeout_s)
+            parts = [(t, p) for t in self.opts.wake_topics if t in md.topics and md.topics[t].error is None
+                     for p in md.topics[t].partitions]
+            client = {k: v for k, v in self._client("offsets").items() if k != "bootstrap.servers"}
+            found = end_offsets(self.opts.bootstrap_servers, parts, timeout=self.opts.fetch_timeout_s,
+                                client_config=client) if parts else {}
+        except (KafkaException, OffsetLookupError) as exc:  # the next trigger asks again
+            _log.warning("cdc-kafka: end offsets of the wake topics unavailable: %s", exc)
+            return {}
+        return {tp: int(hi) for tp, (_, hi) in found.items()}
+
     def _fetch_ids(self, topics) -> dict[str, str]:
         from confluent_kafka import KafkaException
 
@@ -367,6 +403,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._fetch_latest()
+        self._target_wake = self._fetch_wake()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         latest = self._target if self._target is not None else self._fetch_latest()
@@ -388,9 +425,10 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                              "the partition is dropped")
         base = apply_data_loss(start_map, losses)
         end = plan_end_offsets(base, latest, cap)
-        if not losses and end == start_map:
+        wake = {**wake_from_json(start), **self._fetch_wake()}  # (a wake topic gone for a moment: kept)
+        if not losses and end == start_map and wake == wake_from_json(start):
             return start  # nothing new: Spark runs no batch
-        return offsets_to_json(end, ids=ids, lost=losses)
+        return offsets_to_json(end, ids=ids, lost=losses, wake=wake)
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._last_latest is None else offsets_to_json(self._last_latest)

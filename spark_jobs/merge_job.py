@@ -194,6 +194,20 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
         consumer.close()
 
 
+def prometheus_text(jobs: list["MergeJob"]) -> str:
+    """The figures of ``jobs`` in Prometheus text format: one family per metric; with
+    several jobs each sample is labelled ``source="<name>"``."""
+    families: dict[str, tuple[str, list[str]]] = {}
+    for job in jobs:
+        label = f'{{source="{job.source_name}"}}' if len(jobs) > 1 else ""
+        for name, kind, value in job.samples():
+            families.setdefault(name, (kind, []))[1].append(f"{name}{label} {value}")
+    lines = []
+    for name, (kind, samples) in families.items():
+        lines += [f"# TYPE {name} {kind}", *samples]
+    return "\n".join(lines) + "\n"
+
+
 class MergeJob:
     """The merge job of one source (``source``: an entry of ``cfg.captured_sources()``,
     default the first): its table topics, markers and schemas under the source's topic
@@ -229,6 +243,8 @@ class MergeJob:
         self.status_path = Path(cfg.state_dir) / (f"merge-status-{self.source_name}.json" if several
                                                   else "merge-status.json")
         self.batches = 0
+        #: Records pessimistic routes hold now (after the last batch), and the most held at once.
+        self.held = self.held_peak = 0
         self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0, "lost_partitions": 0,
                        "lost_records": 0, "deleted_missing": 0}
         self._stop = threading.Event()
@@ -238,20 +254,25 @@ class MergeJob:
         self.last: dict[str, Any] = {}
         self.phase_totals: dict[str, float] = {}  # seconds per phase over every batch (see _report)
         self._admin_client = None
+        #: The jobs whose figures this one's metrics endpoint serves (:func:`run_jobs`: every source's).
+        self.peers: list[MergeJob] = [self]
         self.first_batch_started: float | None = None  # time.monotonic() of the first batch's start
         self.last_batch_ended: float | None = None  # ... and of the last batch's end
 
-    def prometheus(self) -> str:
-        """The merge job's figures in Prometheus text format."""
-        lines = []
-        for name, value in self.totals.items():
-            lines += [f"# TYPE cdc_merge_{name}_total counter", f"cdc_merge_{name}_total {value}"]
-        lines += ["# TYPE cdc_merge_batches_total counter", f"cdc_merge_batches_total {self.batches}"]
+    def samples(self) -> list[tuple[str, str, float]]:
+        """The merge job's figures: ``(metric name, Prometheus type, value)``."""
+        out = [(f"cdc_merge_{name}_total", "counter", value) for name, value in self.totals.items()]
+        out += [("cdc_merge_batches_total", "counter", self.batches), ("cdc_merge_held_records", "gauge", self.held)]
         for name in ("rows_per_second", "latency_p50_ms", "latency_p99_ms", "seconds"):
             v = self.last.get(name)
             if v is not None:
-                lines += [f"# TYPE cdc_merge_last_batch_{name} gauge", f"cdc_merge_last_batch_{name} {v}"]
-        return "\n".join(lines) + "\n"
+                out.append((f"cdc_merge_last_batch_{name}", "gauge", v))
+        return out
+
+    def prometheus(self) -> str:
+        """The figures of this job and of the other sources' jobs that run beside it
+        (:func:`run_jobs`; each sample labelled with its source then) in Prometheus text format."""
+        return prometheus_text(self.peers)
 
     # -- the stream ------------------------------------------------------------------------
     def _source_options(self) -> dict[str, str]:
@@ -264,6 +285,11 @@ class MergeJob:
                    "failOnDataLoss": "true" if self.fail_on_data_loss else "false"}
         for key, value in self.client.items():
             options[f"kafka.{key}"] = str(value)
+        if any(r.ddl == "pessimistic" for r in self.router.routes) and len(self._stores) > 1:
+            # A pessimistic route's held rows are released when another source's shard runs
+            # the DDL: a batch runs when another source's schemas topic grows, even while
+            # this source writes nothing.
+            options["wakeTopics"] = ",".join(sorted(schemas_topic(p) for p in self._stores if p != self.prefix))
         return options
 
     def _reader(self, spark):
@@ -640,11 +666,6 @@ class MergeJob:
         for route, members in shards.items():
             keys = {shard: k for shard, (_, k) in members.items()}
             if route.ddl == "pessimistic":
-                others = sorted(str(sh) for sh in members if sh.source != self.source_name)
-                if others:
-                    raise RouteError(f"route to {route.name} says 'ddl: pessimistic' and merges tables of several "
-                                     f"sources ({others[0]} is not {self.source_name}'s): the merge job applies "
-                                     "pessimistic routes within one source only (docs/sharding.md)")
                 coordinator = coordinate(route, history[route], keys, "pessimistic")
                 schema, key = target_schema(route, members, coordinator.target)
                 waiting = sorted(f"{sh}|{v}" for sh, v in coordinator.waiting())
@@ -764,7 +785,7 @@ class MergeJob:
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
                 lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None) -> None:
         agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
-                                                            "upserted", "deleted")}
+                                                            "upserted", "deleted", "held")}
         # Where the batch's time went: the driver's phases (wall clock) and the tasks' own,
         # summed over the tasks (which run side by side).
         phases = {**(phases or {}), **{k: sum(s.get(k, 0.0) for s in stats)
@@ -784,6 +805,10 @@ class MergeJob:
         p50 = lat[len(lat) // 2] if lat else None
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None
         self.batches += 1
+        self.held, self.held_peak = agg["held"], max(self.held_peak, agg["held"])
+        if agg["held"]:
+            log.info("batch %d: %d record(s) held by pessimistic routes until every shard ran the same DDL",
+                     batch_id, agg["held"])
         for k in self.totals:
             self.totals[k] += agg.get(k, 0)
         rate = agg["input"] / seconds if seconds > 0 else 0.0
@@ -833,7 +858,7 @@ class MergeJob:
         self.stop_on_schema_change()
         self.check_routes()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
-        first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job
+        first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job serves all
         server = serve_metrics(self.cfg.spark.metrics_port if first else None, self.prometheus)
         delay, restarts = 1.0, 0
         try:
@@ -873,6 +898,8 @@ def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts:
     when one stops with an error the others are stopped and the error raised."""
     if len(jobs) == 1:
         return jobs[0].run(available_now=available_now, max_restarts=max_restarts)
+    for job in jobs:
+        job.peers = list(jobs)  # the first source's job serves every job's figures
     from spark_jobs.spark_session import build_session
     build_session(jobs[0].cfg.spark.master, app_name="cdc-merge")  # one session, made before the threads
     results: dict[int, Any] = {}

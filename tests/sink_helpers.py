@@ -8,7 +8,7 @@ import pymysql
 from common.kafka.topic_reader import read_topic
 from spark_jobs.sinks.mysql import MySQLSink
 from spark_jobs.sinks.postgres import PostgresSink
-from tests.producer_helpers import decoder
+from tests.producer_helpers import decoder, resolving_decoder
 
 POSITION = "__cdc_position"
 
@@ -45,5 +45,29 @@ def apply_clean(cfg, topic: str) -> dict:
         if value["op"] == "d":
             table.pop(k, None)
         else:
+            table[k] = value["after"]
+    return table
+
+
+def apply_merged_clean(cfg, topic: str, key_names: list[str]) -> dict:
+    """Replay a merged clean changelog (a route's target; per partition and shard, positions
+    must rise): ``{key tuple: after row}``, each read with the target's newest schema (as the
+    merge job reads a table topic: a row written before the target had a column has it NULL)."""
+    from spark_jobs.clean_changelog import SHARD_HEADER
+
+    dec = resolving_decoder(cfg)
+    table: dict = {}
+    highest: dict = {}
+    for m in read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client):
+        key, value = dec.decode(m.key()), dec.decode(m.value())
+        shard = dict(m.headers())[SHARD_HEADER]
+        assert value["position"] > highest.get((m.partition(), shard), ""), f"copy or disorder at {m.offset()}"
+        highest[(m.partition(), shard)] = value["position"]
+        assert list(key) == key_names
+        k = tuple(key.values())
+        assert shard.decode() == f"{k[0]}/{k[1]}.{k[2]}"
+        if value["op"] == "d":
+            table.pop(k, None)
+        elif value["op"] != "t":
             table[k] = value["after"]
     return table

@@ -180,13 +180,16 @@ def lost_kafka_dependents(state_dir: Path) -> list[str]:
 
 
 def _running_merge_job(state_dir: Path) -> int | None:
-    """The pid of a merge job of this state directory that is still running, if any."""
-    try:
-        status = json.loads((state_dir / "merge-status.json").read_text())
-    except (OSError, ValueError):
-        return None
-    pid = status.get("pid")
-    return pid if pid and pid != os.getpid() and pid_alive(pid) else None
+    """The pid of a merge job of this state directory that is still running, if any (its
+    status file: ``merge-status.json``, or ``merge-status-<source>.json`` with ``sources``)."""
+    for path in sorted(state_dir.glob("merge-status*.json")):
+        try:
+            pid = json.loads(path.read_text()).get("pid")
+        except (OSError, ValueError):
+            continue
+        if pid and pid != os.getpid() and pid_alive(pid):
+            return pid
+    return None
 
 
 def _reset_for_lost_kafka(state_dir: Path) -> list[str]:

@@ -1,4 +1,5 @@
-"""The clean changelog as a verify target: ``<prefix>.clean.<db>.<table>`` replayed.
+"""The clean changelog as a verify target: ``<prefix>.clean.<db>.<table>`` replayed (a
+route's merged clean changelog: :class:`MergedChangelogTarget`, one shard's records).
 
 The topic is replayed from the beginning into a dict keyed by the normalised key (a record
 not above the highest position seen in its partition is a copy and skipped; ``d`` removes
@@ -27,6 +28,7 @@ from contract.position import CopyFilter
 from contract.schema_store import SchemaStore
 from contract.serde import ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic
+from spark_jobs.clean_changelog import SHARD_HEADER
 
 #: Value of a column the changelog record does not have (not in the table's newest schema).
 ABSENT = "<absent from the record>"
@@ -126,9 +128,15 @@ class ChangelogTarget(Target):
         t = md.topics.get(topic)
         return t is not None and t.error is None and bool(t.partitions)
 
+    def topic_of(self, spec: TableSpec) -> str:
+        return clean_topic(self.cfg.kafka.topic_prefix, spec.db, spec.table)
+
+    def holds(self, message, spec: TableSpec) -> bool:  # noqa: ARG002 - a record of the topic: the table's
+        return True
+
     def open(self, spec: TableSpec, result: SinkResult) -> None:
         k = self.cfg.kafka
-        topic = clean_topic(k.topic_prefix, spec.db, spec.table)
+        topic = self.topic_of(spec)
         result.target = topic
         self.rows = {}
         self._chunk = None
@@ -140,6 +148,8 @@ class ChangelogTarget(Target):
 
         def records() -> Iterator[tuple[int, dict | None, dict | None]]:
             for m in read_topic(k.bootstrap_servers, topic, client_config=k.client or None, timeout=300):
+                if not self.holds(m, spec):
+                    continue
                 value = dec.decode(m.value())
                 if debezium and isinstance(value, dict) and "position" not in value:
                     # Debezium's records carry no position: the merge job's header has it
@@ -163,3 +173,18 @@ class ChangelogTarget(Target):
         for key, values in self.rows.items():
             diffs.extra(key, values)
         self.rows = {}
+
+
+class MergedChangelogTarget(ChangelogTarget):
+    """A route's merged clean changelog ``<kafka.topic_prefix>.clean.<target db>.<target
+    table>`` (``cfg``: the configuration with ``routes``), as the target of one of its shards:
+    the records its header ``cdc.shard`` names the shard by (``source/db.table``), replayed
+    with the target's newest schema (per partition the positions of one shard rise; shards'
+    positions are not comparable, so the copy check is per shard).  The topic is read once per
+    shard; memory holds one shard's rows."""
+
+    def topic_of(self, spec: TableSpec) -> str:
+        return clean_topic(self.cfg.kafka.topic_prefix, *spec.target)
+
+    def holds(self, message, spec: TableSpec) -> bool:
+        return dict(message.headers() or []).get(SHARD_HEADER) == f"{spec.source}/{spec.db}.{spec.table}".encode()

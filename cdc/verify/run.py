@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from cdc.errors import TargetMissing, TargetUnusable, VerifyError
-from cdc.verify.changelog import ChangelogTarget
+from cdc.verify.changelog import ChangelogTarget, MergedChangelogTarget
 from cdc.verify.checksum import Checksum, checksum
 from cdc.verify.diff import Diffs, compare_rows
 from cdc.verify.discovery import source_tables
@@ -180,8 +180,13 @@ def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False,
         routes = list(dict.fromkeys(route for *_, route in plan if route is not None))
         for route in routes:
             members = [(src, db, table) for src, db, table, r in plan if r == route]
-            _verify_route(report, route, members, db_targets, chunk_size, samples, progress, changelog,
-                          whole=not tables or route.name in named_targets)
+            merged = [MergedChangelogTarget(cfg)] if changelog and route.origin else []
+            try:
+                _verify_route(report, route, members, db_targets + merged, chunk_size, samples, progress,
+                              whole=not tables or route.name in named_targets)
+            finally:
+                for t in merged:
+                    t.close()
     finally:
         for t in db_targets:
             t.close()
@@ -243,25 +248,23 @@ def _verify_one(report: VerifyReport, src: _Source, db: str, table: str, route: 
 
 
 def _verify_route(report: VerifyReport, route: Route, members: list[tuple[_Source, str, str]],
-                  db_targets: list[DBTarget], chunk_size: int, samples: int,
-                  progress: Callable[[str], None] | None, changelog: bool, whole: bool) -> None:
-    """The shards of ``route`` against its target, then (``whole``: every shard was
-    compared, not only those named) the target's rows of no shard."""
+                  targets: list[Target], chunk_size: int, samples: int,
+                  progress: Callable[[str], None] | None, whole: bool) -> None:
+    """The shards of ``route`` against its target (``targets``: the sinks' tables and, with
+    ``--changelog``, the merged clean changelog), then (``whole``: every shard was compared,
+    not only those named) the sinks' rows of no shard."""
     if not route.origin:
         report.tables.append(TableReport(route.name, target=route.name, skipped=(
             f"the route's origin columns are off (routes[{route.index}].origin.enabled): the target cannot tell its "
             f"{len(members)} shard(s)' rows apart, so it is not compared per shard")))
         return
     for src, db, table in members:
-        _verify_one(report, src, db, table, route, db_targets, chunk_size, samples, progress, label=src.name)
-    if changelog:
-        report.tables.append(TableReport(f"{route.name}: clean changelog", target=route.name,
-                                         skipped="the merged clean changelog is not compared yet"))
+        _verify_one(report, src, db, table, route, targets, chunk_size, samples, progress, label=src.name)
     if not whole:
         return
     shards = [ShardId(src.name, db, table) for src, db, table in members]
     tr = TableReport(f"{route.name}: rows of no shard", key=list(route.origin), target=route.name)
-    for t in db_targets:
+    for t in (t for t in targets if isinstance(t, DBTarget)):
         res = SinkResult(t.sink, t.qualified(*route.target))
         try:
             counts = t.origin_counts(route.target, list(route.origin))

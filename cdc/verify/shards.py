@@ -9,7 +9,9 @@ its own row counts, chunk checksums and differing keys (reported as
 values name no shard verified, is counted apart (:func:`stray_rows`).
 
 A route whose origin columns are off cannot tell its shards' rows apart in the target: it is
-reported as skipped.  The merged clean changelog is not compared yet.
+reported as skipped.  With ``--changelog`` each shard is also compared with the route's
+merged clean changelog (:class:`cdc.verify.changelog.MergedChangelogTarget`: the records
+whose ``cdc.shard`` header names the shard).
 """
 
 from __future__ import annotations

@@ -171,8 +171,10 @@ class ShardDDLCoordinator:
         return self._update(start=self.target is None, fresh={(shard, version)})
 
     def _stop(self, why: str) -> None:
-        self.stopped = (f"route to {self.route} stopped: {why}. The route stays stopped until its coordination "
-                        f"state is reset (docs/sharding.md)")
+        self.stopped = (f"route to {self.route} stopped: {why}. Both schemas stay in the shards' schema history, so "
+                        "the route stays stopped after a restart: route one of the two shards to another target "
+                        "(routes), or give the column another name on one of them and route that shard apart "
+                        "(docs/sharding.md, Conflicts)")
         raise ShardDDLConflict(self.stopped)
 
     def _update(self, start: bool, fresh: set[tuple[ShardId, str]]) -> Outcome:

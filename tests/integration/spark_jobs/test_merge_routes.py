@@ -13,19 +13,16 @@ import time
 import pytest
 
 from common.config import RouteConfig
-from common.kafka.topic_reader import read_topic
 from contract.topics import clean_topic
-from spark_jobs.clean_changelog import SHARD_HEADER
 from spark_jobs.errors import IncompatibleShards
 from spark_jobs.merge_job import MergeJob
 from tests.producer_helpers import (
     ProducerThread,
-    resolving_decoder,
     run_until_caught_up,
     start_at_current,
     wait_for,
 )
-from tests.sink_helpers import mysql_sink_rows, pg_sink_rows
+from tests.sink_helpers import apply_merged_clean, mysql_sink_rows, pg_sink_rows
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows
 
 ORIGIN = ["__source", "__db", "__table"]
@@ -80,7 +77,7 @@ def _assert_merged(stack, cfg, test_db, expected: dict) -> None:
     """Both sinks' target and the merged clean changelog equal ``expected``."""
     assert pg_sink_rows(cfg, test_db, "orders", KEY) == expected
     assert mysql_sink_rows(stack, cfg, test_db, "orders", KEY) == expected
-    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    assert apply_merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders"), KEY) == expected
 
 
 def _run_sql_and_merge(stack, cfg, *statements: str, refused: type[Exception] | None = None):
@@ -141,7 +138,7 @@ def test_four_shards_merge_into_one_target_under_load_with_add_column_shard_by_s
     _assert_merged(stack, cfg, test_db, expected)
     # a second run changes nothing (the checkpoint holds, nothing is written twice)
     assert MergeJob(cfg).run(available_now=True) == 0
-    assert _merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders")) == expected
+    assert apply_merged_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, "orders"), KEY) == expected
     # TRUNCATE of one shard: its rows leave the target (by their origin values), the others stay
     _run_sql_and_merge(
         stack, cfg,
@@ -242,28 +239,6 @@ def test_conflicting_ddl_stops_the_running_job(stack, merge_config, test_db, sha
     assert f"{shards[0]}.orders" in str(err) and f"{shards[1]}.orders" in str(err) and "coupon" in str(err)
     # nothing of the conflicting rows reached the target
     assert len(pg_rows_or_empty(cfg, test_db)) == 4
-
-
-def _merged_clean(cfg, topic: str) -> dict:
-    """Replay a merged clean changelog (per partition and shard, positions must rise):
-    ``{key tuple: after row}``, each read with the target's newest schema (as the merge job
-    reads a table topic: a row written before the target had a column has it NULL)."""
-    dec = resolving_decoder(cfg)
-    table: dict = {}
-    highest: dict = {}
-    for m in read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client):
-        key, value = dec.decode(m.key()), dec.decode(m.value())
-        shard = dict(m.headers())[SHARD_HEADER]
-        assert value["position"] > highest.get((m.partition(), shard), ""), f"copy or disorder at {m.offset()}"
-        highest[(m.partition(), shard)] = value["position"]
-        assert list(key) == KEY
-        k = tuple(key.values())
-        assert shard.decode() == f"{k[0]}/{k[1]}.{k[2]}"
-        if value["op"] == "d":
-            table.pop(k, None)
-        elif value["op"] != "t":
-            table[k] = value["after"]
-    return table
 
 
 def pg_rows_or_empty(cfg, test_db) -> dict:

@@ -18,6 +18,7 @@ from spark_jobs.kafka_offsets import (
     plan_end_offsets,
     resolve_starting_offsets,
     spread_limit,
+    wake_from_json,
 )
 from spark_jobs.kafka_source import CdcKafkaStreamReader, KafkaRange, parse_options, parse_starting_offsets, plan_ranges
 
@@ -62,10 +63,23 @@ def test_options_pass_kafka_settings_through_and_ignore_case():
     ({**BS, "subscribe": "a", "kafka.enable.auto.commit": "true"}, "never commits"),
     ({**BS, "subscribe": "a", "startingOffsets": '{"b": {"0": 1}}'}, "does not subscribe"),
     ({**BS, "subscribePattern": r"cdc\..*", "startingOffsets": '{"other": {"0": 1}}'}, "does not subscribe"),
+    ({**BS, "subscribePattern": r"cdc\..*", "wakeTopics": "other._schemas, cdc.shop.t"}, "wakeTopics names topics"),
 ])
 def test_options_errors_are_clear(options, message):
     with pytest.raises(KafkaSourceOptionError, match=message):
         parse_options(options)
+
+
+def test_wake_topics_are_kept_apart_from_the_offsets_read():
+    o = parse_options({**BS, "subscribePattern": r"cdc\.[^_].*", "wakeTopics": " cdc_w._schemas,cdc_x._schemas ,"})
+    assert o.wake_topics == ("cdc_w._schemas", "cdc_x._schemas")
+    assert parse_options({**BS, "subscribe": "a"}).wake_topics == ()
+    doc = offsets_to_json({("cdc.s.t", 0): 5}, wake={("cdc_w._schemas", 0): 3, ("a|b", 1): 2})
+    assert json.loads(json.dumps(doc)) == doc
+    assert offsets_from_json(doc) == {("cdc.s.t", 0): 5}  # the wake topics are not read
+    assert wake_from_json(doc) == {("cdc_w._schemas", 0): 3, ("a|b", 1): 2}
+    assert wake_from_json(offsets_to_json({("cdc.s.t", 0): 5})) == {} and "@wake" not in offsets_to_json({})
+    assert plan_ranges(offsets_from_json(doc), offsets_from_json(doc)) == []
 
 
 def test_pattern_matches_whole_names_and_skips_internal_topics():

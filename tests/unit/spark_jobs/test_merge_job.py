@@ -40,6 +40,26 @@ def test_batch_figures_are_aggregated_and_exposed(tmp_path):
     assert body == text
 
 
+def test_every_sources_job_is_served_labelled_with_its_source(tmp_path):
+    from common.config import NamedSourceConfig
+    from spark_jobs.merge_job import prometheus_text
+    cfg = CDCConfig()
+    cfg.state_dir = str(tmp_path / "state")
+    cfg.spark.checkpoint_dir = str(tmp_path / "ckpt")
+    cfg.sources = [NamedSourceConfig(name="east"), NamedSourceConfig(name="west", server_id=2)]
+    east, west = (MergeJob(cfg, c) for c in cfg.captured_sources())
+    east._report(1, [{"input": 10, "held": 4}], markers=0, seconds=1.0)
+    west._report(1, [{"input": 3}], markers=0, seconds=1.0)
+    east._report(2, [{"input": 1, "held": 0}], markers=0, seconds=1.0)
+    assert (east.held, east.held_peak) == (0, 4)
+    text = prometheus_text([east, west])
+    assert text.count("# TYPE cdc_merge_input_total counter") == 1
+    assert 'cdc_merge_input_total{source="east"} 11' in text and 'cdc_merge_input_total{source="west"} 3' in text
+    assert 'cdc_merge_held_records{source="east"} 0' in text
+    assert json.loads((tmp_path / "state" / "merge-status-west.json").read_text())["totals"]["input"] == 3
+    assert "source=" not in prometheus_text([west])
+
+
 def test_table_topic_pattern_takes_only_table_topics():
     import re
     rx = re.compile(table_topic_pattern("cdc"))

@@ -52,7 +52,11 @@ class DebeziumToKafka:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.peers.debezium_kafka", str(state / "dbz.json"),
                                       bootstrap], cwd=state, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                      stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-        wait_for(lambda: self._logged("Connected to binlog at"), 180, what="Debezium streaming the binlog")
+        try:
+            wait_for(lambda: self._logged("Connected to binlog at"), 180, what="Debezium streaming the binlog")
+        except BaseException:
+            self.close()
+            raise
 
     def _logged(self, *words: str) -> bool:
         if self.proc.poll() is not None:
@@ -133,7 +137,7 @@ def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merg
         merge = MergeBehind(cfg)
         loads = [WriteLoad(admin, db, t, kind, key_space=ROWS + 100, seed=i, pause_s=0.003)
                  for i, (t, kind) in enumerate(TABLES.items())]
-        try:
+        try:  # (Debezium stopped whatever happens: the last finally)
             for load in loads:
                 load.start()
             wait_for(lambda: all(sum(ld.ops.values()) > 30 for ld in loads), what="writes running")
@@ -161,6 +165,10 @@ def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merg
                 cur.execute(f"UPDATE `{db}`.t_single SET note = CONCAT('n', id) WHERE id % 5 = 0")
                 conn.commit()
             time.sleep(3)
+        except BaseException:
+            merge.stop_event.set()
+            dbz.close()
+            raise
         finally:
             errors = []
             for load in loads:
@@ -185,6 +193,7 @@ def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merg
             runs = merge.stop()
             assert MergeJob(cfg).run(available_now=True) == 0
         finally:
+            merge.stop_event.set()
             dbz.close()
 
         # What Debezium wrote: its snapshot's reads, key changes (a delete and a create with

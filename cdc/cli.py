@@ -113,9 +113,17 @@ def _sinks_note(cfg) -> str:
     return sinks_note(MergeJob(cfg).settings)
 
 
+def _bench_console(args: argparse.Namespace) -> Console:
+    return Console(file=open(os.devnull, "w")) if args.json else console  # noqa: SIM115
+
+
 def _cmd_bench_stream(args: argparse.Namespace) -> int:
-    bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
-                 profile_dir=Path(args.profile) if args.profile else None, console=console)
+    tx = {"both": (True, False), "on": (True,), "off": (False,)}[args.transactions]
+    result = bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
+                          profile_dir=Path(args.profile) if args.profile else None, transactions=tx,
+                          debezium=args.debezium, reference=not args.no_reference, console=_bench_console(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
     return 0
 
 
@@ -206,9 +214,13 @@ def _cmd_bench_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
-    bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
-                   parallelism=args.parallelism, writes_per_s=args.writes_per_s,
-                   keep_running=args.keep_running, console=console)
+    result = bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
+                            parallelism=args.parallelism, writes_per_s=args.writes_per_s,
+                            keep_running=args.keep_running, debezium=args.debezium,
+                            debezium_chunk_sizes=tuple(int(c) for c in args.debezium_chunk_sizes.split(",") if c),
+                            reference=not args.no_reference, console=_bench_console(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
     return 0
 
 
@@ -308,6 +320,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench_stream_p.add_argument("--state-dir", default=".cdc/bench", help="the benchmark's own stack (default .cdc/bench)")
     bench_stream_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
     bench_stream_p.add_argument("--profile", metavar="DIR", help="write a cProfile of each producer run into DIR")
+    bench_stream_p.add_argument("--transactions", choices=("both", "on", "off"), default="both",
+                                help="the producer runs: with and without Kafka transactions (default both)")
+    bench_stream_p.add_argument("--debezium", nargs="?", const="count:json,count:avro,kafka:json,kafka:avro",
+                                metavar="MODE:FORMAT,...",
+                                help="race Debezium embedded over the same binlog range (make debezium): a count-only "
+                                     "handler (count) and/or Kafka's Java producer (kafka), with its JSON or Avro "
+                                     "converter (default: all four)")
+    bench_stream_p.add_argument("--no-reference", action="store_true",
+                                help="skip python-mysql-replication and mariadb-binlog (a) and (c)")
+    bench_stream_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_stream_p.set_defaults(func=_cmd_bench_stream)
 
     snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot (a signal)")
@@ -341,6 +363,16 @@ def build_parser() -> argparse.ArgumentParser:
                               help="writes per second during the second run (0: skip it)")
     bench_snap_p.add_argument("--state-dir", default=".cdc/bench")
     bench_snap_p.add_argument("--keep-running", action="store_true")
+    bench_snap_p.add_argument("--debezium", nargs="?", const="count:avro,kafka:avro", metavar="MODE:FORMAT,...",
+                              help="race Debezium's incremental snapshot of the same table (make debezium): count-only "
+                                   "handler and/or Kafka's Java producer, JSON or Avro converter (default "
+                                   "count:avro,kafka:avro), at each of --debezium-chunk-sizes")
+    bench_snap_p.add_argument("--debezium-chunk-sizes", default="8192,1024",
+                              help="Debezium's incremental.snapshot.chunk.size values (default 8192,1024: ours and "
+                                   "Debezium's default)")
+    bench_snap_p.add_argument("--no-reference", action="store_true",
+                              help="skip the keyset scan and mariadb-dump (a) and (c)")
+    bench_snap_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_snap_p.set_defaults(func=_cmd_bench_snapshot)
 
     merge_p = sub.add_parser("merge", help="run the Spark merge job: DBLog dedup into the clean changelog and sinks")

@@ -167,10 +167,11 @@ class PacedWriter(BackgroundWriter):
 
 # --- the stack and a run's database ------------------------------------------------------------
 
-def start_stack(state_dir: Path, console: Console) -> StackInfo:
-    """The embedded stack of ``state_dir``, started (or found running)."""
+def start_stack(state_dir: Path, console: Console, server_args: tuple[str, ...] = ()) -> StackInfo:
+    """The embedded stack of ``state_dir``, started (or found running); ``server_args``: more
+    options for its server if it starts here."""
     with console.status("starting the embedded stack..."):
-        return stack_up(Path(state_dir))
+        return stack_up(Path(state_dir), server_args=server_args)
 
 
 def admin(mysql: dict, database: str | None = None):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pymysql
+from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
@@ -21,6 +22,7 @@ from cdc.errors import BenchError
 from cdc.stack.manager import StackInfo, stack_down, stack_up
 from cdc.workload import BackgroundWriter
 from common.config import load_config
+from common.kafka.offsets import end_offsets
 from producer.binlog.server import current_position
 
 DEFAULT_STATE_DIR = Path(".cdc/bench")
@@ -220,6 +222,18 @@ def drop_bench_database(info: StackInfo, db: str, state_dir: Path, keep_running:
         console.print(f"[yellow]cleanup:[/yellow] {exc}")
     if not keep_running:
         stack_down(Path(state_dir))
+
+
+def topic_records(bootstrap: str, topic: str) -> int:
+    """Offsets used in ``topic`` (all partitions), from the true end offsets: the number
+    of records, unless transaction commit markers took offsets too (they do on Kafka and
+    on Tansu), in which case the caller counts with a read_committed consumer."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None:
+        return 0
+    ends = end_offsets(bootstrap, [(topic, p) for p in sorted(tmd.partitions)])
+    return sum(end - low for low, end in ends.values())
 
 
 # --- the references and the results ------------------------------------------------------------

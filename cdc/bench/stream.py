@@ -37,7 +37,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from rich.console import Console
@@ -61,11 +60,11 @@ from cdc.bench.common import (
     rss_at,
     start_stack,
     timed_to_devnull,
+    topic_records,
 )
 from cdc.errors import BenchError
 from common.config import load_config, write_config
 from common.kafka.clients import ensure_topics
-from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from contract.topics import table_topic
 from producer.app import ProducerApp
@@ -203,18 +202,6 @@ def _child_main() -> int:
     return 0
 
 
-def _topic_records(bootstrap: str, topic: str) -> int:
-    """Offsets used in ``topic`` (all partitions), from the true end offsets: the number
-    of records, unless transaction commit markers took offsets too (they do on Kafka and
-    on Tansu), in which case the caller counts with a read_committed consumer."""
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
-    tmd = md.topics.get(topic)
-    if tmd is None or tmd.error is not None:
-        return 0
-    ends = end_offsets(bootstrap, [(topic, p) for p in sorted(tmd.partitions)])
-    return sum(end - low for low, end in ends.values())
-
-
 def _count_by_reading(bootstrap: str, topic: str) -> int:
     return sum(1 for _ in read_topic(bootstrap, topic, timeout=120))
 
@@ -249,7 +236,7 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
                          f"position {end[0]}:{end[1]}")
     topic = table_topic(prefix, db, TABLE)
     bootstrap = info.kafka["bootstrap_servers"]
-    records = span = _topic_records(bootstrap, topic)
+    records = span = topic_records(bootstrap, topic)
     counted_by = "end offsets"
     if records != expected:
         # Transaction commit markers take offsets on real Kafka: count what a consumer sees.
@@ -289,7 +276,7 @@ def bench_debezium(info, db: str, start: tuple[str, int], total: int, mode: str,
                            bootstrap=bootstrap if mode == "kafka" else None, start=start)
     res["topic"] = topic
     if mode == "kafka":
-        res["topic_records"] = _topic_records(bootstrap, topic)
+        res["topic_records"] = topic_records(bootstrap, topic)
         if res["topic_records"] != total:
             raise BenchError(f"Debezium left {res['topic_records']} records in {topic}; {total} changes were made")
     return res

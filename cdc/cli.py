@@ -21,7 +21,7 @@ from rich.table import Table
 
 from cdc import chaos, demo, demo_shards, signal_sender, verify
 from cdc.bench.merge import bench_merge
-from cdc.bench.report import bench_report
+from cdc.bench.report import bench_race, bench_report
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.stream import bench_stream
 from cdc.errors import CommandError
@@ -201,6 +201,14 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 def _cmd_bench_report(args: argparse.Namespace) -> int:
     bench_report(Path(args.out), Path(args.state_dir), stream_rows=args.stream_rows,
                  snapshot_rows=args.snapshot_rows, merge_events=args.merge_events, console=console)
+    return 0
+
+
+def _cmd_bench_race(args: argparse.Namespace) -> int:
+    bench_race(Path(args.out), Path(args.state_dir), stream_rows=args.stream_rows, snapshot_rows=args.snapshot_rows,
+               stream_runs=args.stream_runs, snapshot_runs=args.snapshot_runs,
+               chunk_sizes=tuple(int(c) for c in args.chunk_sizes.split(",") if c),
+               json_out=Path(args.json_out) if args.json_out else None, console=console)
     return 0
 
 
@@ -398,6 +406,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench_report_p.add_argument("--merge-events", type=int, default=1_000_000)
     bench_report_p.add_argument("--state-dir", default=".cdc/bench")
     bench_report_p.set_defaults(func=_cmd_bench_report)
+
+    bench_race_p = bench_sub.add_parser(
+        "race", help="ours vs Debezium embedded: bench stream and snapshot with --debezium, into docs/benchmarks.md")
+    bench_race_p.add_argument("--out", default="docs/benchmarks.md", help="its race section is replaced")
+    bench_race_p.add_argument("--stream-rows", type=int, default=2_000_000)
+    bench_race_p.add_argument("--snapshot-rows", type=int, default=2_000_000)
+    bench_race_p.add_argument("--stream-runs", default="count:json,count:avro,kafka:json,kafka:avro",
+                              metavar="MODE:FORMAT,...")
+    bench_race_p.add_argument("--snapshot-runs", default="count:avro,kafka:avro", metavar="MODE:FORMAT,...")
+    bench_race_p.add_argument("--chunk-sizes", default="8192,1024", help="Debezium's snapshot chunk sizes")
+    bench_race_p.add_argument("--json-out", metavar="FILE", help="also write both results as one JSON object")
+    bench_race_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_race_p.set_defaults(func=_cmd_bench_race)
 
     chaos_p = sub.add_parser("chaos", help="the pipeline under load with processes killed; must end equal (make chaos)")
     chaos_p.add_argument("--seed", type=int, default=1)

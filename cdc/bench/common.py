@@ -23,6 +23,7 @@ from cdc.stack.manager import StackInfo, stack_down, stack_up
 from cdc.workload import BackgroundWriter
 from common.config import load_config
 from common.kafka.offsets import end_offsets
+from common.kafka.topic_reader import read_topic
 from producer.binlog.server import current_position
 
 DEFAULT_STATE_DIR = Path(".cdc/bench")
@@ -234,6 +235,19 @@ def topic_records(bootstrap: str, topic: str) -> int:
         return 0
     ends = end_offsets(bootstrap, [(topic, p) for p in sorted(tmd.partitions)])
     return sum(end - low for low, end in ends.values())
+
+
+def mean_value_bytes(bootstrap: str, topic: str, sample: int = 20_000) -> float:
+    """The mean size of the values of the first ``sample`` records of ``topic`` (tombstones
+    left out)."""
+    n = size = 0
+    for msg in read_topic(bootstrap, topic, timeout=60):
+        value = msg.value()
+        if value is not None:
+            n, size = n + 1, size + len(value)
+        if n >= sample:
+            break
+    return size / n if n else 0.0
 
 
 # --- the references and the results ------------------------------------------------------------

@@ -48,6 +48,7 @@ from cdc.bench.common import (
     drop_bench_database,
     insert_sql,
     machine_info,
+    mean_value_bytes,
     proc_status_kb,
     results_table,
     rss_at,
@@ -189,12 +190,13 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
         log.close()
     if not samples:
         raise BenchError("no progress notification was seen")
+    value_bytes = mean_value_bytes(info.kafka["bootstrap_servers"], table_topic(prefix, db, TABLE))
     total = samples[-1][0]
     # After a 10% warm-up, as Debezium's: from the first progress notification past 10%.
     warm = next(((r, t) for r, t in progress if r >= total / 10), None)
     after_warmup = (total - warm[0]) / (t_done - warm[1]) if warm and t_done > warm[1] else 0.0
     return {"rows": total, "seconds": seconds, "rows_per_s": total / seconds if seconds else 0.0,
-            "rows_per_s_after_warmup": after_warmup,
+            "rows_per_s_after_warmup": after_warmup, "bytes_per_record": value_bytes,
             "writes": writer.count if writer else 0, "writes_per_s": (writer.count / seconds) if writer else 0.0,
             "rss_start_mb": round(rss_start, 1), "rss_25_mb": rss_at(samples, 0.25, total),
             "rss_50_mb": rss_at(samples, 0.5, total), "rss_100_mb": rss_at(samples, 1.0, total),
@@ -347,7 +349,8 @@ def print_race(result: dict[str, Any], console: Console) -> None:
         table.add_column(col, justify="left" if col == "run" else "right")
     b = result["snapshot_quiet"]
     table.add_row("ours (Avro, Kafka transactions)", f"{result['chunk_size']:,}", "", f"{b['rows_per_s']:,.0f}",
-                  f"{b.get('rows_per_s_after_warmup', 0):,.0f}", "", f"{b['rss_max_mb']:.0f}")
+                  f"{b.get('rows_per_s_after_warmup', 0):,.0f}", f"{b.get('bytes_per_record', 0):,.0f}",
+                  f"{b['rss_max_mb']:.0f}")
     for key in keys:
         r = result[key]
         table.add_row(f"Debezium, {'count only' if r['mode'] == 'count' else 'Kafka producer'}, "

@@ -55,6 +55,7 @@ from cdc.bench.common import (
     drop_bench_database,
     generate_changes,
     machine_info,
+    mean_value_bytes,
     proc_status_kb,
     results_table,
     rss_at,
@@ -241,6 +242,7 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
     if records != expected:
         # Transaction commit markers take offsets on real Kafka: count what a consumer sees.
         records, counted_by = _count_by_reading(bootstrap, topic), "read_committed consumer"
+    res["bytes_per_record"] = mean_value_bytes(bootstrap, topic)
     samples = res.pop("rss_samples")
     events = res["events"]
     steady = res["seconds"] - res["startup_s"]

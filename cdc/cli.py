@@ -208,7 +208,9 @@ def _cmd_bench_race(args: argparse.Namespace) -> int:
     bench_race(Path(args.out), Path(args.state_dir), stream_rows=args.stream_rows, snapshot_rows=args.snapshot_rows,
                stream_runs=args.stream_runs, snapshot_runs=args.snapshot_runs,
                chunk_sizes=tuple(int(c) for c in args.chunk_sizes.split(",") if c),
-               json_out=Path(args.json_out) if args.json_out else None, console=console)
+               json_out=Path(args.json_out) if args.json_out else None,
+               stream_json=Path(args.stream_json) if args.stream_json else None,
+               snapshot_json=Path(args.snapshot_json) if args.snapshot_json else None, console=console)
     return 0
 
 
@@ -417,6 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_race_p.add_argument("--snapshot-runs", default="count:avro,kafka:avro", metavar="MODE:FORMAT,...")
     bench_race_p.add_argument("--chunk-sizes", default="8192,1024", help="Debezium's snapshot chunk sizes")
     bench_race_p.add_argument("--json-out", metavar="FILE", help="also write both results as one JSON object")
+    bench_race_p.add_argument("--stream-json", metavar="FILE",
+                              help="use this `cdc bench stream --debezium --json` output instead of running it")
+    bench_race_p.add_argument("--snapshot-json", metavar="FILE",
+                              help="use this `cdc bench snapshot --debezium --json` output instead of running it")
     bench_race_p.add_argument("--state-dir", default=".cdc/bench")
     bench_race_p.set_defaults(func=_cmd_bench_race)
 

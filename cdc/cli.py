@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
         "race", help="ours vs Debezium embedded: bench stream and snapshot with --debezium, into docs/benchmarks.md")
     bench_race_p.add_argument("--out", default="docs/benchmarks.md", help="its race section is replaced")
     bench_race_p.add_argument("--stream-rows", type=int, default=2_000_000)
-    bench_race_p.add_argument("--snapshot-rows", type=int, default=2_000_000)
+    bench_race_p.add_argument("--snapshot-rows", type=int, default=1_000_000)
     bench_race_p.add_argument("--stream-runs", default="count:json,count:avro,kafka:json,kafka:avro",
                               metavar="MODE:FORMAT,...")
     bench_race_p.add_argument("--snapshot-runs", default="count:avro,kafka:avro", metavar="MODE:FORMAT,...")

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cdc.errors import BenchError
+from common.kafka.clients import delete_topics
 
 MARIADB_DRIVER = Path("/usr/share/java/mariadb-java-client.jar")
 #: The version the bench server reports when Debezium races: a MySQL 5.7 to Debezium's
@@ -313,3 +314,12 @@ def check_server_version(conn) -> str:
                          f"one. Stop the bench stack (cdc stack down --state-dir ...) so that the benchmark starts it "
                          f"with {SERVER_VERSION_ARG}")
     return str(version)
+
+
+def drop_topics(kafka_cfg, topics: list[str]) -> None:
+    """Delete a counted run's topics (best effort): the embedded broker keeps every record in
+    memory, and a 2M-record run of JSON with schemas holds about 7 GB."""
+    try:
+        delete_topics(kafka_cfg, topics)
+    except Exception:  # noqa: BLE001 - only memory is at stake
+        pass

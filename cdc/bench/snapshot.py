@@ -235,6 +235,7 @@ def bench_debezium_snapshot(info, db: str, rows: int, mode: str, fmt: str, chunk
         res["topic_records"] = topic_records(bootstrap, topic)
         if res["topic_records"] != rows:
             raise BenchError(f"Debezium left {res['topic_records']} records in {topic}; the table has {rows} rows")
+        dbz.drop_topics(load_config(info.config_path).kafka, [topic, prefix, table_topic(prefix, db, dbz.SIGNAL_TABLE)])
     return res
 
 

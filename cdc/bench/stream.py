@@ -281,6 +281,7 @@ def bench_debezium(info, db: str, start: tuple[str, int], total: int, mode: str,
         res["topic_records"] = topic_records(bootstrap, topic)
         if res["topic_records"] != total:
             raise BenchError(f"Debezium left {res['topic_records']} records in {topic}; {total} changes were made")
+        dbz.drop_topics(cfg.kafka, [topic, prefix])  # the embedded broker keeps them in memory
     return res
 
 

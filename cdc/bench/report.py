@@ -229,8 +229,9 @@ def race_snapshot_lines(snapshot: dict) -> list[str]:
 def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None = None) -> str:
     """The race section of ``docs/benchmarks.md`` from one ``cdc bench race`` run."""
     when = when or f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}"
-    loads = [f"{x['machine']['loadavg'][0]} before the {name} run" for name, x in (("stream", stream),
-                                                                                ("snapshot", snapshot)) if x]
+    loads = [f"{x['machine']['loadavg'][0]} at the start of the {name} run" +
+             (f" and {x['loadavg_end'][0]} at its end" if x.get("loadavg_end") else "")
+             for name, x in (("stream", stream), ("snapshot", snapshot)) if x]
     m = (stream or snapshot or {}).get("machine", {"nproc": "?", "cpu": "?", "loadavg": ["?"]})
     version = (stream or snapshot or {}).get("server_version", "")
     runs = [r for x in (stream, snapshot) if x for k, r in x.items() if k.startswith("debezium_")]

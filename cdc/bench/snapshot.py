@@ -311,6 +311,7 @@ def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *
         result["ratios"] = ratios
     finally:
         drop_bench_database(info, db, Path(state_dir), keep_running, console)
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     print_report(result, console)
     return result
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import cProfile
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -378,6 +379,7 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
         result["ratios"] = ratios
     finally:
         drop_bench_database(info, db, state_dir, keep_running, console, purge_binlogs=True)
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     print_report(result, console)
     return result
 

@@ -163,8 +163,9 @@ def race_stream_lines(stream: dict) -> list[str]:
     (including the start-up, from the first record, after a 10% warm-up), start-up, record
     size and peak RSS; then ours over Debezium's, per pair."""
     n = stream["rows"]
+    runs = f" {stream['debezium_runs']}" if stream.get("debezium_runs") else ""
     lines = [f"### Streaming: {n:,} binlog row events to Kafka (`cdc bench stream --rows {stream['requested_rows']} "
-             "--debezium`)", "",
+             f"--debezium{runs} --no-reference`)", "",
              _row("run", "record format", "start-up s", "rows/s incl. start-up", "rows/s from first record",
                   "rows/s after 10% warm-up", "bytes/record", "peak RSS MB"),
              _row(*["---"] * 8)]
@@ -203,8 +204,11 @@ def race_stream_lines(stream: dict) -> list[str]:
 def race_snapshot_lines(snapshot: dict) -> list[str]:
     """The snapshot race of a ``cdc bench snapshot --debezium`` result."""
     rows = snapshot["rows"]
+    runs = f" {snapshot['debezium_runs']}" if snapshot.get("debezium_runs") else ""
+    chunks = snapshot.get("debezium_chunk_sizes")
+    chunks = f" --debezium-chunk-sizes {','.join(str(c) for c in chunks)}" if chunks else ""
     lines = [f"### Incremental snapshot of a {rows:,}-row table, quiet (`cdc bench snapshot --rows {rows} "
-             "--debezium`)", "",
+             f"--writes-per-s 0 --debezium{runs}{chunks} --no-reference`)", "",
              _row("run", "record format", "chunk rows", "start-up s", "rows/s from the signal",
                   "rows/s after 10% warm-up", "bytes/record", "peak RSS MB", "ours / it", "ours / it after warm-up",
                   "its RSS / ours"),

@@ -268,7 +268,8 @@ def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *
     console = console or Console()
     runs = dbz.parse_runs(debezium, chunk_sizes=debezium_chunk_sizes) if debezium else []
     result: dict[str, Any] = {"machine": machine_info(), "rows": rows, "chunk_size": chunk_size,
-                              "parallelism": parallelism}
+                              "parallelism": parallelism, "debezium_runs": debezium,
+                              "debezium_chunk_sizes": list(debezium_chunk_sizes) if debezium else None}
     info = start_stack(state_dir, console, (dbz.SERVER_VERSION_ARG,) if runs else ())
     mysql = info.mysql
     db = f"benchsnap_{uuid.uuid4().hex[:8]}"

@@ -318,7 +318,7 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
     console = console or Console()
     state_dir = Path(state_dir)
     runs = dbz.parse_runs(debezium) if debezium else []
-    result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows}
+    result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows, "debezium_runs": debezium}
     info = start_stack(state_dir, console, (dbz.SERVER_VERSION_ARG,) if runs else ())
     mysql = info.mysql
     run = uuid.uuid4().hex[:8]

@@ -11,7 +11,11 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    once with the table quiet and once with about ``writes_per_s`` writes per second
    against the same table.  The producer's memory (RSS of the process and its binlog
    reader) is sampled as the snapshot progresses;
-4. (c) ``mariadb-dump``/``mysqldump`` of the table to /dev/null (the native reference).
+4. (c) ``mariadb-dump``/``mysqldump`` of the table to /dev/null (the native reference);
+5. (d) with ``--debezium``, the race: Debezium 3.6.3's incremental snapshot of the same
+   table (its signal table; chunks of 8,192 as ours and 1,024, its default), count-only
+   handler and/or Kafka's Java producer to the same broker, clock from the signal row's
+   INSERT to the table's last row, against ours with the table quiet.
 
 Figures are printed as a table with ratios to (a), and returned as a dict.  A benchmark,
 not a test: nothing asserts timing.

@@ -15,7 +15,12 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    the producer's binlog reader process is sampled too; the number of records in the
    table topic (true end offsets) is checked against the changes made;
 4. (c) ``mariadb-binlog``/``mysqlbinlog`` decodes the same range from the datadir files
-   (``-v --base64-output=decode-rows`` to /dev/null): the native reference.
+   (``-v --base64-output=decode-rows`` to /dev/null): the native reference;
+5. (d) with ``--debezium``, the race: Debezium 3.6.3 embedded (:mod:`cdc.bench.debezium`)
+   streams the same range, with a count-only handler and/or to the same broker through
+   Kafka's Java producer, JSON or Avro converter; its start-up, its rates from its first
+   record and after a 10% warm-up, and its peak RSS, against ours (whose rate after the
+   same warm-up is reported too).
 
 The figures are printed as a table and returned as a dict.  This is a benchmark, not a
 test: nothing here asserts timing.  ``python -m cdc.bench.stream`` is the child entry point

@@ -147,6 +147,11 @@ def run_key(mode: str, fmt: str, chunk_size: int | None = None) -> str:
     return f"debezium_{mode}_{fmt}" + (f"_{chunk_size}" if chunk_size else "")
 
 
+def run_keys(result: dict[str, Any]) -> list[str]:
+    """The keys of a benchmark result's Debezium runs (see :func:`run_key`)."""
+    return [k for k, v in result.items() if k.startswith("debezium_") and isinstance(v, dict)]
+
+
 def parse_runs(spec: str, *, chunk_sizes: Iterable[int] | None = None) -> list[tuple]:
     """``count:json,kafka:avro`` into ``[("count", "json"), ("kafka", "avro")]``; with
     ``chunk_sizes``, each run at each chunk size (``(mode, format, chunk)``)."""

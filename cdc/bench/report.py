@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from cdc.bench import debezium
 from cdc.bench.common import DEFAULT_STATE_DIR, machine_caption
 from cdc.bench.merge import bench_merge
 from cdc.bench.snapshot import bench_snapshot
@@ -176,7 +177,7 @@ def race_stream_lines(stream: dict) -> list[str]:
         lines.append(_row(label, "Avro", f"{b['startup_s']:.2f}", _f(b["rows_per_s"]),
                           _f(b["rows_per_s_after_startup"]), _f(b.get("rows_per_s_after_warmup")),
                           _f(b.get("bytes_per_record")), f"{b['total_rss_peak_mb']:.0f}"))
-    dbz = [k for k in stream if k.startswith("debezium_")]
+    dbz = debezium.run_keys(stream)
     for key in dbz:
         r = stream[key]
         lines.append(_row(f"Debezium, {_dbz_handler(r)}", _dbz_format(r), f"{r['first_record_s']:.2f}",
@@ -219,7 +220,7 @@ def race_snapshot_lines(snapshot: dict) -> list[str]:
         lines.append(_row("ours, Kafka transactions (default)", "Avro", f"{snapshot['chunk_size']:,}", "",
                           _f(b["rows_per_s"]), _f(b.get("rows_per_s_after_warmup")), _f(b.get("bytes_per_record")),
                           f"{b['rss_max_mb']:.0f}", "", "", ""))
-    for key in [k for k in snapshot if k.startswith("debezium_")]:
+    for key in debezium.run_keys(snapshot):
         r = snapshot[key]
         lines.append(_row(f"Debezium, {_dbz_handler(r)}", _dbz_format(r), f"{r['chunk_size']:,}",
                           f"{r['startup_s']:.2f}", _f(r["rows_per_s"]), _f(r["rows_per_s_after_warmup"]),
@@ -238,7 +239,7 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
              for name, x in (("stream", stream), ("snapshot", snapshot)) if x]
     m = (stream or snapshot or {}).get("machine", {"nproc": "?", "cpu": "?", "loadavg": ["?"]})
     version = (stream or snapshot or {}).get("server_version", "")
-    runs = [r for x in (stream, snapshot) if x for k, r in x.items() if k.startswith("debezium_")]
+    runs = [x[k] for x in (stream, snapshot) if x for k in debezium.run_keys(x)]
     opts = runs[0].get("jvm_options") if runs else ""
     jvm = (f"JVM options `{opts}`" if opts else
            f"the JVM's default options, no `-Xmx`, which gives a maximum heap of {runs[0]['heap_max_mb']:,} MB "

@@ -250,7 +250,7 @@ def race_ratios(result: dict[str, Any]) -> dict[str, float | None]:
     b = result.get("snapshot_quiet")
     if not b:
         return out
-    for d in [k for k in result if k.startswith("debezium_")]:
+    for d in dbz.run_keys(result):
         r = result[d]
         out[f"snapshot_quiet/{d}"] = dbz.ratio(b["rows_per_s"], r["rows_per_s"])
         out[f"snapshot_quiet/{d}_after_warmup"] = dbz.ratio(b.get("rows_per_s_after_warmup"),
@@ -347,7 +347,7 @@ def print_report(result: dict[str, Any], console: Console) -> None:
 
 
 def print_race(result: dict[str, Any], console: Console) -> None:
-    keys = [k for k in result if k.startswith("debezium_")]
+    keys = dbz.run_keys(result)
     if not keys or "snapshot_quiet" not in result:
         return
     table = Table(title=f"the race: incremental snapshot of {result['rows']:,} rows, table quiet (rows/s from the "

@@ -297,7 +297,7 @@ def race_ratios(result: dict[str, Any]) -> dict[str, float | None]:
     start-up (``..._total``); and Debezium's peak RSS over ours (``rss <debezium>/<ours>``)."""
     out: dict[str, float | None] = {}
     ours = [k for k in ("producer_tx", "producer_no_tx") if k in result]
-    for d in [k for k in result if k.startswith("debezium_")]:
+    for d in dbz.run_keys(result):
         r = result[d]
         for o in ours:
             b = result[o]
@@ -434,7 +434,7 @@ def print_report(result: dict[str, Any], console: Console) -> None:
 
 def print_race(result: dict[str, Any], console: Console) -> None:
     """The race: ours and Debezium's runs over the same range, rates three ways and memory."""
-    keys = [k for k in result if k.startswith("debezium_")]
+    keys = dbz.run_keys(result)
     if not keys:
         return
     table = Table(title=f"the race: {result.get('rows', 0):,} binlog row events, ours vs Debezium embedded "

@@ -79,18 +79,20 @@ def _theirs(mode, fmt, total, first, warm, rss, chunk=None):
 
 
 def test_stream_ratios_pair_each_of_ours_with_each_debezium_run():
-    result = {"producer_tx": _ours(40_000, 44_000, 45_000, 120.0),
+    result = {"debezium_runs": "kafka:avro", "producer_tx": _ours(40_000, 44_000, 45_000, 120.0),
               "debezium_kafka_avro": _theirs("kafka", "avro", 20_000, 22_000, 30_000, 600.0)}
     r = stream_ratios(result)
     assert r["producer_tx/debezium_kafka_avro"] == pytest.approx(2.0)
     assert r["producer_tx/debezium_kafka_avro_after_warmup"] == pytest.approx(1.5)
     assert r["producer_tx/debezium_kafka_avro_total"] == pytest.approx(2.0)
     assert r["rss debezium_kafka_avro/producer_tx"] == pytest.approx(5.0)
+    assert dbz.run_keys(result) == ["debezium_kafka_avro"]  # not the run spec beside it
 
 
 def test_snapshot_ratios_and_the_race_section_round_trip(tmp_path):
     machine = {"nproc": 2, "cpu": "EPYC", "loadavg": [2.5, 2.0, 1.0]}
     snap = {"machine": machine, "rows": 2000, "chunk_size": 8192, "server_version": "5.7.44-MariaDB-log",
+            "debezium_runs": "kafka:avro", "debezium_chunk_sizes": [1024],
             "snapshot_quiet": {"rows_per_s": 40_000, "rows_per_s_after_warmup": 42_000, "rss_max_mb": 150.0,
                                "bytes_per_record": 260.0},
             "debezium_kafka_avro_1024": _theirs("kafka", "avro", 0, 20_000, 21_000, 750.0, chunk=1024)}

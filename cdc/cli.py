@@ -21,7 +21,7 @@ from rich.table import Table
 
 from cdc import chaos, demo, demo_shards, signal_sender, verify
 from cdc.bench.merge import bench_merge
-from cdc.bench.report import bench_report
+from cdc.bench.report import bench_race, bench_report
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.stream import bench_stream
 from cdc.errors import CommandError
@@ -113,9 +113,17 @@ def _sinks_note(cfg) -> str:
     return sinks_note(MergeJob(cfg).settings)
 
 
+def _bench_console(args: argparse.Namespace) -> Console:
+    return Console(file=open(os.devnull, "w")) if args.json else console  # noqa: SIM115
+
+
 def _cmd_bench_stream(args: argparse.Namespace) -> int:
-    bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
-                 profile_dir=Path(args.profile) if args.profile else None, console=console)
+    tx = {"both": (True, False), "on": (True,), "off": (False,)}[args.transactions]
+    result = bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
+                          profile_dir=Path(args.profile) if args.profile else None, transactions=tx,
+                          debezium=args.debezium, reference=not args.no_reference, console=_bench_console(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
     return 0
 
 
@@ -196,6 +204,16 @@ def _cmd_bench_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_race(args: argparse.Namespace) -> int:
+    bench_race(Path(args.out), Path(args.state_dir), stream_rows=args.stream_rows, snapshot_rows=args.snapshot_rows,
+               stream_runs=args.stream_runs, snapshot_runs=args.snapshot_runs,
+               chunk_sizes=tuple(int(c) for c in args.chunk_sizes.split(",") if c),
+               json_out=Path(args.json_out) if args.json_out else None,
+               stream_json=Path(args.stream_json) if args.stream_json else None,
+               snapshot_json=Path(args.snapshot_json) if args.snapshot_json else None, console=console)
+    return 0
+
+
 def _cmd_bench_merge(args: argparse.Namespace) -> int:
     quiet = Console(file=open(os.devnull, "w")) if args.json else console  # noqa: SIM115
     result = bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
@@ -206,9 +224,13 @@ def _cmd_bench_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
-    bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
-                   parallelism=args.parallelism, writes_per_s=args.writes_per_s,
-                   keep_running=args.keep_running, console=console)
+    result = bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
+                            parallelism=args.parallelism, writes_per_s=args.writes_per_s,
+                            keep_running=args.keep_running, debezium=args.debezium,
+                            debezium_chunk_sizes=tuple(int(c) for c in args.debezium_chunk_sizes.split(",") if c),
+                            reference=not args.no_reference, console=_bench_console(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
     return 0
 
 
@@ -308,6 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench_stream_p.add_argument("--state-dir", default=".cdc/bench", help="the benchmark's own stack (default .cdc/bench)")
     bench_stream_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
     bench_stream_p.add_argument("--profile", metavar="DIR", help="write a cProfile of each producer run into DIR")
+    bench_stream_p.add_argument("--transactions", choices=("both", "on", "off"), default="both",
+                                help="the producer runs: with and without Kafka transactions (default both)")
+    bench_stream_p.add_argument("--debezium", nargs="?", const="count:json,count:avro,kafka:json,kafka:avro",
+                                metavar="MODE:FORMAT,...",
+                                help="race Debezium embedded over the same binlog range (make debezium): a count-only "
+                                     "handler (count) and/or Kafka's Java producer (kafka), with its JSON or Avro "
+                                     "converter (default: all four)")
+    bench_stream_p.add_argument("--no-reference", action="store_true",
+                                help="skip python-mysql-replication and mariadb-binlog (a) and (c)")
+    bench_stream_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_stream_p.set_defaults(func=_cmd_bench_stream)
 
     snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot (a signal)")
@@ -341,6 +373,16 @@ def build_parser() -> argparse.ArgumentParser:
                               help="writes per second during the second run (0: skip it)")
     bench_snap_p.add_argument("--state-dir", default=".cdc/bench")
     bench_snap_p.add_argument("--keep-running", action="store_true")
+    bench_snap_p.add_argument("--debezium", nargs="?", const="count:avro,kafka:avro", metavar="MODE:FORMAT,...",
+                              help="race Debezium's incremental snapshot of the same table (make debezium): count-only "
+                                   "handler and/or Kafka's Java producer, JSON or Avro converter (default "
+                                   "count:avro,kafka:avro), at each of --debezium-chunk-sizes")
+    bench_snap_p.add_argument("--debezium-chunk-sizes", default="8192,1024",
+                              help="Debezium's incremental.snapshot.chunk.size values (default 8192,1024: ours and "
+                                   "Debezium's default)")
+    bench_snap_p.add_argument("--no-reference", action="store_true",
+                              help="skip the keyset scan and mariadb-dump (a) and (c)")
+    bench_snap_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_snap_p.set_defaults(func=_cmd_bench_snapshot)
 
     merge_p = sub.add_parser("merge", help="run the Spark merge job: DBLog dedup into the clean changelog and sinks")
@@ -366,6 +408,24 @@ def build_parser() -> argparse.ArgumentParser:
     bench_report_p.add_argument("--merge-events", type=int, default=1_000_000)
     bench_report_p.add_argument("--state-dir", default=".cdc/bench")
     bench_report_p.set_defaults(func=_cmd_bench_report)
+
+    bench_race_p = bench_sub.add_parser(
+        "race", help="ours vs Debezium embedded: bench stream and snapshot with --debezium, into docs/benchmarks.md")
+    bench_race_p.add_argument("--out", default="docs/benchmarks.md", help="its race section is replaced")
+    bench_race_p.add_argument("--stream-rows", type=int, default=2_000_000)
+    bench_race_p.add_argument("--snapshot-rows", type=int, default=1_000_000)
+    bench_race_p.add_argument("--stream-runs", default="count:json,count:avro,kafka:avro", metavar="MODE:FORMAT,...",
+                              help="Debezium's streaming runs (default count:json,count:avro,kafka:avro; kafka:json "
+                                   "writes about 3.6 KB a record, 7 GB at 2M records, into the in-memory broker)")
+    bench_race_p.add_argument("--snapshot-runs", default="count:avro,kafka:avro", metavar="MODE:FORMAT,...")
+    bench_race_p.add_argument("--chunk-sizes", default="8192,1024", help="Debezium's snapshot chunk sizes")
+    bench_race_p.add_argument("--json-out", metavar="FILE", help="also write both results as one JSON object")
+    bench_race_p.add_argument("--stream-json", metavar="FILE",
+                              help="use this `cdc bench stream --debezium --json` output instead of running it")
+    bench_race_p.add_argument("--snapshot-json", metavar="FILE",
+                              help="use this `cdc bench snapshot --debezium --json` output instead of running it")
+    bench_race_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_race_p.set_defaults(func=_cmd_bench_race)
 
     chaos_p = sub.add_parser("chaos", help="the pipeline under load with processes killed; must end equal (make chaos)")
     chaos_p.add_argument("--seed", type=int, default=1)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pymysql
+from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
@@ -21,6 +22,8 @@ from cdc.errors import BenchError
 from cdc.stack.manager import StackInfo, stack_down, stack_up
 from cdc.workload import BackgroundWriter
 from common.config import load_config
+from common.kafka.offsets import end_offsets
+from common.kafka.topic_reader import read_topic
 from producer.binlog.server import current_position
 
 DEFAULT_STATE_DIR = Path(".cdc/bench")
@@ -167,10 +170,11 @@ class PacedWriter(BackgroundWriter):
 
 # --- the stack and a run's database ------------------------------------------------------------
 
-def start_stack(state_dir: Path, console: Console) -> StackInfo:
-    """The embedded stack of ``state_dir``, started (or found running)."""
+def start_stack(state_dir: Path, console: Console, server_args: tuple[str, ...] = ()) -> StackInfo:
+    """The embedded stack of ``state_dir``, started (or found running); ``server_args``: more
+    options for its server if it starts here."""
     with console.status("starting the embedded stack..."):
-        return stack_up(Path(state_dir))
+        return stack_up(Path(state_dir), server_args=server_args)
 
 
 def admin(mysql: dict, database: str | None = None):
@@ -219,6 +223,31 @@ def drop_bench_database(info: StackInfo, db: str, state_dir: Path, keep_running:
         console.print(f"[yellow]cleanup:[/yellow] {exc}")
     if not keep_running:
         stack_down(Path(state_dir))
+
+
+def topic_records(bootstrap: str, topic: str) -> int:
+    """Offsets used in ``topic`` (all partitions), from the true end offsets: the number
+    of records, unless transaction commit markers took offsets too (they do on Kafka and
+    on Tansu), in which case the caller counts with a read_committed consumer."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None:
+        return 0
+    ends = end_offsets(bootstrap, [(topic, p) for p in sorted(tmd.partitions)])
+    return sum(end - low for low, end in ends.values())
+
+
+def mean_value_bytes(bootstrap: str, topic: str, sample: int = 20_000) -> float:
+    """The mean size of the values of the first ``sample`` records of ``topic`` (tombstones
+    left out)."""
+    n = size = 0
+    for msg in read_topic(bootstrap, topic, timeout=60):
+        value = msg.value()
+        if value is not None:
+            n, size = n + 1, size + len(value)
+        if n >= sample:
+            break
+    return size / n if n else 0.0
 
 
 # --- the references and the results ------------------------------------------------------------

@@ -11,7 +11,11 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    once with the table quiet and once with about ``writes_per_s`` writes per second
    against the same table.  The producer's memory (RSS of the process and its binlog
    reader) is sampled as the snapshot progresses;
-4. (c) ``mariadb-dump``/``mysqldump`` of the table to /dev/null (the native reference).
+4. (c) ``mariadb-dump``/``mysqldump`` of the table to /dev/null (the native reference);
+5. (d) with ``--debezium``, the race: Debezium 3.6.3's incremental snapshot of the same
+   table (its signal table; chunks of 8,192 as ours and 1,024, its default), count-only
+   handler and/or Kafka's Java producer to the same broker, clock from the signal row's
+   INSERT to the table's last row, against ours with the table quiet.
 
 Figures are printed as a table with ratios to (a), and returned as a dict.  A benchmark,
 not a test: nothing asserts timing.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -31,31 +36,38 @@ from typing import Any
 
 import pymysql
 from rich.console import Console
+from rich.table import Table
 
+from cdc.bench import debezium as dbz
 from cdc.bench.common import (
     DEFAULT_STATE_DIR,
     TABLE,
     PacedWriter,
     admin,
     bench_config,
+    bench_server_id,
     child_pids,
     client_tool,
     create_bench_table,
     drop_bench_database,
     insert_sql,
     machine_info,
+    mean_value_bytes,
     proc_status_kb,
     results_table,
     rss_at,
     start_stack,
     timed_to_devnull,
+    topic_records,
 )
 from cdc.errors import BenchError
 from cdc.progress import NotificationFollower
-from common.config import write_config
+from common.config import load_config, write_config
+from common.kafka.clients import ensure_topics
 from common.sql.sessions import connect
 from contract.signals import execute_snapshot_data, send_signal
-from producer.binlog.server import start_at_current
+from contract.topics import table_topic
+from producer.binlog.server import current_position, start_at_current
 
 
 def load_table(conn, rows: int) -> None:
@@ -136,6 +148,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(cfg_path), "produce"], stdout=log,
                             stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
     samples: list[tuple[int, float]] = []
+    progress: list[tuple[int, float]] = []  # (rows, time) for the rate after the warm-up
     try:
         time.sleep(2.0)  # connected and streaming
         rss_start = _rss_mb(proc.pid)
@@ -160,6 +173,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
                     if n.type == "IN_PROGRESS":
                         done_rows = int(n.data.get("rows", 0))
                         samples.append((done_rows, _rss_mb(proc.pid)))
+                        progress.append((done_rows, time.perf_counter()))
                     elif n.type == "COMPLETED" and n.snapshot_id == sid:
                         t_done = time.perf_counter()
                     elif n.type == "SKIPPED" and n.snapshot_id == sid:
@@ -180,35 +194,105 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
         log.close()
     if not samples:
         raise BenchError("no progress notification was seen")
+    value_bytes = mean_value_bytes(info.kafka["bootstrap_servers"], table_topic(prefix, db, TABLE))
     total = samples[-1][0]
+    # After a 10% warm-up, as Debezium's: from the first progress notification past 10%.
+    warm = next(((r, t) for r, t in progress if r >= total / 10), None)
+    after_warmup = (total - warm[0]) / (t_done - warm[1]) if warm and t_done > warm[1] else 0.0
     return {"rows": total, "seconds": seconds, "rows_per_s": total / seconds if seconds else 0.0,
+            "rows_per_s_after_warmup": after_warmup, "bytes_per_record": value_bytes,
             "writes": writer.count if writer else 0, "writes_per_s": (writer.count / seconds) if writer else 0.0,
             "rss_start_mb": round(rss_start, 1), "rss_25_mb": rss_at(samples, 0.25, total),
             "rss_50_mb": rss_at(samples, 0.5, total), "rss_100_mb": rss_at(samples, 1.0, total),
             "rss_max_mb": round(max(r for _, r in samples), 1), "parallelism": parallelism}
 
 
+def bench_debezium_snapshot(info, db: str, rows: int, mode: str, fmt: str, chunk_size: int) -> dict[str, Any]:
+    """(d) Debezium's incremental snapshot of the table (its signal table, ``execute-snapshot``
+    of type ``incremental``, chunks of ``chunk_size``): the engine starts streaming at the
+    current position, the signal row is inserted once it polls, and the clock runs from that
+    INSERT until ``rows`` rows of the table were handled (``kafka``: acknowledged by the
+    broker, whose topic is counted afterwards)."""
+    prefix = f"dbzsnap_{uuid.uuid4().hex[:6]}_{mode}_{fmt}_{chunk_size}"
+    work = Path(info.state_dir) / "bench-debezium" / prefix
+    shutil.rmtree(work, ignore_errors=True)
+    props = dbz.connector_properties(info.mysql, db, prefix=prefix, state=work / "state", fmt=fmt,
+                                     server_id=bench_server_id(),
+                                     **{"snapshot.mode": "recovery",
+                                        "signal.data.collection": f"{db}.{dbz.SIGNAL_TABLE}",
+                                        "incremental.snapshot.chunk.size": chunk_size})
+    topic = table_topic(prefix, db, TABLE)
+    bootstrap = info.kafka["bootstrap_servers"]
+    if mode == "kafka":
+        ensure_topics(load_config(info.config_path).kafka,
+                      [topic, prefix, table_topic(prefix, db, dbz.SIGNAL_TABLE)])
+    with admin(info.mysql) as conn:
+        start = current_position(conn)
+    data = json.dumps({"data-collections": [f"{db}.{TABLE}"], "type": "incremental"})
+    signal = (f"INSERT INTO `{dbz.SIGNAL_TABLE}` (id, type, data) VALUES "
+              f"('{prefix}', 'execute-snapshot', '{data}')")
+    res = dbz.run_debezium(props, work=work, mode=mode, fmt=fmt, topic=topic, records=rows,
+                           bootstrap=bootstrap if mode == "kafka" else None, start=start, signal_sql=signal,
+                           mysql=info.mysql, db=db)
+    res.update(topic=topic, chunk_size=chunk_size)
+    if mode == "kafka":
+        res["topic_records"] = topic_records(bootstrap, topic)
+        if res["topic_records"] != rows:
+            raise BenchError(f"Debezium left {res['topic_records']} records in {topic}; the table has {rows} rows")
+        dbz.drop_topics(load_config(info.config_path).kafka, [topic, prefix, table_topic(prefix, db, dbz.SIGNAL_TABLE)])
+    return res
+
+
+def race_ratios(result: dict[str, Any]) -> dict[str, float | None]:
+    """Ours (table quiet) over each Debezium run: rows/s from the signal (``snapshot_quiet/<run>``)
+    and after the warm-up; Debezium's peak RSS over ours (``rss <run>/snapshot_quiet``)."""
+    out: dict[str, float | None] = {}
+    b = result.get("snapshot_quiet")
+    if not b:
+        return out
+    for d in dbz.run_keys(result):
+        r = result[d]
+        out[f"snapshot_quiet/{d}"] = dbz.ratio(b["rows_per_s"], r["rows_per_s"])
+        out[f"snapshot_quiet/{d}_after_warmup"] = dbz.ratio(b.get("rows_per_s_after_warmup"),
+                                                             r["rows_per_s_after_warmup"])
+        out[f"rss {d}/snapshot_quiet"] = dbz.ratio(r["rss_peak_mb"], b["rss_max_mb"])
+    return out
+
+
 def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *, chunk_size: int = 8192,
                    parallelism: int = 1, writes_per_s: int = 1000, keep_running: bool = False,
-                   console: Console | None = None) -> dict[str, Any]:
+                   debezium: str | None = None, debezium_chunk_sizes: tuple[int, ...] = (8192, 1024),
+                   reference: bool = True, console: Console | None = None) -> dict[str, Any]:
+    """A table of ``rows`` rows: (a) a keyset scan, (b) the producer's incremental snapshot
+    (table quiet, then under ``writes_per_s`` writes unless 0), (c) ``mariadb-dump``;
+    ``debezium`` (``MODE:FORMAT,...``): (d) Debezium's incremental snapshot of the same table
+    at each of ``debezium_chunk_sizes`` (the server then reports a 5.7-style version).
+    ``reference``: False skips (a) and (c)."""
 
     console = console or Console()
+    runs = dbz.parse_runs(debezium, chunk_sizes=debezium_chunk_sizes) if debezium else []
     result: dict[str, Any] = {"machine": machine_info(), "rows": rows, "chunk_size": chunk_size,
-                              "parallelism": parallelism}
-    info = start_stack(state_dir, console)
+                              "parallelism": parallelism, "debezium_runs": debezium,
+                              "debezium_chunk_sizes": list(debezium_chunk_sizes) if debezium else None}
+    info = start_stack(state_dir, console, (dbz.SERVER_VERSION_ARG,) if runs else ())
     mysql = info.mysql
     db = f"benchsnap_{uuid.uuid4().hex[:8]}"
     try:
         with admin(mysql) as conn, conn.cursor() as cur:
+            if runs:
+                result["server_version"] = dbz.check_server_version(conn)
             create_bench_table(cur, db)
+            if runs:
+                cur.execute(dbz.SIGNAL_TABLE_DDL)
             with console.status(f"loading {rows:,} rows..."):
                 t0 = time.perf_counter()
                 load_table(conn, rows)
                 result["load_s"] = time.perf_counter() - t0
             cur.execute(f"ANALYZE TABLE `{TABLE}`")
             cur.fetchall()
-        with console.status("(a) pymysql keyset scan..."):
-            result["keyset"] = bench_keyset_scan(mysql, db, chunk_size)
+        if reference:
+            with console.status("(a) pymysql keyset scan..."):
+                result["keyset"] = bench_keyset_scan(mysql, db, chunk_size)
         with console.status("(b) producer snapshot, table quiet..."):
             result["snapshot_quiet"] = bench_producer_snapshot(info, db, rows, chunk_size=chunk_size,
                                                                parallelism=parallelism, writes_per_s=0, console=console)
@@ -217,13 +301,22 @@ def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *
                 result["snapshot_writes"] = bench_producer_snapshot(
                     info, db, rows, chunk_size=chunk_size, parallelism=parallelism, writes_per_s=writes_per_s,
                     console=console)
-        with console.status("(c) dump..."):
-            result["dump"] = bench_dump(mysql, db, rows)
-        a = result["keyset"]["rows_per_s"]
-        result["ratios"] = {f"{k}/a": result[k]["rows_per_s"] / a for k in ("snapshot_quiet", "snapshot_writes", "dump")
-                            if k in result and a}
+        for mode, fmt, chunk in runs:
+            with console.status(f"(d) Debezium incremental snapshot, {mode} handler, {fmt} converter, "
+                                f"chunks of {chunk:,}..."):
+                result[dbz.run_key(mode, fmt, chunk)] = bench_debezium_snapshot(info, db, rows, mode, fmt, chunk)
+        ratios: dict[str, float | None] = {}
+        if reference:
+            with console.status("(c) dump..."):
+                result["dump"] = bench_dump(mysql, db, rows)
+            a = result["keyset"]["rows_per_s"]
+            ratios.update({f"{k}/a": result[k]["rows_per_s"] / a
+                           for k in ("snapshot_quiet", "snapshot_writes", "dump") if k in result and a})
+        ratios.update(race_ratios(result))
+        result["ratios"] = ratios
     finally:
         drop_bench_database(info, db, Path(state_dir), keep_running, console)
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     print_report(result, console)
     return result
 
@@ -232,7 +325,7 @@ def print_report(result: dict[str, Any], console: Console) -> None:
     table = results_table(f"cdc bench snapshot: {result['rows']:,} rows, chunks of {result['chunk_size']:,}, "
                           f"{result['parallelism']} reader(s)",
                           ("measure", "seconds", "rows/s", "vs (a)", "RSS MB start/25%/50%/100%"), result["machine"])
-    a = result.get("keyset", {}).get("rows_per_s") or 0.0
+    a = (result.get("keyset") or {}).get("rows_per_s") or 0.0
     if "keyset" in result:
         k = result["keyset"]
         table.add_row("(a) pymysql keyset scan, fetch only", f"{k['seconds']:.2f}", f"{k['rows_per_s']:,.0f}", "1.00", "")
@@ -249,4 +342,26 @@ def print_report(result: dict[str, Any], console: Console) -> None:
         table.add_row(f"(c) {d['tool']} --quick", f"{d['seconds']:.2f}", f"{d['rows_per_s']:,.0f}",
                       f"{d['rows_per_s'] / a:.2f}" if a else "-", "")
     console.print(table)
+    print_race(result, console)
     console.print_json(json.dumps({k: v for k, v in result.items() if k != "machine"}, default=str))
+
+
+def print_race(result: dict[str, Any], console: Console) -> None:
+    keys = dbz.run_keys(result)
+    if not keys or "snapshot_quiet" not in result:
+        return
+    table = Table(title=f"the race: incremental snapshot of {result['rows']:,} rows, table quiet (rows/s from the "
+                        "signal; Debezium's start-up s apart; peak RSS MB)")
+    for col in ("run", "chunk", "start-up s", "rows/s", "after 10% warm-up", "bytes/record", "peak RSS"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    b = result["snapshot_quiet"]
+    table.add_row("ours (Avro, Kafka transactions)", f"{result['chunk_size']:,}", "", f"{b['rows_per_s']:,.0f}",
+                  f"{b.get('rows_per_s_after_warmup', 0):,.0f}", f"{b.get('bytes_per_record', 0):,.0f}",
+                  f"{b['rss_max_mb']:.0f}")
+    for key in keys:
+        r = result[key]
+        table.add_row(f"Debezium, {'count only' if r['mode'] == 'count' else 'Kafka producer'}, "
+                      f"{'JSON' if r['format'] == 'json' else 'Avro'}", f"{r['chunk_size']:,}",
+                      f"{r['startup_s']:.2f}", f"{r['rows_per_s']:,.0f}", f"{r['rows_per_s_after_warmup']:,.0f}",
+                      f"{r['bytes_per_record']:,.0f}", f"{r['rss_peak_mb']:.0f}")
+    console.print(table)

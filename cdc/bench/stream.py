@@ -15,7 +15,12 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    the producer's binlog reader process is sampled too; the number of records in the
    table topic (true end offsets) is checked against the changes made;
 4. (c) ``mariadb-binlog``/``mysqlbinlog`` decodes the same range from the datadir files
-   (``-v --base64-output=decode-rows`` to /dev/null): the native reference.
+   (``-v --base64-output=decode-rows`` to /dev/null): the native reference;
+5. (d) with ``--debezium``, the race: Debezium 3.6.3 embedded (:mod:`cdc.bench.debezium`)
+   streams the same range, with a count-only handler and/or to the same broker through
+   Kafka's Java producer, JSON or Avro converter; its start-up, its rates from its first
+   record and after a 10% warm-up, and its peak RSS, against ours (whose rate after the
+   same warm-up is reported too).
 
 The figures are printed as a table and returned as a dict.  This is a benchmark, not a
 test: nothing here asserts timing.  ``python -m cdc.bench.stream`` is the child entry point
@@ -27,6 +32,7 @@ from __future__ import annotations
 import cProfile
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -37,12 +43,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from rich.console import Console
 from rich.table import Table
 
+from cdc.bench import debezium as dbz
 from cdc.bench.common import (
     DEFAULT_STATE_DIR,
     TABLE,
@@ -55,15 +61,17 @@ from cdc.bench.common import (
     drop_bench_database,
     generate_changes,
     machine_info,
+    mean_value_bytes,
     proc_status_kb,
     results_table,
     rss_at,
     start_stack,
     timed_to_devnull,
+    topic_records,
 )
 from cdc.errors import BenchError
 from common.config import load_config, write_config
-from common.kafka.offsets import end_offsets
+from common.kafka.clients import ensure_topics
 from common.kafka.topic_reader import read_topic
 from contract.topics import table_topic
 from producer.app import ProducerApp
@@ -136,10 +144,15 @@ def _child_main() -> int:
     metrics = app.metrics
     orig_event, orig_committed = metrics.event, metrics.committed
 
+    warm_at = max(1, int(spec.get("expected") or 0) // 10)  # rates after a 10% warm-up, as Debezium's
+
     def event(ts_ms: int, n: int = 1) -> None:
         if "first_event" not in marks:
             marks["first_event"] = time.perf_counter()
         orig_event(ts_ms, n)
+        if "warm" not in marks and metrics.events_total >= warm_at:
+            marks["warm"] = time.perf_counter()
+            marks["warm_events"] = metrics.events_total
 
     def committed(resume) -> None:
         orig_committed(resume)
@@ -186,24 +199,14 @@ def _child_main() -> int:
     result = {
         "events": metrics.events_total, "commits": metrics.commits_total, "reached_end": done is not None,
         "seconds": (done or t_exit) - t0, "startup_s": first - t0, "exit_s": t_exit - t0,
+        "after_warmup_s": (done - marks["warm"]) if done and "warm" in marks else None,
+        "warmup_events": marks.get("warm_events"),
         "rss_base_mb": round(rss_base, 1), "rss_peak_mb": round(proc_status_kb("VmHWM") / 1024, 1),
         "reader_rss_peak_mb": round(max(child_hwm_kb.values(), default=0) / 1024, 1),
         "hwm_before_run_mb": round(hwm_base, 1), "rss_samples": samples,
     }
     Path(spec["result_path"]).write_text(json.dumps(result))
     return 0
-
-
-def _topic_records(bootstrap: str, topic: str) -> int:
-    """Offsets used in ``topic`` (all partitions), from the true end offsets: the number
-    of records, unless transaction commit markers took offsets too (they do on Kafka and
-    on Tansu), in which case the caller counts with a read_committed consumer."""
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
-    tmd = md.topics.get(topic)
-    if tmd is None or tmd.error is not None:
-        return 0
-    ends = end_offsets(bootstrap, [(topic, p) for p in sorted(tmd.partitions)])
-    return sum(end - low for low, end in ends.values())
 
 
 def _count_by_reading(bootstrap: str, topic: str) -> int:
@@ -226,7 +229,7 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
         write_config(cfg, cfg_path)
         result_path = work / "result.json"
         spec = {"config_path": str(cfg_path), "end": list(end), "result_path": str(result_path),
-                "profile": str(profile) if profile else None, "idle_exit_s": 30.0}
+                "profile": str(profile) if profile else None, "idle_exit_s": 30.0, "expected": expected}
         proc = subprocess.run([sys.executable, "-m", "cdc.bench.stream"], input=json.dumps(spec).encode(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
         if proc.returncode != 0 or not result_path.exists():
@@ -240,11 +243,12 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
                          f"position {end[0]}:{end[1]}")
     topic = table_topic(prefix, db, TABLE)
     bootstrap = info.kafka["bootstrap_servers"]
-    records = span = _topic_records(bootstrap, topic)
+    records = span = topic_records(bootstrap, topic)
     counted_by = "end offsets"
     if records != expected:
         # Transaction commit markers take offsets on real Kafka: count what a consumer sees.
         records, counted_by = _count_by_reading(bootstrap, topic), "read_committed consumer"
+    res["bytes_per_record"] = mean_value_bytes(bootstrap, topic)
     samples = res.pop("rss_samples")
     events = res["events"]
     steady = res["seconds"] - res["startup_s"]
@@ -253,26 +257,81 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
             "offset_span": span,
             "rows_per_s": expected / res["seconds"] if res["seconds"] else 0.0,
             "rows_per_s_after_startup": expected / steady if steady > 0 else 0.0,
+            "rows_per_s_after_warmup": ((expected - res["warmup_events"]) / res["after_warmup_s"]
+                                        if res.get("after_warmup_s") else 0.0),
             "rss_half_mb": rss_at(samples, 0.5, events), "rss_end_mb": rss_at(samples, 1.0, events)}
+
+
+# --- (d) Debezium over the same range ----------------------------------------------------------
+
+def bench_debezium(info, db: str, start: tuple[str, int], total: int, mode: str, fmt: str, *,
+                   tag: str) -> dict[str, Any]:
+    """Debezium embedded from ``start`` until it handled ``total`` records of the table (its
+    JVM of its own, :mod:`cdc.bench.debezium`); to the broker in ``kafka`` mode, where the
+    table topic's records are counted afterwards."""
+    prefix = f"dbz_{tag}_{mode}_{fmt}"
+    work = Path(info.state_dir) / "bench-debezium" / prefix
+    shutil.rmtree(work, ignore_errors=True)
+    props = dbz.connector_properties(info.mysql, db, prefix=prefix, state=work / "state", fmt=fmt,
+                                     server_id=bench_server_id(), **{"snapshot.mode": "recovery",
+                                                                     "table.include.list": f"{db}.{TABLE}"})
+    topic = table_topic(prefix, db, TABLE)
+    cfg = load_config(info.config_path)
+    bootstrap = info.kafka["bootstrap_servers"]
+    if mode == "kafka":  # the topics as ours: the producer creates its own with kafka.partitions
+        ensure_topics(cfg.kafka, [topic, prefix])
+    res = dbz.run_debezium(props, work=work, mode=mode, fmt=fmt, topic=topic, records=total,
+                           bootstrap=bootstrap if mode == "kafka" else None, start=start)
+    res["topic"] = topic
+    if mode == "kafka":
+        res["topic_records"] = topic_records(bootstrap, topic)
+        if res["topic_records"] != total:
+            raise BenchError(f"Debezium left {res['topic_records']} records in {topic}; {total} changes were made")
+        dbz.drop_topics(cfg.kafka, [topic, prefix])  # the embedded broker keeps them in memory
+    return res
+
+
+def race_ratios(result: dict[str, Any]) -> dict[str, float | None]:
+    """Ours over Debezium's, for every pair of runs in ``result``: rows/s from the first
+    record (``<ours>/<debezium>``), after the warm-up (``..._after_warmup``), including the
+    start-up (``..._total``); and Debezium's peak RSS over ours (``rss <debezium>/<ours>``)."""
+    out: dict[str, float | None] = {}
+    ours = [k for k in ("producer_tx", "producer_no_tx") if k in result]
+    for d in dbz.run_keys(result):
+        r = result[d]
+        for o in ours:
+            b = result[o]
+            out[f"{o}/{d}"] = dbz.ratio(b["rows_per_s_after_startup"], r["rows_per_s_from_first"])
+            out[f"{o}/{d}_after_warmup"] = dbz.ratio(b.get("rows_per_s_after_warmup"), r["rows_per_s_after_warmup"])
+            out[f"{o}/{d}_total"] = dbz.ratio(b["rows_per_s"], r["rows_per_s_total"])
+            out[f"rss {d}/{o}"] = dbz.ratio(r["rss_peak_mb"], b["total_rss_peak_mb"])
+    return out
 
 
 # --- the whole benchmark ---------------------------------------------------------------------
 
 def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, keep_running: bool = False,
                  transactions: tuple[bool, ...] = (True, False), profile_dir: Path | None = None,
+                 debezium: str | None = None, reference: bool = True,
                  console: Console | None = None) -> dict[str, Any]:
     """Generate ``rows`` changes and measure (a) python-mysql-replication, (b) the producer
-    (with and without Kafka transactions), (c) ``mariadb-binlog`` over the same binlog range."""
+    (with and without Kafka transactions), (c) ``mariadb-binlog`` over the same binlog range;
+    ``debezium`` (``MODE:FORMAT,...``, e.g. ``count:json,kafka:avro``): (d) Debezium's runs
+    over the same range too (the server then reports a 5.7-style version).  ``reference``:
+    False skips (a) and (c)."""
 
     console = console or Console()
     state_dir = Path(state_dir)
-    result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows}
-    info = start_stack(state_dir, console)
+    runs = dbz.parse_runs(debezium) if debezium else []
+    result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows, "debezium_runs": debezium}
+    info = start_stack(state_dir, console, (dbz.SERVER_VERSION_ARG,) if runs else ())
     mysql = info.mysql
     run = uuid.uuid4().hex[:8]
     db = f"bench_{run}"
     try:
         with admin(mysql) as conn, conn.cursor() as cur:
+            if runs:
+                result["server_version"] = dbz.check_server_version(conn)
             create_bench_table(cur, db)
             cur.execute("FLUSH BINARY LOGS")  # this run's range starts in a file of its own
             start = current_position(conn)
@@ -289,9 +348,10 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
                       generate={"seconds": gen_s, "rows_per_s": total / gen_s if gen_s else 0.0},
                       binlog_bytes=sum(size for f, size in logs if f in files))
 
-        with console.status("(a) python-mysql-replication decoding..."):
-            result["reference"] = bench_reference(mysql, db, start, end)
-        if result["reference"]["rows"] != total:
+        if reference:
+            with console.status("(a) python-mysql-replication decoding..."):
+                result["reference"] = bench_reference(mysql, db, start, end)
+        if reference and result["reference"]["rows"] != total:
             raise BenchError(f"python-mysql-replication decoded {result['reference']['rows']} rows, "
                              f"{total} changes were made")
         for tx in transactions:
@@ -306,17 +366,25 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
             if result[key]["records"] != total:
                 raise BenchError(f"the producer ({label} transactions) left {result[key]['records']} records in "
                                  f"{result[key]['topic']}; {total} changes were made")
-        with console.status("(c) native binlog decoding..."):
-            result["native"] = bench_native(Path(mysql["datadir"]), files, start[1], end[1], total)
+        for mode, fmt in runs:
+            with console.status(f"(d) Debezium, {mode} handler, {fmt} converter..."):
+                result[dbz.run_key(mode, fmt)] = bench_debezium(info, db, start, total, mode, fmt, tag=run)
+        if reference:
+            with console.status("(c) native binlog decoding..."):
+                result["native"] = bench_native(Path(mysql["datadir"]), files, start[1], end[1], total)
 
-        a = result["reference"]["rows_per_s"]
-        ratios = {"c/a": result["native"]["rows_per_s"] / a}
-        for key, name in (("producer_tx", "b_tx/a"), ("producer_no_tx", "b_no_tx/a")):
-            if key in result:
-                ratios[name] = result[key]["rows_per_s"] / a
+        ratios: dict[str, float | None] = {}
+        if reference:
+            a = result["reference"]["rows_per_s"]
+            ratios["c/a"] = result["native"]["rows_per_s"] / a
+            for key, name in (("producer_tx", "b_tx/a"), ("producer_no_tx", "b_no_tx/a")):
+                if key in result:
+                    ratios[name] = result[key]["rows_per_s"] / a
+        ratios.update(race_ratios(result))
         result["ratios"] = ratios
     finally:
         drop_bench_database(info, db, state_dir, keep_running, console, purge_binlogs=True)
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     print_report(result, console)
     return result
 
@@ -328,7 +396,7 @@ def print_report(result: dict[str, Any], console: Console) -> None:
              f"{ch.get('update', 0):,} updates, {ch.get('delete', 0):,} deletes), "
              f"{result.get('binlog_bytes', 0) / 1e6:.0f} MB of binlog")
     table = results_table(title, ("measure", "seconds", "rows/s", "vs (a)"), m)
-    a = result.get("reference", {}).get("rows_per_s") or 0.0
+    a = (result.get("reference") or {}).get("rows_per_s") or 0.0
     runs = [(key, label) for key, label in (("producer_tx", "(b) producer, Kafka transactions"),
                                             ("producer_no_tx", "(b) producer, no transactions")) if key in result]
     if "generate" in result:
@@ -361,6 +429,37 @@ def print_report(result: dict[str, Any], console: Console) -> None:
                            f"{b['rss_peak_mb']:.0f}", f"{b['reader_rss_peak_mb']:.0f}",
                            f"{b['total_rss_peak_mb']:.0f}")
         console.print(detail)
+    print_race(result, console)
+
+
+def print_race(result: dict[str, Any], console: Console) -> None:
+    """The race: ours and Debezium's runs over the same range, rates three ways and memory."""
+    keys = dbz.run_keys(result)
+    if not keys:
+        return
+    table = Table(title=f"the race: {result.get('rows', 0):,} binlog row events, ours vs Debezium embedded "
+                        "(rows/s; start-up s apart; peak RSS MB)")
+    for col in ("run", "format", "start-up s", "incl. start-up", "from 1st record", "after 10% warm-up",
+                "bytes/record", "peak RSS"):
+        table.add_column(col, justify="left" if col in ("run", "format") else "right")
+    for key, label in (("producer_tx", "ours, Kafka transactions"), ("producer_no_tx", "ours, no transactions")):
+        if key in result:
+            b = result[key]
+            table.add_row(label, "Avro", f"{b['startup_s']:.2f}", f"{b['rows_per_s']:,.0f}",
+                          f"{b['rows_per_s_after_startup']:,.0f}", f"{b.get('rows_per_s_after_warmup', 0):,.0f}",
+                          "", f"{b['total_rss_peak_mb']:.0f}")
+    for key in keys:
+        r = result[key]
+        table.add_row(("Debezium, count only" if r["mode"] == "count" else "Debezium, Kafka producer"),
+                      "JSON+schemas" if r["format"] == "json" else "Avro (mock registry)",
+                      f"{r['first_record_s']:.2f}", f"{r['rows_per_s_total']:,.0f}",
+                      f"{r['rows_per_s_from_first']:,.0f}", f"{r['rows_per_s_after_warmup']:,.0f}",
+                      f"{r['bytes_per_record']:,.0f}", f"{r['rss_peak_mb']:.0f}")
+    console.print(table)
+    ratios = {k: v for k, v in result.get("ratios", {}).items() if "debezium_" in k and v is not None}
+    if ratios:
+        console.print("ratios (ours / Debezium rows/s; rss: Debezium / ours): " +
+                      ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
 
 
 if __name__ == "__main__":

@@ -216,7 +216,8 @@ def _reset_for_lost_kafka(state_dir: Path) -> list[str]:
 def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None = None,
              postgres_dsn: str | None = None, signal_table: str = "cdc_control.cdc_signal",
              on_lost_kafka: str = "recover", replicas: int | None = None,
-             read_only: bool | None = None, sources: int | None = None) -> StackInfo:
+             read_only: bool | None = None, sources: int | None = None,
+             server_args: tuple[str, ...] = ()) -> StackInfo:
     """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
     embedded broker must be started again (its topics are gone) and the state directory
     holds what depended on them.  ``replicas``: how many MariaDB replicas of the server to
@@ -224,7 +225,9 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     user gets only REPLICATION SLAVE, REPLICATION CLIENT and SELECT, and cdc.yaml says
     ``snapshot.read_only: true`` (None: as recorded, writable for a new stack).  ``sources``:
     how many source servers (1..2; None: as recorded, one for a new stack); with two,
-    ``cdc-sources.yaml`` configures both as ``sources``."""
+    ``cdc-sources.yaml`` configures both as ``sources``.  ``server_args``: more options for
+    the source server when it starts here (``--version=5.7.44-MariaDB-log`` for the
+    benchmarks' Debezium runs); a server already running keeps its own."""
     if on_lost_kafka not in ("recover", "refuse"):
         raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
@@ -244,7 +247,7 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
             "away to start from nothing.")
     data: dict[str, Any] = {"state_dir": str(state_dir)}
     try:
-        mysql = EmbeddedMySQL(state_dir, signal_table, cdc_read_only=read_only)
+        mysql = EmbeddedMySQL(state_dir, signal_table, cdc_read_only=read_only, server_args=server_args)
         data["mysql"] = mysql.start(previous.get("mysql")).to_json()
         count = len(previous.get("replicas") or []) if replicas is None else replicas
         data.update(start_replicas(state_dir, data["mysql"], count, previous=previous.get("replicas"),

@@ -56,3 +56,23 @@ def test_bench_merge_smoke(tmp_path: Path):
     for key in ("reference_events_per_s", "merge_events_per_s", "ratio", "producer_events_per_s",
                 "latency_p50_ms", "latency_p99_ms", "idle_change_ms", "scale_out_ratio"):
         assert summary[key] is not None and summary[key] > 0, key
+
+
+def test_bench_race_smoke(tmp_path: Path):
+    """Debezium's rows (``--debezium``) at a tiny size: every record of the range and every row
+    of the table reached Debezium's handler, and its Kafka runs left them all in the broker."""
+    state = tmp_path / "bench"
+    stream = bench_stream(state, rows=3000, transactions=(False,), debezium="count:json,kafka:avro", reference=False,
+                          keep_running=True, console=Console(width=160))
+    assert stream["server_version"].startswith("5.7")
+    for key in ("debezium_count_json", "debezium_kafka_avro"):
+        run = stream[key]
+        assert run["records"] == stream["rows"] and run["rows_per_s_from_first"] > 0, run
+        assert run["rss_peak_mb"] > 0 and run["startup_s"] > 0
+    assert stream["debezium_kafka_avro"]["topic_records"] == stream["rows"]
+    assert stream["ratios"]["producer_no_tx/debezium_kafka_avro"] > 0
+    snap = bench_snapshot(state, rows=3000, chunk_size=1024, writes_per_s=0, debezium="kafka:avro",
+                          debezium_chunk_sizes=(1024,), reference=False, console=Console(width=160))
+    run = snap["debezium_kafka_avro_1024"]
+    assert run["records"] == run["topic_records"] == 3000 and run["rows_per_s"] > 0
+    assert snap["ratios"]["snapshot_quiet/debezium_kafka_avro_1024"] > 0

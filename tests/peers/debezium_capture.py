@@ -47,6 +47,19 @@ def debezium_mariadb(state_dir: Path, *, server_id: int = 77) -> Iterator[dict]:
         server.stop(info)
 
 
+def stop_process(proc) -> None:
+    """Stop a peer's process (a ``subprocess.Popen``): SIGTERM, then SIGKILL after 60 s."""
+    import subprocess
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def connector_properties(*, host: str, port: int, user: str, password: str, server_id: int, prefix: str,
                          databases: list[str], state_dir: Path, **more: str) -> dict[str, str]:
     """Debezium's MySQL connector on a MariaDB server: streaming from the current binlog
@@ -92,15 +105,22 @@ def main(argv: list[str]) -> int:
     engine = DebeziumJsonEngine(properties=props, handler=Writer(),
                                 extra_classpaths=[str(MARIADB_DRIVER)], jvm_opts=["-Xmx512m"])
 
+    def close_out() -> None:
+        with lock:
+            out.close()
+    run_until_terminated(engine, close_out)
+    return 0
+
+
+def run_until_terminated(engine, cleanup) -> None:
+    """Run a pydbzengine engine until SIGTERM closes it, then ``cleanup()``."""
     def on_term(signum, frame):  # noqa: ARG001
         threading.Thread(target=engine.close, daemon=True).start()
     signal.signal(signal.SIGTERM, on_term)
     try:
         engine.run()
     finally:
-        with lock:
-            out.close()
-    return 0
+        cleanup()
 
 
 if __name__ == "__main__":

@@ -20,12 +20,10 @@ partitions it wants).
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 
-from tests.peers.debezium_capture import MARIADB_DRIVER
+from tests.peers.debezium_capture import MARIADB_DRIVER, run_until_terminated
 
 
 def java_producer(bootstrap: str):
@@ -65,13 +63,7 @@ def main(argv: list[str]) -> int:
     engine._ensure_jvm_started()  # (the JVM the engine runs in: the producer's classes are on its classpath)
     state["producer"] = java_producer(bootstrap)
 
-    def on_term(signum, frame):  # noqa: ARG001
-        threading.Thread(target=engine.close, daemon=True).start()
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        engine.run()
-    finally:
-        state["producer"].close()
+    run_until_terminated(engine, lambda: state["producer"].close())
     return 0
 
 

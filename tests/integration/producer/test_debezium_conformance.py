@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from common.kafka.topic_reader import read_topic
 from contract.topics import table_topic
 from tests.all_types import create_all_types, insert_all_types
 from tests.peers.conformance import Event, check_against_table, compare, parse, read_jsonl
-from tests.peers.debezium_capture import connector_properties, debezium_mariadb
+from tests.peers.debezium_capture import connector_properties, debezium_mariadb, stop_process
 from tests.producer_helpers import ROOT, ProducerThread, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
 
@@ -104,13 +103,7 @@ class DebeziumCapture:
         return read_jsonl(self.out, DBZ_PREFIX)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 def _admin(server: dict, db: str | None = None):

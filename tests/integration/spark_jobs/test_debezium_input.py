@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pymysql
@@ -33,7 +33,7 @@ from common.kafka.clients import ensure_topics
 from common.kafka.topic_reader import read_topic
 from contract.topics import clean_topic, dlq_topic, table_topic
 from spark_jobs.merge_job import MergeJob
-from tests.peers.debezium_capture import connector_properties, debezium_mariadb
+from tests.peers.debezium_capture import connector_properties, debezium_mariadb, stop_process
 from tests.producer_helpers import ROOT, wait_for
 
 TABLES = {"t_single": "single", "t_composite": "composite"}
@@ -68,13 +68,7 @@ class DebeziumToKafka:
         return self._logged("Incremental Snapshot", "COMPLETED")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 class MergeBehind(threading.Thread):
@@ -101,6 +95,21 @@ class MergeBehind(threading.Thread):
         return self.runs
 
 
+@contextmanager
+def _debezium_source(cfg, state: Path, server_id: int):
+    """A MariaDB server Debezium reads (:func:`debezium_mariadb`), ``cfg`` made to read what
+    Debezium writes (``kafka.input: debezium``) and to verify against that server; yields the
+    server's details and an admin connection maker."""
+    cfg.kafka.input = "debezium"
+    with debezium_mariadb(state, server_id=server_id) as server:
+        def admin() -> pymysql.Connection:
+            return pymysql.connect(host=server["host"], port=server["port"], user=server["admin_user"],
+                                   password=server["admin_password"], charset="utf8mb4")
+        cfg.source.host, cfg.source.port = server["host"], server["port"]
+        cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
+        yield server, admin
+
+
 def _records(cfg, topic: str) -> list:
     return list(read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client))
 
@@ -108,14 +117,8 @@ def _records(cfg, topic: str) -> list:
 def test_merge_job_reproduces_tables_from_debezium_topics_snapshot_included(merge_config, unique, tmp_path,
                                                                             tmp_path_factory):
     cfg = merge_config
-    cfg.kafka.input = "debezium"
     prefix, db = cfg.kafka.topic_prefix, unique("db")
-    with debezium_mariadb(tmp_path_factory.mktemp("dbzin"), server_id=78) as server:
-        def admin() -> pymysql.Connection:
-            return pymysql.connect(host=server["host"], port=server["port"], user=server["admin_user"],
-                                   password=server["admin_password"], charset="utf8mb4")
-        cfg.source.host, cfg.source.port = server["host"], server["port"]
-        cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
+    with _debezium_source(cfg, tmp_path_factory.mktemp("dbzin"), 78) as (server, admin):
         with admin() as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
             for t, kind in TABLES.items():
@@ -248,14 +251,8 @@ def test_merge_job_behind_debeziums_initial_snapshot(merge_config, unique, tmp_p
     """``snapshot.mode: initial``: every row Debezium's initial snapshot reads carries the binlog
     position the stream goes on from; a write load runs while Debezium starts and streams on."""
     cfg = merge_config
-    cfg.kafka.input = "debezium"
     prefix, db, table = cfg.kafka.topic_prefix, unique("db"), "t_initial"
-    with debezium_mariadb(tmp_path_factory.mktemp("dbzinit"), server_id=79) as server:
-        def admin() -> pymysql.Connection:
-            return pymysql.connect(host=server["host"], port=server["port"], user=server["admin_user"],
-                                   password=server["admin_password"], charset="utf8mb4")
-        cfg.source.host, cfg.source.port = server["host"], server["port"]
-        cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
+    with _debezium_source(cfg, tmp_path_factory.mktemp("dbzinit"), 79) as (server, admin):
         with admin() as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
             create_table(conn, db, table, "string", ROWS)

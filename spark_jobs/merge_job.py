@@ -805,10 +805,10 @@ class MergeJob:
         p50 = lat[len(lat) // 2] if lat else None
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None
         self.batches += 1
-        self.held, self.held_peak = agg["held"], max(self.held_peak, agg["held"])
-        if agg["held"]:
+        if agg["held"] != self.held:  # (logged when it changes, not every batch while rows wait)
             log.info("batch %d: %d record(s) held by pessimistic routes until every shard ran the same DDL",
                      batch_id, agg["held"])
+        self.held, self.held_peak = agg["held"], max(self.held_peak, agg["held"])
         for k in self.totals:
             self.totals[k] += agg.get(k, 0)
         rate = agg["input"] / seconds if seconds > 0 else 0.0

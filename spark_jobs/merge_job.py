@@ -208,6 +208,19 @@ def prometheus_text(jobs: list["MergeJob"]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def debezium_truncates(stats: list[dict]) -> list[dict]:
+    """Debezium's truncate events of a batch (``op: t``, ``kafka.input: debezium``: no TRUNCATE
+    marker) as TRUNCATE table markers waiting for nothing (:meth:`MergeJob._table_markers`
+    applies them now that every partition of the batch was applied: the truncate has no key,
+    so its partition is any): each table's highest, deleting its sink rows below it."""
+    highest: dict[tuple[str, str], str] = {}
+    for st in stats:
+        for db, table, below in st.get("truncates") or []:
+            highest[(db, table)] = max(highest.get((db, table), ""), below)
+    return [{"marker": {"kind": TRUNCATE, "db": db, "table": table, "below": below}, "required": {}}
+            for (db, table), below in sorted(highest.items())]
+
+
 class MergeJob:
     """The merge job of one source (``source``: an entry of ``cfg.captured_sources()``,
     default the first): its table topics, markers and schemas under the source's topic
@@ -750,9 +763,8 @@ class MergeJob:
                 new_states[f"{r['topic']}|{r['partition']}"] = json.loads(r["payload"])
             else:
                 stats.append(json.loads(r["payload"]))
-        deleted_by_truncates = self._debezium_truncates(stats)
-        waiting, deleted, moved = self._table_markers(prev.get("delete_missing", []) + plan["delete_missing"],
-                                                      batch_id)
+        waiting, deleted, moved = self._table_markers(
+            debezium_truncates(stats) + prev.get("delete_missing", []) + plan["delete_missing"], batch_id)
         self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states,
                                          "orphan_markers": orphans, "markers_topic_id": plan.get("markers_topic_id"),
                                          "delete_missing": waiting, "sink_epoch": epoch + moved})
@@ -761,26 +773,7 @@ class MergeJob:
             (lost_from_json(ends[0]) if ends and isinstance(ends[0], dict) else [])
         t_end = self.last_batch_ended = time.monotonic()
         phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish}
-        self._report(batch_id, stats, len(markers), t_end - t0, lost=lost,
-                     deleted_missing=deleted + deleted_by_truncates, phases=phases)
-
-    def _debezium_truncates(self, stats: list[dict]) -> int:
-        """Debezium's truncate events (``op: t``, ``kafka.input: debezium``: no TRUNCATE marker)
-        of the batch: each table's sink rows below the highest one's position deleted, now that
-        every partition of the batch was applied (the truncate's partition is its own: Debezium
-        writes it without a key).  Returns the rows deleted."""
-        highest: dict[tuple[str, str], str] = {}
-        for st in stats:
-            for db, table, below in st.get("truncates") or []:
-                highest[(db, table)] = max(highest.get((db, table), ""), below)
-        deleted = 0
-        for (db, table), below in sorted(highest.items()):
-            for name, sink in sinks_of(self.settings):
-                n = sink.delete_below(db, table, below)
-                deleted += n
-                log.info("TRUNCATE of %s.%s (Debezium's truncate event): %d rows written before it deleted from %s "
-                         "(below position %s)", db, table, n, name, below)
-        return deleted
+        self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases)
 
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
                 lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None) -> None:

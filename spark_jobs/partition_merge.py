@@ -248,10 +248,10 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 # To the clean changelog only: the sinks follow the table's TRUNCATE marker
                 # (merge_job), and the producer reads again every chunk whose window it was in.
                 # (Debezium writes no marker: the driver deletes the sink rows below its truncate
-                # after the batch, merge_job.MergeJob._debezium_truncates.)
-                if s.debezium and buf.push(ChangeRecord(k, "d", None, position)) is None:
-                    continue  # a copy
+                # after the batch, merge_job.debezium_truncates.)
                 if s.debezium:
+                    if buf.push(ChangeRecord(k, "d", None, position)) is None:
+                        continue  # a copy
                     truncates[names] = max(truncates.get(names, ""), position)
                 if s.changelog:
                     kept.append(_Kept(op, None, position, "", None, int(src.get("ts_ms") or 0), int(offset), key_b,

@@ -32,7 +32,7 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from contract.avro_decoder import NotCompiled, compile_decoder
+from contract.avro_decoder import NotCompiled, compile_change_reader, compile_decoder
 from contract.connect_json import RECORD_PREFIX, ConnectJsonReader
 from contract.errors import SerdeError
 from contract.schema_resolution import is_envelope, reader_view, resolvable
@@ -125,6 +125,7 @@ class RecordDecoder:
         self._plans: dict[bytes, tuple[Any, Any, Any]] = {}
         self._plans_at: int | None = None
         self._compiled: dict[str, Any] = {}  # writer fingerprint -> compiled decoder or None
+        self._change_readers: dict[bytes, Any] = {}  # writer fingerprint (raw) -> compiled change reader or False
         self._parsed: dict[Any, Any] = {}
         self._views: dict[str, tuple[dict, Any]] = {}
         self._unresolvable: set[tuple[str, str]] = set()
@@ -234,6 +235,58 @@ class RecordDecoder:
             self._plans[fpb] = plan
         return plan
 
+    def _plan_of(self, fpb: bytes) -> tuple[Any, Any, Any]:
+        """:meth:`_plan`, kept while the schema store's generation stays put."""
+        if self._generation is not None:
+            at = self._generation()
+            if at != self._plans_at:
+                self._plans.clear()
+                self._plans_at = at
+        return self._plans.get(fpb) or self._plan(fpb)
+
+    def change_reader_of(self, data: bytes) -> Callable[[bytes, int], dict]:
+        """A function ``read(data, 10)`` doing :meth:`decode_change` for the records framed
+        like ``data`` (the same first ten bytes: magic and writer fingerprint), while the
+        schema store's generation stays put: the writer schema's compiled change reader
+        where it has one, else :meth:`decode_change` itself.  For a caller that keeps one
+        per writer schema, and saves the look-ups per record."""
+        if data[:2] == SINGLE_OBJECT_MAGIC:
+            reader = self._change_reader(data[2:10])
+            if reader:
+                return reader
+        return lambda record, _start: self.decode_change(record)
+
+    def _change_reader(self, fpb: bytes) -> Any:
+        """The compiled change reader of writer ``fpb`` when its records need no schema
+        resolution, else None/False."""
+        if self._plan_of(fpb)[2] is None:  # (read with a newer schema: not compiled)
+            return None
+        reader = self._change_readers.get(fpb)
+        if reader is None:
+            try:
+                reader = compile_change_reader(self._lookup(fpb.hex()))
+            except NotCompiled:
+                reader = False
+            self._change_readers[fpb] = reader
+        return reader
+
+    def decode_change(self, data: bytes) -> dict:
+        """Of a change-event record, what applying it takes:
+        ``{"source": {"ts_ms", "db", "table"}, "op", "position", "snapshot_window", "row"}``
+        (``row``: ``before`` for a delete, else ``after``).  A record that needs no schema
+        resolution is read by its writer schema's compiled change reader
+        (:func:`~contract.avro_decoder.compile_change_reader`: the rest is skipped, not
+        built); any other is decoded whole (:meth:`decode`) and cut down to that shape."""
+        if data is not None and data[:2] == SINGLE_OBJECT_MAGIC:
+            reader = self._change_reader(data[2:10])
+            if reader:
+                return reader(data, 10)
+        value = self.decode(data)
+        op = value["op"]
+        return {"source": value.get("source"), "op": op, "position": value["position"],
+                "snapshot_window": value.get("snapshot_window"),
+                "row": value.get("before") if op == "d" else value.get("after")}
+
     def connect_schema(self, data: bytes) -> tuple[str, dict | None] | None:
         """``(schema id, Avro view of its schema)`` of a record in Kafka Connect's JSON shape
         (:func:`contract.connect_json.avro_view`: what the table sinks lay tables out by),
@@ -244,13 +297,8 @@ class RecordDecoder:
         if data is None:
             return None
         if data[:2] == SINGLE_OBJECT_MAGIC:
-            if self._generation is not None:
-                at = self._generation()
-                if at != self._plans_at:
-                    self._plans.clear()
-                    self._plans_at = at
             fpb = data[2:10]
-            plan = self._plans.get(fpb) or self._plan(fpb)
+            plan = self._plan_of(fpb)
             if plan[2] is not None:
                 return plan[2](data, 10)
             body = io.BytesIO(data)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.avro_decoder import NotCompiled, compile_decoder, read_long
+from contract.avro_decoder import OFFSET, NotCompiled, compile_change_reader, compile_decoder, read_long
 from contract.errors import SerdeError
 from tests.unit.contract.test_avro_template import SCHEMA, TEMPLATE, _example, records_strategy, sources
 
@@ -96,14 +96,18 @@ def test_compiled_decoder_reads_what_fastavro_reads(data):
         assert decode(b"\xc3\x01HEADER!!" + encoded, 10) == fastavro_read(schema, encoded)
 
 
+def _envelopes(source: dict, now: int, records: list):
+    """The change-event records (single-object framed) of a drawn source and its records."""
+    bound = TEMPLATE.bind(_example(source, now), b"\xc3\x01HEADER!!")
+    for values in records:
+        yield TEMPLATE.encode(bound, values)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sources, st.integers(0, 1 << 45), records_strategy)
 def test_compiled_decoder_reads_change_event_envelopes(source, now, records):
     decode = compile_decoder(SCHEMA)
-    example = _example(source, now)
-    bound = TEMPLATE.bind(example, b"\xc3\x01HEADER!!")
-    for values in records:
-        data = TEMPLATE.encode(bound, values)
+    for data in _envelopes(source, now, records):
         got = decode(data, 10)
         assert got == fastavro_read(SCHEMA, data[10:])
         assert [type(v) for v in got.values()] == [type(v) for v in fastavro_read(SCHEMA, data[10:]).values()]
@@ -147,3 +151,59 @@ def test_a_union_branch_out_of_range_is_a_serde_error():
     schema = {"type": "record", "name": "S", "fields": [{"name": "s", "type": ["null", "string"]}]}
     with pytest.raises(SerdeError, match="union branch"):
         compile_decoder(schema)(b"\x06", 0)
+
+
+# -- projections: fields skipped over, not built ------------------------------------------------
+
+def _projection(schema: dict, draw) -> dict:
+    """A projection of a record schema's fields: each field kept, skipped or an offset."""
+    return {f["name"]: draw(st.sampled_from([True, OFFSET, None])) for f in schema["fields"]}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_projection_reads_its_fields_as_the_whole_record_has_them(data):
+    schema, values = data.draw(st.lists(SCHEMAS, min_size=1, max_size=4).map(_record))
+    project = _projection(schema, data.draw)
+    whole, part = compile_decoder(schema), compile_decoder(schema, {k: v for k, v in project.items() if v})
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    for value in data.draw(st.lists(values, min_size=1, max_size=3)):
+        encoded = b"\xc3\x01HEADER!!" + fastavro_bytes(schema, value)
+        full, got = whole(encoded, 10), part(encoded, 10)
+        assert list(got) == [k for k, v in project.items() if v]  # in field order, nothing else
+        for name, how in project.items():
+            if how is True:
+                assert got[name] == full[name]
+            elif how == OFFSET:  # where the field starts: a decoder of its type reads it there
+                assert compile_decoder(_record_of(name, types[name]))(encoded, got[name])[name] == full[name]
+
+
+def _record_of(name: str, t) -> dict:
+    return {"type": "record", "name": _name(), "fields": [{"name": name, "type": t}]}
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20])
+def test_a_truncated_record_is_a_serde_error_where_the_short_field_is_skipped(cut):
+    schema = {"type": "record", "name": "S", "fields": [{"name": "d", "type": "double"},
+                                                        {"name": "s", "type": "string"}]}
+    data = fastavro_bytes(schema, {"s": "x" * 30, "d": 1.5})
+    with pytest.raises(SerdeError, match="cannot be decoded"):
+        compile_decoder(schema, {"d": True})(data[:-cut], 0)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sources, st.integers(0, 1 << 45), records_strategy)
+def test_the_change_reader_reads_what_applying_a_change_takes(source, now, records):
+    read = compile_change_reader(SCHEMA)
+    for data in _envelopes(source, now, records):
+        full = fastavro_read(SCHEMA, data[10:])
+        assert read(data, 10) == {
+            "source": {"ts_ms": full["source"]["ts_ms"], "db": full["source"]["db"],
+                       "table": full["source"]["table"]},
+            "op": full["op"], "position": full["position"], "snapshot_window": full["snapshot_window"],
+            "row": full["before"] if full["op"] == "d" else full["after"]}
+
+
+def test_the_change_reader_is_for_envelopes_only():
+    with pytest.raises(NotCompiled, match="envelope"):
+        compile_change_reader({"type": "record", "name": "K", "fields": [{"name": "id", "type": "int"}]})

@@ -115,3 +115,26 @@ def test_key_records_are_read_as_written():
                                                               {"name": "b", "type": ["null", "string"], "default": None}]}
     dec = RecordDecoder.resolving(_Store(k1, k2))
     assert dec.decode(AvroWriter(k1).encode({"id": 3})) == {"id": 3}
+
+
+def _cut(value: dict) -> dict:
+    """What RecordDecoder.decode_change gives of a whole record."""
+    return {"source": {k: value["source"][k] for k in ("ts_ms", "db", "table")}, "op": value["op"],
+            "position": value["position"],
+            "snapshot_window": value["snapshot_window"],
+            "row": value["before"] if value["op"] == "d" else value["after"]}
+
+
+def test_decode_change_reads_an_older_record_with_the_newest_schema_too():
+    store = _Store(V1, V2)
+    dec = RecordDecoder.resolving(store)
+    old = AvroWriter(V1).encode(_rec({"id": 7, "v": "x"}))  # needs resolution: decoded whole, then cut
+    new = AvroWriter(V2).encode({**_rec({"id": 8, "v": None, "extra": 3, "nn": 4}), "op": "u",
+                                 "before": {"id": 8, "v": "y", "extra": None, "nn": 4}})
+    gone = AvroWriter(V2).encode({**_rec(None), "op": "d", "before": {"id": 9, "v": None, "extra": None, "nn": 1}})
+    assert dec.decode_change(old)["row"] == {"id": 7, "v": "x", "extra": None, "nn": None}
+    for data in (new, gone):
+        got = dec.decode_change(data)
+        assert got == _cut(dec.decode(data))
+        assert dec.change_reader_of(data)(data, 10) == got
+    assert dec.change_reader_of(old)(old, 10)["row"] == {"id": 7, "v": "x", "extra": None, "nn": None}

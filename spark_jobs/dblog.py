@@ -440,13 +440,39 @@ class WindowBuffer:
         self._retire(pos)
         if t is ChangeRecord:
             self._data_high = pos
-            return self._change(item)
+            self._change(item.key, item.op)
+            return item
         if t is ChunkRow:
             self._data_high = pos
             return self._chunk_row(item)
         self._marker_high = pos
         self._marker(item)
         return None
+
+    def push_change(self, key: Key, op: str, row: Row, position: str) -> bool:
+        """``push(ChangeRecord(key, op, row, position))`` without building the record (the
+        merge job's hot path): whether it is emitted (False: a copy).  Same checks, same
+        errors."""
+        if not (type(position) is str and len(position) == ENCODED_WIDTH and position.isdigit()
+                and position.isascii()):  # (is_position, inline: once per record)
+            _check_position("change position", position)
+        if op not in CHANGE_OPS:
+            raise DBLogError(f"a stream change has op c, u or d, got {op!r}")
+        if (row is None) != (op == "d"):
+            raise DBLogError(f"op {op!r} with row {row!r}: only a delete has no row")
+        if position <= self._data_high:
+            self.stats["copies"] += 1
+            return False
+        if position <= self._marker_high:
+            raise OrderingError(
+                f"ChangeRecord at {position} arrived after a record of the other feed at {self._marker_high}: "
+                "the data and marker feeds must be merged by position"
+            )
+        if self._windows:
+            self._retire(position)
+        self._data_high = position
+        self._change(key, op)
+        return True
 
     def feed(self, items: Iterable[ChangeRecord | ChunkRow | Marker]) -> list[ChangeRecord]:
         """``push`` each item; the emitted records, in order."""
@@ -465,15 +491,13 @@ class WindowBuffer:
         self._retire(position)
 
     # ------------------------------------------------------------------ rule
-    def _change(self, c: ChangeRecord) -> ChangeRecord:
-        if c.op not in CHANGE_OPS:
-            raise DBLogError(f"a stream change has op c, u or d, got {c.op!r}")
+    def _change(self, key: Key, op: str) -> None:
+        if op not in CHANGE_OPS:
+            raise DBLogError(f"a stream change has op c, u or d, got {op!r}")
         self.stats["changes"] += 1
-        key = c.key
         for w in self._windows.values():
             if w.close is None:  # OPEN seen (it is below this position), CLOSE not yet
                 w.keys.add(key)
-        return c
 
     def _chunk_row(self, r: ChunkRow) -> ChangeRecord | None:
         win = r.window

@@ -44,11 +44,12 @@ from contract.schema_store import SchemaStore
 from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
 from spark_jobs.clean_changelog import CleanPartitionWriter, MergedPartitionWriter
-from spark_jobs.dblog import ChangeRecord, ChunkRow, Marker, Window, WindowBuffer
+from spark_jobs.dblog import ChunkRow, Marker, Window, WindowBuffer
 from spark_jobs.errors import DBLogError, RouteError, SinkUnavailable
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
 from spark_jobs.sharding.target import target_fields, target_key, target_row
+from spark_jobs.sinks.batch import Change
 from spark_jobs.sinks.configured import configured_sinks
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def _dlq_producer(s: MergeSettings):
                                                            **(s.client or {})}))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Kept:
     op: str
     row: dict | None
@@ -197,7 +198,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     planned (its records are read with the newest schemas up to there); ``sink_epoch``
     counts the sink tables the driver dropped or renamed (the sinks forget what they
     prepared when it moves); returns (new state, stats)."""
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.thread_time()
     records.sort(key=lambda r: r[0])
     state = state or {}
     buf = WindowBuffer.from_state(state["buffer"]) if state.get("buffer") else WindowBuffer()
@@ -221,6 +222,19 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     dropped_before, copies_before = buf.stats["rows_dropped"], buf.stats["copies"]
     key_columns: dict[tuple[str, str], list[str]] = {}
     truncates: dict[tuple[str, str], str] = {}  # Debezium's truncate events (op t): the highest position per table
+    # What a record's sinks need (``decode_change``: the row image, op, position, source),
+    # unless the record itself travels on (routes: the merged changelog; ``columns:
+    # ignore``: read again with the table's first schema; Debezium's JSON).
+    whole = s.debezium or bool(s.routes) or ignore_columns
+    push_change = buf.push_change
+    topic_names = (topic_db, topic_table)
+    # Per key / value writer schema (raw fingerprint), while the schema store stays put:
+    # the change reader (RecordDecoder.change_reader_of), the key's names, the value's schema.
+    readers: dict[bytes, Any] = {}
+    key_info: dict[bytes, tuple[list[str], bool]] = {}
+    schema_info: dict[bytes, tuple[str, Any]] = {}
+    generation = dec.store.generation
+    next_marker = markers[0]["position"] if markers else None
     for offset, key_b, value_b in records:
         try:
             if value_b is None:  # a tombstone (after a delete): for log compaction, not a change
@@ -230,19 +244,41 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                     raise not_connect_shape(value_b)  # (JsonConverter's own records start with RECORD_PREFIX)
                 value = dec.decode(value_b)
                 op, position = value["op"], debezium_position(value, int(offset))
-            else:
+            elif whole:
                 value = dec.decode(value_b)
                 op, position = value["op"], value["position"]
+            elif value_b[:2] == SINGLE_OBJECT_MAGIC:  # (magic + writer fingerprint: the first 10 bytes)
+                read = readers.get(value_b[:10])
+                if read is None:
+                    read = readers[value_b[:10]] = dec.decoder.change_reader_of(value_b)
+                value = read(value_b, 10)
+                op, position = value["op"], value["position"]
+            else:  # a registry's or JSON record
+                value = dec.decoder.decode_change(value_b)
+                op, position = value["op"], value["position"]
+            if dec.store.generation != generation:  # (a lookup read new schemas)
+                readers.clear()
+                key_info.clear()
+                schema_info.clear()
+                generation = dec.store.generation
             # the key record's fields, in key order; False: keyed before the table's primary key changed
-            knames, newest_key = dec.key_names(key_b) if key_b is not None else (None, True)
-            while mi < len(markers) and markers[mi]["position"] < position:
-                m = markers[mi]
-                buf.push(Marker(*window_of(m)))
+            if key_b is None:
+                knames, newest_key = None, True
+            else:
+                found = key_info.get(key_b[:10])
+                if found is None:
+                    found = dec.key_names(key_b)
+                    if key_b[:2] == SINGLE_OBJECT_MAGIC:
+                        key_info[key_b[:10]] = found
+                knames, newest_key = found
+            while next_marker is not None and next_marker < position:
+                buf.push(Marker(*window_of(markers[mi])))
                 mi += 1
+                next_marker = markers[mi]["position"] if mi < len(markers) else None
             src = value.get("source") or {}
             names = (str(src.get("db") or topic_db), str(src.get("table") or topic_table))
             k = key_b.hex() if key_b is not None else ""
-            if names != (topic_db, topic_table):  # a table whose name is not its topic's: keys apart
+            if names != topic_names:  # a table whose name is not its topic's: keys apart
                 k = f"{names[0]}.{names[1]}|{k}"
             if op == TRUNCATE_OP:
                 # To the clean changelog only: the sinks follow the table's TRUNCATE marker
@@ -250,44 +286,49 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 # (Debezium writes no marker: the driver deletes the sink rows below its truncate
                 # after the batch, merge_job.debezium_truncates.)
                 if s.debezium:
-                    if buf.push(ChangeRecord(k, "d", None, position)) is None:
+                    if not push_change(k, "d", None, position):
                         continue  # a copy
                     truncates[names] = max(truncates.get(names, ""), position)
                 if s.changelog:
                     kept.append(_Kept(op, None, position, "", None, int(src.get("ts_ms") or 0), int(offset), key_b,
                                       value_b, names, envelope=value if s.routes else None))
                 continue
+            row = value["row"] if not whole else _row_of(value, op)
             if op == "r" and s.debezium:  # deduplicated by Debezium, as of its chunk's window close
-                out = buf.push(ChangeRecord(k, "c", value["after"], position))
+                emit = push_change(k, "c", row, position)
             elif op == "r":
                 window = Window.from_dict(value["snapshot_window"])
-                out = buf.push(ChunkRow(k, value["after"], window, position))
+                emit = buf.push(ChunkRow(k, row, window, position)) is not None
             else:
-                out = buf.push(ChangeRecord(k, op, None if op == "d" else value["after"], position))
+                emit = push_change(k, op, row if op != "d" else None, position)
         except (SerdeError, DBLogError, KeyError, TypeError, ValueError) as exc:
             dead.append((int(offset), key_b, value_b, f"{type(exc).__name__}: {exc}"))
             continue
-        if out is not None:
+        if emit:
             old_key = not newest_key
             if knames is not None and newest_key and names not in key_columns:
                 key_columns[names] = knames
-            sid, schema = dec.schema_of(value_b)
+            found = schema_info.get(value_b[2:10]) if value_b[:2] == SINGLE_OBJECT_MAGIC else None
+            if found is None:
+                found = dec.schema_of(value_b)
+                if value_b[:2] == SINGLE_OBJECT_MAGIC:
+                    schema_info[value_b[2:10]] = found
+            sid, schema = found
             if ignore_columns:  # sinks and changelog keep the table's first schema
                 first = dec.as_first(value_b, record_names(s.prefix, *names)[2])
                 if first is not None:
                     value, value_b, sid, schema = first
-            ts = int(src.get("ts_ms") or 0)
+                    row = _row_of(value, op)
             # The key is not decoded per record: the sinks take the key columns from the row
             # (``before`` for a delete).
-            row = value.get("after") if op != "d" else value.get("before")
-            kept.append(_Kept(op, row, position, sid, schema, ts, int(offset), key_b, value_b, names, old_key,
-                              value if s.routes else None))
+            kept.append(_Kept(op, row, position, sid, schema, int(src.get("ts_ms") or 0), int(offset), key_b,
+                              value_b, names, old_key, value if s.routes else None))
     held: list[dict] = []
     if state.get("held") or any(t.get("waiting") for t in s.targets.values()):
         kept = _hold(s, dec, state.get("held") or [], kept, held)
         stats["held"] = len(held)
-    t_decided = time.monotonic()
-    stats["decide_s"] = t_decided - t0
+    t_decided, c_decided = time.monotonic(), time.thread_time()
+    stats["decide_s"], stats["decide_cpu_s"] = t_decided - t0, c_decided - c0
     stats["emitted"] = len(kept)
     stats["dropped"] = buf.stats["rows_dropped"] - dropped_before
     stats["copies"] = buf.stats["copies"] - copies_before
@@ -307,8 +348,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             plain_ids = {id(k) for k in plain}
             dead += _merged_changelog(s, router, [k for k in kept if id(k) not in plain_ids], partition,
                                       merged_clean, stats)
-    t_clean = time.monotonic()
-    stats["changelog_s"] = t_clean - t_decided
+    t_clean, c_clean = time.monotonic(), time.thread_time()
+    stats["changelog_s"], stats["changelog_cpu_s"] = t_clean - t_decided, c_clean - c_decided
 
     by_table: dict[tuple[str, str], list[_Kept]] = {}
     fields_of: dict[str, Any] = {}  # route name -> its target's fields (this batch's layout)
@@ -338,7 +379,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats)
     if truncates:  # applied by the driver once every partition's records of the batch are
         stats["truncates"] = [[db, table, below] for (db, table), below in truncates.items()]
-    stats["sinks_s"] = time.monotonic() - t_clean
+    stats["sinks_s"], stats["sinks_cpu_s"] = time.monotonic() - t_clean, time.thread_time() - c_clean
     now = time.time() * 1000
     stats["latencies_ms"] = [max(0.0, now - k.ts_ms) for k in kept if k.ts_ms]
     if dead:
@@ -351,6 +392,11 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     if held:
         new_state["held"] = held
     return new_state, stats
+
+
+def _row_of(envelope: dict, op: str) -> dict | None:
+    """The row image a sink applies of a whole envelope: ``before`` for a delete, else ``after``."""
+    return envelope.get("before") if op == "d" else envelope.get("after")
 
 
 def _router(s: MergeSettings) -> Router | None:
@@ -413,7 +459,7 @@ def _unheld(s: MergeSettings, dec: EnvelopeDecoder, h: dict) -> _Kept:
     key_b = base64.b64decode(h["key"]) if h.get("key") is not None else None
     value = dec.decode(value_b)
     sid, schema = dec.schema_of(value_b) if h["op"] != TRUNCATE_OP else ("", None)
-    row = None if h["op"] == TRUNCATE_OP else (value.get("after") if h["op"] != "d" else value.get("before"))
+    row = None if h["op"] == TRUNCATE_OP else _row_of(value, h["op"])
     return _Kept(h["op"], row, h["position"], sid, schema, int(h["ts_ms"]), int(h["offset"]), key_b, value_b,
                  tuple(h["table"]), bool(h.get("old_key")), value)
 
@@ -487,7 +533,7 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
     dead = []
     for run in _runs(kept):
         schema = run[0].schema
-        recs = [(None, k.op, k.row, k.position) for k in run]
+        recs = [Change(None, k.op, k.row, k.position) for k in run]
         # A table the sink cannot create or alter is the sink's problem, not the records':
         # it fails the batch (retried) instead of filling the dead-letter topic.
         # (rekey: the records carry the table's newest key, so a sink table keyed otherwise
@@ -572,13 +618,13 @@ def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch
         # one consumer per worker process and source options, reused task after task
         consumer = _cached(("range-consumer", repr(opts)), lambda: range_consumer(opts))
         for rng, state, markers in items:
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), time.thread_time()
             records = [] if rng.start == rng.end else [  # (empty: a partition holding rows, see merge_job)
                 (m.offset(), m.key(), m.value()) for msgs in read_messages(opts, rng, consumer=consumer) for m in msgs]
-            read_s = time.monotonic() - t0
+            read_s, read_cpu_s = time.monotonic() - t0, time.thread_time() - c0
             new_state, stats = merge_partition(rng.topic, rng.partition, records, s, state, markers, schemas_end,
                                                sink_epoch)
-            stats["read_s"] = read_s
+            stats["read_s"], stats["read_cpu_s"] = read_s, read_cpu_s
             yield "state", rng.topic, rng.partition, json.dumps(new_state)
             yield "stats", rng.topic, rng.partition, json.dumps(stats)
     return run

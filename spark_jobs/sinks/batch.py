@@ -80,8 +80,8 @@ def _reduce(records: Iterable[Any], keyer: Callable[[Change], tuple[Any, Any]]) 
         _, op, row, pos = rec
         if op not in ops:
             raise SinkError(f"unknown op {op!r} (expected c, u, r or d)")
-        if not is_position(pos):
-            check_position(pos)
+        if not (type(pos) is str and len(pos) == ENCODED_WIDTH and pos.isdigit() and pos.isascii()):
+            check_position(pos)  # (is_position, inline: once per record)
         if row is None and op != "d":
             raise SinkError(f"a {op!r} change without a row image at position {pos}")
         k, payload = keyer(rec)
@@ -128,9 +128,17 @@ def reduce_for_layout(records: Iterable[Any], layout: TableLayout) -> KeyedReduc
     the change's key, else from its row).
     """
     key_values = layout.key_values
+    names = [lookup[0] for lookup in layout.key_lookup]
 
     def keyer(ch: Change) -> tuple[Any, Any]:
-        kv = key_values(ch.key, ch.row)
+        row = ch.row
+        if ch.key is None and type(row) is dict:  # the merge job's changes: the key columns from the row
+            try:
+                kv = tuple([row[n] for n in names])
+            except KeyError:
+                kv = key_values(None, row)
+        else:
+            kv = key_values(ch.key, row)
         return freeze_key(kv), kv
     return KeyedReduced(*_reduce(records, keyer))
 

@@ -151,11 +151,13 @@ def test_kill9_of_the_job_mid_snapshot_changes_nothing(stack, merge_config, test
     try:
         with ProducerThread(cfg), WriteLoad(stack.admin, test_db, "t_composite", "composite", key_space=3300,
                                             seed=5) as load:
-            wait_for(lambda: batches() >= 1, timeout=120, what="first merge batch")
+            # (generous: a restarted job starts Spark and replays its last batch first; under the
+            # suite's load, Debezium's JVMs beside it, that took 97 s once)
+            wait_for(lambda: batches() >= 1, timeout=300, what="first merge batch")
             sid = snapshot(cfg, [f"{test_db}.t_composite"])
             for _ in range(2):
                 seen = batches()
-                wait_for(lambda s=seen: batches() >= s + 2, timeout=120, what="merge batches")
+                wait_for(lambda s=seen: batches() >= s + 2, timeout=300, what="merge batches")
                 os.killpg(job.pid, signal.SIGKILL)  # the driver and its Spark JVM
                 job.wait(30)
                 kills += 1

@@ -319,6 +319,16 @@ def test_window_buffer_equals_batch_and_is_bounded(scenario):
     assert sorted(emitted, key=lambda r: r.position) == out
 
 
+def _with_copies(feed: list, data) -> list:
+    """``feed`` with copies of earlier records drawn in after some of them."""
+    noisy = []
+    for i, item in enumerate(feed):
+        noisy.append(item)
+        if i and data.draw(st.integers(0, 4), label="copy?") == 0:
+            noisy.append(feed[data.draw(st.integers(0, i), label="copy of")])
+    return noisy
+
+
 @PROPERTY
 @given(scenarios(), st.data())
 def test_window_buffer_drops_copies_and_resumes_from_checkpoint(scenario, data):
@@ -328,11 +338,7 @@ def test_window_buffer_drops_copies_and_resumes_from_checkpoint(scenario, data):
         clean = WindowBuffer().feed(feed)
         # copies: earlier records of the same feed re-delivered later (producer restart,
         # aborted transaction) are dropped, whatever their kind
-        noisy = []
-        for i, item in enumerate(feed):
-            noisy.append(item)
-            if i and data.draw(st.integers(0, 4), label="copy?") == 0:
-                noisy.append(feed[data.draw(st.integers(0, i), label="copy of")])
+        noisy = _with_copies(feed, data)
         buf = WindowBuffer()
         assert buf.feed(noisy) == clean
         assert buf.stats["copies"] == len(noisy) - len(feed)
@@ -647,3 +653,50 @@ def test_apply_in_order_refuses_duplicate_positions():
     r = ChangeRecord((1,), "c", {"id": 1}, "1" * 30)
     with pytest.raises(DBLogError):
         apply_in_order([r, r])
+
+
+def _push_changes_as_records(buf: WindowBuffer, items: list) -> list:
+    """``items`` fed with :meth:`WindowBuffer.push_change` for the changes (push for the
+    rest): what was emitted, a change as its record."""
+    out = []
+    for item in items:
+        if isinstance(item, ChangeRecord):
+            if buf.push_change(item.key, item.op, item.row, item.position):
+                out.append(item)
+        else:
+            r = buf.push(item)
+            if r is not None:
+                out.append(r)
+    return out
+
+
+@PROPERTY
+@given(scenarios(), st.data())
+def test_push_change_decides_as_push_does(scenario, data):
+    src, n, _ = scenario
+    for p in range(n):
+        noisy = _with_copies(src.feed(p, n), data)
+        by_record, by_change = WindowBuffer(), WindowBuffer()
+        assert _push_changes_as_records(by_change, noisy) == by_record.feed(noisy)
+        assert by_change.to_state() == by_record.to_state()
+
+
+@pytest.mark.parametrize("args, error", [
+    (("k", "c", {"id": 1}, "12"), DBLogError),            # not a position
+    (("k", "x", {"id": 1}, "0" * 30), DBLogError),        # not an op
+    (("k", "c", None, "0" * 30), DBLogError),             # a create without its row
+    (("k", "d", {"id": 1}, "0" * 30), DBLogError),        # a delete with one
+    (("k", "c", {"id": 1}, "\u0661" * 30), DBLogError),   # digits, but not ASCII ones
+])
+def test_push_change_refuses_what_a_change_record_refuses(args, error):
+    with pytest.raises(error):
+        ChangeRecord(*args)
+    with pytest.raises(error):
+        WindowBuffer().push_change(*args)
+
+
+def test_push_change_below_a_marker_breaks_the_merge_order():
+    buf = WindowBuffer()
+    buf.push(Marker("OPEN", "s", 1, "0" * 29 + "5"))
+    with pytest.raises(OrderingError):
+        buf.push_change("k", "c", {"id": 1}, "0" * 29 + "4")

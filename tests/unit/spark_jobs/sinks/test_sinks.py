@@ -27,7 +27,7 @@ from producer.events.values import RowConverter, value_converter
 from producer.table_schema import ColumnDef, TableDef
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import ApplyResult, Change, reduce_batch, reduce_for_layout
-from spark_jobs.sinks.keys import freeze_key, key_hash, key_json
+from spark_jobs.sinks.keys import _json_value, freeze_key, key_hash, key_json
 from spark_jobs.sinks.layout import SinkColumn, row_columns, table_layout
 from spark_jobs.sinks.naming import POSITION_COLUMN, sink_identifier, sink_table_name
 from spark_jobs.sinks.types import mysql_key_types, mysql_type, postgres_type
@@ -560,3 +560,10 @@ def test_postgres_tells_a_database_out_of_reach_from_data_it_refuses():
     assert sink.out_of_reach(psycopg.errors.AdminShutdown())
     assert sink.out_of_reach(psycopg.errors.DeadlockDetected())
     assert not sink.out_of_reach(psycopg.errors.ProgramLimitExceeded())  # a key too large for its index
+
+
+@given(st.lists(st.integers(-(1 << 70), 1 << 70), min_size=1, max_size=4))
+def test_an_integer_key_has_the_json_text_of_any_key(values):
+    assert key_json(values) == json.dumps([_json_value(v) for v in values], ensure_ascii=False,
+                                          separators=(",", ":"), allow_nan=False)
+    assert key_json([True, *values]) == json.dumps([True, *values], separators=(",", ":"))  # a bool is not an int

@@ -47,6 +47,7 @@ from rich.console import Console
 from cdc.bench.common import (
     DEFAULT_STATE_DIR,
     TABLE,
+    CpuMeter,
     PacedWriter,
     admin,
     bench_config,
@@ -147,9 +148,11 @@ class _SteadyWriter(PacedWriter):
         return self.per_tick
 
 
-def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict | None = None) -> dict[str, Any]:
+def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict | None = None,
+                    cpu_roots: dict[str, int | None] | None = None) -> dict[str, Any]:
     """(b)/(e): the merge job over the whole backlog (``Trigger.AvailableNow``), on
-    ``master``, with a checkpoint and a PostgreSQL schema of its own."""
+    ``master``, with a checkpoint and a PostgreSQL schema of its own; the CPU time each
+    process group used meanwhile (``cpu_roots``: the stack's processes, :class:`CpuMeter`)."""
     from pyspark.sql import SparkSession
 
     from spark_jobs.spark_session import build_session
@@ -165,9 +168,12 @@ def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict
     build_session(master, conf=conf)  # the JVM's start, measured apart
     startup = time.perf_counter() - t0
     job = MergeJob(cfg)
+    meter = CpuMeter(cpu_roots or {})
+    meter.start()
     t0, m0 = time.perf_counter(), time.monotonic()
     job.run(available_now=True)
     s = time.perf_counter() - t0
+    cpu = meter.stop()
     n = job.totals["input"]
     steady_s = (job.last_batch_ended or m0) - (job.first_batch_started or m0)
     phases = {k: round(v, 2) for k, v in job.phase_totals.items()}
@@ -176,6 +182,8 @@ def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict
             "session_start_s": startup, "query_start_s": (job.first_batch_started or m0) - m0,
             "steady_seconds": steady_s, "steady_events_per_s": n / steady_s if steady_s > 0 else 0.0,
             "batches": job.batches, "phases": phases, "driver_serial_share": serial / steady_s if steady_s else 0.0,
+            "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+            "cpu_us_per_event": {k: round(v * 1e6 / n, 1) for k, v in cpu.items()} if n else {},
             "sink_rows": _pg_count(cfg, db), "cfg": cfg}
 
 
@@ -261,6 +269,7 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
     cfg.sinks.mysql.enabled = False
     cfg.sinks.postgres.schema_name = f"benchmerge_{run}"
     work = Path(info.state_dir) / "bench-merge" / run
+    cpu_roots = {"PostgreSQL": info.postgres.get("pid"), "Kafka broker": info.kafka.get("pid")}
     idle_exit_s = 3.0
     try:
         with admin(info.mysql) as conn, conn.cursor() as cur:
@@ -281,11 +290,16 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
                               "events_per_s": changes["total"] / produce_s if produce_s > 0 else 0.0}
         topic = table_topic(cfg.kafka.topic_prefix, db, TABLE)
         with console.status("(a) confluent-kafka + fastavro decoding..."):
+            meter = CpuMeter(cpu_roots)
+            meter.start()
             result["reference"] = _reference_decode(cfg, topic)
+            n = result["reference"]["events"]
+            result["reference"]["cpu_us_per_event"] = {k: round(v * 1e6 / n, 1) for k, v in meter.stop().items()
+                                                       if n and v}
         if result["reference"]["events"] != changes["total"]:
             raise BenchError(f"{result['reference']['events']} events in {topic}, {changes['total']} changes made")
         with console.status("(b) the merge job into PostgreSQL (local[2])..."):
-            b = _throughput_run(cfg, work, "local", "local[2]", db)
+            b = _throughput_run(cfg, work, "local", "local[2]", db, cpu_roots=cpu_roots)
         if b["sink_rows"] != live_rows:
             raise BenchError(f"the sink table has {b['sink_rows']} rows, the source {live_rows}")
         merged_cfg = b.pop("cfg")
@@ -297,7 +311,7 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             with admin(info.mysql, db) as conn, conn.cursor() as cur:  # the latency run added rows
                 cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
                 live_rows = cur.fetchone()[0]
-            result["scale_out"] = _scale_out(cfg, work, db, live_rows, console)
+            result["scale_out"] = _scale_out(cfg, work, db, live_rows, console, cpu_roots)
         a = result["reference"]["events_per_s"]
         result["ratios"] = {"b/a": b["events_per_s"] / a if a else 0.0,
                             "b steady/a": b["steady_events_per_s"] / a if a else 0.0}
@@ -308,7 +322,8 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
     return result
 
 
-def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console) -> dict[str, Any]:
+def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
+               cpu_roots: dict[str, int | None] | None = None) -> dict[str, Any]:
     """(e): the same backlog on a standalone master with one, then two one-core workers."""
     out: dict[str, Any] = {}
     for workers in (1, 2):
@@ -316,7 +331,7 @@ def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console) -> di
                 standalone_cluster(work / f"spark-{workers}", workers=workers, cores=1) as master:
             r = _throughput_run(cfg, work, f"standalone{workers}", master, db,
                                 conf={"spark.cores.max": str(workers), "spark.executor.cores": "1",
-                                      "spark.executor.memory": "1g"})
+                                      "spark.executor.memory": "1g"}, cpu_roots=cpu_roots)
             r.pop("cfg")
             if r["sink_rows"] != live_rows:
                 raise BenchError(f"standalone, {workers} worker(s): the sink table has {r['sink_rows']} rows, "
@@ -351,6 +366,8 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "merge_to_producer": round(b["events_per_s"] / result["producer"]["events_per_s"], 3)
         if result["producer"]["events_per_s"] else None,
         "phases_s": b["phases"], "driver_serial_share": round(b["driver_serial_share"], 3),
+        "cpu_us_per_event": b.get("cpu_us_per_event"),
+        "reference_cpu_us_per_event": result["reference"].get("cpu_us_per_event"),
         "latency_rate": lt.get("writes_per_s"), "latency_trigger_s": lt.get("trigger_interval_s"),
         "latency_p50_ms": lt.get("p50_ms"), "latency_p99_ms": lt.get("p99_ms"), "latency_max_ms": lt.get("max_ms"),
         "idle_change_ms": idle.get("median_ms"), "idle_change_worst_ms": idle.get("worst_ms"),
@@ -386,6 +403,12 @@ def print_report(result: dict[str, Any], console: Console) -> None:
                   "(once per job start); where the time went (s; driver phases wall clock, task phases summed "
                   "over tasks): " + ", ".join(f"{k[:-2]} {v:.1f}" for k, v in b.get("phases", {}).items())
                   + f"; driver serial share {b['driver_serial_share']:.1%}")
+    if b.get("cpu_us_per_event"):
+        ref = result["reference"].get("cpu_us_per_event") or {}
+        console.print("(b) CPU time per event, by process (µs; read from /proc over the run): "
+                      + ", ".join(f"{k} {v:,.1f}" for k, v in sorted(b["cpu_us_per_event"].items(), key=lambda kv: -kv[1]))
+                      + f"; total {sum(b['cpu_us_per_event'].values()):,.1f}.  (a)'s: "
+                      + ", ".join(f"{k} {v:,.1f}" for k, v in ref.items()))
     if "latency" in result:
         lt, idle = result["latency"], result["idle_change"]
         console.print(f"(c) latency at {lt['writes_per_s']:,.0f} events/s over {lt['seconds']:.0f} s, trigger "

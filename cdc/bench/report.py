@@ -113,12 +113,29 @@ def _merge_lines(merge: dict, merge_events: int, producer_rate: float | None) ->
             lines.append(_row(f"(e) standalone master, {workers} worker(s) of 1 core (steady)",
                               f"{r['steady_seconds']:.2f}", f"{r['steady_events_per_s']:,.0f}",
                               f"{r['steady_events_per_s'] / a:.2f}"))
-    phases = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in b.get("phases", {}).items())
+    wall = {k: v for k, v in b.get("phases", {}).items() if not k.endswith("_cpu_s")}
+    cpu = {k: v for k, v in b.get("phases", {}).items() if k.endswith("_cpu_s")}
+    phases = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in wall.items())
     lines += ["", f"(b) Spark session start {b['session_start_s']:.1f} s and query start {b['query_start_s']:.1f} s, "
                   f"paid once per job start. Where the time went ({b['batches']} micro-batches; plan, tasks and "
                   f"finish are the driver's wall clock, read, decide, changelog and sinks the tasks' own, summed "
                   f"over tasks running side by side): {phases}. The driver's serial share (plan + finish over the "
                   f"steady time): {b['driver_serial_share']:.1%}."]
+    events = b.get("events") or 0
+    if cpu and events:
+        lines += ["", "(b) CPU time of the tasks' own phases (the task thread's, whatever else the machine did), per "
+                      "event: " + ", ".join(f"{k[:-6]} {v * 1e6 / events:.1f} µs" for k, v in cpu.items()) + "."]
+    per_event = b.get("cpu_us_per_event") or {}
+    if per_event:
+        ref = merge["reference"].get("cpu_us_per_event") or {}
+        lines += ["", "(b) CPU time per event by process over the whole run, query start included (user + system "
+                      "time from /proc): " + ", ".join(f"{k} {v:,.1f} µs" for k, v in
+                                                        sorted(per_event.items(), key=lambda kv: -kv[1]))
+                  + f"; {sum(per_event.values()):,.1f} µs in all, where two cores give "
+                    f"{2e6 / b['steady_events_per_s'] if b.get('steady_events_per_s') else 0:,.1f} µs of CPU per "
+                    "event at the steady rate. (a) used "
+                  + ", ".join(f"{k} {v:,.1f} µs" for k, v in ref.items())
+                  + ". Where the merge job's time goes: [merge-performance.md](merge-performance.md)."]
     if producer_rate:
         lines += ["", f"Against the producer's own rate in this run's stream benchmark ({producer_rate:,.0f} rows/s, "
                       f"Kafka transactions): the merge job at {b['steady_events_per_s'] / producer_rate:.2f} of it "

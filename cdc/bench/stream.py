@@ -57,6 +57,7 @@ from cdc.bench.common import (
     bench_server_id,
     child_pids,
     client_tool,
+    cpu_seconds,
     create_bench_table,
     drop_bench_database,
     generate_changes,
@@ -165,6 +166,7 @@ def _child_main() -> int:
     # (events, RSS of this process + its children) every 0.25 s; the children's peaks.
     samples: list[tuple[int, float]] = []
     child_hwm_kb: dict[int, int] = {}
+    child_cpu_s: dict[int, float] = {}  # the last reading of each child's CPU time
     stop_sampling = threading.Event()
 
     def sample() -> None:
@@ -173,9 +175,11 @@ def _child_main() -> int:
             for pid in child_pids():
                 rss += proc_status_kb("VmRSS", pid)
                 child_hwm_kb[pid] = max(child_hwm_kb.get(pid, 0), proc_status_kb("VmHWM", pid))
+                child_cpu_s[pid] = max(child_cpu_s.get(pid, 0.0), cpu_seconds(pid))
             samples.append((metrics.events_total, rss / 1024))
     sampler = threading.Thread(target=sample, daemon=True, name="rss-sampler")
 
+    cpu_base = cpu_seconds()
     rss_base = proc_status_kb("VmRSS") / 1024
     hwm_base = proc_status_kb("VmHWM") / 1024
     profiler = None
@@ -194,6 +198,7 @@ def _child_main() -> int:
         stop_sampling.set()
         sampler.join(1)
     t_exit = time.perf_counter()
+    cpu_s = cpu_seconds() - cpu_base
     done = marks.get("done")
     first = marks.get("first_event", t0)
     result = {
@@ -204,6 +209,9 @@ def _child_main() -> int:
         "rss_base_mb": round(rss_base, 1), "rss_peak_mb": round(proc_status_kb("VmHWM") / 1024, 1),
         "reader_rss_peak_mb": round(max(child_hwm_kb.values(), default=0) / 1024, 1),
         "hwm_before_run_mb": round(hwm_base, 1), "rss_samples": samples,
+        # CPU seconds of the run (start-up included): this process (all its threads, the
+        # Kafka client's too) and its binlog reader process (sampled every 0.25 s)
+        "cpu_s": round(cpu_s, 2), "reader_cpu_s": round(sum(child_cpu_s.values()), 2),
     }
     Path(spec["result_path"]).write_text(json.dumps(result))
     return 0
@@ -253,6 +261,9 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
     events = res["events"]
     steady = res["seconds"] - res["startup_s"]
     res["total_rss_peak_mb"] = round(res["rss_peak_mb"] + res["reader_rss_peak_mb"], 1)
+    if res.get("cpu_s") is not None and expected:  # CPU per row change, microseconds
+        res["cpu_us_per_row"] = round(res["cpu_s"] / expected * 1e6, 1)
+        res["reader_cpu_us_per_row"] = round(res["reader_cpu_s"] / expected * 1e6, 1)
     return {**res, "transactions": transactions, "topic": topic, "records": records, "counted_by": counted_by,
             "offset_span": span,
             "rows_per_s": expected / res["seconds"] if res["seconds"] else 0.0,

@@ -29,7 +29,7 @@ from contract.markers import decode_marker
 from contract.position import BinlogPosition, is_position
 from contract.topics import markers_topic
 from producer.binlog import server as src
-from producer.binlog.process import ReaderProcess
+from producer.binlog.process import ReaderProcess, tune_gc
 from producer.capture_filter import CaptureFilter
 from producer.errors import WriterError
 from producer.events.builder import EventBuilder
@@ -77,6 +77,7 @@ class ProducerApp:
         """Stream until stopped (SIGTERM/SIGINT or :meth:`stop`).  ``idle_exit_s``: return
         after that long without new binlog events (tests, benchmarks)."""
         self.metrics.start_server(self.cfg.producer.metrics_port)
+        tune_gc()
         delay = 0.5
         while not self.stopping.is_set():
             try:

@@ -36,7 +36,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 
 from common.config import SourceConfig
 from contract.position import BinlogPosition
-from producer.binlog.row_decoder import RowDecoder, table_map_key
+from producer.binlog.row_decoder import PackedRows, RowDecoder, table_map_key
 from producer.binlog.table_map import table_def_from_table_map
 from producer.capture_filter import SYSTEM_DATABASES
 from producer.table_schema import TableDef
@@ -87,7 +87,9 @@ class RowChanges:
     table: str
     table_def: TableDef  # from the binlog's table map: the schema of the event's time
     base: BinlogPosition  # the event's position, sequence 0
-    rows: list[dict]  # python-mysql-replication's row dicts
+    # The rows: PackedRows when the reader decoded them, else python-mysql-replication's
+    # row dicts (``rows[i]`` is such a dict either way).
+    rows: PackedRows | list[dict]
     first: int  # index of the first row not out yet
     ts_ms: int
     gtid: str | None
@@ -112,6 +114,19 @@ class RowChanges:
         if self.kind == "insert":
             return None, row["values"], None, row.get("none_sources")
         return row["values"], None, row.get("none_sources"), None
+
+    def packed_images(self, i: int) -> tuple[tuple | None, tuple | None, dict | None, dict | None]:
+        """``(before, after, before_odd, after_odd)`` of row ``i`` of :class:`PackedRows`:
+        value tuples in column order, and the images' ``none_sources`` where a value is
+        None for another reason than NULL (else None)."""
+        rows = self.rows
+        images, odd = rows.images, rows.odd
+        if self.kind == "update":
+            j = 2 * i
+            return images[j], images[j + 1], odd and odd.get(j), odd and odd.get(j + 1)
+        if self.kind == "insert":
+            return None, images[i], None, odd and odd.get(i)
+        return images[i], None, odd and odd.get(i), None
 
     def position(self, seq: int) -> str:
         """The encoded position of sequence ``seq`` (``2*row`` or ``2*row + 1``) of this event."""
@@ -335,7 +350,7 @@ class BinlogReader:
         if first is None:
             return  # cannot hold anything new (checked before decoding rows)
         decoder = self._decoders.get(ev.table_id)
-        rows = decoder.rows(ev) if decoder is not None else ev.rows
+        rows = decoder.packed_rows(ev) if decoder is not None else ev.rows
         if first >= len(rows):
             return
         kind = "insert" if isinstance(ev, WriteRowsEvent) else "update" if isinstance(ev, UpdateRowsEvent) else "delete"

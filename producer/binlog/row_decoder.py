@@ -46,6 +46,7 @@ def _struct(fmt: str) -> Reader:
 
     def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
         return unpack(buf, off)[0], off + size
+    read.inline = ("struct", unpack, size)  # type: ignore[attr-defined]
     return read
 
 
@@ -87,7 +88,7 @@ def _year(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
 def _decode_with(col) -> Callable[[bytes], Any]:
     """``RowsEvent.__read_string``'s decoding of the bytes (strict errors)."""
     if col.character_set_name is None:
-        return lambda b: b.decode(errors="strict")
+        return _decoding(lambda b: b.decode(errors="strict"), "utf-8")
     encoding = RowsEvent.charset_to_encoding(col.character_set_name)
     try:
         codecs.lookup(encoding)
@@ -95,7 +96,12 @@ def _decode_with(col) -> Callable[[bytes], Any]:
         # The library keeps the bytes of an encoding Python lacks -- but Python decodes
         # empty bytes to "" without looking the encoding up.
         return lambda b: b if b else ""
-    return lambda b: b.decode(encoding, "strict")
+    return _decoding(lambda b: b.decode(encoding, "strict"), encoding)
+
+
+def _decoding(decode: Callable[[bytes], Any], encoding: str) -> Callable[[bytes], Any]:
+    decode.encoding = encoding  # type: ignore[attr-defined] - ``b.decode(encoding, "strict")``
+    return decode
 
 
 def _string(col, length_size: int) -> Reader:
@@ -105,6 +111,7 @@ def _string(col, length_size: int) -> Reader:
         n = length_of(buf, off)
         off += length_size
         return decode(buf[off:off + n]), off + n
+    read.inline = ("string", length_size, decode)  # type: ignore[attr-defined]
     return read
 
 
@@ -162,8 +169,20 @@ def _new_decimal(col) -> Reader:
     head, tail = _COMPRESSED_BYTES[comp_integral], _COMPRESSED_BYTES[comp_fractional]
     size = head + 4 * (uncomp_integral + uncomp_fractional) + tail
     Decimal = decimal.Decimal
+    sign_bit = 1 << (8 * size - 1)
+    # The groups of the packed value, most significant first: (bit shift, mask, digits).
+    groups = []
+    shift = 8 * size
+    for nbytes, digits in ([(head, comp_integral)] if head else []) + [(4, 9)] * (uncomp_integral + uncomp_fractional) + \
+            ([(tail, comp_fractional)] if tail else []):
+        shift -= 8 * nbytes
+        groups.append((shift, (1 << 8 * nbytes) - 1, digits))
+    fast_groups = [(shift, mask, 10 ** digits) for shift, mask, digits in groups[1 if head else 0:]]
+    head_shift = groups[0][0] if head else 0
+    head_limit = 1 << (8 * head - 1) if head else 0
+    scale = col.decimals
 
-    def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
+    def read_slow(buf: bytes, off: int) -> Any:
         first = buf[off]
         if first & 0x80 != 0:
             res, mask = "", 0
@@ -183,7 +202,30 @@ def _new_decimal(col) -> Reader:
             p += 4
         if tail > 0:
             res += f"{_int_be(data, p, tail) ^ mask:0{comp_fractional}d}"
-        return Decimal(res), off + size
+        return Decimal(res)
+
+    def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
+        """The value read whole as one integer and cut into its groups: the string the
+        library builds, when every group is in range (else built that way)."""
+        packed = int.from_bytes(buf[off:off + size], "big")
+        if len(buf) - off < size:
+            raise ValueError("truncated DECIMAL")
+        negative = not packed & sign_bit
+        packed ^= sign_bit
+        if negative:
+            packed ^= (1 << 8 * size) - 1
+        u = 0
+        if head:
+            h = packed >> head_shift
+            if h >= head_limit:  # read signed by the library: a minus sign inside its string
+                return read_slow(buf, off), off + size
+            u = h
+        for shift, mask, limit in fast_groups:
+            g = packed >> shift & mask
+            if g >= limit:  # more digits than the group's width: the library's string differs
+                return read_slow(buf, off), off + size
+            u = u * limit + g
+        return Decimal(f"-{u}E-{scale}" if negative else f"{u}E-{scale}"), off + size
     return read
 
 
@@ -210,7 +252,18 @@ def _datetime2(col) -> Reader:
 
     def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
         data = int.from_bytes(buf[off:off + 5], "big")
-        year_month = _slice(data, 1, 17, 40)
+        year_month = data >> 22 & 0x1FFFF
+        if fsp_size:
+            microsecond = micros(buf, off + 5)
+        else:
+            microsecond = 0
+        if 0 <= microsecond <= 999_999:  # (else as the library: built, then replaced)
+            try:
+                return (new(year_month // 13, year_month % 13, data >> 17 & 31, data >> 12 & 31, data >> 6 & 63,
+                            data & 63, microsecond if microsecond > 0 else 0), off + 5 + fsp_size)
+            except ValueError:
+                reasons[name] = out_of_range
+                return None, off + 5 + fsp_size
         try:
             t = new(year=int(year_month / 13), month=year_month % 13, day=_slice(data, 18, 5, 40),
                     hour=_slice(data, 23, 5, 40), minute=_slice(data, 28, 6, 40), second=_slice(data, 34, 6, 40))
@@ -329,10 +382,11 @@ class RowDecoder:
     def __init__(self, columns: list) -> None:
         if any(not c.name for c in columns):
             raise UnsupportedType("a column has no name (binlog_row_metadata is not FULL)")
-        self.names = [c.name for c in columns]
+        self.names = tuple(c.name for c in columns)
         self._plan = [(c.name, column_reader(c)) for c in columns]
         self._all_columns = (1 << len(columns)) - 1  # a columns-present bitmap of a full row image
         self._null_bytes = (len(columns) + 7) // 8
+        self._image = _compile_image(self._plan, self._null_bytes)
 
     @classmethod
     def for_columns(cls, columns: list) -> RowDecoder | None:
@@ -345,16 +399,22 @@ class RowDecoder:
 
     def rows(self, ev: RowsEvent) -> list[dict]:
         """``ev.rows``: decoded here when possible, else by the library."""
+        rows = self.packed_rows(ev)
+        return rows.expand() if type(rows) is PackedRows else rows
+
+    def packed_rows(self, ev: RowsEvent) -> PackedRows | list[dict]:
+        """The rows of ``ev``: :class:`PackedRows` when decoded here, else the library's
+        ``ev.rows``."""
         if not self._fits(ev):
             return ev.rows
         try:
-            return self.decode(row_data(ev), isinstance(ev, UpdateRowsEvent))
+            return self.decode_packed(row_data(ev), isinstance(ev, UpdateRowsEvent))
         except Exception:  # noqa: BLE001 - the library decodes it (and raises its own error)
             return ev.rows
 
     def _fits(self, ev: RowsEvent) -> bool:
         return (ev.event_type in _EVENT_TYPES and ev.complete and ev.number_of_columns == len(self.names)
-                and [c.name for c in ev.columns] == self.names and self._full(ev.columns_present_bitmap)
+                and tuple(c.name for c in ev.columns) == self.names and self._full(ev.columns_present_bitmap)
                 and (not isinstance(ev, UpdateRowsEvent) or self._full(ev.columns_present_bitmap2)))
 
     def _full(self, bitmap: bytes) -> bool:
@@ -362,36 +422,122 @@ class RowDecoder:
 
     def decode(self, data: bytes, update: bool) -> list[dict]:
         """The rows of an event's row data (after its bitmaps), as ``RowsEvent.rows``."""
-        rows = []
+        return self.decode_packed(data, update).expand()
+
+    def decode_packed(self, data: bytes, update: bool) -> PackedRows:
+        """The rows of an event's row data (after its bitmaps) as :class:`PackedRows`."""
+        images: list[tuple] = []
+        odd: dict[int, dict[str, str]] = {}
         reasons: dict[str, str] = {}
         image = self._image
         off, end = 0, len(data)
         while off < end:
-            if update:
-                before, before_none, off = image(data, off, reasons)
-                after, after_none, off = image(data, off, reasons)
-                rows.append({"before_values": before, "before_none_sources": before_none,
-                             "after_values": after, "after_none_sources": after_none})
-            else:
-                values, none_sources, off = image(data, off, reasons)
-                rows.append({"values": values, "none_sources": none_sources})
+            values, special, off = image(data, off, reasons)
+            if special:  # a value None for another reason than NULL (reasons as the library keeps them)
+                odd[len(images)] = {name: reasons.get(name, NONE_SOURCE.NULL)
+                                    for name, v in zip(self.names, values) if v is None}
+            images.append(values)
         if off != end:
             raise ValueError("row data overrun")
-        return rows
+        if update and len(images) % 2:
+            raise ValueError("truncated update row")
+        return PackedRows(self.names, update, images, odd or None)
 
-    def _image(self, buf: bytes, off: int, reasons: dict) -> tuple[dict, dict, int]:
-        nulls = buf[off:off + self._null_bytes]
-        if len(nulls) != self._null_bytes:
-            raise ValueError("truncated row")
-        off += self._null_bytes
-        values: dict[str, Any] = {}
-        for i, (name, read) in enumerate(self._plan):
-            if nulls[i >> 3] & (1 << (i & 7)):
-                reasons[name] = NONE_SOURCE.NULL
-                values[name] = None
+
+def _compile_image(plan: list[tuple[str, Reader]], null_bytes: int) -> Callable[[bytes, int, dict], tuple]:
+    """The decoder of one row image of these columns, generated: ``(values, special, next
+    offset)``, the values a tuple in column order, ``special`` when a non-NULL column was
+    read as None (``reasons`` says why).  The column loop unrolled, fixed-size numbers and
+    strings read inline (the same reads as their readers), every other column by its reader."""
+    env: dict[str, Any] = {"NULL": NONE_SOURCE.NULL}
+    lines = ["def image(buf, off, reasons):",
+             f"    nulls = buf[off:off + {null_bytes}]",
+             f"    if len(nulls) != {null_bytes}:",
+             "        raise ValueError('truncated row')",
+             f"    off += {null_bytes}",
+             "    special = False"]
+    for i, (name, read) in enumerate(plan):
+        env[f"k{i}"], env[f"r{i}"] = name, read
+        lines += [f"    if nulls[{i >> 3}] & {1 << (i & 7)}:",
+                  f"        reasons[k{i}] = NULL",
+                  f"        v{i} = None",
+                  "    else:"]
+        inline = getattr(read, "inline", None)
+        if inline is not None and inline[0] == "struct":
+            env[f"u{i}"] = inline[1]
+            lines += [f"        v{i} = u{i}(buf, off)[0]", f"        off += {inline[2]}"]
+        elif inline is not None and inline[0] == "string":
+            size, decode = inline[1], inline[2]
+            lines += [f"        n = int.from_bytes(buf[off:off + {size}], 'little')", f"        off += {size}"]
+            encoding = getattr(decode, "encoding", None)
+            if encoding is not None:
+                env[f"enc{i}"] = encoding
+                lines.append(f"        v{i} = buf[off:off + n].decode(enc{i}, 'strict')")
             else:
-                values[name], off = read(buf, off, reasons)
-        if off > len(buf):
-            raise ValueError("truncated row")
-        none_sources = {name: reasons.get(name, NONE_SOURCE.NULL) for name, v in values.items() if v is None}
-        return values, none_sources, off
+                env[f"d{i}"] = decode
+                lines.append(f"        v{i} = d{i}(buf[off:off + n])")
+            lines.append("        off += n")
+        else:
+            lines += [f"        v{i}, off = r{i}(buf, off, reasons)",
+                      f"        if v{i} is None:",
+                      "            special = True"]
+    lines += ["    if off > len(buf):",
+              "        raise ValueError('truncated row')",
+              "    return (" + "".join(f"v{i}, " for i in range(len(plan))) + "), special, off"]
+    exec(compile("\n".join(lines), "<row image decoder>", "exec"), env)  # noqa: S102 - generated from the table map
+    return env["image"]
+
+
+class PackedRows:
+    """The row images of one rows event as they cross to the parent process: a tuple of
+    values per image, in column order (an UPDATE's before and after images alternate),
+    and ``none_sources`` only for the images where a value is None for another reason
+    than NULL (an empty SET, a zero date...).  Far fewer objects to pickle and unpickle
+    than a dict per row and two more per image.
+
+    ``rows[i]`` is row ``i`` as ``RowsEvent.rows`` gives it (dicts, built on demand)."""
+
+    __slots__ = ("names", "update", "images", "odd")
+
+    def __init__(self, names: tuple[str, ...], update: bool, images: list[tuple],
+                 odd: dict[int, dict[str, str]] | None) -> None:
+        self.names = names  # column names (shared by the events of one table map)
+        self.update = update
+        self.images = images
+        self.odd = odd  # image index -> none_sources, where one is not all NULL
+
+    def __len__(self) -> int:
+        return len(self.images) >> 1 if self.update else len(self.images)
+
+    def none_sources(self, j: int) -> dict[str, str]:
+        """``none_sources`` of image ``j``."""
+        odd = self.odd
+        if odd is not None and j in odd:
+            return odd[j]
+        null = NONE_SOURCE.NULL
+        return {name: null for name, v in zip(self.names, self.images[j]) if v is None}
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        names = self.names
+        if self.update:
+            j = 2 * i
+            return {"before_values": dict(zip(names, self.images[j])), "before_none_sources": self.none_sources(j),
+                    "after_values": dict(zip(names, self.images[j + 1])),
+                    "after_none_sources": self.none_sources(j + 1)}
+        return {"values": dict(zip(names, self.images[i])), "none_sources": self.none_sources(i)}
+
+    def expand(self) -> list[dict]:
+        """Every row as ``RowsEvent.rows`` gives them."""
+        return [self[i] for i in range(len(self))]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedRows):
+            return self.expand() == other.expand()
+        return isinstance(other, list) and self.expand() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedRows({self.expand()!r})"

@@ -293,11 +293,18 @@ def canonical_json(text: str) -> str:
 Converter = Callable[[Any], Any]
 
 
+def passes_through(conv: Converter, t: type, low: int | None = None) -> Converter:
+    """Mark ``conv`` as returning values of exact type ``t`` unchanged (ints from ``low`` on,
+    when given), and None as None: whoever encodes may skip the call for those."""
+    conv.passes_through = (t, low)  # type: ignore[attr-defined]
+    return conv
+
+
 def _int_converter(bits: int | None) -> Converter:
     if bits is None:
         def conv(v: Any) -> Any:
             return None if v is None else int(v)
-        return conv
+        return passes_through(conv, int)
     wrap = 1 << bits
 
     def conv_unsigned(v: Any) -> Any:
@@ -305,7 +312,7 @@ def _int_converter(bits: int | None) -> Converter:
             return None
         v = int(v)
         return v + wrap if v < 0 else v
-    return conv_unsigned
+    return passes_through(conv_unsigned, int, 0)
 
 
 def _decimal_converter(scale: int, unsigned_wrap: int | None = None) -> Converter:
@@ -325,6 +332,7 @@ def _decimal_converter(scale: int, unsigned_wrap: int | None = None) -> Converte
             else:
                 v = Decimal(_text(v).strip())
         return v.quantize(quantum, context=ctx)
+    conv.decimal_scale = scale  # type: ignore[attr-defined] - a Decimal of this exponent is returned as it is
     return conv
 
 
@@ -373,7 +381,7 @@ def _string_converter(col: ColumnDef) -> Converter:
         if isinstance(v, (bytes, bytearray, memoryview)):
             return bytes(v).decode(codec, errors)
         return str(v)
-    return conv
+    return passes_through(conv, str)
 
 
 def _bytes_converter(pad_to: int | None) -> Converter:
@@ -499,10 +507,13 @@ def _datetime_converter(millis: bool) -> Converter:
                 return None
             us = micros_of(v)
             return None if us is None else us // 1000
+        conv_ms.datetime_unit = 1000  # type: ignore[attr-defined] - see below
         return conv_ms
 
     def conv_us(v: Any) -> Any:
         return None if v is None else micros_of(v)
+    # For a naive datetime: its microseconds since the epoch (wall clock as UTC), floor-divided by this.
+    conv_us.datetime_unit = 1  # type: ignore[attr-defined]
     return conv_us
 
 
@@ -657,7 +668,7 @@ def value_converter(col: ColumnDef, *, binlog: bool = False) -> Converter:
 
 
 # =============================================================================== rows
-_EMPTY_SET = "empty set"  # python-mysql-replication's none_sources reason for an empty SET
+EMPTY_SET = "empty set"  # python-mysql-replication's none_sources reason for an empty SET
 
 
 def _short_repr(v: Any, limit: int = 120) -> str:
@@ -685,6 +696,21 @@ class RowConverter:
         self.key_columns = [c.name for c in key_cols]
         by_name = {name: (fname, conv) for name, fname, conv in self._plan}
         self._key_plan = [(c.name, *by_name[c.name]) for c in key_cols]
+
+    @property
+    def plan(self) -> list[tuple[str, str, Converter]]:
+        """``(column, Avro field, converter)`` of every column, in the table's order."""
+        return list(self._plan)
+
+    @property
+    def key_plan(self) -> list[tuple[str, str, Converter]]:
+        """The same for the key columns, in the key's order."""
+        return list(self._key_plan)
+
+    @property
+    def has_sets(self) -> bool:
+        """Whether a SET column is among the columns (``none_sources`` can matter)."""
+        return bool(self._set_fields)
 
     def _missing_or_unknown(self, values: Mapping[str, Any]) -> ConversionError | None:
         missing = [n for n in self.table.column_names if n not in values]
@@ -732,7 +758,7 @@ class RowConverter:
     def _empty_sets(self, out: dict[str, Any], values: Mapping[str, Any], none_sources: Mapping[str, str]) -> None:
         """An empty SET reported by the binlog as None (reason ``'empty set'``) is ``''``."""
         for name, reason in none_sources.items():
-            if reason == _EMPTY_SET and values.get(name) is None:
+            if reason == EMPTY_SET and values.get(name) is None:
                 fname = self._set_fields.get(name)
                 if fname is not None and fname in out:
                     out[fname] = ""

@@ -59,10 +59,41 @@ def test_out_of_range_integers_are_refused(encode, n):
     ({"type": "long", "logicalType": "timestamp-millis"}, [datetime(2024, 1, 2, 3, 4, 5)]),
     (["null", {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}], [None, Decimal("-1.25")]),
     ({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}, [{"a": 3}]),
+    ("boolean", [True, False]),
+    (["null", "boolean"], [None, True]),
+    ("float", [0.0, -0.0, 3.140000104904175, float("inf"), float("nan"), 1]),
+    ("double", [0.0, -0.0, 1e308, -2.5e-308, float("-inf"), 7]),
+    ("bytes", [b"", b"\x00\xff", bytearray(b"ab")]),
+    ({"type": "bytes", "connect.name": "io.debezium.data.Bits"}, [b"\x01\x02"]),
+    ({"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 0},
+     [Decimal(0), Decimal(18446744073709551615), Decimal(-128), Decimal(127), Decimal(128), Decimal("-0")]),
+    ({"type": "bytes", "logicalType": "decimal", "precision": 65, "scale": 30},
+     [Decimal("-" + "9" * 35 + "." + "9" * 30), Decimal("1E-30"), Decimal("12.5"), Decimal("-0E-30"), b"\x01"]),
+    ({"type": "record", "name": "G", "fields": [{"name": "wkb", "type": "bytes"},
+                                               {"name": "srid", "type": ["null", "int"], "default": None}]},
+     [{"wkb": b"\x01", "srid": 4326}, {"wkb": b"", "srid": None}, {"wkb": b"\x02"}]),
 ])
 def test_field_encoder_matches_fastavro(t, values):
     for v in values:
         assert field_encoder(t)(v) == fastavro_bytes(_wrapped(t), {"v": v})
+
+
+@given(st.decimals(allow_nan=False, allow_infinity=False, places=4), st.integers(4, 40))
+def test_decimal_encoder_matches_fastavro(d, precision):
+    t = {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": 4}
+    try:
+        expected = fastavro_bytes(_wrapped(t), {"v": d})
+    except ValueError as exc:  # too many digits for the precision: the same refusal
+        with pytest.raises(ValueError, match=str(exc)):
+            field_encoder(t)(d)
+    else:
+        assert field_encoder(t)(d) == expected
+
+
+def test_decimal_of_another_scale_is_refused_like_fastavro():
+    t = {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}
+    with pytest.raises(ValueError, match="Scale provided in schema does not match"):
+        field_encoder(t)(Decimal("1.234"))
 
 
 # --- the change-event envelope -------------------------------------------------------------

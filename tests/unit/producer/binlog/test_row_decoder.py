@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from datetime import datetime
-from decimal import Decimal
+from decimal import Context, Decimal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -237,3 +237,40 @@ def test_rows_of_an_event_fast_or_by_the_library():
     # Bad data: the library decodes it, and raises its own error.
     with pytest.raises(AssertionError, match="Result length not requested length"):
         decoder.rows(library_event(cols, data[:-2], False))
+
+
+def _pack_decimal(value: Decimal, precision: int, scale: int) -> bytes:
+    """MySQL's binary DECIMAL: 9-digit groups in 4 bytes, the leading/trailing partial groups
+    in 1-4 bytes, every byte inverted for a negative value, then the first byte's top bit flipped."""
+    sizes = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
+    sign, digits, exp = value.quantize(Decimal(1).scaleb(-scale), context=Context(prec=100)).as_tuple()
+    text = "".join(map(str, digits)).rjust(precision, "0")
+    integral, fraction = text[:precision - scale], text[precision - scale:]
+    head = len(integral) % 9
+    parts = ([(integral[:head], sizes[head])] if head else []) + \
+        [(integral[i:i + 9], 4) for i in range(head, len(integral), 9)] + \
+        [(fraction[i:i + 9], 4) for i in range(0, len(fraction) - len(fraction) % 9, 9)]
+    if len(fraction) % 9:
+        parts.append((fraction[len(fraction) - len(fraction) % 9:], sizes[len(fraction) % 9]))
+    data = bytearray(b"".join(int(d).to_bytes(n, "big") for d, n in parts))
+    if sign:
+        data = bytearray(b ^ 0xFF for b in data)
+    data[0] ^= 0x80
+    return bytes(data)
+
+
+@pytest.mark.parametrize("precision, scale, values", [
+    (12, 2, ["332.32", "-332.32", "0", "-0.00", "9999999999.99", "-9999999999.99", "0.01"]),
+    (65, 30, ["-12345678901234567890123456789012345.123456789012345678901234567890", "1E-30", "0", "-1"]),
+    (5, 5, ["0.12345", "-0.00001", "0"]),
+    (10, 0, ["1234567890", "-1", "0"]),
+    (18, 9, ["123456789.123456789", "-0.000000001"]),
+])
+def test_valid_decimals_decode_as_the_library_does(precision, scale, values):
+    cols = [_column("d", T.NEWDECIMAL, precision=precision, decimals=scale)]
+    data = b"".join(b"\x00" + _pack_decimal(Decimal(v), precision, scale) for v in values)
+    mine = RowDecoder(cols).decode(data, False)
+    lib = library_rows(cols, data, False)
+    assert _typed(mine) == _typed(lib)
+    assert [r["values"]["d"].as_tuple() for r in mine] == [r["values"]["d"].as_tuple() for r in lib]
+    assert [r["values"]["d"] for r in mine] == [Decimal(v) for v in values]

@@ -1,0 +1,203 @@
+"""Row images straight to Avro bytes: each column's value converter and field encoder fused.
+
+The general path of a row image is two passes and a dict: :class:`RowConverter` builds the
+Avro record (a dict of converted values), then the record is encoded field by field.
+:class:`RowEncoder` does the same work in one pass over the row's values, with the same
+two functions per column -- the converter of :mod:`producer.events.values` and the
+encoder of :func:`contract.avro_template.field_encoder` -- so its bytes are, by
+construction, those of the general path; it only leaves out the intermediate record.
+
+It takes the common case only and says so by raising (the caller then takes the general
+path, which gives the same value or raises the error the user would have seen):
+
+* a row without exactly the table's columns (the general path names the missing or
+  unknown one);
+* an empty SET (told by its ``none_sources`` reason: the general path makes it ``''``);
+* any error of a converter or an encoder.
+
+Keys come out as the key record's body (no framing).  Two key bodies are equal exactly
+when the converted key records are, except for FLOAT/DOUBLE columns (``-0.0`` and ``0.0``
+are equal values with different bytes): :attr:`RowEncoder.keys_comparable` tells.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
+from typing import Any, Mapping
+
+from fastavro.schema import expand_schema
+
+from common.errors import CDCError
+from contract.avro_template import avro_long, avro_varint, decimal_bytes, field_encoder, type_name
+from producer.events.values import EMPTY_SET, RowConverter
+
+#: Avro types whose encodings are equal exactly when the values are (nullable or not).
+_COMPARABLE = {"int", "long", "string", "bytes", "boolean", "null"}
+
+
+class NotFast(CDCError):  # noqa: N818 - a signal to take the general path, not an error
+    """This row takes the general path."""
+
+
+def _comparable(t: Any) -> bool:
+    if isinstance(t, list):
+        return all(_comparable(x) for x in t)
+    if isinstance(t, dict):
+        return t.get("type") in _COMPARABLE and t.get("logicalType") in (None, "decimal")
+    return t in _COMPARABLE
+
+
+def _fused(fields: list[dict], plan: list[tuple[str, str, Any]], what: str) -> list[tuple[str, Any, Any]]:
+    """``(column, converter, field encoder)`` of each field, in order.  (A key schema names
+    its fields among the key's columns only, so a key field's name may differ from the
+    converter's for the same column: they are matched by position.)"""
+    if len(fields) != len(plan) or (what == "row" and [f["name"] for f in fields] != [f for _, f, _ in plan]):
+        raise NotFast(f"the {what} schema's fields are not the converter's columns")
+    return [(name, conv, field_encoder(f["type"])) for (name, _, conv), f in zip(plan, fields)]
+
+
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+_INT_RANGE = {"int": (-(1 << 31), (1 << 31) - 1), "long": (-(1 << 63), (1 << 63) - 1)}
+
+
+def _avro_str(v: str) -> bytes:
+    b = v.encode("utf-8")
+    return avro_varint(len(b)) + b
+
+
+def _column_code(i: int, t: Any, convert: Any, encode: Any, env: dict) -> str:
+    """The expression encoding value ``v{i}`` of a column of Avro type ``t``: ``encode(convert(v))``,
+    with the calls left out for the values a converter passes through unchanged (ints and
+    strings) and whose encoding is plain."""
+    env[f"c{i}"], env[f"e{i}"] = convert, encode
+    general = f"e{i}(c{i}(v{i}))"
+    through = getattr(convert, "passes_through", None)
+    null_tag = value_tag = None
+    inner = t
+    if isinstance(t, list) and len(t) == 2 and "null" in t:
+        n = t.index("null")
+        null_tag, value_tag, inner = avro_long(n), avro_long(1 - n), t[1 - n]
+    name = type_name(inner)
+    special = _special_code(i, inner, convert, env)
+    if special is not None:
+        test, value = special
+        if null_tag is None:
+            return f"({value} if {test} else {general})"
+        env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
+        return f"(n{i} if v{i} is None else t{i} + {value} if {test} else {general})"
+    if through is None or name not in ("int", "long", "string"):
+        return general
+    kind, low = through
+    if name == "string" and kind is str:
+        plain = f"(_str(v{i}) if type(v{i}) is str else {general})"
+        value_plain = f"_str(v{i})"
+    elif name in _INT_RANGE and kind is int:
+        lo, hi = _INT_RANGE[name]
+        env[f"lo{i}"], env[f"hi{i}"] = lo if low is None else max(lo, low), hi
+        plain = f"(_varint(v{i}) if type(v{i}) is int and lo{i} <= v{i} <= hi{i} else {general})"
+        value_plain = None
+    else:
+        return general
+    if null_tag is None:
+        return plain
+    # None converts to None, which the union writes as its null branch.
+    env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
+    if value_plain is not None:
+        return f"(n{i} if v{i} is None else t{i} + {value_plain} if type(v{i}) is str else {general})"
+    return (f"(n{i} if v{i} is None else t{i} + _varint(v{i}) if type(v{i}) is int and lo{i} <= v{i} <= hi{i} "
+            f"else {general})")
+
+
+def _decimal_body(scale: int, precision: int) -> Any:
+    """The Avro ``bytes`` decimal of a Decimal already of exponent ``-scale`` (what the
+    column's converter returns unchanged, see ``decimal_scale``), None for any other."""
+    ctx = Context(prec=max(precision, 1), Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+    def body(v: Decimal) -> bytes | None:
+        _, digits, exp = v.as_tuple()
+        if exp != -scale or len(digits) > precision:
+            return None
+        return decimal_bytes(int(v.scaleb(scale, ctx)))
+    return body
+
+
+def _special_code(i: int, t: Any, convert: Any, env: dict) -> tuple[str, str] | None:
+    """``(test, expression)`` encoding ``v{i}`` straight from a naive datetime (DATETIME) or a
+    Decimal at the column's scale (DECIMAL), or None."""
+    unit = getattr(convert, "datetime_unit", None)
+    if unit is not None and type_name(t) == "long":
+        env["datetime"] = datetime
+        v = f"v{i}"
+        return (f"type({v}) is datetime and {v}.tzinfo is None",
+                f"_varint((({v}.toordinal() - {_EPOCH_ORDINAL}) * 86400 + {v}.hour * 3600 + {v}.minute * 60 + "
+                f"{v}.second) * {1_000_000 // unit} + {v}.microsecond // {unit})")
+    scale = getattr(convert, "decimal_scale", None)
+    if scale is not None and isinstance(t, dict) and t.get("type") == "bytes" and t.get("logicalType") == "decimal" \
+            and t.get("scale", 0) == scale and isinstance(t.get("precision"), int):
+        env["Decimal"], env[f"dec{i}"] = Decimal, _decimal_body(scale, t["precision"])
+        return f"type(v{i}) is Decimal and (d{i} := dec{i}(v{i})) is not None", f"d{i}"
+    return None
+
+
+def _compile(plan: list[tuple[Any, Any, Any, Any]], what: str) -> Any:
+    """A function of a row image (a dict by column name, or a tuple in column order) to the
+    concatenated encodings of ``plan``'s columns ``(name or index, type, convert, encode)``."""
+    env: dict[str, Any] = {"_str": _avro_str, "_varint": avro_varint}
+    lines = [f"def {what}(values):"]
+    for i, (where, t, convert, encode) in enumerate(plan):
+        env[f"k{i}"] = where
+        lines.append(f"    v{i} = values[k{i}]")
+    exprs = [_column_code(i, t, convert, encode, env) for i, (_, t, convert, encode) in enumerate(plan)]
+    lines.append("    return b''.join((" + "".join(f"{e}, " for e in exprs) + "))")
+    exec(compile("\n".join(lines), f"<{what} encoder>", "exec"), env)  # noqa: S102 - generated from the schema only
+    return env[what]
+
+
+class RowEncoder:
+    """Avro bodies of the row records and key records of one table version."""
+
+    def __init__(self, converter: RowConverter, row_schema: dict, key_schema: dict | None) -> None:
+        fields = expand_schema(row_schema)["fields"]
+        plan = _fused(fields, converter.plan, "row")
+        self.names = tuple(name for name, _, _ in plan)  # the columns, in order
+        self.width = len(plan)
+        self.has_sets = converter.has_sets
+        types = [f["type"] for f in fields]
+        self._row_dict = _compile([(name, t, c, e) for (name, c, e), t in zip(plan, types)], "row")
+        self._row_tuple = _compile([(i, t, c, e) for i, ((_, c, e), t) in enumerate(zip(plan, types))], "row")
+        self._key_dict = self._key_tuple = None
+        self.keys_comparable = True
+        if key_schema is not None:
+            key_fields = expand_schema(key_schema)["fields"]
+            key_plan = _fused(key_fields, converter.key_plan, "key")
+            key_types = [f["type"] for f in key_fields]
+            self._key_dict = _compile([(name, t, c, e) for (name, c, e), t in zip(key_plan, key_types)], "key")
+            self._key_tuple = _compile([(self.names.index(name), t, c, e)
+                                        for (name, c, e), t in zip(key_plan, key_types)], "key")
+            self.keys_comparable = all(_comparable(t) for t in key_types)
+
+    @staticmethod
+    def empty_set(none_sources: Mapping[str, str] | None) -> bool:
+        """Whether ``none_sources`` (why values are None) tells of an empty SET."""
+        return bool(none_sources) and EMPTY_SET in none_sources.values()
+
+    def row(self, values: Mapping[str, Any]) -> bytes:
+        """The row record's body of a full row image (``{column: value}``)."""
+        if len(values) != self.width:
+            raise NotFast()
+        return self._row_dict(values)
+
+    def key(self, values: Mapping[str, Any]) -> bytes | None:
+        """The key record's body of a row image; None when the table has no key."""
+        return None if self._key_dict is None else self._key_dict(values)
+
+    def row_tuple(self, values: tuple) -> bytes:
+        """:meth:`row` of the values in column order (:class:`PackedRows`' images)."""
+        if len(values) != self.width:
+            raise NotFast()
+        return self._row_tuple(values)
+
+    def key_tuple(self, values: tuple) -> bytes | None:
+        """:meth:`key` of the values in column order."""
+        return None if self._key_tuple is None else self._key_tuple(values)

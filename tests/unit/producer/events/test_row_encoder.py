@@ -1,0 +1,234 @@
+"""The Avro fast path of EventBuilder.records (RowEncoder): byte for byte the general path.
+
+The general path converts each row image to a record dict and encodes the envelope with
+the template; the fast path encodes the values in one pass.  Every record (key, value,
+position, tombstones) must be the same, on the table of every type, and the rows the fast
+path does not take (empty SETs, float keys that changed, bad values) must give what the
+general path gives, errors included.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import fastavro
+import pytest
+
+from contract.position import BinlogPosition
+from contract.serde import AvroWriter
+from producer.binlog.reader import RowChanges
+from producer.binlog.row_decoder import PackedRows
+from producer.errors import ConversionError
+from producer.events.builder import EventBuilder
+from producer.table_schema import ColumnDef, TableDef
+from tests.unit.producer.events.test_types_and_values import BINLOG_ROW, TABLE
+
+BASE = BinlogPosition.from_binlog("mysql-bin.000007", 1234)
+
+
+@pytest.fixture(autouse=True)
+def _frozen_clock(monkeypatch):
+    """The envelope's ts_ms is the time of writing: the same for both paths here."""
+    monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)
+
+
+class AvroOut:
+    """The Avro format of RecordEncoder, without Kafka; records which schemas it was asked for."""
+
+    def __init__(self) -> None:
+        self.writers: dict[int, AvroWriter] = {}
+        self.asked: list[str] = []
+
+    def _writer(self, schema: dict) -> AvroWriter:
+        self.asked.append(schema["name"])
+        return self.writers.setdefault(id(schema), AvroWriter(schema))
+
+    def encode(self, schema, record, topic, role):
+        return None if record is None else self._writer(schema).encode(record)
+
+    def header(self, schema, topic, role):
+        return self._writer(schema).header
+
+
+def _general(monkeypatch, builder: EventBuilder, ch: RowChanges, **kw):
+    with monkeypatch.context() as m:
+        m.setattr(EventBuilder, "_fast_records", lambda self, te, ch, start, *a: start)
+        return builder.records(ch, ch.first, len(ch.rows), AvroOut(), **kw)
+
+
+def _both(monkeypatch, ch: RowChanges, table: TableDef = TABLE, tombstones: bool = True, **kw):
+    fast = EventBuilder("cdc", "prod", 1, tombstones=tombstones).records(ch, ch.first, len(ch.rows), AvroOut(), **kw)
+    general = _general(monkeypatch, EventBuilder("cdc", "prod", 1, tombstones=tombstones), ch, **kw)
+    return fast, general
+
+
+def packed(kind: str, rows: list[dict], table: TableDef) -> PackedRows:
+    """``rows`` (library dicts) as the binlog reader hands them over."""
+    names = tuple(table.column_names)
+    pairs = [(r["before_values"], r["before_none_sources"], r["after_values"], r["after_none_sources"])
+             for r in rows] if kind == "update" else [(r["values"], r["none_sources"]) for r in rows]
+    images, odd = [], {}
+    for pair in pairs:
+        for values, none_sources in zip(pair[::2], pair[1::2]):
+            if any(reason != "null" for reason in none_sources.values()):
+                odd[len(images)] = none_sources
+            images.append(tuple(values[n] for n in names))
+    return PackedRows(names, kind == "update", images, odd or None)
+
+
+FORM = "dicts"
+
+
+@pytest.fixture(params=["dicts", "packed"])
+def form(request):
+    """Rows as library dicts, or as the reader's PackedRows."""
+    globals()["FORM"] = request.param
+    yield request.param
+    globals()["FORM"] = "dicts"
+
+
+def _changes(kind: str, rows: list[dict], table: TableDef = TABLE, first: int = 0) -> RowChanges:
+    if FORM == "packed":
+        rows = packed(kind, rows, table)
+    return RowChanges(kind, table.db, table.name, table, BASE, rows, first, 1700000000000, "0-1-9", 42,
+                      "mysql-bin.000007", "mysql-bin.000007", 1000)
+
+
+def _null_row(i: int) -> dict:
+    return {**{c: None for c in TABLE.column_names}, "id": i}
+
+
+ROW2 = dict(BINLOG_ROW, id=2, ti=0, dec1=Decimal("-0E-30"), dec2=Decimal("-0.01"), fl=-0.0, db=5e-324,
+            vc="", tx="", bl="", st={"y"}, dt3=datetime(1970, 1, 1), tm=timedelta(0), yr=1900,
+            tiu=-1, iu=-1, t1=True, ch=b"ab")  # unsigned values read without signedness, a bool, bytes for text
+
+
+ROW3 = dict(BINLOG_ROW, id=3, dt3=datetime(1969, 12, 31, 23, 59, 59, 999999),  # floor division before the epoch
+            dt6=datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=2))),  # aware: the converter's way
+            dec2=Decimal("1.5"), dec0=Decimal("7E+3"))  # another exponent than the scale: quantized first
+
+
+@pytest.mark.parametrize("kind, rows", [
+    ("insert", [{"values": BINLOG_ROW, "none_sources": {}}, {"values": ROW2, "none_sources": {}},
+                {"values": ROW3, "none_sources": {}},
+                {"values": _null_row(3), "none_sources": {c: "null" for c in TABLE.column_names if c != "id"}}]),
+    ("delete", [{"values": BINLOG_ROW, "none_sources": {}}, {"values": _null_row(3), "none_sources": {}}]),
+    ("update", [  # same key; key changed; to and from all NULLs
+        {"before_values": BINLOG_ROW, "before_none_sources": {}, "after_values": dict(BINLOG_ROW, vc="x"),
+         "after_none_sources": {}},
+        {"before_values": BINLOG_ROW, "before_none_sources": {}, "after_values": ROW2, "after_none_sources": {}},
+        {"before_values": _null_row(3), "before_none_sources": {}, "after_values": ROW2, "after_none_sources": {}},
+    ]),
+])
+@pytest.mark.parametrize("tombstones", [True, False])
+def test_fast_path_is_the_general_path_byte_for_byte(form, monkeypatch, kind, rows, tombstones):
+    fast, general = _both(monkeypatch, _changes(kind, rows), tombstones=tombstones)
+    assert fast == general
+    assert len(fast) >= len(rows)
+    # and the fast path did take every row
+    fast_records, reached = EventBuilder._fast_records, []
+    monkeypatch.setattr(EventBuilder, "_fast_records", lambda *a: reached.append(fast_records(*a)) or reached[-1])
+    EventBuilder("cdc", "prod", 1).records(_changes(kind, rows), 0, len(rows), AvroOut())
+    assert reached == [len(rows)]
+
+
+def test_rows_already_written_are_skipped_alike(form, monkeypatch):
+    rows = [{"values": dict(BINLOG_ROW, id=i), "none_sources": {}} for i in range(1, 6)]
+    ch = _changes("insert", rows, first=1)
+    fast, general = _both(monkeypatch, ch, skip_up_to=BASE.encode_row(4))
+    assert fast == general and [r[3] for r in fast] == [BASE.encode_row(6), BASE.encode_row(8)]
+
+
+def test_empty_set_rows_take_the_general_path(form, monkeypatch):
+    row = dict(BINLOG_ROW, st=None)
+    rows = [{"values": BINLOG_ROW, "none_sources": {}}, {"values": row, "none_sources": {"st": "empty set"}},
+            {"values": dict(BINLOG_ROW, id=5), "none_sources": {}}]
+    fast, general = _both(monkeypatch, _changes("insert", rows))
+    assert fast == general
+    # the empty SET is '' (not null): the general path's value
+    assert fast[1][2] != _both(monkeypatch, _changes("insert", [{"values": row, "none_sources": {}}]))[0][0][2]
+
+
+def test_a_bad_value_raises_the_general_paths_error(form, monkeypatch):
+    rows = [{"values": BINLOG_ROW, "none_sources": {}}, {"values": dict(BINLOG_ROW, i="nope"), "none_sources": {}}]
+    with pytest.raises(ConversionError) as fast:
+        EventBuilder("cdc", "prod", 1).records(_changes("insert", rows), 0, 2, AvroOut())
+    with pytest.raises(ConversionError) as general:
+        _general(monkeypatch, EventBuilder("cdc", "prod", 1), _changes("insert", rows))
+    assert str(fast.value) == str(general.value) and "shop.everything.i" in str(fast.value)
+
+
+def test_missing_and_unknown_columns_raise_the_general_paths_error(monkeypatch):  # (dicts only)
+    missing = dict(BINLOG_ROW)
+    del missing["vc"]
+    for values in (missing, dict(BINLOG_ROW, nope=1)):
+        rows = [{"values": values, "none_sources": {}}]
+        with pytest.raises(ConversionError) as fast:
+            EventBuilder("cdc", "prod", 1).records(_changes("insert", rows), 0, 1, AvroOut())
+        with pytest.raises(ConversionError) as general:
+            _general(monkeypatch, EventBuilder("cdc", "prod", 1), _changes("insert", rows))
+        assert str(fast.value) == str(general.value)
+
+
+FLOAT_KEY = TableDef("shop", "fk", [
+    ColumnDef(name="k", data_type="double", column_type="double", nullable=False, ordinal=1),
+    ColumnDef(name="v", data_type="int", column_type="int(11)", nullable=True, ordinal=2),
+], ["k"])
+
+
+def test_a_float_key_from_minus_zero_to_zero_is_no_key_change(form, monkeypatch):
+    rows = [{"before_values": {"k": -0.0, "v": 1}, "before_none_sources": {}, "after_values": {"k": 0.0, "v": 2},
+             "after_none_sources": {}},
+            {"before_values": {"k": 1.0, "v": 1}, "before_none_sources": {}, "after_values": {"k": 2.0, "v": 2},
+             "after_none_sources": {}}]
+    fast, general = _both(monkeypatch, _changes("update", rows, FLOAT_KEY))
+    assert fast == general
+    assert len(fast) == 1 + 3  # an update; then a delete, its tombstone and a create
+
+
+def test_excluded_columns_take_the_general_path(form, monkeypatch):
+    rows = [{"values": BINLOG_ROW, "none_sources": {}}]
+    ch = _changes("insert", rows)
+    builder = EventBuilder("cdc", "prod", 1, excluded_columns={"shop.everything": ["vc"]})
+    calls = []
+    monkeypatch.setattr(EventBuilder, "_fast_records", lambda self, *a: calls.append(a) or a[2])
+    builder.records(ch, 0, 1, AvroOut())
+    assert calls == []
+
+
+def test_schemas_are_asked_for_in_the_same_order(form, monkeypatch):
+    rows = [{"values": BINLOG_ROW, "none_sources": {}}]
+    fast_out, general_out = AvroOut(), AvroOut()
+    EventBuilder("cdc", "prod", 1).records(_changes("insert", rows), 0, 1, fast_out)
+    with monkeypatch.context() as m:
+        m.setattr(EventBuilder, "_fast_records", lambda self, te, ch, start, *a: start)
+        EventBuilder("cdc", "prod", 1).records(_changes("insert", rows), 0, 1, general_out)
+    assert list(dict.fromkeys(fast_out.asked)) == list(dict.fromkeys(general_out.asked))
+
+
+def test_packed_rows_are_the_library_rows():
+    rows = [{"before_values": BINLOG_ROW, "before_none_sources": {"gc": "null"},
+             "after_values": dict(BINLOG_ROW, st=None), "after_none_sources": {"st": "empty set", "gc": "null"}}]
+    p = packed("update", rows, TABLE)
+    assert p.odd == {1: {"st": "empty set", "gc": "null"}} and len(p) == 1
+    assert p[0]["after_none_sources"] == {"st": "empty set", "gc": "null"} and p[0]["before_values"] == BINLOG_ROW
+    assert p.expand() == rows
+
+
+def test_a_key_column_renamed_apart_from_the_row_is_encoded_by_position():
+    """The key schema names its fields among the key's columns only: 'a-b' is a_b there but
+    a_b_2 in the row (after the column a_b).  The fast path matches them by position.
+    (The general path's key record is named after the row's fields, which this key schema
+    does not have: a known difference, found here, not fixed on that path.)"""
+    table = TableDef("shop", "odd", [
+        ColumnDef(name="a_b", data_type="int", column_type="int(11)", nullable=False, ordinal=1),
+        ColumnDef(name="a-b", data_type="int", column_type="int(11)", nullable=False, ordinal=2),
+    ], ["a-b"])
+    out = AvroOut()
+    [(_, key, _, _)] = EventBuilder("cdc", "prod", 1).records(
+        _changes("insert", [{"values": {"a_b": 1, "a-b": 300}, "none_sources": {}}], table), 0, 1, out)
+    writer = next(w for w in out.writers.values() if w.schema["name"].endswith("Key"))
+    assert key[:len(writer.header)] == writer.header
+    assert fastavro.schemaless_reader(io.BytesIO(key[len(writer.header):]), writer.parsed, None) == {"a_b": 300}

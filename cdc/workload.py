@@ -129,8 +129,17 @@ class WriteLoad(BackgroundWriter):
                     conn.commit()
                     self.ops[op] = self.ops.get(op, 0) + 1
                 except pymysql.err.IntegrityError:
-                    conn.rollback()
+                    pending = "rollback"
                 except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
+                    pending = "reconnect"
+                else:
+                    pending = None
+                if pending == "rollback":
+                    try:
+                        conn.rollback()
+                    except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
+                        pending = "reconnect"  # the server went away between the error and the rollback
+                if pending == "reconnect":
                     # The server went away mid-statement: whether it committed is unknown,
                     # which is fine (the source is the truth the sinks are compared with).
                     try:

@@ -160,6 +160,13 @@ class EmbeddedMySQL:
     def _user_args(self) -> list[str]:
         return ["--user=root"] if os.geteuid() == 0 else []
 
+    def _tmpdir(self) -> Path:
+        """The server's own directory for temporary files (made here): not the shared /tmp,
+        where an initialisation once failed on a temporary table's file gone missing."""
+        tmp = self.root / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return tmp
+
     def _initialise(self, binary: str, flavor: str) -> None:
         if self.datadir.exists():
             shutil.rmtree(self.datadir)
@@ -169,9 +176,10 @@ class EmbeddedMySQL:
             if not installer:
                 raise StackError("mariadb-install-db not found: install the mariadb-server package")
             argv = [installer, "--no-defaults", f"--datadir={self.datadir}", "--auth-root-authentication-method=normal",
-                    "--skip-test-db", *self._user_args()]
+                    "--skip-test-db", f"--tmpdir={self._tmpdir()}", *self._user_args()]
         else:
-            argv = [binary, "--no-defaults", "--initialize-insecure", f"--datadir={self.datadir}", *self._user_args()]
+            argv = [binary, "--no-defaults", "--initialize-insecure", f"--datadir={self.datadir}",
+                    f"--tmpdir={self._tmpdir()}", *self._user_args()]
         res = subprocess.run(argv, capture_output=True, text=True)
         if res.returncode != 0:
             raise StackError(f"initialising the {flavor} datadir failed ({' '.join(argv)}):\n{res.stdout}\n{res.stderr}")
@@ -183,7 +191,8 @@ class EmbeddedMySQL:
             f"--log-bin={self.datadir / 'mysql-bin'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
             "--binlog-row-metadata=FULL", f"--server-id={self.server_id}", "--skip-name-resolve",
             "--character-set-server=utf8mb4", "--innodb-buffer-pool-size=256M", "--max-connections=300",
-            "--max-allowed-packet=64M", f"--relay-log={self.datadir / 'relay-bin'}", *self._user_args(),
+            "--max-allowed-packet=64M", f"--relay-log={self.datadir / 'relay-bin'}", f"--tmpdir={self._tmpdir()}",
+            *self._user_args(),
         ]
         if flavor == "mysql":  # log_replica_updates is on by default
             args += ["--gtid-mode=ON", "--enforce-gtid-consistency=ON", "--mysqlx=OFF"]

@@ -16,7 +16,9 @@ from contract.position import CopyFilter
 from contract.schema_store import SchemaStore
 from contract.serde import RecordDecoder
 from producer.app import ProducerApp
+from producer.binlog.server import current_position
 from producer.binlog.server import start_at_current as binlog_start_at_current
+from producer.offset_store import OffsetStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,6 +159,20 @@ def wait_for(check, timeout: float = 60.0, interval: float = 0.2, what: str = "c
             return
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_caught_up(cfg: CDCConfig, conn, timeout: float = 180.0) -> None:
+    """Wait until the running producer's committed resume point has reached the binlog's end
+    as it is now (``conn``: an admin connection): every statement committed before the call,
+    DDL included, has been read, and whatever it started (a snapshot after DDL) has begun."""
+    end = current_position(conn)
+
+    def reached() -> bool:
+        stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
+        resume = (stored or {}).get("resume") or {}
+        return bool(resume) and (resume["file"], resume["pos"]) >= end
+
+    wait_for(reached, timeout=timeout, what=f"the producer's resume point at the binlog end {end}")
 
 
 def purge_binlogs(conn) -> tuple[str, str]:

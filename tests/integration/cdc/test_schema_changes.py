@@ -23,6 +23,7 @@ from tests.producer_helpers import (
     resolving_decoder,
     run_until_caught_up,
     start_at_current,
+    wait_caught_up,
     wait_for,
 )
 from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
@@ -82,7 +83,8 @@ def _run(stack, cfg, test_db, tables: dict[str, str], rows: int, ddl_during_snap
             wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
             for stmt in ddl_after:
                 _ddl(stack, stmt)
-            time.sleep(0.5)
+        with stack.admin() as conn:  # the DDL read, the snapshots it started begun
+            wait_caught_up(cfg, conn)
         wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshots started after DDL completed")
         time.sleep(2)  # the producer writes what the last chunks released
     assert MergeJob(cfg).run(available_now=True) == 0

@@ -694,8 +694,12 @@ class RowConverter:
         key_names = list(table.primary_key if key_columns is None else key_columns)
         key_cols = table.key_columns(key_names)
         self.key_columns = [c.name for c in key_cols]
-        by_name = {name: (fname, conv) for name, fname, conv in self._plan}
-        self._key_plan = [(c.name, *by_name[c.name]) for c in key_cols]
+        convert_of = {name: conv for name, _, conv in self._plan}
+        # The key schema names its fields among the key's columns only (key_record_schema):
+        # `a-b` is `a_b` in a key without `a_b`, though `a_b_1` in a row that has both.
+        key_fields = field_names(table, key_cols)
+        self._key_plan = [(c.name, key_fields[c.name], convert_of[c.name]) for c in key_cols]
+        self._key_set_fields = {c.name: key_fields[c.name] for c in key_cols if c.data_type == "set"}
 
     @property
     def plan(self) -> list[tuple[str, str, Converter]]:
@@ -752,14 +756,17 @@ class RowConverter:
             if err is not None:
                 raise err
         if none_sources and self._set_fields:
-            self._empty_sets(out, values, none_sources)
+            self._empty_sets(out, values, none_sources, self._set_fields)
         return out
 
-    def _empty_sets(self, out: dict[str, Any], values: Mapping[str, Any], none_sources: Mapping[str, str]) -> None:
-        """An empty SET reported by the binlog as None (reason ``'empty set'``) is ``''``."""
+    @staticmethod
+    def _empty_sets(out: dict[str, Any], values: Mapping[str, Any], none_sources: Mapping[str, str],
+                    set_fields: Mapping[str, str]) -> None:
+        """An empty SET reported by the binlog as None (reason ``'empty set'``) is ``''``
+        (``set_fields``: SET column -> its field in ``out``)."""
         for name, reason in none_sources.items():
             if reason == EMPTY_SET and values.get(name) is None:
-                fname = self._set_fields.get(name)
+                fname = set_fields.get(name)
                 if fname is not None and fname in out:
                     out[fname] = ""
 
@@ -767,6 +774,6 @@ class RowConverter:
         """The Avro key record from a row (only the key columns are read); ``none_sources``
         as for :meth:`convert` (a SET key column may be the empty set)."""
         out = self._run(self._key_plan, values)
-        if none_sources and self._set_fields:
-            self._empty_sets(out, values, none_sources)
+        if none_sources and self._key_set_fields:
+            self._empty_sets(out, values, none_sources, self._key_set_fields)
         return out

@@ -243,7 +243,11 @@ class EventBuilder:
         bound = template.bind(shared, header) if header is not None else None
         out: list[Record] = []
         close_pos = close.encode()
-        for i, values in enumerate(chunk.rows):
+        start = 0
+        if bound is not None and te.encoder is not None and not self.excluded.get(te.table.qualified_name):
+            start = self._fast_chunk_records(te, chunk.rows, close_pos, bound, writer, out)
+        for i in range(start, len(chunk.rows)):
+            values = chunk.rows[i]
             position = chunk_row_position(close_pos, i)
             after = self._row(te, values, None)
             key = conv.convert_key(values) if te.key_columns else None
@@ -252,6 +256,29 @@ class EventBuilder:
                      writer.encode(te.value_schema, template.record(shared, fields), topic, "value"))
             out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
         return out
+
+    def _fast_chunk_records(self, te: TableEvents, rows: list[dict], close_pos: str, bound: tuple[bytes, ...],
+                            writer: RecordEncoding, out: list[Record]) -> int:
+        """:meth:`chunk_records` of ``rows`` in Avro by ``te.encoder``, into ``out``, until a
+        row that does not fit it: that row's index (``len(rows)`` when all fit).  Byte for
+        byte the general path's records."""
+        enc, template, topic = te.encoder, te.template, te.topic
+        before_null, _ = template.union_tags("before")
+        _, after_tag = template.union_tags("after")
+        encode_row, encode_op, encode_position = (template.field_encoder(p) for p in ENVELOPE_VARIABLE[2:])
+        b0, b1, b2, b3, b4, b5 = bound
+        head = b"".join((b0, before_null, b1, after_tag))  # before: null; after: the row
+        middle = b"".join((b2, encode_row(0), b3, encode_op(SNAPSHOT_OP), b4))
+        key_header = writer.header(te.key_schema, topic, "key") if te.key_columns else None
+        for i, values in enumerate(rows):
+            try:
+                after = enc.row(values)
+                key = None if key_header is None else key_header + enc.key(values)
+            except Exception:  # noqa: BLE001 - the general path gives the value or the error
+                return i
+            position = chunk_row_position(close_pos, i)
+            out.append((topic, key, b"".join((head, after, middle, encode_position(position), b5)), position))
+        return len(rows)
 
     def truncate_record(self, table: TableDef, source: dict, position: str, writer: RecordEncoding) -> Record:
         """Debezium's truncate event of ``table``: op ``t``, no key, ``before`` and ``after``

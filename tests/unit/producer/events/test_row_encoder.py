@@ -10,6 +10,7 @@ general path gives, errors included.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -24,7 +25,7 @@ from producer.errors import ConversionError
 from producer.events.builder import EventBuilder
 from producer.events.values import RowConverter
 from producer.table_schema import ColumnDef, TableDef
-from tests.unit.producer.events.test_types_and_values import BINLOG_ROW, TABLE
+from tests.unit.producer.events.test_types_and_values import BINLOG_ROW, SNAPSHOT_ROW, TABLE
 
 BASE = BinlogPosition.from_binlog("mysql-bin.000007", 1234)
 
@@ -44,7 +45,10 @@ class AvroOut:
 
     def _writer(self, schema: dict) -> AvroWriter:
         self.asked.append(schema["name"])
-        return self.writers.setdefault(id(schema), AvroWriter(schema))
+        w = self.writers.get(id(schema))
+        if w is None:
+            w = self.writers[id(schema)] = AvroWriter(schema)
+        return w
 
     def encode(self, schema, record, topic, role):
         return None if record is None else self._writer(schema).encode(record)
@@ -239,3 +243,58 @@ def test_a_key_column_renamed_apart_from_the_row_is_encoded_by_position():
     [(_, general_key, _, _)] = with_fallback.records(
         _changes("insert", [{"values": {"a_b": 1, "a-b": 300}, "none_sources": {}}], table), 0, 1, general)
     assert general_key == key
+
+
+@dataclass
+class Chunk:
+    """A released snapshot chunk (producer.snapshot.coordinator.ReleasedChunk's fields)."""
+
+    rows: list[dict]
+    table_def: TableDef = field(default_factory=lambda: TABLE)
+    snapshot_id: str = "snap-1"
+    chunk_id: int = 3
+    open_position: BinlogPosition = field(default_factory=lambda: BASE)
+    close_position: BinlogPosition = field(default_factory=lambda: BinlogPosition.from_binlog("mysql-bin.000007", 1500))
+
+
+def _chunk_both(monkeypatch, chunk: Chunk, excluded=None):
+    """The chunk's records by the fast path and by the general one; asserts the fast path
+    took every row."""
+    took: list[int] = []
+    fast_path = EventBuilder._fast_chunk_records
+    with monkeypatch.context() as m:
+        m.setattr(EventBuilder, "_fast_chunk_records", lambda self, *a: took.append(fast_path(self, *a)) or took[-1])
+        fast = EventBuilder("cdc", "prod", 1, excluded_columns=excluded).chunk_records(chunk, AvroOut())
+    assert took == [len(chunk.rows)]
+    with monkeypatch.context() as m:
+        m.setattr(EventBuilder, "_fast_chunk_records", lambda self, *a: 0)
+        general = EventBuilder("cdc", "prod", 1, excluded_columns=excluded).chunk_records(chunk, AvroOut())
+    return fast, general
+
+
+def test_snapshot_chunk_records_are_the_general_paths_bytes(monkeypatch):
+    """A chunk's rows (as a SELECT gives them) encoded by the table's RowEncoder: the same
+    topics, keys, values and positions as the general path, every type and edge value."""
+    rows = [SNAPSHOT_ROW, {**{c: None for c in TABLE.column_names}, "id": 2},
+            dict(SNAPSHOT_ROW, id=3, dec1=Decimal("-0E-30"), fl=-0.0, st="", vc="", dt3=datetime(1970, 1, 1))]
+    fast, general = _chunk_both(monkeypatch, Chunk(rows))
+    assert len(fast) == 3 and fast == general
+    assert [p for *_, p in fast] == sorted(p for *_, p in fast)
+
+
+def test_a_bad_snapshot_row_falls_back_to_the_general_paths_error(monkeypatch):
+    """A row the encoder cannot take (a column missing) goes the general way, which names
+    the column; the rows before it were encoded."""
+    bad = {k: v for k, v in SNAPSHOT_ROW.items() if k != "vc"}
+    with pytest.raises(ConversionError, match="vc"):
+        EventBuilder("cdc", "prod", 1).chunk_records(Chunk([SNAPSHOT_ROW, dict(bad, id=2)]), AvroOut())
+    fast, general = _chunk_both(monkeypatch, Chunk([dict(SNAPSHOT_ROW, id=i) for i in range(5)]))
+    assert fast == general
+
+
+def test_a_keyless_chunk_is_the_general_paths_bytes(monkeypatch):
+    table = TableDef("shop", "nokey", [
+        ColumnDef(name="a", data_type="int", column_type="int(11)", nullable=True, ordinal=1),
+        ColumnDef(name="b", data_type="varchar", column_type="varchar(10)", nullable=True, ordinal=2)], [])
+    fast, general = _chunk_both(monkeypatch, Chunk([{"a": 1, "b": "x"}, {"a": None, "b": None}], table_def=table))
+    assert fast == general and all(key is None for _, key, _, _ in fast)

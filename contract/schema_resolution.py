@@ -10,7 +10,7 @@ The reader schema is the newest schema's :func:`reader_view`: each field of the 
 without a default becomes nullable with a null default.  The binlog does not carry
 column defaults, so a column added ``NOT NULL DEFAULT 5`` reads null in records written
 before it (the producer snapshots such a table again by itself, see
-``producer/ddl.py``); a nullable column added without a default reads null, which is
+``common/sql/ddl.py``); a nullable column added without a default reads null, which is
 what the source holds.  A change resolution cannot express (a column's type changed to
 one Avro does not promote, ``INT`` to ``VARCHAR``, or a decimal's scale changed, which
 Avro would misread) reads the record with its writer schema alone, as before

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from common.config import CDCConfig
+from common.sql.ddl import ddl_target, dropped_tables, renamed_tables, rows_rewritten
 from common.sql.sessions import read_session
 from contract.envelope import source_block
 from contract.errors import BadSignal
@@ -40,7 +41,6 @@ from producer.binlog.process import ReaderProcess
 from producer.binlog.reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd, based
 from producer.binlog.server import ServerInfo
 from producer.capture_filter import CaptureFilter
-from producer.ddl import ddl_target, dropped_tables, renamed_tables, rows_rewritten
 from producer.errors import ProducerStopped
 from producer.events.builder import EventBuilder
 from producer.kafka_writer import KafkaWriter

@@ -197,5 +197,5 @@ def test_a_table_version_is_built_once_also_with_excluded_columns():
     ("create", "CREATE TABLE t (a INT NOT NULL DEFAULT 1)", False),
 ])
 def test_rows_rewritten_names_the_ddl_that_changes_rows_without_row_events(verb, ddl, rewrites):
-    from producer.ddl import rows_rewritten
+    from common.sql.ddl import rows_rewritten
     assert (rows_rewritten(verb, ddl) is not None) == rewrites

@@ -1,10 +1,10 @@
-"""What the producer reads off DDL statements (producer.ddl)."""
+"""What the producer reads off DDL statements (common.sql.ddl)."""
 
 from __future__ import annotations
 
 import pytest
 
-from producer.ddl import ddl_target, dropped_tables, renamed_tables
+from common.sql.ddl import ddl_target, dropped_tables, renamed_tables
 
 
 @pytest.mark.parametrize("ddl,expected", [

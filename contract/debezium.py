@@ -33,10 +33,13 @@ the same.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
+from common.sql.ddl import renamed_tables
 from contract.errors import SerdeError
+from contract.markers import DROP_TABLE, RENAME_TABLE, Marker, table_ddl_marker
 from contract.position import PART_LIMIT, BinlogPosition
 
 #: Sequences below this are snapshot reads (their Kafka offset); changes are above it.
@@ -93,3 +96,55 @@ def not_connect_shape(data: bytes) -> SerdeError:
         return SerdeError(f"the record's value is not JSON (first bytes {data[:4].hex()}): {SCHEMAS_REQUIRED}")
     return SerdeError(f"the record's value is JSON without an embedded schema (a schemaless Debezium record, "
                       f"value.converter.schemas.enable=false?): {SCHEMAS_REQUIRED}")
+
+
+_TABLE_ID = re.compile(r'"((?:[^"]|"")*)"')
+
+
+def _table_id(text: Any) -> tuple[str, str] | None:
+    """``(db, table)`` of a Debezium table id (``"db"."table"``, double-quoted parts)."""
+    parts = [p.replace('""', '"') for p in _TABLE_ID.findall(text)] if isinstance(text, str) else []
+    return (parts[0], parts[-1]) if len(parts) >= 2 else None
+
+
+def debezium_table_markers(value: Any) -> list[Marker]:
+    """The DROP_TABLE and RENAME_TABLE markers (:mod:`contract.markers`) of one record of
+    Debezium's schema change topic (``<topic.prefix>``, ``include.schema.changes``, the
+    connector's default), decoded from the JSON converter's shape: its ``payload``.
+
+    A ``tableChanges`` entry of type ``DROP`` is a dropped table; one of type ``ALTER``
+    whose table a ``RENAME TABLE`` or ``ALTER TABLE ... RENAME`` statement (``ddl``) gives
+    its new name is a renamed table (Debezium names only the new table).  The marker's
+    position is the statement's binlog event (``source.file`` / ``source.pos``), below the
+    changes that follow it.  Records the connector writes while it captures the schema
+    (``source.snapshot`` other than ``false``: a ``DROP TABLE IF EXISTS`` before each
+    ``CREATE TABLE``) change nothing and give none; so do CREATE, other ALTERs and database
+    statements.  :class:`SerdeError` for a record that is not a schema change event."""
+    payload = value.get("payload", value) if isinstance(value, dict) else None
+    if not isinstance(payload, dict) or not isinstance(payload.get("tableChanges"), list):
+        raise SerdeError("a record of Debezium's schema change topic has payload.tableChanges (a list); got "
+                         f"{type(payload).__name__ if not isinstance(payload, dict) else sorted(payload)}")
+    src = payload.get("source") or {}
+    if str(src.get("snapshot", "false")).lower() not in ("false", "none"):
+        return []
+    changes = [(c.get("type"), _table_id(c.get("id"))) for c in payload["tableChanges"] if isinstance(c, dict)]
+    if not any(kind in ("DROP", "ALTER") and tid for kind, tid in changes):
+        return []
+    try:
+        position = BinlogPosition.from_binlog(str(src.get("file")), int(src.get("pos")))
+    except (TypeError, ValueError) as exc:
+        raise SerdeError(f"a Debezium schema change event without a binlog position (source.file, source.pos): "
+                         f"{exc}") from None
+    default_db = payload.get("databaseName") or ""
+    renames = {(to_db or default_db, to_table): (db or default_db, table)
+               for (db, table), (to_db, to_table) in renamed_tables(str(payload.get("ddl") or ""), default_db)}
+    out: list[Marker] = []
+    for kind, tid in changes:
+        if tid is None:
+            continue
+        if kind == "DROP":
+            out.append(table_ddl_marker(DROP_TABLE, tid[0], tid[1], position))
+        elif kind == "ALTER" and tid in renames:
+            old_db, old_table = renames[tid]
+            out.append(table_ddl_marker(RENAME_TABLE, old_db, old_table, position, to_db=tid[0], to_table=tid[1]))
+    return out

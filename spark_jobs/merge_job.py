@@ -54,7 +54,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from common import logs
 from common.config import CapturedSource, CDCConfig, load_config
@@ -63,7 +63,9 @@ from common.kafka.clients import delete_topics, ensure_topics, topic_ids
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_partition
 from common.metrics_http import serve_metrics
+from contract.debezium import debezium_table_markers
 from contract.envelope import record_names
+from contract.errors import SerdeError
 from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE, decode_marker, is_table_marker, is_window
 from contract.position import describe_position
 from contract.schema_store import SchemaStore, schema_record
@@ -179,8 +181,27 @@ def sinks_note(settings, wanted=lambda db, table: True) -> str:
     return ("How far the sinks got (the newest change applied per table):\n" + "\n".join(lines)) if lines else ""
 
 
-def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None) -> list[dict]:
-    """The markers at offsets ``[start, end)`` of the (single-partition) markers topic."""
+def _our_marker(value: bytes, offset: int) -> list[dict]:  # noqa: ARG001 - read_markers' decode
+    return [decode_marker(value)]
+
+
+def debezium_markers(value: bytes, offset: int) -> list[dict]:
+    """The table markers of a record of Debezium's schema change topic (``kafka.input:
+    debezium``): DROP TABLE and RENAME TABLE (:func:`contract.debezium.debezium_table_markers`).
+    A record that is not a schema change event is reported and passed over: it can only be
+    a statement the sinks would not follow (no row is in it)."""
+    try:
+        return debezium_table_markers(json.loads(value))
+    except (ValueError, SerdeError) as exc:
+        log.error("Debezium's schema change topic, offset %d: not a schema change event (%s); passed over", offset,
+                  exc)
+        return []
+
+
+def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None,
+                 decode: Callable[[bytes, int], list[dict]] = _our_marker) -> list[dict]:
+    """The markers at offsets ``[start, end)`` of the (single-partition) markers topic
+    (``decode``: a record's value and offset to its markers; default ours)."""
     from confluent_kafka import Consumer
 
     if end <= start:
@@ -188,8 +209,8 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-markers-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
     try:
-        return [decode_marker(m.value()) for msgs in read_partition(consumer, topic, 0, start, end, timeout=120)
-                for m in msgs if m.value()]
+        return [marker for msgs in read_partition(consumer, topic, 0, start, end, timeout=120)
+                for m in msgs if m.value() for marker in decode(m.value(), m.offset())]
     finally:
         consumer.close()
 
@@ -473,9 +494,12 @@ class MergeJob:
         mt = markers_topic(self.prefix)
         if plan is None and self.settings.debezium:
             # Debezium writes no window markers (its incremental snapshot deduplicates the
-            # chunks itself) and no schemas topic (each record embeds its schema).
+            # chunks itself) and no schemas topic (each record embeds its schema); its schema
+            # change topic tells of DROP and RENAME TABLE (the markers range is read there).
             self._wait_committed(batch_id, partitions)
-            plan = {"markers_start": 0, "markers_end": 0, "schemas_end": 0, "markers_topic_id": None, "lost": []}
+            start, end = self._debezium_ddl_range(int(prev.get("markers_next", 0)))
+            plan = {"markers_start": start, "markers_end": end, "schemas_end": 0, "markers_topic_id": None,
+                    "lost": []}
             self.store.save_plan(batch_id, plan)
         if plan is None:
             self._wait_committed(batch_id, partitions)
@@ -498,8 +522,12 @@ class MergeJob:
                     "markers_topic_id": ids.get(mt) or prev.get("markers_topic_id"),
                     "lost": [x.to_json() for x in losses]}
             self.store.save_plan(batch_id, plan)
-        markers = [] if self.settings.debezium else read_markers(
-            self.cfg.kafka.bootstrap_servers, mt, plan["markers_start"], plan["markers_end"], self.client or None)
+        if self.settings.debezium:
+            markers = read_markers(self.cfg.kafka.bootstrap_servers, self.prefix, plan["markers_start"],
+                                   plan["markers_end"], self.client or None, decode=debezium_markers)
+        else:
+            markers = read_markers(self.cfg.kafka.bootstrap_servers, mt, plan["markers_start"], plan["markers_end"],
+                                   self.client or None)
         if "delete_missing" not in plan:
             waits = []
             for m in markers:
@@ -511,6 +539,24 @@ class MergeJob:
             plan["delete_missing"] = waits
             self.store.save_plan(batch_id, plan)
         return plan, markers
+
+    def _debezium_ddl_range(self, start: int) -> tuple[int, int]:
+        """The offsets ``[start, end)`` of Debezium's schema change topic (``<topic.prefix>``,
+        one partition) this batch reads: from where the last batch stopped to its end now.
+        No topic (``include.schema.changes=false``): nothing.  Records gone from it (its
+        retention) or a topic made again: read from what it holds, with a warning, as
+        those statements can no longer be applied (the rows are not in that topic)."""
+        topic = self.prefix
+        latest = self._offsets_now([(topic, 0)]).get((topic, 0))
+        if latest is None:
+            return start, start
+        low, end = latest
+        if start < low or start > end:
+            log.warning("Debezium's schema change topic %s holds offsets %d to %d, the job had read to %d: DROP and "
+                        "RENAME TABLE statements it no longer holds were not applied to the sinks; reading from %d",
+                        topic, low, end, start, low)
+            start = low
+        return start, end
 
     def _wait_committed(self, batch_id: int, partitions: list[tuple[str, int]], timeout: float = 60.0) -> None:
         """Wait until every record of the batch is committed in Kafka, so the markers range

@@ -29,12 +29,15 @@ from confluent_kafka import Producer
 
 from cdc.verify import verify
 from cdc.workload import WriteLoad, create_table
+from common.config import SchemaChangeRule
 from common.kafka.clients import ensure_topics
 from common.kafka.topic_reader import read_topic
 from contract.topics import clean_topic, dlq_topic, table_topic
 from spark_jobs.merge_job import MergeJob
+from spark_jobs.sinks.postgres import PostgresSink
 from tests.peers.debezium_capture import connector_properties, debezium_mariadb, stop_process
 from tests.producer_helpers import ROOT, wait_for
+from tests.sink_helpers import pg_sink_rows
 
 TABLES = {"t_single": "single", "t_composite": "composite"}
 ROWS = 500  # per table, before Debezium starts: only its incremental snapshot brings them
@@ -290,3 +293,74 @@ def test_merge_job_behind_debeziums_initial_snapshot(merge_config, unique, tmp_p
         assert {r.sink for r in result.results} == {"postgres", "mysql", "changelog"}
         for r in result.results:
             assert r.equal, r
+
+
+def test_drop_and_rename_table_from_debeziums_schema_change_topic(merge_config, unique, tmp_path, tmp_path_factory):
+    """Debezium's schema change topic (``<topic.prefix>``, ``include.schema.changes``, its
+    default): DROP TABLE follows ``sinks.schema_changes`` (``drop_table: drop`` for one table,
+    the default ``keep`` for another), RENAME TABLE renames the sink tables with their rows;
+    the connector's own ``DROP TABLE IF EXISTS`` records while it captures the schema
+    (``snapshot.mode: initial``) drop nothing."""
+    cfg = merge_config
+    prefix, db = cfg.kafka.topic_prefix, unique("db")
+    cfg.sinks.schema_changes = [SchemaChangeRule(tables=f"{db}\\.t_gone", drop_table="drop")]
+    tables = {"t_gone": "single", "t_kept": "single", "t_old": "string"}
+    with _debezium_source(cfg, tmp_path_factory.mktemp("dbzddl"), 80) as (server, admin):
+        with admin() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+            for t, kind in tables.items():
+                create_table(conn, db, t, kind, 60)
+            cur.execute(f"CREATE TABLE `{db}`.{FENCE} (id INT PRIMARY KEY)")
+        ensure_topics(cfg.kafka, [table_topic(prefix, db, t) for t in [*tables, "t_new", FENCE]], partitions=3)
+        ensure_topics(cfg.kafka, [prefix], partitions=1)  # Debezium's schema change topic
+
+        def fence(n: int) -> None:
+            with admin() as conn, conn.cursor() as cur:
+                cur.execute(f"INSERT INTO `{db}`.{FENCE} VALUES (%s)", (n,))
+                conn.commit()
+            wait_for(lambda: len(_records(cfg, table_topic(prefix, db, FENCE))) >= n, 120, interval=0.5,
+                     what=f"fence row {n} in Kafka")
+
+        props = connector_properties(
+            host=server["host"], port=server["port"], user=server["admin_user"], password=server["admin_password"],
+            server_id=4345, prefix=prefix, databases=[db], state_dir=tmp_path / "dbz-state",
+            **{"snapshot.mode": "initial", "include.schema.changes": "true"})
+        dbz = DebeziumToKafka(props, cfg.kafka.bootstrap_servers, tmp_path)
+        try:
+            fence(1)
+            assert MergeJob(cfg).run(available_now=True) == 0
+            pg = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
+            assert {(d, t) for _, d, t in pg.registered_tables()} >= {(db, t) for t in tables}
+            with admin() as conn, conn.cursor() as cur:
+                cur.execute(f"UPDATE `{db}`.t_old SET n = n + 1 WHERE n < 20")
+                cur.execute(f"DROP TABLE `{db}`.t_gone")
+                cur.execute(f"DROP TABLE `{db}`.t_kept")
+                cur.execute(f"RENAME TABLE `{db}`.t_old TO `{db}`.t_new")
+                conn.commit()
+            fence(2)
+            assert MergeJob(cfg).run(available_now=True) == 0
+            with admin() as conn, conn.cursor() as cur:  # the renamed table goes on changing
+                cur.execute(f"UPDATE `{db}`.t_new SET v = CONCAT('r', v) WHERE n % 3 = 0")
+                cur.execute(f"DELETE FROM `{db}`.t_new WHERE n % 7 = 0")
+                cur.execute(f"INSERT INTO `{db}`.t_new (k, v, n) VALUES ('zz-new', 'fresh', 1000)")
+                conn.commit()
+            fence(3)
+            assert MergeJob(cfg).run(available_now=True) == 0
+        finally:
+            dbz.close()
+
+        ddl = [json.loads(m.value())["payload"] for m in _records(cfg, prefix) if m.value()]
+        assert any(p["source"]["snapshot"] != "false" and p["ddl"].startswith("DROP TABLE IF EXISTS") for p in ddl)
+        assert any(p["ddl"].startswith("RENAME TABLE") for p in ddl)
+        registered = {(d, t) for _, d, t in pg.registered_tables()}
+        assert (db, "t_gone") not in registered and (db, "t_kept") in registered, registered
+        assert (db, "t_old") not in registered and (db, "t_new") in registered, registered
+        assert pg_sink_rows(cfg, db, "t_kept", ["id"])  # kept, with its rows
+        # The renamed sink tables hold the rows from before the rename (Debezium wrote them to
+        # t_old's topic) and the changes after it: equal to the source.
+        report = verify(cfg, [f"{db}.t_new"], changelog=False, chunk_size=50)
+        (result,) = report.tables
+        assert {r.sink for r in result.results} == {"postgres", "mysql"}
+        for r in result.results:
+            assert r.equal, r
+        assert result.source_rows > 40

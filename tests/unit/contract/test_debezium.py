@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from contract.debezium import READS_BELOW, debezium_position, not_connect_shape
+from contract.debezium import READS_BELOW, debezium_position, debezium_table_markers, not_connect_shape
 from contract.errors import SerdeError
-from contract.position import CopyFilter, is_position
+from contract.markers import DROP_TABLE, RENAME_TABLE
+from contract.position import BinlogPosition, CopyFilter, is_position
 
 
 def _rec(op: str, pos: int, row: int = 0, file: str = "mysql-bin.000003") -> dict:
@@ -77,3 +78,64 @@ def test_the_position_is_the_binlog_positions_wire_form():
     assert BinlogPosition.decode(p) == BinlogPosition(123, 4567, READS_BELOW + 4)
     with pytest.raises(SerdeError, match="source.pos"):
         debezium_position(_rec("u", "4567"), 0)
+
+
+# -- Debezium's schema change topic (records as Debezium 3.6.3 wrote them for MariaDB 10.11) --
+def _ddl_record(ddl: str, changes: list[tuple[str, str]], *, db: str = "d1", pos: int = 3364,
+                snapshot: str = "false") -> dict:
+    source = {"version": "3.6.3.Final", "connector": "mysql", "name": "dbz", "snapshot": snapshot, "db": db,
+              "file": "mysql-bin.000001", "pos": pos, "row": 0, "server_id": 77}
+    return {"schema": {"type": "struct", "name": "io.debezium.connector.mysql.SchemaChangeValue"},
+            "payload": {"source": {**source}, "ts_ms": 1, "databaseName": db, "schemaName": None, "ddl": ddl,
+                        "tableChanges": [{"type": kind, "id": tid, "table": {}} for kind, tid in changes]}}
+
+
+def test_a_drop_table_event_is_a_drop_table_marker_at_its_binlog_event():
+    [m] = debezium_table_markers(_ddl_record("DROP TABLE `d1`.`t2new`", [("DROP", '"d1"."t2new"')], pos=3894))
+    assert (m["kind"], m["db"], m["table"]) == (DROP_TABLE, "d1", "t2new")
+    assert m["position"] == m["below"] == BinlogPosition.from_binlog("mysql-bin.000001", 3894).encode()
+    # below every change Debezium writes for the events after it, above those before it
+    assert debezium_position(_rec("c", 3893, 7, "mysql-bin.000001"), 0) < m["position"] < \
+        debezium_position(_rec("c", 3895, 0, "mysql-bin.000001"), 0)
+
+
+def test_a_drop_of_two_tables_comes_as_one_event_per_table():
+    one = _ddl_record("DROP TABLE IF EXISTS `d1`.`t3`", [("DROP", '"d1"."t3"')], pos=4338)
+    two = _ddl_record("DROP TABLE IF EXISTS `d1`.`nothere`", [("DROP", '"d1"."nothere"')], pos=4338)
+    assert [(m["db"], m["table"]) for r in (one, two) for m in debezium_table_markers(r)] == \
+        [("d1", "t3"), ("d1", "nothere")]
+
+
+@pytest.mark.parametrize("ddl, new", [
+    ("RENAME TABLE d1.t1 TO d1.t1new", '"d1"."t1new"'),
+    ("RENAME TABLE t1 TO t1new", '"d1"."t1new"'),
+    ("ALTER TABLE d1.t1 RENAME TO d1.t1new", '"d1"."t1new"'),
+    ("ALTER TABLE `t1` RENAME AS `other`.`t1new`", '"other"."t1new"'),
+    ("RENAME TABLE t0 TO tx, d1.t1 TO t1new", '"d1"."t1new"'),
+])
+def test_a_rename_is_told_by_its_statement_as_debezium_names_only_the_new_table(ddl, new):
+    [m] = debezium_table_markers(_ddl_record(ddl, [("ALTER", new)]))
+    to_db = "other" if "other" in new else "d1"
+    assert (m["kind"], m["db"], m["table"], m["to_db"], m["to_table"]) == (RENAME_TABLE, "d1", "t1", to_db, "t1new")
+
+
+def test_schema_capture_create_and_other_alters_give_no_marker():
+    # the connector's schema capture: a DROP TABLE IF EXISTS before each CREATE, snapshot true/last
+    assert debezium_table_markers(_ddl_record("DROP TABLE IF EXISTS `d1`.`t1`", [("DROP", '"d1"."t1"')],
+                                              snapshot="true")) == []
+    assert debezium_table_markers(_ddl_record("DROP TABLE IF EXISTS `d1`.`t1`", [("DROP", '"d1"."t1"')],
+                                              snapshot="last")) == []
+    assert debezium_table_markers(_ddl_record("CREATE TABLE d1.t3 (id INT PRIMARY KEY)",
+                                              [("CREATE", '"d1"."t3"')])) == []
+    assert debezium_table_markers(_ddl_record("ALTER TABLE d1.t1 ADD COLUMN x INT", [("ALTER", '"d1"."t1"')])) == []
+    assert debezium_table_markers(_ddl_record("CREATE DATABASE d2", [], db="d2")) == []
+
+
+def test_quoted_names_and_bad_records():
+    [m] = debezium_table_markers(_ddl_record('DROP TABLE `we"ird`', [("DROP", '"d1"."we""ird"')]))
+    assert m["table"] == 'we"ird'
+    with pytest.raises(SerdeError, match="tableChanges"):
+        debezium_table_markers({"payload": {"ddl": "DROP TABLE x"}})
+    with pytest.raises(SerdeError, match="binlog position"):
+        debezium_table_markers({"payload": {"source": {"snapshot": "false"}, "databaseName": "d1",
+                                            "tableChanges": [{"type": "DROP", "id": '"d1"."x"'}]}})

@@ -12,7 +12,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,embedded]'
 	@touch $(STAMP)
 
+# (and, each time: Spark's Python processes import pip's PySpark from site-packages, not
+# from its pyspark.zip, which Python compiles anew in every process: cdc/pyspark_zip.py)
 venv: $(STAMP)
+	@$(PY) -m cdc.pyspark_zip > /dev/null
 
 # Pathway (the `pathway` extra), a Debezium consumer the tests run, in a venv of its own:
 # it pins pyarrow below the project's (tests/integration/producer/test_debezium_json.py).

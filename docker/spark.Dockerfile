@@ -26,7 +26,11 @@ COPY producer ./producer
 COPY spark_jobs ./spark_jobs
 COPY schemas ./schemas
 # cryptography: PyMySQL needs it for MySQL 8.4's caching_sha2_password (MySQL sink).
+# (cdc.pyspark_zip: Spark's Python processes import PySpark from site-packages, compiled
+# once, instead of compiling it from pyspark.zip in every process)
 RUN pip install . "pyspark==${SPARK_VERSION}" "cryptography>=42" \
+    && python -m compileall -q /usr/local/lib/python3.11/site-packages/pyspark \
+    && python -m cdc.pyspark_zip \
     && rm -rf /src
 
 # pip's pyspark is a complete Spark distribution (bin/spark-submit, bin/spark-class, jars/).

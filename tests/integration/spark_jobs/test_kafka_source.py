@@ -271,3 +271,11 @@ def test_read_gives_up_with_a_clear_error_when_the_broker_does_not_answer(stack,
         with pytest.raises(KafkaReadTimeout, match=rf"{topic}/0 made no progress"):
             list(read_range(opts, KafkaRange(topic, 0, 0, 10)))
     assert time.monotonic() - t0 < 30
+
+
+def test_spark_python_workers_import_the_installed_pyspark(spark):
+    """``make venv`` sets pip's ``pyspark.zip`` aside (cdc/pyspark_zip.py): Spark's Python
+    workers import PySpark from site-packages, with its bytecode, not from the zip (where
+    each new process compiled every module it imported)."""
+    files = spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("pyspark").__file__).collect()
+    assert files and all(".zip" not in f and f.endswith("__init__.py") for f in files), files

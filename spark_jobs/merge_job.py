@@ -635,7 +635,7 @@ class MergeJob:
         moved = 0
         for name, sink in sinks_of(self.settings):
             if action == "rename":
-                done = sink.rename_table(db, table, m["to_db"], m["to_table"])
+                done = sink.rename_table(db, table, m["to_db"], m["to_table"], position=m.get("position"))
             else:
                 done = "dropped" if sink.drop_table(db, table, below=m["position"]) else "none"
             moved += done != "none"

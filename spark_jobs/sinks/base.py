@@ -342,16 +342,23 @@ class TableSinkBase:
         self._plans.pop((db, table), None)
         return True
 
-    def rename_table(self, db: str, table: str, to_db: str, to_table: str) -> str:
+    def rename_table(self, db: str, table: str, to_db: str, to_table: str, position: str | None = None) -> str:
         """The sink table of ``db.table`` becomes that of ``to_db.to_table`` (RENAME TABLE at
         the source, ``rename_table: rename``).  When the new one exists already (its rows
         came first), the old one is dropped instead: the producer snapshots a renamed table,
-        so the new sink table fills either way.  Returns what was done: ``renamed``,
-        ``dropped`` or ``none``."""
+        so the new sink table fills either way.  With ``position`` (the RENAME's), a sink
+        table holding a row written after it is left as it is: it is a table created again
+        under the old name (a RENAME read long after, from Debezium's schema change topic).
+        Returns what was done: ``renamed``, ``dropped`` or ``none``."""
         name, to_name = self.table_name(db, table), self.table_name(to_db, to_table)
         with self._transaction() as cur:
             if not self._has_table(cur, db, table):
                 return "none"
+            if position is not None:
+                cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self.qualified_name(db, table)} "
+                            f"WHERE {self._quote(POSITION_COLUMN)} > %s)", [position])
+                if cur.fetchone()[0]:
+                    return "none"
             if self._has_table(cur, to_db, to_table):
                 done = "dropped"
             else:

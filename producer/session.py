@@ -82,6 +82,9 @@ class StreamSession:
         self.encoder = RecordEncoder(app.cfg.kafka, app.cfg.producer.format, writer.produce)
         self.coord = coordinator
         coordinator.notify = self._notify
+        if app.cfg.producer.format == "avro":  # chunk rows encoded where they are read (chunk_process)
+            coordinator.readers.encoding = builder.read_encoding
+        coordinator.readers.on_read = reader.wake  # the loop polls the coordinator when a read is done
         self.cfg = app.cfg
         self.prefix = self.cfg.kafka.topic_prefix
         self.batch_events = 0

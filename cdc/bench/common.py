@@ -99,10 +99,12 @@ def cpu_seconds(pid: int | str = "self") -> float:
 
 def child_pids(pid: int | None = None) -> list[int]:
     """The children of process ``pid`` (this one by default; the producer's binlog reader
-    process is one)."""
+    process is one, its chunk read processes others)."""
     parent = os.getpid() if pid is None else pid
-    try:  # Linux: the kernel's list (of the main thread's children), one small read
-        return [int(p) for p in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
+    try:  # Linux: the kernel's lists, one small read per thread (a snapshot's chunk read processes
+        # are started by its reader threads)
+        return [int(p) for t in os.listdir(f"/proc/{parent}/task")
+                for p in Path(f"/proc/{parent}/task/{t}/children").read_text().split()]
     except (OSError, ValueError):
         pass  # no such file: scan /proc (every process's stat: costly every 0.25 s, in the measured process)
     return [p for p, (ppid, _, _) in _proc_table(commands=False).items() if ppid == parent]

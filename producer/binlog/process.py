@@ -14,34 +14,28 @@ through a pipe:
 * errors: an exception in the child is sent after the items read before it and raised
   here again, same type (a lost source connection is retried as before) with the child's
   traceback as a note; a child that dies without a word raises :class:`ConnectionError`;
-* no orphans: the child runs in a session of its own, so a Ctrl-C or a stop sent to this
-  process's group stops this process only, which commits and then ends the child
-  (:meth:`ReaderProcess.close` kills it); the child exits when the pipe breaks (this
-  process closed it or died), and on Linux the kernel kills it when this process dies
-  (``PR_SET_PDEATHSIG``), even by SIGKILL.  The child only reads the binlog: it never
-  writes to Kafka.
+* no orphans (:mod:`producer.child_process`): a Ctrl-C or a stop sent to this process's
+  group stops this process only, which commits and then ends the child
+  (:meth:`ReaderProcess.close` kills it); the child exits when the pipe breaks, and dies
+  with this process.  The child only reads the binlog: it never writes to Kafka.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import gc
-import json
 import logging
 import os
 import pickle
-import signal
 import subprocess
-import sys
 import time
-import traceback
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Iterator
 
 from common.config import SourceConfig
 from common.errors import CDCError
+from producer import child_process
 from producer.binlog.reader import BinlogReader, Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
 from producer.capture_filter import CaptureFilter
 from producer.table_schema import TableDef
@@ -49,6 +43,13 @@ from producer.table_schema import TableDef
 log = logging.getLogger(__name__)
 
 Item = RowChanges | SchemaChange | TransactionEnd | Idle
+
+
+class Wake:
+    """Not a binlog item: something else this process waits for is ready (:meth:`ReaderProcess.wake`)."""
+
+
+WAKE = Wake()
 
 #: A transaction end waits in the child for more items while its last batch is younger.
 FLUSH_S = 0.01
@@ -60,7 +61,6 @@ PIPE_BYTES = 1 << 20
 #: A batch is sent once its rows events add up to this (rows can be large: BLOBs).
 BATCH_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
-_PR_SET_PDEATHSIG = 1
 #: The cyclic garbage collector's thresholds while streaming (Python's default: 700, 10, 10).
 #: Every row allocates containers (tuples of values, lists, records) that reference counting
 #: frees, but each 700 of them started a collection: in the parent the young generation is
@@ -91,11 +91,9 @@ class ReaderProcess:
             fcntl.fcntl(write_fd, _F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
             pass  # not Linux, or above the system's limit: the default size only means smaller steps
-        # A fresh interpreter (not fork: no threads, locks or Kafka sockets inherited; not
-        # multiprocessing's spawn: that re-runs the caller's main script).
         try:
-            self._process = subprocess.Popen([sys.executable, "-c", _CHILD_BOOT], stdin=subprocess.PIPE,
-                                             pass_fds=(write_fd,), close_fds=True, start_new_session=True)
+            self._process = child_process.spawn("producer.binlog.process:_child_main", (write_fd,),
+                                                (write_fd, cfg, resume, is_mariadb, max(1, batch_rows), file_base))
         except BaseException:
             os.close(read_fd)
             raise
@@ -103,22 +101,29 @@ class ReaderProcess:
             os.close(write_fd)  # the child holds the write end now: EOF here when it exits
         self._conn = Connection(read_fd, writable=False)
         self._tables: dict[tuple[str, str, str], TableDef] = {}
-        try:
-            with self._process.stdin as stdin:
-                stdin.write(json.dumps(sys.path).encode() + b"\n")
-                pickle.dump((write_fd, cfg, resume, is_mariadb, max(1, batch_rows), os.getpid(), file_base),
-                            stdin, pickle.HIGHEST_PROTOCOL)
-        except BaseException:
-            self.close()
-            raise
+        # (wake): a pipe of this process's own, waited on beside the child's
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         log.debug("binlog reader process %d started", self._process.pid)
 
     @property
     def pid(self) -> int:
         return self._process.pid
 
-    def __iter__(self) -> Iterator[Item]:
+    def wake(self) -> None:
+        """Have the iteration yield :data:`WAKE` soon, even while the binlog is quiet (a
+        snapshot chunk's read is done: callable from any thread)."""
+        fd = self._wake_w
+        if fd >= 0:
+            with contextlib.suppress(BlockingIOError):  # full: a wake is pending anyway
+                os.write(fd, b"w")
+
+    def __iter__(self) -> Iterator[Item | Wake]:
         while True:
+            if self._conn not in wait([self._conn, self._wake_r]):
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 4096)
+                yield WAKE
+                continue
             try:
                 data = self._conn.recv_bytes()
             except EOFError:
@@ -152,6 +157,10 @@ class ReaderProcess:
         if self._process.poll() is None:
             self._process.kill()
         self._process.wait()
+        fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class _ParentGone(CDCError):
@@ -195,16 +204,7 @@ class _Batcher:
 
     def error(self, exc: BaseException) -> None:
         """Send ``exc`` (after the items before it): raised again in the parent."""
-        note = "in the binlog reader process:\n" + "".join(traceback.format_exception(exc)).rstrip()
-        exc.add_note(note)
-        try:
-            data = pickle.dumps(("error", exc), pickle.HIGHEST_PROTOCOL)
-            pickle.loads(data)  # some exceptions pickle but cannot be rebuilt
-        except Exception:  # noqa: BLE001 - fall back to the message
-            fallback = RuntimeError(f"binlog reader: {type(exc).__name__}: {exc}")
-            fallback.add_note(note)
-            data = pickle.dumps(("error", fallback), pickle.HIGHEST_PROTOCOL)
-        self._send(data)
+        self._send(child_process.pickled_error(exc, "binlog reader"))
 
     def _send(self, message) -> None:
         data = message if isinstance(message, bytes) else pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
@@ -214,24 +214,9 @@ class _Batcher:
             raise _ParentGone() from exc
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # not Linux: a broken pipe still ends the child at its next send
-    if os.getppid() != parent_pid:
-        os._exit(0)  # the parent died before the signal was armed
-
-
-#: The child's first lines: the parent's import path (a JSON line on stdin), then its entry point.
-_CHILD_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.stdin.buffer.readline()); "
-               "from producer.binlog.process import _child_main; _child_main()")
-
-
 def _child_main() -> None:
     """The child process: read the binlog, send its items to the parent (arguments on stdin)."""
-    fd, cfg, resume, is_mariadb, batch_rows, parent_pid, file_base = pickle.load(sys.stdin.buffer)
-    _die_with_parent(parent_pid)
+    fd, cfg, resume, is_mariadb, batch_rows, file_base = child_process.child_args()
     tune_gc(READER_GC_THRESHOLDS, freeze=True)
     conn = Connection(fd, readable=False)
     batcher = _Batcher(conn, batch_rows)

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from common.errors import CDCError
 from contract.avro_template import RecordTemplate
 from contract.envelope import (
     INCREMENTAL_SNAPSHOT,
@@ -36,7 +37,7 @@ from contract.topics import table_topic
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import PackedRows
 from producer.events.avro_types import key_record_schema, row_record_schema
-from producer.events.row_encoder import NotFast, RowEncoder
+from producer.events.row_encoder import EncodedRows, NotFast, RowEncoder
 from producer.events.values import RowConverter
 from producer.table_schema import TableDef
 
@@ -95,6 +96,23 @@ class TableEvents:
             self.encoder = None
 
 
+@dataclass(frozen=True)
+class ReadEncoding:
+    """What encodes the rows of a table version's snapshot chunks where they are read (a
+    chunk read process builds the same :class:`TableEvents` from it): plain data."""
+
+    prefix: str
+    table: TableDef
+    key_columns: tuple[str, ...]
+
+    @property
+    def ident(self) -> tuple[str, str, tuple[str, ...]]:
+        return self.table.qualified_name, self.table.fingerprint(), self.key_columns
+
+    def table_events(self) -> TableEvents:
+        return TableEvents(self.prefix, self.table, list(self.key_columns), binlog=False)
+
+
 class EventBuilder:
     def __init__(self, prefix: str, name: str, server_id: int, key_columns: dict[str, list[str]] | None = None,
                  excluded_columns: dict[str, list[str]] | None = None, tombstones: bool = False) -> None:
@@ -123,6 +141,14 @@ class EventBuilder:
         if te is None:
             te = self._read_tables[fp] = self._make(table, binlog=False)
         return te
+
+    def read_encoding(self, table: TableDef) -> ReadEncoding | None:
+        """How a chunk read process encodes the rows of ``table``'s snapshot chunks for
+        :meth:`chunk_records` (Avro records only); None when they take the general path here
+        (columns excluded, no fast encoder)."""
+        if self.excluded.get(table.qualified_name) or self.read_table_events(table).encoder is None:
+            return None
+        return ReadEncoding(self.prefix, table, tuple(self.read_table_events(table).key_columns))
 
     def _make(self, table: TableDef, *, binlog: bool = True) -> TableEvents:
         qualified = table.qualified_name
@@ -270,6 +296,15 @@ class EventBuilder:
         head = b"".join((b0, before_null, b1, after_tag))  # before: null; after: the row
         middle = b"".join((b2, encode_row(0), b3, encode_op(SNAPSHOT_OP), b4))
         key_header = writer.header(te.key_schema, topic, "key") if te.key_columns else None
+        if type(rows) is EncodedRows:  # encoded where they were read
+            if rows.table != (te.table.qualified_name, te.table.fingerprint(), tuple(te.key_columns)):
+                raise CDCError(f"snapshot chunk of {te.table.qualified_name}: its rows were encoded for "
+                               f"{rows.table}, not for this table version")
+            for i, (key, after) in enumerate(rows.bodies):
+                position = chunk_row_position(close_pos, i)
+                out.append((topic, None if key_header is None else key_header + key,
+                            b"".join((head, after, middle, encode_position(position), b5)), position))
+            return len(rows.bodies)
         for i, values in enumerate(rows):
             try:
                 after = enc.row(values)

@@ -201,3 +201,59 @@ class RowEncoder:
     def key_tuple(self, values: tuple) -> bytes | None:
         """:meth:`key` of the values in column order."""
         return None if self._key_tuple is None else self._key_tuple(values)
+
+
+class EncodedRows:
+    """A snapshot chunk's rows encoded where they were read (a chunk read process,
+    :mod:`producer.snapshot.chunk_process`), so the producer only joins each record's
+    envelope around them.
+
+    ``bodies``: ``(key body or None, row body)`` of the first rows, as :class:`RowEncoder`
+    gives them; ``rest``: the rows from the first one the encoder did not take, as row dicts
+    (the general path encodes them, or raises the error the user sees); ``last``: the last
+    row as a dict (the next chunk starts after its key).  ``table``: the table version and key
+    columns they were encoded for (:meth:`producer.events.builder.EventBuilder.read_encoding`).
+    As a sequence it holds the rows whose values it kept: the last one and ``rest``.
+    """
+
+    __slots__ = ("table", "bodies", "rest", "last")
+
+    def __init__(self, table: Any, bodies: list[tuple[bytes | None, bytes]], rest: list[dict],
+                 last: dict | None) -> None:
+        self.table = table
+        self.bodies = bodies
+        self.rest = rest
+        self.last = last
+
+    def __len__(self) -> int:
+        return len(self.bodies) + len(self.rest)
+
+    def __getitem__(self, i: int) -> dict:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        if i >= len(self.bodies):
+            return self.rest[i - len(self.bodies)]
+        if i == n - 1 and self.last is not None:
+            return self.last
+        raise LookupError(f"row {i} of the chunk was encoded where it was read: its values were not kept")
+
+
+def encode_rows(encoder: RowEncoder, table: Any, names: tuple[str, ...], rows: list[tuple]) -> EncodedRows:
+    """``rows`` (value tuples in ``names``' order, the encoder's columns) as :class:`EncodedRows`."""
+    if tuple(names) != encoder.names:
+        raise NotFast("the rows' columns are not the encoder's")
+    bodies: list[tuple[bytes | None, bytes]] = []
+    row, key = encoder.row_tuple, encoder.key_tuple
+    append = bodies.append
+    for i, values in enumerate(rows):
+        try:
+            append((key(values), row(values)))
+        except Exception:  # noqa: BLE001 - the general path gives the value or the error
+            rest = [dict(zip(names, v)) for v in rows[i:]]
+            break
+    else:
+        rest = []
+    return EncodedRows(table, bodies, rest, dict(zip(names, rows[-1])) if rows else None)

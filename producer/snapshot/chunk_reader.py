@@ -20,16 +20,20 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pymysql
 
+from common.config import SourceConfig
 from common.errors import CDCError, SourceUnavailable
 from common.sql.quoting import quote_table
 from contract.gtid import GtidSet
 from contract.position import BinlogPosition
 from contract.signals import WINDOW_CLOSE, WINDOW_OPEN
 from producer.binlog.server import current_position, executed_gtids
+from producer.events.builder import ReadEncoding
+from producer.events.row_encoder import EncodedRows
+from producer.snapshot.chunk_process import ChunkProcessGone, ChunkReadProcess
 from producer.snapshot.state import KeyRange
 from producer.snapshot.table_reader import read_chunk
 from producer.table_schema import TableDef
@@ -92,15 +96,25 @@ class MarkerRows:
 
 
 class ChunkReader:
-    """The pool of chunk readers and their sessions."""
+    """The pool of chunk readers and their sessions.
 
-    def __init__(self, connect: Callable[[], Any], markers: MarkerRows, chunk_size: int, parallelism: int) -> None:
+    With ``source`` and an ``encoding`` (set by the producer's session: how the event builder
+    encodes a table's chunk rows, None for a table it encodes itself), each reader thread
+    has the chunk's SELECT run and its rows encoded by a chunk read process of its own
+    (:mod:`producer.snapshot.chunk_process`); otherwise it reads on its own session."""
+
+    def __init__(self, connect: Callable[[], Any], markers: MarkerRows, chunk_size: int, parallelism: int,
+                 source: SourceConfig | None = None) -> None:
         self._connect = connect
         self.markers = markers
         self.chunk_size = chunk_size
         self.parallelism = parallelism
+        self.source = source
+        self.encoding: Callable[[TableDef], ReadEncoding | None] | None = None
+        self.on_read: Callable[[], None] | None = None  # called (in the reader thread) when a read is done
         self._local = threading.local()
         self._conns: list[Any] = []
+        self._children: list[ChunkReadProcess] = []
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
@@ -109,7 +123,14 @@ class ChunkReader:
         """Read the chunk ``rng`` of ``tdef`` in a reader thread: a future of its rows."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="cdc-chunk-reader")
-        return self._pool.submit(self._read, prefix, marker, tdef, keys, rng, condition)
+        encoding = self.encoding(tdef) if self.encoding is not None and self.source is not None else None
+        return self._done_call(self._pool.submit(self._read, prefix, marker, tdef, keys, rng, condition, encoding))
+
+    def _done_call(self, future: Future) -> Future:
+        if self.on_read is not None:
+            on_read = self.on_read
+            future.add_done_callback(lambda _: on_read())
+        return future
 
     def submit_quiet(self, tdef: TableDef, keys: list[str], rng: KeyRange, condition: str | None, *,
                      is_mariadb: bool, anchor: BinlogPosition, anchor_gtids: GtidSet) -> Future:
@@ -119,7 +140,8 @@ class ChunkReader:
         had passed; the read sees at least everything before them."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.parallelism, thread_name_prefix="cdc-chunk-reader")
-        return self._pool.submit(self._read_quiet, tdef, keys, rng, condition, is_mariadb, anchor, anchor_gtids)
+        return self._done_call(self._pool.submit(self._read_quiet, tdef, keys, rng, condition, is_mariadb, anchor,
+                                                 anchor_gtids))
 
     def _read_quiet(self, tdef: TableDef, keys: list[str], rng: KeyRange, condition: str | None, is_mariadb: bool,
                     anchor: BinlogPosition, anchor_gtids: GtidSet) -> QuietRead:
@@ -178,9 +200,12 @@ class ChunkReader:
             except Exception:  # noqa: BLE001 - closing a dead connection
                 pass
         self._conns = []
+        for child in self._children:
+            child.close()
+        self._children = []
 
     def _read(self, prefix: str, marker: str, tdef: TableDef, keys: list[str], rng: KeyRange,
-              condition: str | None) -> list[dict]:
+              condition: str | None, encoding: ReadEncoding | None = None) -> Sequence[dict]:
         """OPEN marker, the range's SELECT, CLOSE marker.  Raises :class:`Unclosed` when no
         CLOSE marker was written (so none will come through the binlog and the coordinator
         must take the chunk back itself)."""
@@ -191,9 +216,13 @@ class ChunkReader:
             self._drop_session()
             raise Unclosed(exc) from exc
         error: Exception | None = None
-        rows: list[dict] = []
+        rows: Sequence[dict] = []
         try:
-            rows = read_chunk(conn, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition, limit=self.chunk_size)
+            if encoding is None:
+                rows = read_chunk(conn, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition,
+                                  limit=self.chunk_size)
+            else:
+                rows = self._read_encoded(encoding, keys, rng, condition)
         except Exception as exc:  # noqa: BLE001 - reported through the CLOSE marker
             error = exc
         try:
@@ -205,6 +234,26 @@ class ChunkReader:
         if error is not None:
             raise error
         return rows
+
+    def _read_encoded(self, encoding: ReadEncoding, keys: list[str], rng: KeyRange,
+                      condition: str | None) -> EncodedRows:
+        """The chunk read and encoded by this thread's chunk read process (started on first use,
+        and again after one died)."""
+        child = getattr(self._local, "child", None)
+        if child is None:
+            assert self.source is not None
+            child = self._local.child = ChunkReadProcess(self.source)
+            with self._lock:
+                self._children.append(child)
+        try:
+            return child.read(encoding, keys, rng.lo, rng.hi, condition, self.chunk_size)
+        except ChunkProcessGone:
+            self._local.child = None
+            with self._lock:
+                if child in self._children:
+                    self._children.remove(child)
+            child.close()
+            raise
 
     def _session(self):
         c = getattr(self._local, "conn", None)

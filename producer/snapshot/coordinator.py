@@ -47,6 +47,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from common.config import SourceConfig
 from contract.errors import BadSignal
 from contract.notifications import Notification
 from contract.position import BinlogPosition
@@ -102,10 +103,11 @@ class _Chunk:
     invalid: str | None = None  # why it must be read again instead of released
     quiet: Boundary | None = None  # read-only: the boundary it was submitted at
     changed: set = field(default_factory=set)  # read-only: record keys written for its table since
+    ahead: bool = False  # its read was looked at for the next chunk's start (_read_ahead)
+    marker_data: dict = field(init=False)  # the key range as planned (its markers carry it)
 
-    @property
-    def marker_data(self) -> dict:
-        return {"lo": encode_key(self.key_range.lo), "hi": encode_key(self.key_range.hi)}
+    def __post_init__(self) -> None:
+        self.marker_data = {"lo": encode_key(self.key_range.lo), "hi": encode_key(self.key_range.hi)}
 
 
 @dataclass
@@ -127,7 +129,8 @@ class SnapshotCoordinator:
     def __init__(self, *, signal_table: str, chunk_size: int, captures: Callable[[str, str], bool],
                  connect: Callable[[], Any], parallelism: int = 1, state: dict | None = None,
                  notify: Callable[[Notification], None] = lambda n: None, read_only: bool = False,
-                 is_mariadb: bool = True, slots: MarkerSlots | None = None, file_base: int = 0) -> None:
+                 is_mariadb: bool = True, slots: MarkerSlots | None = None, file_base: int = 0,
+                 source: SourceConfig | None = None) -> None:
         self.read_only = read_only
         self.is_mariadb = is_mariadb
         self.slots = slots or MarkerSlots()
@@ -140,7 +143,7 @@ class SnapshotCoordinator:
         self.notify = notify
         self.markers = MarkerRows(signal_table)
         self.planner = ChunkPlanner(chunk_size, parallelism, file_base)
-        self.readers = ChunkReader(connect, self.markers, chunk_size, parallelism)
+        self.readers = ChunkReader(connect, self.markers, chunk_size, parallelism, source)
         self.run_id = uuid.uuid4().hex[:12]
         self.snapshot_id: str | None = None
         self.jobs: list[TableJob] = []
@@ -316,16 +319,40 @@ class SnapshotCoordinator:
             return
         if self.inflight:
             self._reap_unclosed()
+            self._read_ahead()
         if self._pending_closes and time.monotonic() >= self._retry_after:
             self._insert_pending_closes()
         if not self.active or self.paused or time.monotonic() < self._retry_after:
             return
-        while len(self.inflight) < self.parallelism and self.active:
+        # ``parallelism`` reads at once; one more chunk may wait, read, for its CLOSE marker
+        # (buffered rows: at most (parallelism + 1) x chunk_size)
+        while self._reading() < self.parallelism and len(self.inflight) <= self.parallelism and self.active:
             job = self._next_job()
             if job is None:
                 return
             if not self._submit(job):
                 return
+
+    def _reading(self) -> int:
+        """Chunks in flight whose read has not been looked at yet (:meth:`_read_ahead`)."""
+        return sum(1 for ch in self.inflight.values() if not ch.ahead)
+
+    def _read_ahead(self) -> None:
+        """A chunk read that filled the chunk size has found where the next chunk of its
+        range starts: its range ends at its last row now, and the rest is planned as a range
+        of its own.  So the next chunk is read while this one waits for its CLOSE marker to
+        come through the binlog and is written to Kafka, instead of after (keyset reads are
+        otherwise one after the other).  Should this chunk not be released (DDL in its window,
+        its OPEN marker not seen), its range, now ending at its last row, is read again."""
+        for ch in self.inflight.values():
+            if ch.ahead or not ch.future.done():
+                continue
+            ch.ahead = True
+            if ch.quiet is not None or ch.future.exception() is not None or ch.job not in self.jobs:
+                continue
+            rows = ch.future.result()
+            if len(rows) >= self.chunk_size:
+                ch.job.split(ch.key_range, [rows[-1][k] for k in ch.keys])
 
     def _next_job(self) -> TableJob | None:
         """The first table with a range to read (tables go in order; the next one starts

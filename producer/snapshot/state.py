@@ -11,7 +11,9 @@ range still outstanding, or the end of the planned key space when none is.  Only
 frontier is stored (with the producer's offsets): after a restart the table is read again
 from there.  Ranges released beyond it are read twice then, which the DBLog rule allows (a
 later read in a later window is just as valid).  No key is compared in Python: ranges stay
-in the order they were planned, which is key order.
+in the order they were planned, which is key order.  A range whose read hit the chunk size
+is split at its last row as soon as the read is done (:meth:`TableJob.split`), so the next
+chunk can be read before this one is released.
 
 Key values come from the database (int, str, Decimal, datetime, bytes ...); the stored
 form tags the ones JSON cannot carry so they round-trip exactly.
@@ -131,6 +133,18 @@ class TableJob:
         else:
             self.outstanding.pop(i)
         self._advance_frontier()
+        return rest
+
+    def split(self, r: KeyRange, last_key: list) -> KeyRange | None:
+        """Range ``r``'s read hit the chunk size at ``last_key`` before it was released: ``r``
+        now ends there, and ``(last_key, r.hi]`` is planned right after it (returned; None
+        when ``last_key`` is ``r``'s end).  Its release then leaves no rest."""
+        i = self._index(r)
+        if last_key == r.hi:
+            return None
+        rest = KeyRange(last_key, r.hi)
+        r.hi = last_key
+        self.outstanding.insert(i + 1, rest)
         return rest
 
     def retry(self, r: KeyRange) -> KeyRange:

@@ -99,6 +99,15 @@ def boundary_key(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[
 
 def read_chunk(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
                upto: Sequence[Any] | None, condition: str | None, limit: int) -> list[dict[str, Any]]:
+    """The rows of one keyset chunk, as dicts by column name."""
+    names = table.column_names
+    return [dict(zip(names, r)) for r in read_chunk_values(conn, table, keys, after=after, upto=upto,
+                                                           condition=condition, limit=limit)]
+
+
+def read_chunk_values(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
+                      upto: Sequence[Any] | None, condition: str | None, limit: int) -> list[tuple]:
+    """The rows of one keyset chunk, as tuples of values in ``table.column_names``' order."""
     names = table.column_names
     exprs = {c.name: f"CAST({quote_ident(c.name)} AS DOUBLE)"
              for c in table.columns if c.data_type == "float"}
@@ -108,4 +117,4 @@ def read_chunk(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[An
                               limit=limit, select_exprs=exprs, key_exprs=kexprs)
     with conn.cursor() as cur:
         cur.execute(sql, params)
-        return [dict(zip(names, r)) for r in cur.fetchall()]
+        return list(cur.fetchall())

@@ -458,3 +458,53 @@ def test_enum_and_set_keys_are_chunked_in_their_index_order(stack, config, test_
     run_until_caught_up(config)
     streamed = [(v["op"], k["s"]) for _, k, v in read_events(config, _topic(config, test_db, "ek")) if v["op"] in "ud"]
     assert sorted(streamed) == [("d", "")] * 3 + [("u", "")] * 3
+
+
+def _chunk_read_processes(pid: int) -> list[int]:
+    """The producer's chunk read processes (producer.snapshot.chunk_process)."""
+    from cdc.bench.common import child_pids
+    found = []
+    for child in child_pids(pid):
+        try:
+            if b"producer.snapshot.chunk_process" in open(f"/proc/{child}/cmdline", "rb").read():
+                found.append(int(child))
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def test_a_killed_chunk_read_process_is_replaced_and_loses_nothing(stack, config, test_db, tmp_path):
+    """Chunk rows are read and encoded in a child process per reader (Avro): SIGKILL it several
+    times while a snapshot runs under writes; each failed read is read again by a new one,
+    the snapshot completes and the replay equals the table."""
+    import os
+    import signal
+    rows = 30000
+    keys = _prepare(stack, config, test_db, "single", rows=rows, chunk_size=50)
+    proc = ProducerProcess(config, tmp_path)
+    proc.start()
+    killed: set[int] = set()
+    with WriteLoad(stack.admin, test_db, "t", "single", key_space=rows + 500, seed=5) as load:
+        time.sleep(2.0)
+        sid = snapshot(config, [f"{test_db}.t"])
+        for _ in range(3):
+            # the reader's process, a new one after each kill (started by the read after the failed one)
+            wait_for(lambda: [c for c in _chunk_read_processes(proc.proc.pid) if c not in killed], timeout=120,
+                     what="a chunk read process")
+            children = _chunk_read_processes(proc.proc.pid)
+            assert len(children) == 1, children  # one reader: one process
+            assert not has_notification(config, "COMPLETED", id=sid), "the snapshot ended before the kill"
+            os.kill(children[0], signal.SIGKILL)
+            killed.add(children[0])
+            time.sleep(0.3)
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
+        load.stop()
+    assert len(killed) == 3  # a new process each time
+    assert not set(_chunk_read_processes(proc.proc.pid)) & killed
+    assert proc.stop() == 0
+    run_until_caught_up(config)
+    result = dblog_replay(config, _topic(config, test_db, "t"))
+    with stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t", keys)
+    assert result.table == expected
+    assert "chunk read process exited" in proc.log.read_text()

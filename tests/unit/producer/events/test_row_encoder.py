@@ -10,6 +10,7 @@ general path gives, errors included.
 from __future__ import annotations
 
 import io
+import pickle
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -17,12 +18,14 @@ from decimal import Decimal
 import fastavro
 import pytest
 
+from common.errors import CDCError
 from contract.position import BinlogPosition
 from contract.serde import AvroWriter
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import PackedRows
 from producer.errors import ConversionError
 from producer.events.builder import EventBuilder
+from producer.events.row_encoder import encode_rows
 from producer.events.values import RowConverter
 from producer.table_schema import ColumnDef, TableDef
 from tests.unit.producer.events.test_types_and_values import BINLOG_ROW, SNAPSHOT_ROW, TABLE
@@ -298,3 +301,53 @@ def test_a_keyless_chunk_is_the_general_paths_bytes(monkeypatch):
         ColumnDef(name="b", data_type="varchar", column_type="varchar(10)", nullable=True, ordinal=2)], [])
     fast, general = _chunk_both(monkeypatch, Chunk([{"a": 1, "b": "x"}, {"a": None, "b": None}], table_def=table))
     assert fast == general and all(key is None for _, key, _, _ in fast)
+
+
+def _encoded_where_read(rows: list[dict], table: TableDef = TABLE):
+    """The rows as a chunk read process hands them over (producer.snapshot.chunk_process):
+    encoded from value tuples by the encoder the builder's ReadEncoding builds, pickled."""
+    encoding = EventBuilder("cdc", "prod", 1).read_encoding(table)
+    names = tuple(table.column_names)
+    tuples = [tuple(r.get(c) for c in names) if set(r) == set(names) else tuple(r.values()) for r in rows]
+    return pickle.loads(pickle.dumps(encode_rows(encoding.table_events().encoder, encoding.ident, names, tuples)))
+
+
+def test_rows_encoded_where_they_were_read_are_the_general_paths_bytes(monkeypatch):
+    """Chunk rows encoded in the chunk read process, then joined into records here: byte for
+    byte the general path's records; the last row's values are kept (the next chunk's start)."""
+    rows = [SNAPSHOT_ROW, {**{c: None for c in TABLE.column_names}, "id": 2},
+            dict(SNAPSHOT_ROW, id=3, dec1=Decimal("-0E-30"), fl=-0.0, st="", vc="", dt3=datetime(1970, 1, 1))]
+    encoded = _encoded_where_read(rows)
+    assert len(encoded.bodies) == 3 and not encoded.rest and len(encoded) == 3
+    assert encoded[-1] == rows[-1] and encoded[2]["id"] == 3
+    with pytest.raises(LookupError):
+        encoded[0]
+    _, general = _chunk_both(monkeypatch, Chunk(rows))
+    assert EventBuilder("cdc", "prod", 1).chunk_records(Chunk(encoded), AvroOut()) == general
+
+
+def test_rows_the_encoder_refused_where_read_take_the_general_path(monkeypatch):
+    """A row the encoder does not take (a value of the wrong type) and every row after it
+    come over as values: the general path encodes them or raises its error."""
+    bad = dict(SNAPSHOT_ROW, id=2, i="nope")
+    encoded = _encoded_where_read([SNAPSHOT_ROW, bad, dict(SNAPSHOT_ROW, id=3)])
+    assert len(encoded.bodies) == 1 and [r["id"] for r in encoded.rest] == [2, 3]
+    with pytest.raises(ConversionError):
+        EventBuilder("cdc", "prod", 1).chunk_records(Chunk(encoded), AvroOut())
+    fine = _encoded_where_read([SNAPSHOT_ROW, dict(SNAPSHOT_ROW, id=2), dict(SNAPSHOT_ROW, id=3)])
+    fine.rest, fine.bodies = [dict(SNAPSHOT_ROW, id=2), dict(SNAPSHOT_ROW, id=3)], fine.bodies[:1]  # as if refused
+    _, general = _chunk_both(monkeypatch, Chunk([SNAPSHOT_ROW, dict(SNAPSHOT_ROW, id=2), dict(SNAPSHOT_ROW, id=3)]))
+    assert EventBuilder("cdc", "prod", 1).chunk_records(Chunk(fine), AvroOut()) == general
+
+
+def test_rows_encoded_for_another_table_version_are_refused():
+    encoded = _encoded_where_read([SNAPSHOT_ROW])
+    other = TableDef(TABLE.db, TABLE.name, TABLE.columns[:-1], TABLE.primary_key)
+    with pytest.raises(CDCError, match="encoded for"):
+        EventBuilder("cdc", "prod", 1).chunk_records(Chunk(encoded, table_def=other), AvroOut())
+
+
+def test_no_read_encoding_for_tables_with_excluded_columns():
+    builder = EventBuilder("cdc", "prod", 1, excluded_columns={TABLE.qualified_name: ["vc"]})
+    assert builder.read_encoding(TABLE) is None
+    assert EventBuilder("cdc", "prod", 1).read_encoding(TABLE).ident[0] == TABLE.qualified_name

@@ -97,3 +97,21 @@ def test_delete_missing_and_its_position_survive_a_restart():
     assert again.delete_missing is True and again.below == "0" * 29 + "7"
     plain = TableJob.from_state(TableJob("shop.orders").to_state())
     assert plain.delete_missing is False and plain.below is None
+
+
+def test_a_full_read_splits_its_range_for_the_next_chunk_before_its_release():
+    """Read ahead: a chunk that hit the chunk size ends at its last row; the rest is the next
+    range, readable at once; releasing the first leaves no rest, the frontier moves in order."""
+    job = TableJob("db.t")
+    job.start([100], 100)
+    r = job.plan([100])
+    rest = job.split(r, [40])
+    assert (r.lo, r.hi) == (None, [40]) and (rest.lo, rest.hi) == ([40], [100])
+    assert job.outstanding == [r, rest] and job.frontier is None
+    assert job.released(rest, [80], True, 40) is not None  # the second chunk released first: full again
+    assert job.frontier is None  # the first range still holds it back
+    assert job.released(r, [40], True, 40) is None
+    assert job.frontier == [80] and [(o.lo, o.hi) for o in job.outstanding] == [([80], [100])]
+    assert job.split(job.outstanding[0], [100]) is None  # its last row is the range's end: nothing left
+    job.retry(job.outstanding[0])
+    assert not job.done

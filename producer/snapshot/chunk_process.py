@@ -1,0 +1,137 @@
+"""Chunk read processes: a snapshot chunk's SELECT and its rows' Avro encoding in a child.
+
+A chunk reader thread (:mod:`producer.snapshot.chunk_reader`) writes the OPEN marker, has
+the chunk read, and writes the CLOSE marker.  Parsing the SELECT's result (pymysql is pure
+Python) and encoding each row image and key to Avro cost several times what joining a
+record's envelope and producing it do; in a thread they would hold the producer's GIL and
+share its core.  :class:`ChunkReadProcess` does both in a child process of its own, on its
+own read session (UTC, READ COMMITTED, autocommit, as the threads' sessions), and hands
+back :class:`~producer.events.row_encoder.EncodedRows`: per row the key and row bodies, as
+the producer's own :class:`~producer.events.row_encoder.RowEncoder` for that table version
+encodes them (the child builds it from the same :class:`~producer.events.builder.ReadEncoding`),
+and the rows from the first one the encoder does not take as values, for the general path.
+
+The read is the same statement at the same point of the window: it starts after the OPEN
+marker's INSERT committed and ends before the CLOSE marker's INSERT, whichever session runs
+it.  An error of the read (the server gone, a query refused) comes back as that exception
+and is handled as a failed read; a child that died raises :class:`ChunkProcessGone`, and
+the next read starts a new one.  Memory: one chunk's rows at a time per child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import pickle
+import socket
+import subprocess
+from multiprocessing.connection import Connection
+from typing import Any, Sequence
+
+from common.config import SourceConfig
+from common.errors import SourceUnavailable
+from common.sql.sessions import read_session
+from producer import child_process
+from producer.events.builder import ReadEncoding, TableEvents
+from producer.events.row_encoder import EncodedRows, encode_rows
+from producer.snapshot.table_reader import read_chunk_values
+from producer.table_schema import TableDef
+
+
+class ChunkProcessGone(SourceUnavailable):
+    """The chunk read process exited before it answered."""
+
+
+class ChunkReadProcess:
+    """One child that reads and encodes chunks, one at a time (one per reader thread)."""
+
+    def __init__(self, source: SourceConfig) -> None:
+        mine, theirs = socket.socketpair()
+        try:
+            self._process = child_process.spawn("producer.snapshot.chunk_process:_child_main", (theirs.fileno(),),
+                                                (theirs.fileno(), source))
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        self._conn = Connection(mine.detach())
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def read(self, encoding: ReadEncoding, keys: Sequence[str], after: Sequence[Any] | None,
+             upto: Sequence[Any] | None, condition: str | None, limit: int) -> EncodedRows:
+        """The chunk of ``encoding.table`` after key ``after`` up to ``upto`` (``limit`` rows
+        at most), encoded; raises the read's error."""
+        try:
+            self._conn.send_bytes(pickle.dumps((encoding, list(keys), after, upto, condition, limit),
+                                               pickle.HIGHEST_PROTOCOL))
+            data = self._conn.recv_bytes()
+        except (EOFError, OSError) as exc:
+            raise ChunkProcessGone(f"the chunk read process exited ({self._exit_code()})") from exc
+        kind, payload = pickle.loads(data)
+        if kind == "error":
+            raise payload
+        return payload
+
+    def _exit_code(self) -> str:
+        try:
+            return f"exit code {self._process.wait(5)}"
+        except subprocess.TimeoutExpired:
+            return "still running"
+
+    def close(self) -> None:
+        """End the child (it holds nothing worth a graceful stop) and wait for it."""
+        self._conn.close()
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+
+
+def read_encoded(conn, encoding: ReadEncoding, table_events: TableEvents, keys: Sequence[str],
+                 after: Sequence[Any] | None, upto: Sequence[Any] | None, condition: str | None,
+                 limit: int) -> EncodedRows:
+    """One chunk read on ``conn`` and encoded by ``table_events``' encoder (the child's work)."""
+    table: TableDef = encoding.table
+    rows = read_chunk_values(conn, table, keys, after=after, upto=upto, condition=condition, limit=limit)
+    return encode_rows(table_events.encoder, encoding.ident, tuple(table.column_names), rows)
+
+
+def _child_main() -> None:
+    """The child: answer read requests until the parent closes the socket or dies."""
+    fd, source = child_process.child_args()
+    gc.freeze()  # the imports: out of every later collection
+    conn = Connection(fd)
+    session = None
+    tables: dict[tuple, TableEvents] = {}
+    try:
+        while True:
+            try:
+                encoding, keys, after, upto, condition, limit = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError):
+                return  # the parent is gone or done
+            try:
+                te = tables.get(encoding.ident)
+                if te is None:
+                    te = tables[encoding.ident] = encoding.table_events()
+                if session is None:
+                    session = read_session(source)
+                answer = pickle.dumps(("rows", read_encoded(session, encoding, te, keys, after, upto, condition,
+                                                            limit)), pickle.HIGHEST_PROTOCOL)
+            except BaseException as exc:  # noqa: BLE001 - every error goes to the parent
+                if session is not None:  # a new session for the next read, whatever went wrong
+                    with contextlib.suppress(Exception):
+                        session.close()
+                    session = None
+                answer = child_process.pickled_error(exc, "chunk read")
+            try:
+                conn.send_bytes(answer)
+            except OSError:
+                return
+    finally:
+        if session is not None:
+            with contextlib.suppress(Exception):
+                session.close()
+        conn.close()

@@ -172,6 +172,15 @@ def chunk_row_position(close: str, index: int) -> str:
     return f"{close[:EVENT_WIDTH]}{row:0{_PART_WIDTH}d}"
 
 
+def chunk_row_positions(close: str, count: int) -> list[str]:
+    """:func:`chunk_row_position` of rows ``0`` to ``count - 1``, checked once."""
+    if count <= 0:
+        return []
+    chunk_row_position(close, count - 1)  # (the checks)
+    event, first = close[:EVENT_WIDTH], int(close[EVENT_WIDTH:]) + 1
+    return [f"{event}{row:0{_PART_WIDTH}d}" for row in range(first, first + count)]
+
+
 def describe_position(position: str) -> str:
     """An encoded position as a reader can place it in the binlog."""
     if is_position(position):

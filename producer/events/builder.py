@@ -32,7 +32,7 @@ from contract.envelope import (
     record_names,
     source_block,
 )
-from contract.position import chunk_row_position
+from contract.position import ENCODED_WIDTH, EVENT_WIDTH, chunk_row_position, chunk_row_positions
 from contract.topics import table_topic
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import PackedRows
@@ -300,10 +300,12 @@ class EventBuilder:
             if rows.table != (te.table.qualified_name, te.table.fingerprint(), tuple(te.key_columns)):
                 raise CDCError(f"snapshot chunk of {te.table.qualified_name}: its rows were encoded for "
                                f"{rows.table}, not for this table version")
-            for i, (key, after) in enumerate(rows.bodies):
-                position = chunk_row_position(close_pos, i)
+            positions = chunk_row_positions(close_pos, len(rows.bodies))
+            digits = ENCODED_WIDTH - EVENT_WIDTH  # a position's Avro string: length, event part, row digits
+            tail = b"".join((middle, encode_position(positions[0])[:-digits])) if positions else b""
+            for (key, after), position in zip(rows.bodies, positions):
                 out.append((topic, None if key_header is None else key_header + key,
-                            b"".join((head, after, middle, encode_position(position), b5)), position))
+                            b"".join((head, after, tail, position[EVENT_WIDTH:].encode(), b5)), position))
             return len(rows.bodies)
         for i, values in enumerate(rows):
             try:

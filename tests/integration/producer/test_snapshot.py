@@ -483,25 +483,29 @@ def test_a_killed_chunk_read_process_is_replaced_and_loses_nothing(stack, config
     keys = _prepare(stack, config, test_db, "single", rows=rows, chunk_size=50)
     proc = ProducerProcess(config, tmp_path)
     proc.start()
-    killed: set[int] = set()
-    with WriteLoad(stack.admin, test_db, "t", "single", key_space=rows + 500, seed=5) as load:
-        time.sleep(2.0)
-        sid = snapshot(config, [f"{test_db}.t"])
-        for _ in range(3):
-            # the reader's process, a new one after each kill (started by the read after the failed one)
-            wait_for(lambda: [c for c in _chunk_read_processes(proc.proc.pid) if c not in killed], timeout=120,
-                     what="a chunk read process")
-            children = _chunk_read_processes(proc.proc.pid)
-            assert len(children) == 1, children  # one reader: one process
-            assert not has_notification(config, "COMPLETED", id=sid), "the snapshot ended before the kill"
-            os.kill(children[0], signal.SIGKILL)
-            killed.add(children[0])
-            time.sleep(0.3)
-        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
-        load.stop()
-    assert len(killed) == 3  # a new process each time
-    assert not set(_chunk_read_processes(proc.proc.pid)) & killed
-    assert proc.stop() == 0
+    try:
+        killed: set[int] = set()
+        with WriteLoad(stack.admin, test_db, "t", "single", key_space=rows + 500, seed=5) as load:
+            time.sleep(2.0)
+            sid = snapshot(config, [f"{test_db}.t"])
+            for _ in range(3):
+                # the reader's process, a new one after each kill (started by the read after the failed one)
+                wait_for(lambda: [c for c in _chunk_read_processes(proc.proc.pid) if c not in killed], timeout=120,
+                         what="a chunk read process")
+                children = _chunk_read_processes(proc.proc.pid)
+                assert len(children) == 1, children  # one reader: one process
+                assert not has_notification(config, "COMPLETED", id=sid), "the snapshot ended before the kill"
+                os.kill(children[0], signal.SIGKILL)
+                killed.add(children[0])
+                time.sleep(0.3)
+            wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
+            load.stop()
+        assert len(killed) == 3  # a new process each time
+        assert not set(_chunk_read_processes(proc.proc.pid)) & killed
+        assert proc.stop() == 0
+    finally:
+        if proc.alive():
+            proc.kill9()
     run_until_caught_up(config)
     result = dblog_replay(config, _topic(config, test_db, "t"))
     with stack.admin() as conn:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.position import ENCODED_WIDTH, PART_LIMIT, BinlogPosition
+from contract.position import ENCODED_WIDTH, PART_LIMIT, BinlogPosition, chunk_row_position, chunk_row_positions
 
 parts = st.integers(min_value=0, max_value=PART_LIMIT - 1)
 positions = st.builds(BinlogPosition, parts, parts, parts)
@@ -173,3 +173,18 @@ def test_file_name_round_trip(index, stem, pos, row):
     p = BinlogPosition(index, pos, row, stem)
     q = BinlogPosition.from_binlog(p.file_name, pos, row)
     assert q == p and q.stem == stem and q.file_name == p.file_name
+
+
+@given(st.integers(1, 10**6), st.integers(0, 10**9), st.integers(0, 10**4), st.integers(0, 300))
+def test_chunk_row_positions_are_each_rows_position(file_index, pos, row, count):
+    close = BinlogPosition(file_index, pos, row).encode()
+    assert chunk_row_positions(close, count) == [chunk_row_position(close, i) for i in range(count)]
+
+
+def test_chunk_row_positions_refuse_what_a_row_position_refuses():
+    with pytest.raises(ValueError):
+        chunk_row_positions("not a position", 1)
+    close = BinlogPosition(1, 4, 10**10 - 3).encode()
+    assert len(chunk_row_positions(close, 2)) == 2
+    with pytest.raises(ValueError):
+        chunk_row_positions(close, 3)

@@ -3,7 +3,8 @@
 :func:`connect` is a plain session (autocommit, utf8mb4), with connection failures told
 apart: :class:`~common.errors.SourceError` when retrying cannot help (access denied, an
 unknown database), :class:`~common.errors.SourceUnavailable` when it may.  :func:`read_session`
-is the session that reads tables (snapshot chunks, ``cdc verify``): UTC, READ COMMITTED,
+is the session that reads tables (snapshot chunks, ``cdc verify``; its rows parsed faster, with
+pymysql's values: :func:`datetime_from_text`, :mod:`common.sql.row_parser`): UTC, READ COMMITTED,
 each SELECT its own statement in autocommit (no long transaction, no lock), and read/write
 timeouts so that a server that stops answering fails the read instead of hanging it.
 """
@@ -18,6 +19,7 @@ from pymysql.converters import convert_datetime
 
 from common.config import SourceConfig
 from common.errors import SourceError, SourceUnavailable
+from common.sql import row_parser
 
 #: Seconds a table read may wait for the server before it fails (and is retried).
 READ_TIMEOUT_S = 600
@@ -57,6 +59,7 @@ def read_session(cfg: SourceConfig, *, binary_prefix: bool = False) -> pymysql.c
     ``binary_prefix``: binary strings sent as ``_binary'..'`` (key values compared byte for byte)."""
     conn = connect(cfg, read_timeout=READ_TIMEOUT_S, write_timeout=READ_TIMEOUT_S, binary_prefix=binary_prefix)
     conn.decoders = {**conn.decoders, FIELD_TYPE.DATETIME: datetime_from_text, FIELD_TYPE.TIMESTAMP: datetime_from_text}
+    row_parser.install(conn)  # rows parsed by generated code (the same values)
     try:
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")

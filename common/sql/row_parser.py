@@ -36,19 +36,19 @@ def row_parser(converters: list[tuple[str | None, Callable | None]]) -> Callable
     lines = ["def parse(data):", "    p = 0"]
     for i, (encoding, converter) in enumerate(converters):
         env[f"e{i}"], env[f"c{i}"] = encoding, converter
-        lines += [f"    n = data[p]",
+        lines += ["    n = data[p]",
                   f"    if n < {_NULL}:",
-                  f"        p += 1",
+                  "        p += 1",
                   f"    elif n == {_NULL}:",
-                  f"        p += 1",
-                  f"        n = -1",
-                  f"    else:",
-                  f"        n, p = _length(data, p)",
-                  f"    if n < 0:",
+                  "        p += 1",
+                  "        n = -1",
+                  "    else:",
+                  "        n, p = _length(data, p)",
+                  "    if n < 0:",
                   f"        v{i} = None",
-                  f"    else:",
+                  "    else:",
                   f"        v{i} = data[p:p + n]",
-                  f"        p += n"]
+                  "        p += n"]
         value = f"v{i}"
         if encoding is not None:
             value = f"{value}.decode(e{i})"

@@ -58,6 +58,15 @@ def unique(request: pytest.FixtureRequest):
     return make
 
 
+@pytest.fixture(autouse=True)
+def _no_producer_left_running() -> Iterator[None]:
+    """A ``cdc produce`` process a test started and left running (it failed before stopping
+    it) is killed when the test ends."""
+    yield
+    from tests.producer_helpers import ProducerProcess
+    ProducerProcess.kill_leftovers()
+
+
 @pytest.fixture
 def test_db(stack: StackHandle, unique) -> Iterator[str]:
     """A fresh database for one test, dropped afterwards."""

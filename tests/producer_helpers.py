@@ -118,7 +118,11 @@ def apply_changelog(events) -> dict:
 
 
 class ProducerProcess:
-    """``cdc produce`` as a real process (for kill -9 tests)."""
+    """``cdc produce`` as a real process (for kill -9 tests).  One still running when its test
+    ends (a failed assertion before its stop) is killed then (:meth:`kill_leftovers`, an
+    autouse fixture), so it does not load the machine for the tests after it."""
+
+    started: list["ProducerProcess"] = []
 
     def __init__(self, cfg: CDCConfig, workdir: Path, source: str | None = None) -> None:
         """``source``: run ``cdc produce --source NAME`` (a ``sources`` entry's producer)."""
@@ -133,6 +137,14 @@ class ProducerProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(self.path), "produce", *self.args],
                                          stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        ProducerProcess.started.append(self)
+
+    @classmethod
+    def kill_leftovers(cls) -> None:
+        for p in cls.started:
+            if p.alive():
+                p.kill9()
+        cls.started.clear()
 
     def kill9(self) -> None:
         assert self.proc is not None

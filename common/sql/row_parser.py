@@ -63,11 +63,28 @@ def row_parser(converters: list[tuple[str | None, Callable | None]]) -> Callable
     return env["parse"]
 
 
+#: Parsers by their columns' (encoding, converter): a session's queries repeat (chunk reads,
+#: table definitions), so each is generated once.  Bounded: emptied when it holds this many.
+_PARSERS_KEPT = 256
+_parsers: dict[tuple, Callable[[bytes], tuple]] = {}
+
+
+def cached_row_parser(converters: list[tuple[str | None, Callable | None]]) -> Callable[[bytes], tuple]:
+    """:func:`row_parser`, generated once per distinct list of columns' readings."""
+    key = tuple((encoding, id(converter), converter) for encoding, converter in converters)
+    parse = _parsers.get(key)
+    if parse is None:
+        if len(_parsers) >= _PARSERS_KEPT:
+            _parsers.clear()
+        parse = _parsers[key] = row_parser(converters)
+    return parse
+
+
 class _FastResult(MySQLResult):
     """pymysql's buffered result, its rows parsed by :func:`row_parser`."""
 
     def _read_rowdata_packet(self) -> None:
-        parse = row_parser(self.converters)
+        parse = cached_row_parser(self.converters)
         slow = super()._read_row_from_packet
         rows = []
         append = rows.append

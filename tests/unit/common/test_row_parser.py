@@ -59,3 +59,10 @@ def test_a_payload_it_does_not_fit_is_refused():
         except (IndexError, ValueError):
             continue
         raise AssertionError(f"{bad!r} parsed")
+
+
+def test_a_parser_is_generated_once_per_columns_readings():
+    from common.sql.row_parser import cached_row_parser
+    first = cached_row_parser(CONVERTERS)
+    assert cached_row_parser(list(CONVERTERS)) is first
+    assert cached_row_parser(CONVERTERS[:2]) is not first

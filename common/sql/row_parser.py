@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from pymysql.connections import MySQLResult
 
-_NULL, _U16, _U24, _U64 = 251, 252, 253, 254
+_NULL, _U16, _U24 = 251, 252, 253  # (254: an 8-byte length)
 
 
 def _length(data: bytes, p: int) -> tuple[int, int]:
@@ -71,7 +71,7 @@ _parsers: dict[tuple, Callable[[bytes], tuple]] = {}
 
 def cached_row_parser(converters: list[tuple[str | None, Callable | None]]) -> Callable[[bytes], tuple]:
     """:func:`row_parser`, generated once per distinct list of columns' readings."""
-    key = tuple((encoding, id(converter), converter) for encoding, converter in converters)
+    key = tuple(converters)
     parse = _parsers.get(key)
     if parse is None:
         if len(_parsers) >= _PARSERS_KEPT:

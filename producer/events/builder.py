@@ -146,9 +146,10 @@ class EventBuilder:
         """How a chunk read process encodes the rows of ``table``'s snapshot chunks for
         :meth:`chunk_records` (Avro records only); None when they take the general path here
         (columns excluded, no fast encoder)."""
-        if self.excluded.get(table.qualified_name) or self.read_table_events(table).encoder is None:
+        te = self.read_table_events(table)
+        if self.excluded.get(table.qualified_name) or te.encoder is None:
             return None
-        return ReadEncoding(self.prefix, table, tuple(self.read_table_events(table).key_columns))
+        return ReadEncoding(self.prefix, table, tuple(te.key_columns))
 
     def _make(self, table: TableDef, *, binlog: bool = True) -> TableEvents:
         qualified = table.qualified_name

@@ -483,32 +483,53 @@ def test_a_killed_chunk_read_process_is_replaced_and_loses_nothing(stack, config
     keys = _prepare(stack, config, test_db, "single", rows=rows, chunk_size=50)
     proc = ProducerProcess(config, tmp_path)
     proc.start()
-    try:
-        killed: set[int] = set()
-        with WriteLoad(stack.admin, test_db, "t", "single", key_space=rows + 500, seed=5) as load:
-            time.sleep(2.0)
-            sid = snapshot(config, [f"{test_db}.t"])
-            for _ in range(3):
-                # the reader's process, a new one after each kill (started by the read after the failed one)
-                wait_for(lambda: [c for c in _chunk_read_processes(proc.proc.pid) if c not in killed], timeout=120,
-                         what="a chunk read process")
-                children = _chunk_read_processes(proc.proc.pid)
-                assert len(children) == 1, children  # one reader: one process
-                assert not has_notification(config, "COMPLETED", id=sid), "the snapshot ended before the kill"
-                os.kill(children[0], signal.SIGKILL)
-                killed.add(children[0])
-                time.sleep(0.3)
-            wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
-            load.stop()
-        assert len(killed) == 3  # a new process each time
-        assert not set(_chunk_read_processes(proc.proc.pid)) & killed
-        assert proc.stop() == 0
-    finally:
-        if proc.alive():
-            proc.kill9()
+    killed: set[int] = set()
+    with WriteLoad(stack.admin, test_db, "t", "single", key_space=rows + 500, seed=5) as load:
+        time.sleep(2.0)
+        sid = snapshot(config, [f"{test_db}.t"])
+        for _ in range(3):
+            # the reader's process, a new one after each kill (started by the read after the failed one)
+            wait_for(lambda: [c for c in _chunk_read_processes(proc.proc.pid) if c not in killed], timeout=120,
+                     what="a chunk read process")
+            children = _chunk_read_processes(proc.proc.pid)
+            assert len(children) == 1, children  # one reader: one process
+            assert not has_notification(config, "COMPLETED", id=sid), "the snapshot ended before the kill"
+            os.kill(children[0], signal.SIGKILL)
+            killed.add(children[0])
+            time.sleep(0.3)
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
+        load.stop()
+    assert len(killed) == 3  # a new process each time
+    assert not set(_chunk_read_processes(proc.proc.pid)) & killed
+    assert proc.stop() == 0
     run_until_caught_up(config)
     result = dblog_replay(config, _topic(config, test_db, "t"))
     with stack.admin() as conn:
         expected = source_rows(conn, test_db, "t", keys)
     assert result.table == expected
     assert "chunk read process exited" in proc.log.read_text()
+
+
+def test_one_reader_reads_the_next_chunk_before_the_last_is_released(stack, config, test_db):
+    """Keyset read ahead: once a chunk's read filled the chunk size, the coordinator starts the
+    next chunk's read (after its last row) without waiting for the chunk's CLOSE marker to come
+    through the binlog; never more than one chunk read ahead per reader."""
+    from producer.snapshot.coordinator import SnapshotCoordinator
+    _prepare(stack, config, test_db, "single", rows=500, chunk_size=100)
+    coord = SnapshotCoordinator(signal_table=config.source.signal_table, chunk_size=100, captures=lambda d, t: True,
+                                connect=lambda: read_session(config.source))
+    try:
+        coord.add_tables([f"{test_db}.t"], "read-ahead")
+        coord.poll()
+        assert len(coord.inflight) == 1
+        first = next(iter(coord.inflight.values()))
+        first.future.result(timeout=60)  # read; its CLOSE not seen: the chunk is not released
+        coord.poll()
+        assert len(coord.inflight) == 2  # the next chunk is read meanwhile
+        second = [c for c in coord.inflight.values() if c is not first][0]
+        assert second.key_range.lo == first.key_range.hi == [first.future.result()[-1]["id"]]
+        second.future.result(timeout=60)
+        coord.poll()
+        assert len(coord.inflight) == 2  # one reader: one chunk ahead at most
+    finally:
+        coord.close()

@@ -94,6 +94,10 @@ class StreamSession:
         # Where to restart to lose nothing of what has been handled: a ResumePoint, or the
         # last RowChanges handled (its resume point, built when needed).
         self._handled: ResumePoint | RowChanges = state.resume
+        # The resume point last committed: the stream going idle commits a newer one even when
+        # what came since produced nothing (marker rows deleted, tables not captured), so the
+        # stored offsets reach the binlog's end and a restart does not read those events again.
+        self._committed: tuple[str, int] | None = (state.resume.file, state.resume.pos) if state.resume else None
         self._stored_last = state.stored_last.encode() if state.stored_last is not None else None
         self.gtids = state.gtids  # the GTIDs passed (read-only windows close by them; stored with the offsets)
         # The Kafka signal channel (None: off), and whether rows of the signal table other
@@ -146,7 +150,8 @@ class StreamSession:
                 if item.resume is not None:
                     self._handled = item.resume
                 app.metrics.idle()
-                if self.batch_events and item.resume is not None:
+                if item.resume is not None and (self.batch_events or
+                                                (item.resume.file, item.resume.pos) != self._committed):
                     self._commit(item.resume)
                 self._heartbeat()
                 if idle_exit_s is not None and time.monotonic() - last_activity >= idle_exit_s:
@@ -247,6 +252,7 @@ class StreamSession:
         self.app.local.save(value)  # after Kafka has it: the local copy is never ahead of Kafka
         self.batch_events = 0
         self.batch_started = time.monotonic()
+        self._committed = (resume.file, resume.pos)
         self.app.metrics.committed(resume)
         self.app.metrics.write_status(self.app.status_file, resume)
 

@@ -15,7 +15,15 @@ from producer.app import ProducerApp
 from producer.binlog.reader import BinlogReader, Idle, ResumePoint
 from producer.binlog.server import current_position
 from producer.errors import BinlogPurgedError, ProducerStopped
-from tests.producer_helpers import apply_changelog, purge_binlogs, read_events, run_until_caught_up, start_at_current
+from tests.producer_helpers import (
+    ProducerThread,
+    apply_changelog,
+    purge_binlogs,
+    read_events,
+    run_until_caught_up,
+    start_at_current,
+    wait_caught_up,
+)
 
 
 def _exec(stack, db, *statements):
@@ -309,3 +317,22 @@ def test_an_idle_binlog_moves_the_resume_point_to_its_end(stack, config):
     finally:
         conn.close()
     assert seen == end, f"idle at {seen}, the binlog ends at {end}"
+
+
+def test_an_idle_stream_commits_a_resume_point_past_events_that_produced_nothing(stack, config, test_db):
+    """Events after the last record produced that produce nothing themselves (a table not
+    captured; the snapshot's marker rows deleted) still move the stored resume point once
+    the stream is idle: it reaches the binlog's end, so ``cdc status`` shows no lag and a
+    restart does not read them again.  (It stayed at the last record's transaction.)"""
+    _exec(stack, test_db, "CREATE TABLE kept (id INT PRIMARY KEY)", "CREATE TABLE other (id INT PRIMARY KEY)")
+    config.source.include_tables = [rf"{test_db}\.kept"]
+    start_at_current(config)
+    with ProducerThread(config), stack.admin(test_db) as conn:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO kept VALUES (1)")
+        wait_caught_up(config, conn, timeout=30)  # the record's transaction committed
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO other VALUES (1), (2)")
+            cur.execute("UPDATE other SET id = id + 10")
+        wait_caught_up(config, conn, timeout=30)
+    assert [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "kept"))] == [{"id": 1}]

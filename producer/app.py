@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException
 
 from common.config import CDCConfig
 from common.errors import ConfigError, SourceUnavailable
+from common.gc_tuning import tune_gc
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect, read_session
@@ -29,7 +30,7 @@ from contract.markers import decode_marker
 from contract.position import BinlogPosition, is_position
 from contract.topics import markers_topic
 from producer.binlog import server as src
-from producer.binlog.process import ReaderProcess, tune_gc
+from producer.binlog.process import GC_THRESHOLDS, ReaderProcess
 from producer.capture_filter import CaptureFilter
 from producer.errors import WriterError
 from producer.events.builder import EventBuilder
@@ -77,7 +78,7 @@ class ProducerApp:
         """Stream until stopped (SIGTERM/SIGINT or :meth:`stop`).  ``idle_exit_s``: return
         after that long without new binlog events (tests, benchmarks)."""
         self.metrics.start_server(self.cfg.producer.metrics_port)
-        tune_gc()
+        tune_gc(GC_THRESHOLDS)
         delay = 0.5
         while not self.stopping.is_set():
             try:

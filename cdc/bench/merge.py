@@ -7,7 +7,8 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    (the producer's rate over that backlog is reported: the merge stage must keep pace);
 2. (a) reference: one Python process reads the same topic with confluent-kafka and
    decodes every record with fastavro (what any Python consumer pays before doing
-   anything);
+   anything; the issue's reference), and (a') the same with the project's compiled Avro
+   decoder, the one the merge job's tasks use (a stricter reference, printed beside);
 3. (b) the merge job (``local[2]``, the ``cdc-kafka`` source, DBLog rule, PostgreSQL sink
    only) processes the backlog (``Trigger.AvailableNow``): events/s from the query's start
    to the last batch committed, and the steady rate from the first batch's start (the
@@ -33,6 +34,7 @@ Prints a table with ratios to (a), or with ``--json`` one object with every figu
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import threading
@@ -41,6 +43,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import psycopg
 from rich.console import Console
 
@@ -64,7 +67,7 @@ from cdc.stack.spark_cluster import standalone_cluster
 from common.config import dump_config
 from common.kafka.topic_reader import read_topic
 from contract.schema_store import SchemaStore
-from contract.serde import RecordDecoder
+from contract.serde import SINGLE_OBJECT_MAGIC, RecordDecoder
 from contract.topics import table_topic
 from producer.app import ProducerApp
 from producer.binlog.server import current_position
@@ -73,12 +76,38 @@ from spark_jobs.sinks.configured import build_sinks
 
 
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
+    """(a) as the issue defines it: confluent-kafka consume + fastavro decode of key and value
+    (each writer schema parsed once), what a Python consumer pays with the usual library."""
+    store = SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix)
+    parsed: dict[bytes, Any] = {}
+
+    def decode(data: bytes) -> Any:
+        if data[:2] != SINGLE_OBJECT_MAGIC:
+            raise BenchError(f"a record of {topic} is not in Avro's single-object framing")
+        writer = parsed.get(data[2:10])
+        if writer is None:
+            schema = store.get(data[2:10].hex())
+            if schema is None:
+                raise BenchError(f"no writer schema {data[2:10].hex()} in the schemas topic")
+            writer = parsed[data[2:10]] = fastavro.parse_schema(schema)
+        return fastavro.schemaless_reader(io.BytesIO(memoryview(data)[10:]), writer, None)
+
+    return _timed_decode(cfg, topic, decode)
+
+
+def _compiled_decode(cfg, topic: str) -> dict[str, Any]:
+    """(a') the same consumer with this project's compiled Avro decoder (what the merge job's
+    tasks decode with): a stricter reference than (a)."""
     dec = RecordDecoder.resolving(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix))
+    return _timed_decode(cfg, topic, dec.decode)
+
+
+def _timed_decode(cfg, topic: str, decode) -> dict[str, Any]:
     t0 = time.perf_counter()
     n = 0
     for m in read_topic(cfg.kafka.bootstrap_servers, topic, timeout=300):
-        dec.decode(m.key())
-        dec.decode(m.value())
+        decode(m.key())
+        decode(m.value())
         n += 1
     s = time.perf_counter() - t0
     return {"events": n, "seconds": s, "events_per_s": n / s if s else 0.0}
@@ -296,8 +325,11 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             n = result["reference"]["events"]
             result["reference"]["cpu_us_per_event"] = {k: round(v * 1e6 / n, 1) for k, v in meter.stop().items()
                                                        if n and v}
-        if result["reference"]["events"] != changes["total"]:
-            raise BenchError(f"{result['reference']['events']} events in {topic}, {changes['total']} changes made")
+        with console.status("(a') the same with the project's compiled decoder..."):
+            result["reference_compiled"] = _compiled_decode(cfg, topic)
+        for ref in ("reference", "reference_compiled"):
+            if result[ref]["events"] != changes["total"]:
+                raise BenchError(f"{result[ref]['events']} events in {topic}, {changes['total']} changes made")
         with console.status("(b) the merge job into PostgreSQL (local[2])..."):
             b = _throughput_run(cfg, work, "local", "local[2]", db, cpu_roots=cpu_roots)
         if b["sink_rows"] != live_rows:
@@ -355,6 +387,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     a = result["reference"]["events_per_s"]
     b = result["merge"]
     lt, idle, so = result.get("latency", {}), result.get("idle_change", {}), result.get("scale_out", {})
+    compiled = (result.get("reference_compiled") or {}).get("events_per_s")
     return {
         "events": result["changes"]["total"], "partitions": result.get("partitions"),
         "reference_events_per_s": round(a), "merge_events_per_s": round(b["events_per_s"]),
@@ -368,6 +401,8 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "phases_s": b["phases"], "driver_serial_share": round(b["driver_serial_share"], 3),
         "cpu_us_per_event": b.get("cpu_us_per_event"),
         "reference_cpu_us_per_event": result["reference"].get("cpu_us_per_event"),
+        "reference_compiled_events_per_s": round(compiled) if compiled else None,
+        "steady_ratio_to_compiled": round(b["steady_events_per_s"] / compiled, 3) if compiled else None,
         "latency_rate": lt.get("writes_per_s"), "latency_trigger_s": lt.get("trigger_interval_s"),
         "latency_p50_ms": lt.get("p50_ms"), "latency_p99_ms": lt.get("p99_ms"), "latency_max_ms": lt.get("max_ms"),
         "idle_change_ms": idle.get("median_ms"), "idle_change_worst_ms": idle.get("worst_ms"),
@@ -387,6 +422,10 @@ def print_report(result: dict[str, Any], console: Console) -> None:
                   f"{p['events_per_s']:,.0f}", f"{p['events_per_s'] / a:.2f}" if a else "-")
     table.add_row("(a) confluent-kafka consume + fastavro decode, one process", f"{result['reference']['seconds']:.2f}",
                   f"{a:,.0f}", "1.00")
+    c = result.get("reference_compiled")
+    if c:
+        table.add_row("(a') the same with the project's compiled Avro decoder", f"{c['seconds']:.2f}",
+                      f"{c['events_per_s']:,.0f}", f"{c['events_per_s'] / a:.2f}" if a else "-")
     b = result["merge"]
     table.add_row(f"(b) merge job local[2] into PostgreSQL ({b['batches']} batches), query start included",
                   f"{b['seconds']:.2f}", f"{b['events_per_s']:,.0f}", f"{b['events_per_s'] / a:.2f}" if a else "-")

@@ -100,6 +100,10 @@ def _merge_lines(merge: dict, merge_events: int, producer_rate: float | None) ->
                       f"{p['events_per_s']:,.0f}", f"{p['events_per_s'] / a:.2f}"))
     lines.append(_row("(a) confluent-kafka consume + fastavro decode, one process", f"{merge['reference']['seconds']:.2f}",
                       f"{a:,.0f}", "1.00"))
+    c = merge.get("reference_compiled")
+    if c:
+        lines.append(_row("(a') the same with the project's compiled Avro decoder (the merge tasks' decoder)",
+                          f"{c['seconds']:.2f}", f"{c['events_per_s']:,.0f}", f"{c['events_per_s'] / a:.2f}"))
     b = merge["merge"]
     lines.append(_row(f"(b) merge job local[2], DBLog rule, PostgreSQL upserts ({merge.get('partitions')} partitions), "
                       "query start included", f"{b['seconds']:.2f}", f"{b['events_per_s']:,.0f}",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gc
 import logging
 import os
 import pickle
@@ -35,6 +34,7 @@ from typing import Iterator
 
 from common.config import SourceConfig
 from common.errors import CDCError
+from common.gc_tuning import tune_gc
 from producer import child_process
 from producer.binlog.reader import BinlogReader, Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
 from producer.capture_filter import CaptureFilter
@@ -70,15 +70,6 @@ _F_SETPIPE_SZ = 1031
 #: peak RSS doubled, 52 -> 101 MB, in the benchmark).
 GC_THRESHOLDS = (50_000, 20, 100)
 READER_GC_THRESHOLDS = (5_000, 20, 100)
-
-
-def tune_gc(thresholds: tuple[int, int, int] = GC_THRESHOLDS, *, freeze: bool = False) -> None:
-    """Set the collector's ``thresholds`` (the processes that stream rows); ``freeze``: and
-    leave the objects alive so far (imports, configuration) out of every later collection --
-    in the reader's own process, which does nothing else."""
-    if freeze:
-        gc.freeze()
-    gc.set_threshold(*thresholds)
 
 
 class ReaderProcess:

@@ -45,6 +45,7 @@ def test_bench_snapshot_smoke(tmp_path: Path):
 def test_bench_merge_smoke(tmp_path: Path):
     result = bench_merge(tmp_path / "bench", events=3000, rate=500, seconds=6.0, console=Console(width=160))
     assert result["reference"]["events"] == result["changes"]["total"] >= 3000
+    assert result["reference_compiled"]["events"] == result["changes"]["total"]
     assert result["merge"]["events"] >= result["changes"]["total"] and result["merge"]["events_per_s"] > 0
     lt, idle = result["latency"], result["idle_change"]
     assert lt["writes"] > 0 and lt["rows_measured"] == lt["writes"] and lt["p99_ms"] is not None
@@ -54,7 +55,8 @@ def test_bench_merge_smoke(tmp_path: Path):
     assert so["workers_1"]["events"] == so["workers_2"]["events"] > result["changes"]["total"]
     summary = result["summary"]  # what --json prints
     for key in ("reference_events_per_s", "merge_events_per_s", "ratio", "producer_events_per_s",
-                "latency_p50_ms", "latency_p99_ms", "idle_change_ms", "scale_out_ratio"):
+                "latency_p50_ms", "latency_p99_ms", "idle_change_ms", "scale_out_ratio",
+                "reference_compiled_events_per_s", "steady_ratio_to_compiled"):
         assert summary[key] is not None and summary[key] > 0, key
 
 

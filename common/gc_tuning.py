@@ -1,0 +1,21 @@
+"""The cyclic garbage collector tuned for processes that stream many small records.
+
+Every record allocates containers (dicts and tuples of values, lists) that reference
+counting frees; with Python's default thresholds (700, 10, 10) each 700 allocations start a
+young collection and, as long-lived objects pile up (a batch's records, the imported
+modules), full collections scan the whole heap.  The producer's processes and the merge
+job's Python workers set higher thresholds and take what is alive at their start (imports,
+configuration) out of every later collection.
+"""
+
+from __future__ import annotations
+
+import gc
+
+
+def tune_gc(thresholds: tuple[int, int, int], *, freeze: bool = False) -> None:
+    """Set the collector's ``thresholds``; ``freeze``: and leave the objects alive so far out
+    of every later collection (in a process that does nothing else but the streaming)."""
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(*thresholds)

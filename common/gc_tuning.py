@@ -10,7 +10,9 @@ configuration) out of every later collection.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from typing import Iterator
 
 
 def tune_gc(thresholds: tuple[int, int, int], *, freeze: bool = False) -> None:
@@ -19,3 +21,17 @@ def tune_gc(thresholds: tuple[int, int, int], *, freeze: bool = False) -> None:
     if freeze:
         gc.freeze()
     gc.set_threshold(*thresholds)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic collection inside the block (garbage without cycles is freed as always):
+    for a bounded batch of work whose objects hold no cycles, so that a collection would
+    only walk live objects.  The collector runs again as before after it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

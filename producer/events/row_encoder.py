@@ -23,7 +23,7 @@ are equal values with different bytes): :attr:`RowEncoder.keys_comparable` tells
 from __future__ import annotations
 
 from datetime import date, datetime
-from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
+from decimal import Decimal
 from typing import Any, Mapping
 
 from fastavro.schema import expand_schema
@@ -111,14 +111,31 @@ def _column_code(i: int, t: Any, convert: Any, encode: Any, env: dict) -> str:
 
 def _decimal_body(scale: int, precision: int) -> Any:
     """The Avro ``bytes`` decimal of a Decimal already of exponent ``-scale`` (what the
-    column's converter returns unchanged, see ``decimal_scale``), None for any other."""
-    ctx = Context(prec=max(precision, 1), Emax=MAX_EMAX, Emin=MIN_EMIN)
+    column's converter returns unchanged, see ``decimal_scale``), None for any other.
+
+    Read off the Decimal's text (``str`` is its cheapest accessor): a Decimal of exponent
+    ``-scale`` prints as its digits with the point ``scale`` places from the end (``-0.05``,
+    ``1234.56``; ``1234`` for scale 0), unless it prints in scientific notation (tiny
+    values, positive exponents), which is refused here with every other exponent, NaN and
+    infinities.  Its digits are those of the unscaled value, so a value of more than
+    ``precision`` digits is refused as ``as_tuple`` would tell."""
+    limit = 10 ** max(precision, 1)
+    point = -scale - 1
 
     def body(v: Decimal) -> bytes | None:
-        _, digits, exp = v.as_tuple()
-        if exp != -scale or len(digits) > precision:
+        s = str(v)
+        if scale:
+            if s[point:point + 1] != "." or "E" in s:
+                return None
+            digits = s[:point] + s[point + 1:]
+        else:
+            digits = s
+        if not (digits[1:] if digits[:1] == "-" else digits).isdigit():
             return None
-        return decimal_bytes(int(v.scaleb(scale, ctx)))
+        unscaled = int(digits)
+        if not -limit < unscaled < limit:
+            return None
+        return decimal_bytes(unscaled)
     return body
 
 

@@ -119,7 +119,7 @@ def _decimal_body(scale: int, precision: int) -> Any:
     values, positive exponents), which is refused here with every other exponent, NaN and
     infinities.  Its digits are those of the unscaled value, so a value of more than
     ``precision`` digits is refused as ``as_tuple`` would tell."""
-    limit = 10 ** max(precision, 1)
+    limit = 10 ** precision if precision > 0 else 0  # (no value has no digits: none passes)
     point = -scale - 1
 
     def body(v: Decimal) -> bytes | None:

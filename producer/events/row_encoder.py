@@ -61,9 +61,24 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _INT_RANGE = {"int": (-(1 << 31), (1 << 31) - 1), "long": (-(1 << 63), (1 << 63) - 1)}
 
 
-def _avro_str(v: str) -> bytes:
-    b = v.encode("utf-8")
+def _avro_bytes(b: bytes) -> bytes:
     return avro_varint(len(b)) + b
+
+
+#: The varints of zig-zagged values below 2**14 (one or two bytes), looked up by the
+#: generated code instead of a call of ``avro_varint`` (lengths of strings and small ints).
+_SMALL_LIMIT = 1 << 14
+_SMALL = tuple(bytes((z,)) if z < 0x80 else bytes((z & 0x7F | 0x80, z >> 7)) for z in range(_SMALL_LIMIT))
+
+
+def _int_code(v: str) -> str:
+    """The expression of ``avro_varint(v)`` for an int ``v`` in a long's range."""
+    return f"(_small[z] if (z := ({v} << 1) ^ ({v} >> 63)) < {_SMALL_LIMIT} else _varint({v}))"
+
+
+def _str_code(v: str) -> str:
+    """The expression of an Avro string's encoding of a str ``v``."""
+    return f"(_small[len(b) << 1] + b if len(b := {v}.encode('utf-8')) < {_SMALL_LIMIT >> 1} else _bytes(b))"
 
 
 def _column_code(i: int, t: Any, convert: Any, encode: Any, env: dict) -> str:
@@ -90,12 +105,12 @@ def _column_code(i: int, t: Any, convert: Any, encode: Any, env: dict) -> str:
         return general
     kind, low = through
     if name == "string" and kind is str:
-        plain = f"(_str(v{i}) if type(v{i}) is str else {general})"
-        value_plain = f"_str(v{i})"
+        plain = f"({_str_code(f'v{i}')} if type(v{i}) is str else {general})"
+        value_plain = _str_code(f"v{i}")
     elif name in _INT_RANGE and kind is int:
         lo, hi = _INT_RANGE[name]
         env[f"lo{i}"], env[f"hi{i}"] = lo if low is None else max(lo, low), hi
-        plain = f"(_varint(v{i}) if type(v{i}) is int and lo{i} <= v{i} <= hi{i} else {general})"
+        plain = f"({_int_code(f'v{i}')} if type(v{i}) is int and lo{i} <= v{i} <= hi{i} else {general})"
         value_plain = None
     else:
         return general
@@ -105,7 +120,7 @@ def _column_code(i: int, t: Any, convert: Any, encode: Any, env: dict) -> str:
     env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
     if value_plain is not None:
         return f"(n{i} if v{i} is None else t{i} + {value_plain} if type(v{i}) is str else {general})"
-    return (f"(n{i} if v{i} is None else t{i} + _varint(v{i}) if type(v{i}) is int and lo{i} <= v{i} <= hi{i} "
+    return (f"(n{i} if v{i} is None else t{i} + {_int_code(f'v{i}')} if type(v{i}) is int and lo{i} <= v{i} <= hi{i} "
             f"else {general})")
 
 
@@ -160,7 +175,7 @@ def _special_code(i: int, t: Any, convert: Any, env: dict) -> tuple[str, str] | 
 def _compile(plan: list[tuple[Any, Any, Any, Any]], what: str) -> Any:
     """A function of a row image (a dict by column name, or a tuple in column order) to the
     concatenated encodings of ``plan``'s columns ``(name or index, type, convert, encode)``."""
-    env: dict[str, Any] = {"_str": _avro_str, "_varint": avro_varint}
+    env: dict[str, Any] = {"_bytes": _avro_bytes, "_varint": avro_varint, "_small": _SMALL}
     lines = [f"def {what}(values):"]
     for i, (where, t, convert, encode) in enumerate(plan):
         env[f"k{i}"] = where

@@ -15,6 +15,12 @@ import gc
 from typing import Iterator
 
 
+#: The thresholds of a process that streams records (Python's default: 700, 10, 10): the young
+#: generation scanned 70 times less often, the old ones a little less.  The producer's parent
+#: process and the merge job's Spark Python workers use them.
+STREAMING_THRESHOLDS = (50_000, 20, 100)
+
+
 def tune_gc(thresholds: tuple[int, int, int], *, freeze: bool = False) -> None:
     """Set the collector's ``thresholds``; ``freeze``: and leave the objects alive so far out
     of every later collection (in a process that does nothing else but the streaming)."""

@@ -40,7 +40,10 @@ Encoder = Callable[[Any], bytes]
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-_ONE_BYTE = [bytes((z,)) for z in range(0x80)]
+#: The varints of the zig-zagged values below 2**14 (one or two bytes): looked up, by
+#: :func:`avro_varint` and by the row encoders the producer generates (string lengths, small ints).
+SMALL_VARINT_LIMIT = 1 << 14
+SMALL_VARINTS = tuple(bytes((z,)) if z < 0x80 else bytes((z & 0x7F | 0x80, z >> 7)) for z in range(SMALL_VARINT_LIMIT))
 
 
 def avro_long(n: int) -> bytes:
@@ -57,10 +60,8 @@ _CONTINUED = [0] + [int.from_bytes(b"\x80" * (k - 1) + b"\x00", "little") for k 
 def avro_varint(n: int) -> bytes:
     """:func:`avro_long` of an ``n`` known to be in the range of a long (no check)."""
     z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return _ONE_BYTE[z]
-    if z < 0x4000:
-        return bytes((z & 0x7F | 0x80, z >> 7))
+    if z < SMALL_VARINT_LIMIT:
+        return SMALL_VARINTS[z]
     if z < 0x200000:
         return bytes((z & 0x7F | 0x80, z >> 7 & 0x7F | 0x80, z >> 14))
     if z < 1 << 56:  # 4 to 8 groups of 7 bits spread to bytes at once (timestamps: 6)
@@ -86,6 +87,11 @@ def avro_string(s: str) -> bytes:
     """Avro ``string``: the UTF-8 byte length as a long, then the bytes."""
     b = s.encode("utf-8")
     return avro_long(len(b)) + b
+
+
+def avro_bytes(b: bytes) -> bytes:
+    """Avro ``bytes`` (and a string's UTF-8 bytes): the length as a long, then the bytes."""
+    return avro_varint(len(b)) + b
 
 
 def _null(v: Any) -> bytes:
@@ -161,8 +167,7 @@ def _decimal_encoder(t: dict, fallback: Encoder) -> Encoder:
 def decimal_bytes(unscaled: int) -> bytes:
     """A ``bytes`` decimal's encoding from its unscaled value: its length, then the value
     big-endian in two's complement with one sign bit to spare (as fastavro writes it)."""
-    b = unscaled.to_bytes((abs(unscaled).bit_length() + 8) // 8, "big", signed=True)
-    return avro_varint(len(b)) + b
+    return avro_bytes(unscaled.to_bytes((abs(unscaled).bit_length() + 8) // 8, "big", signed=True))
 
 
 def _record_encoder(t: dict, fallback: Encoder) -> Encoder:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from common.config import SinksConfig
-from common.gc_tuning import gc_paused, tune_gc
+from common.gc_tuning import STREAMING_THRESHOLDS, gc_paused, tune_gc
 from contract.connect_json import RECORD_PREFIX
 from contract.debezium import debezium_position, not_connect_shape
 from contract.envelope import TRUNCATE_OP, record_names
@@ -94,22 +94,20 @@ def _cached(key: Any, make):
         return obj
 
 
-#: The collector's thresholds in a Spark Python worker running merge tasks (Python's default:
-#: 700, 10, 10).  A partition's records stay alive until its sinks are written, so with the
-#: default every few thousand records started a collection of the older generations over all
-#: of them (a fifth of the tasks' samples in a py-spy profile of ``cdc bench merge``, at the
-#: lines that allocate).  The merge of a partition itself runs with the collector paused
-#: (``gc_paused``): it makes no reference cycles (a collection after merging 600,000 of the
-#: benchmark's records found no garbage), so a collection there would only walk live records
-#: (another 8-10% of the tasks' CPU with these thresholds); garbage without cycles is freed
-#: as always, and a batch is bounded by ``max_offsets_per_trigger``.
-WORKER_GC_THRESHOLDS = (50_000, 20, 100)
-
-
 def _tune_worker_gc() -> None:
-    """Once per worker process: the thresholds above, and what is alive before the first
-    task (PySpark's and the project's modules) out of every later collection."""
-    _cached(("gc",), lambda: tune_gc(WORKER_GC_THRESHOLDS, freeze=True) or True)
+    """Once per Spark Python worker process: the collector's streaming thresholds, and what
+    is alive before the first task (PySpark's and the project's modules) out of every later
+    collection.
+
+    A partition's records stay alive until its sinks are written, so with Python's default
+    thresholds every few thousand records started a collection of the older generations over
+    all of them (a fifth of the tasks' samples in a py-spy profile of ``cdc bench merge``, at
+    the lines that allocate).  The merge of a partition itself runs with the collector paused
+    (``gc_paused``): it makes no reference cycles (a collection after merging 600,000 of the
+    benchmark's records found no garbage), so a collection there would only walk live records
+    (another 8-10% of the tasks' CPU); garbage without cycles is freed as always, and a batch
+    is bounded by ``max_offsets_per_trigger``."""
+    _cached(("gc",), lambda: tune_gc(STREAMING_THRESHOLDS, freeze=True) or True)
 
 
 class EnvelopeDecoder:
@@ -614,7 +612,7 @@ def arrow_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[d
         kinds, topics, parts, payloads = [], [], [], []
         for (topic, partition), records in groups.items():
             state, markers = inputs.get(f"{topic}|{partition}", (None, []))
-            with gc_paused():  # (see WORKER_GC_THRESHOLDS)
+            with gc_paused():  # (see _tune_worker_gc)
                 new_state, stats = merge_partition(topic, partition, records, s, state, markers, schemas_end,
                                                    sink_epoch)
             for kind, payload in (("state", new_state), ("stats", stats)):
@@ -645,7 +643,7 @@ def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch
             records = [] if rng.start == rng.end else [  # (empty: a partition holding rows, see merge_job)
                 (m.offset(), m.key(), m.value()) for msgs in read_messages(opts, rng, consumer=consumer) for m in msgs]
             read_s, read_cpu_s = time.monotonic() - t0, time.thread_time() - c0
-            with gc_paused():  # (see WORKER_GC_THRESHOLDS)
+            with gc_paused():  # (see _tune_worker_gc)
                 new_state, stats = merge_partition(rng.topic, rng.partition, records, s, state, markers,
                                                    schemas_end, sink_epoch)
             stats["read_s"], stats["read_cpu_s"] = read_s, read_cpu_s

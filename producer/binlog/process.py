@@ -34,7 +34,7 @@ from typing import Iterator
 
 from common.config import SourceConfig
 from common.errors import CDCError
-from common.gc_tuning import tune_gc
+from common.gc_tuning import STREAMING_THRESHOLDS, tune_gc
 from producer import child_process
 from producer.binlog.reader import BinlogReader, Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd
 from producer.capture_filter import CaptureFilter
@@ -68,7 +68,7 @@ _F_SETPIPE_SZ = 1031
 #: something of each binlog event is freed only by a collection (presumably
 #: python-mysql-replication's event and packet objects in a cycle; at 50,000 the reader's
 #: peak RSS doubled, 52 -> 101 MB, in the benchmark).
-GC_THRESHOLDS = (50_000, 20, 100)
+GC_THRESHOLDS = STREAMING_THRESHOLDS
 READER_GC_THRESHOLDS = (5_000, 20, 100)
 
 

@@ -29,7 +29,16 @@ from typing import Any, Mapping
 from fastavro.schema import expand_schema
 
 from common.errors import CDCError
-from contract.avro_template import avro_long, avro_varint, decimal_bytes, field_encoder, type_name
+from contract.avro_template import (
+    SMALL_VARINT_LIMIT,
+    SMALL_VARINTS,
+    avro_bytes,
+    avro_long,
+    avro_varint,
+    decimal_bytes,
+    field_encoder,
+    type_name,
+)
 from producer.events.values import EMPTY_SET, RowConverter
 
 #: Avro types whose encodings are equal exactly when the values are (nullable or not).
@@ -61,24 +70,14 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _INT_RANGE = {"int": (-(1 << 31), (1 << 31) - 1), "long": (-(1 << 63), (1 << 63) - 1)}
 
 
-def _avro_bytes(b: bytes) -> bytes:
-    return avro_varint(len(b)) + b
-
-
-#: The varints of zig-zagged values below 2**14 (one or two bytes), looked up by the
-#: generated code instead of a call of ``avro_varint`` (lengths of strings and small ints).
-_SMALL_LIMIT = 1 << 14
-_SMALL = tuple(bytes((z,)) if z < 0x80 else bytes((z & 0x7F | 0x80, z >> 7)) for z in range(_SMALL_LIMIT))
-
-
 def _int_code(v: str) -> str:
     """The expression of ``avro_varint(v)`` for an int ``v`` in a long's range."""
-    return f"(_small[z] if (z := ({v} << 1) ^ ({v} >> 63)) < {_SMALL_LIMIT} else _varint({v}))"
+    return f"(_small[z] if (z := ({v} << 1) ^ ({v} >> 63)) < {SMALL_VARINT_LIMIT} else _varint({v}))"
 
 
 def _str_code(v: str) -> str:
     """The expression of an Avro string's encoding of a str ``v``."""
-    return f"(_small[len(b) << 1] + b if len(b := {v}.encode('utf-8')) < {_SMALL_LIMIT >> 1} else _bytes(b))"
+    return f"(_small[len(b) << 1] + b if len(b := {v}.encode('utf-8')) < {SMALL_VARINT_LIMIT >> 1} else _bytes(b))"
 
 
 def _column_code(i: int, t: Any, convert: Any, encode: Any, env: dict) -> str:
@@ -175,7 +174,7 @@ def _special_code(i: int, t: Any, convert: Any, env: dict) -> tuple[str, str] | 
 def _compile(plan: list[tuple[Any, Any, Any, Any]], what: str) -> Any:
     """A function of a row image (a dict by column name, or a tuple in column order) to the
     concatenated encodings of ``plan``'s columns ``(name or index, type, convert, encode)``."""
-    env: dict[str, Any] = {"_bytes": _avro_bytes, "_varint": avro_varint, "_small": _SMALL}
+    env: dict[str, Any] = {"_bytes": avro_bytes, "_varint": avro_varint, "_small": SMALL_VARINTS}
     lines = [f"def {what}(values):"]
     for i, (where, t, convert, encode) in enumerate(plan):
         env[f"k{i}"] = where

@@ -103,16 +103,19 @@ class ProducerApp:
             state = self.startup.plan(conn, info, stored, self.recover)
         finally:
             conn.close()
-        # The reader process starts first: it reads ahead while the writer connects.
+        builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
+                               key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns,
+                               tombstones=cfg.producer.tombstones)
+        # The reader process starts first: it reads ahead while the writer connects.  Avro:
+        # it encodes the row images of the captured tables too (the signal table's rows are read here).
+        images = builder.stream_encoding({cfg.source.signal_table}) if cfg.producer.format == "avro" else None
         reader = ReaderProcess(cfg.source, state.resume, is_mariadb=info.is_mariadb,
-                               batch_rows=max(1, cfg.producer.batch_size // 4), file_base=state.file_base)
+                               batch_rows=max(1, cfg.producer.batch_size // 4), file_base=state.file_base,
+                               images=images)
         try:
             writer = KafkaWriter(cfg.kafka, cfg.producer.name, transactions=cfg.kafka.transactions,
                                  offsets_topic=self.store.topic)
             try:
-                builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
-                                       key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns,
-                                       tombstones=cfg.producer.tombstones)
                 coordinator = SnapshotCoordinator(
                     signal_table=cfg.source.signal_table, chunk_size=cfg.snapshot.chunk_size,
                     parallelism=cfg.snapshot.parallelism, captures=self.filter.captures,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
@@ -36,13 +36,23 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 
 from common.config import SourceConfig
 from contract.position import BinlogPosition
-from producer.binlog.row_decoder import PackedRows, RowDecoder, table_map_key
+from producer.binlog.row_decoder import EncodedImages, PackedRows, RowDecoder, row_data, table_map_key
 from producer.binlog.table_map import table_def_from_table_map
 from producer.capture_filter import SYSTEM_DATABASES
 from producer.table_schema import TableDef
 
 log = logging.getLogger(__name__)
 
+
+
+class ImageEncoding(Protocol):
+    """Encodes the row images of captured tables where they are read (the producer's Avro fast
+    path, :class:`producer.events.builder.StreamEncoding`): given to the reader, which asks it
+    once per table map."""
+
+    def image_encoder(self, table: TableDef, columns: list) -> Any:
+        """None, or an object whose ``encode(row data, update)`` gives :class:`EncodedImages`
+        (raising for rows it does not take)."""
 
 
 @dataclass(frozen=True)
@@ -87,9 +97,10 @@ class RowChanges:
     table: str
     table_def: TableDef  # from the binlog's table map: the schema of the event's time
     base: BinlogPosition  # the event's position, sequence 0
-    # The rows: PackedRows when the reader decoded them, else python-mysql-replication's
-    # row dicts (``rows[i]`` is such a dict either way).
-    rows: PackedRows | list[dict]
+    # The rows: EncodedImages when the reader encoded them (no values: see ImageEncoding),
+    # PackedRows when it decoded them, else python-mysql-replication's row dicts (``rows[i]``
+    # is such a dict for the last two).
+    rows: EncodedImages | PackedRows | list[dict]
     first: int  # index of the first row not out yet
     ts_ms: int
     gtid: str | None
@@ -196,7 +207,8 @@ class BinlogReader:
 
     def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
                  heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
-                 wants: Callable[[str, str], bool] = lambda db, table: True, file_base: int = 0) -> None:
+                 wants: Callable[[str, str], bool] = lambda db, table: True, file_base: int = 0,
+                 images: ImageEncoding | None = None) -> None:
         self.cfg = cfg
         self.file_base = file_base
         self.resume = resume
@@ -228,6 +240,10 @@ class BinlogReader:
         # Row decoders by table id (None: the library decodes), and by table map content.
         self._decoders: dict[int, RowDecoder | None] = {}
         self._decoder_cache: dict[bytes, RowDecoder | None] = {}
+        # Image encoders by table id and by table map content (None: the rows cross as values).
+        self._images = images
+        self._encoders: dict[int, Any] = {}
+        self._encoder_cache: dict[bytes, Any] = {}
         self._file = resume.file
         self._txn = _TxnState()
         # Position right after the last event handled: where a reader would continue.
@@ -249,7 +265,14 @@ class BinlogReader:
 
     def __iter__(self) -> Iterator[RowChanges | SchemaChange | TransactionEnd | Idle]:
         stream = self._stream
+        done = None
         for ev in stream:
+            if done is not None:
+                # python-mysql-replication's event and its packet wrapper refer to each other: a
+                # cycle per event, which only the cyclic collector would free (with its tables,
+                # columns and the packet's bytes); broken here, the event is freed when dropped.
+                done.packet.event = None
+            done = ev
             end_pos = ev.packet.log_pos
             if isinstance(ev, RotateEvent):
                 self._file, self._next_pos = ev.next_binlog, ev.position
@@ -338,8 +361,12 @@ class BinlogReader:
         if map_key not in self._decoder_cache:
             if len(self._decoder_cache) >= 1024:
                 self._decoder_cache.clear()  # bounded: rebuilt on demand
-            self._decoder_cache[map_key] = RowDecoder.for_columns(ev.columns)
+                self._encoder_cache.clear()
+            decoder = self._decoder_cache[map_key] = RowDecoder.for_columns(ev.columns)
+            self._encoder_cache[map_key] = (None if decoder is None or self._images is None else
+                                            self._images.image_encoder(self._tables[ev.table_id], ev.columns))
         self._decoders[ev.table_id] = self._decoder_cache[map_key]
+        self._encoders[ev.table_id] = self._encoder_cache[map_key]
 
     def _rows(self, ev, end_pos: int, event_start: int) -> Iterator[RowChanges]:
         table_def = self._tables.get(ev.table_id)
@@ -350,7 +377,15 @@ class BinlogReader:
         if first is None:
             return  # cannot hold anything new (checked before decoding rows)
         decoder = self._decoders.get(ev.table_id)
-        rows = decoder.packed_rows(ev) if decoder is not None else ev.rows
+        encoder = self._encoders.get(ev.table_id)
+        rows: EncodedImages | PackedRows | list[dict]
+        if encoder is not None and decoder.fits(ev):
+            try:
+                rows = encoder.encode(row_data(ev), isinstance(ev, UpdateRowsEvent))
+            except Exception:  # noqa: BLE001 - a row it does not take: every row as values
+                rows = decoder.packed_rows(ev)
+        else:
+            rows = decoder.packed_rows(ev) if decoder is not None else ev.rows
         if first >= len(rows):
             return
         kind = "insert" if isinstance(ev, WriteRowsEvent) else "update" if isinstance(ev, UpdateRowsEvent) else "delete"

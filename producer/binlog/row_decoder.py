@@ -22,6 +22,7 @@ from __future__ import annotations
 import codecs
 import datetime
 import decimal
+import functools
 import struct
 from typing import Any, Callable
 
@@ -46,7 +47,7 @@ def _struct(fmt: str) -> Reader:
 
     def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
         return unpack(buf, off)[0], off + size
-    read.inline = ("struct", unpack, size)  # type: ignore[attr-defined]
+    read.inline = ("struct", unpack, size, fmt)  # type: ignore[attr-defined]
     return read
 
 
@@ -160,7 +161,9 @@ def _bit(col) -> Reader:
     return read
 
 
-def _new_decimal(col) -> Reader:
+def _decimal_layout(col) -> tuple[int, int, int, int, int, int, int]:
+    """(size, head bytes, tail bytes, digits of the head and tail groups, whole groups of
+    the integral and fractional parts) of a DECIMAL's binary form."""
     integral = col.precision - col.decimals
     uncomp_integral = int(integral / 9)
     uncomp_fractional = int(col.decimals / 9)
@@ -168,7 +171,17 @@ def _new_decimal(col) -> Reader:
     comp_fractional = col.decimals - (uncomp_fractional * 9)
     head, tail = _COMPRESSED_BYTES[comp_integral], _COMPRESSED_BYTES[comp_fractional]
     size = head + 4 * (uncomp_integral + uncomp_fractional) + tail
-    Decimal = decimal.Decimal
+    return size, head, tail, comp_integral, comp_fractional, uncomp_integral, uncomp_fractional
+
+
+def decimal_code(col, out: str, fail: str) -> tuple[list[str], int]:
+    """``(lines, size)``: Python statements (unindented) that set ``out`` to the DECIMAL at
+    ``buf[off:]`` as its unscaled integer (its digits, signed; scale ``col.decimals``), read
+    whole as one integer and cut into its groups, unrolled -- and that evaluate ``fail``
+    (which must raise) where a group is out of its range, which the library reads as a
+    string of its own (:func:`_new_decimal` then builds that).  They neither check nor move
+    ``off``: a truncated value reads as a smaller one, so the caller checks the row's end."""
+    size, head, tail, comp_integral, comp_fractional, uncomp_integral, uncomp_fractional = _decimal_layout(col)
     sign_bit = 1 << (8 * size - 1)
     # The groups of the packed value, most significant first: (bit shift, mask, digits).
     groups = []
@@ -177,10 +190,48 @@ def _new_decimal(col) -> Reader:
             ([(tail, comp_fractional)] if tail else []):
         shift -= 8 * nbytes
         groups.append((shift, (1 << 8 * nbytes) - 1, digits))
-    fast_groups = [(shift, mask, 10 ** digits) for shift, mask, digits in groups[1 if head else 0:]]
-    head_shift = groups[0][0] if head else 0
-    head_limit = 1 << (8 * head - 1) if head else 0
+    lines = [f"_p = int.from_bytes(buf[off:off + {size}], 'big')",
+             f"if _p & {sign_bit}:",
+             f"    _p ^= {sign_bit}",
+             "    _n = False",
+             "else:",  # negative: every byte inverted, then the sign bit flipped
+             f"    _p ^= {((1 << 8 * size) - 1) ^ sign_bit}",
+             "    _n = True"]
+    terms, checks = [], []
+    for k, (gshift, mask, digits) in enumerate(groups):
+        # the head group is read signed by the library (a minus sign inside its string when
+        # its top bit is set); the others have at most their width's digits
+        limit = 1 << (8 * head - 1) if head and k == 0 else 10 ** digits
+        value = f"_p >> {gshift}" if k == 0 else f"_p >> {gshift} & {mask}" if gshift else f"_p & {mask}"
+        lines.append(f"_g{k} = {value}")
+        checks.append(f"_g{k} >= {limit}")
+        weight = 10 ** sum(d for _, _, d in groups[k + 1:])
+        terms.append(f"_g{k} * {weight}" if weight > 1 else f"_g{k}")
+    lines += [f"if {' or '.join(checks)}:", f"    {fail}",
+              f"{out} = {' + '.join(terms)}", "if _n:", f"    {out} = -{out}"]
+    return lines, size
+
+
+def decimal_unscaled(col) -> tuple[int, Callable[[bytes, int], int | None]]:
+    """``(size, unscaled)``: ``unscaled(buf, off)`` is :func:`decimal_code`'s integer, or None
+    where it fails; a truncated value raises ValueError."""
+    lines, size = decimal_code(col, "u", "return None")
+    env: dict[str, Any] = {}
+    code = ["def unscaled(buf, off):",
+            f"    if len(buf) - off < {size}:",
+            "        raise ValueError('truncated DECIMAL')",
+            *("    " + line for line in lines),
+            "    return u"]
+    exec(compile("\n".join(code), "<DECIMAL reader>", "exec"), env)  # noqa: S102 - generated from the column's type
+    return size, env["unscaled"]
+
+
+def _new_decimal(col) -> Reader:
+    size, head, tail, comp_integral, comp_fractional, uncomp_integral, uncomp_fractional = _decimal_layout(col)
+    _, unscaled = decimal_unscaled(col)
+    Decimal = decimal.Decimal
     scale = col.decimals
+    negative_zero = Decimal(f"-0E-{scale}")
 
     def read_slow(buf: bytes, off: int) -> Any:
         first = buf[off]
@@ -205,27 +256,13 @@ def _new_decimal(col) -> Reader:
         return Decimal(res)
 
     def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
-        """The value read whole as one integer and cut into its groups: the string the
-        library builds, when every group is in range (else built that way)."""
-        packed = int.from_bytes(buf[off:off + size], "big")
-        if len(buf) - off < size:
-            raise ValueError("truncated DECIMAL")
-        negative = not packed & sign_bit
-        packed ^= sign_bit
-        if negative:
-            packed ^= (1 << 8 * size) - 1
-        u = 0
-        if head:
-            h = packed >> head_shift
-            if h >= head_limit:  # read signed by the library: a minus sign inside its string
-                return read_slow(buf, off), off + size
-            u = h
-        for shift, mask, limit in fast_groups:
-            g = packed >> shift & mask
-            if g >= limit:  # more digits than the group's width: the library's string differs
-                return read_slow(buf, off), off + size
-            u = u * limit + g
-        return Decimal(f"-{u}E-{scale}" if negative else f"{u}E-{scale}"), off + size
+        """The string the library builds, when every group is in range (else built that way)."""
+        u = unscaled(buf, off)
+        if u is None:
+            return read_slow(buf, off), off + size
+        if u == 0 and not buf[off] & 0x80:  # a negative zero keeps its sign, as in the library's string
+            return negative_zero, off + size
+        return Decimal(f"{u}E-{scale}"), off + size
     return read
 
 
@@ -275,6 +312,71 @@ def _datetime2(col) -> Reader:
             t = t.replace(microsecond=microsecond)
         return t, off + 5 + fsp_size
     return read
+
+
+_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+
+
+class EpochSeconds(dict):
+    """Seconds since 1970-01-01 of the first second of a DATETIME2's date, by the date's
+    packed bits (``data >> 17``: year*13+month, day); False for a date the decoder refuses (a
+    zero or invalid one): a cache, filled by :meth:`of`, bounded."""
+
+    def of(self, ymd: int) -> int | bool:
+        year_month = ymd >> 5 & 0x1FFFF
+        try:
+            seconds = (datetime.date(year_month // 13, year_month % 13, ymd & 31).toordinal() - _EPOCH_ORDINAL) * 86400
+        except ValueError:
+            seconds = False
+        if len(self) >= 65_536:
+            self.clear()
+        self[ymd] = seconds
+        return seconds
+
+
+@functools.cache
+def seconds_of_day() -> tuple[int, ...]:
+    """A DATETIME2's time of day in seconds, by its packed bits (``data & 0x1FFFF``: hour,
+    minute, second in 5, 6 and 6 bits); -1 where the decoder refuses it (hour 24 and up,
+    minute or second 60 and up)."""
+    return tuple(h * 3600 + m * 60 + s if h < 24 and m < 60 and s < 60 else -1
+                 for h in range(32) for m in range(64) for s in range(64))
+
+
+def datetime2_code(col, out: str, fail: str, unit: int = 1) -> tuple[list[str], int, dict[str, Any]]:
+    """``(lines, size, names)``: Python statements (unindented) that set ``out`` to the
+    DATETIME2 at ``buf[off:]`` in ``unit`` microseconds (1 or 1000) since 1970-01-01 00:00 of
+    its wall clock -- the datetime :func:`_datetime2` builds, read as UTC and floor-divided --
+    from the packed fields without building it; they evaluate ``fail`` (which must raise)
+    where that reader gives no plain datetime (a zero or invalid date or time: None and a
+    reason; a fraction out of range or negative).  ``names``: what the lines use (put them
+    in their namespace).  They neither check nor move ``off``."""
+    fsp_size, _ = _fsp(col)
+    fsp = col.fsp
+    lines = ["_d = int.from_bytes(buf[off:off + 5], 'big')",
+             "_s = _days.get(_d >> 17)",
+             "if _s is None:",
+             "    _s = _days.of(_d >> 17)",
+             "_t = _sod[_d & 131071]",
+             "if _s is False or _t < 0:",
+             f"    {fail}",
+             f"{out} = (_s + _t) * {1_000_000 // unit}"]
+    if fsp_size:
+        # the fraction as _fsp reads it (signed, a tenth dropped for an odd precision), in units
+        scale = 10 ** (6 - fsp)
+        tenth = fsp % 2
+        micro = "_f // 10" if tenth else "_f"
+        frac = (micro if scale == unit else f"{micro} * {scale // unit}") if scale % unit == 0 else \
+            f"{micro} * {scale} // {unit}"
+        # (read unsigned: a negative one, its sign bit set, is above the limit)
+        lines += [f"_f = int.from_bytes(buf[off + 5:off + {5 + fsp_size}], 'big')",
+                  f"if _f > {(999_999 // scale) * (10 if tenth else 1) + (9 if tenth else 0)}:",
+                  f"    {fail}",
+                  f"{out} += {frac}"]
+    return lines, 5 + fsp_size, {"_days": _EPOCH_SECONDS, "_sod": seconds_of_day()}
+
+
+_EPOCH_SECONDS = EpochSeconds()
 
 
 def _timestamp2(col) -> Reader:
@@ -405,14 +507,15 @@ class RowDecoder:
     def packed_rows(self, ev: RowsEvent) -> PackedRows | list[dict]:
         """The rows of ``ev``: :class:`PackedRows` when decoded here, else the library's
         ``ev.rows``."""
-        if not self._fits(ev):
+        if not self.fits(ev):
             return ev.rows
         try:
             return self.decode_packed(row_data(ev), isinstance(ev, UpdateRowsEvent))
         except Exception:  # noqa: BLE001 - the library decodes it (and raises its own error)
             return ev.rows
 
-    def _fits(self, ev: RowsEvent) -> bool:
+    def fits(self, ev: RowsEvent) -> bool:
+        """Whether this decoder reads ``ev``'s rows: full images of these columns."""
         return (ev.event_type in _EVENT_TYPES and ev.complete and ev.number_of_columns == len(self.names)
                 and tuple(c.name for c in ev.columns) == self.names and self._full(ev.columns_present_bitmap)
                 and (not isinstance(ev, UpdateRowsEvent) or self._full(ev.columns_present_bitmap2)))
@@ -541,3 +644,28 @@ class PackedRows:
 
     def __repr__(self) -> str:
         return f"PackedRows({self.expand()!r})"
+
+
+class EncodedImages:
+    """The row images of one rows event, encoded in the binlog reader process by the image
+    encoder it was given (:mod:`producer.events.image_encoder`): per image its key body
+    (None: the table has no key) and its row body, flat (``key0, row0, key1, row1, ...``;
+    an UPDATE's before and after images alternate, as in :class:`PackedRows`).  ``ident``
+    names the table version and key columns they were encoded for.  The values are not kept:
+    ``rows[i]`` raises LookupError (whoever needs values gets :class:`PackedRows`)."""
+
+    __slots__ = ("ident", "update", "bodies")
+
+    def __init__(self, ident: tuple, update: bool, bodies: list[bytes | None]) -> None:
+        self.ident = ident
+        self.update = update
+        self.bodies = bodies
+
+    def __len__(self) -> int:
+        return len(self.bodies) >> 2 if self.update else len(self.bodies) >> 1
+
+    def __getitem__(self, i: int) -> dict:
+        raise LookupError(f"row {i} was encoded in the binlog reader process: its values were not kept")
+
+    def __reduce__(self) -> tuple:
+        return EncodedImages, (self.ident, self.update, self.bodies)

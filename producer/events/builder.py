@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from itertools import repeat
+from typing import Any, Iterator, Protocol
 
 from common.errors import CDCError
-from contract.avro_template import RecordTemplate
+from contract.avro_template import SMALL_VARINT_LIMIT, SMALL_VARINTS, RecordTemplate
 from contract.envelope import (
     INCREMENTAL_SNAPSHOT,
     OPS,
@@ -35,14 +36,21 @@ from contract.envelope import (
 from contract.position import ENCODED_WIDTH, EVENT_WIDTH, chunk_row_position, chunk_row_positions
 from contract.topics import table_topic
 from producer.binlog.reader import RowChanges
-from producer.binlog.row_decoder import PackedRows
+from producer.binlog.row_decoder import EncodedImages, PackedRows
 from producer.events.avro_types import key_record_schema, row_record_schema
+from producer.events.image_encoder import BinlogImageEncoder
 from producer.events.row_encoder import EncodedRows, NotFast, RowEncoder
 from producer.events.values import RowConverter
 from producer.table_schema import TableDef
 
 #: The envelope fields that differ between the rows of one binlog event, in schema order.
 ENVELOPE_VARIABLE = ("before", "after", "source.row", "op", "position")
+
+#: The row digits of a position (its last 10) of the sequences below this, looked up: formatting
+#: them cost more than the rest of a record's envelope.
+_SEQUENCES = 1 << 14
+_SEQUENCE_TEXT = tuple(f"{seq:010d}" for seq in range(_SEQUENCES))
+_SEQUENCE_BYTES = tuple(t.encode() for t in _SEQUENCE_TEXT)
 
 #: One record to write: topic, key, value (None: a tombstone), encoded position.
 Record = tuple[str, "bytes | None", "bytes | None", str]
@@ -77,21 +85,25 @@ class TableEvents:
     binlog: bool = True  # values as the binlog decoder gives them (False: as a SELECT gives them)
     topic: str = ""
     converter: RowConverter = field(init=False)
+    row_schema: dict = field(init=False)
     value_schema: dict = field(init=False)
     key_schema: dict | None = field(init=False)
     template: RecordTemplate = field(init=False)
     encoder: RowEncoder | None = field(init=False)  # row images straight to Avro (the Avro format's fast path)
+    # (qualified name, definition fingerprint, key columns): what rows encoded elsewhere were encoded for
+    ident: tuple[str, str, tuple[str, ...]] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.ident = (self.table.qualified_name, self.table.fingerprint(), tuple(self.key_columns))
         self.topic = table_topic(self.prefix, self.table.db, self.table.name)
         self.converter = RowConverter(self.table, binlog=self.binlog, key_columns=self.key_columns)
         key_name, row_name, envelope_name = record_names(self.prefix, self.table.db, self.table.name)
         self.key_schema = key_record_schema(self.table, self.key_columns, name=key_name) if self.key_columns else None
-        row_schema = row_record_schema(self.table, row_name)
-        self.value_schema = envelope_schema(row_schema, envelope_name)
+        self.row_schema = row_record_schema(self.table, row_name)
+        self.value_schema = envelope_schema(self.row_schema, envelope_name)
         self.template = RecordTemplate(self.value_schema, ENVELOPE_VARIABLE)
         try:
-            self.encoder = RowEncoder(self.converter, row_schema, self.key_schema)
+            self.encoder = RowEncoder(self.converter, self.row_schema, self.key_schema)
         except NotFast:  # (not expected: the schemas are the converter's) every row the general way
             self.encoder = None
 
@@ -111,6 +123,41 @@ class ReadEncoding:
 
     def table_events(self) -> TableEvents:
         return TableEvents(self.prefix, self.table, list(self.key_columns), binlog=False)
+
+
+def table_events(prefix: str, table: TableDef, key_columns: dict[str, list[str]], excluded: dict[str, set[str]],
+                 *, binlog: bool = True) -> TableEvents:
+    """The :class:`TableEvents` of a table version: its excluded columns left out, keyed by
+    its primary key or else by the key columns configured for it."""
+    qualified = table.qualified_name
+    drop = excluded.get(qualified, set())
+    if drop:
+        table = TableDef(table.db, table.name, [c for c in table.columns if c.name not in drop],
+                         [k for k in table.primary_key if k not in drop])
+    keys = list(table.primary_key) or list(key_columns.get(qualified, []))
+    return TableEvents(prefix, table, keys, binlog)
+
+
+@dataclass(frozen=True)
+class StreamEncoding:
+    """How the binlog reader process encodes the row images of captured tables for
+    :meth:`EventBuilder.records` (Avro records only): plain data, sent to the process, which
+    asks :meth:`image_encoder` for each table map."""
+
+    prefix: str
+    key_columns: dict[str, list[str]]
+    excluded: dict[str, set[str]]
+    keep_values: frozenset[str]  # qualified tables whose rows the producer reads (the signal table)
+
+    def image_encoder(self, table: TableDef, columns: list) -> BinlogImageEncoder | None:
+        """The image encoder of a table map's rows events (``columns``: the map's columns, from
+        which ``table`` was read); None when they cross as values."""
+        if table.qualified_name in self.keep_values or self.excluded.get(table.qualified_name):
+            return None
+        try:
+            return BinlogImageEncoder(columns, table_events(self.prefix, table, self.key_columns, self.excluded))
+        except Exception:  # noqa: BLE001 - NotFast, or a table the general path reports on
+            return None
 
 
 class EventBuilder:
@@ -152,13 +199,12 @@ class EventBuilder:
         return ReadEncoding(self.prefix, table, tuple(te.key_columns))
 
     def _make(self, table: TableDef, *, binlog: bool = True) -> TableEvents:
-        qualified = table.qualified_name
-        drop = self.excluded.get(qualified, set())
-        if drop:
-            table = TableDef(table.db, table.name, [c for c in table.columns if c.name not in drop],
-                             [k for k in table.primary_key if k not in drop])
-        keys = list(table.primary_key) or list(self.key_columns.get(qualified, []))
-        return TableEvents(self.prefix, table, keys, binlog)
+        return table_events(self.prefix, table, self.key_columns, self.excluded, binlog=binlog)
+
+    def stream_encoding(self, keep_values: set[str]) -> StreamEncoding:
+        """What the binlog reader process needs to encode row images as :meth:`records` would
+        (Avro records only); ``keep_values``: tables whose rows cross as values."""
+        return StreamEncoding(self.prefix, dict(self.key_columns), dict(self.excluded), frozenset(keep_values))
 
     def _source(self, ch: RowChanges) -> dict:
         return source_block(self.name, self.server_id, db=ch.db, table=ch.table, ts_ms=ch.ts_ms, file=ch.file,
@@ -178,6 +224,9 @@ class EventBuilder:
             # Avro: rows that fit the fast path are encoded from their values in one pass;
             # the others (and their errors) come back here.
             start = self._fast_records(te, ch, start, stop, bound, writer, skip_up_to, out)
+        elif type(ch.rows) is EncodedImages:
+            raise CDCError(f"rows of {te.table.qualified_name} were encoded in the binlog reader process, but "
+                           "this producer does not write them on the Avro fast path")
         for i in range(start, stop):
             for key, before, after, op, seq in self._changes(te, ch, i):
                 position = ch.position(seq)
@@ -197,29 +246,91 @@ class EventBuilder:
         """:meth:`records` of rows ``start`` to ``stop - 1`` in Avro by ``te.encoder``, into
         ``out``, until a row that does not fit it: that row's index (``stop`` when all fit).
         Byte for byte the records of the general path (its converters and encoders, without
-        the intermediate dicts)."""
-        enc, template, topic = te.encoder, te.template, te.topic
+        the intermediate dicts).  Rows encoded in the binlog reader process
+        (:class:`EncodedImages`) only have their envelopes joined here."""
+        template, topic = te.template, te.topic
         null_tag, before_tag = template.union_tags("before")
         after_null, after_tag = template.union_tags("after")
         encode_row, encode_op, encode_position = (template.field_encoder(p) for p in ENVELOPE_VARIABLE[2:])
-        ops = {op: encode_op(op) for op in ("c", "u", "d")}
         b0, b1, b2, b3, b4, b5 = bound  # the constant parts around the 5 variable fields
-        keyed, kind, tombstones = bool(te.key_columns), ch.kind, self.tombstones
-        op_of = OPS[kind]
+        # A record's value: (before's part, before, after's part, after, b2, source.row, the op's
+        # part and the position's head, the position's row digits, b5), without concatenations.
+        before_part = {False: b0 + null_tag, True: b0 + before_tag}
+        after_part = {False: b1 + after_null, True: b1 + after_tag}
         # The event part of the row positions (ch.position(seq) is this plus the sequence),
         # and of their encoding: the 30 digits' length, then the digits.
         event = ch.position(0)[:-10]
         position_head = encode_position(event + "0" * 10)[:-10]
+        op_part = {op: b"".join((b3, encode_op(op), b4, position_head)) for op in ("c", "u", "d")}
+        keyed, kind, tombstones = bool(te.key_columns), ch.kind, self.tombstones
+        op_of = OPS[kind]
+        if type(ch.rows) is EncodedImages:
+            images = self._encoded_images(te, ch, start, stop)
+        else:
+            images = self._value_images(te, ch, start, stop)
+        key_header: bytes | None = None
+        # source.row, an Avro int: looked up below 2**13 (its varint, zig-zagged)
+        small, row_limit = (SMALL_VARINTS, SMALL_VARINT_LIMIT >> 1) if template.field_type("source.row") == "int" \
+            else ((), 0)
+        done = start
+        for i, key_b, before, key_a, after in images:
+            done = i + 1
+            row = small[i << 1] if i < row_limit else encode_row(i)
+            if kind == "update" and keyed and key_b != key_a:
+                changes = ((key_b, before, None, "d", 2 * i), (key_a, None, after, "c", 2 * i + 1))
+            else:
+                changes = ((key_a if key_a is not None else key_b, before, after, op_of, 2 * i),)
+            for key, before, after, op, seq in changes:
+                if seq < _SEQUENCES:
+                    digits, digit_bytes = _SEQUENCE_TEXT[seq], _SEQUENCE_BYTES[seq]
+                else:
+                    digit_bytes = b"%010d" % seq
+                    digits = digit_bytes.decode()
+                position = event + digits
+                if skip_up_to is not None and position <= skip_up_to:
+                    continue
+                if key is not None:
+                    if key_header is None:
+                        key_header = writer.header(te.key_schema, topic, "key")
+                    key = key_header + key
+                value = b"".join((before_part[before is not None], before or b"", after_part[after is not None],
+                                  after or b"", b2, row, op_part[op], digit_bytes, b5))
+                out.append((topic, key, value, position))
+                if op == "d" and tombstones:
+                    out.append((topic, key, None, position))
+        return done
+
+    @staticmethod
+    def _encoded_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:
+        """``(row index, key before, before, key after, after)`` of rows ``start`` to ``stop - 1``
+        of rows encoded in the binlog reader process (bodies; None where an image or key is not)."""
+        rows = ch.rows
+        if rows.ident != te.ident:
+            raise CDCError(f"rows of {te.table.qualified_name} were encoded for {rows.ident}, not for this table "
+                           "version")
+        b, none = rows.bodies, repeat(None)
+        if ch.kind == "update":
+            s, e = 4 * start, 4 * stop
+            return zip(range(start, stop), b[s:e:4], b[s + 1:e:4], b[s + 2:e:4], b[s + 3:e:4])
+        s, e = 2 * start, 2 * stop
+        if ch.kind == "insert":
+            return zip(range(start, stop), none, none, b[s:e:2], b[s + 1:e:2])
+        return zip(range(start, stop), b[s:e:2], b[s + 1:e:2], none, none)
+
+    @staticmethod
+    def _value_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:
+        """The same from the rows' values, encoded by ``te.encoder``; it ends early at the first
+        row that does not fit it (its values or its key change take the general path)."""
+        enc, keyed = te.encoder, bool(te.key_columns)
         if type(ch.rows) is PackedRows and ch.rows.names == enc.names:  # value tuples in column order
             images, row_of, key_of = ch.packed_images, enc.row_tuple, enc.key_tuple
         else:  # row dicts
             images, row_of, key_of = ch.images, enc.row, enc.key
-        key_header: bytes | None = None
         for i in range(start, stop):
             try:
                 before_values, after_values, before_none, after_none = images(i)
                 if enc.has_sets and (enc.empty_set(before_none) or enc.empty_set(after_none)):
-                    return i  # an empty SET is told by its none_sources reason
+                    return  # an empty SET is told by its none_sources reason
                 before = None if before_values is None else row_of(before_values)
                 after = None if after_values is None else row_of(after_values)
                 if keyed:
@@ -228,30 +339,10 @@ class EventBuilder:
                 else:
                     key_b = key_a = None
             except Exception:  # noqa: BLE001 - the general path gives the value or the error
-                return i
-            if kind == "update" and keyed and key_b != key_a:
-                if not enc.keys_comparable:
-                    return i  # (-0.0 and 0.0: equal keys, different bytes)
-                changes = ((key_b, before, None, "d", 2 * i), (key_a, None, after, "c", 2 * i + 1))
-            else:
-                changes = ((key_a if key_a is not None else key_b, before, after, op_of, 2 * i),)
-            row = encode_row(i)
-            for key, before, after, op, seq in changes:
-                digits = b"%010d" % seq
-                position = f"{event}{seq:010d}"
-                if skip_up_to is not None and position <= skip_up_to:
-                    continue
-                if key is not None:
-                    if key_header is None:
-                        key_header = writer.header(te.key_schema, topic, "key")
-                    key = key_header + key
-                value = b"".join((b0, null_tag if before is None else before_tag + before,
-                                  b1, after_null if after is None else after_tag + after,
-                                  b2, row, b3, ops[op], b4, position_head, digits, b5))
-                out.append((topic, key, value, position))
-                if op == "d" and tombstones:
-                    out.append((topic, key, None, position))
-        return stop
+                return
+            if key_b != key_a and ch.kind == "update" and keyed and not enc.keys_comparable:
+                return  # (-0.0 and 0.0: equal keys, different bytes)
+            yield i, key_b, before, key_a, after
 
     def chunk_records(self, chunk: ChunkOut, writer: RecordEncoding) -> list[Record]:
         """The records of a released snapshot chunk: op ``r``, ``source.snapshot``
@@ -298,7 +389,7 @@ class EventBuilder:
         middle = b"".join((b2, encode_row(0), b3, encode_op(SNAPSHOT_OP), b4))
         key_header = writer.header(te.key_schema, topic, "key") if te.key_columns else None
         if type(rows) is EncodedRows:  # encoded where they were read
-            if rows.table != (te.table.qualified_name, te.table.fingerprint(), tuple(te.key_columns)):
+            if rows.table != te.ident:
                 raise CDCError(f"snapshot chunk of {te.table.qualified_name}: its rows were encoded for "
                                f"{rows.table}, not for this table version")
             positions = chunk_row_positions(close_pos, len(rows.bodies))

@@ -30,6 +30,7 @@ from fastavro.schema import expand_schema
 
 from common.errors import CDCError
 from contract.avro_template import (
+    CONTINUED_VARINTS,
     SMALL_VARINT_LIMIT,
     SMALL_VARINTS,
     avro_bytes,
@@ -67,12 +68,19 @@ def _fused(fields: list[dict], plan: list[tuple[str, str, Any]], what: str) -> l
 
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_INT_RANGE = {"int": (-(1 << 31), (1 << 31) - 1), "long": (-(1 << 63), (1 << 63) - 1)}
+INT_RANGE = {"int": (-(1 << 31), (1 << 31) - 1), "long": (-(1 << 63), (1 << 63) - 1)}
 
 
-def _int_code(v: str) -> str:
-    """The expression of ``avro_varint(v)`` for an int ``v`` in a long's range."""
-    return f"(_small[z] if (z := ({v} << 1) ^ ({v} >> 63)) < {SMALL_VARINT_LIMIT} else _varint({v}))"
+def int_code(v: str, parts: int = 2) -> str:
+    """The expression of ``avro_varint(v)`` for an int ``v`` in a long's range, looked up 14
+    bits at a time up to ``parts`` lookups (``_small``, ``_cont`` and ``_varint`` in its
+    namespace: see :func:`contract.avro_template.avro_varint`)."""
+    code = f"_small[z] if (z := ({v} << 1) ^ ({v} >> 63)) < {SMALL_VARINT_LIMIT} else "
+    for k in range(2, parts + 1):
+        lookups = " + ".join([f"_cont[z >> {14 * j} & {SMALL_VARINT_LIMIT - 1}]" if j else
+                              f"_cont[z & {SMALL_VARINT_LIMIT - 1}]" for j in range(k - 1)] + [f"_small[z >> {14 * (k - 1)}]"])
+        code += f"{lookups} if z < {SMALL_VARINT_LIMIT ** k} else "
+    return f"({code}_varint({v}))"
 
 
 def _str_code(v: str) -> str:
@@ -106,10 +114,10 @@ def _column_code(i: int, t: Any, convert: Any, encode: Any, env: dict) -> str:
     if name == "string" and kind is str:
         plain = f"({_str_code(f'v{i}')} if type(v{i}) is str else {general})"
         value_plain = _str_code(f"v{i}")
-    elif name in _INT_RANGE and kind is int:
-        lo, hi = _INT_RANGE[name]
+    elif name in INT_RANGE and kind is int:
+        lo, hi = INT_RANGE[name]
         env[f"lo{i}"], env[f"hi{i}"] = lo if low is None else max(lo, low), hi
-        plain = f"({_int_code(f'v{i}')} if type(v{i}) is int and lo{i} <= v{i} <= hi{i} else {general})"
+        plain = f"({int_code(f'v{i}')} if type(v{i}) is int and lo{i} <= v{i} <= hi{i} else {general})"
         value_plain = None
     else:
         return general
@@ -119,7 +127,7 @@ def _column_code(i: int, t: Any, convert: Any, encode: Any, env: dict) -> str:
     env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
     if value_plain is not None:
         return f"(n{i} if v{i} is None else t{i} + {value_plain} if type(v{i}) is str else {general})"
-    return (f"(n{i} if v{i} is None else t{i} + {_int_code(f'v{i}')} if type(v{i}) is int and lo{i} <= v{i} <= hi{i} "
+    return (f"(n{i} if v{i} is None else t{i} + {int_code(f'v{i}')} if type(v{i}) is int and lo{i} <= v{i} <= hi{i} "
             f"else {general})")
 
 
@@ -174,7 +182,8 @@ def _special_code(i: int, t: Any, convert: Any, env: dict) -> tuple[str, str] | 
 def _compile(plan: list[tuple[Any, Any, Any, Any]], what: str) -> Any:
     """A function of a row image (a dict by column name, or a tuple in column order) to the
     concatenated encodings of ``plan``'s columns ``(name or index, type, convert, encode)``."""
-    env: dict[str, Any] = {"_bytes": avro_bytes, "_varint": avro_varint, "_small": SMALL_VARINTS}
+    env: dict[str, Any] = {"_bytes": avro_bytes, "_varint": avro_varint, "_small": SMALL_VARINTS,
+                           "_cont": CONTINUED_VARINTS}
     lines = [f"def {what}(values):"]
     for i, (where, t, convert, encode) in enumerate(plan):
         env[f"k{i}"] = where

@@ -233,7 +233,7 @@ def test_rows_of_an_event_fast_or_by_the_library():
     # A row image that is not full (binlog_row_image=MINIMAL): the library decodes it.
     ev = library_event(cols, data, False)
     ev.columns_present_bitmap = b"\x01"
-    assert not decoder._fits(ev)
+    assert not decoder.fits(ev)
     # Bad data: the library decodes it, and raises its own error.
     with pytest.raises(AssertionError, match="Result length not requested length"):
         decoder.rows(library_event(cols, data[:-2], False))

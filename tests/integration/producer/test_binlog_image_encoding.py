@@ -1,0 +1,82 @@
+"""Row images encoded in the binlog reader process, on the real server's binlog.
+
+The same binlog range is read twice by :class:`BinlogReader`: once with the producer's
+:class:`StreamEncoding` (rows of captured tables cross as Avro bodies, :class:`EncodedImages`),
+once without (values).  Every rows event must give the same records either way, and the
+tables must really be encoded where they are read: the benchmark's table and the many-types
+table always, the all-types table for its rows without a value the encoder leaves to the
+values' way (a zero date, an empty SET).
+"""
+
+from __future__ import annotations
+
+from common.sql.sessions import connect
+from producer.binlog.reader import BinlogReader, ResumePoint, RowChanges
+from producer.binlog.row_decoder import EncodedImages, PackedRows
+from producer.binlog.server import current_position
+from producer.events.builder import EventBuilder
+from tests.all_types import create_all_types, make_many_types_table
+from tests.unit.producer.events.test_row_encoder import AvroOut
+
+BENCH_DDL = """CREATE TABLE items (
+  id INT NOT NULL PRIMARY KEY, name VARCHAR(64) NOT NULL, price DECIMAL(12,2) NOT NULL,
+  updated_at DATETIME(3) NOT NULL, qty INT NOT NULL, note TEXT NULL) DEFAULT CHARSET=utf8mb4"""
+
+
+def _changes(config, start: tuple[str, int], end: tuple[str, int], encoding) -> list[RowChanges]:
+    reader = BinlogReader(config.source, ResumePoint(*start), is_mariadb=True, blocking=False, images=encoding)
+    try:
+        out = []
+        for item in reader:
+            if type(item) is RowChanges:
+                out.append(item)
+            if (reader.current_resume().file, reader.current_resume().pos) >= end:
+                break
+        return out
+    finally:
+        reader.close()
+
+
+def test_encoded_images_give_the_records_values_give(stack, config, test_db, monkeypatch):
+    monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)  # the envelope's ts_ms
+    with stack.admin(test_db) as conn:
+        mariadb = stack.mysql.get("flavor", "mariadb") == "mariadb"
+        with connect(config.source) as src:
+            start = current_position(src)
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute(BENCH_DDL)
+            cur.execute("INSERT INTO items VALUES " + ",".join(
+                f"({i}, 'item-{i}', {i * 7}.{i % 100:02d}, '2024-01-{1 + i % 28:02d} 10:{i % 60:02d}:00.{i % 1000:03d}', "
+                f"{i}, {'NULL' if i % 5 == 0 else repr('note é ' * (i % 4))})" for i in range(1, 301)))
+            cur.execute("UPDATE items SET qty = qty + 1, price = -price, updated_at = NOW(3) WHERE id <= 100")
+            cur.execute("UPDATE items SET id = id + 1000 WHERE id > 290")  # key changes: a delete and a create each
+            cur.execute("DELETE FROM items WHERE id BETWEEN 150 AND 180")
+        create_all_types(conn, mariadb)
+        with conn.cursor() as cur:
+            cur.execute("UPDATE types SET vc = 'changed', id = id + 10")
+            cur.execute("DELETE FROM types WHERE id = 13")
+            cur.execute("DROP TABLE types")  # the many-types table comes under the same name: another version
+    make_many_types_table(stack, test_db, n=40)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE types SET vc = CONCAT(vc, '!'), d10 = d10 + 1")
+        cur.execute("DELETE FROM types WHERE id % 20 = 0")
+    with connect(config.source) as src:
+        end = current_position(src)
+
+    builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
+    encoding = builder.stream_encoding({config.source.signal_table})
+    encoded = _changes(config, start, end, encoding)
+    values = _changes(config, start, end, None)
+    assert [(c.table, c.kind, c.base) for c in encoded] == [(c.table, c.kind, c.base) for c in values]
+    assert all(type(c.rows) is PackedRows for c in values)
+    fused = {(c.table, c.kind) for c in encoded if type(c.rows) is EncodedImages}
+    assert {("items", "insert"), ("items", "update"), ("items", "delete")} <= fused
+    assert {("types", "insert"), ("types", "update"), ("types", "delete")} <= fused
+    rows = 0
+    for e, v in zip(encoded, values):
+        assert len(e.rows) == len(v.rows)
+        records = [builder.records(c, 0, len(c.rows), AvroOut()) for c in (e, v)]
+        assert records[0] == records[1], (e.table, e.kind, e.base)
+        rows += len(e.rows)
+    assert rows > 400

@@ -178,7 +178,17 @@ def chunk_row_positions(close: str, count: int) -> list[str]:
         return []
     chunk_row_position(close, count - 1)  # (the checks)
     event, first = close[:EVENT_WIDTH], int(close[EVENT_WIDTH:]) + 1
-    return [f"{event}{row:0{_PART_WIDTH}d}" for row in range(first, first + count)]
+    # Run by run of rows with as many digits: the event, the zeros, then the row's digits
+    # (a format per row cost more than the rest of a chunk row's envelope).
+    out: list[str] = []
+    low, high = first, first + count
+    while low < high:
+        digits = len(str(low))
+        top = min(high, 10 ** digits)
+        head = event + "0" * (_PART_WIDTH - digits)
+        out += [head + str(row) for row in range(low, top)]
+        low = top
+    return out
 
 
 def describe_position(position: str) -> str:

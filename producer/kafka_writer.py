@@ -39,8 +39,9 @@ class KafkaWriter:
         self.producer = Producer(producer_config(kafka, transactional_id=tx_id, **{
             "linger.ms": linger_ms, "partitioner": "murmur2_random", "batch.num.messages": 10000,
             "queue.buffering.max.kbytes": 262144, "error_cb": self._on_error,
-            # Failures still reach _on_delivery; successes cost no Python call per record.
-            "delivery.report.only.error": True}))
+            # Failures still reach _on_delivery; successes cost no Python call per record (and
+            # the callback set once here costs produce() no keyword per record).
+            "delivery.report.only.error": True, "on_delivery": self._on_delivery}))
         self.in_batch = False
         self.pending = 0
         if transactions:
@@ -85,14 +86,14 @@ class KafkaWriter:
     def produce_all(self, records: list[tuple[str, bytes | None, bytes | None, str | None]]) -> None:
         """Produce ``(topic, key, value, position)`` records in order."""
         self._begin()
-        produce, on_delivery, topics = self.producer.produce, self._on_delivery, self._topics
+        produce, topics = self.producer.produce, self._topics
         for topic, key, value, position in records:
             if topic not in topics:
                 self.ensure_topic(topic)
             headers = [(POSITION_HEADER, position.encode())] if position else None
             while True:
                 try:
-                    produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+                    produce(topic, value, key, headers=headers)
                     break
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: let deliveries drain

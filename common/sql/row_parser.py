@@ -16,6 +16,7 @@ import types
 from typing import Any, Callable
 
 from pymysql.connections import MySQLResult
+from pymysql.protocol import MysqlPacket
 
 _NULL, _U16, _U24 = 251, 252, 253  # (254: an 8-byte length)
 
@@ -80,12 +81,32 @@ def cached_row_parser(converters: list[tuple[str | None, Callable | None]]) -> C
     return parse
 
 
+def _pymysql_row(converters: list[tuple[str | None, Callable | None]], payload: bytes, encoding: str) -> tuple:
+    """pymysql's own reading of a row payload (``MySQLResult._read_row_from_packet``)."""
+    return MySQLResult._read_row_from_packet(types.SimpleNamespace(converters=converters),  # type: ignore[arg-type]
+                                             MysqlPacket(payload, encoding))
+
+
+def values_reader(converters: list[tuple[str | None, Callable | None]], encoding: str) -> Callable[[bytes], tuple]:
+    """A function of a row payload of a result with these columns' readings (``encoding``: the
+    connection's) to the row's values as pymysql gives them: :func:`row_parser`'s, pymysql's own
+    for a row it does not fit."""
+    parse = cached_row_parser(converters)
+
+    def values(payload: bytes) -> tuple:
+        try:
+            return parse(payload)
+        except (IndexError, ValueError):
+            return _pymysql_row(converters, payload, encoding)
+    return values
+
+
 class _FastResult(MySQLResult):
-    """pymysql's buffered result, its rows parsed by :func:`row_parser`."""
+    """pymysql's buffered result, its rows parsed by :func:`row_parser` (or left unparsed: :func:`raw_rows`)."""
 
     def _read_rowdata_packet(self) -> None:
-        parse = cached_row_parser(self.converters)
-        slow = super()._read_row_from_packet
+        raw = getattr(self.connection, "_cdc_raw_rows", False)
+        values = values_reader(self.converters, self.connection.encoding)
         rows = []
         append = rows.append
         read_packet = self.connection._read_packet
@@ -94,12 +115,24 @@ class _FastResult(MySQLResult):
             if self._check_packet_is_eof(packet):
                 self.connection = None  # (as pymysql: no cyclic reference)
                 break
-            try:
-                append(parse(packet._data))
-            except (IndexError, ValueError):
-                append(slow(packet))  # pymysql's own reading of an unusual row
+            append(packet._data if raw else values(packet._data))
         self.affected_rows = len(rows)
         self.rows = tuple(rows)
+
+
+def raw_rows(conn, sql: str, args: Any = None) -> tuple[list[bytes], list[tuple[str | None, Callable | None]]]:
+    """The rows of ``sql`` on a session of :func:`install` as their packets' payloads, unparsed,
+    and the result columns' readings (pymysql's ``(encoding, converter)`` per column): for a
+    caller that reads the rows' bytes itself (:func:`values_reader` gives a row's values)."""
+    conn._cdc_raw_rows = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            rows = list(cur.fetchall())
+            readings = list(conn._result.converters) if conn._result is not None and conn._result.converters else []
+    finally:
+        conn._cdc_raw_rows = False
+    return rows, readings
 
 
 def _read_query_result(self, unbuffered: bool = False) -> int:

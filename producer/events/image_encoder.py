@@ -32,20 +32,25 @@ from typing import Any
 from fastavro.schema import expand_schema
 from pymysqlreplication.constants import FIELD_TYPE as T
 
-from contract.avro_template import (
-    CONTINUED_VARINTS,
-    SMALL_VARINT_LIMIT,
-    SMALL_VARINTS,
-    avro_long,
-    avro_varint,
-    field_encoder,
-    type_name,
-)
+from contract.avro_template import field_encoder
 from producer.binlog.row_decoder import EncodedImages, column_reader, datetime2_code, decimal_code
-from producer.events.row_encoder import INT_RANGE, NotFast, int_code
+from producer.events.row_encoder import NotFast
+from producer.events.value_code import (
+    datetime_unit,
+    decimal_lines,
+    general_code,
+    general_lines,
+    int_lines,
+    is_decimal,
+    is_utf8_string,
+    joined,
+    key_parts,
+    namespace,
+    split_union,
+    utf8_lines,
+    varint_lines,
+)
 from producer.table_schema import TableDef
-
-_UTF8 = frozenset({"utf8", "utf-8", "utf_8"})
 
 
 def _struct_range(fmt: str) -> tuple[int, int]:
@@ -55,18 +60,6 @@ def _struct_range(fmt: str) -> tuple[int, int]:
 
 #: The values an integer column's struct format reads.
 _STRUCT_RANGE = {fmt: _struct_range(fmt) for fmt in ("<b", "<B", "<h", "<H", "<i", "<I", "<q", "<Q")}
-
-
-def _not_fast() -> Any:
-    raise NotFast()
-
-
-def _split_union(t: Any) -> tuple[bytes | None, bytes | None, Any]:
-    """``(null tag, value tag, inner type)`` of a ``["null", T]`` union; ``(None, None, t)`` else."""
-    if isinstance(t, list) and len(t) == 2 and "null" in t:
-        n = t.index("null")
-        return avro_long(n), avro_long(1 - n), t[1 - n]
-    return None, None, t
 
 
 def _length_code(size: int) -> str:
@@ -87,76 +80,41 @@ def _value_code(i: int, col: Any, t: Any, convert: Any, nullable: bool,
     null branch instead (``a{i}``, and the parts empty): ``sets_null`` says they may."""
     read = column_reader(col)
     inline = getattr(read, "inline", None)
-    name = type_name(t)
-    env[f"c{i}"], env[f"e{i}"] = convert, field_encoder(t)
-    general = f"e{i}(cv) if (cv := c{i}(v)) is not None else _not_fast()"
-    if col.type == T.NEWDECIMAL and getattr(convert, "decimal_scale", None) == col.decimals \
-            and isinstance(t, dict) and t.get("type") == "bytes" and t.get("logicalType") == "decimal" \
-            and t.get("scale", 0) == col.decimals and isinstance(t.get("precision"), int):
-        # the unscaled integer, then as decimal_bytes: two's complement with a sign bit to spare, after its length
+    if col.type == T.NEWDECIMAL and is_decimal(convert, t, col.decimals):
         lines, size = decimal_code(col, "v", "_not_fast()")
         # (the head group may hold more digits than its width: the library reads it whole)
-        lines += [f"if not -{10 ** t['precision']} < v < {10 ** t['precision']}:", "    _not_fast()"]
-        lines += ["if v >= 0:",
-                  f"    y{i} = v.to_bytes((v.bit_length() + 8) >> 3, 'big')",
-                  "else:",
-                  f"    y{i} = v.to_bytes(((-v).bit_length() + 8) >> 3, 'big', signed=True)",
-                  f"l{i} = _small[len(y{i}) << 1]",
-                  f"off += {size}"]
-        return lines, [f"l{i}", f"y{i}"], False
-    unit = getattr(convert, "datetime_unit", None)
-    if col.type == T.DATETIME2 and unit in (1, 1000) and name == "long":
+        return lines + decimal_lines(i, t) + [f"off += {size}"], [f"l{i}", f"y{i}"], False
+    unit = datetime_unit(convert, t)
+    if col.type == T.DATETIME2 and unit is not None:
         lines, size, names = datetime2_code(col, "v", "_not_fast()", unit)
         env.update(names)
-        return lines + [f"y{i} = {int_code('v', parts=3)}", f"off += {size}"], [f"y{i}"], False
-    through = getattr(convert, "passes_through", None)
+        return lines + varint_lines(i) + [f"off += {size}"], [f"y{i}"], False
     if inline is not None and inline[0] == "struct":
         env[f"s{i}"] = inline[1]
         lines = [f"v = s{i}(buf, off)[0]", f"off += {inline[2]}"]
-        if through is not None and through[0] is int and name in INT_RANGE and inline[3] in _STRUCT_RANGE:
-            lo, hi = INT_RANGE[name]
-            lo = lo if through[1] is None else max(lo, through[1])
-            low, high = _STRUCT_RANGE[inline[3]]
-            if lo <= low and high <= hi:  # every value the format reads passes through and fits
-                return lines + [f"y{i} = {int_code('v')}"], [f"y{i}"], False
-            env[f"lo{i}"], env[f"hi{i}"] = lo, hi
-            return lines + [f"y{i} = {int_code('v')} if lo{i} <= v <= hi{i} else {general}"], [f"y{i}"], False
-        return lines + [f"y{i} = {general}"], [f"y{i}"], False
+        as_int = int_lines(i, convert, t, env, _STRUCT_RANGE.get(inline[3]))
+        return lines + (as_int or [f"y{i} = {general_code(i, convert, t, env)}"]), [f"y{i}"], False
     if inline is not None and inline[0] == "string":
         size, decode = inline[1], inline[2]
-        encoding = getattr(decode, "encoding", None)
-        if encoding in _UTF8 and through is not None and through[0] is str and name == "string":
-            # The Avro string's bytes are the column's bytes, once they are known to be UTF-8
-            # (the decoder's strict decode; Python's UTF-8 decoder accepts exactly UTF-8).
-            return [f"n = {_length_code(size)}",
-                    f"off += {size}",
-                    f"y{i} = buf[off:off + n]",
-                    "off += n",
-                    f"if not y{i}.isascii():",
-                    f"    y{i}.decode('utf-8')",
-                    f"l{i} = _small[n << 1] if n < {SMALL_VARINT_LIMIT >> 1} else _varint(n)"], [f"l{i}", f"y{i}"], False
+        lines = [f"n = {_length_code(size)}", f"off += {size}"]
+        if is_utf8_string(getattr(decode, "encoding", None), convert, t):
+            # (the decoder's strict decode, without the decode: the bytes are the string's)
+            return lines + [f"y{i} = buf[off:off + n]", "off += n"] + utf8_lines(i), [f"l{i}", f"y{i}"], False
         env[f"d{i}"] = decode
-        return [f"n = {_length_code(size)}",
-                f"off += {size}",
-                f"v = d{i}(buf[off:off + n])",
-                "off += n",
-                f"y{i} = {general}"], [f"y{i}"], False
+        return lines + [f"v = d{i}(buf[off:off + n])", "off += n", f"y{i} = {general_code(i, convert, t, env)}"], \
+            [f"y{i}"], False
     env[f"r{i}"] = read
     if col.type == T.SET:  # an empty SET reads as None (reason 'empty set'): '' by RowConverter's rule
+        env[f"ee{i}"] = field_encoder(t)
         return [f"v, off = r{i}(buf, off, reasons)",
                 "if v is None:",
-                f"    y{i} = e{i}('')",
+                f"    y{i} = ee{i}('')",
                 "else:",
-                f"    y{i} = {general}"], [f"y{i}"], False
+                f"    y{i} = {general_code(i, convert, t, env)}"], [f"y{i}"], False
     return [f"v, off = r{i}(buf, off, reasons)",
             "if v is None:",
             "    _not_fast()",
-            f"cv = c{i}(v)",
-            "if cv is None:",
-            f"    a{i} = n{i}" if nullable else "    _not_fast()",
-            f"    y{i} = b''",
-            "else:",
-            f"    y{i} = e{i}(cv)"], [f"y{i}"], nullable
+            *general_lines(i, convert, t, nullable, env)], [f"y{i}"], nullable
 
 
 class BinlogImageEncoder:
@@ -200,14 +158,13 @@ def _compile(columns: list, row_types: list, converters: list, key: list[tuple[i
     A nullable column's union branch and its value's parts are joined with the rest of the
     row: no concatenation per value.  A row without NULLs (the common case) takes code
     without a test per column."""
-    env: dict[str, Any] = {"_not_fast": _not_fast, "_varint": avro_varint, "_small": SMALL_VARINTS,
-                           "_cont": CONTINUED_VARINTS}
+    env = namespace()
     null_bytes = (len(columns) + 7) // 8
-    code = {True: [], False: []}  # the row's statements, by whether a column is NULL
-    parts = {True: [], False: []}  # the row body's parts (names of bytes), likewise
-    columns_parts = []
+    code: dict[bool, list[str]] = {True: [], False: []}  # the row's statements, by whether a column is NULL
+    parts: dict[bool, list[str]] = {True: [], False: []}  # the row body's parts (names of bytes), likewise
+    columns_parts, sets_nulls = [], []
     for i, (col, t, convert) in enumerate(zip(columns, row_types, converters)):
-        null_tag, value_tag, inner = _split_union(t)
+        null_tag, value_tag, inner = split_union(t)
         lines, value_parts, sets_null = _value_code(i, col, inner, convert, null_tag is not None, env)
         code[True].append(f"if nulls & {1 << i}:")
         if null_tag is None:
@@ -221,31 +178,17 @@ def _compile(columns: list, row_types: list, converters: list, key: list[tuple[i
             parts[True].append(f"a{i}")
             if sets_null:  # the converter may make it None: the union's branch is a name then
                 code[False].append(f"a{i} = t{i}")
-                parts[False].append(f"a{i}")
-            else:
-                parts[False].append(f"t{i}")
+            parts[False].append(f"a{i}" if sets_null else f"t{i}")
         code[True] += ["    " + line for line in lines]
         code[False] += lines
         parts[True] += value_parts
         parts[False] += value_parts
-        columns_parts.append((t, inner, null_tag is not None, sets_null, value_parts))
+        columns_parts.append((t, inner, null_tag is not None, value_parts))
+        sets_nulls.append(sets_null)
     for some_null in (True, False):
-        key_parts = []
-        for ci, kt in key:
-            t, inner, nullable, sets_null, value_parts = columns_parts[ci]
-            branch = f"a{ci}" if some_null or sets_null else f"t{ci}"
-            if kt == t:
-                key_parts += [branch, *value_parts] if nullable else value_parts
-            elif nullable and kt == inner:  # a nullable column in a key that has no null: NULL does not fit
-                if branch == f"a{ci}":
-                    code[some_null] += [f"if a{ci} is n{ci}:", "    _not_fast()"]
-                key_parts += value_parts
-            else:
-                raise NotFast("a key field is not its column's row encoding")
-        key_expr = "None" if not key else key_parts[0] if len(key_parts) == 1 else \
-            "b''.join((" + "".join(f"{p}, " for p in key_parts) + "))"
-        code[some_null] += [f"append({key_expr})",
-                            "append(b''.join((" + "".join(f"{p}, " for p in parts[some_null]) + ")))"]
+        kparts, checks = key_parts(columns_parts, key, lambda ci: f"a{ci}" if some_null or sets_nulls[ci] else
+                                   f"t{ci}")
+        code[some_null] += checks + [f"append({joined(kparts)})", f"append({joined(parts[some_null])})"]
     lines = ["def images(buf):",
              "    out = []",
              "    append = out.append",

@@ -470,6 +470,7 @@ def _date_converter() -> Converter:
         if isinstance(v, date):  # date, and datetime (a date subclass)
             return v.toordinal() - epoch
         return _parse_date_days(v)
+    conv.date_days = True  # type: ignore[attr-defined] - a date's days since 1970-01-01
     return conv
 
 

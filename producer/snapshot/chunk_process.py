@@ -21,7 +21,6 @@ the next read starts a new one.  Memory: one chunk's rows at a time per child.
 from __future__ import annotations
 
 import contextlib
-import gc
 import pickle
 import socket
 import subprocess
@@ -30,11 +29,14 @@ from typing import Any, Sequence
 
 from common.config import SourceConfig
 from common.errors import SourceUnavailable
+from common.gc_tuning import STREAMING_THRESHOLDS, tune_gc
+from common.sql.row_parser import raw_rows, values_reader
 from common.sql.sessions import read_session
 from producer import child_process
 from producer.events.builder import ReadEncoding, TableEvents
 from producer.events.row_encoder import EncodedRows, encode_rows
-from producer.snapshot.table_reader import read_chunk_values
+from producer.events.select_encoder import SelectRowEncoder
+from producer.snapshot.table_reader import chunk_statement
 from producer.table_schema import TableDef
 
 
@@ -92,20 +94,51 @@ class ChunkReadProcess:
 
 def read_encoded(conn, encoding: ReadEncoding, table_events: TableEvents, keys: Sequence[str],
                  after: Sequence[Any] | None, upto: Sequence[Any] | None, condition: str | None,
-                 limit: int) -> EncodedRows:
-    """One chunk read on ``conn`` and encoded by ``table_events``' encoder (the child's work)."""
+                 limit: int, encoders: dict | None = None) -> EncodedRows:
+    """One chunk read on ``conn`` and encoded by ``table_events``' encoders (the child's work):
+    each row straight from its bytes (:class:`SelectRowEncoder`, kept in ``encoders`` per table
+    version and result layout) until one it does not take, the rest from their values."""
     table: TableDef = encoding.table
-    rows = read_chunk_values(conn, table, keys, after=after, upto=upto, condition=condition, limit=limit)
-    return encode_rows(table_events.encoder, encoding.ident, tuple(table.column_names), rows)
+    sql, params = chunk_statement(table, keys, after=after, upto=upto, condition=condition, limit=limit)
+    payloads, readings = raw_rows(conn, sql, params)
+    values = values_reader(readings, conn.encoding)
+    names = tuple(table.column_names)
+    encoder = _select_encoder(table_events, readings, {} if encoders is None else encoders)
+    bodies: list[tuple[bytes | None, bytes]] = []
+    if encoder is not None:
+        row, append = encoder.row, bodies.append
+        for payload in payloads:
+            try:
+                append(row(payload))
+            except Exception:  # noqa: BLE001 - this row and the next ones: their values' way
+                break
+    rest = encode_rows(table_events.encoder, encoding.ident, names, [values(p) for p in payloads[len(bodies):]])
+    last = dict(zip(names, values(payloads[-1]))) if payloads else None
+    return EncodedRows(encoding.ident, bodies + rest.bodies, rest.rest, last)
+
+
+def _select_encoder(te: TableEvents, readings: list, encoders: dict) -> SelectRowEncoder | None:
+    """The SELECT row encoder of a table version and result layout (None: its rows take their
+    values' way), made once."""
+    key = (te.ident, tuple(readings))
+    if key not in encoders:
+        if len(encoders) >= 256:
+            encoders.clear()  # bounded: made again on demand
+        try:
+            encoders[key] = SelectRowEncoder(te, readings)
+        except Exception:  # noqa: BLE001 - NotFast, or a table the values' way reports on
+            encoders[key] = None
+    return encoders[key]
 
 
 def _child_main() -> None:
     """The child: answer read requests until the parent closes the socket or dies."""
     fd, source = child_process.child_args()
-    gc.freeze()  # the imports: out of every later collection
+    tune_gc(STREAMING_THRESHOLDS, freeze=True)  # (a chunk's rows: containers that reference counting frees)
     conn = Connection(fd)
     session = None
     tables: dict[tuple, TableEvents] = {}
+    encoders: dict[tuple, SelectRowEncoder | None] = {}
     try:
         while True:
             try:
@@ -119,7 +152,7 @@ def _child_main() -> None:
                 if session is None:
                     session = read_session(source)
                 answer = pickle.dumps(("rows", read_encoded(session, encoding, te, keys, after, upto, condition,
-                                                            limit)), pickle.HIGHEST_PROTOCOL)
+                                                            limit, encoders)), pickle.HIGHEST_PROTOCOL)
             except BaseException as exc:  # noqa: BLE001 - every error goes to the parent
                 if session is not None:  # a new session for the next read, whatever went wrong
                     with contextlib.suppress(Exception):

@@ -105,16 +105,21 @@ def read_chunk(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[An
                                                            condition=condition, limit=limit)]
 
 
-def read_chunk_values(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
-                      upto: Sequence[Any] | None, condition: str | None, limit: int) -> list[tuple]:
-    """The rows of one keyset chunk, as tuples of values in ``table.column_names``' order."""
-    names = table.column_names
+def chunk_statement(table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
+                    upto: Sequence[Any] | None, condition: str | None, limit: int) -> tuple[str, list[Any]]:
+    """The SELECT of one keyset chunk and its parameters: the table's columns in order."""
     exprs = {c.name: f"CAST({quote_ident(c.name)} AS DOUBLE)"
              for c in table.columns if c.data_type == "float"}
     kexprs, after_v = _key_exprs(table, keys, after)
     _, upto_v = _key_exprs(table, keys, upto)
-    sql, params = chunk_query(table.db, table.name, names, keys, after=after_v, upto=upto_v, condition=condition,
-                              limit=limit, select_exprs=exprs, key_exprs=kexprs)
+    return chunk_query(table.db, table.name, table.column_names, keys, after=after_v, upto=upto_v,
+                       condition=condition, limit=limit, select_exprs=exprs, key_exprs=kexprs)
+
+
+def read_chunk_values(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
+                      upto: Sequence[Any] | None, condition: str | None, limit: int) -> list[tuple]:
+    """The rows of one keyset chunk, as tuples of values in ``table.column_names``' order."""
+    sql, params = chunk_statement(table, keys, after=after, upto=upto, condition=condition, limit=limit)
     with conn.cursor() as cur:
         cur.execute(sql, params)
         return list(cur.fetchall())

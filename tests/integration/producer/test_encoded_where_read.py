@@ -1,20 +1,31 @@
-"""Row images encoded in the binlog reader process, on the real server's binlog.
+"""Rows encoded to Avro where they are read, on the real server: binlog row images in the
+binlog reader process, snapshot chunk rows in the chunk read process.
 
-The same binlog range is read twice by :class:`BinlogReader`: once with the producer's
+Binlog: the same binlog range is read twice by :class:`BinlogReader`: once with the producer's
 :class:`StreamEncoding` (rows of captured tables cross as Avro bodies, :class:`EncodedImages`),
 once without (values).  Every rows event must give the same records either way, and the
 tables must really be encoded where they are read: the benchmark's table and the many-types
 table always, the all-types table for its rows without a value the encoder leaves to the
-values' way (a zero date, an empty SET).
+values' way (a zero date).
+
+Snapshot: each table's chunks are read as the chunk read process reads them (its rows from
+the SELECT's bytes, :class:`SelectRowEncoder`) and from their values; the producer's records
+of both are the same, and the select encoder took the rows.
 """
 
 from __future__ import annotations
 
-from common.sql.sessions import connect
+from common.sql.sessions import connect, read_session
+from contract.position import BinlogPosition
 from producer.binlog.reader import BinlogReader, ResumePoint, RowChanges
 from producer.binlog.row_decoder import EncodedImages, PackedRows
 from producer.binlog.server import current_position
 from producer.events.builder import EventBuilder
+from producer.events.row_encoder import encode_rows
+from producer.events.select_encoder import SelectRowEncoder
+from producer.snapshot.chunk_process import read_encoded
+from producer.snapshot.coordinator import ReleasedChunk
+from producer.snapshot.table_reader import read_chunk_values, read_table_def
 from tests.all_types import create_all_types, make_many_types_table
 from tests.unit.producer.events.test_row_encoder import AvroOut
 
@@ -80,3 +91,48 @@ def test_encoded_images_give_the_records_values_give(stack, config, test_db, mon
         assert records[0] == records[1], (e.table, e.kind, e.base)
         rows += len(e.rows)
     assert rows > 400
+
+
+def _chunk(table, rows) -> ReleasedChunk:
+    return ReleasedChunk("snap-1", 3, table, rows, BinlogPosition.from_binlog("mysql-bin.000002", 400),
+                         BinlogPosition.from_binlog("mysql-bin.000002", 900), list(table.primary_key))
+
+
+def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_give(stack, config, test_db,
+                                                                                   monkeypatch):
+    monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(BENCH_DDL)
+        cur.execute("INSERT INTO items VALUES " + ",".join(
+            f"({i}, 'item-{i} \u00e9', {-i * 7}.{i % 100:02d}, '20{i % 100:02d}-0{1 + i % 9}-{1 + i % 28:02d} "
+            f"{i % 24}:{i % 60:02d}:01.{i % 1000:03d}', {i}, {'NULL' if i % 5 == 0 else repr('note ' * (i % 4))})"
+            for i in range(1, 2001)))
+        mariadb = stack.mysql.get("flavor", "mariadb") == "mariadb"
+        create_all_types(conn, mariadb)
+        cur.execute("CREATE DATABASE `%s_m`" % test_db)
+    make_many_types_table(stack, f"{test_db}_m", n=60)
+    builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
+    session = read_session(config.source)
+    encoders: dict = {}
+    try:
+        for db, name, rows, first in [(test_db, "items", 2000, 1), (test_db, "types", 3, 1),
+                                      (f"{test_db}_m", "types", 61, 5)]:
+            table = read_table_def(session, db, name)
+            encoding = builder.read_encoding(table)
+            te = builder.read_table_events(table)
+            keys = list(table.primary_key)
+            for after, limit in [(None, 5000), (None, 7), ((first,), 1000)]:  # whole; a first chunk; a later one
+                encoded = read_encoded(session, encoding, te, keys, after, None, None, limit, encoders)
+                values = read_chunk_values(session, table, keys, after=after, upto=None, condition=None, limit=limit)
+                by_values = encode_rows(te.encoder, encoding.ident, tuple(table.column_names), values)
+                assert len(encoded) == len(values) and encoded.last == dict(zip(table.column_names, values[-1]))
+                records = [builder.chunk_records(_chunk(table, r), AvroOut()) for r in (encoded, by_values)]
+                assert records[0] == records[1], (db, name, after, limit)
+            if name == "items":
+                assert len(read_encoded(session, encoding, te, keys, None, None, None, 5000, encoders).bodies) == rows
+        assert sum(type(e) is SelectRowEncoder for e in encoders.values()) == 3
+    finally:
+        session.close()
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute("DROP DATABASE IF EXISTS `%s_m`" % test_db)

@@ -1,0 +1,200 @@
+"""Snapshot chunk rows straight from the SELECT's bytes to Avro bodies, in the chunk read process.
+
+A chunk's SELECT answers in MySQL's text protocol: per row, per column, a length and the
+value's text (or NULL).  The values' way parses that text to Python values (pymysql's
+converters: an ``int``, a ``Decimal``, a ``datetime``, a ``str`` per column), and the
+producer's :class:`~producer.events.row_encoder.RowEncoder` converts and encodes them.  For
+a table on the Avro fast path a :class:`SelectRowEncoder` does it in one function generated
+per table version and result layout, reading the row's bytes:
+
+* an integer's text to its varint (``int`` of the bytes);
+* a DECIMAL's text to its unscaled integer (the digits without the point: the server writes
+  exactly the column's scale), then its Avro bytes -- no ``Decimal``;
+* a DATETIME's and a DATE's text to epoch milli- or microseconds and days (the date looked up
+  per date, the time from its digits) -- no ``datetime``;
+* a UTF-8 string's bytes as the Avro string's bytes (checked to be UTF-8, not decoded);
+* every other column the values' way: pymysql's converter for the column, then the
+  column's converter and field encoder -- the same functions.
+
+Byte for byte what RowEncoder writes from pymysql's values (a differential test checks it on
+arbitrary bytes); a row it does not take raises (:class:`~producer.events.row_encoder.NotFast`
+or the error of reading it), and that row takes the values' way.
+"""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+from typing import Any, Callable
+
+from fastavro.schema import expand_schema
+from pymysql.converters import convert_date
+
+from common.sql.sessions import datetime_from_text
+from contract.avro_template import type_name
+from producer.events.row_encoder import NotFast
+from producer.events.value_code import (
+    datetime_unit,
+    decimal_lines,
+    general_lines,
+    int_lines,
+    is_decimal,
+    is_utf8_string,
+    joined,
+    key_parts,
+    namespace,
+    split_union,
+    utf8_lines,
+    varint_lines,
+)
+
+_NULL = 251  # a length byte: NULL (252, 253, 254: a length of 2, 3 or 8 bytes follows)
+_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+_DIGITS = b"0123456789"
+
+
+class EpochDays(dict):
+    """Days since 1970-01-01 of a date's text (``YYYY-MM-DD`` as bytes), False where it is not a
+    valid date in that form: a cache, filled by :meth:`of`, bounded."""
+
+    def of(self, text: bytes) -> int | bool:
+        days: int | bool = False
+        if len(text) == 10 and text[4] == text[7] == 45 and text.translate(None, _DIGITS) == b"--":
+            try:
+                days = datetime.date(int(text[:4]), int(text[5:7]), int(text[8:])).toordinal() - _EPOCH_ORDINAL
+            except ValueError:
+                pass
+        if len(self) >= 65_536:
+            self.clear()
+        self[text] = days
+        return days
+
+
+_DAYS = EpochDays()
+
+
+def _length(data: bytes, p: int) -> tuple[int, int]:
+    """A length of 2, 3 or 8 bytes at ``p`` (its first byte 252, 253 or 254): (value, position after it)."""
+    c = data[p]
+    width = 2 if c == 252 else 3 if c == 253 else 8
+    return int.from_bytes(data[p + 1:p + 1 + width], "little"), p + 1 + width
+
+
+def _datetime_lines(i: int, unit: int) -> list[str]:
+    """``y{i}`` from ``b``, a DATETIME's text ``YYYY-MM-DD hh:mm:ss[.f{1,6}]`` (what
+    ``datetime_from_text`` parses to a datetime), in ``unit`` microseconds since the epoch."""
+    return ["days = _days.get(b[:10])",
+            "if days is None:",
+            "    days = _days.of(b[:10])",
+            "if days is False or not (n == 19 or 21 <= n <= 26 and b[19] == 46 and b[20:].isdigit()) or b[10] != 32 "
+            "or b[13] != 58 or b[16] != 58 or b[11:19].translate(None, _digits) != b'::':",
+            "    _not_fast()",
+            "h, mi, s = b[11] * 10 + b[12] - 528, b[14] * 10 + b[15] - 528, b[17] * 10 + b[18] - 528",
+            "if h > 23 or mi > 59 or s > 59:",
+            "    _not_fast()",
+            f"v = (days * 86400 + h * 3600 + mi * 60 + s) * {1_000_000 // unit}",
+            "if n > 19:",
+            f"    v += int(b[20:]) * _fraction[n] // {unit}" if unit != 1 else "    v += int(b[20:]) * _fraction[n]",
+            *varint_lines(i)]
+
+
+def _value_code(i: int, reading: tuple[str | None, Callable | None], t: Any, convert: Any, nullable: bool,
+                env: dict) -> tuple[list[str], list[str], bool]:
+    """``(lines, parts, sets_null)``: statements that turn ``b`` (``n`` bytes: column ``i``'s
+    text, not NULL; read as pymysql's ``reading``, its encoding and converter) into the names
+    ``parts``, whose concatenation is its encoding as Avro type ``t``; ``sets_null``: they may
+    set the union's null branch instead (see :func:`~producer.events.value_code.general_lines`)."""
+    encoding, read = reading
+    if read is int:
+        as_int = int_lines(i, convert, t, env)
+        if as_int is not None:
+            return ["v = int(b)", *as_int], [f"y{i}"], False
+    if read is Decimal and isinstance(t, dict) and is_decimal(convert, t, t.get("scale", 0)):
+        scale = t.get("scale", 0)
+        digits = ["v = int(b)"] if not scale else [
+            f"if b[{-scale - 1}] != 46:",  # the point, exactly ``scale`` digits from the end
+            "    _not_fast()",
+            f"v = int(b[:{-scale - 1}] + b[{-scale}:])"]
+        return digits + decimal_lines(i, t), [f"l{i}", f"y{i}"], False
+    unit = datetime_unit(convert, t)
+    if read is datetime_from_text and unit is not None:
+        return _datetime_lines(i, unit), [f"y{i}"], False
+    if read is convert_date and getattr(convert, "date_days", False) and type_name(t) == "int":
+        return ["v = _days.get(b)",
+                "if v is None:",
+                "    v = _days.of(b)",
+                "if v is False:",
+                "    _not_fast()",
+                *varint_lines(i)], [f"y{i}"], False
+    if read is None and is_utf8_string(encoding, convert, t):
+        return [f"y{i} = b", *utf8_lines(i)], [f"l{i}", f"y{i}"], False
+    # pymysql's value (row_parser's reading), then the values' way
+    value = "b" if encoding is None else "b.decode(enc{i})".format(i=i)
+    env[f"enc{i}"], env[f"r{i}"] = encoding, read
+    return [f"v = {value if read is None else f'r{i}({value})'}", *general_lines(i, convert, t, nullable, env)], \
+        [f"y{i}"], nullable
+
+
+class SelectRowEncoder:
+    """The key and row bodies of the rows of a table version's chunk SELECT.
+
+    ``te``: the table version (a :class:`~producer.events.builder.TableEvents` of rows read by a
+    SELECT); ``readings``: per result column (the table's columns, in order) pymysql's
+    ``(encoding, converter)`` (``MySQLResult.converters``).  Raises :class:`NotFast` when the
+    table is not on the Avro fast path or its key is not made of its row's encodings."""
+
+    def __init__(self, te: Any, readings: list[tuple[str | None, Callable | None]]) -> None:
+        enc = te.encoder
+        if enc is None or not enc.keys_comparable:
+            raise NotFast(f"{te.table.qualified_name}: no fast Avro path for its rows")
+        fields = expand_schema(te.row_schema)["fields"]
+        plan = te.converter.plan
+        if len(readings) != len(plan) or [f["name"] for f in fields] != [f for _, f, _ in plan]:
+            raise NotFast(f"{te.table.qualified_name}: the result's columns are not the table's")
+        key_types: list[Any] = []
+        if te.key_schema is not None:
+            key_types = [f["type"] for f in expand_schema(te.key_schema)["fields"]]
+        names = te.table.column_names
+        key = list(zip([names.index(name) for name in te.key_columns], key_types))
+        self.ident = te.ident
+        self.row = _compile(readings, [f["type"] for f in fields], [conv for _, _, conv in plan], key)
+
+
+def _compile(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
+    """``row(data) -> (key body or None, row body)`` of one row's payload."""
+    env = namespace()
+    env.update({"_length": _length, "_days": _DAYS, "_digits": _DIGITS,
+                "_fraction": {n: 10 ** (26 - n) for n in range(21, 27)}})
+    lines = ["def row(data):", "    p = 0"]
+    columns_parts, parts = [], []
+    for i, (reading, t, convert) in enumerate(zip(readings, row_types, converters)):
+        null_tag, value_tag, inner = split_union(t)
+        value_lines, value_parts, _ = _value_code(i, reading, inner, convert, null_tag is not None, env)
+        lines += ["    n = data[p]",
+                  f"    if n < {_NULL}:",
+                  "        p += 1",
+                  f"    elif n == {_NULL}:"]
+        if null_tag is None:
+            lines.append("        _not_fast()")  # NULL where the schema has no null: the values' way says so
+        else:
+            env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
+            lines += [f"        a{i} = n{i}", *(f"        {p} = b''" for p in value_parts)]
+            parts.append(f"a{i}")
+        lines += ["        p += 1",
+                  "        n = -1",
+                  "    else:",
+                  "        n, p = _length(data, p)",
+                  "    if n >= 0:",
+                  "        b = data[p:p + n]",
+                  "        p += n",
+                  *([f"        a{i} = t{i}"] if null_tag is not None else []),
+                  *("        " + line for line in value_lines)]
+        parts += value_parts
+        columns_parts.append((t, inner, null_tag is not None, value_parts))
+    kparts, checks = key_parts(columns_parts, key, lambda ci: f"a{ci}")
+    lines += ["    if p != len(data):",
+              "        raise ValueError('the row has more or fewer bytes than its columns')",
+              *("    " + line for line in checks),
+              f"    return {joined(kparts)}, {joined(parts)}"]
+    exec(compile("\n".join(lines), "<SELECT row encoder>", "exec"), env)  # noqa: S102 - generated from the schema
+    return env["row"]

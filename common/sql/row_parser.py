@@ -15,7 +15,9 @@ from __future__ import annotations
 import types
 from typing import Any, Callable
 
-from pymysql.connections import MySQLResult
+from pymysql import err
+from pymysql.connections import MAX_PACKET_LEN, MySQLResult
+from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
 
 _NULL, _U16, _U24 = 251, 252, 253  # (254: an 8-byte length)
@@ -101,21 +103,51 @@ def values_reader(converters: list[tuple[str | None, Callable | None]], encoding
     return values
 
 
+def _payload(conn) -> bytes:
+    """The next packet's payload, read as ``Connection._read_packet`` reads it (its sequence
+    number checked, a payload of 16 MiB and more joined from its packets), without building
+    a packet object: rows are most of a result's packets."""
+    read_bytes = conn._read_bytes
+    parts = []
+    while True:
+        header = read_bytes(4)
+        size = header[0] | header[1] << 8 | header[2] << 16
+        if header[3] != conn._next_seq_id:
+            conn._force_close()
+            if header[3] == 0:  # MariaDB sends its error packet with sequence number 0 when shutting down
+                raise err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+            raise err.InternalError(f"Packet sequence number wrong - got {header[3]} expected {conn._next_seq_id}")
+        conn._next_seq_id = (conn._next_seq_id + 1) % 256
+        data = read_bytes(size)
+        if size < MAX_PACKET_LEN:
+            return data if not parts else b"".join(parts) + data
+        parts.append(data)
+
+
 class _FastResult(MySQLResult):
-    """pymysql's buffered result, its rows parsed by :func:`row_parser` (or left unparsed: :func:`raw_rows`)."""
+    """pymysql's buffered result, its rows read without a packet object each and parsed by
+    :func:`row_parser` (or left unparsed: :func:`raw_rows`)."""
 
     def _read_rowdata_packet(self) -> None:
-        raw = getattr(self.connection, "_cdc_raw_rows", False)
-        values = values_reader(self.converters, self.connection.encoding)
+        conn = self.connection
+        raw = getattr(conn, "_cdc_raw_rows", False)
+        values = values_reader(self.converters, conn.encoding)
+        if conn._current_timeout != conn._read_timeout:  # (as _read_packet)
+            conn._sock.settimeout(conn._read_timeout)
+            conn._current_timeout = conn._read_timeout
         rows = []
         append = rows.append
-        read_packet = self.connection._read_packet
         while True:
-            packet = read_packet()
-            if self._check_packet_is_eof(packet):
-                self.connection = None  # (as pymysql: no cyclic reference)
-                break
-            append(packet._data if raw else values(packet._data))
+            data = _payload(conn)
+            first = data[0] if data else 0
+            if first == 0xFF or first == 0xFE and len(data) < 9:  # an error, or the end of the rows
+                packet = MysqlPacket(data, conn.encoding)
+                if packet.is_error_packet():
+                    packet.raise_for_error()
+                if self._check_packet_is_eof(packet):
+                    self.connection = None  # (as pymysql: no cyclic reference)
+                    break
+            append(data if raw else values(data))
         self.affected_rows = len(rows)
         self.rows = tuple(rows)
 

@@ -74,8 +74,11 @@ _DAYS = EpochDays()
 
 
 def _length(data: bytes, p: int) -> tuple[int, int]:
-    """A length of 2, 3 or 8 bytes at ``p`` (its first byte 252, 253 or 254): (value, position after it)."""
+    """A length of 2, 3 or 8 bytes at ``p`` (its first byte 252, 253 or 254): (value, position
+    after it); a NULL (251) is refused."""
     c = data[p]
+    if c == _NULL:
+        raise NotFast("NULL")
     width = 2 if c == 252 else 3 if c == 253 else 8
     return int.from_bytes(data[p + 1:p + 1 + width], "little"), p + 1 + width
 
@@ -170,25 +173,32 @@ def _compile(readings: list, row_types: list, converters: list, key: list[tuple[
     for i, (reading, t, convert) in enumerate(zip(readings, row_types, converters)):
         null_tag, value_tag, inner = split_union(t)
         value_lines, value_parts, _ = _value_code(i, reading, inner, convert, null_tag is not None, env)
-        lines += ["    n = data[p]",
-                  f"    if n < {_NULL}:",
-                  "        p += 1",
-                  f"    elif n == {_NULL}:"]
-        if null_tag is None:
-            lines.append("        _not_fast()")  # NULL where the schema has no null: the values' way says so
+        if null_tag is None:  # (a NULL where the schema has no null: _length refuses it, the values' way says so)
+            lines += ["    n = data[p]",
+                      f"    if n < {_NULL}:",
+                      "        p += 1",
+                      "    else:",
+                      "        n, p = _length(data, p)",
+                      "    b = data[p:p + n]",
+                      "    p += n",
+                      *("    " + line for line in value_lines)]
         else:
             env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
-            lines += [f"        a{i} = n{i}", *(f"        {p} = b''" for p in value_parts)]
+            lines += ["    n = data[p]",
+                      f"    if n == {_NULL}:",
+                      "        p += 1",
+                      f"        a{i} = n{i}",
+                      *(f"        {p} = b''" for p in value_parts),
+                      "    else:",
+                      f"        if n < {_NULL}:",
+                      "            p += 1",
+                      "        else:",
+                      "            n, p = _length(data, p)",
+                      "        b = data[p:p + n]",
+                      "        p += n",
+                      f"        a{i} = t{i}",
+                      *("        " + line for line in value_lines)]
             parts.append(f"a{i}")
-        lines += ["        p += 1",
-                  "        n = -1",
-                  "    else:",
-                  "        n, p = _length(data, p)",
-                  "    if n >= 0:",
-                  "        b = data[p:p + n]",
-                  "        p += n",
-                  *([f"        a{i} = t{i}"] if null_tag is not None else []),
-                  *("        " + line for line in value_lines)]
         parts += value_parts
         columns_parts.append((t, inner, null_tag is not None, value_parts))
     kparts, checks = key_parts(columns_parts, key, lambda ci: f"a{ci}")

@@ -23,7 +23,7 @@ from pymysql.protocol import MysqlPacket
 _NULL, _U16, _U24 = 251, 252, 253  # (254: an 8-byte length)
 
 
-def _length(data: bytes, p: int) -> tuple[int, int]:
+def length_coded(data: bytes, p: int) -> tuple[int, int]:
     """A length-coded integer of 2, 3 or 8 bytes at ``p`` (its first byte 252, 253 or 254):
     (value, position after it)."""
     c = data[p]
@@ -31,34 +31,38 @@ def _length(data: bytes, p: int) -> tuple[int, int]:
     return int.from_bytes(data[p + 1:p + 1 + width], "little"), p + 1 + width
 
 
+def column_code(null: list[str], value: list[str]) -> list[str]:
+    """Statements that read a text row's next column in ``data`` at ``p`` (``length_coded`` as
+    ``_length`` in their namespace): for a NULL the statements ``null``; else its bytes into
+    ``b`` and their length into ``n``, then the statements ``value``; ``p`` moves past it."""
+    return ["n = data[p]",
+            f"if n == {_NULL}:",
+            "    p += 1",
+            *("    " + line for line in null),
+            "else:",
+            f"    if n < {_NULL}:",
+            "        p += 1",
+            "    else:",
+            "        n, p = _length(data, p)",
+            "    b = data[p:p + n]",
+            "    p += n",
+            *("    " + line for line in value)]
+
+
 def row_parser(converters: list[tuple[str | None, Callable | None]]) -> Callable[[bytes], tuple]:
     """A function of a row packet's payload to the row's values, as pymysql gives them for
     columns read with ``converters`` (each column's encoding and converter, None for none);
     raises IndexError or ValueError on a payload it does not fit."""
-    env: dict[str, Any] = {"_length": _length}
+    env: dict[str, Any] = {"_length": length_coded}
     lines = ["def parse(data):", "    p = 0"]
     for i, (encoding, converter) in enumerate(converters):
         env[f"e{i}"], env[f"c{i}"] = encoding, converter
-        lines += ["    n = data[p]",
-                  f"    if n < {_NULL}:",
-                  "        p += 1",
-                  f"    elif n == {_NULL}:",
-                  "        p += 1",
-                  "        n = -1",
-                  "    else:",
-                  "        n, p = _length(data, p)",
-                  "    if n < 0:",
-                  f"        v{i} = None",
-                  "    else:",
-                  f"        v{i} = data[p:p + n]",
-                  "        p += n"]
-        value = f"v{i}"
+        value = "b"
         if encoding is not None:
             value = f"{value}.decode(e{i})"
         if converter is not None:
             value = f"c{i}({value})"
-        if value != f"v{i}":
-            lines.append(f"        v{i} = {value}")
+        lines += ["    " + line for line in column_code([f"v{i} = None"], [f"v{i} = {value}"])]
     lines += ["    if p != len(data):",
               "        raise ValueError('the row has more or fewer bytes than its columns')",
               "    return (" + "".join(f"v{i}, " for i in range(len(converters))) + ")"]

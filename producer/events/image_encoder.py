@@ -186,8 +186,9 @@ def _compile(columns: list, row_types: list, converters: list, key: list[tuple[i
         columns_parts.append((t, inner, null_tag is not None, value_parts))
         sets_nulls.append(sets_null)
     for some_null in (True, False):
-        kparts, checks = key_parts(columns_parts, key, lambda ci: f"a{ci}" if some_null or sets_nulls[ci] else
-                                   f"t{ci}")
+        def branch(ci: int, some_null: bool = some_null) -> str:
+            return f"a{ci}" if some_null or sets_nulls[ci] else f"t{ci}"
+        kparts, checks = key_parts(columns_parts, key, branch)
         code[some_null] += checks + [f"append({joined(kparts)})", f"append({joined(parts[some_null])})"]
     lines = ["def images(buf):",
              "    out = []",

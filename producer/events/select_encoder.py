@@ -24,31 +24,19 @@ or the error of reading it), and that row takes the values' way.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 from fastavro.schema import expand_schema
 from pymysql.converters import convert_date
 
+from common.sql.row_parser import column_code, length_coded
 from common.sql.sessions import datetime_from_text
 from contract.avro_template import type_name
+from producer.events import value_code as code
 from producer.events.row_encoder import NotFast
-from producer.events.value_code import (
-    datetime_unit,
-    decimal_lines,
-    general_lines,
-    int_lines,
-    is_decimal,
-    is_utf8_string,
-    joined,
-    key_parts,
-    namespace,
-    split_union,
-    utf8_lines,
-    varint_lines,
-)
 
-_NULL = 251  # a length byte: NULL (252, 253, 254: a length of 2, 3 or 8 bytes follows)
 _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
 _DIGITS = b"0123456789"
 
@@ -73,24 +61,14 @@ class EpochDays(dict):
 _DAYS = EpochDays()
 
 
-def _length(data: bytes, p: int) -> tuple[int, int]:
-    """A length of 2, 3 or 8 bytes at ``p`` (its first byte 252, 253 or 254): (value, position
-    after it); a NULL (251) is refused."""
-    c = data[p]
-    if c == _NULL:
-        raise NotFast("NULL")
-    width = 2 if c == 252 else 3 if c == 253 else 8
-    return int.from_bytes(data[p + 1:p + 1 + width], "little"), p + 1 + width
-
-
 def _datetime_lines(i: int, unit: int) -> list[str]:
     """``y{i}`` from ``b``, a DATETIME's text ``YYYY-MM-DD hh:mm:ss[.f{1,6}]`` (what
     ``datetime_from_text`` parses to a datetime), in ``unit`` microseconds since the epoch."""
     return ["days = _days.get(b[:10])",
             "if days is None:",
             "    days = _days.of(b[:10])",
-            "if days is False or not (n == 19 or 21 <= n <= 26 and b[19] == 46 and b[20:].isdigit()) or b[10] != 32 "
-            "or b[13] != 58 or b[16] != 58 or b[11:19].translate(None, _digits) != b'::':",
+            ("if days is False or not (n == 19 or 21 <= n <= 26 and b[19] == 46 and b[20:].isdigit()) or b[10] != 32 "
+             "or b[13] != 58 or b[16] != 58 or b[11:19].translate(None, _digits) != b'::':"),
             "    _not_fast()",
             "h, mi, s = b[11] * 10 + b[12] - 528, b[14] * 10 + b[15] - 528, b[17] * 10 + b[18] - 528",
             "if h > 23 or mi > 59 or s > 59:",
@@ -98,7 +76,7 @@ def _datetime_lines(i: int, unit: int) -> list[str]:
             f"v = (days * 86400 + h * 3600 + mi * 60 + s) * {1_000_000 // unit}",
             "if n > 19:",
             f"    v += int(b[20:]) * _fraction[n] // {unit}" if unit != 1 else "    v += int(b[20:]) * _fraction[n]",
-            *varint_lines(i)]
+            *code.varint_lines(i)]
 
 
 def _value_code(i: int, reading: tuple[str | None, Callable | None], t: Any, convert: Any, nullable: bool,
@@ -109,17 +87,17 @@ def _value_code(i: int, reading: tuple[str | None, Callable | None], t: Any, con
     set the union's null branch instead (see :func:`~producer.events.value_code.general_lines`)."""
     encoding, read = reading
     if read is int:
-        as_int = int_lines(i, convert, t, env)
+        as_int = code.int_lines(i, convert, t, env)
         if as_int is not None:
             return ["v = int(b)", *as_int], [f"y{i}"], False
-    if read is Decimal and isinstance(t, dict) and is_decimal(convert, t, t.get("scale", 0)):
+    if read is Decimal and isinstance(t, dict) and code.is_decimal(convert, t, t.get("scale", 0)):
         scale = t.get("scale", 0)
         digits = ["v = int(b)"] if not scale else [
             f"if b[{-scale - 1}] != 46:",  # the point, exactly ``scale`` digits from the end
             "    _not_fast()",
             f"v = int(b[:{-scale - 1}] + b[{-scale}:])"]
-        return digits + decimal_lines(i, t), [f"l{i}", f"y{i}"], False
-    unit = datetime_unit(convert, t)
+        return digits + code.decimal_lines(i, t), [f"l{i}", f"y{i}"], False
+    unit = code.datetime_unit(convert, t)
     if read is datetime_from_text and unit is not None:
         return _datetime_lines(i, unit), [f"y{i}"], False
     if read is convert_date and getattr(convert, "date_days", False) and type_name(t) == "int":
@@ -128,14 +106,14 @@ def _value_code(i: int, reading: tuple[str | None, Callable | None], t: Any, con
                 "    v = _days.of(b)",
                 "if v is False:",
                 "    _not_fast()",
-                *varint_lines(i)], [f"y{i}"], False
-    if read is None and is_utf8_string(encoding, convert, t):
-        return [f"y{i} = b", *utf8_lines(i)], [f"l{i}", f"y{i}"], False
+                *code.varint_lines(i)], [f"y{i}"], False
+    if read is None and code.is_utf8_string(encoding, convert, t):
+        return [f"y{i} = b", *code.utf8_lines(i)], [f"l{i}", f"y{i}"], False
     # pymysql's value (row_parser's reading), then the values' way
-    value = "b" if encoding is None else "b.decode(enc{i})".format(i=i)
+    value = "b" if encoding is None else f"b.decode(enc{i})"
     env[f"enc{i}"], env[f"r{i}"] = encoding, read
-    return [f"v = {value if read is None else f'r{i}({value})'}", *general_lines(i, convert, t, nullable, env)], \
-        [f"y{i}"], nullable
+    lines = [f"v = {value if read is None else f'r{i}({value})'}", *code.general_lines(i, convert, t, nullable, env)]
+    return lines, [f"y{i}"], nullable
 
 
 class SelectRowEncoder:
@@ -165,46 +143,27 @@ class SelectRowEncoder:
 
 def _compile(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
     """``row(data) -> (key body or None, row body)`` of one row's payload."""
-    env = namespace()
-    env.update({"_length": _length, "_days": _DAYS, "_digits": _DIGITS,
+    env = code.namespace()
+    env.update({"_length": length_coded, "_days": _DAYS, "_digits": _DIGITS,
                 "_fraction": {n: 10 ** (26 - n) for n in range(21, 27)}})
     lines = ["def row(data):", "    p = 0"]
     columns_parts, parts = [], []
     for i, (reading, t, convert) in enumerate(zip(readings, row_types, converters)):
-        null_tag, value_tag, inner = split_union(t)
+        null_tag, value_tag, inner = code.split_union(t)
         value_lines, value_parts, _ = _value_code(i, reading, inner, convert, null_tag is not None, env)
-        if null_tag is None:  # (a NULL where the schema has no null: _length refuses it, the values' way says so)
-            lines += ["    n = data[p]",
-                      f"    if n < {_NULL}:",
-                      "        p += 1",
-                      "    else:",
-                      "        n, p = _length(data, p)",
-                      "    b = data[p:p + n]",
-                      "    p += n",
-                      *("    " + line for line in value_lines)]
+        if null_tag is None:  # (a NULL where the schema has no null: the values' way says so)
+            lines += ["    " + line for line in column_code(["_not_fast()"], value_lines)]
         else:
             env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
-            lines += ["    n = data[p]",
-                      f"    if n == {_NULL}:",
-                      "        p += 1",
-                      f"        a{i} = n{i}",
-                      *(f"        {p} = b''" for p in value_parts),
-                      "    else:",
-                      f"        if n < {_NULL}:",
-                      "            p += 1",
-                      "        else:",
-                      "            n, p = _length(data, p)",
-                      "        b = data[p:p + n]",
-                      "        p += n",
-                      f"        a{i} = t{i}",
-                      *("        " + line for line in value_lines)]
+            lines += ["    " + line for line in column_code([f"a{i} = n{i}", *(f"{p} = b''" for p in value_parts)],
+                                                           [f"a{i} = t{i}", *value_lines])]
             parts.append(f"a{i}")
         parts += value_parts
         columns_parts.append((t, inner, null_tag is not None, value_parts))
-    kparts, checks = key_parts(columns_parts, key, lambda ci: f"a{ci}")
+    kparts, checks = code.key_parts(columns_parts, key, lambda ci: f"a{ci}")
     lines += ["    if p != len(data):",
               "        raise ValueError('the row has more or fewer bytes than its columns')",
               *("    " + line for line in checks),
-              f"    return {joined(kparts)}, {joined(parts)}"]
+              f"    return {code.joined(kparts)}, {code.joined(parts)}"]
     exec(compile("\n".join(lines), "<SELECT row encoder>", "exec"), env)  # noqa: S102 - generated from the schema
     return env["row"]

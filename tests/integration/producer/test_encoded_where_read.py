@@ -110,7 +110,7 @@ def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_gi
             for i in range(1, 2001)))
         mariadb = stack.mysql.get("flavor", "mariadb") == "mariadb"
         create_all_types(conn, mariadb)
-        cur.execute("CREATE DATABASE `%s_m`" % test_db)
+        cur.execute(f"CREATE DATABASE `{test_db}_m`")
     make_many_types_table(stack, f"{test_db}_m", n=60)
     builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
     session = read_session(config.source)
@@ -135,4 +135,4 @@ def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_gi
     finally:
         session.close()
         with stack.admin() as conn, conn.cursor() as cur:
-            cur.execute("DROP DATABASE IF EXISTS `%s_m`" % test_db)
+            cur.execute(f"DROP DATABASE IF EXISTS `{test_db}_m`")

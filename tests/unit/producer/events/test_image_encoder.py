@@ -15,11 +15,13 @@ import struct
 from decimal import Decimal
 
 import pytest
+from fastavro.schema import expand_schema
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pymysqlreplication.constants import FIELD_TYPE as T
 
 from common.errors import CDCError
+from contract.avro_template import field_encoder
 from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, RowDecoder
@@ -27,8 +29,6 @@ from producer.binlog.table_map import column_def_from_binlog
 from producer.events.builder import EventBuilder, StreamEncoding, table_events
 from producer.events.image_encoder import BinlogImageEncoder
 from producer.events.row_encoder import NotFast
-from contract.avro_template import field_encoder
-from fastavro.schema import expand_schema
 from producer.table_schema import TableDef
 from tests.unit.producer.binlog.test_row_decoder import _column, _pack_datetime2, _pack_decimal, columns_and_values
 from tests.unit.producer.events.test_row_encoder import AvroOut
@@ -170,7 +170,7 @@ def test_common_rows_are_encoded_where_they_are_read(update):
 ])
 def test_rows_it_does_not_take_are_refused(bad):
     _, encoder = _bench_encoder()
-    with pytest.raises(Exception):  # noqa: B017,PT011 - any: the reader then sends values
+    with pytest.raises(Exception):  # noqa: B017 - any: the reader then sends values
         encoder.encode(ROWS[1] + bad, False)
 
 

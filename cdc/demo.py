@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 import time
@@ -212,15 +213,21 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         ok &= consistent
         console.print(("[green]consistent[/green]: every sink equals its source table"
                        if consistent else "[red]INCONSISTENT[/red]") + f" ({time.monotonic() - t_start:.0f}s)")
+        job.close()
+        drain.close()
     finally:
         leave_stack(info, keep_running, console)
     return 0 if ok else 1
 
 
 def leave_stack(info: StackInfo, keep_running: bool, console: Console) -> None:
-    """At a demo's end: stop the stack it started, or say how to."""
+    """At a demo's end: stop the stack it started (and first the Spark session, whose workers
+    keep Kafka clients), or say how to."""
+    from spark_jobs.spark_session import stop_session
     if keep_running:
         console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")
     else:
+        stop_session()
+        gc.collect()  # (clients the finished jobs held: their handles closed before the broker stops)
         stack_down(info.state_dir)
         console.print("stack stopped")

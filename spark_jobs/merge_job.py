@@ -875,6 +875,10 @@ class MergeJob:
         except OSError as exc:  # best effort
             log.debug("cannot write the merge status file: %s", exc)
 
+    def close(self) -> None:
+        """Let go of the job's Kafka admin client (it is made again if the job runs again)."""
+        self._admin_client = None
+
     # -- running -----------------------------------------------------------------------------
     def stop(self, wait_s: float = 60.0) -> None:
         """Stop after the running micro-batch (if any) has finished: interrupting a batch

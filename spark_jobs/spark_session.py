@@ -30,3 +30,12 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
     spark.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "ERROR"))
     spark.dataSource.register(CdcKafkaDataSource)
     return spark
+
+
+def stop_session() -> None:
+    """Stop the running session, if any: its Python workers end with it, and with them the
+    Kafka clients they keep between tasks (which would otherwise go on trying to reach a
+    broker that stopped, and say so, until the process exits)."""
+    spark = SparkSession.getActiveSession()
+    if spark is not None:
+        spark.stop()

@@ -249,6 +249,9 @@ class SinksConfig(_Section):
     postgres: PostgresSinkConfig = Field(default_factory=PostgresSinkConfig)
     mysql: MySQLSinkConfig = Field(default_factory=MySQLSinkConfig)
     schema_changes: list[SchemaChangeRule] = Field(default_factory=list)
+    # How often (seconds) the merge job drops the table sinks' tombstones that no replay can
+    # reach any more (spark_jobs/tombstone_horizon.py); 0: never (they then grow with deletes).
+    tombstone_purge_s: float = Field(60.0, ge=0)
 
     def schema_rule(self, db: str, table: str) -> SchemaChangeRule:
         """The schema change rule of ``db.table`` (the first that matches, or the defaults)."""

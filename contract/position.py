@@ -30,6 +30,8 @@ from dataclasses import dataclass, field, replace
 
 __all__ = [
     "BinlogPosition",
+    "based",
+    "resume_floor",
     "ENCODED_WIDTH",
     "EVENT_WIDTH",
     "PART_LIMIT",
@@ -146,6 +148,32 @@ class BinlogPosition:
 
     def __str__(self) -> str:
         return f"{self.file_name}:{self.pos}#{self.row}"
+
+
+def based(p: BinlogPosition, file_base: int) -> BinlogPosition:
+    """``p`` with ``file_base`` added to its file index.  Positions must rise across
+    servers too: after a failover the new server's binlog files are numbered on their
+    own, so the producer adds a base that puts them above everything written before
+    (stored with its offsets, see :mod:`producer.startup`)."""
+    return BinlogPosition(p.file_index + file_base, p.pos, p.row, p.stem) if file_base else p
+
+
+def resume_floor(record: object) -> str | None:
+    """Of a producer's stored offset record (``<prefix>._offsets``: ``{"resume": {"file",
+    "pos", "last"}, "file_base": n, ...}``), the encoded position of its resume point (row
+    0, file base added): at or below every change the producer writes from there on (it
+    reads the binlog again from that point after a restart).  None for a record that
+    names none: a reset (no record), a start by GTID before any event was read, or a
+    record of another shape."""
+    if not isinstance(record, dict) or not isinstance(record.get("resume"), dict):
+        return None
+    r = record["resume"]
+    try:
+        if not r.get("file"):
+            return None
+        return based(BinlogPosition.from_binlog(str(r["file"]), int(r["pos"])), int(record.get("file_base") or 0)).encode()
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------------- the wire form

@@ -61,7 +61,7 @@ from common.config import CapturedSource, CDCConfig, load_config
 from common.errors import CDCError, OffsetLookupError
 from common.kafka.clients import delete_topics, ensure_topics, topic_ids
 from common.kafka.offsets import end_offsets
-from common.kafka.topic_reader import read_partition
+from common.kafka.topic_reader import read_partition, read_topic
 from common.metrics_http import serve_metrics
 from contract.debezium import debezium_table_markers
 from contract.envelope import record_names
@@ -74,6 +74,7 @@ from contract.topics import (
     clean_topic,
     dlq_topic,
     markers_topic,
+    offsets_topic,
     schemas_topic,
     table_of_topic,
     table_topic,
@@ -102,6 +103,7 @@ from spark_jobs.sharding.target import (
     target_key_schema,
     target_schema,
 )
+from spark_jobs.tombstone_horizon import TombstonePurge
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +294,12 @@ class MergeJob:
         self.peers: list[MergeJob] = [self]
         self.first_batch_started: float | None = None  # time.monotonic() of the first batch's start
         self.last_batch_ended: float | None = None  # ... and of the last batch's end
+        # Tombstones below what no replay can reach any more go (Debezium's input has no
+        # stored resume point to tell that; without table sinks there are none).
+        self._topics: set[str] = set()
+        self.tombstone_purge = TombstonePurge(
+            0.0 if self.settings.debezium or not sinks_of(self.settings) else cfg.sinks.tombstone_purge_s,
+            self._read_producer_offsets, self._partition_ends, lambda: sinks_of(self.settings), self._purgeable)
 
     def samples(self) -> list[tuple[str, str, float]]:
         """The merge job's figures: ``(metric name, Prometheus type, value)``."""
@@ -415,6 +423,40 @@ class MergeJob:
         there = [(t, p) for t, p in tps if t in md.topics and md.topics[t].error is None
                  and p in md.topics[t].partitions]
         return end_offsets(self.cfg.kafka.bootstrap_servers, there, client_config=self.client) if there else {}
+
+    # -- tombstones ---------------------------------------------------------------------------
+    def _read_producer_offsets(self, start: dict[int, int]) -> tuple[list[tuple[bytes, Any]], dict[int, int]]:
+        """The producers' offset records (``<prefix>._offsets``) from ``start`` on, and where to read on."""
+        records, nxt = [], dict(start)
+        for msg in read_topic(self.cfg.kafka.bootstrap_servers, offsets_topic(self.prefix), start=start,
+                              client_config=self.client or None):
+            records.append((msg.key(), msg.value()))
+            nxt[msg.partition()] = msg.offset() + 1
+        return records, nxt
+
+    def _partition_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {tp: end for tp, (_, end) in self._offsets_now(partitions).items()}
+
+    def _purgeable(self, db: str, table: str) -> bool:
+        """A sink table whose tombstones this job may purge: its source table's topic is one
+        of the job's, and the table is not routed (a target's rows come from several sources)."""
+        return table_topic(self.prefix, db, table) in self._topics and \
+            (not self.router.routes or self.router.route_of(self.source_name, db, table) is None)
+
+    def _purge_tombstones(self, partitions: list[tuple[str, int]]) -> None:
+        """After a batch: :meth:`TombstonePurge.after_batch` with the checkpoint's committed
+        offsets (housekeeping: a failure is logged, the job goes on)."""
+        if not self.tombstone_purge.interval_s:
+            return
+        self._topics = {t for t, _ in partitions}
+        committed_id = last_batches(self.query_dir)[1]
+        ends = batch_end_offsets(self.query_dir, committed_id) if committed_id is not None else None
+        committed = offsets_from_json(ends[0]) if ends and isinstance(ends[0], dict) else None
+        try:
+            self.tombstone_purge.after_batch(partitions, committed)
+        except Exception as exc:  # noqa: BLE001 - housekeeping: the next batch tries again
+            log.warning("the tombstone purge failed (%s: %s); it is tried again after a later batch",
+                        type(exc).__name__, exc)
 
     def _topic_ids(self, topics) -> dict[str, str]:
         return topic_ids(self.cfg.kafka.bootstrap_servers, topics, client_config=self.client)
@@ -814,6 +856,7 @@ class MergeJob:
         self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states,
                                          "orphan_markers": orphans, "markers_topic_id": plan.get("markers_topic_id"),
                                          "delete_missing": waiting, "sink_epoch": epoch + moved})
+        self._purge_tombstones(partitions)
         ends = batch_end_offsets(self.query_dir, batch_id)
         lost = [DataLoss.from_json(x) for x in plan.get("lost", [])] + \
             (lost_from_json(ends[0]) if ends and isinstance(ends[0], dict) else [])

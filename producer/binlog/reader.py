@@ -35,7 +35,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from common.config import SourceConfig
-from contract.position import BinlogPosition
+from contract.position import BinlogPosition, based
 from producer.binlog.row_decoder import EncodedImages, PackedRows, RowDecoder, row_data, table_map_key
 from producer.binlog.table_map import table_def_from_table_map
 from producer.capture_filter import SYSTEM_DATABASES
@@ -75,14 +75,6 @@ class ResumePoint:
         """This point as a position (row 0): the first byte of the next event, so below
         that event's own position and above every event before it."""
         return based(BinlogPosition.from_binlog(self.file, self.pos), file_base)
-
-
-def based(p: BinlogPosition, file_base: int) -> BinlogPosition:
-    """``p`` with ``file_base`` added to its file index.  Positions must rise across
-    servers too: after a failover the new server's binlog files are numbered on their
-    own, so the producer adds a base that puts them above everything written before
-    (stored with its offsets, see :mod:`producer.startup`)."""
-    return BinlogPosition(p.file_index + file_base, p.pos, p.row, p.stem) if file_base else p
 
 
 @dataclass

@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import ApplyResult, reduce_for_layout
@@ -260,8 +260,14 @@ class TableSinkBase:
         with self._transaction() as cur:
             if self.serialize and not self._take_turn(cur, plan.name):
                 raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
-            cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s)",
-                        [plan.name])
+            # Only a tombstone at or above a record's position can stop it (every comparison
+            # is strict); with none at or above the batch's lowest position, the batch is
+            # applied without the tombstone guard (no key hashes, no anti-join), and the
+            # tombstones it leaves below its rows stay until purged (harmless: see
+            # :meth:`purge_tombstones`).  Indexed by (table_name, position).
+            lowest = min(ch.position for ch, _ in (*reduced.upserts, *reduced.deletes))
+            cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s "
+                        "AND position >= %s)", [plan.name, lowest])
             has_tombstones = bool(cur.fetchone()[0])
             self._write(cur, plan, reduced.upserts, reduced.deletes, has_tombstones, result)
         return result
@@ -279,20 +285,34 @@ class TableSinkBase:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ maintenance
-    def purge_tombstones(self, before_position: str, db: str | None = None, table: str | None = None) -> int:
-        """Drop tombstones older than ``before_position`` (of one table, or all); returns how many.
+    def purge_tombstones(self, before_position: str, db: str | None = None, table: str | None = None, *,
+                         wanted: Callable[[str, str], bool] | None = None) -> int:
+        """Drop tombstones older than ``before_position`` (of one table, of the registered
+        tables ``wanted(source db, source table)`` says, or all); returns how many.
 
-        Safe once no record below ``before_position`` can be applied again (every input
-        partition committed past it).
+        Safe once no record below ``before_position`` can be applied again (the merge job
+        calls it with such a horizon: :mod:`spark_jobs.tombstone_horizon`).  A tombstone
+        below its key's row (left by a batch applied without the guard, see :meth:`apply`)
+        stops nothing the row's own position would not stop, so tombstones are a cache of
+        deleted keys' positions, not a record the sink needs to stay consistent.
         """
         sql = f"DELETE FROM {self._bookkeeping(TOMBSTONES)} WHERE position < %s"
-        args: list[Any] = [before_position]
-        if db is not None and table is not None:
-            sql += " AND table_name = %s"
-            args.append(self.table_name(db, table))
+        if wanted is None:
+            args: list[Any] = [before_position]
+            if db is not None and table is not None:
+                sql += " AND table_name = %s"
+                args.append(self.table_name(db, table))
+            with self._transaction() as cur:
+                cur.execute(sql, args)
+                return cur.rowcount
+        # ``wanted(source db, source table)``: of the registered sink tables, those to purge
+        n = 0
         with self._transaction() as cur:
-            cur.execute(sql, args)
-            return cur.rowcount
+            for name, source_db, source_table in self._registered(cur):
+                if wanted(source_db, source_table):
+                    cur.execute(sql + " AND table_name = %s", [before_position, name])
+                    n += cur.rowcount
+        return n
 
     def delete_below(self, db: str, table: str, position: str, where: Mapping[str, str] | None = None) -> int:
         """Delete the rows of ``db.table`` whose position is below ``position`` (rows a

@@ -78,6 +78,7 @@ _READ_CHUNK = 500
 _DELETE_CHUNK = 500
 _SQL_MODE = "STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 _POSITION_TYPE = "CHAR(30) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"
+_TOMBSTONE_POSITIONS = "by_position"  # the index of __cdc_tombstones by (table_name, position)
 _INT_WIDTH_RE = re.compile(r"^(tinyint|smallint|mediumint|int|bigint|year)\(\d+\)")
 
 Literal = Callable[[Any], str]
@@ -310,7 +311,15 @@ class MySQLSink(TableSinkBase):
                 cur.execute(
                     f"CREATE TABLE IF NOT EXISTS {q(TOMBSTONES)} (table_name VARCHAR(64) NOT NULL,"
                     " key_hash BINARY(16) NOT NULL, key_json LONGTEXT NOT NULL,"
-                    f" position {_POSITION_TYPE}, PRIMARY KEY (table_name, key_hash)) {opts}")
+                    f" position {_POSITION_TYPE}, PRIMARY KEY (table_name, key_hash),"
+                    f" KEY {q(_TOMBSTONE_POSITIONS)} (table_name, position)) {opts}")
+                # (apply asks for a table's tombstones at or above a position; a purge for
+                # those below; a table made before that index has it added once)
+                cur.execute("SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                            "AND TABLE_NAME = %s AND INDEX_NAME = %s", [self.database, TOMBSTONES,
+                                                                        _TOMBSTONE_POSITIONS])
+                if not cur.fetchone()[0]:
+                    cur.execute(f"ALTER TABLE {q(TOMBSTONES)} ADD KEY {q(_TOMBSTONE_POSITIONS)} (table_name, position)")
                 registered = self._check_registration(cur, name, qualified, db, table, layout.key_names, rekey)
                 defs = [f"{q(c.name)} {self._column_sql(c, key_types, c.name in key_set)}" for c in layout.columns]
                 defs.append(f"{q(POSITION_COLUMN)} {_POSITION_TYPE}")

@@ -29,11 +29,11 @@ re-run after a failure between the sink commit and the Spark checkpoint, a produ
 a late partition) would find no row and insert it: the deleted row comes back.  So a
 delete leaves ``(table, key, p)`` in ``__cdc_tombstones``; an upsert of K is applied only
 if no tombstone of K is at or above its position, and an applied newer upsert removes the
-tombstone (the row's own position then protects the key).  Invariant: a key has a
-tombstone only when the sink holds no row of it, or holds a newer one.  Tombstones of keys
-never written again stay; :meth:`PostgresSink.purge_tombstones` removes those older than a
-position below which no replay can reach (e.g. the lowest position of the committed
-Kafka offsets).  The key is identified by a 16-byte hash of its canonical JSON
+tombstone (the row's own position then protects the key).  A batch with no tombstone of
+its table at or above its lowest position skips that guard (``apply``): a re-inserted key
+then keeps a tombstone below its row, which stops nothing the row would not.  The merge job
+purges tombstones below a position no replay can reach (:mod:`spark_jobs.tombstone_horizon`,
+:meth:`PostgresSink.purge_tombstones`).  The key is identified by a 16-byte hash of its canonical JSON
 (:func:`~spark_jobs.sinks.keys.key_json`), so one tombstone table serves keys of
 any types and lengths.
 
@@ -221,6 +221,9 @@ class PostgresSink(TableSinkBase):
                 f"CREATE TABLE IF NOT EXISTS {self._bookkeeping(TOMBSTONES)} ("
                 " table_name text NOT NULL, key_hash bytea NOT NULL, key_json text NOT NULL,"
                 " position char(30) COLLATE \"C\" NOT NULL, PRIMARY KEY (table_name, key_hash))")
+            # (apply asks for a table's tombstones at or above a position; a purge for those below)
+            cur.execute(f"CREATE INDEX IF NOT EXISTS {quote_pg(TOMBSTONES + '_by_position')} "
+                        f"ON {self._bookkeeping(TOMBSTONES)} (table_name, position)")
             registered = self._check_registration(cur, name, qualified, db, table, key_names, rekey)
             defs = []
             for c in layout.columns:

@@ -112,6 +112,50 @@ def test_added_source_column_appears_in_the_sinks(stack, merge_config, test_db):
     assert mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected
 
 
+def test_tombstones_go_once_no_replay_can_reach_them(stack, merge_config, test_db):
+    """Deletes leave tombstones in both table sinks; the job drops them once the producer's
+    stored resume point is past them and the job's committed offsets passed every record
+    written before that point was read (spark_jobs/tombstone_horizon.py), and not before."""
+    from spark_jobs.sinks.configured import build_sinks
+    from tests.producer_helpers import start_at_current
+    cfg = merge_config
+    cfg.source.include_databases = [test_db]
+    cfg.sinks.tombstone_purge_s = 0.01
+    start_at_current(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{test_db}`.t (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.execute(f"INSERT INTO `{test_db}`.t VALUES " + ", ".join(f"({i}, 'v{i}')" for i in range(1, 41)))
+        cur.execute(f"DELETE FROM `{test_db}`.t WHERE id <= 20")
+        conn.commit()
+    run_until_caught_up(cfg)  # (its stored resume point is past the deletes)
+    sinks = build_sinks(cfg.sinks)
+    assert [name for name, _ in sinks] == ["postgres", "mysql"]
+    job = MergeJob(cfg)
+    assert job.run(available_now=True) == 0
+    # the batch that applied the deletes cannot purge: nothing of it is committed yet
+    for name, sink in sinks:
+        assert len(sink.tombstones(test_db, "t")) == 20, name
+    assert job.tombstone_purge.purged == 0
+    # the next batch runs with the first one committed: past the sighting taken after it
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `{test_db}`.t VALUES (100, 'later')")
+        cur.execute(f"DELETE FROM `{test_db}`.t WHERE id = 21")
+        conn.commit()
+    run_until_caught_up(cfg)
+    assert job.run(available_now=True) == 0
+    for name, sink in sinks:
+        # the 20 below the sighting's resume point went; the delete of this batch stays
+        assert [k for k, _ in sink.tombstones(test_db, "t")] == ["[21]"], name
+    assert job.tombstone_purge.purged == 40  # 20 in each sink
+    with stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t", ["id"])
+    assert sorted(expected) == [(i,) for i in range(22, 41)] + [(100,)]
+    assert pg_sink_rows(cfg, test_db, "t", ["id"]) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "t", ["id"]) == expected
+    for _, sink in sinks:
+        sink.close()
+
+
 def test_kill9_of_the_job_mid_snapshot_changes_nothing(stack, merge_config, test_db, tmp_path):
     """``cdc merge`` runs as a process while a snapshot and writes run; it is killed with
     SIGKILL twice and restarted; at the end the sinks and the clean changelog equal the

@@ -462,6 +462,39 @@ def test_a_deleted_row_is_not_resurrected_by_an_older_insert(backend):
     assert sink.tombstones("shop", "items") == []
 
 
+def test_a_batch_above_every_tombstone_skips_the_guard_and_stale_tombstones_stop_nothing_wrongly(backend):
+    """With no tombstone at or above a batch's lowest position the batch is applied without
+    the tombstone guard, so a re-inserted key keeps its older tombstone: it never stops a
+    record the row's own position would let through, and purging goes by table."""
+    src = simple_source()
+    sink = backend.sink
+    assert tuple(sink.apply("shop", "items", src.schema, ["id"], [src.delete({"id": 7}, 10)])) == (0, 1, 0)
+    assert tuple(sink.apply("shop", "items", src.schema, ["id"],
+                            [src.upsert({"id": 7, "v": "back", "n": None}, 15, "c")])) == (1, 0, 0)
+    assert sink.tombstones("shop", "items") == [("[7]", P(10))]  # below the row: stale, kept
+    # older than the row: skipped (by the row's position), whatever the tombstone says
+    assert tuple(sink.apply("shop", "items", src.schema, ["id"],
+                            [src.upsert({"id": 7, "v": "old", "n": None}, 12, "u")])) == (0, 0, 1)
+    assert tuple(sink.apply("shop", "items", src.schema, ["id"], [src.delete({"id": 7}, 12)])) == (0, 0, 1)
+    assert tuple(sink.apply("shop", "items", src.schema, ["id"],
+                            [src.upsert({"id": 7, "v": "new", "n": None}, 16, "u")])) == (1, 0, 0)
+    assert values(backend, "shop", "items", ["id"], ["v", "__cdc_position"]) == {(7,): ("new", P(16))}
+    # a newer delete raises the tombstone; the older insert replayed then stays out
+    assert tuple(sink.apply("shop", "items", src.schema, ["id"], [src.delete({"id": 7}, 20)])) == (0, 1, 0)
+    assert sink.tombstones("shop", "items") == [("[7]", P(20))]
+    assert tuple(sink.apply("shop", "items", src.schema, ["id"],
+                            [src.upsert({"id": 7, "v": "old", "n": None}, 16, "u")])) == (0, 0, 1)
+    assert backend.rows("shop", "items") == []
+    # purging by table: only the tables ``wanted`` names, only below the position
+    other = simple_source("shop", "other")
+    assert tuple(sink.apply("shop", "other", other.schema, ["id"], [other.delete({"id": 1}, 5)])) == (0, 1, 0)
+    assert sink.purge_tombstones(P(30), wanted=lambda db, table: table == "other") == 1
+    assert sink.tombstones("shop", "other") == []
+    assert sink.purge_tombstones(P(20), wanted=lambda db, table: True) == 0
+    assert sink.purge_tombstones(P(21), wanted=lambda db, table: True) == 1
+    assert sink.tombstones("shop", "items") == []
+
+
 def test_concurrent_delete_and_older_insert_never_resurrect(backend):
     """A zombie task replaying old inserts while the live one deletes: the deletes win, always."""
     src = simple_source()

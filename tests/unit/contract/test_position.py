@@ -188,3 +188,27 @@ def test_chunk_row_positions_refuse_what_a_row_position_refuses():
     assert len(chunk_row_positions(close, 2)) == 2
     with pytest.raises(ValueError):
         chunk_row_positions(close, 3)
+
+
+# ---------------------------------------------------------------------------- stored resume points
+def test_resume_floor_of_a_stored_offset_record():
+    from contract.position import resume_floor
+    rec = {"resume": {"file": "mysql-bin.000003", "pos": 1234, "last": "0" * 30}, "ts_ms": 1}
+    assert resume_floor(rec) == BinlogPosition(3, 1234, 0).encode()
+    # after a failover the file base is added, as the producer adds it to its positions
+    assert resume_floor({**rec, "file_base": 7}) == BinlogPosition(10, 1234, 0).encode()
+    # a record naming no resume point: none
+    for bad in (None, {}, {"resume": None}, {"resume": {"file": "", "pos": 0, "gtid_set": "0-1-5"}},
+                {"resume": {"file": "not a binlog", "pos": 4}}, {"resume": {"file": "b.000001", "pos": "x"}}, []):
+        assert resume_floor(bad) is None, bad
+
+
+@given(st.integers(1, 10**6), st.integers(4, 10**9), st.integers(0, 10**6), parts)
+def test_resume_floor_is_at_or_below_every_change_from_the_resume_point_on(index, pos, base, row):
+    """Every change the producer writes after reading from the stored point (at that event or
+    a later one, any row) has a position at or above the floor."""
+    from contract.position import based, resume_floor
+    floor = resume_floor({"resume": {"file": f"mysql-bin.{index:06d}", "pos": pos}, "file_base": base})
+    for later in (BinlogPosition(index, pos, row), BinlogPosition(index, pos + 1, 0), BinlogPosition(index + 1, 4, 0)):
+        assert floor <= based(later, base).encode()
+    assert based(BinlogPosition(index, pos - 1, row), base).encode() < floor

@@ -82,8 +82,12 @@ class StackHandle:
         """The broker stops answering (process or container paused) inside the block."""
         if self.kind == "embedded":
             pid = self.data["kafka"]["pid"]
+            port = int(self.bootstrap.rsplit(":", 1)[1])
+            if not _listens(pid, port):
+                raise RuntimeError(f"the broker on port {port} is not process {pid}: the stack's record is stale")
             os.kill(pid, signal.SIGSTOP)
             try:
+                _wait_stopped(pid)
                 yield
             finally:
                 os.kill(pid, signal.SIGCONT)
@@ -94,6 +98,38 @@ class StackHandle:
             yield
         finally:
             c.unpause()
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds the socket listening on TCP ``port`` (Linux /proc; True
+    where that cannot be told)."""
+    try:
+        inodes = set()
+        for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(name) as f:
+                for line in f.readlines()[1:]:
+                    cols = line.split()
+                    if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] == "0A":  # LISTEN
+                        inodes.add(cols[9])
+        fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return True
+    return any(f"socket:[{i}]" in fds for i in inodes)
+
+
+def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Until every thread of ``pid`` is stopped (SIGSTOP is delivered asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            states = [open(f"/proc/{pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0]
+                      for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            return
+        if all(s == "T" for s in states):
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"the broker (process {pid}) did not stop within {timeout:g}s")
 
 
 def docker_available() -> bool:

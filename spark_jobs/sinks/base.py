@@ -293,8 +293,9 @@ class TableSinkBase:
         Safe once no record below ``before_position`` can be applied again (the merge job
         calls it with such a horizon: :mod:`spark_jobs.tombstone_horizon`).  A tombstone
         below its key's row (left by a batch applied without the guard, see :meth:`apply`)
-        stops nothing the row's own position would not stop, so tombstones are a cache of
-        deleted keys' positions, not a record the sink needs to stay consistent.
+        stops nothing the row's own position would not stop: a tombstone matters only while
+        a record of its key below its position can still come, and only when the key has
+        no row.
         """
         sql = f"DELETE FROM {self._bookkeeping(TOMBSTONES)} WHERE position < %s"
         if wanted is None:

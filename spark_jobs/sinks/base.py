@@ -265,7 +265,7 @@ class TableSinkBase:
             # applied without the tombstone guard (no key hashes, no anti-join), and the
             # tombstones it leaves below its rows stay until purged (harmless: see
             # :meth:`purge_tombstones`).  Indexed by (table_name, position).
-            lowest = min(ch.position for ch, _ in (*reduced.upserts, *reduced.deletes))
+            lowest = min(pairs[0][0].position for pairs in (reduced.upserts, reduced.deletes) if pairs)  # (rising)
             cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s "
                         "AND position >= %s)", [plan.name, lowest])
             has_tombstones = bool(cur.fetchone()[0])

@@ -29,7 +29,7 @@ from contract.errors import NotCompiled, SerdeError
 
 Decoder = Callable[[bytes, int], Any]
 
-__all__ = ["OFFSET", "Decoder", "NotCompiled", "compile_change_reader", "compile_decoder", "read_long", "schema_label"]
+__all__ = ["OFFSET", "CodeWriter", "Decoder", "NotCompiled", "compile_change_header", "compile_change_reader", "compile_decoder", "read_long", "schema_label"]
 
 #: In a projection (:func:`compile_decoder`'s ``fields``): the index where the field's encoded
 #: value starts, in place of its value (the field is skipped; a decoder of its type reads it later).
@@ -61,8 +61,9 @@ def _decimal(context: Context, scale: int) -> Callable[[bytes], Decimal]:
     return convert
 
 
-class _Source:
-    """The function being written: lines, fresh variable names, the constants it uses."""
+class CodeWriter:
+    """The function being written: lines, fresh variable names, the constants it uses (also
+    used by :mod:`spark_jobs.sinks.copy_text`, which writes COPY text instead of values)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -312,7 +313,7 @@ def _compile(schema: Any, fields: dict | None = None, tail: tuple[str, ...] = ()
         expanded = expand_schema(schema)
     except RecursionError:
         raise NotCompiled("a recursive schema") from None
-    src = _Source()
+    src = CodeWriter()
     src.value(expanded, 1, "out", project=fields)
     # Lengths are not checked where they are read or skipped: a record shorter than they
     # say ends past its last byte.
@@ -349,14 +350,9 @@ _CHANGE_TAIL = ("out['row'] = _before(b, out['before']) if out['op'] == 'd' else
                 "del out['before'], out['after']")
 
 
-def compile_change_reader(schema: Any) -> Decoder:
-    """A function ``read(data, start)`` reading of a change-event envelope of writer
-    ``schema`` (:func:`contract.envelope.envelope_schema`) what applying it takes:
-    ``{"source": {"ts_ms", "db", "table"}, "op", "position", "snapshot_window", "row"}``,
-    ``row`` being ``before`` for a delete and ``after`` otherwise.  The other fields, and
-    ``before`` but for a delete, are skipped over without being built (about a quarter less
-    work than decoding the whole record).  Raises :class:`NotCompiled` for a schema that is
-    not an envelope or that :func:`compile_decoder` leaves to fastavro."""
+def _envelope_types(schema: Any) -> dict[str, Any]:
+    """The field types (expanded) of change-event envelope ``schema``; :class:`NotCompiled`
+    for a schema that is not one."""
     try:
         expanded = expand_schema(schema)
     except RecursionError:
@@ -366,8 +362,47 @@ def compile_change_reader(schema: Any) -> Decoder:
     types = {f["name"]: f["type"] for f in expanded["fields"]}
     if not {"before", "after", "op", "position"} <= types.keys():
         raise NotCompiled("not a change-event envelope")
+    return types
+
+
+def compile_change_reader(schema: Any) -> Decoder:
+    """A function ``read(data, start)`` reading of a change-event envelope of writer
+    ``schema`` (:func:`contract.envelope.envelope_schema`) what applying it takes:
+    ``{"source": {"ts_ms", "db", "table"}, "op", "position", "snapshot_window", "row"}``,
+    ``row`` being ``before`` for a delete and ``after`` otherwise.  The other fields, and
+    ``before`` but for a delete, are skipped over without being built (about a quarter less
+    work than decoding the whole record).  Raises :class:`NotCompiled` for a schema that is
+    not an envelope or that :func:`compile_decoder` leaves to fastavro."""
+    types = _envelope_types(schema)
     fields = {k: v for k, v in _CHANGE_FIELDS.items() if k in types}
     return _checked(_compile(schema, fields, _CHANGE_TAIL, {"_before": _compile(types["before"])}), schema)
+
+
+#: What the merge job reads of a change event before it knows the record is applied
+#: (:func:`compile_change_header`): the row image's place, not the image.
+_HEADER_FIELDS = {"before": OFFSET, "after": OFFSET, "source": {"ts_ms": True, "db": True, "table": True},
+                  "op": True, "position": True, "snapshot_window": True}
+_HEADER_TAIL = ("at = out['before'] if out['op'] == 'd' else out['after']",
+                "out['row_at'] = at if b[at] != 0 else None",  # (branch 0: null, checked when compiled)
+                "del out['before'], out['after']")
+
+
+def compile_change_header(schema: Any) -> tuple[Decoder, Decoder]:
+    """``(read, row)`` for change-event envelopes of writer ``schema``: ``read(data, start)``
+    gives what :func:`compile_change_reader`'s reader gives but the row image, and in its
+    place ``row_at``: where the image (``before`` for a delete, else ``after``; its union's
+    branch first) starts in ``data``, None when it is null; ``row(data, row_at)`` decodes
+    that image when it is needed.  The merge job decides on the header and decodes (or
+    writes straight to a sink, :mod:`spark_jobs.sinks.copy_text`) only the images it
+    applies.  Raises :class:`NotCompiled` as :func:`compile_change_reader` does, and for an
+    envelope whose images are not ``["null", row]``."""
+    types = _envelope_types(schema)
+    for name in ("before", "after"):
+        t = types[name]
+        if not (isinstance(t, list) and len(t) == 2 and t[0] == "null"):
+            raise NotCompiled(f"envelope field {name!r} is not a [null, row] union")
+    fields = {k: v for k, v in _HEADER_FIELDS.items() if k in types}
+    return _checked(_compile(schema, fields, _HEADER_TAIL), schema), _checked(_compile(types["before"]), schema)
 
 
 def schema_label(schema: Any) -> str:

@@ -32,7 +32,7 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from contract.avro_decoder import NotCompiled, compile_change_reader, compile_decoder
+from contract.avro_decoder import NotCompiled, compile_change_header, compile_change_reader, compile_decoder
 from contract.connect_json import RECORD_PREFIX, ConnectJsonReader
 from contract.errors import SerdeError
 from contract.schema_resolution import is_envelope, reader_view, resolvable
@@ -126,6 +126,7 @@ class RecordDecoder:
         self._plans_at: int | None = None
         self._compiled: dict[str, Any] = {}  # writer fingerprint -> compiled decoder or None
         self._change_readers: dict[bytes, Any] = {}  # writer fingerprint (raw) -> compiled change reader or False
+        self._change_headers: dict[bytes, Any] = {}  # ... -> compiled (header reader, row reader) or False
         self._parsed: dict[Any, Any] = {}
         self._views: dict[str, tuple[dict, Any]] = {}
         self._unresolvable: set[tuple[str, str]] = set()
@@ -269,6 +270,26 @@ class RecordDecoder:
                 reader = False
             self._change_readers[fpb] = reader
         return reader
+
+    def change_header_of(self, data: bytes) -> tuple[Callable[[bytes, int], dict], Callable[[bytes, int], Any]] | None:
+        """For the records framed like ``data`` (magic and writer fingerprint), while the
+        schema store's generation stays put: the writer schema's compiled ``(header reader,
+        row reader)`` (:func:`~contract.avro_decoder.compile_change_header`), or None where
+        the records need schema resolution or the schema is not compiled (then
+        :meth:`change_reader_of`)."""
+        if data[:2] != SINGLE_OBJECT_MAGIC:
+            return None
+        fpb = data[2:10]
+        if self._plan_of(fpb)[2] is None:  # (read with a newer schema: not compiled)
+            return None
+        found = self._change_headers.get(fpb)
+        if found is None:
+            try:
+                found = compile_change_header(self._lookup(fpb.hex()))
+            except NotCompiled:
+                found = False
+            self._change_headers[fpb] = found
+        return found or None
 
     def decode_change(self, data: bytes) -> dict:
         """Of a change-event record, what applying it takes:

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.avro_decoder import OFFSET, NotCompiled, compile_change_reader, compile_decoder, read_long
+from contract.avro_decoder import (
+    OFFSET,
+    NotCompiled,
+    compile_change_header,
+    compile_change_reader,
+    compile_decoder,
+    read_long,
+)
 from contract.errors import SerdeError
 from tests.unit.contract.test_avro_template import SCHEMA, TEMPLATE, _example, records_strategy, sources
 
@@ -202,6 +209,22 @@ def test_the_change_reader_reads_what_applying_a_change_takes(source, now, recor
                        "table": full["source"]["table"]},
             "op": full["op"], "position": full["position"], "snapshot_window": full["snapshot_window"],
             "row": full["before"] if full["op"] == "d" else full["after"]}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sources, st.integers(0, 1 << 45), records_strategy)
+def test_the_change_header_reads_the_change_reader_s_fields_and_where_the_image_is(source, now, records):
+    header, row = compile_change_header(SCHEMA)
+    read = compile_change_reader(SCHEMA)
+    for data in _envelopes(source, now, records):
+        whole = read(data, 10)
+        got = header(data, 10)
+        image = whole.pop("row")
+        assert {k: v for k, v in got.items() if k != "row_at"} == whole
+        if image is None:
+            assert got["row_at"] is None
+        else:  # the image's union starts there, and the row reader reads it
+            assert row(data, got["row_at"]) == image
 
 
 def test_the_change_reader_is_for_envelopes_only():

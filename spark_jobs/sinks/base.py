@@ -258,19 +258,36 @@ class TableSinkBase:
         if not reduced.upserts and not reduced.deletes:
             return result
         with self._transaction() as cur:
-            if self.serialize and not self._take_turn(cur, plan.name):
-                raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
-            # Only a tombstone at or above a record's position can stop it (every comparison
-            # is strict); with none at or above the batch's lowest position, the batch is
-            # applied without the tombstone guard (no key hashes, no anti-join), and the
-            # tombstones it leaves below its rows stay until purged (harmless: see
-            # :meth:`purge_tombstones`).  Indexed by (table_name, position).
             lowest = min(pairs[0][0].position for pairs in (reduced.upserts, reduced.deletes) if pairs)  # (rising)
-            cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s "
-                        "AND position >= %s)", [plan.name, lowest])
-            has_tombstones = bool(cur.fetchone()[0])
+            has_tombstones = self._begin_write(cur, plan, lowest)
             self._write(cur, plan, reduced.upserts, reduced.deletes, has_tombstones, result)
         return result
+
+    def apply_encoded(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
+                      changes: Sequence[Any], writer_schema: Any, *, rekey: bool = False) -> ApplyResult | None:
+        """:meth:`apply` for changes whose row images are still Avro bytes
+        (:class:`~spark_jobs.sinks.batch.EncodedChange`, one per key: the caller reduced
+        them, all of envelope writer schema ``writer_schema``, read as ``value_schema``
+        without resolution), written without decoding them into
+        values; None when the sink does not (this one; :class:`PostgresSink` does for the
+        column kinds :mod:`~spark_jobs.sinks.copy_text` writes): the caller then decodes
+        them and calls :meth:`apply`."""
+        return None
+
+    def _begin_write(self, cur: Any, plan: Any, lowest: str) -> bool:
+        """In the apply's transaction: the table's turn (``serialize``), and whether the
+        tombstone guard is needed for a batch whose lowest position is ``lowest``.
+
+        Only a tombstone at or above a record's position can stop it (every comparison is
+        strict); with none at or above the batch's lowest position, the batch is applied
+        without the guard (no key hashes, no anti-join), and the tombstones it leaves below
+        its rows stay until purged (harmless: see :meth:`purge_tombstones`).  Indexed by
+        (table_name, position)."""
+        if self.serialize and not self._take_turn(cur, plan.name):
+            raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
+        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s "
+                    "AND position >= %s)", [plan.name, lowest])
+        return bool(cur.fetchone()[0])
 
     def _take_turn(self, cur: Any, name: str) -> bool:
         """Lock sink table ``name``'s row in :data:`TABLES` (``SELECT ... FOR UPDATE``), so

@@ -22,6 +22,7 @@ from spark_jobs.sinks.layout import TableLayout
 
 __all__ = [
     "Change",
+    "EncodedChange",
     "Reduced",
     "KeyedReduced",
     "ApplyResult",
@@ -46,6 +47,18 @@ class Change(NamedTuple):
     op: str
     row: Mapping[str, Any] | None
     position: str
+
+
+class EncodedChange(NamedTuple):
+    """A change whose row image is still in its Avro bytes: the merge job's records, for a
+    sink that writes images straight from them (:meth:`TableSinkBase.apply_encoded`).
+    ``data`` is the change event (single-object framing), ``row_at`` where the image
+    (``before`` for a delete, else ``after``: its ``["null", row]`` union) starts in it."""
+
+    op: str
+    position: str
+    data: bytes
+    row_at: int
 
 
 class Reduced(NamedTuple):

@@ -72,14 +72,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
 import psycopg
 
+from contract.avro_decoder import compile_decoder
+from contract.errors import NotCompiled
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.base import TablePlan, TableSinkBase
-from spark_jobs.sinks.batch import ApplyResult
+from spark_jobs.sinks.batch import ApplyResult, Change, EncodedChange
+from spark_jobs.sinks.copy_text import compile_copy_encoder, stage_column
 from spark_jobs.sinks.keys import key_hash, key_json_and_hash
 from spark_jobs.sinks.layout import TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_identifier
@@ -94,6 +97,8 @@ _STAGE_UPSERTS = "__cdc_stage_upserts"
 _STAGE_DELETES = "__cdc_stage_deletes"
 #: Stage tables above this many rows are ANALYZEd before joining (temp tables get no autovacuum).
 _ANALYZE_AT = 2000
+#: apply_encoded's COPY lines sent per write
+_COPY_LINES = 2000
 _MAX_IDENT = 63
 
 
@@ -126,6 +131,13 @@ class _Plan(TablePlan):
     prune_sql: str
     delete_sql: str
     tombstone_sql: str
+    # Rows written straight from their Avro bytes (apply_encoded, spark_jobs.sinks.copy_text):
+    # the stage table of their COPY text, the upserts from it; per writer fingerprint the
+    # COPY encoder and the key columns' decoder (None: not for this schema).
+    encoded_stage_ddl: str = ""
+    encoded_upsert_sql: str = ""
+    encoded_upsert_tomb_sql: str = ""
+    encoders: dict = field(default_factory=dict)
 
 
 class PostgresSink(TableSinkBase):
@@ -271,9 +283,16 @@ class PostgresSink(TableSinkBase):
                        f"SELECT {', '.join('s.' + n for n in q)}, s.{pos} FROM pg_temp.{stage_u} s")
         conflict = (f" ON CONFLICT ({', '.join(qk)}) DO UPDATE SET {', '.join(sets)} "
                     f"WHERE t.{pos} < EXCLUDED.{pos}")
+        guard = (f" WHERE NOT EXISTS (SELECT 1 FROM {tomb} d WHERE d.table_name = %(table)s"
+                 f" AND d.key_hash = s.{kh} AND d.position >= s.{pos})")
         upsert_sql = insert_head + conflict
-        upsert_tomb_sql = (insert_head + f" WHERE NOT EXISTS (SELECT 1 FROM {tomb} d WHERE d.table_name = %(table)s"
-                           f" AND d.key_hash = s.{kh} AND d.position >= s.{pos})" + conflict)
+        upsert_tomb_sql = insert_head + guard + conflict
+        staged = [stage_column(c.kind, c.scale, "s." + n, t) for c, n, t in zip(cols, q, types)]
+        encoded_stage_ddl = (f"CREATE TEMP TABLE {stage_u} ("
+                             + ", ".join(f"{n} {st}" for n, (st, _) in zip(q, staged))
+                             + f", {pos} char(30) COLLATE \"C\" NOT NULL, {kh} bytea) ON COMMIT DROP")
+        encoded_head = (f"INSERT INTO {qualified} AS t ({', '.join(q)}, {pos}) "
+                        f"SELECT {', '.join(expr for _, expr in staged)}, s.{pos} FROM pg_temp.{stage_u} s")
         prune_sql = (f"DELETE FROM {tomb} d USING pg_temp.{stage_u} s WHERE d.table_name = %(table)s "
                      f"AND d.key_hash = s.{kh} AND d.position < s.{pos}")
         key_match = " AND ".join(f"t.{k} = s.{k}" for k in qk)
@@ -294,9 +313,76 @@ class PostgresSink(TableSinkBase):
             stage_upserts_ddl=stage_upserts_ddl, stage_deletes_ddl=stage_deletes_ddl,
             upsert_sql=upsert_sql, upsert_tomb_sql=upsert_tomb_sql, prune_sql=prune_sql,
             delete_sql=delete_sql, tombstone_sql=tombstone_sql,
+            encoded_stage_ddl=encoded_stage_ddl, encoded_upsert_sql=encoded_head + conflict,
+            encoded_upsert_tomb_sql=encoded_head + guard + conflict,
         )
 
     # ------------------------------------------------------------------ apply
+    def apply_encoded(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
+                      changes: Sequence[EncodedChange], writer_schema: Any, *, rekey: bool = False
+                      ) -> ApplyResult | None:
+        """The upserts' rows COPYed as :func:`~spark_jobs.sinks.copy_text.compile_copy_encoder`
+        writes them from their Avro bytes (the deletes as :meth:`apply` does, by their key
+        columns); None for a schema with a column kind it does not write (see the base)."""
+        if not changes:
+            return ApplyResult()
+        layout = self._layout(value_schema, key_columns)
+        plan = self._ensure(db, table, layout, rekey)
+        fpb = changes[0].data[2:10]
+        if any(ch.data[2:10] != fpb for ch in changes):
+            return None  # (one writer schema per call)
+        codec = plan.encoders.get(fpb, False)
+        if codec is False:
+            codec = plan.encoders[fpb] = _encoders(writer_schema, layout)
+        if codec is None:
+            return None
+        line, key_reader = codec
+        upserts, deletes = [], []
+        for ch in changes:
+            if ch.op == "d":
+                deletes.append((Change(None, "d", None, ch.position), layout.key_values(None, key_reader(ch.data,
+                                                                                                         ch.row_at))))
+            else:
+                upserts.append(ch)
+        result = ApplyResult()
+        with self._transaction() as cur:
+            has_tombstones = self._begin_write(cur, plan, min(ch.position for ch in changes))
+            params = {"table": plan.name}
+            if upserts:
+                cur.execute(plan.encoded_stage_ddl)
+                with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({', '.join(plan.col_names)}, "
+                              f"{quote_pg(POSITION_COLUMN)}, {quote_pg(KEY_HASH)}) FROM STDIN") as copy:
+                    lines = []
+                    for ch in upserts:
+                        data, at = ch.data, ch.row_at
+                        digest = (b"\\\\x" + key_hash(layout.key_values(None, key_reader(data, at))).hex().encode()
+                                  if has_tombstones else b"\\N")
+                        lines.append(b"%s\t%s\t%s\n" % (line(data, at), ch.position.encode(), digest))
+                        if len(lines) >= _COPY_LINES:
+                            copy.write(b"".join(lines))
+                            lines.clear()
+                    copy.write(b"".join(lines))
+                self._upsert_staged(cur, plan, len(upserts), has_tombstones, result, encoded=True)
+            if deletes:
+                self._write_deletes(cur, plan, deletes, params, result)
+        return result
+
+    def _upsert_staged(self, cur: psycopg.Cursor, plan: _Plan, n: int, has_tombstones: bool, result: ApplyResult,
+                       *, encoded: bool = False) -> None:
+        """The staged upserts (``n``) applied: the position guard, with ``has_tombstones``
+        the tombstone guard and the tombstones they supersede pruned."""
+        params = {"table": plan.name}
+        if n >= _ANALYZE_AT and has_tombstones:
+            cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
+        if encoded:
+            cur.execute(plan.encoded_upsert_tomb_sql if has_tombstones else plan.encoded_upsert_sql, params)
+        else:
+            cur.execute(plan.upsert_tomb_sql if has_tombstones else plan.upsert_sql, params)
+        result.upserted += cur.rowcount
+        result.skipped += n - cur.rowcount
+        if has_tombstones:
+            cur.execute(plan.prune_sql, params)
+
     def _write(self, cur: psycopg.Cursor, plan: _Plan, upserts: list, deletes: list, has_tombstones: bool,
                result: ApplyResult) -> None:
         params = {"table": plan.name}
@@ -313,31 +399,31 @@ class PostgresSink(TableSinkBase):
                     if has_tombstones:
                         values.append(key_hash(kv))
                     copy.write_row(values)
-            if n >= _ANALYZE_AT and has_tombstones:
-                cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
-            cur.execute(plan.upsert_tomb_sql if has_tombstones else plan.upsert_sql, params)
-            result.upserted = cur.rowcount
-            result.skipped += n - cur.rowcount
-            if has_tombstones:
-                cur.execute(plan.prune_sql, params)
+            self._upsert_staged(cur, plan, n, has_tombstones, result)
         if deletes:
-            n = len(deletes)
-            cur.execute(plan.stage_deletes_ddl)
-            cols = ", ".join(plan.col_names[i] for i in plan.key_idx)
-            convs = [plan.converters[i] for i in plan.key_idx]
-            with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_DELETES)} ({cols}, {quote_pg(POSITION_COLUMN)}, "
-                          f"{quote_pg(KEY_HASH)}, {quote_pg(KEY_JSON)}) FROM STDIN") as copy:
-                for ch, kv in deletes:
-                    text, digest = key_json_and_hash(kv)
-                    values = [conv(v) for conv, v in zip(convs, kv)]
-                    values += [ch.position, digest, text]
-                    copy.write_row(values)
-            if n >= _ANALYZE_AT:
-                cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_DELETES)}")
-            cur.execute(plan.delete_sql)
-            cur.execute(plan.tombstone_sql, params)
-            result.deleted = cur.rowcount
-            result.skipped += n - cur.rowcount
+            self._write_deletes(cur, plan, deletes, params, result)
+
+    def _write_deletes(self, cur: psycopg.Cursor, plan: _Plan, deletes: list, params: dict,
+                       result: ApplyResult) -> None:
+        """The deletes (``(change, key values)`` pairs) staged and applied, with the
+        tombstones of the keys the table does not hold at a newer position."""
+        n = len(deletes)
+        cur.execute(plan.stage_deletes_ddl)
+        cols = ", ".join(plan.col_names[i] for i in plan.key_idx)
+        convs = [plan.converters[i] for i in plan.key_idx]
+        with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_DELETES)} ({cols}, {quote_pg(POSITION_COLUMN)}, "
+                      f"{quote_pg(KEY_HASH)}, {quote_pg(KEY_JSON)}) FROM STDIN") as copy:
+            for ch, kv in deletes:
+                text, digest = key_json_and_hash(kv)
+                values = [conv(v) for conv, v in zip(convs, kv)]
+                values += [ch.position, digest, text]
+                copy.write_row(values)
+        if n >= _ANALYZE_AT:
+            cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_DELETES)}")
+        cur.execute(plan.delete_sql)
+        cur.execute(plan.tombstone_sql, params)
+        result.deleted += cur.rowcount
+        result.skipped += n - cur.rowcount
 
     @staticmethod
     def _row_values(plan: _Plan, ch: Any) -> list:
@@ -350,3 +436,17 @@ class PostgresSink(TableSinkBase):
             return values
         except Exception as exc:
             raise row_error(plan.qualified, plan.layout, plan.converters, ch, exc) from exc
+
+
+def _encoders(writer_schema: Any, layout: TableLayout) -> tuple[Any, Any] | None:
+    """(COPY text encoder, key columns' decoder) of the row images of envelope writer
+    schema ``writer_schema`` for ``layout``, both reading an image's ``["null", row]`` union at an
+    offset; None when :mod:`~spark_jobs.sinks.copy_text` does not write one of its kinds."""
+    try:
+        fields = {f["name"]: f["type"] for f in writer_schema["fields"]}
+        row_union = fields["before"]
+        key_fields = {name for names in layout.key_lookup for name in names}
+        return (compile_copy_encoder(row_union, layout.columns),
+                compile_decoder(row_union, {name: True for name in key_fields}))
+    except (NotCompiled, KeyError, TypeError):
+        return None

@@ -1,0 +1,212 @@
+"""A row image's PostgreSQL COPY text, written straight from its Avro bytes.
+
+The PostgreSQL sink's usual way (:meth:`PostgresSink._write`) takes rows as decoded dicts:
+every value built as a Python object (a ``Decimal``, an ``int`` then a ``datetime``, a
+``str``), converted per column, then formatted again by psycopg for COPY.  For the rows a
+merge batch applies, :func:`compile_copy_encoder` writes, per writer schema and sink
+table, the Python source of one function that reads the row record from its Avro bytes
+and returns its COPY text line (the table's columns, tab-separated, in the table's column
+order), as :mod:`contract.avro_decoder` does for values: an integer's digits from its
+varint, a string's bytes as they are (escaped for COPY where they must be), a date's text
+from its day count.  Two kinds go as the numbers they are in Avro, for the stage table to
+convert (:func:`stage_column`): a timestamp as its count since the epoch, a decimal as its
+unscaled value; formatting them in Python cost more than all the rest of a row.
+
+A differential test holds the lines, through the stage table, to the same table contents
+as the dict path.  Column kinds with no text here (zoned timestamps, bits, geometry, an
+Avro enum) raise :class:`~contract.errors.NotCompiled`: the caller keeps the dict path for
+that table.  Malformed input raises ``ValueError``/``IndexError``; text PostgreSQL refuses
+(a NUL character, bytes that are not UTF-8, numbers beyond a column's precision) fails
+the COPY, and the caller applies the records one by one the usual way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from datetime import date
+from typing import Any
+
+from fastavro.schema import expand_schema
+
+from common.errors import UnsupportedType
+from contract.avro_decoder import CodeWriter
+from contract.errors import NotCompiled
+from spark_jobs.sinks.layout import column_kind
+from spark_jobs.sinks.values import format_time_micros
+
+__all__ = ["CopyEncoder", "compile_copy_encoder", "copy_escape", "date_text", "stage_column"]
+
+CopyEncoder = Callable[[bytes, int], bytes]
+
+#: COPY text's special characters in a value (``\N`` is NULL; tab and newline separate).
+_SPECIAL = re.compile(rb"[\\\t\n\r]").search
+_ESCAPES = ((b"\\", b"\\\\"), (b"\t", b"\\t"), (b"\n", b"\\n"), (b"\r", b"\\r"))
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+_DATES: dict[int, bytes] = {}  # days since 1970-01-01 -> ISO text (bounded: see date_text)
+
+
+def copy_escape(raw: bytes) -> bytes:
+    """A value's bytes as COPY text: backslash, tab, newline and carriage return escaped."""
+    if _SPECIAL(raw) is None:
+        return raw
+    for plain, escaped in _ESCAPES:
+        raw = raw.replace(plain, escaped)
+    return raw
+
+
+def date_text(days: int) -> bytes:
+    """``YYYY-MM-DD`` of a day count since 1970-01-01 (years 1..9999, else ``ValueError``)."""
+    text = _DATES.get(days)
+    if text is None:
+        try:
+            text = date.fromordinal(_EPOCH_ORDINAL + days).isoformat().encode()
+        except (ValueError, OverflowError):
+            raise ValueError(f"date {days} days from 1970-01-01 is outside years 1..9999") from None
+        if len(_DATES) < 200_000:
+            _DATES[days] = text
+    return text
+
+
+def _time_text(us: int) -> bytes:
+    return format_time_micros(us).encode()
+
+
+def _float_text(v: float) -> bytes:
+    return repr(v).encode()  # (inf, -inf and nan are read by PostgreSQL as they are)
+
+
+class _CopyWriter(CodeWriter):
+    """:class:`CodeWriter` with the COPY text of each column kind."""
+
+    def text(self, t: Any, kind: str, scale: int, d: int, target: str) -> None:
+        if isinstance(t, list):
+            def branch(bt: Any, bd: int) -> None:
+                if bt == "null":
+                    self.emit(bd, f"{target} = b'\\\\N'")
+                else:
+                    self.text(bt, kind, scale, bd, target)
+            self.union(d, t, branch)
+            return
+        prim = t.get("type") if isinstance(t, dict) else t
+        if isinstance(prim, (dict, list)):
+            return self.text(prim, kind, scale, d, target)
+        logical = t.get("logicalType") if isinstance(t, dict) else None
+        if prim in ("int", "long") and logical in (None, "date", "time-millis", "time-micros", "timestamp-millis",
+                                                   "timestamp-micros", "local-timestamp-millis",
+                                                   "local-timestamp-micros"):
+            self._number(kind, d, target)
+        elif prim == "string" and kind in ("string", "enum", "set", "json"):
+            n, raw = self.var(), self.var()
+            self.long(d, n)
+            self.blob(d, raw, n)
+            self.emit(d, f"{target} = {raw} if _special({raw}) is None else _escape({raw})")
+        elif prim in ("bytes", "fixed") and kind == "decimal":
+            raw = self._raw(t, prim, d)
+            self._decimal(raw, scale, d, target)
+        elif prim in ("bytes", "fixed") and kind == "bytes" and logical is None:
+            raw = self._raw(t, prim, d)
+            self.emit(d, f"{target} = b'\\\\\\\\x' + {raw}.hex().encode()")
+        elif prim == "boolean" and kind == "boolean":
+            self.emit(d, f"{target} = b't' if b[i] == 1 else b'f'; i += 1")
+        elif prim == "double" and kind == "double":
+            self.emit(d, f"{target} = _float(_unpack_d(b, i)[0]); i += 8")
+        elif prim == "float" and kind == "float":
+            self.emit(d, f"{target} = _float(_unpack_f(b, i)[0]); i += 4")
+        else:
+            raise NotCompiled(f"no COPY text for a {kind} column of Avro type {prim!r}")
+
+    def _raw(self, t: Any, prim: str, d: int) -> str:
+        raw = self.var()
+        if prim == "bytes":
+            n = self.var()
+            self.long(d, n)
+            self.blob(d, raw, n)
+        else:
+            self.blob(d, raw, int(t["size"]))
+        return raw
+
+    def _number(self, kind: str, d: int, target: str) -> None:
+        v = self.var()
+        self.long(d, v)
+        if kind in ("smallint", "int", "long", "year", "timestamp_ms", "timestamp_us"):  # (timestamps: stage_column)
+            self.emit(d, f"{target} = b'%d' % {v}")
+        elif kind == "date":
+            self.emit(d, f"{target} = _date({v})")
+        elif kind == "time":
+            self.emit(d, f"{target} = _time({v})")
+        elif kind == "time_ms":
+            self.emit(d, f"{target} = _time({v} * 1000)")
+        else:
+            raise NotCompiled(f"no COPY text for a {kind} column of an Avro int/long")
+
+    def _decimal(self, raw: str, scale: int, d: int, target: str) -> None:
+        if scale < 0:
+            raise NotCompiled("a decimal of negative scale")
+        self.emit(d, f"{target} = b'%d' % int.from_bytes({raw}, 'big', signed=True)")  # (unscaled: stage_column)
+
+
+def stage_column(kind: str, scale: int | None, column: str, pg_type: str) -> tuple[str, str]:
+    """``(stage column type, expression of the target value)`` of a column of ``kind``
+    whose COPY text :func:`compile_copy_encoder` writes, ``column`` the stage column's
+    quoted name as ``s.<name>``: a timestamp's epoch count and a decimal's unscaled value
+    become the column's value in PostgreSQL, exactly (integer arithmetic: the seconds and
+    the rest of a timestamp added apart, a decimal multiplied by a power of ten, which
+    keeps its digits); every other kind goes as the column's own type."""
+    if kind in ("timestamp_ms", "timestamp_us"):
+        per, unit = (1000, "millisecond") if kind == "timestamp_ms" else (1_000_000, "microsecond")
+        return "bigint", (f"timestamp '1970-01-01' + ({column} / {per}) * interval '1 second' "
+                          f"+ mod({column}, {per}) * interval '1 {unit}'")
+    if kind == "decimal" and scale:
+        return "numeric", f"{column} * 0.{'0' * (int(scale) - 1)}1"
+    return pg_type, column
+
+
+def compile_copy_encoder(row_union: Any, columns: Sequence[Any]) -> CopyEncoder:
+    """A function ``line(data, at)``: the COPY text of the row image whose union (``["null",
+    row]``, as a change event's ``before``/``after``) starts at ``data[at]``, for the sink
+    ``columns`` (:class:`~spark_jobs.sinks.layout.SinkColumn`, each reading the row field
+    ``column.field``), in their order, tab-separated, without a newline.  A null image is
+    a ``ValueError``.  Raises :class:`NotCompiled` for a column it has no text for, or a
+    column whose field the row does not have."""
+    try:
+        expanded = expand_schema(row_union)
+    except RecursionError:
+        raise NotCompiled("a recursive schema") from None
+    if not (isinstance(expanded, list) and len(expanded) == 2 and expanded[0] == "null"
+            and isinstance(expanded[1], dict) and expanded[1].get("type") == "record"):
+        raise NotCompiled("a row image is a [null, record] union")
+    fields = expanded[1]["fields"]
+    wanted = {c.field: c for c in columns}
+    missing = set(wanted) - {f["name"] for f in fields}
+    if missing:
+        raise NotCompiled(f"the row has no field {min(missing)!r}")
+    src = _CopyWriter()
+    src.consts.update({"_special": _SPECIAL, "_escape": copy_escape, "_date": date_text, "_time": _time_text,
+                       "_float": _float_text})
+    src.emit(1, "if b[i] != 2: raise ValueError('a null row image')")
+    src.emit(1, "i += 1")
+    out = {}
+    for f in fields:
+        col = wanted.get(f["name"])
+        if col is None:
+            src.skip(f["type"], 1)
+            continue
+        try:  # (the row's own field must be what the column was laid out from: same kind, same scale)
+            kind, _, attrs = column_kind(f["type"], what=f["name"])
+        except UnsupportedType as exc:
+            raise NotCompiled(str(exc)) from None
+        if kind != col.kind or (attrs.get("scale") or 0) != (col.scale or 0):
+            raise NotCompiled(f"field {f['name']!r} is a {kind} here, its column a {col.kind}")
+        out[f["name"]] = target = src.var()
+        src.text(f["type"], col.kind, int(col.scale or 0), 1, target)
+    src.emit(1, "if i > len(b): raise IndexError('record too short')")
+    src.emit(1, "return b'\\t'.join((" + "".join(out[c.field] + ", " for c in columns) + "))")
+    text = "def line(b, i):\n" + "\n".join(src.lines) + "\n"
+    try:
+        code = compile(text, "<COPY text encoder>", "exec")
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise NotCompiled(f"cannot compile: {exc}") from None
+    namespace = dict(src.consts)
+    exec(code, namespace)  # noqa: S102 - source written above from the schema's structure only
+    return namespace["line"]

@@ -282,7 +282,8 @@ class MergeJob:
         #: Records pessimistic routes hold now (after the last batch), and the most held at once.
         self.held = self.held_peak = 0
         self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0, "lost_partitions": 0,
-                       "lost_records": 0, "deleted_missing": 0}
+                       "lost_records": 0, "deleted_missing": 0,
+                       "from_bytes": 0}  # records a sink applied from their Avro bytes (apply_encoded)
         self._stop = threading.Event()
         self.query = None
         self._known: dict[str, int] = {}  # topics made sure of: partitions
@@ -867,7 +868,7 @@ class MergeJob:
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
                 lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None) -> None:
         agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
-                                                            "upserted", "deleted", "held")}
+                                                            "upserted", "deleted", "held", "from_bytes")}
         # Where the batch's time went: the driver's phases (wall clock) and the tasks' own,
         # summed over the tasks (which run side by side): wall clock (``*_s``) and the task
         # thread's CPU time (``*_cpu_s``: what a phase costs, whatever else the machine does).

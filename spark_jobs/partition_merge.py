@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from common.config import SinksConfig
 from common.gc_tuning import STREAMING_THRESHOLDS, gc_paused, tune_gc
@@ -50,7 +50,7 @@ from spark_jobs.errors import DBLogError, RouteError, SinkUnavailable
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
 from spark_jobs.sharding.target import target_fields, target_key, target_row
-from spark_jobs.sinks.batch import Change
+from spark_jobs.sinks.batch import Change, EncodedChange
 from spark_jobs.sinks.configured import configured_sinks
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,22 @@ class _Kept:
     table: tuple[str, str] = ("", "")  # the source's (db, table), from ``source``
     old_key: bool = False  # keyed as before the table's primary key changed: changelog only
     envelope: dict | None = None  # the decoded record (a routed table's: for the merged clean changelog)
+    # Set while the row image is not decoded (``row`` is None then): the writer schema's row
+    # reader and where the image starts in ``value_bytes``; :func:`_row_of_kept` decodes it.
+    # The sinks decode only the images they apply, or write them from their bytes.
+    row_reader: Any = None
+    row_at: int = 0
+
+
+#: The window buffer's row for a record whose image is not decoded (it only tells it is not null)
+_LAZY = object()
+
+
+def _row_of_kept(k: _Kept) -> dict | None:
+    """``k``'s row image, decoded now if it was not (once: kept for the next sink)."""
+    if k.row_reader is not None:
+        k.row, k.row_reader = k.row_reader(k.value_bytes, k.row_at), None
+    return k.row
 
 
 def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes | None, bytes | None]],
@@ -233,7 +249,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     topic_db, topic_table = table_of_topic(s.prefix, topic)
     ignore_columns = s.sinks.schema_rule(topic_db, topic_table).columns == "ignore"
     stats = {"topic": topic, "partition": partition, "input": len(records), "emitted": 0, "dropped": 0, "copies": 0,
-             "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0}
+             "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0, "from_bytes": 0}
     kept: list[_Kept] = []
     dead: list[tuple[int, bytes | None, bytes | None, str]] = []
     dropped_before, copies_before = buf.stats["rows_dropped"], buf.stats["copies"]
@@ -253,6 +269,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     generation = dec.store.generation
     next_marker = markers[0]["position"] if markers else None
     for offset, key_b, value_b in records:
+        row_reader = None  # (set: the record's row image is not decoded yet, see _Kept)
         try:
             if value_b is None:  # a tombstone (after a delete): for log compaction, not a change
                 continue
@@ -266,9 +283,11 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 op, position = value["op"], value["position"]
             elif value_b[:2] == SINGLE_OBJECT_MAGIC:  # (magic + writer fingerprint: the first 10 bytes)
                 read = readers.get(value_b[:10])
-                if read is None:
-                    read = readers[value_b[:10]] = dec.decoder.change_reader_of(value_b)
-                value = read(value_b, 10)
+                if read is None:  # (header, row image) readers, or the change reader and None
+                    read = readers[value_b[:10]] = (dec.decoder.change_header_of(value_b)
+                                                    or (dec.decoder.change_reader_of(value_b), None))
+                value = read[0](value_b, 10)
+                row_reader = read[1]
                 op, position = value["op"], value["position"]
             else:  # a registry's or JSON record
                 value = dec.decoder.decode_change(value_b)
@@ -310,7 +329,14 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                     kept.append(_Kept(op, None, position, "", None, int(src.get("ts_ms") or 0), int(offset), key_b,
                                       value_b, names, envelope=value if s.routes else None))
                 continue
-            row = value["row"] if not whole else _row_of(value, op)
+            if row_reader is not None:  # only the header was read: the image where it is needed
+                row_at = value["row_at"]
+                if row_at is None:
+                    row = row_reader = None
+                else:  # (the window buffer keeps no image, a chunk row's neither: it decides by key)
+                    row = _LAZY
+            else:
+                row = value["row"] if not whole else _row_of(value, op)
             if op == "r" and s.debezium:  # deduplicated by Debezium, as of its chunk's window close
                 emit = push_change(k, "c", row, position)
             elif op == "r":
@@ -338,8 +364,10 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                     row = _row_of(value, op)
             # The key is not decoded per record: the sinks take the key columns from the row
             # (``before`` for a delete).
-            kept.append(_Kept(op, row, position, sid, schema, int(src.get("ts_ms") or 0), int(offset), key_b,
-                              value_b, names, old_key, value if s.routes else None))
+            lazy = row_reader is not None  # (then no route: ``whole``)
+            kept.append(_Kept(op, None if lazy else row, position, sid, schema, int(src.get("ts_ms") or 0),
+                              int(offset), key_b, value_b, names, old_key, value if s.routes else None, row_reader,
+                              row_at if lazy else 0))
     held: list[dict] = []
     if state.get("held") or any(t.get("waiting") for t in s.targets.values()):
         kept = _hold(s, dec, state.get("held") or [], kept, held)
@@ -379,6 +407,9 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             routed = _routed(s, router, k, key_columns, fields_of) if router is not None else None
             by_table.setdefault(k.table if routed is None else routed.table, []).append(routed or k)
     sinks = sinks_of(s)
+
+    def writer_of(value_b: bytes) -> Any:
+        return dec.store.get(value_b[2:10].hex())
     for (db, table), records_of_table in by_table.items():
         # What no table sink can apply is one dead letter, whatever the number of sinks.
         if sinks and not key_columns.get((db, table)):
@@ -393,7 +424,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
         if not records_of_table:
             continue
         for _, sink in sinks:
-            dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats)
+            dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats, writer_of)
     if truncates:  # applied by the driver once every partition's records of the batch are
         stats["truncates"] = [[db, table, below] for (db, table), below in truncates.items()]
     stats["sinks_s"], stats["sinks_cpu_s"] = time.monotonic() - t_clean, time.thread_time() - c_clean
@@ -437,7 +468,7 @@ def _routed(s: MergeSettings, router: Router, k: _Kept, key_columns: dict[tuple[
     fields = fields_of.get(route.name)
     if fields is None:
         fields = fields_of[route.name] = target_fields(target["schema"])
-    row = target_row(route, ShardId(s.source_name, *k.table), k.row, fields)
+    row = target_row(route, ShardId(s.source_name, *k.table), _row_of_kept(k), fields)
     return _Kept(k.op, row, k.position, f"route:{route.name}", target["schema"], k.ts_ms, k.offset, k.key_bytes,
                  k.value_bytes, route.target, k.old_key)
 
@@ -543,21 +574,55 @@ def _runs(kept: list[_Kept]) -> Iterator[list[_Kept]]:
         yield run
 
 
-def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str], stats: dict
-           ) -> list[tuple[int, Any, Any, str]]:
+def _winners(run: list[_Kept]) -> list[_Kept]:
+    """Of a run's records, per key the one with the highest position (what applying the
+    run leaves; the sinks reduce a batch so too), in the run's order, keyed by the key
+    record's bytes: equal keys of one key writer schema have equal bytes.  The run itself
+    where its records do not all have a key of one writer schema (the sinks then reduce by
+    the decoded key columns)."""
+    first = run[0].key_bytes
+    if first is None or first[:2] != SINGLE_OBJECT_MAGIC:
+        return run
+    framing = first[:10]
+    best: dict[bytes, _Kept] = {}
+    for k in run:
+        kb = k.key_bytes
+        if kb is None or kb[:10] != framing:
+            return run
+        held = best.get(kb)
+        if held is None or held.position < k.position:
+            best[kb] = k
+    if len(best) == len(run):
+        return run
+    return [k for k in run if best[k.key_bytes] is k]
+
+
+def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str], stats: dict,
+           writer_of: Callable[[bytes], Any]) -> list[tuple[int, Any, Any, str]]:
     """Apply the kept records run by run; a run the sink refuses is applied record by
-    record, and the records it still refuses are dead letters."""
+    record, and the records it still refuses are dead letters.  ``writer_of``: a
+    record's writer schema (the records whose images are not decoded are written from
+    their bytes where the sink can: :meth:`~spark_jobs.sinks.base.TableSinkBase.apply_encoded`)."""
     dead = []
     for run in _runs(kept):
         schema = run[0].schema
-        recs = [Change(None, k.op, k.row, k.position) for k in run]
         # A table the sink cannot create or alter is the sink's problem, not the records':
         # it fails the batch (retried) instead of filling the dead-letter topic.
         # (rekey: the records carry the table's newest key, so a sink table keyed otherwise
         # predates a primary key change and is rebuilt)
         sink.ensure_table(db, table, schema, key_columns, rekey=True)
         try:
-            res = sink.apply(db, table, schema, key_columns, recs, rekey=True)
+            winners = _winners(run)
+            res = None
+            if all(k.row_reader is not None for k in winners):  # images not decoded: straight from the bytes
+                res = sink.apply_encoded(db, table, schema, key_columns,
+                                         [EncodedChange(k.op, k.position, k.value_bytes, k.row_at) for k in winners],
+                                         writer_of(winners[0].value_bytes), rekey=True)
+                if res is not None:
+                    stats["from_bytes"] += len(winners)
+            if res is None:
+                res = sink.apply(db, table, schema, key_columns,
+                                 [Change(None, k.op, _row_of_kept(k), k.position) for k in winners], rekey=True)
             stats["upserted"] += res.upserted
             stats["deleted"] += res.deleted
             stats["sink_skipped"] += res.skipped
@@ -567,8 +632,9 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
             log.warning("%s.%s: the sink refused a run of %d records (%s); applying one by one", db, table,
                         len(run), exc)
             refused = []
-            for k, rec in zip(run, recs):
+            for k in run:
                 try:
+                    rec = Change(None, k.op, _row_of_kept(k), k.position)
                     res = sink.apply(db, table, schema, key_columns, [rec], rekey=True)
                     stats["upserted"] += res.upserted
                     stats["deleted"] += res.deleted

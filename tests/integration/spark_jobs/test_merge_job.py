@@ -51,6 +51,8 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
         assert apply_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, table)) == expected, f"clean {kind}"
     status = json.loads((__import__("pathlib").Path(cfg.state_dir) / "merge-status.json").read_text())
     assert status["totals"]["input"] > 0 and status["totals"]["dead"] == 0
+    # the PostgreSQL sink took the stream's rows from their Avro bytes (PostgresSink.apply_encoded)
+    assert status["totals"]["from_bytes"] > 0
     # `cdc status` shows the job's figures from that file.
     import os
     import subprocess

@@ -44,6 +44,15 @@ class ProducerThread:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def state(self) -> str:
+        """Whether the producer thread runs, its error, and its status file (position,
+        rate, lag, snapshot progress): for a test's timeout message."""
+        try:
+            status = self.app.status_file.read_text()
+        except OSError as exc:
+            status = f"no status file ({exc.strerror})"
+        return f"producer thread alive={self.thread.is_alive()} error={self.error!r} status={status}"
+
     def stop(self) -> None:
         self.app.stop()
         self.thread.join(60)
@@ -164,13 +173,22 @@ class ProducerProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
-def wait_for(check, timeout: float = 60.0, interval: float = 0.2, what: str = "condition") -> None:
+def wait_for(check, timeout: float = 60.0, interval: float = 0.2, what: str = "condition",
+             state=None) -> None:
+    """Poll ``check`` until it is true; on timeout fail naming ``what`` and, when given,
+    what ``state()`` tells then (for a failure seen only in CI: where things stood)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+    told = ""
+    if state is not None:
+        try:
+            told = f"; {state()}"
+        except Exception as exc:  # noqa: BLE001 - the diagnosis must not hide the timeout
+            told = f"; (state unavailable: {exc!r})"
+    raise AssertionError(f"timed out waiting for {what}{told}")
 
 
 def wait_caught_up(cfg: CDCConfig, conn, timeout: float = 180.0) -> None:

@@ -75,17 +75,27 @@ def _run(stack, cfg, test_db, tables: dict[str, str], rows: int, ddl_during_snap
     cfg.source.include_databases = [test_db]
     cfg.snapshot.chunk_size = 100
     start_at_current(cfg)
-    with ProducerThread(cfg):
-        with write_loads(stack, test_db, tables, rows + 50, pause_s=0.002):
+    with ProducerThread(cfg) as producer:
+        with write_loads(stack, test_db, tables, rows + 50, pause_s=0.002) as loads:
             sid = snapshot(cfg, [f"{test_db}.{t}" for t in tables])
-            wait_for(lambda: has_notification(cfg, "IN_PROGRESS", id=sid), timeout=60, what="snapshot under way")
+
+            def state() -> str:
+                told = [(n["type"], (n.get("additionalData") or {}).get("table")) for n in notifications(cfg)
+                        if n.get("id") == sid]
+                return (f"notifications of {sid}: {told[-12:]}; {producer.state()}; "
+                        f"writes: {[dict(ld.ops) for ld in loads]}")
+
+            wait_for(lambda: has_notification(cfg, "IN_PROGRESS", id=sid), timeout=60, what="snapshot under way",
+                     state=state)
             ddl_during_snapshot()
-            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=180, what="snapshot completed")
+            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=180, what="snapshot completed",
+                     state=state)
             for stmt in ddl_after:
                 _ddl(stack, stmt)
         with stack.admin() as conn:  # the DDL read, the snapshots it started begun
             wait_caught_up(cfg, conn)
-        wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshots started after DDL completed")
+        wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshots started after DDL completed",
+                 state=producer.state)
         time.sleep(2)  # the producer writes what the last chunks released
     assert MergeJob(cfg).run(available_now=True) == 0
 

@@ -189,7 +189,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
                                  read_only=args.read_only)
     finally:
         if not args.keep_running:
-            stack_down(info.state_dir)
+            demo.leave_stack(info, False, console)  # (the Spark session first: its workers keep Kafka clients)
     return 0 if counts["verify_equal"] and counts["clean_changelog_duplicates"] == 0 else 1
 
 

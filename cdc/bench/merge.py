@@ -73,6 +73,7 @@ from producer.app import ProducerApp
 from producer.binlog.server import current_position
 from spark_jobs.merge_job import MergeJob
 from spark_jobs.sinks.configured import build_sinks
+from spark_jobs.spark_session import stop_session
 
 
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
@@ -369,17 +370,10 @@ def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
                 raise BenchError(f"standalone, {workers} worker(s): the sink table has {r['sink_rows']} rows, "
                                  f"the source {live_rows}")
             out[f"workers_{workers}"] = r
-            _stop_session()
+            stop_session()
     one, two = out["workers_1"]["steady_events_per_s"], out["workers_2"]["steady_events_per_s"]
     out["ratio_2_to_1"] = two / one if one else 0.0
     return out
-
-
-def _stop_session() -> None:
-    from pyspark.sql import SparkSession
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:

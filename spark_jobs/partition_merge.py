@@ -205,9 +205,10 @@ class _Kept:
     table: tuple[str, str] = ("", "")  # the source's (db, table), from ``source``
     old_key: bool = False  # keyed as before the table's primary key changed: changelog only
     envelope: dict | None = None  # the decoded record (a routed table's: for the merged clean changelog)
-    # Set while the row image is not decoded (``row`` is None then): the writer schema's row
-    # reader and where the image starts in ``value_bytes``; :func:`_row_of_kept` decodes it.
-    # The sinks decode only the images they apply, or write them from their bytes.
+    # For a record read by its header: where its (non-null) row image starts in
+    # ``value_bytes`` (0: not so read), and while the image is not decoded (``row`` None
+    # then) the writer schema's row reader; :func:`_row_of_kept` decodes it.  The sinks
+    # decode only the images they apply, or write them from their bytes (decoded or not).
     row_reader: Any = None
     row_at: int = 0
 
@@ -614,7 +615,7 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
         try:
             winners = _winners(run)
             res = None
-            if all(k.row_reader is not None for k in winners):  # images not decoded: straight from the bytes
+            if all(k.row_at for k in winners):  # images in their bytes: written straight from them
                 res = sink.apply_encoded(db, table, schema, key_columns,
                                          [EncodedChange(k.op, k.position, k.value_bytes, k.row_at) for k in winners],
                                          writer_of(winners[0].value_bytes), rekey=True)

@@ -347,7 +347,6 @@ class PostgresSink(TableSinkBase):
         result = ApplyResult()
         with self._transaction() as cur:
             has_tombstones = self._begin_write(cur, plan, min(ch.position for ch in changes))
-            params = {"table": plan.name}
             if upserts:
                 cur.execute(plan.encoded_stage_ddl)
                 with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({', '.join(plan.col_names)}, "
@@ -364,7 +363,7 @@ class PostgresSink(TableSinkBase):
                     copy.write(b"".join(lines))
                 self._upsert_staged(cur, plan, len(upserts), has_tombstones, result, encoded=True)
             if deletes:
-                self._write_deletes(cur, plan, deletes, params, result)
+                self._write_deletes(cur, plan, deletes, result)
         return result
 
     def _upsert_staged(self, cur: psycopg.Cursor, plan: _Plan, n: int, has_tombstones: bool, result: ApplyResult,
@@ -385,7 +384,6 @@ class PostgresSink(TableSinkBase):
 
     def _write(self, cur: psycopg.Cursor, plan: _Plan, upserts: list, deletes: list, has_tombstones: bool,
                result: ApplyResult) -> None:
-        params = {"table": plan.name}
         if upserts:
             n = len(upserts)
             cur.execute(plan.stage_upserts_ddl)
@@ -401,10 +399,9 @@ class PostgresSink(TableSinkBase):
                     copy.write_row(values)
             self._upsert_staged(cur, plan, n, has_tombstones, result)
         if deletes:
-            self._write_deletes(cur, plan, deletes, params, result)
+            self._write_deletes(cur, plan, deletes, result)
 
-    def _write_deletes(self, cur: psycopg.Cursor, plan: _Plan, deletes: list, params: dict,
-                       result: ApplyResult) -> None:
+    def _write_deletes(self, cur: psycopg.Cursor, plan: _Plan, deletes: list, result: ApplyResult) -> None:
         """The deletes (``(change, key values)`` pairs) staged and applied, with the
         tombstones of the keys the table does not hold at a newer position."""
         n = len(deletes)
@@ -421,7 +418,7 @@ class PostgresSink(TableSinkBase):
         if n >= _ANALYZE_AT:
             cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_DELETES)}")
         cur.execute(plan.delete_sql)
-        cur.execute(plan.tombstone_sql, params)
+        cur.execute(plan.tombstone_sql, {"table": plan.name})
         result.deleted += cur.rowcount
         result.skipped += n - cur.rowcount
 

@@ -871,10 +871,11 @@ class MergeJob:
                                                             "upserted", "deleted", "held", "from_bytes")}
         # Where the batch's time went: the driver's phases (wall clock) and the tasks' own,
         # summed over the tasks (which run side by side): wall clock (``*_s``) and the task
-        # thread's CPU time (``*_cpu_s``: what a phase costs, whatever else the machine does).
+        # thread's CPU time (``*_cpu_s``: what a phase costs, whatever else the machine does);
+        # ``sinks_turn_s``: of ``sinks_s``, the wait for the tables' turns (other tasks' writes).
         phases = {**(phases or {}), **{k: sum(s.get(k, 0.0) for s in stats)
-                                       for k in ("read_s", "decide_s", "changelog_s", "sinks_s", "read_cpu_s",
-                                                 "decide_cpu_s", "changelog_cpu_s", "sinks_cpu_s")}}
+                                       for k in ("read_s", "decide_s", "changelog_s", "sinks_s", "sinks_turn_s",
+                                                 "read_cpu_s", "decide_cpu_s", "changelog_cpu_s", "sinks_cpu_s")}}
         phases = {k: round(v, 3) for k, v in phases.items()}
         for k, v in phases.items():
             self.phase_totals[k] = self.phase_totals.get(k, 0.0) + v

@@ -425,7 +425,9 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
         if not records_of_table:
             continue
         for _, sink in sinks:
+            waited = sink.turn_wait_s
             dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats, writer_of)
+            stats["sinks_turn_s"] = stats.get("sinks_turn_s", 0.0) + sink.turn_wait_s - waited
     if truncates:  # applied by the driver once every partition's records of the batch are
         stats["truncates"] = [[db, table, below] for (db, table), below in truncates.items()]
     stats["sinks_s"], stats["sinks_cpu_s"] = time.monotonic() - t_clean, time.thread_time() - c_clean

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -68,6 +69,8 @@ class TableSinkBase:
         self._layouts: dict[tuple[str, tuple], TableLayout] = {}
         #: ALTER statements the last ensure_table ran (empty when the table already matched).
         self.last_alters: list[str] = []
+        #: Seconds spent waiting for tables' turns (``serialize``), summed since the sink was made.
+        self.turn_wait_s = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     def __getstate__(self) -> dict:
@@ -283,8 +286,17 @@ class TableSinkBase:
         without the guard (no key hashes, no anti-join), and the tombstones it leaves below
         its rows stay until purged (harmless: see :meth:`purge_tombstones`).  Indexed by
         (table_name, position)."""
-        if self.serialize and not self._take_turn(cur, plan.name):
-            raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
+        if self.serialize:
+            t0 = time.monotonic()
+            registered = self._take_turn(cur, plan.name)
+            self.turn_wait_s += time.monotonic() - t0
+            if not registered:
+                raise SinkError(f"sink table {plan.qualified} is not registered in {TABLES}")
+        return self._has_tombstones(cur, plan, lowest)
+
+    def _has_tombstones(self, cur: Any, plan: Any, lowest: str) -> bool:
+        """Whether the table has a tombstone at or above position ``lowest`` (the answer
+        holds while the table's turn is taken: :meth:`_begin_write`)."""
         cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s "
                     "AND position >= %s)", [plan.name, lowest])
         return bool(cur.fetchone()[0])

@@ -60,7 +60,11 @@ speculative or zombie Spark task can replay a batch concurrently with a newer on
 locks alone would then let an older insert slip in after a concurrent delete.  With
 ``serialize=True`` (default) every ``apply`` first locks its table's ``__cdc_tables`` row,
 which makes that impossible; ``serialize=False`` lets partitions of one table write in
-parallel when no such overlap can happen.
+parallel when no such overlap can happen.  ``apply_encoded`` (the merge job's common path)
+writes its stage tables (session-local: the COPY lines, the Python side's work) before it
+takes the turn, so that under the turn only PostgreSQL's statements run; whether the
+upserts need the tombstone guard's key hashes is looked at before and again under the
+turn (a tombstone another writer left meanwhile: the upserts are staged again with them).
 
 DDL (``ensure_table``) runs in its own transaction under an advisory lock per schema:
 ``CREATE SCHEMA/TABLE IF NOT EXISTS``, ``ADD COLUMN IF NOT EXISTS`` for columns a newer
@@ -344,27 +348,48 @@ class PostgresSink(TableSinkBase):
                                                                                                          ch.row_at))))
             else:
                 upserts.append(ch)
+        lowest = min(ch.position for ch in changes)
         result = ApplyResult()
         with self._transaction() as cur:
-            has_tombstones = self._begin_write(cur, plan, min(ch.position for ch in changes))
+            # Staged before the table's turn (the stage tables are this session's own): the
+            # COPY lines are the Python side's work, which the table's other writers need
+            # not wait for; under the turn PostgreSQL's statements run, nothing else.  The key
+            # hashes of the tombstone guard are written where a tombstone is seen at the
+            # batch's positions now, and again under the turn if one came meanwhile.
+            hashed = self._has_tombstones(cur, plan, lowest)
             if upserts:
                 cur.execute(plan.encoded_stage_ddl)
-                with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({', '.join(plan.col_names)}, "
-                              f"{quote_pg(POSITION_COLUMN)}, {quote_pg(KEY_HASH)}) FROM STDIN") as copy:
-                    lines = []
-                    for ch in upserts:
-                        data, at = ch.data, ch.row_at
-                        digest = (b"\\\\x" + key_hash(layout.key_values(None, key_reader(data, at))).hex().encode()
-                                  if has_tombstones else b"\\N")
-                        lines.append(b"%s\t%s\t%s\n" % (line(data, at), ch.position.encode(), digest))
-                        if len(lines) >= _COPY_LINES:
-                            copy.write(b"".join(lines))
-                            lines.clear()
-                    copy.write(b"".join(lines))
+                self._copy_encoded(cur, plan, upserts, line, key_reader, hashed)
+            if deletes:
+                self._stage_deletes(cur, plan, deletes)
+            has_tombstones = self._begin_write(cur, plan, lowest)
+            if upserts:
+                if has_tombstones and not hashed:
+                    cur.execute(f"TRUNCATE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
+                    self._copy_encoded(cur, plan, upserts, line, key_reader, True)
                 self._upsert_staged(cur, plan, len(upserts), has_tombstones, result, encoded=True)
             if deletes:
-                self._write_deletes(cur, plan, deletes, result)
+                self._apply_staged_deletes(cur, plan, len(deletes), result)
         return result
+
+    @staticmethod
+    def _copy_encoded(cur: psycopg.Cursor, plan: _Plan, upserts: Sequence[EncodedChange], line: Any,
+                      key_reader: Any, hashed: bool) -> None:
+        """The upserts' COPY lines into the stage table, written from their Avro bytes
+        (``line``; ``key_reader`` reads the key columns of the key hashes, with ``hashed``)."""
+        layout = plan.layout
+        with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({', '.join(plan.col_names)}, "
+                      f"{quote_pg(POSITION_COLUMN)}, {quote_pg(KEY_HASH)}) FROM STDIN") as copy:
+            lines = []
+            for ch in upserts:
+                data, at = ch.data, ch.row_at
+                digest = (b"\\\\x" + key_hash(layout.key_values(None, key_reader(data, at))).hex().encode()
+                          if hashed else b"\\N")
+                lines.append(b"%s\t%s\t%s\n" % (line(data, at), ch.position.encode(), digest))
+                if len(lines) >= _COPY_LINES:
+                    copy.write(b"".join(lines))
+                    lines.clear()
+            copy.write(b"".join(lines))
 
     def _upsert_staged(self, cur: psycopg.Cursor, plan: _Plan, n: int, has_tombstones: bool, result: ApplyResult,
                        *, encoded: bool = False) -> None:
@@ -404,7 +429,12 @@ class PostgresSink(TableSinkBase):
     def _write_deletes(self, cur: psycopg.Cursor, plan: _Plan, deletes: list, result: ApplyResult) -> None:
         """The deletes (``(change, key values)`` pairs) staged and applied, with the
         tombstones of the keys the table does not hold at a newer position."""
-        n = len(deletes)
+        self._stage_deletes(cur, plan, deletes)
+        self._apply_staged_deletes(cur, plan, len(deletes), result)
+
+    @staticmethod
+    def _stage_deletes(cur: psycopg.Cursor, plan: _Plan, deletes: list) -> None:
+        """The deletes (``(change, key values)`` pairs) into their stage table."""
         cur.execute(plan.stage_deletes_ddl)
         cols = ", ".join(plan.col_names[i] for i in plan.key_idx)
         convs = [plan.converters[i] for i in plan.key_idx]
@@ -415,6 +445,11 @@ class PostgresSink(TableSinkBase):
                 values = [conv(v) for conv, v in zip(convs, kv)]
                 values += [ch.position, digest, text]
                 copy.write_row(values)
+
+    @staticmethod
+    def _apply_staged_deletes(cur: psycopg.Cursor, plan: _Plan, n: int, result: ApplyResult) -> None:
+        """The ``n`` staged deletes applied (under the table's turn), with the tombstones of
+        the keys the table does not hold at a newer position."""
         if n >= _ANALYZE_AT:
             cur.execute(f"ANALYZE pg_temp.{quote_pg(_STAGE_DELETES)}")
         cur.execute(plan.delete_sql)

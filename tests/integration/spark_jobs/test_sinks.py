@@ -836,3 +836,74 @@ def test_rows_written_from_their_avro_bytes_equal_the_dict_path(stack, test_db, 
     finally:
         dict_sink.drop()
         bytes_sink.drop()
+
+
+def test_rows_from_bytes_are_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came(config, unique):
+    """PostgresSink.apply_encoded writes a batch's stage tables (the COPY lines from the Avro
+    bytes: the Python side's work) before it takes its table's turn, so the table's other
+    writers do not wait for that; a tombstone another writer left in between still stops an
+    older row (the upserts are staged again with their key hashes under the turn)."""
+    from spark_jobs.sinks.keys import key_json_and_hash
+    from spark_jobs.sinks.naming import TABLES, TOMBSTONES
+    from tests.producer_helpers import wait_for
+
+    dsn = config.sinks.postgres.dsn.get_secret_value()
+    src = simple_source()
+    backend = PgBackend(dsn, unique("turn"))
+    sink = backend.sink
+    db, table = src.table.db, src.table.name
+
+    def encoded(*records):
+        return [_encoded(src, r) for r in records]
+
+    try:
+        assert sink.apply_encoded(db, table, src.schema, ["id"], encoded(src.upsert({"id": 1, "v": "one", "n": None}, 10, "c")),
+                                  src.schema).upserted == 1
+        pid, name = sink.connection().info.backend_pid, sink.table_name(db, table)
+        waited_before = sink.turn_wait_s
+        out: dict = {}
+
+        def apply() -> None:
+            try:
+                out["result"] = sink.apply_encoded(
+                    db, table, src.schema, ["id"], encoded(src.upsert({"id": 2, "v": "two", "n": None}, 20, "c"),
+                                                           src.upsert({"id": 3, "v": "three", "n": None}, 21, "c"),
+                                                           src.delete({"id": 1}, 22)), src.schema)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                out["error"] = exc
+
+        with psycopg.connect(dsn) as other:
+            other.execute(f"SELECT 1 FROM {quote_pg(backend.schema)}.{quote_pg(TABLES)} WHERE table_name = %s "
+                          "FOR UPDATE", [name])  # the table's turn, held by another writer
+            th = threading.Thread(target=apply, daemon=True)
+            th.start()
+
+            def waiting_for_the_turn() -> bool:
+                with psycopg.connect(dsn) as look:
+                    row = look.execute("SELECT wait_event_type, query FROM pg_stat_activity WHERE pid = %s",
+                                       [pid]).fetchone()
+                return bool(row) and row[0] == "Lock" and "FOR UPDATE" in row[1]
+            wait_for(lambda: waiting_for_the_turn() or not th.is_alive(), timeout=60, what="the sink waiting its turn",
+                     state=lambda: out)
+            assert th.is_alive(), out
+            seen_waiting = time.monotonic()
+            # Its stage tables are made (and written) already: relations its transaction
+            # created, locked by it and not yet in the catalog other sessions see.
+            staged = other.execute("SELECT count(*) FROM pg_locks l WHERE l.pid = %s AND l.locktype = 'relation' "
+                                   "AND l.granted AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = l.relation)",
+                                   [pid]).fetchone()[0]
+            assert staged >= 2, staged  # (the upserts' and the deletes' stage tables)
+            # Meanwhile another writer deleted key 3 at a newer position: its tombstone.
+            text, digest = key_json_and_hash([3])
+            other.execute(f"INSERT INTO {quote_pg(backend.schema)}.{quote_pg(TOMBSTONES)} "
+                          "(table_name, key_hash, key_json, position) VALUES (%s, %s, %s, %s)",
+                          [name, digest, text, P(30)])
+            released = time.monotonic()  # (the turn goes with the other writer's commit, next)
+        th.join(60)
+        assert not th.is_alive() and "error" not in out, out
+        assert sink.turn_wait_s - waited_before >= released - seen_waiting  # (what the merge job reports)
+        assert (out["result"].upserted, out["result"].deleted) == (1, 1)
+        rows = backend.table(db, table, ["id"])
+        assert list(rows) == [(2,)] and rows[(2,)]["v"] == "two"  # 3: deleted after; 1: deleted
+    finally:
+        backend.drop()

@@ -51,11 +51,14 @@ demo-shards: venv system-deps
 # The whole suite.  pytest exits 5 when it collects nothing, which fails make too.
 # Two pytest workers (pytest-xdist), each with a stack of its own; a file's tests stay on one
 # worker (module fixtures).  TEST_WORKERS=0 runs them in this process, one after another.
+# A worker that dies ends the run at once, naming the test it ran ("worker gwN crashed while
+# running ..."): with --dist loadfile, xdist's replacement worker can wait for work for ever
+# (pytest-xdist #784).
 TEST_WORKERS ?= 2
 
 test: venv pathway debezium system-deps
 	@bash scripts/ensure-system-deps.sh --debezium
-	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 --durations=25 tests
 
 unit: venv
 	$(PY) -m pytest tests/unit

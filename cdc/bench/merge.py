@@ -349,7 +349,10 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
         result["ratios"] = {"b/a": b["events_per_s"] / a if a else 0.0,
                             "b steady/a": b["steady_events_per_s"] / a if a else 0.0}
     finally:
-        stop_session()  # (before the stack: its Python workers' Kafka clients would say the broker went)
+        try:  # (before the stack: its Python workers' Kafka clients would say the broker went)
+            stop_session()
+        except Exception as exc:  # noqa: BLE001 - cleanup is best effort, the run's own error goes on
+            console.print(f"[yellow]cleanup:[/yellow] stopping the Spark session: {exc}")
         drop_bench_database(info, db, Path(state_dir), keep_running, console)
     result["summary"] = summary(result)
     print_report(result, console)

@@ -857,8 +857,8 @@ def test_rows_from_bytes_are_staged_before_the_tables_turn_and_hashed_if_a_tombs
         return [_encoded(src, r) for r in records]
 
     try:
-        assert sink.apply_encoded(db, table, src.schema, ["id"], encoded(src.upsert({"id": 1, "v": "one", "n": None}, 10, "c")),
-                                  src.schema).upserted == 1
+        first = encoded(src.upsert({"id": 1, "v": "one", "n": None}, 10, "c"))
+        assert sink.apply_encoded(db, table, src.schema, ["id"], first, src.schema).upserted == 1
         pid, name = sink.connection().info.backend_pid, sink.table_name(db, table)
         waited_before = sink.turn_wait_s
         out: dict = {}

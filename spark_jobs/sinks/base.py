@@ -262,9 +262,15 @@ class TableSinkBase:
             return result
         with self._transaction() as cur:
             lowest = min(pairs[0][0].position for pairs in (reduced.upserts, reduced.deletes) if pairs)  # (rising)
-            has_tombstones = self._begin_write(cur, plan, lowest)
-            self._write(cur, plan, reduced.upserts, reduced.deletes, has_tombstones, result)
+            self._write_reduced(cur, plan, lowest, reduced.upserts, reduced.deletes, result)
         return result
+
+    def _write_reduced(self, cur: Any, plan: Any, lowest: str, upserts: list, deletes: list,
+                       result: ApplyResult) -> None:
+        """A reduced batch (``(change, key values)`` pairs, lowest position ``lowest``)
+        written in :meth:`apply`'s transaction: the table's turn taken, then :meth:`_write`.
+        (A sink that can prepare part of the write before the turn overrides this.)"""
+        self._write(cur, plan, upserts, deletes, self._begin_write(cur, plan, lowest), result)
 
     def apply_encoded(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
                       changes: Sequence[Any], writer_schema: Any, *, rekey: bool = False) -> ApplyResult | None:
@@ -310,7 +316,8 @@ class TableSinkBase:
     def _write(self, cur: Any, plan: Any, upserts: list, deletes: list, has_tombstones: bool,
                result: ApplyResult) -> None:  # pragma: no cover - abstract
         """Write a reduced batch (``(change, key values)`` pairs) in the open transaction,
-        counting into ``result``."""
+        counting into ``result`` (what the default :meth:`_write_reduced` calls once the
+        table's turn is taken)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ maintenance

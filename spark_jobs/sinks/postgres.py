@@ -60,11 +60,12 @@ speculative or zombie Spark task can replay a batch concurrently with a newer on
 locks alone would then let an older insert slip in after a concurrent delete.  With
 ``serialize=True`` (default) every ``apply`` first locks its table's ``__cdc_tables`` row,
 which makes that impossible; ``serialize=False`` lets partitions of one table write in
-parallel when no such overlap can happen.  ``apply_encoded`` (the merge job's common path)
-writes its stage tables (session-local: the COPY lines, the Python side's work) before it
-takes the turn, so that under the turn only PostgreSQL's statements run; whether the
-upserts need the tombstone guard's key hashes is looked at before and again under the
-turn (a tombstone another writer left meanwhile: the upserts are staged again with them).
+parallel when no such overlap can happen.  ``apply`` and ``apply_encoded`` (the merge job's
+common path) write their stage tables (session-local: the COPY lines, the Python side's
+work) before they take the turn, so that under the turn only PostgreSQL's statements run;
+whether the upserts need the tombstone guard's key hashes is looked at before and again
+under the turn (a tombstone another writer left meanwhile: the upserts are staged again
+with them).
 
 DDL (``ensure_table``) runs in its own transaction under an advisory lock per schema:
 ``CREATE SCHEMA/TABLE IF NOT EXISTS``, ``ADD COLUMN IF NOT EXISTS`` for columns a newer
@@ -77,7 +78,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import psycopg
 
@@ -351,26 +352,44 @@ class PostgresSink(TableSinkBase):
         lowest = min(ch.position for ch in changes)
         result = ApplyResult()
         with self._transaction() as cur:
-            # Staged before the table's turn (the stage tables are this session's own): the
-            # COPY lines are the Python side's work, which the table's other writers need
-            # not wait for; under the turn PostgreSQL's statements run, nothing else.  The key
-            # hashes of the tombstone guard are written where a tombstone is seen at the
-            # batch's positions now, and again under the turn if one came meanwhile.
-            hashed = self._has_tombstones(cur, plan, lowest)
-            if upserts:
-                cur.execute(plan.encoded_stage_ddl)
-                self._copy_encoded(cur, plan, upserts, line, key_reader, hashed)
-            if deletes:
-                self._stage_deletes(cur, plan, deletes)
-            has_tombstones = self._begin_write(cur, plan, lowest)
-            if upserts:
-                if has_tombstones and not hashed:
-                    cur.execute(f"TRUNCATE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
-                    self._copy_encoded(cur, plan, upserts, line, key_reader, True)
-                self._upsert_staged(cur, plan, len(upserts), has_tombstones, result, encoded=True)
-            if deletes:
-                self._apply_staged_deletes(cur, plan, len(deletes), result)
+            self._staged_write(cur, plan, lowest, len(upserts),
+                               lambda hashed: self._copy_encoded(cur, plan, upserts, line, key_reader, hashed),
+                               deletes, result, encoded=True)
         return result
+
+    def _write_reduced(self, cur: psycopg.Cursor, plan: _Plan, lowest: str, upserts: list, deletes: list,
+                       result: ApplyResult) -> None:
+        self._staged_write(cur, plan, lowest, len(upserts), lambda hashed: self._copy_rows(cur, plan, upserts, hashed),
+                           deletes, result)
+
+    def _staged_write(self, cur: psycopg.Cursor, plan: _Plan, lowest: str, n_upserts: int,
+                      stage_upserts: Callable[[bool], None], deletes: list, result: ApplyResult, *,
+                      encoded: bool = False) -> None:
+        """A batch written in the open transaction: its ``n_upserts`` upserts
+        (``stage_upserts(hashed)`` COPYs them into the stage table, with the tombstone
+        guard's key hashes when ``hashed``) and its deletes (``(change, key values)`` pairs)
+        staged first, then the table's turn taken, then the statements.
+
+        The stage tables are this session's own, and writing their COPY lines is the Python
+        side's work, which the table's other writers need not wait for: under the turn only
+        PostgreSQL's statements run.  The key hashes are written when a tombstone is seen at
+        the batch's positions before the turn; if one came while waiting for it, the upserts
+        are staged again with them.  (Without ``serialize`` there is no turn, and the first
+        answer is the one used.)"""
+        hashed = self._has_tombstones(cur, plan, lowest)
+        if n_upserts:
+            cur.execute(plan.encoded_stage_ddl if encoded else plan.stage_upserts_ddl)
+            stage_upserts(hashed)
+        if deletes:
+            self._stage_deletes(cur, plan, deletes)
+        has_tombstones = self._begin_write(cur, plan, lowest) if self.serialize else hashed
+        if n_upserts:
+            if has_tombstones and not hashed:
+                cur.execute(f"TRUNCATE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
+                stage_upserts(True)
+            self._upsert_staged(cur, plan, n_upserts, has_tombstones, result, encoded=encoded)
+        if deletes:
+            self._apply_staged_deletes(cur, plan, len(deletes), result)
 
     @staticmethod
     def _copy_encoded(cur: psycopg.Cursor, plan: _Plan, upserts: Sequence[EncodedChange], line: Any,
@@ -407,30 +426,18 @@ class PostgresSink(TableSinkBase):
         if has_tombstones:
             cur.execute(plan.prune_sql, params)
 
-    def _write(self, cur: psycopg.Cursor, plan: _Plan, upserts: list, deletes: list, has_tombstones: bool,
-               result: ApplyResult) -> None:
-        if upserts:
-            n = len(upserts)
-            cur.execute(plan.stage_upserts_ddl)
-            cols = ", ".join(plan.col_names)
-            with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({cols}, {quote_pg(POSITION_COLUMN)}"
-                          f"{', ' + quote_pg(KEY_HASH) if has_tombstones else ''}) FROM STDIN") as copy:
-                row_values = self._row_values
-                for ch, kv in upserts:
-                    values = row_values(plan, ch)
-                    values.append(ch.position)
-                    if has_tombstones:
-                        values.append(key_hash(kv))
-                    copy.write_row(values)
-            self._upsert_staged(cur, plan, n, has_tombstones, result)
-        if deletes:
-            self._write_deletes(cur, plan, deletes, result)
-
-    def _write_deletes(self, cur: psycopg.Cursor, plan: _Plan, deletes: list, result: ApplyResult) -> None:
-        """The deletes (``(change, key values)`` pairs) staged and applied, with the
-        tombstones of the keys the table does not hold at a newer position."""
-        self._stage_deletes(cur, plan, deletes)
-        self._apply_staged_deletes(cur, plan, len(deletes), result)
+    def _copy_rows(self, cur: psycopg.Cursor, plan: _Plan, upserts: list, hashed: bool) -> None:
+        """The upserts (``(change, key values)`` pairs, their rows decoded) COPYed into the
+        stage table, with their key hashes when ``hashed``."""
+        with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({', '.join(plan.col_names)}, "
+                      f"{quote_pg(POSITION_COLUMN)}{', ' + quote_pg(KEY_HASH) if hashed else ''}) FROM STDIN") as copy:
+            row_values = self._row_values
+            for ch, kv in upserts:
+                values = row_values(plan, ch)
+                values.append(ch.position)
+                if hashed:
+                    values.append(key_hash(kv))
+                copy.write_row(values)
 
     @staticmethod
     def _stage_deletes(cur: psycopg.Cursor, plan: _Plan, deletes: list) -> None:

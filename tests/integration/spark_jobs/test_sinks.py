@@ -838,11 +838,14 @@ def test_rows_written_from_their_avro_bytes_equal_the_dict_path(stack, test_db, 
         bytes_sink.drop()
 
 
-def test_rows_from_bytes_are_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came(config, unique):
-    """PostgresSink.apply_encoded writes a batch's stage tables (the COPY lines from the Avro
-    bytes: the Python side's work) before it takes its table's turn, so the table's other
-    writers do not wait for that; a tombstone another writer left in between still stops an
-    older row (the upserts are staged again with their key hashes under the turn)."""
+@pytest.mark.parametrize("path", ["bytes", "rows"])
+def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came(config, unique, path):
+    """PostgresSink writes a batch's stage tables (the COPY lines: the Python side's work)
+    before it takes its table's turn, so the table's other writers do not wait for that; a
+    tombstone another writer left in between still stops an older row (the upserts are
+    staged again with their key hashes under the turn).  Both ways in: rows written from
+    their Avro bytes (``apply_encoded``, the merge job's common path) and decoded rows
+    (``apply``: column kinds without COPY text, routed tables, Debezium's input)."""
     from spark_jobs.sinks.keys import key_json_and_hash
     from spark_jobs.sinks.naming import TABLES, TOMBSTONES
     from tests.producer_helpers import wait_for
@@ -853,22 +856,22 @@ def test_rows_from_bytes_are_staged_before_the_tables_turn_and_hashed_if_a_tombs
     sink = backend.sink
     db, table = src.table.db, src.table.name
 
-    def encoded(*records):
-        return [_encoded(src, r) for r in records]
+    def write(*records):
+        if path == "bytes":
+            return sink.apply_encoded(db, table, src.schema, ["id"], [_encoded(src, r) for r in records], src.schema)
+        return sink.apply(db, table, src.schema, ["id"], list(records))
 
     try:
-        first = encoded(src.upsert({"id": 1, "v": "one", "n": None}, 10, "c"))
-        assert sink.apply_encoded(db, table, src.schema, ["id"], first, src.schema).upserted == 1
+        assert write(src.upsert({"id": 1, "v": "one", "n": None}, 10, "c")).upserted == 1
         pid, name = sink.connection().info.backend_pid, sink.table_name(db, table)
         waited_before = sink.turn_wait_s
         out: dict = {}
 
         def apply() -> None:
             try:
-                out["result"] = sink.apply_encoded(
-                    db, table, src.schema, ["id"], encoded(src.upsert({"id": 2, "v": "two", "n": None}, 20, "c"),
-                                                           src.upsert({"id": 3, "v": "three", "n": None}, 21, "c"),
-                                                           src.delete({"id": 1}, 22)), src.schema)
+                out["result"] = write(src.upsert({"id": 2, "v": "two", "n": None}, 20, "c"),
+                                      src.upsert({"id": 3, "v": "three", "n": None}, 21, "c"),
+                                      src.delete({"id": 1}, 22))
             except BaseException as exc:  # noqa: BLE001 - reported by the test
                 out["error"] = exc
 

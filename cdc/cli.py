@@ -216,8 +216,10 @@ def _cmd_bench_race(args: argparse.Namespace) -> int:
 
 def _cmd_bench_merge(args: argparse.Namespace) -> int:
     quiet = Console(file=open(os.devnull, "w")) if args.json else console  # noqa: SIM115
+    if args.partitions < 1:
+        raise SystemExit("cdc bench merge: --partitions must be at least 1")
     result = bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
-                         scale_out=not args.no_scale_out, keep_running=args.keep_running, console=quiet)
+                         partitions=args.partitions, scale_out=not args.no_scale_out, keep_running=args.keep_running, console=quiet)
     if args.json:
         print(json.dumps(result["summary"], indent=2))
     return 0
@@ -394,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--events", type=int, default=1_000_000, help="change events in Kafka (default 1000000)")
     bench_merge_p.add_argument("--rate", type=int, default=5000, help="steady events/s for the latency run (0: skip)")
     bench_merge_p.add_argument("--seconds", type=float, default=30.0, help="length of the latency run")
+    bench_merge_p.add_argument("--partitions", type=int, default=4,
+                               help="partitions of the table topic (default 4; the configuration's default is 1)")
     bench_merge_p.add_argument("--state-dir", default=".cdc/bench")
     bench_merge_p.add_argument("--no-scale-out", action="store_true",
                                help="skip the standalone runs with one and two workers")

@@ -99,7 +99,7 @@ from pyspark.sql.types import (
 from common.errors import OffsetLookupError, PartitionStalled
 from common.kafka.clients import topic_ids
 from common.kafka.offsets import end_offsets
-from common.kafka.topic_reader import read_partition
+from common.kafka.topic_reader import READ_AHEAD, read_partition
 from spark_jobs.data_loss import TP, DataLoss, apply_data_loss, data_loss_message, detect_data_loss
 from spark_jobs.errors import KafkaDataLossError, KafkaReadTimeout, KafkaSourceError, KafkaSourceOptionError
 from spark_jobs.kafka_offsets import (
@@ -458,7 +458,8 @@ _BATCH_ROWS = 10_000
 # (measured on the embedded broker: ~145k rec/s per task instead of ~100k).  kafka.* wins.
 # A range's records are in the log already: a fetch with nothing to return (past the last
 # record, before a commit marker) must not wait for new records (librdkafka's 500 ms).
-_READ_DEFAULTS = {"max.partition.fetch.bytes": 10 * 1024 * 1024, "fetch.wait.max.ms": 10}
+# And the fetching ahead must not pause for librdkafka's 1 s (READ_AHEAD).
+_READ_DEFAULTS = {**READ_AHEAD, "max.partition.fetch.bytes": 10 * 1024 * 1024, "fetch.wait.max.ms": 10}
 
 
 def _to_batch(msgs: list, rng: KafkaRange, schema) -> Any:
@@ -521,14 +522,19 @@ def _lost_in_task(opts: SourceOptions, loss: DataLoss) -> None:
                  loss.describe())
 
 
+def range_consumer_config(opts: SourceOptions) -> dict:
+    """The configuration of :func:`range_consumer`: the read defaults, then the source's
+    ``kafka.*`` options, then what reading a range by offsets needs."""
+    return {**_READ_DEFAULTS, **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
+            "group.id": f"cdc-kafka-source-read-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "enable.partition.eof": True}
+
+
 def range_consumer(opts: SourceOptions):
     """A consumer for :func:`read_messages` (which assigns it the partition it reads)."""
     from confluent_kafka import Consumer
 
-    return Consumer({**_READ_DEFAULTS, **opts.client_config, "bootstrap.servers": opts.bootstrap_servers,
-                     "group.id": f"cdc-kafka-source-read-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                     "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
-                     "enable.partition.eof": True})
+    return Consumer(range_consumer_config(opts))
 
 
 def read_messages(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS,

@@ -19,13 +19,21 @@ Malformed input raises :class:`~contract.errors.SerdeError` instead of an ``Inde
 
 from __future__ import annotations
 
+import os
 import struct
+import sys
+from array import array
 from decimal import Context, Decimal
 from typing import Any, Callable
 
 from fastavro.schema import expand_schema
 
 from contract.errors import NotCompiled, SerdeError
+
+try:  # the native reader (contract/_avro_reader.c, built by setup.py where a C compiler is)
+    from contract import _avro_reader
+except ImportError:  # pragma: no cover - a build without it: the generated Python reads
+    _avro_reader = None
 
 Decoder = Callable[[bytes, int], Any]
 
@@ -293,6 +301,103 @@ class CodeWriter:
             self.emit(d + 2, f"{target}.append({item})")
 
 
+# -- the native reader's programs ----------------------------------------------------------------
+# Node codes and field actions of contract/_avro_reader.c.
+(_N_NULL, _N_BOOL, _N_LONG, _N_FLOAT, _N_DOUBLE, _N_BYTES, _N_STRING, _N_FIXED, _N_ENUM, _N_RECORD, _N_UNION,
+ _N_ARRAY, _N_MAP) = range(13)
+_A_SKIP, _A_VALUE, _A_OFFSET = range(3)
+_N_PRIMITIVE = {"null": _N_NULL, "boolean": _N_BOOL, "int": _N_LONG, "long": _N_LONG, "float": _N_FLOAT,
+                "double": _N_DOUBLE, "bytes": _N_BYTES, "string": _N_STRING}
+#: Set to ``0`` in the environment: every record read by the generated Python (benchmarks,
+#: tests of the fallback); read when a decoder is compiled.
+NATIVE_ENV = "CDC_AVRO_NATIVE"
+
+
+def native_enabled() -> bool:
+    """Whether decoders are compiled for the native reader where they can be."""
+    return _avro_reader is not None and sys.byteorder == "little" and os.environ.get(NATIVE_ENV, "1") != "0"
+
+
+def native_program(schema: Any, fields: dict | None = None) -> tuple[bytes, tuple[str, ...]]:
+    """``(program, names)`` of the native reader (``contract/_avro_reader.c``) for a value of
+    expanded writer ``schema`` read as :func:`compile_decoder` reads it with projection
+    ``fields``.  Raises :class:`NotCompiled` for what the native reader does not read (it
+    skips every type; it reads null, booleans, ints and longs, floats, doubles, strings,
+    bytes, fixed, records and unions of those: an enum, an array, a map or a decimal that is
+    read is left to the generated Python)."""
+    words: list[int] = []
+    names: dict[str, int] = {}
+    _program_node(schema, words, names, 0, True, fields)
+    return array("i", words).tobytes(), tuple(names)
+
+
+def _program_node(t: Any, words: list[int], names: dict[str, int], depth: int, read: bool,
+                  project: dict | None) -> None:
+    """``t``'s node appended to ``words`` (``read``: its value is read, else only skipped)."""
+    if depth > 64:
+        raise NotCompiled("a schema nested deeper than 64 levels (recursive?)")
+    if isinstance(t, list):
+        words += [_N_UNION, len(t)]
+        for bt in t:
+            sub: list[int] = []
+            _program_node(bt, sub, names, depth + 1, read, project)
+            words += [len(sub), *sub]
+        return
+    if isinstance(t, dict):
+        kind = t.get("type")
+        if isinstance(kind, (dict, list)):
+            return _program_node(kind, words, names, depth + 1, read, project)
+        logical = t.get("logicalType")
+        if logical is not None and not (logical == "decimal" and kind in ("bytes", "fixed")):
+            raise NotCompiled(f"logical type {logical!r}")
+        if logical == "decimal" or kind in ("enum", "array", "map"):
+            if read:
+                raise NotCompiled(f"the native reader does not read {logical or kind}")
+            if kind in ("array", "map"):
+                sub = []
+                _program_node(t["items"] if kind == "array" else t["values"], sub, names, depth + 1, False, None)
+                words += [_N_ARRAY if kind == "array" else _N_MAP, len(sub), *sub]
+            elif kind == "fixed":
+                words += [_N_FIXED, int(t["size"])]
+            else:
+                words.append(_N_ENUM if kind == "enum" else _N_BYTES)
+            return
+        if kind == "record":
+            words += [_N_RECORD, len(t["fields"])]
+            for f in t["fields"]:
+                want = (True if project is None else project.get(f["name"])) if read else None
+                action = _A_SKIP if not want else _A_OFFSET if want == OFFSET else _A_VALUE
+                words += [action, names.setdefault(f["name"], len(names))]
+                _program_node(f["type"], words, names, depth + 1, action == _A_VALUE,
+                              want if isinstance(want, dict) else None)
+            return
+        if kind == "fixed":
+            words += [_N_FIXED, int(t["size"])]
+            return
+        if kind in _PRIMITIVES:
+            return _program_node(kind, words, names, depth + 1, read, None)
+        raise NotCompiled(f"type {kind!r}")
+    if t not in _N_PRIMITIVE:
+        raise NotCompiled(f"type {t!r}")
+    words.append(_N_PRIMITIVE[t])
+
+
+def _native_reader(schema: Any, fields: dict | None) -> Decoder | None:
+    """The native reader of expanded ``schema`` with projection ``fields``, its errors as they
+    come; None where it is off or does not read the schema (:func:`native_program`)."""
+    if not native_enabled():
+        return None
+    try:
+        program, names = native_program(schema, fields)
+    except NotCompiled:
+        return None
+    run = _avro_reader.read
+
+    def read(b: bytes, i: int) -> Any:
+        return run(program, names, b, i)
+    return read
+
+
 def compile_decoder(schema: Any, fields: dict | None = None) -> Decoder:
     """A function ``decode(data, start)`` reading one value of writer ``schema`` from
     ``data[start:]`` (what :func:`fastavro.schemaless_reader` returns for it).  Raises
@@ -313,6 +418,9 @@ def _compile(schema: Any, fields: dict | None = None, tail: tuple[str, ...] = ()
         expanded = expand_schema(schema)
     except RecursionError:
         raise NotCompiled("a recursive schema") from None
+    native = None if tail else _native_reader(expanded, fields)
+    if native is not None:
+        return native
     src = CodeWriter()
     src.value(expanded, 1, "out", project=fields)
     # Lengths are not checked where they are read or skipped: a record shorter than they
@@ -402,7 +510,17 @@ def compile_change_header(schema: Any) -> tuple[Decoder, Decoder]:
         if not (isinstance(t, list) and len(t) == 2 and t[0] == "null"):
             raise NotCompiled(f"envelope field {name!r} is not a [null, row] union")
     fields = {k: v for k, v in _HEADER_FIELDS.items() if k in types}
-    return _checked(_compile(schema, fields, _HEADER_TAIL), schema), _checked(_compile(types["before"]), schema)
+    native = _native_reader(expand_schema(schema), fields)
+    if native is None:
+        header = _compile(schema, fields, _HEADER_TAIL)
+    else:
+        def header(b: bytes, i: int) -> Any:  # (the native reader, then _HEADER_TAIL)
+            out = native(b, i)
+            at = out["before"] if out["op"] == "d" else out["after"]
+            out["row_at"] = at if b[at] != 0 else None
+            del out["before"], out["after"]
+            return out
+    return _checked(header, schema), _checked(_compile(types["before"]), schema)
 
 
 def schema_label(schema: Any) -> str:

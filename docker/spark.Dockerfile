@@ -18,7 +18,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY common ./common
 COPY contract ./contract
 COPY cdc ./cdc
@@ -28,7 +28,11 @@ COPY schemas ./schemas
 # cryptography: PyMySQL needs it for MySQL 8.4's caching_sha2_password (MySQL sink).
 # (cdc.pyspark_zip: Spark's Python processes import PySpark from site-packages, compiled
 # once, instead of compiling it from pyspark.zip in every process)
-RUN pip install . "pyspark==${SPARK_VERSION}" "cryptography>=42" \
+# (gcc for the native Avro reader, contract/_avro_reader.c, removed again once it is built)
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install . "pyspark==${SPARK_VERSION}" "cryptography>=42" \
+    && (cd / && python -c "import contract._avro_reader") \
+    && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
     && python -m compileall -q /usr/local/lib/python3.11/site-packages/pyspark \
     && python -m cdc.pyspark_zip \
     && rm -rf /src

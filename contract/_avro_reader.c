@@ -130,50 +130,6 @@ static int need(Reader *r, const int32_t *p, Py_ssize_t words) {
     return 0;
 }
 
-/* The node after the one at ``p`` (the program walked, no data read). */
-static const int32_t *node_after(Reader *r, const int32_t *p, int depth) {
-    if (depth > MAX_DEPTH || need(r, p, 1) < 0)
-        return fail("a malformed reader program");
-    switch (p[0]) {
-    case N_NULL: case N_BOOL: case N_LONG: case N_FLOAT: case N_DOUBLE: case N_BYTES: case N_STRING: case N_ENUM:
-        return p + 1;
-    case N_FIXED:
-        return need(r, p, 2) < 0 ? NULL : p + 2;
-    case N_RECORD: {
-        if (need(r, p, 2) < 0)
-            return NULL;
-        int32_t count = p[1];
-        p += 2;
-        for (int32_t f = 0; f < count; f++) {
-            if (need(r, p, 2) < 0)
-                return NULL;
-            p = node_after(r, p + 2, depth + 1);
-            if (p == NULL)
-                return NULL;
-        }
-        return p;
-    }
-    case N_UNION: {
-        if (need(r, p, 2) < 0)
-            return NULL;
-        int32_t count = p[1];
-        p += 2;
-        for (int32_t k = 0; k < count; k++) {
-            if (need(r, p, 1) < 0 || p[0] < 1 || need(r, p + 1, p[0]) < 0)
-                return fail("a malformed reader program");
-            p += 1 + p[0];
-        }
-        return p;
-    }
-    case N_ARRAY: case N_MAP:
-        if (need(r, p, 2) < 0 || p[1] < 1 || need(r, p + 2, p[1]) < 0)
-            return fail("a malformed reader program");
-        return p + 2 + p[1];
-    default:
-        return fail("a malformed reader program");
-    }
-}
-
 /* The union branch node for branch ``k`` of the union at ``p``. */
 static const int32_t *branch_node(const int32_t *p, int32_t k) {
     p += 2;
@@ -182,10 +138,16 @@ static const int32_t *branch_node(const int32_t *p, int32_t k) {
     return p + 1;
 }
 
-static const int32_t *skip(Reader *r, const int32_t *p, int depth);
+static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry);
 static const int32_t *value(Reader *r, const int32_t *p, PyObject **out, int depth);
 
-static const int32_t *skip(Reader *r, const int32_t *p, int depth) {
+/* The node after the one at ``p`` (the program walked, no data read). */
+static const int32_t *node_after(Reader *r, const int32_t *p, int depth) {
+    return skip(r, p, depth, 1);
+}
+
+/* Past a value of the node at ``p`` in the data; with ``dry``, only past the node in the program. */
+static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry) {
     int64_t n;
     if (depth > MAX_DEPTH || need(r, p, 1) < 0)
         return fail("a malformed reader program");
@@ -193,19 +155,19 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth) {
     case N_NULL:
         return p + 1;
     case N_BOOL:
-        return advance(r, 1) < 0 ? NULL : p + 1;
+        return !dry && advance(r, 1) < 0 ? NULL : p + 1;
     case N_LONG: case N_ENUM:
-        return skip_long(r) < 0 ? NULL : p + 1;
+        return !dry && skip_long(r) < 0 ? NULL : p + 1;
     case N_FLOAT:
-        return advance(r, 4) < 0 ? NULL : p + 1;
+        return !dry && advance(r, 4) < 0 ? NULL : p + 1;
     case N_DOUBLE:
-        return advance(r, 8) < 0 ? NULL : p + 1;
+        return !dry && advance(r, 8) < 0 ? NULL : p + 1;
     case N_BYTES: case N_STRING:
-        if (read_long(r, &n) < 0 || advance(r, n) < 0)
+        if (!dry && (read_long(r, &n) < 0 || advance(r, n) < 0))
             return NULL;
         return p + 1;
     case N_FIXED:
-        if (need(r, p, 2) < 0 || advance(r, p[1]) < 0)
+        if (need(r, p, 2) < 0 || (!dry && advance(r, p[1]) < 0))
             return NULL;
         return p + 2;
     case N_RECORD: {
@@ -216,7 +178,7 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth) {
         for (int32_t f = 0; f < count; f++) {
             if (need(r, q, 2) < 0)
                 return NULL;
-            q = skip(r, q + 2, depth + 1);
+            q = skip(r, q + 2, depth + 1, dry);
             if (q == NULL)
                 return NULL;
         }
@@ -224,15 +186,26 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth) {
     }
     case N_UNION: {
         int32_t k;
-        const int32_t *after = node_after(r, p, depth);
-        if (after == NULL || branch_of(r, p[1], &k) < 0)
+        const int32_t *after = p + 2;
+        if (need(r, p, 2) < 0)
             return NULL;
-        return skip(r, branch_node(p, k), depth + 1) == NULL ? NULL : after;
+        for (int32_t j = 0; j < p[1]; j++) {  /* each branch: its length, then its node */
+            if (need(r, after, 1) < 0 || after[0] < 1 || need(r, after + 1, after[0]) < 0)
+                return fail("a malformed reader program");
+            after += 1 + after[0];
+        }
+        if (dry)
+            return after;
+        if (branch_of(r, p[1], &k) < 0)
+            return NULL;
+        return skip(r, branch_node(p, k), depth + 1, 0) == NULL ? NULL : after;
     }
     case N_ARRAY: case N_MAP: {
-        const int32_t *after = node_after(r, p, depth);
-        if (after == NULL)
-            return NULL;
+        if (need(r, p, 2) < 0 || p[1] < 1 || need(r, p + 2, p[1]) < 0)
+            return fail("a malformed reader program");
+        const int32_t *after = p + 2 + p[1];
+        if (dry)
+            return after;
         for (;;) {
             if (read_long(r, &n) < 0)
                 return NULL;
@@ -253,7 +226,7 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth) {
                     if (read_long(r, &len) < 0 || advance(r, len) < 0)
                         return NULL;
                 }
-                if (skip(r, p + 2, depth + 1) == NULL)
+                if (skip(r, p + 2, depth + 1, 0) == NULL)
                     return NULL;
             }
         }
@@ -332,7 +305,7 @@ static const int32_t *value(Reader *r, const int32_t *p, PyObject **out, int dep
                 goto record_failed;
             int32_t action = q[0], index = q[1];
             if (action == A_SKIP) {
-                q = skip(r, q + 2, depth + 1);
+                q = skip(r, q + 2, depth + 1, 0);
                 if (q == NULL)
                     goto record_failed;
                 continue;
@@ -344,7 +317,7 @@ static const int32_t *value(Reader *r, const int32_t *p, PyObject **out, int dep
             name = PyTuple_GET_ITEM(r->names, index);
             if (action == A_OFFSET) {
                 v = PyLong_FromSsize_t(r->i);
-                q = v == NULL ? NULL : skip(r, q + 2, depth + 1);
+                q = v == NULL ? NULL : skip(r, q + 2, depth + 1, 0);
             } else {
                 q = value(r, q + 2, &v, depth + 1);
             }
@@ -399,8 +372,13 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "contract._avro_reader",
-                                    "The native Avro projection reader (see contract/avro_decoder.py).", -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "contract._avro_reader",
+    .m_doc = "The native Avro projection reader (see contract/avro_decoder.py).",
+    .m_size = -1,
+    .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__avro_reader(void) {
     return PyModule_Create(&module);

@@ -62,6 +62,15 @@ def _both(make):
     return native, python
 
 
+def _drawn(data, fields: int):
+    """A drawn record schema of up to ``fields`` fields, its values, and its decoders (native,
+    generated Python) for a drawn projection (or none)."""
+    schema, values = data.draw(st.lists(SCHEMAS, min_size=1, max_size=fields).map(_record))
+    project = {k: v for k, v in _projection(schema, data.draw).items() if v} or None
+    native, python = _both(lambda: compile_decoder(schema, project))
+    return schema, values, native, python
+
+
 def _outcome(decode, data: bytes, start: int):
     try:
         return "value", decode(data, start)
@@ -83,9 +92,7 @@ def test_the_native_reader_is_built_and_used():
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_native_reader_reads_what_the_generated_python_reads(data):
-    schema, values = data.draw(st.lists(SCHEMAS, min_size=1, max_size=4).map(_record))
-    project = {k: v for k, v in _projection(schema, data.draw).items() if v} or None
-    native, python = _both(lambda: compile_decoder(schema, project))
+    schema, values, native, python = _drawn(data, 4)
     for value in data.draw(st.lists(values, min_size=1, max_size=3)):
         encoded = FRAME + fastavro_bytes(schema, value)
         got = native(encoded, 10)
@@ -96,9 +103,7 @@ def test_the_native_reader_reads_what_the_generated_python_reads(data):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_malformed_bytes_are_a_serde_error_as_in_the_generated_python(data):
-    schema, values = data.draw(st.lists(SCHEMAS, min_size=1, max_size=3).map(_record))
-    project = {k: v for k, v in _projection(schema, data.draw).items() if v} or None
-    native, python = _both(lambda: compile_decoder(schema, project))
+    schema, values, native, python = _drawn(data, 3)
     encoded = bytearray(fastavro_bytes(schema, data.draw(values)))
     how = data.draw(st.sampled_from(["cut", "flip", "grow"]))
     if how == "cut" and encoded:

@@ -367,8 +367,336 @@ static PyObject *read_record(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- COPY text lines (spark_jobs/sinks/copy_text.py) ----------------------------------------
+ *
+ * copy_line(program, ncolumns, data, at) -> bytes: the COPY text line of the row image whose
+ * ["null", row] union starts at data[at], as the generated encoder of copy_text.py writes it.
+ * Program: the row record's field count, then per field its column index (-1: skipped, a
+ * reader node follows) or the column's text node:
+ *
+ *   T_NULL (\N) | T_DIGITS (a long's digits) | T_DATE | T_TIME | T_TIME_MS (longs)
+ *   T_STRING (escaped) | T_DECIMAL (bytes: the unscaled value's digits) | T_DECIMAL_FIXED size
+ *   T_HEX (bytes as \\x...) | T_HEX_FIXED size | T_BOOL | T_DOUBLE | T_FLOAT
+ *   T_UNION nbranches, then per branch: the branch node's length in words, the node
+ */
+enum { T_NULL = 100, T_DIGITS, T_DATE, T_TIME, T_TIME_MS, T_STRING, T_DECIMAL, T_DECIMAL_FIXED, T_HEX, T_HEX_FIXED,
+       T_BOOL, T_DOUBLE, T_FLOAT, T_UNION };
+#define MAX_DECIMAL_BYTES 64
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} Text;
+
+static int text_reserve(Text *t, Py_ssize_t more) {
+    if (t->len + more <= t->cap)
+        return 0;
+    Py_ssize_t cap = t->cap ? t->cap : 256;
+    while (cap < t->len + more)
+        cap *= 2;
+    char *buf = PyMem_Realloc(t->buf, (size_t)cap);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->buf = buf;
+    t->cap = cap;
+    return 0;
+}
+
+static int text_add(Text *t, const char *s, Py_ssize_t n) {
+    if (text_reserve(t, n) < 0)
+        return -1;
+    memcpy(t->buf + t->len, s, (size_t)n);
+    t->len += n;
+    return 0;
+}
+
+static int text_unsigned(Text *t, const char *sign, unsigned long long v, int min_digits) {
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n < min_digits)
+        digits[n++] = '0';
+    if (text_reserve(t, n + 1) < 0)
+        return -1;
+    while (*sign)
+        t->buf[t->len++] = *sign++;
+    while (n)
+        t->buf[t->len++] = digits[--n];
+    return 0;
+}
+
+static int text_long(Text *t, int64_t v) {
+    return v < 0 ? text_unsigned(t, "-", 0ULL - (unsigned long long)v, 1) : text_unsigned(t, "", (unsigned long long)v, 1);
+}
+
+/* YYYY-MM-DD of a day count since 1970-01-01 (years 1..9999, else ValueError): H. Hinnant's civil_from_days. */
+static int text_date(Text *t, int64_t days) {
+    if (days < -719162 || days > 2932896) {
+        PyErr_Format(PyExc_ValueError, "date %lld days from 1970-01-01 is outside years 1..9999", (long long)days);
+        return -1;
+    }
+    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097, yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t y = yoe + era * 400, doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    int64_t d = doy - (153 * mp + 2) / 5 + 1, m = mp < 10 ? mp + 3 : mp - 9;
+    char out[32];
+    y += m <= 2;
+    snprintf(out, sizeof out, "%04d-%02d-%02d", (int)y, (int)m, (int)d);
+    return text_add(t, out, 10);
+}
+
+/* [-]H:MM:SS.ffffff of a count of microseconds (times ``scale``), hours at least two digits. */
+static int text_time(Text *t, int64_t v, unsigned scale) {
+    unsigned __int128 us = (unsigned __int128)(v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v) * scale;
+    unsigned long long frac = (unsigned long long)(us % 1000000), secs = (unsigned long long)(us / 1000000);
+    char tail[16];
+    if (text_unsigned(t, v < 0 ? "-" : "", secs / 3600, 2) < 0)
+        return -1;
+    snprintf(tail, sizeof tail, ":%02llu:%02llu.%06llu", (secs / 60) % 60, secs % 60, frac);
+    return text_add(t, tail, (Py_ssize_t)strlen(tail));
+}
+
+/* The digits of a big-endian two's-complement integer of ``n`` bytes (a decimal's unscaled value). */
+static int text_unscaled(Text *t, const unsigned char *raw, Py_ssize_t n) {
+    unsigned char mag[MAX_DECIMAL_BYTES];
+    char digits[MAX_DECIMAL_BYTES * 3 + 2];
+    int nd = 0, neg = n > 0 && (raw[0] & 0x80);
+    if (n > MAX_DECIMAL_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "a decimal's unscaled value longer than 64 bytes");
+        return -1;
+    }
+    memcpy(mag, raw, (size_t)n);
+    if (neg) {  /* the magnitude: inverted, plus one */
+        int carry = 1;
+        for (Py_ssize_t j = n - 1; j >= 0; j--) {
+            int v = (unsigned char)~mag[j] + carry;
+            mag[j] = (unsigned char)v;
+            carry = v >> 8;
+        }
+    }
+    Py_ssize_t first = 0;
+    for (;;) {  /* divide by 10 until nothing is left */
+        while (first < n && mag[first] == 0)
+            first++;
+        if (first == n)
+            break;
+        unsigned rem = 0;
+        for (Py_ssize_t j = first; j < n; j++) {
+            unsigned cur = (rem << 8) | mag[j];
+            mag[j] = (unsigned char)(cur / 10);
+            rem = cur % 10;
+        }
+        digits[nd++] = (char)('0' + rem);
+    }
+    if (nd == 0)
+        digits[nd++] = '0';
+    if (neg)
+        digits[nd++] = '-';
+    if (text_reserve(t, nd) < 0)
+        return -1;
+    while (nd)
+        t->buf[t->len++] = digits[--nd];
+    return 0;
+}
+
+static int text_escaped(Text *t, const unsigned char *raw, Py_ssize_t n) {
+    if (text_reserve(t, 2 * n) < 0)
+        return -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        unsigned char c = raw[j];
+        char e = c == '\\' ? '\\' : c == '\t' ? 't' : c == '\n' ? 'n' : c == '\r' ? 'r' : 0;
+        if (e) {
+            t->buf[t->len++] = '\\';
+            t->buf[t->len++] = e;
+        } else {
+            t->buf[t->len++] = (char)c;
+        }
+    }
+    return 0;
+}
+
+static int text_hex(Text *t, const unsigned char *raw, Py_ssize_t n) {
+    static const char hexdigits[] = "0123456789abcdef";
+    if (text_reserve(t, 3 + 2 * n) < 0)
+        return -1;
+    memcpy(t->buf + t->len, "\\\\x", 3);
+    t->len += 3;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        t->buf[t->len++] = hexdigits[raw[j] >> 4];
+        t->buf[t->len++] = hexdigits[raw[j] & 15];
+    }
+    return 0;
+}
+
+static int text_float(Text *t, double v) {
+    char *repr = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (repr == NULL)
+        return -1;
+    int rc = text_add(t, repr, (Py_ssize_t)strlen(repr));
+    PyMem_Free(repr);
+    return rc;
+}
+
+/* A blob of the data: ``n`` bytes at the reader's position (a length read first when n < 0). */
+static const unsigned char *blob(Reader *r, Py_ssize_t *n) {
+    int64_t len = *n;
+    if (len < 0 && read_long(r, &len) < 0)
+        return NULL;
+    Py_ssize_t at = r->i;
+    if (advance(r, len) < 0)
+        return NULL;
+    *n = (Py_ssize_t)len;
+    return r->b + at;
+}
+
+/* The text of a column's value (the node at ``p``) appended to ``t``; the node after it. */
+static const int32_t *column_text(Reader *r, const int32_t *p, Text *t, int depth) {
+    int64_t v;
+    Py_ssize_t n = -1;
+    const unsigned char *raw;
+    if (depth > MAX_DEPTH || need(r, p, 1) < 0)
+        return fail("a malformed COPY program");
+    switch (p[0]) {
+    case T_NULL:
+        return text_add(t, "\\N", 2) < 0 ? NULL : p + 1;
+    case T_DIGITS: case T_DATE: case T_TIME: case T_TIME_MS:
+        if (read_long(r, &v) < 0)
+            return NULL;
+        if ((p[0] == T_DIGITS ? text_long(t, v) : p[0] == T_DATE ? text_date(t, v)
+             : text_time(t, v, p[0] == T_TIME ? 1 : 1000)) < 0)
+            return NULL;
+        return p + 1;
+    case T_STRING: case T_DECIMAL: case T_HEX:
+        if ((raw = blob(r, &n)) == NULL)
+            return NULL;
+        if ((p[0] == T_STRING ? text_escaped(t, raw, n) : p[0] == T_DECIMAL ? text_unscaled(t, raw, n)
+             : text_hex(t, raw, n)) < 0)
+            return NULL;
+        return p + 1;
+    case T_DECIMAL_FIXED: case T_HEX_FIXED:
+        if (need(r, p, 2) < 0)
+            return NULL;
+        n = p[1];
+        if ((raw = blob(r, &n)) == NULL)
+            return NULL;
+        if ((p[0] == T_DECIMAL_FIXED ? text_unscaled(t, raw, n) : text_hex(t, raw, n)) < 0)
+            return NULL;
+        return p + 2;
+    case T_BOOL:
+        if (r->i >= r->n)
+            return fail("record too short");
+        return text_add(t, r->b[r->i++] == 1 ? "t" : "f", 1) < 0 ? NULL : p + 1;
+    case T_DOUBLE: case T_FLOAT: {
+        double d;
+        int size = p[0] == T_DOUBLE ? 8 : 4;
+        if (r->n - r->i < size)
+            return fail("record too short");
+        if (size == 8) {
+            memcpy(&d, r->b + r->i, 8);
+        } else {
+            float f;
+            memcpy(&f, r->b + r->i, 4);
+            d = f;
+        }
+        r->i += size;
+        return text_float(t, d) < 0 ? NULL : p + 1;
+    }
+    case T_UNION: {
+        int32_t k;
+        const int32_t *after = p + 2;
+        if (need(r, p, 2) < 0)
+            return NULL;
+        for (int32_t j = 0; j < p[1]; j++) {
+            if (need(r, after, 1) < 0 || after[0] < 1 || need(r, after + 1, after[0]) < 0)
+                return fail("a malformed COPY program");
+            after += 1 + after[0];
+        }
+        if (branch_of(r, p[1], &k) < 0)
+            return NULL;
+        return column_text(r, branch_node(p, k), t, depth + 1) == NULL ? NULL : after;
+    }
+    default:
+        return fail("a malformed COPY program");
+    }
+}
+
+static PyObject *copy_line(PyObject *self, PyObject *args) {
+    Py_buffer program, data;
+    Py_ssize_t ncolumns, at;
+    PyObject *out = NULL;
+    Text text = {NULL, 0, 0};
+    Py_ssize_t *spans = NULL;  /* per column: start and length in ``text`` */
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*ny*n", &program, &ncolumns, &data, &at))
+        return NULL;
+    const int32_t *p = (const int32_t *)program.buf;
+    Reader r = {(const unsigned char *)data.buf, data.len, at, p + program.len / 4, NULL};
+    if (program.len % 4 != 0 || program.len == 0 || ncolumns < 1 || ncolumns > 100000) {
+        fail("a malformed COPY program");
+        goto done;
+    }
+    if (at < 0 || at >= data.len) {
+        fail("record too short");
+        goto done;
+    }
+    if (r.b[r.i] != 2) {
+        fail("a null row image");
+        goto done;
+    }
+    r.i++;
+    spans = PyMem_Calloc((size_t)ncolumns * 2, sizeof(Py_ssize_t));
+    if (spans == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int32_t fields = p[0];
+    p++;
+    for (int32_t f = 0; f < fields && p != NULL; f++) {
+        if (need(&r, p, 1) < 0) {
+            p = NULL;
+            break;
+        }
+        int32_t column = p[0];
+        if (column < 0) {
+            p = skip(&r, p + 1, 1, 0);
+            continue;
+        }
+        if (column >= ncolumns) {
+            p = fail("a malformed COPY program");
+            break;
+        }
+        spans[2 * column] = text.len;
+        p = column_text(&r, p + 1, &text, 1);
+        spans[2 * column + 1] = text.len - spans[2 * column];
+    }
+    if (p != NULL) {
+        out = PyBytes_FromStringAndSize(NULL, text.len + ncolumns - 1);
+        if (out != NULL) {
+            char *o = PyBytes_AS_STRING(out);
+            for (Py_ssize_t c = 0; c < ncolumns; c++) {
+                if (c)
+                    *o++ = '\t';
+                memcpy(o, text.buf + spans[2 * c], (size_t)spans[2 * c + 1]);
+                o += spans[2 * c + 1];
+            }
+        }
+    }
+done:
+    PyMem_Free(spans);
+    PyMem_Free(text.buf);
+    PyBuffer_Release(&program);
+    PyBuffer_Release(&data);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"read", read_record, METH_VARARGS, "read(program, names, data, start): one record read by a reader program."},
+    {"copy_line", copy_line, METH_VARARGS, "copy_line(program, ncolumns, data, at): a row image's COPY text line."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -382,6 +382,19 @@ def _program_node(t: Any, words: list[int], names: dict[str, int], depth: int, r
     words.append(_N_PRIMITIVE[t])
 
 
+def native_skip_words(t: Any) -> list[int]:
+    """The native reader's node that skips a value of expanded type ``t`` (for programs of
+    other native functions that skip fields: :mod:`spark_jobs.sinks.copy_text`)."""
+    words: list[int] = []
+    _program_node(t, words, {}, 0, False, None)
+    return words
+
+
+def native_function(name: str) -> Callable | None:
+    """A function of the native extension (None where it is off: :func:`native_enabled`)."""
+    return getattr(_avro_reader, name) if native_enabled() else None
+
+
 def _native_reader(schema: Any, fields: dict | None) -> Decoder | None:
     """The native reader of expanded ``schema`` with projection ``fields``, its errors as they
     come; None where it is off or does not read the schema (:func:`native_program`)."""

@@ -12,6 +12,10 @@ from its day count.  Two kinds go as the numbers they are in Avro, for the stage
 convert (:func:`stage_column`): a timestamp as its count since the epoch, a decimal as its
 unscaled value; formatting them in Python cost more than all the rest of a row.
 
+Where the native extension is built (``contract/_avro_reader.c``, its ``copy_line``), the
+line is written by it from a program of the same choices (:func:`_text_of` makes them for
+both); a property test holds the two to the same bytes for every kind, NULLs and COPY's
+special characters included, and to the same failures on malformed images.
 A differential test holds the lines, through the stage table, to the same table contents
 as the dict path.  Column kinds with no text here (zoned timestamps, bits, geometry, an
 Avro enum) raise :class:`~contract.errors.NotCompiled`: the caller keeps the dict path for
@@ -23,6 +27,7 @@ the COPY, and the caller applies the records one by one the usual way.
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Any
@@ -30,7 +35,7 @@ from typing import Any
 from fastavro.schema import expand_schema
 
 from common.errors import UnsupportedType
-from contract.avro_decoder import CodeWriter
+from contract.avro_decoder import CodeWriter, native_function, native_skip_words
 from contract.errors import NotCompiled
 from spark_jobs.sinks.layout import column_kind
 from spark_jobs.sinks.values import format_time_micros
@@ -76,10 +81,50 @@ def _float_text(v: float) -> bytes:
     return repr(v).encode()  # (inf, -inf and nan are read by PostgreSQL as they are)
 
 
+_NUMBER_KINDS = ("smallint", "int", "long", "year", "timestamp_ms", "timestamp_us")  # (timestamps: stage_column)
+_LONG_LOGICAL = (None, "date", "time-millis", "time-micros", "timestamp-millis", "timestamp-micros",
+                 "local-timestamp-millis", "local-timestamp-micros")
+
+
+def _text_of(t: Any, kind: str, scale: int) -> tuple[str, int | None]:
+    """How a value of non-union Avro type ``t`` becomes the COPY text of a ``kind`` column:
+    ``(how, size)``, ``how`` one of digits, date, time, time_ms (of a long), string
+    (escaped), decimal (the unscaled value's digits), hex (bytes), bool, double, float, and
+    ``size`` a fixed type's (None: bytes with a length).  :class:`NotCompiled` for a kind
+    without text."""
+    prim = t.get("type") if isinstance(t, dict) else t
+    logical = t.get("logicalType") if isinstance(t, dict) else None
+    size = int(t["size"]) if prim == "fixed" else None
+    if prim in ("int", "long") and logical in _LONG_LOGICAL:
+        how = "digits" if kind in _NUMBER_KINDS else kind if kind in ("date", "time", "time_ms") else None
+        if how is None:
+            raise NotCompiled(f"no COPY text for a {kind} column of an Avro int/long")
+        return how, None
+    if prim == "string" and kind in ("string", "enum", "set", "json"):
+        return "string", None
+    if prim in ("bytes", "fixed") and kind == "decimal":
+        if scale < 0:
+            raise NotCompiled("a decimal of negative scale")
+        return "decimal", size
+    if prim in ("bytes", "fixed") and kind == "bytes" and logical is None:
+        return "hex", size
+    if (prim, kind) in (("boolean", "boolean"), ("double", "double"), ("float", "float")):
+        return {"boolean": "bool"}.get(prim, prim), None
+    raise NotCompiled(f"no COPY text for a {kind} column of Avro type {prim!r}")
+
+
+def _plain(t: Any) -> Any:
+    """``t`` with a named type's wrapper taken off (``{"type": {...}}``, ``{"type": [...]}``)."""
+    while isinstance(t, dict) and isinstance(t.get("type"), (dict, list)):
+        t = t["type"]
+    return t
+
+
 class _CopyWriter(CodeWriter):
     """:class:`CodeWriter` with the COPY text of each column kind."""
 
     def text(self, t: Any, kind: str, scale: int, d: int, target: str) -> None:
+        t = _plain(t)
         if isinstance(t, list):
             def branch(bt: Any, bd: int) -> None:
                 if bt == "null":
@@ -88,62 +133,62 @@ class _CopyWriter(CodeWriter):
                     self.text(bt, kind, scale, bd, target)
             self.union(d, t, branch)
             return
-        prim = t.get("type") if isinstance(t, dict) else t
-        if isinstance(prim, (dict, list)):
-            return self.text(prim, kind, scale, d, target)
-        logical = t.get("logicalType") if isinstance(t, dict) else None
-        if prim in ("int", "long") and logical in (None, "date", "time-millis", "time-micros", "timestamp-millis",
-                                                   "timestamp-micros", "local-timestamp-millis",
-                                                   "local-timestamp-micros"):
-            self._number(kind, d, target)
-        elif prim == "string" and kind in ("string", "enum", "set", "json"):
-            n, raw = self.var(), self.var()
-            self.long(d, n)
-            self.blob(d, raw, n)
-            self.emit(d, f"{target} = {raw} if _special({raw}) is None else _escape({raw})")
-        elif prim in ("bytes", "fixed") and kind == "decimal":
-            raw = self._raw(t, prim, d)
-            self._decimal(raw, scale, d, target)
-        elif prim in ("bytes", "fixed") and kind == "bytes" and logical is None:
-            raw = self._raw(t, prim, d)
-            self.emit(d, f"{target} = b'\\\\\\\\x' + {raw}.hex().encode()")
-        elif prim == "boolean" and kind == "boolean":
-            self.emit(d, f"{target} = b't' if b[i] == 1 else b'f'; i += 1")
-        elif prim == "double" and kind == "double":
-            self.emit(d, f"{target} = _float(_unpack_d(b, i)[0]); i += 8")
-        elif prim == "float" and kind == "float":
-            self.emit(d, f"{target} = _float(_unpack_f(b, i)[0]); i += 4")
-        else:
-            raise NotCompiled(f"no COPY text for a {kind} column of Avro type {prim!r}")
+        how, size = _text_of(t, kind, scale)
+        raw = v = self.var()
+        if how in ("digits", "date", "time", "time_ms"):
+            self.long(d, v)
+        elif how in ("string", "decimal", "hex"):
+            if size is None:
+                n = self.var()
+                self.long(d, n)
+            self.blob(d, raw, n if size is None else size)
+        self.emit(d, f"{target} = " + {
+            "digits": f"b'%d' % {v}", "date": f"_date({v})", "time": f"_time({v})", "time_ms": f"_time({v} * 1000)",
+            "string": f"{raw} if _special({raw}) is None else _escape({raw})",
+            "decimal": f"b'%d' % int.from_bytes({raw}, 'big', signed=True)",  # (unscaled: stage_column)
+            "hex": f"b'\\\\\\\\x' + {raw}.hex().encode()",
+            "bool": "b't' if b[i] == 1 else b'f'; i += 1",
+            "double": "_float(_unpack_d(b, i)[0]); i += 8", "float": "_float(_unpack_f(b, i)[0]); i += 4"}[how])
 
-    def _raw(self, t: Any, prim: str, d: int) -> str:
-        raw = self.var()
-        if prim == "bytes":
-            n = self.var()
-            self.long(d, n)
-            self.blob(d, raw, n)
-        else:
-            self.blob(d, raw, int(t["size"]))
-        return raw
 
-    def _number(self, kind: str, d: int, target: str) -> None:
-        v = self.var()
-        self.long(d, v)
-        if kind in ("smallint", "int", "long", "year", "timestamp_ms", "timestamp_us"):  # (timestamps: stage_column)
-            self.emit(d, f"{target} = b'%d' % {v}")
-        elif kind == "date":
-            self.emit(d, f"{target} = _date({v})")
-        elif kind == "time":
-            self.emit(d, f"{target} = _time({v})")
-        elif kind == "time_ms":
-            self.emit(d, f"{target} = _time({v} * 1000)")
-        else:
-            raise NotCompiled(f"no COPY text for a {kind} column of an Avro int/long")
+# The native line (contract/_avro_reader.c ``copy_line``): a text node per column.
+_T_NULL = 100
+_T_CODES = dict(zip(["digits", "date", "time", "time_ms", "string", "decimal", "decimal_fixed", "hex", "hex_fixed",
+                     "bool", "double", "float", "union"], range(101, 114)))
 
-    def _decimal(self, raw: str, scale: int, d: int, target: str) -> None:
-        if scale < 0:
-            raise NotCompiled("a decimal of negative scale")
-        self.emit(d, f"{target} = b'%d' % int.from_bytes({raw}, 'big', signed=True)")  # (unscaled: stage_column)
+
+def _text_words(t: Any, kind: str, scale: int) -> list[int]:
+    """The native line's text node of a value of expanded type ``t`` for a ``kind`` column."""
+    t = _plain(t)
+    if isinstance(t, list):
+        words = [_T_CODES["union"], len(t)]
+        for bt in t:
+            sub = [_T_NULL] if bt == "null" else _text_words(bt, kind, scale)
+            words += [len(sub), *sub]
+        return words
+    how, size = _text_of(t, kind, scale)
+    return [_T_CODES[how]] if size is None else [_T_CODES[how + "_fixed"], size]
+
+
+def _native_line(fields: list[dict], columns: Sequence[Any]) -> CopyEncoder | None:
+    """:func:`compile_copy_encoder`'s line by the native extension (None where it is off)."""
+    copy_line = native_function("copy_line")
+    if copy_line is None:
+        return None
+    index = {c.field: n for n, c in enumerate(columns)}
+    words = [len(fields)]
+    for f in fields:
+        n = index.get(f["name"])
+        if n is None:
+            words += [-1, *native_skip_words(f["type"])]
+        else:
+            col = columns[n]
+            words += [n, *_text_words(f["type"], col.kind, int(col.scale or 0))]
+    program, ncolumns = array("i", words).tobytes(), len(columns)
+
+    def line(b: bytes, i: int) -> bytes:
+        return copy_line(program, ncolumns, b, i)
+    return line
 
 
 def stage_column(kind: str, scale: int | None, column: str, pg_type: str) -> tuple[str, str]:
@@ -181,6 +226,19 @@ def compile_copy_encoder(row_union: Any, columns: Sequence[Any]) -> CopyEncoder:
     missing = set(wanted) - {f["name"] for f in fields}
     if missing:
         raise NotCompiled(f"the row has no field {min(missing)!r}")
+    for f in fields:  # (the row's own field must be what the column was laid out from: same kind, same scale)
+        col = wanted.get(f["name"])
+        if col is None:
+            continue
+        try:
+            kind, _, attrs = column_kind(f["type"], what=f["name"])
+        except UnsupportedType as exc:
+            raise NotCompiled(str(exc)) from None
+        if kind != col.kind or (attrs.get("scale") or 0) != (col.scale or 0):
+            raise NotCompiled(f"field {f['name']!r} is a {kind} here, its column a {col.kind}")
+    native = _native_line(fields, columns)
+    if native is not None:
+        return native
     src = _CopyWriter()
     src.consts.update({"_special": _SPECIAL, "_escape": copy_escape, "_date": date_text, "_time": _time_text,
                        "_float": _float_text})
@@ -192,12 +250,6 @@ def compile_copy_encoder(row_union: Any, columns: Sequence[Any]) -> CopyEncoder:
         if col is None:
             src.skip(f["type"], 1)
             continue
-        try:  # (the row's own field must be what the column was laid out from: same kind, same scale)
-            kind, _, attrs = column_kind(f["type"], what=f["name"])
-        except UnsupportedType as exc:
-            raise NotCompiled(str(exc)) from None
-        if kind != col.kind or (attrs.get("scale") or 0) != (col.scale or 0):
-            raise NotCompiled(f"field {f['name']!r} is a {kind} here, its column a {col.kind}")
         out[f["name"]] = target = src.var()
         src.text(f["type"], col.kind, int(col.scale or 0), 1, target)
     src.emit(1, "if i > len(b): raise IndexError('record too short')")

@@ -11,7 +11,8 @@
  *   RECORD nfields, then per field: action, name index, node
  *          (action 0: skipped; 1: its value read; 2: where its value starts, then skipped)
  *   UNION nbranches, then per branch: the branch node's length in words, the node
- *   ARRAY item-node-length item-node | MAP value-node-length value-node (skipped only)
+ *   ARRAY item-node-length item-least-size item-node | MAP the same of its values (skipped only;
+ *          a block of more items than the bytes left can hold is malformed)
  *
  * Values are what contract/avro_decoder.py's generated Python gives for the same schema and
  * projection (dicts in field order, unions as their branch's value); every read is bounds
@@ -201,9 +202,10 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry) {
         return skip(r, branch_node(p, k), depth + 1, 0) == NULL ? NULL : after;
     }
     case N_ARRAY: case N_MAP: {
-        if (need(r, p, 2) < 0 || p[1] < 1 || need(r, p + 2, p[1]) < 0)
+        /* [code, item node length, item's least size in bytes, item node] */
+        if (need(r, p, 3) < 0 || p[1] < 1 || p[2] < 0 || need(r, p + 3, p[1]) < 0)
             return fail("a malformed reader program");
-        const int32_t *after = p + 2 + p[1];
+        const int32_t *after = p + 3 + p[1];
         if (dry)
             return after;
         for (;;) {
@@ -220,13 +222,17 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry) {
                     return NULL;
                 continue;
             }
+            if (p[2] == 0)  /* items of no bytes (nulls): nothing to skip */
+                continue;
+            if (n > (r->n - r->i) / p[2])
+                return fail("a block of more items than the bytes left hold");
             for (int64_t j = 0; j < n; j++) {
                 if (p[0] == N_MAP) {
                     int64_t len;
                     if (read_long(r, &len) < 0 || advance(r, len) < 0)
                         return NULL;
                 }
-                if (skip(r, p + 2, depth + 1, 0) == NULL)
+                if (skip(r, p + 3, depth + 1, 0) == NULL)
                     return NULL;
             }
         }

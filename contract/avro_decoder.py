@@ -69,6 +69,38 @@ def _decimal(context: Context, scale: int) -> Callable[[bytes], Decimal]:
     return convert
 
 
+def least_size(t: Any, depth: int = 0) -> int:
+    """The fewest bytes an item of array (or entry of map) ``t`` takes encoded (an expanded
+    schema): a block that says it holds more items than the bytes left can hold is
+    malformed, and is refused before it is read (a count of 2**62 would otherwise build
+    items, or loop, until memory or time runs out).  0 for items of no bytes (nulls)."""
+    if depth > 64:
+        raise NotCompiled("a schema nested deeper than 64 levels (recursive?)")
+    item = t["items"] if t.get("type") == "array" else t["values"]
+    return (1 if t.get("type") == "map" else 0) + _least(item, depth + 1)
+
+
+def _least(t: Any, depth: int) -> int:
+    if depth > 64:
+        raise NotCompiled("a schema nested deeper than 64 levels (recursive?)")
+    if isinstance(t, list):
+        return 1  # (the branch)
+    if isinstance(t, dict):
+        kind = t.get("type")
+        if isinstance(kind, (dict, list)):
+            return _least(kind, depth + 1)
+        if kind == "record":
+            return sum(_least(f["type"], depth + 1) for f in t["fields"])
+        if kind == "fixed":
+            return int(t["size"])
+        return 1 if kind in ("enum", "array", "map") else _least(kind, depth + 1)
+    return {"null": 0, "float": 4, "double": 8}.get(t, 1)
+
+
+#: Items of no bytes (a null's) one block may hold when read (they cost memory, not bytes).
+MAX_EMPTY_ITEMS = 1 << 20
+
+
 class CodeWriter:
     """The function being written: lines, fresh variable names, the constants it uses (also
     used by :mod:`spark_jobs.sinks.copy_text`, which writes COPY text instead of values)."""
@@ -248,6 +280,12 @@ class CodeWriter:
                 self.emit(d + 2, f"if {n} < 0: raise ValueError('negative block size')")
                 self.emit(d + 2, f"i += {n}")
                 self.emit(d + 2, "continue")
+                least = least_size(t)
+                if least == 0:  # items of no bytes: nothing to skip
+                    self.emit(d + 1, "continue")
+                    return
+                self.emit(d + 1, f"if {n} > (len(b) - i) // {least}: "
+                                 "raise ValueError('a block of more items than the bytes left hold')")
                 self.emit(d + 1, f"for _ in range({n}):")
                 self.emit(d + 2, "pass")
                 if kind == "map":
@@ -291,6 +329,13 @@ class CodeWriter:
         self.emit(d + 1, f"if {n} < 0:")
         self.emit(d + 2, f"{n} = -{n}")
         self.long(d + 2, item)  # the block's size in bytes: not needed
+        least = least_size(t)
+        if least:
+            self.emit(d + 1, f"if {n} > (len(b) - i) // {least}: "
+                             "raise ValueError('a block of more items than the bytes left hold')")
+        else:
+            self.emit(d + 1, f"if {n} > {MAX_EMPTY_ITEMS}: raise ValueError('a block of more than "
+                             f"{MAX_EMPTY_ITEMS} items of no bytes')")
         self.emit(d + 1, f"for _ in range({n}):")
         if kind == "map":
             self.value("string", d + 2, key, depth + 1)
@@ -356,7 +401,7 @@ def _program_node(t: Any, words: list[int], names: dict[str, int], depth: int, r
             if kind in ("array", "map"):
                 sub = []
                 _program_node(t["items"] if kind == "array" else t["values"], sub, names, depth + 1, False, None)
-                words += [_N_ARRAY if kind == "array" else _N_MAP, len(sub), *sub]
+                words += [_N_ARRAY if kind == "array" else _N_MAP, len(sub), least_size(t), *sub]
             elif kind == "fixed":
                 words += [_N_FIXED, int(t["size"])]
             else:

@@ -165,3 +165,29 @@ def test_a_boolean_is_true_only_for_byte_1_as_in_the_generated_python(data):
     schema = {"type": "record", "name": "B", "fields": [{"name": "b", "type": "boolean"}]}
     native, python = _both(lambda: compile_decoder(schema))
     assert native(data, 0) == python(data, 0) == {"b": data == b"\x01"}
+
+
+def _count(n: int) -> bytes:
+    """An Avro long's bytes (zig-zag varint)."""
+    z, out = (n << 1) ^ (n >> 63), bytearray()
+    while z > 0x7F:
+        out.append(z & 0x7F | 0x80)
+        z >>= 7
+    return bytes(out) + bytes([z])
+
+
+@pytest.mark.parametrize("items", ["null", "long", {"type": "record", "name": "E", "fields": []}])
+@pytest.mark.parametrize("project", [None, {"n": True}])
+def test_a_block_counting_more_items_than_its_bytes_is_refused_not_built(items, project):
+    # A poison record once made a worker build items until the machine ran out of memory (a
+    # count of 2**62 nulls); items of some bytes cannot outnumber the bytes left, items of no
+    # bytes are skipped without a loop, and at most MAX_EMPTY_ITEMS of them are built.
+    schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": {"type": "array", "items": items}},
+                                                        {"name": "n", "type": "long"}]}
+    data = _count(1 << 62) + b"\x02\x04"  # (a block, a 1-item block, the end... in too few bytes)
+    for decode in _both(lambda: compile_decoder(schema, project)):
+        if project is not None and items != "long":  # skipped items of no bytes: no loop, no error
+            assert decode(_count(1 << 62) + b"\x00\x04", 0) == {"n": 2}
+            continue
+        with pytest.raises(SerdeError, match="block of more"):
+            decode(data, 0)

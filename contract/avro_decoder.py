@@ -14,7 +14,12 @@ their symbol, ``fixed`` and ``bytes`` as :class:`bytes`, ``decimal`` (on bytes o
 as :class:`decimal.Decimal` with the schema's scale.  A schema with another logical type
 (fastavro converts those to dates and times) or a recursive one is not compiled:
 :func:`compile_decoder` raises :class:`NotCompiled` and the caller keeps fastavro.
-Malformed input raises :class:`~contract.errors.SerdeError` instead of an ``IndexError``.
+Malformed input raises :class:`~contract.errors.SerdeError` instead of an ``IndexError``;
+an array or map block that counts more items than the record's bytes left can hold is
+refused before it is read (:func:`least_size`), so a poison record cannot make a worker
+build items until memory runs out.  Where the native extension is built
+(``contract/_avro_reader.c``), :func:`native_program` compiles what it can read for it
+instead (same values, same errors: ``tests/unit/contract/test_avro_native.py``).
 """
 
 from __future__ import annotations

@@ -131,24 +131,62 @@ static int need(Reader *r, const int32_t *p, Py_ssize_t words) {
     return 0;
 }
 
-/* The union branch node for branch ``k`` of the union at ``p``. */
-static const int32_t *branch_node(const int32_t *p, int32_t k) {
+/* The node after the union at ``p`` (UNION nbranches, then per branch its length and node:
+ * the same layout in reader and COPY programs), its branches' lengths checked. */
+static const int32_t *union_after(Reader *r, const int32_t *p) {
+    const int32_t *after = p + 2;
+    if (need(r, p, 2) < 0)
+        return NULL;
+    for (int32_t j = 0; j < p[1]; j++) {
+        if (need(r, after, 1) < 0 || after[0] < 1 || need(r, after + 1, after[0]) < 0)
+            return fail("a malformed program");
+        after += 1 + after[0];
+    }
+    return after;
+}
+
+/* The node of the branch the data holds for the union at ``p`` (checked by union_after). */
+static const int32_t *union_branch(Reader *r, const int32_t *p) {
+    int32_t k;
+    if (branch_of(r, p[1], &k) < 0)
+        return NULL;
     p += 2;
     for (int32_t j = 0; j < k; j++)
         p += 1 + p[0];
     return p + 1;
 }
 
-static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry);
-static const int32_t *value(Reader *r, const int32_t *p, PyObject **out, int depth);
-
-/* The node after the one at ``p`` (the program walked, no data read). */
-static const int32_t *node_after(Reader *r, const int32_t *p, int depth) {
-    return skip(r, p, depth, 1);
+/* A blob of the data: ``n`` bytes at the reader's position (a length read first when n < 0). */
+static const unsigned char *blob(Reader *r, Py_ssize_t *n) {
+    int64_t len = *n;
+    if (len < 0 && read_long(r, &len) < 0)
+        return NULL;
+    Py_ssize_t at = r->i;
+    if (advance(r, len) < 0)
+        return NULL;
+    *n = (Py_ssize_t)len;
+    return r->b + at;
 }
 
-/* Past a value of the node at ``p`` in the data; with ``dry``, only past the node in the program. */
-static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry) {
+/* A float (``size`` 4) or double (8), little-endian as this machine is (see native_enabled). */
+static int read_real(Reader *r, int size, double *out) {
+    if (r->n - r->i < size) {
+        fail("record too short");
+        return -1;
+    }
+    if (size == 8) {
+        memcpy(out, r->b + r->i, 8);
+    } else {
+        float f;
+        memcpy(&f, r->b + r->i, 4);
+        *out = f;
+    }
+    r->i += size;
+    return 0;
+}
+
+/* Past a value of the node at ``p`` in the data; the node after it in the program. */
+static const int32_t *skip(Reader *r, const int32_t *p, int depth) {
     int64_t n;
     if (depth > MAX_DEPTH || need(r, p, 1) < 0)
         return fail("a malformed reader program");
@@ -156,19 +194,19 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry) {
     case N_NULL:
         return p + 1;
     case N_BOOL:
-        return !dry && advance(r, 1) < 0 ? NULL : p + 1;
+        return advance(r, 1) < 0 ? NULL : p + 1;
     case N_LONG: case N_ENUM:
-        return !dry && skip_long(r) < 0 ? NULL : p + 1;
+        return skip_long(r) < 0 ? NULL : p + 1;
     case N_FLOAT:
-        return !dry && advance(r, 4) < 0 ? NULL : p + 1;
+        return advance(r, 4) < 0 ? NULL : p + 1;
     case N_DOUBLE:
-        return !dry && advance(r, 8) < 0 ? NULL : p + 1;
+        return advance(r, 8) < 0 ? NULL : p + 1;
     case N_BYTES: case N_STRING:
-        if (!dry && (read_long(r, &n) < 0 || advance(r, n) < 0))
+        if (read_long(r, &n) < 0 || advance(r, n) < 0)
             return NULL;
         return p + 1;
     case N_FIXED:
-        if (need(r, p, 2) < 0 || (!dry && advance(r, p[1]) < 0))
+        if (need(r, p, 2) < 0 || advance(r, p[1]) < 0)
             return NULL;
         return p + 2;
     case N_RECORD: {
@@ -179,35 +217,23 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry) {
         for (int32_t f = 0; f < count; f++) {
             if (need(r, q, 2) < 0)
                 return NULL;
-            q = skip(r, q + 2, depth + 1, dry);
+            q = skip(r, q + 2, depth + 1);
             if (q == NULL)
                 return NULL;
         }
         return q;
     }
     case N_UNION: {
-        int32_t k;
-        const int32_t *after = p + 2;
-        if (need(r, p, 2) < 0)
+        const int32_t *after = union_after(r, p), *branch;
+        if (after == NULL || (branch = union_branch(r, p)) == NULL)
             return NULL;
-        for (int32_t j = 0; j < p[1]; j++) {  /* each branch: its length, then its node */
-            if (need(r, after, 1) < 0 || after[0] < 1 || need(r, after + 1, after[0]) < 0)
-                return fail("a malformed reader program");
-            after += 1 + after[0];
-        }
-        if (dry)
-            return after;
-        if (branch_of(r, p[1], &k) < 0)
-            return NULL;
-        return skip(r, branch_node(p, k), depth + 1, 0) == NULL ? NULL : after;
+        return skip(r, branch, depth + 1) == NULL ? NULL : after;
     }
     case N_ARRAY: case N_MAP: {
         /* [code, item node length, item's least size in bytes, item node] */
         if (need(r, p, 3) < 0 || p[1] < 1 || p[2] < 0 || need(r, p + 3, p[1]) < 0)
             return fail("a malformed reader program");
         const int32_t *after = p + 3 + p[1];
-        if (dry)
-            return after;
         for (;;) {
             if (read_long(r, &n) < 0)
                 return NULL;
@@ -232,7 +258,7 @@ static const int32_t *skip(Reader *r, const int32_t *p, int depth, int dry) {
                     if (read_long(r, &len) < 0 || advance(r, len) < 0)
                         return NULL;
                 }
-                if (skip(r, p + 3, depth + 1, 0) == NULL)
+                if (skip(r, p + 3, depth + 1) == NULL)
                     return NULL;
             }
         }
@@ -261,41 +287,25 @@ static const int32_t *value(Reader *r, const int32_t *p, PyObject **out, int dep
             return NULL;
         *out = PyLong_FromLongLong(n);
         return *out == NULL ? NULL : p + 1;
-    case N_FLOAT: {
-        float f;
-        if (r->n - r->i < 4)
-            return fail("record too short");
-        memcpy(&f, r->b + r->i, 4);  /* (little-endian machines only: see native_program) */
-        r->i += 4;
-        *out = PyFloat_FromDouble((double)f);
-        return *out == NULL ? NULL : p + 1;
-    }
-    case N_DOUBLE: {
+    case N_FLOAT: case N_DOUBLE: {
         double d;
-        if (r->n - r->i < 8)
-            return fail("record too short");
-        memcpy(&d, r->b + r->i, 8);
-        r->i += 8;
+        if (read_real(r, p[0] == N_DOUBLE ? 8 : 4, &d) < 0)
+            return NULL;
         *out = PyFloat_FromDouble(d);
         return *out == NULL ? NULL : p + 1;
     }
-    case N_BYTES: case N_STRING: {
-        Py_ssize_t at;
-        if (read_long(r, &n) < 0)
+    case N_BYTES: case N_STRING: case N_FIXED: {
+        Py_ssize_t len = -1;
+        const unsigned char *raw;
+        if (p[0] == N_FIXED && need(r, p, 2) < 0)
             return NULL;
-        at = r->i;
-        if (advance(r, n) < 0)
+        if (p[0] == N_FIXED)
+            len = p[1];
+        if ((raw = blob(r, &len)) == NULL)
             return NULL;
-        *out = p[0] == N_STRING ? PyUnicode_DecodeUTF8((const char *)r->b + at, (Py_ssize_t)n, NULL)
-                                : PyBytes_FromStringAndSize((const char *)r->b + at, (Py_ssize_t)n);
-        return *out == NULL ? NULL : p + 1;
-    }
-    case N_FIXED: {
-        Py_ssize_t at = r->i;
-        if (need(r, p, 2) < 0 || advance(r, p[1]) < 0)
-            return NULL;
-        *out = PyBytes_FromStringAndSize((const char *)r->b + at, p[1]);
-        return *out == NULL ? NULL : p + 2;
+        *out = p[0] == N_STRING ? PyUnicode_DecodeUTF8((const char *)raw, len, NULL)
+                                : PyBytes_FromStringAndSize((const char *)raw, len);
+        return *out == NULL ? NULL : p + (p[0] == N_FIXED ? 2 : 1);
     }
     case N_RECORD: {
         if (need(r, p, 2) < 0)
@@ -311,7 +321,7 @@ static const int32_t *value(Reader *r, const int32_t *p, PyObject **out, int dep
                 goto record_failed;
             int32_t action = q[0], index = q[1];
             if (action == A_SKIP) {
-                q = skip(r, q + 2, depth + 1, 0);
+                q = skip(r, q + 2, depth + 1);
                 if (q == NULL)
                     goto record_failed;
                 continue;
@@ -323,7 +333,7 @@ static const int32_t *value(Reader *r, const int32_t *p, PyObject **out, int dep
             name = PyTuple_GET_ITEM(r->names, index);
             if (action == A_OFFSET) {
                 v = PyLong_FromSsize_t(r->i);
-                q = v == NULL ? NULL : skip(r, q + 2, depth + 1, 0);
+                q = v == NULL ? NULL : skip(r, q + 2, depth + 1);
             } else {
                 q = value(r, q + 2, &v, depth + 1);
             }
@@ -340,11 +350,10 @@ static const int32_t *value(Reader *r, const int32_t *p, PyObject **out, int dep
         return NULL;
     }
     case N_UNION: {
-        int32_t k;
-        const int32_t *after = node_after(r, p, depth);
-        if (after == NULL || branch_of(r, p[1], &k) < 0)
+        const int32_t *after = union_after(r, p), *branch;
+        if (after == NULL || (branch = union_branch(r, p)) == NULL)
             return NULL;
-        return value(r, branch_node(p, k), out, depth + 1) == NULL ? NULL : after;
+        return value(r, branch, out, depth + 1) == NULL ? NULL : after;
     }
     default:  /* enums, arrays and maps are read by the generated Python (native_program refuses them) */
         return fail("a malformed reader program");
@@ -548,18 +557,6 @@ static int text_float(Text *t, double v) {
     return rc;
 }
 
-/* A blob of the data: ``n`` bytes at the reader's position (a length read first when n < 0). */
-static const unsigned char *blob(Reader *r, Py_ssize_t *n) {
-    int64_t len = *n;
-    if (len < 0 && read_long(r, &len) < 0)
-        return NULL;
-    Py_ssize_t at = r->i;
-    if (advance(r, len) < 0)
-        return NULL;
-    *n = (Py_ssize_t)len;
-    return r->b + at;
-}
-
 /* The text of a column's value (the node at ``p``) appended to ``t``; the node after it. */
 static const int32_t *column_text(Reader *r, const int32_t *p, Text *t, int depth) {
     int64_t v;
@@ -599,32 +596,13 @@ static const int32_t *column_text(Reader *r, const int32_t *p, Text *t, int dept
         return text_add(t, r->b[r->i++] == 1 ? "t" : "f", 1) < 0 ? NULL : p + 1;
     case T_DOUBLE: case T_FLOAT: {
         double d;
-        int size = p[0] == T_DOUBLE ? 8 : 4;
-        if (r->n - r->i < size)
-            return fail("record too short");
-        if (size == 8) {
-            memcpy(&d, r->b + r->i, 8);
-        } else {
-            float f;
-            memcpy(&f, r->b + r->i, 4);
-            d = f;
-        }
-        r->i += size;
-        return text_float(t, d) < 0 ? NULL : p + 1;
+        return read_real(r, p[0] == T_DOUBLE ? 8 : 4, &d) < 0 || text_float(t, d) < 0 ? NULL : p + 1;
     }
     case T_UNION: {
-        int32_t k;
-        const int32_t *after = p + 2;
-        if (need(r, p, 2) < 0)
+        const int32_t *after = union_after(r, p), *branch;
+        if (after == NULL || (branch = union_branch(r, p)) == NULL)
             return NULL;
-        for (int32_t j = 0; j < p[1]; j++) {
-            if (need(r, after, 1) < 0 || after[0] < 1 || need(r, after + 1, after[0]) < 0)
-                return fail("a malformed COPY program");
-            after += 1 + after[0];
-        }
-        if (branch_of(r, p[1], &k) < 0)
-            return NULL;
-        return column_text(r, branch_node(p, k), t, depth + 1) == NULL ? NULL : after;
+        return column_text(r, branch, t, depth + 1) == NULL ? NULL : after;
     }
     default:
         return fail("a malformed COPY program");
@@ -669,7 +647,7 @@ static PyObject *copy_line(PyObject *self, PyObject *args) {
         }
         int32_t column = p[0];
         if (column < 0) {
-            p = skip(&r, p + 1, 1, 0);
+            p = skip(&r, p + 1, 1);
             continue;
         }
         if (column >= ncolumns) {

@@ -29,6 +29,7 @@ import struct
 import sys
 from array import array
 from decimal import Context, Decimal
+from functools import partial
 from typing import Any, Callable
 
 from fastavro.schema import expand_schema
@@ -454,11 +455,7 @@ def _native_reader(schema: Any, fields: dict | None) -> Decoder | None:
         program, names = native_program(schema, fields)
     except NotCompiled:
         return None
-    run = _avro_reader.read
-
-    def read(b: bytes, i: int) -> Any:
-        return run(program, names, b, i)
-    return read
+    return partial(_avro_reader.read, program, names)  # read(data, start), no Python frame between
 
 
 def compile_decoder(schema: Any, fields: dict | None = None) -> Decoder:

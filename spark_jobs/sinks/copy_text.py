@@ -30,6 +30,7 @@ import re
 from array import array
 from collections.abc import Callable, Sequence
 from datetime import date
+from functools import partial
 from typing import Any
 
 from fastavro.schema import expand_schema
@@ -184,11 +185,7 @@ def _native_line(fields: list[dict], columns: Sequence[Any]) -> CopyEncoder | No
         else:
             col = columns[n]
             words += [n, *_text_words(f["type"], col.kind, int(col.scale or 0))]
-    program, ncolumns = array("i", words).tobytes(), len(columns)
-
-    def line(b: bytes, i: int) -> bytes:
-        return copy_line(program, ncolumns, b, i)
-    return line
+    return partial(copy_line, array("i", words).tobytes(), len(columns))  # line(data, at)
 
 
 def stage_column(kind: str, scale: int | None, column: str, pg_type: str) -> tuple[str, str]:

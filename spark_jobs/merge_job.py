@@ -80,6 +80,7 @@ from contract.topics import (
     table_topic,
     table_topic_pattern,
 )
+from spark_jobs.batch_latency import percentile
 from spark_jobs.clean_changelog import ensure_clean_topic
 from spark_jobs.data_loss import DataLoss, data_loss_message, detect_data_loss
 from spark_jobs.errors import MergeDataLoss, MergeStateError, RouteError, SchemaChangeStopped
@@ -887,9 +888,8 @@ class MergeJob:
                         "job carries on from what Kafka holds): %d partition(s), %s records known skipped: %s",
                         batch_id, len(lost), f"{agg['lost_records']:,}",
                         "; ".join(x.describe() for x in lost))
-        lat = sorted(x for s in stats for x in s.get("latencies_ms", []))
-        p50 = lat[len(lat) // 2] if lat else None
-        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None
+        lat = [pair for s in stats for pair in s.get("latencies_ms", [])]  # ([latency, count], batch_latency)
+        p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
         self.batches += 1
         if agg["held"] != self.held:  # (logged when it changes, not every batch while rows wait)
             log.info("batch %d: %d record(s) held by pessimistic routes until every shard ran the same DDL",

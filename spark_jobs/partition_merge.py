@@ -44,6 +44,7 @@ from contract.markers import window_of
 from contract.schema_store import SchemaStore
 from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
+from spark_jobs.batch_latency import TS_MS, latency_counts
 from spark_jobs.clean_changelog import CleanPartitionWriter, MergedPartitionWriter
 from spark_jobs.dblog import ChunkRow, Marker, Window, WindowBuffer
 from spark_jobs.errors import DBLogError, RouteError, SinkUnavailable
@@ -431,8 +432,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     if truncates:  # applied by the driver once every partition's records of the batch are
         stats["truncates"] = [[db, table, below] for (db, table), below in truncates.items()]
     stats["sinks_s"], stats["sinks_cpu_s"] = time.monotonic() - t_clean, time.thread_time() - c_clean
-    now = time.time() * 1000
-    stats["latencies_ms"] = [max(0.0, now - k.ts_ms) for k in kept if k.ts_ms]
+    stats["latencies_ms"] = latency_counts(map(TS_MS, kept), time.time() * 1000)
     if dead:
         _dead_letters(s, topic, partition, dead)
         stats["dead"] = len(dead)

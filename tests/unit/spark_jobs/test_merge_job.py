@@ -21,9 +21,9 @@ def _job(tmp_path) -> MergeJob:
 def test_batch_figures_are_aggregated_and_exposed(tmp_path):
     job = _job(tmp_path)
     stats = [{"input": 100, "emitted": 90, "dropped": 7, "copies": 3, "dead": 0, "upserted": 80, "deleted": 10,
-              "latencies_ms": [float(i) for i in range(1, 101)]},
+              "latencies_ms": [[float(i), 1] for i in range(1, 101)]},
              {"input": 50, "emitted": 50, "dropped": 0, "copies": 0, "dead": 1, "upserted": 50, "deleted": 0,
-              "latencies_ms": [500.0]}]
+              "latencies_ms": [[500.0, 1]]}]
     job._report(7, stats, markers=4, seconds=0.5)
     status = json.loads((tmp_path / "state" / "merge-status.json").read_text())
     lb = status["last_batch"]

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from operator import attrgetter, itemgetter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -105,6 +106,9 @@ _ANALYZE_AT = 2000
 #: apply_encoded's COPY lines sent per write
 _COPY_LINES = 2000
 _MAX_IDENT = 63
+#: An :class:`EncodedChange`'s event bytes, and their writer schema's fingerprint (single-object framing)
+_DATA = attrgetter("data")
+_FINGERPRINT = itemgetter(slice(2, 10))
 
 
 def quote_pg(name: str) -> str:
@@ -334,7 +338,7 @@ class PostgresSink(TableSinkBase):
         layout = self._layout(value_schema, key_columns)
         plan = self._ensure(db, table, layout, rekey)
         fpb = changes[0].data[2:10]
-        if any(ch.data[2:10] != fpb for ch in changes):
+        if len(set(map(_FINGERPRINT, map(_DATA, changes)))) > 1:
             return None  # (one writer schema per call)
         codec = plan.encoders.get(fpb, False)
         if codec is False:

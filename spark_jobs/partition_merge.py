@@ -32,6 +32,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Callable, Iterator
 
 from common.config import SinksConfig
@@ -216,6 +217,8 @@ class _Kept:
 
 #: The window buffer's row for a record whose image is not decoded (it only tells it is not null)
 _LAZY = object()
+#: A record's Kafka offset (``(offset, key, value)``)
+_OFFSET = itemgetter(0)
 
 
 def _row_of_kept(k: _Kept) -> dict | None:
@@ -234,7 +237,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     counts the sink tables the driver dropped or renamed (the sinks forget what they
     prepared when it moves); returns (new state, stats)."""
     t0, c0 = time.monotonic(), time.thread_time()
-    records.sort(key=lambda r: r[0])
+    records.sort(key=_OFFSET)
     state = state or {}
     buf = WindowBuffer.from_state(state["buffer"]) if state.get("buffer") else WindowBuffer()
     markers = merge_markers(state.get("pending", []), new_markers)
@@ -314,10 +317,15 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 mi += 1
                 next_marker = markers[mi]["position"] if mi < len(markers) else None
             src = value.get("source") or {}
-            names = (str(src.get("db") or topic_db), str(src.get("table") or topic_table))
-            k = key_b.hex() if key_b is not None else ""
-            if names != topic_names:  # a table whose name is not its topic's: keys apart
-                k = f"{names[0]}.{names[1]}|{k}"
+            db_name, table_name = src.get("db"), src.get("table")
+            names = (topic_names if db_name == topic_db and table_name == topic_table
+                     else (str(db_name or topic_db), str(table_name or topic_table)))
+            if buf.is_empty and op != "r" and op != TRUNCATE_OP:
+                k = ""  # (no window open: the DBLog rule keeps no key of a change, and only markers open one)
+            else:
+                k = key_b.hex() if key_b is not None else ""
+                if names != topic_names:  # a table whose name is not its topic's: keys apart
+                    k = f"{names[0]}.{names[1]}|{k}"
             if op == TRUNCATE_OP:
                 # To the clean changelog only: the sinks follow the table's TRUNCATE marker
                 # (merge_job), and the producer reads again every chunk whose window it was in.

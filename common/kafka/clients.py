@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from common.config import KafkaConfig
+if TYPE_CHECKING:  # (annotations only: the Spark planner processes that import the source need no pydantic)
+    from common.config import KafkaConfig
 
 
 def base_config(cfg: KafkaConfig) -> dict:

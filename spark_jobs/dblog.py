@@ -468,10 +468,13 @@ class WindowBuffer:
                 f"ChangeRecord at {position} arrived after a record of the other feed at {self._marker_high}: "
                 "the data and marker feeds must be merged by position"
             )
-        if self._windows:
-            self._retire(position)
         self._data_high = position
-        self._change(key, op)
+        self.stats["changes"] += 1
+        if self._windows:  # (as _change, its op checked above)
+            self._retire(position)
+            for w in self._windows.values():
+                if w.close is None:
+                    w.keys.add(key)
         return True
 
     def feed(self, items: Iterable[ChangeRecord | ChunkRow | Marker]) -> list[ChangeRecord]:

@@ -32,7 +32,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from operator import itemgetter
+from functools import partial
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, Iterator
 
 from common.config import SinksConfig
@@ -219,6 +220,11 @@ class _Kept:
 _LAZY = object()
 #: A record's Kafka offset (``(offset, key, value)``)
 _OFFSET = itemgetter(0)
+_ROW_AT = attrgetter("row_at")
+#: ``EncodedChange(k.op, k.position, k.value_bytes, k.row_at)`` of a :class:`_Kept` ``k``, as
+#: ``_ENCODED(_ENCODED_FIELDS(k))``: built in C (a NamedTuple's constructor is a Python function)
+_ENCODED_FIELDS = attrgetter("op", "position", "value_bytes", "row_at")
+_ENCODED = partial(tuple.__new__, EncodedChange)
 
 
 def _row_of_kept(k: _Kept) -> dict | None:
@@ -625,9 +631,8 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
         try:
             winners = _winners(run)
             res = None
-            if all(k.row_at for k in winners):  # images in their bytes: written straight from them
-                res = sink.apply_encoded(db, table, schema, key_columns,
-                                         [EncodedChange(k.op, k.position, k.value_bytes, k.row_at) for k in winners],
+            if all(map(_ROW_AT, winners)):  # images in their bytes: written straight from them
+                res = sink.apply_encoded(db, table, schema, key_columns, list(map(_ENCODED, map(_ENCODED_FIELDS, winners))),
                                          writer_of(winners[0].value_bytes), rekey=True)
                 if res is not None:
                     stats["from_bytes"] += len(winners)

@@ -403,16 +403,16 @@ class PostgresSink(TableSinkBase):
         layout = plan.layout
         with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({', '.join(plan.col_names)}, "
                       f"{quote_pg(POSITION_COLUMN)}, {quote_pg(KEY_HASH)}) FROM STDIN") as copy:
-            lines = []
-            for ch in upserts:
-                data, at = ch.data, ch.row_at
-                digest = (b"\\\\x" + key_hash(layout.key_values(None, key_reader(data, at))).hex().encode()
-                          if hashed else b"\\N")
-                lines.append(b"%s\t%s\t%s\n" % (line(data, at), ch.position.encode(), digest))
-                if len(lines) >= _COPY_LINES:
-                    copy.write(b"".join(lines))
-                    lines.clear()
-            copy.write(b"".join(lines))
+            for i in range(0, len(upserts), _COPY_LINES):
+                part = upserts[i:i + _COPY_LINES]
+                if hashed:
+                    copy.write(b"".join([b"%s\t%s\t\\\\x%s\n" % (
+                        line(ch.data, ch.row_at), ch.position.encode(),
+                        key_hash(layout.key_values(None, key_reader(ch.data, ch.row_at))).hex().encode())
+                        for ch in part]))
+                else:  # (no key hash: the common case, one formatting per line)
+                    copy.write(b"".join([b"%s\t%s\t\\N\n" % (line(ch.data, ch.row_at), ch.position.encode())
+                                         for ch in part]))
 
     def _upsert_staged(self, cur: psycopg.Cursor, plan: _Plan, n: int, has_tombstones: bool, result: ApplyResult,
                        *, encoded: bool = False) -> None:

@@ -10,10 +10,11 @@ sort) one number per record; the percentiles are the same as over the numbers on
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-__all__ = ["latency_counts", "percentile", "TS_MS"]
+__all__ = ["TS_MS", "latency_counts", "percentile"]
 
 #: A record's source commit time (``ts_ms``, milliseconds since the epoch; 0: not known).
 TS_MS = attrgetter("ts_ms")

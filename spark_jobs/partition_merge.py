@@ -632,8 +632,9 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
             winners = _winners(run)
             res = None
             if all(map(_ROW_AT, winners)):  # images in their bytes: written straight from them
-                res = sink.apply_encoded(db, table, schema, key_columns, list(map(_ENCODED, map(_ENCODED_FIELDS, winners))),
-                                         writer_of(winners[0].value_bytes), rekey=True)
+                encoded = list(map(_ENCODED, map(_ENCODED_FIELDS, winners)))
+                res = sink.apply_encoded(db, table, schema, key_columns, encoded, writer_of(winners[0].value_bytes),
+                                         rekey=True)
                 if res is not None:
                     stats["from_bytes"] += len(winners)
             if res is None:

@@ -77,8 +77,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from operator import attrgetter, itemgetter
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, Iterator, Sequence
 
 import psycopg

@@ -834,9 +834,8 @@ def test_rows_written_from_their_avro_bytes_equal_the_dict_path(stack, test_db, 
         assert bytes_sink.sink.apply_encoded(test_db, "full", full.schema, ["id"],
                                              [_encoded(full, full.upsert(stored[0], 1, "c"))], full.schema) is None
         # records of two writer schemas in one call: None too (one writer schema per call)
-        assert bytes_sink.sink.apply_encoded(test_db, "types", src.schema, ["id"],
-                                             [_encoded(src, records[0]), _encoded(full, full.upsert(stored[0], 2, "c"))],
-                                             src.schema) is None
+        mixed = [_encoded(src, records[0]), _encoded(full, full.upsert(stored[0], 2, "c"))]
+        assert bytes_sink.sink.apply_encoded(test_db, "types", src.schema, ["id"], mixed, src.schema) is None
     finally:
         dict_sink.drop()
         bytes_sink.drop()

@@ -63,7 +63,7 @@ def test_a_chunk_row_whose_key_changed_in_its_window_is_dropped(dead):
         (4, _key(2), _change("r", 2, chunk_row_position(close, 1), win)),
         (5, _key(3), _change("u", 3, _pos(400))),  # after the window
     ]
-    state, stats = merge_partition(TOPIC, 0, records, _settings(), None, [_marker(OPEN, open_), _marker(CLOSE, close)])
+    _, stats = merge_partition(TOPIC, 0, records, _settings(), None, [_marker(OPEN, open_), _marker(CLOSE, close)])
     assert dead == []
     assert (stats["input"], stats["emitted"], stats["dropped"], stats["copies"]) == (6, 5, 1, 0)
     # the same records with the change to 1 before the window open: nothing dropped

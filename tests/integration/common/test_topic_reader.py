@@ -1,0 +1,39 @@
+"""``read_partition`` against the real broker: a range that ends at a transaction's commit
+marker gives its records and none past its end, however the consumer's batches fall."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from common.kafka.clients import ensure_topics
+from common.kafka.topic_reader import read_partition, topic_reader_config
+
+
+def _committed(bs: str, topic: str, transactions: int, size: int) -> None:
+    """``transactions`` committed transactions of ``size`` records each on partition 0: their
+    offsets, then one offset for each commit marker."""
+    producer = Producer({"bootstrap.servers": bs, "transactional.id": f"tx-{topic}", "linger.ms": 5})
+    producer.init_transactions(30)
+    for t in range(transactions):
+        producer.begin_transaction()
+        for i in range(size):
+            producer.produce(topic, value=b"%d.%d" % (t, i), partition=0)
+        producer.commit_transaction(30)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 4, 10, 1000])
+def test_a_range_ending_at_a_commit_marker_gives_nothing_past_its_end(stack, config, topic, batch):
+    bs = config.kafka.bootstrap_servers
+    ensure_topics(config.kafka, [topic], partitions=1)
+    _committed(bs, topic, 3, 3)  # records 0-2, marker 3, records 4-6, marker 7, records 8-10, marker 11
+    consumer = Consumer(topic_reader_config(bs))
+    try:
+        ranges = {(0, 4): [0, 1, 2], (4, 8): [4, 5, 6], (0, 8): [0, 1, 2, 4, 5, 6], (2, 11): [2, 4, 5, 6, 8, 9, 10]}
+        for (start, end), want in ranges.items():
+            for _ in range(3):  # (the consumer's fetch may have more or less in hand each time)
+                got = [m.offset() for msgs in read_partition(consumer, topic, 0, start, end, timeout=30, batch=batch)
+                       for m in msgs]
+                assert got == want, (start, end, batch)
+    finally:
+        consumer.close()

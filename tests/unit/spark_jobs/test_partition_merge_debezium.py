@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from common.config import SinksConfig
-from spark_jobs import partition_merge
 from spark_jobs.partition_merge import MergeSettings, merge_partition
 
 ROW = {"type": "struct", "optional": True, "name": "dbz.db.t.Value",
@@ -40,13 +37,6 @@ def _value(op: str, i: int, pos: int, row: int = 0, v: str = "x") -> bytes:
                "source": {"db": "db", "table": "t", "file": "mysql-bin.000002", "pos": pos, "row": row,
                           "snapshot": "incremental" if op == "r" else "false"}}
     return json.dumps({"schema": ENVELOPE, "payload": payload}, separators=(",", ":")).encode()
-
-
-@pytest.fixture
-def dead(monkeypatch) -> list:
-    out: list = []
-    monkeypatch.setattr(partition_merge, "_dead_letters", lambda s, topic, partition, d: out.extend(d))
-    return out
 
 
 def _settings() -> MergeSettings:

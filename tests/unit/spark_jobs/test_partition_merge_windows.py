@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from common.config import SinksConfig
 from contract.markers import CLOSE, OPEN
 from contract.position import chunk_row_position
-from spark_jobs import partition_merge
 from spark_jobs.partition_merge import MergeSettings, merge_partition
 
 TOPIC = "own.db.t"
@@ -34,13 +31,6 @@ def _change(op: str, i: int, position: str, window: dict | None = None) -> bytes
 
 def _marker(kind: str, position: str, chunk: int = 0) -> dict:
     return {"kind": kind, "snapshot_id": "s1", "chunk_id": chunk, "position": position}
-
-
-@pytest.fixture
-def dead(monkeypatch) -> list:
-    out: list = []
-    monkeypatch.setattr(partition_merge, "_dead_letters", lambda s, topic, partition, d: out.extend(d))
-    return out
 
 
 def _settings() -> MergeSettings:

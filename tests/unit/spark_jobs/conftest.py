@@ -1,0 +1,15 @@
+"""Fixtures of merge_partition's tests without Kafka."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs import partition_merge
+
+
+@pytest.fixture
+def dead(monkeypatch) -> list:
+    """The dead letters merge_partition would send, captured instead of produced."""
+    out: list = []
+    monkeypatch.setattr(partition_merge, "_dead_letters", lambda s, topic, partition, d: out.extend(d))
+    return out

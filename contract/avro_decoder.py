@@ -408,11 +408,11 @@ def _program_node(t: Any, words: list[int], names: dict[str, int], depth: int, r
                 sub = []
                 _program_node(t["items"] if kind == "array" else t["values"], sub, names, depth + 1, False, None)
                 words += [_N_ARRAY if kind == "array" else _N_MAP, len(sub), least_size(t), *sub]
-            elif kind == "fixed":
-                words += [_N_FIXED, int(t["size"])]
-            else:
-                words.append(_N_ENUM if kind == "enum" else _N_BYTES)
-            return
+                return
+            if kind == "enum":
+                words.append(_N_ENUM)
+                return
+            # a decimal skipped: as the fixed or bytes it is encoded in (below)
         if kind == "record":
             words += [_N_RECORD, len(t["fields"])]
             for f in t["fields"]:

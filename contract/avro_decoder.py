@@ -75,15 +75,14 @@ def _decimal(context: Context, scale: int) -> Callable[[bytes], Decimal]:
     return convert
 
 
-def least_size(t: Any, depth: int = 0) -> int:
+def least_size(t: Any) -> int:
     """The fewest bytes an item of array (or entry of map) ``t`` takes encoded (an expanded
     schema): a block that says it holds more items than the bytes left can hold is
     malformed, and is refused before it is read (a count of 2**62 would otherwise build
     items, or loop, until memory or time runs out).  0 for items of no bytes (nulls)."""
-    if depth > 64:
-        raise NotCompiled("a schema nested deeper than 64 levels (recursive?)")
-    item = t["items"] if t.get("type") == "array" else t["values"]
-    return (1 if t.get("type") == "map" else 0) + _least(item, depth + 1)
+    if t.get("type") == "array":
+        return _least(t["items"], 1)
+    return 1 + _least(t["values"], 1)  # (a map's entry: its key's length too)
 
 
 def _least(t: Any, depth: int) -> int:

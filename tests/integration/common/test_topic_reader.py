@@ -4,7 +4,7 @@ marker gives its records and none past its end, however the consumer's batches f
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 
 from common.kafka.clients import ensure_topics
 from common.kafka.topic_reader import read_partition, topic_reader_config
@@ -37,3 +37,20 @@ def test_a_range_ending_at_a_commit_marker_gives_nothing_past_its_end(stack, con
                 assert got == want, (start, end, batch)
     finally:
         consumer.close()
+
+
+def test_a_range_from_the_logical_beginning_reads_from_the_first_record(stack, config, topic):
+    """``start`` = OFFSET_BEGINNING on a consumer that has never seen the topic: the topic's
+    metadata is asked for first (without it librdkafka's look-up of the offset fails and is
+    retried 500 ms later), and the range holds every record from the first one."""
+    bs = config.kafka.bootstrap_servers
+    ensure_topics(config.kafka, [topic], partitions=1)
+    _committed(bs, topic, 2, 3)  # records 0-2, marker 3, records 4-6, marker 7
+    for end, want in ((3, [0, 1, 2]), (8, [0, 1, 2, 4, 5, 6])):
+        consumer = Consumer(topic_reader_config(bs))
+        try:
+            got = [m.offset() for msgs in read_partition(consumer, topic, 0, OFFSET_BEGINNING, end, timeout=30)
+                   for m in msgs]
+        finally:
+            consumer.close()
+        assert got == want

@@ -150,6 +150,10 @@ class _Plan(TablePlan):
     encoded_stage_ddl: str = ""
     encoded_upsert_sql: str = ""
     encoded_upsert_tomb_sql: str = ""
+    #: The tombstone guard and pruning match a key's JSON text, built by PostgreSQL from the
+    #: staged key columns (integer keys: see _key_json_sql), instead of its hash: the
+    #: upserts are then staged without key hashes.
+    json_guard: bool = False
     encoders: dict = field(default_factory=dict)
 
 
@@ -296,10 +300,14 @@ class PostgresSink(TableSinkBase):
                        f"SELECT {', '.join('s.' + n for n in q)}, s.{pos} FROM pg_temp.{stage_u} s")
         conflict = (f" ON CONFLICT ({', '.join(qk)}) DO UPDATE SET {', '.join(sets)} "
                     f"WHERE t.{pos} < EXCLUDED.{pos}")
+        key_text = _key_json_sql(layout, [f"s.{k}" for k in qk])
+        # The staged row's tombstone: by the key's JSON text where PostgreSQL can write it
+        # (integer keys), else by the key hash staged with the row.
+        tomb_match = f"d.key_json = {key_text}" if key_text else f"d.key_hash = s.{kh}"
         # (``d.position >= %(lowest)s`` follows from ``s.pos >= lowest``: it lets the
         # (table_name, position) index read only the tombstones at the batch's positions)
         guard = (f" WHERE NOT EXISTS (SELECT 1 FROM {tomb} d WHERE d.table_name = %(table)s"
-                 f" AND d.key_hash = s.{kh} AND d.position >= s.{pos} AND d.position >= %(lowest)s)")
+                 f" AND {tomb_match} AND d.position >= s.{pos} AND d.position >= %(lowest)s)")
         upsert_sql = insert_head + conflict
         upsert_tomb_sql = insert_head + guard + conflict
         staged = [stage_column(c.kind, c.scale, "s." + n, t) for c, n, t in zip(cols, q, types)]
@@ -309,7 +317,7 @@ class PostgresSink(TableSinkBase):
         encoded_head = (f"INSERT INTO {qualified} AS t ({', '.join(q)}, {pos}) "
                         f"SELECT {', '.join(expr for _, expr in staged)}, s.{pos} FROM pg_temp.{stage_u} s")
         prune_sql = (f"DELETE FROM {tomb} d USING pg_temp.{stage_u} s WHERE d.table_name = %(table)s "
-                     f"AND d.key_hash = s.{kh} AND d.position < s.{pos}")
+                     f"AND {tomb_match} AND d.position < s.{pos}")
         key_match = " AND ".join(f"t.{k} = s.{k}" for k in qk)
         delete_sql = (f"DELETE FROM {qualified} t USING pg_temp.{stage_d} s WHERE {key_match} "
                       f"AND t.{pos} < s.{pos}")
@@ -329,7 +337,7 @@ class PostgresSink(TableSinkBase):
             upsert_sql=upsert_sql, upsert_tomb_sql=upsert_tomb_sql, prune_sql=prune_sql,
             delete_sql=delete_sql, tombstone_sql=tombstone_sql,
             encoded_stage_ddl=encoded_stage_ddl, encoded_upsert_sql=encoded_head + conflict,
-            encoded_upsert_tomb_sql=encoded_head + guard + conflict,
+            encoded_upsert_tomb_sql=encoded_head + guard + conflict, json_guard=bool(key_text),
         )
 
     # ------------------------------------------------------------------ apply
@@ -386,15 +394,19 @@ class PostgresSink(TableSinkBase):
         the batch's positions before the turn; if one came while waiting for it, the upserts
         are staged again with them.  (Without ``serialize`` there is no turn, and the first
         answer is the one used.)"""
-        hashed = self._has_tombstones(cur, plan, lowest)
+        # (with ``json_guard`` the guard needs no key hashes, and the turn's answer is the one used)
+        hashed = not plan.json_guard and self._has_tombstones(cur, plan, lowest)
         if n_upserts:
             cur.execute(plan.encoded_stage_ddl if encoded else plan.stage_upserts_ddl)
             stage_upserts(hashed)
         if deletes:
             self._stage_deletes(cur, plan, deletes)
-        has_tombstones = self._begin_write(cur, plan, lowest) if self.serialize else hashed
+        if self.serialize or plan.json_guard:
+            has_tombstones = self._begin_write(cur, plan, lowest)
+        else:
+            has_tombstones = hashed
         if n_upserts:
-            if has_tombstones and not hashed:
+            if has_tombstones and not hashed and not plan.json_guard:
                 cur.execute(f"TRUNCATE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
                 stage_upserts(True)
             self._upsert_staged(cur, plan, lowest, n_upserts, has_tombstones, result, encoded=encoded)
@@ -482,6 +494,20 @@ class PostgresSink(TableSinkBase):
             return values
         except Exception as exc:
             raise row_error(plan.qualified, plan.layout, plan.converters, ch, exc) from exc
+
+
+#: Column kinds whose values are Python ints, which :func:`~spark_jobs.sinks.keys.key_json`
+#: writes as PostgreSQL writes the column's value as text (decimal digits, a minus sign)
+_INTEGER_KINDS = frozenset({"smallint", "int", "long"})
+
+
+def _key_json_sql(layout: TableLayout, columns: Sequence[str]) -> str | None:
+    """The SQL expression of :func:`~spark_jobs.sinks.keys.key_json`'s text of a key whose
+    columns are ``columns`` (expressions, key order), for a key of integer columns only
+    (``[1,-2]``); None for any other key (its tombstones are matched by their hash)."""
+    if not layout.key or any(c.kind not in _INTEGER_KINDS for c in layout.key):
+        return None
+    return "'[' || " + " || ',' || ".join(f"{c}::text" for c in columns) + " || ']'"
 
 
 def _encoders(writer_schema: Any, layout: TableLayout) -> tuple[Any, Any] | None:

@@ -105,6 +105,16 @@ def simple_source(db: str = "shop", name: str = "items") -> Source:
     return Source(table_def(db, name, SIMPLE, ["id"]))
 
 
+def text_keyed_source(db: str = "shop", name: str = "items") -> Source:
+    """SIMPLE with a VARCHAR ``id``: tombstones matched by their key hash, not their JSON text."""
+    return Source(table_def(db, name, [col("id", "varchar", "varchar(20)", nullable=False, cs="utf8mb4", maxlen=20),
+                                       *SIMPLE[1:]], ["id"]))
+
+
+#: Per key kind of the tombstone tests: the source, and a key value of a number
+KEYED = {"int": (simple_source, int), "text": (text_keyed_source, lambda i: f"k{i}")}
+
+
 # ----------------------------------------------------------------------------- canonical values
 def canon_avro(kind: str, v: Any) -> Any:
     """An Avro value in the comparison form (independent of the sink's own converters)."""
@@ -841,20 +851,23 @@ def test_rows_written_from_their_avro_bytes_equal_the_dict_path(stack, test_db, 
         bytes_sink.drop()
 
 
+@pytest.mark.parametrize("key", ["int", "text"])
 @pytest.mark.parametrize("path", ["bytes", "rows"])
-def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came(config, unique, path):
+def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came(config, unique, path, key):
     """PostgresSink writes a batch's stage tables (the COPY lines: the Python side's work)
     before it takes its table's turn, so the table's other writers do not wait for that; a
-    tombstone another writer left in between still stops an older row (the upserts are
-    staged again with their key hashes under the turn).  Both ways in: rows written from
-    their Avro bytes (``apply_encoded``, the merge job's common path) and decoded rows
-    (``apply``: column kinds without COPY text, routed tables, Debezium's input)."""
+    tombstone another writer left in between still stops an older row (a text key's upserts
+    are staged again with their key hashes under the turn; an integer key's tombstones are
+    matched by the JSON text PostgreSQL writes of the staged key).  Both ways in: rows
+    written from their Avro bytes (``apply_encoded``, the merge job's common path) and
+    decoded rows (``apply``: column kinds without COPY text, routed tables, Debezium's input)."""
     from spark_jobs.sinks.keys import key_json_and_hash
     from spark_jobs.sinks.naming import TABLES, TOMBSTONES
     from tests.producer_helpers import wait_for
 
     dsn = config.sinks.postgres.dsn.get_secret_value()
-    src = simple_source()
+    make, k = KEYED[key]
+    src = make()
     backend = PgBackend(dsn, unique("turn"))
     sink = backend.sink
     db, table = src.table.db, src.table.name
@@ -865,16 +878,16 @@ def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came
         return sink.apply(db, table, src.schema, ["id"], list(records))
 
     try:
-        assert write(src.upsert({"id": 1, "v": "one", "n": None}, 10, "c")).upserted == 1
+        assert write(src.upsert({"id": k(1), "v": "one", "n": None}, 10, "c")).upserted == 1
         pid, name = sink.connection().info.backend_pid, sink.table_name(db, table)
         waited_before = sink.turn_wait_s
         out: dict = {}
 
         def apply() -> None:
             try:
-                out["result"] = write(src.upsert({"id": 2, "v": "two", "n": None}, 20, "c"),
-                                      src.upsert({"id": 3, "v": "three", "n": None}, 21, "c"),
-                                      src.delete({"id": 1}, 22))
+                out["result"] = write(src.upsert({"id": k(2), "v": "two", "n": None}, 20, "c"),
+                                      src.upsert({"id": k(3), "v": "three", "n": None}, 21, "c"),
+                                      src.delete({"id": k(1)}, 22))
             except BaseException as exc:  # noqa: BLE001 - reported by the test
                 out["error"] = exc
 
@@ -900,7 +913,7 @@ def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came
                                    [pid]).fetchone()[0]
             assert staged >= 2, staged  # (the upserts' and the deletes' stage tables)
             # Meanwhile another writer deleted key 3 at a newer position: its tombstone.
-            text, digest = key_json_and_hash([3])
+            text, digest = key_json_and_hash([k(3)])
             other.execute(f"INSERT INTO {quote_pg(backend.schema)}.{quote_pg(TOMBSTONES)} "
                           "(table_name, key_hash, key_json, position) VALUES (%s, %s, %s, %s)",
                           [name, digest, text, P(30)])
@@ -910,6 +923,72 @@ def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came
         assert sink.turn_wait_s - waited_before >= released - seen_waiting  # (what the merge job reports)
         assert (out["result"].upserted, out["result"].deleted) == (1, 1)
         rows = backend.table(db, table, ["id"])
-        assert list(rows) == [(2,)] and rows[(2,)]["v"] == "two"  # 3: deleted after; 1: deleted
+        assert list(rows) == [(k(2),)] and rows[(k(2),)]["v"] == "two"  # 3: deleted after; 1: deleted
     finally:
         backend.drop()
+
+
+@pytest.mark.parametrize("key", ["int", "text"])
+@pytest.mark.parametrize("path", ["bytes", "rows"])
+def test_tombstones_stop_older_rows_and_go_with_newer_ones_by_key_kind(config, unique, path, key):
+    """The tombstone guard and its pruning for a key matched by its JSON text (integer
+    keys) and by its hash (others), both ways in: an older insert in a batch that also
+    holds a newer key stays out, a newer insert comes back and takes the tombstone with it."""
+    dsn = config.sinks.postgres.dsn.get_secret_value()
+    make, k = KEYED[key]
+    src = make()
+    backend = PgBackend(dsn, unique("guard"))
+    sink = backend.sink
+    db, table = src.table.db, src.table.name
+
+    def write(*records):
+        if path == "bytes":
+            return sink.apply_encoded(db, table, src.schema, ["id"], [_encoded(src, r) for r in records], src.schema)
+        return sink.apply(db, table, src.schema, ["id"], list(records))
+
+    try:
+        old = [src.upsert({"id": k(i), "v": "old", "n": None}, 10 + i, "c") for i in range(5)]
+        assert write(*old).upserted == 5
+        assert write(*[src.delete({"id": k(i)}, 20 + i) for i in range(3)]).deleted == 3
+        assert sorted(t[0] for t in sink.tombstones(db, table)) == sorted(f'["{k(i)}"]' if key == "text" else f"[{i}]"
+                                                                          for i in range(3))
+        # the old inserts of 0-2 again (one record per key, as the merge job passes them), with
+        # a newer key and newer rows of 3 and 4: 0-2 stay deleted
+        r = write(*old[:3], src.upsert({"id": k(9), "v": "new", "n": None}, 30, "c"),
+                  *[src.upsert({"id": k(i), "v": "newer", "n": None}, 31 + i, "u") for i in (3, 4)])
+        assert (r.upserted, r.skipped) == (3, 3)
+        assert {key_[0]: row["v"] for key_, row in backend.table(db, table, ["id"]).items()} == \
+            {k(3): "newer", k(4): "newer", k(9): "new"}
+        # a newer insert of 1 comes back and its tombstone goes; 0 (older, in the same batch:
+        # the guard is on) stays out, and 0 and 2 keep theirs
+        r = write(old[0], src.upsert({"id": k(1), "v": "back", "n": None}, 40, "c"))
+        assert (r.upserted, r.skipped) == (1, 1)
+        assert sorted(t[1] for t in sink.tombstones(db, table)) == [P(20), P(22)]
+        assert write(*old[:3]).skipped == 3
+        assert {key_[0] for key_ in backend.table(db, table, ["id"])} == {k(1), k(3), k(4), k(9)}
+    finally:
+        backend.drop()
+
+
+def test_the_key_json_postgresql_writes_of_an_integer_key_is_the_tombstones(config):
+    """PostgreSQL's text of integer key columns, as the guard builds it, is
+    :func:`~spark_jobs.sinks.keys.key_json`'s text of the same values (the tombstones')."""
+    from spark_jobs.sinks.keys import key_json
+    from spark_jobs.sinks.layout import SinkColumn, TableLayout
+    from spark_jobs.sinks.postgres import _key_json_sql
+
+    edges = [0, 1, -1, 7, -42, 2**15 - 1, -2**15, 2**31 - 1, -2**31, 2**63 - 1, -2**63]
+    rnd = random.Random(13)
+    keys = [(a, b) for a in edges for b in (0, -1, 2**31 - 1)] + [
+        (rnd.randint(-2**63, 2**63 - 1), rnd.randint(-2**31, 2**31 - 1)) for _ in range(200)]
+    layout = TableLayout((SinkColumn("a", "a", "long", False), SinkColumn("b", "b", "int", False)),
+                         (SinkColumn("a", "a", "long", False), SinkColumn("b", "b", "int", False)))
+    expr = _key_json_sql(layout, ["v.a", "v.b"])
+    single = _key_json_sql(TableLayout(layout.columns[:1], layout.key[:1]), ["v.a"])
+    with psycopg.connect(config.sinks.postgres.dsn.get_secret_value()) as conn:
+        got = conn.execute(f"SELECT {expr}, {single} FROM unnest(%s::bigint[], %s::int[]) AS v(a, b)",
+                           [[a for a, _ in keys], [b for _, b in keys]]).fetchall()
+    assert got == [(key_json([a, b]), key_json([a])) for a, b in keys]
+    # other kinds: matched by hash
+    text = TableLayout((SinkColumn("a", "a", "string", False),), (SinkColumn("a", "a", "string", False),))
+    assert _key_json_sql(text, ["v.a"]) is None

@@ -390,11 +390,12 @@ class PostgresSink(TableSinkBase):
 
         The stage tables are this session's own, and writing their COPY lines is the Python
         side's work, which the table's other writers need not wait for: under the turn only
-        PostgreSQL's statements run.  The key hashes are written when a tombstone is seen at
-        the batch's positions before the turn; if one came while waiting for it, the upserts
-        are staged again with them.  (Without ``serialize`` there is no turn, and the first
-        answer is the one used.)"""
-        # (with ``json_guard`` the guard needs no key hashes, and the turn's answer is the one used)
+        PostgreSQL's statements run.  A key matched by its hash (not ``plan.json_guard``) has
+        its key hashes written when a tombstone is seen at the batch's positions before the
+        turn; if one came while waiting for it, the upserts are staged again with them.
+        (Without ``serialize`` there is no turn, and the first answer is the one used.)  An
+        integer key (``plan.json_guard``) is staged without hashes and the answer under the
+        turn decides the guard."""
         hashed = not plan.json_guard and self._has_tombstones(cur, plan, lowest)
         if n_upserts:
             cur.execute(plan.encoded_stage_ddl if encoded else plan.stage_upserts_ddl)

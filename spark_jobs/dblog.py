@@ -469,12 +469,9 @@ class WindowBuffer:
                 "the data and marker feeds must be merged by position"
             )
         self._data_high = position
-        self.stats["changes"] += 1
-        if self._windows:  # (as _change, its op checked above)
+        if self._windows:
             self._retire(position)
-            for w in self._windows.values():
-                if w.close is None:
-                    w.keys.add(key)
+        self._note_change(key)  # (its op checked above)
         return True
 
     def feed(self, items: Iterable[ChangeRecord | ChunkRow | Marker]) -> list[ChangeRecord]:
@@ -497,6 +494,10 @@ class WindowBuffer:
     def _change(self, key: Key, op: str) -> None:
         if op not in CHANGE_OPS:
             raise DBLogError(f"a stream change has op c, u or d, got {op!r}")
+        self._note_change(key)
+
+    def _note_change(self, key: Key) -> None:
+        """A change of ``key`` counted, and kept by every window open at its position."""
         self.stats["changes"] += 1
         for w in self._windows.values():
             if w.close is None:  # OPEN seen (it is below this position), CLOSE not yet

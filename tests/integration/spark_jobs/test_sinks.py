@@ -851,6 +851,24 @@ def test_rows_written_from_their_avro_bytes_equal_the_dict_path(stack, test_db, 
         bytes_sink.drop()
 
 
+def _keyed_pg_sink(config, schema: str, key: str, path: str):
+    """``(source, key of a number, backend, write)`` for the tombstone tests: a source of
+    key kind ``key`` (:data:`KEYED`), a PostgreSQL sink in ``schema``, and ``write(*records)``
+    applying records ``path``'s way in: from their Avro bytes (``apply_encoded``, the merge
+    job's common path, one record per key) or decoded (``apply``)."""
+    make, k = KEYED[key]
+    src = make()
+    backend = PgBackend(config.sinks.postgres.dsn.get_secret_value(), schema)
+    db, table = src.table.db, src.table.name
+
+    def write(*records):
+        if path == "bytes":
+            return backend.sink.apply_encoded(db, table, src.schema, ["id"], [_encoded(src, r) for r in records],
+                                              src.schema)
+        return backend.sink.apply(db, table, src.schema, ["id"], list(records))
+    return src, k, backend, write
+
+
 @pytest.mark.parametrize("key", ["int", "text"])
 @pytest.mark.parametrize("path", ["bytes", "rows"])
 def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came(config, unique, path, key):
@@ -866,16 +884,9 @@ def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came
     from tests.producer_helpers import wait_for
 
     dsn = config.sinks.postgres.dsn.get_secret_value()
-    make, k = KEYED[key]
-    src = make()
-    backend = PgBackend(dsn, unique("turn"))
+    src, k, backend, write = _keyed_pg_sink(config, unique("turn"), key, path)
     sink = backend.sink
     db, table = src.table.db, src.table.name
-
-    def write(*records):
-        if path == "bytes":
-            return sink.apply_encoded(db, table, src.schema, ["id"], [_encoded(src, r) for r in records], src.schema)
-        return sink.apply(db, table, src.schema, ["id"], list(records))
 
     try:
         assert write(src.upsert({"id": k(1), "v": "one", "n": None}, 10, "c")).upserted == 1
@@ -934,17 +945,9 @@ def test_tombstones_stop_older_rows_and_go_with_newer_ones_by_key_kind(config, u
     """The tombstone guard and its pruning for a key matched by its JSON text (integer
     keys) and by its hash (others), both ways in: an older insert in a batch that also
     holds a newer key stays out, a newer insert comes back and takes the tombstone with it."""
-    dsn = config.sinks.postgres.dsn.get_secret_value()
-    make, k = KEYED[key]
-    src = make()
-    backend = PgBackend(dsn, unique("guard"))
+    src, k, backend, write = _keyed_pg_sink(config, unique("guard"), key, path)
     sink = backend.sink
     db, table = src.table.db, src.table.name
-
-    def write(*records):
-        if path == "bytes":
-            return sink.apply_encoded(db, table, src.schema, ["id"], [_encoded(src, r) for r in records], src.schema)
-        return sink.apply(db, table, src.schema, ["id"], list(records))
 
     try:
         old = [src.upsert({"id": k(i), "v": "old", "n": None}, 10 + i, "c") for i in range(5)]

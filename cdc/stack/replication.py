@@ -214,6 +214,22 @@ def _wait_relay_applied(conn: pymysql.connections.Connection, port: int, timeout
         time.sleep(0.1)
 
 
+def _copy_missing(conn: pymysql.connections.Connection, port: int, source: dict[str, Any],
+                  replication: dict[str, str], until: str, timeout: float) -> None:
+    """The replica of ``conn`` (on ``port``, its replication stopped) replicates ``source``
+    until it has applied GTID position ``until``, then stops again."""
+    with conn.cursor() as cur:
+        cur.execute(change_master_sql(conn, _source(source, replication)))
+        cur.execute("START SLAVE")
+        deadline = time.monotonic() + timeout
+        while not _gtids(_variable(conn, "gtid_slave_pos")).covers(_gtids(until)):
+            if time.monotonic() > deadline:
+                raise StackError(f"replica on port {port} did not get {until} from the replica on port "
+                                 f"{source['port']} within {timeout:.0f}s")
+            time.sleep(0.1)
+        cur.execute("STOP SLAVE")
+
+
 def point_at(replica: dict[str, Any], source: dict[str, Any], replication: dict[str, str]) -> None:
     """Make ``replica`` replicate ``source`` by GTID from what it has applied."""
     with admin_connection(replica) as conn, conn.cursor() as cur:
@@ -227,12 +243,23 @@ def promote(new_primary: dict[str, Any], others: list[dict[str, Any]], replicati
     """Make replica ``new_primary`` the primary: it applies what it received, stops
     replicating and becomes writable; each of ``others`` then replicates it by GTID.
 
-    A replica that applied transactions ``new_primary`` has not is refused (promote the most
-    advanced replica instead).  ``new_primary`` and ``others`` are updated (``role``)."""
+    Replicas of a primary that died under writes may have received different amounts of its
+    binlog: each of ``others`` applies what it received first, and the transactions one of
+    them has and ``new_primary`` lacks are copied to ``new_primary`` from it (as MHA applies
+    the differences; the replicas log what they apply, ``--log-slave-updates``), so every
+    replica can follow it.  A replica that still applied transactions ``new_primary`` has
+    not is refused.  ``new_primary`` and ``others`` are updated (``role``)."""
     with admin_connection(new_primary) as conn, conn.cursor() as cur:
         cur.execute("STOP SLAVE IO_THREAD")
         _wait_relay_applied(conn, new_primary["port"], timeout)
         cur.execute("STOP SLAVE")
+        for other in others:
+            with admin_connection(other) as other_conn, other_conn.cursor() as other_cur:
+                other_cur.execute("STOP SLAVE IO_THREAD")
+                _wait_relay_applied(other_conn, other["port"], timeout)
+                ahead = _variable(other_conn, "gtid_slave_pos")
+            if not _gtids(_variable(conn, "gtid_slave_pos")).covers(_gtids(ahead)):
+                _copy_missing(conn, new_primary["port"], other, replication, ahead, timeout)
         cur.execute("RESET SLAVE ALL")
         cur.execute("SET GLOBAL read_only = OFF")
         new_pos = _variable(conn, "gtid_binlog_pos")

@@ -95,6 +95,33 @@ def test_after_the_primary_dies_the_promoted_replica_feeds_the_other(replicated)
     assert (status["Master_Port"], status["Using_Gtid"]) == (replica1["port"], "Slave_Pos")
 
 
+def test_the_promoted_replica_first_gets_what_another_replica_received_and_it_did_not(replicated):
+    """The primary dies after one replica received transactions the other did not (the
+    race of a crash under writes, made certain here by stopping replica 1's IO thread):
+    promoting replica 1 copies them from replica 2 first, and replica 2 then follows it."""
+    topo = replicated
+    _create_table(topo)
+    _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'both')")
+    for replica in topo.replicas:
+        topo.wait_caught_up(replica)
+    replica1, replica2 = topo.replicas
+    with topo.admin(replica1) as conn, conn.cursor() as cur:
+        cur.execute("STOP SLAVE IO_THREAD")
+    _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (2, 'only replica 2')",
+           "UPDATE t SET v = 'new' WHERE id = 1")
+    topo.wait_caught_up(replica2)
+    assert _rows(topo, replica1, "shop") == [(1, "both")]
+    topo.stop(topo.primary, kill=True)
+    topo.promote(replica1)
+    assert _rows(topo, replica1, "shop") == [(1, "new"), (2, "only replica 2")]
+    _write(topo, replica1, "shop", "INSERT INTO t VALUES (3, 'after')")
+    topo.wait_caught_up(replica2, source=replica1)
+    assert _rows(topo, replica2, "shop") == [(1, "new"), (2, "only replica 2"), (3, "after")]
+    with topo.admin(replica1) as conn, conn.cursor() as cur:
+        cur.execute("SHOW SLAVE STATUS")
+        assert cur.fetchone() is None  # (it replicates nobody once promoted)
+
+
 def test_the_replica_binlog_holds_the_primary_transactions_under_their_gtids(replicated):
     topo = replicated
     _create_table(topo)

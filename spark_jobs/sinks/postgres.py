@@ -316,8 +316,12 @@ class PostgresSink(TableSinkBase):
                              + f", {pos} char(30) COLLATE \"C\" NOT NULL, {kh} bytea) ON COMMIT DROP")
         encoded_head = (f"INSERT INTO {qualified} AS t ({', '.join(q)}, {pos}) "
                         f"SELECT {', '.join(expr for _, expr in staged)}, s.{pos} FROM pg_temp.{stage_u} s")
+        # (the tombstones the guard reads: at or above the batch's lowest position, through the
+        # position index; older superseded ones go with the purge, as in a batch without the
+        # guard.  Unbounded, the statement hashed every tombstone of the table, a cost growing
+        # with the deletes of the last minute)
         prune_sql = (f"DELETE FROM {tomb} d USING pg_temp.{stage_u} s WHERE d.table_name = %(table)s "
-                     f"AND {tomb_match} AND d.position < s.{pos}")
+                     f"AND {tomb_match} AND d.position < s.{pos} AND d.position >= %(lowest)s")
         key_match = " AND ".join(f"t.{k} = s.{k}" for k in qk)
         delete_sql = (f"DELETE FROM {qualified} t USING pg_temp.{stage_d} s WHERE {key_match} "
                       f"AND t.{pos} < s.{pos}")

@@ -471,7 +471,9 @@ class WindowBuffer:
         self._data_high = position
         if self._windows:
             self._retire(position)
-        self._note_change(key)  # (its op checked above)
+            self._note_change(key)  # (its op checked above)
+        else:  # (no window to keep the key: only counted, without a call per record)
+            self.stats["changes"] += 1
         return True
 
     def feed(self, items: Iterable[ChangeRecord | ChunkRow | Marker]) -> list[ChangeRecord]:

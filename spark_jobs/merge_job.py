@@ -59,9 +59,10 @@ from typing import Any, Callable
 from common import logs
 from common.config import CapturedSource, CDCConfig, load_config
 from common.errors import CDCError, OffsetLookupError
+from common.kafka.client_process import run_isolated
 from common.kafka.clients import delete_topics, ensure_topics, topic_ids
 from common.kafka.offsets import end_offsets
-from common.kafka.topic_reader import read_partition, read_topic
+from common.kafka.topic_reader import partition_records, topic_records
 from common.metrics_http import serve_metrics
 from contract.debezium import debezium_table_markers
 from contract.envelope import record_names
@@ -201,21 +202,33 @@ def debezium_markers(value: bytes, offset: int) -> list[dict]:
         return []
 
 
+#: How long the driver waits for a Kafka read in its client process beyond the read's own
+#: timeouts (common/kafka/client_process.py).
+_READ_SLACK_S = 30.0
+
+
+def driver_end_offsets(bootstrap: str, partitions, client: dict | None = None,
+                       hints: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+    """:func:`common.kafka.offsets.end_offsets` as the driver asks it: in a Kafka client
+    process, so that a topic deleted while it is probed (a librdkafka crash on Tansu) ends
+    that process and raises :class:`common.errors.KafkaClientCrashed` here instead."""
+    parts = list(partitions)
+    if not parts:
+        return {}
+    return run_isolated(end_offsets, bootstrap, parts, client_config=client, hints=hints,
+                        wait=15.0 + _READ_SLACK_S, what=f"the end offsets of {', '.join(sorted({t for t, _ in parts}))}")
+
+
 def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None,
                  decode: Callable[[bytes, int], list[dict]] = _our_marker) -> list[dict]:
     """The markers at offsets ``[start, end)`` of the (single-partition) markers topic
-    (``decode``: a record's value and offset to its markers; default ours)."""
-    from confluent_kafka import Consumer
-
+    (``decode``: a record's value and offset to its markers; default ours), read in a Kafka
+    client process for the reason :func:`driver_end_offsets` gives."""
     if end <= start:
         return []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-markers-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
-    try:
-        return [marker for msgs in read_partition(consumer, topic, 0, start, end, timeout=120)
-                for m in msgs if m.value() for marker in decode(m.value(), m.offset())]
-    finally:
-        consumer.close()
+    records = run_isolated(partition_records, bootstrap, topic, 0, start, end, client_config=client, timeout=120.0,
+                           wait=120.0 + _READ_SLACK_S, what=f"reading {topic} [{start}, {end})")
+    return [marker for offset, value in records if value for marker in decode(value, offset)]
 
 
 def prometheus_text(jobs: list["MergeJob"]) -> str:
@@ -424,16 +437,18 @@ class MergeJob:
         md = self._admin().list_topics(timeout=15)
         there = [(t, p) for t, p in tps if t in md.topics and md.topics[t].error is None
                  and p in md.topics[t].partitions]
-        return end_offsets(self.cfg.kafka.bootstrap_servers, there, client_config=self.client) if there else {}
+        return driver_end_offsets(self.cfg.kafka.bootstrap_servers, there, self.client)
 
     # -- tombstones ---------------------------------------------------------------------------
     def _read_producer_offsets(self, start: dict[int, int]) -> tuple[list[tuple[bytes, Any]], dict[int, int]]:
         """The producers' offset records (``<prefix>._offsets``) from ``start`` on, and where to read on."""
         records, nxt = [], dict(start)
-        for msg in read_topic(self.cfg.kafka.bootstrap_servers, offsets_topic(self.prefix), start=start,
-                              client_config=self.client or None):
-            records.append((msg.key(), msg.value()))
-            nxt[msg.partition()] = msg.offset() + 1
+        topic = offsets_topic(self.prefix)
+        for partition, offset, key, value in run_isolated(
+                topic_records, self.cfg.kafka.bootstrap_servers, topic, start=start,
+                client_config=self.client or None, wait=60.0 + _READ_SLACK_S, what=f"reading {topic}"):
+            records.append((key, value))
+            nxt[partition] = offset + 1
         return records, nxt
 
     def _partition_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -578,7 +593,7 @@ class MergeJob:
                 if is_table_marker(m):
                     topic = table_topic(self.prefix, m["db"], m["table"])
                     mine = [tp for tp in partitions if tp[0] == topic]
-                    ends = end_offsets(self.cfg.kafka.bootstrap_servers, mine, client_config=self.client) if mine else {}
+                    ends = driver_end_offsets(self.cfg.kafka.bootstrap_servers, mine, self.client)
                     waits.append({"marker": m, "required": {f"{t}|{p}": e for (t, p), (_, e) in ends.items()}})
             plan["delete_missing"] = waits
             self.store.save_plan(batch_id, plan)
@@ -614,7 +629,7 @@ class MergeJob:
             if ends and isinstance(ends[0], dict) else {}
         deadline = time.monotonic() + timeout
         while want:
-            now = end_offsets(self.cfg.kafka.bootstrap_servers, list(want), client_config=self.client, hints=want)
+            now = driver_end_offsets(self.cfg.kafka.bootstrap_servers, want, self.client, hints=want)
             want = {tp: e for tp, e in want.items() if now[tp][1] < e}
             if not want:
                 return

@@ -137,3 +137,27 @@ def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | No
                         del todo[tp.partition]
     finally:
         consumer.close()
+
+
+def partition_records(bootstrap_servers: str, topic: str, partition: int, start: int, end: int, *,
+                      client_config: dict | None = None, timeout: float = 120.0) -> list[tuple[int, bytes | None]]:
+    """``(offset, value)`` of the committed data records of ``topic[partition]`` at offsets
+    ``[start, end)`` (:func:`read_partition`), as plain values: what
+    :func:`common.kafka.client_process.run_isolated` can hand back."""
+    if end <= start:
+        return []
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"cdc-reader-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", **(client_config or {})})
+    try:
+        return [(m.offset(), m.value()) for msgs in read_partition(consumer, topic, partition, start, end,
+                                                                   timeout=timeout) for m in msgs]
+    finally:
+        consumer.close()
+
+
+def topic_records(bootstrap_servers: str, topic: str, *, start: dict[int, int] | None = None,
+                  client_config: dict | None = None) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """``(partition, offset, key, value)`` of what :func:`read_topic` yields, as plain values
+    (for :func:`common.kafka.client_process.run_isolated`)."""
+    return [(m.partition(), m.offset(), m.key(), m.value())
+            for m in read_topic(bootstrap_servers, topic, start=start, client_config=client_config)]

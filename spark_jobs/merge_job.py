@@ -962,7 +962,8 @@ class MergeJob:
             self.stop_on_data_loss()
         self.stop_on_schema_change()
         self.check_routes()
-        spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}")
+        spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}",
+                              kafka_source=self.cfg.spark.kafka_source)
         first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job serves all
         server = serve_metrics(self.cfg.spark.metrics_port if first else None, self.prometheus)
         delay, restarts = 1.0, 0
@@ -1006,7 +1007,8 @@ def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts:
     for job in jobs:
         job.peers = list(jobs)  # the first source's job serves every job's figures
     from spark_jobs.spark_session import build_session
-    build_session(jobs[0].cfg.spark.master, app_name="cdc-merge")  # one session, made before the threads
+    build_session(jobs[0].cfg.spark.master, app_name="cdc-merge",  # one session, made before the threads
+                  kafka_source=jobs[0].cfg.spark.kafka_source)
     results: dict[int, Any] = {}
     done = threading.Event()
 

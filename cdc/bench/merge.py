@@ -195,7 +195,7 @@ def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict
     if active is not None and active.sparkContext.master != master:
         active.stop()
     t0 = time.perf_counter()
-    build_session(master, conf=conf)  # the JVM's start, measured apart
+    build_session(master, conf=conf, kafka_source=cfg.spark.kafka_source)  # the JVM's start, measured apart
     startup = time.perf_counter() - t0
     job = MergeJob(cfg)
     meter = CpuMeter(cpu_roots or {})

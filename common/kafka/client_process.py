@@ -64,8 +64,12 @@ class _Child:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", f"from common.kafka.client_process import _serve; _serve({down_r}, {up_w})"],
-                pass_fds=(down_r, up_w), env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno()
-                if _has_fileno(sys.stderr) else None)
+                pass_fds=(down_r, up_w), env=env, stdin=subprocess.DEVNULL,
+                stdout=sys.stderr.fileno() if _has_fileno(sys.stderr) else None)
+        except BaseException:
+            os.close(down_w)
+            os.close(up_r)
+            raise
         finally:
             os.close(down_r)
             os.close(up_w)
@@ -115,7 +119,10 @@ def _serve(down: int, up: int) -> None:
             reply = ("ok", fn(*args, **kwargs))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
             reply = ("error", _portable(exc))
-        replies.send(reply)
+        try:
+            replies.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:  # a result that does not pickle
+            replies.send(("error", ("other", type(exc).__name__, f"the result of {fn!r} cannot be sent back: {exc}")))
 
 
 def _portable(exc: BaseException) -> Any:
@@ -173,12 +180,13 @@ def run_isolated(fn: Callable[..., Any], *args: Any, wait: float, what: str, **k
             if not child.recv.poll(wait):
                 raise OffsetLookupError(f"{what}: the Kafka client process gave no answer within {wait:g}s")
             status, value = child.recv.recv()
-        except (EOFError, OSError, BrokenPipeError):
+        except (EOFError, OSError):
             code = child.end()
-            raise KafkaClientCrashed(
-                f"{what}: the Kafka client process died ({_signal_name(code)}); librdkafka crashes when a topic is "
-                f"deleted or made again while it is read (common/kafka/client_process.py); the next read starts a "
-                f"new process", exit_code=code) from None
+            why = ("librdkafka crashes when a topic is deleted or made again while it is read "
+                   "(common/kafka/client_process.py)" if code is not None and code < 0 else
+                   "its error output above says why")
+            raise KafkaClientCrashed(f"{what}: the Kafka client process died ({_signal_name(code)}); {why}; the next "
+                                     f"read starts a new process", exit_code=code) from None
         keep = True
         if status == "ok":
             return value

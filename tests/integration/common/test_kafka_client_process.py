@@ -150,3 +150,14 @@ def _raise_kafka() -> None:
 
 def _raise_stalled() -> None:
     raise PartitionStalled("stalled here", 5)
+
+
+def test_a_result_that_does_not_pickle_is_an_error_and_costs_no_child():
+    pid = run_isolated(os.getpid, wait=30, what="pid")
+    with pytest.raises(OffsetLookupError, match="cannot be sent back"):
+        run_isolated(_unpicklable, wait=30, what="lock")
+    assert run_isolated(os.getpid, wait=30, what="pid") == pid
+
+
+def _unpicklable():
+    return threading.Lock()

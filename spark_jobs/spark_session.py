@@ -12,21 +12,40 @@ from spark_jobs.kafka_source import CdcKafkaDataSource
 
 #: The JVMs' options when the records never pass through them (the ``cdc-kafka`` source):
 #: the client compiler only.  C2 compiled for 5 s of CPU per job start, on code the merge
-#: runs little of; measured over 1M events (two pairs), the JVM's CPU per event 3.7 and 3.9
-#: us with the defaults against 2.0 and 2.2, the steady rate 95,642 and 104,143 events/s
-#: against 104,588 and 109,804 (docs/merge-performance.md).
+#: runs little of.  Measured over 1M events, two pairs each time (docs/merge-performance.md):
+#: the JVM's CPU per event 3.4-3.9 us with the defaults against 2.0-2.2; the steady rate
+#: +7% in one session, within the noise in the next (the table's turn bounds it).
 CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
 _JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 
 
-def session_conf(conf: Mapping[str, str] | None = None, kafka_source: str = "python") -> dict[str, str]:
+def session_conf(conf: Mapping[str, str] | None = None, kafka_source: str = "python", *,
+                 java_options_elsewhere: bool = False) -> dict[str, str]:
     """``conf`` with the JVMs' options of :data:`CLIENT_COMPILER_ONLY` added under the
-    ``cdc-kafka`` source (``kafka_source="python"``), where ``conf`` sets none of its own;
-    Spark's ``kafka`` source (``"jvm"``) reads and decodes in the JVM and keeps its defaults."""
+    ``cdc-kafka`` source (``kafka_source="python"``), unless Java options are chosen
+    elsewhere: in ``conf``, or (``java_options_elsewhere``, :func:`java_options_elsewhere`)
+    by whoever started the JVM.  Spark's ``kafka`` source (``"jvm"``) reads and decodes in
+    the JVM and keeps its defaults."""
     out = dict(conf or {})
-    if kafka_source == "python" and not any(key in out for key in _JAVA_OPTIONS):
+    if kafka_source == "python" and not java_options_elsewhere and not any(key in out for key in _JAVA_OPTIONS):
         out.update({key: CLIENT_COMPILER_ONLY for key in _JAVA_OPTIONS})
     return out
+
+
+def java_options_elsewhere(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the JVMs' options are someone else's to choose: the JVM runs already
+    (``spark-submit`` started this driver: ``PYSPARK_GATEWAY_PORT``), or ``PYSPARK_SUBMIT_ARGS``
+    or ``spark-defaults.conf`` (``SPARK_CONF_DIR``, else ``SPARK_HOME/conf``) name them."""
+    env = os.environ if environ is None else environ
+    if env.get("PYSPARK_GATEWAY_PORT") or "extraJavaOptions" in env.get("PYSPARK_SUBMIT_ARGS", ""):
+        return True
+    conf_dir = env.get("SPARK_CONF_DIR") or (os.path.join(env["SPARK_HOME"], "conf") if env.get("SPARK_HOME") else "")
+    defaults = os.path.join(conf_dir, "spark-defaults.conf") if conf_dir else ""
+    try:
+        with open(defaults, encoding="utf-8") as f:
+            return any(line.split()[0] in _JAVA_OPTIONS for line in f if line.strip() and not line.startswith("#"))
+    except OSError:
+        return False
 
 
 def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: Mapping[str, str] | None = None,
@@ -43,7 +62,7 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC"))
-    for key, value in session_conf(conf, kafka_source).items():
+    for key, value in session_conf(conf, kafka_source, java_options_elsewhere=java_options_elsewhere()).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "ERROR"))

@@ -56,9 +56,6 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
     assert status["totals"]["input"] > 0 and status["totals"]["dead"] == 0
     # the PostgreSQL sink took the stream's rows from their Avro bytes (PostgresSink.apply_encoded)
     assert status["totals"]["from_bytes"] > 0
-    # the producer's records are where Kafka's partitioner puts their keys: the tasks wrote
-    # under their partitions' turns (the MySQL sink has none: the table's whole turn)
-    assert status["totals"]["partition_turns"] > 0 and status["totals"]["whole_turns"] > 0
     # `cdc status` shows the job's figures from that file.
     import os
     import subprocess

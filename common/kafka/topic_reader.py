@@ -146,8 +146,7 @@ def partition_records(bootstrap_servers: str, topic: str, partition: int, start:
     :func:`common.kafka.client_process.run_isolated` can hand back."""
     if end <= start:
         return []
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"cdc-reader-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", **(client_config or {})})
+    consumer = Consumer(topic_reader_config(bootstrap_servers, client_config))
     try:
         return [(m.offset(), m.value()) for msgs in read_partition(consumer, topic, partition, start, end,
                                                                    timeout=timeout) for m in msgs]

@@ -56,6 +56,13 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
     assert status["totals"]["input"] > 0 and status["totals"]["dead"] == 0
     # the PostgreSQL sink took the stream's rows from their Avro bytes (PostgresSink.apply_encoded)
     assert status["totals"]["from_bytes"] > 0
+    # the job's JVM runs with the client compiler only (spark_session.session_conf: the
+    # cdc-kafka source, no Java options chosen elsewhere)
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.spark_session import CLIENT_COMPILER_ONLY
+    runtime = SparkSession.getActiveSession().sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert CLIENT_COMPILER_ONLY in list(runtime.getInputArguments())
     # `cdc status` shows the job's figures from that file.
     import os
     import subprocess

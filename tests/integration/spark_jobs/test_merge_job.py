@@ -61,7 +61,8 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
     from pyspark.sql import SparkSession
 
     from spark_jobs.spark_session import CLIENT_COMPILER_ONLY
-    runtime = SparkSession.getActiveSession().sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    jvm = SparkSession.getActiveSession().sparkContext._jvm
+    runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert CLIENT_COMPILER_ONLY in list(runtime.getInputArguments())
     # `cdc status` shows the job's figures from that file.
     import os

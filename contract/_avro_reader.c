@@ -21,6 +21,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>  /* (PyMemberDef; its T_ codes named apart, some clash with the COPY codes) */
+enum { MEMBER_OBJECT_EX = T_OBJECT_EX, MEMBER_READONLY = READONLY };
+#undef T_STRING
+#undef T_BOOL
+#undef T_DOUBLE
+#undef T_FLOAT
 #include <stdint.h>
 #include <string.h>
 
@@ -609,78 +615,405 @@ static const int32_t *column_text(Reader *r, const int32_t *p, Text *t, int dept
     }
 }
 
-static PyObject *copy_line(PyObject *self, PyObject *args) {
-    Py_buffer program, data;
-    Py_ssize_t ncolumns, at;
-    PyObject *out = NULL;
-    Text text = {NULL, 0, 0};
-    Py_ssize_t *spans = NULL;  /* per column: start and length in ``text`` */
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y*ny*n", &program, &ncolumns, &data, &at))
-        return NULL;
-    const int32_t *p = (const int32_t *)program.buf;
-    Reader r = {(const unsigned char *)data.buf, data.len, at, p + program.len / 4, NULL};
-    if (program.len % 4 != 0 || program.len == 0 || ncolumns < 1 || ncolumns > 100000) {
-        fail("a malformed COPY program");
-        goto done;
-    }
-    if (at < 0 || at >= data.len) {
+/* The COPY text of the row image at data[at] (see copy_line) appended to ``out``: each column's
+ * text written to ``text`` in the fields' order first (``spans``: per column, its start and
+ * length there), then to ``out`` in the columns' order, tab-separated.  0, or -1 with an
+ * exception set. */
+static int line_into(const int32_t *p, const int32_t *end, Py_ssize_t ncolumns, const unsigned char *data,
+                     Py_ssize_t n, Py_ssize_t at, Text *text, Text *out, Py_ssize_t *spans) {
+    Reader r = {data, n, at, end, NULL};
+    if (at < 0 || at >= n) {
         fail("record too short");
-        goto done;
+        return -1;
     }
     if (r.b[r.i] != 2) {
         fail("a null row image");
-        goto done;
+        return -1;
     }
     r.i++;
-    spans = PyMem_Calloc((size_t)ncolumns * 2, sizeof(Py_ssize_t));
-    if (spans == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    text->len = 0;
+    memset(spans, 0, (size_t)ncolumns * 2 * sizeof(Py_ssize_t));
     int32_t fields = p[0];
     p++;
     for (int32_t f = 0; f < fields && p != NULL; f++) {
-        if (need(&r, p, 1) < 0) {
-            p = NULL;
-            break;
-        }
+        if (need(&r, p, 1) < 0)
+            return -1;
         int32_t column = p[0];
         if (column < 0) {
             p = skip(&r, p + 1, 1);
             continue;
         }
         if (column >= ncolumns) {
-            p = fail("a malformed COPY program");
-            break;
+            fail("a malformed COPY program");
+            return -1;
         }
-        spans[2 * column] = text.len;
-        p = column_text(&r, p + 1, &text, 1);
-        spans[2 * column + 1] = text.len - spans[2 * column];
+        spans[2 * column] = text->len;
+        p = column_text(&r, p + 1, text, 1);
+        spans[2 * column + 1] = text->len - spans[2 * column];
     }
-    if (p != NULL) {
-        out = PyBytes_FromStringAndSize(NULL, text.len + ncolumns - 1);
-        if (out != NULL) {
-            char *o = PyBytes_AS_STRING(out);
-            for (Py_ssize_t c = 0; c < ncolumns; c++) {
-                if (c)
-                    *o++ = '\t';
-                memcpy(o, text.buf + spans[2 * c], (size_t)spans[2 * c + 1]);
-                o += spans[2 * c + 1];
-            }
+    if (p == NULL || text_reserve(out, text->len + ncolumns) < 0)
+        return -1;
+    for (Py_ssize_t c = 0; c < ncolumns; c++) {
+        if (c)
+            out->buf[out->len++] = '\t';
+        memcpy(out->buf + out->len, text->buf + spans[2 * c], (size_t)spans[2 * c + 1]);
+        out->len += spans[2 * c + 1];
+    }
+    return 0;
+}
+
+static int program_ok(Py_buffer *program, Py_ssize_t ncolumns) {
+    if (program->len % 4 != 0 || program->len == 0 || ncolumns < 1 || ncolumns > 100000) {
+        fail("a malformed COPY program");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *copy_line(PyObject *self, PyObject *args) {
+    Py_buffer program, data;
+    Py_ssize_t ncolumns, at;
+    PyObject *result = NULL;
+    Text text = {NULL, 0, 0}, out = {NULL, 0, 0};
+    Py_ssize_t *spans = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*ny*n", &program, &ncolumns, &data, &at))
+        return NULL;
+    const int32_t *p = (const int32_t *)program.buf;
+    if (program_ok(&program, ncolumns)) {
+        spans = PyMem_Calloc((size_t)ncolumns * 2, sizeof(Py_ssize_t));
+        if (spans == NULL)
+            PyErr_NoMemory();
+        else if (line_into(p, p + program.len / 4, ncolumns, data.buf, data.len, at, &text, &out, spans) == 0)
+            result = PyBytes_FromStringAndSize(out.buf ? out.buf : "", out.len);
+    }
+    PyMem_Free(spans);
+    PyMem_Free(text.buf);
+    PyMem_Free(out.buf);
+    PyBuffer_Release(&program);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* copy_lines(program, ncolumns, changes, start, stop) -> bytes: the upserts' stage lines of
+ * changes[start:stop] (tuples (op, position, data, row_at): spark_jobs.sinks.batch's
+ * EncodedChange), each the row image's copy_line, a tab, the position, a tab, \N (no key
+ * hash) and a newline: what PostgresSink._copy_encoded writes line by line otherwise. */
+static PyObject *copy_lines(PyObject *self, PyObject *args) {
+    Py_buffer program;
+    Py_ssize_t ncolumns, start, stop;
+    PyObject *changes, *result = NULL;
+    Text text = {NULL, 0, 0}, out = {NULL, 0, 0};
+    Py_ssize_t *spans = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nO!nn", &program, &ncolumns, &PyList_Type, &changes, &start, &stop))
+        return NULL;
+    const int32_t *p = (const int32_t *)program.buf;
+    if (stop > PyList_GET_SIZE(changes))
+        stop = PyList_GET_SIZE(changes);
+    if (!program_ok(&program, ncolumns) || start < 0)
+        goto done;
+    if ((spans = PyMem_Calloc((size_t)ncolumns * 2, sizeof(Py_ssize_t))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *ch = PyList_GET_ITEM(changes, i), *pos, *data, *at_obj;
+        Py_ssize_t pos_len, at;
+        const char *pos_text;
+        if (!PyTuple_Check(ch) || PyTuple_GET_SIZE(ch) < 4 || !PyUnicode_Check(pos = PyTuple_GET_ITEM(ch, 1))
+                || !PyBytes_Check(data = PyTuple_GET_ITEM(ch, 2)) || !PyLong_Check(at_obj = PyTuple_GET_ITEM(ch, 3))) {
+            PyErr_SetString(PyExc_TypeError, "copy_lines: changes are (op, position, data, row_at) tuples");
+            goto done;
         }
+        if ((at = PyLong_AsSsize_t(at_obj)) == -1 && PyErr_Occurred())
+            goto done;
+        if ((pos_text = PyUnicode_AsUTF8AndSize(pos, &pos_len)) == NULL)
+            goto done;
+        if (line_into(p, p + program.len / 4, ncolumns, (const unsigned char *)PyBytes_AS_STRING(data),
+                      PyBytes_GET_SIZE(data), at, &text, &out, spans) < 0
+                || text_reserve(&out, pos_len + 5) < 0)
+            goto done;
+        out.buf[out.len++] = '\t';
+        memcpy(out.buf + out.len, pos_text, (size_t)pos_len);
+        out.len += pos_len;
+        memcpy(out.buf + out.len, "\t\\N\n", 4);
+        out.len += 4;
     }
+    result = PyBytes_FromStringAndSize(out.buf ? out.buf : "", out.len);
 done:
     PyMem_Free(spans);
     PyMem_Free(text.buf);
+    PyMem_Free(out.buf);
     PyBuffer_Release(&program);
-    PyBuffer_Release(&data);
-    return out;
+    return result;
+}
+
+/* ---- The change scan (spark_jobs/change_scan.py) --------------------------------------------
+ *
+ * scan_changes(program, fields, records, start, vprefix, kprefix, db, table, width, data_high,
+ *              marker_high, limit, kept, members, consts) -> (next, data_high, changes, copies)
+ *
+ * The merge task's loop over a partition's records (offset, key, value), from ``start``, for
+ * the plain case only: stream changes (op c, u or d) of the topic's own table, framed with one
+ * value and one key writer schema (``vprefix``, ``kprefix``: magic and fingerprint), no
+ * snapshot window open, below the next window marker (``limit``, None: none).  Each header is
+ * located with the header program of contract/avro_decoder.py (change_scan_program:
+ * ``fields`` the name indices of before, after, source, op, position, snapshot_window, and of
+ * source's ts_ms, db, table) without building it; a copy (at or below ``data_high``) is
+ * counted and passed; every other record becomes a ``_Kept`` (the class of ``members``, its 14
+ * slots in field order, filled with ``consts``: schema id, schema, table names, old key, row
+ * reader) appended to ``kept``.  The scan stops at the first record it does not take in full
+ * (any other case, anything malformed, an ordering error) and returns its index: the caller's
+ * Python decides that one, with the same checks and errors as ever. */
+enum { F_BEFORE, F_AFTER, F_SOURCE, F_OP, F_POSITION, F_WINDOW, F_TS_MS, F_DB, F_TABLE, F_COUNT };
+enum { K_OP, K_ROW, K_POSITION, K_SCHEMA_ID, K_SCHEMA, K_TS_MS, K_OFFSET, K_KEY, K_VALUE, K_TABLE, K_OLD_KEY,
+       K_ENVELOPE, K_ROW_READER, K_ROW_AT, K_COUNT };
+#define MAX_SLOTS 128
+
+typedef struct {
+    Py_ssize_t at;
+    const int32_t *node;  /* NULL: not located */
+} Slot;
+
+/* The fields of the record node at ``p`` that the program reads or locates: where each value
+ * starts and its node, in ``slots`` by name index (the data checked and passed over). */
+static int locate(Reader *r, const int32_t *p, Slot *slots, Py_ssize_t nslots) {
+    if (need(r, p, 2) < 0 || p[0] != N_RECORD) {
+        fail("not a record");
+        return -1;
+    }
+    const int32_t *q = p + 2;
+    for (int32_t f = 0; f < p[1]; f++) {
+        if (need(r, q, 2) < 0)
+            return -1;
+        if (q[0] != A_SKIP) {
+            if (q[1] < 0 || q[1] >= nslots) {
+                fail("a malformed reader program");
+                return -1;
+            }
+            slots[q[1]].at = r->i;
+            slots[q[1]].node = q + 2;
+        }
+        if ((q = skip(r, q + 2, 1)) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* The node of a located value, its unions resolved (the reader then at the value). */
+static const int32_t *resolved(Reader *r, Slot s) {
+    const int32_t *node = s.node;
+    r->i = s.at;
+    for (int depth = 0; node != NULL && node[0] == N_UNION; depth++)
+        node = depth > MAX_DEPTH ? NULL : union_branch(r, node);
+    return node;
+}
+
+/* A located string: 1 (``*raw``, ``*len``), 0 null, -1 anything else. */
+static int slot_text(Reader *r, Slot s, const unsigned char **raw, Py_ssize_t *len) {
+    const int32_t *node = s.node == NULL ? NULL : resolved(r, s);
+    if (node == NULL || (node[0] != N_NULL && node[0] != N_STRING))
+        return -1;
+    if (node[0] == N_NULL)
+        return 0;
+    *len = -1;
+    return (*raw = blob(r, len)) == NULL ? -1 : 1;
+}
+
+/* Whether a located value is the string ``want``. */
+static int slot_is(Reader *r, Slot s, const char *want, Py_ssize_t want_len) {
+    const unsigned char *raw = NULL;
+    Py_ssize_t len = 0;
+    return slot_text(r, s, &raw, &len) == 1 && len == want_len && memcmp(raw, want, (size_t)len) == 0;
+}
+
+/* str comparison of two ASCII strings (the positions). */
+static int ascii_cmp(const char *a, Py_ssize_t alen, const char *b, Py_ssize_t blen) {
+    int c = memcmp(a, b, (size_t)(alen < blen ? alen : blen));
+    return c ? c : (alen > blen) - (alen < blen);
+}
+
+static PyObject *scan_changes(PyObject *self, PyObject *args) {
+    Py_buffer program, vprefix, kprefix, db, table;
+    PyObject *fields, *records, *data_high, *marker_high, *limit, *kept, *members, *consts;
+    Py_ssize_t start, width, offsets[K_COUNT];
+    int32_t field[F_COUNT];
+    PyObject *result = NULL, *new_high = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*O!O!ny*y*y*y*nUUOO!O!O!", &program, &PyTuple_Type, &fields, &PyList_Type, &records,
+                          &start, &vprefix, &kprefix, &db, &table, &width, &data_high, &marker_high, &limit,
+                          &PyList_Type, &kept, &PyTuple_Type, &members, &PyTuple_Type, &consts))
+        return NULL;
+    PyTypeObject *kept_type = NULL;
+    const char *high, *mhigh, *lim = NULL;
+    Py_ssize_t high_len, mhigh_len, lim_len = 0, changes = 0, copies = 0, i = start, n = PyList_GET_SIZE(records);
+    Py_ssize_t nslots = PyTuple_GET_SIZE(fields) == F_COUNT ? MAX_SLOTS : -1;
+    if (program.len % 4 != 0 || program.len == 0 || nslots < 0 || vprefix.len != 10 || kprefix.len != 10
+            || PyTuple_GET_SIZE(members) != K_COUNT || PyTuple_GET_SIZE(consts) != 5 || start < 0 || width < 1) {
+        PyErr_SetString(PyExc_ValueError, "scan_changes: malformed arguments");
+        goto done;
+    }
+    for (int f = 0; f < F_COUNT; f++) {
+        long v = PyLong_AsLong(PyTuple_GET_ITEM(fields, f));
+        if (v == -1 && PyErr_Occurred())
+            goto done;
+        if (v < -1 || v >= MAX_SLOTS) {
+            PyErr_SetString(PyExc_ValueError, "scan_changes: a field index out of range");
+            goto done;
+        }
+        field[f] = (int32_t)v;
+    }
+    /* Every field but ts_ms is needed (an envelope without them is not scanned). */
+    for (int f = 0; f < F_COUNT; f++) {
+        if (field[f] < 0 && f != F_TS_MS) {
+            PyErr_SetString(PyExc_ValueError, "scan_changes: a change envelope's field is missing");
+            goto done;
+        }
+    }
+    /* The _Kept slots: member descriptors of one class, object slots */
+    for (int k = 0; k < K_COUNT; k++) {
+        PyObject *d = PyTuple_GET_ITEM(members, k);
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyErr_SetString(PyExc_TypeError, "scan_changes: members must be a slots class's member descriptors");
+            goto done;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        PyTypeObject *owner = ((PyDescrObject *)d)->d_type;
+        if (m->type != MEMBER_OBJECT_EX || (m->flags & MEMBER_READONLY) || (kept_type != NULL && owner != kept_type)) {
+            PyErr_SetString(PyExc_TypeError, "scan_changes: members must be writable object slots of one class");
+            goto done;
+        }
+        kept_type = owner;
+        offsets[k] = m->offset;
+    }
+    if ((high = PyUnicode_AsUTF8AndSize(data_high, &high_len)) == NULL
+            || (mhigh = PyUnicode_AsUTF8AndSize(marker_high, &mhigh_len)) == NULL)
+        goto done;
+    if (limit != Py_None && (!PyUnicode_Check(limit) || (lim = PyUnicode_AsUTF8AndSize(limit, &lim_len)) == NULL)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "scan_changes: limit must be a str or None");
+        goto done;
+    }
+    const int32_t *prog = (const int32_t *)program.buf, *prog_end = prog + program.len / 4;
+    PyObject *c_sid = PyTuple_GET_ITEM(consts, 0), *c_schema = PyTuple_GET_ITEM(consts, 1),
+             *c_table = PyTuple_GET_ITEM(consts, 2), *c_old = PyTuple_GET_ITEM(consts, 3),
+             *c_reader = PyTuple_GET_ITEM(consts, 4);
+    Slot top[MAX_SLOTS], src[MAX_SLOTS];
+    for (; i < n; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 3)
+            break;
+        PyObject *off = PyTuple_GET_ITEM(rec, 0), *kb = PyTuple_GET_ITEM(rec, 1), *vb = PyTuple_GET_ITEM(rec, 2);
+        if (vb == Py_None)
+            continue;  /* a tombstone: for log compaction, not a change */
+        if (!PyBytes_CheckExact(vb) || !PyBytes_CheckExact(kb) || !PyLong_CheckExact(off)
+                || PyBytes_GET_SIZE(vb) < 10 || PyBytes_GET_SIZE(kb) < 10
+                || memcmp(PyBytes_AS_STRING(vb), vprefix.buf, 10) || memcmp(PyBytes_AS_STRING(kb), kprefix.buf, 10))
+            break;
+        Reader r = {(const unsigned char *)PyBytes_AS_STRING(vb), PyBytes_GET_SIZE(vb), 10, prog_end, NULL};
+        const unsigned char *op, *pos;
+        Py_ssize_t op_len, pos_len;
+        memset(top, 0, sizeof(top));
+        memset(src, 0, sizeof(src));
+        if (locate(&r, prog, top, MAX_SLOTS) < 0 || slot_text(&r, top[field[F_OP]], &op, &op_len) != 1 || op_len != 1
+                || (op[0] != 'c' && op[0] != 'u' && op[0] != 'd')
+                || slot_text(&r, top[field[F_POSITION]], &pos, &pos_len) != 1 || pos_len != width) {
+            PyErr_Clear();
+            break;
+        }
+        Py_ssize_t d;
+        for (d = 0; d < pos_len && pos[d] >= '0' && pos[d] <= '9'; d++)
+            ;
+        if (d < pos_len)
+            break;
+        /* no window: snapshot_window null (a change's) */
+        const int32_t *node = top[field[F_WINDOW]].node ? resolved(&r, top[field[F_WINDOW]]) : NULL;
+        if (node == NULL || node[0] != N_NULL) {
+            PyErr_Clear();
+            break;
+        }
+        /* the topic's own table, from source */
+        node = top[field[F_SOURCE]].node ? resolved(&r, top[field[F_SOURCE]]) : NULL;
+        if (node == NULL || node[0] != N_RECORD || locate(&r, node, src, MAX_SLOTS) < 0
+                || !slot_is(&r, src[field[F_DB]], db.buf, db.len) || !slot_is(&r, src[field[F_TABLE]], table.buf, table.len)) {
+            PyErr_Clear();
+            break;
+        }
+        int64_t ts_ms = 0;
+        if (field[F_TS_MS] >= 0 && src[field[F_TS_MS]].node != NULL) {
+            node = resolved(&r, src[field[F_TS_MS]]);
+            if (node == NULL || (node[0] != N_NULL && node[0] != N_LONG)
+                    || (node[0] == N_LONG && read_long(&r, &ts_ms) < 0)) {
+                PyErr_Clear();
+                break;
+            }
+        }
+        Slot image = top[field[op[0] == 'd' ? F_BEFORE : F_AFTER]];
+        if (image.node == NULL || image.at >= r.n)
+            break;
+        int null_image = r.b[image.at] == 0;
+        if (null_image && op[0] != 'd')
+            break;  /* only a delete has no row: the DBLog rule's error, raised by the caller */
+        if (lim != NULL && ascii_cmp((const char *)pos, pos_len, lim, lim_len) > 0)
+            break;  /* past the next window marker: the caller pushes it */
+        if (ascii_cmp((const char *)pos, pos_len, high, high_len) <= 0) {
+            copies++;
+            continue;
+        }
+        if (ascii_cmp((const char *)pos, pos_len, mhigh, mhigh_len) <= 0)
+            break;  /* an ordering error, raised by the caller */
+        PyObject *obj = kept_type->tp_alloc(kept_type, 0);
+        if (obj == NULL)
+            goto done;
+        PyObject *v[K_COUNT];
+        v[K_OP] = PyUnicode_FromStringAndSize((const char *)op, 1);
+        v[K_ROW] = Py_NewRef(Py_None);
+        v[K_POSITION] = PyUnicode_FromStringAndSize((const char *)pos, pos_len);
+        v[K_SCHEMA_ID] = Py_NewRef(c_sid);
+        v[K_SCHEMA] = Py_NewRef(c_schema);
+        v[K_TS_MS] = PyLong_FromLongLong(ts_ms);
+        v[K_OFFSET] = Py_NewRef(off);
+        v[K_KEY] = Py_NewRef(kb);
+        v[K_VALUE] = Py_NewRef(vb);
+        v[K_TABLE] = Py_NewRef(c_table);
+        v[K_OLD_KEY] = Py_NewRef(c_old);
+        v[K_ENVELOPE] = Py_NewRef(Py_None);
+        v[K_ROW_READER] = Py_NewRef(null_image ? Py_None : c_reader);
+        v[K_ROW_AT] = null_image ? PyLong_FromLong(0) : PyLong_FromSsize_t(image.at);
+        int bad = 0;
+        for (int k = 0; k < K_COUNT; k++) {
+            bad |= v[k] == NULL;
+            *(PyObject **)((char *)obj + offsets[k]) = v[k];  /* (slots of a new object: empty) */
+        }
+        if (bad || PyList_Append(kept, obj) < 0) {
+            Py_DECREF(obj);
+            goto done;
+        }
+        Py_DECREF(obj);
+        high = (const char *)pos;  /* (in vb, which the records list holds) */
+        high_len = pos_len;
+        changes++;
+    }
+    new_high = PyUnicode_FromStringAndSize(high, high_len);
+    if (new_high != NULL)
+        result = Py_BuildValue("nNnn", i, new_high, changes, copies);
+done:
+    PyBuffer_Release(&program);
+    PyBuffer_Release(&vprefix);
+    PyBuffer_Release(&kprefix);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&table);
+    return result;
 }
 
 static PyMethodDef methods[] = {
     {"read", read_record, METH_VARARGS, "read(program, names, data, start): one record read by a reader program."},
     {"copy_line", copy_line, METH_VARARGS, "copy_line(program, ncolumns, data, at): a row image's COPY text line."},
+    {"copy_lines", copy_lines, METH_VARARGS,
+     "copy_lines(program, ncolumns, changes, start, stop): the upserts' stage lines of changes[start:stop]."},
+    {"scan_changes", scan_changes, METH_VARARGS,
+     "scan_changes(...): the plain stream changes of a partition's records (see spark_jobs/change_scan.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,10 +40,15 @@ try:  # the native reader (contract/_avro_reader.c, built by setup.py where a C 
     from contract import _avro_reader
 except ImportError:  # pragma: no cover - a build without it: the generated Python reads
     _avro_reader = None
+#: The native change scan (``scan_changes`` in ``contract/_avro_reader.c``; None where the
+#: extension is not built): see :func:`spark_jobs.partition_merge._scan_plain`.
+native_scan = getattr(_avro_reader, "scan_changes", None)
 
 Decoder = Callable[[bytes, int], Any]
 
-__all__ = ["OFFSET", "CodeWriter", "Decoder", "NotCompiled", "compile_change_header", "compile_change_reader", "compile_decoder", "read_long", "schema_label"]
+__all__ = ["OFFSET", "SCAN_FIELDS", "CodeWriter", "Decoder", "NotCompiled", "change_scan_program",
+           "compile_change_header", "compile_change_reader", "compile_decoder", "native_scan", "read_long",
+           "schema_label"]
 
 #: In a projection (:func:`compile_decoder`'s ``fields``): the index where the field's encoded
 #: value starts, in place of its value (the field is skipped; a decoder of its type reads it later).
@@ -442,7 +447,7 @@ def native_skip_words(t: Any) -> list[int]:
 
 def native_function(name: str) -> Callable | None:
     """A function of the native extension (None where it is off: :func:`native_enabled`)."""
-    return getattr(_avro_reader, name) if native_enabled() else None
+    return getattr(_avro_reader, name, None) if native_enabled() else None
 
 
 def _native_reader(schema: Any, fields: dict | None) -> Decoder | None:
@@ -580,6 +585,33 @@ def compile_change_header(schema: Any) -> tuple[Decoder, Decoder]:
             del out["before"], out["after"]
             return out
     return _checked(header, schema), _checked(_compile(types["before"]), schema)
+
+
+#: The fields whose name indices :func:`change_scan_program` gives, in the native change
+#: scan's order (``scan_changes`` in ``contract/_avro_reader.c``): the envelope's, then ``source``'s.
+SCAN_FIELDS = ("before", "after", "source", "op", "position", "snapshot_window", "ts_ms", "db", "table")
+
+
+def change_scan_program(schema: Any) -> tuple[bytes, tuple[int, ...]] | None:
+    """``(program, indices)`` of the native change scan for change-event envelopes of writer
+    ``schema``: the header program of :func:`compile_change_header` and the name indices of
+    :data:`SCAN_FIELDS` in it (-1: ``source`` has no ``ts_ms``).  None where the native reader
+    is off or does not read the header, or the envelope lacks one of the other fields."""
+    if not native_enabled() or native_scan is None:
+        return None
+    try:
+        types = _envelope_types(schema)
+        if not all(isinstance(t, list) and len(t) == 2 and t[0] == "null" for t in (types["before"], types["after"])):
+            return None
+        program, names = native_program(expand_schema(schema),
+                                        {k: v for k, v in _HEADER_FIELDS.items() if k in types})
+    except NotCompiled:
+        return None
+    index = {name: i for i, name in enumerate(names)}
+    indices = tuple(index.get(name, -1) for name in SCAN_FIELDS)
+    if any(i < 0 for name, i in zip(SCAN_FIELDS, indices) if name != "ts_ms") or len(names) > 128:
+        return None
+    return program, indices
 
 
 def schema_label(schema: Any) -> str:

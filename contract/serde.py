@@ -32,7 +32,13 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from contract.avro_decoder import NotCompiled, compile_change_header, compile_change_reader, compile_decoder
+from contract.avro_decoder import (
+    NotCompiled,
+    change_scan_program,
+    compile_change_header,
+    compile_change_reader,
+    compile_decoder,
+)
 from contract.connect_json import RECORD_PREFIX, ConnectJsonReader
 from contract.errors import SerdeError
 from contract.schema_resolution import is_envelope, reader_view, resolvable
@@ -127,6 +133,7 @@ class RecordDecoder:
         self._compiled: dict[str, Any] = {}  # writer fingerprint -> compiled decoder or None
         self._change_readers: dict[bytes, Any] = {}  # writer fingerprint (raw) -> compiled change reader or False
         self._change_headers: dict[bytes, Any] = {}  # ... -> compiled (header reader, row reader) or False
+        self._change_scans: dict[bytes, Any] = {}  # ... -> the native change scan's (program, indices) or False
         self._parsed: dict[Any, Any] = {}
         self._views: dict[str, tuple[dict, Any]] = {}
         self._unresolvable: set[tuple[str, str]] = set()
@@ -289,6 +296,21 @@ class RecordDecoder:
             except NotCompiled:
                 found = False
             self._change_headers[fpb] = found
+        return found or None
+
+    def change_scan_of(self, data: bytes) -> tuple[bytes, tuple[int, ...]] | None:
+        """For the records framed like ``data``, while the schema store's generation stays
+        put: the native change scan's ``(program, indices)``
+        (:func:`~contract.avro_decoder.change_scan_program`), or None where the records need
+        schema resolution, the scan does not read the schema or the native reader is off."""
+        if data[:2] != SINGLE_OBJECT_MAGIC:
+            return None
+        fpb = data[2:10]
+        if self._plan_of(fpb)[2] is None:  # (read with a newer schema)
+            return None
+        found = self._change_scans.get(fpb)
+        if found is None:
+            found = self._change_scans[fpb] = change_scan_program(self._lookup(fpb.hex())) or False
         return found or None
 
     def decode_change(self, data: bytes) -> dict:

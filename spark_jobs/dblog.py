@@ -476,6 +476,28 @@ class WindowBuffer:
             self.stats["changes"] += 1
         return True
 
+    def highs(self) -> tuple[str, str]:
+        """``(data high, marker high)``: the highest position of each feed pushed so far (a
+        change at or below the first is a copy; one at or below the second an ordering error)."""
+        return self._data_high, self._marker_high
+
+    def took_changes(self, data_high: str, changes: int, copies: int) -> None:
+        """What ``push_change`` would have left after stream changes that a caller decided
+        itself with this buffer's rule while no window is open (the merge task's native scan,
+        :func:`spark_jobs.partition_merge.merge_partition`): ``changes`` emitted up to
+        ``data_high``, ``copies`` dropped.  With no window open the rule keeps no key: a
+        change is a copy at or below the data high, an ordering error at or below the marker
+        high, else emitted."""
+        if self._windows:
+            raise DBLogError("changes decided outside the buffer while a window is open")
+        if changes:
+            if not data_high > max(self._data_high, self._marker_high):
+                raise OrderingError(f"changes up to {data_high} taken after a record at "
+                                    f"{max(self._data_high, self._marker_high)}")
+            self._data_high = data_high
+        self.stats["changes"] += changes
+        self.stats["copies"] += copies
+
     def feed(self, items: Iterable[ChangeRecord | ChunkRow | Marker]) -> list[ChangeRecord]:
         """``push`` each item; the emitted records, in order."""
         out = []

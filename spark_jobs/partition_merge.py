@@ -32,17 +32,20 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from functools import partial
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Iterator
 
 from common.config import SinksConfig
 from common.gc_tuning import STREAMING_THRESHOLDS, gc_paused, tune_gc
+from contract.avro_decoder import native_enabled, native_scan
 from contract.connect_json import RECORD_PREFIX
 from contract.debezium import debezium_position, not_connect_shape
 from contract.envelope import TRUNCATE_OP, record_names
 from contract.errors import SerdeError
 from contract.markers import window_of
+from contract.position import ENCODED_WIDTH
 from contract.schema_store import SchemaStore
 from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
@@ -279,7 +282,28 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     schema_info: dict[bytes, tuple[str, Any]] = {}
     generation = dec.store.generation
     next_marker = markers[0]["position"] if markers else None
-    for offset, key_b, value_b in records:
+    # The plain stream changes (no window open, the topic's own table, one key and value
+    # writer schema, read by their header) are decided by the native scan, a run at a
+    # time (_scan_plain); the loop below decides the record a scan stops at, and all the
+    # others.  After a scan that took nothing the next is tried a few records later.
+    scans: dict[bytes, Any] | None = {} if not whole and native_enabled() and native_scan else None
+    i, n, scan_at = 0, len(records), 0
+    while i < n:
+        if scans is not None and i >= scan_at and buf.is_empty:
+            got = _scan_plain(dec, records, i, scans, key_info, schema_info, buf, kept, topic_names,
+                              next_marker, key_columns)
+            scan_at = got + (1 if got > i else _SCAN_BACKOFF)
+            i = got
+            if dec.store.generation != generation:  # (a lookup read new schemas)
+                readers.clear()
+                key_info.clear()
+                schema_info.clear()
+                scans.clear()
+                generation = dec.store.generation
+            if i >= n:
+                break
+        offset, key_b, value_b = records[i]
+        i += 1
         row_reader = None  # (set: the record's row image is not decoded yet, see _Kept)
         try:
             if value_b is None:  # a tombstone (after a delete): for log compaction, not a change
@@ -307,6 +331,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 readers.clear()
                 key_info.clear()
                 schema_info.clear()
+                if scans is not None:
+                    scans.clear()
                 generation = dec.store.generation
             # the key record's fields, in key order; False: keyed before the table's primary key changed
             if key_b is None:
@@ -569,6 +595,50 @@ def _merged_changelog(s: MergeSettings, router: Router, kept: list[_Kept], parti
         stats["clean_written"] = stats.get("clean_written", 0) + writer.written
         stats["clean_skipped"] = stats.get("clean_skipped", 0) + writer.skipped
     return dead
+
+
+#: After a native scan that took no record, the records decided by the loop before the next scan
+_SCAN_BACKOFF = 32
+#: ``_Kept``'s slots in its fields' order: what the native scan fills (``scan_changes``)
+_KEPT_MEMBERS = tuple(_Kept.__dict__[f.name] for f in dataclass_fields(_Kept))
+
+
+def _scan_plain(dec: EnvelopeDecoder, records: list, i: int, scans: dict, key_info: dict, schema_info: dict,
+                buf: WindowBuffer, kept: list[_Kept], topic_names: tuple[str, str], limit: str | None,
+                key_columns: dict) -> int:
+    """The plain stream changes from ``records[i]`` on, decided by the native scan
+    (``scan_changes`` in ``contract/_avro_reader.c``) as :func:`merge_partition`'s loop
+    decides them, appended to ``kept`` as the loop would append them; the index of the first
+    record it did not take.  It takes the records framed like ``records[i]`` (its key's and
+    value's writer schemas), stream changes (op c, u or d) of the topic's own table read by
+    their header, below ``limit`` (the next window marker), while no window is open (the
+    caller's check): the DBLog rule then keeps no key, and a change is emitted unless it is
+    a copy.  Anything else, malformed or not, is left to the loop, which decides it with its
+    usual checks and errors.  The caches are the loop's (``key_info``, ``schema_info``)."""
+    _, key_b, value_b = records[i]
+    if value_b is None or key_b is None or value_b[:2] != SINGLE_OBJECT_MAGIC or key_b[:2] != SINGLE_OBJECT_MAGIC:
+        return i
+    scan = scans.get(value_b[:10])
+    if scan is None:
+        scan = scans[value_b[:10]] = (dec.decoder.change_scan_of(value_b), dec.decoder.change_header_of(value_b))
+    (program, indices), (_, row_reader) = scan if scan[0] and scan[1] else ((None, None), (None, None))
+    if program is None:
+        return i
+    try:
+        knames, newest_key = key_info.get(key_b[:10]) or key_info.setdefault(key_b[:10], dec.key_names(key_b))
+        sid, schema = schema_info.get(value_b[2:10]) or schema_info.setdefault(value_b[2:10], dec.schema_of(value_b))
+    except (SerdeError, KeyError, TypeError, ValueError):
+        return i  # (the loop makes it a dead letter)
+    data_high, marker_high = buf.highs()
+    before = len(kept)
+    end, data_high, changes, copies = native_scan(
+        program, indices, records, i, value_b[:10], key_b[:10], topic_names[0].encode(), topic_names[1].encode(),
+        ENCODED_WIDTH, data_high, marker_high, limit, kept, _KEPT_MEMBERS,
+        (sid, schema, topic_names, not newest_key, row_reader))
+    buf.took_changes(data_high, changes, copies)
+    if len(kept) > before and newest_key and topic_names not in key_columns:
+        key_columns[topic_names] = knames
+    return end
 
 
 def merge_markers(pending: list[dict], new: list[dict]) -> list[dict]:

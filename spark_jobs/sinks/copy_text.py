@@ -41,7 +41,7 @@ from contract.errors import NotCompiled
 from spark_jobs.sinks.layout import column_kind
 from spark_jobs.sinks.values import format_time_micros
 
-__all__ = ["CopyEncoder", "compile_copy_encoder", "copy_escape", "date_text", "stage_column"]
+__all__ = ["CopyEncoder", "compile_copy_encoder", "copy_escape", "copy_lines_of", "date_text", "stage_column"]
 
 CopyEncoder = Callable[[bytes, int], bytes]
 
@@ -186,6 +186,18 @@ def _native_line(fields: list[dict], columns: Sequence[Any]) -> CopyEncoder | No
             col = columns[n]
             words += [n, *_text_words(f["type"], col.kind, int(col.scale or 0))]
     return partial(copy_line, array("i", words).tobytes(), len(columns))  # line(data, at)
+
+
+def copy_lines_of(line: CopyEncoder) -> Callable[[list, int, int], bytes] | None:
+    """For a native ``line`` (:func:`compile_copy_encoder`'s, by the extension): a function
+    ``lines(changes, start, stop)`` giving the upserts' stage lines of ``changes[start:stop]``
+    (:class:`~spark_jobs.sinks.batch.EncodedChange` tuples) in one call: each row image's line,
+    a tab, the change's position, a tab, ``\\N`` (no key hash) and a newline.  None for a line of
+    the generated Python."""
+    copy_line, copy_lines = native_function("copy_line"), native_function("copy_lines")
+    if copy_lines is None or not isinstance(line, partial) or line.func is not copy_line:
+        return None
+    return partial(copy_lines, *line.args)
 
 
 def stage_column(kind: str, scale: int | None, column: str, pg_type: str) -> tuple[str, str]:

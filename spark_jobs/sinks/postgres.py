@@ -88,7 +88,7 @@ from contract.errors import NotCompiled
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.base import TablePlan, TableSinkBase
 from spark_jobs.sinks.batch import ApplyResult, Change, EncodedChange
-from spark_jobs.sinks.copy_text import compile_copy_encoder, stage_column
+from spark_jobs.sinks.copy_text import compile_copy_encoder, copy_lines_of, stage_column
 from spark_jobs.sinks.keys import key_hash, key_json_and_hash
 from spark_jobs.sinks.layout import TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_identifier
@@ -424,9 +424,13 @@ class PostgresSink(TableSinkBase):
         """The upserts' COPY lines into the stage table, written from their Avro bytes
         (``line``; ``key_reader`` reads the key columns of the key hashes, with ``hashed``)."""
         layout = plan.layout
+        lines = None if hashed else copy_lines_of(line)
         with cur.copy(f"COPY pg_temp.{quote_pg(_STAGE_UPSERTS)} ({', '.join(plan.col_names)}, "
                       f"{quote_pg(POSITION_COLUMN)}, {quote_pg(KEY_HASH)}) FROM STDIN") as copy:
             for i in range(0, len(upserts), _COPY_LINES):
+                if lines is not None:  # (the native lines, no key hash: the common case, one call per part)
+                    copy.write(lines(upserts, i, i + _COPY_LINES))
+                    continue
                 part = upserts[i:i + _COPY_LINES]
                 if hashed:
                     copy.write(b"".join([b"%s\t%s\t\\\\x%s\n" % (

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from contract import avro_decoder
 from contract.avro_decoder import NATIVE_ENV
 from contract.errors import NotCompiled
-from spark_jobs.sinks.copy_text import compile_copy_encoder, copy_escape, date_text, stage_column
+from spark_jobs.sinks.batch import EncodedChange
+from spark_jobs.sinks.copy_text import compile_copy_encoder, copy_escape, copy_lines_of, date_text, stage_column
 from spark_jobs.sinks.layout import SinkColumn, column_kind
 
 _UNESCAPE = {b"\\\\": b"\\", b"\\t": b"\t", b"\\n": b"\n", b"\\r": b"\r"}
@@ -208,3 +209,30 @@ def test_a_malformed_image_fails_the_native_line_as_it_fails_the_generated_one(d
     assert isinstance(got, Exception) == isinstance(want, Exception), (got, want)
     if not isinstance(got, Exception):
         assert got == want
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_rows(), st.data())
+def test_the_native_lines_of_a_batch_are_its_lines_one_by_one(drawn, data):
+    """copy_lines_of(line)(changes, start, stop): the stage lines PostgresSink._copy_encoded
+    writes one by one (the image's line, its position, no key hash), images at any offset of
+    their events; a malformed image fails the batch as its line fails."""
+    row, columns, images = drawn
+    native, python = _lines(row, columns)
+    lines = copy_lines_of(native)
+    assert (lines is None) == (avro_decoder._avro_reader is None)
+    assume(lines is not None)
+    assert copy_lines_of(python) is None
+    changes = []
+    for n, image in enumerate(images * data.draw(st.integers(1, 3))):
+        pad = data.draw(st.binary(max_size=4))
+        changes.append(EncodedChange("c", f"{n:030d}", pad + image, len(pad)))
+    start = data.draw(st.integers(0, len(changes)))
+    stop = data.draw(st.integers(start, len(changes) + 2))
+    want = b"".join(b"%s\t%s\t\\N\n" % (python(ch.data, ch.row_at), ch.position.encode()) for ch in changes[start:stop])
+    assert lines(changes, start, stop) == want
+    last = min(stop, len(changes)) - 1
+    if last >= start:
+        changes[last] = changes[last]._replace(data=changes[last].data[:changes[last].row_at])
+        with pytest.raises(ValueError):
+            lines(changes, start, stop)

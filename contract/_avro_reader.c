@@ -840,6 +840,9 @@ static PyObject *scan_changes(PyObject *self, PyObject *args) {
     Py_ssize_t start, width, offsets[K_COUNT];
     int32_t field[F_COUNT];
     PyObject *result = NULL, *new_high = NULL;
+    /* (the record being read, and the one whose position is the data high, held: nothing
+     * here runs Python code that could change the list, but a collection could) */
+    PyObject *rec = NULL, *high_rec = NULL;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*O!O!ny*y*y*y*nUUOO!O!O!", &program, &PyTuple_Type, &fields, &PyList_Type, &records,
                           &start, &vprefix, &kprefix, &db, &table, &width, &data_high, &marker_high, &limit,
@@ -847,7 +850,7 @@ static PyObject *scan_changes(PyObject *self, PyObject *args) {
         return NULL;
     PyTypeObject *kept_type = NULL;
     const char *high, *mhigh, *lim = NULL;
-    Py_ssize_t high_len, mhigh_len, lim_len = 0, changes = 0, copies = 0, i = start, n = PyList_GET_SIZE(records);
+    Py_ssize_t high_len, mhigh_len, lim_len = 0, changes = 0, copies = 0, i = start;
     Py_ssize_t nslots = PyTuple_GET_SIZE(fields) == F_COUNT ? MAX_SLOTS : -1;
     if (program.len % 4 != 0 || program.len == 0 || nslots < 0 || vprefix.len != 10 || kprefix.len != 10
             || PyTuple_GET_SIZE(members) != K_COUNT || PyTuple_GET_SIZE(consts) != 5 || start < 0 || width < 1) {
@@ -900,8 +903,10 @@ static PyObject *scan_changes(PyObject *self, PyObject *args) {
              *c_table = PyTuple_GET_ITEM(consts, 2), *c_old = PyTuple_GET_ITEM(consts, 3),
              *c_reader = PyTuple_GET_ITEM(consts, 4);
     Slot top[MAX_SLOTS], src[MAX_SLOTS];
-    for (; i < n; i++) {
-        PyObject *rec = PyList_GET_ITEM(records, i);
+    memset(top, 0, sizeof(top));
+    memset(src, 0, sizeof(src));
+    for (; i < PyList_GET_SIZE(records); i++) {
+        Py_XSETREF(rec, Py_NewRef(PyList_GET_ITEM(records, i)));
         if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 3)
             break;
         PyObject *off = PyTuple_GET_ITEM(rec, 0), *kb = PyTuple_GET_ITEM(rec, 1), *vb = PyTuple_GET_ITEM(rec, 2);
@@ -914,8 +919,11 @@ static PyObject *scan_changes(PyObject *self, PyObject *args) {
         Reader r = {(const unsigned char *)PyBytes_AS_STRING(vb), PyBytes_GET_SIZE(vb), 10, prog_end, NULL};
         const unsigned char *op, *pos;
         Py_ssize_t op_len, pos_len;
-        memset(top, 0, sizeof(top));
-        memset(src, 0, sizeof(src));
+        /* (only the slots read are cleared: one program locates the same ones in every record) */
+        for (int f = 0; f < F_COUNT; f++) {
+            if (field[f] >= 0)
+                top[field[f]].node = src[field[f]].node = NULL;
+        }
         if (locate(&r, prog, top, MAX_SLOTS) < 0 || slot_text(&r, top[field[F_OP]], &op, &op_len) != 1 || op_len != 1
                 || (op[0] != 'c' && op[0] != 'u' && op[0] != 'd')
                 || slot_text(&r, top[field[F_POSITION]], &pos, &pos_len) != 1 || pos_len != width) {
@@ -991,7 +999,8 @@ static PyObject *scan_changes(PyObject *self, PyObject *args) {
             goto done;
         }
         Py_DECREF(obj);
-        high = (const char *)pos;  /* (in vb, which the records list holds) */
+        Py_XSETREF(high_rec, Py_NewRef(rec));
+        high = (const char *)pos;  /* (in vb, which high_rec holds) */
         high_len = pos_len;
         changes++;
     }
@@ -999,6 +1008,8 @@ static PyObject *scan_changes(PyObject *self, PyObject *args) {
     if (new_high != NULL)
         result = Py_BuildValue("nNnn", i, new_high, changes, copies);
 done:
+    Py_XDECREF(rec);
+    Py_XDECREF(high_rec);
     PyBuffer_Release(&program);
     PyBuffer_Release(&vprefix);
     PyBuffer_Release(&kprefix);

@@ -618,12 +618,13 @@ def _scan_plain(dec: EnvelopeDecoder, records: list, i: int, scans: dict, key_in
     _, key_b, value_b = records[i]
     if value_b is None or key_b is None or value_b[:2] != SINGLE_OBJECT_MAGIC or key_b[:2] != SINGLE_OBJECT_MAGIC:
         return i
-    scan = scans.get(value_b[:10])
-    if scan is None:
-        scan = scans[value_b[:10]] = (dec.decoder.change_scan_of(value_b), dec.decoder.change_header_of(value_b))
-    (program, indices), (_, row_reader) = scan if scan[0] and scan[1] else ((None, None), (None, None))
-    if program is None:
+    found = scans.get(value_b[:10])
+    if found is None:  # (program, field indices, the header's row reader), or False: not scanned
+        scan, header = dec.decoder.change_scan_of(value_b), dec.decoder.change_header_of(value_b)
+        found = scans[value_b[:10]] = (*scan, header[1]) if scan and header else False
+    if not found:
         return i
+    program, indices, row_reader = found
     try:
         knames, newest_key = key_info.get(key_b[:10]) or key_info.setdefault(key_b[:10], dec.key_names(key_b))
         sid, schema = schema_info.get(value_b[2:10]) or schema_info.setdefault(value_b[2:10], dec.schema_of(value_b))

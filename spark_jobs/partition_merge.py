@@ -616,16 +616,17 @@ def _scan_plain(dec: EnvelopeDecoder, records: list, i: int, scans: dict, key_in
     a copy.  Anything else, malformed or not, is left to the loop, which decides it with its
     usual checks and errors.  The caches are the loop's (``key_info``, ``schema_info``)."""
     _, key_b, value_b = records[i]
-    if value_b is None or key_b is None or value_b[:2] != SINGLE_OBJECT_MAGIC or key_b[:2] != SINGLE_OBJECT_MAGIC:
+    if (value_b is None or key_b is None or len(value_b) < 10 or len(key_b) < 10
+            or value_b[:2] != SINGLE_OBJECT_MAGIC or key_b[:2] != SINGLE_OBJECT_MAGIC):
         return i
-    found = scans.get(value_b[:10])
-    if found is None:  # (program, field indices, the header's row reader), or False: not scanned
-        scan, header = dec.decoder.change_scan_of(value_b), dec.decoder.change_header_of(value_b)
-        found = scans[value_b[:10]] = (*scan, header[1]) if scan and header else False
-    if not found:
-        return i
-    program, indices, row_reader = found
     try:
+        found = scans.get(value_b[:10])
+        if found is None:  # (program, field indices, the header's row reader), or False: not scanned
+            scan, header = dec.decoder.change_scan_of(value_b), dec.decoder.change_header_of(value_b)
+            found = scans[value_b[:10]] = (*scan, header[1]) if scan and header else False
+        if not found:
+            return i
+        program, indices, row_reader = found
         knames, newest_key = key_info.get(key_b[:10]) or key_info.setdefault(key_b[:10], dec.key_names(key_b))
         sid, schema = schema_info.get(value_b[2:10]) or schema_info.setdefault(value_b[2:10], dec.schema_of(value_b))
     except (SerdeError, KeyError, TypeError, ValueError):

@@ -79,7 +79,7 @@ def _event(op: str, position: str, i: int, *, db: str | None = DB, table: str | 
 def _record(draw, offset: int):
     kind = draw(st.sampled_from(["change"] * 12 + ["tombstone", "no key", "other key", "other value", "cut",
                                                    "altered", "other table", "no table", "window", "null image",
-                                                   "bad position"]))
+                                                   "bad position", "short"]))
     i = draw(st.integers(0, 40))
     op = draw(st.sampled_from("cccuuud" + ("rtx" if draw(st.integers(0, 9)) == 0 else "")))
     position = _pos(draw(st.integers(1, 60)))
@@ -96,6 +96,8 @@ def _record(draw, offset: int):
                    null_image=kind == "null image", window=kind == "window", wide=kind == "other value")
     if kind == "cut":
         value = value[:draw(st.integers(10, len(value) - 1))]
+    elif kind == "short":  # (shorter than its framing)
+        value = value[:draw(st.integers(0, 9))]
     elif kind == "altered":
         at = draw(st.integers(10, len(value) - 1))
         value = value[:at] + bytes([draw(st.integers(0, 255))]) + value[at + 1:]

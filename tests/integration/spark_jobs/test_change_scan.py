@@ -56,8 +56,8 @@ def test_the_native_scan_leaves_what_the_loop_leaves(stack, merge_config, test_d
     first = records[min(records)]
     key = first[0][1]
     first += [(first[-1][0] + 1, key, b"\xc3\x01abc"), (first[-1][0] + 2, key, b"\xc3\x01")]
-    mt = markers_topic(prefix)
-    markers = read_markers(cfg.kafka.bootstrap_servers, mt, 0, end_offsets(cfg.kafka.bootstrap_servers, [(mt, 0)])[(mt, 0)][1])
+    mt, bootstrap = markers_topic(prefix), cfg.kafka.bootstrap_servers
+    markers = read_markers(bootstrap, mt, 0, end_offsets(bootstrap, [(mt, 0)])[(mt, 0)][1])
     inputs, _ = batch_inputs(prefix, {}, {}, [(topic, p) for p in records], markers)
     assert sum(map(len, records.values())) > 1000 and any(m["kind"] == "OPEN" for m in markers)
 

@@ -94,6 +94,7 @@ def test_the_native_reader_is_built_where_it_can_be_and_used():
     schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}
     if _can_build():
         assert avro_decoder._avro_reader is not None
+        assert avro_decoder.native_scan is not None  # (the merge tasks' change scan, test_change_scan.py)
         assert native_enabled() == (os.environ.get(NATIVE_ENV, "1") != "0")
     else:
         assert not native_enabled()

@@ -219,6 +219,47 @@ def driver_end_offsets(bootstrap: str, partitions, client: dict | None = None,
                         wait=15.0 + _READ_SLACK_S, what=f"the end offsets of {', '.join(sorted({t for t, _ in parts}))}")
 
 
+def key_partition_counts(partitions: list[tuple[str, int]], seen: dict[str, int], changed: list[str]
+                         ) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    """The partition count per topic that a batch's tasks check their records' keys against
+    (``MergeSettings.key_partitions``: where the records are all where Kafka's partitioner
+    puts their keys, a task writes PostgreSQL under its partition's turn), and the job state
+    to keep: ``seen`` (each topic's count when last seen) and ``changed`` (the topics whose
+    count changed while the job watched them).
+
+    A changed topic's tasks take the table's whole turn from then on: within a batch every
+    task checks against the same count, so only one partition can pass for a key, but a
+    task of an earlier attempt still running (a zombie) checked against the old count."""
+    now: dict[str, int] = {}
+    for topic, _ in partitions:
+        now[topic] = now.get(topic, 0) + 1
+    seen, changed_set = dict(seen), set(changed)
+    for topic, n in now.items():
+        if topic in seen and seen[topic] != n:
+            changed_set.add(topic)
+        seen[topic] = n
+    return {t: n for t, n in now.items() if t not in changed_set}, seen, sorted(changed_set)
+
+
+def partition_turn_keys(counts: dict[str, int], key_fingerprints: dict[str, list[str]]
+                        ) -> dict[str, tuple[int, str]]:
+    """``MergeSettings.key_partitions``: per table topic, the partition count and the one key
+    schema fingerprint its tasks hold each record to before writing under their partition's
+    turn.  ``counts``: from :func:`key_partition_counts`; ``key_fingerprints``: per topic,
+    the fingerprints of every key schema its table has had (the schema store's, up to the
+    batch's end).
+
+    One row can have two key encodings: a primary key column's type change (``INT`` to
+    ``BIGINT``) gives it a new key schema, new key bytes, and most likely another partition,
+    so its older records sit in one partition and its newer ones in another, each where the
+    partitioner puts its own bytes.  Two tasks writing it side by side could let an older
+    upsert race a newer delete.  So a topic whose table ever had more than one key schema
+    (or none known) is left out: its tasks take the table's whole turn, for good (the schema
+    store only grows).  With one key schema, one row has one encoding, and so one
+    partition."""
+    return {t: (n, fps[0]) for t, n in counts.items() if len(fps := key_fingerprints.get(t) or []) == 1}
+
+
 def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None,
                  decode: Callable[[bytes, int], list[dict]] = _our_marker) -> list[dict]:
     """The markers at offsets ``[start, end)`` of the (single-partition) markers topic
@@ -297,7 +338,9 @@ class MergeJob:
         self.held = self.held_peak = 0
         self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0, "lost_partitions": 0,
                        "lost_records": 0, "deleted_missing": 0,
-                       "from_bytes": 0}  # records a sink applied from their Avro bytes (apply_encoded)
+                       "from_bytes": 0,  # records a sink applied from their Avro bytes (apply_encoded)
+                       # a task's writes to a sink under its partition's turn / the table's whole turn
+                       "partition_turns": 0, "whole_turns": 0}
         self._stop = threading.Event()
         self.query = None
         self._known: dict[str, int] = {}  # topics made sure of: partitions
@@ -739,6 +782,20 @@ class MergeJob:
                     "records.  Bring the sink tables in line by hand and set 'columns: evolve' or 'ignore' for the "
                     "table, then start the job again")
 
+    def _turn_keys(self, counts: dict[str, int], schemas_end: int) -> dict[str, tuple[int, str]]:
+        """The batch's :func:`partition_turn_keys`: none for Debezium's input (JSON keys, no
+        schema store) or where several sources' stores feed the job (sharded sources merged
+        into one table: two topics may write one row)."""
+        if self.settings.debezium or len(self._stores) > 1 or not counts:
+            return {}
+        if schemas_end:
+            self.schemas.refresh_until(schemas_end)
+        fingerprints = {}
+        for topic in counts:
+            key_name = record_names(self.prefix, *table_of_topic(self.prefix, topic))[0]
+            fingerprints[topic] = [fp for fp, _ in self.schemas.versions_named(key_name)]
+        return partition_turn_keys(counts, fingerprints)
+
     # -- routing (docs/sharding.md) ----------------------------------------------------------------
     def route_targets(self, partitions: list[tuple[str, int]], schemas_end: int) -> dict[str, dict]:
         """Each route's target layout (``{"schema", "key"}`` by route name) from the newest
@@ -851,6 +908,9 @@ class MergeJob:
         settings = self.settings
         if self.router.routes or len(self._stores) > 1:
             settings = dataclasses.replace(settings, targets=self.route_targets(partitions, schemas_end))
+        counts, seen_counts, changed = key_partition_counts(partitions, prev.get("partition_counts") or {},
+                                                            prev.get("partition_counts_changed") or [])
+        settings = dataclasses.replace(settings, key_partitions=self._turn_keys(counts, schemas_end))
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         t_tasks = time.monotonic()
@@ -872,7 +932,8 @@ class MergeJob:
             debezium_truncates(stats) + prev.get("delete_missing", []) + plan["delete_missing"], batch_id)
         self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states,
                                          "orphan_markers": orphans, "markers_topic_id": plan.get("markers_topic_id"),
-                                         "delete_missing": waiting, "sink_epoch": epoch + moved})
+                                         "delete_missing": waiting, "sink_epoch": epoch + moved,
+                                         "partition_counts": seen_counts, "partition_counts_changed": changed})
         self._purge_tombstones(partitions)
         ends = batch_end_offsets(self.query_dir, batch_id)
         lost = [DataLoss.from_json(x) for x in plan.get("lost", [])] + \
@@ -884,7 +945,8 @@ class MergeJob:
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
                 lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None) -> None:
         agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
-                                                            "upserted", "deleted", "held", "from_bytes")}
+                                                            "upserted", "deleted", "held", "from_bytes",
+                                                            "partition_turns", "whole_turns")}
         # Where the batch's time went: the driver's phases (wall clock) and the tasks' own,
         # summed over the tasks (which run side by side): wall clock (``*_s``) and the task
         # thread's CPU time (``*_cpu_s``: what a phase costs, whatever else the machine does);

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator
 
 from common.config import SinksConfig
 from common.gc_tuning import STREAMING_THRESHOLDS, gc_paused, tune_gc
+from common.kafka.partitioner import in_partition
 from contract.avro_decoder import native_enabled, native_scan
 from contract.connect_json import RECORD_PREFIX
 from contract.debezium import debezium_position, not_connect_shape
@@ -85,6 +86,11 @@ class MergeSettings:
     # kafka.input: debezium: the table topics are Debezium's (positions from ``source`` and the
     # Kafka offset, :mod:`contract.debezium`; no markers: its snapshot rows come deduplicated)
     debezium: bool = False
+    # Per batch, ``{topic: (partition count, key fingerprint)}`` of the table topics whose
+    # tasks may write PostgreSQL under their partition's turn
+    # (:func:`spark_jobs.merge_job.partition_turn_keys`, :func:`owns_keys`); a topic absent:
+    # the table's whole turn.
+    key_partitions: dict = field(default_factory=dict)
 
 
 # -- per worker process caches (Spark reuses Python workers between tasks) ---------------------
@@ -263,7 +269,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     topic_db, topic_table = table_of_topic(s.prefix, topic)
     ignore_columns = s.sinks.schema_rule(topic_db, topic_table).columns == "ignore"
     stats = {"topic": topic, "partition": partition, "input": len(records), "emitted": 0, "dropped": 0, "copies": 0,
-             "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0, "from_bytes": 0}
+             "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0, "from_bytes": 0, "partition_turns": 0,
+             "whole_turns": 0}
     kept: list[_Kept] = []
     dead: list[tuple[int, bytes | None, bytes | None, str]] = []
     dropped_before, copies_before = buf.stats["rows_dropped"], buf.stats["copies"]
@@ -440,6 +447,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
 
     by_table: dict[tuple[str, str], list[_Kept]] = {}
     fields_of: dict[str, Any] = {}  # route name -> its target's fields (this batch's layout)
+    routed_any = False
     for k in kept:
         if k.old_key:
             # The sink table is keyed by the new key (rebuilt by it); the snapshot the producer
@@ -447,8 +455,12 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             stats["sink_skipped"] += 1
         elif k.op != TRUNCATE_OP:
             routed = _routed(s, router, k, key_columns, fields_of) if router is not None else None
+            routed_any = routed_any or routed is not None
             by_table.setdefault(k.table if routed is None else routed.table, []).append(routed or k)
     sinks = sinks_of(s)
+    own_turn = (not routed_any and bool(by_table)
+                and owns_keys(s.key_partitions.get(topic), [k.key_bytes for recs in by_table.values() for k in recs],
+                              partition))
 
     def writer_of(value_b: bytes) -> Any:
         return dec.store.get(value_b[2:10].hex())
@@ -467,8 +479,14 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             continue
         for _, sink in sinks:
             waited = sink.turn_wait_s
-            dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats, writer_of)
+            own = own_turn and sink.PARTITION_TURNS
+            sink.turn_partition = partition if own else None
+            try:
+                dead += _apply(sink, db, table, records_of_table, key_columns[(db, table)], stats, writer_of)
+            finally:
+                sink.turn_partition = None
             stats["sinks_turn_s"] = stats.get("sinks_turn_s", 0.0) + sink.turn_wait_s - waited
+            stats["partition_turns" if own else "whole_turns"] += 1
     if truncates:  # applied by the driver once every partition's records of the batch are
         stats["truncates"] = [[db, table, below] for (db, table), below in truncates.items()]
     stats["sinks_s"], stats["sinks_cpu_s"] = time.monotonic() - t_clean, time.thread_time() - c_clean
@@ -641,6 +659,22 @@ def _scan_plain(dec: EnvelopeDecoder, records: list, i: int, scans: dict, key_in
     if len(kept) > before and newest_key and topic_names not in key_columns:
         key_columns[topic_names] = knames
     return end
+
+
+def owns_keys(turn: tuple[int, str] | None, keys: list, partition: int) -> bool:
+    """Whether a task of ``partition`` may write ``keys`` under its partition's own turn
+    (sinks that have one: PostgreSQL), ``turn`` being the topic's ``(partition count, key
+    fingerprint)`` of :func:`spark_jobs.merge_job.partition_turn_keys` (None: the table's
+    whole turn).  Yes when every key is Avro single-object framed with the topic's one key
+    schema and sits where Kafka's partitioner puts it among the topic's partitions: no other
+    partition's task can then write one of its rows (common/kafka/partitioner.py)."""
+    if turn is None or not keys:
+        return False
+    count, fingerprint = turn
+    if not in_partition(keys, count, partition):  # (also: every key is bytes)
+        return False
+    head = SINGLE_OBJECT_MAGIC + bytes.fromhex(fingerprint)
+    return all(k[:10] == head for k in keys)
 
 
 def merge_markers(pending: list[dict], new: list[dict]) -> list[dict]:

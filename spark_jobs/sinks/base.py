@@ -62,6 +62,9 @@ class TableSinkBase:
     #: The driver's exceptions of a database out of reach: raised as :class:`SinkUnavailable`.
     UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = ()
 
+    #: Whether the sink has turns per Kafka partition (``turn_partition``): PostgreSQL's.
+    PARTITION_TURNS = False
+
     def __init__(self, serialize: bool) -> None:
         self.serialize = serialize
         self._conn: Any = None
@@ -71,6 +74,11 @@ class TableSinkBase:
         self.last_alters: list[str] = []
         #: Seconds spent waiting for tables' turns (``serialize``), summed since the sink was made.
         self.turn_wait_s = 0.0
+        #: The Kafka partition whose turn the next writes take instead of the table's whole
+        #: turn (a merge task whose records are all where Kafka's partitioner puts their
+        #: keys, :mod:`common.kafka.partitioner`), where the sink has such turns
+        #: (:class:`~spark_jobs.sinks.postgres.PostgresSink`); None: the whole turn.
+        self.turn_partition: int | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def __getstate__(self) -> dict:
@@ -308,6 +316,12 @@ class TableSinkBase:
         return bool(cur.fetchone()[0])
 
     def _take_turn(self, cur: Any, name: str) -> bool:
+        """An apply's turn of sink table ``name``: here always :meth:`_whole_turn` (a sink
+        with turns per partition overrides this, see ``turn_partition``); whether the table
+        is registered."""
+        return self._whole_turn(cur, name)
+
+    def _whole_turn(self, cur: Any, name: str) -> bool:
         """Lock sink table ``name``'s row in :data:`TABLES` (``SELECT ... FOR UPDATE``), so
         writers of one table take turns; whether the table is registered."""
         cur.execute(f"SELECT 1 FROM {self._bookkeeping(TABLES)} WHERE table_name = %s FOR UPDATE", [name])
@@ -361,7 +375,7 @@ class TableSinkBase:
         with self._transaction() as cur:
             if not self._has_table(cur, db, table):
                 return 0
-            self._take_turn(cur, self.table_name(db, table))  # the writers' lock: ``apply`` waits
+            self._whole_turn(cur, self.table_name(db, table))  # the writers' lock: ``apply`` waits
             cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {self._quote(POSITION_COLUMN)} < %s"
                         + conds, [position, *(where or {}).values()])
             return cur.rowcount
@@ -384,7 +398,7 @@ class TableSinkBase:
         with self._transaction() as cur:
             if not self._has_table(cur, db, table):
                 return False
-            self._take_turn(cur, name)
+            self._whole_turn(cur, name)
             qualified = self.qualified_name(db, table)
             if below is not None:
                 cur.execute(f"DELETE FROM {qualified} WHERE {self._quote(POSITION_COLUMN)} < %s", [below])
@@ -419,7 +433,7 @@ class TableSinkBase:
             if self._has_table(cur, to_db, to_table):
                 done = "dropped"
             else:
-                self._take_turn(cur, name)
+                self._whole_turn(cur, name)
                 cur.execute(self._rename_sql(db, table, to_db, to_table))
                 cur.execute(f"UPDATE {self._bookkeeping(TABLES)} SET table_name = %s, source_db = %s, "
                             "source_table = %s WHERE table_name = %s", [to_name, to_db, to_table, name])

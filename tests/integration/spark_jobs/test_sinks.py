@@ -1008,3 +1008,72 @@ def test_the_key_json_postgresql_writes_of_an_integer_key_is_the_tombstones(conf
     # other kinds: matched by hash
     text = TableLayout((SinkColumn("a", "a", "string", False),), (SinkColumn("a", "a", "string", False),))
     assert _key_json_sql(text, ["v.a"]) is None
+
+
+def test_partitions_turns_go_side_by_side_and_wait_for_their_own_and_for_the_whole_turn(config, unique):
+    """PostgreSQL's turn per Kafka partition (``turn_partition``, what a merge task whose
+    records are all where Kafka's partitioner puts their keys takes): while partition 0's
+    turn is held, partition 1's writer goes on; a second writer of partition 0 (a zombie
+    task) and the table's whole turn wait for it; and a writer of a partition waits for the
+    whole turn."""
+    from spark_jobs.sinks.naming import TABLES
+    from tests.producer_helpers import wait_for
+
+    dsn = config.sinks.postgres.dsn.get_secret_value()
+    src, backend = simple_source(), PgBackend(dsn, unique("pturn"))
+    sink, db, table = backend.sink, "shop", "items"
+
+    def writer(partition: int | None, ident: int, pos: int) -> tuple[threading.Thread, dict]:
+        own = pickle.loads(pickle.dumps(sink))  # (a sink of its own: another task)
+        own.turn_partition = partition
+        out: dict = {}
+
+        def run() -> None:
+            try:
+                out["result"] = own.apply(db, table, src.schema, ["id"],
+                                          [src.upsert({"id": ident, "v": f"p{partition}", "n": None}, pos, "c")])
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                out["error"] = exc
+            finally:
+                own.close()
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        return th, out
+
+    def blocked_by(pid: int) -> int:
+        with psycopg.connect(dsn) as look:
+            return look.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                                [pid]).fetchone()[0]
+
+    try:
+        assert sink.apply(db, table, src.schema, ["id"], [src.upsert({"id": 1, "v": "a", "n": None}, 10, "c")]).upserted
+        name = sink.table_name(db, table)
+        holder = pickle.loads(pickle.dumps(sink))
+        holder.turn_partition = 0
+        with psycopg.connect(dsn) as other:  # partition 0's turn, held
+            with other.cursor() as cur:
+                assert holder._take_turn(cur, name)
+            th1, out1 = writer(1, 2, 20)
+            th1.join(60)
+            assert not th1.is_alive() and out1.get("result") and out1["result"].upserted == 1, out1
+            th0, out0 = writer(0, 3, 30)
+            whole, out_whole = writer(None, 4, 40)
+            wait_for(lambda: blocked_by(other.info.backend_pid) == 2, timeout=60,
+                     what="partition 0's second writer and the whole turn waiting", state=lambda: (out0, out_whole))
+            assert th0.is_alive() and whole.is_alive()
+        for th, out in ((th0, out0), (whole, out_whole)):
+            th.join(60)
+            assert not th.is_alive() and out.get("result") and out["result"].upserted == 1, out
+        with psycopg.connect(dsn) as other:  # the whole turn, held
+            other.execute(f"SELECT 1 FROM {quote_pg(backend.schema)}.{quote_pg(TABLES)} WHERE table_name = %s "
+                          "FOR UPDATE", [name])
+            th2, out2 = writer(2, 5, 50)
+            wait_for(lambda: blocked_by(other.info.backend_pid) == 1, timeout=60,
+                     what="partition 2's writer waiting for the whole turn", state=lambda: out2)
+            assert th2.is_alive()
+        th2.join(60)
+        assert not th2.is_alive() and out2.get("result") and out2["result"].upserted == 1, out2
+        assert {k: r["v"] for k, r in backend.table(db, table, ["id"]).items()} == {
+            (1,): "a", (2,): "p1", (3,): "p0", (4,): "pNone", (5,): "p2"}
+    finally:
+        backend.drop()

@@ -87,3 +87,27 @@ def test_markers_of_a_table_without_topic_wait_for_it():
     m3 = {"db": "shop", "table": "quiet", "kind": "CLOSE", "position": "3" * 30}
     inputs, orphans = batch_inputs("cdc", {}, orphans, [("cdc.shop.quiet", 0), ("cdc.shop.quiet", 1)], [m3])
     assert inputs["cdc.shop.quiet|0"][1] == [m1, m3] == inputs["cdc.shop.quiet|1"][1] and orphans == {}
+
+
+def test_key_partition_counts_per_topic_and_topics_whose_count_changed():
+    from spark_jobs.merge_job import key_partition_counts
+
+    parts = [("a", 0), ("a", 1), ("a", 2), ("b", 0)]
+    counts, seen, changed = key_partition_counts(parts, {}, [])
+    assert (counts, seen, changed) == ({"a": 3, "b": 1}, {"a": 3, "b": 1}, [])
+    # a's count grows: its tasks take the whole turn from then on, also once it is steady
+    counts, seen, changed = key_partition_counts(parts + [("a", 3)], seen, changed)
+    assert (counts, seen, changed) == ({"b": 1}, {"a": 4, "b": 1}, ["a"])
+    counts, seen, changed = key_partition_counts(parts + [("a", 3), ("c", 0)], seen, changed)
+    assert (counts, seen, changed) == ({"b": 1, "c": 1}, {"a": 4, "b": 1, "c": 1}, ["a"])
+    assert key_partition_counts([], seen, changed) == ({}, seen, ["a"])  # (a topic not listed keeps its count)
+
+
+def test_partition_turns_only_for_topics_with_one_key_schema():
+    from spark_jobs.merge_job import partition_turn_keys
+
+    counts = {"a": 3, "b": 1, "c": 2}
+    fps = {"a": ["00" * 8], "b": ["11" * 8, "22" * 8], "d": ["33" * 8]}
+    # b's table had two key schemas (a key column's type changed), c's none known, d no count
+    assert partition_turn_keys(counts, fps) == {"a": (3, "00" * 8)}
+    assert partition_turn_keys({}, fps) == {}

@@ -785,11 +785,12 @@ class MergeJob:
     def _turn_keys(self, counts: dict[str, int], schemas_end: int) -> dict[str, tuple[int, str]]:
         """The batch's :func:`partition_turn_keys`: none for Debezium's input (JSON keys, no
         schema store) or where several sources' stores feed the job (sharded sources merged
-        into one table: two topics may write one row)."""
-        if self.settings.debezium or len(self._stores) > 1 or not counts:
+        into one table: two topics may write one row), nor without the schemas topic's end
+        fixed for the batch (what the store holds might then miss a key schema its records
+        carry)."""
+        if self.settings.debezium or len(self._stores) > 1 or not counts or not schemas_end:
             return {}
-        if schemas_end:
-            self.schemas.refresh_until(schemas_end)
+        self.schemas.refresh_until(schemas_end)
         fingerprints = {}
         for topic in counts:
             key_name = record_names(self.prefix, *table_of_topic(self.prefix, topic))[0]

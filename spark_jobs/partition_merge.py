@@ -458,9 +458,9 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
             routed_any = routed_any or routed is not None
             by_table.setdefault(k.table if routed is None else routed.table, []).append(routed or k)
     sinks = sinks_of(s)
-    own_turn = (not routed_any and bool(by_table)
-                and owns_keys(s.key_partitions.get(topic), [k.key_bytes for recs in by_table.values() for k in recs],
-                              partition))
+    turn = s.key_partitions.get(topic)  # (None: the table's whole turn, no key looked at)
+    own_turn = (turn is not None and not routed_any and bool(by_table)
+                and owns_keys(turn, [k.key_bytes for recs in by_table.values() for k in recs], partition))
 
     def writer_of(value_b: bytes) -> Any:
         return dec.store.get(value_b[2:10].hex())

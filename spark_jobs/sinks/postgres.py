@@ -17,9 +17,10 @@ Two bookkeeping tables per schema:
 * ``__cdc_tables (table_name PK, source_db, source_table, key_columns)``: which source each
   sink table mirrors (two sources mapping to one name are refused) and its key.  Every
   ``apply`` locks its table's row (``SELECT ... FOR UPDATE``), so writers of one table take
-  turns (``serialize=True``, see below); a merge task whose records are all in the
-  partition Kafka's partitioner gives their keys shares the row with the other partitions'
-  (``FOR SHARE``) and takes a turn of its partition instead (``_take_turn``).
+  turns (``serialize=True``, see below); a merge task whose records all carry their
+  table's one key schema and are in the partition Kafka's partitioner gives their keys
+  shares the row with the other partitions' (``FOR SHARE``) and takes a turn of its
+  partition instead (``_take_turn``).
 * ``__cdc_tombstones (table_name, key_hash, key_json, position)``: deleted keys.
 
 Why tombstones
@@ -224,13 +225,15 @@ class PostgresSink(TableSinkBase):
         transaction advisory lock of (table, partition).
 
         Writers of two partitions share the row and go side by side: they never write the
-        same key (the task checked that its records are where Kafka's partitioner puts
-        their keys).  A second writer of one partition (a zombie task of an earlier attempt)
-        waits for the first on the advisory lock.  The whole turn waits for every sharer,
-        and they for it: what every other writer takes (records whose key another partition
-        may hold, routed targets, a topic whose partition count changed, the driver's
-        deletes, drops and renames).  Measured: the steady batches of a 1M-event benchmark
-        left the two cores 30% idle under the whole turn alone (docs/merge-performance.md)."""
+        same sink row (the task checked that its records carry the table's one key schema and
+        are where Kafka's partitioner puts their keys:
+        :func:`~spark_jobs.partition_merge.owns_keys`).  A second writer of one partition (a
+        zombie task of an earlier attempt) waits for the first on the advisory lock.  The
+        whole turn waits for every sharer, and they for it: what every other writer takes
+        (records whose key another partition may hold, tables that had another key schema,
+        routed targets, a topic whose partition count changed, the driver's deletes, drops
+        and renames).  Measured: the steady batches of a 1M-event benchmark left the two
+        cores 30% idle under the whole turn alone (docs/merge-performance.md)."""
         if self.turn_partition is None:
             return self._whole_turn(cur, name)
         cur.execute(f"SELECT 1 FROM {self._bookkeeping(TABLES)} WHERE table_name = %s FOR SHARE", [name])

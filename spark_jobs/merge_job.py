@@ -95,6 +95,7 @@ from spark_jobs.partition_merge import (
     merge_markers,
     range_function,
     sinks_of,
+    warm_worker,
 )
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
@@ -258,6 +259,31 @@ def partition_turn_keys(counts: dict[str, int], key_fingerprints: dict[str, list
     store only grows).  With one key schema, one row has one encoding, and so one
     partition."""
     return {t: (n, fps[0]) for t, n in counts.items() if len(fps := key_fingerprints.get(t) or []) == 1}
+
+
+def warm_workers(spark, name: str) -> threading.Thread:
+    """Start Spark's Python workers while the merge query starts: a job of one empty task per
+    executor core (:func:`~spark_jobs.partition_merge.warm_worker`), run on a thread of its
+    own (``name`` in its name) so that the query's start does not wait for it.
+
+    Otherwise the first micro-batch's tasks wait for them: Spark starts its Python daemon,
+    which forks the workers, and each worker imports PySpark and the merge's modules before
+    it runs its task (about 0.6 s of the first micro-batch in ``cdc bench merge``, while the
+    query's start left a core idle: docs/merge-performance.md).  The workers stay for the
+    tasks that follow (``spark.python.worker.reuse``).  A failure here loses only the warm
+    start: the first batch starts the workers as before."""
+    sc = spark.sparkContext
+
+    def run() -> None:
+        try:
+            n = max(1, sc.defaultParallelism)
+            sc.parallelize(range(n), n).mapPartitions(warm_worker).collect()
+        except Exception as exc:  # noqa: BLE001 - only the warm start is lost
+            log.debug("the Python workers' warm start failed: %s", exc)
+
+    t = threading.Thread(target=run, name=f"cdc-merge-warm-{name}", daemon=True)
+    t.start()
+    return t
 
 
 def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None,
@@ -1027,6 +1053,7 @@ class MergeJob:
         self.check_routes()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}",
                               kafka_source=self.cfg.spark.kafka_source)
+        warm_workers(spark, self.prefix)
         first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job serves all
         server = serve_metrics(self.cfg.spark.metrics_port if first else None, self.prometheus)
         delay, restarts = 1.0, 0

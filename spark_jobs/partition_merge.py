@@ -122,6 +122,16 @@ def _tune_worker_gc() -> None:
     _cached(("gc",), lambda: tune_gc(STREAMING_THRESHOLDS, freeze=True) or True)
 
 
+def warm_worker(items: Iterator) -> Iterator:
+    """The task of :meth:`~spark_jobs.merge_job.MergeJob.warm_workers`: unpickling it makes
+    a Spark Python worker import this module (and what it imports); it then tunes the
+    worker's collector (:func:`_tune_worker_gc`) and yields nothing."""
+    for _ in items:
+        pass
+    _tune_worker_gc()
+    return iter(())
+
+
 class EnvelopeDecoder:
     """Decodes a record with its table's newest schema (:mod:`contract.schema_resolution`)
     and tells that schema (the sinks build tables from it)."""

@@ -209,14 +209,14 @@ _READ_SLACK_S = 30.0
 
 
 def driver_end_offsets(bootstrap: str, partitions, client: dict | None = None,
-                       hints: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+                       hints: dict | None = None, at_least: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
     """:func:`common.kafka.offsets.end_offsets` as the driver asks it: in a Kafka client
     process, so that a topic deleted while it is probed (a librdkafka crash on Tansu) ends
     that process and raises :class:`common.errors.KafkaClientCrashed` here instead."""
     parts = list(partitions)
     if not parts:
         return {}
-    return run_isolated(end_offsets, bootstrap, parts, client_config=client, hints=hints,
+    return run_isolated(end_offsets, bootstrap, parts, client_config=client, hints=hints, at_least=at_least,
                         wait=15.0 + _READ_SLACK_S, what=f"the end offsets of {', '.join(sorted({t for t, _ in parts}))}")
 
 
@@ -698,7 +698,7 @@ class MergeJob:
             if ends and isinstance(ends[0], dict) else {}
         deadline = time.monotonic() + timeout
         while want:
-            now = driver_end_offsets(self.cfg.kafka.bootstrap_servers, want, self.client, hints=want)
+            now = driver_end_offsets(self.cfg.kafka.bootstrap_servers, want, self.client, hints=want, at_least=want)
             want = {tp: e for tp, e in want.items() if now[tp][1] < e}
             if not want:
                 return

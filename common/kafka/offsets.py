@@ -45,7 +45,8 @@ _STATS_INTERVAL_MS = 10
 
 def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *, timeout: float = 15.0,
                 client_config: dict | None = None,
-                hints: Mapping[tuple[str, int], int] | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+                hints: Mapping[tuple[str, int], int] | None = None,
+                at_least: Mapping[tuple[str, int], int] | None = None) -> dict[tuple[str, int], tuple[int, int]]:
     """``{(topic, partition): (low, end)}`` where ``end`` is the true log-end offset.
 
     Under ``isolation.level=read_committed`` (the default here) ``end`` is the last stable
@@ -55,6 +56,13 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
     ``hints`` (optional) maps partitions to an offset at or below their current end, such
     as the end this function returned last time: the probing fetch starts there and so
     carries only the records written since.  A wrong hint costs time, never correctness.
+
+    ``at_least`` (optional), for a caller that only asks whether ends have reached given
+    offsets (the merge job's wait for a batch's records to be committed): a partition whose
+    ListOffsets answer is already at or above its offset there is answered with that answer,
+    a lower bound of its end, and not probed.  When every partition is, no fetch is made at
+    all: the probe is what costs (25-35 ms a call on the embedded broker, against 3 ms for
+    four ListOffsets).
 
     The whole call takes at most about ``timeout`` seconds: :class:`OffsetLookupError` if
     the broker has not answered by then.  A partition the broker does not know raises
@@ -91,9 +99,13 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
                                             f"{exc.args[0].str()}") from exc
                 raise
             reported[(topic, part)] = (lo, hi)
+        enough = {tp: lohi for tp, lohi in reported.items() if at_least and tp in at_least and lohi[1] >= at_least[tp]}
+        if len(enough) == len(reported):
+            return enough
+        probed = {tp: lohi for tp, lohi in reported.items() if tp not in enough}
         hints = hints or {}
         consumer.assign([TopicPartition(t, p, max(lo, hi, int(hints.get((t, p), lo))))
-                         for (t, p), (lo, hi) in reported.items()])
+                         for (t, p), (lo, hi) in probed.items()])
         fetched: dict[tuple[str, int], int] = {}
         while True:
             # Records the probe happens to fetch are dropped; consuming them in bulk keeps
@@ -102,14 +114,14 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
             if stats:
                 latest = stats[-1]
                 stats.clear()
-                _read_stats(latest, end_field, reported, fetched)
-            if len(fetched) == len(reported):
+                _read_stats(latest, end_field, probed, fetched)
+            if len(fetched) == len(probed):
                 break
             if time.monotonic() > deadline:
-                missing = sorted(set(reported) - set(fetched))
+                missing = sorted(set(probed) - set(fetched))
                 raise OffsetLookupError(f"no fetch answer for {missing} within {timeout}s")
-        result = {}
-        for tp, (lo, hi) in reported.items():
+        result = dict(enough)
+        for tp, (lo, hi) in probed.items():
             # A correct ListOffsets answer is never above what the later fetch reports, and
             # Tansu's answer is never above the true end: the larger of the two is right.
             result[tp] = (lo, max(lo, hi, fetched[tp]))

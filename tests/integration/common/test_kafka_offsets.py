@@ -178,6 +178,34 @@ def test_end_offsets_of_ten_partitions_are_quick(stack, config, topic):
     assert statistics.median(took) < 0.5
 
 
+def test_at_least_takes_the_list_offsets_answer_where_it_reaches_the_offset_asked(stack, config, topic):
+    """``at_least`` (the merge job's wait for a batch's records): a partition whose
+    ListOffsets answer reaches the offset asked is answered with it, unprobed; one whose
+    answer falls short is probed for its true end."""
+    bs = config.kafka.bootstrap_servers
+    ensure_topics(config.kafka, [topic], partitions=2)
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 200})
+    for i in range(1000):
+        producer.produce(topic, value=b"x" * 20, partition=i % 2)
+    producer.flush(30)
+    parts = [(topic, 0), (topic, 1)]
+    consumer = Consumer({"bootstrap.servers": bs, "group.id": f"offsets-{uuid.uuid4().hex}",
+                         "isolation.level": "read_committed"})
+    try:
+        listed = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10) for tp in parts}
+    finally:
+        consumer.close()
+    true = end_offsets(bs, parts)
+    assert true == {tp: (0, 500) for tp in parts}
+    # the offset asked at or below the ListOffsets answer: that answer, a lower bound (on
+    # Tansu below the true end: 1, the last batch's base offset + 1; the probe says 500)
+    assert end_offsets(bs, parts, at_least={tp: listed[tp][1] for tp in parts}) == \
+        {tp: (listed[tp][0], listed[tp][1]) for tp in parts}
+    # above it (partition 1 only): partition 1 probed for its true end, partition 0 not
+    got = end_offsets(bs, parts, at_least={(topic, 0): 0, (topic, 1): listed[(topic, 1)][1] + 1})
+    assert got[(topic, 0)] == listed[(topic, 0)] and got[(topic, 1)] == (0, 500)
+
+
 def test_end_offsets_give_up_with_offset_lookup_error_when_the_broker_does_not_answer(stack, config, topic):
     bs = config.kafka.bootstrap_servers
     ensure_topics(config.kafka, [topic], partitions=2)

@@ -208,8 +208,8 @@ def debezium_markers(value: bytes, offset: int) -> list[dict]:
 _READ_SLACK_S = 30.0
 
 
-def driver_end_offsets(bootstrap: str, partitions, client: dict | None = None,
-                       hints: dict | None = None, at_least: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+def driver_end_offsets(bootstrap: str, partitions, client: dict | None = None, hints: dict | None = None,
+                       at_least: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
     """:func:`common.kafka.offsets.end_offsets` as the driver asks it: in a Kafka client
     process, so that a topic deleted while it is probed (a librdkafka crash on Tansu) ends
     that process and raises :class:`common.errors.KafkaClientCrashed` here instead."""
@@ -365,6 +365,9 @@ class MergeJob:
         self.totals = {"input": 0, "emitted": 0, "dropped": 0, "copies": 0, "dead": 0, "lost_partitions": 0,
                        "lost_records": 0, "deleted_missing": 0,
                        "from_bytes": 0,  # records a sink applied from their Avro bytes (apply_encoded)
+                       # of them, rows of keys new in the batch written by plain INSERTs, and the
+                       # statements of such rows that met a row of their key (then upserted)
+                       "inserted": 0, "fresh_refused": 0,
                        # a task's writes to a sink under its partition's turn / the table's whole turn
                        "partition_turns": 0, "whole_turns": 0}
         self._stop = threading.Event()
@@ -973,7 +976,8 @@ class MergeJob:
                 lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None) -> None:
         agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
                                                             "upserted", "deleted", "held", "from_bytes",
-                                                            "partition_turns", "whole_turns")}
+                                                            "inserted", "fresh_refused", "partition_turns",
+                                                            "whole_turns")}
         # Where the batch's time went: the driver's phases (wall clock) and the tasks' own,
         # summed over the tasks (which run side by side): wall clock (``*_s``) and the task
         # thread's CPU time (``*_cpu_s``: what a phase costs, whatever else the machine does);

@@ -279,8 +279,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     topic_db, topic_table = table_of_topic(s.prefix, topic)
     ignore_columns = s.sinks.schema_rule(topic_db, topic_table).columns == "ignore"
     stats = {"topic": topic, "partition": partition, "input": len(records), "emitted": 0, "dropped": 0, "copies": 0,
-             "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0, "from_bytes": 0, "partition_turns": 0,
-             "whole_turns": 0}
+             "dead": 0, "upserted": 0, "deleted": 0, "sink_skipped": 0, "from_bytes": 0, "inserted": 0,
+             "fresh_refused": 0, "partition_turns": 0, "whole_turns": 0}
     kept: list[_Kept] = []
     dead: list[tuple[int, bytes | None, bytes | None, str]] = []
     dropped_before, copies_before = buf.stats["rows_dropped"], buf.stats["copies"]
@@ -707,27 +707,42 @@ def _runs(kept: list[_Kept]) -> Iterator[list[_Kept]]:
         yield run
 
 
-def _winners(run: list[_Kept]) -> list[_Kept]:
+def _winners(run: list[_Kept]) -> tuple[list[_Kept], int]:
     """Of a run's records, per key the one with the highest position (what applying the
-    run leaves; the sinks reduce a batch so too), in the run's order, keyed by the key
-    record's bytes: equal keys of one key writer schema have equal bytes.  The run itself
-    where its records do not all have a key of one writer schema (the sinks then reduce by
-    the decoded key columns)."""
+    run leaves; the sinks reduce a batch so too), keyed by the key record's bytes: equal
+    keys of one key writer schema have equal bytes.  The run itself where its records do
+    not all have a key of one writer schema (the sinks then reduce by the decoded key
+    columns).
+
+    And how many of the winners are *fresh*, placed first: not deletes, of a key whose first
+    record in the run is an insert (``c``), so that the source held no row of it before and
+    the sinks, which applied the partition's records before this run in order, most likely
+    hold none either (``apply_encoded``'s ``fresh``: they may write them as plain inserts).
+    The others follow in the run's order."""
     first = run[0].key_bytes
     if first is None or first[:2] != SINGLE_OBJECT_MAGIC:
-        return run
+        return run, 0
     framing = first[:10]
     best: dict[bytes, _Kept] = {}
+    fresh: set[bytes] = set()
     for k in run:
         kb = k.key_bytes
         if kb is None or kb[:10] != framing:
-            return run
+            return run, 0
         held = best.get(kb)
-        if held is None or held.position < k.position:
+        if held is None:
             best[kb] = k
-    if len(best) == len(run):
-        return run
-    return [k for k in run if best[k.key_bytes] is k]
+            if k.op == "c":
+                fresh.add(kb)
+        elif held.position < k.position:
+            best[kb] = k
+    winners = run if len(best) == len(run) else [k for k in run if best[k.key_bytes] is k]
+    if not fresh:
+        return winners, 0
+    new = [k for k in winners if k.key_bytes in fresh and k.op != "d"]
+    if not new:
+        return winners, 0
+    return new + [k for k in winners if k.key_bytes not in fresh or k.op == "d"], len(new)
 
 
 def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str], stats: dict,
@@ -745,14 +760,16 @@ def _apply(sink, db: str, table: str, kept: list[_Kept], key_columns: list[str],
         # predates a primary key change and is rebuilt)
         sink.ensure_table(db, table, schema, key_columns, rekey=True)
         try:
-            winners = _winners(run)
+            winners, fresh = _winners(run)
             res = None
             if all(map(_ROW_AT, winners)):  # images in their bytes: written straight from them
                 encoded = list(map(_ENCODED, map(_ENCODED_FIELDS, winners)))
                 res = sink.apply_encoded(db, table, schema, key_columns, encoded, writer_of(winners[0].value_bytes),
-                                         rekey=True)
+                                         rekey=True, fresh=fresh)
                 if res is not None:
                     stats["from_bytes"] += len(winners)
+                    stats["inserted"] += res.inserted
+                    stats["fresh_refused"] += res.fresh_refused
             if res is None:
                 res = sink.apply(db, table, schema, key_columns,
                                  [Change(None, k.op, _row_of_kept(k), k.position) for k in winners], rekey=True)

@@ -281,14 +281,20 @@ class TableSinkBase:
         self._write(cur, plan, upserts, deletes, self._begin_write(cur, plan, lowest), result)
 
     def apply_encoded(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
-                      changes: Sequence[Any], writer_schema: Any, *, rekey: bool = False) -> ApplyResult | None:
+                      changes: Sequence[Any], writer_schema: Any, *, rekey: bool = False,
+                      fresh: int = 0) -> ApplyResult | None:
         """:meth:`apply` for changes whose row images are still Avro bytes
         (:class:`~spark_jobs.sinks.batch.EncodedChange`, one per key: the caller reduced
         them, all of envelope writer schema ``writer_schema``, read as ``value_schema``
         without resolution), written without decoding them into
         values; None when the sink does not (this one; :class:`PostgresSink` does for the
         column kinds :mod:`~spark_jobs.sinks.copy_text` writes): the caller then decodes
-        them and calls :meth:`apply`."""
+        them and calls :meth:`apply`.
+
+        ``fresh``: the first ``fresh`` changes are upserts of keys whose first record in the
+        caller's batch was an insert, so the sink most likely holds no row of them (it may,
+        after a replay or when a key's records were in two partitions).  A sink may try them
+        as plain inserts first; it must give the same result as upserting them."""
         return None
 
     def _begin_write(self, cur: Any, plan: Any, lowest: str) -> bool:

@@ -164,13 +164,18 @@ class ApplyResult:
     remembered as a tombstone when the sink did not hold it); ``skipped`` records the sink
     already had at the same or a newer position (replays, late older records);
     ``superseded`` records dropped because the batch held a newer record of the same key.
-    The four add up to the number of records given.
+    The four add up to the number of records given.  Of ``upserted``, ``inserted`` were
+    written as plain inserts (``apply_encoded``'s ``fresh`` changes), and ``fresh_refused``
+    counts the statements of such changes that met a row of their key and were upserted
+    instead.
     """
 
     upserted: int = 0
     deleted: int = 0
     skipped: int = 0
     superseded: int = 0
+    inserted: int = 0
+    fresh_refused: int = 0
 
     @property
     def total(self) -> int:

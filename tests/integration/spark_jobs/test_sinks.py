@@ -873,6 +873,46 @@ def _keyed_pg_sink(config, schema: str, key: str, path: str):
 
 
 @pytest.mark.parametrize("key", ["int", "text"])
+def test_fresh_keys_go_in_by_plain_inserts_and_fall_back_to_upserts_on_a_row_of_theirs(config, unique, key):
+    """``apply_encoded``'s ``fresh`` changes (keys whose first record in the merge job's batch
+    was an insert) are written by a plain INSERT; when one meets a row of its key (a replay, a
+    newer record of a key the table holds), the savepoint is rolled back and they are upserted.
+    The table and the counts are what upserting them leaves, each time; the tombstone guard
+    stops a fresh row as it stops an upsert.  A text key's table (tombstones matched by key
+    hash) takes them the usual way (no inserts counted)."""
+    src, k, backend, _ = _keyed_pg_sink(config, unique("fresh"), key, "bytes")
+    sink, db, table = backend.sink, src.table.db, src.table.name
+    plain = key == "int"
+
+    def write(records, fresh):
+        return sink.apply_encoded(db, table, src.schema, ["id"], [_encoded(src, r) for r in records], src.schema,
+                                  fresh=fresh)
+
+    try:
+        first = [src.upsert({"id": k(1), "v": "one", "n": None}, 10, "c"),
+                 src.upsert({"id": k(2), "v": "two", "n": None}, 11, "c"),
+                 src.upsert({"id": k(3), "v": "three", "n": None}, 12, "u")]
+        res = write(first, 2)
+        assert (res.inserted, res.fresh_refused, res.upserted, res.skipped) == ((2, 0, 3, 0) if plain else
+                                                                                 (0, 0, 3, 0))
+        res = write(first, 2)  # a replay: the INSERT meets the rows; upserted instead, every record skipped
+        assert (res.inserted, res.fresh_refused, res.upserted, res.skipped) == ((0, 1, 0, 3) if plain else
+                                                                                 (0, 0, 0, 3))
+        res = write([src.upsert({"id": k(1), "v": "uno", "n": None}, 20, "c")], 1)  # newer than the row there
+        assert (res.inserted, res.fresh_refused, res.upserted) == ((0, 1, 1) if plain else (0, 0, 1))
+        write([src.delete({"id": k(5)}, 40)], 0)  # a tombstone of key 5 above the next batch's positions
+        res = write([src.upsert({"id": k(5), "v": "old", "n": None}, 30, "c"),
+                     src.upsert({"id": k(6), "v": "six", "n": None}, 31, "c")], 2)
+        assert (res.inserted, res.upserted, res.skipped) == ((1, 1, 1) if plain else (0, 1, 1))
+        rows = backend.table(db, table, ["id"])
+        assert {key_[0]: r["v"] for key_, r in rows.items()} == {k(1): "uno", k(2): "two", k(3): "three",
+                                                                 k(6): "six"}
+        assert [json.loads(t[0]) for t in sink.tombstones(db, table)] == [[k(5)]]  # (still there: key 5 stopped)
+    finally:
+        backend.drop()
+
+
+@pytest.mark.parametrize("key", ["int", "text"])
 @pytest.mark.parametrize("path", ["bytes", "rows"])
 def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came(config, unique, path, key):
     """PostgresSink writes a batch's stage tables (the COPY lines: the Python side's work)

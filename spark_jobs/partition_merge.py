@@ -123,7 +123,7 @@ def _tune_worker_gc() -> None:
 
 
 def warm_worker(items: Iterator) -> Iterator:
-    """The task of :meth:`~spark_jobs.merge_job.MergeJob.warm_workers`: unpickling it makes
+    """The task of :func:`~spark_jobs.merge_job.warm_workers`: unpickling it makes
     a Spark Python worker import this module (and what it imports); it then tunes the
     worker's collector (:func:`_tune_worker_gc`) and yields nothing."""
     for _ in items:

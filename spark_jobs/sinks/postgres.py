@@ -399,9 +399,9 @@ class PostgresSink(TableSinkBase):
         writes them from their Avro bytes (the deletes as :meth:`apply` does, by their key
         columns); None for a schema with a column kind it does not write (see the base).
 
-        The ``fresh`` changes (see the base) of a table whose tombstones are matched by key
-        text (integer keys) go to a stage table of their own and into the table by a plain
-        ``INSERT`` (with the tombstone guard when it is needed), in a savepoint: an insert
+        The ``fresh`` changes (see the base) go to a stage table of their own and into the
+        table by a plain ``INSERT`` (with the tombstone guard when it is needed, their key
+        hashes staged again under the turn as the upserts' are), in a savepoint: an insert
         of a new key costs PostgreSQL about half of what ``INSERT ... ON CONFLICT`` does
         (no speculative insertion: measured 1.0-1.1 against 1.9-2.0 us of the backend's CPU a
         row).  If one of them meets a row of its key (a replay, a key whose records were in
@@ -421,7 +421,6 @@ class PostgresSink(TableSinkBase):
         if codec is None:
             return None
         line, key_reader = codec
-        fresh = fresh if plan.json_guard else 0
         inserts = [ch for ch in changes[:fresh] if ch.op != "d"] if fresh else []
         upserts, deletes = [], []
         for ch in (changes[fresh:] if len(inserts) == fresh else changes):
@@ -438,8 +437,8 @@ class PostgresSink(TableSinkBase):
             self._staged_write(cur, plan, lowest, len(upserts),
                                lambda hashed: self._copy_encoded(cur, plan, upserts, line, key_reader, hashed),
                                deletes, result, encoded=True,
-                               inserts=(len(inserts), lambda: self._copy_encoded(cur, plan, inserts, line, key_reader,
-                                                                                  False, _STAGE_INSERTS)))
+                               inserts=(len(inserts), lambda hashed: self._copy_encoded(
+                                   cur, plan, inserts, line, key_reader, hashed, _STAGE_INSERTS)))
         return result
 
     def _write_reduced(self, cur: psycopg.Cursor, plan: _Plan, lowest: str, upserts: list, deletes: list,
@@ -449,7 +448,8 @@ class PostgresSink(TableSinkBase):
 
     def _staged_write(self, cur: psycopg.Cursor, plan: _Plan, lowest: str, n_upserts: int,
                       stage_upserts: Callable[[bool], None], deletes: list, result: ApplyResult, *,
-                      encoded: bool = False, inserts: tuple[int, Callable[[], None]] = (0, None)) -> None:
+                      encoded: bool = False, inserts: tuple[int, Callable[[bool], None] | None] = (0, None)
+                      ) -> None:
         """A batch written in the open transaction: its ``n_upserts`` upserts
         (``stage_upserts(hashed)`` COPYs them into the stage table, with the tombstone
         guard's key hashes when ``hashed``) and its deletes (``(change, key values)`` pairs)
@@ -462,9 +462,10 @@ class PostgresSink(TableSinkBase):
         turn; if one came while waiting for it, the upserts are staged again with them.
         (Without ``serialize`` there is no turn, and the first answer is the one used.)  An
         integer key (``plan.json_guard``) is staged without hashes and the answer under the
-        turn decides the guard.  ``inserts``: ``(n, stage)``, ``n`` fresh changes of such a
-        key (:meth:`apply_encoded`) that ``stage()`` COPYs into a stage table of their own,
-        written by :meth:`_insert_staged`."""
+        turn decides the guard.  ``inserts``: ``(n, stage)``, ``n`` fresh changes
+        (:meth:`apply_encoded`) that ``stage(hashed)`` COPYs into a stage table of their own
+        (staged again with their hashes as the upserts are), written by
+        :meth:`_insert_staged`."""
         hashed = not plan.json_guard and self._has_tombstones(cur, plan, lowest)
         n_inserts, stage_inserts = inserts
         if n_upserts:
@@ -472,17 +473,21 @@ class PostgresSink(TableSinkBase):
             stage_upserts(hashed)
         if n_inserts:
             cur.execute(plan.inserts_stage_ddl)
-            stage_inserts()
+            stage_inserts(hashed)
         if deletes:
             self._stage_deletes(cur, plan, deletes)
         if self.serialize or plan.json_guard:
             has_tombstones = self._begin_write(cur, plan, lowest)
         else:
             has_tombstones = hashed
+        restage = has_tombstones and not hashed and not plan.json_guard
         if n_inserts:
+            if restage:
+                cur.execute(f"TRUNCATE pg_temp.{quote_pg(_STAGE_INSERTS)}")
+                stage_inserts(True)
             self._insert_staged(cur, plan, lowest, n_inserts, has_tombstones, result)
         if n_upserts:
-            if has_tombstones and not hashed and not plan.json_guard:
+            if restage:
                 cur.execute(f"TRUNCATE pg_temp.{quote_pg(_STAGE_UPSERTS)}")
                 stage_upserts(True)
             self._upsert_staged(cur, plan, lowest, n_upserts, has_tombstones, result, encoded=encoded)

@@ -858,16 +858,20 @@ def _keyed_pg_sink(config, schema: str, key: str, path: str):
     """``(source, key of a number, backend, write)`` for the tombstone tests: a source of
     key kind ``key`` (:data:`KEYED`), a PostgreSQL sink in ``schema``, and ``write(*records)``
     applying records ``path``'s way in: from their Avro bytes (``apply_encoded``, the merge
-    job's common path, one record per key) or decoded (``apply``)."""
+    job's common path, one record per key; ``"fresh"``: the leading inserts passed as its
+    ``fresh`` changes, written by plain INSERTs) or decoded (``apply``)."""
     make, k = KEYED[key]
     src = make()
     backend = PgBackend(config.sinks.postgres.dsn.get_secret_value(), schema)
     db, table = src.table.db, src.table.name
 
     def write(*records):
-        if path == "bytes":
+        if path in ("bytes", "fresh"):
+            fresh = 0
+            while path == "fresh" and fresh < len(records) and records[fresh][1] == "c":
+                fresh += 1
             return backend.sink.apply_encoded(db, table, src.schema, ["id"], [_encoded(src, r) for r in records],
-                                              src.schema)
+                                              src.schema, fresh=fresh)
         return backend.sink.apply(db, table, src.schema, ["id"], list(records))
     return src, k, backend, write
 
@@ -878,11 +882,10 @@ def test_fresh_keys_go_in_by_plain_inserts_and_fall_back_to_upserts_on_a_row_of_
     was an insert) are written by a plain INSERT; when one meets a row of its key (a replay, a
     newer record of a key the table holds), the savepoint is rolled back and they are upserted.
     The table and the counts are what upserting them leaves, each time; the tombstone guard
-    stops a fresh row as it stops an upsert.  A text key's table (tombstones matched by key
-    hash) takes them the usual way (no inserts counted)."""
+    stops a fresh row as it stops an upsert; for integer keys (tombstones matched by key
+    text) and text keys (matched by key hash) alike."""
     src, k, backend, _ = _keyed_pg_sink(config, unique("fresh"), key, "bytes")
     sink, db, table = backend.sink, src.table.db, src.table.name
-    plain = key == "int"
 
     def write(records, fresh):
         return sink.apply_encoded(db, table, src.schema, ["id"], [_encoded(src, r) for r in records], src.schema,
@@ -893,17 +896,15 @@ def test_fresh_keys_go_in_by_plain_inserts_and_fall_back_to_upserts_on_a_row_of_
                  src.upsert({"id": k(2), "v": "two", "n": None}, 11, "c"),
                  src.upsert({"id": k(3), "v": "three", "n": None}, 12, "u")]
         res = write(first, 2)
-        assert (res.inserted, res.fresh_refused, res.upserted, res.skipped) == ((2, 0, 3, 0) if plain else
-                                                                                 (0, 0, 3, 0))
+        assert (res.inserted, res.fresh_refused, res.upserted, res.skipped) == (2, 0, 3, 0)
         res = write(first, 2)  # a replay: the INSERT meets the rows; upserted instead, every record skipped
-        assert (res.inserted, res.fresh_refused, res.upserted, res.skipped) == ((0, 1, 0, 3) if plain else
-                                                                                 (0, 0, 0, 3))
+        assert (res.inserted, res.fresh_refused, res.upserted, res.skipped) == (0, 1, 0, 3)
         res = write([src.upsert({"id": k(1), "v": "uno", "n": None}, 20, "c")], 1)  # newer than the row there
-        assert (res.inserted, res.fresh_refused, res.upserted) == ((0, 1, 1) if plain else (0, 0, 1))
+        assert (res.inserted, res.fresh_refused, res.upserted) == (0, 1, 1)
         write([src.delete({"id": k(5)}, 40)], 0)  # a tombstone of key 5 above the next batch's positions
         res = write([src.upsert({"id": k(5), "v": "old", "n": None}, 30, "c"),
                      src.upsert({"id": k(6), "v": "six", "n": None}, 31, "c")], 2)
-        assert (res.inserted, res.upserted, res.skipped) == ((1, 1, 1) if plain else (0, 1, 1))
+        assert (res.inserted, res.upserted, res.skipped) == (1, 1, 1)
         rows = backend.table(db, table, ["id"])
         assert {key_[0]: r["v"] for key_, r in rows.items()} == {k(1): "uno", k(2): "two", k(3): "three",
                                                                  k(6): "six"}
@@ -913,14 +914,15 @@ def test_fresh_keys_go_in_by_plain_inserts_and_fall_back_to_upserts_on_a_row_of_
 
 
 @pytest.mark.parametrize("key", ["int", "text"])
-@pytest.mark.parametrize("path", ["bytes", "rows"])
+@pytest.mark.parametrize("path", ["bytes", "fresh", "rows"])
 def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came(config, unique, path, key):
     """PostgresSink writes a batch's stage tables (the COPY lines: the Python side's work)
     before it takes its table's turn, so the table's other writers do not wait for that; a
     tombstone another writer left in between still stops an older row (a text key's upserts
     are staged again with their key hashes under the turn; an integer key's tombstones are
     matched by the JSON text PostgreSQL writes of the staged key).  Both ways in: rows
-    written from their Avro bytes (``apply_encoded``, the merge job's common path) and
+    written from their Avro bytes (``apply_encoded``, the merge job's common path; with the
+    new keys as its ``fresh`` changes, staged apart and written by a plain INSERT) and
     decoded rows (``apply``: column kinds without COPY text, routed tables, Debezium's input)."""
     from spark_jobs.sinks.keys import key_json_and_hash
     from spark_jobs.sinks.naming import TABLES, TOMBSTONES
@@ -976,6 +978,7 @@ def test_a_batch_is_staged_before_the_tables_turn_and_hashed_if_a_tombstone_came
         assert not th.is_alive() and "error" not in out, out
         assert sink.turn_wait_s - waited_before >= released - seen_waiting  # (what the merge job reports)
         assert (out["result"].upserted, out["result"].deleted) == (1, 1)
+        assert out["result"].inserted == (1 if path == "fresh" else 0)  # (key 2; key 3 stopped by the guard)
         rows = backend.table(db, table, ["id"])
         assert list(rows) == [(k(2),)] and rows[(k(2),)]["v"] == "two"  # 3: deleted after; 1: deleted
     finally:

@@ -62,9 +62,8 @@ def _in_partition(keys: Sequence[bytes | None], count: int, partition: int) -> b
 
 try:
     from common.kafka._partitioner import in_partition as _native_in_partition
-    from common.kafka._partitioner import murmur2 as _native_murmur2
 except ImportError:  # (the extension is optional: built by `pip install -e .` where a compiler is)
-    _native_in_partition = _native_murmur2 = None
+    _native_in_partition = None
 
 
 def in_partition(keys: Sequence[bytes | None], count: int, partition: int) -> bool:

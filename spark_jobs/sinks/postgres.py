@@ -363,9 +363,11 @@ class PostgresSink(TableSinkBase):
         # position index; older superseded ones go with the purge, as in a batch without the
         # guard.  Unbounded, the statement hashed every tombstone of the table, a cost growing
         # with the deletes of the last minute)
-        prune_sql = (f"DELETE FROM {tomb} d USING pg_temp.{stage_u} s WHERE d.table_name = %(table)s "
-                     f"AND {tomb_match} AND d.position < s.{pos} AND d.position >= %(lowest)s")
-        inserts_prune_sql = prune_sql.replace(f"pg_temp.{stage_u} s", f"pg_temp.{quote_pg(_STAGE_INSERTS)} s", 1)
+        def prune(stage: str) -> str:
+            """the tombstones the rows staged in ``stage`` supersede, deleted"""
+            return (f"DELETE FROM {tomb} d USING pg_temp.{stage} s WHERE d.table_name = %(table)s "
+                    f"AND {tomb_match} AND d.position < s.{pos} AND d.position >= %(lowest)s")
+
         key_match = " AND ".join(f"t.{k} = s.{k}" for k in qk)
         delete_sql = (f"DELETE FROM {qualified} t USING pg_temp.{stage_d} s WHERE {key_match} "
                       f"AND t.{pos} < s.{pos}")
@@ -382,13 +384,13 @@ class PostgresSink(TableSinkBase):
             active=[(i, cv) for i, cv in enumerate(convs) if not is_pass_through(cv)],
             key_idx=[cols.index(next(x for x in cols if x.name == k.name)) for k in layout.key],
             stage_upserts_ddl=stage_upserts_ddl, stage_deletes_ddl=stage_deletes_ddl,
-            upsert_sql=upsert_sql, upsert_tomb_sql=upsert_tomb_sql, prune_sql=prune_sql,
+            upsert_sql=upsert_sql, upsert_tomb_sql=upsert_tomb_sql, prune_sql=prune(stage_u),
             delete_sql=delete_sql, tombstone_sql=tombstone_sql,
             encoded_stage_ddl=encoded_stage_ddl, encoded_upsert_sql=encoded_head + conflict,
             encoded_upsert_tomb_sql=encoded_head + guard + conflict, json_guard=bool(key_text),
             inserts_stage_ddl=inserts_stage_ddl, insert_sql=inserts_head, insert_tomb_sql=inserts_head + guard,
             inserts_upsert_sql=inserts_head + conflict, inserts_upsert_tomb_sql=inserts_head + guard + conflict,
-            inserts_prune_sql=inserts_prune_sql,
+            inserts_prune_sql=prune(quote_pg(_STAGE_INSERTS)),
         )
 
     # ------------------------------------------------------------------ apply
@@ -421,16 +423,16 @@ class PostgresSink(TableSinkBase):
         if codec is None:
             return None
         line, key_reader = codec
-        inserts = [ch for ch in changes[:fresh] if ch.op != "d"] if fresh else []
+        if any(ch.op == "d" for ch in changes[:fresh]):
+            fresh = 0  # (not as promised: every change the usual way)
+        inserts = list(changes[:fresh])
         upserts, deletes = [], []
-        for ch in (changes[fresh:] if len(inserts) == fresh else changes):
+        for ch in changes[fresh:]:
             if ch.op == "d":
                 deletes.append((Change(None, "d", None, ch.position), layout.key_values(None, key_reader(ch.data,
                                                                                                          ch.row_at))))
             else:
                 upserts.append(ch)
-        if len(inserts) != fresh:  # (not as promised: every change the usual way)
-            inserts = []
         lowest = min(ch.position for ch in changes)
         result = ApplyResult()
         with self._transaction() as cur:

@@ -468,8 +468,9 @@ class TableSinkBase:
         return out
 
     def tombstones(self, db: str, table: str) -> list[tuple[str, str]]:
-        """``(key_json, position)`` of the table's tombstones, in position order (for tests and tools)."""
+        """``(key_json, position)`` of the table's tombstones, per key its newest (a sink may
+        keep a key's older ones until they are purged), in position order (for tests and tools)."""
         with self._transaction() as cur:
-            cur.execute(f"SELECT key_json, position FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s "
-                        "ORDER BY position", [self.table_name(db, table)])
+            cur.execute(f"SELECT key_json, max(position) AS top FROM {self._bookkeeping(TOMBSTONES)} "
+                        "WHERE table_name = %s GROUP BY key_json ORDER BY top, key_json", [self.table_name(db, table)])
             return [(k, p) for k, p in cur.fetchall()]

@@ -472,8 +472,9 @@ def test_a_deleted_row_is_not_resurrected_by_an_older_insert(backend):
     assert left == ([("[7]", P(11)), ("[8]", P(30))] if backend.name == "postgres" else [("[8]", P(30))])
     assert tuple(sink.apply("shop", "items", src.schema, ["id"], [dele, ins])) == (0, 0, 1)  # 1 superseded
     assert values(backend, "shop", "items", ["id"], ["v", "__cdc_position"]) == {(7,): ("back", P(15))}
-    # tombstones below a position nothing can replay any more can be purged
-    assert sink.purge_tombstones(P(31)) == len(left)
+    # tombstones below a position nothing can replay any more can be purged (PostgreSQL's
+    # appended key 7's newer tombstone and kept the one at 10 below it: three rows)
+    assert sink.purge_tombstones(P(31)) == len(left) + (backend.name == "postgres")
     assert sink.tombstones("shop", "items") == []
 
 
@@ -505,7 +506,9 @@ def test_a_batch_above_every_tombstone_skips_the_guard_and_stale_tombstones_stop
     assert tuple(sink.apply("shop", "other", other.schema, ["id"], [other.delete({"id": 1}, 5)])) == (0, 1, 0)
     assert sink.purge_tombstones(P(30), wanted=lambda db, table: table == "other") == 1
     assert sink.tombstones("shop", "other") == []
-    assert sink.purge_tombstones(P(20), wanted=lambda db, table: True) == 0
+    # (below 20: only PostgreSQL's older tombstone of key 7, at 10, kept beside the one at 20)
+    assert sink.purge_tombstones(P(20), wanted=lambda db, table: True) == (backend.name == "postgres")
+    assert sink.tombstones("shop", "items") == [("[7]", P(20))]
     assert sink.purge_tombstones(P(21), wanted=lambda db, table: True) == 1
     assert sink.tombstones("shop", "items") == []
 
@@ -1051,6 +1054,65 @@ def test_the_key_json_postgresql_writes_of_an_integer_key_is_the_tombstones(conf
     # other kinds: matched by hash
     text = TableLayout((SinkColumn("a", "a", "string", False),), (SinkColumn("a", "a", "string", False),))
     assert _key_json_sql(text, ["v.a"]) is None
+
+
+def test_postgresql_tombstones_are_appended_and_an_older_keyed_tombstone_table_loses_its_key(config, unique):
+    """PostgreSQL's tombstones are appended (no index on the key: every statement reading
+    them is bounded by position): a replayed delete adds none, a newer delete of a key adds
+    one beside the older, which the purge takes.  A tombstone table of the earlier layout
+    (primary key ``(table_name, key_hash)``) loses its key when a sink prepares a table, and
+    its tombstones still stop older inserts."""
+    from spark_jobs.sinks.keys import key_hash
+    from spark_jobs.sinks.naming import TOMBSTONES
+
+    dsn = config.sinks.postgres.dsn.get_secret_value()
+    src, backend = simple_source(), PgBackend(dsn, unique("tombs"))
+    sink = backend.sink
+    tomb = f'"{backend.schema}"."{TOMBSTONES}"'
+
+    def stored() -> list[tuple[str, str]]:
+        with psycopg.connect(dsn) as conn:
+            return conn.execute(f"SELECT key_json, position FROM {tomb} ORDER BY position").fetchall()
+
+    def layout() -> tuple[list, str]:
+        with psycopg.connect(dsn) as conn:
+            keys = conn.execute("SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) "
+                                "AND contype = 'p'", [tomb]).fetchall()
+            return keys, conn.execute("SELECT relreplident FROM pg_class WHERE oid = to_regclass(%s)",
+                                      [tomb]).fetchone()[0]
+
+    try:
+        # the earlier layout, with a tombstone of key 3 at 50 in it
+        with psycopg.connect(dsn) as conn:
+            conn.execute(f'CREATE SCHEMA "{backend.schema}"')
+            conn.execute(f"CREATE TABLE {tomb} (table_name text NOT NULL, key_hash bytea NOT NULL, "
+                         'key_json text NOT NULL, position char(30) COLLATE "C" NOT NULL, '
+                         "PRIMARY KEY (table_name, key_hash))")
+            conn.execute(f"INSERT INTO {tomb} VALUES (%s, %s, '[3]', %s)",
+                         [sink.table_name("shop", "items"), key_hash([3]), P(50)])
+        assert layout()[0] != []
+        sink.ensure_table("shop", "items", src.schema, ["id"])
+        assert layout() == ([], "f")
+        assert tuple(sink.apply("shop", "items", src.schema, ["id"],
+                                [src.upsert({"id": 3, "v": "old", "n": None}, 40, "c")])) == (0, 0, 1)
+
+        dele = src.delete({"id": 7}, 60)
+        assert tuple(sink.apply("shop", "items", src.schema, ["id"], [dele])) == (0, 1, 0)
+        assert tuple(sink.apply("shop", "items", src.schema, ["id"], [dele])) == (0, 0, 1)  # replayed
+        assert stored() == [("[3]", P(50)), ("[7]", P(60))]
+        assert tuple(sink.apply("shop", "items", src.schema, ["id"],
+                                [src.upsert({"id": 7, "v": "back", "n": None}, 70, "c")])) == (1, 0, 0)
+        assert tuple(sink.apply("shop", "items", src.schema, ["id"], [src.delete({"id": 7}, 80)])) == (0, 1, 0)
+        assert stored() == [("[3]", P(50)), ("[7]", P(60)), ("[7]", P(80))]
+        assert sink.tombstones("shop", "items") == [("[3]", P(50)), ("[7]", P(80))]
+        # both still stop what they must: an older insert of either key
+        assert tuple(sink.apply("shop", "items", src.schema, ["id"],
+                                [src.upsert({"id": 7, "v": "old", "n": None}, 75, "u")])) == (0, 0, 1)
+        assert backend.rows("shop", "items") == []
+        assert sink.purge_tombstones(P(61)) == 2
+        assert stored() == [("[7]", P(80))]
+    finally:
+        backend.drop()
 
 
 def test_partitions_turns_go_side_by_side_and_wait_for_their_own_and_for_the_whole_turn(config, unique):

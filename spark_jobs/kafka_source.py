@@ -454,12 +454,21 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 _BATCH_ROWS = 10_000
-# Task consumers read one partition: larger fetches than librdkafka's 1 MiB per partition
-# (measured on the embedded broker: ~145k rec/s per task instead of ~100k).  kafka.* wins.
+# Task consumers read one partition's range.  kafka.* wins.
 # A range's records are in the log already: a fetch with nothing to return (past the last
 # record, before a commit marker) must not wait for new records (librdkafka's 500 ms).
 # And the fetching ahead must not pause for librdkafka's 1 s (READ_AHEAD).
-_READ_DEFAULTS = {**READ_AHEAD, "max.partition.fetch.bytes": 10 * 1024 * 1024, "fetch.wait.max.ms": 10}
+# But it must not run far past the range's end either: librdkafka fetches ahead until its
+# queue holds ``queued.min.messages`` (100,000), so with fetches of 10 MiB a range of
+# 50,000 records was read with up to a fetch's worth of the next batch's records after it,
+# which the broker served and the client parsed for nothing.  Fetches of 2 MiB and a queue
+# of 5,000 records read as fast; measured on the embedded broker, two processes reading
+# two 50,000-record ranges of four partitions each, records after every range: the
+# broker's CPU 0.85-0.88 us a record against 1.10-1.35 with 10 MiB and the default queue,
+# the client's 0.99-1.09 against 1.18-1.65; and in ``cdc bench merge``'s steady batches
+# the broker's 0.78-0.89 us an event against 1.33-1.43 (docs/merge-performance.md).
+_READ_DEFAULTS = {**READ_AHEAD, "max.partition.fetch.bytes": 2 * 1024 * 1024, "queued.min.messages": 5000,
+                  "fetch.wait.max.ms": 10}
 
 
 def _to_batch(msgs: list, rng: KafkaRange, schema) -> Any:

@@ -854,15 +854,22 @@ def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch
         _tune_worker_gc()
         # one consumer per worker process and source options, reused task after task
         consumer = _cached(("range-consumer", repr(opts)), lambda: range_consumer(opts))
-        for rng, state, markers in items:
-            t0, c0 = time.monotonic(), time.thread_time()
-            records = [] if rng.start == rng.end else [  # (empty: a partition holding rows, see merge_job)
-                (m.offset(), m.key(), m.value()) for msgs in read_messages(opts, rng, consumer=consumer) for m in msgs]
-            read_s, read_cpu_s = time.monotonic() - t0, time.thread_time() - c0
-            with gc_paused():  # (see _tune_worker_gc)
+        # The collector is paused from the read on (see _tune_worker_gc): reading makes no
+        # cycles either, and its messages and tuples started a collection every few thousand
+        # (6% of the tasks' samples in a py-spy profile of ``cdc bench merge``).  (Reading the
+        # task's next range in a thread while the current one merges was tried and left: the
+        # steady rate fell, docs/merge-performance.md.)
+        with gc_paused():
+            for rng, state, markers in items:
+                t0, c0 = time.monotonic(), time.thread_time()
+                records = [] if rng.start == rng.end else [  # (empty: a partition holding rows, see merge_job)
+                    (m.offset(), m.key(), m.value()) for msgs in read_messages(opts, rng, consumer=consumer)
+                    for m in msgs]
+                read_s, read_cpu_s = time.monotonic() - t0, time.thread_time() - c0
                 new_state, stats = merge_partition(rng.topic, rng.partition, records, s, state, markers,
                                                    schemas_end, sink_epoch)
-            stats["read_s"], stats["read_cpu_s"] = read_s, read_cpu_s
-            yield "state", rng.topic, rng.partition, json.dumps(new_state)
-            yield "stats", rng.topic, rng.partition, json.dumps(stats)
+                del records
+                stats["read_s"], stats["read_cpu_s"] = read_s, read_cpu_s
+                yield "state", rng.topic, rng.partition, json.dumps(new_state)
+                yield "stats", rng.topic, rng.partition, json.dumps(stats)
     return run

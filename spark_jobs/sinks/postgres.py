@@ -116,6 +116,7 @@ _COPY_LINES = 2000
 _MAX_IDENT = 63
 #: An :class:`EncodedChange`'s event bytes, and their writer schema's fingerprint (single-object framing)
 _DATA = attrgetter("data")
+_OP = attrgetter("op")
 _FINGERPRINT = itemgetter(slice(2, 10))
 
 
@@ -446,9 +447,9 @@ class PostgresSink(TableSinkBase):
         if codec is None:
             return None
         line, key_reader = codec
-        if any(ch.op == "d" for ch in changes[:fresh]):
-            fresh = 0  # (not as promised: every change the usual way)
         inserts = list(changes[:fresh])
+        if "d" in map(_OP, inserts):
+            fresh, inserts = 0, []  # (not as promised: every change the usual way)
         upserts, deletes = [], []
         for ch in changes[fresh:]:
             if ch.op == "d":

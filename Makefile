@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-shards test unit venv pathway debezium system-deps clean bench bench-race chaos chaos-read-only
+.PHONY: demo demo-shards test unit venv pathway debezium system-deps clean bench bench-race chaos chaos-read-only soak
 
 $(STAMP): pyproject.toml setup.py contract/_avro_reader.c common/kafka/_partitioner.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ bench: venv system-deps
 bench-race: venv debezium system-deps
 	@bash scripts/ensure-system-deps.sh --debezium
 	$(VENV)/bin/cdc bench race --out docs/benchmarks.md
+
+# The endurance run: producer and merge job under 1,000 mixed changes/s for 60 minutes
+# (MINUTES=n for another length), its series and verdict into docs/benchmarks.md and docs/soak.png.
+soak: venv system-deps
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench soak --minutes $${MINUTES:-60} --out docs/benchmarks.md
 
 # A long chaos run (processes killed under load; must end equal).  SEED=n picks the plan.
 chaos: venv system-deps

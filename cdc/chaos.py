@@ -60,7 +60,7 @@ KINDS = ("single", "composite", "string")
 
 
 @dataclass
-class _Proc:
+class CdcProcess:
     """A ``cdc`` subcommand as a process in its own session (SIGKILL takes its children)."""
 
     name: str
@@ -163,8 +163,8 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     cfg_path = work_dir / "chaos.yaml"
     write_config(cfg, cfg_path)
     cdc = [sys.executable, "-m", "cdc.cli", "-c", str(cfg_path)]
-    producer = _Proc("producer", [*cdc, "produce"], work_dir / "producer.log")
-    job = _Proc("merge job", [*cdc, "merge"], work_dir / "merge.log")
+    producer = CdcProcess("producer", [*cdc, "produce"], work_dir / "producer.log")
+    job = CdcProcess("merge job", [*cdc, "merge"], work_dir / "merge.log")
 
     def signal_row(kind: str, data: dict | None) -> str:
         for _ in range(60):  # the source may be restarting
@@ -283,7 +283,7 @@ def _caught_up(store, end: tuple[str, int]) -> bool:
     return (int(r["file"].rsplit(".", 1)[1]), int(r["pos"])) >= (int(end[0].rsplit(".", 1)[1]), int(end[1]))
 
 
-def _check_alive(*procs: _Proc) -> None:
+def _check_alive(*procs: CdcProcess) -> None:
     for p in procs:
         if not p.alive():
             raise ChaosError(f"the {p.name} exited ({p.proc.returncode if p.proc else '?'}); see {p.log}")

@@ -20,9 +20,11 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc import chaos, demo, demo_shards, signal_sender, verify
+from cdc.bench.broker import bench_broker
 from cdc.bench.merge import bench_merge
 from cdc.bench.report import bench_race, bench_report
 from cdc.bench.snapshot import bench_snapshot
+from cdc.bench.soak import bench_soak
 from cdc.bench.stream import bench_stream
 from cdc.errors import CommandError
 from cdc.progress import NotificationFollower
@@ -225,6 +227,24 @@ def _cmd_bench_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_broker(args: argparse.Namespace) -> int:
+    rows = bench_broker(tuple(int(x) for x in args.steps.split(",") if x), per_batch=args.per_batch,
+                        console=_bench_console(args))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+def _cmd_bench_soak(args: argparse.Namespace) -> int:
+    result = bench_soak(Path(args.state_dir), minutes=args.minutes, rate=args.rate, rows=args.rows,
+                        partitions=args.partitions, sample_s=args.sample_s, out=Path(args.out) if args.out else None,
+                        png=Path(args.png) if args.out else None, keep_running=args.keep_running,
+                        console=_bench_console(args))
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items()}, indent=2, default=str))
+    return 0 if result["verdict"]["passed"] else 1
+
+
 def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
     result = bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
                             parallelism=args.parallelism, writes_per_s=args.writes_per_s,
@@ -404,6 +424,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_merge_p.add_argument("--keep-running", action="store_true")
     bench_merge_p.set_defaults(func=_cmd_bench_merge)
+
+    bench_broker_p = bench_sub.add_parser(
+        "broker", help="the embedded broker's limits: fetch and produce latency, memory, by partition depth")
+    bench_broker_p.add_argument("--steps", default="100000,300000,1000000,2000000,5000000",
+                                help="records in the partition at each measurement")
+    bench_broker_p.add_argument("--per-batch", type=int, default=10, help="records per produced batch (default 10)")
+    bench_broker_p.add_argument("--json", action="store_true", help="print one JSON list with every figure")
+    bench_broker_p.set_defaults(func=_cmd_bench_broker)
+
+    bench_soak_p = bench_sub.add_parser(
+        "soak", help="producer and merge job for an hour under a steady mixed load: latency, memory, no stall")
+    bench_soak_p.add_argument("--minutes", type=float, default=60.0, help="length of the load (default 60)")
+    bench_soak_p.add_argument("--rate", type=int, default=1000, help="row changes a second (default 1000)")
+    bench_soak_p.add_argument("--rows", type=int, default=50_000, help="rows before the producer starts")
+    bench_soak_p.add_argument("--partitions", type=int, default=2, help="partitions of the table topic (default 2)")
+    bench_soak_p.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples (default 30)")
+    bench_soak_p.add_argument("--out", help="write the soak section of this file (e.g. docs/benchmarks.md)")
+    bench_soak_p.add_argument("--png", default="docs/soak.png", help="the plot, with --out (default docs/soak.png)")
+    bench_soak_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_soak_p.add_argument("--keep-running", action="store_true")
+    bench_soak_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
+    bench_soak_p.set_defaults(func=_cmd_bench_soak)
 
     bench_report_p = bench_sub.add_parser("report", help="stream, snapshot and merge benchmarks into docs/benchmarks.md")
     bench_report_p.add_argument("--out", default="docs/benchmarks.md")

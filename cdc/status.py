@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from cdc.progress import draw_status_bars
@@ -40,6 +41,11 @@ def _producer(cfg: CDCConfig, console: Console) -> dict | None:
     title = (f"producer '{cfg.producer.name}' of source {cfg.source_name} ({cfg.source.host}:{cfg.source.port}, "
              f"topics {cfg.kafka.topic_prefix}.*)" if cfg.source_name else None)
     table = Table("what", "value", title=title)
+    # The local copy first: it is written after Kafka acknowledged the commit it holds, so
+    # Kafka read after it holds that commit or a later one, unless Kafka lost it.  (Read the
+    # other way round, a running producer's commit between the two reads looked like a loss.)
+    local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
+    kept = local.load()
     stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
     if stored:
         r = stored["resume"]
@@ -48,8 +54,6 @@ def _producer(cfg: CDCConfig, console: Console) -> dict | None:
         table.add_row("last commit", f"{age:.1f}s ago")
     else:
         table.add_row("stored position", "none (the producer has not committed yet)")
-    local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
-    kept = local.load()
     lost = lost_history(stored, kept)
     if lost is not None:
         table.add_row("[red]Kafka history[/red]", f"[red]lost[/red]: {lost}; the position kept in {local.path} is "
@@ -91,4 +95,6 @@ def _merge_table(ms: dict, console: Console, source: str | None) -> None:
     mt.add_row("latency", ", ".join(f"{k} {v:,.0f} ms" if v is not None else f"{k} -" for k, v in latency.items()))
     t = ms.get("totals", {})
     mt.add_row("totals", ", ".join(f"{k} {v:,}" for k, v in t.items()))
+    for w in ms.get("warnings") or []:
+        mt.add_row("[yellow]WARNING[/yellow]", rich_escape(w.get("message", "")))
     console.print(mt)

@@ -25,11 +25,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics
+from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from contract.position import BinlogPosition
 from contract.topics import offsets_topic
+
+#: What a look-up of a topic that does not exist (yet) answers.
+_NO_TOPIC = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
 
 
 class OffsetStore:
@@ -41,12 +47,32 @@ class OffsetStore:
     def ensure(self) -> None:
         ensure_topics(self.kafka, [self.topic], partitions=1, compacted=True)
 
+    #: Records at the end of the topic read first by :meth:`load` (more when the key is not among them).
+    TAIL = 64
+
     def load(self) -> dict[str, Any] | None:
-        latest = None
-        for msg in read_topic(self.kafka.bootstrap_servers, self.topic, client_config=self.kafka.client):
-            if msg.key() == self.name.encode():
-                latest = json.loads(msg.value()) if msg.value() else None
-        return latest
+        """The latest record of this producer (None: none, or a reset).  Read from the end of
+        the topic back: the broker may not compact it (the embedded one does not), and it
+        gains a record per commit, about 36,000 an hour at the default batch interval, so a
+        read from its start grows with the producer's age."""
+        span, key = self.TAIL, self.name.encode()
+        while True:
+            try:
+                (low, end), = end_offsets(self.kafka.bootstrap_servers, [(self.topic, 0)],
+                                          client_config=self.kafka.client).values()
+            except KafkaException as exc:
+                if exc.args and getattr(exc.args[0], "code", lambda: None)() in _NO_TOPIC:
+                    return None  # no offsets topic yet
+                raise
+            start = max(low, end - span)
+            found, latest = False, None
+            for msg in read_topic(self.kafka.bootstrap_servers, self.topic, start={0: start},
+                                  client_config=self.kafka.client):
+                if msg.key() == key:
+                    found, latest = True, json.loads(msg.value()) if msg.value() else None
+            if found or start <= low:
+                return latest
+            span *= 16
 
     def record(self, state: dict[str, Any]) -> tuple[bytes, bytes]:
         return self.name.encode(), json.dumps({**state, "ts_ms": int(time.time() * 1000)}).encode()

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from common.kafka.fetch_wait import AdaptiveConsumer
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_partition
 from contract.envelope import POSITION_HEADER
@@ -49,13 +50,18 @@ def ensure_clean_topic(bootstrap: str, topic: str, partitions: int, client: dict
         admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(30)
 
 
+def _tail_reader(bootstrap: str, topic: str, client: dict | None) -> AdaptiveConsumer:
+    return AdaptiveConsumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-clean-{uuid.uuid4().hex}",
+                             "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})},
+                            name=f"reading {topic}")
+
+
 def last_position(bootstrap: str, topic: str, partition: int, client: dict | None = None) -> str:
     """The position header of the last record of a clean partition ("" when empty)."""
     (low, end), = end_offsets(bootstrap, [(topic, partition)], client_config=client).values()
     if end <= low:
         return ""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-clean-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
+    consumer = _tail_reader(bootstrap, topic, client)
     try:
         # The last record may sit a few offsets before the end (transaction markers of an
         # upstream tool): read the tail.
@@ -78,8 +84,7 @@ def last_shard_position(bootstrap: str, topic: str, partition: int, shard: str, 
     start = max(low, since)
     if end <= start:
         return "", end
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-clean-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
+    consumer = _tail_reader(bootstrap, topic, client)
     wanted = shard.encode()
     try:
         last = ""
@@ -93,17 +98,26 @@ def last_shard_position(bootstrap: str, topic: str, partition: int, shard: str, 
         consumer.close()
 
 
+def clean_producer(bootstrap: str, client: dict | None = None) -> Producer:
+    """The idempotent producer clean partitions are written with (by one writer at a time)."""
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                     "acks": "all", "compression.type": "lz4", **(client or {})})
+
+
 class CleanPartitionWriter:
     """Writes one clean partition, skipping what an earlier attempt already wrote."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int, client: dict | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, partition: int, client: dict | None = None,
+                 producer: Producer | None = None) -> None:
         self.topic, self.partition = topic, partition
         self.extra_headers: list[tuple[str, bytes]] = []
         # What an earlier attempt wrote is a copy now.
         self.copies = CopyFilter({partition: self._last(bootstrap, client)})
         self._errors: list[str] = []
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
-                                  "acks": "all", "compression.type": "lz4", **(client or {})})
+        # ``producer``: one of :func:`clean_producer`'s that a worker keeps from task to task
+        # (a new idempotent producer's first records wait about 500 ms for its producer id
+        # on the embedded broker: the merge tasks paid that on every batch)
+        self.producer = producer if producer is not None else clean_producer(bootstrap, client)
         self.written = 0
         self.skipped = 0
 
@@ -140,9 +154,9 @@ class MergedPartitionWriter(CleanPartitionWriter):
     skipping what an earlier attempt wrote for that shard since offset ``since``."""
 
     def __init__(self, bootstrap: str, topic: str, partition: int, shard: str, since: int,
-                 client: dict | None = None) -> None:
+                 client: dict | None = None, producer: Producer | None = None) -> None:
         self.shard, self.since = shard, since
-        super().__init__(bootstrap, topic, partition, client)
+        super().__init__(bootstrap, topic, partition, client, producer)
         self.extra_headers = [(SHARD_HEADER, shard.encode())]
         self.bootstrap, self.client = bootstrap, client
 

@@ -98,6 +98,7 @@ from pyspark.sql.types import (
 
 from common.errors import OffsetLookupError, PartitionStalled
 from common.kafka.clients import topic_ids
+from common.kafka.fetch_wait import AdaptiveConsumer
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import READ_AHEAD, read_partition
 from spark_jobs.data_loss import TP, DataLoss, apply_data_loss, data_loss_message, detect_data_loss
@@ -467,8 +468,9 @@ _BATCH_ROWS = 10_000
 # broker's CPU 0.85-0.88 us a record against 1.10-1.35 with 10 MiB and the default queue,
 # the client's 0.99-1.09 against 1.18-1.65; and in ``cdc bench merge``'s steady batches
 # the broker's 0.78-0.89 us an event against 1.33-1.43 (docs/merge-performance.md).
-_READ_DEFAULTS = {**READ_AHEAD, "max.partition.fetch.bytes": 2 * 1024 * 1024, "queued.min.messages": 5000,
-                  "fetch.wait.max.ms": 10}
+# The fetch wait is the adaptive one of :mod:`common.kafka.fetch_wait` (10 ms, longer where
+# the broker needs longer to answer at all; ``kafka.fetch.wait.max.ms`` sets its floor).
+_READ_DEFAULTS = {**READ_AHEAD, "max.partition.fetch.bytes": 2 * 1024 * 1024, "queued.min.messages": 5000}
 
 
 def _to_batch(msgs: list, rng: KafkaRange, schema) -> Any:
@@ -539,11 +541,10 @@ def range_consumer_config(opts: SourceOptions) -> dict:
             "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "enable.partition.eof": True}
 
 
-def range_consumer(opts: SourceOptions):
-    """A consumer for :func:`read_messages` (which assigns it the partition it reads)."""
-    from confluent_kafka import Consumer
-
-    return Consumer(range_consumer_config(opts))
+def range_consumer(opts: SourceOptions) -> AdaptiveConsumer:
+    """A consumer for :func:`read_messages` (which assigns it the partition it reads), its
+    fetch wait adapted to the broker (:mod:`common.kafka.fetch_wait`)."""
+    return AdaptiveConsumer(range_consumer_config(opts), name="cdc-kafka task")
 
 
 def read_messages(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS,

@@ -88,6 +88,7 @@ from spark_jobs.errors import MergeDataLoss, MergeStateError, RouteError, Schema
 from spark_jobs.kafka_offsets import ids_from_json, lost_from_json, offsets_from_json
 from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
 from spark_jobs.offset_log import batch_end_offsets, last_batches, next_start
+from spark_jobs.progress_watch import PartitionRead, ProgressWatch
 from spark_jobs.partition_merge import (
     OUTPUT_SCHEMA,
     MergeSettings,
@@ -371,12 +372,18 @@ class MergeJob:
                        # a task's writes to a sink under its partition's turn / the table's whole turn
                        "partition_turns": 0, "whole_turns": 0}
         self._stop = threading.Event()
+        self._watching = threading.Event()  # set: the watcher thread ends
         self.query = None
         self._known: dict[str, int] = {}  # topics made sure of: partitions
         self._published: set[str] = set()  # fingerprints of schemas the job published
         self.last: dict[str, Any] = {}
         self.phase_totals: dict[str, float] = {}  # seconds per phase over every batch (see _report)
         self._admin_client = None
+        #: Whether the job keeps pace with its partitions (warnings in the status file and metrics)
+        self.watch = ProgressWatch()
+        #: The batch running now: (batch id, time.monotonic() at its start, {partition: (start, end)})
+        self.running_batch: tuple[int, float, dict[str, tuple[int, int]]] | None = None
+        self.failed_batch: tuple[int, float, dict[str, tuple[int, int]]] | None = None  # ... whose tasks failed
         #: The jobs whose figures this one's metrics endpoint serves (:func:`run_jobs`: every source's).
         self.peers: list[MergeJob] = [self]
         self.first_batch_started: float | None = None  # time.monotonic() of the first batch's start
@@ -392,6 +399,9 @@ class MergeJob:
         """The merge job's figures: ``(metric name, Prometheus type, value)``."""
         out = [(f"cdc_merge_{name}_total", "counter", value) for name, value in self.totals.items()]
         out += [("cdc_merge_batches_total", "counter", self.batches), ("cdc_merge_held_records", "gauge", self.held)]
+        pace = self.watch.current()
+        out += [("cdc_merge_pace_warnings", "gauge", len(pace)),
+                ("cdc_merge_partitions_falling_behind", "gauge", sum(w.kind == "falling_behind" for w in pace))]
         for name in ("rows_per_second", "latency_p50_ms", "latency_p99_ms", "seconds"):
             v = self.last.get(name)
             if v is not None:
@@ -944,7 +954,14 @@ class MergeJob:
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         t_tasks = time.monotonic()
-        rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch, settings)
+        self._batch_starts(batch_id, t0)
+        try:
+            rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch, settings)
+        except BaseException:
+            self.failed_batch = self.running_batch  # (what a restart must not repeat silently)
+            raise
+        finally:
+            self.running_batch = None
         t_finish = time.monotonic()
         new_states = dict(states)
         for key, (state, new) in inputs.items():  # partitions without records: their markers wait
@@ -971,6 +988,46 @@ class MergeJob:
         t_end = self.last_batch_ended = time.monotonic()
         phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish}
         self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases)
+
+    def _batch_starts(self, batch_id: int, t0: float) -> None:
+        """Batch ``batch_id`` (started at ``t0``) reads its ranges now: the progress watch
+        hears of it (a restart that repeats a failed batch's ranges is a warning)."""
+        try:
+            ranges = {f"{r.topic}[{r.partition}]": (max(r.start, 0), r.end) for r in self._batch_ranges(batch_id)}
+        except MergeStateError:
+            ranges = {}
+        self.running_batch = (batch_id, t0, ranges)
+        for w in self.watch.batch_started(t0, {k: a for k, (a, _) in ranges.items()}):
+            log.warning("batch %d: %s", batch_id, w.message)
+
+    def _latest_offsets(self) -> dict[str, int]:
+        """The log's end offsets the query's source saw last (Spark's progress report), by
+        partition key ``topic[partition]``; empty when not known."""
+        try:
+            progress = self.query.lastProgress if self.query is not None else None
+            latest = (progress or {}).get("sources", [{}])[0].get("latestOffset")
+            doc = json.loads(latest) if isinstance(latest, str) else latest
+            return {f"{t}[{p}]": o for (t, p), o in offsets_from_json(doc).items()}
+        except Exception:  # noqa: BLE001 - a progress report of another shape: rates from the planned ends
+            return {}
+
+    def _spark_durations(self) -> dict:
+        """``durationMs`` of the query's last progress report (the batch before this one)."""
+        try:
+            return dict((self.query.lastProgress or {}).get("durationMs") or {}) if self.query is not None else {}
+        except Exception:  # noqa: BLE001 - a query stopping meanwhile
+            return {}
+
+    def watch_running(self) -> None:
+        """Called every few seconds while the query runs: a batch that runs long is a
+        warning, logged once and written to the status file."""
+        running = self.running_batch
+        if running is None:
+            return
+        batch_id, started, ranges = running
+        for w in self.watch.running(time.monotonic(), started, batch_id, ranges):
+            log.warning("%s", w.message)
+            self._write_status()
 
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
                 lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None) -> None:
@@ -1014,15 +1071,28 @@ class MergeJob:
             log.debug("batch %d phases: %s", batch_id, phases)
         self.last = {**agg, "markers": markers, "seconds": seconds, "rows_per_second": rate,
                      "latency_p50_ms": p50, "latency_p99_ms": p99}
-        status = {"pid": os.getpid(), "updated_at": time.time(), "batch_id": batch_id, "batches": self.batches,
-                  "last_batch": {**agg, "markers": markers, "seconds": round(seconds, 3),
-                                 "rows_per_second": round(rate, 1), "latency_p50_ms": p50, "latency_p99_ms": p99,
-                                 "phases": phases,
-                                 "lost": [x.to_json() for x in lost]},
-                  "totals": self.totals}
+        reads = [r for r in (PartitionRead.from_stats(s) for s in stats) if r is not None]
+        for w in self.watch.batch_done(time.monotonic(), seconds, reads, self._latest_offsets()):
+            log.warning("batch %d: %s", batch_id, w.message)
+        self._status = {"pid": os.getpid(), "updated_at": time.time(), "batch_id": batch_id, "batches": self.batches,
+                        "last_batch": {**agg, "markers": markers, "seconds": round(seconds, 3),
+                                       "rows_per_second": round(rate, 1), "latency_p50_ms": p50,
+                                       "latency_p99_ms": p99, "phases": phases,
+                                       "lost": [x.to_json() for x in lost]},
+                        # Spark's own phases of the batch before (its trigger, planning, WAL)
+                        "spark_ms": self._spark_durations(),
+                        "totals": self.totals}
+        self._write_status()
+
+    def _write_status(self) -> None:
+        """The status file (``cdc status``): the last batch's figures, the totals, and the
+        progress watch's warnings in force."""
+        status = {**getattr(self, "_status", {"pid": os.getpid(), "updated_at": 0, "batch_id": None, "batches": 0,
+                                                "last_batch": {}, "totals": self.totals}),
+                  "warnings": [w.to_json() for w in self.watch.current()], "watched_at": time.time()}
         try:
             self.status_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.status_path.with_suffix(".tmp")
+            tmp = self.status_path.with_suffix(f".tmp{threading.get_ident()}")
             tmp.write_text(json.dumps(status))
             os.replace(tmp, self.status_path)
         except OSError as exc:  # best effort
@@ -1060,6 +1130,8 @@ class MergeJob:
         warm_workers(spark, self.prefix)
         first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job serves all
         server = serve_metrics(self.cfg.spark.metrics_port if first else None, self.prometheus)
+        watcher = threading.Thread(target=self._watch_loop, name=f"cdc-merge-watch-{self.prefix}", daemon=True)
+        watcher.start()
         delay, restarts = 1.0, 0
         try:
             while not self._stop.is_set():
@@ -1080,6 +1152,8 @@ class MergeJob:
                     self.stop_on_schema_change()  # so does a schema change the configuration refuses
                     self.check_routes()  # and a route whose tables no longer merge (a conflicting DDL)
                     restarts += 1
+                    failed, self.failed_batch = self.failed_batch, None
+                    self.watch.restarted({k: a for k, (a, _) in failed[2].items()} if failed else None, str(exc))
                     if max_restarts is not None and restarts > max_restarts:
                         raise
                     log.error("the merge query failed (%s); restarting from the checkpoint in %.0fs",
@@ -1089,8 +1163,20 @@ class MergeJob:
             return 0
         finally:
             self.query = None
+            self._watching.set()
             if server is not None:
                 server.shutdown()
+
+    #: How often the watcher thread looks at the running batch.
+    WATCH_INTERVAL_S = 5.0
+
+    def _watch_loop(self) -> None:
+        self._watching.clear()
+        while not self._watching.wait(self.WATCH_INTERVAL_S) and not self._stop.is_set():
+            try:
+                self.watch_running()
+            except Exception as exc:  # noqa: BLE001 - a watcher must not take the job down
+                log.debug("progress watch: %s", exc)
 
 
 def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts: int | None = None) -> int:

@@ -51,7 +51,7 @@ from contract.schema_store import SchemaStore
 from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
 from spark_jobs.batch_latency import TS_MS, latency_counts
-from spark_jobs.clean_changelog import CleanPartitionWriter, MergedPartitionWriter
+from spark_jobs.clean_changelog import CleanPartitionWriter, MergedPartitionWriter, clean_producer
 from spark_jobs.dblog import ChunkRow, Marker, Window, WindowBuffer
 from spark_jobs.errors import DBLogError, RouteError, SinkUnavailable
 from spark_jobs.sharding.routes import Router
@@ -211,6 +211,21 @@ def _dlq_producer(s: MergeSettings):
     from confluent_kafka import Producer
     return _cached(("dlq", s.bootstrap), lambda: Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 5,
                                                            **(s.client or {})}))
+
+
+def _clean_producer(s: MergeSettings):
+    """The clean changelog's producer of this worker process, kept from task to task (and
+    let go by :func:`_drop_clean_producer` when a write fails: what it still holds must not
+    land after the retry has looked at the partition)."""
+    return _cached(("clean", s.bootstrap, repr(s.client)), lambda: clean_producer(s.bootstrap, s.client or None))
+
+
+def _drop_clean_producer(s: MergeSettings) -> None:
+    with _cache_lock:
+        producer = _cache.pop(("clean", s.bootstrap, repr(s.client)), None)
+    if producer is not None:
+        producer.purge()
+        producer.flush(0)
 
 
 @dataclass(slots=True)
@@ -443,10 +458,14 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
         plain = [k for k in kept if router is None or router.route_of(s.source_name, *k.table) is None]
         if plain:
             writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, topic_db, topic_table), partition,
-                                          s.client or None)
-            for k in plain:
-                writer.write(k.key_bytes, k.value_bytes, k.position)
-            writer.flush()
+                                          s.client or None, producer=_clean_producer(s))
+            try:
+                for k in plain:
+                    writer.write(k.key_bytes, k.value_bytes, k.position)
+                writer.flush()
+            except BaseException:
+                _drop_clean_producer(s)
+                raise
             stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
         if len(plain) < len(kept):
             plain_ids = {id(k) for k in plain}
@@ -603,22 +622,27 @@ def _merged_changelog(s: MergeSettings, router: Router, kept: list[_Kept], parti
         fields = target_fields(target["schema"])
         shard = ShardId(s.source_name, *table)
         writer = MergedPartitionWriter(s.bootstrap, clean_topic(s.clean_prefix or s.prefix, *route.target), partition, str(shard),
-                                       int(merged_clean.get(route.name, 0)), s.client or None)
-        for k in records:
-            env = k.envelope or {}
-            try:
-                before = env.get("before")
-                after = env.get("after")
-                value = {**env, "before": None if before is None else target_row(route, shard, before, fields),
-                         "after": None if after is None else target_row(route, shard, after, fields)}
-                row = value["after"] if value["after"] is not None else value["before"]
-                key_b = key_w.encode(target_key(row, target["key"])) if row is not None else None
-                value_b = value_w.encode(value)
-            except (SerdeError, KeyError, TypeError, ValueError) as exc:
-                dead.append((k.offset, k.key_bytes, k.value_bytes, f"merged clean changelog {route.name}: {exc}"))
-                continue
-            writer.write(key_b, value_b, k.position)
-        writer.flush()
+                                       int(merged_clean.get(route.name, 0)), s.client or None,
+                                       producer=_clean_producer(s))
+        try:
+            for k in records:
+                env = k.envelope or {}
+                try:
+                    before = env.get("before")
+                    after = env.get("after")
+                    value = {**env, "before": None if before is None else target_row(route, shard, before, fields),
+                             "after": None if after is None else target_row(route, shard, after, fields)}
+                    row = value["after"] if value["after"] is not None else value["before"]
+                    key_b = key_w.encode(target_key(row, target["key"])) if row is not None else None
+                    value_b = value_w.encode(value)
+                except (SerdeError, KeyError, TypeError, ValueError) as exc:
+                    dead.append((k.offset, k.key_bytes, k.value_bytes, f"merged clean changelog {route.name}: {exc}"))
+                    continue
+                writer.write(key_b, value_b, k.position)
+            writer.flush()
+        except BaseException:
+            _drop_clean_producer(s)
+            raise
         merged_clean[route.name] = writer.end_offset()
         stats["clean_written"] = stats.get("clean_written", 0) + writer.written
         stats["clean_skipped"] = stats.get("clean_skipped", 0) + writer.skipped
@@ -870,6 +894,9 @@ def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch
                                                    schemas_end, sink_epoch)
                 del records
                 stats["read_s"], stats["read_cpu_s"] = read_s, read_cpu_s
+                # what the driver's progress watch judges the read by (spark_jobs.progress_watch)
+                stats["read"] = {"start": rng.start, "end": rng.end, "seconds": round(read_s, 4),
+                                 "fetch_wait_ms": consumer.wait.ms}
                 yield "state", rng.topic, rng.partition, json.dumps(new_state)
                 yield "stats", rng.topic, rng.partition, json.dumps(stats)
     return run

@@ -6,9 +6,10 @@ import time
 import uuid
 from typing import Iterator
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from common.errors import PartitionStalled
+from common.kafka.fetch_wait import AdaptiveConsumer
 from common.kafka.offsets import end_offsets
 
 # How long one ``consume`` call may wait.  librdkafka's ``consume(n, timeout)`` returns
@@ -31,14 +32,20 @@ _METADATA_WAIT_S = 5.0
 READ_AHEAD = {"fetch.queue.backoff.ms": 10}
 
 
-def read_partition(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,
+def read_partition(consumer: AdaptiveConsumer, topic: str, partition: int, start: int, end: int, *,
                    timeout: float = 60.0, batch: int = 1000) -> Iterator[list]:
     """Lists of the data messages of ``topic[partition]`` at offsets ``[start, end)``, in
     offset order, read with ``consumer`` (assigned here; ``start`` may be a logical offset
     such as ``OFFSET_BEGINNING``).  Offsets may have gaps (transaction markers, aborted or
     compacted records): the range is done when a record at ``end - 1`` arrives or the
-    consumer's position reaches ``end``.  Raises :class:`PartitionStalled` when the read
-    makes no progress for ``timeout`` seconds, ``RuntimeError`` on a consumer error."""
+    consumer's position reaches ``end``.
+
+    The records are there to read, so a read that gets nothing for the consumer's
+    :meth:`~common.kafka.fetch_wait.FetchWait.starved_after_s` is starved, not waiting: its
+    fetch wait grows and the read goes on from where it is with a consumer made anew
+    (:class:`~common.kafka.fetch_wait.AdaptiveConsumer`).  Raises :class:`PartitionStalled`
+    when the read makes no progress for ``timeout`` seconds (and at least twice the fetch
+    wait: a longer fetch is not cut short), ``RuntimeError`` on a consumer error."""
     if end <= start:
         return
     if start < 0:
@@ -53,7 +60,8 @@ def read_partition(consumer: Consumer, topic: str, partition: int, start: int, e
     where = TopicPartition(topic, partition)
     consumer.assign([TopicPartition(topic, partition, start)])
     position = start
-    last_progress = time.monotonic()
+    assigned = last_progress = last_change = time.monotonic()
+    answered = False
     while position < end:
         msgs = consumer.consume(max(1, min(batch, end - position)), CONSUME_WAIT_S)
         if msgs and not [m for m in msgs if m.error() is not None]:
@@ -72,16 +80,29 @@ def read_partition(consumer: Consumer, topic: str, partition: int, start: int, e
                     position = max(position, m.offset() + 1)
                 elif err.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(f"reading {topic}[{partition}]: {err}")
+        now = time.monotonic()
+        if msgs and not answered:
+            answered = True
+            consumer.answered(now - assigned)
         if data:
-            last_progress = time.monotonic()
+            last_progress = last_change = now
             yield data
         if position < end:
             pos = consumer.position([where])[0].offset
             if pos > position:
-                position, last_progress = pos, time.monotonic()
-            elif time.monotonic() - last_progress > timeout:
-                raise PartitionStalled(f"{topic}[{partition}] made no progress for {timeout:g}s at position "
-                                       f"{position}, range [{start}, {end})", position)
+                position, last_progress, last_change = pos, now, now
+                continue
+            idle = now - last_change
+            wait_s = consumer.wait.ms / 1000.0
+            if idle > max(timeout, 2 * wait_s):
+                raise PartitionStalled(f"{topic}[{partition}] made no progress for {now - last_progress:.0f}s at "
+                                       f"position {position}, range [{start}, {end}), fetch wait {consumer.wait.ms} ms",
+                                       position)
+            if not msgs and idle > consumer.wait.starved_after_s() and \
+                    consumer.starved(f"{topic}[{partition}]", position):
+                consumer.assign([TopicPartition(topic, partition, position)])
+                assigned = last_change = time.monotonic()
+                answered = False
 
 
 def topic_reader_config(bootstrap_servers: str, client_config: dict | None = None) -> dict:
@@ -94,9 +115,11 @@ def topic_reader_config(bootstrap_servers: str, client_config: dict | None = Non
 
 def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | None = None, timeout: float = 60.0,
                client_config: dict | None = None, batch: int = 500) -> Iterator:
-    """Yield every record of ``topic`` (all partitions) from ``start`` (default: the
-    beginning) up to the end offsets taken when the call begins, then stop."""
-    consumer = Consumer(topic_reader_config(bootstrap_servers, client_config))
+    """Yield every record of ``topic`` from ``start`` (default: the beginning) up to the end
+    offsets taken when the call begins, then stop: partition after partition, each in offset
+    order (:func:`read_partition`: a read that makes no progress for ``timeout`` seconds
+    raises :class:`PartitionStalled`, a ``TimeoutError``)."""
+    consumer = AdaptiveConsumer(topic_reader_config(bootstrap_servers, client_config), name=f"reading {topic}")
     try:
         md = consumer.list_topics(topic, timeout=timeout)
         tmd = md.topics.get(topic)
@@ -104,37 +127,11 @@ def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | No
             return
         parts = sorted(tmd.partitions)
         ends = end_offsets(bootstrap_servers, [(topic, p) for p in parts], client_config=client_config)
-        todo = {}
         for p in parts:
             low, end = ends[(topic, p)]
             first = max(low, (start or {}).get(p, low))
-            if end > first:
-                todo[p] = end
-        if not todo:
-            return
-        consumer.assign([TopicPartition(topic, p, max(ends[(topic, p)][0], (start or {}).get(p, 0))) for p in todo])
-        deadline = time.monotonic() + timeout
-        while todo:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}: partitions {sorted(todo)} did not reach their end in {timeout}s")
-            msgs = consumer.consume(batch, CONSUME_WAIT_S)
-            for msg in msgs:
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise RuntimeError(f"reading {topic}: {msg.error()}")
-                p = msg.partition()
-                if p not in todo:
-                    continue
-                yield msg
-                if msg.offset() + 1 >= todo[p]:
-                    del todo[p]
-            # With transactions the last offsets may be commit markers: no record reaches
-            # them, so a partition whose position has passed its end is done as well.
-            if todo and not msgs:
-                for tp in consumer.position([TopicPartition(topic, p) for p in list(todo)]):
-                    if tp.offset >= 0 and tp.offset >= todo[tp.partition]:
-                        del todo[tp.partition]
+            for msgs in read_partition(consumer, topic, p, first, end, timeout=timeout, batch=batch):
+                yield from msgs
     finally:
         consumer.close()
 
@@ -146,7 +143,7 @@ def partition_records(bootstrap_servers: str, topic: str, partition: int, start:
     :func:`common.kafka.client_process.run_isolated` can hand back."""
     if end <= start:
         return []
-    consumer = Consumer(topic_reader_config(bootstrap_servers, client_config))
+    consumer = AdaptiveConsumer(topic_reader_config(bootstrap_servers, client_config), name=f"reading {topic}")
     try:
         return [(m.offset(), m.value()) for msgs in read_partition(consumer, topic, partition, start, end,
                                                                    timeout=timeout) for m in msgs]

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from common.errors import OffsetLookupError
 from common.kafka.clients import ensure_topics
+from common.kafka import offsets
 from common.kafka.offsets import end_offsets
 
 UNCOMMITTED = {"isolation.level": "read_uncommitted"}
@@ -197,13 +198,21 @@ def test_at_least_takes_the_list_offsets_answer_where_it_reaches_the_offset_aske
         consumer.close()
     true = end_offsets(bs, parts)
     assert true == {tp: (0, 500) for tp in parts}
-    # the offset asked at or below the ListOffsets answer: that answer, a lower bound (on
-    # Tansu below the true end: 1, the last batch's base offset + 1; the probe says 500)
-    assert end_offsets(bs, parts, at_least={tp: listed[tp][1] for tp in parts}) == \
-        {tp: (listed[tp][0], listed[tp][1]) for tp in parts}
-    # above it (partition 1 only): partition 1 probed for its true end, partition 0 not
-    got = end_offsets(bs, parts, at_least={(topic, 0): 0, (topic, 1): listed[(topic, 1)][1] + 1})
-    assert got[(topic, 0)] == listed[(topic, 0)] and got[(topic, 1)] == (0, 500)
+    # Tansu answers a fetch past the end with the true end at once: ``at_least`` changes nothing
+    assert end_offsets(bs, parts, at_least={tp: listed[tp][1] for tp in parts}) == true
+    # The way of a broker that refuses such a fetch (Kafka), on this one:
+    offsets._REFUSE_PAST_END.add(bs)
+    try:
+        # the offset asked at or below the ListOffsets answer: that answer, a lower bound (on
+        # Tansu below the true end: 1, the last batch's base offset + 1; the probe says 500)
+        assert end_offsets(bs, parts, at_least={tp: listed[tp][1] for tp in parts}) == \
+            {tp: (listed[tp][0], listed[tp][1]) for tp in parts}
+        # above it (partition 1 only): partition 1 probed for its true end, partition 0 not
+        got = end_offsets(bs, parts, at_least={(topic, 0): 0, (topic, 1): listed[(topic, 1)][1] + 1})
+        assert got[(topic, 0)] == listed[(topic, 0)] and got[(topic, 1)] == (0, 500)
+        assert end_offsets(bs, parts) == true
+    finally:
+        offsets._REFUSE_PAST_END.discard(bs)
 
 
 def test_end_offsets_give_up_with_offset_lookup_error_when_the_broker_does_not_answer(stack, config, topic):

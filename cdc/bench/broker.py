@@ -1,0 +1,122 @@
+"""``cdc bench broker``: the embedded broker's limits, measured (docs/operations.md).
+
+A broker of its own (Tansu, memory storage, a free port) and one partition filled step by
+step to ``steps`` records, in batches of ``per_batch`` records (the producer's batches at
+a low rate hold a few records each).  At each step:
+
+* produce latency: one record produced and acknowledged, twenty times (p50, p95);
+* fetch: the time to the first record read from the middle of the partition with a fixed
+  10 ms fetch wait (what the readers used before: "starved" when nothing came in 5 s), with
+  a fixed 30 s wait (the broker's own answer time), and with the readers' adaptive wait
+  (:class:`common.kafka.fetch_wait.AdaptiveConsumer`), and the wait it grew to;
+* the broker's resident memory.
+
+The broker lists every batch of a partition on each fetch (about 2.5 us a batch measured
+here), so what counts is batches per partition, not records; and it keeps every record in
+memory (no retention).  A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from rich.console import Console
+from rich.table import Table
+
+from cdc.bench.common import proc_status_kb
+from cdc.stack.kafka_broker import EmbeddedBroker
+from common.kafka.fetch_wait import AdaptiveConsumer
+from common.kafka.topic_reader import read_partition
+
+TOPIC = "broker-bench"
+
+
+def _first_record_s(bootstrap: str, offset: int, wait_ms: int, limit_s: float) -> float | None:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{wait_ms}", "fetch.wait.max.ms": wait_ms,
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(TOPIC, 0, offset)])
+        t = time.monotonic()
+        while time.monotonic() - t < limit_s:
+            if c.consume(100, 0.01):
+                return time.monotonic() - t
+        return None
+    finally:
+        c.close()
+
+
+def _adaptive_read(bootstrap: str, offset: int) -> tuple[float, int]:
+    c = AdaptiveConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-adaptive", "enable.auto.commit": False},
+                         name="bench")
+    try:
+        t = time.monotonic()
+        for _ in read_partition(c, TOPIC, 0, offset, offset + 1, timeout=120):
+            pass
+        return time.monotonic() - t, c.wait.ms
+    finally:
+        c.close()
+
+
+def bench_broker(steps: tuple[int, ...] = (100_000, 300_000, 1_000_000, 2_000_000, 5_000_000), per_batch: int = 10,
+                 console: Console | None = None) -> list[dict[str, Any]]:
+    console = console or Console()
+    root = Path(tempfile.mkdtemp(prefix="cdc-broker-bench-"))
+    broker = EmbeddedBroker(root)
+    info = broker.start()
+    bootstrap = info["bootstrap_servers"]
+    rows: list[dict[str, Any]] = []
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # (kept: a dropped client fails its futures)
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        fill = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": per_batch,
+                         "queue.buffering.max.messages": 1_000_000})
+        n = 0
+        value = b"x" * 200
+        for target in steps:
+            with console.status(f"filling the partition to {target:,} records..."):
+                while n < target:
+                    for _ in range(per_batch):
+                        fill.produce(TOPIC, value, partition=0)
+                    n += per_batch
+                    fill.poll(0)
+                    if n % (per_batch * 50) == 0:
+                        fill.flush()
+                fill.flush()
+            lat = []
+            for _ in range(20):
+                t = time.monotonic()
+                fill.produce(TOPIC, value, partition=0)
+                fill.flush()
+                lat.append(time.monotonic() - t)
+            n += 20
+            lat.sort()
+            middle = n // 2
+            short = _first_record_s(bootstrap, middle, 10, 5.0)
+            answer = _first_record_s(bootstrap, middle, 30_000, 60.0)
+            adaptive_s, grown = _adaptive_read(bootstrap, middle)
+            row = {"records": n, "batches": n // per_batch, "produce_p50_ms": round(lat[10] * 1000, 1),
+                   "produce_p95_ms": round(lat[18] * 1000, 1),
+                   "first_record_10ms_wait_s": None if short is None else round(short, 3),
+                   "broker_answer_s": None if answer is None else round(answer, 3),
+                   "adaptive_read_s": round(adaptive_s, 3), "adaptive_wait_ms": grown,
+                   "broker_rss_mb": round(proc_status_kb("VmRSS", info["pid"]) / 1024)}
+            rows.append(row)
+            console.print(row)
+    finally:
+        broker.stop(info)
+        shutil.rmtree(root, ignore_errors=True)
+    table = Table("records", "batches", "produce p50/p95 ms", "first record, 10 ms wait", "broker's answer",
+                  "adaptive read (wait)", "broker RSS MB", title="the embedded broker, one partition")
+    for r in rows:
+        short = "starved" if r["first_record_10ms_wait_s"] is None else f"{r['first_record_10ms_wait_s']:.3f} s"
+        table.add_row(f"{r['records']:,}", f"{r['batches']:,}", f"{r['produce_p50_ms']} / {r['produce_p95_ms']}",
+                      short, f"{r['broker_answer_s']} s", f"{r['adaptive_read_s']} s ({r['adaptive_wait_ms']} ms)",
+                      f"{r['broker_rss_mb']:,}")
+    console.print(table)
+    return rows

@@ -1,0 +1,515 @@
+"""``cdc bench soak``: the pipeline for hours under a steady mixed load (``make soak``).
+
+One run against a stack (the embedded one by default, its own database and topics):
+
+1. a table like the endurance issue's (BIGINT key, VARCHAR, DECIMAL, TEXT, and the write's
+   time ``src_at``) with ``rows`` rows loaded before the producer starts;
+2. ``cdc produce`` and ``cdc merge`` as processes (PostgreSQL sink and clean changelog,
+   ``partitions`` partitions per table topic, Kafka transactions on: the defaults), an
+   incremental snapshot signalled at the start;
+3. a load of ``rate`` row changes a second for ``minutes`` minutes: 35% inserts, 50% updates
+   (four in five of them on the newest thousand rows: a hot range), 12% deletes, 3% primary
+   key changes, each row written with ``src_at = NOW(6)``;
+4. every ``sample_s`` seconds a sample: the producer's seconds behind the source, the
+   merge latency p50/p99 of the rows the sink wrote since the last sample (the sink table
+   gets a trigger column stamped with ``clock_timestamp()`` on every insert and update:
+   latency = that stamp - ``src_at``), the records merged a second, the resident memory of
+   each process tree (producer, merge job with its JVM and Python workers, broker, MariaDB,
+   PostgreSQL), the checkpoint's files, the sink's bookkeeping rows (tombstones), the merge
+   job's pace warnings, and whether ``cdc status`` would report lost Kafka history (it
+   must not: nothing is lost);
+5. the load stops; the running merge job must bring the sink equal to the source
+   (``cdc verify``, tried every 10 s for ``drain_s`` seconds); the time that took is reported.
+
+``deep_batches`` (a test's short form): before the producer starts, each partition of the
+table topic gets that many one-record batches of tombstones (a key, no value: not a change,
+skipped by every reader), so that the partitions are as deep as hours of load leave them on
+the embedded broker, whose fetches list every batch of a partition (docs/operations.md).
+
+The verdict (:func:`verdict`): no stall (equal at the end, no pace warning in force), the
+latency p99 of the last ten minutes within 1.5 times that of the first ten after the
+warm-up, the resident memory of the last sample within 1.25 times that after the warm-up
+for every process tree but the broker's (the embedded broker keeps every record in memory:
+it grows with the topics, reported, not judged), and no false alarm of lost history.
+:func:`render` writes the series as a table, :func:`plot` as a PNG.  A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import psycopg
+from confluent_kafka import Producer
+from rich.console import Console
+
+from cdc.bench.common import PacedWriter, admin, bench_config, child_pids, proc_status_kb, start_stack
+from cdc.chaos import CdcProcess
+from cdc.errors import BenchError
+from cdc.stack.manager import stack_down
+from cdc.verify import verify
+from common.config import CDCConfig, write_config
+from common.kafka.clients import ensure_topics
+from contract.signals import execute_snapshot_data, send_signal
+from contract.topics import table_topic
+from producer.binlog.server import start_at_current
+from producer.metrics import status_file
+from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
+from spark_jobs.sinks.configured import build_sinks
+
+TABLE = "soak"
+_ARRIVED = "soak_arrived_at"
+#: Seconds of the run before its figures count (the snapshot, Spark's first batches).
+WARM_UP_S = 120.0
+#: Minutes at each end of the run whose latency p99 is compared (the issue's ten).
+TREND_MIN = 10.0
+
+
+def create_table(mysql: dict, db: str, rows: int) -> None:
+    with admin(mysql) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+        cur.execute(f"CREATE TABLE `{db}`.`{TABLE}` (id BIGINT PRIMARY KEY, name VARCHAR(64), amount DECIMAL(12,2), "
+                    "note TEXT, src_at DATETIME(6))")
+        cur.execute("SET time_zone = '+00:00'")
+        for start in range(0, rows, 5000):
+            values = ",".join(f"({i},'n{i}',{i % 100000}.25,'{'x' * (i % 200)}',NOW(6))"
+                              for i in range(start, min(rows, start + 5000)))
+            cur.execute(f"INSERT INTO `{db}`.`{TABLE}` VALUES {values}")
+
+
+class MixedLoad(PacedWriter):
+    """About ``rate`` row changes a second: 35% inserts, 50% updates (80% of them on the
+    newest thousand rows), 12% deletes, 3% primary key changes; ``ops`` counts them."""
+
+    MIX = (("insert", 35), ("update", 50), ("delete", 12), ("key_change", 3))
+
+    def __init__(self, mysql: dict, db: str, rate: int, rows: int, seed: int = 1) -> None:
+        super().__init__(mysql, db, rate)
+        self.rnd = random.Random(seed)
+        self.live = list(range(rows))  # ids in the table (a random one: swap and pop)
+        self.next_id = rows
+        self.per_tick = max(1, rate // 20)
+        self.ops: dict[str, int] = {k: 0 for k, _ in self.MIX}
+        self._kinds = [k for k, w in self.MIX for _ in range(w)]
+        self._utc = False
+
+    def _pick(self, hot: bool) -> int:
+        n = len(self.live)
+        i = self.rnd.randrange(max(0, n - 1000), n) if hot else self.rnd.randrange(n)
+        return i
+
+    def _take(self, i: int) -> int:
+        self.live[i], self.live[-1] = self.live[-1], self.live[i]
+        return self.live.pop()
+
+    def write(self, cur) -> int:
+        if not self._utc:
+            cur.execute("SET time_zone = '+00:00'")
+            self._utc = True
+        t = f"`{TABLE}`"
+        for _ in range(self.per_tick):
+            kind = self.rnd.choice(self._kinds) if len(self.live) > 2000 else "insert"
+            if kind == "insert":
+                i, self.next_id = self.next_id, self.next_id + 1
+                cur.execute(f"INSERT INTO {t} VALUES (%s, %s, %s, %s, NOW(6))",
+                            (i, f"n{i}", f"{self.rnd.randrange(10**7) / 100:.2f}", "y" * self.rnd.randrange(300)))
+                self.live.append(i)
+            elif kind == "update":
+                i = self.live[self._pick(self.rnd.random() < 0.8)]
+                cur.execute(f"UPDATE {t} SET amount = %s, name = %s, src_at = NOW(6) WHERE id = %s",
+                            (f"{self.rnd.randrange(10**7) / 100:.2f}", f"u{self.rnd.randrange(10**6)}", i))
+            elif kind == "delete":
+                cur.execute(f"DELETE FROM {t} WHERE id = %s", (self._take(self._pick(False)),))
+            else:
+                old, new = self._take(self._pick(False)), self.next_id
+                self.next_id += 1
+                cur.execute(f"UPDATE {t} SET id = %s, src_at = NOW(6) WHERE id = %s", (new, old))
+                self.live.append(new)
+            self.ops[kind] += 1
+        return self.per_tick
+
+
+def tree_rss_mb(pid: int | None) -> float:
+    """Resident memory of a process and all its descendants, in MB (0: no such process)."""
+    if not pid:
+        return 0.0
+    todo, kb = [pid], 0
+    while todo:
+        p = todo.pop()
+        kb += proc_status_kb("VmRSS", p)
+        todo += child_pids(p)
+    return round(kb / 1024, 1)
+
+
+def deepen_partitions(bootstrap: str, topic: str, partitions: int, batches: int, client: dict | None = None) -> None:
+    """Each partition of ``topic`` gets ``batches`` one-record batches of a tombstone."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1,
+                         "queue.buffering.max.messages": 1_000_000, **(client or {})})
+    for p in range(partitions):
+        for i in range(batches):
+            while True:
+                try:
+                    producer.produce(topic, key=b"soak-filler", value=None, partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if i % 1000 == 0:
+                producer.poll(0)
+    if producer.flush(300) > 0:
+        raise BenchError(f"the filler records of {topic} were not all acknowledged")
+
+
+class SinkClock:
+    """The PostgreSQL sink table's rows stamped with ``clock_timestamp()`` on every insert
+    and update (a trigger), and the latency of those written in a time span."""
+
+    def __init__(self, cfg: CDCConfig, db: str) -> None:
+        sink = dict(build_sinks(cfg.sinks))["postgres"]
+        self.dsn, self.table = sink.dsn, sink.qualified_name(db, TABLE)
+        self.ready = False
+
+    def install(self) -> bool:
+        """Add the column and trigger once the merge job made the table; whether in place."""
+        if self.ready:
+            return True
+        fn = f"{self.table.rsplit('.', 1)[0]}.soak_stamp"
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute(f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS {_ARRIVED} timestamptz")
+                conn.execute(f"CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS "
+                             f"$$ BEGIN NEW.{_ARRIVED} := clock_timestamp(); RETURN NEW; END $$")
+                conn.execute(f"CREATE OR REPLACE TRIGGER soak_stamp BEFORE INSERT OR UPDATE ON {self.table} "
+                             f"FOR EACH ROW EXECUTE FUNCTION {fn}()")
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            return False
+        self.ready = True
+        return True
+
+    def latency_ms(self, since: float, until: float) -> tuple[float | None, float | None, int]:
+        """p50, p99 and count of the latencies of rows stamped in ``(since, until]`` (epoch s)."""
+        if not self.ready:
+            return None, None, 0
+        sql = (f"SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP "
+               f"(ORDER BY l), count(*) FROM (SELECT EXTRACT(EPOCH FROM ({_ARRIVED} - (src_at AT TIME ZONE 'UTC')))"
+               f" * 1000 AS l FROM {self.table} WHERE {_ARRIVED} > to_timestamp(%s) AND {_ARRIVED} <= to_timestamp(%s)"
+               f" AND src_at IS NOT NULL) x")
+        with psycopg.connect(self.dsn) as conn, conn.cursor() as cur:
+            cur.execute(sql, (since, until))
+            p50, p99, n = cur.fetchone()
+        return (None if p50 is None else round(float(p50), 1), None if p99 is None else round(float(p99), 1),
+                int(n))
+
+    def tombstones(self) -> int:
+        schema = self.table.rsplit(".", 1)[0]
+        try:
+            with psycopg.connect(self.dsn) as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT count(*) FROM {schema}.__cdc_tombstones")
+                return int(cur.fetchone()[0])
+        except psycopg.Error:
+            return 0
+
+
+def _files(path: Path) -> int:
+    return sum(1 for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def _merge_status(cfg: CDCConfig) -> dict:
+    try:
+        return json.loads((Path(cfg.state_dir) / "merge-status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _producer_lag(cfg: CDCConfig) -> float | None:
+    try:
+        return float(json.loads(status_file(cfg).read_text()).get("seconds_behind_source"))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def false_loss_alarm(cfg: CDCConfig) -> str | None:
+    """What ``cdc status`` says of lost Kafka history now (None: nothing lost), read in
+    the order it reads: the local copy, then Kafka."""
+    kept = LocalOffsetCopy(cfg.state_dir, cfg.producer.name).load()
+    stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
+    return lost_history(stored, kept)
+
+
+def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60.0, rate: int = 1000,
+             rows: int = 50_000, partitions: int = 2, sample_s: float = 30.0, deep_batches: int = 0,
+             drain_s: float = 180.0, stack_pids: dict[str, int | None] | None = None,
+             console: Console | None = None, on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """One soak run (see the module docstring) against the stack ``cfg`` and ``mysql`` (its
+    admin connection details) point at; ``stack_pids``: the broker's, MariaDB's and
+    PostgreSQL's processes, for their memory.  Returns the samples and the verdict's figures."""
+    console = console or Console()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    run = f"soak_{uuid.uuid4().hex[:8]}"
+    db = run
+    cfg = cfg.model_copy(deep=True)
+    cfg.kafka.topic_prefix = cfg.producer.name = run
+    cfg.kafka.partitions = partitions
+    cfg.source.include_databases = [db]
+    cfg.sinks.postgres.enabled = cfg.sinks.changelog.enabled = True
+    cfg.sinks.mysql.enabled = False
+    cfg.sinks.postgres.schema_name = run
+    cfg.spark.master = "local[2]"
+    cfg.spark.checkpoint_dir = str(work_dir / "checkpoints")
+    cfg.state_dir = str(work_dir / "state")
+    create_table(mysql, db, rows)
+    if deep_batches:
+        topic = table_topic(run, db, TABLE)
+        ensure_topics(cfg.kafka, [topic], partitions=partitions)
+        with console.status(f"{partitions} x {deep_batches:,} one-record batches into {topic}..."):
+            deepen_partitions(cfg.kafka.bootstrap_servers, topic, partitions, deep_batches, cfg.kafka.client)
+    start_at_current(cfg)
+    cfg_path = work_dir / "soak.yaml"
+    write_config(cfg, cfg_path)
+    cdc = [sys.executable, "-m", "cdc.cli", "-c", str(cfg_path)]
+    producer = CdcProcess("producer", [*cdc, "produce"], work_dir / "producer.log")
+    job = CdcProcess("merge job", [*cdc, "merge"], work_dir / "merge.log")
+    clock = SinkClock(cfg, db)
+    load = MixedLoad(mysql, db, rate, rows)
+    samples: list[dict] = []
+    alarms: list[str] = []
+    pids = dict(stack_pids or {})
+    seconds = minutes * 60.0
+    console.print(f"soak {run}: {rate:,} changes/s for {minutes:g} min, {rows:,} rows, {partitions} partitions"
+                  + (f", {deep_batches:,} filler batches per partition" if deep_batches else ""))
+    t0 = time.time()
+    result: dict[str, Any] = {"run": run, "rate": rate, "minutes": minutes, "rows": rows, "partitions": partitions,
+                              "deep_batches": deep_batches, "sample_s": sample_s, "samples": samples}
+    try:
+        producer.start()
+        job.start()
+        with admin(mysql) as conn:
+            send_signal(conn, cfg.source.signal_table, "execute-snapshot", execute_snapshot_data([f"{db}.{TABLE}"]))
+        load.start()
+        last_t, last_input = time.time(), 0
+        while time.time() - t0 < seconds:
+            time.sleep(max(0.0, min(sample_s, seconds - (time.time() - t0))))
+            if load.error is not None:
+                raise BenchError(f"the write load failed: {load.error}")
+            for p in (producer, job):
+                if not p.alive():
+                    raise BenchError(f"the {p.name} exited ({p.proc.returncode if p.proc else '?'}); see {p.log}")
+            now = time.time()
+            clock.install()
+            ms = _merge_status(cfg)
+            merged = int(ms.get("totals", {}).get("input", 0))
+            p50, p99, n = clock.latency_ms(last_t, now)
+            alarm = false_loss_alarm(cfg)
+            if alarm:
+                alarms.append(alarm)
+            sample = {"t_s": round(now - t0, 1), "source_lag_s": _producer_lag(cfg), "latency_p50_ms": p50,
+                      "latency_p99_ms": p99, "rows_measured": n, "changes_written": load.count,
+                      "merged_per_s": round((merged - last_input) / (now - last_t), 1) if now > last_t else None,
+                      "rss_mb": {"producer": tree_rss_mb(producer.proc.pid), "merge": tree_rss_mb(job.proc.pid),
+                                 **{k: tree_rss_mb(v) for k, v in pids.items()}},
+                      "checkpoint_files": _files(Path(cfg.spark.checkpoint_dir)),
+                      "tombstones": clock.tombstones(), "pace_warnings": [w.get("message") for w in
+                                                                          ms.get("warnings") or []],
+                      "lost_history_alarm": alarm}
+            samples.append(sample)
+            last_t, last_input = now, merged
+            if on_sample is not None:
+                on_sample(sample)
+            console.print(_sample_line(sample))
+        load.stop()
+        result["ops"] = dict(load.ops)
+        t_stop = time.time()
+        report = None
+        while time.time() - t_stop < drain_s:
+            time.sleep(10.0)
+            for p in (producer, job):
+                if not p.alive():
+                    raise BenchError(f"the {p.name} exited ({p.proc.returncode if p.proc else '?'}); see {p.log}")
+            report = verify(cfg, [f"{db}.{TABLE}"])
+            if report.equal:
+                break
+        result["drain_s"] = round(time.time() - t_stop, 1)
+        result["equal"] = bool(report is not None and report.equal)
+        result["final_warnings"] = [w.get("message") for w in _merge_status(cfg).get("warnings") or []]
+    finally:
+        load._stop.set()
+        producer.stop()
+        job.stop()
+    result["lost_history_alarms"] = alarms
+    result["verdict"] = verdict(result)
+    return result
+
+
+def _sample_line(s: dict) -> str:
+    rss = ", ".join(f"{k} {v:,.0f}" for k, v in s["rss_mb"].items())
+    return (f"  {s['t_s']:7.0f}s  lag {_f(s['source_lag_s'], '.1f')} s  latency p50 {_f(s['latency_p50_ms'])} "
+            f"p99 {_f(s['latency_p99_ms'])} ms  merged {_f(s['merged_per_s'])}/s  RSS MB: {rss}  "
+            f"ckpt files {s['checkpoint_files']}  tombstones {s['tombstones']}"
+            + (f"  WARNINGS: {len(s['pace_warnings'])}" if s["pace_warnings"] else ""))
+
+
+def _f(x: float | None, fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _window(samples: list[dict], lo: float, hi: float) -> list[dict]:
+    return [s for s in samples if lo <= s["t_s"] <= hi]
+
+
+def verdict(result: dict) -> dict[str, Any]:
+    """The run's figures against the endurance goals (see the module docstring)."""
+    samples = result["samples"]
+    end = samples[-1]["t_s"] if samples else 0.0
+    span = min(TREND_MIN * 60, max(0.0, (end - WARM_UP_S) / 2))
+    first = _window(samples, WARM_UP_S, WARM_UP_S + span)
+    last = _window(samples, end - span, end)
+    p99 = lambda xs: [s["latency_p99_ms"] for s in xs if s["latency_p99_ms"] is not None]  # noqa: E731
+    first_p99 = statistics.median(p99(first)) if p99(first) else None
+    last_p99 = statistics.median(p99(last)) if p99(last) else None
+    rss_growth = {}
+    if first and last:
+        for k in last[-1]["rss_mb"]:
+            a, b = first[0]["rss_mb"].get(k) or 0.0, last[-1]["rss_mb"].get(k) or 0.0
+            rss_growth[k] = round(b / a, 2) if a else None
+    judged_rss = {k: v for k, v in rss_growth.items() if k != "broker" and v is not None}
+    all_p99 = [v for v in p99(samples)]
+    out = {
+        "equal": result.get("equal", False),
+        "no_stall": bool(result.get("equal")) and not result.get("final_warnings"),
+        "latency_p99_first_ms": first_p99, "latency_p99_last_ms": last_p99,
+        "latency_p99_ratio": round(last_p99 / first_p99, 2) if first_p99 and last_p99 else None,
+        "latency_p99_max_ms": max(all_p99) if all_p99 else None,
+        "rss_growth": rss_growth,
+        "false_loss_alarms": len(result.get("lost_history_alarms") or []),
+    }
+    out["latency_flat"] = out["latency_p99_ratio"] is not None and out["latency_p99_ratio"] <= 1.5
+    out["rss_flat"] = bool(judged_rss) and all(v <= 1.25 for v in judged_rss.values())
+    out["passed"] = out["no_stall"] and out["latency_flat"] and out["rss_flat"] and out["false_loss_alarms"] == 0
+    return out
+
+
+def plot(result: dict, path: Path) -> Path:
+    """The series as a PNG: latency p50/p99, source lag, records merged a second, memory."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = result["samples"]
+    t = [x["t_s"] / 60 for x in s]
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    ax = axes[0]
+    ax.plot(t, [x["latency_p50_ms"] for x in s], label="merge latency p50 (ms)")
+    ax.plot(t, [x["latency_p99_ms"] for x in s], label="merge latency p99 (ms)")
+    ax.plot(t, [(x["source_lag_s"] or 0) * 1000 for x in s], label="producer behind source (ms)", alpha=0.6)
+    ax.set_ylabel("ms")
+    ax.legend(loc="upper left")
+    ax.set_title(f"soak: {result['rate']:,} mixed changes/s for {result['minutes']:g} min, "
+                 f"{result['partitions']} partitions, embedded stack")
+    ax = axes[1]
+    ax.plot(t, [x["merged_per_s"] for x in s], label="records merged/s")
+    ax.set_ylabel("records/s")
+    ax.legend(loc="upper left")
+    ax = axes[2]
+    for k in s[0]["rss_mb"] if s else []:
+        ax.plot(t, [x["rss_mb"].get(k) for x in s], label=f"{k} RSS (MB)")
+    ax.set_ylabel("MB")
+    ax.set_xlabel("minutes")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+SECTION = "## Soak"
+
+
+def render(result: dict, *, when: str, png: str | None = None) -> str:
+    """The docs/benchmarks.md section: the verdict, then the series (every sample, or every
+    other one past 40)."""
+    v = result["verdict"]
+    lines = [SECTION, "",
+             f"`cdc bench soak --minutes {result['minutes']:g} --rate {result['rate']}` ({when}): the producer and the "
+             f"merge job (`local[2]`, PostgreSQL sink and clean changelog) under {result['rate']:,} mixed row changes a "
+             f"second (35% inserts, 50% updates, 12% deletes, 3% key changes) on a table of {result['rows']:,} rows, "
+             f"{result['partitions']} partitions, an incremental snapshot at the start; a sample every "
+             f"{result['sample_s']:g} s.", "",
+             "| goal | figure | met |", "| --- | --- | --- |",
+             f"| no stall: equal after the load, no pace warning | equal after {result.get('drain_s', '-')} s, "
+             f"{len(result.get('final_warnings') or [])} warnings | {'yes' if v['no_stall'] else 'no'} |",
+             f"| latency p99, last {TREND_MIN:g} min <= 1.5 x first {TREND_MIN:g} after warm-up | "
+             f"{_f(v['latency_p99_last_ms'])} / {_f(v['latency_p99_first_ms'])} ms = {v['latency_p99_ratio']} | "
+             f"{'yes' if v['latency_flat'] else 'no'} |",
+             f"| latency p99 <= 2 s (worst sample) | {_f(v['latency_p99_max_ms'])} ms | "
+             f"{'yes' if (v['latency_p99_max_ms'] or 0) <= 2000 else 'no'} |",
+             f"| memory flat (last / first after warm-up, broker apart) | "
+             f"{', '.join(f'{k} {g}' for k, g in v['rss_growth'].items())} | {'yes' if v['rss_flat'] else 'no'} |",
+             f"| no false alarm of lost Kafka history | {v['false_loss_alarms']} | "
+             f"{'yes' if v['false_loss_alarms'] == 0 else 'no'} |", ""]
+    if png:
+        lines += [f"![soak series]({png})", ""]
+    s = result["samples"]
+    step = 1 if len(s) <= 40 else 2
+    keys = list(s[0]["rss_mb"]) if s else []
+    lines += ["| min | behind source s | latency p50 ms | p99 ms | merged/s | " + " | ".join(f"{k} MB" for k in keys)
+              + " | ckpt files | tombstones | warnings |",
+              "| " + " | ".join(["---"] * (8 + len(keys))) + " |"]
+    for x in s[::step]:
+        lines.append(f"| {x['t_s'] / 60:.1f} | {_f(x['source_lag_s'], '.1f')} | {_f(x['latency_p50_ms'])} | "
+                     f"{_f(x['latency_p99_ms'])} | {_f(x['merged_per_s'])} | "
+                     + " | ".join(_f(x['rss_mb'].get(k)) for k in keys)
+                     + f" | {x['checkpoint_files']} | {x['tombstones']} | {len(x['pace_warnings'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_section(text: str, section: str) -> str:
+    """``text`` (docs/benchmarks.md) with its soak section replaced by ``section`` (appended
+    when it has none): the section runs to the next ``## `` heading."""
+    start = text.find(SECTION + "\n")
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + section
+    nxt = text.find("\n## ", start + len(SECTION))
+    return text[:start] + section + (text[nxt + 1:] if nxt >= 0 else "")
+
+
+
+def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows: int = 50_000, partitions: int = 2,
+               sample_s: float = 30.0, out: Path | None = None, png: Path | None = None, keep_running: bool = False,
+               console: Console | None = None) -> dict[str, Any]:
+    """``cdc bench soak`` on the embedded stack of ``state_dir``: :func:`run_soak`, then the
+    verdict printed and, with ``out``, its section in that file (docs/benchmarks.md) with the
+    plot at ``png``."""
+    console = console or Console()
+    info = start_stack(state_dir, console)
+    cfg = bench_config(info, "soak", "soak")
+    pids = {"broker": info.kafka.get("pid"), "mariadb": info.mysql.get("pid"), "postgres": info.postgres.get("pid")}
+    try:
+        result = run_soak(cfg, mysql=info.mysql, work_dir=Path(state_dir) / f"soak-{int(time.time())}",
+                          minutes=minutes, rate=rate, rows=rows, partitions=partitions, sample_s=sample_s,
+                          stack_pids=pids, console=console)
+    finally:
+        if keep_running:
+            console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")
+        else:
+            stack_down(info.state_dir)
+    v = result["verdict"]
+    console.print(f"soak {'PASSED' if v['passed'] else 'FAILED'}: equal {v['equal']} (after {result.get('drain_s')} s), "
+                  f"latency p99 first {v['latency_p99_first_ms']} / last {v['latency_p99_last_ms']} ms "
+                  f"(ratio {v['latency_p99_ratio']}), RSS growth {v['rss_growth']}, "
+                  f"false loss alarms {v['false_loss_alarms']}")
+    if out is not None:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        rel = None
+        if png is not None:
+            plot(result, png)
+            rel = str(png.relative_to(out.parent)) if png.is_relative_to(out.parent) else str(png)
+        text = out.read_text() if out.exists() else "# Benchmarks\n"
+        out.write_text(with_section(text, render(result, when=when, png=rel)))
+        console.print(f"wrote the soak section of {out}" + (f" and {png}" if png else ""))
+    return result

@@ -1,0 +1,59 @@
+"""The soak in its short form: partitions as deep as hours of load leave them on the
+embedded broker, made in seconds (one-record batches of tombstones before the producer
+starts), then the producer and the merge job under a steady mixed load.
+
+Before the fetch wait adapted to the broker, the merge tasks read with a 10 ms wait, the
+broker answered every fetch of such a partition empty, and the job never caught up: the
+sink was not equal after the load.  The run also samples what ``cdc status`` says of lost
+Kafka history while the producer commits under load: nothing, since nothing is lost.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from cdc.bench.soak import render, run_soak, verdict
+
+#: One-record batches per partition: the embedded broker then needs longer than 10 ms to
+#: answer a fetch (measured: nothing in 5 s at 30,000 and 60,000 batches; a read starts in
+#: 0.1-0.2 s with the wait grown).
+DEEP_BATCHES = 40_000
+
+
+def test_a_short_soak_on_deep_partitions_ends_equal_without_false_alarms(stack, config, tmp_path):
+    pids = {"broker": stack.data["kafka"].get("pid"), "postgres": stack.data["postgres"].get("pid")}
+    result = run_soak(config, mysql=stack.mysql, work_dir=tmp_path / "soak", minutes=1.5, rate=300, rows=3000,
+                      partitions=2, sample_s=10.0, deep_batches=DEEP_BATCHES, drain_s=150.0, stack_pids=pids,
+                      console=Console(width=200))
+    assert result["equal"], result
+    assert result["lost_history_alarms"] == []
+    samples = result["samples"]
+    assert len(samples) >= 8
+    # the load ran, the merge job merged it, the sink's rows were measured and memory sampled
+    assert sum(result["ops"].values()) > 300 * 60
+    assert set(result["ops"]) == {"insert", "update", "delete", "key_change"}
+    assert all(v > 0 for v in result["ops"].values())
+    assert any(s["merged_per_s"] for s in samples)
+    assert sum(s["rows_measured"] for s in samples) > 1000
+    assert all(s["rss_mb"]["producer"] > 0 and s["rss_mb"]["merge"] > 0 for s in samples)
+    assert result["final_warnings"] == []
+    v = result["verdict"]
+    assert v["equal"] and v["no_stall"] and v["false_loss_alarms"] == 0
+    text = render(result, when="now")
+    assert text.startswith("## Soak") and "| min |" in text
+
+
+def test_the_verdict_compares_the_ends_of_the_run_after_the_warm_up():
+    def sample(t, p99, rss):
+        return {"t_s": t, "latency_p99_ms": p99, "rss_mb": {"producer": rss, "merge": rss, "broker": rss * 3}}
+    base = {"equal": True, "final_warnings": [], "lost_history_alarms": []}
+    flat = [sample(t, 900 if t > 60 else 5000, 100) for t in range(0, 3600, 30)]
+    v = verdict({**base, "samples": flat})
+    assert v["passed"] and v["latency_p99_ratio"] == 1.0 and v["rss_growth"]["merge"] == 1.0
+    rising = [sample(t, 900 + t, 100 + t / 10) for t in range(0, 3600, 30)]
+    v = verdict({**base, "samples": rising})
+    assert not v["latency_flat"] and not v["rss_flat"] and not v["passed"]
+    v = verdict({**base, "samples": flat, "lost_history_alarms": ["the position Kafka holds ..."]})
+    assert v["false_loss_alarms"] == 1 and not v["passed"]
+    v = verdict({**base, "samples": flat, "final_warnings": ["t[0] is read at 77 records/s while 900/s arrive"]})
+    assert not v["no_stall"] and not v["passed"]

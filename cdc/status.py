@@ -15,7 +15,7 @@ from rich.table import Table
 from cdc.progress import draw_status_bars
 from common.config import CDCConfig
 from producer.metrics import status_file
-from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
+from producer.offset_store import LocalOffsetCopy, check_history
 
 
 def show_status(cfg: CDCConfig, console: Console, source: str | None = None) -> None:
@@ -41,12 +41,7 @@ def _producer(cfg: CDCConfig, console: Console) -> dict | None:
     title = (f"producer '{cfg.producer.name}' of source {cfg.source_name} ({cfg.source.host}:{cfg.source.port}, "
              f"topics {cfg.kafka.topic_prefix}.*)" if cfg.source_name else None)
     table = Table("what", "value", title=title)
-    # The local copy first: it is written after Kafka acknowledged the commit it holds, so
-    # Kafka read after it holds that commit or a later one, unless Kafka lost it.  (Read the
-    # other way round, a running producer's commit between the two reads looked like a loss.)
-    local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
-    kept = local.load()
-    stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
+    stored, kept, lost = check_history(cfg.kafka, cfg.producer.name, cfg.state_dir)
     if stored:
         r = stored["resume"]
         age = time.time() - stored.get("ts_ms", 0) / 1000
@@ -54,8 +49,8 @@ def _producer(cfg: CDCConfig, console: Console) -> dict | None:
         table.add_row("last commit", f"{age:.1f}s ago")
     else:
         table.add_row("stored position", "none (the producer has not committed yet)")
-    lost = lost_history(stored, kept)
     if lost is not None:
+        local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
         table.add_row("[red]Kafka history[/red]", f"[red]lost[/red]: {lost}; the position kept in {local.path} is "
                       f"{kept['resume']['file']}:{kept['resume']['pos']} (cdc produce says how to recover)")
     path = status_file(cfg)

@@ -146,3 +146,16 @@ def lost_history(kafka: dict[str, Any] | None, local: dict[str, Any] | None) -> 
         return (f"the position Kafka holds ({k['file']}:{k['pos']}) is behind the one kept locally: Kafka lost the "
                 "commits after it")
     return None
+
+
+def check_history(kafka: KafkaConfig, name: str, state_dir: str | os.PathLike[str]
+                  ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str | None]:
+    """``(stored, kept, lost)``: the producer's record in Kafka, its local copy, and why Kafka
+    lost its history (:func:`lost_history`; None: it did not), as ``cdc status`` tells it
+    while the producer runs.  The local copy is read first: it is written after Kafka
+    acknowledged the commit it holds, so Kafka read after it holds that commit or a later
+    one unless Kafka lost it.  (Read the other way round, a commit between the two reads
+    looked like a loss.)"""
+    kept = LocalOffsetCopy(state_dir, name).load()
+    stored = OffsetStore(kafka, name).load()
+    return stored, kept, lost_history(stored, kept)

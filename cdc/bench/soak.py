@@ -60,7 +60,7 @@ from contract.signals import execute_snapshot_data, send_signal
 from contract.topics import table_topic
 from producer.binlog.server import start_at_current
 from producer.metrics import status_file
-from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
+from producer.offset_store import check_history
 from spark_jobs.sinks.configured import build_sinks
 
 TABLE = "soak"
@@ -234,11 +234,8 @@ def _producer_lag(cfg: CDCConfig) -> float | None:
 
 
 def false_loss_alarm(cfg: CDCConfig) -> str | None:
-    """What ``cdc status`` says of lost Kafka history now (None: nothing lost), read in
-    the order it reads: the local copy, then Kafka."""
-    kept = LocalOffsetCopy(cfg.state_dir, cfg.producer.name).load()
-    stored = OffsetStore(cfg.kafka, cfg.producer.name).load()
-    return lost_history(stored, kept)
+    """What ``cdc status`` says of lost Kafka history now (None: nothing lost)."""
+    return check_history(cfg.kafka, cfg.producer.name, cfg.state_dir)[2]
 
 
 def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60.0, rate: int = 1000,

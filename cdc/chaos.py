@@ -28,11 +28,7 @@ the machine does the rest.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -43,9 +39,10 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.errors import ChaosError
+from cdc.pipeline_run import CdcProcess, pipeline_processes, run_config
 from cdc.verify import print_report, verify
 from cdc.workload import WriteLoad, create_table
-from common.config import CDCConfig, write_config
+from common.config import CDCConfig
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect
 from contract.notifications import Notification
@@ -55,43 +52,7 @@ from producer.binlog.server import current_position, start_at_current
 from producer.offset_store import OffsetStore
 from spark_jobs.merge_job import MergeJob
 
-ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("single", "composite", "string")
-
-
-@dataclass
-class CdcProcess:
-    """A ``cdc`` subcommand as a process in its own session (SIGKILL takes its children)."""
-
-    name: str
-    argv: list[str]
-    log: Path
-    proc: subprocess.Popen | None = None
-    starts: int = 0
-
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                         env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
-        self.starts += 1
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self, timeout: float = 120) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
 
 @dataclass
@@ -131,18 +92,13 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     work_dir.mkdir(parents=True, exist_ok=True)
     run = f"chaos{seed}_{uuid.uuid4().hex[:6]}"
     db = run
-    cfg = cfg.model_copy(deep=True)
-    cfg.kafka.topic_prefix = cfg.producer.name = run
+    cfg = run_config(cfg, run, work_dir, partitions=2)
     cfg.kafka.transactions = True
-    cfg.kafka.partitions = 2
-    cfg.source.include_databases = [db]
     cfg.snapshot.chunk_size, cfg.snapshot.parallelism = 100, 2
     cfg.sinks.changelog.enabled = cfg.sinks.postgres.enabled = cfg.sinks.mysql.enabled = True
     cfg.sinks.postgres.schema_name = run
     cfg.sinks.mysql.database = f"sink_{run}"
-    cfg.spark.master, cfg.spark.trigger_interval_s = "local[2]", 1.0
-    cfg.spark.checkpoint_dir = str(work_dir / "checkpoints")
-    cfg.state_dir = str(work_dir / "state")
+    cfg.spark.trigger_interval_s = 1.0
     plan = ChaosPlan.make(seed, duration=duration, producer_kills=producer_kills, job_kills=job_kills)
     counts: dict[str, Any] = {"seed": seed, "rows_per_table": rows, "producer_kills": 0, "job_kills": 0,
                               "source_restarts": 0, "signals": 0}
@@ -160,11 +116,7 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
         for kind in KINDS:
             keys[kind] = create_table(conn, db, f"t_{kind}", kind, rows)
     start_at_current(cfg)
-    cfg_path = work_dir / "chaos.yaml"
-    write_config(cfg, cfg_path)
-    cdc = [sys.executable, "-m", "cdc.cli", "-c", str(cfg_path)]
-    producer = CdcProcess("producer", [*cdc, "produce"], work_dir / "producer.log")
-    job = CdcProcess("merge job", [*cdc, "merge"], work_dir / "merge.log")
+    producer, job = pipeline_processes(cfg, work_dir, "chaos")
 
     def signal_row(kind: str, data: dict | None) -> str:
         for _ in range(60):  # the source may be restarting

@@ -47,7 +47,7 @@ import fastavro
 import psycopg
 from rich.console import Console
 
-from cdc.bench.common import (
+from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
     CpuMeter,

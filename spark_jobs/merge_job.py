@@ -70,7 +70,7 @@ from contract.errors import SerdeError
 from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE, decode_marker, is_table_marker, is_window
 from contract.position import describe_position
 from contract.schema_store import SchemaStore, schema_record
-from contract.serde import AvroWriter
+from contract.codecs.serde import AvroWriter
 from contract.topics import (
     clean_topic,
     dlq_topic,

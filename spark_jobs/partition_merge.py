@@ -40,15 +40,15 @@ from typing import Any, Callable, Iterator
 from common.config import SinksConfig
 from common.gc_tuning import STREAMING_THRESHOLDS, gc_paused, tune_gc
 from common.kafka.partitioner import in_partition
-from contract.avro_decoder import native_enabled, native_scan
-from contract.connect_json import RECORD_PREFIX
+from contract.codecs.avro_decoder import native_enabled, native_scan
+from contract.codecs.connect_json import RECORD_PREFIX
 from contract.debezium import debezium_position, not_connect_shape
 from contract.envelope import TRUNCATE_OP, record_names
 from contract.errors import SerdeError
 from contract.markers import window_of
 from contract.position import ENCODED_WIDTH
 from contract.schema_store import SchemaStore
-from contract.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
+from contract.codecs.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroWriter, ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic, table_of_topic
 from spark_jobs.batch_latency import TS_MS, latency_counts
 from spark_jobs.clean_changelog import CleanPartitionWriter, MergedPartitionWriter
@@ -635,7 +635,7 @@ def _scan_plain(dec: EnvelopeDecoder, records: list, i: int, scans: dict, key_in
                 buf: WindowBuffer, kept: list[_Kept], topic_names: tuple[str, str], limit: str | None,
                 key_columns: dict) -> int:
     """The plain stream changes from ``records[i]`` on, decided by the native scan
-    (``scan_changes`` in ``contract/_avro_reader.c``) as :func:`merge_partition`'s loop
+    (``scan_changes`` in ``contract/codecs/_avro_reader.c``) as :func:`merge_partition`'s loop
     decides them, appended to ``kept`` as the loop would append them; the index of the first
     record it did not take.  It takes the records framed like ``records[i]`` (its key's and
     value's writer schemas), stream changes (op c, u or d) of the topic's own table read by

@@ -86,7 +86,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import psycopg
 
-from contract.avro_decoder import compile_decoder
+from contract.codecs.avro_decoder import compile_decoder
 from contract.errors import NotCompiled
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.base import TablePlan, TableSinkBase

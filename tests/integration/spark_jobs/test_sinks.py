@@ -30,8 +30,8 @@ from producer.events.values import RowConverter
 from producer.snapshot.table_reader import read_table_def
 from producer.table_schema import ColumnDef, TableDef
 from spark_jobs.errors import SinkError, SinkUnavailable
-from contract.avro_decoder import compile_change_header
-from contract.serde import AvroWriter
+from contract.codecs.avro_decoder import compile_change_header
+from contract.codecs.serde import AvroWriter
 from spark_jobs.sinks.batch import ApplyResult, EncodedChange
 from spark_jobs.sinks.layout import row_columns
 from spark_jobs.sinks.mysql import MySQLSink

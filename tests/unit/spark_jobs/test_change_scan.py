@@ -1,4 +1,4 @@
-"""The native change scan (``scan_changes`` in contract/_avro_reader.c, called by
+"""The native change scan (``scan_changes`` in contract/codecs/_avro_reader.c, called by
 partition_merge._scan_plain) decides what merge_partition's loop decides.
 
 Held to a reference built from the loop's own parts (the header read by the generated
@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.avro_decoder import change_scan_program, compile_change_header, native_scan
+from contract.codecs.avro_decoder import change_scan_program, compile_change_header, native_scan
 from contract.envelope import envelope_schema, source_block
 from contract.errors import SerdeError
 from contract.position import ENCODED_WIDTH
-from contract.serde import AvroWriter
+from contract.codecs.serde import AvroWriter
 from spark_jobs.dblog import DBLogError, WindowBuffer
 from spark_jobs.partition_merge import _KEPT_MEMBERS, _Kept
-from tests.unit.contract.test_avro_native import _can_build, _native
+from tests.unit.contract.codecs.test_avro_native import _can_build, _native
 
 # (test_avro_native fails where the extension could be built and is not: this skips only
 # where it cannot be, and there the merge loop decides every record)

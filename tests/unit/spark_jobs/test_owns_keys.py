@@ -5,7 +5,7 @@ schema and where Kafka's partitioner puts it."""
 from __future__ import annotations
 
 from common.kafka.partitioner import partition_of
-from contract.serde import SINGLE_OBJECT_MAGIC
+from contract.codecs.serde import SINGLE_OBJECT_MAGIC
 from spark_jobs.partition_merge import owns_keys
 
 FP = "0123456789abcdef"

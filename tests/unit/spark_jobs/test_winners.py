@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contract.serde import SINGLE_OBJECT_MAGIC
+from contract.codecs.serde import SINGLE_OBJECT_MAGIC
 from spark_jobs.partition_merge import _Kept, _winners
 
 _FRAMING = SINGLE_OBJECT_MAGIC + b"\x01\x02\x03\x04\x05\x06\x07\x08"

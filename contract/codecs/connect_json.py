@@ -56,6 +56,7 @@ from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
+from contract import logical_types
 from contract.envelope import avro_fullname, unique_avro_names
 from contract.errors import SerdeError
 
@@ -67,9 +68,9 @@ __all__ = [
     "connect_schema",
 ]
 
-DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
-PRECISION_PARAMETER = "connect.decimal.precision"
-SCALE_PARAMETER = "scale"
+DECIMAL_NAME = logical_types.DECIMAL
+PRECISION_PARAMETER = logical_types.DECIMAL_PRECISION_PARAMETER
+SCALE_PARAMETER = logical_types.DECIMAL_SCALE_PARAMETER
 #: The prefix of every record this module writes (and of JsonConverter's).
 RECORD_PREFIX = b'{"schema":'
 
@@ -204,7 +205,7 @@ class _AvroToConnect:
         schema: dict[str, Any] = {"type": "struct", "fields": connect_fields, "name": name}
         if t.get("connect.version") is not None:
             schema["version"] = t["connect.version"]
-        if t.get("doc") and name.startswith("io.debezium.data."):
+        if t.get("doc") and name.startswith(logical_types.DATA_PREFIX):
             schema["doc"] = t["doc"]
         record_name = name
 

@@ -88,7 +88,7 @@ class MergeSettings:
     debezium: bool = False
     # Per batch, ``{topic: (partition count, key fingerprint)}`` of the table topics whose
     # tasks may write PostgreSQL under their partition's turn
-    # (:func:`spark_jobs.merge_job.partition_turn_keys`, :func:`owns_keys`); a topic absent:
+    # (:func:`spark_jobs.partition_turns.partition_turn_keys`, :func:`owns_keys`); a topic absent:
     # the table's whole turn.
     key_partitions: dict = field(default_factory=dict)
 
@@ -379,7 +379,7 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
                 # To the clean changelog only: the sinks follow the table's TRUNCATE marker
                 # (merge_job), and the producer reads again every chunk whose window it was in.
                 # (Debezium writes no marker: the driver deletes the sink rows below its truncate
-                # after the batch, merge_job.debezium_truncates.)
+                # after the batch, table_markers.debezium_truncates.)
                 if s.debezium:
                     if not push_change(k, "d", None, position):
                         continue  # a copy
@@ -674,7 +674,7 @@ def _scan_plain(dec: EnvelopeDecoder, records: list, i: int, scans: dict, key_in
 def owns_keys(turn: tuple[int, str] | None, keys: list, partition: int) -> bool:
     """Whether a task of ``partition`` may write ``keys`` under its partition's own turn
     (sinks that have one: PostgreSQL), ``turn`` being the topic's ``(partition count, key
-    fingerprint)`` of :func:`spark_jobs.merge_job.partition_turn_keys` (None: the table's
+    fingerprint)`` of :func:`spark_jobs.partition_turns.partition_turn_keys` (None: the table's
     whole turn).  Yes when every key is Avro single-object framed with the topic's one key
     schema and sits where Kafka's partitioner puts it among the topic's partitions: no other
     partition's task can then write one of its rows (common/kafka/partitioner.py)."""

@@ -14,7 +14,8 @@ from common.kafka.topic_reader import read_topic
 from contract.codecs.avro_decoder import native_scan
 from contract.topics import markers_topic, table_topic
 from spark_jobs import partition_merge
-from spark_jobs.merge_job import batch_inputs, read_markers
+from spark_jobs.driver_kafka import read_markers
+from spark_jobs.marker_planner import batch_inputs
 from spark_jobs.partition_merge import MergeSettings, merge_partition
 from spark_jobs.sinks.postgres import PostgresSink
 from tests.producer_helpers import ProducerThread, run_until_caught_up, start_at_current, wait_for

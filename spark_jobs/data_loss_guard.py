@@ -26,7 +26,7 @@ from spark_jobs.errors import MergeDataLoss
 from spark_jobs.kafka_offsets import ids_from_json, offsets_from_json
 from spark_jobs.merge_state import MergeStateStore
 from spark_jobs.offset_log import last_batches, next_start
-from spark_jobs.partition_merge import sinks_of
+from spark_jobs.partition.settings import sinks_of
 
 log = logging.getLogger(__name__)
 

@@ -70,15 +70,9 @@ from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
 from spark_jobs.marker_planner import MarkerPlanner, batch_inputs
 from spark_jobs.merge_state import MergeStateStore
 from spark_jobs.offset_log import batch_end_offsets
-from spark_jobs.partition_merge import (
-    OUTPUT_SCHEMA,
-    MergeSettings,
-    arrow_function,
-    merge_markers,
-    range_function,
-    sinks_of,
-    warm_worker,
-)
+from spark_jobs.partition.decide import merge_markers
+from spark_jobs.partition.settings import MergeSettings, sinks_of
+from spark_jobs.partition_merge import OUTPUT_SCHEMA, arrow_function, range_function, warm_worker
 from spark_jobs.partition_turns import batch_turn_keys, key_partition_counts
 from spark_jobs.route_targets import RouteTargets
 from spark_jobs.schema_guard import SchemaGuard

@@ -20,7 +20,7 @@ from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE
 from contract.topics import clean_topic
 from spark_jobs.kafka_offsets import offsets_from_json
 from spark_jobs.offset_log import batch_end_offsets
-from spark_jobs.partition_merge import sinks_of
+from spark_jobs.partition.settings import sinks_of
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
 

@@ -17,7 +17,7 @@ from contract.topics import offsets_topic, table_topic
 from spark_jobs.driver_kafka import DriverKafka
 from spark_jobs.kafka_offsets import offsets_from_json
 from spark_jobs.offset_log import batch_end_offsets, last_batches
-from spark_jobs.partition_merge import sinks_of
+from spark_jobs.partition.settings import sinks_of
 from spark_jobs.sharding.routes import Router
 from spark_jobs.tombstone_horizon import TombstonePurge
 

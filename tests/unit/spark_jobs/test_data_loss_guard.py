@@ -8,7 +8,7 @@ from spark_jobs.data_loss import DataLoss
 from spark_jobs.data_loss_guard import DataLossGuard, data_loss_stop
 from spark_jobs.errors import MergeDataLoss
 from spark_jobs.merge_state import MergeStateStore
-from spark_jobs.partition_merge import MergeSettings
+from spark_jobs.partition.settings import MergeSettings
 
 LOST = DataLoss("cdc._markers", 0, 3, 10, 20, "truncated", 7, 10)
 

@@ -6,7 +6,7 @@ import json
 
 from common.config import CDCConfig
 from contract.markers import TRUNCATE
-from spark_jobs.partition_merge import MergeSettings
+from spark_jobs.partition.settings import MergeSettings
 from spark_jobs.sharding.routes import Router
 from spark_jobs.table_markers import TableMarkers, debezium_truncates
 

@@ -60,6 +60,7 @@ from common.errors import CDCError
 from common.metrics_http import serve_metrics
 from contract.schema_store import SchemaStore
 from contract.topics import dlq_topic, schemas_topic, table_topic_pattern
+from spark_jobs.batch_commit import commit_staged
 from spark_jobs.batch_report import BatchReport, prometheus_text
 from spark_jobs.data_loss import DataLoss
 from spark_jobs.data_loss_guard import DataLossGuard
@@ -309,7 +310,7 @@ class MergeJob:
             settings = dataclasses.replace(settings, targets=self.routes.targets(partitions, schemas_end))
         counts, seen_counts, changed = key_partition_counts(partitions, prev.get("partition_counts") or {},
                                                             prev.get("partition_counts_changed") or [])
-        settings = dataclasses.replace(settings, key_partitions=batch_turn_keys(
+        settings = dataclasses.replace(settings, batch_id=batch_id, key_partitions=batch_turn_keys(
             self.prefix, self.schemas, counts, schemas_end, debezium=self.settings.debezium,
             several_sources=len(self._stores) > 1))
         states = prev.get("partitions", {})
@@ -318,6 +319,9 @@ class MergeJob:
         rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch, settings)
         t_finish = time.monotonic()
         new_states, stats = self._new_states(states, inputs, rows)
+        committed = commit_staged(sinks_of(self.settings), stats, batch_id)  # (the batch sinks')
+        if committed:
+            stats.append(committed)
         waiting, deleted, moved = self.table_markers.apply(
             debezium_truncates(stats) + prev.get("delete_missing", []) + plan["delete_missing"], batch_id)
         self.store.save_state(batch_id, {"markers_next": plan["markers_end"], "partitions": new_states,

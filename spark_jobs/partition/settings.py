@@ -36,6 +36,9 @@ class MergeSettings:
     # (:func:`spark_jobs.partition_turns.partition_turn_keys`, :func:`owns_keys`); a topic absent:
     # the table's whole turn.
     key_partitions: dict = field(default_factory=dict)
+    # The micro-batch's id: what a batch sink stages its parts under (its commit, on the
+    # driver, is idempotent by it); -1: not known (a task run outside a batch).
+    batch_id: int = -1
 
 
 def sinks_of(s: MergeSettings) -> list[tuple[str, Any]]:

@@ -7,6 +7,9 @@ where the partition owns its keys (:func:`owns_keys`), under its partition's own
 no table sink can apply (a table without a key, JSON records) is one dead letter, whatever
 the number of sinks; a run a sink refuses is applied record by record, and the records it
 still refuses are dead letters.
+
+A batch sink (:class:`~spark_jobs.sinks.interface.BatchSink`) is not written here: the task
+stages its part (:func:`stage_runs`), and the driver commits a table's parts once per batch.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from spark_jobs.partition.routing import routed
 from spark_jobs.partition.settings import MergeSettings, sinks_of
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sinks.batch import Change
+from spark_jobs.sinks.interface import BatchSink
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +80,11 @@ def apply_to_sinks(s: MergeSettings, dec: EnvelopeDecoder, topic: str, partition
             dead += [(k.offset, k.key_bytes, k.value_bytes, reason) for k in refused]
         if not records_of_table:
             continue
-        for _, sink in sinks:
+        for name, sink in sinks:
+            if sink.KIND == "batch":  # staged here, committed by the driver once per table per batch
+                stage_runs(sink, name, db, table, records_of_table, key_columns[(db, table)], s.batch_id,
+                           partition, stats)
+                continue
             waited = sink.turn_wait_s
             own = own_turn and sink.PARTITION_TURNS
             sink.turn_partition = partition if own else None
@@ -87,6 +95,18 @@ def apply_to_sinks(s: MergeSettings, dec: EnvelopeDecoder, topic: str, partition
             stats["sinks_turn_s"] = stats.get("sinks_turn_s", 0.0) + sink.turn_wait_s - waited
             stats["partition_turns" if own else "whole_turns"] += 1
     return dead
+
+
+def stage_runs(sink: BatchSink, name: str, db: str, table: str, kept: list[Kept], key_columns: list[str],
+               batch_id: int, partition: int, stats: dict) -> None:
+    """A batch sink's part of the partition's kept records of ``db.table``: staged run by run
+    (:meth:`BatchSink.stage`), what each run's commit needs noted in ``stats["staged"]`` as
+    ``[sink name, db, table, staged part]`` (:mod:`spark_jobs.batch_commit` commits them)."""
+    staged = stats.setdefault("staged", [])
+    for run in runs(kept):
+        changes = [Change(None, k.op, row_of_kept(k), k.position) for k in run]
+        part = sink.stage(db, table, run[0].schema, key_columns, changes, batch_id=batch_id, partition=partition)
+        staged.append([name, db, table, part])
 
 
 def owns_keys(turn: tuple[int, str] | None, keys: list, partition: int) -> bool:

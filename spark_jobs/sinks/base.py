@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import ApplyResult, reduce_for_layout
+from spark_jobs.sinks.interface import RowSink
 from spark_jobs.sinks.layout import TableLayout, table_layout
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_table_name
 
@@ -43,8 +44,9 @@ class TablePlan:
     layout: TableLayout
 
 
-class TableSinkBase:
-    """A sink of source tables into tables of one database schema.
+class TableSinkBase(RowSink):
+    """A row sink (:class:`~spark_jobs.sinks.interface.RowSink`) of source tables into tables
+    of one database schema.
 
     Subclasses set ``MAX_IDENT`` (the database's identifier limit in bytes), ``SETTINGS``
     (their constructor's argument names), ``DRIVER_ERROR`` and ``UNAVAILABLE_ERRORS`` (the
@@ -61,9 +63,6 @@ class TableSinkBase:
     DRIVER_ERROR: type[Exception] = Exception
     #: The driver's exceptions of a database out of reach: raised as :class:`SinkUnavailable`.
     UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = ()
-
-    #: Whether the sink has turns per Kafka partition (``turn_partition``): PostgreSQL's.
-    PARTITION_TURNS = False
 
     def __init__(self, serialize: bool) -> None:
         self.serialize = serialize

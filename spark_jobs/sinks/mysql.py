@@ -68,6 +68,7 @@ from spark_jobs.sinks.batch import ApplyResult
 from spark_jobs.sinks.keys import freeze_key, key_json_and_hash
 from spark_jobs.sinks.layout import SinkColumn, TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES
+from spark_jobs.sinks.registry import register_sink
 from spark_jobs.sinks.types import mysql_key_types, mysql_type
 from spark_jobs.sinks.values import format_time_micros, is_pass_through, mysql_converter, row_error, row_getter
 
@@ -188,6 +189,7 @@ class _Plan(TablePlan):
     key_cols_sql: str
 
 
+@register_sink("mysql")
 class MySQLSink(TableSinkBase):
     """Upsert sink into MySQL/MariaDB.  Picklable: the connection is opened where it is used."""
 
@@ -195,6 +197,11 @@ class MySQLSink(TableSinkBase):
     SETTINGS = ("host", "port", "user", "password", "database", "serialize", "connect_timeout")
     DRIVER_ERROR = pymysql.Error
     UNAVAILABLE_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+
+    @classmethod
+    def from_config(cls, section: Any) -> "MySQLSink":
+        """The sink of ``sinks.mysql``."""
+        return cls(section.host, section.port, section.user, section.password.get_secret_value(), section.database)
 
     def __init__(self, host: str, port: int, user: str, password: Any, database: str, *,
                  serialize: bool = True, connect_timeout: float = 10) -> None:

@@ -95,6 +95,7 @@ from spark_jobs.sinks.copy_text import compile_copy_encoder, copy_lines_of, stag
 from spark_jobs.sinks.keys import key_hash, key_json_and_hash
 from spark_jobs.sinks.layout import TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_identifier
+from spark_jobs.sinks.registry import register_sink
 from spark_jobs.sinks.types import postgres_type
 from spark_jobs.sinks.values import is_pass_through, postgres_converter, row_error, row_getter
 
@@ -171,6 +172,7 @@ class _Plan(TablePlan):
     encoders: dict = field(default_factory=dict)
 
 
+@register_sink("postgres")
 class PostgresSink(TableSinkBase):
     """Upsert sink into PostgreSQL.  Picklable: the connection is opened where it is used."""
 
@@ -191,6 +193,11 @@ class PostgresSink(TableSinkBase):
             return True
         state = getattr(exc, "sqlstate", None)
         return state is None or state.startswith(self._OUT_OF_REACH_STATES)
+
+    @classmethod
+    def from_config(cls, section: Any) -> "PostgresSink":
+        """The sink of ``sinks.postgres``."""
+        return cls(section.dsn.get_secret_value(), section.schema_name)
 
     def __init__(self, dsn: str, schema_name: str = "public", *, serialize: bool = True) -> None:
         if not schema_name:

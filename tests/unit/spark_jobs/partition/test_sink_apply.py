@@ -8,9 +8,10 @@ from spark_jobs.partition import sink_apply
 from spark_jobs.partition.kept import Kept
 from spark_jobs.partition.settings import MergeSettings
 from spark_jobs.sinks.batch import ApplyResult
+from spark_jobs.sinks.interface import RowSink
 
 
-class _Sink:
+class _Sink(RowSink):
     """A table sink that records what it was given."""
 
     PARTITION_TURNS = False

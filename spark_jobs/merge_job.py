@@ -59,21 +59,20 @@ from common.config import CapturedSource, CDCConfig, load_config
 from common.errors import CDCError
 from common.metrics_http import serve_metrics
 from contract.schema_store import SchemaStore
-from contract.topics import dlq_topic, schemas_topic, table_topic_pattern
+from contract.topics import dlq_topic
 from spark_jobs.batch_commit import commit_staged
 from spark_jobs.batch_report import BatchReport, prometheus_text
 from spark_jobs.data_loss import DataLoss
 from spark_jobs.data_loss_guard import DataLossGuard
 from spark_jobs.driver_kafka import DriverKafka
-from spark_jobs.errors import MergeStateError
 from spark_jobs.kafka_offsets import lost_from_json
-from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
 from spark_jobs.marker_planner import MarkerPlanner, batch_inputs
+from spark_jobs.merge_tasks import MergeTasks
 from spark_jobs.merge_state import MergeStateStore
 from spark_jobs.offset_log import batch_end_offsets
 from spark_jobs.partition.decide import merge_markers
 from spark_jobs.partition.settings import MergeSettings, sinks_of
-from spark_jobs.partition_merge import OUTPUT_SCHEMA, arrow_function, range_function, warm_worker
+from spark_jobs.partition_merge import warm_worker
 from spark_jobs.partition_turns import batch_turn_keys, key_partition_counts
 from spark_jobs.route_targets import RouteTargets
 from spark_jobs.schema_guard import SchemaGuard
@@ -83,8 +82,6 @@ from spark_jobs.table_topics import TableTopics
 from spark_jobs.tombstone_purger import TombstonePurger
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 
 
 def warm_workers(spark, name: str) -> threading.Thread:
@@ -156,6 +153,8 @@ class MergeJob:
                         for c in cfg.captured_sources()}
         clean_schemas = self._stores.get(k.topic_prefix, (None, None))[1] or \
             SchemaStore(k.bootstrap_servers, k.topic_prefix, self.client or None)
+        self.tasks = MergeTasks(cfg, self.prefix, self.client, self.query_dir, self.router,
+                                [p for p in self._stores if p != self.prefix])
         self.topics = TableTopics(cfg, self.kafka, self.prefix, self.source_name, self.router, self.settings)
         self.guard = DataLossGuard(self.kafka, self.prefix, self.query_dir, self.store, self.settings,
                                    self.fail_on_data_loss)
@@ -215,73 +214,6 @@ class MergeJob:
         (:func:`run_jobs`; each sample labelled with its source then) in Prometheus text format."""
         return prometheus_text(self.peers)
 
-    # -- the stream ------------------------------------------------------------------------
-    def _source_options(self) -> dict[str, str]:
-        cfg = self.cfg
-        options = {"kafka.bootstrap.servers": cfg.kafka.bootstrap_servers,
-                   "subscribePattern": table_topic_pattern(self.prefix),
-                   "startingOffsets": "earliest",
-                   "maxOffsetsPerTrigger": str(cfg.spark.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER),
-                   "kafka.isolation.level": "read_committed",
-                   "failOnDataLoss": "true" if self.fail_on_data_loss else "false"}
-        for key, value in self.client.items():
-            options[f"kafka.{key}"] = str(value)
-        if any(r.ddl == "pessimistic" for r in self.router.routes) and len(self._stores) > 1:
-            # A pessimistic route's held rows are released when another source's shard runs
-            # the DDL: a batch runs when another source's schemas topic grows, even while
-            # this source writes nothing.
-            options["wakeTopics"] = ",".join(sorted(schemas_topic(p) for p in self._stores if p != self.prefix))
-        return options
-
-    def _reader(self, spark):
-        fmt = "kafka" if self.cfg.spark.kafka_source == "jvm" else "cdc-kafka"
-        return spark.readStream.format(fmt).options(**self._source_options()).load()
-
-    def _batch_ranges(self, batch_id: int) -> list[KafkaRange]:
-        """The Kafka ranges of batch ``batch_id`` as the ``cdc-kafka`` source plans them
-        (:meth:`~spark_jobs.kafka_source.CdcKafkaStreamReader.partitions`): from the
-        previous batch's end offsets (batch 0: each partition's first) to this batch's."""
-        ends = batch_end_offsets(self.query_dir, batch_id)
-        before = batch_end_offsets(self.query_dir, batch_id - 1) if batch_id > 0 else None
-        if not ends or not isinstance(ends[0], dict):
-            raise MergeStateError(f"the checkpoint {self.query_dir} holds no end offsets of batch {batch_id}")
-        if batch_id > 0 and (not before or not isinstance(before[0], dict)):
-            raise MergeStateError(f"the checkpoint {self.query_dir} holds no end offsets of batch {batch_id - 1}, "
-                                  f"where batch {batch_id} starts")
-        return batch_ranges(before[0] if before else None, ends[0])
-
-    def _merge_tasks(self, df, batch_id: int, inputs: dict, schemas_end: int, epoch: int,
-                     settings: MergeSettings | None = None) -> list[dict]:
-        """Run the partitions' merge on the executors; the ``state`` and ``stats`` rows.
-
-        With the ``cdc-kafka`` source each task reads its Kafka ranges itself (at most one task
-        per executor core, ``RDD.mapPartitions``): the batch's DataFrame is not read, so the
-        records are not turned into Arrow, sent to the JVM and back to a second Python
-        worker.  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read through the
-        DataFrame (``mapInArrow``)."""
-        settings = settings or self.settings
-        if self.cfg.spark.kafka_source == "jvm":
-            return [r.asDict() for r in df.select("key", "value", "topic", "partition", "offset")
-                    .mapInArrow(arrow_function(settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
-        ranges = self._batch_ranges(batch_id)
-        items = [(r, *inputs.get(f"{r.topic}|{r.partition}", (None, []))) for r in ranges]
-        # Partitions holding rows (pessimistic routes) and without records: a task of their
-        # own (an empty range), so that the rows a DDL released are applied.
-        seen = {(r.topic, r.partition) for r in ranges}
-        for key, (state, markers) in inputs.items():
-            topic, part = key.rsplit("|", 1)
-            if state and state.get("held") and (topic, int(part)) not in seen:
-                items.append((KafkaRange(topic, int(part), 0, 0), state, markers))
-        if not items:
-            return []
-        opts = parse_options(self._source_options())
-        sc = df.sparkSession.sparkContext
-        # No more tasks than executor cores: a task merges its ranges one after the other,
-        # and a small batch pays Spark's per-task cost fewer times.
-        rows = (sc.parallelize(items, max(1, min(len(items), sc.defaultParallelism)))
-                .mapPartitions(range_function(settings, opts, schemas_end, epoch)).collect())
-        return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]
-
     # -- the checks before a query starts (and after it failed) -----------------------------------
     def stop_on_data_loss(self) -> None:
         """:meth:`DataLossGuard.stop_on_data_loss`: lost Kafka history stops the job."""
@@ -316,7 +248,7 @@ class MergeJob:
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         t_tasks = time.monotonic()
-        rows = self._merge_tasks(df, batch_id, inputs, schemas_end, epoch, settings)
+        rows = self.tasks.run(df, batch_id, inputs, schemas_end, epoch, settings)
         t_finish = time.monotonic()
         new_states, stats = self._new_states(states, inputs, rows)
         committed = commit_staged(sinks_of(self.settings), stats, batch_id)  # (the batch sinks')
@@ -396,7 +328,7 @@ class MergeJob:
         try:
             while not self._stop.is_set():
                 self.topics.ensure()
-                writer = (self._reader(spark).writeStream.foreachBatch(self.process_batch)
+                writer = (self.tasks.reader(spark).writeStream.foreachBatch(self.process_batch)
                           .option("checkpointLocation", str(self.checkpoint / "query")))
                 writer = writer.trigger(availableNow=True) if available_now else \
                     writer.trigger(processingTime=f"{self.cfg.spark.trigger_interval_s} seconds")

@@ -41,7 +41,7 @@ try:  # the native reader (contract/codecs/_avro_reader.c, built by setup.py whe
 except ImportError:  # pragma: no cover - a build without it: the generated Python reads
     _avro_reader = None
 #: The native change scan (``scan_changes`` in ``contract/codecs/_avro_reader.c``; None where the
-#: extension is not built): see :func:`spark_jobs.partition_merge._scan_plain`.
+#: extension is not built): see :func:`spark_jobs.partition.decide.scan_plain`.
 native_scan = getattr(_avro_reader, "scan_changes", None)
 
 Decoder = Callable[[bytes, int], Any]

@@ -7,11 +7,13 @@ A sink holds one connection, opened on first use and again after it was closed o
 sink pickles without it (its constructor's arguments only), so Spark ships sinks to its
 executors and each opens its own.  Use one sink object per thread.
 
-Every statement runs in a transaction (:meth:`~spark_jobs.sinks.sink_connection.SinkConnection._transaction`): committed when
-the block ends, rolled back when it raises, and a connection the error broke is dropped
-(the next call opens a new one).  The driver's errors of a database out of reach
-(``UNAVAILABLE_ERRORS``, narrowed by :meth:`~spark_jobs.sinks.sink_connection.SinkConnection.out_of_reach`: the server went
-away, the connection was lost or could not be made, a deadlock) leave the sink as
+Every statement runs in a transaction (:meth:`SinkConnection._transaction
+<spark_jobs.sinks.sink_connection.SinkConnection._transaction>`): committed when the block
+ends, rolled back when it raises, and a connection the error broke is dropped (the next
+call opens a new one).  The driver's errors of a database out of reach
+(``UNAVAILABLE_ERRORS``, narrowed by :meth:`SinkConnection.out_of_reach
+<spark_jobs.sinks.sink_connection.SinkConnection.out_of_reach>`: the server went away, the
+connection was lost or could not be made, a deadlock) leave the sink as
 :class:`~spark_jobs.errors.SinkUnavailable`: the merge job then fails the batch, to be
 retried, instead of applying it record by record and dead-lettering what the sink refuses.
 """

@@ -1,5 +1,5 @@
 """The native change scan (``scan_changes`` in contract/codecs/_avro_reader.c, called by
-spark_jobs.partition.decide.scan_plain) decides what merge_partition's loop decides.
+spark_jobs.partition.decide.scan_plain) decides what the decide stage's loop (PartitionDecider) decides.
 
 Held to a reference built from the loop's own parts (the header read by the generated
 Python, the DBLog rule of ``WindowBuffer.push_change``) on drawn partitions: stream changes
@@ -32,7 +32,7 @@ from tests.unit.contract.codecs.test_avro_native import _can_build, _native
 # where it cannot be, and there the merge loop decides every record)
 pytestmark = pytest.mark.skipif(native_scan is None and not _can_build(),
                                 reason="no C compiler or Python headers here: the native extension (its change "
-                                       "scan) cannot be built, and merge_partition's loop decides every record")
+                                       "scan) cannot be built, and the decide stage's loop (PartitionDecider) decides every record")
 
 DB, TABLE = "db_é", "t"
 ROW = {"type": "record", "name": "Value", "fields": [{"name": "id", "type": ["null", "int"], "default": None},

@@ -38,7 +38,8 @@ from contract.signals import execute_snapshot_data
 from producer.app import run_producer
 from producer.errors import KafkaHistoryLost
 from producer.offset_store import LocalOffsetCopy, OffsetStore
-from spark_jobs.merge_job import MergeJob, run_merge, sinks_note
+from spark_jobs.data_loss_guard import sinks_note
+from spark_jobs.merge_job import MergeJob, run_merge
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)

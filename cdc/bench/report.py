@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from cdc.bench import debezium
-from cdc.bench.common import DEFAULT_STATE_DIR, machine_caption
+from cdc.bench.harness import DEFAULT_STATE_DIR, machine_caption
 from cdc.bench.merge import bench_merge
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.stream import bench_stream

@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.bench import debezium as dbz
-from cdc.bench.common import (
+from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
     PacedWriter,

@@ -49,7 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.bench import debezium as dbz
-from cdc.bench.common import (
+from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
     admin,

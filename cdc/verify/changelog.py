@@ -26,7 +26,7 @@ from common.kafka.topic_reader import read_topic
 from contract.envelope import POSITION_HEADER, TRUNCATE_OP
 from contract.position import CopyFilter
 from contract.schema_store import SchemaStore
-from contract.serde import ConfluentRegistry, RecordDecoder
+from contract.codecs.serde import ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic
 from spark_jobs.clean_changelog import SHARD_HEADER
 

@@ -23,7 +23,7 @@ from itertools import repeat
 from typing import Any, Iterator, Protocol
 
 from common.errors import CDCError
-from contract.avro_template import SMALL_VARINT_LIMIT, SMALL_VARINTS, RecordTemplate
+from producer.events.avro_template import SMALL_VARINT_LIMIT, SMALL_VARINTS, RecordTemplate
 from contract.envelope import (
     INCREMENTAL_SNAPSHOT,
     OPS,

@@ -33,7 +33,7 @@ from pymysql.converters import convert_date
 
 from common.sql.row_parser import column_code, length_coded
 from common.sql.sessions import datetime_from_text
-from contract.avro_template import type_name
+from producer.events.avro_template import type_name
 from producer.events import value_code as code
 from producer.events.row_encoder import NotFast
 

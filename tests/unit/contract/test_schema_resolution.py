@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from contract.envelope import envelope_schema
 from contract.schema_resolution import describe_change, reader_view, resolvable, row_fields
-from contract.serde import AvroWriter, RecordDecoder
+from contract.codecs.serde import AvroWriter, RecordDecoder
 
 
 def _env(fields: list[dict]) -> dict:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from pymysqlreplication.constants import FIELD_TYPE as T
 
 from common.errors import CDCError
-from contract.avro_template import field_encoder
+from producer.events.avro_template import field_encoder
 from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, RowDecoder

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.avro_template import RecordTemplate, avro_int, avro_long, avro_string, field_encoder
+from producer.events.avro_template import RecordTemplate, avro_int, avro_long, avro_string, field_encoder
 from contract.envelope import envelope_schema
 from contract.errors import SerdeError
 from producer.events.avro_types import row_record_schema

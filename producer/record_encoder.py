@@ -21,9 +21,9 @@ from typing import Any, Callable
 from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics
 from contract.codecs.connect_json import ConnectJsonWriter
+from contract.codecs.serde import AvroWriter, ConfluentRegistry, encode_json
 from contract.errors import SerdeError
 from contract.schema_store import SchemaStore, schema_record
-from contract.codecs.serde import AvroWriter, ConfluentRegistry, encode_json
 from contract.topics import schemas_topic
 
 #: ``publish(topic, key, value)``: write one record in the current batch.

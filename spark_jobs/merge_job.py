@@ -68,8 +68,8 @@ from spark_jobs.errors import MergeStateError
 from spark_jobs.driver_kafka import DriverKafka
 from spark_jobs.kafka_offsets import lost_from_json
 from spark_jobs.marker_planner import MarkerPlanner, batch_inputs
-from spark_jobs.merge_tasks import MergeTasks
 from spark_jobs.merge_state import MergeStateStore
+from spark_jobs.merge_tasks import MergeTasks
 from spark_jobs.offset_log import batch_end_offsets
 from spark_jobs.partition.decide import merge_markers
 from spark_jobs.partition.settings import MergeSettings, sinks_of

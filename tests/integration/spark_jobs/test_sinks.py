@@ -24,14 +24,14 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from psycopg.rows import dict_row
 
+from contract.codecs.avro_decoder import compile_change_header
+from contract.codecs.serde import AvroWriter
 from contract.envelope import envelope_schema
 from producer.events.avro_types import avro_fullname, row_record_schema
 from producer.events.values import RowConverter
 from producer.snapshot.table_reader import read_table_def
 from producer.table_schema import ColumnDef, TableDef
 from spark_jobs.errors import SinkError, SinkUnavailable
-from contract.codecs.avro_decoder import compile_change_header
-from contract.codecs.serde import AvroWriter
 from spark_jobs.sinks.batch import ApplyResult, EncodedChange
 from spark_jobs.sinks.layout import row_columns
 from spark_jobs.sinks.mysql import MySQLSink

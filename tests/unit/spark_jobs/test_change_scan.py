@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contract.codecs.avro_decoder import change_scan_program, compile_change_header, native_scan
+from contract.codecs.serde import AvroWriter
 from contract.envelope import envelope_schema, source_block
 from contract.errors import SerdeError
 from contract.position import ENCODED_WIDTH
-from contract.codecs.serde import AvroWriter
 from spark_jobs.dblog import DBLogError, WindowBuffer
 from spark_jobs.partition.kept import KEPT_MEMBERS, Kept
 from tests.unit.contract.codecs.test_avro_native import _can_build, _native

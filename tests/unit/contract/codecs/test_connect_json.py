@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contract.codecs.connect_json import ConnectJsonWriter, avro_view, connect_schema
+from contract.codecs.serde import RecordDecoder
 from contract.envelope import envelope_schema, record_names, source_block
 from contract.errors import SerdeError
-from contract.codecs.serde import RecordDecoder
 from producer.events.avro_types import key_record_schema, row_record_schema
 from producer.table_schema import TableDef
 from spark_jobs.sinks.layout import row_columns

@@ -9,8 +9,8 @@ from decimal import Decimal
 import fastavro
 import pytest
 
-from contract.position import BinlogPosition
 from contract.codecs.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
+from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
 from producer.events.builder import EventBuilder
 from producer.table_schema import ColumnDef, TableDef

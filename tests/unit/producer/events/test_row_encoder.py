@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import pytest
 
 from common.errors import CDCError
-from contract.position import BinlogPosition
 from contract.codecs.serde import AvroWriter
+from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import PackedRows
 from producer.errors import ConversionError

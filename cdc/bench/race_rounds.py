@@ -53,7 +53,8 @@ def combine_runs(runs: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[s
             continue
         stats = median_range(r.get(key) for r in runs)
         if stats is not None:
-            combined[key] = stats[0]
+            median = stats[0]
+            combined[key] = int(median) if isinstance(first, int) and median.is_integer() else median
             spread[key] = (stats[1], stats[2])
     return combined, spread
 
@@ -72,6 +73,19 @@ def combine_ratios(per_round: Sequence[dict[str, float | None]]) -> tuple[dict[s
         if stats:
             spread[key] = (stats[1], stats[2])
     return medians, spread
+
+
+def combine_rounds(result: dict[str, Any], per_round: list[dict[str, Any]]) -> None:
+    """The rounds of a race into ``result``: each run's figures as their medians under the
+    run's key, their min-max under ``spread``, the ratios as the medians of each round's
+    own (``ratios``, ``ratio_spread``), the rounds themselves (start, load, order, runs)
+    under ``rounds``."""
+    keys = list(dict.fromkeys(k for r in per_round for k in r["runs"]))
+    result["spread"] = {}
+    for key in keys:
+        result[key], result["spread"][key] = combine_runs([r["runs"][key] for r in per_round if key in r["runs"]])
+    result["ratios"], result["ratio_spread"] = combine_ratios([r["ratios"] for r in per_round])
+    result["rounds"] = per_round
 
 
 def busy_processes(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float,

@@ -9,6 +9,7 @@ import datetime as dt
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import threading
 import time
@@ -249,17 +250,30 @@ def stack_pids(info: StackInfo) -> list[int | None]:
 
 
 def round_conditions(info: StackInfo, sample_s: float = 1.0) -> dict[str, Any]:
-    """The machine at a race round's start: the UTC time, the load average, and the processes
+    """The machine at a race round's start: the UTC time, the load average, the threads ready
+    to run (the median of ten readings over ``sample_s``, while the race is idle), and the processes
     outside the race (this process's tree and ``info``'s servers) that used more than
     :data:`~cdc.bench.race_rounds.BUSY_CPU_SHARE` of a core over ``sample_s`` seconds
     (:func:`~cdc.bench.race_rounds.busy_processes` decides)."""
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     loadavg = [round(x, 2) for x in os.getloadavg()]
     before = cpu_by_process()
-    time.sleep(sample_s)
+    runnable = []
+    for _ in range(10):  # threads running or ready now, this sampler's own left out
+        runnable.append(_running_threads() - 1)
+        time.sleep(sample_s / 10)
     after = cpu_by_process()
-    return {"started": started, "loadavg": loadavg,
+    return {"started": started, "loadavg": loadavg, "runnable": statistics.median(runnable),
             "busy": busy_processes(before, after, sample_s, race_process_ids(stack_pids(info)))}
+
+
+def _running_threads() -> int:
+    """Threads running or ready to run this instant (/proc/loadavg's fourth field), 0 where
+    unavailable."""
+    try:
+        return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def count_topic_records(bootstrap: str, topic: str, expected: int) -> tuple[int, str]:

@@ -106,16 +106,23 @@ def busy_processes(before: dict[int, tuple[str, float]], after: dict[int, tuple[
 
 
 def shared_machine_warning(rounds: Sequence[dict[str, Any]], cores: int) -> str | None:
-    """The report's warning when another busy process shared the machine: a round whose
-    1-minute load average at its start was above the cores, or that found a busy process
-    outside the race (``rounds``: each with ``loadavg`` and ``busy``, as the harness records
-    them); None when every round had the machine to itself."""
+    """The report's warning when another busy process shared the machine: a round that found
+    a busy process outside the race at its start, or more runnable threads than cores then
+    (``runnable``: sampled while the race itself is idle between its runs; the 1-minute load
+    average, recorded beside it, still carries the race's own previous round, so it decides
+    only for a round recorded without ``runnable``).  ``rounds``: each with ``loadavg``,
+    ``runnable`` and ``busy``, as the harness records them.  None when every round had the
+    machine to itself."""
     notes = []
     for i, r in enumerate(rounds, 1):
         why = []
-        load = (r.get("loadavg") or [0.0])[0]
-        if cores and load > cores:
-            why.append(f"load average {load:g} above the {cores} cores")
+        runnable = r.get("runnable")
+        if runnable is None:
+            load = (r.get("loadavg") or [0.0])[0]
+            if cores and load > cores:
+                why.append(f"load average {load:g} above the {cores} cores")
+        elif cores and runnable > cores:
+            why.append(f"{runnable:g} threads ready to run while the race was idle, for {cores} cores")
         busy = r.get("busy") or []
         if busy:
             why.append("busy: " + ", ".join(f"`{cmd[:60]}` {share:.0%} of a core" for cmd, share in busy[:3]))

@@ -244,8 +244,9 @@ def race_headline_lines(stream: dict | None, snapshot: dict | None) -> list[str]
 def race_rounds_lines(stream: dict | None, snapshot: dict | None) -> list[str]:
     """Each round's start (UTC), load average and which side ran first, and the warning
     when another busy process shared the machine."""
-    lines = [_row("benchmark", "round", "started (UTC)", "load average (1, 5, 15 min)", "first", "busy processes"),
-             _row(*["---"] * 6)]
+    lines = [_row("benchmark", "round", "started (UTC)", "load average (1, 5, 15 min)", "threads ready to run",
+                  "first", "busy processes"),
+             _row(*["---"] * 7)]
     warnings = []
     for name, x in (("streaming", stream), ("snapshot", snapshot)):
         if not x or not x.get("rounds"):
@@ -253,11 +254,11 @@ def race_rounds_lines(stream: dict | None, snapshot: dict | None) -> list[str]:
         for i, r in enumerate(x["rounds"], 1):
             busy = ", ".join(f"`{cmd[:40]}` {share:.0%}" for cmd, share in (r.get("busy") or [])[:3]) or "none"
             lines.append(_row(name, i, r.get("started", "-"), ", ".join(str(v) for v in r.get("loadavg", [])) or "-",
-                              (r.get("order") or ["-"])[0], busy))
+                              _f(r.get("runnable"), "g"), (r.get("order") or ["-"])[0], busy))
         warning = race_rounds.shared_machine_warning(x["rounds"], x.get("machine", {}).get("nproc") or 0)
         if warning:
             warnings.append(f"{name.capitalize()}: {warning}")
-    if len(lines) == 2:  # no rounds recorded (a result from before rounds)
+    if len(lines) == 2:  # no rounds recorded (a result from before the rounds)
         return []
     return ["Rounds:", "", *lines, *(["", *warnings] if warnings else []), ""]
 

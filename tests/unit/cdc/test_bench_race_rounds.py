@@ -75,14 +75,19 @@ def test_busy_processes_are_those_outside_the_race_above_a_fifth_of_a_core():
 
 
 def test_the_report_warns_when_a_round_shared_the_machine():
-    quiet = {"loadavg": [1.2, 1, 1], "busy": []}
-    assert race_rounds.shared_machine_warning([quiet, quiet], cores=2) is None
-    loaded = {"loadavg": [3.4, 2, 1], "busy": []}
-    busy = {"loadavg": [0.5, 1, 1], "busy": [["python -m pytest tests/integration", 0.9]]}  # as JSON keeps it
-    text = race_rounds.shared_machine_warning([quiet, loaded, busy], cores=2)
-    assert "round 2 (load average 3.4 above the 2 cores)" in text
+    # The 1-minute load average after a round carries the race's own work: with threads
+    # ready to run sampled while the race was idle, that decides.
+    after_own_round = {"loadavg": [2.8, 1, 1], "runnable": 1, "busy": []}
+    assert race_rounds.shared_machine_warning([after_own_round, after_own_round], cores=2) is None
+    crowded = {"loadavg": [3.4, 2, 1], "runnable": 3, "busy": []}
+    busy = {"loadavg": [0.5, 1, 1], "runnable": 0, "busy": [["python -m pytest tests/integration", 0.9]]}  # JSON's
+    text = race_rounds.shared_machine_warning([after_own_round, crowded, busy], cores=2)
+    assert "round 2 (3 threads ready to run while the race was idle, for 2 cores)" in text
     assert "round 3 (busy: `python -m pytest tests/integration` 90% of a core)" in text
     assert "round 1" not in text and text.startswith("**Warning: the machine was shared**")
+    # a round recorded without the threads sample: the load average above the cores decides
+    assert "round 1 (load average 3.4 above the 2 cores)" in race_rounds.shared_machine_warning(
+        [{"loadavg": [3.4, 2, 1], "busy": []}], cores=2)
 
 
 def test_debezium_in_the_race_gets_our_throughput_settings_and_a_heap():
@@ -178,7 +183,7 @@ def test_the_race_section_leads_with_the_medians_after_warm_up_ours_without_tran
     assert headline[4] == "| incremental snapshot, Debezium at its better chunk size (1,024) | 80,000 (70,000-90,000) " \
                           "| 35,000 (30,000-40,000) | 2.25 (2.00-2.67) | 4.00 |"
     assert len(headline) == 5  # the JSON converter's and count-only runs stay out of the headline
-    assert "| streaming | 2 | 2026-11-25 10:01:00 | 3.5, 1.0, 1.0 | debezium | none |" in race
+    assert "| streaming | 2 | 2026-11-25 10:01:00 | 3.5, 1.0, 1.0 | - | debezium | none |" in race
     assert "Streaming: **Warning: the machine was shared** during round 2 (load average 3.5 above the 2 cores)" in race
     assert "Snapshot: **Warning" not in race
     assert "| memory ceiling | none (CPython) | `-Xmx1g` |" in race

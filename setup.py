@@ -1,11 +1,11 @@
 """The package's compiled parts (everything else is in pyproject.toml): the native Avro
-reader of contract/avro_decoder.py and Kafka's default partitioner of
+reader of contract/codecs/avro_decoder.py and Kafka's default partitioner of
 common/kafka/partitioner.py.  Optional: where no C compiler is at hand the build goes on
 without them, and their Python fallbacks do the same work (same results, slower)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("contract._avro_reader", ["contract/_avro_reader.c"], optional=True,
+setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_avro_reader.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    Extension("common.kafka._partitioner", ["common/kafka/_partitioner.c"], optional=True,
                              extra_compile_args=["-O2"])])

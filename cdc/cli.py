@@ -38,7 +38,8 @@ from contract.signals import execute_snapshot_data
 from producer.app import run_producer
 from producer.errors import KafkaHistoryLost
 from producer.offset_store import LocalOffsetCopy, OffsetStore
-from spark_jobs.merge_job import MergeJob, run_merge, sinks_note
+from spark_jobs.data_loss_guard import sinks_note
+from spark_jobs.merge_job import MergeJob, run_merge
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)
@@ -209,7 +210,8 @@ def _cmd_bench_report(args: argparse.Namespace) -> int:
 def _cmd_bench_race(args: argparse.Namespace) -> int:
     bench_race(Path(args.out), Path(args.state_dir), stream_rows=args.stream_rows, snapshot_rows=args.snapshot_rows,
                stream_runs=args.stream_runs, snapshot_runs=args.snapshot_runs,
-               chunk_sizes=tuple(int(c) for c in args.chunk_sizes.split(",") if c),
+               chunk_sizes=tuple(int(c) for c in args.chunk_sizes.split(",") if c), rounds=args.rounds,
+               debezium_defaults=args.debezium_defaults, heap=args.debezium_heap,
                json_out=Path(args.json_out) if args.json_out else None,
                stream_json=Path(args.stream_json) if args.stream_json else None,
                snapshot_json=Path(args.snapshot_json) if args.snapshot_json else None, console=console)
@@ -458,13 +460,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench_race_p = bench_sub.add_parser(
         "race", help="ours vs Debezium embedded: bench stream and snapshot with --debezium, into docs/benchmarks.md")
     bench_race_p.add_argument("--out", default="docs/benchmarks.md", help="its race section is replaced")
-    bench_race_p.add_argument("--stream-rows", type=int, default=2_000_000)
-    bench_race_p.add_argument("--snapshot-rows", type=int, default=1_000_000)
-    bench_race_p.add_argument("--stream-runs", default="count:json,count:avro,kafka:avro", metavar="MODE:FORMAT,...",
-                              help="Debezium's streaming runs (default count:json,count:avro,kafka:avro; kafka:json "
-                                   "writes about 3.6 KB a record, 7 GB at 2M records, into the in-memory broker)")
-    bench_race_p.add_argument("--snapshot-runs", default="count:avro,kafka:avro", metavar="MODE:FORMAT,...")
+    bench_race_p.add_argument("--stream-rows", type=int, default=1_000_000)
+    bench_race_p.add_argument("--snapshot-rows", type=int, default=500_000)
+    bench_race_p.add_argument("--stream-runs", default="kafka:avro", metavar="MODE:FORMAT,...",
+                              help="Debezium's streaming runs (default kafka:avro, the headline's; count:avro and "
+                                   "count:json add rows below it; kafka:json writes about 3.6 KB a record into the "
+                                   "in-memory broker)")
+    bench_race_p.add_argument("--snapshot-runs", default="kafka:avro", metavar="MODE:FORMAT,...")
     bench_race_p.add_argument("--chunk-sizes", default="8192,1024", help="Debezium's snapshot chunk sizes")
+    bench_race_p.add_argument("--rounds", type=int, default=3,
+                              help="alternated rounds (ours first in odd rounds, Debezium first in even); every "
+                                   "figure is the median with the min-max")
+    bench_race_p.add_argument("--debezium-defaults", action="store_true",
+                              help="also run Debezium (Kafka, Avro) at its engine's, producer's and JVM's defaults: "
+                                   "an extra row, never the headline")
+    bench_race_p.add_argument("--debezium-heap", default="1g", metavar="SIZE",
+                              help="the heap of Debezium's JVM in the race (-Xmx; default 1g)")
     bench_race_p.add_argument("--json-out", metavar="FILE", help="also write both results as one JSON object")
     bench_race_p.add_argument("--stream-json", metavar="FILE",
                               help="use this `cdc bench stream --debezium --json` output instead of running it")

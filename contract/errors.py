@@ -24,5 +24,5 @@ class GtidError(CDCError, ValueError):
 
 
 class NotCompiled(CDCError):
-    """A writer schema :func:`contract.avro_decoder.compile_decoder` leaves to fastavro
+    """A writer schema :func:`contract.codecs.avro_decoder.compile_decoder` leaves to fastavro
     (a logical type fastavro converts to dates and times, a recursive schema)."""

@@ -28,10 +28,10 @@ COPY schemas ./schemas
 # cryptography: PyMySQL needs it for MySQL 8.4's caching_sha2_password (MySQL sink).
 # (cdc.pyspark_zip: Spark's Python processes import PySpark from site-packages, compiled
 # once, instead of compiling it from pyspark.zip in every process)
-# (gcc for the native Avro reader, contract/_avro_reader.c, removed again once it is built)
+# (gcc for the native Avro reader, contract/codecs/_avro_reader.c, removed again once it is built)
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install . "pyspark==${SPARK_VERSION}" "cryptography>=42" \
-    && (cd / && python -c "import contract._avro_reader") \
+    && (cd / && python -c "import contract.codecs._avro_reader") \
     && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
     && python -m compileall -q /usr/local/lib/python3.11/site-packages/pyspark \
     && python -m cdc.pyspark_zip \

@@ -22,6 +22,13 @@ from producer.errors import WriterError
 
 log = logging.getLogger(__name__)
 
+#: The writer's throughput settings (librdkafka's names), on top of
+#: :func:`common.kafka.clients.producer_config`: the benchmark race gives Debezium's Kafka
+#: producer the same (``cdc.bench.race_settings``).  ``batch.size`` is librdkafka's default,
+#: written out so that both sides' tables name it.
+THROUGHPUT_SETTINGS = {"linger.ms": 20, "batch.num.messages": 10000, "batch.size": 1_000_000,
+                       "queue.buffering.max.kbytes": 262144}
+
 
 class KafkaWriter:
     """The producer's transport: records into Kafka in batches (transactions when
@@ -29,7 +36,7 @@ class KafkaWriter:
     (:mod:`producer.record_encoder`)."""
 
     def __init__(self, kafka: KafkaConfig, name: str, *, transactions: bool, offsets_topic: str,
-                 linger_ms: int = 20) -> None:
+                 linger_ms: int = THROUGHPUT_SETTINGS["linger.ms"]) -> None:
         self.kafka = kafka
         self.transactions = transactions
         self.offsets_topic = offsets_topic
@@ -37,8 +44,8 @@ class KafkaWriter:
         self._topics: set[str] = set()
         tx_id = f"cdc-producer-{name}" if transactions else None
         self.producer = Producer(producer_config(kafka, transactional_id=tx_id, **{
-            "linger.ms": linger_ms, "partitioner": "murmur2_random", "batch.num.messages": 10000,
-            "queue.buffering.max.kbytes": 262144, "error_cb": self._on_error,
+            **THROUGHPUT_SETTINGS, "linger.ms": linger_ms, "partitioner": "murmur2_random",
+            "error_cb": self._on_error,
             # Failures still reach _on_delivery; successes cost no Python call per record (and
             # the callback set once here costs produce() no keyword per record).
             "delivery.report.only.error": True, "on_delivery": self._on_delivery}))

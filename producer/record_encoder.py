@@ -1,5 +1,5 @@
-"""How the producer frames records: Avro, JSON (:mod:`contract.serde`) or Kafka Connect's
-JsonConverter shape as Debezium writes it (``debezium-json``, :mod:`contract.connect_json`).
+"""How the producer frames records: Avro, JSON (:mod:`contract.codecs.serde`) or Kafka Connect's
+JsonConverter shape as Debezium writes it (``debezium-json``, :mod:`contract.codecs.connect_json`).
 
 Avro records use the single-object framing, with every writer schema published to
 ``<prefix>._schemas`` (:mod:`contract.schema_store`) before the first record that uses it,
@@ -20,10 +20,10 @@ from typing import Any, Callable
 
 from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics
-from contract.connect_json import ConnectJsonWriter
+from contract.codecs.connect_json import ConnectJsonWriter
+from contract.codecs.serde import AvroWriter, ConfluentRegistry, encode_json
 from contract.errors import SerdeError
 from contract.schema_store import SchemaStore, schema_record
-from contract.serde import AvroWriter, ConfluentRegistry, encode_json
 from contract.topics import schemas_topic
 
 #: ``publish(topic, key, value)``: write one record in the current batch.

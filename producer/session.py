@@ -19,22 +19,12 @@ from pathlib import Path
 from typing import Protocol
 
 from common.config import CDCConfig
-from common.sql.ddl import ddl_target, dropped_tables, renamed_tables, rows_rewritten
 from common.sql.sessions import read_session
-from contract.envelope import source_block
 from contract.errors import BadSignal
-from contract.markers import (
-    DROP_TABLE,
-    RENAME_TABLE,
-    TRUNCATE,
-    delete_missing_marker,
-    marker_record,
-    table_ddl_marker,
-    window_marker,
-)
+from contract.markers import delete_missing_marker, marker_record, window_marker
 from contract.notifications import Notification
 from contract.position import BinlogPosition
-from contract.records import heartbeat_record, schema_change_record, transaction_record
+from contract.records import heartbeat_record, transaction_record
 from contract.signals import is_window_marker
 from contract.topics import markers_topic, notifications_topic
 from producer.binlog.process import ReaderProcess
@@ -47,10 +37,12 @@ from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.record_encoder import RecordEncoder
+from producer.schema_changes import SessionSchemaChanges
 from producer.signal_channel import KafkaSignalChannel
-from producer.snapshot.coordinator import MarkerSeen, ReleasedChunk, SnapshotCoordinator
+from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
+from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.snapshot.gtid_windows import Boundary
-from producer.snapshot.table_reader import list_tables, read_table_def
+from producer.snapshot.table_reader import list_tables
 from producer.startup import ProducerState
 
 log = logging.getLogger(__name__)
@@ -72,7 +64,7 @@ class ProducerParts(Protocol):
     stopping: threading.Event
 
 
-class StreamSession:
+class StreamSession(SessionSchemaChanges):
     """One connected run: reader + writer, until stopped or an error."""
 
     def __init__(self, app: ProducerParts, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
@@ -361,85 +353,6 @@ class StreamSession:
                                   skippable=set(tables), delete_missing=delete_missing)
         except BadSignal as exc:
             raise ProducerStopped(f"the initial snapshot cannot start: {exc.reason}") from None
-
-    def _schema_change(self, item: SchemaChange) -> None:
-        verb, db, table = ddl_target(item.ddl, item.db)
-        renames = renamed_tables(item.ddl, item.db) if verb in ("rename", "alter") else []
-        drops = dropped_tables(item.ddl, item.db) if verb == "drop" and table is not None else []
-        if verb and db is not None:
-            self.coord.on_schema_change(db, table)
-            for (odb, otable), _ in renames:
-                self.coord.on_schema_change(odb or db, otable)
-        if not verb or db is None:
-            return
-        captured = (self.app.filter.database_captured(db) if table is None else
-                    any(self.app.filter.captures(d or db, t) for d, t in
-                        [(db, table), *drops, *(n for pair in renames for n in pair)]))
-        if not captured:
-            return
-        self.encoder.schemas_changed()
-        gone = [f"{d or db}.{t}" for d, t in drops] + [f"{d or db}.{t}" for (d, t), _ in renames]
-        if gone:  # a running snapshot of them stops (their chunks could only fail)
-            self.coord.tables_gone(set(gone))
-        if verb and self.app.filter.ignored(db, table, verb):
-            log.info("ignoring %s of %s.%s (source.ignore_events)", verb.upper(), db, table)
-            return
-        source = source_block(self.cfg.producer.name, self.info.server_id, db=db, table=table, ts_ms=item.ts_ms,
-                              file=item.file, pos=item.pos, gtid=item.gtid)
-        self.writer.produce(*schema_change_record(self.prefix, source, db=db, ddl=item.ddl,
-                                                  position=item.position.encode(), encode=self.encoder.encode))
-        self.batch_events += 1
-        if table is None:
-            return
-        if verb == "truncate":
-            self._truncate(db, table, item, source)
-        elif drops:
-            for d, t in drops:
-                if self.app.filter.captures(d or db, t):
-                    self._write_marker(table_ddl_marker(DROP_TABLE, d or db, t, item.position))
-        elif renames:
-            for (odb, otable), (ndb, ntable) in renames:
-                odb, ndb = odb or db, ndb or db
-                if self.app.filter.captures(odb, otable):
-                    self._write_marker(table_ddl_marker(RENAME_TABLE, odb, otable, item.position, to_db=ndb,
-                                                        to_table=ntable))
-                if self.app.filter.captures(ndb, ntable):  # its rows are there without row events
-                    self._snapshot_after_ddl(ndb, ntable, f"the table renamed from {odb}.{otable}")
-        else:
-            reason = rows_rewritten(verb, item.ddl)
-            if reason:
-                self._snapshot_after_ddl(db, table, reason)
-
-    def _truncate(self, db: str, table: str, item: SchemaChange, source: dict) -> None:
-        """TRUNCATE TABLE: Debezium's truncate event (``producer.emit_truncate``) and a
-        TRUNCATE marker, by which the sinks delete every row written before it."""
-        if self.cfg.producer.emit_truncate:
-            conn = read_session(self.cfg.source)
-            try:
-                table_def = read_table_def(conn, db, table)
-            finally:
-                conn.close()
-            if table_def is not None:  # (gone already: a later DDL dropped it)
-                self.writer.produce(*self.builder.truncate_record(table_def, source, item.position.encode(),
-                                                                  self.encoder))
-                self.batch_events += 1
-        self._write_marker(table_ddl_marker(TRUNCATE, db, table, item.position))
-        log.info("TRUNCATE of %s.%s at %s: the sinks delete its rows written before it", db, table,
-                 item.position.encode())
-
-    def _snapshot_after_ddl(self, db: str, table: str, reason: str) -> None:
-        """DDL changed rows of ``db.table`` without row events: snapshot the table (unless
-        ``snapshot.after_ddl`` is off), so the sinks get the rows as they are now."""
-        if not self.cfg.snapshot.after_ddl:
-            log.warning("%s on %s.%s changed its rows without row events; snapshot.after_ddl is off: the sinks "
-                        "get them when they change again, or by a snapshot (cdc snapshot)", reason, db, table)
-            return
-        name = f"{db}.{table}"
-        log.info("%s on %s: the table's rows changed without row events; snapshotting it", reason, name)
-        try:
-            self.coord.add_tables([name], f"ddl-{int(time.time() * 1000)}", skippable={name}, reason=reason)
-        except BadSignal as exc:  # gone already (dropped by a later DDL): nothing to snapshot
-            log.warning("cannot snapshot %s after DDL: %s", name, exc.reason)
 
     def _heartbeat(self) -> None:
         interval = self.cfg.producer.heartbeat_interval_s

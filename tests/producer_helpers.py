@@ -12,9 +12,9 @@ from pathlib import Path
 
 from common.config import CDCConfig, dump_config
 from common.kafka.topic_reader import read_topic
+from contract.codecs.serde import RecordDecoder
 from contract.position import CopyFilter
 from contract.schema_store import SchemaStore
-from contract.serde import RecordDecoder
 from producer.app import ProducerApp
 from producer.binlog.server import current_position
 from producer.binlog.server import start_at_current as binlog_start_at_current

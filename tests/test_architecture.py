@@ -6,12 +6,14 @@
 * project modules are imported at the top of a module, except the few that pull in
   pyspark (the ``cdc`` command and the tools must not start the JVM's Python side to
   print a status);
-* every logger is named by its module, every error derives from ``CDCError``.
+* every logger is named by its module, every error derives from ``CDCError``;
+* docs/DESIGN.md's table of packages names modules that exist, and every subpackage.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +68,31 @@ def test_loggers_are_named_by_their_module_and_errors_derive_from_cdc_error():
                     stray_errors.append(f"{where}:{node.lineno} {node.name}")
     assert literal_loggers == [], "use logging.getLogger(__name__)"
     assert stray_errors == [], "errors derive from common.errors.CDCError (an errors module per package)"
+
+
+#: Words in backticks in docs/DESIGN.md's table of packages that are not module names.
+DESIGN_WORDS = {"information_schema", "source"}  # (a MySQL schema; the envelope's `source` block)
+
+
+def test_the_design_document_names_modules_that_exist_and_every_subpackage():
+    """docs/DESIGN.md's table of packages stays true to the tree: every module or package it
+    names in backticks exists in the package of its row, and every subpackage is listed."""
+    text = (ROOT / "docs" / "DESIGN.md").read_text()
+    table = text[text.index("| package | holds |"):text.index("Rules the suite checks")]
+    missing, unlisted = [], []
+    for row in table.splitlines():
+        found = re.match(r"\| `(\w+)/` \|", row)
+        if not found:
+            continue
+        pkg = ROOT / found.group(1)
+        names = {p.stem for p in pkg.rglob("*.py")} | {p.name for p in pkg.rglob("*") if p.is_dir()} \
+            | {p.name for p in pkg.rglob("*.c")}
+        for word in re.findall(r"`([a-z_][a-z_0-9.]*)/?`", row):
+            if word.split(".")[-1] not in names and word not in names and word not in DESIGN_WORDS \
+                    and word.split(".")[0] not in PACKAGES:
+                missing.append(f"{found.group(1)}: {word}")
+        for init in pkg.rglob("__init__.py"):
+            if init.parent != pkg and f"`{init.parent.name}/`" not in row:
+                unlisted.append(str(init.parent.relative_to(ROOT)))
+    assert missing == [], "docs/DESIGN.md names modules that do not exist"
+    assert unlisted == [], "docs/DESIGN.md does not list these packages"

@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
 
-from cdc.bench.common import proc_status_kb
+from cdc.bench.harness import proc_status_kb
 from cdc.stack.kafka_broker import EmbeddedBroker
 from common.kafka.fetch_wait import AdaptiveConsumer
 from common.kafka.topic_reader import read_partition

@@ -11,14 +11,25 @@ Each run is one of:
 * ``count``: the engine with a handler that only counts the records (the converter still
   serialises them: that is part of what Debezium does for every record);
 * ``kafka``: each record sent through Kafka's Java producer (``enable.idempotence=true``,
-  ``acks=all``, every other setting at its default), a batch marked processed once every
-  send of it is acknowledged, as Debezium Server's Kafka sink does;
+  ``acks=all``), a batch marked processed once every send of it is acknowledged, as
+  Debezium Server's Kafka sink does;
 
 with Debezium's JSON converter (``{"schema", "payload"}``, its default shape) or
 Confluent's Avro converter with an in-JVM mock registry (our producer writes Avro).
 Tombstones are off (``tombstones.on.delete=false``), as in our Avro output, so both write
-one record per row change.  The JVM runs with its defaults (no ``-Xmx``): what a user gets;
-``CDC_BENCH_JVM_OPTS`` (e.g. ``-Xmx512m``) gives it options.
+one record per row change.
+
+Tuning (:mod:`cdc.bench.race_settings`): a ``tuned`` run, the race's, gives the engine
+(``max.batch.size``, ``max.queue.size``, ``poll.interval.ms``) and the Java producer
+(``linger.ms``, ``batch.size``, ``buffer.memory``) the same throughput settings as our
+producer and the JVM an explicit heap (``-Xmx1g`` unless told); a ``defaults`` run leaves
+all of them at Debezium's and the JVM's defaults (an extra row, never the headline).
+``CDC_BENCH_JVM_OPTS`` adds JVM options to both.
+
+Clocks and memory as ours: the harness takes the time just before it launches the JVM and
+the runner reports its marks on the same monotonic clock, so start-up and "incl. start-up"
+run from the process's launch; the peak RSS is the ``VmHWM`` of the JVM read from outside
+(:class:`~cdc.bench.harness.ProcessTreePeak`), as our producer's processes are.
 
 Debezium's MySQL connector only speaks to MySQL: the server must report a 5.7-style
 version (the bench stack is started with ``--version=5.7.44-MariaDB-log`` for these runs;
@@ -37,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from cdc.bench import race_settings
+from cdc.bench.harness import ProcessTreePeak
 from cdc.errors import BenchError
 from common.kafka.clients import delete_topics
 
@@ -129,6 +142,26 @@ def with_rates(r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
+def with_launch_clock(r: dict[str, Any], launch_ns: int) -> dict[str, Any]:
+    """A runner result's start-up, first record and total timed from the process's launch
+    (``launch_ns``: the harness's ``time.monotonic_ns()`` just before it started the JVM;
+    the runner's ``*_mono_ns`` marks are on the same clock), its rates derived again.  A
+    result without those marks (an older runner) is left timed from the JVM's start."""
+
+    def since_launch(mark: str) -> float | None:
+        ns = r.get(mark) or 0
+        return (ns - launch_ns) / 1e9 if ns else None
+
+    if not r.get("end_mono_ns"):
+        return r
+    r["jvm_startup_s"], r["jvm_total_s"] = r.get("startup_s"), r.get("total_s")
+    r["startup_s"] = since_launch("polling_mono_ns")
+    r["first_record_s"] = since_launch("first_mono_ns")
+    r["total_s"] = since_launch("end_mono_ns")
+    r["clock"] = "process launch"
+    return with_rates(r)
+
+
 def ratio(ours: float | None, theirs: float | None) -> float | None:
     """``ours / theirs`` (None when either is missing or zero)."""
     return ours / theirs if ours and theirs else None
@@ -142,9 +175,10 @@ def race_label(mode: str, fmt: str, chunk_size: int | None = None) -> str:
     return f"Debezium 3.6.3, {what}, {conv}{chunk}"
 
 
-def run_key(mode: str, fmt: str, chunk_size: int | None = None) -> str:
-    """A Debezium run's key in the results: ``debezium_<mode>_<format>[_<chunk>]``."""
-    return f"debezium_{mode}_{fmt}" + (f"_{chunk_size}" if chunk_size else "")
+def run_key(mode: str, fmt: str, chunk_size: int | None = None, tuning: str = race_settings.TUNED) -> str:
+    """A Debezium run's key in the results: ``debezium_<mode>_<format>[_<chunk>][_defaults]``."""
+    return (f"debezium_{mode}_{fmt}" + (f"_{chunk_size}" if chunk_size else "") +
+            ("_defaults" if tuning == race_settings.DEFAULTS else ""))
 
 
 def run_keys(result: dict[str, Any]) -> list[str]:
@@ -222,10 +256,11 @@ def compile_runner(work: Path | None = None) -> Path:
 
 
 def connector_properties(mysql: dict, db: str, *, prefix: str, state: Path, fmt: str,
-                         server_id: int, **more: Any) -> dict[str, str]:
+                         server_id: int, tuning: str = race_settings.TUNED, **more: Any) -> dict[str, str]:
     """Debezium's MySQL connector on the bench server: offsets and schema history in files,
-    the MariaDB JDBC driver, tombstones off (as our Avro output), every other setting at
-    Debezium's default unless ``more`` says otherwise."""
+    the MariaDB JDBC driver, tombstones off (as our Avro output), the engine's throughput
+    settings of ``tuning`` (:func:`cdc.bench.race_settings.engine_settings`), every other
+    setting at Debezium's default unless ``more`` says otherwise."""
     props: dict[str, Any] = {
         "name": ENGINE_NAME, "connector.class": "io.debezium.connector.mysql.MySqlConnector",
         "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
@@ -236,7 +271,7 @@ def connector_properties(mysql: dict, db: str, *, prefix: str, state: Path, fmt:
         "database.user": mysql["admin_user"], "database.password": mysql["admin_password"],
         "database.server.id": server_id, "topic.prefix": prefix, "database.include.list": db,
         "database.jdbc.driver": "org.mariadb.jdbc.Driver", "database.protocol": "jdbc:mariadb",
-        "tombstones.on.delete": "false",
+        "tombstones.on.delete": "false", **race_settings.engine_settings(tuning),
     }
     if fmt == "json":
         props["converter.schemas.enable"] = "true"
@@ -249,19 +284,22 @@ def connector_properties(mysql: dict, db: str, *, prefix: str, state: Path, fmt:
     return {k: str(v) for k, v in props.items()}
 
 
-def jvm_options() -> list[str]:
-    """The JVM's options for Debezium's runs: none (its defaults), unless
-    ``CDC_BENCH_JVM_OPTS`` says (e.g. ``-Xmx512m``)."""
-    return os.environ.get("CDC_BENCH_JVM_OPTS", "").split()
+def jvm_options(tuning: str = race_settings.TUNED, heap: str = race_settings.DEFAULT_HEAP) -> list[str]:
+    """The JVM's options for a Debezium run: the heap of ``tuning``
+    (:func:`cdc.bench.race_settings.heap_options`), then ``CDC_BENCH_JVM_OPTS`` if set."""
+    return race_settings.heap_options(tuning, heap) + os.environ.get("CDC_BENCH_JVM_OPTS", "").split()
 
 
 def run_debezium(props: dict[str, str], *, work: Path, mode: str, fmt: str, topic: str, records: int,
                  bootstrap: str | None = None, start: tuple[str, int] | None = None,
                  signal_sql: str | None = None, mysql: dict | None = None, db: str | None = None,
+                 tuning: str = race_settings.TUNED, heap: str = race_settings.DEFAULT_HEAP,
                  timeout_s: float = 3600.0) -> dict[str, Any]:
     """One Debezium run in a JVM of its own until ``records`` records of ``topic`` were handled
     (``start``: stream from that binlog position; ``signal_sql``: run it once the engine polls,
-    the clock starting there).  Returns the runner's figures with their rates."""
+    the clock starting there); its Kafka producer and heap as ``tuning`` says.  Returns the
+    runner's figures with their rates, timed from the JVM's launch, and its peak RSS read
+    from outside."""
     work = Path(work)
     classes = compile_runner()
     run_props = dict(props)
@@ -269,6 +307,7 @@ def run_debezium(props: dict[str, str], *, work: Path, mode: str, fmt: str, topi
                       "race.timeout.s": str(int(timeout_s))})
     if bootstrap:
         run_props["race.bootstrap"] = bootstrap
+        run_props.update({f"race.producer.{k}": str(v) for k, v in race_settings.producer_settings(tuning).items()})
     if start:
         run_props.update({"race.offsets.file": props["offset.storage.file.filename"],
                           "race.offsets.binlog.file": start[0], "race.offsets.binlog.pos": str(int(start[1]))})
@@ -284,27 +323,39 @@ def run_debezium(props: dict[str, str], *, work: Path, mode: str, fmt: str, topi
     if not java:
         raise BenchError("java is not installed (Java 17)")
     log_path = work / "debezium.log"
-    t0 = time.perf_counter()
+    options = jvm_options(tuning, heap)
     with open(log_path, "wb") as log:
+        launch_ns = time.monotonic_ns()
+        proc = subprocess.Popen([java, *options, "-cp", runner_classpath(classes), RUNNER_CLASS, str(props_path)],
+                                stdout=subprocess.PIPE, stderr=log, cwd=work)
+        peak = ProcessTreePeak(proc.pid).start()
         try:
-            res = subprocess.run([java, *jvm_options(), "-cp", runner_classpath(classes), RUNNER_CLASS,
-                                  str(props_path)],
-                                 stdout=subprocess.PIPE, stderr=log, cwd=work, timeout=timeout_s + 120)
+            stdout, _ = proc.communicate(timeout=timeout_s + 120)
         except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.communicate()
             raise BenchError(f"Debezium ({mode}, {fmt}) did not finish; see {log_path}") from exc
-    wall = time.perf_counter() - t0
-    out = res.stdout.decode(errors="replace")
+        finally:
+            rss_peak_mb = peak.stop()
+    wall = (time.monotonic_ns() - launch_ns) / 1e9
+    out = stdout.decode(errors="replace")
     (work / "debezium.out").write_text(out)
     try:
         result = parse_runner_output(out)
     except BenchError as exc:
-        raise BenchError(f"Debezium ({mode}, {fmt}) exited {res.returncode} without a result; see {log_path}:\n"
+        raise BenchError(f"Debezium ({mode}, {fmt}) exited {proc.returncode} without a result; see {log_path}:\n"
                          f"{log_path.read_text(errors='replace')[-3000:]}") from exc
     if not result.get("reached"):
         raise BenchError(f"Debezium ({mode}, {fmt}) handled {result.get('records')} of {records} records "
                          f"({result.get('error', 'no error reported')}); see {log_path}")
+    result = with_launch_clock(result, launch_ns)
+    result["jvm_rss_peak_mb"] = result.get("rss_peak_mb")  # the JVM's own reading at its end
+    result["rss_peak_mb"] = rss_peak_mb
     result["process_wall_s"] = wall
-    result["jvm_options"] = " ".join(jvm_options())
+    result["jvm_options"] = " ".join(options)
+    result["tuning"] = tuning
+    result["settings"] = {**race_settings.engine_settings(tuning),
+                          **(race_settings.producer_settings(tuning) if bootstrap else {})}
     shutil.rmtree(work, ignore_errors=True)  # kept only when a run fails
     return result
 

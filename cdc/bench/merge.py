@@ -47,7 +47,7 @@ import fastavro
 import psycopg
 from rich.console import Console
 
-from cdc.bench.common import (
+from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
     CpuMeter,
@@ -66,8 +66,8 @@ from cdc.errors import BenchError
 from cdc.stack.spark_cluster import standalone_cluster
 from common.config import dump_config
 from common.kafka.topic_reader import read_topic
+from contract.codecs.serde import SINGLE_OBJECT_MAGIC, RecordDecoder
 from contract.schema_store import SchemaStore
-from contract.serde import SINGLE_OBJECT_MAGIC, RecordDecoder
 from contract.topics import table_topic
 from producer.app import ProducerApp
 from producer.binlog.server import current_position

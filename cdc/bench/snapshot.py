@@ -10,12 +10,17 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    commits to Kafka together with the last chunk (so every chunk row is acknowledged);
    once with the table quiet and once with about ``writes_per_s`` writes per second
    against the same table.  The producer's memory (RSS of the process and its binlog
-   reader) is sampled as the snapshot progresses;
+   reader) is sampled as the snapshot progresses, and its peak (``VmHWM`` of each of its
+   processes, read from outside as Debezium's) kept; with the table quiet, the records in
+   its table topic are counted and must equal the table's rows, as Debezium's are;
 4. (c) ``mariadb-dump``/``mysqldump`` of the table to /dev/null (the native reference);
 5. (d) with ``--debezium``, the race: Debezium 3.6.3's incremental snapshot of the same
    table (its signal table; chunks of 8,192 as ours and 1,024, its default), count-only
    handler and/or Kafka's Java producer to the same broker, clock from the signal row's
-   INSERT to the table's last row, against ours with the table quiet.
+   INSERT to the table's last row, against ours with the table quiet; tuned like ours
+   (:mod:`cdc.bench.race_settings`), and with ``debezium_defaults`` at its own defaults too.
+   With ``rounds``, (b) quiet and (d) run that many times, alternated
+   (:mod:`cdc.bench.race_rounds`).
 
 Figures are printed as a table with ratios to (a), and returned as a dict.  A benchmark,
 not a test: nothing asserts timing.
@@ -39,15 +44,18 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.bench import debezium as dbz
-from cdc.bench.common import (
+from cdc.bench import race_rounds, race_settings
+from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
     PacedWriter,
+    ProcessTreePeak,
     admin,
     bench_config,
     bench_server_id,
     child_pids,
     client_tool,
+    count_topic_records,
     create_bench_table,
     drop_bench_database,
     insert_sql,
@@ -55,6 +63,7 @@ from cdc.bench.common import (
     mean_value_bytes,
     proc_status_kb,
     results_table,
+    round_conditions,
     rss_at,
     start_stack,
     timed_to_devnull,
@@ -133,7 +142,9 @@ def _rss_mb(pid: int) -> float:
 
 def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parallelism: int, writes_per_s: int,
                             console: Console) -> dict[str, Any]:
-    """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED."""
+    """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED;
+    its processes' peak RSS read from outside; with the table quiet, its table topic's
+    records counted and checked equal to the table's ``rows``."""
 
     prefix = f"benchsnap_{uuid.uuid4().hex[:8]}"
     cfg = bench_config(info, prefix, db)
@@ -147,6 +158,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     log = open(work / "producer.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(cfg_path), "produce"], stdout=log,
                             stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
+    peak = ProcessTreePeak(proc.pid).start()
     samples: list[tuple[int, float]] = []
     progress: list[tuple[int, float]] = []  # (rows, time) for the rate after the warm-up
     try:
@@ -186,6 +198,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
             follower.close()
         seconds = t_done - t0
     finally:
+        rss_peak_mb = peak.stop()
         proc.terminate()
         try:
             proc.wait(60)
@@ -194,8 +207,19 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
         log.close()
     if not samples:
         raise BenchError("no progress notification was seen")
-    value_bytes = mean_value_bytes(info.kafka["bootstrap_servers"], table_topic(prefix, db, TABLE))
+    bootstrap = info.kafka["bootstrap_servers"]
+    topic = table_topic(prefix, db, TABLE)
+    value_bytes = mean_value_bytes(bootstrap, topic)
     total = samples[-1][0]
+    counted: dict[str, Any] = {}
+    if not writes_per_s:  # quiet: the topic holds the snapshot's rows and nothing else
+        records, counted_by = count_topic_records(bootstrap, topic, rows)
+        if records != rows:
+            raise BenchError(f"the producer's snapshot left {records} records in {topic} (counted by {counted_by}); "
+                             f"the table has {rows} rows")
+        counted = {"topic_records": records, "counted_by": counted_by}
+        total = rows
+        dbz.drop_topics(load_config(info.config_path).kafka, [topic])  # the embedded broker keeps it in memory
     # After a 10% warm-up, as Debezium's: from the first progress notification past 10%.
     warm = next(((r, t) for r, t in progress if r >= total / 10), None)
     after_warmup = (total - warm[0]) / (t_done - warm[1]) if warm and t_done > warm[1] else 0.0
@@ -204,20 +228,23 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
             "writes": writer.count if writer else 0, "writes_per_s": (writer.count / seconds) if writer else 0.0,
             "rss_start_mb": round(rss_start, 1), "rss_25_mb": rss_at(samples, 0.25, total),
             "rss_50_mb": rss_at(samples, 0.5, total), "rss_100_mb": rss_at(samples, 1.0, total),
-            "rss_max_mb": round(max(r for _, r in samples), 1), "parallelism": parallelism}
+            "rss_max_mb": round(max(r for _, r in samples), 1), "rss_peak_mb": rss_peak_mb,
+            "parallelism": parallelism, "topic": topic, **counted}
 
 
-def bench_debezium_snapshot(info, db: str, rows: int, mode: str, fmt: str, chunk_size: int) -> dict[str, Any]:
+def bench_debezium_snapshot(info, db: str, rows: int, mode: str, fmt: str, chunk_size: int, *,
+                            tuning: str = race_settings.TUNED,
+                            heap: str = race_settings.DEFAULT_HEAP) -> dict[str, Any]:
     """(d) Debezium's incremental snapshot of the table (its signal table, ``execute-snapshot``
     of type ``incremental``, chunks of ``chunk_size``): the engine starts streaming at the
     current position, the signal row is inserted once it polls, and the clock runs from that
     INSERT until ``rows`` rows of the table were handled (``kafka``: acknowledged by the
-    broker, whose topic is counted afterwards)."""
-    prefix = f"dbzsnap_{uuid.uuid4().hex[:6]}_{mode}_{fmt}_{chunk_size}"
+    broker, whose topic is counted afterwards); tuned as ``tuning`` says."""
+    prefix = f"dbzsnap_{uuid.uuid4().hex[:6]}_{mode}_{fmt}_{chunk_size}_{tuning}"
     work = Path(info.state_dir) / "bench-debezium" / prefix
     shutil.rmtree(work, ignore_errors=True)
     props = dbz.connector_properties(info.mysql, db, prefix=prefix, state=work / "state", fmt=fmt,
-                                     server_id=bench_server_id(),
+                                     server_id=bench_server_id(), tuning=tuning,
                                      **{"snapshot.mode": "recovery",
                                         "signal.data.collection": f"{db}.{dbz.SIGNAL_TABLE}",
                                         "incremental.snapshot.chunk.size": chunk_size})
@@ -233,7 +260,7 @@ def bench_debezium_snapshot(info, db: str, rows: int, mode: str, fmt: str, chunk
               f"('{prefix}', 'execute-snapshot', '{data}')")
     res = dbz.run_debezium(props, work=work, mode=mode, fmt=fmt, topic=topic, records=rows,
                            bootstrap=bootstrap if mode == "kafka" else None, start=start, signal_sql=signal,
-                           mysql=info.mysql, db=db)
+                           mysql=info.mysql, db=db, tuning=tuning, heap=heap)
     res.update(topic=topic, chunk_size=chunk_size)
     if mode == "kafka":
         res["topic_records"] = topic_records(bootstrap, topic)
@@ -255,25 +282,54 @@ def race_ratios(result: dict[str, Any]) -> dict[str, float | None]:
         out[f"snapshot_quiet/{d}"] = dbz.ratio(b["rows_per_s"], r["rows_per_s"])
         out[f"snapshot_quiet/{d}_after_warmup"] = dbz.ratio(b.get("rows_per_s_after_warmup"),
                                                              r["rows_per_s_after_warmup"])
-        out[f"rss {d}/snapshot_quiet"] = dbz.ratio(r["rss_peak_mb"], b["rss_max_mb"])
+        out[f"rss {d}/snapshot_quiet"] = dbz.ratio(r["rss_peak_mb"], b.get("rss_peak_mb") or b["rss_max_mb"])
+    return out
+
+
+def _snapshot_round(info, db: str, rows: int, *, order: tuple[str, ...], chunk_size: int, parallelism: int,
+                    runs: list[tuple], heap: str, console: Console) -> dict[str, Any]:
+    """One round of the race on the table: ours (table quiet) and Debezium's runs, the sides
+    in ``order`` (:func:`cdc.bench.race_rounds.round_orders`)."""
+    out: dict[str, Any] = {}
+    for side in order:
+        if side == race_rounds.OURS:
+            with console.status("(b) producer snapshot, table quiet..."):
+                out["snapshot_quiet"] = bench_producer_snapshot(info, db, rows, chunk_size=chunk_size,
+                                                                parallelism=parallelism, writes_per_s=0,
+                                                                console=console)
+            continue
+        for mode, fmt, chunk, tuning in runs:
+            with console.status(f"(d) Debezium ({tuning}) incremental snapshot, {mode} handler, {fmt} converter, "
+                                f"chunks of {chunk:,}..."):
+                out[dbz.run_key(mode, fmt, chunk, tuning)] = bench_debezium_snapshot(
+                    info, db, rows, mode, fmt, chunk, tuning=tuning, heap=heap)
     return out
 
 
 def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *, chunk_size: int = 8192,
                    parallelism: int = 1, writes_per_s: int = 1000, keep_running: bool = False,
                    debezium: str | None = None, debezium_chunk_sizes: tuple[int, ...] = (8192, 1024),
-                   reference: bool = True, console: Console | None = None) -> dict[str, Any]:
+                   reference: bool = True, rounds: int = 1, debezium_defaults: bool = False,
+                   heap: str = race_settings.DEFAULT_HEAP, console: Console | None = None) -> dict[str, Any]:
     """A table of ``rows`` rows: (a) a keyset scan, (b) the producer's incremental snapshot
     (table quiet, then under ``writes_per_s`` writes unless 0), (c) ``mariadb-dump``;
     ``debezium`` (``MODE:FORMAT,...``): (d) Debezium's incremental snapshot of the same table
-    at each of ``debezium_chunk_sizes`` (the server then reports a 5.7-style version).
-    ``reference``: False skips (a) and (c)."""
+    at each of ``debezium_chunk_sizes`` (the server then reports a 5.7-style version), tuned
+    like ours (``heap``: its JVM's ``-Xmx``), with ``debezium_defaults`` Kafka/Avro at its
+    defaults too.  ``rounds``: (b) quiet and (d) that many times, alternated, each figure
+    the median over the rounds (see :func:`cdc.bench.race_rounds.combine_rounds`); the run
+    under writes comes after them (its writes grow the table).  ``reference``: False skips
+    (a) and (c)."""
 
     console = console or Console()
-    runs = dbz.parse_runs(debezium, chunk_sizes=debezium_chunk_sizes) if debezium else []
+    runs = [(*r, race_settings.TUNED) for r in dbz.parse_runs(debezium, chunk_sizes=debezium_chunk_sizes)] \
+        if debezium else []
+    if debezium_defaults:
+        runs += [("kafka", "avro", c, race_settings.DEFAULTS) for c in debezium_chunk_sizes]
     result: dict[str, Any] = {"machine": machine_info(), "rows": rows, "chunk_size": chunk_size,
                               "parallelism": parallelism, "debezium_runs": debezium,
-                              "debezium_chunk_sizes": list(debezium_chunk_sizes) if debezium else None}
+                              "debezium_chunk_sizes": list(debezium_chunk_sizes) if debezium else None,
+                              "debezium_defaults": debezium_defaults, "heap": heap}
     info = start_stack(state_dir, console, (dbz.SERVER_VERSION_ARG,) if runs else ())
     mysql = info.mysql
     db = f"benchsnap_{uuid.uuid4().hex[:8]}"
@@ -293,18 +349,19 @@ def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *
         if reference:
             with console.status("(a) pymysql keyset scan..."):
                 result["keyset"] = bench_keyset_scan(mysql, db, chunk_size)
-        with console.status("(b) producer snapshot, table quiet..."):
-            result["snapshot_quiet"] = bench_producer_snapshot(info, db, rows, chunk_size=chunk_size,
-                                                               parallelism=parallelism, writes_per_s=0, console=console)
+        per_round = []
+        for order in race_rounds.round_orders(rounds):
+            conditions = round_conditions(info) if runs else {}
+            figures = _snapshot_round(info, db, rows, order=order, chunk_size=chunk_size, parallelism=parallelism,
+                                      runs=runs, heap=heap, console=console)
+            per_round.append({**conditions, "order": list(order), "runs": figures,
+                              "ratios": race_ratios(figures)})
+        race_rounds.combine_rounds(result, per_round)
         if writes_per_s:
             with console.status(f"(b) producer snapshot, {writes_per_s} writes/s..."):
                 result["snapshot_writes"] = bench_producer_snapshot(
                     info, db, rows, chunk_size=chunk_size, parallelism=parallelism, writes_per_s=writes_per_s,
                     console=console)
-        for mode, fmt, chunk in runs:
-            with console.status(f"(d) Debezium incremental snapshot, {mode} handler, {fmt} converter, "
-                                f"chunks of {chunk:,}..."):
-                result[dbz.run_key(mode, fmt, chunk)] = bench_debezium_snapshot(info, db, rows, mode, fmt, chunk)
         ratios: dict[str, float | None] = {}
         if reference:
             with console.status("(c) dump..."):
@@ -312,8 +369,7 @@ def bench_snapshot(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 1_000_000, *
             a = result["keyset"]["rows_per_s"]
             ratios.update({f"{k}/a": result[k]["rows_per_s"] / a
                            for k in ("snapshot_quiet", "snapshot_writes", "dump") if k in result and a})
-        ratios.update(race_ratios(result))
-        result["ratios"] = ratios
+        result["ratios"] = {**ratios, **result["ratios"]}
     finally:
         drop_bench_database(info, db, Path(state_dir), keep_running, console)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -49,7 +49,7 @@ import psycopg
 from confluent_kafka import Producer
 from rich.console import Console
 
-from cdc.bench.common import PacedWriter, admin, bench_config, child_pids, proc_status_kb, start_stack
+from cdc.bench.harness import PacedWriter, admin, bench_config, child_pids, proc_status_kb, start_stack
 from cdc.errors import BenchError
 from cdc.pipeline_run import pipeline_processes, run_config
 from cdc.stack.manager import stack_down

@@ -49,14 +49,17 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.bench import debezium as dbz
-from cdc.bench.common import (
+from cdc.bench import race_rounds, race_settings
+from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
+    ProcessTreePeak,
     admin,
     bench_config,
     bench_server_id,
     child_pids,
     client_tool,
+    count_topic_records,
     cpu_seconds,
     create_bench_table,
     drop_bench_database,
@@ -65,6 +68,7 @@ from cdc.bench.common import (
     mean_value_bytes,
     proc_status_kb,
     results_table,
+    round_conditions,
     rss_at,
     start_stack,
     timed_to_devnull,
@@ -73,7 +77,6 @@ from cdc.bench.common import (
 from cdc.errors import BenchError
 from common.config import load_config, write_config
 from common.kafka.clients import ensure_topics
-from common.kafka.topic_reader import read_topic
 from contract.topics import table_topic
 from producer.app import ProducerApp
 from producer.binlog.server import current_position
@@ -147,18 +150,20 @@ def _child_main() -> int:
 
     warm_at = max(1, int(spec.get("expected") or 0) // 10)  # rates after a 10% warm-up, as Debezium's
 
+    # Marks on the monotonic clock (CLOCK_MONOTONIC, as the parent's launch stamp and
+    # Debezium's runner): the parent times the run from this process's launch.
     def event(ts_ms: int, n: int = 1) -> None:
         if "first_event" not in marks:
-            marks["first_event"] = time.perf_counter()
+            marks["first_event"] = time.monotonic()
         orig_event(ts_ms, n)
         if "warm" not in marks and metrics.events_total >= warm_at:
-            marks["warm"] = time.perf_counter()
+            marks["warm"] = time.monotonic()
             marks["warm_events"] = metrics.events_total
 
     def committed(resume) -> None:
         orig_committed(resume)
         if "done" not in marks and resume.file and _pos_key(resume.file, resume.pos) >= end_key:
-            marks["done"] = time.perf_counter()
+            marks["done"] = time.monotonic()
             app.stop()
 
     metrics.event, metrics.committed = event, committed  # type: ignore[method-assign]
@@ -186,7 +191,7 @@ def _child_main() -> int:
     if spec.get("profile"):
         profiler = cProfile.Profile()
     sampler.start()
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     try:
         if profiler is not None:
             profiler.enable()
@@ -197,13 +202,14 @@ def _child_main() -> int:
             profiler.dump_stats(spec["profile"])
         stop_sampling.set()
         sampler.join(1)
-    t_exit = time.perf_counter()
+    t_exit = time.monotonic()
     cpu_s = cpu_seconds() - cpu_base
     done = marks.get("done")
     first = marks.get("first_event", t0)
     result = {
         "events": metrics.events_total, "commits": metrics.commits_total, "reached_end": done is not None,
         "seconds": (done or t_exit) - t0, "startup_s": first - t0, "exit_s": t_exit - t0,
+        "run_mono_s": t0, "first_mono_s": marks.get("first_event"), "done_mono_s": done,
         "after_warmup_s": (done - marks["warm"]) if done and "warm" in marks else None,
         "warmup_events": marks.get("warm_events"),
         "rss_base_mb": round(rss_base, 1), "rss_peak_mb": round(proc_status_kb("VmHWM") / 1024, 1),
@@ -217,13 +223,11 @@ def _child_main() -> int:
     return 0
 
 
-def _count_by_reading(bootstrap: str, topic: str) -> int:
-    return sum(1 for _ in read_topic(bootstrap, topic, timeout=120))
-
-
 def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], *, transactions: bool,
                    expected: int, profile: Path | None = None, tag: str = "") -> dict[str, Any]:
-    """The producer from ``start`` until an offset commit covers ``end``; in a child process."""
+    """The producer from ``start`` until an offset commit covers ``end``; in a child process
+    launched as Debezium's JVM is, timed from that launch, its processes' peak RSS read from
+    outside (:class:`~cdc.bench.harness.ProcessTreePeak`); its table topic counted."""
     run = tag or uuid.uuid4().hex[:8]
     prefix = f"bench_{run}_{'tx' if transactions else 'notx'}"
     cfg = bench_config(info, prefix, db)
@@ -238,29 +242,44 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
         result_path = work / "result.json"
         spec = {"config_path": str(cfg_path), "end": list(end), "result_path": str(result_path),
                 "profile": str(profile) if profile else None, "idle_exit_s": 30.0, "expected": expected}
-        proc = subprocess.run([sys.executable, "-m", "cdc.bench.stream"], input=json.dumps(spec).encode(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
+        launch = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "cdc.bench.stream"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        peak = ProcessTreePeak(proc.pid).start()
+        try:
+            _, stderr = proc.communicate(json.dumps(spec).encode(), timeout=3600)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.communicate()
+            raise BenchError("the producer run did not finish within an hour") from exc
+        finally:
+            tree_peak_mb = peak.stop()
         if proc.returncode != 0 or not result_path.exists():
             raise BenchError(f"the producer run failed (exit {proc.returncode}):\n"
-                             f"{proc.stderr.decode(errors='replace')[-4000:]}")
+                             f"{stderr.decode(errors='replace')[-4000:]}")
         res = json.loads(result_path.read_text())
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not res["reached_end"]:
         raise BenchError(f"the producer stopped after {res['events']} events without committing the end "
                          f"position {end[0]}:{end[1]}")
+    # From the launch, as Debezium's: start-up to the first event, the run to the end acknowledged.
+    res["run_startup_s"], res["run_seconds"] = res["startup_s"], res["seconds"]
+    if res.get("first_mono_s") is not None and res.get("done_mono_s") is not None:
+        res["startup_s"] = res["first_mono_s"] - launch
+        res["seconds"] = res["done_mono_s"] - launch
+    res["clock"] = "process launch"
     topic = table_topic(prefix, db, TABLE)
     bootstrap = info.kafka["bootstrap_servers"]
-    records = span = topic_records(bootstrap, topic)
-    counted_by = "end offsets"
-    if records != expected:
-        # Transaction commit markers take offsets on real Kafka: count what a consumer sees.
-        records, counted_by = _count_by_reading(bootstrap, topic), "read_committed consumer"
+    span = topic_records(bootstrap, topic)
+    records, counted_by = count_topic_records(bootstrap, topic, expected)
     res["bytes_per_record"] = mean_value_bytes(bootstrap, topic)
+    dbz.drop_topics(load_config(info.config_path).kafka, [topic])  # the embedded broker keeps it in memory
     samples = res.pop("rss_samples")
     events = res["events"]
     steady = res["seconds"] - res["startup_s"]
-    res["total_rss_peak_mb"] = round(res["rss_peak_mb"] + res["reader_rss_peak_mb"], 1)
+    res["sampled_rss_peak_mb"] = round(res["rss_peak_mb"] + res["reader_rss_peak_mb"], 1)
+    res["total_rss_peak_mb"] = tree_peak_mb or res["sampled_rss_peak_mb"]
     if res.get("cpu_s") is not None and expected:  # CPU per row change, microseconds
         res["cpu_us_per_row"] = round(res["cpu_s"] / expected * 1e6, 1)
         res["reader_cpu_us_per_row"] = round(res["reader_cpu_s"] / expected * 1e6, 1)
@@ -276,23 +295,24 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
 # --- (d) Debezium over the same range ----------------------------------------------------------
 
 def bench_debezium(info, db: str, start: tuple[str, int], total: int, mode: str, fmt: str, *,
-                   tag: str) -> dict[str, Any]:
+                   tag: str, tuning: str = race_settings.TUNED,
+                   heap: str = race_settings.DEFAULT_HEAP) -> dict[str, Any]:
     """Debezium embedded from ``start`` until it handled ``total`` records of the table (its
-    JVM of its own, :mod:`cdc.bench.debezium`); to the broker in ``kafka`` mode, where the
-    table topic's records are counted afterwards."""
-    prefix = f"dbz_{tag}_{mode}_{fmt}"
+    JVM of its own, :mod:`cdc.bench.debezium`, tuned as ``tuning`` says); to the broker in
+    ``kafka`` mode, where the table topic's records are counted afterwards."""
+    prefix = f"dbz_{tag}_{mode}_{fmt}_{tuning}"
     work = Path(info.state_dir) / "bench-debezium" / prefix
     shutil.rmtree(work, ignore_errors=True)
     props = dbz.connector_properties(info.mysql, db, prefix=prefix, state=work / "state", fmt=fmt,
-                                     server_id=bench_server_id(), **{"snapshot.mode": "recovery",
-                                                                     "table.include.list": f"{db}.{TABLE}"})
+                                     server_id=bench_server_id(), tuning=tuning,
+                                     **{"snapshot.mode": "recovery", "table.include.list": f"{db}.{TABLE}"})
     topic = table_topic(prefix, db, TABLE)
     cfg = load_config(info.config_path)
     bootstrap = info.kafka["bootstrap_servers"]
     if mode == "kafka":  # the topics as ours: the producer creates its own with kafka.partitions
         ensure_topics(cfg.kafka, [topic, prefix])
     res = dbz.run_debezium(props, work=work, mode=mode, fmt=fmt, topic=topic, records=total,
-                           bootstrap=bootstrap if mode == "kafka" else None, start=start)
+                           bootstrap=bootstrap if mode == "kafka" else None, start=start, tuning=tuning, heap=heap)
     res["topic"] = topic
     if mode == "kafka":
         res["topic_records"] = topic_records(bootstrap, topic)
@@ -321,20 +341,60 @@ def race_ratios(result: dict[str, Any]) -> dict[str, float | None]:
 
 # --- the whole benchmark ---------------------------------------------------------------------
 
+def _stream_round(info, db: str, start: tuple[str, int], end: tuple[str, int], total: int, *, order: tuple[str, ...],
+                  transactions: tuple[bool, ...], runs: list[tuple], tag: str, heap: str, profile_dir: Path | None,
+                  console: Console) -> dict[str, Any]:
+    """One round of the race over the range: ours (each transactions setting) and Debezium's
+    runs, the sides in ``order`` (:func:`cdc.bench.race_rounds.round_orders`)."""
+    out: dict[str, Any] = {}
+
+    def ours() -> None:
+        for tx in transactions:
+            key = "producer_tx" if tx else "producer_no_tx"
+            label = "with" if tx else "without"
+            profile = Path(profile_dir).resolve() / f"{key}.prof" if profile_dir else None
+            if profile:
+                profile.parent.mkdir(parents=True, exist_ok=True)
+            with console.status(f"(b) producer {label} Kafka transactions..."):
+                out[key] = bench_producer(info, db, start, end, transactions=tx, expected=total,
+                                          profile=profile, tag=tag)
+            if out[key]["records"] != total:
+                raise BenchError(f"the producer ({label} transactions) left {out[key]['records']} records in "
+                                 f"{out[key]['topic']}; {total} changes were made")
+
+    def debezium() -> None:
+        for mode, fmt, tuning in runs:
+            with console.status(f"(d) Debezium ({tuning}), {mode} handler, {fmt} converter..."):
+                out[dbz.run_key(mode, fmt, tuning=tuning)] = bench_debezium(info, db, start, total, mode, fmt,
+                                                                            tag=tag, tuning=tuning, heap=heap)
+
+    for side in order:
+        (ours if side == race_rounds.OURS else debezium)()
+    return out
+
+
 def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, keep_running: bool = False,
                  transactions: tuple[bool, ...] = (True, False), profile_dir: Path | None = None,
-                 debezium: str | None = None, reference: bool = True,
+                 debezium: str | None = None, reference: bool = True, rounds: int = 1,
+                 debezium_defaults: bool = False, heap: str = race_settings.DEFAULT_HEAP,
                  console: Console | None = None) -> dict[str, Any]:
     """Generate ``rows`` changes and measure (a) python-mysql-replication, (b) the producer
     (with and without Kafka transactions), (c) ``mariadb-binlog`` over the same binlog range;
     ``debezium`` (``MODE:FORMAT,...``, e.g. ``count:json,kafka:avro``): (d) Debezium's runs
-    over the same range too (the server then reports a 5.7-style version).  ``reference``:
-    False skips (a) and (c)."""
+    over the same range too (the server then reports a 5.7-style version), tuned like ours
+    (``heap``: its JVM's ``-Xmx``), and with ``debezium_defaults`` Kafka/Avro at Debezium's
+    defaults as an extra run.  ``rounds``: (b) and (d) that many times, ours first in odd
+    rounds, Debezium first in even ones; each figure is then the median over the rounds
+    (``spread``: min-max), each ratio the median of the rounds' own ratios, each round's
+    start and load in ``rounds``.  ``reference``: False skips (a) and (c)."""
 
     console = console or Console()
     state_dir = Path(state_dir)
-    runs = dbz.parse_runs(debezium) if debezium else []
-    result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows, "debezium_runs": debezium}
+    runs = [(*r, race_settings.TUNED) for r in dbz.parse_runs(debezium)] if debezium else []
+    if debezium_defaults:
+        runs.append(("kafka", "avro", race_settings.DEFAULTS))
+    result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows, "debezium_runs": debezium,
+                              "debezium_defaults": debezium_defaults, "heap": heap}
     info = start_stack(state_dir, console, (dbz.SERVER_VERSION_ARG,) if runs else ())
     mysql = info.mysql
     run = uuid.uuid4().hex[:8]
@@ -365,21 +425,14 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
         if reference and result["reference"]["rows"] != total:
             raise BenchError(f"python-mysql-replication decoded {result['reference']['rows']} rows, "
                              f"{total} changes were made")
-        for tx in transactions:
-            key = "producer_tx" if tx else "producer_no_tx"
-            label = "with" if tx else "without"
-            profile = Path(profile_dir).resolve() / f"{key}.prof" if profile_dir else None
-            if profile:
-                profile.parent.mkdir(parents=True, exist_ok=True)
-            with console.status(f"(b) producer {label} Kafka transactions..."):
-                result[key] = bench_producer(info, db, start, end, transactions=tx, expected=total,
-                                             profile=profile, tag=run)
-            if result[key]["records"] != total:
-                raise BenchError(f"the producer ({label} transactions) left {result[key]['records']} records in "
-                                 f"{result[key]['topic']}; {total} changes were made")
-        for mode, fmt in runs:
-            with console.status(f"(d) Debezium, {mode} handler, {fmt} converter..."):
-                result[dbz.run_key(mode, fmt)] = bench_debezium(info, db, start, total, mode, fmt, tag=run)
+        per_round = []
+        for i, order in enumerate(race_rounds.round_orders(rounds)):
+            conditions = round_conditions(info) if runs else {}
+            figures = _stream_round(info, db, start, end, total, order=order, transactions=transactions, runs=runs,
+                                    tag=f"{run}r{i + 1}", heap=heap, profile_dir=profile_dir, console=console)
+            per_round.append({**conditions, "order": list(order), "runs": figures,
+                              "ratios": race_ratios(figures)})
+        race_rounds.combine_rounds(result, per_round)
         if reference:
             with console.status("(c) native binlog decoding..."):
                 result["native"] = bench_native(Path(mysql["datadir"]), files, start[1], end[1], total)
@@ -391,8 +444,7 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
             for key, name in (("producer_tx", "b_tx/a"), ("producer_no_tx", "b_no_tx/a")):
                 if key in result:
                     ratios[name] = result[key]["rows_per_s"] / a
-        ratios.update(race_ratios(result))
-        result["ratios"] = ratios
+        result["ratios"] = {**ratios, **result["ratios"]}
     finally:
         drop_bench_database(info, db, state_dir, keep_running, console, purge_binlogs=True)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -23,10 +23,10 @@ from cdc.verify.source import Chunk, SourceTable
 from cdc.verify.spec import TableSpec
 from cdc.verify.targets import Target
 from common.kafka.topic_reader import read_topic
+from contract.codecs.serde import ConfluentRegistry, RecordDecoder
 from contract.envelope import POSITION_HEADER, TRUNCATE_OP
 from contract.position import CopyFilter
 from contract.schema_store import SchemaStore
-from contract.serde import ConfluentRegistry, RecordDecoder
 from contract.topics import clean_topic
 from spark_jobs.clean_changelog import SHARD_HEADER
 

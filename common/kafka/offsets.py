@@ -109,54 +109,14 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
         stats.clear()
     consumer = Consumer(conf)
     try:
-        reported: dict[tuple[str, int], tuple[int, int]] = {}
-        for topic, part in parts:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise OffsetLookupError(f"no ListOffsets answer for {(topic, part)} within {timeout}s")
-            try:
-                lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=left)
-            except KafkaException as exc:
-                if exc.args and exc.args[0].code() in _NO_ANSWER:
-                    raise OffsetLookupError(f"no ListOffsets answer for {(topic, part)} within {timeout}s: "
-                                            f"{exc.args[0].str()}") from exc
-                raise
-            reported[(topic, part)] = (lo, hi)
+        reported = _list_offsets(consumer, parts, deadline, timeout)
         enough = {tp: lohi for tp, lohi in reported.items() if at_least and tp in at_least and lohi[1] >= at_least[tp]}
         if len(enough) == len(reported):
             return {**quick, **enough}
         probed = {tp: lohi for tp, lohi in reported.items() if tp not in enough}
         hints = hints or {}
         within = [TopicPartition(t, p, max(lo, hi, int(hints.get((t, p), lo)))) for (t, p), (lo, hi) in probed.items()]
-        past = bootstrap_servers not in _REFUSE_PAST_END
-        consumer.assign([TopicPartition(tp.topic, tp.partition, PAST_END) for tp in within] if past else within)
-        fetched: dict[tuple[str, int], int] = {}
-        while True:
-            # Records the probe happens to fetch are dropped; consuming them in bulk keeps
-            # the statistics callbacks queued behind them from waiting.
-            msgs = consumer.consume(100000, 0.01)
-            if any(m.error() is not None and m.error().code() in _OUT_OF_RANGE for m in msgs):
-                # A broker that refuses a fetch past the end (Kafka): probed within the log
-                # from now on (the consumer does not reset on its own: auto.offset.reset=error);
-                # refused within the log too (a hint past the end of a recreated topic): from
-                # the ListOffsets answers, which are valid positions.
-                if past:
-                    _REFUSE_PAST_END.add(bootstrap_servers)
-                    past = False
-                else:
-                    within = [TopicPartition(t, p, max(lo, hi)) for (t, p), (lo, hi) in probed.items()]
-                consumer.assign(within)
-                stats.clear()
-                continue
-            if stats:
-                latest = stats[-1]
-                stats.clear()
-                _read_stats(latest, end_field, probed, fetched)
-            if len(fetched) == len(probed):
-                break
-            if time.monotonic() > deadline:
-                missing = sorted(set(probed) - set(fetched))
-                raise OffsetLookupError(f"no fetch answer for {missing} within {timeout}s")
+        fetched = _probe(consumer, bootstrap_servers, probed, within, stats, end_field, deadline, timeout)
         result = {**quick, **enough}
         for tp, (lo, hi) in probed.items():
             # A correct ListOffsets answer is never above what the later fetch reports, and
@@ -165,6 +125,64 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
         return result
     finally:
         consumer.close()
+
+
+def _probe(consumer: Consumer, bootstrap_servers: str, probed: Mapping[tuple[str, int], tuple[int, int]],
+           within: list[TopicPartition], stats: list[str], end_field: str, deadline: float,
+           timeout: float) -> dict[tuple[str, int], int]:
+    """The end offset of each ``probed`` partition (its ListOffsets answer ``(low, latest)``)
+    from one fetch answer's statistics: past the end of the log first, at ``within``'s
+    positions on a broker that refuses that (:data:`_REFUSE_PAST_END`)."""
+    past = bootstrap_servers not in _REFUSE_PAST_END
+    consumer.assign([TopicPartition(tp.topic, tp.partition, PAST_END) for tp in within] if past else within)
+    fetched: dict[tuple[str, int], int] = {}
+    while True:
+        # Records the probe happens to fetch are dropped; consuming them in bulk keeps
+        # the statistics callbacks queued behind them from waiting.
+        msgs = consumer.consume(100000, 0.01)
+        if any(m.error() is not None and m.error().code() in _OUT_OF_RANGE for m in msgs):
+            # A broker that refuses a fetch past the end (Kafka): probed within the log
+            # from now on (the consumer does not reset on its own: auto.offset.reset=error);
+            # refused within the log too (a hint past the end of a recreated topic): from
+            # the ListOffsets answers, which are valid positions.
+            if past:
+                _REFUSE_PAST_END.add(bootstrap_servers)
+                past = False
+            else:
+                within = [TopicPartition(t, p, max(lo, hi)) for (t, p), (lo, hi) in probed.items()]
+            consumer.assign(within)
+            stats.clear()
+            continue
+        if stats:
+            latest = stats[-1]
+            stats.clear()
+            _read_stats(latest, end_field, probed, fetched)
+        if len(fetched) == len(probed):
+            break
+        if time.monotonic() > deadline:
+            missing = sorted(set(probed) - set(fetched))
+            raise OffsetLookupError(f"no fetch answer for {missing} within {timeout}s")
+    return fetched
+
+
+def _list_offsets(consumer: Consumer, parts: list[tuple[str, int]], deadline: float,
+                  timeout: float) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's ListOffsets answer ``(low, latest)``; :class:`OffsetLookupError` when
+    the broker does not answer by ``deadline``, ``KafkaException`` for a partition it does
+    not know."""
+    reported: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, part in parts:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise OffsetLookupError(f"no ListOffsets answer for {(topic, part)} within {timeout}s")
+        try:
+            reported[(topic, part)] = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=left)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() in _NO_ANSWER:
+                raise OffsetLookupError(f"no ListOffsets answer for {(topic, part)} within {timeout}s: "
+                                        f"{exc.args[0].str()}") from exc
+            raise
+    return reported
 
 
 def _past_end_probe(conf: dict, stats: list[str], parts: list[tuple[str, int]], end_field: str,

@@ -66,6 +66,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from common.errors import UnsupportedType
+from contract import logical_types
 from contract.envelope import avro_fullname, avro_name, unique_avro_names  # noqa: F401 - avro_fullname: part of this module's names
 from producer.table_schema import ColumnDef, TableDef
 
@@ -93,7 +94,6 @@ def field_names(table: TableDef, columns: Iterable[ColumnDef] | None = None) -> 
 
 # =============================================================================== types
 _INT16 = {"type": "int", "connect.type": "int16"}
-_DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
 
 INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bool", "boolean"}
 DECIMAL_TYPES = {"decimal", "numeric", "dec", "fixed"}
@@ -109,8 +109,8 @@ GEOMETRY_TYPES = {
 }
 _ALWAYS_NULLABLE = {"date", "datetime", "timestamp"}
 
-GEOMETRY_RECORD_NAME = "io.debezium.data.geometry.Geometry"
-POINT_RECORD_NAME = "io.debezium.data.geometry.Point"
+GEOMETRY_RECORD_NAME = logical_types.GEOMETRY
+POINT_RECORD_NAME = logical_types.POINT
 
 
 def _semantic(base: str, name: str, params: dict[str, str] | None = None) -> dict:
@@ -127,8 +127,9 @@ def _decimal_type(precision: int, scale: int) -> dict:
         "precision": precision,
         "scale": scale,
         "connect.version": 1,
-        "connect.name": _DECIMAL_NAME,
-        "connect.parameters": {"scale": str(scale), "connect.decimal.precision": str(precision)},
+        "connect.name": logical_types.DECIMAL,
+        "connect.parameters": {logical_types.DECIMAL_SCALE_PARAMETER: str(scale),
+                               logical_types.DECIMAL_PRECISION_PARAMETER: str(precision)},
     }
 
 
@@ -136,7 +137,7 @@ def _geometry_record() -> dict:
     return {
         "type": "record",
         "name": "Geometry",
-        "namespace": "io.debezium.data.geometry",
+        "namespace": logical_types.GEOMETRY_NAMESPACE,
         "doc": "Geometry",
         "fields": [
             {"name": "wkb", "type": "bytes"},
@@ -151,7 +152,7 @@ def _point_record() -> dict:
     return {
         "type": "record",
         "name": "Point",
-        "namespace": "io.debezium.data.geometry",
+        "namespace": logical_types.GEOMETRY_NAMESPACE,
         "doc": "Geometry (POINT)",
         "fields": [
             {"name": "x", "type": "double"},
@@ -197,7 +198,7 @@ def _base_type(col: ColumnDef) -> Any:
         n = col.bit_length or 1
         if n == 1:
             return "boolean"
-        t = _semantic("bytes", "io.debezium.data.Bits", {"length": str(n)})
+        t = _semantic("bytes", logical_types.BITS, {"length": str(n)})
         t["length"] = n
         return t
     if dt in STRING_TYPES or dt in ("uuid", "inet4", "inet6"):
@@ -205,23 +206,23 @@ def _base_type(col: ColumnDef) -> Any:
     if dt in BINARY_TYPES:
         return "bytes"
     if dt == "enum":
-        return _semantic("string", "io.debezium.data.Enum", {"allowed": ",".join(col.enum_values)})
+        return _semantic("string", logical_types.ENUM, {"allowed": ",".join(col.enum_values)})
     if dt == "set":
-        return _semantic("string", "io.debezium.data.EnumSet", {"allowed": ",".join(col.enum_values)})
+        return _semantic("string", logical_types.ENUM_SET, {"allowed": ",".join(col.enum_values)})
     if dt == "json":
-        return _semantic("string", "io.debezium.data.Json")
+        return _semantic("string", logical_types.JSON)
     if dt == "date":
-        return _semantic("int", "io.debezium.time.Date")
+        return _semantic("int", logical_types.DATE)
     if dt == "time":
-        return _semantic("long", "io.debezium.time.MicroTime")
+        return _semantic("long", logical_types.MICRO_TIME)
     if dt == "datetime":
         if col.fsp <= 3:
-            return _semantic("long", "io.debezium.time.Timestamp")
-        return _semantic("long", "io.debezium.time.MicroTimestamp")
+            return _semantic("long", logical_types.TIMESTAMP)
+        return _semantic("long", logical_types.MICRO_TIMESTAMP)
     if dt == "timestamp":
-        return _semantic("string", "io.debezium.time.ZonedTimestamp")
+        return _semantic("string", logical_types.ZONED_TIMESTAMP)
     if dt == "year":
-        return _semantic("int", "io.debezium.time.Year")
+        return _semantic("int", logical_types.YEAR)
     if dt == "point":
         return _point_record()
     if dt in GEOMETRY_TYPES:

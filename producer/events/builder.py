@@ -23,7 +23,6 @@ from itertools import repeat
 from typing import Any, Iterator, Protocol
 
 from common.errors import CDCError
-from contract.avro_template import SMALL_VARINT_LIMIT, SMALL_VARINTS, RecordTemplate
 from contract.envelope import (
     INCREMENTAL_SNAPSHOT,
     OPS,
@@ -37,6 +36,7 @@ from contract.position import ENCODED_WIDTH, EVENT_WIDTH, chunk_row_position, ch
 from contract.topics import table_topic
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, PackedRows
+from producer.events.avro_template import SMALL_VARINT_LIMIT, SMALL_VARINTS, RecordTemplate
 from producer.events.avro_types import key_record_schema, row_record_schema
 from producer.events.image_encoder import BinlogImageEncoder
 from producer.events.row_encoder import EncodedRows, NotFast, RowEncoder

@@ -32,8 +32,8 @@ from typing import Any
 from fastavro.schema import expand_schema
 from pymysqlreplication.constants import FIELD_TYPE as T
 
-from contract.avro_template import field_encoder
 from producer.binlog.row_decoder import EncodedImages, column_reader, datetime2_code, decimal_code
+from producer.events.avro_template import field_encoder
 from producer.events.row_encoder import NotFast
 from producer.events.value_code import (
     datetime_unit,

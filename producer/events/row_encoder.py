@@ -4,7 +4,7 @@ The general path of a row image is two passes and a dict: :class:`RowConverter` 
 Avro record (a dict of converted values), then the record is encoded field by field.
 :class:`RowEncoder` does the same work in one pass over the row's values, with the same
 two functions per column -- the converter of :mod:`producer.events.values` and the
-encoder of :func:`contract.avro_template.field_encoder` -- so its bytes are, by
+encoder of :func:`producer.events.avro_template.field_encoder` -- so its bytes are, by
 construction, those of the general path; it only leaves out the intermediate record.
 
 It takes the common case only and says so by raising (the caller then takes the general
@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from fastavro.schema import expand_schema
 
 from common.errors import CDCError
-from contract.avro_template import (
+from producer.events.avro_template import (
     CONTINUED_VARINTS,
     SMALL_VARINT_LIMIT,
     SMALL_VARINTS,
@@ -74,7 +74,7 @@ INT_RANGE = {"int": (-(1 << 31), (1 << 31) - 1), "long": (-(1 << 63), (1 << 63) 
 def int_code(v: str, parts: int = 2) -> str:
     """The expression of ``avro_varint(v)`` for an int ``v`` in a long's range, looked up 14
     bits at a time up to ``parts`` lookups (``_small``, ``_cont`` and ``_varint`` in its
-    namespace: see :func:`contract.avro_template.avro_varint`)."""
+    namespace: see :func:`producer.events.avro_template.avro_varint`)."""
     code = f"_small[z] if (z := ({v} << 1) ^ ({v} >> 63)) < {SMALL_VARINT_LIMIT} else "
     for k in range(2, parts + 1):
         lookups = " + ".join([f"_cont[z >> {14 * j} & {SMALL_VARINT_LIMIT - 1}]" if j else

@@ -33,8 +33,8 @@ from pymysql.converters import convert_date
 
 from common.sql.row_parser import column_code, length_coded
 from common.sql.sessions import datetime_from_text
-from contract.avro_template import type_name
 from producer.events import value_code as code
+from producer.events.avro_template import type_name
 from producer.events.row_encoder import NotFast
 
 _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()

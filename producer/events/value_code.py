@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.avro_template import (
+from producer.events.avro_template import (
     CONTINUED_VARINTS,
     SMALL_VARINT_LIMIT,
     SMALL_VARINTS,

@@ -7,8 +7,11 @@ micro-batch partition::
     result = sink.apply(db, table, value_schema, key_columns, records)
     # records: (key, op, row, position) changes of one table; result: ApplyResult
 
-The writers (:mod:`.postgres`, :mod:`.mysql`, on :mod:`.base`; built from the
-configuration by :mod:`.configured`) import their database drivers; what they build on
+Every sink implements the one sink interface (:mod:`.interface`): a row sink upserts per
+partition (these two), a batch sink commits once per table per batch (lake tables); each
+registers under its configuration section (:mod:`.registry`), and :mod:`.configured` builds
+the enabled ones.  The writers (:mod:`.postgres`, :mod:`.mysql`, on :mod:`.base`) import
+their database drivers; what they build on
 is pure (no I/O): :mod:`.layout` (value schema -> columns and key), :mod:`.types`
 (column types), :mod:`.values` (value conversion), :mod:`.batch` (batch reduction),
 :mod:`.keys` (key forms, tombstone keys), :mod:`.naming` (table and column names).

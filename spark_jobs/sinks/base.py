@@ -1,33 +1,38 @@
 """What the PostgreSQL and MySQL sinks share: table naming, the layout and plan caches, the
-connection's lifecycle, the transaction around every statement, the frame of ``apply`` and
-the bookkeeping-table maintenance.
+DDL and the frame of ``apply``; on the connection's lifecycle and the transaction around
+every statement (:mod:`~spark_jobs.sinks.sink_connection`) and the maintenance of the
+bookkeeping tables (:mod:`~spark_jobs.sinks.table_maintenance`).
 
 A sink holds one connection, opened on first use and again after it was closed or lost; a
 sink pickles without it (its constructor's arguments only), so Spark ships sinks to its
 executors and each opens its own.  Use one sink object per thread.
 
-Every statement runs in a transaction (:meth:`TableSinkBase._transaction`): committed when
-the block ends, rolled back when it raises, and a connection the error broke is dropped
-(the next call opens a new one).  The driver's errors of a database out of reach
-(``UNAVAILABLE_ERRORS``, narrowed by :meth:`TableSinkBase.out_of_reach`: the server went
-away, the connection was lost or could not be made, a deadlock) leave the sink as
+Every statement runs in a transaction (:meth:`SinkConnection._transaction
+<spark_jobs.sinks.sink_connection.SinkConnection._transaction>`): committed when the block
+ends, rolled back when it raises, and a connection the error broke is dropped (the next
+call opens a new one).  The driver's errors of a database out of reach
+(``UNAVAILABLE_ERRORS``, narrowed by :meth:`SinkConnection.out_of_reach
+<spark_jobs.sinks.sink_connection.SinkConnection.out_of_reach>`: the server went away, the
+connection was lost or could not be made, a deadlock) leave the sink as
 :class:`~spark_jobs.errors.SinkUnavailable`: the merge job then fails the batch, to be
 retried, instead of applying it record by record and dead-lettering what the sink refuses.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch import ApplyResult, reduce_for_layout
+from spark_jobs.sinks.interface import RowSink
 from spark_jobs.sinks.layout import TableLayout, table_layout
-from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_table_name
+from spark_jobs.sinks.naming import TABLES, TOMBSTONES, sink_table_name
+from spark_jobs.sinks.sink_connection import SinkConnection
+from spark_jobs.sinks.table_maintenance import TableMaintenance
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +48,9 @@ class TablePlan:
     layout: TableLayout
 
 
-class TableSinkBase:
-    """A sink of source tables into tables of one database schema.
+class TableSinkBase(SinkConnection, TableMaintenance, RowSink):
+    """A row sink (:class:`~spark_jobs.sinks.interface.RowSink`) of source tables into tables
+    of one database schema.
 
     Subclasses set ``MAX_IDENT`` (the database's identifier limit in bytes), ``SETTINGS``
     (their constructor's argument names), ``DRIVER_ERROR`` and ``UNAVAILABLE_ERRORS`` (the
@@ -62,9 +68,6 @@ class TableSinkBase:
     #: The driver's exceptions of a database out of reach: raised as :class:`SinkUnavailable`.
     UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = ()
 
-    #: Whether the sink has turns per Kafka partition (``turn_partition``): PostgreSQL's.
-    PARTITION_TURNS = False
-
     def __init__(self, serialize: bool) -> None:
         self.serialize = serialize
         self._conn: Any = None
@@ -79,86 +82,6 @@ class TableSinkBase:
         #: keys, :mod:`common.kafka.partitioner`), where the sink has such turns
         #: (:class:`~spark_jobs.sinks.postgres.PostgresSink`); None: the whole turn.
         self.turn_partition: int | None = None
-
-    # ------------------------------------------------------------------ lifecycle
-    def __getstate__(self) -> dict:
-        return {name: getattr(self, name) for name in self.SETTINGS}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(**state)
-
-    def __enter__(self) -> "TableSinkBase":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def connection(self) -> Any:
-        """The sink's connection, opened when there is none or it was closed."""
-        if self._conn is None or not self._is_open(self._conn):
-            try:
-                self._conn = self._connect()
-            except self.UNAVAILABLE_ERRORS as exc:
-                if not self.out_of_reach(exc):
-                    raise
-                raise self._unavailable(exc) from exc
-        return self._conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except self.DRIVER_ERROR:
-                pass
-            finally:
-                self._conn = None
-
-    def out_of_reach(self, exc: Exception) -> bool:
-        """Whether ``exc`` (one of ``UNAVAILABLE_ERRORS``) says the database is out of reach
-        (retry the batch) rather than that it refuses this data (dead-letter the record)."""
-        return True
-
-    def _unavailable(self, exc: Exception) -> SinkUnavailable:
-        return SinkUnavailable(f"{type(self).__name__}: {type(exc).__name__}: {exc}")
-
-    @contextlib.contextmanager
-    def _guarded(self) -> Iterator[None]:
-        """Drop the connection when the block broke it; a database out of reach raises
-        :class:`SinkUnavailable`."""
-        try:
-            yield
-        except self.UNAVAILABLE_ERRORS as exc:
-            self._drop_broken()
-            if not self.out_of_reach(exc):
-                raise
-            raise self._unavailable(exc) from exc
-        except BaseException:
-            self._drop_broken()
-            raise
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Any]:
-        """A cursor in a transaction: committed when the block ends, rolled back (and a
-        broken connection dropped) when it raises."""
-        conn = self.connection()
-        with self._guarded(), self._transaction_cursor(conn) as cur:
-            yield cur
-
-    def _connect(self) -> Any:  # pragma: no cover - abstract
-        """A new connection, set up for the sink's statements."""
-        raise NotImplementedError
-
-    def _is_open(self, conn: Any) -> bool:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _drop_broken(self) -> None:  # pragma: no cover - abstract
-        """After an error: end the transaction, and close the connection when it is broken."""
-        raise NotImplementedError
-
-    def _transaction_cursor(self, conn: Any) -> contextlib.AbstractContextManager:  # pragma: no cover - abstract
-        """A context manager: a cursor in a new transaction of ``conn``, committed on exit
-        without an error."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ names
     def table_name(self, db: str, table: str) -> str:
@@ -340,137 +263,6 @@ class TableSinkBase:
         table's turn is taken)."""
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ maintenance
-    def purge_tombstones(self, before_position: str, db: str | None = None, table: str | None = None, *,
-                         wanted: Callable[[str, str], bool] | None = None) -> int:
-        """Drop tombstones older than ``before_position`` (of one table, of the registered
-        tables ``wanted(source db, source table)`` says, or all); returns how many.
-
-        Safe once no record below ``before_position`` can be applied again (the merge job
-        calls it with such a horizon: :mod:`spark_jobs.tombstone_horizon`).  A tombstone
-        below its key's row (left by a batch applied without the guard, see :meth:`apply`)
-        stops nothing the row's own position would not stop: a tombstone matters only while
-        a record of its key below its position can still come, and only when the key has
-        no row.
-        """
-        sql = f"DELETE FROM {self._bookkeeping(TOMBSTONES)} WHERE position < %s"
-        if wanted is None:
-            args: list[Any] = [before_position]
-            if db is not None and table is not None:
-                sql += " AND table_name = %s"
-                args.append(self.table_name(db, table))
-            with self._transaction() as cur:
-                cur.execute(sql, args)
-                return cur.rowcount
-        # ``wanted(source db, source table)``: of the registered sink tables, those to purge
-        n = 0
-        with self._transaction() as cur:
-            for name, source_db, source_table in self._registered(cur):
-                if wanted(source_db, source_table):
-                    cur.execute(sql + " AND table_name = %s", [before_position, name])
-                    n += cur.rowcount
-        return n
-
-    def delete_below(self, db: str, table: str, position: str, where: Mapping[str, str] | None = None) -> int:
-        """Delete the rows of ``db.table`` whose position is below ``position`` (rows a
-        snapshot with ``delete-missing`` did not refresh: deleted at the source while their
-        changes were lost); returns how many.  Nothing when the table does not exist.
-        ``where``: only the rows with these column values (a routed target: one shard's
-        rows, by its origin values)."""
-        conds = "".join(f" AND {self._quote(c)} = %s" for c in (where or {}))
-        with self._transaction() as cur:
-            if not self._has_table(cur, db, table):
-                return 0
-            self._whole_turn(cur, self.table_name(db, table))  # the writers' lock: ``apply`` waits
-            cur.execute(f"DELETE FROM {self.qualified_name(db, table)} WHERE {self._quote(POSITION_COLUMN)} < %s"
-                        + conds, [position, *(where or {}).values()])
-            return cur.rowcount
-
-    def registered_tables(self) -> list[tuple[str, str, str]]:
-        """``(sink table, source db, source table)`` of every sink table, by sink table."""
-        with self._transaction() as cur:
-            return self._registered(cur)
-
     def forget_plans(self) -> None:
         """Forget the tables prepared so far (another process dropped or renamed some)."""
         self._plans.clear()
-
-    def drop_table(self, db: str, table: str, below: str | None = None) -> bool:
-        """Drop the sink table of ``db.table`` and its bookkeeping (DROP TABLE at the source,
-        ``drop_table: drop``); whether there was one.  With ``below`` (the DROP's position)
-        only the rows below it go, and the table only when nothing is left: rows above it
-        belong to a table created again under the same name."""
-        name = self.table_name(db, table)
-        with self._transaction() as cur:
-            if not self._has_table(cur, db, table):
-                return False
-            self._whole_turn(cur, name)
-            qualified = self.qualified_name(db, table)
-            if below is not None:
-                cur.execute(f"DELETE FROM {qualified} WHERE {self._quote(POSITION_COLUMN)} < %s", [below])
-                cur.execute(f"DELETE FROM {self._bookkeeping(TOMBSTONES)} WHERE table_name = %s AND position < %s",
-                            [name, below])
-                cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified})")
-                if cur.fetchone()[0]:
-                    return True
-            cur.execute(f"DROP TABLE IF EXISTS {qualified}")
-            for book in (TABLES, TOMBSTONES):
-                cur.execute(f"DELETE FROM {self._bookkeeping(book)} WHERE table_name = %s", [name])
-        self._plans.pop((db, table), None)
-        return True
-
-    def rename_table(self, db: str, table: str, to_db: str, to_table: str, position: str | None = None) -> str:
-        """The sink table of ``db.table`` becomes that of ``to_db.to_table`` (RENAME TABLE at
-        the source, ``rename_table: rename``).  When the new one exists already (its rows
-        came first), the old one is dropped instead: the producer snapshots a renamed table,
-        so the new sink table fills either way.  With ``position`` (the RENAME's), a sink
-        table holding a row written after it is left as it is: it is a table created again
-        under the old name (a RENAME read long after, from Debezium's schema change topic).
-        Returns what was done: ``renamed``, ``dropped`` or ``none``."""
-        name, to_name = self.table_name(db, table), self.table_name(to_db, to_table)
-        with self._transaction() as cur:
-            if not self._has_table(cur, db, table):
-                return "none"
-            if position is not None:
-                cur.execute(f"SELECT EXISTS (SELECT 1 FROM {self.qualified_name(db, table)} "
-                            f"WHERE {self._quote(POSITION_COLUMN)} > %s)", [position])
-                if cur.fetchone()[0]:
-                    return "none"
-            if self._has_table(cur, to_db, to_table):
-                done = "dropped"
-            else:
-                self._whole_turn(cur, name)
-                cur.execute(self._rename_sql(db, table, to_db, to_table))
-                cur.execute(f"UPDATE {self._bookkeeping(TABLES)} SET table_name = %s, source_db = %s, "
-                            "source_table = %s WHERE table_name = %s", [to_name, to_db, to_table, name])
-                cur.execute(f"UPDATE {self._bookkeeping(TOMBSTONES)} SET table_name = %s WHERE table_name = %s",
-                            [to_name, name])
-                done = "renamed"
-        if done == "dropped":
-            self.drop_table(db, table)
-        self._plans.pop((db, table), None)
-        self._plans.pop((to_db, to_table), None)
-        return done
-
-    def _rename_sql(self, db: str, table: str, to_db: str, to_table: str) -> str:  # pragma: no cover - abstract
-        """The statement that renames the sink table of ``db.table`` to that of ``to_db.to_table``."""
-        raise NotImplementedError
-
-    def applied_positions(self) -> dict[tuple[str, str], str]:
-        """``{(db, table): the highest position applied}`` of every sink table that has rows."""
-        out: dict[tuple[str, str], str] = {}
-        with self._transaction() as cur:
-            for _, db, table in self._registered(cur):
-                cur.execute(f"SELECT max({self._quote(POSITION_COLUMN)}) FROM {self.qualified_name(db, table)}")
-                top = cur.fetchone()[0]
-                if top:
-                    out[(db, table)] = str(top)
-        return out
-
-    def tombstones(self, db: str, table: str) -> list[tuple[str, str]]:
-        """``(key_json, position)`` of the table's tombstones, per key its newest (a sink may
-        keep a key's older ones until they are purged), in position order (for tests and tools)."""
-        with self._transaction() as cur:
-            cur.execute(f"SELECT key_json, max(position) AS top FROM {self._bookkeeping(TOMBSTONES)} "
-                        "WHERE table_name = %s GROUP BY key_json ORDER BY top, key_json", [self.table_name(db, table)])
-            return [(k, p) for k, p in cur.fetchall()]

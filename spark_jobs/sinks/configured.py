@@ -1,4 +1,9 @@
-"""The table sinks a configuration enables: the one place that builds them from ``sinks``.
+"""The sinks a configuration enables: the one place that builds them from ``sinks``.
+
+Every sink module registers its class under its configuration section's name
+(:mod:`spark_jobs.sinks.registry`); a sink is built for each section that is enabled, in
+the sections' order in ``SinksConfig``.  The merge job names no sink: adding one is its
+module (imported here) and its configuration section.
 
 The sink objects pickle without their connections (each connects on first use), so the
 merge job ships the configuration to its executors, and each Python worker builds its sinks
@@ -8,34 +13,40 @@ once and keeps them (and their connections) for the tasks it runs.
 from __future__ import annotations
 
 import threading
+from typing import Any
+
+from pydantic import SecretStr
 
 from common.config import SinksConfig
-from spark_jobs.sinks.base import TableSinkBase
-from spark_jobs.sinks.mysql import MySQLSink
-from spark_jobs.sinks.postgres import PostgresSink
+from spark_jobs.sinks import mysql, postgres  # noqa: F401 - the sink modules: registered as they are imported
+from spark_jobs.sinks.interface import Sink
+from spark_jobs.sinks.registry import registered_sinks
 
-_built: dict[tuple, list[tuple[str, TableSinkBase]]] = {}
+_built: dict[tuple, list[tuple[str, Sink]]] = {}
 _lock = threading.Lock()
 
 
+def _sections(cfg: SinksConfig) -> list[tuple[str, type[Sink], Any]]:
+    """``(name, sink class, section)`` of every registered sink with a section, in the
+    sections' order."""
+    kinds = registered_sinks()
+    return [(name, kinds[name], getattr(cfg, name)) for name in type(cfg).model_fields if name in kinds]
+
+
+def _plain(value: Any) -> Any:
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
 def _identity(cfg: SinksConfig) -> tuple:
-    p, m = cfg.postgres, cfg.mysql
-    return ((p.enabled, p.dsn.get_secret_value(), p.schema_name),
-            (m.enabled, m.host, m.port, m.user, m.password.get_secret_value(), m.database))
+    return tuple((name, tuple((k, _plain(v)) for k, v in section)) for name, _, section in _sections(cfg))
 
 
-def build_sinks(cfg: SinksConfig) -> list[tuple[str, TableSinkBase]]:
-    """``[("postgres", sink), ("mysql", sink)]`` for the enabled table sinks, new objects."""
-    out: list[tuple[str, TableSinkBase]] = []
-    p, m = cfg.postgres, cfg.mysql
-    if p.enabled:
-        out.append(("postgres", PostgresSink(p.dsn.get_secret_value(), p.schema_name)))
-    if m.enabled:
-        out.append(("mysql", MySQLSink(m.host, m.port, m.user, m.password.get_secret_value(), m.database)))
-    return out
+def build_sinks(cfg: SinksConfig) -> list[tuple[str, Sink]]:
+    """``[(name, sink)]`` for the enabled sinks (``[("postgres", sink), ("mysql", sink)]``), new objects."""
+    return [(name, kind.from_config(section)) for name, kind, section in _sections(cfg) if section.enabled]
 
 
-def configured_sinks(cfg: SinksConfig) -> list[tuple[str, TableSinkBase]]:
+def configured_sinks(cfg: SinksConfig) -> list[tuple[str, Sink]]:
     """:func:`build_sinks`, built once per process and configuration (the sinks keep their
     connections between calls)."""
     key = _identity(cfg)

@@ -6,13 +6,13 @@ every value built as a Python object (a ``Decimal``, an ``int`` then a ``datetim
 merge batch applies, :func:`compile_copy_encoder` writes, per writer schema and sink
 table, the Python source of one function that reads the row record from its Avro bytes
 and returns its COPY text line (the table's columns, tab-separated, in the table's column
-order), as :mod:`contract.avro_decoder` does for values: an integer's digits from its
+order), as :mod:`contract.codecs.avro_decoder` does for values: an integer's digits from its
 varint, a string's bytes as they are (escaped for COPY where they must be), a date's text
 from its day count.  Two kinds go as the numbers they are in Avro, for the stage table to
 convert (:func:`stage_column`): a timestamp as its count since the epoch, a decimal as its
 unscaled value; formatting them in Python cost more than all the rest of a row.
 
-Where the native extension is built (``contract/_avro_reader.c``, its ``copy_line``), the
+Where the native extension is built (``contract/codecs/_avro_reader.c``, its ``copy_line``), the
 line is written by it from a program of the same choices (:func:`_text_of` makes them for
 both); a property test holds the two to the same bytes for every kind, NULLs and COPY's
 special characters included, and to the same failures on malformed images.
@@ -36,7 +36,7 @@ from typing import Any
 from fastavro.schema import expand_schema
 
 from common.errors import UnsupportedType
-from contract.avro_decoder import CodeWriter, native_function, native_skip_words
+from contract.codecs.avro_decoder import CodeWriter, native_function, native_skip_words
 from contract.errors import NotCompiled
 from spark_jobs.sinks.layout import column_kind
 from spark_jobs.sinks.values import format_time_micros
@@ -152,7 +152,7 @@ class _CopyWriter(CodeWriter):
             "double": "_float(_unpack_d(b, i)[0]); i += 8", "float": "_float(_unpack_f(b, i)[0]); i += 4"}[how])
 
 
-# The native line (contract/_avro_reader.c ``copy_line``): a text node per column.
+# The native line (contract/codecs/_avro_reader.c ``copy_line``): a text node per column.
 _T_NULL = 100
 _T_CODES = dict(zip(["digits", "date", "time", "time_ms", "string", "decimal", "decimal_fixed", "hex", "hex_fixed",
                      "bool", "double", "float", "union"], range(101, 114)))

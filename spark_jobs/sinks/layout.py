@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import UnsupportedType
+from contract import logical_types
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
@@ -48,8 +49,8 @@ __all__ = [
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 _NAMED = {"record", "error", "enum", "fixed"}
 
-GEOMETRY_NAME = "io.debezium.data.geometry.Geometry"
-POINT_NAME = "io.debezium.data.geometry.Point"
+GEOMETRY_NAME = logical_types.GEOMETRY
+POINT_NAME = logical_types.POINT
 
 
 def _fullname(name: str, namespace: str | None) -> str:
@@ -148,17 +149,17 @@ class SinkColumn:
 
 
 _TIME_NAMES = {
-    "io.debezium.time.Date": "date",
-    "io.debezium.time.MicroTime": "time",
-    "io.debezium.time.Timestamp": "timestamp_ms",
-    "io.debezium.time.MicroTimestamp": "timestamp_us",
-    "io.debezium.time.ZonedTimestamp": "zoned_timestamp",
-    "io.debezium.time.Year": "year",
+    logical_types.DATE: "date",
+    logical_types.MICRO_TIME: "time",
+    logical_types.TIMESTAMP: "timestamp_ms",
+    logical_types.MICRO_TIMESTAMP: "timestamp_us",
+    logical_types.ZONED_TIMESTAMP: "zoned_timestamp",
+    logical_types.YEAR: "year",
 }
 _STRING_NAMES = {
-    "io.debezium.data.Enum": "enum",
-    "io.debezium.data.EnumSet": "set",
-    "io.debezium.data.Json": "json",
+    logical_types.ENUM: "enum",
+    logical_types.ENUM_SET: "set",
+    logical_types.JSON: "json",
 }
 _LOGICAL = {
     ("int", "date"): "date",
@@ -209,13 +210,13 @@ def _kind_of(t: Any, what: str) -> tuple[str, dict]:
         return _TIME_NAMES[cname], {}
     if cname in _STRING_NAMES:
         return _STRING_NAMES[cname], {}
-    if cname == "io.debezium.data.Bits":
+    if cname == logical_types.BITS:
         params = t.get("connect.parameters") or {}
         n = t.get("length", params.get("length"))
         if n is None:
-            raise UnsupportedType(f"{what}: io.debezium.data.Bits without a length")
+            raise UnsupportedType(f"{what}: {logical_types.BITS} without a length")
         return "bits", {"length": int(n)}
-    if isinstance(cname, str) and cname.startswith("io.debezium.time."):
+    if isinstance(cname, str) and cname.startswith(logical_types.TIME_PREFIX):
         raise UnsupportedType(f"{what}: unsupported temporal type {cname!r}")
     if (prim, logical) in _LOGICAL:
         return _LOGICAL[(prim, logical)], {}

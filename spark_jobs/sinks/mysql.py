@@ -68,6 +68,7 @@ from spark_jobs.sinks.batch import ApplyResult
 from spark_jobs.sinks.keys import freeze_key, key_json_and_hash
 from spark_jobs.sinks.layout import SinkColumn, TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES
+from spark_jobs.sinks.registry import register_sink
 from spark_jobs.sinks.types import mysql_key_types, mysql_type
 from spark_jobs.sinks.values import format_time_micros, is_pass_through, mysql_converter, row_error, row_getter
 
@@ -188,6 +189,7 @@ class _Plan(TablePlan):
     key_cols_sql: str
 
 
+@register_sink("mysql")
 class MySQLSink(TableSinkBase):
     """Upsert sink into MySQL/MariaDB.  Picklable: the connection is opened where it is used."""
 
@@ -195,6 +197,11 @@ class MySQLSink(TableSinkBase):
     SETTINGS = ("host", "port", "user", "password", "database", "serialize", "connect_timeout")
     DRIVER_ERROR = pymysql.Error
     UNAVAILABLE_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+
+    @classmethod
+    def from_config(cls, section: Any) -> "MySQLSink":
+        """The sink of ``sinks.mysql``."""
+        return cls(section.host, section.port, section.user, section.password.get_secret_value(), section.database)
 
     def __init__(self, host: str, port: int, user: str, password: Any, database: str, *,
                  serialize: bool = True, connect_timeout: float = 10) -> None:
@@ -372,38 +379,23 @@ class MySQLSink(TableSinkBase):
     # ------------------------------------------------------------------ apply
     def _write(self, cur, plan: _Plan, upserts: list, deletes: list, has_tombstones: bool,
                result: ApplyResult) -> None:
-        layout = plan.layout
-        tomb = q(TOMBSTONES)
-
-        # Key values of every record: Avro values, DB-form (for matching stored rows), SQL literals.
-        klits = [plan.literals[i] for i in plan.key_idx]
-        kconvs = [None if is_pass_through(c) else c for c in plan.key_converters]
-        single = len(klits) == 1
-
-        def prepared(changes: list) -> list[tuple[Any, tuple, Any, list[str]]]:
-            out = []
-            if single:
-                lit, conv = klits[0], kconvs[0]
-                for ch, kv in changes:
-                    v = kv[0]
-                    out.append((ch, kv, freeze_key((v if conv is None else conv(v),)), [lit(v)]))
-                return out
-            for ch, kv in changes:
-                dbk = freeze_key(tuple([v if c is None else c(v) for c, v in zip(kconvs, kv)]))
-                out.append((ch, kv, dbk, [lit(v) for lit, v in zip(klits, kv)]))
-            return out
-
-        ups = prepared(upserts)
-        dels = prepared(deletes)
-        stored = self._stored_positions(cur, plan, [p[3] for p in ups] + [p[3] for p in dels])
+        ups = _prepared_keys(plan, upserts)
+        dels = _prepared_keys(plan, deletes)
+        stored = _stored_positions(cur, plan, [p[3] for p in ups] + [p[3] for p in dels])
         tombs: dict[bytes, str] = {}
         hashes: dict[int, tuple[str, bytes]] = {}
         if has_tombstones:
             for i, p in enumerate(ups + dels):
                 hashes[i] = key_json_and_hash(p[1])
-            tombs = self._tombstone_positions(cur, plan, [h for _, h in hashes.values()])
+            tombs = _tombstone_positions(cur, plan, [h for _, h in hashes.values()])
+        self._write_upserts(cur, plan, ups, stored, tombs, hashes, has_tombstones, result)
+        self._write_deletes(cur, plan, dels, len(ups), stored, tombs, hashes, has_tombstones, result)
 
-        # upserts
+    def _write_upserts(self, cur, plan: _Plan, ups: list, stored: dict, tombs: dict, hashes: dict,
+                       has_tombstones: bool, result: ApplyResult) -> None:
+        """The upserts newer than the stored row and the key's tombstone, inserted (and the
+        tombstones they supersede deleted)."""
+        tomb = q(TOMBSTONES)
         row_literal = self._row_literal
         rows: list[str] = []
         prune: list[tuple[bytes, str]] = []
@@ -428,7 +420,12 @@ class MySQLSink(TableSinkBase):
             cond = " OR ".join(f"(key_hash = X'{h.hex()}' AND position < '{p}')" for h, p in chunk)
             cur.execute(f"DELETE FROM {tomb} WHERE table_name = %s AND ({cond})", [plan.name])
 
-        # deletes
+    def _write_deletes(self, cur, plan: _Plan, dels: list, first: int, stored: dict, tombs: dict, hashes: dict,
+                       has_tombstones: bool, result: ApplyResult) -> None:
+        """The deletes newer than the stored row and the key's tombstone: the rows deleted
+        and tombstones written (``first``: the index of the first delete in ``hashes``)."""
+        layout = plan.layout
+        tomb = q(TOMBSTONES)
         doomed: list[str] = []
         new_tombs: list[str] = []
         tname = _str_lit(plan.name)
@@ -438,7 +435,7 @@ class MySQLSink(TableSinkBase):
             if cur_pos is not None and cur_pos >= pos:
                 result.skipped += 1
                 continue
-            text, h = hashes[len(ups) + j] if has_tombstones else key_json_and_hash(kv)
+            text, h = hashes[first + j] if has_tombstones else key_json_and_hash(kv)
             if cur_pos is None:
                 t = tombs.get(h)
                 if t is not None and t >= pos:
@@ -476,32 +473,51 @@ class MySQLSink(TableSinkBase):
             cur.execute(prefix + ",".join(rows[start:end]) + suffix)
             start = end
 
-    def _stored_positions(self, cur, plan: _Plan, key_literals: list[list[str]]) -> dict[tuple, str]:
-        """Stored ``__cdc_position`` of the given keys, by DB-form key tuple."""
-        out: dict[tuple, str] = {}
-        single = len(plan.key_idx) == 1
-        readback = plan.key_readback
-        nk = len(readback)
-        for chunk in _chunks(key_literals, _READ_CHUNK):
-            if single:
-                cond = f"{plan.key_cols_sql} IN ({', '.join(k[0] for k in chunk)})"
-            else:
-                cond = f"({plan.key_cols_sql}) IN ({', '.join('(' + ', '.join(k) + ')' for k in chunk)})"
-            cur.execute(plan.select_prefix + cond)
-            for r in cur.fetchall():
-                out[freeze_key(tuple(rb(v) for rb, v in zip(readback, r[:nk])))] = r[nk]
-        return out
-
-    def _tombstone_positions(self, cur, plan: _Plan, hashes: list[bytes]) -> dict[bytes, str]:
-        out: dict[bytes, str] = {}
-        for chunk in _chunks(hashes, _READ_CHUNK):
-            cur.execute(f"SELECT key_hash, position FROM {q(TOMBSTONES)} WHERE table_name = %s AND key_hash IN ("
-                        + ", ".join(f"X'{h.hex()}'" for h in chunk) + ")", [plan.name])
-            for h, p in cur.fetchall():
-                out[bytes(h)] = p
-        return out
-
 
 def _chunks(items: list, n: int):
     for i in range(0, len(items), n):
         yield items[i:i + n]
+
+
+def _prepared_keys(plan: _Plan, changes: list) -> list[tuple[Any, tuple, Any, list[str]]]:
+    """``(change, key values, DB-form key, key SQL literals)`` of each ``(change, key
+    values)`` pair: the key as the stored rows are matched by, and as SQL."""
+    klits = [plan.literals[i] for i in plan.key_idx]
+    kconvs = [None if is_pass_through(c) else c for c in plan.key_converters]
+    out = []
+    if len(klits) == 1:
+        lit, conv = klits[0], kconvs[0]
+        for ch, kv in changes:
+            v = kv[0]
+            out.append((ch, kv, freeze_key((v if conv is None else conv(v),)), [lit(v)]))
+        return out
+    for ch, kv in changes:
+        dbk = freeze_key(tuple([v if c is None else c(v) for c, v in zip(kconvs, kv)]))
+        out.append((ch, kv, dbk, [lit(v) for lit, v in zip(klits, kv)]))
+    return out
+
+
+def _stored_positions(cur, plan: _Plan, key_literals: list[list[str]]) -> dict[tuple, str]:
+    """Stored ``__cdc_position`` of the given keys, by DB-form key tuple."""
+    out: dict[tuple, str] = {}
+    single = len(plan.key_idx) == 1
+    readback = plan.key_readback
+    nk = len(readback)
+    for chunk in _chunks(key_literals, _READ_CHUNK):
+        if single:
+            cond = f"{plan.key_cols_sql} IN ({', '.join(k[0] for k in chunk)})"
+        else:
+            cond = f"({plan.key_cols_sql}) IN ({', '.join('(' + ', '.join(k) + ')' for k in chunk)})"
+        cur.execute(plan.select_prefix + cond)
+        for r in cur.fetchall():
+            out[freeze_key(tuple(rb(v) for rb, v in zip(readback, r[:nk])))] = r[nk]
+    return out
+
+def _tombstone_positions(cur, plan: _Plan, hashes: list[bytes]) -> dict[bytes, str]:
+    out: dict[bytes, str] = {}
+    for chunk in _chunks(hashes, _READ_CHUNK):
+        cur.execute(f"SELECT key_hash, position FROM {q(TOMBSTONES)} WHERE table_name = %s AND key_hash IN ("
+                    + ", ".join(f"X'{h.hex()}'" for h in chunk) + ")", [plan.name])
+        for h, p in cur.fetchall():
+            out[bytes(h)] = p
+    return out

@@ -14,6 +14,8 @@
 //   race.topic         the table's topic: the records counted
 //   race.records       stop once this many records of race.topic were handled
 //   race.bootstrap     the broker (kafka mode)
+//   race.producer.*    the Kafka producer's settings (kafka mode), e.g. race.producer.linger.ms:
+//                      the harness gives it the same throughput settings as ours
 //   race.offsets.file, race.offsets.binlog.file, race.offsets.binlog.pos
 //                      written before the engine starts: the connector streams from
 //                      exactly that binlog position (snapshot.mode=recovery)
@@ -22,7 +24,11 @@
 //                      row in the signal table) runs over JDBC and the clock starts there
 //
 // Prints JSON lines on stdout: {"event":"polling",...} then {"event":"result",...}.
-// Times are in seconds; jvm_start is the JVM's own start time.
+// Times are in seconds; jvm_start is the JVM's own start time.  The *_mono_ns fields are
+// System.nanoTime() readings (CLOCK_MONOTONIC on Linux, the clock of Python's
+// time.monotonic_ns()), so that the harness measures from the process's launch, as it
+// does for ours.  The first record and the warm-up mark are taken when the records reach
+// the handler (before their sends); the end when the last one is acknowledged.
 
 import io.debezium.engine.ChangeEvent;
 import io.debezium.engine.DebeziumEngine;
@@ -154,6 +160,18 @@ public final class DebeziumRace {
 
     private <K, V> void handle(List<ChangeEvent<K, V>> records, DebeziumEngine.RecordCommitter<ChangeEvent<K, V>> committer)
             throws InterruptedException {
+        long arrived = counted;
+        for (ChangeEvent<K, V> r : records) {
+            if (topic.equals(r.destination()) && r.value() != null) {
+                arrived++;
+                if (arrived == 1) {
+                    firstNs = now();
+                }
+                if (arrived == warmup) {
+                    warmNs = now();
+                }
+            }
+        }
         if (producer != null) {
             List<Future<RecordMetadata>> futures = new ArrayList<>(records.size());
             for (ChangeEvent<K, V> r : records) {
@@ -174,12 +192,6 @@ public final class DebeziumRace {
                 } else {
                     counted++;
                     bytes += size(r.value());
-                    if (counted == 1) {
-                        firstNs = now();
-                    }
-                    if (counted == warmup) {
-                        warmNs = now();
-                    }
                 }
             } else {
                 others++;
@@ -241,6 +253,11 @@ public final class DebeziumRace {
             p.setProperty("enable.idempotence", "true");
             p.setProperty("acks", "all");
             p.setProperty("client.id", "debezium-race");
+            for (String k : race.stringPropertyNames()) {
+                if (k.startsWith("producer.")) {
+                    p.setProperty(k.substring(9), race.getProperty(k));
+                }
+            }
             producer = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
         }
         DebeziumEngine.Builder builder = "avro".equals(format)
@@ -289,6 +306,8 @@ public final class DebeziumRace {
         out.append(",\"clock_s\":").append(secs(clock, endNs));
         out.append(",\"from_first_s\":").append(secs(firstNs, endNs));
         out.append(",\"after_warmup_s\":").append(secs(warmNs, endNs));
+        out.append(",\"first_mono_ns\":").append(firstNs).append(",\"warm_mono_ns\":").append(warmNs);
+        out.append(",\"end_mono_ns\":").append(endNs).append(",\"polling_mono_ns\":").append(pollingNs);
         out.append(",\"rss_peak_mb\":").append(String.format("%.1f", hwmKb / 1024.0));
         out.append(",\"rss_end_mb\":").append(String.format("%.1f", rssKb / 1024.0));
         out.append(",\"heap_max_mb\":").append(Runtime.getRuntime().maxMemory() / (1024 * 1024));

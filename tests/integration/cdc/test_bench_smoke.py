@@ -73,8 +73,12 @@ def test_bench_race_smoke(tmp_path: Path):
         assert run["rss_peak_mb"] > 0 and run["startup_s"] > 0
     assert stream["debezium_kafka_avro"]["topic_records"] == stream["rows"]
     assert stream["ratios"]["producer_no_tx/debezium_kafka_avro"] > 0
+    # both sides timed from their process's launch (issue 40), the round's order recorded
+    assert stream["producer_no_tx"]["clock"] == stream["debezium_kafka_avro"]["clock"] == "process launch"
+    assert [r["order"] for r in stream["rounds"]] == [["ours", "debezium"]]
     snap = bench_snapshot(state, rows=3000, chunk_size=1024, writes_per_s=0, debezium="kafka:avro",
                           debezium_chunk_sizes=(1024,), reference=False, console=Console(width=160))
     run = snap["debezium_kafka_avro_1024"]
     assert run["records"] == run["topic_records"] == 3000 and run["rows_per_s"] > 0
     assert snap["ratios"]["snapshot_quiet/debezium_kafka_avro_1024"] > 0
+    assert snap["snapshot_quiet"]["topic_records"] == 3000  # ours counted in its topic, as Debezium's

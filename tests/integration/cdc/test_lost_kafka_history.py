@@ -103,7 +103,7 @@ def test_merge_job_stops_on_a_recreated_topic_and_carries_on_when_told(stack, me
         cur.execute("UPDATE t SET v = 'changed' WHERE id = 1")
     run_until_caught_up(cfg)
     cfg.spark.fail_on_data_loss = False
-    with caplog.at_level(logging.WARNING, logger="spark_jobs.merge_job"):
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.batch_report"):
         assert MergeJob(cfg).run(available_now=True) == 0
     warned = [r.getMessage() for r in caplog.records if "Kafka lost records" in r.getMessage()]
     assert warned and topic in warned[0], caplog.text[-2000:]
@@ -127,7 +127,47 @@ def test_merge_job_stops_on_a_recreated_topic_and_carries_on_when_told(stack, me
         except AssertionError as exc:
             raise AssertionError(f"{exc} (job error {runner.error!r}):\n{caplog.text[-3000:]}") from None
         assert runner.thread.is_alive() and runner.error is None, f"{runner.error!r}:\n{caplog.text[-3000:]}"
-        assert runner.job.totals["lost_partitions"] >= 1
+        # The sink row is written by a task; the batch's loss is counted by the driver's report
+        # after the tasks end: checked at once, the count could still be 0 (a flaky failure
+        # under load, issue 38): the count comes with that batch's report.
+        wait_for(lambda: runner.job.totals["lost_partitions"] >= 1, 60, what="the loss counted by the batch report")
+    finally:
+        runner.job.stop()
+        runner.thread.join(60)
+
+
+def test_a_running_job_told_to_carry_on_counts_every_recreation_of_its_topic(stack, merge_config, test_db, caplog):
+    """The topic recreated three times under a running job, changes written before and after
+    each time: each loss is seen and counted by the batch that meets it (none goes unseen),
+    the job carries on, and every change written after a loss reaches the sink."""
+    cfg = merge_config
+    cfg.source.include_databases = [test_db]
+    cfg.sinks.mysql.enabled = False
+    cfg.spark.fail_on_data_loss = False
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
+    start_at_current(cfg)
+    topic = table_topic(cfg.kafka.topic_prefix, test_db, "t")
+
+    def write(first: int, v: str) -> None:
+        with stack.admin(test_db) as conn, conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = VALUES(v)",
+                            [(i, v) for i in range(first, first + 50)])
+        run_until_caught_up(cfg)
+
+    write(0, "before")
+    runner = _JobThread(cfg)
+    try:
+        wait_for(lambda: len(_pg_rows(cfg, test_db)) == 50, 120, what="the first rows in the sink")
+        for n in range(1, 4):
+            _recreate_topic(cfg.kafka.bootstrap_servers, topic)
+            write(1000 * n, f"after loss {n}")
+            wait_for(lambda: runner.job.totals["lost_partitions"] >= n, 120,
+                     what=f"recreation {n} seen and counted (job error {runner.error!r})")
+            wait_for(lambda: _pg_rows(cfg, test_db).get((1000 * n + 49,), {}).get("v") == f"after loss {n}", 120,
+                     what=f"the changes written after loss {n} in the sink")
+            assert runner.thread.is_alive() and runner.error is None, f"{runner.error!r}:\n{caplog.text[-3000:]}"
+        assert runner.job.totals["lost_partitions"] == 3
     finally:
         runner.job.stop()
         runner.thread.join(60)

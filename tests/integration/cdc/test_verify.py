@@ -32,9 +32,9 @@ from cdc.verify import VerifyReport, print_report, verify
 from common.config import CDCConfig, dump_config
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import read_session
+from contract.codecs.serde import AvroWriter
 from contract.envelope import envelope_schema
 from contract.schema_store import SchemaStore
-from contract.serde import AvroWriter
 from contract.topics import clean_topic
 from producer.events.avro_types import avro_fullname, row_record_schema
 from producer.events.values import RowConverter

@@ -141,7 +141,7 @@ def test_kafka_connects_json_converter_reads_our_records(stack, config, test_db,
     """Kafka's own JsonConverter (Java) deserialises every key and value of the all-types
     table's topic, and sees the values our decoder reads (decimals, bytes, temporal numbers,
     geometry structs, nulls)."""
-    from contract.serde import RecordDecoder
+    from contract.codecs.serde import RecordDecoder
 
     jars = connect_jars()
     config.producer.format = "debezium-json"

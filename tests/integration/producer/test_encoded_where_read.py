@@ -24,7 +24,7 @@ from producer.events.builder import EventBuilder
 from producer.events.row_encoder import encode_rows
 from producer.events.select_encoder import SelectRowEncoder
 from producer.snapshot.chunk_process import read_encoded
-from producer.snapshot.coordinator import ReleasedChunk
+from producer.snapshot.chunks import ReleasedChunk
 from producer.snapshot.table_reader import read_chunk_values, read_table_def
 from tests.all_types import create_all_types, make_many_types_table
 from tests.unit.producer.events.test_row_encoder import AvroOut

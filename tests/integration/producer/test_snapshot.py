@@ -462,7 +462,7 @@ def test_enum_and_set_keys_are_chunked_in_their_index_order(stack, config, test_
 
 def _chunk_read_processes(pid: int) -> list[int]:
     """The producer's chunk read processes (producer.snapshot.chunk_process)."""
-    from cdc.bench.common import child_pids
+    from cdc.bench.harness import child_pids
     found = []
     for child in child_pids(pid):
         try:

@@ -24,14 +24,14 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from psycopg.rows import dict_row
 
+from contract.codecs.avro_decoder import compile_change_header
+from contract.codecs.serde import AvroWriter
 from contract.envelope import envelope_schema
 from producer.events.avro_types import avro_fullname, row_record_schema
 from producer.events.values import RowConverter
 from producer.snapshot.table_reader import read_table_def
 from producer.table_schema import ColumnDef, TableDef
 from spark_jobs.errors import SinkError, SinkUnavailable
-from contract.avro_decoder import compile_change_header
-from contract.serde import AvroWriter
 from spark_jobs.sinks.batch import ApplyResult, EncodedChange
 from spark_jobs.sinks.layout import row_columns
 from spark_jobs.sinks.mysql import MySQLSink
@@ -1037,7 +1037,7 @@ def test_the_key_json_postgresql_writes_of_an_integer_key_is_the_tombstones(conf
     :func:`~spark_jobs.sinks.keys.key_json`'s text of the same values (the tombstones')."""
     from spark_jobs.sinks.keys import key_json
     from spark_jobs.sinks.layout import SinkColumn, TableLayout
-    from spark_jobs.sinks.postgres import _key_json_sql
+    from spark_jobs.sinks.postgres_plan import key_json_sql as _key_json_sql
 
     edges = [0, 1, -1, 7, -42, 2**15 - 1, -2**15, 2**31 - 1, -2**31, 2**63 - 1, -2**63]
     rnd = random.Random(13)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from contract.codecs.serde import AvroWriter, RecordDecoder
 from contract.envelope import envelope_schema
 from contract.schema_resolution import describe_change, reader_view, resolvable, row_fields
-from contract.serde import AvroWriter, RecordDecoder
 
 
 def _env(fields: list[dict]) -> dict:

@@ -11,5 +11,5 @@ from spark_jobs import partition_merge
 def dead(monkeypatch) -> list:
     """The dead letters merge_partition would send, captured instead of produced."""
     out: list = []
-    monkeypatch.setattr(partition_merge, "_dead_letters", lambda s, topic, partition, d: out.extend(d))
+    monkeypatch.setattr(partition_merge, "dead_letters", lambda s, topic, partition, d: out.extend(d))
     return out

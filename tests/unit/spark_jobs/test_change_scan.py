@@ -1,12 +1,12 @@
-"""The native change scan (``scan_changes`` in contract/_avro_reader.c, called by
-partition_merge._scan_plain) decides what merge_partition's loop decides.
+"""The native change scan (``scan_changes`` in contract/codecs/_avro_reader.c, called by
+spark_jobs.partition.decide.scan_plain) decides what the decide stage's loop (PartitionDecider) decides.
 
 Held to a reference built from the loop's own parts (the header read by the generated
 Python, the DBLog rule of ``WindowBuffer.push_change``) on drawn partitions: stream changes
 of the topic's table and of another, copies, positions out of order or malformed, snapshot
 rows, truncates and unknown ops, tombstones, records without a key, of another key or value
 writer schema, cut or altered bytes, a snapshot window on a change, a null image, the next
-window marker.  For every record the scan takes it must give the ``_Kept`` the loop would
+window marker.  For every record the scan takes it must give the ``Kept`` the loop would
 append (or count the copy), and it must stop at every record the loop would not take
 plainly (errors included), leaving it to the loop.
 """
@@ -19,20 +19,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.avro_decoder import change_scan_program, compile_change_header, native_scan
+from contract.codecs.avro_decoder import change_scan_program, compile_change_header, native_scan
+from contract.codecs.serde import AvroWriter
 from contract.envelope import envelope_schema, source_block
 from contract.errors import SerdeError
 from contract.position import ENCODED_WIDTH
-from contract.serde import AvroWriter
 from spark_jobs.dblog import DBLogError, WindowBuffer
-from spark_jobs.partition_merge import _KEPT_MEMBERS, _Kept
-from tests.unit.contract.test_avro_native import _can_build, _native
+from spark_jobs.partition.kept import KEPT_MEMBERS, Kept
+from tests.unit.contract.codecs.test_avro_native import _can_build, _native
 
 # (test_avro_native fails where the extension could be built and is not: this skips only
 # where it cannot be, and there the merge loop decides every record)
 pytestmark = pytest.mark.skipif(native_scan is None and not _can_build(),
                                 reason="no C compiler or Python headers here: the native extension (its change "
-                                       "scan) cannot be built, and merge_partition's loop decides every record")
+                                       "scan) cannot be built, and the decide stage's loop (PartitionDecider) decides every record")
 
 DB, TABLE = "db_é", "t"
 ROW = {"type": "record", "name": "Value", "fields": [{"name": "id", "type": ["null", "int"], "default": None},
@@ -141,7 +141,7 @@ def _reference(records, start, data_high, marker_high, limit):
         except DBLogError:
             break
         if emit:
-            kept.append(_Kept(op, None, position, SID, SCHEMA, int(src["ts_ms"] or 0), offset, key_b, value_b,
+            kept.append(Kept(op, None, position, SID, SCHEMA, int(src["ts_ms"] or 0), offset, key_b, value_b,
                               NAMES, False, None, ROW_READER if row_at is not None else None, row_at or 0))
     else:
         i = len(records)
@@ -153,15 +153,15 @@ def _scan(records, start, data_high, marker_high, limit):
     value_b, key_b = records[start][2], records[start][1]
     end, high, changes, copies = native_scan(PROGRAM, INDICES, records, start, (value_b or b"")[:10].ljust(10, b"?"),
                                              (key_b or b"")[:10].ljust(10, b"?"), DB.encode(), TABLE.encode(),
-                                             ENCODED_WIDTH, data_high, marker_high, limit, kept, _KEPT_MEMBERS,
+                                             ENCODED_WIDTH, data_high, marker_high, limit, kept, KEPT_MEMBERS,
                                              (SID, SCHEMA, NAMES, False, ROW_READER))
     buf = _buffer(data_high, marker_high)
     buf.took_changes(high, changes, copies)
     return end, buf.highs(), buf.stats["changes"], buf.stats["copies"], kept
 
 
-def _fields(k: _Kept) -> tuple:
-    return tuple(getattr(k, f.name) for f in fields(_Kept))
+def _fields(k: Kept) -> tuple:
+    return tuple(getattr(k, f.name) for f in fields(Kept))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -210,7 +210,7 @@ def test_the_scan_stops_at_the_first_record_it_does_not_take(stop):
 
 def test_the_scan_refuses_members_of_anything_but_a_slots_class():
     records = [(0, KEY_WRITER.encode({"id": 1}), _event("c", _pos(10), 1))]
-    for members in (_KEPT_MEMBERS[:-1], (*_KEPT_MEMBERS[:-1], object()), (*_KEPT_MEMBERS[:-1], WindowBuffer.stats)):
+    for members in (KEPT_MEMBERS[:-1], (*KEPT_MEMBERS[:-1], object()), (*KEPT_MEMBERS[:-1], WindowBuffer.stats)):
         with pytest.raises((TypeError, ValueError)):
             native_scan(PROGRAM, INDICES, records, 0, records[0][2][:10], records[0][1][:10], DB.encode(),
                         TABLE.encode(), ENCODED_WIDTH, "", "", None, [], members, (SID, SCHEMA, NAMES, False, None))

@@ -1,4 +1,5 @@
-"""The merge job's per-batch figures: aggregation, latency percentiles, Prometheus text."""
+"""The merge job's figures as the job serves them (its batch report's, every source's job's), and the
+topics it reads."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_batch_figures_are_aggregated_and_exposed(tmp_path):
 
 def test_every_sources_job_is_served_labelled_with_its_source(tmp_path):
     from common.config import NamedSourceConfig
-    from spark_jobs.merge_job import prometheus_text
+    from spark_jobs.batch_report import prometheus_text
     cfg = CDCConfig()
     cfg.state_dir = str(tmp_path / "state")
     cfg.spark.checkpoint_dir = str(tmp_path / "ckpt")
@@ -74,40 +75,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def test_markers_of_a_table_without_topic_wait_for_it():
-    from spark_jobs.merge_job import batch_inputs
-    m1 = {"db": "shop", "table": "quiet", "kind": "OPEN", "position": "1" * 30}
-    m2 = {"db": "shop", "table": "orders", "kind": "OPEN", "position": "2" * 30}
-    inputs, orphans = batch_inputs("cdc", {}, {}, [("cdc.shop.orders", 0), ("cdc.shop.orders", 1)], [m1, m2])
-    assert inputs["cdc.shop.orders|0"] == (None, [m2]) and inputs["cdc.shop.orders|1"] == (None, [m2])
-    assert orphans == {"cdc.shop.quiet": [m1]}
-    # The next batch: the topic exists now (2 partitions): both get the kept markers.
-    m3 = {"db": "shop", "table": "quiet", "kind": "CLOSE", "position": "3" * 30}
-    inputs, orphans = batch_inputs("cdc", {}, orphans, [("cdc.shop.quiet", 0), ("cdc.shop.quiet", 1)], [m3])
-    assert inputs["cdc.shop.quiet|0"][1] == [m1, m3] == inputs["cdc.shop.quiet|1"][1] and orphans == {}
-
-
-def test_key_partition_counts_per_topic_and_topics_whose_count_changed():
-    from spark_jobs.merge_job import key_partition_counts
-
-    parts = [("a", 0), ("a", 1), ("a", 2), ("b", 0)]
-    counts, seen, changed = key_partition_counts(parts, {}, [])
-    assert (counts, seen, changed) == ({"a": 3, "b": 1}, {"a": 3, "b": 1}, [])
-    # a's count grows: its tasks take the whole turn from then on, also once it is steady
-    counts, seen, changed = key_partition_counts(parts + [("a", 3)], seen, changed)
-    assert (counts, seen, changed) == ({"b": 1}, {"a": 4, "b": 1}, ["a"])
-    counts, seen, changed = key_partition_counts(parts + [("a", 3), ("c", 0)], seen, changed)
-    assert (counts, seen, changed) == ({"b": 1, "c": 1}, {"a": 4, "b": 1, "c": 1}, ["a"])
-    assert key_partition_counts([], seen, changed) == ({}, seen, ["a"])  # (a topic not listed keeps its count)
-
-
-def test_partition_turns_only_for_topics_with_one_key_schema():
-    from spark_jobs.merge_job import partition_turn_keys
-
-    counts = {"a": 3, "b": 1, "c": 2}
-    fps = {"a": ["00" * 8], "b": ["11" * 8, "22" * 8], "d": ["33" * 8]}
-    # b's table had two key schemas (a key column's type changed), c's none known, d no count
-    assert partition_turn_keys(counts, fps) == {"a": (3, "00" * 8)}
-    assert partition_turn_keys({}, fps) == {}

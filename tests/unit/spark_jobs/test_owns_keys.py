@@ -1,12 +1,12 @@
 """Which merge tasks write PostgreSQL under their partition's own turn
-(:func:`spark_jobs.partition_merge.owns_keys`): every key framed with the topic's one key
+(:func:`spark_jobs.partition.sink_apply.owns_keys`): every key framed with the topic's one key
 schema and where Kafka's partitioner puts it."""
 
 from __future__ import annotations
 
 from common.kafka.partitioner import partition_of
-from contract.serde import SINGLE_OBJECT_MAGIC
-from spark_jobs.partition_merge import owns_keys
+from contract.codecs.serde import SINGLE_OBJECT_MAGIC
+from spark_jobs.partition.sink_apply import owns_keys
 
 FP = "0123456789abcdef"
 OTHER = "fedcba9876543210"

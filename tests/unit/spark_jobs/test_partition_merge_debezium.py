@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from common.config import SinksConfig
-from spark_jobs.partition_merge import MergeSettings, merge_partition
+from spark_jobs.partition.settings import MergeSettings
+from spark_jobs.partition_merge import merge_partition
 
 ROW = {"type": "struct", "optional": True, "name": "dbz.db.t.Value",
        "fields": [{"type": "int32", "optional": False, "field": "id"},

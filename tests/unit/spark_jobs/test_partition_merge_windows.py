@@ -9,7 +9,8 @@ import json
 from common.config import SinksConfig
 from contract.markers import CLOSE, OPEN
 from contract.position import chunk_row_position
-from spark_jobs.partition_merge import MergeSettings, merge_partition
+from spark_jobs.partition.settings import MergeSettings
+from spark_jobs.partition_merge import merge_partition
 
 TOPIC = "own.db.t"
 

@@ -9,8 +9,8 @@ from decimal import Decimal
 import fastavro
 import pytest
 
+from contract.codecs.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
 from contract.position import BinlogPosition
-from contract.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
 from producer.binlog.reader import RowChanges
 from producer.events.builder import EventBuilder
 from producer.table_schema import ColumnDef, TableDef
@@ -138,7 +138,7 @@ def test_tombstones_follow_deletes_with_the_key_and_position_of_the_delete():
 
 def test_debezium_json_records_read_back_as_the_avro_ones():
     from common.config import KafkaConfig
-    from contract.serde import RecordDecoder
+    from contract.codecs.serde import RecordDecoder
     from producer.record_encoder import RecordEncoder
 
     encoder = RecordEncoder(KafkaConfig(), "debezium-json", lambda *record: pytest.fail(f"published {record}"))

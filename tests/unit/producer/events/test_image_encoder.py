@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from pymysqlreplication.constants import FIELD_TYPE as T
 
 from common.errors import CDCError
-from contract.avro_template import field_encoder
 from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, RowDecoder
 from producer.binlog.table_map import column_def_from_binlog
+from producer.events.avro_template import field_encoder
 from producer.events.builder import EventBuilder, StreamEncoding, table_events
 from producer.events.image_encoder import BinlogImageEncoder
 from producer.events.row_encoder import NotFast

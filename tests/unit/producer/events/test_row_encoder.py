@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import pytest
 
 from common.errors import CDCError
+from contract.codecs.serde import AvroWriter
 from contract.position import BinlogPosition
-from contract.serde import AvroWriter
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import PackedRows
 from producer.errors import ConversionError
@@ -361,7 +361,7 @@ def _decimal_body_by_tuple(scale: int, precision: int):
     """The former formulation (``as_tuple`` and ``scaleb``): the reference."""
     from decimal import MAX_EMAX, MIN_EMIN, Context
 
-    from contract.avro_template import decimal_bytes
+    from producer.events.avro_template import decimal_bytes
     ctx = Context(prec=max(precision, 1), Emax=MAX_EMAX, Emin=MIN_EMIN)
 
     def body(v):

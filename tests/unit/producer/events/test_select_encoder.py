@@ -22,7 +22,7 @@ from pymysql.converters import convert_date, convert_timedelta
 
 from common.sql.row_parser import values_reader
 from common.sql.sessions import datetime_from_text
-from contract.avro_template import field_encoder
+from producer.events.avro_template import field_encoder
 from producer.events.builder import table_events
 from producer.events.row_encoder import NotFast
 from producer.events.select_encoder import SelectRowEncoder

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from contract import avro_decoder
-from contract.avro_decoder import NATIVE_ENV
+from contract.codecs import avro_decoder
+from contract.codecs.avro_decoder import NATIVE_ENV
 from contract.errors import NotCompiled
 from spark_jobs.sinks.batch import EncodedChange
 from spark_jobs.sinks.copy_text import compile_copy_encoder, copy_escape, copy_lines_of, date_text, stage_column
@@ -79,7 +79,7 @@ def test_kinds_without_copy_text_are_not_compiled():
         line(b"\x00", 0)
 
 
-# -- the native line (contract/_avro_reader.c) writes what the generated Python writes ----------
+# -- the native line (contract/codecs/_avro_reader.c) writes what the generated Python writes ----------
 
 _LONGS = st.integers(-(1 << 63), (1 << 63) - 1)
 

@@ -56,6 +56,7 @@ from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
+from contract import logical_types
 from contract.envelope import avro_fullname, unique_avro_names
 from contract.errors import SerdeError
 
@@ -67,9 +68,9 @@ __all__ = [
     "connect_schema",
 ]
 
-DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
-PRECISION_PARAMETER = "connect.decimal.precision"
-SCALE_PARAMETER = "scale"
+DECIMAL_NAME = logical_types.DECIMAL
+PRECISION_PARAMETER = logical_types.DECIMAL_PRECISION_PARAMETER
+SCALE_PARAMETER = logical_types.DECIMAL_SCALE_PARAMETER
 #: The prefix of every record this module writes (and of JsonConverter's).
 RECORD_PREFIX = b'{"schema":'
 
@@ -204,7 +205,7 @@ class _AvroToConnect:
         schema: dict[str, Any] = {"type": "struct", "fields": connect_fields, "name": name}
         if t.get("connect.version") is not None:
             schema["version"] = t["connect.version"]
-        if t.get("doc") and name.startswith("io.debezium.data."):
+        if t.get("doc") and name.startswith(logical_types.DATA_PREFIX):
             schema["doc"] = t["doc"]
         record_name = name
 
@@ -296,12 +297,8 @@ def _bad(what: str, v: Any, expected: str) -> SerdeError:
     return SerdeError(f"{what}: {v!r} is not {expected}")
 
 
-def _decoder(cs: dict, what: str) -> Decode:
-    """The decoder of payload values of Connect schema ``cs`` into our Avro values."""
-    if not isinstance(cs, dict) or not isinstance(cs.get("type"), str):
-        raise SerdeError(f"{what}: not a Connect schema: {cs!r}")
-    typ, name = cs["type"], cs.get("name")
-    params = cs.get("parameters") or {}
+def _scalar_decoder(typ: str, name: Any, params: dict, what: str) -> Decode | None:
+    """The decoder of a scalar Connect type's payload values (None: not a scalar type)."""
     inner: Decode
     if typ in _INTS:
         def inner(v: Any) -> Any:
@@ -349,7 +346,15 @@ def _decoder(cs: dict, what: str) -> Decode:
             if type(v) is not str:
                 raise _bad(what, v, "base64 bytes")
             return _unbase64(v, what)
-    elif typ == "struct":
+    else:
+        return None
+    return inner
+
+
+def _container_decoder(cs: dict, typ: str, what: str) -> Decode | None:
+    """The decoder of a struct's, an array's or a map's payload values (None: none of them)."""
+    inner: Decode
+    if typ == "struct":
         fields = cs.get("fields")
         if not isinstance(fields, list):
             raise SerdeError(f"{what}: a struct schema without a list of fields")
@@ -380,6 +385,18 @@ def _decoder(cs: dict, what: str) -> Decode:
                 return {key(k): value(x) for k, x in v}
             raise _bad(what, v, "a map")
     else:
+        return None
+    return inner
+
+
+def _decoder(cs: dict, what: str) -> Decode:
+    """The decoder of payload values of Connect schema ``cs`` into our Avro values."""
+    if not isinstance(cs, dict) or not isinstance(cs.get("type"), str):
+        raise SerdeError(f"{what}: not a Connect schema: {cs!r}")
+    typ, name = cs["type"], cs.get("name")
+    params = cs.get("parameters") or {}
+    inner = _scalar_decoder(typ, name, params, what) or _container_decoder(cs, typ, what)
+    if inner is None:
         raise SerdeError(f"{what}: unknown Connect schema type {typ!r}")
     optional = bool(cs.get("optional"))
     default = inner(cs["default"]) if cs.get("default") is not None else None

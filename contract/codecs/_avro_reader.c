@@ -1,5 +1,5 @@
 /* The native Avro projection reader: one record of a writer schema read by a program that
- * contract/avro_decoder.py (native_program) compiles from the schema and a projection.
+ * contract/codecs/avro_decoder.py (native_program) compiles from the schema and a projection.
  *
  * read(program, names, data, start) -> dict
  *
@@ -14,7 +14,7 @@
  *   ARRAY item-node-length item-least-size item-node | MAP the same of its values (skipped only;
  *          a block of more items than the bytes left can hold is malformed)
  *
- * Values are what contract/avro_decoder.py's generated Python gives for the same schema and
+ * Values are what contract/codecs/avro_decoder.py's generated Python gives for the same schema and
  * projection (dicts in field order, unions as their branch's value); every read is bounds
  * checked, and malformed data raises ValueError (UnicodeDecodeError for a string that is not
  * UTF-8), which the caller turns into its SerdeError.  Longer than 64 bits is malformed here.
@@ -758,7 +758,7 @@ done:
  * the plain case only: stream changes (op c, u or d) of the topic's own table, framed with one
  * value and one key writer schema (``vprefix``, ``kprefix``: magic and fingerprint), no
  * snapshot window open, below the next window marker (``limit``, None: none).  Each header is
- * located with the header program of contract/avro_decoder.py (change_scan_program:
+ * located with the header program of contract/codecs/avro_decoder.py (change_scan_program:
  * ``fields`` the name indices of before, after, source, op, position, snapshot_window, and of
  * source's ts_ms, db, table) without building it; a copy (at or below ``data_high``) is
  * counted and passed; every other record becomes a ``_Kept`` (the class of ``members``, its 14
@@ -1030,8 +1030,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "contract._avro_reader",
-    .m_doc = "The native Avro projection reader (see contract/avro_decoder.py).",
+    .m_name = "contract.codecs._avro_reader",
+    .m_doc = "The native Avro projection reader (see contract/codecs/avro_decoder.py).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -13,7 +13,7 @@ producer running:
 
 JSON records are plain UTF-8 JSON objects (bytes as base64, decimals as strings), or, in
 the ``debezium-json`` format, Kafka Connect's JsonConverter shape ``{"schema", "payload"}``
-(:mod:`contract.connect_json`): :class:`RecordDecoder` reads those into the values Avro
+(:mod:`contract.codecs.connect_json`): :class:`RecordDecoder` reads those into the values Avro
 decoding gives.
 """
 
@@ -32,14 +32,14 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from contract.avro_decoder import (
+from contract.codecs.avro_decoder import (
     NotCompiled,
     change_scan_program,
     compile_change_header,
     compile_change_reader,
     compile_decoder,
 )
-from contract.connect_json import RECORD_PREFIX, ConnectJsonReader
+from contract.codecs.connect_json import RECORD_PREFIX, ConnectJsonReader
 from contract.errors import SerdeError
 from contract.schema_resolution import is_envelope, reader_view, resolvable
 
@@ -221,7 +221,7 @@ class RecordDecoder:
 
     def _plan(self, fpb: bytes) -> tuple[Any, Any, Any]:
         """(parsed writer, parsed reader or None, compiled decoder or None) for records of
-        fingerprint ``fpb``; the compiled decoder (:mod:`contract.avro_decoder`) reads
+        fingerprint ``fpb``; the compiled decoder (:mod:`contract.codecs.avro_decoder`) reads
         records that need no resolution."""
         fp = fpb.hex()
         if self._lookup is None:
@@ -281,7 +281,7 @@ class RecordDecoder:
     def change_header_of(self, data: bytes) -> tuple[Callable[[bytes, int], dict], Callable[[bytes, int], Any]] | None:
         """For the records framed like ``data`` (magic and writer fingerprint), while the
         schema store's generation stays put: the writer schema's compiled ``(header reader,
-        row reader)`` (:func:`~contract.avro_decoder.compile_change_header`), or None where
+        row reader)`` (:func:`~contract.codecs.avro_decoder.compile_change_header`), or None where
         the records need schema resolution or the schema is not compiled (then
         :meth:`change_reader_of`)."""
         if data[:2] != SINGLE_OBJECT_MAGIC:
@@ -301,7 +301,7 @@ class RecordDecoder:
     def change_scan_of(self, data: bytes) -> tuple[bytes, tuple[int, ...]] | None:
         """For the records framed like ``data``, while the schema store's generation stays
         put: the native change scan's ``(program, indices)``
-        (:func:`~contract.avro_decoder.change_scan_program`), or None where the records need
+        (:func:`~contract.codecs.avro_decoder.change_scan_program`), or None where the records need
         schema resolution, the scan does not read the schema or the native reader is off."""
         if data[:2] != SINGLE_OBJECT_MAGIC:
             return None
@@ -318,7 +318,7 @@ class RecordDecoder:
         ``{"source": {"ts_ms", "db", "table"}, "op", "position", "snapshot_window", "row"}``
         (``row``: ``before`` for a delete, else ``after``).  A record that needs no schema
         resolution is read by its writer schema's compiled change reader
-        (:func:`~contract.avro_decoder.compile_change_reader`: the rest is skipped, not
+        (:func:`~contract.codecs.avro_decoder.compile_change_reader`: the rest is skipped, not
         built); any other is decoded whole (:meth:`decode`) and cut down to that shape."""
         if data is not None and data[:2] == SINGLE_OBJECT_MAGIC:
             reader = self._change_reader(data[2:10])
@@ -332,7 +332,7 @@ class RecordDecoder:
 
     def connect_schema(self, data: bytes) -> tuple[str, dict | None] | None:
         """``(schema id, Avro view of its schema)`` of a record in Kafka Connect's JSON shape
-        (:func:`contract.connect_json.avro_view`: what the table sinks lay tables out by),
+        (:func:`contract.codecs.connect_json.avro_view`: what the table sinks lay tables out by),
         None for any other record."""
         return self._connect.schema_of(data)
 

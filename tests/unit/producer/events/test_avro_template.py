@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.avro_template import RecordTemplate, avro_int, avro_long, avro_string, field_encoder
 from contract.envelope import envelope_schema
 from contract.errors import SerdeError
+from producer.events.avro_template import RecordTemplate, avro_int, avro_long, avro_string, field_encoder
 from producer.events.avro_types import row_record_schema
 from producer.events.builder import ENVELOPE_VARIABLE, EventBuilder
 from producer.events.values import RowConverter

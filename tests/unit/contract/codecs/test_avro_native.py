@@ -1,4 +1,4 @@
-"""The native Avro reader (contract/_avro_reader.c) reads what the generated Python reads.
+"""The native Avro reader (contract/codecs/_avro_reader.c) reads what the generated Python reads.
 
 ``compile_decoder`` and ``compile_change_header`` use the native reader where it reads the
 schema (test_avro_decoder.py holds them to fastavro with it on); here the two are held to
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract import avro_decoder
-from contract.avro_decoder import (
+from contract.codecs import avro_decoder
+from contract.codecs.avro_decoder import (
     NATIVE_ENV,
     OFFSET,
     NotCompiled,
@@ -30,14 +30,14 @@ from contract.avro_decoder import (
     native_program,
 )
 from contract.errors import SerdeError
-from tests.unit.contract.test_avro_decoder import (
+from tests.unit.contract.codecs.test_avro_decoder import (
     SCHEMAS,
     _envelopes,
     _projection,
     _record,
     fastavro_bytes,
 )
-from tests.unit.contract.test_avro_template import SCHEMA, records_strategy, sources
+from tests.unit.producer.events.test_avro_template import SCHEMA, records_strategy, sources
 
 FRAME = b"\xc3\x01HEADER!!"
 

@@ -1,23 +1,28 @@
 """What the benchmarks share: their table and its workload, the embedded stack and an admin
-connection to its server, a run's configuration and database, the machine's figures, the
-memory of a process, the MariaDB client tools, a paced writer and the results table."""
+connection to its server, a run's configuration and database, the machine's figures and its
+conditions at a race round's start, the memory of a process and of a process tree, a
+topic's records counted, the MariaDB client tools, a paced writer and the results table."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import shutil
+import statistics
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import pymysql
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
+from cdc.bench.race_rounds import busy_processes
 from cdc.errors import BenchError
 from cdc.stack.manager import StackInfo, stack_down, stack_up
 from cdc.workload import BackgroundWriter
@@ -176,6 +181,109 @@ class CpuMeter:
             used = table[pid][2] - self._start.get(pid, 0.0)
             self.seconds[name] = self.seconds.get(name, 0.0) + max(0.0, used)
         return self.seconds
+
+
+class ProcessTreePeak:
+    """The peak memory of a process and all its descendants, measured the same way for every
+    side of a race: each process's ``VmHWM`` (the kernel's own peak RSS) read from /proc every
+    ``interval`` s from outside until :meth:`stop`, summed over the processes.  A process's
+    last reading stands for its peak (one that exits between readings loses at most its
+    last ``interval``)."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        self.pid, self.interval = pid, interval
+        self.hwm_kb: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"hwm-{pid}")
+
+    def _tree(self) -> list[int]:
+        todo, seen = [self.pid], []
+        while todo:
+            p = todo.pop()
+            seen.append(p)
+            todo += child_pids(p)
+        return seen
+
+    def read(self) -> None:
+        for pid in self._tree():
+            kb = proc_status_kb("VmHWM", pid)
+            if kb:
+                self.hwm_kb[pid] = max(self.hwm_kb.get(pid, 0), kb)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.read()
+
+    def start(self) -> "ProcessTreePeak":
+        self.read()
+        self._thread.start()
+        return self
+
+    def stop(self) -> float:
+        """Stops reading; the peak in MB (the sum of every process's own peak)."""
+        self._stop.set()
+        self._thread.join(2)
+        return round(sum(self.hwm_kb.values()) / 1024, 1)
+
+
+def cpu_by_process() -> dict[int, tuple[str, float]]:
+    """Every process now: pid -> (command line, CPU seconds so far)."""
+    return {pid: (cmd, cpu) for pid, (_, cmd, cpu) in _proc_table().items()}
+
+
+def race_process_ids(stack_pids: Iterable[int | None] = ()) -> set[int]:
+    """The processes that belong to the race: this one and its descendants, and the embedded
+    stack's servers (``stack_pids``, e.g. its MariaDB and broker) with theirs."""
+    table = _proc_table(commands=False)
+    mine = {os.getpid(), *(p for p in stack_pids if p)}
+    changed = True
+    while changed:
+        more = {pid for pid, (ppid, _, _) in table.items() if ppid in mine} - mine
+        mine |= more
+        changed = bool(more)
+    return mine
+
+
+def stack_pids(info: StackInfo) -> list[int | None]:
+    """The embedded stack's server processes (MariaDB, the broker, PostgreSQL where running)."""
+    return [(info.data.get(part) or {}).get("pid") for part in ("mysql", "kafka", "postgres")]
+
+
+def round_conditions(info: StackInfo, sample_s: float = 1.0) -> dict[str, Any]:
+    """The machine at a race round's start: the UTC time, the load average, the threads ready
+    to run (the median of ten readings over ``sample_s``, while the race is idle), and the processes
+    outside the race (this process's tree and ``info``'s servers) that used more than
+    :data:`~cdc.bench.race_rounds.BUSY_CPU_SHARE` of a core over ``sample_s`` seconds
+    (:func:`~cdc.bench.race_rounds.busy_processes` decides)."""
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    loadavg = [round(x, 2) for x in os.getloadavg()]
+    before = cpu_by_process()
+    runnable = []
+    for _ in range(10):  # threads running or ready now, this sampler's own left out
+        runnable.append(_running_threads() - 1)
+        time.sleep(sample_s / 10)
+    after = cpu_by_process()
+    return {"started": started, "loadavg": loadavg, "runnable": statistics.median(runnable),
+            "busy": busy_processes(before, after, sample_s, race_process_ids(stack_pids(info)))}
+
+
+def _running_threads() -> int:
+    """Threads running or ready to run this instant (/proc/loadavg's fourth field), 0 where
+    unavailable."""
+    try:
+        return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def count_topic_records(bootstrap: str, topic: str, expected: int) -> tuple[int, str]:
+    """The records in ``topic`` and how they were counted: from the true end offsets, or,
+    when those differ from ``expected`` (transaction commit markers take offsets on real
+    Kafka), by reading the topic with a read_committed consumer."""
+    records = topic_records(bootstrap, topic)
+    if records == expected:
+        return records, "end offsets"
+    return sum(1 for _ in read_topic(bootstrap, topic, timeout=120)), "read_committed consumer"
 
 
 def rss_at(samples: list[tuple[int, float]], fraction: float, total: int) -> float | None:

@@ -1,4 +1,4 @@
-"""contract.connect_json: Kafka Connect's JsonConverter shape as Debezium 3.x writes it, and
+"""contract.codecs.connect_json: Kafka Connect's JsonConverter shape as Debezium 3.x writes it, and
 reading it back into the values Avro decoding gives (the type matrix of
 tests/unit/producer/events/test_types_and_values.py)."""
 
@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.connect_json import ConnectJsonWriter, avro_view, connect_schema
+from contract.codecs.connect_json import ConnectJsonWriter, avro_view, connect_schema
+from contract.codecs.serde import RecordDecoder
 from contract.envelope import envelope_schema, record_names, source_block
 from contract.errors import SerdeError
-from contract.serde import RecordDecoder
 from producer.events.avro_types import key_record_schema, row_record_schema
 from producer.table_schema import TableDef
 from spark_jobs.sinks.layout import row_columns

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.avro_decoder import (
+from contract.codecs.avro_decoder import (
     OFFSET,
     NotCompiled,
     compile_change_header,
@@ -20,7 +20,7 @@ from contract.avro_decoder import (
     read_long,
 )
 from contract.errors import SerdeError
-from tests.unit.contract.test_avro_template import SCHEMA, TEMPLATE, _example, records_strategy, sources
+from tests.unit.producer.events.test_avro_template import SCHEMA, TEMPLATE, _example, records_strategy, sources
 
 
 def fastavro_bytes(schema, value) -> bytes:

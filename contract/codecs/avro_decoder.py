@@ -18,7 +18,7 @@ Malformed input raises :class:`~contract.errors.SerdeError` instead of an ``Inde
 an array or map block that counts more items than the record's bytes left can hold is
 refused before it is read (:func:`least_size`), so a poison record cannot make a worker
 build items until memory runs out.  Where the native extension is built
-(``contract/_avro_reader.c``), :func:`native_program` compiles what it can read for it
+(``contract/codecs/_avro_reader.c``), :func:`native_program` compiles what it can read for it
 instead (same values, same errors: ``tests/unit/contract/test_avro_native.py``).
 """
 
@@ -36,12 +36,12 @@ from fastavro.schema import expand_schema
 
 from contract.errors import NotCompiled, SerdeError
 
-try:  # the native reader (contract/_avro_reader.c, built by setup.py where a C compiler is)
-    from contract import _avro_reader
+try:  # the native reader (contract/codecs/_avro_reader.c, built by setup.py where a C compiler is)
+    from contract.codecs import _avro_reader
 except ImportError:  # pragma: no cover - a build without it: the generated Python reads
     _avro_reader = None
-#: The native change scan (``scan_changes`` in ``contract/_avro_reader.c``; None where the
-#: extension is not built): see :func:`spark_jobs.partition_merge._scan_plain`.
+#: The native change scan (``scan_changes`` in ``contract/codecs/_avro_reader.c``; None where the
+#: extension is not built): see :func:`spark_jobs.partition.decide.scan_plain`.
 native_scan = getattr(_avro_reader, "scan_changes", None)
 
 Decoder = Callable[[bytes, int], Any]
@@ -357,7 +357,7 @@ class CodeWriter:
 
 
 # -- the native reader's programs ----------------------------------------------------------------
-# Node codes and field actions of contract/_avro_reader.c.
+# Node codes and field actions of contract/codecs/_avro_reader.c.
 (_N_NULL, _N_BOOL, _N_LONG, _N_FLOAT, _N_DOUBLE, _N_BYTES, _N_STRING, _N_FIXED, _N_ENUM, _N_RECORD, _N_UNION,
  _N_ARRAY, _N_MAP) = range(13)
 _A_SKIP, _A_VALUE, _A_OFFSET = range(3)
@@ -374,7 +374,7 @@ def native_enabled() -> bool:
 
 
 def native_program(schema: Any, fields: dict | None = None) -> tuple[bytes, tuple[str, ...]]:
-    """``(program, names)`` of the native reader (``contract/_avro_reader.c``) for a value of
+    """``(program, names)`` of the native reader (``contract/codecs/_avro_reader.c``) for a value of
     expanded writer ``schema`` read as :func:`compile_decoder` reads it with projection
     ``fields``.  Raises :class:`NotCompiled` for what the native reader does not read (it
     skips every type; it reads null, booleans, ints and longs, floats, doubles, strings,
@@ -588,7 +588,7 @@ def compile_change_header(schema: Any) -> tuple[Decoder, Decoder]:
 
 
 #: The fields whose name indices :func:`change_scan_program` gives, in the native change
-#: scan's order (``scan_changes`` in ``contract/_avro_reader.c``): the envelope's, then ``source``'s.
+#: scan's order (``scan_changes`` in ``contract/codecs/_avro_reader.c``): the envelope's, then ``source``'s.
 SCAN_FIELDS = ("before", "after", "source", "op", "position", "snapshot_window", "ts_ms", "db", "table")
 
 

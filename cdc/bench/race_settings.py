@@ -1,0 +1,90 @@
+"""Both sides' throughput settings in the race against Debezium, and their side-by-side table.
+
+The race is like for like only if Debezium's engine and its Kafka producer get the same
+throughput settings as our producer (``producer.kafka_writer.THROUGHPUT_SETTINGS`` over
+``common.kafka.clients.producer_config``) and its JVM an explicit heap.  The harness
+(:mod:`cdc.bench.debezium`) takes Debezium's settings from here, and the report renders
+:func:`settings_table_lines` from the same constants, so the table cannot drift from what
+ran.  Debezium at its own defaults (``--debezium-defaults``) is an extra row, never the
+headline.  Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from common.config import ProducerConfig
+from producer.kafka_writer import THROUGHPUT_SETTINGS
+
+#: Debezium's engine in the race: batches, queue and poll interval raised to match our
+#: producer's batching (its defaults: :data:`ENGINE_DEFAULTS`).
+ENGINE_TUNED = {"max.batch.size": 20480, "max.queue.size": 81920, "poll.interval.ms": 50}
+#: Debezium 3.6's own engine defaults.
+ENGINE_DEFAULTS = {"max.batch.size": 2048, "max.queue.size": 8192, "poll.interval.ms": 500}
+
+#: Kafka's Java producer in Debezium's runs, matched to our librdkafka settings: the same
+#: linger, batches of librdkafka's ``batch.size`` bytes, a send buffer of
+#: ``queue.buffering.max.kbytes``.  Both idempotent with ``acks=all`` (the runner sets those).
+PRODUCER_TUNED = {"linger.ms": THROUGHPUT_SETTINGS["linger.ms"],
+                  "batch.size": THROUGHPUT_SETTINGS["batch.size"],
+                  "buffer.memory": THROUGHPUT_SETTINGS["queue.buffering.max.kbytes"] * 1024}
+#: The Java client's defaults (kafka-clients 4.3).
+PRODUCER_DEFAULTS = {"linger.ms": 5, "batch.size": 16384, "buffer.memory": 33554432}
+
+#: The JVM's heap in the race (``--debezium-heap``); the defaults row runs without ``-Xmx``.
+DEFAULT_HEAP = "1g"
+
+TUNED = "tuned"
+DEFAULTS = "defaults"
+
+
+def engine_settings(tuning: str) -> dict[str, int]:
+    """Debezium's engine settings for a run of ``tuning`` (:data:`TUNED` or :data:`DEFAULTS`)."""
+    return dict(ENGINE_TUNED if tuning == TUNED else ENGINE_DEFAULTS)
+
+
+def producer_settings(tuning: str) -> dict[str, int]:
+    """The Java producer's settings for a run of ``tuning``."""
+    return dict(PRODUCER_TUNED if tuning == TUNED else PRODUCER_DEFAULTS)
+
+
+def heap_options(tuning: str, heap: str = DEFAULT_HEAP) -> list[str]:
+    """The JVM's heap option of a run: ``-Xmx<heap>`` tuned, none at the defaults."""
+    return [f"-Xmx{heap}"] if tuning == TUNED and heap else []
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def settings_rows(heap: str = DEFAULT_HEAP, *, with_defaults: bool = False) -> list[tuple[str, ...]]:
+    """The side-by-side settings: ``(setting, ours, Debezium in the race[, Debezium at its
+    defaults])`` per row, from the constants the harness runs with."""
+    ours, et, ed = THROUGHPUT_SETTINGS, ENGINE_TUNED, ENGINE_DEFAULTS
+    pt, pd = PRODUCER_TUNED, PRODUCER_DEFAULTS
+    batch = ProducerConfig().batch_size
+    rows = [
+        ("Kafka producer: linger", f"`linger.ms` {ours['linger.ms']}", f"`linger.ms` {pt['linger.ms']}",
+         f"`linger.ms` {pd['linger.ms']}"),
+        ("Kafka producer: batch", f"`batch.size` {_n(ours['batch.size'])} B, `batch.num.messages` "
+                                  f"{_n(ours['batch.num.messages'])}",
+         f"`batch.size` {_n(pt['batch.size'])} B", f"`batch.size` {_n(pd['batch.size'])} B"),
+        ("Kafka producer: send buffer", f"`queue.buffering.max.kbytes` {_n(ours['queue.buffering.max.kbytes'])}",
+         f"`buffer.memory` {_n(pt['buffer.memory'])} B", f"`buffer.memory` {_n(pd['buffer.memory'])} B"),
+        ("Kafka producer: delivery", "idempotent, `acks=all`", "idempotent, `acks=all`", "idempotent, `acks=all`"),
+        ("records per engine batch", f"`producer.batch_size` {_n(batch)} events per Kafka batch",
+         f"`max.batch.size` {_n(et['max.batch.size'])}", f"`max.batch.size` {_n(ed['max.batch.size'])}"),
+        ("engine queue", "the binlog reader process's hand-off", f"`max.queue.size` {_n(et['max.queue.size'])}",
+         f"`max.queue.size` {_n(ed['max.queue.size'])}"),
+        ("poll interval", "none (the reader pushes)", f"`poll.interval.ms` {et['poll.interval.ms']}",
+         f"`poll.interval.ms` {ed['poll.interval.ms']}"),
+        ("memory ceiling", "none (CPython)", f"`-Xmx{heap}`" if heap else "the JVM's default",
+         "the JVM's default (no `-Xmx`)"),
+    ]
+    return rows if with_defaults else [r[:3] for r in rows]
+
+
+def settings_table_lines(heap: str = DEFAULT_HEAP, *, with_defaults: bool = False) -> list[str]:
+    """:func:`settings_rows` as a Markdown table."""
+    head = ("setting", "ours", "Debezium in the race") + (("Debezium at its defaults (extra row)",)
+                                                           if with_defaults else ())
+    return ["| " + " | ".join(r) + " |" for r in (head, ("---",) * len(head), *settings_rows(
+        heap, with_defaults=with_defaults))]

@@ -1,0 +1,41 @@
+"""The batch sinks' commits: once every task of a micro-batch is done, the driver commits
+each table's staged parts in each batch sink, once per table per batch
+(:class:`~spark_jobs.sinks.interface.BatchSink`).
+
+Committed before the batch's state is stored: a driver that dies between the two runs the
+batch again, and a batch sink's commit is idempotent by the batch id.  The row sinks were
+written by the tasks themselves; they have nothing to commit here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from spark_jobs.errors import SinkError
+
+log = logging.getLogger(__name__)
+
+
+def commit_staged(sinks: list[tuple[str, Any]], stats: list[dict], batch_id: int) -> dict[str, int]:
+    """Commit the parts the batch's tasks staged (``stats``' ``staged`` entries: ``[sink
+    name, db, table, part]``) in the batch sinks of ``sinks``, a table at a time; the rows
+    upserted and deleted, summed (figures of the batch report)."""
+    parts: dict[tuple[str, str, str], list[dict]] = {}
+    for st in stats:
+        for name, db, table, part in st.get("staged") or []:
+            parts.setdefault((name, db, table), []).append(part)
+    if not parts:
+        return {}
+    by_name = dict(sinks)
+    done = {"upserted": 0, "deleted": 0}
+    for (name, db, table), staged in sorted(parts.items()):
+        sink = by_name.get(name)
+        if sink is None or sink.KIND != "batch":
+            raise SinkError(f"batch {batch_id}: parts of {db}.{table} were staged for {name!r}, which is not a batch "
+                            "sink of the job")
+        result = sink.commit(db, table, staged, batch_id=batch_id)
+        done["upserted"] += result.upserted
+        done["deleted"] += result.deleted
+        log.debug("batch %d: %s committed %d part(s) of %s.%s", batch_id, name, len(staged), db, table)
+    return done

@@ -1,0 +1,106 @@
+"""The merge job's tasks: the stream of a source's table topics, and each micro-batch's
+partitions merged on the executors.
+
+With the ``cdc-kafka`` source each task reads its Kafka ranges itself (planned from Spark's
+offset log as the source plans them, at most one task per executor core): the batch's
+DataFrame is not read.  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read
+through the DataFrame (``mapInArrow``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.config import CDCConfig
+from contract.topics import schemas_topic, table_topic_pattern
+from spark_jobs.errors import MergeStateError
+from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
+from spark_jobs.offset_log import batch_end_offsets
+from spark_jobs.partition.settings import MergeSettings
+from spark_jobs.partition_merge import OUTPUT_SCHEMA, arrow_function, range_function
+from spark_jobs.sharding.routes import Router
+
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+
+
+class MergeTasks:
+    """The stream and the executor work of one source's job (topic prefix ``prefix``, Kafka
+    client settings ``client``, Spark's checkpoint ``query_dir``); ``other_prefixes``: the
+    other sources' topic prefixes (their schemas topics wake a pessimistic route's job)."""
+
+    def __init__(self, cfg: CDCConfig, prefix: str, client: dict, query_dir: Path, router: Router,
+                 other_prefixes: list[str]) -> None:
+        self.cfg = cfg
+        self.prefix = prefix
+        self.client = client
+        self.query_dir = query_dir
+        self.router = router
+        self.other_prefixes = other_prefixes
+
+    def source_options(self) -> dict[str, str]:
+        """The stream source's options: the source's table topics, from the earliest offsets,
+        read committed, ``maxOffsetsPerTrigger`` records a batch at most."""
+        cfg = self.cfg
+        options = {"kafka.bootstrap.servers": cfg.kafka.bootstrap_servers,
+                   "subscribePattern": table_topic_pattern(self.prefix),
+                   "startingOffsets": "earliest",
+                   "maxOffsetsPerTrigger": str(cfg.spark.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER),
+                   "kafka.isolation.level": "read_committed",
+                   "failOnDataLoss": "true" if self.cfg.spark.fail_on_data_loss else "false"}
+        for key, value in self.client.items():
+            options[f"kafka.{key}"] = str(value)
+        if any(r.ddl == "pessimistic" for r in self.router.routes) and self.other_prefixes:
+            # A pessimistic route's held rows are released when another source's shard runs
+            # the DDL: a batch runs when another source's schemas topic grows, even while
+            # this source writes nothing.
+            options["wakeTopics"] = ",".join(sorted(schemas_topic(p) for p in self.other_prefixes))
+        return options
+
+    def reader(self, spark):
+        """The stream of the source's table topics (``cdc-kafka``, or Spark's ``kafka``)."""
+        fmt = "kafka" if self.cfg.spark.kafka_source == "jvm" else "cdc-kafka"
+        return spark.readStream.format(fmt).options(**self.source_options()).load()
+
+    def batch_ranges(self, batch_id: int) -> list[KafkaRange]:
+        """The Kafka ranges of batch ``batch_id`` as the ``cdc-kafka`` source plans them
+        (:meth:`~spark_jobs.kafka_source.CdcKafkaStreamReader.partitions`): from the
+        previous batch's end offsets (batch 0: each partition's first) to this batch's."""
+        ends = batch_end_offsets(self.query_dir, batch_id)
+        before = batch_end_offsets(self.query_dir, batch_id - 1) if batch_id > 0 else None
+        if not ends or not isinstance(ends[0], dict):
+            raise MergeStateError(f"the checkpoint {self.query_dir} holds no end offsets of batch {batch_id}")
+        if batch_id > 0 and (not before or not isinstance(before[0], dict)):
+            raise MergeStateError(f"the checkpoint {self.query_dir} holds no end offsets of batch {batch_id - 1}, "
+                                  f"where batch {batch_id} starts")
+        return batch_ranges(before[0] if before else None, ends[0])
+
+    def run(self, df, batch_id: int, inputs: dict, schemas_end: int, epoch: int, settings: MergeSettings
+            ) -> list[dict]:
+        """Run the partitions' merge on the executors; the ``state`` and ``stats`` rows.
+
+        With the ``cdc-kafka`` source each task reads its Kafka ranges itself (at most one task
+        per executor core, ``RDD.mapPartitions``): the batch's DataFrame is not read, so the
+        records are not turned into Arrow, sent to the JVM and back to a second Python
+        worker.  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read through the
+        DataFrame (``mapInArrow``)."""
+        if self.cfg.spark.kafka_source == "jvm":
+            return [r.asDict() for r in df.select("key", "value", "topic", "partition", "offset")
+                    .mapInArrow(arrow_function(settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
+        ranges = self.batch_ranges(batch_id)
+        items = [(r, *inputs.get(f"{r.topic}|{r.partition}", (None, []))) for r in ranges]
+        # Partitions holding rows (pessimistic routes) and without records: a task of their
+        # own (an empty range), so that the rows a DDL released are applied.
+        seen = {(r.topic, r.partition) for r in ranges}
+        for key, (state, markers) in inputs.items():
+            topic, part = key.rsplit("|", 1)
+            if state and state.get("held") and (topic, int(part)) not in seen:
+                items.append((KafkaRange(topic, int(part), 0, 0), state, markers))
+        if not items:
+            return []
+        opts = parse_options(self.source_options())
+        sc = df.sparkSession.sparkContext
+        # No more tasks than executor cores: a task merges its ranges one after the other,
+        # and a small batch pays Spark's per-task cost fewer times.
+        rows = (sc.parallelize(items, max(1, min(len(items), sc.defaultParallelism)))
+                .mapPartitions(range_function(settings, opts, schemas_end, epoch)).collect())
+        return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]

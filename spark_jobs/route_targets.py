@@ -1,0 +1,163 @@
+"""The merge job's route targets (docs/sharding.md): each route's target layout from the
+newest schemas of its shards, the check that the routes can be applied, and the merged clean
+changelog's schemas published.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from common.config import CDCConfig
+from common.kafka.clients import ensure_topics
+from contract.codecs.serde import AvroWriter
+from contract.envelope import record_names
+from contract.schema_store import SchemaStore, schema_record
+from contract.topics import schemas_topic, table_of_topic, table_topic_pattern
+from spark_jobs.driver_kafka import DriverKafka
+from spark_jobs.errors import MergeStateError, RouteError
+from spark_jobs.sharding.routes import Router
+from spark_jobs.sharding.shapes import ShardId
+from spark_jobs.sharding.target import (
+    check_history,
+    coordinate,
+    target_envelope_schema,
+    target_key_schema,
+    target_schema,
+)
+from spark_jobs.table_topics import TableTopics
+
+log = logging.getLogger(__name__)
+
+
+class RouteTargets:
+    """The targets of ``router``'s routes as one source's job (topic prefix ``prefix``) sees
+    them: ``stores`` holds every source's schemas (``{prefix: (source name, store)}``: a
+    route's target is the union of every source's shards), ``clean_schemas`` the schemas
+    of the clean changelog's prefix."""
+
+    def __init__(self, cfg: CDCConfig, kafka: DriverKafka, prefix: str, router: Router,
+                 stores: dict[str, tuple[str, SchemaStore]], clean_schemas: SchemaStore, topics: TableTopics,
+                 changelog: bool) -> None:
+        self.cfg = cfg
+        self.kafka = kafka
+        self.prefix = prefix
+        self.router = router
+        self.stores = stores
+        self.schemas = stores[prefix][1]
+        self.clean_schemas = clean_schemas
+        self.topics = topics
+        self.changelog = changelog
+        self._published: set[str] = set()  # fingerprints of schemas the job published
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to route: routes, or several sources (whose same-named
+        tables must not land in one sink table)."""
+        return bool(self.router.routes) or len(self.stores) > 1
+
+    def targets(self, partitions: list[tuple[str, int]], schemas_end: int) -> dict[str, dict]:
+        """Each route's target layout (``{"schema", "key"}`` by route name) from the newest
+        schemas (up to ``schemas_end``) of the routed tables among the topics of
+        ``partitions``: the union of their columns (optimistic sharding DDL).  Raises
+        :class:`~spark_jobs.errors.RouteCollision` when an unrouted table lands in a target,
+        :class:`~spark_jobs.errors.IncompatibleShards` (naming both tables) when a route's
+        tables cannot be merged, at start or after a DDL.  With several sources and no route,
+        the check that no two sources' same-named tables land in one sink table."""
+        if not self.active:
+            return {}
+        if schemas_end:
+            self.schemas.refresh_until(schemas_end)
+        tables, shards, history = self._shards(partitions)
+        self.router.plan(tables)
+        targets = {}
+        for route, members in shards.items():
+            keys = {shard: k for shard, (_, k) in members.items()}
+            if route.ddl == "pessimistic":
+                coordinator = coordinate(route, history[route], keys, "pessimistic")
+                schema, key = target_schema(route, members, coordinator.target)
+                waiting = sorted(f"{sh}|{v}" for sh, v in coordinator.waiting())
+                if waiting:
+                    log.info("route to %s (pessimistic): the rows of %s wait for %s to run the same DDL", route.name,
+                             ", ".join(waiting), ", ".join(map(str, coordinator.awaited())))
+            else:
+                schema, key = target_schema(route, members)
+                check_history(route, history[route], keys)
+                waiting = []
+            targets[route.name] = {"schema": schema, "key": key, "waiting": waiting}
+            if self.changelog:
+                # The merged clean changelog's schemas, published like the producer's.
+                targets[route.name]["key_schema"] = target_key_schema(schema, key)
+                targets[route.name]["envelope_schema"] = target_envelope_schema(members[min(members)][0], schema)
+                self.publish_schemas([targets[route.name]["key_schema"], targets[route.name]["envelope_schema"]])
+        return targets
+
+    def _shards(self, partitions: list[tuple[str, int]]) -> tuple[list[ShardId], dict, dict]:
+        """Every source's tables (this source's: the topics of ``partitions``; the others':
+        their table topics now, with their newest schemas), and per route its shards' newest
+        ``(envelope schema, key columns)`` and every schema version, oldest first."""
+        tables: list[ShardId] = []
+        shards: dict = {}
+        history: dict = {}  # route -> shard -> every schema version, oldest first
+        topics = {self.prefix: sorted({t for t, _ in partitions})}
+        if len(self.stores) > 1:  # the other sources' tables, with their newest schemas now
+            md = self.kafka.admin().list_topics(timeout=15)
+            for prefix, (_, store) in self.stores.items():
+                if prefix != self.prefix:
+                    rx = re.compile(table_topic_pattern(prefix))
+                    topics[prefix] = sorted(n for n, t in md.topics.items() if rx.fullmatch(n) and t.error is None)
+                    store.refresh()
+        for prefix, names in topics.items():
+            source_name, store = self.stores[prefix]
+            for topic in names:
+                db, table = table_of_topic(prefix, topic)
+                shard = ShardId(source_name, db, table)
+                tables.append(shard)
+                route = self.router.route_of(*shard)
+                if route is None:
+                    continue
+                key_name, _, envelope_name = record_names(prefix, db, table)
+                envelope, key = store.newest_named(envelope_name), store.newest_named(key_name)
+                if envelope is None:
+                    continue  # no schema yet: no record either
+                key_columns = [f.get("mysql.column") or f["name"] for f in key[1].get("fields", [])] if key else []
+                shards.setdefault(route, {})[shard] = (envelope[1], key_columns)
+                history.setdefault(route, {})[shard] = store.versions_named(envelope_name)
+        return tables, shards, history
+
+    def publish_schemas(self, schemas: list[dict]) -> None:
+        """Publish the schemas the schemas topic does not hold yet (a merged clean changelog's)."""
+        from confluent_kafka import Producer
+
+        fresh = []
+        for schema in schemas:
+            fp = AvroWriter(schema).fingerprint
+            if fp not in self._published and self.clean_schemas.get(fp) is None:
+                fresh.append(schema_record(self.cfg.kafka.topic_prefix, fp, schema))
+            self._published.add(fp)
+        if not fresh:
+            return
+        ensure_topics(self.cfg.kafka, [schemas_topic(self.cfg.kafka.topic_prefix)], partitions=1, compacted=True)
+        producer = Producer({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, "enable.idempotence": True,
+                             **self.kafka.client})
+        for topic, key, value in fresh:
+            producer.produce(topic, value, key)
+        if producer.flush(60):
+            raise MergeStateError(f"the merged clean changelog's schemas were not acknowledged by Kafka ({topic})")
+
+    def check_routes(self) -> None:
+        """Refuse routes the job cannot apply (before the query starts, and after it failed:
+        a conflicting DDL stops the route and so the job), naming the tables."""
+        if not self.active:
+            return
+        pessimistic = [r.name for r in self.router.routes if r.ddl == "pessimistic"]
+        try:
+            if pessimistic and self.cfg.spark.kafka_source == "jvm":
+                raise RouteError(f"route(s) to {', '.join(pessimistic)} say 'ddl: pessimistic', which the merge job "
+                                 "applies with the cdc-kafka source only (spark.kafka_source), not Spark's 'kafka'")
+            st = schemas_topic(self.prefix)
+            end = self.kafka.offsets_now([(st, 0)]).get((st, 0), (0, 0))[1]
+            self.targets(self.topics.ensure(), end)
+        except RouteError as exc:
+            log.error("%s", exc)
+            raise

@@ -1,0 +1,39 @@
+"""The sinks there are: each sink module registers its class under its configuration
+section's name (``sinks.<name>``), and the merge job builds the enabled ones from the
+configuration (:mod:`spark_jobs.sinks.configured`) without naming any.
+
+Adding a sink: one module that defines a :class:`~spark_jobs.sinks.interface.RowSink` or
+:class:`~spark_jobs.sinks.interface.BatchSink` decorated with ``@register_sink("<name>")``,
+one configuration section ``<name>`` in ``common.config.SinksConfig`` (with ``enabled``), and
+the module's import in :mod:`spark_jobs.sinks.configured` (docs/DESIGN.md, "Sinks").
+"""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+from spark_jobs.errors import SinkError
+from spark_jobs.sinks.interface import Sink
+
+S = TypeVar("S", bound=type[Sink])
+
+_SINKS: dict[str, type[Sink]] = {}
+
+
+def register_sink(name: str) -> Callable[[S], S]:
+    """Register the decorated sink class under configuration section ``name``."""
+    def register(cls: S) -> S:
+        if not cls.KIND:
+            raise SinkError(f"sink {cls.__name__}: neither a RowSink nor a BatchSink")
+        known = _SINKS.get(name)
+        if known is not None and known is not cls:
+            raise SinkError(f"two sinks registered as {name!r}: {known.__name__} and {cls.__name__}")
+        cls.NAME = name
+        _SINKS[name] = cls
+        return cls
+    return register
+
+
+def registered_sinks() -> dict[str, type[Sink]]:
+    """Every registered sink class by its configuration section's name."""
+    return dict(_SINKS)

@@ -1,0 +1,129 @@
+"""The table markers, applied by the merge job's driver once every partition of their table
+was read past the point the marker was seen.
+
+``DELETE_MISSING`` (snapshots taken with ``delete-missing``): each table sink deletes the
+table's rows below the marker's position, the rows the snapshot did not refresh (deleted at
+the source while their changes were lost); ``TRUNCATE``: every row written before the
+statement; ``DROP_TABLE`` and ``RENAME_TABLE``: as ``sinks.schema_changes`` says for the table
+(keep, drop or rename the sink tables; a dropped table's clean changelog is deleted).  A
+routed table's shard rows in its route's target are told apart by their origin values.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from common.config import CDCConfig
+from common.kafka.clients import delete_topics
+from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE
+from contract.topics import clean_topic
+from spark_jobs.kafka_offsets import offsets_from_json
+from spark_jobs.offset_log import batch_end_offsets
+from spark_jobs.partition.settings import sinks_of
+from spark_jobs.sharding.routes import Router
+from spark_jobs.sharding.shapes import ShardId
+
+log = logging.getLogger(__name__)
+
+
+def debezium_truncates(stats: list[dict]) -> list[dict]:
+    """Debezium's truncate events of a batch (``op: t``, ``kafka.input: debezium``: no TRUNCATE
+    marker) as TRUNCATE table markers waiting for nothing (:meth:`TableMarkers.apply` applies
+    them now that every partition of the batch was applied: the truncate has no key, so its
+    partition is any): each table's highest, deleting its sink rows below it."""
+    highest: dict[tuple[str, str], str] = {}
+    for st in stats:
+        for db, table, below in st.get("truncates") or []:
+            highest[(db, table)] = max(highest.get((db, table), ""), below)
+    return [{"marker": {"kind": TRUNCATE, "db": db, "table": table, "below": below}, "required": {}}
+            for (db, table), below in sorted(highest.items())]
+
+
+class TableMarkers:
+    """The table markers of one source's job (``source_name``, topic prefix ``prefix``),
+    applied to the table sinks of ``settings`` once the batch's checkpoint offsets
+    (``query_dir``) passed the ends each marker waits for."""
+
+    def __init__(self, cfg: CDCConfig, prefix: str, source_name: str, query_dir: Path, router: Router,
+                 settings) -> None:
+        self.cfg = cfg
+        self.prefix = prefix
+        self.source_name = source_name
+        self.query_dir = query_dir
+        self.router = router
+        self.settings = settings
+
+    def apply(self, waiting: list[dict], batch_id: int) -> tuple[list[dict], int, int]:
+        """Apply the table markers (DELETE_MISSING, TRUNCATE, DROP_TABLE, RENAME_TABLE) whose
+        table partitions this batch read past the ends they wait for; returns the ones still
+        waiting, the rows deleted and how many sink tables were dropped or renamed."""
+        ends = batch_end_offsets(self.query_dir, batch_id)
+        reached = offsets_from_json(ends[0]) if ends and isinstance(ends[0], dict) else None
+        still, deleted, moved = [], 0, 0
+        for w in waiting:
+            if reached is None or any(reached.get((key.rsplit("|", 1)[0], int(key.rsplit("|", 1)[1])), 0) < end
+                                      for key, end in w["required"].items()):
+                still.append(w)
+                continue
+            m = w["marker"]
+            route = self.router.route_of(self.source_name, m["db"], m["table"]) if self.router.routes else None
+            if m.get("kind") in (DROP_TABLE, RENAME_TABLE):
+                if route is not None:  # the target is shared: its other shards' rows stay
+                    log.info("%s of %s.%s, routed to %s: the target and its rows of the table are kept",
+                             m["kind"], m["db"], m["table"], route.name)
+                else:
+                    moved += self.table_ddl(m)
+                continue
+            deleted += self._delete_below(m, route)
+        return still, deleted, moved
+
+    def _delete_below(self, m: dict, route) -> int:
+        """A DELETE_MISSING or TRUNCATE marker: every table sink deletes the table's rows below
+        the marker's position (a routed table's: its shard's rows in the target); the rows
+        deleted."""
+        db, table, where = m["db"], m["table"], None
+        if route is not None:  # a shard's rows in its route's target: by their origin values
+            db, table = route.target
+            where = route.origin_values(ShardId(self.source_name, m["db"], m["table"]))
+            if not where:
+                log.warning("%s of %s.%s: its route to %s has no origin columns, so its rows in the target "
+                            "cannot be told from the other shards': nothing deleted", m.get("kind"), m["db"],
+                            m["table"], route.name)
+                return 0
+        deleted = 0
+        for name, sink in sinks_of(self.settings):
+            n = sink.delete_below(db, table, m["below"], where)
+            deleted += n
+            if m.get("kind") == TRUNCATE:
+                log.info("TRUNCATE of %s.%s: %d rows written before it deleted from %s (below position %s)",
+                         m["db"], m["table"], n, name, m["below"])
+            else:
+                log.info("snapshot %s of %s.%s (delete-missing): %d rows it did not find deleted from %s "
+                         "(below position %s)", m.get("snapshot_id"), m["db"], m["table"], n, name, m["below"])
+        return deleted
+
+    def table_ddl(self, m: dict) -> int:
+        """A DROP_TABLE or RENAME_TABLE marker, as ``sinks.schema_changes`` says for the
+        table; how many sink tables were dropped or renamed."""
+        db, table = m["db"], m["table"]
+        rule = self.cfg.sinks.schema_rule(db, table)
+        action = rule.drop_table if m["kind"] == DROP_TABLE else rule.rename_table
+        what = "DROP TABLE" if m["kind"] == DROP_TABLE else f"RENAME TABLE to {m.get('to_db')}.{m.get('to_table')}"
+        if action == "keep":
+            log.info("%s of %s.%s: the sink tables and the clean changelog are kept (sinks.schema_changes)", what,
+                     db, table)
+            return 0
+        moved = 0
+        for name, sink in sinks_of(self.settings):
+            if action == "rename":
+                done = sink.rename_table(db, table, m["to_db"], m["to_table"], position=m.get("position"))
+            else:
+                done = "dropped" if sink.drop_table(db, table, below=m["position"]) else "none"
+            moved += done != "none"
+            log.info("%s of %s.%s: sink %s: %s", what, db, table, name, done)
+        if action == "drop" and self.settings.changelog:
+            topic = clean_topic(self.prefix, db, table)
+            delete_topics(self.cfg.kafka, [topic])
+            log.info("%s of %s.%s: clean changelog %s deleted", what, db, table, topic)
+        return moved

@@ -94,8 +94,8 @@ class FetchWait:
 class AdaptiveConsumer:
     """A librdkafka consumer (made from ``config`` when first used) whose
     ``fetch.wait.max.ms`` is :attr:`wait`'s: :meth:`starved` and :meth:`answered` change the
-    wait, and the consumer is made again, unassigned, when it did.  Reads assign it, so a
-    new one loses nothing.  ``name``: what the log lines call it."""
+    wait, and the next :meth:`assign` makes the consumer again with it (reads assign it when
+    they start, so a new one loses nothing).  ``name``: what the log lines call it."""
 
     def __init__(self, config: dict, wait: FetchWait | None = None, name: str = "reader") -> None:
         self.config = {k: v for k, v in config.items() if k != "fetch.wait.max.ms"}
@@ -107,8 +107,6 @@ class AdaptiveConsumer:
 
     @property
     def consumer(self) -> Consumer:
-        if self._consumer is not None and self._built_ms != self.wait.ms:
-            self._drop()
         if self._consumer is None:
             self._consumer = Consumer({**self.config, "fetch.wait.max.ms": self.wait.ms})
             self._built_ms = self.wait.ms
@@ -116,7 +114,7 @@ class AdaptiveConsumer:
 
     def starved(self, where: str, position: int) -> bool:
         """Nothing came for :meth:`FetchWait.starved_after_s` while records are there: a
-        longer wait (the consumer is made again on its next use).  False at the ceiling."""
+        longer wait (the consumer is made again at the next :meth:`assign`).  False at the ceiling."""
         before = self.wait.ms
         if not self.wait.grow():
             return False
@@ -140,6 +138,11 @@ class AdaptiveConsumer:
 
     # what the readers call, passed on to the current consumer
     def assign(self, partitions: list) -> None:
+        """Assign ``partitions``, to a consumer made anew first when the wait changed since
+        the current one was made (never in the middle of a read: a read assigns when it starts,
+        and again after :meth:`starved`)."""
+        if self._consumer is not None and self._built_ms != self.wait.ms:
+            self._drop()
         self.consumer.assign(partitions)
 
     def unassign(self) -> None:

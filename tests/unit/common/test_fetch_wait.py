@@ -65,6 +65,25 @@ def test_the_consumer_is_made_with_the_current_wait_and_made_again_when_it_chang
     first = c.consumer
     assert c.consumer is first  # the same while the wait is the same
     assert c.starved("t[0]", 5)
+    assert c.consumer is first  # never replaced in the middle of a read: at the next assign
+    c.assign([])
     second = c.consumer
     assert second is not first and c.rebuilds == 1
+    c.assign([])
+    assert c.consumer is second
+    c.close()
+
+
+def test_a_wait_that_comes_down_during_a_read_keeps_the_reads_consumer():
+    """``answered`` may halve the wait at a read's first records: the read goes on with its
+    assigned consumer (made anew there, it would have no partition and the read would stall)."""
+    c = AdaptiveConsumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}, FetchWait())
+    c.wait.grow()
+    c.wait.grow()
+    c.assign([])
+    reading = c.consumer
+    for _ in range(FAST_READS):
+        c.answered(0.001)
+    assert c.wait.ms < FLOOR_MS * GROWTH * GROWTH
+    assert c.consumer is reading
     c.close()

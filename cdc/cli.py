@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from cdc import chaos, demo, demo_shards, signal_sender, verify
+from cdc import chaos, demo, demo_shards, lake, signal_sender, verify
 from cdc.bench.broker import bench_broker
 from cdc.bench.merge import bench_merge
 from cdc.bench.report import bench_race, bench_report
@@ -281,6 +281,28 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.equal else 1
 
 
+def _cmd_lake(args: argparse.Namespace) -> int:
+    """The lake tables' maintenance (optimize, vacuum, expire), their files, or SQL over them."""
+    cfg = load(args)
+    if args.lake_command == "sql":
+        columns, rows = lake.lake_sql(cfg, args.sql)
+        results = [dict(zip(columns, r)) for r in rows]
+    elif args.lake_command == "files":
+        results = lake.file_counts(cfg, args.tables)
+    else:
+        with console.status(f"lake {args.lake_command}...") as status:
+            results = lake.maintain(cfg, args.lake_command, args.tables, retention_hours=args.retention_hours,
+                                    progress=lambda msg: status.update(f"lake {args.lake_command}: {msg}"))
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+        return 0
+    table = Table(*(list(results[0]) if results else ["result"]))
+    for r in results:
+        table.add_row(*(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in r.values()))
+    console.print(table)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.shards:
         return demo_shards.run_shards_demo(Path(args.state_dir), ddl=args.ddl, keep_running=args.keep_running)
@@ -495,6 +517,23 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_p.add_argument("--read-only", action="store_true",
                          help="the producer as a CDC user without write privileges, read-only snapshots")
     chaos_p.set_defaults(func=_cmd_chaos)
+
+    lake_p = sub.add_parser("lake", help="the lake tables (Delta, Iceberg): optimize, vacuum, expire, files, sql")
+    lake_sub = lake_p.add_subparsers(dest="lake_command", required=True, metavar="ACTION")
+    for name, help_ in (("optimize", "compact small files (Delta: OPTIMIZE and a log checkpoint)"),
+                        ("vacuum", "remove files no version within the retention references, and stale staged parts"),
+                        ("expire", "expire Iceberg snapshots older than the retention"),
+                        ("files", "data files per table")):
+        p = lake_sub.add_parser(name, help=help_)
+        p.add_argument("tables", nargs="*", metavar="DB.TABLE", help="tables (names or regular expressions; default all)")
+        p.add_argument("--retention-hours", type=float, default=168.0,
+                       help="what vacuum and expire keep (default 168: a week)")
+        p.add_argument("--json", action="store_true", help="print the results as JSON")
+        p.set_defaults(func=_cmd_lake)
+    sql_p = lake_sub.add_parser("sql", help="run DuckDB SQL over the lake tables (delta.<db>.<table>, iceberg.<db>.<table>)")
+    sql_p.add_argument("sql", help='e.g. "SELECT count(*) FROM delta.shop.customers"')
+    sql_p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    sql_p.set_defaults(func=_cmd_lake)
 
     status_p = sub.add_parser("status", help="producer position, lag and rate")
     _source_option(status_p, "only the producer of this source (default: every source's)")

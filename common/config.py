@@ -219,6 +219,60 @@ class ChangelogSinkConfig(_Section):
     enabled: bool = True
 
 
+class _LakeSinkConfig(_Section):
+    """What the lake sinks share (docs/lake.md)."""
+
+    enabled: bool = False
+    # Where the merge tasks write their staged parts for the driver's commit: a directory the
+    # driver and every executor reach ("": beside the tables, <path>/_cdc_staging).
+    staging_path: str = ""
+    # Deletes: false removes the row; true keeps it with __cdc_deleted = true and the delete's position.
+    soft_delete: bool = False
+    # Compact a table's small files after every N of its commits (0: only by `cdc lake optimize`).
+    compact_every: int = Field(0, ge=0)
+    # The size compaction aims at, in bytes.
+    target_file_size: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
+
+
+class DeltaSinkConfig(_LakeSinkConfig):
+    """``sinks.delta``: Delta Lake tables at ``<path>/<db>/<table>`` (delta-rs)."""
+
+    # A local directory or an object-store URI (s3://, gs://, az://, abfss://).
+    path: str = ""
+    # Passed to delta-rs as its storage options (credentials, endpoint, region ...).
+    storage_options: dict[str, SecretStr] = Field(default_factory=dict)
+    # Delta's change data feed on the tables the sink creates (delta.enableChangeDataFeed).
+    change_data_feed: bool = False
+
+    @model_validator(mode="after")
+    def _where(self) -> "DeltaSinkConfig":
+        if self.enabled and not self.path:
+            raise ValueError("sinks.delta.path must be set when the Delta sink is enabled")
+        return self
+
+
+class IcebergSinkConfig(_LakeSinkConfig):
+    """``sinks.iceberg``: Apache Iceberg tables through a SQL catalog (pyiceberg)."""
+
+    # The catalog database as an SQLAlchemy URL: postgresql+psycopg://user:password@host:port/db,
+    # or sqlite:////path/catalog.db for one machine.
+    catalog_uri: SecretStr = SecretStr("")
+    catalog_name: str = "cdc"
+    # Where the tables' files go: a local directory or an object-store URI.
+    warehouse: str = ""
+    # The namespace of every table ("": the source database's name, table = the source table's).
+    namespace: str = ""
+    # Passed to pyiceberg's file IO (s3.endpoint, s3.access-key-id ...).
+    properties: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _where(self) -> "IcebergSinkConfig":
+        if self.enabled and not (self.catalog_uri.get_secret_value() and self.warehouse):
+            raise ValueError("sinks.iceberg.catalog_uri and sinks.iceberg.warehouse must be set when the Iceberg sink "
+                             "is enabled")
+        return self
+
+
 class SchemaChangeRule(_Section):
     """How the sinks and the clean changelog follow the DDL of the tables ``tables`` (a
     regular expression matched against ``db.table`` in full); the first rule that matches
@@ -248,6 +302,8 @@ class SinksConfig(_Section):
     changelog: ChangelogSinkConfig = Field(default_factory=ChangelogSinkConfig)
     postgres: PostgresSinkConfig = Field(default_factory=PostgresSinkConfig)
     mysql: MySQLSinkConfig = Field(default_factory=MySQLSinkConfig)
+    delta: DeltaSinkConfig = Field(default_factory=DeltaSinkConfig)
+    iceberg: IcebergSinkConfig = Field(default_factory=IcebergSinkConfig)
     schema_changes: list[SchemaChangeRule] = Field(default_factory=list)
     # How often (seconds) the merge job drops the table sinks' tombstones that no replay can
     # reach any more (spark_jobs/tombstone_horizon.py); 0: never (they then grow with deletes).

@@ -9,15 +9,36 @@ written by the tasks themselves; they have nothing to commit here.
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 from spark_jobs.errors import SinkError
+from spark_jobs.sinks.lake_base import app_id
 
 log = logging.getLogger(__name__)
 
 
-def commit_staged(sinks: list[tuple[str, Any]], stats: list[dict], batch_id: int) -> dict[str, int]:
+def owner_of(clean_prefix: str) -> str:
+    """The pipeline the lake tables belong to: ``cdc-merge:<kafka.topic_prefix>``."""
+    return f"cdc-merge:{clean_prefix}"
+
+
+def query_app_id(query_dir: Path, owner: str, source_name: str) -> str:
+    """The batch sinks' application id of the job whose streaming checkpoint is ``query_dir``:
+    its owner, its source and the query id Spark keeps in the checkpoint's ``metadata`` (a new
+    checkpoint, a new id: its batch ids start again from 0)."""
+    try:
+        query_id = json.loads((query_dir / "metadata").read_text())["id"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SinkError(f"the streaming checkpoint {query_dir} has no query id ({exc}): the batch sinks cannot "
+                        "tell a replayed batch") from exc
+    return app_id(owner, source_name, query_id)
+
+
+def commit_staged(sinks: list[tuple[str, Any]], stats: list[dict], batch_id: int, app: str = "",
+                  owner: str = "") -> dict[str, int]:
     """Commit the parts the batch's tasks staged (``stats``' ``staged`` entries: ``[sink
     name, db, table, part]``) in the batch sinks of ``sinks``, a table at a time; the rows
     upserted and deleted, summed (figures of the batch report)."""
@@ -34,7 +55,7 @@ def commit_staged(sinks: list[tuple[str, Any]], stats: list[dict], batch_id: int
         if sink is None or sink.KIND != "batch":
             raise SinkError(f"batch {batch_id}: parts of {db}.{table} were staged for {name!r}, which is not a batch "
                             "sink of the job")
-        result = sink.commit(db, table, staged, batch_id=batch_id)
+        result = sink.commit(db, table, staged, batch_id=batch_id, app=app, owner=owner)
         done["upserted"] += result.upserted
         done["deleted"] += result.deleted
         log.debug("batch %d: %s committed %d part(s) of %s.%s", batch_id, name, len(staged), db, table)

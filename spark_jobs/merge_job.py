@@ -60,7 +60,7 @@ from common.errors import CDCError
 from common.metrics_http import serve_metrics
 from contract.schema_store import SchemaStore
 from contract.topics import dlq_topic
-from spark_jobs.batch_commit import commit_staged
+from spark_jobs.batch_commit import commit_staged, owner_of, query_app_id
 from spark_jobs.batch_report import BatchReport, prometheus_text
 from spark_jobs.data_loss import DataLoss
 from spark_jobs.data_loss_guard import DataLossGuard
@@ -145,6 +145,7 @@ class MergeJob:
             clean_prefix=k.topic_prefix, debezium=k.input == "debezium")
         several = bool(cfg.sources)
         self.checkpoint = Path(cfg.spark.checkpoint_dir) / (self.source_name if several else "")
+        self.owner = owner_of(k.topic_prefix)
         self.query_dir = self.checkpoint / "query"
         self.fail_on_data_loss = cfg.spark.fail_on_data_loss
         self.store = MergeStateStore(self.checkpoint / "merge-state")
@@ -245,9 +246,10 @@ class MergeJob:
             settings = dataclasses.replace(settings, targets=self.routes.targets(partitions, schemas_end))
         counts, seen_counts, changed = key_partition_counts(partitions, prev.get("partition_counts") or {},
                                                             prev.get("partition_counts_changed") or [])
-        settings = dataclasses.replace(settings, batch_id=batch_id, key_partitions=batch_turn_keys(
-            self.prefix, self.schemas, counts, schemas_end, debezium=self.settings.debezium,
-            several_sources=len(self._stores) > 1))
+        turns = batch_turn_keys(self.prefix, self.schemas, counts, schemas_end, debezium=self.settings.debezium,
+                                several_sources=len(self._stores) > 1)
+        app = self._app_id()
+        settings = dataclasses.replace(settings, batch_id=batch_id, app_id=app, owner=self.owner, key_partitions=turns)
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         t_tasks = time.monotonic()
@@ -260,7 +262,7 @@ class MergeJob:
             self.running.ends(ok)
         t_finish = time.monotonic()
         new_states, stats = self._new_states(states, inputs, rows)
-        committed = commit_staged(sinks_of(self.settings), stats, batch_id)  # (the batch sinks')
+        committed = commit_staged(sinks_of(self.settings), stats, batch_id, app, self.owner)  # (the batch sinks')
         if committed:
             stats.append(committed)
         waiting, deleted, moved = self.table_markers.apply(
@@ -301,6 +303,13 @@ class MergeJob:
         latest, spark_ms = progress_figures(self.query)
         self.report.report(batch_id, stats, markers, seconds, lost=lost, deleted_missing=deleted_missing,
                            phases=phases, latest=latest, spark_ms=spark_ms)
+
+    def _app_id(self) -> str:
+        """The batch sinks' application id (:func:`~spark_jobs.batch_commit.query_app_id`);
+        empty without a batch sink."""
+        if not any(sink.KIND == "batch" for _, sink in sinks_of(self.settings)):
+            return ""
+        return query_app_id(self.query_dir, self.owner, self.source_name)
 
     def _ranges(self, batch_id: int) -> dict[str, tuple[int, int]]:
         """The batch's partition ranges by ``topic[partition]`` (empty where not known)."""

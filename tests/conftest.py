@@ -91,6 +91,8 @@ def config(stack: StackHandle, tmp_path: Path, unique) -> CDCConfig:
     cfg.producer.name = cfg.kafka.topic_prefix
     cfg.state_dir = str(tmp_path / "state")
     cfg.spark.checkpoint_dir = str(tmp_path / "checkpoints")
+    # The lake sinks only where a test asks for them (lake_config): they are its own place.
+    cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = False
     return cfg
 
 
@@ -104,6 +106,18 @@ def merge_config(config: CDCConfig, unique, tmp_path: Path) -> CDCConfig:
     config.spark.checkpoint_dir = str(tmp_path / "ckpt")
     config.spark.trigger_interval_s = 0.5
     return config
+
+
+@pytest.fixture
+def lake_config(merge_config: CDCConfig, unique, tmp_path: Path) -> CDCConfig:
+    """``merge_config`` with the Delta and Iceberg sinks on, in the test's own places: a Delta
+    directory, a warehouse and an Iceberg catalog of its own name in the stack's PostgreSQL."""
+    cfg = merge_config
+    cfg.sinks.delta.path = str(tmp_path / "lake" / "delta")
+    cfg.sinks.iceberg.warehouse = str(tmp_path / "lake" / "iceberg")
+    cfg.sinks.iceberg.catalog_name = unique("cat")
+    cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = True
+    return cfg
 
 
 @pytest.fixture

@@ -100,6 +100,19 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def sqlalchemy_url(dsn: str) -> str:
+    """A PostgreSQL DSN (a URL or libpq's ``key=value`` form) as the SQLAlchemy URL of
+    psycopg 3 (the Iceberg sink's SQL catalog)."""
+    from psycopg.conninfo import conninfo_to_dict
+    from sqlalchemy.engine import URL
+    d = conninfo_to_dict(dsn)
+    port = d.get("port")
+    return URL.create("postgresql+psycopg", username=d.get("user"), password=d.get("password"),
+                      host=d.get("host"), port=int(port) if port else None, database=d.get("dbname"),
+                      query={k: v for k, v in d.items() if k in ("sslmode", "sslrootcert", "sslcert", "sslkey")}
+                      ).render_as_string(hide_password=False)
+
+
 def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     """The complete configuration for a running stack."""
     m, k, p = data["mysql"], data["kafka"], data["postgres"]
@@ -117,6 +130,13 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     cfg.sinks.mysql.host, cfg.sinks.mysql.port = m["host"], m["port"]
     cfg.sinks.mysql.user, cfg.sinks.mysql.password = m["admin_user"], m["admin_password"]
     cfg.sinks.mysql.database = SINK_DATABASE
+    # The lake: Delta tables and an Iceberg warehouse in the state directory, the Iceberg
+    # catalog in the stack's PostgreSQL (docs/lake.md).
+    cfg.sinks.delta.path = str(state_dir / "lake" / "delta")
+    cfg.sinks.delta.enabled = True
+    cfg.sinks.iceberg.catalog_uri = sqlalchemy_url(p["dsn"])
+    cfg.sinks.iceberg.warehouse = str(state_dir / "lake" / "iceberg")
+    cfg.sinks.iceberg.enabled = True
     cfg.spark.checkpoint_dir = str(state_dir / "checkpoints")
     return cfg
 

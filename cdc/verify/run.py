@@ -22,6 +22,7 @@ from cdc.verify.report import SinkResult, TableReport, VerifyReport
 from cdc.verify.shards import shard_spec, stray_rows
 from cdc.verify.source import SourceTable
 from cdc.verify.spec import KeylessTable, MissingTable, TableSpec, table_spec
+from cdc.verify.lake_target import LakeTarget
 from cdc.verify.targets import DBTarget, MySQLTarget, PostgresTarget, Target
 from common.sql.sessions import read_session
 from contract.envelope import record_names
@@ -30,14 +31,18 @@ from contract.schema_store import SchemaStore
 from spark_jobs.sharding.routes import Route, Router
 from spark_jobs.sharding.shapes import ShardId
 from spark_jobs.sinks.configured import build_sinks
+from spark_jobs.sinks.lake_base import LakeSinkBase
 from spark_jobs.sinks.postgres import PostgresSink
 
 
-def build_targets(cfg) -> list[DBTarget]:
+def build_targets(cfg) -> list[Target]:
     """A target per enabled sink (the clean changelog's are per source, in :func:`verify`)."""
-    out: list[DBTarget] = []
-    for _, sink in build_sinks(cfg.sinks):
-        out.append(PostgresTarget(sink) if isinstance(sink, PostgresSink) else MySQLTarget(sink))
+    out: list[Target] = []
+    for name, sink in build_sinks(cfg.sinks):
+        if isinstance(sink, LakeSinkBase):
+            out.append(LakeTarget(name, sink))
+        else:
+            out.append(PostgresTarget(sink) if isinstance(sink, PostgresSink) else MySQLTarget(sink))
     return out
 
 

@@ -39,6 +39,11 @@ class MergeSettings:
     # The micro-batch's id: what a batch sink stages its parts under (its commit, on the
     # driver, is idempotent by it); -1: not known (a task run outside a batch).
     batch_id: int = -1
+    # The batch sinks' application id (the job's checkpoint: a batch sink's commit of a batch is
+    # recognised by it and the batch id, :func:`spark_jobs.sinks.lake_base.app_id`) and the
+    # pipeline owning the lake tables (``cdc-merge:<kafka.topic_prefix>``).
+    app_id: str = ""
+    owner: str = ""
 
 
 def sinks_of(s: MergeSettings) -> list[tuple[str, Any]]:

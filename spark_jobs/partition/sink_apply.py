@@ -82,8 +82,7 @@ def apply_to_sinks(s: MergeSettings, dec: EnvelopeDecoder, topic: str, partition
             continue
         for name, sink in sinks:
             if sink.KIND == "batch":  # staged here, committed by the driver once per table per batch
-                stage_runs(sink, name, db, table, records_of_table, key_columns[(db, table)], s.batch_id,
-                           partition, stats)
+                stage_runs(sink, name, db, table, records_of_table, key_columns[(db, table)], s, partition, stats)
                 continue
             waited = sink.turn_wait_s
             own = own_turn and sink.PARTITION_TURNS
@@ -98,14 +97,15 @@ def apply_to_sinks(s: MergeSettings, dec: EnvelopeDecoder, topic: str, partition
 
 
 def stage_runs(sink: BatchSink, name: str, db: str, table: str, kept: list[Kept], key_columns: list[str],
-               batch_id: int, partition: int, stats: dict) -> None:
+               s: MergeSettings, partition: int, stats: dict) -> None:
     """A batch sink's part of the partition's kept records of ``db.table``: staged run by run
     (:meth:`BatchSink.stage`), what each run's commit needs noted in ``stats["staged"]`` as
     ``[sink name, db, table, staged part]`` (:mod:`spark_jobs.batch_commit` commits them)."""
     staged = stats.setdefault("staged", [])
     for run in runs(kept):
         changes = [Change(None, k.op, row_of_kept(k), k.position) for k in run]
-        part = sink.stage(db, table, run[0].schema, key_columns, changes, batch_id=batch_id, partition=partition)
+        part = sink.stage(db, table, run[0].schema, key_columns, changes, batch_id=s.batch_id, partition=partition,
+                          app=s.app_id)
         staged.append([name, db, table, part])
 
 

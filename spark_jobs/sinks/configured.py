@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from common.config import SinksConfig
-from spark_jobs.sinks import mysql, postgres  # noqa: F401 - the sink modules: registered as they are imported
+from spark_jobs.sinks import delta, iceberg, mysql, postgres  # noqa: F401 - the sink modules: registered as imported
 from spark_jobs.sinks.interface import Sink
 from spark_jobs.sinks.registry import registered_sinks
 
@@ -34,7 +34,14 @@ def _sections(cfg: SinksConfig) -> list[tuple[str, type[Sink], Any]]:
 
 
 def _plain(value: Any) -> Any:
-    return value.get_secret_value() if isinstance(value, SecretStr) else value
+    """A section's value in a hashable form (secrets as their values, mappings as items)."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, dict):
+        return tuple(sorted((k, _plain(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 def _identity(cfg: SinksConfig) -> tuple:

@@ -106,14 +106,17 @@ class BatchSink(Sink):
     KIND: ClassVar[str] = "batch"
 
     def stage(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str], records: Sequence[Any], *,
-              batch_id: int, partition: int) -> dict:
+              batch_id: int, partition: int, app: str = "") -> dict:
         """In a merge task: write one partition's changes of ``db.table`` where the commit
         will take them (nothing visible yet); returns what the commit needs of them (JSON
-        data: it travels to the driver with the task's figures)."""
+        data: it travels to the driver with the task's figures).  ``app``: the job's
+        application id (:func:`spark_jobs.sinks.lake_base.app_id`)."""
         raise NotImplementedError
 
-    def commit(self, db: str, table: str, staged: Sequence[dict], *, batch_id: int) -> ApplyResult:
+    def commit(self, db: str, table: str, staged: Sequence[dict], *, batch_id: int, app: str = "",
+               owner: str = "") -> ApplyResult:
         """On the driver, once every task of batch ``batch_id`` is done: the table's staged
         parts in one transaction, per key the change with the highest position; a batch
-        already committed (a replay) commits nothing."""
+        already committed by ``app`` (a replay) commits nothing.  ``owner``: the pipeline the
+        tables it creates belong to (a table of another is refused)."""
         raise NotImplementedError

@@ -18,9 +18,11 @@ def _run_available_now(cfg):
     assert MergeJob(cfg).run(available_now=True) == 0
 
 
-def _pipeline(stack, cfg, test_db, kinds, rows=800):
+def _pipeline(stack, cfg, test_db, kinds, rows=800, pause_s=0.0):
     """Tables loaded before the stream starts (only the snapshot brings those rows), writes
-    running while a signal snapshots every table."""
+    running while a signal snapshots every table (each writer pausing ``pause_s`` between
+    its changes: unpaused, writers on a machine shared with other work can outrun the
+    producer, and the snapshot's windows wait ever longer for their CLOSE markers)."""
     from tests.producer_helpers import start_at_current
     keys = {}
     with stack.admin() as conn:
@@ -30,7 +32,8 @@ def _pipeline(stack, cfg, test_db, kinds, rows=800):
     cfg.snapshot.chunk_size = 150
     start_at_current(cfg)
     with ProducerThread(cfg):
-        with write_loads(stack, test_db, {f"t_{kind}": kind for kind in kinds}, rows + 100, min_ops=30):
+        with write_loads(stack, test_db, {f"t_{kind}": kind for kind in kinds}, rows + 100, min_ops=30,
+                         pause_s=pause_s):
             sid = snapshot(cfg, [f"{test_db}.t_{kind}" for kind in kinds])
             wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
     run_until_caught_up(cfg)

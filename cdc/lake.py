@@ -1,0 +1,116 @@
+"""``cdc lake``: the lake tables' maintenance and a look at them.
+
+* ``cdc lake optimize`` compacts each table's small files (Delta: OPTIMIZE and a log
+  checkpoint; Iceberg: the small data files rewritten in one snapshot);
+* ``cdc lake vacuum`` removes the Delta files no version within the retention references and
+  the lake sinks' staged parts left by failed tasks;
+* ``cdc lake expire`` expires the Iceberg snapshots older than the retention;
+* ``cdc lake files`` shows the data files per table;
+* ``cdc lake sql "SELECT ..."`` runs DuckDB over the tables (``delta.<db>.<table>`` and
+  ``iceberg.<db>.<table>`` as views), with the delta, iceberg and avro extensions of the
+  ``duckdb-extension-*`` packages (the ``lake-query`` extra: no download at run time).
+
+Each takes ``DB.TABLE`` names or regular expressions (default: every lake table).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Any, Callable, Iterator, Sequence
+
+from cdc.errors import CommandError
+from common.config import CDCConfig
+from spark_jobs.sinks.configured import build_sinks
+from spark_jobs.sinks.lake_base import LakeSinkBase
+
+__all__ = ["lake_sinks", "maintain", "file_counts", "duckdb_connection", "lake_sql"]
+
+
+def lake_sinks(cfg: CDCConfig) -> list[tuple[str, LakeSinkBase]]:
+    """The enabled lake sinks of the configuration, by name."""
+    sinks = [(name, s) for name, s in build_sinks(cfg.sinks) if isinstance(s, LakeSinkBase)]
+    if not sinks:
+        raise CommandError("no lake sink is enabled (sinks.delta or sinks.iceberg in the configuration)")
+    return sinks
+
+
+def _selected(sink: LakeSinkBase, patterns: Sequence[str]) -> Iterator[tuple[str, str]]:
+    for db, table in sink.tables():
+        if not patterns or any(re.fullmatch(p, f"{db}.{table}") for p in patterns):
+            yield db, table
+
+
+def maintain(cfg: CDCConfig, action: str, patterns: Sequence[str] = (), *, retention_hours: float = 168.0,
+             progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Run ``action`` (``optimize``, ``vacuum``, ``expire``) on every selected lake table;
+    one result per table and sink."""
+    results = []
+    for name, sink in lake_sinks(cfg):
+        step = {"optimize": lambda d, t: sink.compact(d, t),
+                "vacuum": lambda d, t: getattr(sink, "vacuum", None) and sink.vacuum(d, t, retention_hours),
+                "expire": lambda d, t: getattr(sink, "expire", None) and sink.expire(d, t, retention_hours)}[action]
+        for db, table in _selected(sink, patterns):
+            if progress:
+                progress(f"{name} {db}.{table}")
+            before = sink.file_count(db, table)
+            done = step(db, table) or {}
+            results.append({"sink": name, "table": f"{db}.{table}", "files_before": before,
+                            "files_after": sink.file_count(db, table), **done})
+        if action == "vacuum":
+            results.append({"sink": name, "table": "(staged parts)",
+                            "removed": sink.staging.remove_stale(retention_hours)})
+        sink.close()
+    return results
+
+
+def file_counts(cfg: CDCConfig, patterns: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Data files per lake table."""
+    out = []
+    for name, sink in lake_sinks(cfg):
+        out += [{"sink": name, "table": f"{db}.{table}", "files": sink.file_count(db, table)}
+                for db, table in _selected(sink, patterns)]
+        sink.close()
+    return out
+
+
+def duckdb_connection() -> Any:
+    """A DuckDB connection with the avro, delta and iceberg extensions loaded from their PyPI
+    packages (``duckdb-extension-*``, the versions pinned with DuckDB's), nothing downloaded."""
+    try:
+        import duckdb
+    except ImportError as exc:
+        raise CommandError("DuckDB is not installed: pip install 'mysql-cdc[lake-query]'") from exc
+    con = duckdb.connect()
+    con.execute("SET autoinstall_known_extensions = false; SET autoload_known_extensions = false")
+    for ext in ("avro", "delta", "iceberg"):
+        try:
+            mod = __import__(f"duckdb_extension_{ext}")
+        except ImportError as exc:
+            raise CommandError(f"DuckDB's {ext} extension package is not installed: "
+                               "pip install 'mysql-cdc[lake-query]'") from exc
+        found = glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", f"v{duckdb.__version__}",
+                                       f"{ext}.duckdb_extension"))
+        if not found:
+            raise CommandError(f"duckdb-extension-{ext} does not match DuckDB {duckdb.__version__}")
+        con.execute(f"LOAD '{found[0]}'")
+    return con
+
+
+def _ident(*parts: str) -> str:
+    return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
+
+
+def lake_sql(cfg: CDCConfig, sql: str) -> tuple[list[str], list[tuple]]:
+    """Run ``sql`` in DuckDB with every lake table as a view ``<sink>.<db>.<table>``."""
+    con = duckdb_connection()
+    for name, sink in lake_sinks(cfg):
+        con.execute(f"ATTACH ':memory:' AS {_ident(name)}")
+        for db, table in sink.tables():
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(name, db)}")
+            con.execute(f"CREATE VIEW {_ident(name, db, table)} AS SELECT * FROM {sink.duckdb_scan(db, table)}")
+        sink.close()
+    cur = con.execute(sql)
+    columns = [d[0] for d in cur.description or []]
+    return columns, cur.fetchall()

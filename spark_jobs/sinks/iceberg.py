@@ -1,0 +1,430 @@
+"""The Apache Iceberg sink (``sinks.iceberg``): one Iceberg table per source table (per route
+target for routed shards), identifier ``<db>.<table>`` (or ``<namespace>.<db>__<table>``),
+written with pyiceberg through a SQL catalog (PostgreSQL, or SQLite on one machine), data
+files under ``warehouse``.
+
+Per table per micro-batch, on the driver, one Iceberg transaction: the rows of the batch's
+keys are read (key and position), the changes that win by position are kept, the rows they
+replace are deleted (copy-on-write: pyiceberg rewrites the data files that hold them) and
+the new rows appended, with the merge job's application id and batch id written into the
+table's properties and the snapshots' summaries in the same metadata commit
+(:mod:`spark_jobs.sinks.lake_base`): a replayed batch finds itself committed.
+
+What bounds a commit: reading the batch's keys scans the files whose key range (the
+manifests' bounds) covers them, and the delete rewrites every data file holding a replaced
+row; with keys spread over the table that is most of its files, so a commit costs about the
+table's size, not the batch's.  Compaction (:meth:`IcebergSink.compact`) rewrites the small
+files a commit leaves into files of ``target_file_size``.
+
+Types: Iceberg has no 16-bit integers (SMALLINT, YEAR are int); int -> long, float ->
+double and a decimal's precision grow in place; any other type change drops the column's
+old values (read as null until the snapshot the producer takes after such DDL refills them).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.sinks.batch import check_position
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, LakeSinkBase, evolved_schema
+from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
+from spark_jobs.sinks.naming import POSITION_COLUMN
+from spark_jobs.sinks.registry import register_sink
+
+log = logging.getLogger(__name__)
+
+__all__ = ["IcebergSink", "batch_property"]
+
+_OLD = "__cdc_old_position"
+
+
+def batch_property(app: str) -> str:
+    """The table property holding the last batch ``app`` committed."""
+    return f"cdc.batch.{app}"
+
+
+def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
+    """Whether Iceberg holds ``wanted``'s values in the column as it is or promoted in place."""
+    if table_type == wanted or (pa.types.is_string(wanted) or pa.types.is_large_string(wanted)) and \
+            (pa.types.is_string(table_type) or pa.types.is_large_string(table_type)):
+        return True
+    if pa.types.is_binary(wanted) or pa.types.is_large_binary(wanted):
+        return pa.types.is_binary(table_type) or pa.types.is_large_binary(table_type)
+    pairs = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
+    if (table_type, wanted) in pairs or (wanted, table_type) in pairs:
+        return True
+    if pa.types.is_decimal(table_type) and pa.types.is_decimal(wanted):
+        return wanted.scale == table_type.scale
+    return False
+
+
+def _errors() -> dict[str, type[Exception]]:
+    from pyiceberg import exceptions as e
+    from sqlalchemy.exc import DBAPIError, OperationalError
+    return {"conflict": e.CommitFailedException, "missing": e.NoSuchTableError, "exists": e.TableAlreadyExistsError,
+            "down": (OperationalError, DBAPIError)}
+
+
+@register_sink("iceberg")
+class IcebergSink(LakeSinkBase):
+    """Source tables as Iceberg tables of a SQL catalog (see the module docstring)."""
+
+    FORMAT = "Iceberg"
+    SMALL_INTS = False
+
+    @classmethod
+    def from_config(cls, section: Any) -> "IcebergSink":
+        """The sink of ``sinks.iceberg``."""
+        return cls(section.catalog_uri.get_secret_value(), section.warehouse, catalog_name=section.catalog_name,
+                   namespace=section.namespace,
+                   properties={k: v.get_secret_value() for k, v in (section.properties or {}).items()},
+                   staging=section.staging_path or None, soft_delete=section.soft_delete,
+                   compact_every=section.compact_every, target_file_size=section.target_file_size)
+
+    def __init__(self, catalog_uri: str, warehouse: str, *, catalog_name: str = "cdc", namespace: str = "",
+                 properties: dict[str, str] | None = None, staging: str | None = None, soft_delete: bool = False,
+                 compact_every: int = 0, target_file_size: int = 128 * 1024 * 1024) -> None:
+        if not catalog_uri or not warehouse:
+            raise SinkError("sinks.iceberg.catalog_uri and sinks.iceberg.warehouse must be set")
+        self.catalog_uri = catalog_uri
+        self.warehouse = str(warehouse).rstrip("/")
+        self.catalog_name = catalog_name
+        self.namespace = namespace
+        self.properties = dict(properties or {})
+        self.target_file_size = target_file_size
+        super().__init__(staging or f"{self.warehouse}/_cdc_staging", soft_delete=soft_delete,
+                         compact_every=compact_every)
+        self._catalog: Any = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_catalog"], state["_layouts"] = None, {}
+        return state
+
+    def close(self) -> None:
+        catalog, self._catalog = self._catalog, None
+        engine = getattr(catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+
+    @property
+    def catalog(self) -> Any:
+        if self._catalog is None:
+            from pyiceberg.catalog.sql import SqlCatalog
+            warehouse = self.warehouse if "://" in self.warehouse else f"file://{self.warehouse}"
+            try:
+                self._catalog = SqlCatalog(self.catalog_name, uri=self.catalog_uri, warehouse=warehouse,
+                                           **self.properties)
+            except _errors()["down"] as exc:
+                raise SinkUnavailable(f"the Iceberg catalog database cannot be reached: {_no_secret(exc)}") from exc
+        return self._catalog
+
+    # -- where ---------------------------------------------------------------------------------
+    def identifier(self, db: str, table: str) -> tuple[str, str]:
+        if not db or not table or "." in db + table:
+            raise SinkError(f"{db!r}.{table!r} cannot name an Iceberg table (dots separate namespaces)")
+        return (self.namespace, f"{db}__{table}") if self.namespace else (db, table)
+
+    def where(self, db: str, table: str) -> str:
+        return "iceberg:" + ".".join(self.identifier(db, table))
+
+    def read_batches(self, db: str, table: str) -> Iterator[pa.RecordBatch] | None:
+        """The table's rows in Arrow batches (None: no such table)."""
+        handle = self._load(db, table)
+        if handle is None:
+            return None
+        return iter(()) if handle.current_snapshot() is None else iter(handle.scan().to_arrow_batch_reader())
+
+    def duckdb_scan(self, db: str, table: str) -> str:
+        """DuckDB's table function reading the table's current metadata (its iceberg extension)."""
+        handle = self._load(db, table)
+        if handle is None:
+            raise SinkError(f"no Iceberg table of {db}.{table}")
+        return "iceberg_scan('" + handle.metadata_location.replace("'", "''") + "')"
+
+    # -- the table ------------------------------------------------------------------------------
+    def _load(self, db: str, table: str) -> Any:
+        err = _errors()
+        try:
+            return self.catalog.load_table(self.identifier(db, table))
+        except err["missing"]:
+            return None
+        except err["down"] as exc:
+            self.close()
+            raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
+                                  f"{_no_secret(exc)}") from exc
+
+    def _owner(self, handle: Any) -> str | None:
+        return handle.properties.get(OWNER_PROPERTY)
+
+    def _committed_batch(self, handle: Any, app: str) -> int | None:
+        v = handle.properties.get(batch_property(app))
+        return int(v) if v is not None else None
+
+    def _schema(self, handle: Any) -> pa.Schema:
+        return handle.schema().as_arrow()
+
+    def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
+        err = _errors()
+        ident = self.identifier(db, table)
+        try:
+            self.catalog.create_namespace_if_not_exists(ident[0])
+            return self.catalog.create_table(ident, schema=schema, properties={
+                OWNER_PROPERTY: owner or "cdc-merge", "format-version": "2",
+                "write.parquet.compression-codec": "zstd", "cdc.key": ",".join(key)})
+        except err["exists"] as exc:
+            raise LakeCommitConflict(f"the table was created meanwhile: {exc}") from exc
+        except err["down"] as exc:
+            self.close()
+            raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
+                                  f"{_no_secret(exc)}") from exc
+        except OSError as exc:
+            raise SinkUnavailable(f"cannot create the Iceberg table of {db}.{table} under {self.warehouse}: {exc} "
+                                  "(is sinks.iceberg.warehouse writable by the merge job?)") from exc
+
+    def _evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
+        current = self._schema(handle)
+        added, retyped = evolved_schema(current, schema, _promotes)
+        widened = [f for f in schema if f.name in current.names and f.name not in retyped
+                   and current.field(f.name).type != f.type and _wider(current.field(f.name).type, f.type)]
+        if not (added or retyped or widened):
+            return handle
+        if set(retyped) & set(key):
+            raise SinkError(f"Iceberg table of {db}.{table}: key column(s) {', '.join(retyped)} changed type; drop the "
+                            f"table ({self.where(db, table)}) and let the snapshot fill it again")
+        from pyiceberg.io.pyarrow import _ConvertToIceberg, visit_pyarrow
+        with handle.update_schema() as update:
+            for name in retyped:
+                update.delete_column(name)
+        with handle.update_schema() as update:
+            for f in [*(schema.field(n) for n in retyped), *added]:
+                update.add_column(f.name, visit_pyarrow(f.type, _ConvertToIceberg()))
+            for f in widened:
+                update.update_column(f.name, field_type=visit_pyarrow(f.type, _ConvertToIceberg()))
+        if retyped:
+            log.warning("Iceberg table of %s.%s: column(s) %s changed type beyond what Iceberg promotes; their old "
+                        "values read as null until the snapshot refills them", db, table, ", ".join(retyped))
+        return self._load(db, table)
+
+    def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
+               app: str) -> tuple[int, int]:
+        from pyiceberg.table.upsert_util import create_match_filter
+        err = _errors()
+        applied, replaced = self._winners(handle, changes, key)
+        is_delete = pc.equal(applied.column(OP_COLUMN), "d")
+        new_rows = self._new_rows(handle, applied, is_delete, key)
+        props = {"cdc.app": app, "cdc.batch": str(batch_id)}
+        try:
+            with handle.transaction() as tx:
+                if replaced.num_rows:
+                    tx.delete(create_match_filter(replaced, key), snapshot_properties=props)
+                if new_rows.num_rows:
+                    tx.append(new_rows, snapshot_properties=props)
+                tx.set_properties({batch_property(app): str(batch_id)})
+        except err["conflict"] as exc:
+            raise LakeCommitConflict(str(exc)) from exc
+        except err["down"] as exc:
+            self.close()
+            raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}, batch "
+                                  f"{batch_id}): {_no_secret(exc)}") from exc
+        deletes = int(pc.sum(is_delete).as_py() or 0)
+        if not self.soft_delete:  # a delete of a key the table does not hold removes nothing
+            held = applied.filter(is_delete).join(replaced, keys=key, join_type="inner").num_rows if deletes else 0
+            return applied.num_rows - deletes, held
+        return applied.num_rows - deletes, deletes
+
+    def _winners(self, handle: Any, changes: pa.Table, key: list[str]) -> tuple[pa.Table, pa.Table]:
+        """The changes that win by position over the table's rows of their keys, and the keys
+        of the table's rows they replace."""
+        from pyiceberg.table.upsert_util import create_match_filter
+        existing = handle.scan(row_filter=create_match_filter(changes, key),
+                               selected_fields=tuple(key + [POSITION_COLUMN])).to_arrow()
+        if existing.num_rows == 0:
+            return changes, changes.slice(0, 0).select(key)
+        ex = pa.table([existing.column(k).cast(changes.schema.field(k).type) for k in key]
+                      + [existing.column(POSITION_COLUMN).cast(pa.string())], names=key + [_OLD])
+        joined = changes.join(ex, keys=key, join_type="left outer")
+        old = joined.column(_OLD)
+        wins = pc.or_kleene(pc.is_null(old), pc.greater(joined.column(POSITION_COLUMN), old))
+        applied = joined.filter(wins)
+        replaced = applied.filter(pc.is_valid(applied.column(_OLD))).select(key)
+        return applied.drop_columns([_OLD]), replaced
+
+    def _new_rows(self, handle: Any, applied: pa.Table, is_delete: Any, key: list[str]) -> pa.Table:
+        """The rows the commit appends: the upserts (and, with ``soft_delete``, the deleted rows
+        flagged: their last values, read from the table, with the delete's position)."""
+        schema = self._schema(handle)
+        rows = applied.filter(pc.invert(is_delete))
+        parts = [_shaped(rows, schema, deleted=False)]
+        if self.soft_delete:
+            gone = applied.filter(is_delete)
+            if gone.num_rows:
+                parts.append(self._flagged(handle, gone, key, schema))
+        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    def _flagged(self, handle: Any, gone: pa.Table, key: list[str], schema: pa.Schema) -> pa.Table:
+        from pyiceberg.table.upsert_util import create_match_filter
+        last = handle.scan(row_filter=create_match_filter(gone, key)).to_arrow().drop_columns([POSITION_COLUMN])
+        keys = pa.table([gone.column(k) for k in key] + [gone.column(POSITION_COLUMN)], names=key + [POSITION_COLUMN])
+        last = pa.table([last.column(k).cast(keys.schema.field(k).type) if k in key else last.column(k)
+                         for k in last.column_names], names=last.column_names)
+        joined = keys.join(last.drop_columns([DELETED_COLUMN]) if DELETED_COLUMN in last.column_names else last,
+                           keys=key, join_type="left outer")
+        return _shaped(joined, schema, deleted=True)
+
+    # -- the driver's table operations ----------------------------------------------------------
+    def _below(self, position: str, where: dict | None) -> Any:
+        from pyiceberg.expressions import And, EqualTo, LessThan
+        check_position(position)
+        expr = LessThan(POSITION_COLUMN, position)
+        for c, v in (where or {}).items():
+            expr = And(expr, EqualTo(c, v))
+        return expr
+
+    def delete_below(self, db: str, table: str, position: str, where: dict | None = None) -> int:
+        handle = self._load(db, table)
+        if handle is None:
+            return 0
+        expr = self._below(position, where)
+        doomed = handle.scan(row_filter=expr, selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows
+        if not doomed:
+            return 0
+        if self.soft_delete:
+            rows = handle.scan(row_filter=expr).to_arrow()
+            flagged = rows.set_column(rows.schema.get_field_index(POSITION_COLUMN), POSITION_COLUMN,
+                                      pa.array([position] * rows.num_rows, rows.schema.field(POSITION_COLUMN).type))
+            flagged = flagged.set_column(flagged.schema.get_field_index(DELETED_COLUMN), DELETED_COLUMN,
+                                         pa.array([True] * rows.num_rows, pa.bool_()))
+            with handle.transaction() as tx:
+                tx.delete(expr)
+                tx.append(flagged)
+        else:
+            handle.delete(expr)
+        return doomed
+
+    def drop_table(self, db: str, table: str, below: str | None = None) -> bool:
+        handle = self._load(db, table)
+        if handle is None:
+            return False
+        if below is not None:
+            self.delete_below(db, table, below)
+            if handle.refresh().scan(selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows:
+                return True
+        self.catalog.purge_table(self.identifier(db, table))
+        return True
+
+    def rename_table(self, db: str, table: str, to_db: str, to_table: str, position: str | None = None) -> str:
+        handle = self._load(db, table)
+        if handle is None:
+            return "none"
+        if position is not None:
+            from pyiceberg.expressions import GreaterThan
+            check_position(position)
+            if handle.scan(row_filter=GreaterThan(POSITION_COLUMN, position),
+                           selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows:
+                return "none"
+        if self._load(to_db, to_table) is not None:
+            self.drop_table(db, table)
+            return "dropped"
+        to = self.identifier(to_db, to_table)
+        self.catalog.create_namespace_if_not_exists(to[0])
+        self.catalog.rename_table(self.identifier(db, table), to)
+        return "renamed"
+
+    def tables(self) -> list[tuple[str, str]]:
+        out = []
+        for ns in self.catalog.list_namespaces():
+            for ident in self.catalog.list_tables(ns):
+                ns_name, name = ".".join(ident[:-1]), ident[-1]
+                if self.namespace:
+                    if ns_name == self.namespace and "__" in name:
+                        out.append(tuple(name.split("__", 1)))
+                else:
+                    out.append((ns_name, name))
+        return sorted(out)
+
+    def applied_positions(self) -> dict[tuple[str, str], str]:
+        out = {}
+        for db, table in self.tables():
+            handle = self._load(db, table)
+            if handle is None or handle.current_snapshot() is None:
+                continue
+            positions = handle.scan(selected_fields=(POSITION_COLUMN,)).to_arrow().column(POSITION_COLUMN)
+            top = pc.max(positions).as_py() if len(positions) else None
+            if top:
+                out[(db, table)] = top
+        return out
+
+    # -- maintenance -----------------------------------------------------------------------------
+    def compact(self, db: str, table: str) -> dict:
+        """Rewrite the table's small data files (below half of ``target_file_size``) into
+        files of that size, in one snapshot."""
+        from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+        from pyiceberg.expressions import AlwaysTrue
+        handle = self._load(db, table)
+        if handle is None or handle.current_snapshot() is None:
+            return {}
+        small = [t for t in handle.scan().plan_files() if t.file.file_size_in_bytes < self.target_file_size // 2]
+        if len(small) < 2:
+            return {"files_removed": 0, "files_added": 0}
+        with handle.transaction() as tx:
+            with tx.update_snapshot(snapshot_properties={"cdc.maintenance": "compact"}).overwrite() as ow:
+                df = ArrowScan(table_metadata=tx.table_metadata, io=handle.io, projected_schema=handle.schema(),
+                               row_filter=AlwaysTrue()).to_table(tasks=small)
+                added = list(_dataframe_to_data_files(table_metadata=tx.table_metadata, df=df, io=handle.io,
+                                                      write_uuid=ow.commit_uuid))
+                for t in small:
+                    ow.delete_data_file(t.file)
+                for f in added:
+                    ow.append_data_file(f)
+        return {"files_removed": len(small), "files_added": len(added)}
+
+    def expire(self, db: str, table: str, retention_hours: float) -> dict:
+        """Expire the snapshots older than ``retention_hours`` (the current one stays)."""
+        handle = self._load(db, table)
+        if handle is None or handle.current_snapshot() is None:
+            return {}
+        before = len(handle.metadata.snapshots)
+        cutoff = datetime.now(timezone.utc) - timedelta(hours=retention_hours)
+        handle.maintenance.expire_snapshots().older_than(cutoff).commit()
+        return {"snapshots_expired": before - len(handle.refresh().metadata.snapshots)}
+
+    def file_count(self, db: str, table: str) -> int:
+        """Data files in the table's current snapshot."""
+        handle = self._load(db, table)
+        if handle is None or handle.current_snapshot() is None:
+            return 0
+        return len(handle.scan().plan_files())
+
+
+def _wider(table_type: pa.DataType, wanted: pa.DataType) -> bool:
+    """Whether ``wanted`` is a promotion Iceberg makes in place (int -> long, float -> double,
+    a decimal's precision up)."""
+    if (table_type, wanted) in {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}:
+        return True
+    return pa.types.is_decimal(table_type) and pa.types.is_decimal(wanted) and wanted.precision > table_type.precision
+
+
+def _shaped(rows: pa.Table, schema: pa.Schema, *, deleted: bool) -> pa.Table:
+    """``rows`` as the table's columns and types (the flag set where the table has it)."""
+    arrays = []
+    for f in schema:
+        if f.name == DELETED_COLUMN:
+            arrays.append(pa.array([deleted] * rows.num_rows, pa.bool_()))
+        elif f.name in rows.column_names:
+            arrays.append(rows.column(f.name).cast(f.type))
+        else:
+            arrays.append(pa.nulls(rows.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _no_secret(exc: Exception) -> str:
+    """An SQLAlchemy error's first line without its statement and parameters (no DSN, no password)."""
+    orig = getattr(exc, "orig", None)
+    return str(orig if orig is not None else exc).splitlines()[0][:300]

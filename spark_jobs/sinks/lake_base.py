@@ -1,0 +1,249 @@
+"""What the lake sinks (Delta Lake, Iceberg) share: the tasks' staged parts, the frame of the
+driver's commit, its exactly-once check and the tables' ownership.
+
+A micro-batch reaches a lake table in one commit (:meth:`LakeSinkBase.commit`):
+
+1. the merge tasks stage their partitions' changes (:meth:`LakeSinkBase.stage`: one Parquet
+   file per run, per key the change with the highest position, nothing visible);
+2. the driver, once every task of the batch is done, reads the table's parts, reduces them
+   to one change per key (:func:`~spark_jobs.sinks.lake_stage.reduce_changes`) and merges them
+   into the table by position in one commit: a row is replaced only by a change with a higher
+   position; a delete removes the row (or, with ``soft_delete``, flags it ``__cdc_deleted``
+   and keeps the delete's position);
+3. that commit carries the job's *application id* and the batch id (Delta: the commit's
+   application transaction, app id and version; Iceberg: a table property written in the
+   same metadata commit and the snapshot's summary), so a batch replayed after a crash finds
+   itself committed and commits nothing; the table's latest version never holds half a batch.
+
+The application id names the job's checkpoint (:func:`app_id`): a merge job started on a new
+checkpoint (lost Kafka history, ``cdc stack up`` after the embedded broker restarted) counts
+its batches from 0 again under a new id.  The *owner* (``cdc-merge:<kafka.topic_prefix>``) is
+written into each table the job creates; a table owned by another pipeline, or made by
+someone else, is refused with a message naming it (two pipelines must not share tables).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, ClassVar, Sequence
+
+import pyarrow as pa
+
+from common.errors import UnsupportedType
+from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.sinks.batch import ApplyResult
+from spark_jobs.sinks.interface import BatchSink
+from spark_jobs.sinks.lake_stage import StagingArea, reduce_changes
+from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, changes_table, lake_schema
+from spark_jobs.sinks.layout import TableLayout, table_layout
+from spark_jobs.sinks.naming import POSITION_COLUMN
+
+log = logging.getLogger(__name__)
+
+#: The table property naming the pipeline that writes a lake table.
+OWNER_PROPERTY = "cdc.owner"
+#: How often a commit that lost a race with another writer is tried again.
+COMMIT_ATTEMPTS = 5
+
+
+def app_id(owner: str, source_name: str, query_id: str) -> str:
+    """The application id of a merge job's commits: its pipeline, its source and its
+    checkpoint's query id (Spark keeps it in the checkpoint's ``metadata``)."""
+    return f"{owner}/{source_name}/{query_id}"
+
+
+class LakeCommitConflict(SinkError):
+    """Another writer committed to the table between this commit's read and its write."""
+
+
+class LakeSinkBase(BatchSink):
+    """A :class:`~spark_jobs.sinks.interface.BatchSink` of lake tables.
+
+    Subclasses implement the format: ``_load`` (the table, or None), ``_owner`` and
+    ``_committed_batch`` (read from a loaded table), ``_create`` (a new table of an Arrow
+    schema, owned by ``owner``), ``_schema`` (a loaded table's Arrow schema), ``_evolve``
+    (columns added, types widened or the table written again), ``_merge`` (the reduced
+    changes in one commit tagged with the batch) and the driver's table operations."""
+
+    #: Whether the format has 16-bit integers (Iceberg has not).
+    SMALL_INTS: ClassVar[bool] = True
+    #: The sink's format, in messages.
+    FORMAT: ClassVar[str] = "lake"
+
+    def __init__(self, staging: str, *, soft_delete: bool = False, compact_every: int = 0) -> None:
+        self.staging = StagingArea(staging)
+        self.soft_delete = soft_delete
+        self.compact_every = compact_every
+        self._layouts: dict[tuple[str, tuple], TableLayout] = {}
+        self._commits = 0
+
+    # -- in the merge tasks ----------------------------------------------------------------------
+    def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
+        import json
+        text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema, sort_keys=True, default=str)
+        ck = (text, tuple(key_columns))
+        layout = self._layouts.get(ck)
+        if layout is None:
+            if len(self._layouts) > 256:
+                self._layouts.clear()
+            layout = self._layouts[ck] = table_layout(value_schema, key_columns)
+        return layout
+
+    def stage(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str], records: Sequence[Any], *,
+              batch_id: int, partition: int, app: str = "") -> dict:
+        layout = self._layout(value_schema, key_columns)
+        changes = reduce_changes(changes_table(layout, records, small_ints=self.SMALL_INTS), layout.key_names)
+        part = self.staging.write(app or "job", db, table, batch_id, partition, changes, layout.key_names)
+        part["input"] = len(records)
+        return part
+
+    # -- on the driver -------------------------------------------------------------------------
+    def commit(self, db: str, table: str, staged: Sequence[dict], *, batch_id: int, app: str = "",
+               owner: str = "") -> ApplyResult:
+        app = app or "job"
+        key = list(staged[0]["key"])
+        given = sum(int(p.get("input", p["rows"])) for p in staged)
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                result = self._commit_once(db, table, staged, key, batch_id, app, owner, given)
+                break
+            except LakeCommitConflict as exc:
+                if attempt == COMMIT_ATTEMPTS:
+                    raise SinkUnavailable(f"{self.FORMAT} table of {db}.{table}: batch {batch_id} lost the race with "
+                                          f"another writer {attempt} times ({exc}); the batch is retried") from exc
+                log.info("%s table of %s.%s: another writer committed first (%s); trying again", self.FORMAT, db,
+                         table, exc)
+                time.sleep(0.05 * attempt)
+        self.staging.remove_batch(app, db, table, batch_id)
+        self.staging.remove_older(app, db, table, batch_id)
+        self._commits += 1
+        if self.compact_every and self._commits % self.compact_every == 0:
+            self._maintain(db, table, lambda: self.compact(db, table))
+        return result
+
+    def _commit_once(self, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int, app: str,
+                     owner: str, given: int) -> ApplyResult:
+        handle = self._load(db, table)
+        if handle is not None:
+            self.check_owner(handle, db, table, owner)
+            done = self._committed_batch(handle, app)
+            if done is not None and done >= batch_id:  # a replay: committed before the crash
+                log.info("%s table of %s.%s: batch %d is committed already (app %s); not applied again",
+                         self.FORMAT, db, table, batch_id, app)
+                return ApplyResult(skipped=given)
+        changes = reduce_changes(self.staging.read(staged), key)
+        superseded = given - changes.num_rows
+        target = lake_schema_of(changes, self.soft_delete)
+        if handle is None:
+            handle = self._create(db, table, target, key, owner)
+        else:
+            handle = self._evolve(handle, db, table, target, key)
+        upserted, deleted = self._merge(handle, db, table, self._conformed(handle, changes), key, batch_id, app)
+        skipped = max(0, changes.num_rows - upserted - deleted)  # older than the table's rows
+        return ApplyResult(upserted=upserted, deleted=deleted, skipped=skipped, superseded=superseded)
+
+    def _conformed(self, handle: Any, changes: pa.Table) -> pa.Table:
+        """The changes with the table's columns, in its order and types (a column the changes
+        lack is null: records written before it was added), and the op."""
+        schema = self._schema(handle)
+        arrays, fields = [], []
+        for f in schema:
+            if f.name == DELETED_COLUMN:
+                continue
+            if f.name in changes.column_names:
+                col = changes.column(f.name)
+                if col.type != f.type:
+                    try:
+                        col = col.cast(f.type)
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                        raise UnsupportedType(f"column {f.name!r}: the changes' {col.type} does not fit the "
+                                              f"table's {f.type}: {exc}") from exc
+            else:
+                col = pa.nulls(changes.num_rows, f.type)
+            arrays.append(col)
+            fields.append(pa.field(f.name, f.type, nullable=True))
+        arrays.append(changes.column(OP_COLUMN))
+        fields.append(pa.field(OP_COLUMN, pa.string(), nullable=True))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def check_owner(self, handle: Any, db: str, table: str, owner: str) -> None:
+        """Refuse a table another pipeline owns, or that the merge job did not make."""
+        found = self._owner(handle)
+        if found is None:
+            raise SinkError(f"the {self.FORMAT} table of {db}.{table} ({self.where(db, table)}) was not made by the "
+                            "merge job (it has no cdc.owner property): give the sink another location, or drop or "
+                            "move that table")
+        if owner and found != owner:
+            raise SinkError(f"the {self.FORMAT} table of {db}.{table} ({self.where(db, table)}) is written by another "
+                            f"pipeline ({found!r}, this one is {owner!r}): two pipelines must not share lake tables; "
+                            "give this sink another location")
+
+    def _maintain(self, db: str, table: str, fn: Callable[[], Any]) -> None:
+        """Run a maintenance step after a commit; a failure is logged, not the batch's."""
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - the batch is committed; compaction waits for the next turn
+            log.warning("%s table of %s.%s: compaction failed (%s); tried again after the next %d batches",
+                        self.FORMAT, db, table, exc, self.compact_every)
+
+    # -- the format's part ---------------------------------------------------------------------
+    def where(self, db: str, table: str) -> str:
+        """Where the table of ``db.table`` is (a path or a catalog identifier), in messages."""
+        raise NotImplementedError
+
+    def _load(self, db: str, table: str) -> Any:
+        raise NotImplementedError
+
+    def _owner(self, handle: Any) -> str | None:
+        raise NotImplementedError
+
+    def _committed_batch(self, handle: Any, app: str) -> int | None:
+        raise NotImplementedError
+
+    def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
+        raise NotImplementedError
+
+    def _schema(self, handle: Any) -> pa.Schema:
+        raise NotImplementedError
+
+    def _evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
+        raise NotImplementedError
+
+    def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
+               app: str) -> tuple[int, int]:
+        """Merge the reduced changes by position in one commit tagged with ``app`` and
+        ``batch_id``; ``(rows upserted, rows deleted)``."""
+        raise NotImplementedError
+
+    def compact(self, db: str, table: str) -> dict:
+        """Compact the table's small files; what was done."""
+        raise NotImplementedError
+
+    def tables(self) -> list[tuple[str, str]]:
+        """``(db, table)`` of every lake table of the sink."""
+        raise NotImplementedError
+
+
+def lake_schema_of(changes: pa.Table, soft_delete: bool) -> pa.Schema:
+    """The lake table's schema for the staged changes' columns (the op left out, the flag in)."""
+    fields = [pa.field(f.name, f.type, nullable=True) for f in changes.schema if f.name != OP_COLUMN]
+    if soft_delete:
+        fields.append(pa.field(DELETED_COLUMN, pa.bool_(), nullable=True))
+    return pa.schema(fields)
+
+
+def evolved_schema(current: pa.Schema, wanted: pa.Schema,
+                   widens: Callable[[pa.DataType, pa.DataType], bool]) -> tuple[list[pa.Field], list[str]]:
+    """What ``wanted`` (a newer schema's columns) changes in ``current``: the fields to add
+    (at the end, before nothing: lake columns are never dropped) and the names of columns
+    whose type changed in a way ``widens`` does not allow in place."""
+    have = {f.name: f for f in current}
+    added = [f for f in wanted if f.name not in have]
+    retyped = [f.name for f in wanted if f.name in have and have[f.name].type != f.type
+               and not widens(have[f.name].type, f.type)]
+    return added, retyped
+
+
+__all__ = ["LakeSinkBase", "LakeCommitConflict", "OWNER_PROPERTY", "app_id", "evolved_schema", "lake_schema_of",
+           "POSITION_COLUMN", "lake_schema"]

@@ -1,0 +1,171 @@
+"""A lake sink's staged parts: what a merge task writes of its partition's changes for the
+driver's commit (:class:`~spark_jobs.sinks.interface.BatchSink`), and the batch's parts read
+back and reduced to one change per key.
+
+A part is one Parquet file of changes (the table's columns, ``__cdc_position`` and
+``__cdc_op``; a delete holds its key columns only) under the sink's staging directory:
+``<staging>/<job>/<db>__<table>/b<batch id>/p<partition>-<uuid>.parquet``.  The task writes
+it where the work runs; the staging directory must be one the driver reads too (a local
+path on one machine, a shared file system or an object store on a cluster).  Nothing in it
+is visible in the table until the driver's commit, which removes the batch's directory
+after the commit (and after finding the batch committed already, on a replay).
+
+:func:`reduce_changes` is the DBLog upsert rule of docs/DESIGN.md section 4 in Arrow: per
+key, the change with the highest position.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.sinks.naming import POSITION_COLUMN
+
+log = logging.getLogger(__name__)
+
+__all__ = ["StagingArea", "reduce_changes", "safe_segment"]
+
+_SAFE = re.compile(r"[^A-Za-z0-9._=-]")
+_INDEX = "__cdc_index"
+
+
+def safe_segment(name: str) -> str:
+    """``name`` as one path segment: characters other than letters, digits and ``._=-`` as
+    ``_`` (a job's or table's name in a staging path)."""
+    return _SAFE.sub("_", name) or "_"
+
+
+class StagingArea:
+    """The staging directory of a lake sink (``uri``: a local path or a URI pyarrow's file
+    systems know, e.g. ``s3://bucket/prefix``)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri.rstrip("/")
+        self._fs: pafs.FileSystem | None = None
+        self._root = ""
+
+    def __getstate__(self) -> dict:
+        return {"uri": self.uri}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["uri"])
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            try:
+                self._fs, self._root = pafs.FileSystem.from_uri(self.uri)
+            except (pa.ArrowInvalid, ValueError):  # a plain local path
+                self._fs, self._root = pafs.LocalFileSystem(), self.uri
+        return self._fs
+
+    def batch_dir(self, job: str, db: str, table: str, batch_id: int) -> str:
+        _ = self.fs  # (sets the root)
+        return f"{self._root}/{safe_segment(job)}/{safe_segment(db)}__{safe_segment(table)}/b{batch_id}"
+
+    def write(self, job: str, db: str, table: str, batch_id: int, partition: int, changes: pa.Table,
+              key_names: Sequence[str]) -> dict:
+        """Write one part; returns its description for the commit (JSON data)."""
+        d = self.batch_dir(job, db, table, batch_id)
+        path = f"{d}/p{partition}-{uuid.uuid4().hex}.parquet"
+        try:
+            self.fs.create_dir(d, recursive=True)
+            pq.write_table(changes, path, filesystem=self.fs, compression="zstd")
+        except OSError as exc:
+            raise SinkUnavailable(f"cannot write a staged part of {db}.{table} under {self.uri!r}: {exc} "
+                                  "(the staging directory must be writable by the merge job's executors)") from exc
+        positions = changes.column(POSITION_COLUMN)
+        return {"path": path, "rows": changes.num_rows, "key": list(key_names),
+                "min_position": pc.min(positions).as_py(), "max_position": pc.max(positions).as_py()}
+
+    def read(self, parts: Sequence[dict]) -> pa.Table:
+        """The parts' changes in one table (their schemas unified: a column a part lacks is null)."""
+        tables = []
+        for part in parts:
+            try:
+                tables.append(pq.read_table(part["path"], filesystem=self.fs))
+            except FileNotFoundError as exc:
+                raise SinkError(f"a staged part is missing: {part['path']} (the staging directory must be shared "
+                                "by the merge job's driver and executors)") from exc
+            except OSError as exc:
+                raise SinkUnavailable(f"cannot read the staged part {part['path']}: {exc}") from exc
+        if len(tables) == 1:
+            return tables[0]
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def remove_batch(self, job: str, db: str, table: str, batch_id: int) -> None:
+        """Remove a batch's staged parts of a table (after its commit, or on a replay)."""
+        d = self.batch_dir(job, db, table, batch_id)
+        try:
+            self.fs.delete_dir(d)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # left for `cdc lake vacuum`
+            log.warning("could not remove the staged parts %s: %s", d, exc)
+
+    def remove_older(self, job: str, db: str, table: str, batch_id: int) -> int:
+        """Remove the table's staged parts of batches before ``batch_id`` (a task attempt that
+        failed, a batch whose commit found it committed and crashed before removing them)."""
+        d = self.batch_dir(job, db, table, batch_id).rsplit("/", 1)[0]
+        removed = 0
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(d, allow_not_found=True))
+        except OSError:
+            return 0
+        for info in infos:
+            name = info.base_name
+            if info.type == pafs.FileType.Directory and name[:1] == "b" and name[1:].isdigit() \
+                    and int(name[1:]) < batch_id:
+                try:
+                    self.fs.delete_dir(info.path)
+                    removed += 1
+                except OSError:
+                    pass
+        return removed
+
+
+    def remove_stale(self, hours: float) -> int:
+        """Remove staged batches not touched for ``hours`` (parts of task attempts that failed,
+        of a job whose checkpoint was deleted); how many batch directories."""
+        import time
+        cutoff = time.time() - hours * 3600
+        removed = 0
+        fs = self.fs  # (sets the root)
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True, recursive=True))
+        except OSError:
+            return 0
+        for info in infos:
+            if info.type == pafs.FileType.Directory and info.base_name[:1] == "b" and info.base_name[1:].isdigit() \
+                    and info.mtime is not None and info.mtime.timestamp() < cutoff:
+                try:
+                    self.fs.delete_dir(info.path)
+                    removed += 1
+                except OSError:
+                    pass
+        return removed
+
+
+def reduce_changes(changes: pa.Table, key_names: Sequence[str]) -> pa.Table:
+    """Per key, the change with the highest position (ties: the last one, copies of one
+    event); in rising position order."""
+    if changes.num_rows <= 1:
+        return changes
+    order = pc.sort_indices(changes, sort_keys=[(POSITION_COLUMN, "ascending")])
+    ordered = changes.take(order)
+    indexed = ordered.append_column(_INDEX, pa.array(range(ordered.num_rows), pa.int64()))
+    try:
+        last = indexed.group_by(list(key_names), use_threads=False).aggregate([(_INDEX, "max")])
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SinkError(f"cannot group changes by key {list(key_names)}: {exc}") from exc
+    keep = pc.sort_indices(last.column(f"{_INDEX}_max"))
+    return ordered.take(last.column(f"{_INDEX}_max").take(keep))
+

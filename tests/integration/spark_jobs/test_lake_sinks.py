@@ -1,0 +1,305 @@
+"""The lake sinks on real delta-rs and pyiceberg (the Iceberg catalog in the stack's
+PostgreSQL, or SQLite): batches staged as the merge tasks stage them and committed as the
+driver commits them; read back through the libraries and through DuckDB.
+
+Records are built the way the pipeline builds them (tests/integration/spark_jobs/test_sinks.py:
+the producer's conversion and an Avro round trip)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from cdc.lake import duckdb_connection
+from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.sinks.delta import DeltaSink
+from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.layout import row_columns
+from spark_jobs.sinks.naming import POSITION_COLUMN
+from tests.all_types import create_all_types
+from tests.integration.spark_jobs.test_sinks import P, Source, col, read_source, simple_source, table_def
+from tests.lake_helpers import LAKE_KINDS, commit_batch, lake_commits, lake_rows, make_lake_sink
+
+UTC = timezone.utc
+
+
+@pytest.fixture(params=LAKE_KINDS)
+def lake(request, stack, tmp_path, unique):
+    sink = make_lake_sink(request.param, tmp_path, stack.pg_dsn, unique("cat"))
+    try:
+        yield sink
+    finally:
+        sink.close()
+
+
+def values(sink, db, table, cols=("v",)) -> dict:
+    return {k[0]: tuple(r[c] for c in cols) for k, r in lake_rows(sink, db, table, ["id"]).items()}
+
+
+def test_merge_by_position_deletes_and_a_replayed_batch_commits_nothing(lake):
+    src = simple_source()
+    schema = src.schema
+    b0 = [[src.upsert({"id": 1, "v": "a", "n": Decimal("1.5")}, 10, "c"),
+           src.upsert({"id": 2, "v": "b"}, 11, "c"),
+           src.upsert({"id": 1, "v": "a2"}, 14)],  # partition 0: key 1 twice
+          [src.upsert({"id": 3, "v": "c"}, 12, "r"),  # a snapshot row
+           src.delete({"id": 2}, 13),  # key 2's delete (another partition here: the commit orders by position)
+           src.upsert({"id": 4, "v": "d"}, 15, "c")]]
+    res = commit_batch(lake, "shop", "items", schema, ["id"], b0, 0)
+    # key 2 created and deleted in the batch: its delete wins and finds nothing to remove
+    assert (res.upserted, res.deleted, res.skipped, res.superseded) == (3, 0, 1, 2)
+    assert values(lake, "shop", "items", ("v", "n")) == {1: ("a2", None), 3: ("c", None), 4: ("d", None)}
+    # The same batch replayed (a crash after the commit, before the job stored its state):
+    # the tasks stage it again, the commit finds it committed and changes nothing.
+    again = commit_batch(lake, "shop", "items", schema, ["id"], b0, 0)
+    assert (again.upserted, again.deleted, again.skipped) == (0, 0, 6)
+    assert lake_commits(lake, "shop", "items") == [("app-1", 0)]
+    # An older change never moves a row backwards; a newer one wins; a key deleted again.
+    b1 = [[src.upsert({"id": 1, "v": "older"}, 9), src.upsert({"id": 3, "v": "c2"}, 20)],
+          [src.delete({"id": 4}, 21), src.upsert({"id": 2, "v": "back"}, 22, "c")]]
+    res = commit_batch(lake, "shop", "items", schema, ["id"], b1, 1)
+    assert (res.upserted, res.deleted, res.skipped) == (2, 1, 1)
+    rows = lake_rows(lake, "shop", "items", ["id"], position=True)
+    assert {k[0]: (r["v"], r[POSITION_COLUMN]) for k, r in rows.items()} == {
+        1: ("a2", P(14)), 2: ("back", P(22)), 3: ("c2", P(20))}
+    assert lake_commits(lake, "shop", "items") == [("app-1", 0), ("app-1", 1)]
+    # A new checkpoint (another app id) counts its batches from 0 again: committed, not skipped.
+    res = commit_batch(lake, "shop", "items", schema, ["id"], [[src.upsert({"id": 5, "v": "e"}, 30, "c")]], 0,
+                       app="app-2")
+    assert res.upserted == 1 and (5,) in lake_rows(lake, "shop", "items", ["id"])
+    # the staged parts are gone once committed
+    assert not list(Path(lake.staging.uri).rglob("*.parquet"))
+
+
+def test_all_types_without_loss(lake, stack, test_db):
+    with stack.admin(test_db) as conn:
+        create_all_types(conn, stack.mysql.get("flavor", "mariadb") == "mariadb")
+    tdef, stored = read_source(stack, test_db, "types")
+    src = Source(tdef)
+    records = [src.upsert(r, 100 + i, "r") for i, r in enumerate(stored)]
+    commit_batch(lake, test_db, "types", src.schema, ["id"], [records], 0)
+    got = lake_rows(lake, test_db, "types", ["id"])
+    assert sorted(got) == [(1,), (2,), (3,)]
+    kinds = {c.name: c.kind for c in row_columns(src.schema)}
+    for rec, row in zip(records, stored):
+        lake_row = got[(row["id"],)]
+        for name, kind in kinds.items():
+            assert _lake_value(kind, lake_row[name]) == _source_value(kind, row[name]), (row["id"], name, kind)
+    row = got[(1,)]
+    assert row["d65"] == "-12345678901234567890123456789012345.123456789012345678901234567890"
+    assert row["tm"] == -(838 * 3600 + 59 * 60 + 59) * 1_000_000
+    assert row["ts6"] == datetime(1970, 1, 1, 0, 0, 1, 1, tzinfo=UTC)
+
+
+def _source_value(kind: str, v):
+    """A stored value (pymysql, the session in UTC) in the lake's form (docs/lake.md)."""
+    if v is None:
+        return None
+    if kind == "time":
+        return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+    if kind == "zoned_timestamp":
+        return v.replace(tzinfo=UTC)
+    if kind == "bits":
+        return int.from_bytes(v, "big")
+    if kind == "boolean":
+        return bool(int.from_bytes(v, "big")) if isinstance(v, bytes) else bool(v)
+    if kind in ("geometry", "point"):
+        return bytes(v[4:])
+    if kind == "decimal":
+        return Decimal(v)
+    if kind == "json":
+        import json
+        return json.loads(v)
+    if kind == "set":
+        return v if isinstance(v, str) else ",".join(sorted(v))
+    if isinstance(v, datetime):
+        return v
+    if isinstance(v, date):
+        return v
+    return v
+
+
+def _lake_value(kind: str, v):
+    if v is None:
+        return None
+    if kind == "decimal":
+        return Decimal(v) if isinstance(v, str) else v
+    if kind == "bits":
+        return int(v)
+    if kind == "json":
+        import json
+        return json.loads(v)
+    if kind in ("smallint", "year"):
+        return int(v)
+    return v
+
+
+def test_soft_deletes_keep_the_row_flagged_with_the_delete_position(stack, tmp_path, unique):
+    for kind in LAKE_KINDS:
+        sink = make_lake_sink(kind, tmp_path / kind, stack.pg_dsn, unique("cat"), soft_delete=True)
+        src = simple_source()
+        commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "a"}, 10, "c"),
+                                                                   src.upsert({"id": 2, "v": "b"}, 11, "c")]], 0)
+        commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.delete({"id": 1}, 12),
+                                                                   src.delete({"id": 9}, 13)]], 1)
+        rows = lake_rows(sink, "shop", "items", ["id"], position=True)
+        flagged = {k[0]: (r["v"], r["__cdc_deleted"], r[POSITION_COLUMN]) for k, r in rows.items()}
+        assert flagged == {1: ("a", True, P(12)), 2: ("b", False, P(11)), 9: (None, True, P(13))}, kind
+        # an older insert stays out; a newer one brings the key back
+        commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "old"}, 5, "c"),
+                                                                   src.upsert({"id": 9, "v": "new"}, 20, "c")]], 2)
+        rows = lake_rows(sink, "shop", "items", ["id"])
+        assert (rows[(1,)]["v"], rows[(1,)]["__cdc_deleted"]) == ("a", True), kind
+        assert (rows[(9,)]["v"], rows[(9,)]["__cdc_deleted"]) == ("new", False), kind
+        # a delete-missing snapshot flags what it did not refresh
+        assert sink.delete_below("shop", "items", P(12)) == 1  # key 2 (position 11); key 1 is flagged already
+        assert lake_rows(sink, "shop", "items", ["id"])[(2,)]["__cdc_deleted"] is True
+        sink.close()
+
+
+def test_schema_changes_add_columns_widen_and_retype(lake):
+    v1 = Source(table_def("shop", "evo", [col("id", "int", "int(11)", nullable=False, prec=10, scale=0),
+                                           col("q", "int", "int(11)", prec=10, scale=0)], ["id"]))
+    commit_batch(lake, "shop", "evo", v1.schema, ["id"], [[v1.upsert({"id": 1, "q": 5}, 10, "c")]], 0)
+    # a column added, INT widened to BIGINT
+    v2 = Source(table_def("shop", "evo", [col("id", "int", "int(11)", nullable=False, prec=10, scale=0),
+                                           col("q", "bigint", "bigint(20)", prec=19, scale=0),
+                                           col("note", "varchar", "varchar(20)", cs="utf8mb4", maxlen=20)], ["id"]))
+    commit_batch(lake, "shop", "evo", v2.schema, ["id"], [[v2.upsert({"id": 2, "q": 2 ** 40, "note": "n"}, 11, "c")]],
+                 1)
+    rows = lake_rows(lake, "shop", "evo", ["id"])
+    assert (rows[(1,)]["q"], rows[(1,)]["note"]) == (5, None)
+    assert (rows[(2,)]["q"], rows[(2,)]["note"]) == (2 ** 40, "n")
+    # q retyped to text: the table holds it as text from now on
+    v3 = Source(table_def("shop", "evo", [col("id", "int", "int(11)", nullable=False, prec=10, scale=0),
+                                           col("q", "varchar", "varchar(20)", cs="utf8mb4", maxlen=20),
+                                           col("note", "varchar", "varchar(20)", cs="utf8mb4", maxlen=20)], ["id"]))
+    commit_batch(lake, "shop", "evo", v3.schema, ["id"], [[v3.upsert({"id": 3, "q": "three"}, 12, "c")]], 2)
+    rows = lake_rows(lake, "shop", "evo", ["id"])
+    assert rows[(3,)]["q"] == "three"
+    if isinstance(lake, DeltaSink):  # the table written again with the old values cast
+        assert rows[(1,)]["q"] == "5"
+    assert lake_commits(lake, "shop", "evo") == [("app-1", 0), ("app-1", 1), ("app-1", 2)]
+
+
+def test_a_table_of_another_pipeline_or_not_made_by_the_job_is_refused(lake):
+    src = simple_source()
+    commit_batch(lake, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "a"}, 10, "c")]], 0,
+                 owner="cdc-merge:one")
+    with pytest.raises(SinkError, match=r"shop\.items.*another pipeline.*cdc-merge:one"):
+        commit_batch(lake, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 2, "v": "b"}, 11, "c")]], 0,
+                     owner="cdc-merge:two")
+    assert values(lake, "shop", "items") == {1: ("a",)}
+
+
+def test_a_delta_table_the_job_did_not_make_is_refused(tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    write_deltalake(str(tmp_path / "delta" / "shop" / "items"), pa.table({"id": [1], "v": ["x"]}))
+    sink = DeltaSink(str(tmp_path / "delta"))
+    src = simple_source()
+    with pytest.raises(SinkError, match=r"shop\.items.*not made by the merge job"):
+        commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 2, "v": "b"}, 11, "c")]], 0)
+
+
+def test_a_path_under_a_file_is_a_clear_error_that_loses_nothing(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    src = simple_source()
+    sink = DeltaSink(str(tmp_path / "file" / "delta"), staging=str(tmp_path / "staging"))
+    with pytest.raises(SinkUnavailable, match=r"shop\.items"):
+        commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "a"}, 1, "c")]], 0)
+    # the staged part is still there for the batch's retry
+    assert list((tmp_path / "staging").rglob("*.parquet"))
+
+
+def test_a_catalog_database_that_is_down_is_sink_unavailable(tmp_path, unique):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    sink = IcebergSink(f"postgresql+psycopg://nobody:s3cret-pw@127.0.0.1:{port}/none", str(tmp_path / "wh"),
+                       catalog_name=unique("cat"))
+    src = simple_source()
+    with pytest.raises(SinkUnavailable, match="catalog database cannot be reached") as err:
+        commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "a"}, 1, "c")]], 0)
+    assert "s3cret-pw" not in str(err.value)
+
+
+def test_delete_below_drop_and_rename(lake):
+    src = simple_source()
+    commit_batch(lake, "shop", "items", src.schema, ["id"], [[src.upsert({"id": i, "v": str(i)}, 10 + i, "c")
+                                                               for i in range(1, 6)]], 0)
+    assert lake.delete_below("shop", "items", P(13)) == 2
+    assert sorted(values(lake, "shop", "items")) == [3, 4, 5]
+    assert lake.applied_positions()[("shop", "items")] == P(15)
+    assert lake.rename_table("shop", "items", "shop", "goods") == "renamed"
+    assert ("shop", "goods") in lake.tables() and ("shop", "items") not in lake.tables()
+    assert sorted(values(lake, "shop", "goods")) == [3, 4, 5]
+    assert lake.drop_table("shop", "goods", below=P(15)) is True  # a row above the DROP stays
+    assert sorted(values(lake, "shop", "goods")) == [5]
+    assert lake.drop_table("shop", "goods") is True
+    assert lake.tables() == []
+
+
+def test_compaction_bounds_the_files_and_duckdb_reads_the_tables(lake):
+    src = simple_source()
+    for b in range(12):  # new keys: every commit adds a file
+        commit_batch(lake, "shop", "items", src.schema, ["id"],
+                     [[src.upsert({"id": i, "v": f"{b}-{i}"}, 100 * b + i, "c") for i in range(b * 5, b * 5 + 5)]], b)
+    before = lake.file_count("shop", "items")
+    expected = {k[0]: r["v"] for k, r in lake_rows(lake, "shop", "items", ["id"]).items()}
+    done = lake.compact("shop", "items")
+    after = lake.file_count("shop", "items")
+    assert before > 2 and after < before and after <= 2, (before, after, done)
+    assert {k[0]: r["v"] for k, r in lake_rows(lake, "shop", "items", ["id"]).items()} == expected
+    con = duckdb_connection()
+    got = dict(con.execute(f"SELECT id, v FROM {lake.duckdb_scan('shop', 'items')}").fetchall())
+    assert got == expected
+
+
+def test_delta_change_data_feed(tmp_path):
+    sink = DeltaSink(str(tmp_path / "delta"), change_data_feed=True)
+    src = simple_source()
+    commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "a"}, 10, "c")]], 0)
+    commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "b"}, 11)]], 1)
+    commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.delete({"id": 1}, 12)]], 2)
+    from deltalake import DeltaTable
+    import pyarrow as pa
+    feed = pa.table(DeltaTable(sink.table_uri("shop", "items")).load_cdf(starting_version=0).read_all()).to_pylist()
+    kinds = sorted((r["_commit_version"], r["_change_type"], r["v"]) for r in feed)
+    assert kinds == [(1, "insert", "a"), (2, "update_postimage", "b"), (2, "update_preimage", "a"),
+                     (3, "delete", "b")]
+
+
+def test_iceberg_on_a_sqlite_catalog(tmp_path):
+    sink = make_lake_sink("iceberg", tmp_path, None, "local")
+    src = simple_source()
+    commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "a"}, 10, "c")]], 0)
+    assert values(sink, "shop", "items") == {1: ("a",)}
+    assert sink.expire("shop", "items", 0)["snapshots_expired"] >= 0
+    sink.close()
+
+
+def test_composite_and_temporal_keys(lake):
+    src = Source(table_def("shop", "lines", [
+        col("o", "int", "int(11)", nullable=False, prec=10, scale=0),
+        col("at", "datetime", "datetime(6)", nullable=False, dtp=6),
+        col("s", "varchar", "varchar(10)", nullable=False, cs="utf8mb4", maxlen=10),
+        col("v", "int", "int(11)", prec=10, scale=0)], ["o", "at", "s"]))
+    t = datetime(2024, 5, 6, 7, 8, 9, 123456)
+    rows = [{"o": i % 3, "at": t + timedelta(seconds=i % 2), "s": f"k{i % 4}", "v": i} for i in range(24)]
+    b0 = [[src.upsert(r, 10 + i, "c") for i, r in enumerate(rows)]]
+    commit_batch(lake, "shop", "lines", src.schema, ["o", "at", "s"], b0, 0)
+    b1 = [[src.delete({"o": 0, "at": t, "s": "k0"}, 100), src.upsert({**rows[1], "v": -1}, 101)]]
+    commit_batch(lake, "shop", "lines", src.schema, ["o", "at", "s"], b1, 1)
+    got = lake_rows(lake, "shop", "lines", ["o", "at", "s"])
+    expected = {}
+    for r in rows:
+        expected[(r["o"], r["at"], r["s"])] = r["v"]
+    del expected[(0, t, "k0")]
+    expected[(rows[1]["o"], rows[1]["at"], rows[1]["s"])] = -1
+    assert {k: r["v"] for k, r in got.items()} == expected

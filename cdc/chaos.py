@@ -51,6 +51,8 @@ from contract.topics import clean_topic, notifications_topic
 from producer.binlog.server import current_position, start_at_current
 from producer.offset_store import OffsetStore
 from spark_jobs.merge_job import MergeJob
+from spark_jobs.sinks.configured import build_sinks
+from spark_jobs.sinks.lake_base import LakeSinkBase
 
 KINDS = ("single", "composite", "string")
 
@@ -69,7 +71,10 @@ class ChaosPlan:
         acts += [(t_pause, "pause"), (t_pause + rnd.uniform(2.0, 4.0), "resume")]
         # Producer kills at least 2 s apart, job kills at least 12 s apart (a Spark start).
         acts += [(t, "kill:producer") for t in _spread(rnd, producer_kills, 4.0, duration, 2.0)]
-        acts += [(t, "kill:job") for t in _spread(rnd, job_kills, 12.0, duration + job_kills * 4.0, 12.0)]
+        # every other merge job kill waits for a lake table's commit and lands right after it:
+        # the batch's other tables not yet committed, the job's own state not yet stored
+        job_times = _spread(rnd, job_kills, 12.0, duration + job_kills * 4.0, 12.0)
+        acts += [(t, "kill:job-commit" if i % 2 else "kill:job") for i, t in enumerate(job_times)]
         acts.append((rnd.uniform(duration * 0.3, duration * 0.7), "restart:source"))
         return cls(seed, sorted(acts))
 
@@ -101,7 +106,7 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     cfg.spark.trigger_interval_s = 1.0
     plan = ChaosPlan.make(seed, duration=duration, producer_kills=producer_kills, job_kills=job_kills)
     counts: dict[str, Any] = {"seed": seed, "rows_per_table": rows, "producer_kills": 0, "job_kills": 0,
-                              "source_restarts": 0, "signals": 0}
+                              "job_kills_at_commit": 0, "source_restarts": 0, "signals": 0}
     with admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
         if read_only:
@@ -153,7 +158,10 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
                 signal_row(f"{what}-snapshot", {"type": "incremental"})
             elif what == "kill":
                 p = producer if arg == "producer" else job
-                p.kill9()
+                if arg == "job-commit":
+                    counts["job_kills_at_commit"] += _kill_at_commit(job, cfg, db)
+                else:
+                    p.kill9()
                 counts["producer_kills" if arg == "producer" else "job_kills"] += 1
                 p.start()
             elif what == "restart":
@@ -196,10 +204,51 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     counts["raw_topic_copies"] = raw_copies
     counts["clean_changelog_duplicates"] = clean_dups
     counts["verify_equal"] = report.equal
+    counts["lake_commits"], counts["lake_batches_committed_twice"] = _lake_commits(cfg, db)
     print_report(report, console)
     _print_counts(counts, console)
     counts["report"] = report
     return counts
+
+
+def _lake_tables_log(cfg: CDCConfig, db: str) -> list[Path]:
+    """The Delta logs of the run's tables (where the Delta sink is on)."""
+    if not cfg.sinks.delta.enabled:
+        return []
+    return [Path(cfg.sinks.delta.path) / db / f"t_{k}" / "_delta_log" for k in KINDS]
+
+
+def _kill_at_commit(job: CdcProcess, cfg: CDCConfig, db: str, timeout: float = 30.0) -> int:
+    """SIGKILL the merge job right after one of the run's Delta tables took a commit (the
+    batch's other tables and the job's state not yet written); 1 if it landed so, 0 if no
+    commit came within ``timeout`` (killed then all the same, or no Delta sink: at once)."""
+    logs = _lake_tables_log(cfg, db)
+
+    def commits() -> int:
+        return sum(1 for d in logs if d.is_dir() for p in d.iterdir() if p.suffix == ".json")
+    before = commits()
+    deadline = time.monotonic() + (timeout if logs else 0.0)
+    while time.monotonic() < deadline:
+        if commits() > before:
+            job.kill9()
+            return 1
+        time.sleep(0.002)
+    job.kill9()
+    return 0
+
+
+def _lake_commits(cfg: CDCConfig, db: str) -> tuple[int, int]:
+    """The merge job's commits to the run's lake tables, and how many of them committed a
+    batch some commit of the same job and table had committed already (0 expected)."""
+    commits = twice = 0
+    for _, sink in build_sinks(cfg.sinks):
+        if isinstance(sink, LakeSinkBase):
+            for k in KINDS:
+                marks = sink.commits(db, f"t_{k}")
+                commits += len(marks)
+                twice += len(marks) - len(set(marks))
+            sink.close()
+    return commits, twice
 
 
 def _copies(messages) -> int:
@@ -253,8 +302,9 @@ def _wait(check: Callable[[], bool], timeout: float, what: str, health: Callable
 
 def _print_counts(counts: dict, console: Console) -> None:
     t = Table("what", "count", title=f"chaos run, seed {counts['seed']}")
-    for k in ("producer_kills", "job_kills", "source_restarts", "producer_starts", "job_starts", "signals",
-              "raw_topic_copies", "clean_changelog_duplicates", "seconds"):
+    for k in ("producer_kills", "job_kills", "job_kills_at_commit", "source_restarts", "producer_starts", "job_starts",
+              "signals", "raw_topic_copies", "clean_changelog_duplicates", "lake_commits",
+              "lake_batches_committed_twice", "seconds"):
         t.add_row(k.replace("_", " "), str(counts[k]))
     t.add_row("source rows at the end", ", ".join(f"{k} {v:,}" for k, v in counts["source_rows"].items()))
     t.add_row("writes", "; ".join(f"{k}: " + ", ".join(f"{op} {n}" for op, n in ops.items())

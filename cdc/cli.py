@@ -193,7 +193,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     finally:
         if not args.keep_running:
             demo.leave_stack(info, False, console)  # (the Spark session first: its workers keep Kafka clients)
-    return 0 if counts["verify_equal"] and counts["clean_changelog_duplicates"] == 0 else 1
+    return 0 if counts["verify_equal"] and counts["clean_changelog_duplicates"] == 0 \
+        and counts["lake_batches_committed_twice"] == 0 else 1
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:

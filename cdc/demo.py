@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from cdc.pipeline_run import lake_of_run
 from cdc.progress import NotificationFollower
 from cdc.stack.manager import StackInfo, stack_down, stack_up
 from cdc.verify import print_report, verify
@@ -158,6 +159,7 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         cfg.source.include_databases = ["shop"]
         cfg.sinks.postgres.schema_name = run
         cfg.sinks.mysql.database = f"cdc_sink_{run}"
+        lake_of_run(cfg, info.state_dir / run, run)
         cfg.state_dir = str(info.state_dir / run)
         cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
         cfg.spark.master = "local[2]"
@@ -174,7 +176,8 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
             job = MergeJob(cfg)
             merger = threading.Thread(target=job.run, daemon=True, name="merge-job")
             merger.start()
-        console.print("merge job running: DBLog dedup into PostgreSQL, MySQL and the clean changelog topics")
+        console.print("merge job running: DBLog dedup into PostgreSQL, MySQL, Delta Lake, Iceberg and the clean "
+                      "changelog topics")
         load = _WriteLoad(info)
         load.start()
         console.print("write load running (updates, deletes, re-inserts)")

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_config(cfg: CDCConfig, run: str, work_dir: Path, *, partitions: int) -> CDCConfig:
     """``cfg`` for one run named ``run``: topics and producer named after it, only its
     database (``run`` too) captured, ``partitions`` per table topic, the merge job on
-    ``local[2]`` with its checkpoint and the state directory under ``work_dir``."""
+    ``local[2]`` with its checkpoint, the state directory and the lake under ``work_dir``."""
     cfg = cfg.model_copy(deep=True)
     cfg.kafka.topic_prefix = cfg.producer.name = run
     cfg.kafka.partitions = partitions
@@ -27,7 +27,18 @@ def run_config(cfg: CDCConfig, run: str, work_dir: Path, *, partitions: int) -> 
     cfg.spark.master = "local[2]"
     cfg.spark.checkpoint_dir = str(work_dir / "checkpoints")
     cfg.state_dir = str(work_dir / "state")
+    lake_of_run(cfg, work_dir, run)
     return cfg
+
+
+def lake_of_run(cfg: CDCConfig, run_dir: Path, run: str) -> None:
+    """The lake sinks of one run on a shared stack: its own Delta directory, warehouse and
+    Iceberg catalog name (lake tables belong to one pipeline: docs/lake.md)."""
+    if cfg.sinks.delta.enabled:
+        cfg.sinks.delta.path = str(run_dir / "lake" / "delta")
+    if cfg.sinks.iceberg.enabled:
+        cfg.sinks.iceberg.warehouse = str(run_dir / "lake" / "iceberg")
+        cfg.sinks.iceberg.catalog_name = run
 
 
 @dataclass

@@ -53,22 +53,5 @@ def lake_rows(sink, db: str, table: str, key: list[str], *, position: bool = Fal
 
 def lake_commits(sink, db: str, table: str) -> list[tuple[str, int]]:
     """``(app, batch)`` of every commit the merge job made to the table, oldest first."""
-    handle = sink._load(db, table)
-    if handle is None:
-        return []
-    found = []
-    if isinstance(sink, DeltaSink):
-        for entry in reversed(handle.history()):
-            if "cdc.batch" in entry:
-                found.append((entry["cdc.app"], int(entry["cdc.batch"])))
-        return found
-    seen = set()
-    for snap in handle.metadata.snapshots:
-        props = snap.summary.additional_properties if snap.summary else {}
-        if "cdc.batch" in props:
-            mark = (props["cdc.app"], int(props["cdc.batch"]))
-            if mark not in seen:  # a commit of delete + append is two snapshots of one transaction
-                seen.add(mark)
-                found.append(mark)
-    return found
+    return sink.commits(db, table)
 

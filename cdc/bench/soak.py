@@ -270,7 +270,7 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
     db = run
     cfg = run_config(cfg, run, work_dir, partitions=partitions)
     cfg.sinks.postgres.enabled = cfg.sinks.changelog.enabled = True
-    cfg.sinks.mysql.enabled = False
+    cfg.sinks.mysql.enabled = cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = False
     cfg.sinks.postgres.schema_name = run
     create_table(mysql, db, rows)
     if deep_batches:

@@ -347,6 +347,14 @@ class DeltaSink(LakeSinkBase):
         handle.cleanup_metadata()
         return {"files_removed": len(removed)}
 
+    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
+        """``(app, batch)`` of every commit the merge job made to the table (within the log's
+        retention), oldest first."""
+        handle = self._load(db, table)
+        if handle is None:
+            return []
+        return [(e["cdc.app"], int(e["cdc.batch"])) for e in reversed(handle.history()) if "cdc.batch" in e]
+
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's latest version."""
         handle = self._load(db, table)

@@ -23,7 +23,9 @@ old values (read as null until the snapshot the producer takes after such DDL re
 
 from __future__ import annotations
 
+import itertools
 import logging
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
@@ -214,18 +216,13 @@ class IcebergSink(LakeSinkBase):
 
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
                app: str) -> tuple[int, int]:
-        from pyiceberg.table.upsert_util import create_match_filter
         err = _errors()
         applied, replaced = self._winners(handle, changes, key)
         is_delete = pc.equal(applied.column(OP_COLUMN), "d")
-        new_rows = self._new_rows(handle, applied, is_delete, key)
-        props = {"cdc.app": app, "cdc.batch": str(batch_id)}
+        props = {"cdc.app": app, "cdc.batch": str(batch_id), "cdc.commit": uuid.uuid4().hex}
         try:
             with handle.transaction() as tx:
-                if replaced.num_rows:
-                    tx.delete(create_match_filter(replaced, key), snapshot_properties=props)
-                if new_rows.num_rows:
-                    tx.append(new_rows, snapshot_properties=props)
+                self._rewrite(handle, tx, applied, replaced, is_delete, key, props)
                 tx.set_properties({batch_property(app): str(batch_id)})
         except err["conflict"] as exc:
             raise LakeCommitConflict(str(exc)) from exc
@@ -239,11 +236,43 @@ class IcebergSink(LakeSinkBase):
             return applied.num_rows - deletes, held
         return applied.num_rows - deletes, deletes
 
+    def _rewrite(self, handle: Any, tx: Any, applied: pa.Table, replaced: pa.Table, is_delete: Any, key: list[str],
+                 props: dict) -> None:
+        """One overwrite snapshot in ``tx``: each data file holding a replaced row written again
+        without it (matched by key in Arrow: a file the batch's keys do not touch stays), and
+        the batch's new rows appended (copy-on-write, what pyiceberg's delete does)."""
+        from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+        from pyiceberg.expressions import AlwaysTrue
+        schema = self._schema(handle)
+        gone = {}  # the replaced rows' last values (soft deletes keep them)
+        with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
+            counter = itertools.count(0)
+
+            def write(rows: pa.Table) -> None:
+                for f in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows, io=handle.io,
+                                                  write_uuid=ow.commit_uuid, counter=counter):
+                    ow.append_data_file(f)
+            if replaced.num_rows:
+                for task in handle.scan(row_filter=_coarse(replaced, key)).plan_files():
+                    rows = ArrowScan(table_metadata=tx.table_metadata, io=handle.io, projected_schema=handle.schema(),
+                                     row_filter=AlwaysTrue()).to_table(tasks=[task])
+                    keys = _keys_as(replaced, rows, key)
+                    kept = rows.join(keys, keys=key, join_type="left anti")
+                    if kept.num_rows == rows.num_rows:
+                        continue
+                    if self.soft_delete:
+                        gone[task.file.file_path] = rows.join(keys, keys=key, join_type="inner")
+                    ow.delete_data_file(task.file)
+                    if kept.num_rows:
+                        write(kept)
+            new_rows = self._new_rows(applied, is_delete, key, schema, list(gone.values()))
+            if new_rows.num_rows:
+                write(new_rows)
+
     def _winners(self, handle: Any, changes: pa.Table, key: list[str]) -> tuple[pa.Table, pa.Table]:
         """The changes that win by position over the table's rows of their keys, and the keys
         of the table's rows they replace."""
-        from pyiceberg.table.upsert_util import create_match_filter
-        existing = handle.scan(row_filter=create_match_filter(changes, key),
+        existing = handle.scan(row_filter=_coarse(changes, key),
                                selected_fields=tuple(key + [POSITION_COLUMN])).to_arrow()
         if existing.num_rows == 0:
             return changes, changes.slice(0, 0).select(key)
@@ -256,27 +285,25 @@ class IcebergSink(LakeSinkBase):
         replaced = applied.filter(pc.is_valid(applied.column(_OLD))).select(key)
         return applied.drop_columns([_OLD]), replaced
 
-    def _new_rows(self, handle: Any, applied: pa.Table, is_delete: Any, key: list[str]) -> pa.Table:
-        """The rows the commit appends: the upserts (and, with ``soft_delete``, the deleted rows
-        flagged: their last values, read from the table, with the delete's position)."""
-        schema = self._schema(handle)
-        rows = applied.filter(pc.invert(is_delete))
-        parts = [_shaped(rows, schema, deleted=False)]
-        if self.soft_delete:
-            gone = applied.filter(is_delete)
-            if gone.num_rows:
-                parts.append(self._flagged(handle, gone, key, schema))
+    def _new_rows(self, applied: pa.Table, is_delete: Any, key: list[str], schema: pa.Schema,
+                  gone: list[pa.Table]) -> pa.Table:
+        """The rows the commit appends: the upserts, and with ``soft_delete`` the deleted rows
+        flagged (their last values, ``gone``: the table's rows they replace, with the delete's
+        position; a key the table did not hold, its key alone)."""
+        parts = [_shaped(applied.filter(pc.invert(is_delete)), schema, deleted=False)]
+        deletes = applied.filter(is_delete) if self.soft_delete else None
+        if deletes is not None and deletes.num_rows:
+            keys = pa.table([deletes.column(k) for k in key] + [deletes.column(POSITION_COLUMN)],
+                            names=key + [POSITION_COLUMN])
+            last = pa.concat_tables(gone) if gone else None
+            if last is not None and last.num_rows:
+                drop = [c for c in (POSITION_COLUMN, DELETED_COLUMN) if c in last.column_names]
+                last = last.drop_columns(drop)
+                keys = keys.join(pa.table([last.column(c).cast(keys.schema.field(c).type) if c in key else
+                                           last.column(c) for c in last.column_names], names=last.column_names),
+                                 keys=key, join_type="left outer")
+            parts.append(_shaped(keys, schema, deleted=True))
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-
-    def _flagged(self, handle: Any, gone: pa.Table, key: list[str], schema: pa.Schema) -> pa.Table:
-        from pyiceberg.table.upsert_util import create_match_filter
-        last = handle.scan(row_filter=create_match_filter(gone, key)).to_arrow().drop_columns([POSITION_COLUMN])
-        keys = pa.table([gone.column(k) for k in key] + [gone.column(POSITION_COLUMN)], names=key + [POSITION_COLUMN])
-        last = pa.table([last.column(k).cast(keys.schema.field(k).type) if k in key else last.column(k)
-                         for k in last.column_names], names=last.column_names)
-        joined = keys.join(last.drop_columns([DELETED_COLUMN]) if DELETED_COLUMN in last.column_names else last,
-                           keys=key, join_type="left outer")
-        return _shaped(joined, schema, deleted=True)
 
     # -- the driver's table operations ----------------------------------------------------------
     def _below(self, position: str, where: dict | None) -> Any:
@@ -395,6 +422,20 @@ class IcebergSink(LakeSinkBase):
         handle.maintenance.expire_snapshots().older_than(cutoff).commit()
         return {"snapshots_expired": before - len(handle.refresh().metadata.snapshots)}
 
+    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
+        """``(app, batch)`` of every commit the merge job made to the table (its snapshots not
+        yet expired; a commit's delete and append are two snapshots of one transaction), oldest first."""
+        handle = self._load(db, table)
+        if handle is None:
+            return []
+        found: dict[str, tuple[str, int]] = {}  # by the commit's own id
+        for snap in handle.metadata.snapshots:
+            props = snap.summary.additional_properties if snap.summary else {}
+            if "cdc.batch" in props:
+                found.setdefault(props.get("cdc.commit", str(snap.snapshot_id)), (props["cdc.app"],
+                                                                                  int(props["cdc.batch"])))
+        return list(found.values())
+
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's current snapshot."""
         handle = self._load(db, table)
@@ -422,6 +463,19 @@ def _shaped(rows: pa.Table, schema: pa.Schema, *, deleted: bool) -> pa.Table:
         else:
             arrays.append(pa.nulls(rows.num_rows, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _coarse(rows: pa.Table, key: list[str]) -> Any:
+    """A filter holding at least ``rows``' keys: the first key column among its values (one
+    ``In``; the rows of a composite key are then matched by key in Arrow)."""
+    from pyiceberg.expressions import In
+    first = pc.unique(rows.column(key[0])).to_pylist()
+    return In(key[0], first)
+
+
+def _keys_as(keys: pa.Table, rows: pa.Table, key: list[str]) -> pa.Table:
+    """``keys`` with the types of ``rows``' key columns (to join them)."""
+    return pa.table([keys.column(k).cast(rows.schema.field(k).type) for k in key], names=key)
 
 
 def _no_secret(exc: Exception) -> str:

@@ -19,15 +19,18 @@ def test_same_seed_same_plan():
     c = ChaosPlan.make(8, duration=60, producer_kills=10, job_kills=5)
     assert a.actions == b.actions != c.actions
     kinds = [act for _, act in a.actions]
-    assert kinds.count("kill:producer") == 10 and kinds.count("kill:job") == 5 and kinds.count("restart:source") == 1
+    assert kinds.count("kill:producer") == 10 and kinds.count("restart:source") == 1
+    assert kinds.count("kill:job") == 3 and kinds.count("kill:job-commit") == 2
     assert kinds.index("pause") < kinds.index("resume")
     kills = [t for t, act in a.actions if act == "kill:producer"]
     assert all(y - x >= 2.0 for x, y in zip(kills, kills[1:]))
 
 
-@pytest.mark.parametrize("read_only", [False, True], ids=["marker-rows", "read-only"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["marker-rows-and-lake", "read-only"])
 def test_chaos_run_ends_equal(stack, config, tmp_path, read_only):
     seed = int(os.environ.get("CDC_CHAOS_SEED", "1"))
+    if not read_only:  # the lake sinks too (their places: the run's own, cdc.pipeline_run.run_config)
+        config.sinks.delta.enabled = config.sinks.iceberg.enabled = True
     counts = run_chaos(config, admin=stack.admin, restart_source=lambda: stack.restart_source(down_s=1.0),
                        seed=seed, rows=2000, duration=45.0, producer_kills=10, job_kills=5,
                        work_dir=tmp_path / "chaos", console=Console(width=160), read_only=read_only)
@@ -35,3 +38,6 @@ def test_chaos_run_ends_equal(stack, config, tmp_path, read_only):
     assert counts["producer_kills"] >= 10 and counts["job_kills"] >= 5 and counts["source_restarts"] == 1
     assert counts["clean_changelog_duplicates"] == 0
     assert counts["verify_equal"], counts["report"]
+    if not read_only:  # every lake table written, no batch committed twice, kills right after commits
+        assert counts["lake_commits"] > 0 and counts["lake_batches_committed_twice"] == 0, counts
+        assert counts["job_kills_at_commit"] >= 1, counts

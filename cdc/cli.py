@@ -224,7 +224,8 @@ def _cmd_bench_merge(args: argparse.Namespace) -> int:
     if args.partitions < 1:
         raise SystemExit("cdc bench merge: --partitions must be at least 1")
     result = bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
-                         partitions=args.partitions, scale_out=not args.no_scale_out, keep_running=args.keep_running, console=quiet)
+                         partitions=args.partitions, scale_out=not args.no_scale_out, lake=not args.no_lake,
+                         keep_running=args.keep_running, console=quiet)
     if args.json:
         print(json.dumps(result["summary"], indent=2))
     return 0
@@ -444,6 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--partitions", type=int, default=4,
                                help="partitions of the table topic (default 4; the configuration's default is 1)")
     bench_merge_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_merge_p.add_argument("--no-lake", action="store_true",
+                               help="skip (f)/(g): the merge job into the changelog, Delta and Iceberg alone, the Delta latency")
     bench_merge_p.add_argument("--no-scale-out", action="store_true",
                                help="skip the standalone runs with one and two workers")
     bench_merge_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")

@@ -263,6 +263,7 @@ class MergeJob:
         t_finish = time.monotonic()
         new_states, stats = self._new_states(states, inputs, rows)
         committed = commit_staged(sinks_of(self.settings), stats, batch_id, app, self.owner)  # (the batch sinks')
+        t_committed = time.monotonic()
         if committed:
             stats.append(committed)
         waiting, deleted, moved = self.table_markers.apply(
@@ -276,7 +277,8 @@ class MergeJob:
         lost = [DataLoss.from_json(x) for x in plan.get("lost", [])] + \
             (lost_from_json(ends[0]) if ends and isinstance(ends[0], dict) else [])
         t_end = self.last_batch_ended = time.monotonic()
-        phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish}
+        phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish,
+                  "lake_commit_s": t_committed - t_finish}
         self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases)
 
     @staticmethod

@@ -394,6 +394,7 @@ def bench_config(info: StackInfo, prefix: str, db: str):
     cfg.kafka.topic_prefix = cfg.producer.name = prefix
     cfg.source.include_databases = [db]
     cfg.source.server_id = bench_server_id()
+    cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = False  # (cdc bench merge measures the lake by itself)
     return cfg
 
 

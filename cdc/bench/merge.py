@@ -47,6 +47,7 @@ import fastavro
 import psycopg
 from rich.console import Console
 
+from cdc.bench.lake import delta_latency, lake_runs
 from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
@@ -179,7 +180,7 @@ class _SteadyWriter(PacedWriter):
 
 
 def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict | None = None,
-                    cpu_roots: dict[str, int | None] | None = None) -> dict[str, Any]:
+                    cpu_roots: dict[str, int | None] | None = None, count_sink: bool = True) -> dict[str, Any]:
     """(b)/(e): the merge job over the whole backlog (``Trigger.AvailableNow``), on
     ``master``, with a checkpoint and a PostgreSQL schema of its own; the CPU time each
     process group used meanwhile (``cpu_roots``: the stack's processes, :class:`CpuMeter`)."""
@@ -214,13 +215,14 @@ def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict
             "batches": job.batches, "phases": phases, "driver_serial_share": serial / steady_s if steady_s else 0.0,
             "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
             "cpu_us_per_event": {k: round(v * 1e6 / n, 1) for k, v in cpu.items()} if n else {},
-            "sink_rows": _pg_count(cfg, db), "cfg": cfg}
+            "sink_rows": _pg_count(cfg, db) if count_sink else None, "cfg": cfg}
 
 
 def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
-                 console: Console) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(c) and (d): producer and merge job running; returns (latency, idle change)."""
-    clock = _SinkClock(cfg, db)
+                 console: Console, *, clock: Any = None, idle_changes: int = 5) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(c) and (d): producer and merge job running; returns (latency, idle change).  ``clock``:
+    where a row's arrival is read (default: the PostgreSQL sink table's insert time)."""
+    clock = clock or _SinkClock(cfg, db)
     # The producer in a process of its own, as it runs in production (in this process its
     # Python work would hold the GIL against the merge job's driver).
     pcfg = cfg.model_copy(deep=True)
@@ -260,7 +262,7 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
                 admin(info.mysql, db) as conn, conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
             row = last
-            for _ in range(5):
+            for _ in range(idle_changes):
                 time.sleep(2.0)
                 cur.execute(insert_sql(row, 1, stamped=True))
                 deadline = time.monotonic() + 30
@@ -285,7 +287,7 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
 
 
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
-                seconds: float = 30.0, scale_out: bool = True, keep_running: bool = False,
+                seconds: float = 30.0, scale_out: bool = True, lake: bool = True, keep_running: bool = False,
                 console: Console | None = None) -> dict[str, Any]:
 
     console = console or Console()
@@ -340,10 +342,18 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
         if rate and seconds:
             result["latency"], result["idle_change"] = _latency_run(merged_cfg, info, db, rate, seconds, max_id + 1,
                                                                     str(work / "producer"), console)
+        with admin(info.mysql, db) as conn, conn.cursor() as cur:  # the latency run added rows
+            cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM `{TABLE}`")
+            live_rows, max_id = cur.fetchone()
+        if lake:
+            result["lake"] = lake_runs(cfg, work, db, live_rows, _throughput_run, console, cpu_roots)
+            if rate and seconds:
+                result["lake"]["delta_latency"] = delta_latency(cfg, work, info, db, rate, seconds, max_id + 1,
+                                                                str(work / "producer"), _latency_run, console)
+                with admin(info.mysql, db) as conn, conn.cursor() as cur:
+                    cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
+                    live_rows = cur.fetchone()[0]
         if scale_out:
-            with admin(info.mysql, db) as conn, conn.cursor() as cur:  # the latency run added rows
-                cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
-                live_rows = cur.fetchone()[0]
             result["scale_out"] = _scale_out(cfg, work, db, live_rows, console, cpu_roots)
         a = result["reference"]["events_per_s"]
         result["ratios"] = {"b/a": b["events_per_s"] / a if a else 0.0,
@@ -407,7 +417,27 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "standalone_1_worker_events_per_s": round(so["workers_1"]["steady_events_per_s"]) if so else None,
         "standalone_2_workers_events_per_s": round(so["workers_2"]["steady_events_per_s"]) if so else None,
         "scale_out_ratio": round(so["ratio_2_to_1"], 3) if so else None,
+        **_lake_summary(result.get("lake") or {}),
     }
+
+
+def _lake_summary(lake: dict[str, Any]) -> dict[str, Any]:
+    """(f) and (g), flat: each lake run's steady rate and ratio to the changelog's, files."""
+    if not lake:
+        return {}
+    out: dict[str, Any] = {}
+    for name in ("changelog", "delta", "iceberg"):
+        r = lake.get(name) or {}
+        out[f"lake_{name}_steady_events_per_s"] = round(r.get("steady_events_per_s") or 0)
+        if name != "changelog":
+            out[f"lake_{name}_to_changelog"] = round(lake["ratios"].get(f"{name}/changelog", 0.0), 3)
+            out[f"lake_{name}_files_after_run"] = r.get("files_after_run")
+            out[f"lake_{name}_files_after_optimize"] = r.get("files_after_optimize")
+            out[f"lake_{name}_commit_s"] = (r.get("phases") or {}).get("lake_commit_s")
+    lt = lake.get("delta_latency") or {}
+    out.update({"lake_delta_latency_rate": lt.get("writes_per_s"), "lake_delta_latency_p50_ms": lt.get("p50_ms"),
+                "lake_delta_latency_p99_ms": lt.get("p99_ms"), "lake_delta_latency_max_ms": lt.get("max_ms")})
+    return out
 
 
 def print_report(result: dict[str, Any], console: Console) -> None:
@@ -454,6 +484,23 @@ def print_report(result: dict[str, Any], console: Console) -> None:
                       "sink row's insert, clock_timestamp())")
         console.print(f"(d) a single change on the idle pipeline: median {_ms(idle['median_ms'])}, worst "
                       f"{_ms(idle['worst_ms'])} over {idle['changes']} changes")
+    lake = result.get("lake")
+    if lake:
+        for name in ("changelog", "delta", "iceberg"):
+            r = lake[name]
+            files = (f"; files {r['files_after_run']} after the run, {r['files_after_optimize']} after optimize "
+                     f"({r['optimize_s']:.1f} s)" if "files_after_run" in r else "")
+            ratio = lake["ratios"].get(f"{name}/changelog")
+            console.print(f"(f) the merge job into {name} only: steady {r['steady_events_per_s']:,.0f} events/s"
+                          + (f" = {ratio:.2f} of the changelog's" if ratio is not None else "")
+                          + f" ({r['batches']} batches, lake commits {r['phases'].get('lake_commit_s', 0):.1f} s)"
+                          + files)
+        lt = lake.get("delta_latency")
+        if lt:
+            console.print(f"(g) latency with the Delta sink at {lt['writes_per_s']:,.0f} events/s, trigger "
+                          f"{lt['trigger_interval_s']:g} s, {lt['rows_measured']:,} rows: p50 {_ms(lt['p50_ms'])}, "
+                          f"p99 {_ms(lt['p99_ms'])}, max {_ms(lt['max_ms'])} (INSERT time to the Delta commit "
+                          "that first held the row: its change data feed)")
     if so:
         console.print(f"(e) scale-out: 2 workers / 1 worker = {so['ratio_2_to_1']:.2f} (one machine of 2 cores: "
                       "driver, broker and PostgreSQL share them)")

@@ -160,6 +160,32 @@ def _merge_lines(merge: dict, merge_events: int, producer_rate: float | None) ->
                       "the broker, MariaDB and PostgreSQL share this machine's 2 cores, so the ratio shows the job "
                       "spreading its tasks over executors, not a second machine's capacity; each task reads its "
                       "own Kafka ranges, and the driver's serial work per batch is the share above."]
+    return lines + lake_lines(merge.get("lake"))
+
+
+def lake_lines(lake: dict | None) -> list[str]:
+    """(f) and (g) of ``cdc bench merge``: the lake sinks against the changelog in the same run."""
+    if not lake:
+        return []
+    lines = ["", "### The lake sinks (f, g)", "",
+             "The same backlog merged by the job into one target at a time (each with a checkpoint of its own), "
+             "local[2]; steady rate from the first batch; the lake commits are the driver's, once per table per "
+             "batch (docs/lake.md).", "",
+             "| run | steady events/s | vs changelog only | batches | lake commits, s | files after the run | "
+             "after optimize |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name in ("changelog", "delta", "iceberg"):
+        r = lake[name]
+        ratio = lake["ratios"].get(f"{name}/changelog", 1.0)
+        lines.append(f"| {name} only | {r['steady_events_per_s']:,.0f} | {ratio:.2f} | {r['batches']} | "
+                     f"{r['phases'].get('lake_commit_s', 0):.1f} | {r.get('files_after_run', '-')} | "
+                     f"{r.get('files_after_optimize', '-')} |")
+    lt = lake.get("delta_latency")
+    if lt:
+        lines += ["", f"(g) Latency with the Delta sink, {lt['writes_per_s']:,.0f} row inserts/s for "
+                      f"{lt['seconds']:.0f} s, trigger interval {lt['trigger_interval_s']:g} s, "
+                      f"{lt['rows_measured']:,} rows: p50 {lt['p50_ms']:,.0f} ms, p99 {lt['p99_ms']:,.0f} ms, max "
+                      f"{lt['max_ms']:,.0f} ms, from each row's INSERT time to the Delta commit that first held it "
+                      "(its change data feed's `_commit_timestamp`)."]
     return lines
 
 

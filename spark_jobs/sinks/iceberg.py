@@ -23,7 +23,6 @@ old values (read as null until the snapshot the producer takes after such DDL re
 
 from __future__ import annotations
 
-import itertools
 import logging
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -35,6 +34,7 @@ import pyarrow.compute as pc
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import check_position
 from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, LakeSinkBase, evolved_schema
+from spark_jobs.sinks.iceberg_merge import rewrite, winners
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink
@@ -42,9 +42,6 @@ from spark_jobs.sinks.registry import register_sink
 log = logging.getLogger(__name__)
 
 __all__ = ["IcebergSink", "batch_property"]
-
-_OLD = "__cdc_old_position"
-
 
 def batch_property(app: str) -> str:
     """The table property holding the last batch ``app`` committed."""
@@ -217,12 +214,12 @@ class IcebergSink(LakeSinkBase):
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
                app: str) -> tuple[int, int]:
         err = _errors()
-        applied, replaced = self._winners(handle, changes, key)
+        applied, replaced = winners(handle, changes, key)
         is_delete = pc.equal(applied.column(OP_COLUMN), "d")
         props = {"cdc.app": app, "cdc.batch": str(batch_id), "cdc.commit": uuid.uuid4().hex}
         try:
             with handle.transaction() as tx:
-                self._rewrite(handle, tx, applied, replaced, is_delete, key, props)
+                rewrite(handle, tx, applied, replaced, key, props, soft_delete=self.soft_delete)
                 tx.set_properties({batch_property(app): str(batch_id)})
         except err["conflict"] as exc:
             raise LakeCommitConflict(str(exc)) from exc
@@ -235,75 +232,6 @@ class IcebergSink(LakeSinkBase):
             held = applied.filter(is_delete).join(replaced, keys=key, join_type="inner").num_rows if deletes else 0
             return applied.num_rows - deletes, held
         return applied.num_rows - deletes, deletes
-
-    def _rewrite(self, handle: Any, tx: Any, applied: pa.Table, replaced: pa.Table, is_delete: Any, key: list[str],
-                 props: dict) -> None:
-        """One overwrite snapshot in ``tx``: each data file holding a replaced row written again
-        without it (matched by key in Arrow: a file the batch's keys do not touch stays), and
-        the batch's new rows appended (copy-on-write, what pyiceberg's delete does)."""
-        from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
-        from pyiceberg.expressions import AlwaysTrue
-        schema = self._schema(handle)
-        gone = {}  # the replaced rows' last values (soft deletes keep them)
-        with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
-            counter = itertools.count(0)
-
-            def write(rows: pa.Table) -> None:
-                for f in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows, io=handle.io,
-                                                  write_uuid=ow.commit_uuid, counter=counter):
-                    ow.append_data_file(f)
-            if replaced.num_rows:
-                for task in handle.scan(row_filter=_coarse(replaced, key)).plan_files():
-                    rows = ArrowScan(table_metadata=tx.table_metadata, io=handle.io, projected_schema=handle.schema(),
-                                     row_filter=AlwaysTrue()).to_table(tasks=[task])
-                    keys = _keys_as(replaced, rows, key)
-                    kept = rows.join(keys, keys=key, join_type="left anti")
-                    if kept.num_rows == rows.num_rows:
-                        continue
-                    if self.soft_delete:
-                        gone[task.file.file_path] = rows.join(keys, keys=key, join_type="inner")
-                    ow.delete_data_file(task.file)
-                    if kept.num_rows:
-                        write(kept)
-            new_rows = self._new_rows(applied, is_delete, key, schema, list(gone.values()))
-            if new_rows.num_rows:
-                write(new_rows)
-
-    def _winners(self, handle: Any, changes: pa.Table, key: list[str]) -> tuple[pa.Table, pa.Table]:
-        """The changes that win by position over the table's rows of their keys, and the keys
-        of the table's rows they replace."""
-        existing = handle.scan(row_filter=_coarse(changes, key),
-                               selected_fields=tuple(key + [POSITION_COLUMN])).to_arrow()
-        if existing.num_rows == 0:
-            return changes, changes.slice(0, 0).select(key)
-        ex = pa.table([existing.column(k).cast(changes.schema.field(k).type) for k in key]
-                      + [existing.column(POSITION_COLUMN).cast(pa.string())], names=key + [_OLD])
-        joined = changes.join(ex, keys=key, join_type="left outer")
-        old = joined.column(_OLD)
-        wins = pc.or_kleene(pc.is_null(old), pc.greater(joined.column(POSITION_COLUMN), old))
-        applied = joined.filter(wins)
-        replaced = applied.filter(pc.is_valid(applied.column(_OLD))).select(key)
-        return applied.drop_columns([_OLD]), replaced
-
-    def _new_rows(self, applied: pa.Table, is_delete: Any, key: list[str], schema: pa.Schema,
-                  gone: list[pa.Table]) -> pa.Table:
-        """The rows the commit appends: the upserts, and with ``soft_delete`` the deleted rows
-        flagged (their last values, ``gone``: the table's rows they replace, with the delete's
-        position; a key the table did not hold, its key alone)."""
-        parts = [_shaped(applied.filter(pc.invert(is_delete)), schema, deleted=False)]
-        deletes = applied.filter(is_delete) if self.soft_delete else None
-        if deletes is not None and deletes.num_rows:
-            keys = pa.table([deletes.column(k) for k in key] + [deletes.column(POSITION_COLUMN)],
-                            names=key + [POSITION_COLUMN])
-            last = pa.concat_tables(gone) if gone else None
-            if last is not None and last.num_rows:
-                drop = [c for c in (POSITION_COLUMN, DELETED_COLUMN) if c in last.column_names]
-                last = last.drop_columns(drop)
-                keys = keys.join(pa.table([last.column(c).cast(keys.schema.field(c).type) if c in key else
-                                           last.column(c) for c in last.column_names], names=last.column_names),
-                                 keys=key, join_type="left outer")
-            parts.append(_shaped(keys, schema, deleted=True))
-        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
     # -- the driver's table operations ----------------------------------------------------------
     def _below(self, position: str, where: dict | None) -> Any:
@@ -450,32 +378,6 @@ def _wider(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     if (table_type, wanted) in {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}:
         return True
     return pa.types.is_decimal(table_type) and pa.types.is_decimal(wanted) and wanted.precision > table_type.precision
-
-
-def _shaped(rows: pa.Table, schema: pa.Schema, *, deleted: bool) -> pa.Table:
-    """``rows`` as the table's columns and types (the flag set where the table has it)."""
-    arrays = []
-    for f in schema:
-        if f.name == DELETED_COLUMN:
-            arrays.append(pa.array([deleted] * rows.num_rows, pa.bool_()))
-        elif f.name in rows.column_names:
-            arrays.append(rows.column(f.name).cast(f.type))
-        else:
-            arrays.append(pa.nulls(rows.num_rows, f.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _coarse(rows: pa.Table, key: list[str]) -> Any:
-    """A filter holding at least ``rows``' keys: the first key column among its values (one
-    ``In``; the rows of a composite key are then matched by key in Arrow)."""
-    from pyiceberg.expressions import In
-    first = pc.unique(rows.column(key[0])).to_pylist()
-    return In(key[0], first)
-
-
-def _keys_as(keys: pa.Table, rows: pa.Table, key: list[str]) -> pa.Table:
-    """``keys`` with the types of ``rows``' key columns (to join them)."""
-    return pa.table([keys.column(k).cast(rows.schema.field(k).type) for k in key], names=key)
 
 
 def _no_secret(exc: Exception) -> str:

@@ -303,3 +303,18 @@ def test_composite_and_temporal_keys(lake):
     del expected[(0, t, "k0")]
     expected[(rows[1]["o"], rows[1]["at"], rows[1]["s"])] = -1
     assert {k: r["v"] for k, r in got.items()} == expected
+
+
+def test_compact_every_keeps_the_files_of_a_long_run_bounded(lake):
+    """Every commit of new keys adds a file; compacting after every 5th keeps a table at a
+    handful of files whatever the number of batches."""
+    lake.compact_every = 5
+    src = simple_source()
+    most = 0
+    for b in range(40):
+        commit_batch(lake, "shop", "items", src.schema, ["id"],
+                     [[src.upsert({"id": b * 10 + i, "v": f"{b}"}, 1000 * b + i, "c") for i in range(10)]], b)
+        most = max(most, lake.file_count("shop", "items"))
+    assert most <= 6, most
+    assert len(values(lake, "shop", "items")) == 400
+    assert len(lake_commits(lake, "shop", "items")) == 40  # compaction commits are not the job's batches

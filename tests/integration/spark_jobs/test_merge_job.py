@@ -304,11 +304,12 @@ def test_table_names_kafka_cannot_hold_and_a_keyless_table_in_a_regex_snapshot(s
     assert b"without a key" in dict(dead[0].headers())["cdc.dlq.reason"]
 
 
-def test_merge_job_runs_by_spark_submit_on_a_standalone_cluster(stack, merge_config, test_db, tmp_path):
+def test_merge_job_runs_by_spark_submit_on_a_standalone_cluster(stack, lake_config, test_db, tmp_path):
     """What the compose file's merge-job service does: ``spark-submit`` of the job's module
     to a Spark master with a worker (both started here from pip's pyspark, on loopback),
     configured only by ``CDC_CONFIG`` and ``CDC__*`` variables; the executors run on the
-    worker.  The sinks end equal to the source and SIGTERM stops the job cleanly."""
+    worker (and stage the lake sinks' parts there, which the driver commits).  The sinks and
+    the lake tables end equal to the source and SIGTERM stops the job cleanly."""
     import os
     import signal
     import subprocess
@@ -317,8 +318,9 @@ def test_merge_job_runs_by_spark_submit_on_a_standalone_cluster(stack, merge_con
 
     from cdc.stack.spark_cluster import spark_env, standalone_cluster
     from common.config import dump_config
+    from cdc.verify import verify
     from tests.producer_helpers import wait_for
-    cfg = merge_config
+    cfg = lake_config
     keys = _pipeline(stack, cfg, test_db, ["single"], rows=300)
     env = spark_env(tmp_path)
     config_path = tmp_path / "cluster.yaml"
@@ -336,12 +338,13 @@ def test_merge_job_runs_by_spark_submit_on_a_standalone_cluster(stack, merge_con
 
             def caught_up() -> bool:
                 assert job.poll() is None, (tmp_path / "submit.log").read_text(errors="replace")[-3000:]
-                try:  # a task writes one sink after the other: both must have caught up
+                try:  # a task writes one sink after the other, the driver commits the lake: all caught up
                     return (pg_sink_rows(cfg, test_db, "t_single", keys["single"]) == expected and
-                            mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected)
+                            mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected and
+                            verify(cfg, [f"{test_db}.t_single"]).equal)
                 except Exception:  # noqa: BLE001 - no sink table yet
                     return False
-            wait_for(caught_up, timeout=240, interval=1.0, what="the cluster job to fill both sinks")
+            wait_for(caught_up, timeout=240, interval=1.0, what="the cluster job to fill the sinks and the lake")
             assert "app-" in (tmp_path / "worker-0.log").read_text(errors="replace")  # executors ran on the worker
 
             # The Python driver (a child of spark-submit's JVM) stops after the running batch.

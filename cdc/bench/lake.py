@@ -1,0 +1,147 @@
+"""``cdc bench merge``'s lake part (f): the merge job over the same backlog into the clean
+changelog only, into Delta Lake only and into Iceberg only, in the same run (each with a
+checkpoint and a place of its own), the rates and their ratios to the changelog's, the data
+files per table after the run and after ``optimize``; and (g) latency at a steady insert rate
+with the Delta sink on: each row's INSERT statement time (``updated_at``, ``NOW(3)``) to the
+time of the Delta commit that first held it (the change data feed's ``_commit_timestamp``).
+
+A benchmark, not a test: it prints figures and ratios, asserts only that each lake table
+ends with the source's row count.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console
+
+from cdc.bench.harness import TABLE
+from cdc.errors import BenchError
+from spark_jobs.sinks.configured import build_sinks
+from spark_jobs.sinks.delta import DeltaSink
+from spark_jobs.sinks.lake_base import LakeSinkBase
+
+#: The lake runs: (name, what it writes).
+LAKE_RUNS = ("changelog", "delta", "iceberg")
+
+
+def lake_config(cfg, work: Path, name: str, *, change_data_feed: bool = False):
+    """``cfg`` writing only ``name``'s sink (``changelog``, ``delta`` or ``iceberg``), its lake
+    in ``work/name`` (an Iceberg catalog named after the run)."""
+    cfg = cfg.model_copy(deep=True)
+    cfg.sinks.postgres.enabled = cfg.sinks.mysql.enabled = False
+    cfg.sinks.changelog.enabled = name == "changelog"
+    cfg.sinks.delta.path = str(work / name / "delta")
+    cfg.sinks.delta.change_data_feed = change_data_feed
+    cfg.sinks.iceberg.warehouse = str(work / name / "iceberg")
+    cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_{name}"
+    cfg.sinks.delta.enabled = name == "delta"
+    cfg.sinks.iceberg.enabled = name == "iceberg"
+    return cfg
+
+
+def lake_sink(cfg) -> LakeSinkBase | None:
+    return next((s for _, s in build_sinks(cfg.sinks) if isinstance(s, LakeSinkBase)), None)
+
+
+def lake_rows(sink: LakeSinkBase, db: str) -> int:
+    batches = sink.read_batches(db, TABLE)
+    return sum(b.num_rows for b in batches) if batches is not None else 0
+
+
+def lake_runs(cfg, work: Path, db: str, live_rows: int, throughput: Callable[..., dict], console: Console,
+              cpu_roots: dict | None = None) -> dict[str, Any]:
+    """(f): the backlog merged into each of :data:`LAKE_RUNS` by ``throughput`` (the merge
+    benchmark's run: ``throughput(cfg, work, name, master, db, ...)``)."""
+    out: dict[str, Any] = {}
+    for name in LAKE_RUNS:
+        run_cfg = lake_config(cfg, work, name)
+        with console.status(f"(f) the merge job into {name} only (local[2])..."):
+            r = throughput(run_cfg, work, f"lake-{name}", "local[2]", db, cpu_roots=cpu_roots, count_sink=False)
+        r.pop("cfg")
+        sink = lake_sink(run_cfg)
+        if sink is not None:
+            rows = lake_rows(sink, db)
+            if rows != live_rows:
+                raise BenchError(f"(f) the {name} table has {rows} rows, the source {live_rows}")
+            r["files_after_run"] = sink.file_count(db, TABLE)
+            with console.status(f"(f) optimize the {name} table..."):
+                t0 = time.perf_counter()
+                sink.compact(db, TABLE)
+                r["optimize_s"] = time.perf_counter() - t0
+            r["files_after_optimize"] = sink.file_count(db, TABLE)
+            sink.close()
+        out[name] = r
+    base = out["changelog"]["steady_events_per_s"]
+    out["ratios"] = {f"{n}/changelog": out[n]["steady_events_per_s"] / base if base else 0.0 for n in LAKE_RUNS[1:]}
+    return out
+
+
+class DeltaClock:
+    """The Delta table of the latency run (change data feed on): which rows it holds, and each
+    row's latency, its INSERT time (``updated_at``, UTC) to the commit that first held it."""
+
+    def __init__(self, cfg, db: str, since_version: int = 0) -> None:
+        sink = lake_sink(cfg)
+        if not isinstance(sink, DeltaSink):
+            raise BenchError("the Delta latency run needs the Delta sink on")
+        self.uri = sink.table_uri(db, TABLE)
+        self.since_version = since_version  # the first version with the change data feed on
+
+    def _table(self):
+        from deltalake import DeltaTable
+        try:
+            return DeltaTable(self.uri)
+        except Exception:  # noqa: BLE001 - not made yet
+            return None
+
+    def has(self, row_id: int) -> bool:
+        t = self._table()
+        return t is not None and t.to_pyarrow_dataset().to_table(
+            columns=["id"], filter=pc.field("id") == row_id).num_rows > 0
+
+    def latencies(self, first_id: int, last_id: int | None = None) -> list[float]:
+        t = self._table()
+        if t is None:
+            return []
+        if t.version() < self.since_version:
+            return []
+        feed = pa.table(t.load_cdf(starting_version=self.since_version).read_all())
+        last = last_id if last_id is not None else 2 ** 31 - 1
+        keep = pc.and_(pc.and_(pc.greater_equal(feed.column("id"), first_id), pc.less(feed.column("id"), last)),
+                       pc.is_in(feed.column("_change_type").cast(pa.string()),
+                                pa.array(["insert", "update_postimage"])))
+        feed = feed.filter(keep)
+        first_commit: dict[int, tuple[int, datetime]] = {}
+        for i, stamp, ts in zip(feed.column("id").to_pylist(), feed.column("updated_at").to_pylist(),
+                                feed.column("_commit_timestamp").to_pylist()):
+            ms = ts.replace(tzinfo=timezone.utc).timestamp() * 1000 if isinstance(ts, datetime) else float(ts)
+            if i not in first_commit or ms < first_commit[i][0]:
+                first_commit[i] = (ms, stamp)
+        return [ms - stamp.replace(tzinfo=timezone.utc).timestamp() * 1000
+                for ms, stamp in first_commit.values() if stamp is not None]
+
+
+def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
+                  latency_run: Callable[..., tuple[dict, dict]], console: Console) -> dict[str, Any]:
+    """(g): :func:`latency_run` (the merge benchmark's (c)) with only the Delta sink on, its
+    change data feed the clock: the job and the table of (f)'s Delta run, going on from where
+    it stopped (the change data feed turned on first)."""
+    run_cfg = lake_config(cfg, work, "delta", change_data_feed=True)
+    run_cfg.state_dir = str(work / "lake-delta" / "state")
+    run_cfg.spark.checkpoint_dir = str(work / "lake-delta" / "checkpoints")
+    handle = lake_sink(run_cfg)._load(db, TABLE)
+    if handle is None:
+        raise BenchError("(g) needs the Delta table of (f)")
+    handle.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    latency, _ = latency_run(run_cfg, info, db, rate, seconds, first_id, producer_state, console,
+                             clock=DeltaClock(run_cfg, db, handle.version() + 1), idle_changes=0)
+    return latency
+
+
+__all__ = ["LAKE_RUNS", "lake_config", "lake_runs", "delta_latency", "DeltaClock"]

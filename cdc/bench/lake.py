@@ -111,11 +111,13 @@ class DeltaClock:
             return []
         if t.version() < self.since_version:
             return []
-        feed = pa.table(t.load_cdf(starting_version=self.since_version).read_all())
+        raw = pa.table(t.load_cdf(starting_version=self.since_version).read_all())
+        feed = pa.table({"id": raw.column("id"), "updated_at": raw.column("updated_at"),
+                         "_change_type": raw.column("_change_type").cast(pa.string()),
+                         "_commit_timestamp": raw.column("_commit_timestamp")})
         last = last_id if last_id is not None else 2 ** 31 - 1
         keep = pc.and_(pc.and_(pc.greater_equal(feed.column("id"), first_id), pc.less(feed.column("id"), last)),
-                       pc.is_in(feed.column("_change_type").cast(pa.string()),
-                                pa.array(["insert", "update_postimage"])))
+                       pc.is_in(feed.column("_change_type"), pa.array(["insert", "update_postimage"])))
         feed = feed.filter(keep)
         first_commit: dict[int, tuple[int, datetime]] = {}
         for i, stamp, ts in zip(feed.column("id").to_pylist(), feed.column("updated_at").to_pylist(),

@@ -218,7 +218,7 @@ def _lake_tables_log(cfg: CDCConfig, db: str) -> list[Path]:
     return [Path(cfg.sinks.delta.path) / db / f"t_{k}" / "_delta_log" for k in KINDS]
 
 
-def _kill_at_commit(job: CdcProcess, cfg: CDCConfig, db: str, timeout: float = 30.0) -> int:
+def _kill_at_commit(job: CdcProcess, cfg: CDCConfig, db: str, timeout: float = 180.0) -> int:
     """SIGKILL the merge job right after one of the run's Delta tables took a commit (the
     batch's other tables and the job's state not yet written); 1 if it landed so, 0 if no
     commit came within ``timeout`` (killed then all the same, or no Delta sink: at once)."""

@@ -176,6 +176,69 @@ def test_incompatible_route_is_refused_at_start_naming_both_tables(stack, merge_
     assert f"{shards[0]}.orders" in text and f"{shards[1]}.orders" in text and test_db + ".orders" in text
 
 
+def test_column_mapping_fills_the_targets_columns_from_the_shards_names(stack, merge_config, test_db, shards):
+    """Column mapping (TiDB DM's extract-source / extract-schema): with the origin columns
+    off, ``region`` (the source's name) and ``shard`` (from the database name) lead the
+    target's key and keep the shards' equal ids apart, in both sinks and the merged clean
+    changelog; a TRUNCATE of one shard deletes its rows by those values; ``cdc verify``
+    compares each shard by them and shows them."""
+    from cdc.verify import verify
+    cfg = merge_config
+    dbs = shards[:3]
+    _small_shards(stack, cfg, test_db, dbs, "(1, 10), (2, 20)")
+    cfg.routes = [RouteConfig(schema=re.escape(test_db) + "_0[1-4]", table="orders", target=f"{test_db}.orders",
+                              ddl="optimistic", origin={"enabled": False},
+                              extract_source={"regexp": "(.*)", "column": "region"},
+                              extract_schema={"regexp": re.escape(test_db) + "_(0[1-4])", "column": "shard"})]
+    key = ["region", "shard", "id"]
+    _run_sql_and_merge(stack, cfg, f"UPDATE `{dbs[0]}`.orders SET qty = 11 WHERE id = 1",
+                       f"DELETE FROM `{dbs[2]}`.orders WHERE id = 2")
+    name = cfg.producer.name
+
+    def expected_of(rows: dict) -> dict:
+        return {(name, db[-2:], i): {"region": name, "shard": db[-2:], "id": i, "qty": qty}
+                for (db, i), qty in rows.items()}
+    rows = {(db, i): i * 10 for db in dbs for i in (1, 2)}
+    rows[(dbs[0], 1)] = 11
+    del rows[(dbs[2], 2)]
+    expected = expected_of(rows)
+    assert pg_sink_rows(cfg, test_db, "orders", key) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", key) == expected
+    topic = clean_topic(cfg.kafka.topic_prefix, test_db, "orders")
+    assert apply_merged_clean(cfg, topic, key, origin=False) == expected
+    # a shard's TRUNCATE: its rows leave the target, found by their extracted values
+    _run_sql_and_merge(stack, cfg, f"TRUNCATE TABLE `{dbs[1]}`.orders", f"INSERT INTO `{dbs[1]}`.orders VALUES (7, 70)")
+    rows = {k: v for k, v in rows.items() if k[0] != dbs[1]}
+    rows[(dbs[1], 7)] = 70
+    expected = expected_of(rows)
+    assert pg_sink_rows(cfg, test_db, "orders", key) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", key) == expected
+    report = verify(cfg, [f"{test_db}.orders"], changelog=True)
+    shard_reports = [t for t in report.tables if t.table.startswith(f"{name}/")]
+    assert sorted(t.mapped["shard"] for t in shard_reports) == ["01", "02", "03"]
+    assert all(t.mapped["region"] == name for t in shard_reports)
+    assert report.equal and all(r.equal for t in shard_reports for r in t.results), report.to_dict()
+    assert {r.sink for t in shard_reports for r in t.results} == {"postgres", "mysql", "changelog"}
+
+
+def test_a_shard_the_column_mapping_does_not_match_is_refused_at_start(stack, merge_config, test_db, shards):
+    """A routed shard whose database the column mapping's regexp does not match has no
+    value for the column: the job refuses to start, naming the shard, the rule and the
+    column; nothing reaches the target."""
+    from spark_jobs.errors import ColumnMappingMismatch
+    cfg = merge_config
+    dbs = shards[:3]
+    _route(cfg, test_db, dbs)
+    cfg.routes[0].extract_schema = {"regexp": re.escape(test_db) + "_(0[12])", "column": "shard"}
+    start_at_current(cfg)
+    err = _run_sql_and_merge(stack, cfg, *[f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)" for db in dbs],
+                             *[f"INSERT INTO `{db}`.orders VALUES (1, 1)" for db in dbs], refused=ColumnMappingMismatch)
+    text = str(err.value)
+    assert f"{dbs[2]}.orders" in text and "routes[0].extract_schema" in text and "'shard'" in text, text
+    assert "does not match the schema" in text
+    assert pg_rows_or_empty(cfg, test_db) == {}
+
+
 def test_pessimistic_rows_wait_until_every_shard_ran_the_ddl(stack, merge_config, test_db, shards):
     """ddl: pessimistic: shop_01 adds ``coupon``; its rows under the new schema wait (held in
     the partition's state) while shop_02's go on, and the target has no ``coupon``; once

@@ -42,6 +42,18 @@ console = Console()
 #: Rows per shard (ids 0 .. ROWS-1 in every shard: the keys overlap).
 ROWS = 20_000
 
+#: The shard databases of ``shop.orders`` on each source server (the compose profile
+#: ``shards`` creates the same: docker/mysql/shards/, checked by tests/test_compose.py).
+SHARDS = {"east": ["shop_01", "shop_02"], "west": ["shop_03", "shop_04"]}
+
+
+def shards_route(ddl: str = "pessimistic") -> RouteConfig:
+    """The demo's route: the four shards into ``shop.orders``, origin columns on, and a column
+    mapping: ``region`` is the source's name, ``shard`` the digits of the database name."""
+    return RouteConfig(source="east|west", schema="shop_0[1-4]", table="orders", target="shop.orders", ddl=ddl,
+                       extract_source={"regexp": "(.*)", "column": "region"},
+                       extract_schema={"regexp": "shop_(.*)", "column": "shard"})
+
 
 def _target_columns(cfg) -> list[str]:
     import psycopg
@@ -69,12 +81,10 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
         cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
         cfg.spark.master = "local[2]"
         servers = {"east": info.mysql, "west": info.sources[0]}
-        shards = {"east": ["shop_01", "shop_02"], "west": ["shop_03", "shop_04"]}
+        shards = SHARDS
         for entry in cfg.sources:
             entry.include_databases = shards[entry.name]
-        cfg.routes = [RouteConfig(source="east|west", schema="shop_0[1-4]", table="orders", target="shop.orders",
-                                  ddl=ddl, extract_source={"regexp": "(.*)", "column": "region"},
-                                  extract_schema={"regexp": "shop_(.*)", "column": "shard"})]
+        cfg.routes = [shards_route(ddl)]
         with console.status("four shards of shop.orders (the same ids in each)..."):
             for name, dbs in shards.items():
                 with admin_connection(servers[name]) as conn:

@@ -19,7 +19,7 @@ def test_shards_demo_runs_and_is_consistent(tmp_path, capsys):
     for shard in ("east/shop_01.orders", "east/shop_02.orders", "west/shop_03.orders", "west/shop_04.orders"):
         assert shard in out
         # the column mapping's values, found in the target by verify, shown with each shard
-        assert f"column mapping: {shard} -> shop.orders: region='{shard[:4]}', shard='{shard[9:11]}'" in out, out
+        assert f"column mapping: {shard} -> shop.orders: region='{shard[:4]}', shard='{shard[10:12]}'" in out, out
     assert re.search(r"target columns: __source, __db, __table, region, shard, id\b", out), out
     data = read_stack(state.resolve())
     assert not any(pid_alive(s["pid"]) for s in (data["mysql"], data["kafka"], data["postgres"], *data["sources"]))

@@ -270,6 +270,58 @@ def test_pessimistic_rows_wait_until_every_shard_ran_the_ddl(stack, merge_config
     _assert_merged(stack, cfg, test_db, expected)
 
 
+@pytest.mark.parametrize("action", ["force", "skip"])
+def test_route_reset_ends_the_wait_for_a_shard_that_never_runs_the_ddl(stack, merge_config, test_db, shards,
+                                                                       tmp_path, capsys, action):
+    """ddl: pessimistic: shop_01 adds ``coupon`` and writes; shop_02 never will.  ``cdc route
+    status`` shows the waiting version, what it adds, the held records and the shard they
+    wait for; ``cdc route force`` makes the target take ``coupon`` (shop_02's rows NULL
+    there), ``cdc route skip`` applies shop_01's rows without it; either way the held rows
+    land once (both sinks and the merged clean changelog equal the shards, no copy in the
+    changelog), and a second run changes nothing."""
+    from cdc.cli import main
+    from common.config import dump_config
+    cfg = merge_config
+    a, b = shards[:2]
+    _small_shards(stack, cfg, test_db, [a, b], "(1, 1), (2, 2), (3, 3)", ddl="pessimistic")
+    assert MergeJob(cfg).run(available_now=True) == 0
+    _run_sql_and_merge(stack, cfg, f"ALTER TABLE `{a}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
+                       f"INSERT INTO `{a}`.orders VALUES (4, 4, 'a4')", f"UPDATE `{a}`.orders SET qty = 9 WHERE id = 1",
+                       f"INSERT INTO `{b}`.orders VALUES (4, 4)")
+    name, target = cfg.producer.name, f"{test_db}.orders"
+    assert (name, a, "orders", 4) not in pg_rows_or_empty(cfg, test_db)  # a's rows wait
+    path = tmp_path / "cdc.yaml"
+    path.write_text(dump_config(cfg))
+    assert main(["-c", str(path), "route", "status", "--json"]) == 0
+    import json
+    [st] = json.loads(capsys.readouterr().out)
+    [w] = st["waiting"]
+    assert (st["route"], w["shard"], w["missing"], st["awaited"]) == (target, f"{name}/{a}.orders", ["coupon string"],
+                                                                      [f"{name}/{b}.orders"])
+    assert w["held"] == 2 and st["decisions"] == []  # the insert and the update of shard a
+    assert main(["-c", str(path), "route", action, target, "--shard", f"{name}/{a}.orders"]) == 0
+    assert f"{action}: {name}/{a}.orders schema {w['version']}" in " ".join(capsys.readouterr().out.split())
+    assert MergeJob(cfg).run(available_now=True) == 0  # (the decision woke the query: a batch runs)
+
+    expected = _union(stack, cfg, [a, b])
+    for k, v in expected.items():
+        if action == "force":
+            v.setdefault("coupon", None)  # the target has it; shard b writes NULL
+        else:
+            v.pop("coupon", None)  # the target does not take it
+    assert expected[(name, a, "orders", 1)]["qty"] == 9 and (name, a, "orders", 4) in expected
+    _assert_merged(stack, cfg, test_db, expected)
+    assert main(["-c", str(path), "route", "status", "--json"]) == 0
+    [st] = json.loads(capsys.readouterr().out)
+    assert st["waiting"] == [] and st["decisions"] == [{"shard": f"{name}/{a}.orders", "version": w["version"],
+                                                         "action": action}]
+    # nothing to decide any more; a second run applies nothing again
+    assert main(["-c", str(path), "route", action, target]) == 1
+    assert "no waiting schema version" in capsys.readouterr().err
+    assert MergeJob(cfg).run(available_now=True) == 0
+    _assert_merged(stack, cfg, test_db, expected)
+
+
 def test_conflicting_ddl_stops_the_running_job(stack, merge_config, test_db, shards):
     cfg = merge_config
     _small_shards(stack, cfg, test_db, shards[:2], "(1, 5), (2, 6)")

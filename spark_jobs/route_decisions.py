@@ -53,6 +53,11 @@ class RouteDecisions:
                 except (ValueError, AttributeError):
                     continue  # not a decision of ours: passed over
 
+    @property
+    def read_to(self) -> int:
+        """The offset after the last record read (of the topic's one partition)."""
+        return self._next.get(0, 0)
+
     def of(self, route: str) -> list[tuple[ShardId, str, str]]:
         """``(shard, version, action)`` of the decisions on ``route`` (``db.table``)."""
         with self._lock:

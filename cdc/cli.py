@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from cdc import chaos, demo, demo_shards, lake, signal_sender, verify
+from cdc import chaos, demo, demo_shards, lake, route_reset, signal_sender, verify
 from cdc.bench.broker import bench_broker
 from cdc.bench.merge import bench_merge
 from cdc.bench.report import bench_race, bench_report
@@ -263,6 +263,22 @@ def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     """Producer position, lag and rate, lost history, the merge job's figures, snapshot bars."""
     show_status(load(args), console, source=args.source)
+    return 0
+
+
+def _cmd_route(args: argparse.Namespace) -> int:
+    """``cdc route status|force|skip``: pessimistic routes' held DDL (cdc/route_reset.py)."""
+    cfg = load(args)
+    if args.route_command == "status":
+        states = route_reset.route_states(cfg, args.target)
+        if args.json:
+            sys.stdout.write(json.dumps([s.to_dict() for s in states], indent=2) + "\n")
+        else:
+            route_reset.print_states(states, console)
+        return 0
+    for shard, version in route_reset.decide(cfg, args.target, args.route_command, args.shard, args.version):
+        console.print(f"{args.route_command}: {shard} schema {version} (route to {args.target}); the merge job "
+                      "applies it with its next batch", highlight=False)
     return 0
 
 
@@ -542,6 +558,20 @@ def build_parser() -> argparse.ArgumentParser:
     status_p = sub.add_parser("status", help="producer position, lag and rate")
     _source_option(status_p, "only the producer of this source (default: every source's)")
     status_p.set_defaults(func=_cmd_status)
+
+    route_p = sub.add_parser("route", help="pessimistic routes' held DDL: status, force or skip (docs/sharding.md)")
+    route_sub = route_p.add_subparsers(dest="route_command", required=True, metavar="ACTION")
+    rs = route_sub.add_parser("status", help="each route's target, waiting schema versions, held records")
+    rs.add_argument("target", nargs="?", default=None, metavar="DB.TABLE", help="one route's target")
+    rs.add_argument("--json", action="store_true", help="print as JSON")
+    rs.set_defaults(func=_cmd_route)
+    for action, help_ in (("force", "the target takes the waiting versions' columns now; held rows apply"),
+                          ("skip", "the waiting versions' rows apply without the columns the target lacks")):
+        rp = route_sub.add_parser(action, help=help_)
+        rp.add_argument("target", metavar="DB.TABLE", help="the route's target")
+        rp.add_argument("--shard", default=None, metavar="SOURCE/DB.TABLE", help="only this shard's versions")
+        rp.add_argument("--version", default=None, help="only this schema version (as cdc route status shows it)")
+        rp.set_defaults(func=_cmd_route)
 
     ver_p = sub.add_parser("verify", help="compare source tables with the sinks (chunk checksums, then row by row)")
     ver_p.add_argument("tables", nargs="*", metavar="DB.TABLE",

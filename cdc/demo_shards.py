@@ -6,15 +6,19 @@
    before the producers start, so only a snapshot brings them);
 2. a producer per source streams its server's binlog, and the Spark merge job (one query
    per source) routes the four shards into one target ``shop.orders`` with the origin
-   columns ``__source, __db, __table`` in its key, DDL coordination ``--ddl`` (pessimistic,
-   TiDB DM's default, or optimistic);
+   columns ``__source, __db, __table`` in its key, and a column mapping (TiDB DM's
+   extract-source / extract-schema): ``region`` is the source's name, ``shard`` the digits of
+   the shard's database (``shop_(.*)``); DDL coordination ``--ddl`` (pessimistic, TiDB DM's
+   default, or optimistic);
 3. a write load runs on every shard, a snapshot of each source's shards is triggered by a
    signal row on each server, and ``ALTER TABLE ... ADD COLUMN coupon`` runs shard by shard,
    a few seconds apart: pessimistic, the rows of the shards that ran it wait until the last
    shard runs it (the target has no ``coupon`` until then); optimistic, the target takes it
    at the first shard's DDL;
 4. the writes stop, everything drains, and ``cdc verify`` compares the merged PostgreSQL and
-   MySQL targets with the union of the shards, shard by shard.  Exit code 0 only when equal.
+   MySQL targets with the union of the shards, shard by shard, each shard's rows found by
+   its origin and mapped values (shown: ``column mapping: east/shop_01.orders -> shop.orders:
+   region='east', shard='01'``).  Exit code 0 only when equal.
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ console = Console()
 
 #: Rows per shard (ids 0 .. ROWS-1 in every shard: the keys overlap).
 ROWS = 20_000
+
+#: The shard databases of ``shop.orders`` on each source server (the compose profile
+#: ``shards`` creates the same: docker/mysql/shards/, checked by tests/test_compose.py).
+SHARDS = {"east": ["shop_01", "shop_02"], "west": ["shop_03", "shop_04"]}
+
+
+def shards_route(ddl: str = "pessimistic") -> RouteConfig:
+    """The demo's route: the four shards into ``shop.orders``, origin columns on, and a column
+    mapping: ``region`` is the source's name, ``shard`` the digits of the database name."""
+    return RouteConfig(source="east|west", schema="shop_0[1-4]", table="orders", target="shop.orders", ddl=ddl,
+                       extract_source={"regexp": "(.*)", "column": "region"},
+                       extract_schema={"regexp": "shop_(.*)", "column": "shard"})
 
 
 def _target_columns(cfg) -> list[str]:
@@ -65,11 +81,10 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
         cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
         cfg.spark.master = "local[2]"
         servers = {"east": info.mysql, "west": info.sources[0]}
-        shards = {"east": ["shop_01", "shop_02"], "west": ["shop_03", "shop_04"]}
+        shards = SHARDS
         for entry in cfg.sources:
             entry.include_databases = shards[entry.name]
-        cfg.routes = [RouteConfig(source="east|west", schema="shop_0[1-4]", table="orders", target="shop.orders",
-                                  ddl=ddl)]
+        cfg.routes = [shards_route(ddl)]
         with console.status("four shards of shop.orders (the same ids in each)..."):
             for name, dbs in shards.items():
                 with admin_connection(servers[name]) as conn:
@@ -81,7 +96,8 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
         console.print(f"shards: {', '.join(f'{n}/{db}.orders' for n, dbs in shards.items() for db in dbs)}, "
                       f"{rows:,} rows each (ids 0..{rows - 1})")
         console.print("route: [bold]east|west / shop_0[1-4] / orders -> shop.orders[/bold] (origin columns "
-                      f"__source, __db, __table in the key; ddl: {ddl})")
+                      f"__source, __db, __table in the key; ddl: {ddl}); column mapping: region from the source "
+                      "name '(.*)', shard from the database 'shop_(.*)'")
 
         views = {name: cfg.for_source(name) for name in shards}
         producers = {name: start_producer(view) for name, view in views.items()}

@@ -344,6 +344,31 @@ class OriginColumns(_Section):
         return (self.source, self.db, self.table) if self.enabled else ()
 
 
+class ExtractRule(_Section):
+    """A target column filled from a shard's name (TiDB DM's ``extract-source`` /
+    ``extract-schema`` / ``extract-table``): ``regexp`` is matched in full against the
+    source name, database or table, and the text its groups capture, joined, is the value."""
+
+    regexp: str
+    column: str
+
+    @field_validator("regexp")
+    @classmethod
+    def _groups(cls, v: str) -> str:
+        if re.compile(_full_regex(v)).groups < 1:
+            raise ValueError(f"regexp {v!r} captures nothing: put the part that is the value in a group, "
+                             "e.g. 'app_(.*)'")
+        return v
+
+    @field_validator("column")
+    @classmethod
+    def _column(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) or v.lower().startswith("__cdc_"):
+            raise ValueError(f"column {v!r}: a name of letters, digits and '_' (not starting with a digit), "
+                             "outside the sinks' own '__cdc_' names")
+        return v
+
+
 class RouteConfig(_Section):
     """Routes the tables of several shards into one target table (TiDB DM's table routing):
     every table whose source name, database and table name match ``source``, ``schema``
@@ -360,9 +385,28 @@ class RouteConfig(_Section):
     # rows under the new schema wait until then) or optimistic (the target takes the union
     # of the shards' columns at once).
     ddl: Literal["pessimistic", "optimistic"] = "pessimistic"
+    # Column mapping: target columns filled from the shard's source name, database, table.
+    extract_source: ExtractRule | None = None
+    extract_schema: ExtractRule | None = None
+    extract_table: ExtractRule | None = None
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True,
                               serialize_by_alias=True)
+
+    @model_validator(mode="after")
+    def _extracted_names(self) -> "RouteConfig":
+        names = [*self.origin.names, *(r.column for r in self.extracts.values())]
+        lowered = [n.lower() for n in names]
+        if len(set(lowered)) != len(lowered):
+            raise ValueError(f"the origin and extracted column names must differ (case-insensitively): "
+                             f"{', '.join(names)}")
+        return self
+
+    @property
+    def extracts(self) -> dict[str, ExtractRule]:
+        """The column mapping rules by what they read (``source``, ``schema``, ``table``)."""
+        return {what: rule for what, rule in (("source", self.extract_source), ("schema", self.extract_schema),
+                                              ("table", self.extract_table)) if rule is not None}
 
     @field_validator("source", "schema_", "table")
     @classmethod
@@ -456,9 +500,10 @@ class CDCConfig(_Section):
                 raise ValueError(f"routes[{i}] (to {route.target}): source {route.source!r} names no configured "
                                  f"source (sources: {', '.join(known)})")
             for j, other in enumerate(self.routes[:i]):
-                if other.target == route.target and (other.origin != route.origin or other.ddl != route.ddl):
+                if other.target == route.target and (other.origin != route.origin or other.ddl != route.ddl
+                                                     or other.extracts != route.extracts):
                     raise ValueError(f"routes[{j}] and routes[{i}] both lead to {route.target} with different "
-                                     f"'origin' or 'ddl' settings: a target has one of each")
+                                     f"'origin', 'ddl' or 'extract_*' settings: a target has one of each")
         return self
 
     def captured_sources(self) -> list[CapturedSource]:

@@ -14,6 +14,7 @@
 ``<prefix>._signals``                  the Kafka signal channel (one partition, key = producer name)
 ``<prefix>._heartbeat``                heartbeats
 ``<prefix>._dlq``                      the merge job's dead letters
+``<prefix>._routes``                   the operator's decisions on routes' held DDL (compacted)
 =====================================  ====================================================
 
 Table names:
@@ -97,3 +98,9 @@ def heartbeat_topic(prefix: str) -> str:
 
 def dlq_topic(prefix: str) -> str:
     return f"{prefix}._dlq"
+
+
+def route_decisions_topic(prefix: str) -> str:
+    """The operator's decisions on pessimistic routes' waiting DDL (``cdc route force|skip``),
+    keyed by route, shard and schema version (compacted, one partition)."""
+    return f"{prefix}._routes"

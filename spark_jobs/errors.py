@@ -87,3 +87,9 @@ class RouteCollision(RouteError):
 class ShardDDLConflict(RouteError):
     """A shard ran DDL the route's target cannot follow (a different type for a column, a
     key the other shards do not have in optimistic mode): the route stops."""
+
+
+class ColumnMappingMismatch(RouteError):
+    """A route's column mapping (``extract_source``, ``extract_schema``, ``extract_table``)
+    cannot fill its column for a shard: the regular expression does not match the shard's
+    name (the route is refused at start; a shard that appears later stops the job)."""

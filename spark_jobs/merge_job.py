@@ -165,7 +165,7 @@ class MergeJob:
                                      self.settings.debezium)
         self.schema_guard = SchemaGuard(cfg, self.kafka, self.prefix, self.schemas, self.topics)
         self.routes = RouteTargets(cfg, self.kafka, self.prefix, self.router, self._stores, clean_schemas,
-                                   self.topics, self.settings.changelog)
+                                   self.topics, self.settings.changelog, self.query_dir)
         self.table_markers = TableMarkers(cfg, self.prefix, self.source_name, self.query_dir, self.router,
                                           self.settings)
         self.report = BatchReport(Path(cfg.state_dir) / (f"merge-status-{self.source_name}.json" if several

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.config import CDCConfig
-from contract.topics import schemas_topic, table_topic_pattern
+from contract.topics import route_decisions_topic, schemas_topic, table_topic_pattern
 from spark_jobs.errors import MergeStateError
 from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
 from spark_jobs.offset_log import batch_end_offsets
@@ -49,11 +49,13 @@ class MergeTasks:
                    "failOnDataLoss": "true" if self.cfg.spark.fail_on_data_loss else "false"}
         for key, value in self.client.items():
             options[f"kafka.{key}"] = str(value)
-        if any(r.ddl == "pessimistic" for r in self.router.routes) and self.other_prefixes:
+        if any(r.ddl == "pessimistic" for r in self.router.routes):
             # A pessimistic route's held rows are released when another source's shard runs
-            # the DDL: a batch runs when another source's schemas topic grows, even while
-            # this source writes nothing.
-            options["wakeTopics"] = ",".join(sorted(schemas_topic(p) for p in self.other_prefixes))
+            # the DDL, or the operator forces or skips it (cdc route): a batch runs when
+            # another source's schemas topic or the decisions topic grows, even while this
+            # source writes nothing.
+            options["wakeTopics"] = ",".join(sorted(schemas_topic(p) for p in self.other_prefixes)
+                                             + [route_decisions_topic(cfg.kafka.topic_prefix)])
         return options
 
     def reader(self, spark):

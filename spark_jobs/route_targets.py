@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 
 from common.config import CDCConfig
 from common.kafka.clients import ensure_topics
@@ -16,6 +17,9 @@ from contract.schema_store import SchemaStore, schema_record
 from contract.topics import schemas_topic, table_of_topic, table_topic_pattern
 from spark_jobs.driver_kafka import DriverKafka
 from spark_jobs.errors import MergeStateError, RouteError
+from spark_jobs.kafka_offsets import wake_from_json
+from spark_jobs.offset_log import batch_end_offsets, last_batches
+from spark_jobs.route_decisions import RouteDecisions
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
 from spark_jobs.sharding.target import (
@@ -37,9 +41,10 @@ class RouteTargets:
     of the clean changelog's prefix."""
 
     def __init__(self, cfg: CDCConfig, kafka: DriverKafka, prefix: str, router: Router,
-                 stores: dict[str, tuple[str, SchemaStore]], clean_schemas: SchemaStore, topics: TableTopics,
-                 changelog: bool) -> None:
+                 stores: dict[str, tuple[str, SchemaStore]], clean_schemas: SchemaStore | None,
+                 topics: TableTopics | None, changelog: bool, query_dir: Path | None = None) -> None:
         self.cfg = cfg
+        self.query_dir = query_dir  # the query's checkpoint (None: no query, read the decisions each time)
         self.kafka = kafka
         self.prefix = prefix
         self.router = router
@@ -49,6 +54,9 @@ class RouteTargets:
         self.topics = topics
         self.changelog = changelog
         self._published: set[str] = set()  # fingerprints of schemas the job published
+        # the operator's decisions on pessimistic routes' waiting DDL (cdc route force|skip)
+        self.decisions = RouteDecisions(cfg.kafka, kafka.client) if any(
+            r.ddl == "pessimistic" for r in router.routes) else None
 
     @property
     def active(self) -> bool:
@@ -70,11 +78,13 @@ class RouteTargets:
             self.schemas.refresh_until(schemas_end)
         tables, shards, history = self._shards(partitions)
         self.router.plan(tables)
+        if self.decisions is not None and self._decisions_moved():
+            self.decisions.refresh()
         targets = {}
         for route, members in shards.items():
             keys = {shard: k for shard, (_, k) in members.items()}
             if route.ddl == "pessimistic":
-                coordinator = coordinate(route, history[route], keys, "pessimistic")
+                coordinator = self.coordinator(route, history[route], keys)
                 schema, key = target_schema(route, members, coordinator.target)
                 waiting = sorted(f"{sh}|{v}" for sh, v in coordinator.waiting())
                 if waiting:
@@ -92,18 +102,62 @@ class RouteTargets:
                 self.publish_schemas([targets[route.name]["key_schema"], targets[route.name]["envelope_schema"]])
         return targets
 
-    def _shards(self, partitions: list[tuple[str, int]]) -> tuple[list[ShardId], dict, dict]:
-        """Every source's tables (this source's: the topics of ``partitions``; the others':
-        their table topics now, with their newest schemas), and per route its shards' newest
-        ``(envelope schema, key columns)`` and every schema version, oldest first."""
+    def coordinator(self, route, history: dict, keys: dict):
+        """A pessimistic route's coordinator (:func:`~spark_jobs.sharding.target.coordinate`)
+        with the operator's decisions on it applied, in the order they were taken; one that
+        no longer applies (the version does not wait any more) is passed over."""
+        coordinator = coordinate(route, history, keys, "pessimistic")
+        if coordinator is None:
+            return None
+        for shard, version, action in self.decisions.of(route.name) if self.decisions is not None else ():
+            try:
+                getattr(coordinator, action)(shard, version)
+                log.info("route to %s: %s of %s (schema %s), as the operator decided", route.name, action, shard,
+                         version)
+            except (RouteError, KeyError) as exc:
+                log.debug("route to %s: the decision %s of %s (schema %s) does not apply: %s", route.name, action,
+                          shard, version, exc)
+        return coordinator
+
+    def _decisions_moved(self) -> bool:
+        """Whether the decisions topic may hold records not read yet: its end offset as the
+        batch being run was planned (a wake topic's, in the batch's offsets; about 25-60 ms
+        a batch saved when nothing was decided), or always without a query's checkpoint."""
+        if self.query_dir is None:
+            return True
+        planned, _ = last_batches(self.query_dir)
+        ends = batch_end_offsets(self.query_dir, planned) if planned is not None else None
+        if not ends or not isinstance(ends[0], dict):
+            return True
+        end = wake_from_json(ends[0]).get((self.decisions.topic, 0))
+        return end is not None and end > self.decisions.read_to
+
+    def view(self) -> dict:
+        """Every route's shards as the merge job sees them now (every source's table topics
+        and schemas): ``{route: (members, history, coordinator or None)}``, for ``cdc route``."""
+        if self.decisions is not None:
+            self.decisions.refresh()
+        _, shards, history = self._shards(None)
+        out = {}
+        for route, members in shards.items():
+            keys = {shard: k for shard, (_, k) in members.items()}
+            out[route] = (members, history[route],
+                          self.coordinator(route, history[route], keys) if route.ddl == "pessimistic" else None)
+        return out
+
+    def _shards(self, partitions: list[tuple[str, int]] | None) -> tuple[list[ShardId], dict, dict]:
+        """Every source's tables (this source's: the topics of ``partitions``, or all now
+        when None; the others': their table topics now, with their newest schemas), and per
+        route its shards' newest ``(envelope schema, key columns)`` and every schema
+        version, oldest first."""
         tables: list[ShardId] = []
         shards: dict = {}
         history: dict = {}  # route -> shard -> every schema version, oldest first
-        topics = {self.prefix: sorted({t for t, _ in partitions})}
-        if len(self.stores) > 1:  # the other sources' tables, with their newest schemas now
+        topics = {self.prefix: sorted({t for t, _ in partitions or []})}
+        if len(self.stores) > 1 or partitions is None:  # the other sources' tables, with their newest schemas now
             md = self.kafka.admin().list_topics(timeout=15)
             for prefix, (_, store) in self.stores.items():
-                if prefix != self.prefix:
+                if prefix != self.prefix or partitions is None:
                     rx = re.compile(table_topic_pattern(prefix))
                     topics[prefix] = sorted(n for n, t in md.topics.items() if rx.fullmatch(n) and t.error is None)
                     store.refresh()

@@ -83,13 +83,13 @@ class TableMarkers:
         the marker's position (a routed table's: its shard's rows in the target); the rows
         deleted."""
         db, table, where = m["db"], m["table"], None
-        if route is not None:  # a shard's rows in its route's target: by their origin values
+        if route is not None:  # a shard's rows in its route's target: by their origin (and extracted) values
             db, table = route.target
-            where = route.origin_values(ShardId(self.source_name, m["db"], m["table"]))
+            where = route.values(ShardId(self.source_name, m["db"], m["table"]))
             if not where:
-                log.warning("%s of %s.%s: its route to %s has no origin columns, so its rows in the target "
-                            "cannot be told from the other shards': nothing deleted", m.get("kind"), m["db"],
-                            m["table"], route.name)
+                log.warning("%s of %s.%s: its route to %s has no origin columns and no column mapping, so its rows "
+                            "in the target cannot be told from the other shards': nothing deleted", m.get("kind"),
+                            m["db"], m["table"], route.name)
                 return 0
         deleted = 0
         for name, sink in sinks_of(self.settings):

@@ -26,9 +26,14 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from cdc.demo_shards import SHARDS as SHARD_SOURCES
+from cdc.demo_shards import shards_route
 from cdc.stack.mysql_server import SIGNAL_DDL, quote_table
 from common.config import SourceConfig, config_env_keys, load_config
 from common.errors import ConfigError
+from spark_jobs.errors import ColumnMappingMismatch
+from spark_jobs.sharding.routes import Router
+from spark_jobs.sharding.shapes import ShardId
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
@@ -151,9 +156,9 @@ def volume_entries(service: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def init_scripts(compose: dict[str, Any]) -> list[tuple[str, str]]:
-    """(name in /docker-entrypoint-initdb.d, text) of the mysql service's init files, in run order."""
-    mysql = services(interpolate(compose)).get("mysql") or {}
+def init_scripts(compose: dict[str, Any], service: str = "mysql") -> list[tuple[str, str]]:
+    """(name in /docker-entrypoint-initdb.d, text) of a MySQL service's init files, in run order."""
+    mysql = services(interpolate(compose)).get(service) or {}
     found = []
     for vol in volume_entries(mysql):
         target = str(vol.get("target") or "")
@@ -340,12 +345,14 @@ def check_depends_on(compose: dict[str, Any]) -> list[str]:
 def check_healthchecks(compose: dict[str, Any]) -> list[str]:
     """Long-running infrastructure has healthchecks; MySQL's is ``mysqladmin ping``."""
     svcs = services(compose)
-    problems = [f"{n}: no healthcheck" for n in ("mysql", "kafka", "schema-registry", "postgres", "spark-master")
+    mysqls = ["mysql", *(f"mysql-{n}" for n in SHARD_SOURCES)]
+    problems = [f"{n}: no healthcheck" for n in (*mysqls, "kafka", "schema-registry", "postgres", "spark-master")
                 if n in svcs and not _has_healthcheck(svcs[n])]
-    test = (svcs.get("mysql") or {}).get("healthcheck", {}).get("test")
-    text = " ".join(test) if isinstance(test, list) else str(test)
-    if "mysqladmin ping" not in text:
-        problems.append("mysql: the healthcheck should use mysqladmin ping")
+    for name in (n for n in mysqls if n in svcs):
+        test = (svcs.get(name) or {}).get("healthcheck", {}).get("test")
+        text = " ".join(test) if isinstance(test, list) else str(test)
+        if "mysqladmin ping" not in text:
+            problems.append(f"{name}: the healthcheck should use mysqladmin ping")
     return problems
 
 
@@ -641,6 +648,7 @@ def check_service_addresses(compose: dict[str, Any]) -> list[str]:
             continue
         cfg = service_config(compose, name)
         addrs = [("source", cfg.source.host, cfg.source.port)] if "CDC__SOURCE__HOST" in cdc_env(svc) else []
+        addrs += [(f"source {entry.name}", entry.host, entry.port) for entry in cfg.sources]
         for server in cfg.kafka.bootstrap_servers.split(","):
             h, _, p = server.rpartition(":")
             addrs.append(("kafka", h, int(p)))
@@ -698,6 +706,81 @@ def check_spark(compose: dict[str, Any]) -> list[str]:
         arg_version = (build.get("args") or {}).get("SPARK_VERSION") if isinstance(build, dict) else None
         if arg_version != version:
             problems.append(f"{name}: build arg SPARK_VERSION={arg_version} differs from the connector version {version}")
+    return problems
+
+
+def _created_databases(scripts: list[tuple[str, str]]) -> list[str]:
+    text = "\n".join(strip_comments(t) for _, t in scripts)
+    return [m.group(1) for m in re.finditer(r"CREATE\s+DATABASE\s+(?:IF\s+NOT\s+EXISTS\s+)?`?(\w+)`?", text, re.I)]
+
+
+def check_shards_profile(compose: dict[str, Any], shard_scripts: dict[str, list[tuple[str, str]]] | None = None
+                         ) -> list[str]:
+    """The profile ``shards`` is what ``make demo-shards`` runs (cdc/demo_shards.py): a MySQL
+    server and a producer per source of the demo, holding the demo's shard databases, and a
+    merge job with the demo's route (origin columns, column mapping, pessimistic DDL) on the
+    cdc-kafka source, without a schema registry (routes read the ``_schemas`` topics); each
+    server like ``mysql`` (binlog flags, the signal table, the CDC user's grants); every shard
+    routed and matched by the column mapping."""
+    svcs = services(compose)
+    names = ["merge-job-shards", *(f"{kind}-{n}" for n in SHARD_SOURCES for kind in ("mysql", "producer"))]
+    problems = [f"profile shards: service {n!r} is missing" for n in names if n not in svcs]
+    problems += [f"{n}: not in the profile 'shards' only" for n in names if n in svcs and svcs[n].get("profiles") != ["shards"]]
+    if problems:
+        return problems
+    job = service_config(compose, "merge-job-shards")
+    if [e.name for e in job.sources] != list(SHARD_SOURCES):
+        problems.append(f"merge-job-shards: sources {[e.name for e in job.sources]}, the demo's are {list(SHARD_SOURCES)}")
+    if job.routes != [shards_route("pessimistic")]:
+        problems.append(f"merge-job-shards: routes {job.routes} differ from make demo-shards' {[shards_route()]}")
+    if job.spark.kafka_source != "python":
+        problems.append("merge-job-shards: a pessimistic route needs CDC__SPARK__KAFKA_SOURCE=python")
+    if job.kafka.schema_registry_url:
+        problems.append("merge-job-shards: routes read the sources' _schemas topics: no schema registry")
+    if not job.sinks.postgres.enabled:
+        problems.append("merge-job-shards: the PostgreSQL sink is not enabled")
+    router = Router(job.routes)
+    reference = {f: t for f, t in init_scripts(compose) if f != "20-demo.sql"}
+    server_ids: dict[str, str] = {}
+    for entry in job.sources:
+        server, producer = f"mysql-{entry.name}", f"producer-{entry.name}"
+        if (entry.host, entry.port) != (server, 3306):
+            problems.append(f"source {entry.name}: {entry.host}:{entry.port} is not {server}:3306")
+        pcfg = service_config(compose, producer)
+        if command_list(svcs[producer]) != ["cdc", "produce", "--source", entry.name]:
+            problems.append(f"{producer}: the command must be cdc produce --source {entry.name}")
+        if (pcfg.sources, pcfg.routes, pcfg.kafka.topic_prefix) != (job.sources, job.routes, job.kafka.topic_prefix):
+            problems.append(f"{producer}: sources, routes or topic prefix differ from merge-job-shards'")
+        flags = command_list(svcs[server])
+        problems += [f"{server}: command lacks {flag}" for flag in MYSQL_FLAGS if not flag.startswith("--server-id")
+                     and not any(f == flag or f.startswith(flag + "=") for f in flags)]
+        sid = next((f.split("=", 1)[1] for f in flags if f.startswith("--server-id=")), None)
+        if sid is None or sid in [*server_ids.values(), "1"] or sid == str(entry.server_id):
+            problems.append(f"{server}: --server-id={sid} is another server's or the producer's")
+        server_ids[server] = sid
+        scripts = (shard_scripts or {}).get(server) or init_scripts(compose, server)
+        for f, text in reference.items():
+            if dict(scripts).get(f) != text:
+                problems.append(f"{server}: init script {f} is not mysql's")
+        problems += [f"{server}: {p}" for p in check_cdc_grants(compose, scripts) + check_signal_table(compose, scripts)]
+        dbs = sorted(set(_created_databases(scripts)) - {signal_table_name(compose).split(".")[0]})
+        if dbs != SHARD_SOURCES[entry.name]:
+            problems.append(f"{server}: creates the databases {dbs}, make demo-shards' {entry.name} has "
+                            f"{SHARD_SOURCES[entry.name]}")
+        tables = create_tables("\n".join(strip_comments(t) for _, t in scripts))
+        for db in dbs:
+            if f"{db}.orders" not in tables:
+                problems.append(f"{server}: no table {db}.orders")
+            if not any(re.fullmatch(p, db) for p in entry.include_databases):
+                problems.append(f"source {entry.name}: include_databases {entry.include_databases} leaves out {db}")
+            route = router.route_of(entry.name, db, "orders")
+            if route is None or route.name != "shop.orders":
+                problems.append(f"{entry.name}/{db}.orders is not routed to shop.orders")
+                continue
+            try:
+                route.values(ShardId(entry.name, db, "orders"))
+            except ColumnMappingMismatch as exc:
+                problems.append(str(exc))
     return problems
 
 
@@ -806,6 +889,7 @@ ALL_CHECKS: dict[str, Callable[..., list[str]]] = {
     "spark": check_spark,
     "no_secrets": check_no_secrets,
     "env_example": check_env_example,
+    "shards_profile": check_shards_profile,
 }
 
 
@@ -835,6 +919,18 @@ def test_cdc_services_get_the_intended_configuration(compose: dict[str, Any]) ->
     assert job.sinks.postgres.dsn.get_secret_value() == (
         f"postgresql://cdc:{dummy_value('POSTGRES_PASSWORD')}@postgres:5432/cdc_sink")
     assert job.kafka.topic_prefix == producer.kafka.topic_prefix
+
+
+def test_the_shards_profile_is_make_demo_shards(compose: dict[str, Any]) -> None:
+    job = service_config(compose, "merge-job-shards")
+    assert [(e.name, e.host, e.include_databases) for e in job.sources] == [
+        ("east", "mysql-east", ["shop_0[12]"]), ("west", "mysql-west", ["shop_0[34]"])]
+    assert [e.password.get_secret_value() for e in job.sources] == [dummy_value("CDC_PASSWORD")] * 2
+    [route] = Router(job.routes).routes
+    assert route.columns == ("__source", "__db", "__table", "region", "shard") and route.ddl == "pessimistic"
+    assert route.values(ShardId("west", "shop_03", "orders"))["shard"] == "03"
+    assert job.sinks.postgres.schema_name == "shards" and job.spark.master == "local[2]"
+    assert _created_databases(init_scripts(compose, "mysql-west")) == ["cdc_control", "shop_03", "shop_04"]
 
 
 def test_signal_table_ddl_is_parsed_like_the_embedded_stack() -> None:
@@ -992,6 +1088,25 @@ BREAKAGES: list[tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
     ("cdc_grants", "grant option", lambda c: _scripts_with(c, "TO 'cdc'@'%';", "TO 'cdc'@'%' WITH GRANT OPTION;")),
     ("init_script_env", "script reads a variable mysql does not set",
      lambda c: _del_env(c, "mysql", "CDC_PASSWORD")),
+    ("shards_profile", "a shard server left out of the profile", lambda c: _pop(c, "mysql-west")),
+    ("shards_profile", "a shard service outside the profile", lambda c: _pop(c, "producer-east", "profiles")),
+    ("shards_profile", "a column mapping other than the demo's",
+     lambda c: _set_env(c, "merge-job-shards", "CDC__ROUTES", env_of(_svc(c, "merge-job-shards"))["CDC__ROUTES"]
+                        .replace("'shop_(.*)'", "'shop_0(.*)'"))),
+    ("shards_profile", "a producer of the other source",
+     lambda c: _cmd_replace(c, "producer-west", "west", "east")),
+    ("shards_profile", "a shard database missing on its server",
+     lambda c: {"shard_scripts": {"mysql-east": [(f, t.replace("shop_02", "shop_09"))
+                                                 for f, t in init_scripts(c, "mysql-east")]}}),
+    ("shards_profile", "a shard server with the other's server id",
+     lambda c: _cmd_replace(c, "mysql-west", "--server-id=12", "--server-id=11")),
+    ("shards_profile", "the pessimistic route on Spark's kafka source",
+     lambda c: _set_env(c, "merge-job-shards", "CDC__SPARK__KAFKA_SOURCE", "jvm")),
+    ("healthchecks", "a shard server's healthcheck without mysqladmin ping",
+     lambda c: _update(c, "mysql-east", healthcheck={"test": ["CMD", "true"]})),
+    ("service_addresses", "a source host that is not a service",
+     lambda c: _set_env(c, "producer-east", "CDC__SOURCES", env_of(_svc(c, "producer-east"))["CDC__SOURCES"]
+                        .replace("host: mysql-east", "host: mysql-north"))),
 ]
 
 

@@ -12,7 +12,8 @@ they take out of the dict; what is left is "extra".
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Iterator
 
 from confluent_kafka.admin import AdminClient
 
@@ -23,12 +24,16 @@ from cdc.verify.source import Chunk, SourceTable
 from cdc.verify.spec import TableSpec
 from cdc.verify.targets import Target
 from common.kafka.topic_reader import read_topic
-from contract.codecs.serde import ConfluentRegistry, RecordDecoder
+from common.errors import CDCError
+from contract.codecs.serde import SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder
 from contract.envelope import POSITION_HEADER, TRUNCATE_OP
 from contract.position import CopyFilter
 from contract.schema_store import SchemaStore
 from contract.topics import clean_topic
 from spark_jobs.clean_changelog import SHARD_HEADER
+from spark_jobs.sinks.layout import row_columns
+
+_EPOCH = datetime(1970, 1, 1)
 
 #: Value of a column the changelog record does not have (not in the table's newest schema).
 ABSENT = "<absent from the record>"
@@ -91,6 +96,34 @@ def replay_changelog(records: Iterable[tuple[int, dict | None, dict | None]], sp
     return rows
 
 
+def _timestamp_units(schema: dict) -> dict[str, int]:
+    """:meth:`ChangelogTarget._timestamps` of a writer schema (an envelope)."""
+    try:
+        columns = row_columns(schema)
+    except (CDCError, KeyError, TypeError, ValueError):
+        return {}
+    units = {"timestamp_ms": 1_000, "timestamp_us": 1_000_000}
+    return {c.field: units[c.kind] for c in columns if c.kind in units}
+
+
+def _as_datetimes(value: Any, units: dict[str, int]) -> Any:
+    """A decoded change event with its rows' DATETIME numbers as ``datetime`` values, each
+    by its writer schema's unit (``units``)."""
+    if not units or not isinstance(value, dict):
+        return value
+    for side in ("before", "after"):
+        row = value.get(side)
+        if isinstance(row, dict):
+            for f, per in units.items():
+                v = row.get(f)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    try:
+                        row[f] = _EPOCH + timedelta(microseconds=v * (1_000_000 // per))
+                    except OverflowError:
+                        pass
+    return value
+
+
 def record_position(message) -> str:
     """A clean changelog record's position: its header (:data:`POSITION_HEADER`, which the
     merge job writes on every record); "" when it has none."""
@@ -108,6 +141,8 @@ class ChangelogTarget(Target):
     def __init__(self, cfg) -> None:
         self.cfg = cfg
         self.decoder = None
+        self.store: SchemaStore | None = None
+        self._units: dict[str, dict[str, int]] = {}  # writer schema -> its timestamp fields' units
         self.rows: dict[tuple, tuple] = {}
         self._chunk: tuple[int, list] | None = None
 
@@ -117,9 +152,29 @@ class ChangelogTarget(Target):
             registry = ConfluentRegistry(k.schema_registry_url) if k.schema_registry_url else None
             # Each record read with its table's newest schema: a record written before a
             # column was added has the column (its default).
-            self.decoder = RecordDecoder.resolving(SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None),
-                                                   registry)
+            self.store = SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None)
+            self.decoder = RecordDecoder.resolving(self.store, registry)
         return self.decoder
+
+    def _timestamps(self, data: bytes | None) -> dict[str, int]:
+        """The fields of the record's writer schema that hold a DATETIME as a number, with
+        their unit per second (1,000 for Debezium's ``Timestamp``, 1,000,000 for its
+        ``MicroTimestamp``): the number alone does not say which (``DATETIME(3)`` changed to
+        ``DATETIME(6)`` leaves records of both in the topic)."""
+        if not data:
+            return {}
+        if data[:2] == SINGLE_OBJECT_MAGIC:
+            fp = data[2:10].hex()
+            if fp not in self._units:
+                schema = self.store.get(fp)
+                self._units[fp] = _timestamp_units(schema) if isinstance(schema, dict) else {}
+            return self._units[fp]
+        found = self.decoder.connect_schema(data)
+        if found is None or found[1] is None:
+            return {}
+        if found[0] not in self._units:
+            self._units[found[0]] = _timestamp_units(found[1])
+        return self._units[found[0]]
 
     def _exists(self, topic: str) -> bool:
         k = self.cfg.kafka
@@ -132,6 +187,10 @@ class ChangelogTarget(Target):
         return clean_topic(self.cfg.kafka.topic_prefix, spec.db, spec.table)
 
     def holds(self, message, spec: TableSpec) -> bool:  # noqa: ARG002 - a record of the topic: the table's
+        return True
+
+    def carries(self, value: Any, spec: TableSpec) -> bool:  # noqa: ARG002 - every record of a held one
+        """Whether a held record (decoded) is one of the table's."""
         return True
 
     def open(self, spec: TableSpec, result: SinkResult) -> None:
@@ -150,7 +209,9 @@ class ChangelogTarget(Target):
             for m in read_topic(k.bootstrap_servers, topic, client_config=k.client or None, timeout=300):
                 if not self.holds(m, spec):
                     continue
-                value = dec.decode(m.value())
+                value = _as_datetimes(dec.decode(m.value()), self._timestamps(m.value()))
+                if not self.carries(value, spec):
+                    continue
                 if debezium and isinstance(value, dict) and "position" not in value:
                     # Debezium's records carry no position: the merge job's header has it
                     # (the record's own, :func:`contract.debezium.debezium_position`)
@@ -188,3 +249,12 @@ class MergedChangelogTarget(ChangelogTarget):
 
     def holds(self, message, spec: TableSpec) -> bool:
         return dict(message.headers() or []).get(SHARD_HEADER) == f"{spec.source}/{spec.db}.{spec.table}".encode()
+
+    def carries(self, value: Any, spec: TableSpec) -> bool:
+        """A record the header gives to the shard, whose row holds the shard's values in the
+        route's columns (origin and column mapping): one with other values is not the
+        shard's row in the target (the shard then misses it)."""
+        if not isinstance(value, dict) or value.get("op") == TRUNCATE_OP:
+            return True
+        row = value.get("before") if value.get("op") == "d" else value.get("after")
+        return not isinstance(row, dict) or all(row.get(c) == v for c, v in spec.origin.items())

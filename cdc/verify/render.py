@@ -57,6 +57,11 @@ def print_report(report: VerifyReport, console=None) -> None:
                           f"{r.chunks_differing:,} / {r.chunks:,} ({tr.mode})",
                           f"{r.missing:,} / {r.extra:,} / {r.differing:,}", result)
     console.print(table)
+    for tr in report.tables:  # a shard's values in the columns its route's column mapping fills
+        if tr.mapped and tr.skipped is None and tr.error is None:
+            console.print(f"column mapping: {escape(_label(tr))}: "
+                          f"{escape(', '.join(f'{c}={v!r}' for c, v in tr.mapped.items()))} "
+                          f"(the shard's rows in the target are those with these values)", highlight=False)
     for line in reasons:
         console.print(line, highlight=False)
     for tr in report.tables:

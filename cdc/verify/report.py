@@ -80,6 +80,8 @@ class TableReport:
     target: str | None = None
     #: Checksum (hex) of the source table's rows: its chunks' summed.
     checksum: str = ""
+    #: A shard's values in the columns its route's column mapping fills (``{"region": "eu"}``).
+    mapped: dict[str, str] = field(default_factory=dict)
 
     @property
     def equal(self) -> bool:
@@ -91,7 +93,7 @@ class TableReport:
         return {"table": self.table, "target": self.target, "key": list(self.key), "mode": self.mode, "equal": self.equal,
                 "source_rows": self.source_rows, "chunks": self.chunks, "error": self.error,
                 "skipped": self.skipped, "seconds": round(self.seconds, 3), "checksum": self.checksum,
-                "results": [r.to_dict() for r in self.results]}
+                "mapped": dict(self.mapped), "results": [r.to_dict() for r in self.results]}
 
 
 @dataclass

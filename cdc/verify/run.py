@@ -19,7 +19,7 @@ from cdc.verify.checksum import Checksum, checksum
 from cdc.verify.diff import Diffs, compare_rows
 from cdc.verify.discovery import source_tables
 from cdc.verify.report import SinkResult, TableReport, VerifyReport
-from cdc.verify.shards import shard_spec, stray_rows
+from cdc.verify.shards import indistinct, mapped, shard_spec, stray_rows
 from cdc.verify.source import SourceTable
 from cdc.verify.spec import KeylessTable, MissingTable, TableSpec, table_spec
 from cdc.verify.lake_target import LakeTarget
@@ -28,6 +28,7 @@ from common.sql.sessions import read_session
 from contract.envelope import record_names
 from contract.schema_resolution import row_fields
 from contract.schema_store import SchemaStore
+from spark_jobs.errors import ColumnMappingMismatch
 from spark_jobs.sharding.routes import Route, Router
 from spark_jobs.sharding.shapes import ShardId
 from spark_jobs.sinks.configured import build_sinks
@@ -185,7 +186,7 @@ def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False,
         routes = list(dict.fromkeys(route for *_, route in plan if route is not None))
         for route in routes:
             members = [(src, db, table) for src, db, table, r in plan if r == route]
-            merged = [MergedChangelogTarget(cfg)] if changelog and route.origin else []
+            merged = [MergedChangelogTarget(cfg)] if changelog and route.columns else []
             try:
                 _verify_route(report, route, members, db_targets + merged, chunk_size, samples, progress,
                               whole=not tables or route.name in named_targets)
@@ -239,7 +240,8 @@ def _verify_one(report: VerifyReport, src: _Source, db: str, table: str, route: 
     else:
         spec, left_out = _as_policy_keeps(src.view, spec)
         spec = shard_spec(spec, route, src.name) if route is not None else replace(spec, source=label)
-        tr = TableReport(spec.name, key=list(spec.key), mode=spec.mode, target=target)
+        tr = TableReport(spec.name, key=list(spec.key), mode=spec.mode, target=target,
+                         mapped=mapped(route, ShardId(src.name, db, table)) if route is not None else {})
         try:
             _verify_table(src.conn, spec, targets, chunk_size, samples, tr, progress)
             for res in tr.results if left_out else []:
@@ -258,21 +260,28 @@ def _verify_route(report: VerifyReport, route: Route, members: list[tuple[_Sourc
     """The shards of ``route`` against its target (``targets``: the sinks' tables and, with
     ``--changelog``, the merged clean changelog), then (``whole``: every shard was compared,
     not only those named) the sinks' rows of no shard."""
-    if not route.origin:
+    shards = [ShardId(src.name, db, table) for src, db, table in members]
+    try:
+        for shard in shards:
+            route.values(shard)
+        why = indistinct(route, shards)
+    except ColumnMappingMismatch as exc:  # a shard the merge job refuses too
+        report.tables.append(TableReport(route.name, target=route.name, error=str(exc)))
+        return
+    if why is not None:
         report.tables.append(TableReport(route.name, target=route.name, skipped=(
-            f"the route's origin columns are off (routes[{route.index}].origin.enabled): the target cannot tell its "
-            f"{len(members)} shard(s)' rows apart, so it is not compared per shard")))
+            f"{why}: the target cannot tell its {len(members)} shard(s)' rows apart, so it is not compared per "
+            f"shard")))
         return
     for src, db, table in members:
         _verify_one(report, src, db, table, route, targets, chunk_size, samples, progress, label=src.name)
     if not whole:
         return
-    shards = [ShardId(src.name, db, table) for src, db, table in members]
-    tr = TableReport(f"{route.name}: rows of no shard", key=list(route.origin), target=route.name)
+    tr = TableReport(f"{route.name}: rows of no shard", key=list(route.columns), target=route.name)
     for t in (t for t in targets if isinstance(t, DBTarget)):
         res = SinkResult(t.sink, t.qualified(*route.target))
         try:
-            counts = t.origin_counts(route.target, list(route.origin))
+            counts = t.origin_counts(route.target, list(route.columns))
         except Exception as exc:  # noqa: BLE001 - reported per target
             res.error = f"{type(exc).__name__}: {exc}"
             t.close()
@@ -280,7 +289,7 @@ def _verify_route(report: VerifyReport, route: Route, members: list[tuple[_Sourc
             continue
         if counts is None:
             continue  # no target table (or no origin columns): the shards' results say so
-        stray = stray_rows(counts, shards)
+        stray = stray_rows(counts, route, shards)
         res.sink_rows = res.extra = sum(stray.values())
         res.notes += [f"{n:,} row(s) from {name}, which is not a shard verified here" for name, n in stray.items()]
         tr.results.append(res)

@@ -111,10 +111,11 @@ class DBTarget(Target):
         if cols is None:
             raise TargetMissing(f"sink table {self.table} does not exist")
         lower = {k.lower(): k for k in cols}
-        # A shard in a route's target: only the rows with its origin values are its own.
+        # A shard in a route's target: only the rows with its origin (and extracted) values are its own.
         no_origin = [c for c in spec.origin if c not in cols]
         if no_origin:
-            raise TargetUnusable(f"sink table {self.table} lacks the route's origin column(s) {', '.join(no_origin)}")
+            raise TargetUnusable(f"sink table {self.table} lacks the route's origin or column mapping column(s) "
+                                 f"{', '.join(no_origin)}")
         self.scope = [f"{self.quote(c)} = %s" for c in spec.origin]
         self.scope_params = list(spec.origin.values())
         names: dict[str, str] = {}

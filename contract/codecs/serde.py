@@ -4,7 +4,9 @@ Avro records are framed so any consumer can find the writer schema without the
 producer running:
 
 * default: Avro single-object encoding -- ``C3 01`` + the 8-byte CRC-64-AVRO fingerprint
-  of the schema's canonical form + the Avro body.  Every schema is published, before the
+  of the schema's canonical form, logical types kept (:mod:`contract.codecs.fingerprint`: a
+  ``DATETIME(3)`` and a ``DATETIME(6)`` column, or two decimal scales, are two schemas) + the
+  Avro body.  Every schema is published, before the
   first record that uses it, to the compacted topic ``<prefix>._schemas`` keyed by the
   fingerprint's hex (value: the schema JSON).  :class:`SchemaStore` reads it back.
 * with a Confluent Schema Registry (``kafka.schema_registry_url``): Confluent's framing,
@@ -30,7 +32,6 @@ from typing import Any, Callable
 
 import fastavro
 from fastavro.read import SchemaResolutionError
-from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from contract.codecs.avro_decoder import (
     NotCompiled,
@@ -40,6 +41,7 @@ from contract.codecs.avro_decoder import (
     compile_decoder,
 )
 from contract.codecs.connect_json import RECORD_PREFIX, ConnectJsonReader
+from contract.codecs.fingerprint import schema_fingerprint
 from contract.errors import SerdeError
 from contract.schema_resolution import is_envelope, reader_view, resolvable
 
@@ -55,7 +57,7 @@ class AvroWriter:
     def __init__(self, schema: dict, header: bytes | None = None) -> None:
         self.schema = schema
         self.parsed = fastavro.parse_schema(schema)
-        self.fingerprint = fingerprint(to_parsing_canonical_form(self.parsed), "CRC-64-AVRO")
+        self.fingerprint = schema_fingerprint(schema)
         self.header = header if header is not None else SINGLE_OBJECT_MAGIC + bytes.fromhex(self.fingerprint)
 
     def encode(self, record: Any) -> bytes:

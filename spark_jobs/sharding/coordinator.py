@@ -27,6 +27,10 @@ fits the target and every waiting row is released.
 
 Optimistic mode: the target is at once the union of every version any shard announced.
 
+The operator (``cdc route``, docs/sharding.md "Route reset") can end a wait a shard that will
+never run the DDL would make endless: :meth:`force` a waiting version (the target takes its
+columns and types now) or :meth:`skip` it (its rows apply without what the target lacks).
+
 Both modes: a column whose types on two shards do not join (a different type for the same
 column) stops the route, with a message naming the shards and both types
 (:class:`ShardDDLConflict`; :attr:`stopped` keeps it, so a restarted job stops again). In
@@ -49,6 +53,7 @@ from spark_jobs.sharding.shapes import (
     check_compatible,
     fits,
     join_types,
+    projects,
     type_conflict,
     union_of,
 )
@@ -95,6 +100,10 @@ class ShardDDLCoordinator:
         self.target_version = 0
         #: Why the route stopped (a conflicting DDL), or None.
         self.stopped: str | None = None
+        #: The operator's decisions (``cdc route force|skip``): shard versions whose columns
+        #: and types the target takes now, and those whose rows apply without what it lacks.
+        self._forced: set[tuple[ShardId, str]] = set()
+        self._skipped: set[tuple[ShardId, str]] = set()
 
     # ------------------------------------------------------------------ queries
     @property
@@ -117,11 +126,34 @@ class ShardDDLCoordinator:
         """Whether a row of ``shard`` written under ``version`` may be applied now."""
         if self.stopped is not None:
             return Decision.STOPPED
+        shape = self._shape(shard, version)
+        if self.target is not None and (fits(shape, self.target) or
+                                        ((shard, version) in self._skipped and projects(shape, self.target))):
+            return Decision.APPLY
+        return Decision.WAIT
+
+    def _shape(self, shard: ShardId, version: str) -> TableShape:
         try:
-            shape = self._versions[shard][version].shape
+            return self._versions[shard][version].shape
         except KeyError:
             raise RouteError(f"route to {self.route}: schema {version!r} of {shard} was never announced") from None
-        return Decision.APPLY if self.target is not None and fits(shape, self.target) else Decision.WAIT
+
+    @property
+    def decisions(self) -> dict[tuple[ShardId, str], str]:
+        """The operator's decisions taken: ``{(shard, version): "force" | "skip"}``."""
+        return {**{sv: "skip" for sv in self._skipped}, **{sv: "force" for sv in self._forced}}
+
+    def missing(self, shard: ShardId, version: str) -> list[str]:
+        """What a shard version has that the target lacks: ``coupon string`` (a column),
+        ``qty long (target: int)`` (a wider type), ``key (a, b)`` (another key)."""
+        shape, have = self._shape(shard, version), self.target.types() if self.target is not None else {}
+        out = [f"key ({', '.join(shape.key)})"] if self.target is not None and shape.key != self.target.key else []
+        for c in shape.columns:
+            if c.name not in have:
+                out.append(f"{c.name} {c.type}")
+            elif join_types(c.type, have[c.name]) != have[c.name]:
+                out.append(f"{c.name} {c.type} (target: {have[c.name]})")
+        return out
 
     def waiting(self) -> list[tuple[ShardId, str]]:
         """The shard versions whose rows wait (pessimistic mode; empty when stopped)."""
@@ -170,6 +202,40 @@ class ShardDDLCoordinator:
         known[version] = _Version(version, at, shape)
         return self._update(start=self.target is None, fresh={(shard, version)})
 
+    def force(self, shard: ShardId, version: str) -> Outcome:
+        """The operator's ``force`` (DM's ``shard-ddl-lock unlock``): the target takes the
+        columns and types of a waiting version now, as if every shard had run its DDL (the
+        other shards write NULL there); its rows, and the records held behind them, apply.
+        :class:`RouteError` when the version does not wait, or waits for a key change (a
+        key is not forced: every shard's key changes, or the shard is routed apart)."""
+        self._decidable(shard, version, "force")
+        self._forced.add((shard, version))
+        return self._update(start=False, fresh=set())
+
+    def skip(self, shard: ShardId, version: str) -> Outcome:
+        """The operator's ``skip``: the target does not take what a waiting version adds; its
+        rows apply without the columns the target lacks.  :class:`RouteError` when the version
+        does not wait, waits for a key change, or has a column of a wider type than the
+        target's (skipping would not fit its values: force it)."""
+        self._decidable(shard, version, "skip")
+        if not projects(self._shape(shard, version), self.target):
+            wider = [m for m in self.missing(shard, version) if "(target:" in m]
+            raise RouteError(f"route to {self.route}: {shard} (schema {version}) cannot be skipped: its "
+                             f"{', '.join(wider)} would not fit the target's column: force it instead")
+        self._skipped.add((shard, version))
+        return Outcome(released=[(shard, version)])
+
+    def _decidable(self, shard: ShardId, version: str, what: str) -> None:
+        if self.stopped is not None:
+            raise RouteError(f"{self.stopped} (a stopped route is not reopened by {what})")
+        if self.decide(shard, version) is not Decision.WAIT:
+            raise RouteError(f"route to {self.route}: the rows of {shard} under schema {version} do not wait: "
+                             f"nothing to {what}")
+        if self._shape(shard, version).key != self.target.key:
+            raise RouteError(f"route to {self.route}: {shard} (schema {version}) waits for its key "
+                             f"({', '.join(self._shape(shard, version).key)}) to be every shard's: a key change is "
+                             f"not {what}d (run it on every shard, or route {shard} to a target of its own)")
+
     def _stop(self, why: str) -> None:
         self.stopped = (f"route to {self.route} stopped: {why}. Both schemas stay in the shards' schema history, so "
                         "the route stays stopped after a restart: route one of the two shards to another target "
@@ -201,6 +267,8 @@ class ShardDDLCoordinator:
             new = union_of([shape for _, shape in every], agreed_key, before)
         else:
             new = self._every_shard_ran(before, agreed_key)
+        if self._forced:  # (a forced version's columns and types, as if every shard had them)
+            new = union_of([self._versions[s][v].shape for s, v in sorted(self._forced)], agreed_key, new)
         if new == before:
             return Outcome()
         self.target = new
@@ -245,6 +313,7 @@ class ShardDDLCoordinator:
             "version": STATE_VERSION, "route": self.route, "mode": self.mode,
             "target": self.target.to_json() if self.target is not None else None,
             "target_version": self.target_version, "stopped": self.stopped,
+            "decisions": [[list(sv[0]), sv[1], what] for sv, what in sorted(self.decisions.items())],
             "shards": [{"shard": list(s), "versions": [{"id": v.id, "at": v.at, "shape": v.shape.to_json()}
                                                       for v in sorted(self._versions[s].values(),
                                                                       key=lambda v: (v.at, v.id))]}
@@ -263,4 +332,6 @@ class ShardDDLCoordinator:
             shard = ShardId(*entry["shard"])
             c._versions[shard] = {v["id"]: _Version(str(v["id"]), str(v["at"]), TableShape.from_json(v["shape"]))
                                   for v in entry["versions"]}
+        for shard, version, what in state.get("decisions") or []:
+            (c._forced if what == "force" else c._skipped).add((ShardId(*shard), str(version)))
         return c

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from spark_jobs.errors import IncompatibleShards
 from spark_jobs.sinks.layout import SinkColumn
 
-__all__ = ["ShardId", "ColumnSpec", "TableShape", "join_types", "fits", "union_of", "type_conflict",
+__all__ = ["ShardId", "ColumnSpec", "TableShape", "join_types", "fits", "projects", "union_of", "type_conflict",
            "check_compatible", "shape_of_sink_columns", "column_type"]
 
 #: MySQL's largest DECIMAL precision (a join past it is a conflict).
@@ -149,6 +149,16 @@ def fits(row: TableShape, table: TableShape) -> bool:
         if t is None or join_types(c.type, t) != t:
             return False
     return True
+
+
+def projects(row: TableShape, table: TableShape) -> bool:
+    """Whether a row of shape ``row`` can be written into ``table`` without the columns the
+    table lacks (a skipped DDL's): the same key, and every column both have of a type the
+    row's widens to."""
+    if row.key != table.key:
+        return False
+    have = table.types()
+    return all(join_types(c.type, have[c.name]) == have[c.name] for c in row.columns if c.name in have)
 
 
 # ================================================================================ unions

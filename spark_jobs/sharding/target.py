@@ -8,8 +8,8 @@ join to; every non-key column nullable, since a shard without it writes NULL).  
 shapes are checked first (:meth:`~spark_jobs.sharding.routes.Route.check`): tables that
 cannot be merged are :class:`~spark_jobs.errors.IncompatibleShards`, naming both.
 
-:func:`target_row` fills a shard's row into the target's columns (the origin values, NULL
-for a column the shard does not have).
+:func:`target_row` fills a shard's row into the target's columns (the origin and extracted
+values, NULL for a column the shard does not have).
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def target_schema(route: Route, shards: Mapping[ShardId, tuple[Any, Sequence[str
             if name not in chosen or (have.get(name) == want.get(name) != chosen[name][3]):
                 chosen[name] = (f, s, ns, have.get(name))
     defined: set[str] = set()
-    out: list[dict] = [{"name": n, "type": "string"} for n in route.origin]
-    for c in target.columns[len(route.origin):]:
+    out: list[dict] = [{"name": n, "type": "string"} for n in route.columns]
+    for c in target.columns[len(route.columns):]:
         if c.name not in chosen:
             continue  # a column every shard dropped since: the sinks keep it
         f, s, ns, have = chosen[c.name]
@@ -128,8 +128,8 @@ def target_fields(schema: Mapping[str, Any]) -> list[str]:
 
 
 def target_row(route: Route, shard: ShardId, row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-    """A shard's row as a target row: the origin values, the row's values, NULL for a target
-    column the shard does not have (yet)."""
+    """A shard's row as a target row: the origin and extracted values, the row's values, NULL
+    for a target column the shard does not have (yet)."""
     full = route.row(shard, row)
     return {f: full.get(f) for f in fields}
 

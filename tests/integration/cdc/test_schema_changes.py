@@ -5,6 +5,7 @@ load; the sinks and the clean changelog follow with no snapshot started by hand,
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 
 import pytest
 
@@ -154,6 +155,53 @@ def test_every_kind_of_ddl_mid_stream_and_mid_snapshot(stack, merge_config, test
                                               decoder(cfg)) if v and v["op"] == TRUNCATE_OP]
     assert len(truncates) == 1 and truncates[0]["before"] is None and truncates[0]["after"] is None
     _verified_equal(cfg, [f"{test_db}.{t}" for t in tables])
+
+
+def test_logical_type_changes_are_schema_changes(stack, merge_config, test_db):
+    """DATETIME(3) -> DATETIME(6), DECIMAL(10,2) -> DECIMAL(12,4), INT -> BIGINT UNSIGNED mid-
+    stream: the first two keep the Avro type (long, bytes) and change only its logical type,
+    so their writer schemas must differ all the same (a reader of the millisecond schema
+    would read microseconds as milliseconds, a reader of scale 2 would misplace the decimal
+    point); the sinks and the clean changelog end equal to the source, values written under
+    the new types (microseconds, four decimals, above 2**63) included, and the rows last
+    written under the old types (no snapshot after the DDL) read as they were written."""
+    cfg = merge_config
+    cfg.snapshot.after_ddl = False  # (a snapshot after each DDL would write every row again)
+    d = f"`{test_db}`"
+    _ddl(stack, f"CREATE TABLE {d}.t_types (id INT PRIMARY KEY, ts DATETIME(3) NULL, amt DECIMAL(10,2) NULL, "
+                f"big INT NULL)",
+         f"INSERT INTO {d}.t_types VALUES (1, '2024-01-02 03:04:05.123', 12345678.91, 7), "
+         f"(2, '2024-05-06 07:08:09.456', 0.5, 3)")
+    cfg.source.include_databases = [test_db]
+    start_at_current(cfg)
+    with ProducerThread(cfg):
+        _ddl(stack, f"UPDATE {d}.t_types SET ts = '2025-01-01 00:00:00.789', amt = 1.25 WHERE id = 2",
+             f"INSERT INTO {d}.t_types VALUES (3, '2023-03-03 03:03:03.003', 99.99, 42)")
+        with stack.admin() as conn:
+            wait_caught_up(cfg, conn)
+        # one change at a time: each is the table's only schema change at its point
+        _ddl(stack, f"ALTER TABLE {d}.t_types MODIFY ts DATETIME(6) NULL",
+             f"UPDATE {d}.t_types SET ts = '2024-01-02 03:04:05.123456' WHERE id = 1")
+        _ddl(stack, f"ALTER TABLE {d}.t_types MODIFY amt DECIMAL(12,4) NULL",
+             f"UPDATE {d}.t_types SET amt = 12345678.9123 WHERE id = 1")
+        _ddl(stack, f"ALTER TABLE {d}.t_types MODIFY big BIGINT UNSIGNED NULL",
+             f"UPDATE {d}.t_types SET big = 18446744073709551615 WHERE id = 1",
+             f"INSERT INTO {d}.t_types VALUES (4, '1999-12-31 23:59:59.999999', 0.0001, 9223372036854775808)")
+        with stack.admin() as conn:
+            wait_caught_up(cfg, conn)
+        time.sleep(1)
+    assert not _snapshots_after_ddl(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    events = [v for _, _, v in read_events(cfg, table_topic(cfg.kafka.topic_prefix, test_db, "t_types"), decoder(cfg))
+              if v and v.get("after")]
+    # each record read with its own writer schema reads what was written: id 2's first change
+    # in milliseconds and at scale 2, id 1's last in microseconds, at scale 4, above 2**63
+    first = next(v["after"] for v in events if v["after"]["id"] == 2)
+    assert (first["ts"], first["amt"], first["big"]) == (1735689600789, Decimal("1.25"), 3)
+    last = [v["after"] for v in events if v["after"]["id"] == 1][-1]
+    assert (last["ts"], last["amt"], last["big"]) == (1704164645123456, Decimal("12345678.9123"), 2**64 - 1)
+    assert any(v["after"]["id"] == 4 and v["after"]["big"] == 2**63 for v in events)
+    _verified_equal(cfg, [f"{test_db}.t_types"])
 
 
 def test_schema_change_policies(stack, merge_config, test_db):

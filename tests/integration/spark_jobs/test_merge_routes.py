@@ -176,6 +176,69 @@ def test_incompatible_route_is_refused_at_start_naming_both_tables(stack, merge_
     assert f"{shards[0]}.orders" in text and f"{shards[1]}.orders" in text and test_db + ".orders" in text
 
 
+def test_column_mapping_fills_the_targets_columns_from_the_shards_names(stack, merge_config, test_db, shards):
+    """Column mapping (TiDB DM's extract-source / extract-schema): with the origin columns
+    off, ``region`` (the source's name) and ``shard`` (from the database name) lead the
+    target's key and keep the shards' equal ids apart, in both sinks and the merged clean
+    changelog; a TRUNCATE of one shard deletes its rows by those values; ``cdc verify``
+    compares each shard by them and shows them."""
+    from cdc.verify import verify
+    cfg = merge_config
+    dbs = shards[:3]
+    _small_shards(stack, cfg, test_db, dbs, "(1, 10), (2, 20)")
+    cfg.routes = [RouteConfig(schema=re.escape(test_db) + "_0[1-4]", table="orders", target=f"{test_db}.orders",
+                              ddl="optimistic", origin={"enabled": False},
+                              extract_source={"regexp": "(.*)", "column": "region"},
+                              extract_schema={"regexp": re.escape(test_db) + "_(0[1-4])", "column": "shard"})]
+    key = ["region", "shard", "id"]
+    _run_sql_and_merge(stack, cfg, f"UPDATE `{dbs[0]}`.orders SET qty = 11 WHERE id = 1",
+                       f"DELETE FROM `{dbs[2]}`.orders WHERE id = 2")
+    name = cfg.producer.name
+
+    def expected_of(rows: dict) -> dict:
+        return {(name, db[-2:], i): {"region": name, "shard": db[-2:], "id": i, "qty": qty}
+                for (db, i), qty in rows.items()}
+    rows = {(db, i): i * 10 for db in dbs for i in (1, 2)}
+    rows[(dbs[0], 1)] = 11
+    del rows[(dbs[2], 2)]
+    expected = expected_of(rows)
+    assert pg_sink_rows(cfg, test_db, "orders", key) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", key) == expected
+    topic = clean_topic(cfg.kafka.topic_prefix, test_db, "orders")
+    assert apply_merged_clean(cfg, topic, key, origin=False) == expected
+    # a shard's TRUNCATE: its rows leave the target, found by their extracted values
+    _run_sql_and_merge(stack, cfg, f"TRUNCATE TABLE `{dbs[1]}`.orders", f"INSERT INTO `{dbs[1]}`.orders VALUES (7, 70)")
+    rows = {k: v for k, v in rows.items() if k[0] != dbs[1]}
+    rows[(dbs[1], 7)] = 70
+    expected = expected_of(rows)
+    assert pg_sink_rows(cfg, test_db, "orders", key) == expected
+    assert mysql_sink_rows(stack, cfg, test_db, "orders", key) == expected
+    report = verify(cfg, [f"{test_db}.orders"], changelog=True)
+    shard_reports = [t for t in report.tables if t.table.startswith(f"{name}/")]
+    assert sorted(t.mapped["shard"] for t in shard_reports) == ["01", "02", "03"]
+    assert all(t.mapped["region"] == name for t in shard_reports)
+    assert report.equal and all(r.equal for t in shard_reports for r in t.results), report.to_dict()
+    assert {r.sink for t in shard_reports for r in t.results} == {"postgres", "mysql", "changelog"}
+
+
+def test_a_shard_the_column_mapping_does_not_match_is_refused_at_start(stack, merge_config, test_db, shards):
+    """A routed shard whose database the column mapping's regexp does not match has no
+    value for the column: the job refuses to start, naming the shard, the rule and the
+    column; nothing reaches the target."""
+    from spark_jobs.errors import ColumnMappingMismatch
+    cfg = merge_config
+    dbs = shards[:3]
+    _route(cfg, test_db, dbs)
+    cfg.routes[0].extract_schema = {"regexp": re.escape(test_db) + "_(0[12])", "column": "shard"}
+    start_at_current(cfg)
+    err = _run_sql_and_merge(stack, cfg, *[f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, qty INT)" for db in dbs],
+                             *[f"INSERT INTO `{db}`.orders VALUES (1, 1)" for db in dbs], refused=ColumnMappingMismatch)
+    text = str(err.value)
+    assert f"{dbs[2]}.orders" in text and "routes[0].extract_schema" in text and "'shard'" in text, text
+    assert "does not match the schema" in text
+    assert pg_rows_or_empty(cfg, test_db) == {}
+
+
 def test_pessimistic_rows_wait_until_every_shard_ran_the_ddl(stack, merge_config, test_db, shards):
     """ddl: pessimistic: shop_01 adds ``coupon``; its rows under the new schema wait (held in
     the partition's state) while shop_02's go on, and the target has no ``coupon``; once
@@ -204,6 +267,58 @@ def test_pessimistic_rows_wait_until_every_shard_ran_the_ddl(stack, merge_config
     )
     expected = _union(stack, cfg, [a, b])
     assert expected[(name, a, "orders", 4)]["coupon"] == "a4" and expected[(name, a, "orders", 1)]["qty"] == 9
+    _assert_merged(stack, cfg, test_db, expected)
+
+
+@pytest.mark.parametrize("action", ["force", "skip"])
+def test_route_reset_ends_the_wait_for_a_shard_that_never_runs_the_ddl(stack, merge_config, test_db, shards,
+                                                                       tmp_path, capsys, action):
+    """ddl: pessimistic: shop_01 adds ``coupon`` and writes; shop_02 never will.  ``cdc route
+    status`` shows the waiting version, what it adds, the held records and the shard they
+    wait for; ``cdc route force`` makes the target take ``coupon`` (shop_02's rows NULL
+    there), ``cdc route skip`` applies shop_01's rows without it; either way the held rows
+    land once (both sinks and the merged clean changelog equal the shards, no copy in the
+    changelog), and a second run changes nothing."""
+    from cdc.cli import main
+    from common.config import dump_config
+    cfg = merge_config
+    a, b = shards[:2]
+    _small_shards(stack, cfg, test_db, [a, b], "(1, 1), (2, 2), (3, 3)", ddl="pessimistic")
+    assert MergeJob(cfg).run(available_now=True) == 0
+    _run_sql_and_merge(stack, cfg, f"ALTER TABLE `{a}`.orders ADD COLUMN coupon VARCHAR(20) NULL",
+                       f"INSERT INTO `{a}`.orders VALUES (4, 4, 'a4')", f"UPDATE `{a}`.orders SET qty = 9 WHERE id = 1",
+                       f"INSERT INTO `{b}`.orders VALUES (4, 4)")
+    name, target = cfg.producer.name, f"{test_db}.orders"
+    assert (name, a, "orders", 4) not in pg_rows_or_empty(cfg, test_db)  # a's rows wait
+    path = tmp_path / "cdc.yaml"
+    path.write_text(dump_config(cfg))
+    assert main(["-c", str(path), "route", "status", "--json"]) == 0
+    import json
+    [st] = json.loads(capsys.readouterr().out)
+    [w] = st["waiting"]
+    assert (st["route"], w["shard"], w["missing"], st["awaited"]) == (target, f"{name}/{a}.orders", ["coupon string"],
+                                                                      [f"{name}/{b}.orders"])
+    assert w["held"] == 2 and st["decisions"] == []  # the insert and the update of shard a
+    assert main(["-c", str(path), "route", action, target, "--shard", f"{name}/{a}.orders"]) == 0
+    assert f"{action}: {name}/{a}.orders schema {w['version']}" in " ".join(capsys.readouterr().out.split())
+    assert MergeJob(cfg).run(available_now=True) == 0  # (the decision woke the query: a batch runs)
+
+    expected = _union(stack, cfg, [a, b])
+    for k, v in expected.items():
+        if action == "force":
+            v.setdefault("coupon", None)  # the target has it; shard b writes NULL
+        else:
+            v.pop("coupon", None)  # the target does not take it
+    assert expected[(name, a, "orders", 1)]["qty"] == 9 and (name, a, "orders", 4) in expected
+    _assert_merged(stack, cfg, test_db, expected)
+    assert main(["-c", str(path), "route", "status", "--json"]) == 0
+    [st] = json.loads(capsys.readouterr().out)
+    assert st["waiting"] == [] and st["decisions"] == [{"shard": f"{name}/{a}.orders", "version": w["version"],
+                                                         "action": action}]
+    # nothing to decide any more; a second run applies nothing again
+    assert main(["-c", str(path), "route", action, target]) == 1
+    assert "no waiting schema version" in capsys.readouterr().err
+    assert MergeJob(cfg).run(available_now=True) == 0
     _assert_merged(stack, cfg, test_db, expected)
 
 

@@ -127,6 +127,20 @@ def test_routes_can_come_from_the_environment(tmp_path: Path):
     ("routes: [{schema: shop, table: orders, target: shop.orders, source: north}]", "names no configured source"),
     ("sources: [{name: a}, {name: a}]", "'a' is given twice"),
     ("sources: [{name: 'a b'}]", "letters, digits"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, extract_schema: {regexp: 'shop_(', column: s}}]",
+     "not a regular expression"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, extract_schema: {regexp: 'shop_.*', column: s}}]",
+     "captures nothing"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, extract_table: {regexp: '(.*)', column: 'a b'}}]",
+     "routes.0.extract_table.column"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, extract_table: {regexp: '(.*)', column: __cdc_x}}]",
+     "__cdc_"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, extract_table: {regexp: '(.*)', column: __DB}}]",
+     "origin and extracted column names must differ"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, extract_table: {regexp: '(.*)', column: c},"
+     " extract_schema: {regexp: '(.*)', column: C}}]", "must differ"),
+    ("routes: [{schema: shop, table: orders, target: shop.orders, extract_table: {regexp: '(.*)'}}]",
+     "routes.0.extract_table.column"),
     ("sources: [{name: a, topic_prefix: p}, {name: b, topic_prefix: p}]", "'p' and 'p'"),
     ("sources: [{name: a, topic_prefix: p}, {name: b, topic_prefix: p.b}]", "would mix"),
     ("sources: [{name: a, topic_prefix: 'p/q'}]", "Kafka's topic characters"),
@@ -147,6 +161,19 @@ def test_two_routes_to_one_target_must_agree_on_origin_and_ddl(tmp_path: Path):
     assert len(_load(tmp_path, same).routes) == 2
     msg = _error(tmp_path, same.replace("- {schema: b", "- {ddl: optimistic, schema: b"))
     assert "routes[0] and routes[1]" in msg and "x.t" in msg
+    msg = _error(tmp_path, same.replace("- {schema: b", "- {extract_schema: {regexp: '(.*)', column: s}, schema: b"))
+    assert "routes[0] and routes[1]" in msg and "extract_" in msg
+
+
+def test_a_route_with_column_mapping(tmp_path: Path):
+    text = TWO_SERVERS.replace("    ddl: optimistic\n", "    ddl: optimistic\n    extract_source: {regexp: '(.*)', column: "
+                               "region}\n    extract_schema: {regexp: 'shop_(.*)', column: shard}\n")
+    cfg = _load(tmp_path, text)
+    rule = cfg.routes[0]
+    assert {w: (r.regexp, r.column) for w, r in rule.extracts.items()} == {
+        "source": ("(.*)", "region"), "schema": ("shop_(.*)", "shard")}
+    assert _load(tmp_path, dump_config(cfg)) == cfg
+    assert cfg.routes[1].extracts == {}
 
 
 def test_source_and_sources_together_are_refused(tmp_path: Path):

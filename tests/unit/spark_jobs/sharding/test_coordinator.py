@@ -299,3 +299,55 @@ def test_a_conflicting_ddl_stops_the_route_whatever_the_interleaving(mode, n, da
     assert stopped is not None and "'c'" in stopped and "date" in stopped and str(clash) in stopped
     assert all(c.decide(s, "v0") is Decision.STOPPED for s in shards)
     assert round_trip(c).stopped == stopped
+
+
+# ---------------------------------------------------------------------------- route reset
+def test_force_makes_the_target_take_a_waiting_version_now():
+    """A shard that will never run the DDL: ``force`` (DM's unlock) adds the waiting
+    version's columns to the target; the others write NULL there; the decision is state."""
+    c = started("pessimistic")
+    c.announce(SHARDS[0], "v1", "1", PLUS)
+    assert c.waiting() == [(SHARDS[0], "v1")] and c.missing(SHARDS[0], "v1") == ["coupon string"]
+    out = c.force(SHARDS[0], "v1")
+    assert out.target == PLUS and out.released == [(SHARDS[0], "v1")] and c.target_version == 1
+    assert c.waiting() == [] and c.decide(SHARDS[0], "v1") is Decision.APPLY
+    c = round_trip(c)
+    assert c.decisions == {(SHARDS[0], "v1"): "force"} and c.target == PLUS
+    # a later DDL of the same shard waits again, as before
+    wider = TableShape.of({**PLUS.types(), "total": "decimal(12,2)"}, ["id"])
+    c.announce(SHARDS[0], "v2", "2", wider)
+    assert c.waiting() == [(SHARDS[0], "v2")] and c.missing(SHARDS[0], "v2") == ["total decimal(12,2) (target: "
+                                                                                "decimal(10,2))"]
+
+
+def test_skip_applies_a_waiting_versions_rows_without_what_the_target_lacks():
+    c = started("pessimistic")
+    c.announce(SHARDS[1], "v1", "1", PLUS)
+    out = c.skip(SHARDS[1], "v1")
+    assert out.target is None and out.released == [(SHARDS[1], "v1")]
+    assert c.target == BASE and c.decide(SHARDS[1], "v1") is Decision.APPLY and c.waiting() == []
+    c = round_trip(c)
+    assert c.decisions == {(SHARDS[1], "v1"): "skip"} and c.decide(SHARDS[1], "v1") is Decision.APPLY
+    # every shard runs the DDL after all: the target takes the column as pessimistic mode does
+    for s in SHARDS:
+        c.announce(s, "v1", "1", PLUS)
+    assert c.target == PLUS
+
+
+def test_what_cannot_be_forced_or_skipped_is_refused_with_the_reason():
+    c = started("pessimistic")
+    with pytest.raises(RouteError, match="do not wait: nothing to force"):
+        c.force(SHARDS[0], "v0")
+    wider = TableShape.of({**BASE.types(), "total": "decimal(12,2)"}, ["id"])
+    c.announce(SHARDS[0], "v1", "1", wider)
+    with pytest.raises(RouteError, match=r"cannot be skipped: its total decimal\(12,2\) \(target: decimal\(10,2\)\)"):
+        c.skip(SHARDS[0], "v1")
+    rekeyed = TableShape.of(BASE.types(), ["id", "note"])
+    c.announce(SHARDS[1], "k1", "2", rekeyed)
+    with pytest.raises(RouteError, match=r"waits for its key \(id, note\).*not forced"):
+        c.force(SHARDS[1], "k1")
+    with pytest.raises(RouteError, match="never announced"):
+        c.skip(SHARDS[2], "nope")
+    assert c.decisions == {} and c.target == BASE
+    c.force(SHARDS[0], "v1")  # a wider type is forced: the target widens
+    assert c.target.types()["total"] == "decimal(12,2)" and c.waiting() == [(SHARDS[1], "k1")]

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.config import CDCConfig, RouteConfig
-from spark_jobs.errors import IncompatibleShards, RouteCollision, RouteError
+from spark_jobs.errors import ColumnMappingMismatch, IncompatibleShards, RouteCollision, RouteError
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId, TableShape
 
@@ -62,6 +62,47 @@ def test_a_shard_column_named_like_an_origin_column_is_refused():
         r.shape(TableShape.of({"id": "int", "__DB": "string"}, ["id"]))
     with pytest.raises(IncompatibleShards, match="__source"):
         r.check({shard: TableShape.of({"id": "int", "__source": "string"}, ["id"])})
+
+
+MAPPED = RouteConfig(source="east|west", schema="app_.*", table="orders_.*", target="app.orders",
+                     extract_source={"regexp": "(.*)", "column": "region"},
+                     extract_schema={"regexp": "app_(.*)", "column": "tenant"},
+                     extract_table={"regexp": r"orders_(\d+)(?:_(x))?", "column": "part"})
+
+
+def test_column_mapping_fills_target_columns_from_the_shards_names():
+    r = Router([MAPPED]).route_of("east", "app_eu", "orders_07")
+    shard = ShardId("east", "app_eu", "orders_07")
+    assert r.columns == ("__source", "__db", "__table", "region", "tenant", "part")
+    assert r.extracted_values(shard) == {"region": "east", "tenant": "eu", "part": "07"}
+    assert r.extracted_values(ShardId("west", "app_us", "orders_3_x")) == {"region": "west", "tenant": "us",
+                                                                            "part": "3x"}  # groups joined, as DM
+    assert r.key(["id"]) == ["__source", "__db", "__table", "region", "tenant", "part", "id"]
+    assert r.row(shard, {"id": 1}) == {"__source": "east", "__db": "app_eu", "__table": "orders_07",
+                                       "region": "east", "tenant": "eu", "part": "07", "id": 1}
+    shape = r.check({shard: TableShape.of({"id": "int"}, ["id"])})
+    assert [(c.name, c.type, c.nullable) for c in shape.columns][3:6] == [
+        ("region", "string", False), ("tenant", "string", False), ("part", "string", False)]
+    assert shape.key == ("__source", "__db", "__table", "region", "tenant", "part", "id")
+    # instead of the origin columns
+    alone = Router([RouteConfig(**{**MAPPED.model_dump(), "origin": {"enabled": False}})]).route_of(*shard)
+    assert alone.key(["id"]) == ["region", "tenant", "part", "id"]
+    assert alone.values(shard) == {"region": "east", "tenant": "eu", "part": "07"}
+
+
+def test_a_shard_name_the_column_mapping_does_not_match_is_refused_naming_it():
+    r = Router([MAPPED]).route_of("east", "app_eu", "orders_x")  # routed (orders_.*), but not orders_(\d+)
+    bad = ShardId("east", "app_eu", "orders_x")
+    with pytest.raises(ColumnMappingMismatch, match=r"routes\[0\]\.extract_table regexp 'orders_.*' does not match "
+                                                    r"the table 'orders_x' of east/app_eu.orders_x.*'part'"):
+        r.check({ShardId("east", "app_eu", "orders_1"): TableShape.of({"id": "int"}, ["id"]),
+                 bad: TableShape.of({"id": "int"}, ["id"])})
+    with pytest.raises(ColumnMappingMismatch, match="does not match"):
+        r.row(bad, {"id": 1})
+    with pytest.raises(IncompatibleShards, match=r"'tenant'.*routes\[0\]\.extract_schema\.column"):
+        r.row(ShardId("east", "app_eu", "orders_1"), {"id": 1, "tenant": "x"})
+    with pytest.raises(IncompatibleShards, match=r"'Region'.*routes\[0\]\.extract_source\.column"):
+        r.shape(TableShape.of({"id": "int", "Region": "string"}, ["id"]))
 
 
 def test_check_gives_the_target_shape_or_refuses_naming_both_tables():

@@ -63,11 +63,13 @@ def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     return False
 
 
-def _errors() -> dict[str, type[Exception]]:
+def _errors() -> dict[str, Any]:
     from pyiceberg import exceptions as e
     from sqlalchemy.exc import DBAPIError, OperationalError
-    return {"conflict": e.CommitFailedException, "missing": e.NoSuchTableError, "exists": e.TableAlreadyExistsError,
-            "down": (OperationalError, DBAPIError)}
+    # a conflict: another writer's commit came first (pyiceberg retries its own commit, then a
+    # commit whose files another snapshot touched meanwhile fails its validation)
+    return {"conflict": (e.CommitFailedException, e.ValidationException), "missing": e.NoSuchTableError,
+            "exists": e.TableAlreadyExistsError, "down": (OperationalError, DBAPIError)}
 
 
 @register_sink("iceberg")

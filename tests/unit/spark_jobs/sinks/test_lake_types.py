@@ -146,3 +146,16 @@ def test_reduce_changes_agrees_with_reduce_batch(drawn):
     assert {(r["k1"], r["k2"]): (r[OP_COLUMN], r[POSITION_COLUMN]) for r in rows} == winners
     assert len(rows) == len(winners)
     assert [r[POSITION_COLUMN] for r in rows] == sorted(r[POSITION_COLUMN] for r in rows)
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 40)), min_size=1, max_size=60))
+@SETTINGS
+def test_reduce_changes_of_one_key_column_with_or_without_repeated_keys(drawn):
+    """One key column: a batch holding each key once is taken as it is, else reduced."""
+    table = pa.table({"k": pa.array([k for k, _ in drawn], pa.int64()), OP_COLUMN: ["cud"[p % 3] for _, p in drawn],
+                      POSITION_COLUMN: [P(p) for _, p in drawn]})
+    got = reduce_changes(table, ["k"]).to_pylist()
+    best: dict[int, str] = {}
+    for k, p in drawn:
+        best[k] = max(best.get(k, ""), P(p))
+    assert {r["k"]: r[POSITION_COLUMN] for r in got} == best and len(got) == len(best)

@@ -133,6 +133,12 @@ class KafkaConfig(_Section):
     # Debezium MySQL/MariaDB connector whose ``topic.prefix`` is ``topic_prefix``, with the
     # JSON converter and schemas; docs/debezium-input.md).
     input: Literal["producer", "debezium"] = "producer"
+    # With ``input: debezium``: Debezium's Kafka signal topic (its ``signal.kafka.topic``, the
+    # ``kafka`` channel in ``signal.enabled.channels``).  A statement in Debezium's schema change
+    # topic that changed a table's rows without row events (a column added with a value, renamed
+    # or retyped) then makes the merge job ask Debezium for an incremental snapshot of the table
+    # there, as our producer takes one by itself; "" : a WARNING says to take it.
+    debezium_signal_topic: str = ""
     # Confluent Schema Registry URL; when set, records use its wire framing.
     schema_registry_url: str | None = None
     # Kafka transactions for the producer (events + offsets committed atomically).

@@ -37,9 +37,9 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from common.sql.ddl import renamed_tables
+from common.sql.ddl import renamed_tables, rows_rewritten
 from contract.errors import SerdeError
-from contract.markers import DROP_TABLE, RENAME_TABLE, Marker, table_ddl_marker
+from contract.markers import DROP_TABLE, REFILL, RENAME_TABLE, Marker, table_ddl_marker
 from contract.position import PART_LIMIT, BinlogPosition
 
 #: Sequences below this are snapshot reads (their Kafka offset); changes are above it.
@@ -108,13 +108,16 @@ def _table_id(text: Any) -> tuple[str, str] | None:
 
 
 def debezium_table_markers(value: Any) -> list[Marker]:
-    """The DROP_TABLE and RENAME_TABLE markers (:mod:`contract.markers`) of one record of
-    Debezium's schema change topic (``<topic.prefix>``, ``include.schema.changes``, the
+    """The DROP_TABLE, RENAME_TABLE and REFILL markers (:mod:`contract.markers`) of one record
+    of Debezium's schema change topic (``<topic.prefix>``, ``include.schema.changes``, the
     connector's default), decoded from the JSON converter's shape: its ``payload``.
 
     A ``tableChanges`` entry of type ``DROP`` is a dropped table; one of type ``ALTER``
     whose table a ``RENAME TABLE`` or ``ALTER TABLE ... RENAME`` statement (``ddl``) gives
-    its new name is a renamed table (Debezium names only the new table).  The marker's
+    its new name is a renamed table (Debezium names only the new table); any other ``ALTER``
+    whose statement changed the table's rows without row events (a column added with a value
+    for the existing rows, renamed or retyped: :func:`common.sql.ddl.rows_rewritten`) is a
+    REFILL, with the reason.  The marker's
     position is the statement's binlog event (``source.file`` / ``source.pos``), below the
     changes that follow it.  Records the connector writes while it captures the schema
     (``source.snapshot`` other than ``false``: a ``DROP TABLE IF EXISTS`` before each
@@ -128,6 +131,8 @@ def debezium_table_markers(value: Any) -> list[Marker]:
     if str(src.get("snapshot", "false")).lower() not in ("false", "none"):
         return []
     changes = [(c.get("type"), _table_id(c.get("id"))) for c in payload["tableChanges"] if isinstance(c, dict)]
+    ddl = str(payload.get("ddl") or "")
+    rewritten = rows_rewritten("alter", ddl) if ddl.lstrip()[:5].upper() == "ALTER" else None
     if not any(kind in ("DROP", "ALTER") and tid for kind, tid in changes):
         return []
     try:
@@ -147,4 +152,6 @@ def debezium_table_markers(value: Any) -> list[Marker]:
         elif kind == "ALTER" and tid in renames:
             old_db, old_table = renames[tid]
             out.append(table_ddl_marker(RENAME_TABLE, old_db, old_table, position, to_db=tid[0], to_table=tid[1]))
+        elif kind == "ALTER" and rewritten:
+            out.append(table_ddl_marker(REFILL, tid[0], tid[1], position, reason=rewritten))
     return out

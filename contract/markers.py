@@ -30,10 +30,14 @@ from contract.topics import markers_topic
 
 OPEN, CLOSE, DELETE_MISSING, TRUNCATE = "OPEN", "CLOSE", "DELETE_MISSING", "TRUNCATE"
 DROP_TABLE, RENAME_TABLE = "DROP_TABLE", "RENAME_TABLE"
+#: A statement changed a table's rows without row events (a column added with a value for the
+#: existing rows, renamed or retyped), read from Debezium's schema change topic (``reason``):
+#: the table must be snapshotted again for the sinks to follow (our producer does it itself).
+REFILL = "REFILL"
 #: The markers of chunk windows (the DBLog rule's input).
 WINDOW_KINDS = (OPEN, CLOSE)
 #: The markers applied to a table's sinks once its partitions are read past them.
-TABLE_KINDS = (DELETE_MISSING, TRUNCATE, DROP_TABLE, RENAME_TABLE)
+TABLE_KINDS = (DELETE_MISSING, TRUNCATE, DROP_TABLE, RENAME_TABLE, REFILL)
 
 Marker = dict[str, Any]
 

@@ -177,6 +177,15 @@ def signal_record(prefix: str, producer: str, signal_id: str, signal_type: str,
     return signals_topic(prefix), producer.encode(), json.dumps(value).encode()
 
 
+def debezium_snapshot_signal(connector_prefix: str, table: str) -> tuple[bytes, bytes]:
+    """``(key, value)`` of an ``execute-snapshot`` signal for Debezium's Kafka signal channel
+    (``signal.kafka.topic``): keyed by the connector's ``topic.prefix``, an incremental
+    snapshot of ``table`` (``db.table``)."""
+    value = {"id": new_signal_id(), "type": "execute-snapshot",
+             "data": {"data-collections": [table], "type": "INCREMENTAL"}}
+    return connector_prefix.encode(), json.dumps(value).encode()
+
+
 def kafka_signal_row(value: bytes | None, offset: int) -> dict[str, Any]:
     """The signal row (``id``, ``type``, ``data``, as :func:`parse_signal` takes it) of the
     record at ``offset`` of the Kafka signal channel.  Its id is the record's ``id``, or

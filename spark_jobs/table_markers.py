@@ -14,9 +14,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from confluent_kafka import Producer
+
 from common.config import CDCConfig
-from common.kafka.clients import delete_topics
-from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE
+from common.errors import CDCError
+from common.kafka.clients import delete_topics, producer_config
+from contract.markers import DROP_TABLE, REFILL, RENAME_TABLE, TRUNCATE
+from contract.signals import debezium_snapshot_signal
 from contract.topics import clean_topic
 from spark_jobs.kafka_offsets import offsets_from_json
 from spark_jobs.offset_log import batch_end_offsets
@@ -68,6 +72,9 @@ class TableMarkers:
                 continue
             m = w["marker"]
             route = self.router.route_of(self.source_name, m["db"], m["table"]) if self.router.routes else None
+            if m.get("kind") == REFILL:
+                self.refill(m)
+                continue
             if m.get("kind") in (DROP_TABLE, RENAME_TABLE):
                 if route is not None:  # the target is shared: its other shards' rows stay
                     log.info("%s of %s.%s, routed to %s: the target and its rows of the table are kept",
@@ -77,6 +84,32 @@ class TableMarkers:
                 continue
             deleted += self._delete_below(m, route)
         return still, deleted, moved
+
+    def refill(self, m: dict) -> None:
+        """A REFILL marker (Debezium's schema change topic: a statement changed the table's rows
+        without row events): ask Debezium, through its Kafka signal topic
+        (``kafka.debezium_signal_topic``), for an incremental snapshot of the table, whose rows
+        then bring the sinks the values the statement wrote; without that topic, say what to do.
+        A batch replayed after a crash asks again (Debezium snapshots the table twice)."""
+        k = self.cfg.kafka
+        what = f"{m.get('reason', 'a statement')} on {m['db']}.{m['table']} (at {m.get('file')}:{m.get('pos')})"
+        if not k.debezium_signal_topic:
+            log.warning("%s changed its rows without row events: the sinks keep the values from before until Debezium "
+                        "snapshots the table: set kafka.debezium_signal_topic (Debezium's signal.kafka.topic) for the "
+                        "merge job to ask for it, or send Debezium an execute-snapshot signal for %s.%s yourself",
+                        what, m["db"], m["table"])
+            return
+        key, value = debezium_snapshot_signal(k.topic_prefix, f"{m['db']}.{m['table']}")
+        producer = Producer(producer_config(k))
+        try:
+            producer.produce(k.debezium_signal_topic, value, key)
+            if producer.flush(30):
+                raise CDCError(f"could not send Debezium's snapshot signal for {m['db']}.{m['table']} to "
+                               f"{k.debezium_signal_topic} within 30 s")
+        finally:
+            producer.flush(0)
+        log.info("%s changed its rows without row events: asked Debezium for an incremental snapshot of the table "
+                 "(signal to %s)", what, k.debezium_signal_topic)
 
     def _delete_below(self, m: dict, route) -> int:
         """A DELETE_MISSING or TRUNCATE marker: every table sink deletes the table's rows below

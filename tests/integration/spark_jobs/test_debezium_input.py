@@ -364,3 +364,63 @@ def test_drop_and_rename_table_from_debeziums_schema_change_topic(merge_config, 
         for r in result.results:
             assert r.equal, r
         assert result.source_rows > 40
+
+
+def test_column_ddl_that_changed_rows_makes_the_job_ask_debezium_for_a_snapshot(merge_config, unique, tmp_path,
+                                                                               tmp_path_factory):
+    """A column added with a value for the existing rows and a column renamed change every row
+    without a row event: Debezium writes the statements to its schema change topic only.  The
+    merge job reads them there (REFILL markers) and asks Debezium, through its Kafka signal
+    channel (``kafka.debezium_signal_topic``), for an incremental snapshot of the table, whose
+    rows bring the sinks what the statements wrote: equal to the source."""
+    cfg = merge_config
+    prefix, db = cfg.kafka.topic_prefix, unique("db")
+    cfg.kafka.debezium_signal_topic = f"{prefix}-dbz-signals"
+    with _debezium_source(cfg, tmp_path_factory.mktemp("dbzrefill"), 81) as (server, admin):
+        with admin() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+            create_table(conn, db, "t", "single", 40)
+            cur.execute(f"CREATE TABLE `{db}`.{SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
+                        "data VARCHAR(2048))")
+            cur.execute(f"CREATE TABLE `{db}`.{FENCE} (id INT PRIMARY KEY)")
+        ensure_topics(cfg.kafka, [table_topic(prefix, db, t) for t in ("t", SIGNALS, FENCE)], partitions=3)
+        ensure_topics(cfg.kafka, [prefix, cfg.kafka.debezium_signal_topic], partitions=1)
+
+        def fence(n: int) -> None:
+            with admin() as conn, conn.cursor() as cur:
+                cur.execute(f"INSERT INTO `{db}`.{FENCE} VALUES (%s)", (n,))
+                conn.commit()
+            wait_for(lambda: len(_records(cfg, table_topic(prefix, db, FENCE))) >= n, 120, interval=0.5,
+                     what=f"fence row {n} in Kafka")
+
+        props = connector_properties(
+            host=server["host"], port=server["port"], user=server["admin_user"], password=server["admin_password"],
+            server_id=4346, prefix=prefix, databases=[db], state_dir=tmp_path / "dbz-state",
+            **{"snapshot.mode": "initial", "include.schema.changes": "true", "skipped.operations": "none",
+               "signal.data.collection": f"{db}.{SIGNALS}", "signal.enabled.channels": "source,kafka",
+               "signal.kafka.topic": cfg.kafka.debezium_signal_topic,
+               "signal.kafka.bootstrap.servers": cfg.kafka.bootstrap_servers,
+               "incremental.snapshot.chunk.size": "40", "notification.enabled.channels": "log"})
+        dbz = DebeziumToKafka(props, cfg.kafka.bootstrap_servers, tmp_path)
+        try:
+            fence(1)
+            assert MergeJob(cfg).run(available_now=True) == 0
+            with admin() as conn, conn.cursor() as cur:
+                cur.execute(f"ALTER TABLE `{db}`.t ADD COLUMN c INT NOT NULL DEFAULT 5")
+                cur.execute(f"ALTER TABLE `{db}`.t RENAME COLUMN v TO w")
+                cur.execute(f"UPDATE `{db}`.t SET c = 7 WHERE id % 4 = 0")
+                conn.commit()
+            fence(2)
+            assert MergeJob(cfg).run(available_now=True) == 0  # reads the ALTERs: asks for the snapshot
+            signals = [json.loads(m.value()) for m in _records(cfg, cfg.kafka.debezium_signal_topic)]
+            assert [s["data"]["data-collections"] for s in signals] == [[f"{db}.t"], [f"{db}.t"]], signals
+            wait_for(dbz.snapshot_completed, 300, interval=1.0, what="Debezium's incremental snapshot completed")
+            fence(3)
+
+            def equal() -> bool:
+                assert MergeJob(cfg).run(available_now=True) == 0
+                report = verify(cfg, [f"{db}.t"], chunk_size=50)
+                return report.equal
+            wait_for(equal, 180, interval=2.0, what="the sinks equal to the source after Debezium's snapshot")
+        finally:
+            dbz.close()

@@ -7,7 +7,7 @@ import pytest
 
 from contract.debezium import READS_BELOW, debezium_position, debezium_table_markers, not_connect_shape
 from contract.errors import SerdeError
-from contract.markers import DROP_TABLE, RENAME_TABLE
+from contract.markers import DROP_TABLE, REFILL, RENAME_TABLE
 from contract.position import BinlogPosition, CopyFilter, is_position
 
 
@@ -129,6 +129,18 @@ def test_schema_capture_create_and_other_alters_give_no_marker():
                                               [("CREATE", '"d1"."t3"')])) == []
     assert debezium_table_markers(_ddl_record("ALTER TABLE d1.t1 ADD COLUMN x INT", [("ALTER", '"d1"."t1"')])) == []
     assert debezium_table_markers(_ddl_record("CREATE DATABASE d2", [], db="d2")) == []
+
+
+@pytest.mark.parametrize("ddl, reason", [
+    ("ALTER TABLE d1.t1 ADD COLUMN c INT NOT NULL DEFAULT 5", "a column added with a value for the existing rows"),
+    ("ALTER TABLE t1 RENAME COLUMN v TO w", "a column renamed"),
+    ("ALTER TABLE `t1` CHANGE v w VARCHAR(20)", "a column changed or renamed"),
+    ("ALTER TABLE t1 MODIFY n BIGINT", "a column's type changed"),
+])
+def test_an_alter_that_changed_rows_without_row_events_is_a_refill(ddl, reason):
+    [m] = debezium_table_markers(_ddl_record(ddl, [("ALTER", '"d1"."t1"')], pos=5000))
+    assert (m["kind"], m["db"], m["table"], m["reason"]) == (REFILL, "d1", "t1", reason)
+    assert m["position"] == BinlogPosition.from_binlog("mysql-bin.000001", 5000).encode()
 
 
 def test_quoted_names_and_bad_records():

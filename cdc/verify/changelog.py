@@ -18,11 +18,9 @@ from typing import Any, Iterable, Iterator
 from confluent_kafka.admin import AdminClient
 
 from cdc.errors import TargetMissing
-from cdc.verify.diff import Diffs
 from cdc.verify.report import SinkResult
-from cdc.verify.source import Chunk, SourceTable
 from cdc.verify.spec import TableSpec
-from cdc.verify.targets import Target
+from cdc.verify.targets import KeyedRowsTarget
 from common.kafka.topic_reader import read_topic
 from common.errors import CDCError
 from contract.codecs.serde import SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder
@@ -133,7 +131,7 @@ def record_position(message) -> str:
     return ""
 
 
-class ChangelogTarget(Target):
+class ChangelogTarget(KeyedRowsTarget):
     """The clean changelog topic, replayed into memory (proportional to the table)."""
 
     sink = "changelog"
@@ -219,21 +217,6 @@ class ChangelogTarget(Target):
                 yield m.partition(), dec.decode(m.key()), value
         self.rows = replay_changelog(records(), spec, result.notes, absent_is_null=debezium)
         result.sink_rows = len(self.rows)
-
-    def chunk_rows(self, chunk: Chunk) -> Iterator[tuple[tuple, tuple]]:
-        if self._chunk is None or self._chunk[0] != chunk.index:
-            taken = []
-            for key in chunk.rows:
-                values = self.rows.pop(key, None)
-                if values is not None:
-                    taken.append((key, values))
-            self._chunk = (chunk.index, taken)
-        return iter(self._chunk[1])
-
-    def finish(self, source: SourceTable, diffs: Diffs) -> None:
-        for key, values in self.rows.items():
-            diffs.extra(key, values)
-        self.rows = {}
 
 
 class MergedChangelogTarget(ChangelogTarget):

@@ -11,29 +11,24 @@ the lake's types (docs/lake.md) are Python values those forms know.
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.errors import TargetMissing
-from cdc.verify.diff import Diffs
 from cdc.verify.report import SinkResult
-from cdc.verify.source import Chunk, SourceTable
 from cdc.verify.spec import TableSpec
-from cdc.verify.targets import Target
+from cdc.verify.targets import KeyedRowsTarget
 from spark_jobs.sinks.lake_base import LakeSinkBase
 from spark_jobs.sinks.lake_types import DELETED_COLUMN
 
 
-class LakeTarget(Target):
+class LakeTarget(KeyedRowsTarget):
     """One lake sink's tables, each read into memory when its turn comes."""
 
     def __init__(self, name: str, lake: LakeSinkBase) -> None:
+        super().__init__()
         self.sink = name
         self.lake = lake
-        self.rows: dict[tuple, tuple] = {}
-        self._chunk: tuple[int, list] | None = None
 
     def open(self, spec: TableSpec, result: SinkResult) -> None:
         db, table = spec.sink_name
@@ -65,21 +60,6 @@ class LakeTarget(Target):
                 [False] * batch.num_rows)
             keep = cond if keep is None else pc.and_(keep, cond)
         return batch if keep is None else batch.filter(keep)
-
-    def chunk_rows(self, chunk: Chunk) -> Iterator[tuple[tuple, tuple]]:
-        if self._chunk is None or self._chunk[0] != chunk.index:
-            taken = []
-            for key in chunk.rows:
-                values = self.rows.pop(key, None)
-                if values is not None:
-                    taken.append((key, values))
-            self._chunk = (chunk.index, taken)
-        return iter(self._chunk[1])
-
-    def finish(self, source: SourceTable, diffs: Diffs) -> None:
-        for key, values in self.rows.items():
-            diffs.extra(key, values)
-        self.rows = {}
 
     def close(self) -> None:
         self.lake.close()

@@ -66,6 +66,31 @@ class Target:
         pass
 
 
+class KeyedRowsTarget(Target):
+    """A target read whole into memory (``rows``: normalised key -> normalised values) when
+    a table's turn comes: the source chunks take their keys out of it, what is left at the end
+    is "extra" (the clean changelog's replay, the lake tables)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple, tuple] = {}
+        self._chunk: tuple[int, list] | None = None
+
+    def chunk_rows(self, chunk: Chunk) -> Iterator[tuple[tuple, tuple]]:
+        if self._chunk is None or self._chunk[0] != chunk.index:
+            taken = []
+            for key in chunk.rows:
+                values = self.rows.pop(key, None)
+                if values is not None:
+                    taken.append((key, values))
+            self._chunk = (chunk.index, taken)
+        return iter(self._chunk[1])
+
+    def finish(self, source: SourceTable, diffs: Diffs) -> None:
+        for key, values in self.rows.items():
+            diffs.extra(key, values)
+        self.rows = {}
+
+
 class DBTarget(Target):
     """A sink table in PostgreSQL or MySQL (dialect-specific parts in the subclasses)."""
 

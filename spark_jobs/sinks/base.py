@@ -29,7 +29,7 @@ from typing import Any, Iterable, Sequence
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch import ApplyResult, reduce_for_layout
 from spark_jobs.sinks.interface import RowSink
-from spark_jobs.sinks.layout import TableLayout, table_layout
+from spark_jobs.sinks.layout import TableLayout, cached_layout
 from spark_jobs.sinks.naming import TABLES, TOMBSTONES, sink_table_name
 from spark_jobs.sinks.sink_connection import SinkConnection
 from spark_jobs.sinks.table_maintenance import TableMaintenance
@@ -110,14 +110,7 @@ class TableSinkBase(SinkConnection, TableMaintenance, RowSink):
 
     # ------------------------------------------------------------------ DDL
     def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
-        text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema, sort_keys=True, default=str)
-        ck = (text, tuple(key_columns))
-        layout = self._layouts.get(ck)
-        if layout is None:
-            if len(self._layouts) > 256:
-                self._layouts.clear()
-            layout = self._layouts[ck] = table_layout(value_schema, key_columns)
-        return layout
+        return cached_layout(self._layouts, value_schema, key_columns)
 
     def ensure_table(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str], *,
                      rekey: bool = False) -> str:

@@ -272,35 +272,25 @@ class DeltaSink(LakeSinkBase):
             return int(m.get("num_updated_rows", 0))
         return int(handle.delete(predicate).get("num_deleted_rows", 0))
 
-    def drop_table(self, db: str, table: str, below: str | None = None) -> bool:
+    def _delete_rows_below(self, handle: Any, position: str) -> None:
+        handle.delete(self._predicate(position, None))
+
+    def _has_rows(self, db: str, table: str) -> bool:
         handle = self._load(db, table)
-        if handle is None:
-            return False
-        if below is not None:
-            handle.delete(self._predicate(below, None))
-            if handle.count() > 0:
-                return True
+        return handle is not None and handle.count() > 0
+
+    def _rows_above(self, handle: Any, position: str) -> bool:
+        return handle.to_pyarrow_dataset().to_table(columns=[POSITION_COLUMN],
+                                                    filter=pc.field(POSITION_COLUMN) > position).num_rows > 0
+
+    def _remove(self, db: str, table: str) -> None:
         fs, root = self._fs()
         fs.delete_dir(f"{root}/{db}/{table}")
-        return True
 
-    def rename_table(self, db: str, table: str, to_db: str, to_table: str, position: str | None = None) -> str:
-        handle = self._load(db, table)
-        if handle is None:
-            return "none"
-        if position is not None:
-            check_position(position)
-            newer = handle.to_pyarrow_dataset().to_table(
-                columns=[POSITION_COLUMN], filter=pc.field(POSITION_COLUMN) > position)
-            if newer.num_rows:
-                return "none"
-        if self._load(to_db, to_table) is not None:
-            self.drop_table(db, table)
-            return "dropped"
+    def _move(self, db: str, table: str, to_db: str, to_table: str) -> None:
         fs, root = self._fs()
         fs.create_dir(f"{root}/{to_db}", recursive=True)
         fs.move(f"{root}/{db}/{table}", f"{root}/{to_db}/{to_table}")
-        return "renamed"
 
     def tables(self) -> list[tuple[str, str]]:
         fs, root = self._fs()

@@ -265,34 +265,25 @@ class IcebergSink(LakeSinkBase):
             handle.delete(expr)
         return doomed
 
-    def drop_table(self, db: str, table: str, below: str | None = None) -> bool:
-        handle = self._load(db, table)
-        if handle is None:
-            return False
-        if below is not None:
-            self.delete_below(db, table, below)
-            if handle.refresh().scan(selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows:
-                return True
-        self.catalog.purge_table(self.identifier(db, table))
-        return True
+    def _delete_rows_below(self, handle: Any, position: str) -> None:
+        handle.delete(self._below(position, None))
 
-    def rename_table(self, db: str, table: str, to_db: str, to_table: str, position: str | None = None) -> str:
+    def _has_rows(self, db: str, table: str) -> bool:
         handle = self._load(db, table)
-        if handle is None:
-            return "none"
-        if position is not None:
-            from pyiceberg.expressions import GreaterThan
-            check_position(position)
-            if handle.scan(row_filter=GreaterThan(POSITION_COLUMN, position),
-                           selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows:
-                return "none"
-        if self._load(to_db, to_table) is not None:
-            self.drop_table(db, table)
-            return "dropped"
+        return handle is not None and handle.scan(selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows > 0
+
+    def _rows_above(self, handle: Any, position: str) -> bool:
+        from pyiceberg.expressions import GreaterThan
+        return handle.scan(row_filter=GreaterThan(POSITION_COLUMN, position),
+                           selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows > 0
+
+    def _remove(self, db: str, table: str) -> None:
+        self.catalog.purge_table(self.identifier(db, table))
+
+    def _move(self, db: str, table: str, to_db: str, to_table: str) -> None:
         to = self.identifier(to_db, to_table)
         self.catalog.create_namespace_if_not_exists(to[0])
         self.catalog.rename_table(self.identifier(db, table), to)
-        return "renamed"
 
     def tables(self) -> list[tuple[str, str]]:
         out = []

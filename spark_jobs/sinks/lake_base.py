@@ -32,11 +32,11 @@ import pyarrow as pa
 
 from common.errors import UnsupportedType
 from spark_jobs.errors import SinkError, SinkUnavailable
-from spark_jobs.sinks.batch import ApplyResult
+from spark_jobs.sinks.batch import ApplyResult, check_position
 from spark_jobs.sinks.interface import BatchSink
 from spark_jobs.sinks.lake_stage import StagingArea, reduce_changes
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, changes_table, lake_schema
-from spark_jobs.sinks.layout import TableLayout, table_layout
+from spark_jobs.sinks.layout import TableLayout, cached_layout
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
 log = logging.getLogger(__name__)
@@ -80,15 +80,7 @@ class LakeSinkBase(BatchSink):
 
     # -- in the merge tasks ----------------------------------------------------------------------
     def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
-        import json
-        text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema, sort_keys=True, default=str)
-        ck = (text, tuple(key_columns))
-        layout = self._layouts.get(ck)
-        if layout is None:
-            if len(self._layouts) > 256:
-                self._layouts.clear()
-            layout = self._layouts[ck] = table_layout(value_schema, key_columns)
-        return layout
+        return cached_layout(self._layouts, value_schema, key_columns)
 
     def stage(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str], records: Sequence[Any], *,
               batch_id: int, partition: int, app: str = "") -> dict:
@@ -187,6 +179,37 @@ class LakeSinkBase(BatchSink):
             log.warning("%s table of %s.%s: compaction failed (%s); tried again after the next %d batches",
                         self.FORMAT, db, table, exc, self.compact_every)
 
+    # -- the driver's table operations (DROP and RENAME TABLE) -----------------------------------
+    def drop_table(self, db: str, table: str, below: str | None = None) -> bool:
+        """Drop the lake table of ``db.table``; with ``below`` (the DROP's position) only its
+        rows below it go, and the table only when nothing is left (rows above it belong to a
+        table created again under the same name)."""
+        handle = self._load(db, table)
+        if handle is None:
+            return False
+        if below is not None:
+            self._delete_rows_below(handle, check_position(below))
+            if self._has_rows(db, table):
+                return True
+        self._remove(db, table)
+        return True
+
+    def rename_table(self, db: str, table: str, to_db: str, to_table: str, position: str | None = None) -> str:
+        """The lake table of ``db.table`` becomes that of ``to_db.to_table`` (dropped instead
+        when that one exists: the producer snapshots a renamed table); with ``position`` a
+        table holding a row written after it is left (a table created again under the old
+        name).  ``renamed``, ``dropped`` or ``none``."""
+        handle = self._load(db, table)
+        if handle is None:
+            return "none"
+        if position is not None and self._rows_above(handle, check_position(position)):
+            return "none"
+        if self._load(to_db, to_table) is not None:
+            self.drop_table(db, table)
+            return "dropped"
+        self._move(db, table, to_db, to_table)
+        return "renamed"
+
     # -- the format's part ---------------------------------------------------------------------
     def where(self, db: str, table: str) -> str:
         """Where the table of ``db.table`` is (a path or a catalog identifier), in messages."""
@@ -214,6 +237,23 @@ class LakeSinkBase(BatchSink):
                app: str) -> tuple[int, int]:
         """Merge the reduced changes by position in one commit tagged with ``app`` and
         ``batch_id``; ``(rows upserted, rows deleted)``."""
+        raise NotImplementedError
+
+    def _delete_rows_below(self, handle: Any, position: str) -> None:
+        """Remove the table's rows below ``position`` (whatever ``soft_delete`` says)."""
+        raise NotImplementedError
+
+    def _has_rows(self, db: str, table: str) -> bool:
+        raise NotImplementedError
+
+    def _rows_above(self, handle: Any, position: str) -> bool:
+        """Whether the table holds a row at a position above ``position``."""
+        raise NotImplementedError
+
+    def _remove(self, db: str, table: str) -> None:
+        raise NotImplementedError
+
+    def _move(self, db: str, table: str, to_db: str, to_table: str) -> None:
         raise NotImplementedError
 
     def compact(self, db: str, table: str) -> dict:

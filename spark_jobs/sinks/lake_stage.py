@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -115,41 +116,30 @@ class StagingArea:
         """Remove the table's staged parts of batches before ``batch_id`` (a task attempt that
         failed, a batch whose commit found it committed and crashed before removing them)."""
         d = self.batch_dir(job, db, table, batch_id).rsplit("/", 1)[0]
-        removed = 0
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(d, allow_not_found=True))
-        except OSError:
-            return 0
-        for info in infos:
-            name = info.base_name
-            if info.type == pafs.FileType.Directory and name[:1] == "b" and name[1:].isdigit() \
-                    and int(name[1:]) < batch_id:
-                try:
-                    self.fs.delete_dir(info.path)
-                    removed += 1
-                except OSError:
-                    pass
-        return removed
-
+        return self._remove_batches(d, False, lambda info: int(info.base_name[1:]) < batch_id)
 
     def remove_stale(self, hours: float) -> int:
         """Remove staged batches not touched for ``hours`` (parts of task attempts that failed,
         of a job whose checkpoint was deleted); how many batch directories."""
-        import time
         cutoff = time.time() - hours * 3600
-        removed = 0
-        fs = self.fs  # (sets the root)
+        _ = self.fs  # (sets the root)
+        return self._remove_batches(self._root, True,
+                                    lambda info: info.mtime is not None and info.mtime.timestamp() < cutoff)
+
+    def _remove_batches(self, under: str, recursive: bool, doomed: Callable[[pafs.FileInfo], bool]) -> int:
+        """Remove the batch directories (``b<id>``) under ``under`` that ``doomed`` picks."""
         try:
-            infos = fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True, recursive=True))
+            infos = self.fs.get_file_info(pafs.FileSelector(under, allow_not_found=True, recursive=recursive))
         except OSError:
             return 0
+        removed = 0
         for info in infos:
-            if info.type == pafs.FileType.Directory and info.base_name[:1] == "b" and info.base_name[1:].isdigit() \
-                    and info.mtime is not None and info.mtime.timestamp() < cutoff:
+            name = info.base_name
+            if info.type == pafs.FileType.Directory and name[:1] == "b" and name[1:].isdigit() and doomed(info):
                 try:
                     self.fs.delete_dir(info.path)
                     removed += 1
-                except OSError:
+                except OSError:  # gone meanwhile, or left for the next time
                     pass
         return removed
 

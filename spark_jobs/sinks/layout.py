@@ -42,6 +42,7 @@ __all__ = [
     "table_layout",
     "column_kind",
     "as_sink_column",
+    "cached_layout",
 ]
 
 
@@ -348,6 +349,19 @@ def table_layout(value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
     columns = tuple(next(k for k in key_cols if k.name == c.name) if c.name in key_set else c for c in cols)
     lookup = tuple(tuple(dict.fromkeys((c.field, c.name))) for c in key_cols)
     return TableLayout(columns, key_cols, lookup)
+
+
+def cached_layout(cache: dict, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
+    """:func:`table_layout`, kept in ``cache`` (a sink's own, by schema text and key; at most
+    a few hundred layouts)."""
+    text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema, sort_keys=True, default=str)
+    ck = (text, tuple(key_columns))
+    layout = cache.get(ck)
+    if layout is None:
+        if len(cache) > 256:
+            cache.clear()
+        layout = cache[ck] = table_layout(value_schema, key_columns)
+    return layout
 
 
 def as_sink_column(col: Any) -> SinkColumn:

@@ -113,6 +113,16 @@ def _debezium_source(cfg, state: Path, server_id: int):
         yield server, admin
 
 
+def _fence(cfg, admin, db: str, n: int) -> None:
+    """Row ``n`` of the fence table in Kafka: every change before it is there (Debezium flushes
+    each batch in binlog order)."""
+    with admin() as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `{db}`.{FENCE} VALUES (%s)", (n,))
+        conn.commit()
+    wait_for(lambda: len(_records(cfg, table_topic(cfg.kafka.topic_prefix, db, FENCE))) >= n, 120, interval=0.5,
+             what=f"fence row {n} in Kafka")
+
+
 def _records(cfg, topic: str) -> list:
     return list(read_topic(cfg.kafka.bootstrap_servers, topic, client_config=cfg.kafka.client))
 
@@ -315,11 +325,7 @@ def test_drop_and_rename_table_from_debeziums_schema_change_topic(merge_config, 
         ensure_topics(cfg.kafka, [prefix], partitions=1)  # Debezium's schema change topic
 
         def fence(n: int) -> None:
-            with admin() as conn, conn.cursor() as cur:
-                cur.execute(f"INSERT INTO `{db}`.{FENCE} VALUES (%s)", (n,))
-                conn.commit()
-            wait_for(lambda: len(_records(cfg, table_topic(prefix, db, FENCE))) >= n, 120, interval=0.5,
-                     what=f"fence row {n} in Kafka")
+            _fence(cfg, admin, db, n)
 
         props = connector_properties(
             host=server["host"], port=server["port"], user=server["admin_user"], password=server["admin_password"],
@@ -387,11 +393,7 @@ def test_column_ddl_that_changed_rows_makes_the_job_ask_debezium_for_a_snapshot(
         ensure_topics(cfg.kafka, [prefix, cfg.kafka.debezium_signal_topic], partitions=1)
 
         def fence(n: int) -> None:
-            with admin() as conn, conn.cursor() as cur:
-                cur.execute(f"INSERT INTO `{db}`.{FENCE} VALUES (%s)", (n,))
-                conn.commit()
-            wait_for(lambda: len(_records(cfg, table_topic(prefix, db, FENCE))) >= n, 120, interval=0.5,
-                     what=f"fence row {n} in Kafka")
+            _fence(cfg, admin, db, n)
 
         props = connector_properties(
             host=server["host"], port=server["port"], user=server["admin_user"], password=server["admin_password"],

@@ -234,8 +234,9 @@ class _LakeSinkConfig(_Section):
     staging_path: str = ""
     # Deletes: false removes the row; true keeps it with __cdc_deleted = true and the delete's position.
     soft_delete: bool = False
-    # Compact a table's small files after every N of its commits (0: only by `cdc lake optimize`).
-    compact_every: int = Field(0, ge=0)
+    # Compact a table's small files after every N of its commits (0: only by `cdc lake optimize`),
+    # so that a long run keeps a bounded number of files per table.
+    compact_every: int = Field(50, ge=0)
     # The size compaction aims at, in bytes.
     target_file_size: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
 

@@ -76,7 +76,7 @@ class LakeSinkBase(BatchSink):
         self.soft_delete = soft_delete
         self.compact_every = compact_every
         self._layouts: dict[tuple[str, tuple], TableLayout] = {}
-        self._commits = 0
+        self._commits: dict[tuple[str, str], int] = {}  # per table, since the sink was made
 
     # -- in the merge tasks ----------------------------------------------------------------------
     def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
@@ -109,8 +109,8 @@ class LakeSinkBase(BatchSink):
                 time.sleep(0.05 * attempt)
         self.staging.remove_batch(app, db, table, batch_id)
         self.staging.remove_older(app, db, table, batch_id)
-        self._commits += 1
-        if self.compact_every and self._commits % self.compact_every == 0:
+        done = self._commits[(db, table)] = self._commits.get((db, table), 0) + 1
+        if self.compact_every and done % self.compact_every == 0:
             self._maintain(db, table, lambda: self.compact(db, table))
         return result
 

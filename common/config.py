@@ -177,7 +177,10 @@ class ProducerConfig(_Section):
     # Write TRUNCATE TABLE as Debezium's truncate event (``op: t``) on the table topic
     # (Debezium skips them by default; the sinks follow a TRUNCATE either way, by marker).
     emit_truncate: bool = True
+    # Prometheus metrics and the /healthz and /readyz probes on this port; none when unset.
     metrics_port: int | None = None
+    # /healthz answers 503 when the producer's loop has not moved for this long (s).
+    health_stall_s: float = Field(300.0, gt=0)
     # Name of this producer (Debezium's topic.prefix / server name); keys its offsets.
     name: str = "cdc"
 
@@ -342,8 +345,10 @@ class SparkConfig(_Section):
     # not read (topic deleted or recreated, retention, a checkpoint past the log's end);
     # false: carry on from what Kafka holds, counting what was lost.
     fail_on_data_loss: bool = True
-    # Prometheus text endpoint of the merge job (micro-batch figures); none when unset.
+    # Prometheus metrics and the /healthz and /readyz probes of the merge job; none when unset.
     metrics_port: int | None = None
+    # /healthz answers 503 when a micro-batch has run longer than this (s).
+    health_stall_s: float = Field(3600.0, gt=0)
 
 
 class CapturedSource(BaseModel):

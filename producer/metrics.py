@@ -60,8 +60,10 @@ class SnapshotFigures:
         self.running = True
 
     def notification(self, kind: str, snapshot_id: str, data: dict) -> None:
-        """A snapshot notification (Debezium's types: STARTED, PAUSED, RESUMED,
+        """A snapshot notification (Debezium's types: STARTED, PAUSED, RESUMED, IN_PROGRESS,
         TABLE_SCAN_COMPLETED, ABORTED, COMPLETED, ...)."""
+        if snapshot_id == self.snapshot_id and data.get("table") and isinstance(data.get("rows"), int):
+            self.rows[str(data["table"])] = data["rows"]  # (IN_PROGRESS, TABLE_SCAN_COMPLETED)
         if kind == "STARTED":
             self._begin(snapshot_id)
             self.tables.update(str(t) for t in data.get("tables") or [])

@@ -96,7 +96,8 @@ class Buckets:
 class KafkaLag:
     """Each partition's lag: the records in its log past where the job's last read of it
     ended, the log's end looked up (``end_offsets``: ``{(topic, partition): (low, end)}`` of
-    the partitions given) when the metrics are read, at most every :attr:`INTERVAL_S`."""
+    the partitions given) when the metrics are read, at most every :attr:`INTERVAL_S` (and at
+    once for a partition read for the first time)."""
 
     INTERVAL_S = 10.0
 
@@ -109,7 +110,7 @@ class KafkaLag:
     def read(self, consumed: dict[str, int]) -> dict[str, int]:
         """The lag by ``topic[partition]`` of the partitions ``consumed`` (read up to there)."""
         now = time.monotonic()
-        if now - self._at < self.INTERVAL_S:
+        if now - self._at < self.INTERVAL_S and set(consumed) <= set(self._lag):  # (new partitions: at once)
             return self._lag
         self._at = now
         parts = {}

@@ -86,6 +86,8 @@ def test_the_snapshot_mbean_follows_the_notifications_and_the_coordinators_progr
     assert s[_dbz("TotalTableCount", "snapshot")] == 3 and s[_dbz("RemainingTableCount", "snapshot")] == 2
     assert s[_dbz("RowsScanned", "snapshot", table="shop.b")] == 4
     assert s[("cdc_snapshot_rows_total", (("table", "shop.a"),))] == 10
+    m.snapshots.notification("IN_PROGRESS", "s1", {"table": "shop.b", "chunk": 3, "rows": 6, "estimated": 9})
+    assert _samples(m)[_dbz("RowsScanned", "snapshot", table="shop.b")] == 6
     m.snapshots.notification("RESUMED", "s1", {})
     m.snapshots.notification("ABORTED", "s1", {"tables": ["shop.c"], "reason": "chunk read failed"})
     m.snapshots.notification("COMPLETED", "s1", {"aborted_tables": ["shop.c"]})

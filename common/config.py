@@ -349,6 +349,8 @@ class SparkConfig(_Section):
     metrics_port: int | None = None
     # /healthz answers 503 when a micro-batch has run longer than this (s).
     health_stall_s: float = Field(3600.0, gt=0)
+    # Spark's web UI of the merge job's driver on this port (4040 is Spark's usual); off when unset.
+    ui_port: int | None = None
 
 
 class CapturedSource(BaseModel):

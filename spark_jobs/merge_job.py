@@ -339,7 +339,7 @@ class MergeJob:
         self.stop_on_schema_change()
         self.check_routes()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}",
-                              kafka_source=self.cfg.spark.kafka_source)
+                              kafka_source=self.cfg.spark.kafka_source, ui_port=self.cfg.spark.ui_port)
         warm_workers(spark, self.prefix)
         first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job serves all
         stall_s = self.cfg.spark.health_stall_s
@@ -423,7 +423,7 @@ def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts:
         job.peers = list(jobs)  # the first source's job serves every job's figures
     from spark_jobs.spark_session import build_session
     build_session(jobs[0].cfg.spark.master, app_name="cdc-merge",  # one session, made before the threads
-                  kafka_source=jobs[0].cfg.spark.kafka_source)
+                  kafka_source=jobs[0].cfg.spark.kafka_source, ui_port=jobs[0].cfg.spark.ui_port)
     results: dict[int, Any] = {}
     done = threading.Event()
 

@@ -121,6 +121,7 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     cfg.sinks.mysql.user, cfg.sinks.mysql.password = m["admin_user"], m["admin_password"]
     cfg.sinks.mysql.database = SINK_DATABASE
     cfg.spark.checkpoint_dir = str(state_dir / "checkpoints")
+    cfg.spark.ui_port = data.get("spark_ui_port")
     monitoring = data.get("monitoring")
     if monitoring:  # (the n-th source's producer of cdc-sources.yaml: the port plus n, CDCConfig.for_source)
         cfg.producer.metrics_port, cfg.spark.metrics_port = monitoring["producer_port"], monitoring["merge_port"]
@@ -238,7 +239,8 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
              postgres_dsn: str | None = None, signal_table: str = "cdc_control.cdc_signal",
              on_lost_kafka: str = "recover", replicas: int | None = None,
              read_only: bool | None = None, sources: int | None = None,
-             server_args: tuple[str, ...] = (), monitoring: bool | None = None) -> StackInfo:
+             server_args: tuple[str, ...] = (), monitoring: bool | None = None,
+             spark_ui: bool | None = None) -> StackInfo:
     """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
     embedded broker must be started again (its topics are gone) and the state directory
     holds what depended on them.  ``replicas``: how many MariaDB replicas of the server to
@@ -250,7 +252,9 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     the source server when it starts here (``--version=5.7.44-MariaDB-log`` for the
     benchmarks' Debezium runs); a server already running keeps its own.  ``monitoring``:
     metrics ports for the producers and the merge job in the configurations, and a Prometheus
-    scraping them (None: as recorded, none for a new stack)."""
+    scraping them (None: as recorded, none for a new stack).  ``spark_ui``: Spark's web UI
+    of the merge job on a port of its own (``spark.ui_port`` in the configurations; None: as
+    recorded, off for a new stack)."""
     if on_lost_kafka not in ("recover", "refuse"):
         raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
@@ -291,6 +295,8 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
             pg = EmbeddedPostgres(state_dir)
             prev_p = previous.get("postgres") if (previous.get("postgres") or {}).get("embedded") else None
             data["postgres"] = pg.start(prev_p)
+        if spark_ui or (spark_ui is None and previous.get("spark_ui_port")):
+            data["spark_ui_port"] = previous.get("spark_ui_port") or free_port()
         watched = bool(previous.get("monitoring")) if monitoring is None else monitoring
         if watched:
             data["monitoring"] = start_monitoring(state_dir, previous.get("monitoring"), n_sources)

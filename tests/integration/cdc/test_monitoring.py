@@ -1,7 +1,8 @@
 """``cdc stack up --monitoring`` with a producer and a merge job running as a user runs them:
 Prometheus scrapes both, their series move under a load, the alert rules are loaded, the
 health probes answer, and every query of the Grafana dashboard names series the running
-processes export (read through this test's Prometheus)."""
+processes export (read through this test's Prometheus); and Spark's UI of the merge job
+(``--spark-ui``)."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ class Watched:
 @pytest.fixture(scope="module")
 def watched(stack, tmp_path_factory) -> Iterator[Watched]:
     state = tmp_path_factory.mktemp("monitored")
-    out = stack.stack_up_beside(state, "--monitoring")
+    out = stack.stack_up_beside(state, "--monitoring", "--spark-ui")
     assert out.returncode == 0, out.stdout + out.stderr
     try:
         data = read_stack(state)
@@ -93,6 +94,7 @@ def watched(stack, tmp_path_factory) -> Iterator[Watched]:
         cfg = load_config(state / "cdc.yaml")
         assert cfg.producer.metrics_port == data["monitoring"]["producer_port"]
         assert cfg.spark.metrics_port == data["monitoring"]["merge_port"]
+        assert cfg.spark.ui_port == data["spark_ui_port"] and "spark ui" in out.stdout
         cfg.kafka.topic_prefix = cfg.producer.name = f"mon_{run}"
         cfg.sinks.postgres.schema_name = f"mon_{run}"
         cfg.spark.master, cfg.spark.trigger_interval_s = "local[2]", 0.5
@@ -158,6 +160,12 @@ def test_prometheus_scrapes_the_producer_and_merge_job_and_their_series_move(wat
     assert firing == []
     for port in (cfg.producer.metrics_port, cfg.spark.metrics_port):
         assert (w.probe(port, "/healthz"), w.probe(port, "/readyz")) == (200, 200)
+
+
+def test_the_merge_jobs_spark_ui_answers_on_the_stacks_port(watched):
+    with urllib.request.urlopen(f"http://127.0.0.1:{watched.cfg.spark.ui_port}/api/v1/applications", timeout=10) as r:
+        apps = json.loads(r.read())
+    assert [a["name"] for a in apps] == [f"cdc-merge-{watched.cfg.kafka.topic_prefix}"]
 
 
 def test_every_dashboard_query_names_series_the_processes_export(watched):

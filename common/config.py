@@ -135,6 +135,10 @@ class KafkaConfig(_Section):
     input: Literal["producer", "debezium"] = "producer"
     # Confluent Schema Registry URL; when set, records use its wire framing.
     schema_registry_url: str | None = None
+    # confluent-kafka's Schema Registry client settings besides the URL: basic.auth.user.info
+    # ("user:password"), ssl.ca.location, ssl.certificate.location, ssl.key.location,
+    # max.retries, retries.wait.ms, retries.max.wait.ms, timeout, ...
+    schema_registry_client: dict[str, Any] = Field(default_factory=dict)
     # Kafka transactions for the producer (events + offsets committed atomically).
     transactions: bool = True
     # Extra librdkafka settings passed through to every client.

@@ -142,7 +142,8 @@ class MergeJob:
         self.router = Router.from_config(cfg)
         self.settings = MergeSettings(
             bootstrap=k.bootstrap_servers, prefix=self.prefix, client=self.client,
-            registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
+            registry_url=k.schema_registry_url or None, registry_client=dict(k.schema_registry_client),
+            changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
             dlq_topic=dlq_topic(self.prefix), source_name=self.source_name, routes=list(cfg.routes),
             clean_prefix=k.topic_prefix, debezium=k.input == "debezium")
         several = bool(cfg.sources)

@@ -382,6 +382,9 @@ class MergeJob:
             self.query = None
             self.report.query_running, self.report.not_running = False, "stopped"
             self.running.stop()
+            # (Spark's gateway keeps the batch function, and so the job, for as long as its JVM
+            # runs: the admin client goes now, not when the broker may have stopped)
+            self.close()
             if server is not None:
                 server.shutdown()
                 server.server_close()

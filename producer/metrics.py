@@ -105,7 +105,8 @@ class ProducerMetrics:
         self.filtered_total = 0
         self.disconnects = 0
         self.last_event_source_ms = 0
-        self.last_event_at = 0.0  # time.time() the last event was written
+        self.last_event_at = 0.0  # time.time() of the first commit after the last event
+        self._events_committed = 0
         self.last_gtid: str | None = None
         self.last_commit_file = ""
         self.last_commit_pos = 0
@@ -141,7 +142,6 @@ class ProducerMetrics:
         their ``(db, table, kind)``."""
         self.events_total += n
         self.last_event_source_ms = source_ts_ms
-        self.last_event_at = time.time()
         self._idle = False
         if seen is not None:
             self.seen[seen] = self.seen.get(seen, 0) + n
@@ -206,6 +206,8 @@ class ProducerMetrics:
         """A batch was committed at ``resume`` (in ``seconds``, when measured)."""
         self.commits_total += 1
         self.last_commit_file, self.last_commit_pos = resume.file, resume.pos
+        if self.events_total != self._events_committed:  # (timed here, not per event: within a batch interval)
+            self.last_event_at, self._events_committed = time.time(), self.events_total
         if seconds is not None:
             self.commit_seconds.observe(seconds)
         if self.last_event_source_ms and not self._idle:

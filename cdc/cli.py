@@ -51,7 +51,7 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
     with console.status("starting the embedded stack..."):
         info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
                         on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only,
-                        sources=args.sources)
+                        sources=args.sources, monitoring=args.monitoring, spark_ui=args.spark_ui)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
     console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
@@ -64,6 +64,12 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
                       "a second source server")
     console.print(f"  kafka     {k['bootstrap_servers']}" + (f" (embedded Tansu, pid {k['pid']})" if k.get("embedded") else " (external)"))
     console.print("  postgres  " + (f"127.0.0.1:{p['port']} (pid {p['pid']})" if p.get("embedded") else "external DSN"))
+    mon = info.data.get("monitoring")
+    if mon:
+        console.print(f"  prometheus {mon['prometheus']['url']} (pid {mon['prometheus']['pid']}), scraping the "
+                      f"producer on :{mon['producer_port']} and the merge job on :{mon['merge_port']}")
+    if info.data.get("spark_ui_port"):
+        console.print(f"  spark ui  http://127.0.0.1:{info.data['spark_ui_port']} (the merge job's driver, while it runs)")
     console.print(f"  config    {info.config_path}   (use: cdc -c {info.config_path} ...)")
     if info.sources_config_path is not None:
         names = "|".join(SOURCE_NAMES[:1 + len(info.sources)])
@@ -360,6 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
                            help="a CDC user that writes nothing (REPLICATION SLAVE, REPLICATION CLIENT, SELECT; "
                                 "snapshot.read_only: true in cdc.yaml); --no-read-only gives it back INSERT and "
                                 "DELETE on the signal table; default: as the stack has it, writable for a new stack")
+            p.add_argument("--monitoring", action=argparse.BooleanOptionalAction, default=None,
+                           help="metrics ports for the producers and the merge job in cdc.yaml, and a Prometheus "
+                                "(the machine's 'prometheus') scraping them with the alert rules of "
+                                "cdc/monitoring/alerts.yml; --no-monitoring stops it; default: as the stack has it, "
+                                "none for a new stack")
+            p.add_argument("--spark-ui", action=argparse.BooleanOptionalAction, default=None,
+                           help="Spark's web UI for the merge job's driver on a port of its own (spark.ui_port in "
+                                "cdc.yaml); default: as the stack has it, off for a new stack")
             p.add_argument("--on-lost-kafka", choices=["recover", "refuse"], default="recover",
                            help="when the embedded broker must be started again (its topics are gone) and the "
                                 "state directory holds a merge checkpoint or producer positions: reset them and "

@@ -141,6 +141,10 @@ class KafkaConfig(_Section):
     debezium_signal_topic: str = ""
     # Confluent Schema Registry URL; when set, records use its wire framing.
     schema_registry_url: str | None = None
+    # confluent-kafka's Schema Registry client settings besides the URL: basic.auth.user.info
+    # ("user:password"), ssl.ca.location, ssl.certificate.location, ssl.key.location,
+    # max.retries, retries.wait.ms, retries.max.wait.ms, timeout, ...
+    schema_registry_client: dict[str, Any] = Field(default_factory=dict)
     # Kafka transactions for the producer (events + offsets committed atomically).
     transactions: bool = True
     # Extra librdkafka settings passed through to every client.
@@ -183,7 +187,10 @@ class ProducerConfig(_Section):
     # Write TRUNCATE TABLE as Debezium's truncate event (``op: t``) on the table topic
     # (Debezium skips them by default; the sinks follow a TRUNCATE either way, by marker).
     emit_truncate: bool = True
+    # Prometheus metrics and the /healthz and /readyz probes on this port; none when unset.
     metrics_port: int | None = None
+    # /healthz answers 503 when the producer's loop has not moved for this long (s).
+    health_stall_s: float = Field(300.0, gt=0)
     # Name of this producer (Debezium's topic.prefix / server name); keys its offsets.
     name: str = "cdc"
 
@@ -449,8 +456,12 @@ class SparkConfig(_Section):
     # not read (topic deleted or recreated, retention, a checkpoint past the log's end);
     # false: carry on from what Kafka holds, counting what was lost.
     fail_on_data_loss: bool = True
-    # Prometheus text endpoint of the merge job (micro-batch figures); none when unset.
+    # Prometheus metrics and the /healthz and /readyz probes of the merge job; none when unset.
     metrics_port: int | None = None
+    # /healthz answers 503 when a micro-batch has run longer than this (s).
+    health_stall_s: float = Field(3600.0, gt=0)
+    # Spark's web UI of the merge job's driver on this port (4040 is Spark's usual); off when unset.
+    ui_port: int | None = None
 
 
 class CapturedSource(BaseModel):

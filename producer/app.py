@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException
 from common.config import CDCConfig
 from common.errors import ConfigError, SourceUnavailable
 from common.gc_tuning import tune_gc
+from common.kafka.clients import producer_config
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect, read_session
@@ -64,7 +65,8 @@ class ProducerApp:
         self.local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
         #: ``cdc produce --recover``: how to recover from lost Kafka history on this start
         self.recover: str | None = None
-        self.metrics = ProducerMetrics()
+        self.metrics = ProducerMetrics(cfg.producer.name)
+        self.metrics.queue_capacity = int(producer_config(cfg.kafka).get("queue.buffering.max.messages", 100000))
         self.startup = Startup(cfg, self.store, self.local)
         self.stopping = threading.Event()
         self.state_dir = Path(cfg.state_dir)
@@ -77,20 +79,28 @@ class ProducerApp:
     def run(self, *, max_events: int | None = None, idle_exit_s: float | None = None) -> int:
         """Stream until stopped (SIGTERM/SIGINT or :meth:`stop`).  ``idle_exit_s``: return
         after that long without new binlog events (tests, benchmarks)."""
-        self.metrics.start_server(self.cfg.producer.metrics_port)
+        server = self.metrics.start_server(self.cfg.producer.metrics_port, self.cfg.producer.health_stall_s)
         tune_gc(GC_THRESHOLDS)
         delay = 0.5
-        while not self.stopping.is_set():
-            try:
-                return self._run_once(max_events=max_events, idle_exit_s=idle_exit_s)
-            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError,
-                    SourceUnavailable) as exc:
-                log.warning("source connection lost (%s); reconnecting in %.1fs", exc, delay)
-            except WriterError as exc:
-                log.error("Kafka write failed (%s); restarting from the stored position in %.1fs", exc, delay)
-            self.stopping.wait(delay)
-            delay = min(delay * 2, 30.0)
-        return 0
+        try:
+            while not self.stopping.is_set():
+                try:
+                    return self._run_once(max_events=max_events, idle_exit_s=idle_exit_s)
+                except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError,
+                        SourceUnavailable) as exc:
+                    log.warning("source connection lost (%s); reconnecting in %.1fs", exc, delay)
+                    self.metrics.disconnected(f"the source connection was lost ({exc}); reconnecting")
+                except WriterError as exc:
+                    log.error("Kafka write failed (%s); restarting from the stored position in %.1fs", exc, delay)
+                    self.metrics.disconnected(f"a Kafka write failed ({exc}); restarting")
+                self.stopping.wait(delay)
+                delay = min(delay * 2, 30.0)
+            return 0
+        finally:
+            self.metrics.disconnected("stopped")
+            if server is not None:
+                server.shutdown()
+                server.server_close()
 
     def _run_once(self, *, max_events: int | None, idle_exit_s: float | None) -> int:
         cfg = self.cfg
@@ -127,6 +137,8 @@ class ProducerApp:
                                               stored_signal if isinstance(stored_signal, int) else None)
                            if "kafka" in cfg.source.signal_channels else None)
                 session = StreamSession(self, writer, builder, reader, state, info, coordinator, signals)
+                self.metrics.queue_length = writer.producer.__len__
+                self.metrics.set_connected()
                 try:
                     return session.loop(max_events=max_events, idle_exit_s=idle_exit_s)
                 finally:

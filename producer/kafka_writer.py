@@ -135,9 +135,15 @@ class KafkaWriter:
             self.pending = 0
 
     def close(self) -> None:
+        """Abort an open batch, wait up to 10 s for what was produced, then let the client go
+        at once (not when the garbage collector finds it: until then it would keep reaching for
+        a broker that may have stopped, and say so); what Kafka did not take by then is dropped
+        (it was never committed: the next run writes it again)."""
         if self.in_batch and self.transactions:
             try:
                 self.producer.abort_transaction(10)
             except KafkaException:
                 pass
         self.producer.flush(10)
+        self.producer.purge()
+        self.producer.close()

@@ -38,7 +38,8 @@ class RecordEncoder:
         self._writers: dict[int, AvroWriter] = {}
         self._connect: dict[int, ConnectJsonWriter] = {}
         self._published: set[str] = set()
-        self._registry = ConfluentRegistry(kafka.schema_registry_url) if kafka.schema_registry_url else None
+        self._registry = ConfluentRegistry(kafka.schema_registry_url, kafka.schema_registry_client) \
+            if kafka.schema_registry_url else None
         if fmt == "avro" and self._registry is None:
             ensure_topics(kafka, [schemas_topic(self.prefix)], partitions=1, compacted=True)
             self._published = set(SchemaStore(kafka.bootstrap_servers, self.prefix, kafka.client or None).known())

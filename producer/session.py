@@ -114,14 +114,18 @@ class StreamSession(SessionSchemaChanges):
             self._start_initial_snapshot()
         coord = self.coord
         coord.poll(self._boundary(self._handled))
+        metrics = app.metrics
         for item in self.reader:
             kind = type(item)
+            metrics.alive_at = time.monotonic()  # (/healthz: the loop moves)
             if kind is RowChanges:
-                last_activity = time.monotonic()
+                last_activity = metrics.alive_at
                 self._handled = item
                 if app.filter.is_signal(item.db, item.table):
                     self._signal(item)
-                elif not app.filter.ignored(item.db, item.table, item.kind):
+                elif app.filter.ignored(item.db, item.table, item.kind):
+                    metrics.filtered(len(item.rows) - item.first)
+                else:
                     if max_events is None:
                         total += self._produce(item, item.first, len(item.rows))
                     else:  # row by row, to stop after the row that reaches max_events
@@ -134,6 +138,7 @@ class StreamSession(SessionSchemaChanges):
                 self._handled = item.resume
                 if item.gtid:
                     self.gtids.add(item.gtid)
+                metrics.transaction(item.gtid)
                 if self._txn is not None:
                     self._txn_end(item)
                 if self._due():
@@ -141,7 +146,7 @@ class StreamSession(SessionSchemaChanges):
             elif kind is Idle:
                 if item.resume is not None:
                     self._handled = item.resume
-                app.metrics.idle()
+                metrics.idle()
                 if item.resume is not None and (self.batch_events or
                                                 (item.resume.file, item.resume.pos) != self._committed):
                     self._commit(item.resume)
@@ -200,7 +205,7 @@ class StreamSession(SessionSchemaChanges):
                 self._txn_begin(item, events)
             self.writer.produce_all(records)
             self.batch_events += len(records)
-            self.app.metrics.event(item.ts_ms, events)
+            self.app.metrics.event(item.ts_ms, events, (item.db, item.table, item.kind))
         return len(records)
 
     # -- transaction metadata (Debezium's BEGIN/END records on <prefix>.transaction) ------
@@ -240,12 +245,14 @@ class StreamSession(SessionSchemaChanges):
         self.app.metrics.snapshot_progress = None if snap is None or snap["snapshot_id"] is None else {
             "snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
         key, value = self.app.store.record({"resume": resume.to_json(), **self.state.extra})
+        t0 = time.monotonic()
         self.writer.commit(key, value)
+        took = time.monotonic() - t0
         self.app.local.save(value)  # after Kafka has it: the local copy is never ahead of Kafka
         self.batch_events = 0
         self.batch_started = time.monotonic()
         self._committed = (resume.file, resume.pos)
-        self.app.metrics.committed(resume)
+        self.app.metrics.committed(resume, took)
         self.app.metrics.write_status(self.app.status_file, resume)
 
     # -- snapshots ---------------------------------------------------------------------------
@@ -325,9 +332,11 @@ class StreamSession(SessionSchemaChanges):
         if records:
             self.writer.produce_all(records)
             self.batch_events += len(records)
-            self.app.metrics.event(int(time.time() * 1000), len(records))
+            table = chunk.table_def
+            self.app.metrics.event(int(time.time() * 1000), len(records), (table.db, table.name, "read"))
 
     def _notify(self, n: Notification) -> None:
+        self.app.metrics.snapshots.notification(n.type, n.snapshot_id, n.data)
         self.writer.ensure_topic(notifications_topic(self.prefix), partitions=1)
         self.writer.produce(*n.record(self.prefix))
         self.batch_events += 1

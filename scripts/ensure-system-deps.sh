@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers the embedded stack runs, when the machine has none:
-# a MySQL-compatible server (MariaDB from apt) and PostgreSQL.  Java 17 is needed by Spark.
+# a MySQL-compatible server (MariaDB from apt), PostgreSQL, and Prometheus with promtool
+# (`cdc stack up --monitoring`, the alert rules' checks).  Java 17 is needed by Spark.
 # With --debezium (make debezium, for the tests): also Debian's MariaDB JDBC driver, which
 # Debezium's MySQL connector needs to read a MariaDB server (docs/debezium-conformance.md).
 set -euo pipefail
@@ -19,6 +20,9 @@ if ! command -v mariadb-install-db >/dev/null 2>&1 && ! command -v mysql_install
 fi
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null 2>&1; then
   need+=(postgresql)
+fi
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  need+=(prometheus)
 fi
 if ! command -v setpriv >/dev/null 2>&1; then
   need+=(util-linux)

@@ -38,10 +38,10 @@ def query_app_id(query_dir: Path, owner: str, source_name: str) -> str:
 
 
 def commit_staged(sinks: list[tuple[str, Any]], stats: list[dict], batch_id: int, app: str = "",
-                  owner: str = "") -> dict[str, int]:
+                  owner: str = "") -> dict[str, Any]:
     """Commit the parts the batch's tasks staged (``stats``' ``staged`` entries: ``[sink
     name, db, table, part]``) in the batch sinks of ``sinks``, a table at a time; the rows
-    upserted and deleted, summed (figures of the batch report)."""
+    upserted and deleted, summed, and per sink and table (figures of the batch report)."""
     parts: dict[tuple[str, str, str], list[dict]] = {}
     for st in stats:
         for name, db, table, part in st.get("staged") or []:
@@ -49,7 +49,7 @@ def commit_staged(sinks: list[tuple[str, Any]], stats: list[dict], batch_id: int
     if not parts:
         return {}
     by_name = dict(sinks)
-    done = {"upserted": 0, "deleted": 0}
+    done: dict = {"upserted": 0, "deleted": 0, "sink_rows": {}}
     for (name, db, table), staged in sorted(parts.items()):
         sink = by_name.get(name)
         if sink is None or sink.KIND != "batch":
@@ -58,5 +58,6 @@ def commit_staged(sinks: list[tuple[str, Any]], stats: list[dict], batch_id: int
         result = sink.commit(db, table, staged, batch_id=batch_id, app=app, owner=owner)
         done["upserted"] += result.upserted
         done["deleted"] += result.deleted
+        done["sink_rows"][f"{name}|{db}.{table}"] = result.upserted + result.deleted  # (the metrics' rows per sink)
         log.debug("batch %d: %s committed %d part(s) of %s.%s", batch_id, name, len(staged), db, table)
     return done

@@ -54,14 +54,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+
 from common import logs
 from common.config import CapturedSource, CDCConfig, load_config
 from common.errors import CDCError
-from common.metrics_http import serve_metrics
+from common.metrics_http import process_registry, serve_metrics
 from contract.schema_store import SchemaStore
 from contract.topics import dlq_topic
 from spark_jobs.batch_commit import commit_staged, owner_of, query_app_id
-from spark_jobs.batch_report import BatchReport, prometheus_text
+from spark_jobs.batch_report import BatchReport, KafkaLag, MergeCollector
 from spark_jobs.data_loss import DataLoss
 from spark_jobs.data_loss_guard import DataLossGuard
 from spark_jobs.errors import MergeStateError
@@ -140,7 +142,8 @@ class MergeJob:
         self.router = Router.from_config(cfg)
         self.settings = MergeSettings(
             bootstrap=k.bootstrap_servers, prefix=self.prefix, client=self.client,
-            registry_url=k.schema_registry_url or None, changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
+            registry_url=k.schema_registry_url or None, registry_client=dict(k.schema_registry_client),
+            changelog=cfg.sinks.changelog.enabled, sinks=cfg.sinks,
             dlq_topic=dlq_topic(self.prefix), source_name=self.source_name, routes=list(cfg.routes),
             clean_prefix=k.topic_prefix, debezium=k.input == "debezium")
         several = bool(cfg.sources)
@@ -170,6 +173,7 @@ class MergeJob:
                                           self.settings)
         self.report = BatchReport(Path(cfg.state_dir) / (f"merge-status-{self.source_name}.json" if several
                                                          else "merge-status.json"))
+        self.report.kafka_lag = KafkaLag(self.kafka.end_offsets)  # (the metrics' lag per partition)
         # Tombstones below what no replay can reach any more go (Debezium's input has no
         # stored resume point to tell that; without table sinks there are none).
         self.purger = TombstonePurger(
@@ -209,14 +213,10 @@ class MergeJob:
     def status_path(self) -> Path:
         return self.report.status_path
 
-    def samples(self) -> list[tuple[str, str, float]]:
-        """The merge job's figures: ``(metric name, Prometheus type, value)``."""
-        return self.report.samples()
-
     def prometheus(self) -> str:
         """The figures of this job and of the other sources' jobs that run beside it
         (:func:`run_jobs`; each sample labelled with its source then) in Prometheus text format."""
-        return prometheus_text(self.peers)
+        return generate_latest(job_metrics(self, process=False)).decode()
 
     # -- the checks before a query starts (and after it failed) -----------------------------------
     def stop_on_data_loss(self) -> None:
@@ -253,7 +253,8 @@ class MergeJob:
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         t_tasks = time.monotonic()
-        self.running.starts(batch_id, t0, self._ranges(batch_id))
+        ranges = self._ranges(batch_id)
+        self.running.starts(batch_id, t0, ranges)
         ok = False
         try:
             rows = self.tasks.run(df, batch_id, inputs, schemas_end, epoch, settings)
@@ -279,7 +280,8 @@ class MergeJob:
         t_end = self.last_batch_ended = time.monotonic()
         phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish,
                   "lake_commit_s": t_committed - t_finish}
-        self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases)
+        self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases,
+                     ranges=ranges, states=new_states)
 
     @staticmethod
     def _new_states(states: dict, inputs: dict, rows: list[dict]) -> tuple[dict, list[dict]]:
@@ -300,11 +302,12 @@ class MergeJob:
         return new_states, stats
 
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
-                lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None) -> None:
+                lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None,
+                ranges: dict | None = None, states: dict | None = None) -> None:
         """The batch's figures: :meth:`BatchReport.report`."""
         latest, spark_ms = progress_figures(self.query)
         self.report.report(batch_id, stats, markers, seconds, lost=lost, deleted_missing=deleted_missing,
-                           phases=phases, latest=latest, spark_ms=spark_ms)
+                           phases=phases, latest=latest, spark_ms=spark_ms, ranges=ranges, states=states)
 
     def _app_id(self) -> str:
         """The batch sinks' application id (:func:`~spark_jobs.batch_commit.query_app_id`);
@@ -348,10 +351,12 @@ class MergeJob:
         self.stop_on_schema_change()
         self.check_routes()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}",
-                              kafka_source=self.cfg.spark.kafka_source)
+                              kafka_source=self.cfg.spark.kafka_source, ui_port=self.cfg.spark.ui_port)
         warm_workers(spark, self.prefix)
         first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job serves all
-        server = serve_metrics(self.cfg.spark.metrics_port if first else None, self.prometheus)
+        stall_s = self.cfg.spark.health_stall_s
+        server = serve_metrics(self.cfg.spark.metrics_port if first else None, job_metrics(self),
+                               health=lambda: jobs_alive(self.peers, stall_s), ready=lambda: queries_running(self.peers))
         self.running.watch(f"cdc-merge-watch-{self.prefix}")
         delay, restarts = 1.0, 0
         try:
@@ -362,10 +367,13 @@ class MergeJob:
                 writer = writer.trigger(availableNow=True) if available_now else \
                     writer.trigger(processingTime=f"{self.cfg.spark.trigger_interval_s} seconds")
                 self.query = writer.start()
+                self.report.query_running, self.report.not_running = True, ""
                 try:
                     self.query.awaitTermination()
                     return 0
                 except Exception as exc:  # noqa: BLE001 - a failed batch: restart from the checkpoint
+                    self.report.query_running = False
+                    self.report.not_running = f"the query failed ({str(exc).splitlines()[0][:300]}); restarting"
                     if self._stop.is_set():
                         return 0
                     if self.fail_on_data_loss:
@@ -383,9 +391,42 @@ class MergeJob:
             return 0
         finally:
             self.query = None
+            self.report.query_running, self.report.not_running = False, "stopped"
             self.running.stop()
+            # (Spark's gateway keeps the batch function, and so the job, for as long as its JVM
+            # runs: the admin client goes now, not when the broker may have stopped)
+            self.close()
             if server is not None:
                 server.shutdown()
+                server.server_close()
+
+
+def job_metrics(job: MergeJob, *, process: bool = True) -> CollectorRegistry:
+    """The registry the job's metrics port serves: the figures of the job and of its peers
+    (:class:`~spark_jobs.batch_report.MergeCollector`), and with ``process`` the driver
+    process's own (:func:`common.metrics_http.process_registry`)."""
+    registry = process_registry() if process else CollectorRegistry()
+    registry.register(MergeCollector(lambda: [(j.source_name, j.report) for j in job.peers]))
+    return registry
+
+
+def jobs_alive(jobs: list[MergeJob], stall_s: float) -> tuple[bool, str]:
+    """``/healthz``: no job's batch has run longer than ``stall_s`` (``spark.health_stall_s``)."""
+    for job in jobs:
+        running = job.running.current
+        if running is not None and time.monotonic() - running[1] > stall_s:
+            return False, (f"batch {running[0]} of source {job.source_name} has run for "
+                           f"{time.monotonic() - running[1]:.0f}s (spark.health_stall_s: {stall_s:g})")
+    return True, "ok"
+
+
+def queries_running(jobs: list[MergeJob]) -> tuple[bool, str]:
+    """``/readyz``: every job's query runs."""
+    for job in jobs:
+        if not job.report.query_running:
+            return False, f"the merge query of source {job.source_name} is not running: " + \
+                (job.report.not_running or "not started yet")
+    return True, "ok"
 
 
 def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts: int | None = None) -> int:
@@ -397,7 +438,7 @@ def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts:
         job.peers = list(jobs)  # the first source's job serves every job's figures
     from spark_jobs.spark_session import build_session
     build_session(jobs[0].cfg.spark.master, app_name="cdc-merge",  # one session, made before the threads
-                  kafka_source=jobs[0].cfg.spark.kafka_source)
+                  kafka_source=jobs[0].cfg.spark.kafka_source, ui_port=jobs[0].cfg.spark.ui_port)
     results: dict[int, Any] = {}
     done = threading.Event()
 

@@ -61,8 +61,9 @@ def java_options_elsewhere(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: Mapping[str, str] | None = None,
-                  kafka_source: str = "python") -> SparkSession:
-    """Get or create a session: few shuffle partitions, no UI, ``cdc-kafka`` registered,
+                  kafka_source: str = "python", ui_port: int | None = None) -> SparkSession:
+    """Get or create a session: few shuffle partitions, no UI (``ui_port``: Spark's UI on that
+    port, ``spark.ui_port``), ``cdc-kafka`` registered,
     checkpoints written as :data:`CHECKPOINT_FILE_MANAGER` says (unless ``conf`` names
     another manager), the JVMs as :func:`session_conf` starts them (a session that runs
     already keeps its JVM).
@@ -73,10 +74,12 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.ui.enabled", "false")
+               .config("spark.ui.enabled", "true" if ui_port else "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
                .config(*CHECKPOINT_FILE_MANAGER))
+    if ui_port:
+        builder = builder.config("spark.ui.port", str(ui_port))
     for key, value in session_conf(conf, kafka_source, java_options_elsewhere=java_options_elsewhere()).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

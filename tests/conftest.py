@@ -41,7 +41,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackHandle]:
     try:
         yield handle
     finally:
+        _let_kafka_clients_go()
         handle.close()
+
+
+def _let_kafka_clients_go() -> None:
+    """Before the stack stops: the Spark session's Python workers (with the Kafka clients they
+    keep between tasks) end, and the clients the tests left in reference cycles are collected,
+    while the broker still answers; otherwise each would print "Connection refused" until the
+    process exits."""
+    import gc
+    import sys
+
+    if "pyspark" in sys.modules:
+        from spark_jobs.spark_session import stop_session
+        stop_session()
+    gc.collect()
 
 
 _counter = itertools.count()

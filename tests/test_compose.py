@@ -5,7 +5,8 @@ here.  These tests parse the compose file (PyYAML), the Dockerfiles and the MySQ
 scripts and check what would otherwise only fail on a laptop with Docker: services,
 pinned images, ``CDC__...`` names against the configuration model, a configuration that
 validates, ports, volumes, healthchecks, referenced files, the signal table DDL and the
-CDC user's grants, and that no secret is written in the repository.
+CDC user's grants, the monitoring services (Prometheus's targets and rules, the probes the
+healthchecks ask, Grafana's provisioning), and that no secret is written in the repository.
 
 Every check is a function returning a list of problems (empty = fine).  Each has a
 positive test on the real files and a negative test on a broken copy, proving the check
@@ -42,7 +43,9 @@ ENV_EXAMPLE_PATH = DOCKER / ".env.example"
 INITDB = "/docker-entrypoint-initdb.d/"
 
 REQUIRED_SERVICES = {"mysql", "kafka", "schema-registry", "postgres", "producer",
-                     "spark-master", "spark-worker", "merge-job"}
+                     "spark-master", "spark-worker", "merge-job", "prometheus", "grafana"}
+#: The cdc services' metrics ports, by the configuration key that sets each.
+METRICS_PORTS = {"producer": "CDC__PRODUCER__METRICS_PORT", "merge-job": "CDC__SPARK__METRICS_PORT"}
 MYSQL_FLAGS = ("--log-bin", "--binlog-format=ROW", "--binlog-row-image=FULL", "--binlog-row-metadata=FULL",
                "--server-id=1", "--gtid-mode=ON", "--enforce-gtid-consistency=ON")
 CDC_GLOBAL_PRIVS = {"REPLICATION SLAVE", "REPLICATION CLIENT", "SELECT"}
@@ -346,7 +349,8 @@ def check_healthchecks(compose: dict[str, Any]) -> list[str]:
     """Long-running infrastructure has healthchecks; MySQL's is ``mysqladmin ping``."""
     svcs = services(compose)
     mysqls = ["mysql", *(f"mysql-{n}" for n in SHARD_SOURCES)]
-    problems = [f"{n}: no healthcheck" for n in (*mysqls, "kafka", "schema-registry", "postgres", "spark-master")
+    problems = [f"{n}: no healthcheck" for n in (*mysqls, "kafka", "schema-registry", "postgres", "spark-master",
+                                                 "producer", "merge-job", "prometheus", "grafana")
                 if n in svcs and not _has_healthcheck(svcs[n])]
     for name in (n for n in mysqls if n in svcs):
         test = (svcs.get(name) or {}).get("healthcheck", {}).get("test")
@@ -687,6 +691,10 @@ def check_spark(compose: dict[str, Any]) -> list[str]:
         problems.append("merge-job: CDC__SPARK__KAFKA_SOURCE should be jvm (the connector is in the image)")
     if not cfg.sinks.postgres.enabled:
         problems.append("merge-job: the PostgreSQL sink is not enabled")
+    published = {c for _, _, c, _ in map(parse_port, job.get("ports") or [])}
+    if cfg.spark.ui_port is None or cfg.spark.ui_port not in published:
+        problems.append(f"merge-job: Spark's UI port (CDC__SPARK__UI_PORT={cfg.spark.ui_port}) is not a published "
+                        f"container port {sorted(published)}")
     pkg = re.fullmatch(r"org\.apache\.spark:spark-sql-kafka-0-10_(\d+\.\d+):(\S+)", arg("--packages") or "")
     if not pkg:
         problems.append("merge-job: --packages must name org.apache.spark:spark-sql-kafka-0-10_<scala>:<spark version>")
@@ -781,6 +789,67 @@ def check_shards_profile(compose: dict[str, Any], shard_scripts: dict[str, list[
                 route.values(ShardId(entry.name, db, "orders"))
             except ColumnMappingMismatch as exc:
                 problems.append(str(exc))
+    return problems
+
+
+def _mount_source(svc: dict[str, Any], target: str) -> Path | None:
+    """The file or directory of the repository bind-mounted at ``target``."""
+    for vol in volume_entries(svc):
+        if vol.get("type") == "bind" and vol.get("target") == target:
+            return (COMPOSE_PATH.parent / str(vol["source"])).resolve()
+    return None
+
+
+def check_monitoring(compose: dict[str, Any], prometheus: dict[str, Any] | None = None,
+                     datasources: dict[str, Any] | None = None) -> list[str]:
+    """Prometheus scrapes every cdc service on its metrics port with the repository's alert
+    rules; the cdc services' healthchecks ask their own probes; Grafana gets the data source
+    (the prometheus service) and the dashboards directory its provider names."""
+    svcs = services(interpolate(compose))
+    prom_svc, grafana = svcs.get("prometheus") or {}, svcs.get("grafana") or {}
+    problems = []
+    conf_path = _mount_source(prom_svc, "/etc/prometheus/prometheus.yml")
+    if conf_path is None or not conf_path.is_file():
+        return ["prometheus: docker/prometheus/prometheus.yml is not mounted at /etc/prometheus/prometheus.yml"]
+    prom = prometheus if prometheus is not None else yaml.safe_load(conf_path.read_text())
+    for rules in prom.get("rule_files") or []:
+        if _mount_source(prom_svc, rules) != REPO / "cdc" / "monitoring" / "alerts.yml":
+            problems.append(f"prometheus: the rule file {rules} is not cdc/monitoring/alerts.yml")
+    if not prom.get("rule_files"):
+        problems.append("prometheus: no rule_files (cdc/monitoring/alerts.yml)")
+    targets = {t for job in prom.get("scrape_configs") or [] for sc in job.get("static_configs") or []
+               for t in sc.get("targets") or []}
+    for name, key in METRICS_PORTS.items():
+        port = env_of(svcs.get(name) or {}).get(key)
+        if not port:
+            problems.append(f"{name}: no {key}: nothing to scrape")
+            continue
+        if f"{name}:{port}" not in targets:
+            problems.append(f"prometheus: does not scrape {name}:{port} ({key}); its targets: {sorted(targets)}")
+        test = (svcs.get(name) or {}).get("healthcheck", {}).get("test")
+        text = " ".join(test) if isinstance(test, list) else str(test)
+        if not re.search(rf"localhost:{port}/(readyz|healthz)\b", text):
+            problems.append(f"{name}: the healthcheck does not ask the probes on its metrics port {port}")
+    for target in sorted(targets):
+        host, _, port = target.rpartition(":")
+        if host not in ("localhost", *METRICS_PORTS) or (host in METRICS_PORTS and
+                                                         env_of(svcs[host]).get(METRICS_PORTS[host]) != port):
+            problems.append(f"prometheus: target {target} is not a cdc service's metrics port")
+    provisioning = _mount_source(grafana, "/etc/grafana/provisioning")
+    if provisioning is None or not provisioning.is_dir():
+        return problems + ["grafana: docker/grafana/provisioning is not mounted at /etc/grafana/provisioning"]
+    ds = datasources if datasources is not None else yaml.safe_load(
+        (provisioning / "datasources" / "prometheus.yml").read_text())
+    for source in ds.get("datasources") or []:
+        u = urlsplit(source.get("url", ""))
+        ports = {c for _, _, c, _ in map(parse_port, prom_svc.get("ports") or [])}
+        if u.hostname != "prometheus" or u.port not in ports:
+            problems.append(f"grafana: data source {source.get('url')} is not the prometheus service")
+    for provider in yaml.safe_load((provisioning / "dashboards" / "cdc.yml").read_text())["providers"]:
+        path = provider["options"]["path"]
+        mounted = _mount_source(grafana, path)
+        if mounted is None or not list(mounted.glob("*.json")):
+            problems.append(f"grafana: the dashboards path {path} is not a mounted directory of dashboards")
     return problems
 
 
@@ -887,6 +956,7 @@ ALL_CHECKS: dict[str, Callable[..., list[str]]] = {
     "kafka_service": check_kafka_service,
     "service_addresses": check_service_addresses,
     "spark": check_spark,
+    "monitoring": check_monitoring,
     "no_secrets": check_no_secrets,
     "env_example": check_env_example,
     "shards_profile": check_shards_profile,
@@ -1050,6 +1120,23 @@ BREAKAGES: list[tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
      lambda c: _cmd_replace(c, "merge-job", KAFKA_PKG, "org.apache.spark:spark-sql-kafka-0-10_2.12:4.3.0")),
     ("spark", "job module not submitted",
      lambda c: _cmd_replace(c, "merge-job", "spark_jobs.merge_job", "spark_jobs.other")),
+    ("spark", "Spark's UI port not published", lambda c: _set_env(c, "merge-job", "CDC__SPARK__UI_PORT", "4041")),
+    ("monitoring", "producer without a metrics port", lambda c: _del_env(c, "producer", "CDC__PRODUCER__METRICS_PORT")),
+    ("monitoring", "merge job's metrics port not scraped",
+     lambda c: _set_env(c, "merge-job", "CDC__SPARK__METRICS_PORT", "9200")),
+    ("monitoring", "healthcheck on another port",
+     lambda c: _update(c, "producer", healthcheck={"test": ["CMD", "python", "-c", "import urllib.request; "
+                                                   "urllib.request.urlopen('http://localhost:9999/readyz')"]})),
+    ("monitoring", "alert rules not mounted",
+     lambda c: _update(c, "prometheus", volumes=[v for v in _svc(c, "prometheus")["volumes"] if "alerts" not in v])),
+    ("monitoring", "a target that is no metrics port",
+     lambda c: {"prometheus": {"rule_files": ["/etc/prometheus/alerts.yml"], "scrape_configs": [
+         {"job_name": "x", "static_configs": [{"targets": ["producer:9100", "merge-job:9101", "kafka:9092"]}]}]}}),
+    ("monitoring", "Grafana's data source elsewhere",
+     lambda c: {"datasources": {"datasources": [{"url": "http://prom:9090"}]}}),
+    ("monitoring", "dashboards not mounted",
+     lambda c: _update(c, "grafana", volumes=[v for v in _svc(c, "grafana")["volumes"] if "dashboards" not in v])),
+    ("healthchecks", "merge job without a healthcheck", lambda c: _pop(c, "merge-job", "healthcheck")),
     ("no_secrets", "literal password in the environment",
      lambda c: _set_env(c, "mysql", "MYSQL_ROOT_PASSWORD", "hunter2")),
     ("no_secrets", "password with a literal default",

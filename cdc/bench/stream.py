@@ -152,16 +152,16 @@ def _child_main() -> int:
 
     # Marks on the monotonic clock (CLOCK_MONOTONIC, as the parent's launch stamp and
     # Debezium's runner): the parent times the run from this process's launch.
-    def event(ts_ms: int, n: int = 1) -> None:
+    def event(ts_ms: int, n: int = 1, seen=None) -> None:
         if "first_event" not in marks:
             marks["first_event"] = time.monotonic()
-        orig_event(ts_ms, n)
+        orig_event(ts_ms, n, seen)
         if "warm" not in marks and metrics.events_total >= warm_at:
             marks["warm"] = time.monotonic()
             marks["warm_events"] = metrics.events_total
 
-    def committed(resume) -> None:
-        orig_committed(resume)
+    def committed(resume, seconds=None) -> None:
+        orig_committed(resume, seconds)
         if "done" not in marks and resume.file and _pos_key(resume.file, resume.pos) >= end_key:
             marks["done"] = time.monotonic()
             app.stop()

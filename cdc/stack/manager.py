@@ -8,8 +8,10 @@ replicas of the server (:mod:`cdc.stack.replication`), recorded under ``replicas
 ``--read-only`` gives the CDC user no write at all (``snapshot.read_only`` in cdc.yaml).  ``--sources 2``
 adds a second source server (``mysql2``, recorded under ``sources``) and writes
 ``cdc-sources.yaml``, a configuration with both as ``sources`` (``east``: the first server,
-``west``: the second; docs/sharding.md).  ``down`` stops only the processes recorded there,
-checking each pid's command line first.
+``west``: the second; docs/sharding.md).  ``--monitoring`` gives the producers and the merge
+job metrics ports in the configurations and runs a Prometheus that scrapes them
+(:mod:`cdc.stack.prometheus_server`), recorded under ``monitoring``.  ``down`` stops only the
+processes recorded there, checking each pid's command line first.
 
 The embedded broker keeps its topics in memory: started again, it is empty.  What
 depended on its topics is in the state directory: the merge job's checkpoint and the
@@ -31,7 +33,8 @@ from cdc.errors import StackError
 from cdc.stack.kafka_broker import EmbeddedBroker, external_broker
 from cdc.stack.mysql_server import EmbeddedMySQL, server_status
 from cdc.stack.postgres_server import EmbeddedPostgres, external_postgres
-from cdc.stack.process import pid_alive
+from cdc.stack.process import free_port, pid_alive
+from cdc.stack.prometheus_server import EmbeddedPrometheus, prometheus_status
 from cdc.stack.replication import replica_name, replica_status, start_replicas, stop_server
 from common.config import CDCConfig, dump_config
 from producer.offset_store import LocalOffsetCopy
@@ -138,6 +141,10 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     cfg.sinks.iceberg.warehouse = str(state_dir / "lake" / "iceberg")
     cfg.sinks.iceberg.enabled = True
     cfg.spark.checkpoint_dir = str(state_dir / "checkpoints")
+    cfg.spark.ui_port = data.get("spark_ui_port")
+    monitoring = data.get("monitoring")
+    if monitoring:  # (the n-th source's producer of cdc-sources.yaml: the port plus n, CDCConfig.for_source)
+        cfg.producer.metrics_port, cfg.spark.metrics_port = monitoring["producer_port"], monitoring["merge_port"]
     return cfg
 
 
@@ -179,6 +186,21 @@ def start_sources(state_dir: Path, first: dict[str, Any], count: int, *,
             stop_server(info)
         raise
     return started
+
+
+def start_monitoring(state_dir: Path, previous: dict[str, Any] | None, sources: int) -> dict[str, Any]:
+    """The metrics ports of the stack's producers (one per source server, from
+    ``producer_port`` on) and merge job, kept from ``previous``, and a Prometheus scraping
+    them; their record for stack.json."""
+    previous = previous or {}
+    producer_port = previous.get("producer_port") or free_port()
+    merge_port = previous.get("merge_port") or free_port()
+    while merge_port in range(producer_port, producer_port + len(SOURCE_NAMES)):
+        merge_port = free_port()
+    targets = {"cdc-producer": [(f"127.0.0.1:{producer_port + i}", {}) for i in range(sources)],
+               "cdc-merge": [(f"127.0.0.1:{merge_port}", {})]}
+    prometheus = EmbeddedPrometheus(state_dir).start(targets, previous.get("prometheus"))
+    return {"producer_port": producer_port, "merge_port": merge_port, "prometheus": prometheus}
 
 
 def _checkpoint_dir(state_dir: Path) -> Path:
@@ -237,7 +259,8 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
              postgres_dsn: str | None = None, signal_table: str = "cdc_control.cdc_signal",
              on_lost_kafka: str = "recover", replicas: int | None = None,
              read_only: bool | None = None, sources: int | None = None,
-             server_args: tuple[str, ...] = ()) -> StackInfo:
+             server_args: tuple[str, ...] = (), monitoring: bool | None = None,
+             spark_ui: bool | None = None) -> StackInfo:
     """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
     embedded broker must be started again (its topics are gone) and the state directory
     holds what depended on them.  ``replicas``: how many MariaDB replicas of the server to
@@ -247,7 +270,11 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     how many source servers (1..2; None: as recorded, one for a new stack); with two,
     ``cdc-sources.yaml`` configures both as ``sources``.  ``server_args``: more options for
     the source server when it starts here (``--version=5.7.44-MariaDB-log`` for the
-    benchmarks' Debezium runs); a server already running keeps its own."""
+    benchmarks' Debezium runs); a server already running keeps its own.  ``monitoring``:
+    metrics ports for the producers and the merge job in the configurations, and a Prometheus
+    scraping them (None: as recorded, none for a new stack).  ``spark_ui``: Spark's web UI
+    of the merge job on a port of its own (``spark.ui_port`` in the configurations; None: as
+    recorded, off for a new stack)."""
     if on_lost_kafka not in ("recover", "refuse"):
         raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
@@ -288,6 +315,13 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
             pg = EmbeddedPostgres(state_dir)
             prev_p = previous.get("postgres") if (previous.get("postgres") or {}).get("embedded") else None
             data["postgres"] = pg.start(prev_p)
+        if spark_ui or (spark_ui is None and previous.get("spark_ui_port")):
+            data["spark_ui_port"] = previous.get("spark_ui_port") or free_port()
+        watched = bool(previous.get("monitoring")) if monitoring is None else monitoring
+        if watched:
+            data["monitoring"] = start_monitoring(state_dir, previous.get("monitoring"), n_sources)
+        elif (previous.get("monitoring") or {}).get("prometheus"):
+            EmbeddedPrometheus(state_dir).stop(previous["monitoring"]["prometheus"])
     except BaseException:
         # Record what is running so 'down' can stop it, then report.
         partial = {**previous, **data}
@@ -320,6 +354,9 @@ def stack_down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str]:
     if data is None:
         return []
     stopped = []
+    prometheus = (data.get("monitoring") or {}).get("prometheus")
+    if prometheus and EmbeddedPrometheus(state_dir).stop(prometheus):
+        stopped.append("prometheus")
     if (data.get("postgres") or {}).get("embedded") and EmbeddedPostgres(state_dir).stop(data["postgres"]):
         stopped.append("postgres")
     if (data.get("kafka") or {}).get("embedded") and EmbeddedBroker(state_dir).stop(data["kafka"]):
@@ -351,6 +388,8 @@ def stack_status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, tuple[bool, s
         report["kafka"] = _kafka_status(data["kafka"])
     if "postgres" in data:
         report["postgres"] = _postgres_status(data["postgres"])
+    if (data.get("monitoring") or {}).get("prometheus"):
+        report["prometheus"] = prometheus_status(data["monitoring"]["prometheus"])
     return report
 
 

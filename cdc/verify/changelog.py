@@ -147,7 +147,8 @@ class ChangelogTarget(KeyedRowsTarget):
     def _decoder(self):
         if self.decoder is None:
             k = self.cfg.kafka
-            registry = ConfluentRegistry(k.schema_registry_url) if k.schema_registry_url else None
+            registry = ConfluentRegistry(k.schema_registry_url, k.schema_registry_client) \
+                if k.schema_registry_url else None
             # Each record read with its table's newest schema: a record written before a
             # column was added has the column (its default).
             self.store = SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None)

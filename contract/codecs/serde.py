@@ -11,7 +11,8 @@ producer running:
   fingerprint's hex (value: the schema JSON).  :class:`SchemaStore` reads it back.
 * with a Confluent Schema Registry (``kafka.schema_registry_url``): Confluent's framing,
   ``00`` + 4-byte schema id (big-endian) + the Avro body, subjects ``<topic>-key`` and
-  ``<topic>-value``.
+  ``<topic>-value``; the registry is spoken to by confluent-kafka's client
+  (:class:`ConfluentRegistry`).
 
 JSON records are plain UTF-8 JSON objects (bytes as base64, decimals as strings), or, in
 the ``debezium-json`` format, Kafka Connect's JsonConverter shape ``{"schema", "payload"}``
@@ -25,8 +26,7 @@ import base64
 import io
 import json
 import struct
-import urllib.error
-import urllib.request
+import urllib.parse
 from decimal import Decimal
 from typing import Any, Callable
 
@@ -83,31 +83,45 @@ def encode_json(record: Any) -> bytes:
 
 
 class ConfluentRegistry:
-    """The few Schema Registry calls needed: register, and fetch by id."""
+    """The Schema Registry calls the framing needs (register a schema under a subject, fetch
+    one by id) through confluent-kafka's maintained client
+    (:class:`confluent_kafka.schema_registry.SchemaRegistryClient`: basic auth, TLS, retries
+    with backoff, caches).  ``conf``: that client's settings besides ``url``
+    (``kafka.schema_registry_client``: ``basic.auth.user.info``, ``ssl.ca.location``,
+    ``ssl.certificate.location``, ``ssl.key.location``, ``max.retries``, ``retries.wait.ms``,
+    ``timeout``, ...).  A failed call raises :class:`SerdeError` naming the registry (without
+    credentials) and the call."""
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = timeout
+    def __init__(self, url: str, conf: dict | None = None) -> None:
+        # (imported here: the client pulls in an HTTP stack that a job without a registry,
+        # and every Spark worker of one, need not import)
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        parts = urllib.parse.urlsplit(url)
+        self.url = parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")).geturl() \
+            if parts.username or parts.password else url.rstrip("/")
+        try:
+            self.client = SchemaRegistryClient({"url": url, **(conf or {})})
+        except (ValueError, TypeError) as exc:
+            raise SerdeError(f"schema registry {self.url}: {exc} (kafka.schema_registry_client)") from exc
         self._by_id: dict[int, dict] = {}
 
-    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
-        req = urllib.request.Request(self.url + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
-        except (urllib.error.URLError, OSError) as exc:
-            raise SerdeError(f"schema registry {self.url}{path}: {exc}") from exc
-
     def register(self, subject: str, schema: dict) -> int:
-        out = self._call("POST", f"/subjects/{urllib.request.quote(subject, safe='')}/versions",
-                         {"schema": json.dumps(schema)})
-        return int(out["id"])
+        """The id of ``schema`` under ``subject`` (registered when new)."""
+        from confluent_kafka.schema_registry import Schema
+        try:
+            return int(self.client.register_schema(subject, Schema(json.dumps(schema), "AVRO")))
+        except Exception as exc:  # noqa: BLE001 - the client's HTTP, TLS and registry errors alike
+            raise SerdeError(f"schema registry {self.url}: registering {subject}: {exc}") from exc
 
     def schema(self, schema_id: int) -> dict:
+        """The Avro schema of registry id ``schema_id``."""
         if schema_id not in self._by_id:
-            self._by_id[schema_id] = json.loads(self._call("GET", f"/schemas/ids/{schema_id}")["schema"])
+            try:
+                found = self.client.get_schema(schema_id)
+            except Exception as exc:  # noqa: BLE001 - as in register
+                raise SerdeError(f"schema registry {self.url}: schema id {schema_id}: {exc}") from exc
+            self._by_id[schema_id] = json.loads(found.schema_str)
         return self._by_id[schema_id]
 
 

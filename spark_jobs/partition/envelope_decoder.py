@@ -15,7 +15,7 @@ class EnvelopeDecoder:
 
     def __init__(self, s: MergeSettings) -> None:
         self.store = SchemaStore(s.bootstrap, s.prefix, s.client or None)
-        self.registry = ConfluentRegistry(s.registry_url) if s.registry_url else None
+        self.registry = ConfluentRegistry(s.registry_url, s.registry_client) if s.registry_url else None
         self.decoder = RecordDecoder.resolving(self.store, self.registry)
         self._first_writers: dict[str, AvroWriter] = {}
         # Per fingerprint (raw bytes), worked out once while the store's schemas stay put:

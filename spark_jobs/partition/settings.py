@@ -18,6 +18,7 @@ class MergeSettings:
     prefix: str
     client: dict = field(default_factory=dict)
     registry_url: str | None = None
+    registry_client: dict = field(default_factory=dict)  # (kafka.schema_registry_client)
     changelog: bool = True
     sinks: SinksConfig = field(default_factory=SinksConfig)  # the table sinks (configured_sinks)
     dlq_topic: str = ""

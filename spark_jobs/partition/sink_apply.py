@@ -87,10 +87,14 @@ def apply_to_sinks(s: MergeSettings, dec: EnvelopeDecoder, topic: str, partition
             waited = sink.turn_wait_s
             own = own_turn and sink.PARTITION_TURNS
             sink.turn_partition = partition if own else None
+            applied = stats["upserted"] + stats["deleted"]
             try:
                 dead += apply_runs(sink, db, table, records_of_table, key_columns[(db, table)], stats, writer_of)
             finally:
                 sink.turn_partition = None
+            rows = stats.setdefault("sink_rows", {})  # (the metrics' rows per sink and table)
+            rows[f"{name}|{db}.{table}"] = rows.get(f"{name}|{db}.{table}", 0) + \
+                stats["upserted"] + stats["deleted"] - applied
             stats["sinks_turn_s"] = stats.get("sinks_turn_s", 0.0) + sink.turn_wait_s - waited
             stats["partition_turns" if own else "whole_turns"] += 1
     return dead

@@ -29,8 +29,14 @@ def test_produce_status_metrics_and_clean_stop(stack, config, test_db, tmp_path)
                                               timeout=2).read().decode()
             except OSError:
                 return ""
-        wait_for(lambda: "cdc_producer_events_total 50" in metrics(), 30, what="metrics")
-        assert "cdc_producer_seconds_behind_source" in metrics()
+        wait_for(lambda: "cdc_producer_events_total 50.0" in metrics(), 30, what="metrics")
+        text = metrics()
+        assert "cdc_producer_seconds_behind_source" in text
+        assert f'cdc_producer_events_seen_total{{op="c",table="{test_db}.t"}} 50.0' in text
+        name = config.producer.name
+        assert (f'debezium_metrics_Connected{{context="streaming",name="{name}",plugin="mysql"}} 1.0' in text)
+        ready = urllib.request.urlopen(f"http://127.0.0.1:{config.producer.metrics_port}/readyz", timeout=2)
+        assert ready.status == 200
         out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(proc.path), "status"], cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr

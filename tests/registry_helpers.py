@@ -4,7 +4,8 @@ HTTPS, with basic auth and answers that fail on purpose.
 No Schema Registry server can run here (Confluent's is Java, from Maven Central or Docker;
 karapace is not on PyPI), so the registry path is tested against this: the same endpoints
 and JSON as Confluent's API (``POST /subjects/{subject}/versions`` -> ``{"id"}``, the same
-schema under any subject keeps its id; ``GET /schemas/ids/{id}`` -> ``{"schema"}``; errors as
+schema under any subject keeps its id; ``GET /schemas/ids/{id}`` -> ``{"schema"}``;
+``GET /schemas/ids/{id}/subjects``; ``GET /subjects/{subject}/versions/latest``; errors as
 ``{"error_code", "message"}``), spoken to by confluent-kafka's own client.  What it does not
 do (compatibility checks, references, contexts, modes) the framing never asks for.
 """
@@ -97,9 +98,18 @@ class StandInRegistry:
                 if self._refused():
                     return
                 path = urllib.parse.urlsplit(self.path).path.strip("/").split("/")
-                if len(path) == 3 and path[:2] == ["schemas", "ids"] and path[2].isdigit() \
-                        and 0 < int(path[2]) <= len(registry.schemas):
+                known = len(path) >= 3 and path[:2] == ["schemas", "ids"] and path[2].isdigit() \
+                    and 0 < int(path[2]) <= len(registry.schemas)
+                if known and len(path) == 3:
                     self._answer(200, {"schema": registry.schemas[int(path[2]) - 1]})
+                elif known and path[3:] == ["subjects"]:
+                    self._answer(200, sorted(s for s, ids in registry.subjects.items() if int(path[2]) in ids))
+                elif len(path) == 4 and path[0] == "subjects" and path[2:] == ["versions", "latest"] \
+                        and urllib.parse.unquote(path[1]) in registry.subjects:
+                    subject = urllib.parse.unquote(path[1])
+                    sid = registry.subjects[subject][-1]
+                    self._answer(200, {"subject": subject, "id": sid, "version": len(registry.subjects[subject]),
+                                       "schema": registry.schemas[sid - 1]})
                 else:
                     self._answer(404, {"error_code": 40403, "message": "Schema not found"})
 

@@ -105,6 +105,9 @@ class ConfluentRegistry:
         except (ValueError, TypeError) as exc:
             raise SerdeError(f"schema registry {self.url}: {exc} (kafka.schema_registry_client)") from exc
         self._by_id: dict[int, dict] = {}
+        self._subject_of: dict[int, str] = {}  # schema id -> its value subject ("": none)
+        self._seen: dict[str, set[int]] = {}  # subject -> the writer ids met
+        self._latest: dict[str, tuple[int, dict]] = {}  # subject -> its newest version
 
     def register(self, subject: str, schema: dict) -> int:
         """The id of ``schema`` under ``subject`` (registered when new)."""
@@ -123,6 +126,32 @@ class ConfluentRegistry:
                 raise SerdeError(f"schema registry {self.url}: schema id {schema_id}: {exc}") from exc
             self._by_id[schema_id] = json.loads(found.schema_str)
         return self._by_id[schema_id]
+
+    def newest(self, schema_id: int) -> tuple[int, dict] | None:
+        """``(id, schema)`` of the newest version of the value subject (``<topic>-value``)
+        schema ``schema_id`` is registered under: what records of that writer are read with
+        (None: no value subject, a key).  Asked again when a writer id not seen for that subject
+        comes (a newer version may have been registered with it)."""
+        subject = self._subject_of.get(schema_id)
+        if subject is None:
+            try:
+                subjects = self.client.get_subjects_by_schema_id(schema_id)
+            except Exception as exc:  # noqa: BLE001 - as in register
+                raise SerdeError(f"schema registry {self.url}: the subjects of schema id {schema_id}: {exc}") from exc
+            values = sorted(s for s in subjects if s.endswith("-value"))
+            subject = self._subject_of[schema_id] = values[0] if values else ""
+        if not subject:
+            return None
+        seen = self._seen.setdefault(subject, set())
+        if schema_id not in seen or subject not in self._latest:
+            seen.add(schema_id)
+            try:
+                self.client.clear_latest_caches()
+                latest = self.client.get_latest_version(subject)
+            except Exception as exc:  # noqa: BLE001 - as in register
+                raise SerdeError(f"schema registry {self.url}: the latest version of {subject}: {exc}") from exc
+            self._latest[subject] = (int(latest.schema_id), json.loads(latest.schema.schema_str))
+        return self._latest[subject]
 
 
 class RecordDecoder:
@@ -216,6 +245,21 @@ class RecordDecoder:
                                               parsed_reader)
         except SchemaResolutionError:
             return None
+
+    def _registry_reader(self, sid: int) -> Any:
+        """The parsed reader schema records of registry id ``sid`` are read with: the newest
+        version of their value subject (as :meth:`_reader` does with the ``_schemas`` topic's
+        newest), None when that is the writer itself, a key, or a change resolution cannot express."""
+        if (f"registry:{sid}", "") in self._unresolvable:
+            return None
+        newest = self._registry.newest(sid)
+        if newest is None or newest[0] == sid:
+            return None
+        writer = self._registry.schema(sid)
+        if not is_envelope(writer) or not resolvable(writer, newest[1]):
+            self._unresolvable.add((f"registry:{sid}", ""))
+            return None
+        return self.view_of(f"registry:{newest[0]}", newest[1])[1]
 
     def view_of(self, fp: str, schema: dict) -> tuple[dict, Any]:
         """The :func:`~contract.schema_resolution.reader_view` of schema ``fp`` and its parsed
@@ -373,6 +417,12 @@ class RecordDecoder:
         if data[:1] == CONFLUENT_MAGIC and len(data) >= 5 and self._registry is not None:
             sid = struct.unpack(">I", data[1:5])[0]
             parsed = self._schema_for(("registry", sid), lambda: self._registry.schema(sid))
+            reader = self._registry_reader(sid) if self._newest is not None else None
+            if reader is not None:
+                try:
+                    return fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed, reader)
+                except SchemaResolutionError:
+                    self._unresolvable.add((f"registry:{sid}", ""))
             return fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed, None)
         if data[:1] in (b"{", b"["):
             if data[:10] == RECORD_PREFIX:

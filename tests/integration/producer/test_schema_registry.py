@@ -45,3 +45,16 @@ def test_the_producer_and_the_merge_job_speak_to_the_registry(stack, merge_confi
         rows = pg_sink_rows(cfg, test_db, "t", ["id"])
         assert rows == {(i,): {"id": i, "name": f"n{i}", "qty": i + (100 if i < 10 else 0)} for i in range(35)}
         assert any(status == 503 for _, _, status in reg.requests)  # (retried)
+
+        # A column added: the producer registers a new version of the subject; the merge job
+        # reads every record with the subject's newest version (as the _schemas topic path
+        # reads with the table's newest schema), and the sink gets the column.
+        with stack.admin(test_db) as conn, conn.cursor() as cur:
+            cur.execute("ALTER TABLE t ADD COLUMN note VARCHAR(10) NULL")
+            cur.execute("UPDATE t SET note = 'x' WHERE id < 3")
+        run_until_caught_up(cfg)
+        assert len(reg.subjects[f"{topic}-value"]) == 2
+        assert MergeJob(cfg).run(available_now=True) == 0
+        rows = pg_sink_rows(cfg, test_db, "t", ["id"])
+        assert {k: r["note"] for k, r in rows.items() if r["note"]} == {(0,): "x", (1,): "x", (2,): "x"}
+        assert len(rows) == 35

@@ -54,3 +54,45 @@ def test_a_refused_login_an_untrusted_certificate_and_bad_settings_are_clear_err
             ConfluentRegistry(reg.url, {"max.retries": 0}).register("s-value", SCHEMA)
     with pytest.raises(SerdeError, match=r"Unrecognized properties: basic\.auth\.user \(kafka\.schema_registry_client\)"):
         ConfluentRegistry("http://127.0.0.1:1", {"basic.auth.user": "x"})
+
+
+def test_registry_records_are_read_with_the_newest_version_of_their_subject(tmp_path):  # noqa: ARG001
+    """As records of the ``_schemas`` topic path are read with their table's newest schema, a
+    record framed by the registry is read with the newest version of its value subject: one
+    written before a column was added has the column (null), a key is read as written."""
+    from contract.envelope import envelope_schema
+    from producer.events.avro_types import avro_fullname, row_record_schema
+    from producer.table_schema import ColumnDef, TableDef
+
+    def envelope(extra: bool) -> dict:
+        cols = [ColumnDef(name="id", data_type="int", column_type="int(11)", nullable=False, ordinal=1,
+                          numeric_precision=10, numeric_scale=0)]
+        if extra:
+            cols.append(ColumnDef(name="note", data_type="varchar", column_type="varchar(9)", nullable=True,
+                                  ordinal=2, character_set="utf8mb4", char_max_length=9))
+        ns = avro_fullname("cdc.shop.t")
+        return envelope_schema(row_record_schema(TableDef("shop", "t", cols, ["id"]), f"{ns}.Value"), f"{ns}.Envelope")
+    with StandInRegistry() as reg:
+        registry = ConfluentRegistry(reg.url, FAST)
+        old = registry.register("cdc.shop.t-value", envelope(False))
+        key_id = registry.register("cdc.shop.t-key", SCHEMA)
+        value = {"before": None, "after": {"id": 1}, "source": {
+            "version": "0", "connector": "mysql", "name": "t", "ts_ms": 0, "snapshot": "false", "db": "shop",
+            "sequence": None, "table": "t", "server_id": 1, "gtid": None, "file": "f", "pos": 4, "row": 0,
+            "thread": None, "query": None}, "op": "c", "ts_ms": 0, "transaction": None,
+            "position": "0" * 30, "snapshot_window": None}
+        data = AvroWriter(envelope(False), b"\x00" + old.to_bytes(4, "big")).encode(value)
+        key = AvroWriter(SCHEMA, b"\x00" + key_id.to_bytes(4, "big")).encode({"id": 1, "name": "k"})
+        resolving = RecordDecoder(registry=ConfluentRegistry(reg.url, FAST), newest=lambda fp: None)
+        assert resolving.decode(data)["after"] == {"id": 1}  # the newest version is the writer itself
+        new = registry.register("cdc.shop.t-value", envelope(True))  # a column added: a new version
+        newer = AvroWriter(envelope(True), b"\x00" + new.to_bytes(4, "big")).encode(
+            {**value, "after": {"id": 2, "note": "n"}})
+        # the running decoder asks for the subject's newest when a writer id new to it comes
+        assert resolving.decode(newer)["after"] == {"id": 2, "note": "n"}
+        assert resolving.decode(data)["after"] == {"id": 1, "note": None}
+        fresh = RecordDecoder(registry=ConfluentRegistry(reg.url, FAST), newest=lambda fp: None)
+        assert fresh.decode(data)["after"] == {"id": 1, "note": None}
+        assert fresh.decode(key) == {"id": 1, "name": "k"}  # a key: as written
+        plain = RecordDecoder(registry=ConfluentRegistry(reg.url, FAST))  # not a resolving decoder
+        assert plain.decode(data)["after"] == {"id": 1}

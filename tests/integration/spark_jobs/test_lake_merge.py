@@ -97,3 +97,28 @@ def test_deleted_and_changed_keys_reach_the_lake_and_duckdb_reads_it(stack, lake
     assert rows == [(40, 10, 1024, 18446744073709551615 - 10)]
     _, rows = lake_sql(cfg, f"SELECT v FROM iceberg.\"{test_db}\".t WHERE id = 30")
     assert rows == [("changed",)]
+
+    # the same through the command a user runs: cdc lake files|optimize|vacuum|expire|sql
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from common.config import dump_config
+    from tests.producer_helpers import ROOT
+    path = Path(cfg.state_dir) / "lake.yaml"
+    path.write_text(dump_config(cfg))
+
+    def cdc(*args: str) -> list:
+        out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(path), "lake", *args, "--json"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return json.loads(out.stdout)
+    files = {(r["sink"], r["table"]): r["files"] for r in cdc("files", f"{test_db}\\..*")}
+    assert set(files) == {("delta", f"{test_db}.t"), ("iceberg", f"{test_db}.t")} and all(files.values())
+    done = {(r["sink"], r["table"]): r for r in cdc("optimize")}
+    assert done[("delta", f"{test_db}.t")]["files_after"] <= done[("delta", f"{test_db}.t")]["files_before"]
+    assert any(r["table"] == "(staged parts)" for r in cdc("vacuum", "--retention-hours", "0"))
+    assert cdc("expire", "--retention-hours", "0")
+    assert cdc("sql", f'SELECT count(*) AS n FROM delta."{test_db}".t') == [{"n": 40}]
+    assert _verify_lake(cfg, test_db, ["t"]).equal  # maintenance changed no row

@@ -19,7 +19,9 @@ import pymysql
 
 from cdc.errors import StackError
 from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
+from common.errors import TlsError
 from common.sql.quoting import quote_ident, quote_table
+from common.sql.tls import TlsSettings, connect_mysql
 
 SIGNAL_DDL = (
     "CREATE TABLE IF NOT EXISTS {table} ("
@@ -72,6 +74,9 @@ class MySQLServerInfo:
     cdc_read_only: bool = False
     # "primary", or "replica" (started with --read-only=ON, replicating by GTID).
     role: str = "primary"
+    # TLS (``cdc stack up --secure``): the CA, certificate and key files the server runs with,
+    # every TCP client must use TLS (require_secure_transport); {}: plain text.
+    tls: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -95,12 +100,15 @@ class EmbeddedMySQL:
     ``cdc_read_only``: the CDC user's grants (None: as recorded, writable when new).
     ``server_args``: more server options (``--version=5.7.44-log``: a server that tells
     clients it is MySQL 5.7, for a peer that only speaks to MySQL, such as Debezium's
-    MySQL connector in the conformance tests)."""
+    MySQL connector in the conformance tests).  ``tls``: ``{"ca", "cert", "key"}`` PEM files:
+    the server accepts TLS connections only (``--require-secure-transport``), None: as recorded."""
 
     def __init__(self, state_dir: Path, signal_table: str = "cdc_control.cdc_signal", *, name: str = "mysql",
                  server_id: int = 1, replica_of: ReplicationSource | None = None,
-                 cdc_read_only: bool | None = None, server_args: tuple[str, ...] = ()) -> None:
+                 cdc_read_only: bool | None = None, server_args: tuple[str, ...] = (),
+                 tls: dict | None = None) -> None:
         self.name = name
+        self.tls = tls
         self.server_args = tuple(server_args)
         self.root = state_dir / name
         self.datadir = self.root / "data"
@@ -124,7 +132,8 @@ class EmbeddedMySQL:
         binary = find_server_binary()
         flavor, version = server_flavor(binary)
         read_only = bool(previous.get("cdc_read_only")) if self.cdc_read_only is None else self.cdc_read_only
-        if pid_alive(previous.get("pid")) and self._healthy(previous):
+        tls = dict(previous.get("tls") or {}) if self.tls is None else dict(self.tls)
+        if pid_alive(previous.get("pid")) and (previous.get("tls") or {}) == tls and self._healthy(previous):
             info = MySQLServerInfo(**previous)
         else:
             info = MySQLServerInfo(
@@ -134,11 +143,13 @@ class EmbeddedMySQL:
                 cdc_user="cdc", cdc_password=previous.get("cdc_password") or secrets.token_hex(16),
                 signal_table=self.signal_table, server_id=self.server_id, log=str(self.log),
                 cdc_read_only=bool(previous.get("cdc_read_only")),
-                role="replica" if self.replica_of else "primary")
+                role="replica" if self.replica_of else "primary", tls=tls)
+            if pid_alive(previous.get("pid")) and (previous.get("tls") or {}) != tls:  # started again with these
+                self.stop(previous)
             fresh = not self.initialised
             if fresh:
                 self._initialise(binary, flavor)
-            info.pid = self._launch(binary, flavor, info.port)
+            info.pid = self._launch(binary, flavor, info.port, tls)
             wait_until(lambda: self._socket_ready(info, fresh), 60, f"{flavor} server {self.name} on port {info.port}",
                        pid=info.pid, log_path=self.log)
             if fresh and self.replica_of:
@@ -184,7 +195,7 @@ class EmbeddedMySQL:
         if res.returncode != 0:
             raise StackError(f"initialising the {flavor} datadir failed ({' '.join(argv)}):\n{res.stdout}\n{res.stderr}")
 
-    def _launch(self, binary: str, flavor: str, port: int) -> int:
+    def _launch(self, binary: str, flavor: str, port: int, tls: dict) -> int:
         args = [
             binary, "--no-defaults", f"--datadir={self.datadir}", f"--port={port}", "--bind-address=127.0.0.1",
             f"--socket={self.socket}", f"--pid-file={self.pidfile}", f"--log-error={self.log}",
@@ -202,6 +213,9 @@ class EmbeddedMySQL:
             args += ["--gtid-strict-mode=ON", "--log-slave-updates=ON"]
         if self.replica_of:
             args += ["--read-only=ON"]
+        if tls:
+            args += [f"--ssl-ca={tls['ca']}", f"--ssl-cert={tls['cert']}", f"--ssl-key={tls['key']}",
+                     "--require-secure-transport=ON"]
         args += list(self.server_args)
         return spawn(args, self.root / "mysqld.out")
 
@@ -217,14 +231,12 @@ class EmbeddedMySQL:
         if fresh:  # right after initialisation root has no password and only socket access matters
             return pymysql.connect(unix_socket=str(self.socket), user="root", password="", autocommit=True,
                                    connect_timeout=2)
-        return pymysql.connect(host=info.host, port=info.port, user=info.admin_user, password=info.admin_password,
-                               autocommit=True, connect_timeout=2)
+        return server_connect(info.to_json(), autocommit=True, connect_timeout=2)
 
     def _healthy(self, previous: dict) -> bool:
         try:
-            conn = pymysql.connect(host=previous["host"], port=previous["port"], user=previous["admin_user"],
-                                   password=previous["admin_password"], connect_timeout=2)
-        except pymysql.err.MySQLError:
+            conn = server_connect(previous, connect_timeout=2)
+        except (pymysql.err.MySQLError, TlsError):
             return False
         conn.close()
         return True
@@ -303,14 +315,29 @@ def cdc_user_statements(conn: pymysql.connections.Connection, user: str, passwor
     return statements
 
 
+def server_tls(info: dict) -> TlsSettings:
+    """How to reach a server of stack.json: verified TLS when it runs with TLS, else as a
+    client does by default."""
+    tls = info.get("tls") or {}
+    return TlsSettings("verify_ca", tls["ca"], setting="stack TLS") if tls else TlsSettings(setting="stack TLS")
+
+
+def server_connect(info: dict, *, user: str = "admin", **kw) -> pymysql.connections.Connection:
+    """A TCP session with a server of stack.json as its admin (``user="admin"``) or CDC user
+    (``"cdc"``), over TLS when the server runs with it (``kw``: more pymysql options)."""
+    return connect_mysql(server_tls(info), host=info["host"], port=info["port"], user=info[f"{user}_user"],
+                         password=info[f"{user}_password"], **kw)
+
+
 def server_status(info: dict) -> tuple[bool, str]:
     try:
-        conn = pymysql.connect(host=info["host"], port=info["port"], user=info["cdc_user"],
-                               password=info["cdc_password"], connect_timeout=3)
-    except pymysql.err.MySQLError as exc:
+        conn = server_connect(info, user="cdc", connect_timeout=3)
+    except (pymysql.err.MySQLError, TlsError) as exc:
         return False, f"unreachable: {exc}"
     with conn.cursor() as cur:
         cur.execute("SELECT @@version, @@log_bin, @@binlog_format, @@binlog_row_image")
         version, log_bin, fmt, image = cur.fetchone()
     conn.close()
-    return True, f"{version} on {info['host']}:{info['port']}, log_bin={log_bin} binlog_format={fmt} row_image={image}"
+    tls = ", TLS only" if info.get("tls") else ""
+    return True, (f"{version} on {info['host']}:{info['port']}{tls}, log_bin={log_bin} binlog_format={fmt} "
+                  f"row_image={image}")

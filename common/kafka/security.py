@@ -74,6 +74,29 @@ def security_settings(security: Any, *, secrets: Mapping[str, str] | None = None
     return conf
 
 
+#: The environment variables :func:`export_secret_references` puts secrets in, by setting.
+EXPORTED = {"sasl.password": "CDC_KAFKA_SASL_PASSWORD", "ssl.key.password": "CDC_KAFKA_SSL_KEY_PASSWORD"}
+
+
+def export_secret_references(security: Any, *, environ: Any = None) -> dict[str, str]:
+    """References to give instead of the secrets of ``security`` in use: ``${file:PATH}``
+    for a secret read from a file (``sasl_password_file``), else ``${env:NAME}`` with the
+    secret put into this process's environment as ``NAME`` (:data:`EXPORTED`), which the
+    processes it starts afterwards inherit (Spark's JVM and its Python workers, in local
+    mode; on a cluster give the executors the variable, or the secret as a file)."""
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for key, field in (("sasl.password", "sasl_password"), ("ssl.key.password", "key_password")):
+        path = getattr(security, f"{field}_file", "")
+        value = getattr(security, field).get_secret_value()
+        if path:
+            out[key] = file_reference(path)
+        elif value:
+            env[EXPORTED[key]] = value
+            out[key] = env_reference(EXPORTED[key])
+    return out
+
+
 def env_reference(name: str) -> str:
     return f"${{env:{name}}}"
 

@@ -7,6 +7,7 @@ replicas from it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -243,14 +244,14 @@ class EmbeddedMySQL:
 
     def _bootstrap(self, info: MySQLServerInfo, cdc_read_only: bool) -> None:
         conn = self._connect_admin(info, fresh=True)
-        apw = conn.escape(info.admin_password)
+        apw = identified_by(conn, info.admin_password)
         statements = [
-            f"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY {apw}",
-            f"ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY {apw}",
+            f"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' {apw}",
+            f"ALTER USER 'root'@'127.0.0.1' {apw}",
             "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
             *cdc_user_statements(conn, info.cdc_user, info.cdc_password, self.signal_table,
                                  read_only=cdc_read_only),
-            f"ALTER USER 'root'@'localhost' IDENTIFIED BY {apw}",
+            f"ALTER USER 'root'@'localhost' {apw}",
             "FLUSH PRIVILEGES",
         ]
         with conn.cursor() as cur:
@@ -295,6 +296,15 @@ def change_master_sql(conn: pymysql.connections.Connection, source: ReplicationS
             "MASTER_CONNECT_RETRY=1, MASTER_USE_GTID=slave_pos")
 
 
+def identified_by(conn: pymysql.connections.Connection, password: str) -> str:
+    """``IDENTIFIED BY ...`` for ``password``: on MariaDB by its hash (``mysql_native_password``),
+    so that the binlog, which logs these statements as written, holds no password."""
+    if "mariadb" in conn.get_server_info().lower():
+        digest = hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest().upper()
+        return f"IDENTIFIED BY PASSWORD '*{digest}'"
+    return f"IDENTIFIED BY {conn.escape(password)}"
+
+
 def cdc_user_statements(conn: pymysql.connections.Connection, user: str, password: str,
                         signal_table: str, *, read_only: bool = False) -> list[str]:
     """SQL creating the least-privilege CDC user and the signal table.
@@ -304,8 +314,8 @@ def cdc_user_statements(conn: pymysql.connections.Connection, user: str, passwor
     that (read-only snapshots, ``snapshot.read_only``)."""
     u = f"{conn.escape(user)}@'%'"
     statements = [
-        f"CREATE USER IF NOT EXISTS {u} IDENTIFIED BY {conn.escape(password)}",
-        f"ALTER USER {u} IDENTIFIED BY {conn.escape(password)}",
+        f"CREATE USER IF NOT EXISTS {u} {identified_by(conn, password)}",
+        f"ALTER USER {u} {identified_by(conn, password)}",
         f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {u}",
         f"CREATE DATABASE IF NOT EXISTS {quote_ident(signal_table.split('.')[0])}",
         SIGNAL_DDL.format(table=quote_table(signal_table)),

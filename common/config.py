@@ -60,6 +60,8 @@ def read_secret_file(path: str, setting: str) -> str:
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    #: The secrets read from ``<secret>_file`` files, by secret (so another file may replace them).
+    _from_files: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _secret_files(self) -> "_Section":
@@ -72,9 +74,10 @@ class _Section(BaseModel):
                 continue
             secret = read_secret_file(path, name)
             given = getattr(self, base).get_secret_value()
-            if given and given != secret:
+            if given and given != secret and given != self._from_files.get(base):
                 raise ValueError(f"give {base} or {name}, not both")
             self.__dict__[base] = SecretStr(secret)
+            self._from_files[base] = secret
         return self
 
 

@@ -66,3 +66,59 @@ def test_the_stack_cdc_user_passes(stack, config):
         check_grants(conn, read_only=False, signal_table=config.source.signal_table)
     finally:
         conn.close()
+
+
+_EVERY_GRANT = ("REPLICATION SLAVE", "REPLICATION CLIENT", "SELECT", "INSERT", "DELETE")
+
+
+def _grants_but(signal: str, missing: str) -> list[str]:
+    """Every grant the producer needs (writable snapshots) except ``missing``."""
+    on_all = [g for g in ("REPLICATION SLAVE", "REPLICATION CLIENT", "SELECT") if g != missing]
+    on_signal = [g for g in ("INSERT", "DELETE") if g != missing]
+    return [f"{', '.join(on_all)} ON *.*", f"{', '.join(on_signal)} ON {signal}"]
+
+
+@pytest.mark.parametrize("missing", _EVERY_GRANT)
+def test_the_grants_check_names_exactly_the_grant_missing(stack, config, unique, missing):
+    name = unique("lacks")[-30:]
+    signal = quote_table(config.source.signal_table)
+    with _user(stack, name, *_grants_but(signal, missing)) as password:
+        config.source.user, config.source.password = name, password
+        conn = connect(config.source)
+        try:
+            with pytest.raises(SourceError) as err:
+                check_grants(conn, read_only=False, signal_table=config.source.signal_table)
+        finally:
+            conn.close()
+    text = str(err.value)
+    named = [g for g in _EVERY_GRANT if f"  - {g}:" in text]
+    assert named == [missing]
+    on = "*.*" if missing in ("REPLICATION SLAVE", "REPLICATION CLIENT", "SELECT") else signal
+    assert f"GRANT {missing} ON {on} TO '{name}'@'%';" in text
+
+
+@pytest.mark.parametrize("missing", ["INSERT", "DELETE"])
+def test_read_only_snapshots_need_no_write_at_all(stack, config, unique, missing):
+    name = unique("rosnap")[-30:]
+    signal = quote_table(config.source.signal_table)
+    with _user(stack, name, *_grants_but(signal, missing)) as password:
+        config.source.user, config.source.password = name, password
+        conn = connect(config.source)
+        try:
+            check_grants(conn, read_only=True, signal_table=config.source.signal_table)
+        finally:
+            conn.close()
+
+
+def test_writes_granted_on_another_table_do_not_cover_the_signal_table(stack, config, unique, test_db):
+    name = unique("elsewhere")[-30:]
+    with _user(stack, name, "REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.*",
+               f"INSERT, DELETE ON `{test_db}`.*") as password:
+        config.source.user, config.source.password = name, password
+        conn = connect(config.source)
+        try:
+            with pytest.raises(SourceError) as err:
+                check_grants(conn, read_only=False, signal_table=config.source.signal_table)
+        finally:
+            conn.close()
+    assert [g for g in _EVERY_GRANT if f"  - {g}:" in str(err.value)] == ["INSERT", "DELETE"]

@@ -97,6 +97,45 @@ def export_secret_references(security: Any, *, environ: Any = None) -> dict[str,
     return out
 
 
+#: The JVM Kafka client's login modules, by SASL mechanism.
+_LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+#: Kafka's config provider that reads a file of a directory (``${dir:DIR:FILE}``).
+DIRECTORY_PROVIDER = "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
+
+
+def jvm_settings(security: Any) -> dict[str, str]:
+    """``kafka.security`` as the JVM Kafka client's settings (Spark's own ``kafka`` source,
+    ``spark.kafka_source: jvm``).  Its options are shown in the query plan, so the SASL
+    password must come from a file (``sasl_password_file``), which the JVM reads through
+    Kafka's directory config provider; the JVMs must allow that provider
+    (``-Dorg.apache.kafka.automatic.config.providers=`` :data:`DIRECTORY_PROVIDER`, Kafka
+    3.8+).  A client certificate (``cert``/``key``) is not mapped."""
+    protocol = security.protocol.upper()
+    if protocol == "PLAINTEXT":
+        return {}
+    conf = {"security.protocol": protocol}
+    if uses_sasl(protocol):
+        path = Path(security.sasl_password_file) if security.sasl_password_file else None
+        if path is None:
+            raise ConfigError("spark.kafka_source 'jvm' shows its Kafka options in the query plan: give the SASL "
+                              "password as kafka.security.sasl_password_file, not sasl_password")
+        user = security.sasl_username.replace("\\", "\\\\").replace('"', '\\"')
+        conf.update({"sasl.mechanism": security.sasl_mechanism, "config.providers": "dir",
+                     "config.providers.dir.class": DIRECTORY_PROVIDER,
+                     "sasl.jaas.config": f'{_LOGIN_MODULES[security.sasl_mechanism]} required username="{user}" '
+                                         f'password="${{dir:{path.parent}:{path.name}}}";'})
+    if uses_tls(protocol):
+        if security.cert:
+            raise ConfigError("spark.kafka_source 'jvm': a client certificate (kafka.security.cert) is not passed to "
+                              "Spark's kafka source; use the python source")
+        if security.ca:
+            conf.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": security.ca})
+        conf["ssl.endpoint.identification.algorithm"] = "https" if security.verify_hostname else ""
+    return conf
+
+
 def env_reference(name: str) -> str:
     return f"${{env:{name}}}"
 

@@ -193,3 +193,25 @@ def test_secret_references_resolve_from_the_environment_and_files(tmp_path: Path
         "sasl.password": "filed", "ssl.key.password": "envd", "linger.ms": 5}
     with pytest.raises(ConfigError, match="ssl.key.password refers to the environment variable KEYPW"):
         resolve_references(conf, environ={})
+
+
+def test_kafka_security_for_spark_jvm_kafka_source_keeps_the_password_in_its_file(tmp_path: Path):
+    from common.kafka.security import DIRECTORY_PROVIDER, jvm_settings
+    (tmp_path / "kafka_password").write_text("jvm-secret")
+    cfg = CDCConfig()
+    sec = cfg.kafka.security
+    sec.protocol, sec.sasl_username, sec.ca = "SASL_SSL", "cdc", "/certs/ca.pem"
+    sec.sasl_password_file = str(tmp_path / "kafka_password")
+    conf = jvm_settings(sec)
+    assert conf == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "config.providers": "dir",
+        "config.providers.dir.class": DIRECTORY_PROVIDER,
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="cdc" '
+                            f'password="${{dir:{tmp_path}:kafka_password}}";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/certs/ca.pem",
+        "ssl.endpoint.identification.algorithm": "https"}
+    assert "jvm-secret" not in str(conf)
+    sec.sasl_password_file = ""
+    sec.sasl_password = "inline"
+    with pytest.raises(ConfigError, match="give the SASL password as kafka.security.sasl_password_file"):
+        jvm_settings(sec)

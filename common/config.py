@@ -347,6 +347,7 @@ class IcebergSinkConfig(_LakeSinkConfig):
     # The catalog database as an SQLAlchemy URL: postgresql+psycopg://user:password@host:port/db,
     # or sqlite:////path/catalog.db for one machine.
     catalog_uri: SecretStr = SecretStr("")
+    catalog_uri_file: str = ""
     catalog_name: str = "cdc"
     # Where the tables' files go: a local directory or an object-store URI.
     warehouse: str = ""

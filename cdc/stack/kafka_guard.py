@@ -292,7 +292,7 @@ class KafkaGuard:
                 writer.write(authenticate_response(req, 0, None, answer))
                 if done:
                     await writer.drain()
-                    log.info("user %s logged in (%s)", user, mechanism)
+                    log.debug("user %s logged in (%s)", user, mechanism)
                     return True
             else:
                 log.info("request %s before the SASL login: connection closed", req.api_key)

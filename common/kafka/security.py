@@ -144,10 +144,6 @@ def file_reference(path: str) -> str:
     return f"${{file:{path}}}"
 
 
-def is_reference(value: Any) -> bool:
-    return isinstance(value, str) and _REFERENCE.fullmatch(value) is not None
-
-
 def resolve_references(conf: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``conf`` with every value that is a whole ``${env:NAME}`` / ``${file:PATH}`` reference
     replaced by what it names (a file's content without its final line break); a reference

@@ -79,6 +79,28 @@ def test_the_merge_job_passes_kafka_secrets_by_reference(tmp_path):
     assert "inline-secret" not in str(options) and "filed" not in str(options)
 
 
+@pytest.mark.parametrize("kafka_source", ["python", "jvm"])
+def test_the_merge_streams_options_hold_no_secret(tmp_path, monkeypatch, kafka_source):
+    """What Spark prints in the query plan: the source's options."""
+    from common.config import CDCConfig
+    from spark_jobs.merge_tasks import MergeTasks
+    from spark_jobs.sharding.routes import Router
+    monkeypatch.setenv("CDC_KAFKA_SASL_PASSWORD", "")  # (restored afterwards: the job exports it)
+    (tmp_path / "pw").write_text("plan-secret")
+    cfg = CDCConfig()
+    cfg.spark.kafka_source = kafka_source
+    sec = cfg.kafka.security
+    sec.protocol, sec.sasl_username, sec.sasl_password_file = "SASL_SSL", "cdc", str(tmp_path / "pw")
+    tasks = MergeTasks(cfg, "cdc", cfg.kafka.client_settings(), tmp_path / "q", Router.from_config(cfg), [])
+    options = tasks.source_options()
+    assert "plan-secret" not in str(options)
+    if kafka_source == "python":
+        assert options["kafka.sasl.password"] == f"${{file:{tmp_path / 'pw'}}}"
+        assert parse_options(options).client_config["sasl.password"] == "plan-secret"
+    else:
+        assert "kafka.sasl.password" not in options and "${dir:" in options["kafka.sasl.jaas.config"]
+
+
 @pytest.mark.parametrize("options, message", [
     ({"subscribe": "a"}, "kafka.bootstrap.servers is required"),
     ({"kafka.bootstrap.servers": " ", "subscribe": "a"}, "kafka.bootstrap.servers is required"),

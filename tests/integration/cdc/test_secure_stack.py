@@ -83,7 +83,10 @@ def test_no_password_in_any_file_log_or_output_the_pipeline_wrote(secure_demo):
     assert len(files) > 50  # logs, status files, checkpoints, lake files, the servers' data
     leaks = []
     for path in files:
-        blob = path.read_bytes()
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:  # a server's temporary file, gone meanwhile (the stack still runs)
+            continue
         leaks += [f"{name} in {path}" for name, pw in passwords.items() if pw.encode() in blob]
     assert leaks == []
 

@@ -196,8 +196,10 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     counts["source_rows"] = {}
     for kind in KINDS:
         table = f"t_{kind}"
-        raw_copies += _copies(read_topic(cfg.kafka.bootstrap_servers, f"{run}.{db}.{table}"))
-        clean_dups += _copies(read_topic(cfg.kafka.bootstrap_servers, clean_topic(run, db, table)))
+        raw_copies += _copies(read_topic(cfg.kafka.bootstrap_servers, f"{run}.{db}.{table}",
+                                         client_config=cfg.kafka.client_settings()))
+        clean_dups += _copies(read_topic(cfg.kafka.bootstrap_servers, clean_topic(run, db, table),
+                                         client_config=cfg.kafka.client_settings()))
         with admin() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT COUNT(*) FROM `{db}`.`{table}`")
             counts["source_rows"][table] = cur.fetchone()[0]
@@ -267,7 +269,8 @@ def _copies(messages) -> int:
 def _tables_done(cfg: CDCConfig, db: str) -> int:
     done = set()
     try:
-        for m in read_topic(cfg.kafka.bootstrap_servers, notifications_topic(cfg.kafka.topic_prefix), timeout=10):
+        for m in read_topic(cfg.kafka.bootstrap_servers, notifications_topic(cfg.kafka.topic_prefix), timeout=10,
+                            client_config=cfg.kafka.client_settings()):
             n = Notification.decode(m.value())
             if n.type == "TABLE_SCAN_COMPLETED":
                 done.add(n.data.get("table"))

@@ -51,7 +51,8 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
     with console.status("starting the embedded stack..."):
         info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
                         on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only,
-                        sources=args.sources, monitoring=args.monitoring, spark_ui=args.spark_ui)
+                        sources=args.sources, monitoring=args.monitoring, spark_ui=args.spark_ui,
+                        secure=args.secure)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
     console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
@@ -71,6 +72,9 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
     if info.data.get("spark_ui_port"):
         console.print(f"  spark ui  http://127.0.0.1:{info.data['spark_ui_port']} (the merge job's driver, while it runs)")
     console.print(f"  config    {info.config_path}   (use: cdc -c {info.config_path} ...)")
+    if info.data.get("secure"):
+        console.print(f"  secure    TLS only (CA {info.data['secure']['ca']}), passwords in {info.state_dir / 'secrets'}; "
+                      "Kafka SASL_SSL (SCRAM-SHA-512)")
     if info.sources_config_path is not None:
         names = "|".join(SOURCE_NAMES[:1 + len(info.sources)])
         console.print(f"  sources   {info.sources_config_path}   (every source server: cdc -c {info.sources_config_path} "
@@ -330,7 +334,7 @@ def _cmd_lake(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.shards:
         return demo_shards.run_shards_demo(Path(args.state_dir), ddl=args.ddl, keep_running=args.keep_running)
-    return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running)
+    return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running, secure=args.secure)
 
 
 def _source_option(p: argparse.ArgumentParser, help_: str) -> None:
@@ -374,6 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--spark-ui", action=argparse.BooleanOptionalAction, default=None,
                            help="Spark's web UI for the merge job's driver on a port of its own (spark.ui_port in "
                                 "cdc.yaml); default: as the stack has it, off for a new stack")
+            p.add_argument("--secure", action=argparse.BooleanOptionalAction, default=None,
+                           help="TLS and passwords on every connection: MariaDB TLS only, PostgreSQL hostssl with a "
+                                "password, Kafka SASL_SSL through a guard in front of the embedded broker; certificates "
+                                "of a CA of the stack's own, passwords in <state-dir>/secrets (docs/operations.md, "
+                                "'Secure deployment'); default: as the stack has it, plain for a new stack")
             p.add_argument("--on-lost-kafka", choices=["recover", "refuse"], default="recover",
                            help="when the embedded broker must be started again (its topics are gone) and the "
                                 "state directory holds a merge checkpoint or producer positions: reset them and "
@@ -382,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo_p = sub.add_parser("demo", help="run the pipeline on demo data on the embedded stack")
     demo_p.add_argument("--state-dir", default=".cdc/demo")
     demo_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
+    demo_p.add_argument("--secure", action="store_true",
+                        help="on a secure stack (cdc stack up --secure): TLS and passwords everywhere")
     demo_p.add_argument("--shards", action="store_true",
                         help="four shards on two source servers merged into one table (docs/sharding.md)")
     demo_p.add_argument("--ddl", choices=["pessimistic", "optimistic"], default="pessimistic",

@@ -27,6 +27,7 @@ from rich.console import Console
 from cdc.pipeline_run import lake_of_run
 from cdc.progress import NotificationFollower
 from cdc.stack.manager import StackInfo, stack_down, stack_up
+from cdc.stack.mysql_server import server_connect
 from cdc.verify import print_report, verify
 from cdc.workload import BackgroundWriter
 from common.config import load_config
@@ -45,10 +46,9 @@ def _admin(info: StackInfo, database: str | None = None):
 
 
 def admin_connection(server: dict, database: str | None = None):
-    """An admin connection (autocommit) to a source server of the stack (its stack.json record)."""
-    import pymysql
-    return pymysql.connect(host=server["host"], port=server["port"], user=server["admin_user"],
-                           password=server["admin_password"], database=database, autocommit=True, charset="utf8mb4")
+    """An admin connection (autocommit) to a source server of the stack (its stack.json record;
+    over TLS on a secure stack)."""
+    return server_connect(server, database=database, autocommit=True, charset="utf8mb4")
 
 
 def start_producer(cfg) -> tuple[ProducerApp, threading.Thread, tuple[str, int]]:
@@ -144,11 +144,11 @@ class _WriteLoad(BackgroundWriter):
 TABLES = ["shop.customers", "shop.order_lines", "shop.products"]
 
 
-def run_demo(state_dir: Path, keep_running: bool = False) -> int:
-    console.rule("[bold]MySQL CDC demo")
+def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False) -> int:
+    console.rule("[bold]MySQL CDC demo" + (" (secure: TLS and passwords everywhere)" if secure else ""))
     t_start = time.monotonic()
     with console.status("starting the embedded stack (MariaDB/MySQL, Kafka broker, PostgreSQL)..."):
-        info = stack_up(state_dir)
+        info = stack_up(state_dir, secure=secure)
     console.print(f"stack up in {info.state_dir} (config: {info.config_path})")
     ok = True
     try:
@@ -172,8 +172,8 @@ def run_demo(state_dir: Path, keep_running: bool = False) -> int:
         console.print(f"producer streaming from {file}:{pos} into {run}.shop.*")
         with console.status("starting the Spark merge job (local[2])..."):
             from spark_jobs.spark_session import build_session
+            job = MergeJob(cfg)  # (first: it gives the Spark processes the Kafka secrets' references)
             build_session(cfg.spark.master)
-            job = MergeJob(cfg)
             merger = threading.Thread(target=job.run, daemon=True, name="merge-job")
             merger.start()
         console.print("merge job running: DBLog dedup into PostgreSQL, MySQL, Delta Lake, Iceberg and the clean "

@@ -105,8 +105,8 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
             console.print(f"producer {name} streaming from {file}:{pos} into {views[name].kafka.topic_prefix}.*")
         with console.status("starting the Spark merge job (local[2], a query per source)..."):
             from spark_jobs.spark_session import build_session
+            jobs = [MergeJob(cfg, c) for c in cfg.captured_sources()]  # (first: the Kafka secrets' references)
             build_session(cfg.spark.master)
-            jobs = [MergeJob(cfg, c) for c in cfg.captured_sources()]
             merger = threading.Thread(target=run_jobs, args=(jobs,), daemon=True, name="merge-job")
             merger.start()
         loads = [WriteLoad(lambda s=servers[name]: admin_connection(s), db, "orders", "single", key_space=rows + rows // 10,

@@ -13,6 +13,11 @@ class StackError(CDCError):
     """The embedded stack cannot start or stop a part (the message names it and its log)."""
 
 
+class LoginRefused(StackError):
+    """The embedded broker's guard refused a client's SASL login (the message goes back to the
+    client: never a secret in it)."""
+
+
 class VerifyError(CDCError):
     """``cdc verify`` cannot compare (no sink to compare with, the source unreachable)."""
 

@@ -50,10 +50,10 @@ class NotificationFollower:
         self.topic = notifications_topic(cfg.kafka.topic_prefix)
         self.consumer = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
                                   "group.id": f"cdc-follow-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                                  "isolation.level": "read_committed", **cfg.kafka.client})
+                                  "isolation.level": "read_committed", **cfg.kafka.client_settings()})
         try:
             (_, end), = end_offsets(cfg.kafka.bootstrap_servers, [(self.topic, 0)],
-                                    client_config=cfg.kafka.client).values()
+                                    client_config=cfg.kafka.client_settings()).values()
         except Exception:  # noqa: BLE001 - no topic yet: the producer creates it with the first notification
             end = 0
         self.consumer.assign([TopicPartition(self.topic, 0, max(end, 0))])

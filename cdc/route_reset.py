@@ -68,7 +68,7 @@ class RouteState:
 
 def _targets(cfg: CDCConfig) -> RouteTargets:
     k = cfg.kafka
-    client = dict(k.client)
+    client = k.client_settings()
     sources = cfg.captured_sources()
     stores = {c.topic_prefix: (c.name, SchemaStore(k.bootstrap_servers, c.topic_prefix, client or None))
               for c in sources}

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from common.errors import ConfigError
+from common.kafka.security import SECURITY_KEYS, security_settings
 
 ENV_PREFIX = "CDC__"
 DEFAULT_CONFIG_PATH = Path("cdc.yaml")
@@ -48,8 +49,52 @@ def _full_regex(v: str) -> str:
     return v
 
 
+def read_secret_file(path: str, setting: str) -> str:
+    """A secret from a file (as Docker secrets are mounted): its content without the final
+    line break.  The error names the setting and the file, never a value."""
+    try:
+        return Path(path).read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise ValueError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    #: The secrets read from ``<secret>_file`` files, by secret (so another file may replace them).
+    _from_files: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _secret_files(self) -> "_Section":
+        """``<secret>_file``: the secret ``<secret>`` read from that file (given both, they must agree)."""
+        fields = type(self).model_fields
+        for name in fields:
+            base = name[:-len("_file")]
+            path = getattr(self, name) if name.endswith("_file") and base in fields else None
+            if not path:
+                continue
+            secret = read_secret_file(path, name)
+            given = getattr(self, base).get_secret_value()
+            if given and given != secret and given != self._from_files.get(base):
+                raise ValueError(f"give {base} or {name}, not both")
+            self.__dict__[base] = SecretStr(secret)
+            self._from_files[base] = secret
+        return self
+
+
+TlsMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
+
+
+class TlsConfig(_Section):
+    """TLS of the connections to a MySQL/MariaDB server, Debezium's ``database.ssl.mode``:
+    ``disabled`` (plain text), ``preferred`` (TLS when the server offers it, unverified),
+    ``required`` (TLS or no connection, unverified), ``verify_ca`` (and the server's
+    certificate signed by ``ca``), ``verify_identity`` (and naming the host connected to).
+    Files are PEM; ``cert``/``key``: a client certificate, for users created ``REQUIRE X509``."""
+
+    mode: TlsMode = "preferred"
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
 
 
 class SourceConfig(_Section):
@@ -59,6 +104,11 @@ class SourceConfig(_Section):
     port: int = 3306
     user: str = "cdc"
     password: SecretStr = SecretStr("")
+    # The password read from this file instead (a Docker secret: /run/secrets/...).
+    password_file: str = ""
+    # TLS of every connection to the server: the binlog stream, chunk reads, signal and
+    # marker writes, the start-up checks, cdc verify.
+    ssl: TlsConfig = Field(default_factory=TlsConfig)
     # Replication client id; must differ from every other replica of the server.
     server_id: int = 5400
     # Databases/tables to capture: names or regular expressions (full match).
@@ -125,6 +175,25 @@ class NamedSourceConfig(SourceConfig):
         return v
 
 
+class KafkaSecurityConfig(_Section):
+    """``kafka.security``: how every Kafka client of the project talks to the brokers."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    sasl_username: str = ""
+    sasl_password: SecretStr = SecretStr("")
+    sasl_password_file: str = ""
+    # TLS (SSL, SASL_SSL): the CA that signed the brokers' certificates (PEM; "": the system's),
+    # a client certificate and key for brokers that authenticate clients by certificate.
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+    key_password: SecretStr = SecretStr("")
+    key_password_file: str = ""
+    # Check that a broker's certificate names the host connected to.
+    verify_hostname: bool = True
+
+
 class KafkaConfig(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "cdc"
@@ -147,10 +216,26 @@ class KafkaConfig(_Section):
     schema_registry_client: dict[str, Any] = Field(default_factory=dict)
     # Kafka transactions for the producer (events + offsets committed atomically).
     transactions: bool = True
+    # TLS and SASL of every client (docs/operations.md, "Secure deployment").
+    security: KafkaSecurityConfig = Field(default_factory=KafkaSecurityConfig)
     # Extra librdkafka settings passed through to every client.
     client: dict[str, Any] = Field(default_factory=dict)
     partitions: int = 1
     replication_factor: int = 1
+
+    @model_validator(mode="after")
+    def _security_once(self) -> "KafkaConfig":
+        if self.security.protocol != "PLAINTEXT":
+            twice = sorted(k for k in self.client if k in SECURITY_KEYS)
+            if twice:
+                raise ValueError(f"kafka.client sets {', '.join(twice)}, which kafka.security sets: give them there")
+        return self
+
+    def client_settings(self, *, secrets: dict[str, str] | None = None) -> dict[str, Any]:
+        """librdkafka settings of every client, without ``bootstrap.servers``: ``security``'s,
+        then ``client``'s.  ``secrets``: references to give instead of the secrets' values
+        (:func:`common.kafka.security.security_settings`)."""
+        return {**security_settings(self.security, secrets=secrets), **self.client}
 
 
 class StartupConfig(_Section):
@@ -215,7 +300,10 @@ class SnapshotConfig(_Section):
 
 class PostgresSinkConfig(_Section):
     enabled: bool = False
+    # libpq's DSN: its sslmode / sslrootcert / sslcert / sslkey are honoured (hostssl servers),
+    # and its passfile keeps the password out of it.
     dsn: SecretStr = SecretStr("")
+    dsn_file: str = ""
     schema_name: str = "public"
 
 
@@ -225,6 +313,8 @@ class MySQLSinkConfig(_Section):
     port: int = 3306
     user: str = "root"
     password: SecretStr = SecretStr("")
+    password_file: str = ""
+    ssl: TlsConfig = Field(default_factory=TlsConfig)
     database: str = "cdc_sink"
 
 
@@ -271,6 +361,7 @@ class IcebergSinkConfig(_LakeSinkConfig):
     # The catalog database as an SQLAlchemy URL: postgresql+psycopg://user:password@host:port/db,
     # or sqlite:////path/catalog.db for one machine.
     catalog_uri: SecretStr = SecretStr("")
+    catalog_uri_file: str = ""
     catalog_name: str = "cdc"
     # Where the tables' files go: a local directory or an object-store URI.
     warehouse: str = ""
@@ -677,12 +768,13 @@ def load_config(path: str | os.PathLike[str] | None = None, *, environ: dict[str
 
 
 def dump_config(cfg: CDCConfig) -> str:
-    """YAML text of a configuration, secrets included (for files in the state dir only)."""
+    """YAML text of a configuration, secrets included (for files in the state dir only); a
+    secret read from a file (``<secret>_file``) is written as that file's name only."""
     def plain(v: Any) -> Any:
         if isinstance(v, SecretStr):
             return v.get_secret_value()
         if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
+            return {k: "" if v.get(f"{k}_file") else plain(x) for k, x in v.items()}
         if isinstance(v, list):
             return [plain(x) for x in v]
         return v

@@ -25,6 +25,17 @@ class SourceUnavailable(SourceError):
     """The source server cannot be reached right now (retried with backoff)."""
 
 
+class TlsError(CDCError):
+    """A TLS connection was refused: a certificate not signed by the configured CA or not
+    naming the host, a server without TLS where it is required, a server that requires it
+    where it is off.  The message names the setting; retrying cannot help."""
+
+
+class KafkaAuthError(CDCError):
+    """The Kafka brokers refused the client's credentials or its TLS handshake; the message
+    names the ``kafka.security`` setting to look at."""
+
+
 class UnsupportedType(CDCError, ValueError):
     """A column type (of the binlog, of a table definition, of an Avro schema) that is not
     mapped; the message names the column and the type."""

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaException
 from common.config import CDCConfig
 from common.errors import ConfigError, SourceUnavailable
 from common.gc_tuning import tune_gc
-from common.kafka.clients import producer_config
+from common.kafka.clients import check_connection, producer_config
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect, read_session
@@ -80,6 +80,7 @@ class ProducerApp:
         """Stream until stopped (SIGTERM/SIGINT or :meth:`stop`).  ``idle_exit_s``: return
         after that long without new binlog events (tests, benchmarks)."""
         server = self.metrics.start_server(self.cfg.producer.metrics_port, self.cfg.producer.health_stall_s)
+        check_connection(self.cfg.kafka)  # a refused TLS handshake or SASL login stops here, named
         tune_gc(GC_THRESHOLDS)
         delay = 0.5
         try:
@@ -158,12 +159,13 @@ class ProducerApp:
         cfg = self.cfg
         topic = markers_topic(cfg.kafka.topic_prefix)
         try:
-            (low, end), = end_offsets(cfg.kafka.bootstrap_servers, [(topic, 0)], client_config=cfg.kafka.client).values()
+            (low, end), = end_offsets(cfg.kafka.bootstrap_servers, [(topic, 0)],
+                                      client_config=cfg.kafka.client_settings()).values()
         except KafkaException:
             return MarkerSlots()  # no markers topic yet
         top = None
         for msg in read_topic(cfg.kafka.bootstrap_servers, topic, start={0: max(low, end - 256)},
-                              client_config=cfg.kafka.client):
+                              client_config=cfg.kafka.client_settings()):
             p = decode_marker(msg.value()).get("position") if msg.value() else None
             if is_position(p) and (top is None or p > top):
                 top = p

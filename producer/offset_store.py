@@ -59,7 +59,7 @@ class OffsetStore:
         while True:
             try:
                 (low, end), = end_offsets(self.kafka.bootstrap_servers, [(self.topic, 0)],
-                                          client_config=self.kafka.client).values()
+                                          client_config=self.kafka.client_settings()).values()
             except KafkaException as exc:
                 if exc.args and getattr(exc.args[0], "code", lambda: None)() in _NO_TOPIC:
                     return None  # no offsets topic yet
@@ -67,7 +67,7 @@ class OffsetStore:
             start = max(low, end - span)
             found, latest = False, None
             for msg in read_topic(self.kafka.bootstrap_servers, self.topic, start={0: start},
-                                  client_config=self.kafka.client):
+                                  client_config=self.kafka.client_settings()):
                 if msg.key() == key:
                     found, latest = True, json.loads(msg.value()) if msg.value() else None
             if found or start <= low:

@@ -42,7 +42,8 @@ class RecordEncoder:
             if kafka.schema_registry_url else None
         if fmt == "avro" and self._registry is None:
             ensure_topics(kafka, [schemas_topic(self.prefix)], partitions=1, compacted=True)
-            self._published = set(SchemaStore(kafka.bootstrap_servers, self.prefix, kafka.client or None).known())
+            store = SchemaStore(kafka.bootstrap_servers, self.prefix, kafka.client_settings() or None)
+            self._published = set(store.known())
 
     def schemas_changed(self) -> None:
         """A DDL went by: publish each schema again at its first use, so the schemas topic's

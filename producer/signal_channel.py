@@ -79,7 +79,8 @@ class KafkaSignalChannel:
         A stored offset the topic does not have (past its end: the topic was deleted and
         created again; below its start: retention) reads from its oldest record (on every
         broker: Tansu does not answer "offset out of range", it waits at the offset)."""
-        (low, end), = end_offsets(kafka.bootstrap_servers, [(self.topic, 0)], client_config=kafka.client).values()
+        (low, end), = end_offsets(kafka.bootstrap_servers, [(self.topic, 0)],
+                                  client_config=kafka.client_settings()).values()
         if stored is None:
             log.info("signal channel %s: no stored offset, acting on signals sent from now on (offset %d)",
                      self.topic, end)

@@ -20,7 +20,10 @@ Options (case-insensitive, as for every Spark source):
 
 ``kafka.bootstrap.servers`` (required)
     The brokers.  Every other ``kafka.*`` option goes to the librdkafka consumers with the
-    prefix removed (``kafka.security.protocol`` -> ``security.protocol``).
+    prefix removed (``kafka.security.protocol`` -> ``security.protocol``).  A value that is a
+    whole ``${env:NAME}`` or ``${file:PATH}`` is read from that environment variable or file
+    where the source runs (Kafka's config provider spelling): secrets such as
+    ``kafka.sasl.password`` stay out of the query plan.
 ``subscribe`` / ``subscribePattern`` (exactly one)
     A comma-separated topic list, or a regular expression matched against whole topic
     names (``re.fullmatch``; names starting with ``__`` are internal and never matched).
@@ -96,10 +99,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from common.errors import OffsetLookupError, PartitionStalled
+from common.errors import CDCError, OffsetLookupError, PartitionStalled
 from common.kafka.clients import topic_ids
 from common.kafka.fetch_wait import AdaptiveConsumer
 from common.kafka.offsets import end_offsets
+from common.kafka.security import resolve_references
 from common.kafka.topic_reader import READ_AHEAD, read_partition
 from spark_jobs.data_loss import TP, DataLoss, apply_data_loss, data_loss_message, detect_data_loss
 from spark_jobs.errors import KafkaDataLossError, KafkaReadTimeout, KafkaSourceError, KafkaSourceOptionError
@@ -151,7 +155,8 @@ class SourceOptions:
     pattern: str | None = None
     starting: Union[str, dict[TP, int]] = "latest"
     max_offsets_per_trigger: int | None = None
-    client_config: dict[str, Any] = field(default_factory=dict)  # kafka.* minus prefix, minus bootstrap
+    # kafka.* minus prefix, minus bootstrap, ${env:}/${file:} references resolved (secrets: never shown)
+    client_config: dict[str, Any] = field(default_factory=dict, repr=False)
     poll_timeout_s: float = 120.0
     fetch_timeout_s: float = 30.0
     fail_on_data_loss: bool = True
@@ -187,6 +192,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                 raise KafkaSourceOptionError(f"option {key} is not supported by the cdc-kafka source: "
                                              f"{_FORBIDDEN_CLIENT_KEYS[name]}")
             client[name] = value
+    try:
+        client = resolve_references(client)  # secrets given as ${env:NAME} / ${file:PATH}: not in the plan
+    except CDCError as exc:
+        raise KafkaSourceOptionError(str(exc)) from None
     bootstrap = str(client.pop("bootstrap.servers", "") or "").strip()
     if not bootstrap:
         raise KafkaSourceOptionError("option kafka.bootstrap.servers is required by the cdc-kafka source")

@@ -59,6 +59,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from common import logs
 from common.config import CapturedSource, CDCConfig, load_config
 from common.errors import CDCError
+from common.kafka.clients import check_connection
+from common.kafka.security import export_secret_references
 from common.metrics_http import process_registry, serve_metrics
 from contract.schema_store import SchemaStore
 from contract.topics import dlq_topic
@@ -137,7 +139,10 @@ class MergeJob:
         self.source = source or cfg.captured_sources()[0]
         self.prefix = self.source.topic_prefix
         self.source_name = self.source.name
-        self.client = dict(k.client)
+        self.client = k.client_settings()
+        # Kafka secrets reach the cdc-kafka source by reference (${env:} / ${file:}), never in
+        # its options: put them where the Spark processes started after this find them.
+        export_secret_references(k.security)
         self.kafka = DriverKafka(k, self.client)
         self.router = Router.from_config(cfg)
         self.settings = MergeSettings(
@@ -346,6 +351,7 @@ class MergeJob:
     def run(self, *, available_now: bool = False, max_restarts: int | None = None) -> int:
         """Run until stopped; ``available_now``: process what is in Kafka now, then return."""
         from spark_jobs.spark_session import build_session
+        check_connection(self.cfg.kafka)  # a refused TLS handshake or SASL login stops here, named
         if self.fail_on_data_loss:
             self.stop_on_data_loss()
         self.stop_on_schema_change()

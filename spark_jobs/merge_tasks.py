@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.config import CDCConfig
+from common.kafka.security import SECURITY_KEYS, export_secret_references, jvm_settings
 from contract.topics import route_decisions_topic, schemas_topic, table_topic_pattern
 from spark_jobs.errors import MergeStateError
 from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
@@ -47,7 +48,12 @@ class MergeTasks:
                    "maxOffsetsPerTrigger": str(cfg.spark.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER),
                    "kafka.isolation.level": "read_committed",
                    "failOnDataLoss": "true" if self.cfg.spark.fail_on_data_loss else "false"}
-        for key, value in self.client.items():
+        # Secrets as ${env:}/${file:} references: the options are shown in the query plan.
+        client = {**self.client, **cfg.kafka.client_settings(secrets=export_secret_references(cfg.kafka.security))}
+        if cfg.spark.kafka_source == "jvm":  # the JVM client's own names for kafka.security
+            client = {**{k: v for k, v in client.items() if k not in SECURITY_KEYS},
+                      **jvm_settings(cfg.kafka.security)}
+        for key, value in client.items():
             options[f"kafka.{key}"] = str(value)
         if any(r.ddl == "pessimistic" for r in self.router.routes):
             # A pessimistic route's held rows are released when another source's shard runs

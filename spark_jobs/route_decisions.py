@@ -33,7 +33,7 @@ class RouteDecisions:
 
     def __init__(self, kafka: KafkaConfig, client: dict | None = None) -> None:
         self.kafka = kafka
-        self.client = dict(client if client is not None else kafka.client)
+        self.client = dict(client if client is not None else kafka.client_settings())
         self.topic = route_decisions_topic(kafka.topic_prefix)
         self._next: dict[int, int] = {}
         self._by_key: dict[str, dict] = {}  # key -> decision (the last one; insertion order: first seen)

@@ -597,6 +597,26 @@ def check_mysql_service(compose: dict[str, Any]) -> list[str]:
     return problems
 
 
+TLS_MODES = ("required", "verify_ca", "verify_identity")
+
+
+def check_tls(compose: dict[str, Any]) -> list[str]:
+    """Every MySQL server accepts TLS connections only, and every cdc service connects to its
+    sources with TLS (``ssl.mode`` required or stronger)."""
+    svcs = services(compose)
+    problems = []
+    for name, svc in svcs.items():
+        if str(svc.get("image", "")).startswith("mysql:") and "--require-secure-transport=ON" not in command_list(svc):
+            problems.append(f"{name}: command lacks --require-secure-transport=ON")
+    for name, svc in svcs.items():
+        if not any(k.startswith("CDC__SOURCE") for k in env_of(svc)):
+            continue
+        for src in service_config(compose, name).captured_sources():
+            if src.config.ssl.mode not in TLS_MODES:
+                problems.append(f"{name}: source {src.name} connects with ssl.mode {src.config.ssl.mode!r}, not TLS")
+    return problems
+
+
 def check_kafka_service(compose: dict[str, Any]) -> list[str]:
     svcs = services(interpolate(compose))
     kafka = svcs.get("kafka") or {}
@@ -960,6 +980,7 @@ ALL_CHECKS: dict[str, Callable[..., list[str]]] = {
     "no_secrets": check_no_secrets,
     "env_example": check_env_example,
     "shards_profile": check_shards_profile,
+    "tls": check_tls,
 }
 
 
@@ -1191,6 +1212,13 @@ BREAKAGES: list[tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
      lambda c: _set_env(c, "merge-job-shards", "CDC__SPARK__KAFKA_SOURCE", "jvm")),
     ("healthchecks", "a shard server's healthcheck without mysqladmin ping",
      lambda c: _update(c, "mysql-east", healthcheck={"test": ["CMD", "true"]})),
+    ("tls", "a MySQL server that accepts plain text",
+     lambda c: _update(c, "mysql", command=[f for f in command_list(_svc(c, "mysql"))
+                                            if f != "--require-secure-transport=ON"])),
+    ("tls", "the producer without TLS", lambda c: _set_env(c, "producer", "CDC__SOURCE__SSL__MODE", "preferred")),
+    ("tls", "a shard producer without TLS",
+     lambda c: _set_env(c, "producer-west", "CDC__SOURCES", env_of(_svc(c, "producer-west"))["CDC__SOURCES"]
+                        .replace("ssl: {mode: required}", "ssl: {mode: disabled}"))),
     ("service_addresses", "a source host that is not a service",
      lambda c: _set_env(c, "producer-east", "CDC__SOURCES", env_of(_svc(c, "producer-east"))["CDC__SOURCES"]
                         .replace("host: mysql-east", "host: mysql-north"))),

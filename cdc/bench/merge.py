@@ -80,7 +80,7 @@ from spark_jobs.spark_session import stop_session
 def _reference_decode(cfg, topic: str) -> dict[str, Any]:
     """(a) as the issue defines it: confluent-kafka consume + fastavro decode of key and value
     (each writer schema parsed once), what a Python consumer pays with the usual library."""
-    store = SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix)
+    store = SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix, cfg.kafka.client_settings())
     parsed: dict[bytes, Any] = {}
 
     def decode(data: bytes) -> Any:
@@ -100,14 +100,15 @@ def _reference_decode(cfg, topic: str) -> dict[str, Any]:
 def _compiled_decode(cfg, topic: str) -> dict[str, Any]:
     """(a') the same consumer with this project's compiled Avro decoder (what the merge job's
     tasks decode with): a stricter reference than (a)."""
-    dec = RecordDecoder.resolving(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix))
+    dec = RecordDecoder.resolving(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix,
+                                              cfg.kafka.client_settings()))
     return _timed_decode(cfg, topic, dec.decode)
 
 
 def _timed_decode(cfg, topic: str, decode) -> dict[str, Any]:
     t0 = time.perf_counter()
     n = 0
-    for m in read_topic(cfg.kafka.bootstrap_servers, topic, timeout=300):
+    for m in read_topic(cfg.kafka.bootstrap_servers, topic, timeout=300, client_config=cfg.kafka.client_settings()):
         decode(m.key())
         decode(m.value())
         n += 1

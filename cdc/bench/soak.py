@@ -277,7 +277,7 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
         topic = table_topic(run, db, TABLE)
         ensure_topics(cfg.kafka, [topic], partitions=partitions)
         with console.status(f"{partitions} x {deep_batches:,} one-record batches into {topic}..."):
-            deepen_partitions(cfg.kafka.bootstrap_servers, topic, partitions, deep_batches, cfg.kafka.client)
+            deepen_partitions(cfg.kafka.bootstrap_servers, topic, partitions, deep_batches, cfg.kafka.client_settings())
     start_at_current(cfg)
     producer, job = pipeline_processes(cfg, work_dir, "soak")
     clock = SinkClock(cfg, db)

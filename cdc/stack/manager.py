@@ -36,7 +36,9 @@ from cdc.stack.postgres_server import EmbeddedPostgres, external_postgres
 from cdc.stack.process import free_port, pid_alive
 from cdc.stack.prometheus_server import EmbeddedPrometheus, prometheus_status
 from cdc.stack.replication import replica_name, replica_status, start_replicas, stop_server
-from common.config import CDCConfig, dump_config
+from cdc.stack.secure import SecureStack, secure_config
+from common.config import CDCConfig, KafkaSecurityConfig, dump_config
+from common.kafka.security import security_settings
 from producer.offset_store import LocalOffsetCopy
 
 DEFAULT_STATE_DIR = Path(".cdc/stack")
@@ -112,7 +114,8 @@ def sqlalchemy_url(dsn: str) -> str:
     port = d.get("port")
     return URL.create("postgresql+psycopg", username=d.get("user"), password=d.get("password"),
                       host=d.get("host"), port=int(port) if port else None, database=d.get("dbname"),
-                      query={k: v for k, v in d.items() if k in ("sslmode", "sslrootcert", "sslcert", "sslkey")}
+                      query={k: v for k, v in d.items()
+                             if k in ("sslmode", "sslrootcert", "sslcert", "sslkey", "passfile")}
                       ).render_as_string(hide_password=False)
 
 
@@ -145,6 +148,8 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     monitoring = data.get("monitoring")
     if monitoring:  # (the n-th source's producer of cdc-sources.yaml: the port plus n, CDCConfig.for_source)
         cfg.producer.metrics_port, cfg.spark.metrics_port = monitoring["producer_port"], monitoring["merge_port"]
+    if data.get("secure"):
+        secure_config(cfg, data)
     return cfg
 
 
@@ -176,7 +181,7 @@ def start_sources(state_dir: Path, first: dict[str, Any], count: int, *,
     try:
         for index in range(2, count + 1):
             server = EmbeddedMySQL(state_dir, first["signal_table"], name=f"mysql{index}", server_id=10 + index,
-                                   cdc_read_only=first["cdc_read_only"])
+                                   cdc_read_only=first["cdc_read_only"], tls=dict(first.get("tls") or {}))
             seed = previous[index - 2] if index - 2 < len(previous) else {
                 "admin_password": first["admin_password"], "cdc_password": first["cdc_password"],
                 "cdc_read_only": first["cdc_read_only"]}
@@ -260,7 +265,7 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
              on_lost_kafka: str = "recover", replicas: int | None = None,
              read_only: bool | None = None, sources: int | None = None,
              server_args: tuple[str, ...] = (), monitoring: bool | None = None,
-             spark_ui: bool | None = None) -> StackInfo:
+             spark_ui: bool | None = None, secure: bool | None = None) -> StackInfo:
     """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
     embedded broker must be started again (its topics are gone) and the state directory
     holds what depended on them.  ``replicas``: how many MariaDB replicas of the server to
@@ -274,7 +279,9 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     metrics ports for the producers and the merge job in the configurations, and a Prometheus
     scraping them (None: as recorded, none for a new stack).  ``spark_ui``: Spark's web UI
     of the merge job on a port of its own (``spark.ui_port`` in the configurations; None: as
-    recorded, off for a new stack)."""
+    recorded, off for a new stack).  ``secure``: TLS and
+    passwords on every connection (:mod:`cdc.stack.secure`; None: as recorded, plain for a new
+    stack)."""
     if on_lost_kafka not in ("recover", "refuse"):
         raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
@@ -292,10 +299,15 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
             "\nRun 'cdc stack up --on-lost-kafka recover' to start it anyway, delete the merge checkpoint and have "
             "each producer re-publish and snapshot its tables again on its next start; or move the state directory "
             "away to start from nothing.")
+    secure = bool(previous.get("secure")) if secure is None else secure
+    guarded = _secure_stack(state_dir, previous, secure, replicas, kafka_bootstrap)
     data: dict[str, Any] = {"state_dir": str(state_dir)}
     try:
-        mysql = EmbeddedMySQL(state_dir, signal_table, cdc_read_only=read_only, server_args=server_args)
+        mysql = EmbeddedMySQL(state_dir, signal_table, cdc_read_only=read_only, server_args=server_args,
+                              tls=guarded.mysql_tls() if guarded else {})
         data["mysql"] = mysql.start(previous.get("mysql")).to_json()
+        if guarded:
+            data["secure"] = guarded.record(data["mysql"])
         count = len(previous.get("replicas") or []) if replicas is None else replicas
         data.update(start_replicas(state_dir, data["mysql"], count, previous=previous.get("replicas"),
                                    replication=previous.get("replication")))
@@ -308,13 +320,13 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
         else:
             broker = EmbeddedBroker(state_dir)
             prev_k = previous.get("kafka") if (previous.get("kafka") or {}).get("embedded") else None
-            data["kafka"] = broker.start(prev_k)
+            data["kafka"] = broker.start(prev_k, guard=guarded.broker_guard() if guarded else None)
         if postgres_dsn:
             data["postgres"] = external_postgres(postgres_dsn)
         else:
             pg = EmbeddedPostgres(state_dir)
             prev_p = previous.get("postgres") if (previous.get("postgres") or {}).get("embedded") else None
-            data["postgres"] = pg.start(prev_p)
+            data["postgres"] = pg.start(prev_p, tls=guarded.postgres_tls() if guarded else None)
         if spark_ui or (spark_ui is None and previous.get("spark_ui_port")):
             data["spark_ui_port"] = previous.get("spark_ui_port") or free_port()
         watched = bool(previous.get("monitoring")) if monitoring is None else monitoring
@@ -340,6 +352,27 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
         if dependents:
             notes += _reset_for_lost_kafka(state_dir)
     return StackInfo(state_dir, data, notes)
+
+
+def _secure_stack(state_dir: Path, previous: dict[str, Any], secure: bool, replicas: int | None,
+                  kafka_bootstrap: str | None) -> SecureStack | None:
+    """The secure stack's certificates and secrets when ``secure`` (None: plain); refuses what
+    it cannot do, and a switch that would lose the running broker's topics."""
+    prev_kafka = previous.get("kafka") or {}
+    was = bool(previous.get("secure"))
+    if was != secure and prev_kafka.get("embedded") and EmbeddedBroker.running(prev_kafka):
+        raise StackError(f"this stack runs {'with' if was else 'without'} --secure and its embedded broker is up: "
+                         "its topics would be lost to the switch; run 'cdc stack down' first (then 'cdc stack up "
+                         f"{'' if was else '--secure'}')")
+    if not secure:
+        return None
+    if kafka_bootstrap:
+        raise StackError("--secure runs the embedded broker behind TLS and SASL: it cannot be combined with "
+                         "--kafka-bootstrap (give the external Kafka's settings in kafka.security)")
+    if replicas or (replicas is None and previous.get("replicas")):
+        raise StackError("--secure with replicas is not supported yet: replication between the stack's servers "
+                         "would need TLS too (MASTER_SSL)")
+    return SecureStack(state_dir)
 
 
 KAFKA_DOWN_NOTE = ("the embedded Kafka broker keeps its topics in memory: they are gone. The next 'cdc stack up' "
@@ -397,11 +430,14 @@ def _kafka_status(info: dict) -> tuple[bool, str]:
     from confluent_kafka.admin import AdminClient
     if info.get("embedded") and not pid_alive(info.get("pid")):
         return False, f"embedded broker (pid {info.get('pid')}) is not running"
+    security = security_settings(KafkaSecurityConfig.model_validate(info.get("security") or {}))
     try:
-        md = AdminClient({"bootstrap.servers": info["bootstrap_servers"]}).list_topics(timeout=5)
+        md = AdminClient({"bootstrap.servers": info["bootstrap_servers"], **security}).list_topics(timeout=5)
     except Exception as exc:  # KafkaException
         return False, f"unreachable at {info['bootstrap_servers']}: {exc}"
     kind = "embedded Tansu" if info.get("embedded") else "external Kafka"
+    if info.get("guard_pid"):
+        kind += f" behind TLS and SASL ({security['sasl.mechanism']})"
     return True, f"{kind} at {info['bootstrap_servers']}, {len(md.brokers)} broker(s), {len(md.topics)} topic(s)"
 
 

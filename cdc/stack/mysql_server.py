@@ -7,6 +7,7 @@ replicas from it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -19,7 +20,9 @@ import pymysql
 
 from cdc.errors import StackError
 from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
+from common.errors import TlsError
 from common.sql.quoting import quote_ident, quote_table
+from common.sql.tls import TlsSettings, connect_mysql
 
 SIGNAL_DDL = (
     "CREATE TABLE IF NOT EXISTS {table} ("
@@ -72,6 +75,9 @@ class MySQLServerInfo:
     cdc_read_only: bool = False
     # "primary", or "replica" (started with --read-only=ON, replicating by GTID).
     role: str = "primary"
+    # TLS (``cdc stack up --secure``): the CA, certificate and key files the server runs with,
+    # every TCP client must use TLS (require_secure_transport); {}: plain text.
+    tls: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -95,12 +101,15 @@ class EmbeddedMySQL:
     ``cdc_read_only``: the CDC user's grants (None: as recorded, writable when new).
     ``server_args``: more server options (``--version=5.7.44-log``: a server that tells
     clients it is MySQL 5.7, for a peer that only speaks to MySQL, such as Debezium's
-    MySQL connector in the conformance tests)."""
+    MySQL connector in the conformance tests).  ``tls``: ``{"ca", "cert", "key"}`` PEM files:
+    the server accepts TLS connections only (``--require-secure-transport``), None: as recorded."""
 
     def __init__(self, state_dir: Path, signal_table: str = "cdc_control.cdc_signal", *, name: str = "mysql",
                  server_id: int = 1, replica_of: ReplicationSource | None = None,
-                 cdc_read_only: bool | None = None, server_args: tuple[str, ...] = ()) -> None:
+                 cdc_read_only: bool | None = None, server_args: tuple[str, ...] = (),
+                 tls: dict | None = None) -> None:
         self.name = name
+        self.tls = tls
         self.server_args = tuple(server_args)
         self.root = state_dir / name
         self.datadir = self.root / "data"
@@ -124,7 +133,8 @@ class EmbeddedMySQL:
         binary = find_server_binary()
         flavor, version = server_flavor(binary)
         read_only = bool(previous.get("cdc_read_only")) if self.cdc_read_only is None else self.cdc_read_only
-        if pid_alive(previous.get("pid")) and self._healthy(previous):
+        tls = dict(previous.get("tls") or {}) if self.tls is None else dict(self.tls)
+        if pid_alive(previous.get("pid")) and (previous.get("tls") or {}) == tls and self._healthy(previous):
             info = MySQLServerInfo(**previous)
         else:
             info = MySQLServerInfo(
@@ -134,11 +144,13 @@ class EmbeddedMySQL:
                 cdc_user="cdc", cdc_password=previous.get("cdc_password") or secrets.token_hex(16),
                 signal_table=self.signal_table, server_id=self.server_id, log=str(self.log),
                 cdc_read_only=bool(previous.get("cdc_read_only")),
-                role="replica" if self.replica_of else "primary")
+                role="replica" if self.replica_of else "primary", tls=tls)
+            if pid_alive(previous.get("pid")) and (previous.get("tls") or {}) != tls:  # started again with these
+                self.stop(previous)
             fresh = not self.initialised
             if fresh:
                 self._initialise(binary, flavor)
-            info.pid = self._launch(binary, flavor, info.port)
+            info.pid = self._launch(binary, flavor, info.port, tls)
             wait_until(lambda: self._socket_ready(info, fresh), 60, f"{flavor} server {self.name} on port {info.port}",
                        pid=info.pid, log_path=self.log)
             if fresh and self.replica_of:
@@ -184,7 +196,7 @@ class EmbeddedMySQL:
         if res.returncode != 0:
             raise StackError(f"initialising the {flavor} datadir failed ({' '.join(argv)}):\n{res.stdout}\n{res.stderr}")
 
-    def _launch(self, binary: str, flavor: str, port: int) -> int:
+    def _launch(self, binary: str, flavor: str, port: int, tls: dict) -> int:
         args = [
             binary, "--no-defaults", f"--datadir={self.datadir}", f"--port={port}", "--bind-address=127.0.0.1",
             f"--socket={self.socket}", f"--pid-file={self.pidfile}", f"--log-error={self.log}",
@@ -202,6 +214,9 @@ class EmbeddedMySQL:
             args += ["--gtid-strict-mode=ON", "--log-slave-updates=ON"]
         if self.replica_of:
             args += ["--read-only=ON"]
+        if tls:
+            args += [f"--ssl-ca={tls['ca']}", f"--ssl-cert={tls['cert']}", f"--ssl-key={tls['key']}",
+                     "--require-secure-transport=ON"]
         args += list(self.server_args)
         return spawn(args, self.root / "mysqld.out")
 
@@ -217,28 +232,26 @@ class EmbeddedMySQL:
         if fresh:  # right after initialisation root has no password and only socket access matters
             return pymysql.connect(unix_socket=str(self.socket), user="root", password="", autocommit=True,
                                    connect_timeout=2)
-        return pymysql.connect(host=info.host, port=info.port, user=info.admin_user, password=info.admin_password,
-                               autocommit=True, connect_timeout=2)
+        return server_connect(info.to_json(), autocommit=True, connect_timeout=2)
 
     def _healthy(self, previous: dict) -> bool:
         try:
-            conn = pymysql.connect(host=previous["host"], port=previous["port"], user=previous["admin_user"],
-                                   password=previous["admin_password"], connect_timeout=2)
-        except pymysql.err.MySQLError:
+            conn = server_connect(previous, connect_timeout=2)
+        except (pymysql.err.MySQLError, TlsError):
             return False
         conn.close()
         return True
 
     def _bootstrap(self, info: MySQLServerInfo, cdc_read_only: bool) -> None:
         conn = self._connect_admin(info, fresh=True)
-        apw = conn.escape(info.admin_password)
+        apw = identified_by(conn, info.admin_password)
         statements = [
-            f"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY {apw}",
-            f"ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY {apw}",
+            f"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' {apw}",
+            f"ALTER USER 'root'@'127.0.0.1' {apw}",
             "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
             *cdc_user_statements(conn, info.cdc_user, info.cdc_password, self.signal_table,
                                  read_only=cdc_read_only),
-            f"ALTER USER 'root'@'localhost' IDENTIFIED BY {apw}",
+            f"ALTER USER 'root'@'localhost' {apw}",
             "FLUSH PRIVILEGES",
         ]
         with conn.cursor() as cur:
@@ -283,6 +296,15 @@ def change_master_sql(conn: pymysql.connections.Connection, source: ReplicationS
             "MASTER_CONNECT_RETRY=1, MASTER_USE_GTID=slave_pos")
 
 
+def identified_by(conn: pymysql.connections.Connection, password: str) -> str:
+    """``IDENTIFIED BY ...`` for ``password``: on MariaDB by its hash (``mysql_native_password``),
+    so that the binlog, which logs these statements as written, holds no password."""
+    if "mariadb" in conn.get_server_info().lower():
+        digest = hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest().upper()
+        return f"IDENTIFIED BY PASSWORD '*{digest}'"
+    return f"IDENTIFIED BY {conn.escape(password)}"
+
+
 def cdc_user_statements(conn: pymysql.connections.Connection, user: str, password: str,
                         signal_table: str, *, read_only: bool = False) -> list[str]:
     """SQL creating the least-privilege CDC user and the signal table.
@@ -292,8 +314,8 @@ def cdc_user_statements(conn: pymysql.connections.Connection, user: str, passwor
     that (read-only snapshots, ``snapshot.read_only``)."""
     u = f"{conn.escape(user)}@'%'"
     statements = [
-        f"CREATE USER IF NOT EXISTS {u} IDENTIFIED BY {conn.escape(password)}",
-        f"ALTER USER {u} IDENTIFIED BY {conn.escape(password)}",
+        f"CREATE USER IF NOT EXISTS {u} {identified_by(conn, password)}",
+        f"ALTER USER {u} {identified_by(conn, password)}",
         f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {u}",
         f"CREATE DATABASE IF NOT EXISTS {quote_ident(signal_table.split('.')[0])}",
         SIGNAL_DDL.format(table=quote_table(signal_table)),
@@ -303,14 +325,29 @@ def cdc_user_statements(conn: pymysql.connections.Connection, user: str, passwor
     return statements
 
 
+def server_tls(info: dict) -> TlsSettings:
+    """How to reach a server of stack.json: verified TLS when it runs with TLS, else as a
+    client does by default."""
+    tls = info.get("tls") or {}
+    return TlsSettings("verify_ca", tls["ca"], setting="stack TLS") if tls else TlsSettings(setting="stack TLS")
+
+
+def server_connect(info: dict, *, user: str = "admin", **kw) -> pymysql.connections.Connection:
+    """A TCP session with a server of stack.json as its admin (``user="admin"``) or CDC user
+    (``"cdc"``), over TLS when the server runs with it (``kw``: more pymysql options)."""
+    return connect_mysql(server_tls(info), host=info["host"], port=info["port"], user=info[f"{user}_user"],
+                         password=info[f"{user}_password"], **kw)
+
+
 def server_status(info: dict) -> tuple[bool, str]:
     try:
-        conn = pymysql.connect(host=info["host"], port=info["port"], user=info["cdc_user"],
-                               password=info["cdc_password"], connect_timeout=3)
-    except pymysql.err.MySQLError as exc:
+        conn = server_connect(info, user="cdc", connect_timeout=3)
+    except (pymysql.err.MySQLError, TlsError) as exc:
         return False, f"unreachable: {exc}"
     with conn.cursor() as cur:
         cur.execute("SELECT @@version, @@log_bin, @@binlog_format, @@binlog_row_image")
         version, log_bin, fmt, image = cur.fetchone()
     conn.close()
-    return True, f"{version} on {info['host']}:{info['port']}, log_bin={log_bin} binlog_format={fmt} row_image={image}"
+    tls = ", TLS only" if info.get("tls") else ""
+    return True, (f"{version} on {info['host']}:{info['port']}{tls}, log_bin={log_bin} binlog_format={fmt} "
+                  f"row_image={image}")

@@ -10,12 +10,39 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from cdc.errors import StackError
 from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
 
 SERVICE_USER = "postgres"
+#: Who may connect how: trusted on loopback (plain), or TLS with a password only (secure).
+HBA_TRUST = ("local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n"
+             "local replication all trust\nhost replication all 127.0.0.1/32 trust\n")
+HBA_TLS_ONLY = ("local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n"
+                "hostssl all all ::1/128 scram-sha-256\n")
+
+
+@dataclass(frozen=True)
+class PostgresTls:
+    """A TLS-only cluster: its certificate and key, the CA that signed them (the clients'
+    ``sslrootcert``), the file holding the ``postgres`` user's password and the libpq
+    password file (``passfile``) the DSN names, so that no DSN holds the password."""
+
+    ca: str
+    cert: str
+    key: str
+    password_file: str
+    passfile: str
+
+    def password(self) -> str:
+        return Path(self.password_file).read_text().rstrip("\r\n")
+
+    def write_passfile(self, port: int) -> None:
+        fd = os.open(self.passfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"127.0.0.1:{port}:*:postgres:{self.password()}\n")
 
 
 def find_pg_bindir() -> Path:
@@ -62,9 +89,14 @@ class EmbeddedPostgres:
         # PostgreSQL refuses to run as root: use the service account when we are root.
         return SERVICE_USER if os.geteuid() == 0 else None
 
-    def start(self, previous: dict | None = None) -> dict:
-        if previous and pid_alive(previous.get("pid")) and _ready(previous["dsn"]):
+    def start(self, previous: dict | None = None, *, tls: PostgresTls | None = None) -> dict:
+        """Start the cluster, or find it running.  ``tls``: TLS only (``hostssl`` with a
+        password), else trusted plain-text connections on loopback."""
+        if previous and pid_alive(previous.get("pid")) and bool(previous.get("secure")) == bool(tls) \
+                and _ready(previous["dsn"]):
             return previous
+        if previous and pid_alive(previous.get("pid")):  # running with the other security: started again
+            self.stop(previous)
         bindir = find_pg_bindir()
         port = previous["port"] if previous else free_port()
         user = self._run_as()
@@ -86,15 +118,44 @@ class EmbeddedPostgres:
         # recycles its segments instead.)
         argv = [str(bindir / "postgres"), "-D", str(self.datadir), "-p", str(port), "-h", "127.0.0.1",
                 "-k", str(sockdir), "-c", "fsync=off", "-c", "wal_init_zero=off", "-c", "max_connections=200"]
+        hba = self.datadir / "pg_hba.conf"
+        hba.write_text(HBA_TLS_ONLY if tls else HBA_TRUST)
+        if user:
+            shutil.chown(hba, user=user)
+        if tls:
+            argv += self._tls_args(tls, user)
         log = self.log
         if user and not log.exists():
             log.touch()
             shutil.chown(log, user=user)
         pid = spawn(argv, log, user=user)
         dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        if tls:  # the password is set over the local socket (trusted), then TCP takes TLS and it only
+            local = f"host={sockdir} port={port} user=postgres dbname=postgres"
+            wait_until(lambda: _ready(local), 60, f"PostgreSQL on port {port}", pid=pid, log_path=log)
+            import psycopg
+            from psycopg import sql
+            with psycopg.connect(local, autocommit=True) as conn:
+                conn.execute(sql.SQL("ALTER USER postgres PASSWORD {}").format(sql.Literal(tls.password())))
+            dsn += f"?sslmode=verify-full&sslrootcert={tls.ca}&passfile={tls.passfile}"
+            tls.write_passfile(port)
         wait_until(lambda: _ready(dsn), 60, f"PostgreSQL on port {port}", pid=pid, log_path=log)
         return {"embedded": True, "dsn": dsn, "port": port, "pid": pid, "datadir": str(self.datadir),
-                "log": str(log)}
+                "log": str(log), "secure": bool(tls)}
+
+    def _tls_args(self, tls: PostgresTls, user: str | None) -> list[str]:
+        """The server's certificate and key, copied where the service account reads them (its
+        key: owned by it, 0600, as PostgreSQL demands)."""
+        where = self.root / "tls"
+        where.mkdir(exist_ok=True)
+        cert, key = where / "server.crt", where / "server.key"
+        shutil.copyfile(tls.cert, cert)
+        shutil.copyfile(tls.key, key)
+        key.chmod(0o600)
+        if user:
+            for path in (where, cert, key):
+                shutil.chown(path, user=user)
+        return ["-c", "ssl=on", "-c", f"ssl_cert_file={cert}", "-c", f"ssl_key_file={key}"]
 
     def stop(self, info: dict) -> bool:
         # SIGINT = fast shutdown (SIGTERM would wait for every client to disconnect).

@@ -25,7 +25,7 @@ from typing import Any
 import pymysql
 
 from cdc.errors import StackError
-from cdc.stack.mysql_server import EmbeddedMySQL, ReplicationSource, change_master_sql
+from cdc.stack.mysql_server import EmbeddedMySQL, ReplicationSource, change_master_sql, identified_by
 from cdc.stack.process import stop_pid
 from contract.errors import GtidError
 from contract.gtid import GtidSet
@@ -120,8 +120,8 @@ def ensure_replication_user(primary: dict[str, Any], previous: dict[str, str] | 
     password = (previous or {}).get("password") or secrets.token_hex(16)
     with admin_connection(primary) as conn, conn.cursor() as cur:
         u = f"{conn.escape(REPLICATION_USER)}@'%'"
-        cur.execute(f"CREATE USER IF NOT EXISTS {u} IDENTIFIED BY {conn.escape(password)}")
-        cur.execute(f"ALTER USER {u} IDENTIFIED BY {conn.escape(password)}")
+        cur.execute(f"CREATE USER IF NOT EXISTS {u} {identified_by(conn, password)}")
+        cur.execute(f"ALTER USER {u} {identified_by(conn, password)}")
         cur.execute(f"GRANT REPLICATION SLAVE ON *.* TO {u}")
     return {"user": REPLICATION_USER, "password": password}
 

@@ -151,7 +151,7 @@ class ChangelogTarget(KeyedRowsTarget):
                 if k.schema_registry_url else None
             # Each record read with its table's newest schema: a record written before a
             # column was added has the column (its default).
-            self.store = SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None)
+            self.store = SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client_settings() or None)
             self.decoder = RecordDecoder.resolving(self.store, registry)
         return self.decoder
 
@@ -178,7 +178,7 @@ class ChangelogTarget(KeyedRowsTarget):
     def _exists(self, topic: str) -> bool:
         k = self.cfg.kafka
         # All topics: a metadata request naming the topic may create it (auto-creation).
-        md = AdminClient({"bootstrap.servers": k.bootstrap_servers, **k.client}).list_topics(timeout=15)
+        md = AdminClient({"bootstrap.servers": k.bootstrap_servers, **k.client_settings()}).list_topics(timeout=15)
         t = md.topics.get(topic)
         return t is not None and t.error is None and bool(t.partitions)
 
@@ -205,7 +205,7 @@ class ChangelogTarget(KeyedRowsTarget):
         debezium = k.input == "debezium"
 
         def records() -> Iterator[tuple[int, dict | None, dict | None]]:
-            for m in read_topic(k.bootstrap_servers, topic, client_config=k.client or None, timeout=300):
+            for m in read_topic(k.bootstrap_servers, topic, client_config=k.client_settings() or None, timeout=300):
                 if not self.holds(m, spec):
                     continue
                 value = _as_datetimes(dec.decode(m.value()), self._timestamps(m.value()))

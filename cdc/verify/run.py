@@ -126,7 +126,7 @@ def _as_policy_keeps(cfg, spec: TableSpec) -> tuple[TableSpec, list[str]]:
     if cfg.sinks.schema_rule(spec.db, spec.table).columns != "ignore":
         return spec, []
     k = cfg.kafka
-    store = SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client or None)
+    store = SchemaStore(k.bootstrap_servers, k.topic_prefix, k.client_settings() or None)
     store.known()
     first = store.first(record_names(k.topic_prefix, spec.db, spec.table)[2])
     if first is None:

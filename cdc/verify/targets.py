@@ -38,6 +38,7 @@ from cdc.verify.source import Chunk, SourceTable
 from cdc.verify.spec import TableSpec
 from cdc.verify.sql import LOOKUP_BATCH, key_after, key_in_list
 from common.sql.quoting import quote_ident
+from common.sql.tls import connect_mysql
 from spark_jobs.sinks.mysql import MySQLSink
 from spark_jobs.sinks.postgres import PostgresSink, quote_pg
 
@@ -306,6 +307,7 @@ class MySQLTarget(DBTarget):
     def __init__(self, sink: MySQLSink) -> None:
         super().__init__()
         self.args = dict(host=sink.host, port=sink.port, user=sink.user, password=sink.password)
+        self.tls = sink.tls
         self.database = sink.database
         self.names = sink
 
@@ -313,8 +315,8 @@ class MySQLTarget(DBTarget):
         return quote_ident(name)
 
     def connect(self):
-        conn = pymysql.connect(**self.args, charset="utf8mb4", autocommit=True, connect_timeout=10,
-                               binary_prefix=True)
+        conn = connect_mysql(self.tls, **self.args, charset="utf8mb4", autocommit=True, connect_timeout=10,
+                             binary_prefix=True)
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
         return conn

@@ -4,15 +4,56 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from common.errors import KafkaAuthError
+from common.kafka.security import SECURITY_KEYS
 
 if TYPE_CHECKING:  # (annotations only: the Spark planner processes that import the source need no pydantic)
     from common.config import KafkaConfig
 
 
 def base_config(cfg: KafkaConfig) -> dict:
-    return {"bootstrap.servers": cfg.bootstrap_servers, **cfg.client}
+    return {"bootstrap.servers": cfg.bootstrap_servers, **cfg.client_settings()}
+
+
+def check_connection(cfg: KafkaConfig, *, timeout: float = 15.0) -> None:
+    """Fail at once, naming the ``kafka.security`` setting to look at, when the brokers refuse
+    this client's TLS handshake or SASL login (librdkafka itself would retry for ever); any
+    other failure to reach them is left to the caller's own retries.  Nothing to check (and no
+    wait) without security settings."""
+    if cfg.security.protocol == "PLAINTEXT" and not SECURITY_KEYS & set(cfg.client):
+        return
+    errors: list[KafkaError] = []
+    admin = AdminClient({**base_config(cfg), "error_cb": errors.append})
+    try:
+        admin.list_topics(timeout=timeout)
+        return
+    except KafkaException:
+        admin.poll(0.5)  # (serves the error callbacks)
+    problem = security_problem(errors, cfg)
+    if problem is not None:
+        raise KafkaAuthError(problem)
+
+
+def security_problem(errors: list[KafkaError], cfg: KafkaConfig) -> str | None:
+    """What the client errors ``errors`` say about ``kafka.security``, or None."""
+    sec, where = cfg.security, cfg.bootstrap_servers
+    for err in errors:
+        text = err.str()
+        if err.code() == KafkaError._AUTHENTICATION:
+            return (f"Kafka at {where} refused the SASL login of kafka.security.sasl_username {sec.sasl_username!r} "
+                    f"with {sec.sasl_mechanism}: check kafka.security.sasl_password (or sasl_password_file) and "
+                    f"sasl_mechanism ({text})")
+        if err.code() == KafkaError._SSL:
+            ca = f"kafka.security.ca ({sec.ca})" if sec.ca else "kafka.security.ca (unset: the system's CAs)"
+            return (f"TLS with Kafka at {where} failed: check {ca}, the CA that signed the brokers' certificates, and "
+                    f"kafka.security.verify_hostname ({text})")
+        if "security.protocol" in text:
+            return (f"Kafka at {where} closed the connection: kafka.security.protocol {sec.protocol!r} is likely not "
+                    f"what its listener speaks ({text})")
+    return None
 
 
 def producer_config(cfg: KafkaConfig, *, transactional_id: str | None = None, **extra) -> dict:

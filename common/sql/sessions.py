@@ -20,17 +20,24 @@ from pymysql.converters import convert_datetime
 from common.config import SourceConfig
 from common.errors import SourceError, SourceUnavailable
 from common.sql import row_parser
+from common.sql.tls import TlsSettings, connect_mysql
 
 #: Seconds a table read may wait for the server before it fails (and is retried).
 READ_TIMEOUT_S = 600
 
 
+def source_tls(cfg: SourceConfig) -> TlsSettings:
+    """The TLS settings of every connection to the source (``source.ssl``)."""
+    return TlsSettings.of(cfg.ssl, "source.ssl")
+
+
 def connect(cfg: SourceConfig, database: str | None = None, **kw) -> pymysql.connections.Connection:
-    """A session with the source server (``kw``: more pymysql options)."""
+    """A session with the source server (``kw``: more pymysql options), over TLS as
+    ``source.ssl`` says; a TLS refusal is a :class:`~common.errors.TlsError` naming the setting."""
     try:
-        return pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.get_secret_value(),
-                               database=database, autocommit=True, charset="utf8mb4",
-                               connect_timeout=int(cfg.connect_timeout_s), **kw)
+        return connect_mysql(source_tls(cfg), host=cfg.host, port=cfg.port, user=cfg.user,
+                             password=cfg.password.get_secret_value(), database=database, autocommit=True,
+                             charset="utf8mb4", connect_timeout=int(cfg.connect_timeout_s), **kw)
     except pymysql.err.OperationalError as exc:
         where = f"cannot connect to the source {cfg.host}:{cfg.port} as '{cfg.user}': {exc.args[-1]}"
         if exc.args and exc.args[0] in (1045, 1044, 1049):  # access denied / unknown database: not transient

@@ -18,6 +18,7 @@ the reader.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
@@ -35,6 +36,8 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from common.config import SourceConfig
+from common.sql.sessions import source_tls
+from common.sql.tls import connect_mysql
 from contract.position import BinlogPosition, based
 from producer.binlog.row_decoder import EncodedImages, PackedRows, RowDecoder, row_data, table_map_key
 from producer.binlog.table_map import table_def_from_table_map
@@ -221,6 +224,7 @@ class BinlogReader:
             # is_mariadb switches the library to MariaDB's GTID connect, which ignores file/pos:
             # only set it when starting from a MariaDB GTID position.
             connection_settings=settings, server_id=cfg.server_id, blocking=blocking,
+            pymysql_wrapper=functools.partial(connect_mysql, source_tls(cfg)),  # source.ssl
             is_mariadb=is_mariadb and bool(resume.gtid_set),
             only_events=[TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
                          GtidEvent, MariadbGtidEvent, HeartbeatLogEvent, FormatDescriptionEvent],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 from common.config import SinksConfig
 from spark_jobs.sinks import delta, iceberg, mysql, postgres  # noqa: F401 - the sink modules: registered as imported
@@ -41,6 +41,8 @@ def _plain(value: Any) -> Any:
         return tuple(sorted((k, _plain(v)) for k, v in value.items()))
     if isinstance(value, list):
         return tuple(_plain(v) for v in value)
+    if isinstance(value, BaseModel):  # a nested section (``ssl``)
+        return tuple((k, _plain(v)) for k, v in value)
     return value
 
 

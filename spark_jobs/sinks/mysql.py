@@ -62,6 +62,7 @@ import pymysql
 from pymysql.converters import escape_string
 
 from common.sql.quoting import quote_ident
+from common.sql.tls import TlsSettings, connect_mysql
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.base import TablePlan, TableSinkBase
 from spark_jobs.sinks.batch import ApplyResult
@@ -194,17 +195,18 @@ class MySQLSink(TableSinkBase):
     """Upsert sink into MySQL/MariaDB.  Picklable: the connection is opened where it is used."""
 
     MAX_IDENT = _MAX_IDENT
-    SETTINGS = ("host", "port", "user", "password", "database", "serialize", "connect_timeout")
+    SETTINGS = ("host", "port", "user", "password", "database", "serialize", "connect_timeout", "tls")
     DRIVER_ERROR = pymysql.Error
     UNAVAILABLE_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
     @classmethod
     def from_config(cls, section: Any) -> "MySQLSink":
         """The sink of ``sinks.mysql``."""
-        return cls(section.host, section.port, section.user, section.password.get_secret_value(), section.database)
+        return cls(section.host, section.port, section.user, section.password.get_secret_value(), section.database,
+                   tls=TlsSettings.of(section.ssl, "sinks.mysql.ssl"))
 
     def __init__(self, host: str, port: int, user: str, password: Any, database: str, *,
-                 serialize: bool = True, connect_timeout: float = 10) -> None:
+                 serialize: bool = True, connect_timeout: float = 10, tls: TlsSettings | None = None) -> None:
         if not database:
             raise SinkError("database must be non-empty")
         if hasattr(password, "get_secret_value"):  # pydantic SecretStr from CDCConfig
@@ -213,14 +215,15 @@ class MySQLSink(TableSinkBase):
         self.host, self.port, self.user, self.password = host, int(port), user, password or ""
         self.database = database
         self.connect_timeout = connect_timeout
+        self.tls = tls or TlsSettings(setting="sinks.mysql.ssl")  # TLS as sinks.mysql.ssl says
         self.flavor = ""
         self.collation = ""
         self._max_sql = 1 << 20
 
     # ------------------------------------------------------------------ connection
     def _connect(self) -> pymysql.connections.Connection:
-        conn = pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                               charset="utf8mb4", autocommit=False, connect_timeout=self.connect_timeout)
+        conn = connect_mysql(self.tls, host=self.host, port=self.port, user=self.user, password=self.password,
+                             charset="utf8mb4", autocommit=False, connect_timeout=self.connect_timeout)
         try:
             with conn.cursor() as cur:
                 cur.execute("SET time_zone = '+00:00'")

@@ -66,3 +66,49 @@ def test_the_stack_cdc_user_passes(stack, config):
         check_grants(conn, read_only=False, signal_table=config.source.signal_table)
     finally:
         conn.close()
+
+
+_EVERY_GRANT = ("REPLICATION SLAVE", "REPLICATION CLIENT", "SELECT", "INSERT", "DELETE")
+
+
+def _grants_but(signal: str, missing: str) -> list[str]:
+    """Every grant the producer needs (writable snapshots) except ``missing``."""
+    on_all = [g for g in ("REPLICATION SLAVE", "REPLICATION CLIENT", "SELECT") if g != missing]
+    on_signal = [g for g in ("INSERT", "DELETE") if g != missing]
+    return [f"{', '.join(on_all)} ON *.*", f"{', '.join(on_signal)} ON {signal}"]
+
+
+def _named_missing(stack, config, name: str, grants: list[str], *, read_only: bool) -> tuple[list[str], str]:
+    """The grants the check names as missing for a user with only ``grants``, and its message."""
+    with _user(stack, name, *grants) as password:
+        config.source.user, config.source.password = name, password
+        conn = connect(config.source)
+        try:
+            check_grants(conn, read_only=read_only, signal_table=config.source.signal_table)
+            return [], ""
+        except SourceError as exc:
+            return [g for g in _EVERY_GRANT if f"  - {g}:" in str(exc)], str(exc)
+        finally:
+            conn.close()
+
+
+@pytest.mark.parametrize("missing", _EVERY_GRANT)
+def test_the_grants_check_names_exactly_the_grant_missing(stack, config, unique, missing):
+    name, signal = unique("lacks")[-30:], quote_table(config.source.signal_table)
+    named, text = _named_missing(stack, config, name, _grants_but(signal, missing), read_only=False)
+    assert named == [missing]
+    on = "*.*" if missing in ("REPLICATION SLAVE", "REPLICATION CLIENT", "SELECT") else signal
+    assert f"GRANT {missing} ON {on} TO '{name}'@'%';" in text
+
+
+@pytest.mark.parametrize("missing", ["INSERT", "DELETE"])
+def test_read_only_snapshots_need_no_write_at_all(stack, config, unique, missing):
+    signal = quote_table(config.source.signal_table)
+    assert _named_missing(stack, config, unique("rosnap")[-30:], _grants_but(signal, missing), read_only=True) \
+        == ([], "")
+
+
+def test_writes_granted_on_another_table_do_not_cover_the_signal_table(stack, config, unique, test_db):
+    grants = ["REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.*", f"INSERT, DELETE ON `{test_db}`.*"]
+    named, _ = _named_missing(stack, config, unique("elsewhere")[-30:], grants, read_only=False)
+    assert named == ["INSERT", "DELETE"]

@@ -128,3 +128,90 @@ def test_the_producer_does_not_run_on_a_debezium_input(tmp_path: Path):
     cfg.kafka.input = "debezium"
     with pytest.raises(ConfigError, match="Debezium's"):
         ProducerApp(cfg)
+
+
+def test_secrets_from_files_as_docker_mounts_them(tmp_path: Path):
+    (tmp_path / "db_pw").write_text("from-a-file\n")
+    (tmp_path / "kafka_pw").write_text("kafka-secret")
+    path = tmp_path / "cdc.yaml"
+    path.write_text(f"source:\n  password_file: {tmp_path / 'db_pw'}\n"
+                    f"kafka:\n  security:\n    protocol: SASL_SSL\n    sasl_username: cdc\n")
+    cfg = load_config(path, environ={"CDC__KAFKA__SECURITY__SASL_PASSWORD_FILE": str(tmp_path / "kafka_pw")})
+    assert cfg.source.password.get_secret_value() == "from-a-file"  # the final line break dropped
+    assert cfg.kafka.security.sasl_password.get_secret_value() == "kafka-secret"
+    text = dump_config(cfg)  # the file's name is written, never its content
+    assert "from-a-file" not in text and "kafka-secret" not in text and str(tmp_path / "db_pw") in text
+    again = path.with_name("again.yaml")
+    again.write_text(text)
+    assert load_config(again, environ={}).source.password.get_secret_value() == "from-a-file"
+
+
+def test_a_secret_file_that_cannot_be_read_or_disagrees_is_an_error_without_the_secret(tmp_path: Path):
+    path = tmp_path / "cdc.yaml"
+    path.write_text(f"source:\n  password_file: {tmp_path / 'missing'}\n")
+    with pytest.raises(ConfigError, match="password_file: cannot read .*missing: No such file"):
+        load_config(path, environ={})
+    (tmp_path / "pw").write_text("one")
+    path.write_text(f"source:\n  password: two\n  password_file: {tmp_path / 'pw'}\n")
+    with pytest.raises(ConfigError, match="give password or password_file, not both") as err:
+        load_config(path, environ={})
+    assert "one" not in str(err.value).replace("not both", "") and "two" not in str(err.value)
+
+
+def test_kafka_security_maps_onto_librdkafka_before_the_client_settings():
+    cfg = CDCConfig()
+    assert cfg.kafka.client_settings() == {}
+    sec = cfg.kafka.security
+    sec.protocol, sec.sasl_username, sec.sasl_password, sec.ca = "SASL_SSL", "cdc", "pw", "/ca.pem"
+    cfg.kafka.client = {"linger.ms": 7}
+    assert cfg.kafka.client_settings() == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "cdc",
+        "sasl.password": "pw", "ssl.ca.location": "/ca.pem", "ssl.endpoint.identification.algorithm": "https",
+        "linger.ms": 7}
+    assert cfg.kafka.client_settings(secrets={"sasl.password": "${env:X}"})["sasl.password"] == "${env:X}"
+    sec.protocol = "SASL_PLAINTEXT"
+    assert "ssl.ca.location" not in cfg.kafka.client_settings()
+    sec.sasl_password = ""
+    with pytest.raises(ConfigError, match="needs kafka.security.sasl_username and sasl_password"):
+        cfg.kafka.client_settings()
+
+
+def test_kafka_client_may_not_set_what_kafka_security_sets(tmp_path: Path):
+    path = tmp_path / "cdc.yaml"
+    path.write_text("kafka:\n  security:\n    protocol: SSL\n  client:\n    security.protocol: SSL\n")
+    with pytest.raises(ConfigError, match="kafka.client sets security.protocol, which kafka.security sets"):
+        load_config(path, environ={})
+    path.write_text("kafka:\n  client:\n    security.protocol: SSL\n")  # without kafka.security: as before
+    assert load_config(path, environ={}).kafka.client_settings() == {"security.protocol": "SSL"}
+
+
+def test_secret_references_resolve_from_the_environment_and_files(tmp_path: Path):
+    from common.kafka.security import resolve_references
+    (tmp_path / "pw").write_text("filed\n")
+    conf = {"sasl.password": f"${{file:{tmp_path / 'pw'}}}", "ssl.key.password": "${env:KEYPW}", "linger.ms": 5}
+    assert resolve_references(conf, environ={"KEYPW": "envd"}) == {
+        "sasl.password": "filed", "ssl.key.password": "envd", "linger.ms": 5}
+    with pytest.raises(ConfigError, match="ssl.key.password refers to the environment variable KEYPW"):
+        resolve_references(conf, environ={})
+
+
+def test_kafka_security_for_spark_jvm_kafka_source_keeps_the_password_in_its_file(tmp_path: Path):
+    from common.kafka.security import DIRECTORY_PROVIDER, jvm_settings
+    (tmp_path / "kafka_password").write_text("jvm-secret")
+    cfg = CDCConfig()
+    sec = cfg.kafka.security
+    sec.protocol, sec.sasl_username, sec.ca = "SASL_SSL", "cdc", "/certs/ca.pem"
+    sec.sasl_password_file = str(tmp_path / "kafka_password")
+    conf = jvm_settings(sec)
+    assert conf == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "config.providers": "dir",
+        "config.providers.dir.class": DIRECTORY_PROVIDER,
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="cdc" '
+                            f'password="${{dir:{tmp_path}:kafka_password}}";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/certs/ca.pem",
+        "ssl.endpoint.identification.algorithm": "https"}
+    assert "jvm-secret" not in str(conf)
+    sec.sasl_password_file = ""
+    sec.sasl_password = "inline"
+    with pytest.raises(ConfigError, match="give the SASL password as kafka.security.sasl_password_file"):
+        jvm_settings(sec)

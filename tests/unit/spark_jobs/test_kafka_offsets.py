@@ -49,6 +49,58 @@ def test_options_pass_kafka_settings_through_and_ignore_case():
     assert o.max_offsets_per_trigger == 500 and o.starting == "earliest" and o.poll_timeout_s == 2.5
 
 
+def test_secrets_come_by_reference_and_never_show(tmp_path, monkeypatch):
+    (tmp_path / "pw").write_text("file-secret\n")
+    monkeypatch.setenv("CDC_TEST_KEY_PASSWORD", "env-secret")
+    o = parse_options({**BS, "subscribe": "a", "kafka.sasl.password": f"${{file:{tmp_path / 'pw'}}}",
+                       "kafka.ssl.key.password": "${env:CDC_TEST_KEY_PASSWORD}"})
+    assert o.client_config["sasl.password"] == "file-secret"
+    assert o.client_config["ssl.key.password"] == "env-secret"
+    assert "secret" not in repr(o)
+    with pytest.raises(KafkaSourceOptionError, match="kafka.sasl.password|sasl.password refers to the environment"):
+        parse_options({**BS, "subscribe": "a", "kafka.sasl.password": "${env:CDC_TEST_UNSET_VARIABLE}"})
+
+
+def test_the_merge_job_passes_kafka_secrets_by_reference(tmp_path):
+    from common.config import CDCConfig
+    from common.kafka.security import EXPORTED, export_secret_references
+    cfg = CDCConfig()
+    sec = cfg.kafka.security
+    sec.protocol, sec.sasl_username, sec.sasl_password = "SASL_SSL", "cdc", "inline-secret"
+    environ: dict = {}
+    refs = export_secret_references(sec, environ=environ)
+    assert refs == {"sasl.password": "${env:CDC_KAFKA_SASL_PASSWORD}"}
+    assert environ == {EXPORTED["sasl.password"]: "inline-secret"}
+    (tmp_path / "pw").write_text("filed")
+    sec.sasl_password = ""
+    sec.sasl_password_file = str(tmp_path / "pw")
+    assert export_secret_references(sec, environ={}) == {"sasl.password": f"${{file:{tmp_path / 'pw'}}}"}
+    options = {f"kafka.{k}": v for k, v in cfg.kafka.client_settings(secrets=refs).items()}
+    assert "inline-secret" not in str(options) and "filed" not in str(options)
+
+
+@pytest.mark.parametrize("kafka_source", ["python", "jvm"])
+def test_the_merge_streams_options_hold_no_secret(tmp_path, monkeypatch, kafka_source):
+    """What Spark prints in the query plan: the source's options."""
+    from common.config import CDCConfig
+    from spark_jobs.merge_tasks import MergeTasks
+    from spark_jobs.sharding.routes import Router
+    monkeypatch.setenv("CDC_KAFKA_SASL_PASSWORD", "")  # (restored afterwards: the job exports it)
+    (tmp_path / "pw").write_text("plan-secret")
+    cfg = CDCConfig()
+    cfg.spark.kafka_source = kafka_source
+    sec = cfg.kafka.security
+    sec.protocol, sec.sasl_username, sec.sasl_password_file = "SASL_SSL", "cdc", str(tmp_path / "pw")
+    tasks = MergeTasks(cfg, "cdc", cfg.kafka.client_settings(), tmp_path / "q", Router.from_config(cfg), [])
+    options = tasks.source_options()
+    assert "plan-secret" not in str(options)
+    if kafka_source == "python":
+        assert options["kafka.sasl.password"] == f"${{file:{tmp_path / 'pw'}}}"
+        assert parse_options(options).client_config["sasl.password"] == "plan-secret"
+    else:
+        assert "kafka.sasl.password" not in options and "${dir:" in options["kafka.sasl.jaas.config"]
+
+
 @pytest.mark.parametrize("options, message", [
     ({"subscribe": "a"}, "kafka.bootstrap.servers is required"),
     ({"kafka.bootstrap.servers": " ", "subscribe": "a"}, "kafka.bootstrap.servers is required"),

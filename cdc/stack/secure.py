@@ -1,0 +1,79 @@
+"""A secure embedded stack (``cdc stack up --secure``): TLS and passwords on every connection.
+
+* MariaDB accepts TLS connections only (``require_secure_transport``); the pipeline connects
+  with ``ssl.mode: verify_identity`` and the stack's CA;
+* PostgreSQL accepts TLS connections with a password only (``hostssl ... scram-sha-256``);
+  the DSN says ``sslmode=verify-full`` and names a libpq password file (``passfile``);
+* Kafka is reached through the guard (:mod:`cdc.stack.kafka_guard`): ``SASL_SSL`` with
+  ``SCRAM-SHA-512``.
+
+Certificates live in ``<state>/certs`` (a CA of the stack's own); every password in a file of
+its own in ``<state>/secrets`` (0600, as Docker mounts secrets), and ``cdc.yaml`` names those
+files (``password_file``, ``sasl_password_file``, the DSN's ``passfile``): it holds no
+password.  ``stack.json`` keeps the stack's own record of them, readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdc.stack.certs import CertFiles, CertificateAuthority
+from cdc.stack.kafka_broker import BrokerGuard
+from cdc.stack.postgres_server import PostgresTls
+from common.config import CDCConfig
+
+KAFKA_USER = "cdc"
+
+
+@dataclass
+class SecureStack:
+    """The certificates and secret files of a secure stack in ``state_dir``."""
+
+    state_dir: Path
+
+    def __post_init__(self) -> None:
+        self.secrets_dir = self.state_dir / "secrets"
+        self.secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.ca = CertificateAuthority(self.state_dir / "certs")
+        self.server: CertFiles = self.ca.issue("server")
+
+    def secret(self, name: str, value: str | None = None) -> str:
+        """The path of the secret file ``name``: written with ``value`` (or, when it does not
+        exist yet, a new random password), readable by its owner only."""
+        path = self.secrets_dir / name
+        if value is not None or not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(value if value is not None else secrets.token_urlsafe(24))
+        return str(path)
+
+    def mysql_tls(self) -> dict[str, str]:
+        return {"ca": self.ca.ca, "cert": self.server.cert, "key": self.server.key}
+
+    def postgres_tls(self) -> PostgresTls:
+        return PostgresTls(self.ca.ca, self.server.cert, self.server.key, self.secret("postgres_password"),
+                           str(self.secrets_dir / "pgpass"))
+
+    def broker_guard(self) -> BrokerGuard:
+        return BrokerGuard(self.server.cert, self.server.key, self.ca.ca, {KAFKA_USER: self.secret("kafka_password")})
+
+    def record(self, mysql: dict[str, Any]) -> dict[str, Any]:
+        """What stack.json records of it (``secure``), with the MySQL passwords' files written."""
+        return {"ca": self.ca.ca, "mysql_cdc_password_file": self.secret("mysql_cdc_password", mysql["cdc_password"]),
+                "mysql_admin_password_file": self.secret("mysql_admin_password", mysql["admin_password"])}
+
+
+def secure_config(cfg: CDCConfig, data: dict[str, Any]) -> None:
+    """``cfg`` (the stack's configuration) connecting as the secure stack ``data`` asks:
+    TLS verified against the stack's CA everywhere, passwords from the secret files."""
+    sec = data["secure"]
+    for section, password_file in ((cfg.source, sec["mysql_cdc_password_file"]),
+                                   (cfg.sinks.mysql, sec["mysql_admin_password_file"])):
+        section.password = ""
+        section.password_file = password_file
+        section.ssl.mode, section.ssl.ca = "verify_identity", sec["ca"]
+    cfg.kafka.security = type(cfg.kafka.security).model_validate(data["kafka"]["security"])

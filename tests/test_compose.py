@@ -21,7 +21,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import yaml
@@ -598,22 +598,41 @@ def check_mysql_service(compose: dict[str, Any]) -> list[str]:
 
 
 TLS_MODES = ("required", "verify_ca", "verify_identity")
+PG_TLS_MODES = ("require", "verify-ca", "verify-full")
+PG_TLS_FLAGS = ("ssl=on", "ssl_cert_file=/etc/ssl/certs/ssl-cert-snakeoil.pem",
+                "ssl_key_file=/etc/ssl/private/ssl-cert-snakeoil.key")
+PG_HOSTSSL_SCRIPT = "./postgres/01-hostssl-only.sh:/docker-entrypoint-initdb.d/01-hostssl-only.sh:ro"
 
 
 def check_tls(compose: dict[str, Any]) -> list[str]:
-    """Every MySQL server accepts TLS connections only, and every cdc service connects to its
-    sources with TLS (``ssl.mode`` required or stronger)."""
+    """Every MySQL server accepts TLS connections only, the PostgreSQL server serves TLS and
+    turns other hosts' plain connections away (hostssl), every cdc service connects to its
+    sources with TLS (``ssl.mode`` required or stronger) and to the PostgreSQL sink with
+    ``sslmode`` require or stronger."""
     svcs = services(compose)
     problems = []
     for name, svc in svcs.items():
         if str(svc.get("image", "")).startswith("mysql:") and "--require-secure-transport=ON" not in command_list(svc):
             problems.append(f"{name}: command lacks --require-secure-transport=ON")
+        if str(svc.get("image", "")).startswith("postgres:"):
+            cmd = command_list(svc)
+            problems += [f"{name}: command lacks -c {f}" for f in PG_TLS_FLAGS
+                         if not any(a == f and cmd[i - 1] == "-c" for i, a in enumerate(cmd) if i)]
+            if PG_HOSTSSL_SCRIPT not in svc.get("volumes", []):
+                problems.append(f"{name}: the hostssl-only init script is not mounted")
     for name, svc in svcs.items():
         if not any(k.startswith("CDC__SOURCE") for k in env_of(svc)):
             continue
         for src in service_config(compose, name).captured_sources():
             if src.config.ssl.mode not in TLS_MODES:
                 problems.append(f"{name}: source {src.name} connects with ssl.mode {src.config.ssl.mode!r}, not TLS")
+    for name, svc in svcs.items():
+        if env_of(svc).get("CDC__SINKS__POSTGRES__ENABLED") != "true":
+            continue
+        dsn = service_config(compose, name).sinks.postgres.dsn.get_secret_value()
+        mode = dict(parse_qsl(urlsplit(dsn).query)).get("sslmode")
+        if mode not in PG_TLS_MODES:
+            problems.append(f"{name}: the PostgreSQL sink connects with sslmode {mode!r}, not TLS")
     return problems
 
 
@@ -1008,7 +1027,7 @@ def test_cdc_services_get_the_intended_configuration(compose: dict[str, Any]) ->
     assert job.spark.kafka_source == "jvm" and job.spark.master == "spark://spark-master:7077"
     assert job.sinks.postgres.enabled
     assert job.sinks.postgres.dsn.get_secret_value() == (
-        f"postgresql://cdc:{dummy_value('POSTGRES_PASSWORD')}@postgres:5432/cdc_sink")
+        f"postgresql://cdc:{dummy_value('POSTGRES_PASSWORD')}@postgres:5432/cdc_sink?sslmode=require")
     assert job.kafka.topic_prefix == producer.kafka.topic_prefix
 
 
@@ -1219,6 +1238,16 @@ BREAKAGES: list[tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
     ("tls", "a shard producer without TLS",
      lambda c: _set_env(c, "producer-west", "CDC__SOURCES", env_of(_svc(c, "producer-west"))["CDC__SOURCES"]
                         .replace("ssl: {mode: required}", "ssl: {mode: disabled}"))),
+    ("tls", "a PostgreSQL server without TLS",
+     lambda c: _update(c, "postgres", command=["postgres"])),
+    ("tls", "a PostgreSQL server that lets other hosts in without TLS",
+     lambda c: _update(c, "postgres", volumes=[v for v in _svc(c, "postgres")["volumes"] if v != PG_HOSTSSL_SCRIPT])),
+    ("tls", "the merge job's PostgreSQL sink without TLS",
+     lambda c: _set_env(c, "merge-job", "CDC__SINKS__POSTGRES__DSN",
+                        env_of(_svc(c, "merge-job"))["CDC__SINKS__POSTGRES__DSN"].replace("?sslmode=require", ""))),
+    ("tls", "the shards' merge job's PostgreSQL sink with sslmode prefer",
+     lambda c: _set_env(c, "merge-job-shards", "CDC__SINKS__POSTGRES__DSN",
+                        env_of(_svc(c, "merge-job-shards"))["CDC__SINKS__POSTGRES__DSN"].replace("=require", "=prefer"))),
     ("service_addresses", "a source host that is not a service",
      lambda c: _set_env(c, "producer-east", "CDC__SOURCES", env_of(_svc(c, "producer-east"))["CDC__SOURCES"]
                         .replace("host: mysql-east", "host: mysql-north"))),

@@ -69,8 +69,8 @@ bench: venv system-deps
 
 # The race against Debezium embedded, like for like (Debezium tuned as ours, -Xmx1g; 3 alternated
 # rounds of 1M binlog events and of a 500k-row incremental snapshot, Debezium to Kafka in Avro at
-# chunks of 8,192 and 1,024; estimated from the previous runs' rates, not yet timed: 10-15 minutes on 2
-# cores, under 30 with --debezium-defaults)
+# chunks of 8,192 and 1,024, and mariadb-binlog over the same range: 6 minutes on 2 quiet cores on
+# 2026-11-25; --debezium-defaults adds a run a round)
 # into the race section of docs/benchmarks.md, which `make bench` keeps.  RACE_ARGS: more options
 # of `cdc bench race` (e.g. --debezium-defaults, --rounds 5).
 RACE_ARGS ?=

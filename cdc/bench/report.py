@@ -14,9 +14,11 @@ from typing import Any
 from rich.console import Console
 
 from cdc.bench import debezium, race_rounds, race_settings
+from cdc.bench.doc_sections import section_of, with_section
 from cdc.bench.harness import DEFAULT_STATE_DIR, machine_caption
 from cdc.bench.merge import bench_merge
 from cdc.bench.snapshot import bench_snapshot
+from cdc.bench.soak import SECTION as SOAK_HEADING
 from cdc.bench.stream import bench_stream
 
 
@@ -326,7 +328,23 @@ def race_stream_lines(stream: dict) -> list[str]:
                               *[_ratio(stream, f"{o}/{k}_after_warmup") for k in dbz]))
             lines.append(_row(f"rows/s incl. start-up, ours {short}", *[_ratio(stream, f"{o}/{k}_total") for k in dbz]))
             lines.append(_row(f"peak RSS, Debezium / ours {short}", *[_ratio(stream, f"rss {k}/{o}") for k in dbz]))
+    lines += native_limit_lines(stream)
     return lines
+
+
+def native_limit_lines(stream: dict) -> list[str]:
+    """The physical limit in the same run: ``mariadb-binlog`` decoding the same range (the
+    median of its runs) against ours."""
+    c = stream.get("native")
+    if not c or "producer_no_tx" not in stream:
+        return []
+    r = stream.get("ratios", {})
+    first, warm = r.get("producer_no_tx_after_startup/native"), r.get("producer_no_tx_after_warmup/native")
+    return ["", f"The physical limit, in the same run: `{c['tool']} -v --base64-output=decode-rows` decoded the "
+                f"same binlog range to /dev/null at {c['rows_per_s']:,.0f} rows/s (the median of {c.get('runs', 1)} "
+                f"runs, no Kafka, no encoding). Ours without transactions / it: "
+                f"{'-' if first is None else f'{first:.2f}'} from the first record, "
+                f"{'-' if warm is None else f'{warm:.2f}'} after the warm-up (goal >= 0.25)."]
 
 
 def race_snapshot_lines(snapshot: dict) -> list[str]:
@@ -416,18 +434,14 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
 
 
 def with_race_section(text: str, race: str) -> str:
-    """``text`` (docs/benchmarks.md) with its race section (from :data:`RACE_HEADING` to the
-    end) replaced by ``race``, or ``race`` appended."""
-    head = text.split(RACE_HEADING, 1)[0].rstrip("\n")
-    return (head + "\n\n" if head else "") + race.rstrip("\n") + "\n"
+    """``text`` (docs/benchmarks.md) with its race section replaced by ``race`` (up to the
+    next section), or ``race`` appended."""
+    return with_section(text, RACE_HEADING, race)
 
 
 def race_section_of(path: Path) -> str | None:
     """The race section kept in ``path``, if any."""
-    if not path.exists():
-        return None
-    text = path.read_text()
-    return RACE_HEADING + text.split(RACE_HEADING, 1)[1] if RACE_HEADING in text else None
+    return section_of(path.read_text(), RACE_HEADING) if path.exists() else None
 
 
 def bench_race(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAULT_STATE_DIR, *,
@@ -447,7 +461,8 @@ def bench_race(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAULT
     if stream_json:
         stream = json.loads(Path(stream_json).read_text())
     else:
-        stream = bench_stream(state_dir, rows=stream_rows, debezium=stream_runs, reference=False, rounds=rounds,
+        stream = bench_stream(state_dir, rows=stream_rows, debezium=stream_runs, reference=False, native=True,
+                              rounds=rounds,
                               debezium_defaults=debezium_defaults, heap=heap, console=console)
         if json_out:
             json_out.write_text(json.dumps({"stream": stream}, indent=2, default=str))
@@ -475,9 +490,11 @@ def bench_report(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAU
     merge = bench_merge(state_dir, events=merge_events, console=console)
     text = render(stream, snapshot, merge, stream_rows=stream_rows, snapshot_rows=snapshot_rows,
                   merge_events=merge_events)
-    race = race_section_of(out)  # written by `cdc bench race`, kept as it is
-    if race:
-        text = with_race_section(text, race)
+    kept = out.read_text() if out.exists() else ""
+    for heading in (RACE_HEADING, SOAK_HEADING):  # written by `cdc bench race` and `cdc bench soak`, kept as they are
+        section = section_of(kept, heading)
+        if section:
+            text = with_section(text, heading, section)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     console.print(f"written to {out}")

@@ -49,6 +49,7 @@ import psycopg
 from confluent_kafka import Producer
 from rich.console import Console
 
+from cdc.bench.doc_sections import with_section
 from cdc.bench.harness import PacedWriter, admin, bench_config, child_pids, proc_status_kb, start_stack
 from cdc.errors import BenchError
 from cdc.pipeline_run import pipeline_processes, run_config
@@ -487,17 +488,6 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def with_section(text: str, section: str) -> str:
-    """``text`` (docs/benchmarks.md) with its soak section replaced by ``section`` (appended
-    when it has none): the section runs to the next ``## `` heading."""
-    start = text.find(SECTION + "\n")
-    if start < 0:
-        return text.rstrip("\n") + "\n\n" + section
-    nxt = text.find("\n## ", start + len(SECTION))
-    return text[:start] + section + (text[nxt + 1:] if nxt >= 0 else "")
-
-
-
 def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows: int = 50_000, partitions: int = 2,
                sample_s: float = 30.0, out: Path | None = None, png: Path | None = None, keep_running: bool = False,
                console: Console | None = None) -> dict[str, Any]:
@@ -530,6 +520,6 @@ def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows
             plot(result, png)
             rel = str(png.relative_to(out.parent)) if png.is_relative_to(out.parent) else str(png)
         text = out.read_text() if out.exists() else "# Benchmarks\n"
-        out.write_text(with_section(text, render(result, when=when, png=rel)))
+        out.write_text(with_section(text, SECTION, render(result, when=when, png=rel)))
         console.print(f"wrote the soak section of {out}" + (f" and {png}" if png else ""))
     return result

@@ -117,3 +117,14 @@ def test_snapshot_ratios_and_the_race_section_round_trip(tmp_path):
     doc.write_text(with_race_section(doc.read_text(), race.replace("03:30", "03:45")))
     text = doc.read_text()
     assert "new figures" in text and text.count(RACE_HEADING) == 1 and "03:45" in text and "03:30" not in text
+
+
+def test_the_stream_race_states_the_physical_limit_of_the_same_run():
+    from cdc.bench.report import native_limit_lines
+    stream = {"native": {"tool": "mariadb-binlog", "rows_per_s": 1_000_000.0, "runs": 3},
+              "producer_no_tx": {"rows_per_s_after_startup": 200_000.0},
+              "ratios": {"producer_no_tx_after_startup/native": 0.2, "producer_no_tx_after_warmup/native": 0.26}}
+    [blank, line] = native_limit_lines(stream)
+    assert blank == "" and "1,000,000 rows/s (the median of 3 runs" in line
+    assert "0.20 from the first record, 0.26 after the warm-up (goal >= 0.25)" in line
+    assert native_limit_lines({"producer_no_tx": {}}) == []

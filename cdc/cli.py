@@ -22,7 +22,7 @@ from rich.table import Table
 from cdc import chaos, demo, demo_shards, lake, route_reset, signal_sender, verify
 from cdc.bench.broker import bench_broker
 from cdc.bench.merge import bench_merge
-from cdc.bench.report import bench_race, bench_report
+from cdc.bench.report import bench_race, bench_report, with_lake_section
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.soak import bench_soak
 from cdc.bench.stream import bench_stream
@@ -238,6 +238,10 @@ def _cmd_bench_merge(args: argparse.Namespace) -> int:
                          keep_running=args.keep_running, console=quiet)
     if args.json:
         print(json.dumps(result["summary"], indent=2))
+    if args.out and result.get("lake"):
+        out = Path(args.out)
+        out.write_text(with_lake_section(out.read_text() if out.exists() else "# Benchmarks\n", result))
+        quiet.print(f"wrote the lake section of {out}")
     return 0
 
 
@@ -491,6 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--no-scale-out", action="store_true",
                                help="skip the standalone runs with one and two workers")
     bench_merge_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
+    bench_merge_p.add_argument("--out", help="write (f)/(g) as the lake section of this file (docs/benchmarks.md), "
+                                             "the rest of it kept")
     bench_merge_p.add_argument("--keep-running", action="store_true")
     bench_merge_p.set_defaults(func=_cmd_bench_merge)
 

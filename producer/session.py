@@ -24,7 +24,7 @@ from contract.errors import BadSignal
 from contract.markers import delete_missing_marker, marker_record, window_marker
 from contract.notifications import Notification
 from contract.position import BinlogPosition
-from contract.records import heartbeat_record, transaction_record
+from contract.records import heartbeat_record
 from contract.signals import is_window_marker
 from contract.topics import markers_topic, notifications_topic
 from producer.binlog.process import ReaderProcess
@@ -44,6 +44,7 @@ from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.snapshot.gtid_windows import Boundary
 from producer.snapshot.table_reader import list_tables
 from producer.startup import ProducerState
+from producer.transaction_metadata import TransactionMetadata
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class StreamSession(SessionSchemaChanges):
         self.batch_events = 0
         self.batch_started = time.monotonic()
         self.last_heartbeat = time.monotonic()
-        self._txn: dict | None = None  # the open transaction's metadata (transaction_metadata on)
+        self.txn = TransactionMetadata(self.prefix, writer.produce)  # (producer.transaction_metadata)
         # Where to restart to lose nothing of what has been handled: a ResumePoint, or the
         # last RowChanges handled (its resume point, built when needed).
         self._handled: ResumePoint | RowChanges = state.resume
@@ -139,8 +140,8 @@ class StreamSession(SessionSchemaChanges):
                 if item.gtid:
                     self.gtids.add(item.gtid)
                 metrics.transaction(item.gtid)
-                if self._txn is not None:
-                    self._txn_end(item)
+                if self.txn.open is not None:
+                    self.batch_events += self.txn.end(item)
                 if self._due():
                     self._commit(item.resume)
             elif kind is Idle:
@@ -202,32 +203,11 @@ class StreamSession(SessionSchemaChanges):
         if records:
             events = sum(1 for r in records if r[2] is not None)  # (tombstones are no change events)
             if self.cfg.producer.transaction_metadata:
-                self._txn_begin(item, events)
+                self.batch_events += self.txn.begin(item, events)
             self.writer.produce_all(records)
             self.batch_events += len(records)
             self.app.metrics.event(item.ts_ms, events, (item.db, item.table, item.kind))
         return len(records)
-
-    # -- transaction metadata (Debezium's BEGIN/END records on <prefix>.transaction) ------
-    def _txn_write(self, status: str, txn_id: str, position: str, **extra) -> None:
-        self.writer.produce(*transaction_record(self.prefix, status, txn_id, position, **extra))
-        self.batch_events += 1
-
-    def _txn_begin(self, item: RowChanges, n: int) -> None:
-        txn_id = item.gtid or f"{item.resume_file}:{item.resume_pos}"
-        if self._txn is None or self._txn["id"] != txn_id:
-            self._txn = {"id": txn_id, "count": 0, "collections": {}}
-            self._txn_write("BEGIN", txn_id, item.base.encode())
-        self._txn["count"] += n
-        name = f"{item.db}.{item.table}"
-        self._txn["collections"][name] = self._txn["collections"].get(name, 0) + n
-
-    def _txn_end(self, end: TransactionEnd) -> None:
-        txn, self._txn = self._txn, None
-        if txn is None:
-            return
-        self._txn_write("END", txn["id"], end.position.encode(), event_count=txn["count"],
-                        data_collections=txn["collections"])
 
     def _due(self) -> bool:
         return self.batch_events > 0 and (self.batch_events >= self.cfg.producer.batch_size or

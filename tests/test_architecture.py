@@ -96,3 +96,22 @@ def test_the_design_document_names_modules_that_exist_and_every_subpackage():
                 unlisted.append(str(init.parent.relative_to(ROOT)))
     assert missing == [], "docs/DESIGN.md names modules that do not exist"
     assert unlisted == [], "docs/DESIGN.md does not list these packages"
+
+
+SIZED_PACKAGES = ("producer", "spark_jobs", "contract", "common")
+MAX_CLASS_LINES, MAX_FUNCTION_LINES = 300, 80
+
+
+def test_no_class_over_300_lines_and_no_function_over_80_in_the_pipeline():
+    """Issue 38's size figures, kept: a class or function past them in the pipeline's packages
+    is a sign that it holds more than one job (the operator tools in cdc/ are not counted)."""
+    over = []
+    for pkg in SIZED_PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                limit = (MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else
+                         MAX_FUNCTION_LINES if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None)
+                if limit is not None and node.end_lineno - node.lineno + 1 > limit:
+                    over.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: "
+                                f"{node.end_lineno - node.lineno + 1} lines (at most {limit})")
+    assert not over, "\n".join(over)

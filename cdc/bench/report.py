@@ -165,11 +165,15 @@ def _merge_lines(merge: dict, merge_events: int, producer_rate: float | None) ->
     return lines + lake_lines(merge.get("lake"))
 
 
+LAKE_HEADING = "## The lake sinks: Kafka to Delta Lake and Iceberg (`cdc bench merge` (f), (g))"
+
+
 def lake_lines(lake: dict | None) -> list[str]:
-    """(f) and (g) of ``cdc bench merge``: the lake sinks against the changelog in the same run."""
+    """(f) and (g) of ``cdc bench merge``: the lake sinks against the changelog in the same run,
+    a section of its own (after the merge's), which ``with_lake_section`` can write alone."""
     if not lake:
         return []
-    lines = ["", "### The lake sinks (f, g)", "",
+    lines = ["", LAKE_HEADING, "",
              "The same backlog merged by the job into one target at a time (each with a checkpoint of its own), "
              "local[2]; steady rate from the first batch; the lake commits are the driver's, once per table per "
              "batch (docs/lake.md).", "",
@@ -437,6 +441,12 @@ def with_race_section(text: str, race: str) -> str:
     """``text`` (docs/benchmarks.md) with its race section replaced by ``race`` (up to the
     next section), or ``race`` appended."""
     return with_section(text, RACE_HEADING, race)
+
+
+def with_lake_section(text: str, merge: dict) -> str:
+    """``text`` (docs/benchmarks.md) with its lake section from a ``cdc bench merge --json``
+    result (``merge["lake"]``), the rest kept."""
+    return with_section(text, LAKE_HEADING, "\n".join(lake_lines(merge.get("lake"))[1:]))
 
 
 def race_section_of(path: Path) -> str | None:

@@ -45,3 +45,16 @@ def test_only_the_named_section_changes(sections, name, body):
         if other != name:
             assert section_of(text, f"## {other}").rstrip("\n") == f"## {other}\n{b}".rstrip("\n")
     assert text.count(f"## {name}\n") == 1
+
+
+def test_the_lake_section_of_cdc_bench_merge_is_written_alone():
+    from cdc.bench.report import LAKE_HEADING, with_lake_section
+    run = {"steady_events_per_s": 1000.0, "batches": 4, "phases": {"lake_commit_s": 2.5},
+           "files_after_run": 9, "files_after_optimize": 1}
+    lake = {"changelog": {**run, "steady_events_per_s": 2000.0}, "delta": run, "iceberg": run,
+            "ratios": {"delta/changelog": 0.5, "iceberg/changelog": 0.5}}
+    text = with_lake_section(DOC, {"lake": lake})
+    assert section_of(text, "## Soak") == "## Soak\n\nsoak figures\n\n"
+    assert "| delta only | 1,000 | 0.50 | 4 | 2.5 | 9 | 1 |" in section_of(text, LAKE_HEADING)
+    again = with_lake_section(text, {"lake": {**lake, "ratios": {"delta/changelog": 0.6, "iceberg/changelog": 0.5}}})
+    assert again.count(LAKE_HEADING) == 1 and "| delta only | 1,000 | 0.60 |" in again

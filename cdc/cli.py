@@ -573,7 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
     lake_sub = lake_p.add_subparsers(dest="lake_command", required=True, metavar="ACTION")
     for name, help_ in (("optimize", "compact small files (Delta: OPTIMIZE and a log checkpoint)"),
                         ("vacuum", "remove files no version within the retention references, and stale staged parts"),
-                        ("expire", "expire Iceberg snapshots older than the retention"),
+                        ("expire", "expire Iceberg snapshots older than the retention, delete the files none left needs"),
                         ("files", "data files per table")):
         p = lake_sub.add_parser(name, help=help_)
         p.add_argument("tables", nargs="*", metavar="DB.TABLE", help="tables (names or regular expressions; default all)")

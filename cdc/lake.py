@@ -4,7 +4,8 @@
   checkpoint; Iceberg: the small data files rewritten in one snapshot);
 * ``cdc lake vacuum`` removes the Delta files no version within the retention references and
   the lake sinks' staged parts left by failed tasks;
-* ``cdc lake expire`` expires the Iceberg snapshots older than the retention;
+* ``cdc lake expire`` expires the Iceberg snapshots older than the retention and deletes the
+  files no snapshot left needs;
 * ``cdc lake files`` shows the data files per table;
 * ``cdc lake sql "SELECT ..."`` runs DuckDB over the tables (``delta.<db>.<table>`` and
   ``iceberg.<db>.<table>`` as views), with the delta, iceberg and avro extensions of the

@@ -334,6 +334,12 @@ class _LakeSinkConfig(_Section):
     # Compact a table's small files after every N of its commits (0: only by `cdc lake optimize`),
     # so that a long run keeps a bounded number of files per table.
     compact_every: int = Field(50, ge=0)
+    # With each compaction, what older versions go (Delta: VACUUM and old log entries; Iceberg:
+    # snapshots expired and the files no snapshot left needs deleted): every version committed
+    # within the last retention_hours stays readable; 0 keeps only the latest; null never
+    # removes anything (then `cdc lake vacuum|expire`). Each commit rewrites the files holding
+    # the rows it replaces, so without it the disk grows with every batch.
+    retention_hours: int | None = Field(1, ge=0)
     # The size compaction aims at, in bytes.
     target_file_size: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
 

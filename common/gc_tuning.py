@@ -14,7 +14,6 @@ import contextlib
 import gc
 from typing import Iterator
 
-
 #: The thresholds of a process that streams records (Python's default: 700, 10, 10): the young
 #: generation scanned 70 times less often, the old ones a little less.  The producer's parent
 #: process and the merge job's Spark Python workers use them.

@@ -47,7 +47,6 @@ import fastavro
 import psycopg
 from rich.console import Console
 
-from cdc.bench.lake import delta_latency, lake_runs
 from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
@@ -63,6 +62,7 @@ from cdc.bench.harness import (
     results_table,
     start_stack,
 )
+from cdc.bench.lake import delta_latency, lake_runs
 from cdc.errors import BenchError
 from cdc.stack.spark_cluster import standalone_cluster
 from common.config import dump_config

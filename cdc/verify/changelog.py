@@ -21,8 +21,8 @@ from cdc.errors import TargetMissing
 from cdc.verify.report import SinkResult
 from cdc.verify.spec import TableSpec
 from cdc.verify.targets import KeyedRowsTarget
-from common.kafka.topic_reader import read_topic
 from common.errors import CDCError
+from common.kafka.topic_reader import read_topic
 from contract.codecs.serde import SINGLE_OBJECT_MAGIC, ConfluentRegistry, RecordDecoder
 from contract.envelope import POSITION_HEADER, TRUNCATE_OP
 from contract.position import CopyFilter

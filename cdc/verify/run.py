@@ -18,11 +18,11 @@ from cdc.verify.changelog import ChangelogTarget, MergedChangelogTarget
 from cdc.verify.checksum import Checksum, checksum
 from cdc.verify.diff import Diffs, compare_rows
 from cdc.verify.discovery import source_tables
+from cdc.verify.lake_target import LakeTarget
 from cdc.verify.report import SinkResult, TableReport, VerifyReport
 from cdc.verify.shards import indistinct, mapped, shard_spec, stray_rows
 from cdc.verify.source import SourceTable
 from cdc.verify.spec import KeylessTable, MissingTable, TableSpec, table_spec
-from cdc.verify.lake_target import LakeTarget
 from cdc.verify.targets import DBTarget, MySQLTarget, PostgresTarget, Target
 from common.sql.sessions import read_session
 from contract.envelope import record_names

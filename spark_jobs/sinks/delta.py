@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 __all__ = ["DeltaSink", "quote_delta", "literal"]
 
 
+#: The table property that says how long the log keeps its entries.
+LOG_RETENTION = "delta.logRetentionDuration"
+
+
 def quote_delta(name: str) -> str:
     """A column name as a delta-rs (DataFusion) SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
@@ -82,16 +86,17 @@ class DeltaSink(LakeSinkBase):
                                                   for k, v in (section.storage_options or {}).items()},
                    staging=section.staging_path or None, soft_delete=section.soft_delete,
                    change_data_feed=section.change_data_feed, compact_every=section.compact_every,
-                   target_file_size=section.target_file_size)
+                   retention_hours=section.retention_hours, target_file_size=section.target_file_size)
 
     def __init__(self, path: str, *, storage_options: dict[str, str] | None = None, staging: str | None = None,
                  soft_delete: bool = False, change_data_feed: bool = False, compact_every: int = 0,
-                 target_file_size: int = 128 * 1024 * 1024) -> None:
+                 retention_hours: int | None = None, target_file_size: int = 128 * 1024 * 1024) -> None:
         if not path:
             raise SinkError("sinks.delta.path must be set")
         self.path = str(path).rstrip("/")
         self.storage_options = dict(storage_options or {})
-        super().__init__(staging or f"{self.path}/_cdc_staging", soft_delete=soft_delete, compact_every=compact_every)
+        super().__init__(staging or f"{self.path}/_cdc_staging", soft_delete=soft_delete, compact_every=compact_every,
+                         retention_hours=retention_hours)
         self.change_data_feed = change_data_feed
         self.target_file_size = target_file_size
 
@@ -336,6 +341,19 @@ class DeltaSink(LakeSinkBase):
         removed = handle.vacuum(retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=False)
         handle.cleanup_metadata()
         return {"files_removed": len(removed)}
+
+    def remove_old_versions(self, db: str, table: str, retention_hours: float) -> dict:
+        """VACUUM at the retention, and the log entries before the last checkpoint older than
+        it too (``delta.logRetentionDuration`` set to the retention: by default a table keeps
+        30 days of log, a file per commit)."""
+        handle = self._load(db, table)
+        if handle is None:
+            return {}
+        wanted = f"interval {int(retention_hours)} hours"
+        if handle.metadata().configuration.get(LOG_RETENTION) != wanted:
+            handle.alter.set_table_properties({LOG_RETENTION: wanted}, raise_if_not_exists=False)
+        handle.create_checkpoint()
+        return self.vacuum(db, table, retention_hours)
 
     def commits(self, db: str, table: str) -> list[tuple[str, int]]:
         """``(app, batch)`` of every commit the merge job made to the table (within the log's

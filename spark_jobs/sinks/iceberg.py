@@ -33,8 +33,9 @@ import pyarrow.compute as pc
 
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import check_position
-from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, LakeSinkBase, evolved_schema
+from spark_jobs.sinks.iceberg_maintenance import compact_small_files, drop_dead_manifests, remove_unreferenced_files
 from spark_jobs.sinks.iceberg_merge import rewrite, winners
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, LakeSinkBase, evolved_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink
@@ -86,11 +87,13 @@ class IcebergSink(LakeSinkBase):
                    namespace=section.namespace,
                    properties={k: v.get_secret_value() for k, v in (section.properties or {}).items()},
                    staging=section.staging_path or None, soft_delete=section.soft_delete,
-                   compact_every=section.compact_every, target_file_size=section.target_file_size)
+                   compact_every=section.compact_every, retention_hours=section.retention_hours,
+                   target_file_size=section.target_file_size)
 
     def __init__(self, catalog_uri: str, warehouse: str, *, catalog_name: str = "cdc", namespace: str = "",
                  properties: dict[str, str] | None = None, staging: str | None = None, soft_delete: bool = False,
-                 compact_every: int = 0, target_file_size: int = 128 * 1024 * 1024) -> None:
+                 compact_every: int = 0, retention_hours: int | None = None,
+                 target_file_size: int = 128 * 1024 * 1024) -> None:
         if not catalog_uri or not warehouse:
             raise SinkError("sinks.iceberg.catalog_uri and sinks.iceberg.warehouse must be set")
         self.catalog_uri = catalog_uri
@@ -100,7 +103,7 @@ class IcebergSink(LakeSinkBase):
         self.properties = dict(properties or {})
         self.target_file_size = target_file_size
         super().__init__(staging or f"{self.warehouse}/_cdc_staging", soft_delete=soft_delete,
-                         compact_every=compact_every)
+                         compact_every=compact_every, retention_hours=retention_hours)
         self._catalog: Any = None
 
     def __getstate__(self) -> dict:
@@ -178,7 +181,9 @@ class IcebergSink(LakeSinkBase):
             self.catalog.create_namespace_if_not_exists(ident[0])
             return self.catalog.create_table(ident, schema=schema, properties={
                 OWNER_PROPERTY: owner or "cdc-merge", "format-version": "2",
-                "write.parquet.compression-codec": "zstd", "cdc.key": ",".join(key)})
+                "write.parquet.compression-codec": "zstd", "cdc.key": ",".join(key),
+                # (each commit writes a metadata file: keep the last 100, as Iceberg's default count)
+                "write.metadata.delete-after-commit.enabled": "true"})
         except err["exists"] as exc:
             raise LakeCommitConflict(f"the table was created meanwhile: {exc}") from exc
         except err["down"] as exc:
@@ -312,36 +317,29 @@ class IcebergSink(LakeSinkBase):
     # -- maintenance -----------------------------------------------------------------------------
     def compact(self, db: str, table: str) -> dict:
         """Rewrite the table's small data files (below half of ``target_file_size``) into
-        files of that size, in one snapshot."""
-        from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
-        from pyiceberg.expressions import AlwaysTrue
+        files of that size, in one snapshot, after dropping the manifests that list no live
+        file."""
         handle = self._load(db, table)
         if handle is None or handle.current_snapshot() is None:
             return {}
-        small = [t for t in handle.scan().plan_files() if t.file.file_size_in_bytes < self.target_file_size // 2]
-        if len(small) < 2:
-            return {"files_removed": 0, "files_added": 0}
-        with handle.transaction() as tx:
-            with tx.update_snapshot(snapshot_properties={"cdc.maintenance": "compact"}).overwrite() as ow:
-                df = ArrowScan(table_metadata=tx.table_metadata, io=handle.io, projected_schema=handle.schema(),
-                               row_filter=AlwaysTrue()).to_table(tasks=small)
-                added = list(_dataframe_to_data_files(table_metadata=tx.table_metadata, df=df, io=handle.io,
-                                                      write_uuid=ow.commit_uuid))
-                for t in small:
-                    ow.delete_data_file(t.file)
-                for f in added:
-                    ow.append_data_file(f)
-        return {"files_removed": len(small), "files_added": len(added)}
+        dropped = drop_dead_manifests(handle)
+        return {**compact_small_files(handle, self.target_file_size), "manifests_dropped": dropped}
 
     def expire(self, db: str, table: str, retention_hours: float) -> dict:
-        """Expire the snapshots older than ``retention_hours`` (the current one stays)."""
+        """Expire the snapshots older than ``retention_hours`` (the current one stays), then
+        delete the files no snapshot left needs (pyiceberg's expiry only edits the metadata)."""
         handle = self._load(db, table)
         if handle is None or handle.current_snapshot() is None:
             return {}
         before = len(handle.metadata.snapshots)
         cutoff = datetime.now(timezone.utc) - timedelta(hours=retention_hours)
-        handle.maintenance.expire_snapshots().older_than(cutoff).commit()
-        return {"snapshots_expired": before - len(handle.refresh().metadata.snapshots)}
+        if before > 1:
+            handle.maintenance.expire_snapshots().older_than(cutoff).commit()
+        handle = handle.refresh()
+        return {"snapshots_expired": before - len(handle.metadata.snapshots),
+                "files_removed": remove_unreferenced_files(handle, cutoff)}
+
+    remove_old_versions = expire
 
     def commits(self, db: str, table: str) -> list[tuple[str, int]]:
         """``(app, batch)`` of every commit the merge job made to the table (its snapshots not

@@ -71,10 +71,12 @@ class LakeSinkBase(BatchSink):
     #: The sink's format, in messages.
     FORMAT: ClassVar[str] = "lake"
 
-    def __init__(self, staging: str, *, soft_delete: bool = False, compact_every: int = 0) -> None:
+    def __init__(self, staging: str, *, soft_delete: bool = False, compact_every: int = 0,
+                 retention_hours: int | None = None) -> None:
         self.staging = StagingArea(staging)
         self.soft_delete = soft_delete
         self.compact_every = compact_every
+        self.retention_hours = retention_hours
         self._layouts: dict[tuple[str, tuple], TableLayout] = {}
         self._commits: dict[tuple[str, str], int] = {}  # per table, since the sink was made
 
@@ -111,7 +113,10 @@ class LakeSinkBase(BatchSink):
         self.staging.remove_older(app, db, table, batch_id)
         done = self._commits[(db, table)] = self._commits.get((db, table), 0) + 1
         if self.compact_every and done % self.compact_every == 0:
-            self._maintain(db, table, lambda: self.compact(db, table))
+            self._maintain(db, table, "compaction", lambda: self.compact(db, table))
+            if self.retention_hours is not None:
+                self._maintain(db, table, "removing old versions",
+                               lambda: self.remove_old_versions(db, table, self.retention_hours))
         return result
 
     def _commit_once(self, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int, app: str,
@@ -171,13 +176,15 @@ class LakeSinkBase(BatchSink):
                             f"pipeline ({found!r}, this one is {owner!r}): two pipelines must not share lake tables; "
                             "give this sink another location")
 
-    def _maintain(self, db: str, table: str, fn: Callable[[], Any]) -> None:
+    def _maintain(self, db: str, table: str, what: str, fn: Callable[[], Any]) -> None:
         """Run a maintenance step after a commit; a failure is logged, not the batch's."""
         try:
-            fn()
-        except Exception as exc:  # noqa: BLE001 - the batch is committed; compaction waits for the next turn
-            log.warning("%s table of %s.%s: compaction failed (%s); tried again after the next %d batches",
-                        self.FORMAT, db, table, exc, self.compact_every)
+            done = fn()
+        except Exception as exc:  # noqa: BLE001 - the batch is committed; maintenance waits for the next turn
+            log.warning("%s table of %s.%s: %s failed (%s); tried again after the next %d batches",
+                        self.FORMAT, db, table, what, exc, self.compact_every)
+        else:
+            log.info("%s table of %s.%s: %s: %s", self.FORMAT, db, table, what, done)
 
     # -- the driver's table operations (DROP and RENAME TABLE) -----------------------------------
     def drop_table(self, db: str, table: str, below: str | None = None) -> bool:
@@ -258,6 +265,11 @@ class LakeSinkBase(BatchSink):
 
     def compact(self, db: str, table: str) -> dict:
         """Compact the table's small files; what was done."""
+        raise NotImplementedError
+
+    def remove_old_versions(self, db: str, table: str, retention_hours: float) -> dict:
+        """Remove what only versions older than ``retention_hours`` need (files, snapshots, log
+        entries): every version committed since stays readable; what was done."""
         raise NotImplementedError
 
     def tables(self) -> list[tuple[str, str]]:

@@ -15,7 +15,6 @@ from typing import Any, Iterator
 from spark_jobs.errors import SinkUnavailable
 
 
-
 class SinkConnection:
     """A table sink's connection: opened on first use, every statement in a transaction.
     The sink sets ``SETTINGS``, ``DRIVER_ERROR`` and ``UNAVAILABLE_ERRORS`` and implements

@@ -10,7 +10,6 @@ from typing import Any, Callable, Mapping
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES
 
 
-
 class TableMaintenance:
     """A table sink's maintenance of its tables, for the merge job's driver (on the sink's
     connection, names and bookkeeping tables)."""

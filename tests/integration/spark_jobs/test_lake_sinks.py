@@ -267,8 +267,8 @@ def test_delta_change_data_feed(tmp_path):
     commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "a"}, 10, "c")]], 0)
     commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "b"}, 11)]], 1)
     commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.delete({"id": 1}, 12)]], 2)
-    from deltalake import DeltaTable
     import pyarrow as pa
+    from deltalake import DeltaTable
     feed = pa.table(DeltaTable(sink.table_uri("shop", "items")).load_cdf(starting_version=0).read_all()).to_pylist()
     kinds = sorted((r["_commit_version"], r["_change_type"], r["v"]) for r in feed)
     assert kinds == [(1, "insert", "a"), (2, "update_postimage", "b"), (2, "update_preimage", "a"),
@@ -349,3 +349,48 @@ def test_two_writers_committing_at_once_both_land(lake, stack, tmp_path, unique)
     assert sorted(values(lake, "shop", "items")) == [0, 101, 102, 103, 104, 105, 201, 202, 203, 204, 205]
     commits = lake_commits(lake, "shop", "items")
     assert len(commits) == len(set(commits)) == 11
+
+
+def _files_on_disk(sink, db: str, table: str) -> int:
+    """The table's files, but Iceberg's metadata files: each commit writes one, and the table
+    keeps the last 100 (``write.metadata.previous-versions-max``), checked apart."""
+    where = sink.table_uri(db, table) if hasattr(sink, "table_uri") else sink._load(db, table).metadata.location
+    files = [p for p in Path(where.removeprefix("file://")).rglob("*") if p.is_file()]
+    assert sum(1 for p in files if p.name.endswith(".metadata.json")) <= 101
+    return sum(1 for p in files if not p.name.endswith(".metadata.json"))
+
+
+def test_old_versions_go_so_the_disk_of_a_long_run_stays_bounded(lake):
+    """Every batch below rewrites every row (a MERGE copies the files it changes): without
+    removing old versions the files on disk grow with each batch; with ``retention_hours``
+    they are removed with each compaction (0 here: only the latest version kept), the rows
+    stay right and a replayed batch is still recognised."""
+    src = simple_source()
+
+    def batch(b: int) -> list:
+        return [[src.upsert({"id": i, "v": f"{b}-{i}"}, 1000 * b + i, "c" if b == 0 else "u") for i in range(50)]]
+
+    lake.compact_every, lake.retention_hours = 0, None
+    for b in range(10):
+        commit_batch(lake, "shop", "grows", src.schema, ["id"], batch(b), b)
+    grown = _files_on_disk(lake, "shop", "grows")
+    lake.compact_every, lake.retention_hours = 5, 0
+    counts = []
+    for b in range(40):
+        commit_batch(lake, "shop", "kept", src.schema, ["id"], batch(b), b)
+        counts.append(_files_on_disk(lake, "shop", "kept"))
+    assert max(counts[10:]) <= max(counts[:10]), counts  # bounded: no growth past the first compactions
+    assert counts[-1] < grown, (counts, grown)  # 40 batches leave fewer files than 10 without removal
+    assert values(lake, "shop", "kept") == {i: (f"39-{i}",) for i in range(50)}
+    if isinstance(lake, IcebergSink):  # each commit would read more manifests than the last: a run that slows down
+        handle = lake._load("shop", "kept")
+        assert len(handle.current_snapshot().manifests(handle.io)) <= lake.compact_every + 2
+        grown_handle = lake._load("shop", "grows")
+        assert len(grown_handle.current_snapshot().manifests(grown_handle.io)) >= 10  # (pyiceberg's, without)
+    again = commit_batch(lake, "shop", "kept", src.schema, ["id"], batch(39), 39)
+    assert (again.upserted, again.deleted) == (0, 0)  # committed before: the batch marker survived
+    commit_batch(lake, "shop", "kept", src.schema, ["id"], batch(40), 40)
+    assert values(lake, "shop", "kept") == {i: (f"40-{i}",) for i in range(50)}
+    # within a retention of an hour, nothing of these versions goes
+    assert lake.remove_old_versions("shop", "kept", 1).get("files_removed", 0) == 0
+    assert values(lake, "shop", "kept") == {i: (f"40-{i}",) for i in range(50)}

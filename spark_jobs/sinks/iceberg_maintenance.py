@@ -1,0 +1,74 @@
+"""An Iceberg table's upkeep in a long run, on pyiceberg: small files compacted, manifests that
+list no live file dropped, and the files no snapshot needs any more deleted (docs/lake.md,
+"Maintenance")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+
+def compact_small_files(handle: Any, target_file_size: int) -> dict:
+    """Rewrite the table's data files below half of ``target_file_size`` into files of that
+    size, in one snapshot; what was done."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+    small = [t for t in handle.scan().plan_files() if t.file.file_size_in_bytes < target_file_size // 2]
+    if len(small) < 2:
+        return {"files_removed": 0, "files_added": 0}
+    with handle.transaction() as tx:
+        with tx.update_snapshot(snapshot_properties={"cdc.maintenance": "compact"}).overwrite() as ow:
+            df = ArrowScan(table_metadata=tx.table_metadata, io=handle.io, projected_schema=handle.schema(),
+                           row_filter=AlwaysTrue()).to_table(tasks=small)
+            added = list(_dataframe_to_data_files(table_metadata=tx.table_metadata, df=df, io=handle.io,
+                                                  write_uuid=ow.commit_uuid))
+            for t in small:
+                ow.delete_data_file(t.file)
+            for f in added:
+                ow.append_data_file(f)
+    return {"files_removed": len(small), "files_added": len(added)}
+
+
+def drop_dead_manifests(handle: Any) -> int:
+    """A snapshot without the manifests that list no live file: pyiceberg's overwrite carries
+    every earlier commit's manifest of deleted entries into the next snapshot, so a table
+    that each batch rewrites would gain a manifest per commit and every commit (which reads
+    them all) would slow down with the run's length. An append of no file keeps only the
+    manifests with live files (as Iceberg's own commits do); how many went."""
+    snap = handle.current_snapshot()
+    manifests = snap.manifests(handle.io) if snap is not None else []
+    dead = sum(1 for m in manifests if not (m.has_added_files() or m.has_existing_files()))
+    if dead:
+        with handle.transaction() as tx:
+            with tx.update_snapshot(snapshot_properties={"cdc.maintenance": "manifests"}).fast_append():
+                pass
+        handle.refresh()
+    return dead
+
+
+def remove_unreferenced_files(handle: Any, cutoff: datetime) -> int:
+    """Delete the files under the table's data and metadata directories that neither a
+    snapshot of ``handle`` (its manifest lists, manifests and live data files) nor its
+    metadata (the current file and its log) names, written before ``cutoff`` (a file written
+    since may belong to a commit under way); how many."""
+    import pyarrow.fs as pafs
+    io, meta = handle.io, handle.metadata
+    keep = {handle.metadata_location, *(e.metadata_file for e in meta.metadata_log)}
+    read: set[str] = set()
+    for snap in meta.snapshots:
+        keep.add(snap.manifest_list)
+        for manifest in snap.manifests(io):
+            keep.add(manifest.manifest_path)
+            if manifest.manifest_path not in read:
+                read.add(manifest.manifest_path)
+                keep.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=True))
+    fs, root = pafs.FileSystem.from_uri(meta.location)
+    keep_paths = {pafs.FileSystem.from_uri(p)[1] if "://" in p else p for p in keep}
+    removed = 0
+    for sub in ("data", "metadata"):
+        for info in fs.get_file_info(pafs.FileSelector(f"{root}/{sub}", allow_not_found=True, recursive=True)):
+            if (info.type == pafs.FileType.File and info.path not in keep_paths and info.mtime is not None
+                    and info.mtime < cutoff):
+                fs.delete_file(info.path)
+                removed += 1
+    return removed

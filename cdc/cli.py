@@ -256,8 +256,9 @@ def _cmd_bench_broker(args: argparse.Namespace) -> int:
 def _cmd_bench_soak(args: argparse.Namespace) -> int:
     result = bench_soak(Path(args.state_dir), minutes=args.minutes, rate=args.rate, rows=args.rows,
                         partitions=args.partitions, sample_s=args.sample_s, out=Path(args.out) if args.out else None,
-                        png=Path(args.png) if args.out else None, keep_running=args.keep_running,
-                        console=_bench_console(args))
+                        png=(Path(args.png) if args.png != "docs/soak.png" or not args.lake
+                             else Path("docs/soak-lake.png")) if args.out else None, keep_running=args.keep_running,
+                        lake=args.lake, lake_retention_hours=args.lake_retention_hours, console=_bench_console(args))
     if args.json:
         print(json.dumps({k: v for k, v in result.items()}, indent=2, default=str))
     return 0 if result["verdict"]["passed"] else 1
@@ -517,6 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_soak_p.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples (default 30)")
     bench_soak_p.add_argument("--out", help="write the soak section of this file (e.g. docs/benchmarks.md)")
     bench_soak_p.add_argument("--png", default="docs/soak.png", help="the plot, with --out (default docs/soak.png)")
+    bench_soak_p.add_argument("--lake", action="store_true",
+                              help="the Delta and Iceberg sinks on too (as cdc stack up has them), their disk sampled")
+    bench_soak_p.add_argument("--lake-retention-hours", type=int, default=1,
+                              help="with --lake: the sinks' retention_hours (default 1; 0 keeps only the latest)")
     bench_soak_p.add_argument("--state-dir", default=".cdc/bench")
     bench_soak_p.add_argument("--keep-running", action="store_true")
     bench_soak_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")

@@ -18,6 +18,7 @@ from cdc.bench.doc_sections import section_of, with_section
 from cdc.bench.harness import DEFAULT_STATE_DIR, machine_caption
 from cdc.bench.merge import bench_merge
 from cdc.bench.snapshot import bench_snapshot
+from cdc.bench.soak import LAKE_SECTION as LAKE_SOAK_HEADING
 from cdc.bench.soak import SECTION as SOAK_HEADING
 from cdc.bench.stream import bench_stream
 
@@ -501,7 +502,7 @@ def bench_report(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAU
     text = render(stream, snapshot, merge, stream_rows=stream_rows, snapshot_rows=snapshot_rows,
                   merge_events=merge_events)
     kept = out.read_text() if out.exists() else ""
-    for heading in (RACE_HEADING, SOAK_HEADING):  # written by `cdc bench race` and `cdc bench soak`, kept as they are
+    for heading in (RACE_HEADING, SOAK_HEADING, LAKE_SOAK_HEADING):  # by `cdc bench race` / `soak`: kept as they are
         section = section_of(kept, heading)
         if section:
             text = with_section(text, heading, section)

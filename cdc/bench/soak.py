@@ -238,6 +238,25 @@ def _files(path: Path) -> int:
     return sum(1 for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
+def _lake_dirs(cfg: CDCConfig, db: str) -> dict[str, Path]:
+    """The soak table's lake tables' directories (local paths), when the lake sinks are on."""
+    out = {}
+    if cfg.sinks.delta.enabled:
+        out["delta"] = Path(cfg.sinks.delta.path.removeprefix("file://")) / db / TABLE
+    if cfg.sinks.iceberg.enabled:
+        out["iceberg"] = Path(cfg.sinks.iceberg.warehouse.removeprefix("file://")) / db / TABLE
+    return out
+
+
+def _lake_sample(dirs: dict[str, Path]) -> dict[str, dict[str, float]]:
+    """Each lake table's files and MB on disk."""
+    out = {}
+    for name, path in dirs.items():
+        files = [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
+        out[name] = {"files": len(files), "mb": round(sum(f.stat().st_size for f in files) / 1e6, 1)}
+    return out
+
+
 def _merge_status(cfg: CDCConfig) -> dict:
     try:
         return json.loads((Path(cfg.state_dir) / "merge-status.json").read_text())
@@ -260,19 +279,25 @@ def false_loss_alarm(cfg: CDCConfig) -> str | None:
 def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60.0, rate: int = 1000,
              rows: int = 50_000, partitions: int = 2, sample_s: float = 30.0, deep_batches: int = 0,
              drain_s: float = 180.0, stack_pids: dict[str, int | None] | None = None, loss_checks: int = 1,
+             lake: bool = False, lake_retention_hours: int | None = 1,
              console: Console | None = None, on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """One soak run (see the module docstring) against the stack ``cfg`` and ``mysql`` (its
     admin connection details) point at; ``stack_pids``: the broker's, MariaDB's and
     PostgreSQL's processes, for their memory; ``loss_checks``: how many times each sample
-    asks what ``cdc status`` says of lost history.  Returns the samples and the verdict's figures."""
+    asks what ``cdc status`` says of lost history; ``lake``: the Delta and Iceberg sinks on too
+    (as `cdc stack up` has them), removing versions older than ``lake_retention_hours``, their
+    tables' files and MB sampled.  Returns the samples and the verdict's figures."""
     console = console or Console()
     work_dir.mkdir(parents=True, exist_ok=True)
     run = f"soak_{uuid.uuid4().hex[:8]}"
     db = run
     cfg = run_config(cfg, run, work_dir, partitions=partitions)
     cfg.sinks.postgres.enabled = cfg.sinks.changelog.enabled = True
-    cfg.sinks.mysql.enabled = cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = False
+    cfg.sinks.mysql.enabled = False
+    cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = lake
+    cfg.sinks.delta.retention_hours = cfg.sinks.iceberg.retention_hours = lake_retention_hours
     cfg.sinks.postgres.schema_name = run
+    lake_dirs = _lake_dirs(cfg, db)
     create_table(mysql, db, rows)
     if deep_batches:
         topic = table_topic(run, db, TABLE)
@@ -291,7 +316,8 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
                   + (f", {deep_batches:,} filler batches per partition" if deep_batches else ""))
     t0 = time.time()
     result: dict[str, Any] = {"run": run, "rate": rate, "minutes": minutes, "rows": rows, "partitions": partitions,
-                              "deep_batches": deep_batches, "sample_s": sample_s, "samples": samples}
+                              "deep_batches": deep_batches, "sample_s": sample_s, "samples": samples,
+                              "lake": lake, "lake_retention_hours": lake_retention_hours if lake else None}
     try:
         producer.start()
         job.start()
@@ -330,6 +356,8 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
                       "tombstones": clock.tombstones(), "pace_warnings": [w.get("message") for w in
                                                                           ms.get("warnings") or []],
                       "lost_history_alarm": alarm}
+            if lake_dirs:
+                sample["lake"] = _lake_sample(lake_dirs)
             samples.append(sample)
             last_t, last_input, last_written = now, merged, load.count
             if on_sample is not None:
@@ -366,6 +394,7 @@ def _sample_line(s: dict) -> str:
             f"p99 {_f(s['latency_p99_ms'])} ms  written {_f(s['written_per_s'])}/s  merged {_f(s['merged_per_s'])}/s  "
             f"RSS/private MB: {rss}  "
             f"ckpt files {s['checkpoint_files']}  tombstones {s['tombstones']}"
+            + "".join(f"  {k} {v['files']} files {v['mb']:,.1f} MB" for k, v in (s.get("lake") or {}).items())
             + (f"  WARNINGS: {len(s['pace_warnings'])}" if s["pace_warnings"] else ""))
 
 
@@ -394,6 +423,11 @@ def verdict(result: dict) -> dict[str, Any]:
             a, b = first[0][field].get(k) or 0.0, last[-1][field].get(k) or 0.0
             rss_growth[k] = round(b / a, 2) if a else None
     judged_rss = {k: v for k, v in rss_growth.items() if k in JUDGED_MEMORY and v is not None}
+    lake_growth = {}
+    if first and last and last[-1].get("lake"):
+        for k, v in last[-1]["lake"].items():
+            a = (first[0].get("lake") or {}).get(k, {}).get("mb") or 0.0
+            lake_growth[k] = round(v["mb"] / a, 2) if a else None
     all_p99 = [v for v in p99(samples)]
     out = {
         "equal": result.get("equal", False),
@@ -403,6 +437,7 @@ def verdict(result: dict) -> dict[str, Any]:
         "latency_p99_max_ms": max(all_p99) if all_p99 else None,
         "rss_growth": rss_growth,
         "false_loss_alarms": len(result.get("lost_history_alarms") or []),
+        "lake_growth": lake_growth,
     }
     out["latency_flat"] = out["latency_p99_ratio"] is not None and out["latency_p99_ratio"] <= 1.5
     out["rss_flat"] = bool(judged_rss) and all(v <= 1.25 for v in judged_rss.values())
@@ -447,15 +482,22 @@ def plot(result: dict, path: Path) -> Path:
 
 
 SECTION = "## Soak"
+#: A soak with the lake sinks on (``--lake``) has a section of its own.
+LAKE_SECTION = "## Soak with the lake sinks"
+
+
+def section_heading(result: dict) -> str:
+    return LAKE_SECTION if result.get("lake") else SECTION
 
 
 def render(result: dict, *, when: str, png: str | None = None) -> str:
     """The docs/benchmarks.md section: the verdict, then the series (every sample, or every
     other one past 40)."""
     v = result["verdict"]
-    lines = [SECTION, "",
+    lines = [section_heading(result), "",
              f"`cdc bench soak --minutes {result['minutes']:g} --rate {result['rate']}` ({when}): the producer and the "
-             f"merge job (`local[2]`, PostgreSQL sink and clean changelog) under {result['rate']:,} mixed row changes a "
+             f"merge job (`local[2]`, PostgreSQL sink and clean changelog"
+             f"{', Delta and Iceberg tables' if result.get('lake') else ''}) under {result['rate']:,} mixed row changes a "
              f"second (35% inserts, 50% updates, 12% deletes, 3% key changes) on a table of {result['rows']:,} rows, "
              f"{result['partitions']} partitions, an incremental snapshot at the start; a sample every "
              f"{result['sample_s']:g} s.", "",
@@ -470,26 +512,34 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
              f"| private memory flat (RssAnon, last / first after warm-up; producer and merge job judged, servers shown) | "
              f"{', '.join(f'{k} {g}' for k, g in v['rss_growth'].items())} | {'yes' if v['rss_flat'] else 'no'} |",
              f"| no false alarm of lost Kafka history | {v['false_loss_alarms']} | "
-             f"{'yes' if v['false_loss_alarms'] == 0 else 'no'} |", ""]
+             f"{'yes' if v['false_loss_alarms'] == 0 else 'no'} |"]
+    if v.get("lake_growth"):
+        lines.append(f"| lake tables' disk (MB, last / first after warm-up; retention "
+                     f"{result.get('lake_retention_hours')} h) | "
+                     f"{', '.join(f'{k} {g}' for k, g in v['lake_growth'].items())} | shown |")
+    lines.append("")
     if png:
         lines += [f"![soak series]({png})", ""]
     s = result["samples"]
     step = 1 if len(s) <= 40 else 2
     keys = list(s[0]["rss_mb"]) if s else []
+    lakes = list(s[0].get("lake") or {}) if s else []
     lines += ["| min | behind source s | latency p50 ms | p99 ms | written/s | merged/s | "
               + " | ".join(f"{k} MB RSS / private" for k in keys)
-              + " | ckpt files | tombstones | warnings |",
-              "| " + " | ".join(["---"] * (9 + len(keys))) + " |"]
+              + " | ckpt files | tombstones | warnings |" + "".join(f" {k} files / MB |" for k in lakes),
+              "| " + " | ".join(["---"] * (9 + len(keys) + len(lakes))) + " |"]
     for x in s[::step]:
         lines.append(f"| {x['t_s'] / 60:.1f} | {_f(x['source_lag_s'], '.1f')} | {_f(x['latency_p50_ms'])} | "
                      f"{_f(x['latency_p99_ms'])} | {_f(x.get('written_per_s'))} | {_f(x['merged_per_s'])} | "
                      + " | ".join(f"{_f(x['rss_mb'].get(k))} / {_f(x.get('private_mb', {}).get(k))}" for k in keys)
-                     + f" | {x['checkpoint_files']} | {x['tombstones']} | {len(x['pace_warnings'])} |")
+                     + f" | {x['checkpoint_files']} | {x['tombstones']} | {len(x['pace_warnings'])} |"
+                     + "".join(f" {x['lake'][k]['files']} / {x['lake'][k]['mb']:,.1f} |" for k in lakes))
     return "\n".join(lines) + "\n"
 
 
 def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows: int = 50_000, partitions: int = 2,
                sample_s: float = 30.0, out: Path | None = None, png: Path | None = None, keep_running: bool = False,
+               lake: bool = False, lake_retention_hours: int | None = 1,
                console: Console | None = None) -> dict[str, Any]:
     """``cdc bench soak`` on the embedded stack of ``state_dir``: :func:`run_soak`, then the
     verdict printed and, with ``out``, its section in that file (docs/benchmarks.md) with the
@@ -501,7 +551,8 @@ def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows
     work_dir = Path(state_dir) / f"soak-{int(time.time())}"
     try:
         result = run_soak(cfg, mysql=info.mysql, work_dir=work_dir, minutes=minutes, rate=rate, rows=rows,
-                          partitions=partitions, sample_s=sample_s, stack_pids=pids, console=console)
+                          partitions=partitions, sample_s=sample_s, stack_pids=pids, lake=lake,
+                          lake_retention_hours=lake_retention_hours, console=console)
     finally:
         if keep_running:
             console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")
@@ -520,6 +571,6 @@ def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows
             plot(result, png)
             rel = str(png.relative_to(out.parent)) if png.is_relative_to(out.parent) else str(png)
         text = out.read_text() if out.exists() else "# Benchmarks\n"
-        out.write_text(with_section(text, SECTION, render(result, when=when, png=rel)))
+        out.write_text(with_section(text, section_heading(result), render(result, when=when, png=rel)))
         console.print(f"wrote the soak section of {out}" + (f" and {png}" if png else ""))
     return result

@@ -1,0 +1,38 @@
+"""The soak's report with the lake sinks on: a section of its own (the hour-long soak's stays),
+each lake table's files and MB per sample, and its disk growth beside the verdict."""
+
+from cdc.bench.doc_sections import section_of, with_section
+from cdc.bench.soak import LAKE_SECTION, SECTION, WARM_UP_S, render, section_heading, verdict
+
+
+def _samples(lake: bool) -> list[dict]:
+    out = []
+    for i in range(1, 41):
+        s = {"t_s": 30.0 * i, "source_lag_s": 0.5, "latency_p50_ms": 500, "latency_p99_ms": 900, "rows_measured": 10,
+             "changes_written": 1000 * i, "written_per_s": 1000, "merged_per_s": 1000,
+             "rss_mb": {"producer": 100, "merge": 900}, "private_mb": {"producer": 90, "merge": 800},
+             "checkpoint_files": 100, "tombstones": 5, "pace_warnings": [], "lost_history_alarm": None}
+        if lake:
+            s["lake"] = {"delta": {"files": 12, "mb": 10.0 if 30.0 * i < WARM_UP_S else 20.0}, "iceberg": {"files": 30, "mb": 8.0}}
+        out.append(s)
+    return out
+
+
+def _result(lake: bool) -> dict:
+    r = {"minutes": 20, "rate": 1000, "rows": 50_000, "partitions": 2, "sample_s": 30, "samples": _samples(lake),
+         "equal": True, "lake": lake, "lake_retention_hours": 0 if lake else None}
+    r["verdict"] = verdict(r)
+    return r
+
+
+def test_a_lake_soak_reports_the_lake_tables_disk_in_a_section_of_its_own():
+    lake, plain = _result(True), _result(False)
+    assert section_heading(lake) == LAKE_SECTION and section_heading(plain) == SECTION
+    assert lake["verdict"]["lake_growth"] == {"delta": 1.0, "iceberg": 1.0}  # (after the warm-up: flat)
+    text = render(lake, when="now")
+    assert text.startswith(LAKE_SECTION + "\n") and "Delta and Iceberg tables" in text
+    assert "| delta files / MB | iceberg files / MB |" in text and " 12 / 20.0 | 30 / 8.0 |" in text
+    assert "retention 0 h) | delta 1.0, iceberg 1.0 | shown |" in text
+    assert "lake" not in render(plain, when="now").split("\n", 1)[0]
+    doc = with_section(with_section("# Benchmarks\n", SECTION, render(plain, when="then")), LAKE_SECTION, text)
+    assert section_of(doc, SECTION).startswith(SECTION) and section_of(doc, LAKE_SECTION).rstrip() == text.rstrip()

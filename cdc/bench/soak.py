@@ -495,7 +495,9 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
     other one past 40)."""
     v = result["verdict"]
     lines = [section_heading(result), "",
-             f"`cdc bench soak --minutes {result['minutes']:g} --rate {result['rate']}` ({when}): the producer and the "
+             f"`cdc bench soak --minutes {result['minutes']:g} --rate {result['rate']}"
+             f"{' --lake --lake-retention-hours ' + str(result.get('lake_retention_hours')) if result.get('lake') else ''}"
+             f"` ({when}): the producer and the "
              f"merge job (`local[2]`, PostgreSQL sink and clean changelog"
              f"{', Delta and Iceberg tables' if result.get('lake') else ''}) under {result['rate']:,} mixed row changes a "
              f"second (35% inserts, 50% updates, 12% deletes, 3% key changes) on a table of {result['rows']:,} rows, "

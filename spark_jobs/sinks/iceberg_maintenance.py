@@ -62,8 +62,12 @@ def remove_unreferenced_files(handle: Any, cutoff: datetime) -> int:
             if manifest.manifest_path not in read:
                 read.add(manifest.manifest_path)
                 keep.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=True))
-    fs, root = pafs.FileSystem.from_uri(meta.location)
-    keep_paths = {pafs.FileSystem.from_uri(p)[1] if "://" in p else p for p in keep}
+    path_of = getattr(io, "parse_location", None)
+    if path_of is None or not hasattr(io, "fs_by_scheme"):
+        return 0  # a FileIO other than pyarrow's: nothing to list with
+    scheme, netloc, root = path_of(meta.location, io.properties)
+    fs = io.fs_by_scheme(scheme, netloc)  # the table's own file system, with the catalog's settings
+    keep_paths = {path_of(p, io.properties)[2] for p in keep}
     removed = 0
     for sub in ("data", "metadata"):
         for info in fs.get_file_info(pafs.FileSelector(f"{root}/{sub}", allow_not_found=True, recursive=True)):

@@ -37,6 +37,7 @@ resident memory is reported too), and no false alarm of lost history.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import statistics
@@ -249,11 +250,16 @@ def _lake_dirs(cfg: CDCConfig, db: str) -> dict[str, Path]:
 
 
 def _lake_sample(dirs: dict[str, Path]) -> dict[str, dict[str, float]]:
-    """Each lake table's files and MB on disk."""
+    """Each lake table's files and MB on disk (a file the job's upkeep removes meanwhile is
+    passed over)."""
     out = {}
     for name, path in dirs.items():
-        files = [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
-        out[name] = {"files": len(files), "mb": round(sum(f.stat().st_size for f in files) / 1e6, 1)}
+        sizes = []
+        for p in path.rglob("*") if path.exists() else []:
+            with contextlib.suppress(FileNotFoundError):
+                if p.is_file():
+                    sizes.append(p.stat().st_size)
+        out[name] = {"files": len(sizes), "mb": round(sum(sizes) / 1e6, 1)}
     return out
 
 

@@ -343,16 +343,15 @@ class DeltaSink(LakeSinkBase):
         return {"files_removed": len(removed)}
 
     def remove_old_versions(self, db: str, table: str, retention_hours: float) -> dict:
-        """VACUUM at the retention, and the log entries before the last checkpoint older than
-        it too (``delta.logRetentionDuration`` set to the retention: by default a table keeps
-        30 days of log, a file per commit)."""
+        """VACUUM at the retention, and the log entries before the last checkpoint (the one
+        the compaction just before wrote) older than it too (``delta.logRetentionDuration`` set
+        to the retention: by default a table keeps 30 days of log, a file per commit)."""
         handle = self._load(db, table)
         if handle is None:
             return {}
         wanted = f"interval {int(retention_hours)} hours"
         if handle.metadata().configuration.get(LOG_RETENTION) != wanted:
             handle.alter.set_table_properties({LOG_RETENTION: wanted}, raise_if_not_exists=False)
-        handle.create_checkpoint()
         return self.vacuum(db, table, retention_hours)
 
     def commits(self, db: str, table: str) -> list[tuple[str, int]]:

@@ -375,6 +375,11 @@ class IcebergSinkConfig(_LakeSinkConfig):
     namespace: str = ""
     # Passed to pyiceberg's file IO (s3.endpoint, s3.access-key-id ...).
     properties: dict[str, SecretStr] = Field(default_factory=dict)
+    # With retention_hours, also expire all but the newest max_snapshots snapshots (null: no
+    # cap). Each pyiceberg commit copies the table's metadata, every snapshot in it, several
+    # times: keeping an hour of snapshots at a commit a second (two snapshots each) made each
+    # commit slower through the hour, until the merge job fell behind (docs/lake.md).
+    max_snapshots: int | None = Field(100, ge=1)
 
     @model_validator(mode="after")
     def _where(self) -> "IcebergSinkConfig":

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -33,7 +33,12 @@ import pyarrow.compute as pc
 
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import check_position
-from spark_jobs.sinks.iceberg_maintenance import compact_small_files, drop_dead_manifests, remove_unreferenced_files
+from spark_jobs.sinks.iceberg_maintenance import (
+    compact_small_files,
+    drop_dead_manifests,
+    expiry_cutoffs,
+    remove_unreferenced_files,
+)
 from spark_jobs.sinks.iceberg_merge import rewrite, winners
 from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, LakeSinkBase, evolved_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
@@ -88,11 +93,11 @@ class IcebergSink(LakeSinkBase):
                    properties={k: v.get_secret_value() for k, v in (section.properties or {}).items()},
                    staging=section.staging_path or None, soft_delete=section.soft_delete,
                    compact_every=section.compact_every, retention_hours=section.retention_hours,
-                   target_file_size=section.target_file_size)
+                   max_snapshots=section.max_snapshots, target_file_size=section.target_file_size)
 
     def __init__(self, catalog_uri: str, warehouse: str, *, catalog_name: str = "cdc", namespace: str = "",
                  properties: dict[str, str] | None = None, staging: str | None = None, soft_delete: bool = False,
-                 compact_every: int = 0, retention_hours: int | None = None,
+                 compact_every: int = 0, retention_hours: int | None = None, max_snapshots: int | None = None,
                  target_file_size: int = 128 * 1024 * 1024) -> None:
         if not catalog_uri or not warehouse:
             raise SinkError("sinks.iceberg.catalog_uri and sinks.iceberg.warehouse must be set")
@@ -102,6 +107,7 @@ class IcebergSink(LakeSinkBase):
         self.namespace = namespace
         self.properties = dict(properties or {})
         self.target_file_size = target_file_size
+        self.max_snapshots = max_snapshots
         super().__init__(staging or f"{self.warehouse}/_cdc_staging", soft_delete=soft_delete,
                          compact_every=compact_every, retention_hours=retention_hours)
         self._catalog: Any = None
@@ -325,21 +331,26 @@ class IcebergSink(LakeSinkBase):
         dropped = drop_dead_manifests(handle)
         return {**compact_small_files(handle, self.target_file_size), "manifests_dropped": dropped}
 
-    def expire(self, db: str, table: str, retention_hours: float) -> dict:
-        """Expire the snapshots older than ``retention_hours`` (the current one stays), then
-        delete the files no snapshot left needs (pyiceberg's expiry only edits the metadata)."""
+    def expire(self, db: str, table: str, retention_hours: float, max_snapshots: int | None = None) -> dict:
+        """Expire the snapshots older than ``retention_hours`` and, with ``max_snapshots``, all
+        but the newest ``max_snapshots`` (the current one stays;
+        :func:`~spark_jobs.sinks.iceberg_maintenance.expiry_cutoffs`), then delete the files no
+        snapshot left needs (pyiceberg's expiry only edits the metadata)."""
         handle = self._load(db, table)
         if handle is None or handle.current_snapshot() is None:
             return {}
         before = len(handle.metadata.snapshots)
-        cutoff = datetime.now(timezone.utc) - timedelta(hours=retention_hours)
+        snapshots_before, files_before = expiry_cutoffs([s.timestamp_ms for s in handle.metadata.snapshots],
+                                                        datetime.now(timezone.utc), retention_hours, max_snapshots)
         if before > 1:
-            handle.maintenance.expire_snapshots().older_than(cutoff).commit()
+            handle.maintenance.expire_snapshots().older_than(snapshots_before).commit()
         handle = handle.refresh()
         return {"snapshots_expired": before - len(handle.metadata.snapshots),
-                "files_removed": remove_unreferenced_files(handle, cutoff)}
+                "files_removed": remove_unreferenced_files(handle, files_before)}
 
-    remove_old_versions = expire
+    def remove_old_versions(self, db: str, table: str, retention_hours: float) -> dict:
+        """:meth:`expire` at the retention, with the sink's ``max_snapshots``."""
+        return self.expire(db, table, retention_hours, self.max_snapshots)
 
     def commits(self, db: str, table: str) -> list[tuple[str, int]]:
         """``(app, batch)`` of every commit the merge job made to the table (its snapshots not

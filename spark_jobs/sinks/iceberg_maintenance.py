@@ -4,8 +4,31 @@ list no live file dropped, and the files no snapshot needs any more deleted (doc
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import Any, Sequence
+
+#: How long a file no snapshot names is left alone when the snapshot cap (not the age) expired
+#: what named it: a file that young may belong to a commit under way (another writer's).
+COMMIT_MARGIN = timedelta(minutes=5)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def expiry_cutoffs(timestamps_ms: Sequence[int], now: datetime, retention_hours: float,
+                   max_snapshots: int | None) -> tuple[datetime, datetime]:
+    """(snapshots, files): the snapshots committed before the first expire (the current one
+    always stays), and the files no remaining snapshot names written before the second are
+    deleted.  ``retention_hours`` before ``now``; where that keeps more than
+    ``max_snapshots`` of the snapshots (``timestamps_ms``, their commit times), the
+    snapshots' cutoff is the commit time of the oldest of the newest ``max_snapshots``
+    (those committed in the same millisecond stay too), and the files' is that or
+    :data:`COMMIT_MARGIN` before ``now``, whichever is earlier (never earlier than the age's)."""
+    by_age = now - timedelta(hours=retention_hours)
+    if not max_snapshots or len(timestamps_ms) <= max_snapshots:
+        return by_age, by_age
+    oldest_kept = _EPOCH + timedelta(milliseconds=sorted(timestamps_ms, reverse=True)[max_snapshots - 1])
+    if oldest_kept <= by_age:
+        return by_age, by_age
+    return oldest_kept, max(by_age, min(oldest_kept, now - COMMIT_MARGIN))
 
 
 def compact_small_files(handle: Any, target_file_size: int) -> dict:
@@ -17,10 +40,11 @@ def compact_small_files(handle: Any, target_file_size: int) -> dict:
     if len(small) < 2:
         return {"files_removed": 0, "files_added": 0}
     with handle.transaction() as tx:
+        meta = tx.table_metadata  # (a deep copy at each use: once, as in iceberg_merge.rewrite)
         with tx.update_snapshot(snapshot_properties={"cdc.maintenance": "compact"}).overwrite() as ow:
-            df = ArrowScan(table_metadata=tx.table_metadata, io=handle.io, projected_schema=handle.schema(),
+            df = ArrowScan(table_metadata=meta, io=handle.io, projected_schema=handle.schema(),
                            row_filter=AlwaysTrue()).to_table(tasks=small)
-            added = list(_dataframe_to_data_files(table_metadata=tx.table_metadata, df=df, io=handle.io,
+            added = list(_dataframe_to_data_files(table_metadata=meta, df=df, io=handle.io,
                                                   write_uuid=ow.commit_uuid))
             for t in small:
                 ow.delete_data_file(t.file)

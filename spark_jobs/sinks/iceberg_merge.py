@@ -99,16 +99,20 @@ def rewrite(handle: Any, tx: Any, applied: pa.Table, replaced: pa.Table, key: li
     schema = handle.schema().as_arrow()
     is_delete = pc.equal(applied.column(OP_COLUMN), "d")
     gone: list[pa.Table] = []  # the replaced rows' last values (soft deletes keep them)
+    # (read once: pyiceberg rebuilds ``tx.table_metadata`` with a deep copy, every snapshot in
+    # it, at each use, and the overwrite below changes it only when it commits; twice per file
+    # touched, that was most of a commit's copies, docs/lake.md)
+    meta = tx.table_metadata
     with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
         counter = itertools.count(0)
 
         def write(rows: pa.Table) -> None:
-            for f in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows, io=handle.io,
+            for f in _dataframe_to_data_files(table_metadata=meta, df=rows, io=handle.io,
                                               write_uuid=ow.commit_uuid, counter=counter):
                 ow.append_data_file(f)
         if replaced.num_rows:
             for task in handle.scan(row_filter=coarse(replaced, key)).plan_files():
-                rows = ArrowScan(table_metadata=tx.table_metadata, io=handle.io, projected_schema=handle.schema(),
+                rows = ArrowScan(table_metadata=meta, io=handle.io, projected_schema=handle.schema(),
                                  row_filter=AlwaysTrue()).to_table(tasks=[task])
                 keys = keys_as(replaced, rows, key)
                 kept = rows.join(keys, keys=key, join_type="left anti")

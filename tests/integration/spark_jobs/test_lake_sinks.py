@@ -394,3 +394,33 @@ def test_old_versions_go_so_the_disk_of_a_long_run_stays_bounded(lake):
     # within a retention of an hour, nothing of these versions goes
     assert lake.remove_old_versions("shop", "kept", 1).get("files_removed", 0) == 0
     assert values(lake, "shop", "kept") == {i: (f"40-{i}",) for i in range(50)}
+
+
+def test_iceberg_keeps_at_most_max_snapshots_so_its_commits_do_not_slow_down(stack, tmp_path, unique):
+    """Each pyiceberg commit copies the table's metadata, every snapshot in it, several times:
+    an hour of snapshots at a commit a second made the soak's merge job fall behind within
+    minutes.  With ``max_snapshots`` the upkeep expires all but the newest, whatever the
+    retention (an hour here) would keep; without it, every snapshot of the hour stays."""
+    src = simple_source()
+    sinks = {cap: make_lake_sink("iceberg", tmp_path / str(cap), stack.pg_dsn, unique("cat"), compact_every=5,
+                                 retention_hours=1, max_snapshots=cap) for cap in (6, None)}
+    try:
+        for b in range(30):
+            for sink in sinks.values():
+                commit_batch(sink, "shop", "capped", src.schema, ["id"],
+                             [[src.upsert({"id": i, "v": f"{b}-{i}"}, 1000 * b + i, "c" if b == 0 else "u")
+                               for i in range(20)]], b)
+        capped, uncapped = (sinks[c]._load("shop", "capped").metadata.snapshots for c in (6, None))
+        assert len(uncapped) >= 30  # (a snapshot or two a commit, none expired within the hour)
+        assert len(capped) <= 6 + 1, len(capped)  # (+1: two snapshots of one commit in one millisecond)
+        capped_sink = sinks[6]
+        assert values(capped_sink, "shop", "capped") == {i: (f"29-{i}",) for i in range(20)}
+        handle = capped_sink._load("shop", "capped")
+        oldest = min(capped, key=lambda s: s.timestamp_ms)
+        assert handle.scan(snapshot_id=oldest.snapshot_id).to_arrow().num_rows == 20  # its files are all there
+        again = commit_batch(capped_sink, "shop", "capped", src.schema, ["id"],
+                             [[src.upsert({"id": 1, "v": "x"}, 29_001, "u")]], 29)
+        assert (again.upserted, again.deleted) == (0, 0)  # a replay still recognised (a table property)
+    finally:
+        for sink in sinks.values():
+            sink.close()

@@ -12,6 +12,7 @@ import statistics
 import threading
 import time
 import uuid
+from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -154,9 +155,7 @@ def test_end_offsets_keep_up_with_a_producer_that_always_has_a_transaction_open(
         assert all(call[tp][1] <= final for call in calls)
         records = _read(bs, *tp, final, "read_committed")
         assert len(records) == 10 * txns[0]
-        counts: dict[str, int] = {}
-        for _, value in records:
-            counts[value.decode().split(":")[0]] = counts.get(value.decode().split(":")[0], 0) + 1
+        counts = Counter(value.decode().split(":")[0] for _, value in records)
         assert set(counts.values()) == {10}, counts  # (each transaction's ten records of the partition)
 
 

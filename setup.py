@@ -1,6 +1,6 @@
 """The package's compiled parts (everything else is in pyproject.toml): the native Avro
-reader of contract/codecs/avro_decoder.py and Kafka's default partitioner of
-common/kafka/partitioner.py.  Optional: where no C compiler is at hand the build goes on
+reader of contract/codecs/avro_decoder.py, Kafka's default partitioner of
+common/kafka/partitioner.py and the binlog image encoder of producer/events/image_encoder.py.  Optional: where no C compiler is at hand the build goes on
 without them, and their Python fallbacks do the same work (same results, slower)."""
 
 from setuptools import Extension, setup
@@ -8,4 +8,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_avro_reader.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    Extension("common.kafka._partitioner", ["common/kafka/_partitioner.c"], optional=True,
+                             extra_compile_args=["-O2"]),
+                   Extension("producer.events._binlog_images", ["producer/events/_binlog_images.c"], optional=True,
                              extra_compile_args=["-O2"])])

@@ -26,13 +26,15 @@ bad UTF-8, a value out of its Avro type's range, a NULL in a column that may not
 
 from __future__ import annotations
 
+import os
 import struct
+import sys
 from typing import Any
 
 from fastavro.schema import expand_schema
 from pymysqlreplication.constants import FIELD_TYPE as T
 
-from producer.binlog.row_decoder import EncodedImages, column_reader, datetime2_code, decimal_code
+from producer.binlog.row_decoder import EncodedImages, column_reader, datetime2_code, decimal_code, decimal_groups
 from producer.events.avro_template import field_encoder
 from producer.events.row_encoder import NotFast
 from producer.events.value_code import (
@@ -41,9 +43,11 @@ from producer.events.value_code import (
     general_code,
     general_lines,
     int_lines,
+    int_range,
     is_decimal,
     is_utf8_string,
     joined,
+    key_fields,
     key_parts,
     namespace,
     split_union,
@@ -51,6 +55,19 @@ from producer.events.value_code import (
     varint_lines,
 )
 from producer.table_schema import TableDef
+
+try:  # the native encoder (producer/events/_binlog_images.c, built by setup.py where a C compiler is)
+    from producer.events import _binlog_images
+except ImportError:  # pragma: no cover - no compiler at install time: the generated Python does it
+    _binlog_images = None
+
+#: Set to 0 to encode with the generated Python only (the native encoder is its twin in C).
+NATIVE_ENV = "CDC_IMAGES_NATIVE"
+
+
+def native_enabled() -> bool:
+    """Whether row images are encoded by the native encoder (built, and not switched off)."""
+    return _binlog_images is not None and sys.byteorder == "little" and os.environ.get(NATIVE_ENV, "1") != "0"
 
 
 def _struct_range(fmt: str) -> tuple[int, int]:
@@ -123,9 +140,11 @@ class BinlogImageEncoder:
     ``columns``: the table map's columns (python-mysql-replication's ``Column``), which the
     table version ``te`` (a :class:`~producer.events.builder.TableEvents`) was made from.
     Raises :class:`NotFast` when the table is not on the Avro fast path, or its key is not
-    made of its row's encodings (then its events take the values' way)."""
+    made of its row's encodings (then its events take the values' way).  The bodies come from
+    the native encoder (``_binlog_images.c``, :func:`native_images`) where it is built, else
+    from the generated Python (:func:`_compile`): the same bytes, and the same rows refused."""
 
-    def __init__(self, columns: list, te: Any) -> None:
+    def __init__(self, columns: list, te: Any, *, native: bool | None = None) -> None:
         enc = te.encoder
         if enc is None or not enc.keys_comparable:
             raise NotFast(f"{te.table.qualified_name}: no fast Avro path for its rows")
@@ -141,8 +160,10 @@ class BinlogImageEncoder:
         if te.key_schema is not None:
             key_types = [f["type"] for f in expand_schema(te.key_schema)["fields"]]
         key_index = [table.column_names.index(name) for name in te.key_columns]
-        self._images = _compile(columns, [f["type"] for f in fields], [conv for _, _, conv in plan],
-                                list(zip(key_index, key_types)))
+        # (native: None, the native encoder where it is built and not switched off)
+        compile_images = native_images if (native_enabled() if native is None else native) else _compile
+        self._images = compile_images(columns, [f["type"] for f in fields], [conv for _, _, conv in plan],
+                                      list(zip(key_index, key_types)))
 
     def encode(self, data: bytes, update: bool) -> EncodedImages:
         """The bodies of an event's row data (after its bitmaps); raises where a row does
@@ -209,3 +230,58 @@ def _compile(columns: list, row_types: list, converters: list, key: list[tuple[i
              "    return out"]
     exec(compile("\n".join(lines), "<binlog image encoder>", "exec"), env)  # noqa: S102 - generated from the table map
     return env["images"]
+
+
+def native_images(columns: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
+    """What :func:`_compile` gives, by the native encoder (``_binlog_images.Program``): integers,
+    DECIMALs of up to 38 digits, DATETIME2s and UTF-8 strings read and encoded in C, every other
+    column by its statements of :func:`_value_code`, compiled into a function of its own."""
+    return _binlog_images.Program(native_plan(columns, row_types, converters, key))
+
+
+def native_plan(columns: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> tuple:
+    """The plan of ``_binlog_images.Program`` (its layout: the top of ``_binlog_images.c``)."""
+    env = namespace()
+    ops = _binlog_images
+    plan, column_types = [], []
+    for i, (col, t, convert) in enumerate(zip(columns, row_types, converters)):
+        null_tag, value_tag, inner = split_union(t)
+        column_types.append((t, inner, null_tag is not None))
+        tags = (null_tag, value_tag)
+        read = column_reader(col)
+        inline = getattr(read, "inline", None)
+        if col.type == T.NEWDECIMAL and is_decimal(convert, inner, col.decimals) and col.precision <= 38 \
+                and inner["precision"] <= 38:
+            size, groups = decimal_groups(col)
+            plan.append((ops.DECIMAL, *tags, size, tuple(groups), inner["precision"]))
+            continue
+        unit = datetime_unit(convert, inner)
+        if col.type == T.DATETIME2 and unit is not None:
+            plan.append((ops.DATETIME2, *tags, col.fsp, unit))
+            continue
+        if inline is not None and inline[0] == "struct" and inline[3][-1] in "bBhHiIqQ":
+            lo, hi = int_range(convert, inner) or (1, 0)  # (1, 0): every value by the converter
+            other = eval(f"lambda v: {general_code(i, convert, inner, env)}", env)  # generated from the column
+            plan.append((ops.INT, *tags, inline[2], inline[3][-1].islower(), lo, hi, other))
+            continue
+        if inline is not None and inline[0] == "string" and \
+                is_utf8_string(getattr(inline[2], "encoding", None), convert, inner):
+            plan.append((ops.UTF8, *tags, inline[1]))
+            continue
+        plan.append((ops.PY, *tags, _column_function(i, col, inner, convert, null_tag, value_tag, env)))
+    fields = key_fields(column_types, key)
+    return (len(columns) + 7) // 8, tuple(plan), tuple(fields), NotFast
+
+
+def _column_function(i: int, col: Any, inner: Any, convert: Any, null_tag: bytes | None, value_tag: bytes | None,
+                     env: dict) -> Any:
+    """``column(buf, off, reasons) -> (encoding or None, next offset)`` of column ``i``'s non-NULL
+    value: its :func:`_value_code` statements (None: the converter made it the union's null)."""
+    lines, value_parts, sets_null = _value_code(i, col, inner, convert, null_tag is not None, env)
+    env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
+    body = ([f"a{i} = t{i}"] if sets_null else []) + lines + \
+        [f"return (None if a{i} is n{i} else {joined(value_parts)}), off" if sets_null else
+         f"return {joined(value_parts)}, off"]
+    code = "\n".join([f"def column{i}(buf, off, reasons):", *("    " + line for line in body)])
+    exec(compile(code, "<binlog image encoder>", "exec"), env)  # noqa: S102 - generated from the table map
+    return env[f"column{i}"]

@@ -80,15 +80,24 @@ def varint_lines(i: int) -> list[str]:
     return [f"y{i} = {int_code('v', parts=3)}"]
 
 
-def int_lines(i: int, convert: Any, t: Any, env: dict, reads: tuple[int, int] | None = None) -> list[str] | None:
-    """``v``, an int (``reads``: the range the reading gives): ``y{i}``, where the converter
-    passes ints through to an Avro int or long; None for any other column."""
+def int_range(convert: Any, t: Any) -> tuple[int, int] | None:
+    """The ints a column's converter passes through unchanged to Avro int or long ``t``, as
+    ``(lo, hi)``: their encoding is their varint; None for any other column."""
     through = getattr(convert, "passes_through", None)
     name = type_name(t)
     if through is None or through[0] is not int or name not in INT_RANGE:
         return None
     lo, hi = INT_RANGE[name]
-    lo = lo if through[1] is None else max(lo, through[1])
+    return (lo if through[1] is None else max(lo, through[1])), hi
+
+
+def int_lines(i: int, convert: Any, t: Any, env: dict, reads: tuple[int, int] | None = None) -> list[str] | None:
+    """``v``, an int (``reads``: the range the reading gives): ``y{i}``, where the converter
+    passes ints through to an Avro int or long; None for any other column."""
+    through = int_range(convert, t)
+    if through is None:
+        return None
+    lo, hi = through
     if reads is not None and lo <= reads[0] and reads[1] <= hi:  # every value read passes through and fits
         return [f"y{i} = {int_code('v')}"]
     env[f"lo{i}"], env[f"hi{i}"] = lo, hi
@@ -139,17 +148,29 @@ def key_parts(columns: list[tuple[Any, Any, bool, list[str]]], key: list[tuple[i
     column in a key without null, the value's: a NULL is refused); else :class:`NotFast`."""
     parts: list[str] = []
     checks: list[str] = []
+    for ci, with_branch, refuse_null in key_fields([c[:3] for c in columns], key):
+        value_parts = columns[ci][3]
+        if refuse_null and branch(ci) == f"a{ci}":
+            checks += [f"if a{ci} is n{ci}:", "    _not_fast()"]
+        parts += [branch(ci), *value_parts] if with_branch else value_parts
+    return parts, checks
+
+
+def key_fields(columns: list[tuple[Any, Any, bool]], key: list[tuple[int, Any]]) -> list[tuple[int, bool, bool]]:
+    """Per key field ``(column index, with the union's branch, refused when NULL)``: a key field
+    is its column's row encoding (with its union branch), or, for a nullable column in a key
+    without null, the value's (a NULL is refused); else :class:`NotFast`.  ``columns``: per
+    column ``(row type, inner type, nullable)``; ``key``: per key field ``(column index, key type)``."""
+    fields = []
     for ci, kt in key:
-        t, inner, nullable, value_parts = columns[ci]
+        t, inner, nullable = columns[ci]
         if kt == t:
-            parts += [branch(ci), *value_parts] if nullable else value_parts
+            fields.append((ci, nullable, False))
         elif nullable and kt == inner:
-            if branch(ci) == f"a{ci}":
-                checks += [f"if a{ci} is n{ci}:", "    _not_fast()"]
-            parts += value_parts
+            fields.append((ci, False, True))
         else:
             raise NotFast("a key field is not its column's row encoding")
-    return parts, checks
+    return fields
 
 
 def joined(parts: list[str]) -> str:

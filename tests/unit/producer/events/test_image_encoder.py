@@ -11,7 +11,10 @@ would fail), and that the producer's records are the same from encoded images as
 
 from __future__ import annotations
 
+import os
+import shutil
 import struct
+import sysconfig
 from decimal import Decimal
 
 import pytest
@@ -25,6 +28,7 @@ from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, RowDecoder
 from producer.binlog.table_map import column_def_from_binlog
+from producer.events import image_encoder
 from producer.events.avro_template import field_encoder
 from producer.events.builder import EventBuilder, StreamEncoding, table_events
 from producer.events.image_encoder import BinlogImageEncoder
@@ -112,6 +116,46 @@ def test_encoded_images_are_the_values_way_byte_for_byte(example):
     mine = _outcome(lambda: encoder.encode(data, update).bodies)
     if mine[0] == "ok":
         assert _outcome(lambda: values_way(columns, te, data, update)) == mine
+
+
+def _can_build() -> bool:
+    """Whether this Python could build the extension: its C compiler and its headers."""
+    cc = (sysconfig.get_config_var("CC") or "").split()
+    return bool(cc) and shutil.which(cc[0]) is not None and \
+        os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+
+
+def test_the_native_encoder_is_built_where_it_can_be_and_used():
+    # make venv builds it (setup.py) where a C compiler and Python's headers are, as on these
+    # machines; without them the build goes on and the generated Python encodes.
+    if _can_build():
+        assert image_encoder._binlog_images is not None
+        assert image_encoder.native_enabled() == (os.environ.get(image_encoder.NATIVE_ENV, "1") != "0")
+    te = table_events("cdc", _table(BENCH, [i != 0 for i in range(len(BENCH))], [0]), {}, {})
+    assert type(BinlogImageEncoder(BENCH, te)._images).__name__ == (
+        "Program" if image_encoder.native_enabled() else "function")
+    assert type(BinlogImageEncoder(BENCH, te, native=False)._images).__name__ == "function"
+
+
+@pytest.mark.skipif(image_encoder._binlog_images is None, reason="the extension is not built (no C compiler)")
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(tables_and_rows())
+def test_the_native_encoder_gives_the_generated_pythons_bodies_and_refusals(example):
+    """Byte for byte, and a row one refuses the other refuses too (the values' way then)."""
+    columns, nullable, key, data, update = example
+    try:
+        te = table_events("cdc", _table(columns, nullable, key), {}, {})
+        python = BinlogImageEncoder(columns, te, native=False)
+    except Exception:  # noqa: BLE001 - not on the fast path: neither encoder is made
+        with pytest.raises(Exception):  # noqa: B017 - the same refusal
+            BinlogImageEncoder(columns, table_events("cdc", _table(columns, nullable, key), {}, {}), native=True)
+        return
+    native = BinlogImageEncoder(columns, te, native=True)
+    mine = _outcome(lambda: native.encode(data, update).bodies)
+    theirs = _outcome(lambda: python.encode(data, update).bodies)
+    assert mine[0] == theirs[0]
+    if mine[0] == "ok":
+        assert mine == theirs
 
 
 BENCH = [_column("id", T.LONG), _column("name", T.VARCHAR, max_length=400, character_set_name="utf8mb4"),

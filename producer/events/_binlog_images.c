@@ -1,0 +1,649 @@
+/* The native binlog image encoder: the row images of one table map's rows events straight to
+ * their Avro key and row bodies, as producer/events/image_encoder.py's generated Python writes
+ * them, byte for byte (tests/unit/producer/events/test_image_encoder.py compares both on
+ * arbitrary row data, refusals included).
+ *
+ * Program(plan)(buf) -> [key body or None, row body, key body or None, row body, ...]
+ *
+ * ``plan`` is (null bytes, columns, key, refusal), compiled by image_encoder.native_plan:
+ *
+ *   columns: per column (op, null tag or None, value tag or None, *args); the tags are a
+ *     ``["null", T]`` union's branches (None: the column's type has no null). Ops:
+ *     INT   size, signed, lo, hi, other   a little-endian integer of ``size`` bytes: its
+ *           zig-zag varint when lo <= v <= hi, else ``other(v)`` (bytes, or raises)
+ *     DECIMAL size, groups, precision   a packed DECIMAL: its unscaled integer (groups: per
+ *           group of the packed form (bytes, digits, limit), most significant first; a group
+ *           at or above its limit is refused) as an Avro decimal's bytes, refused at or
+ *           beyond ``precision`` digits; at most 38 digits in all (else the plan uses PY)
+ *     DATETIME2 fsp, unit   a DATETIME2 as a long of ``unit`` (1 or 1000) microseconds since
+ *           1970-01-01 of its wall clock; a zero or invalid date or time is refused
+ *     UTF8  length size   a length-prefixed string of UTF-8 bytes (checked), as they are
+ *     PY    fn   ``fn(buf, off, reasons) -> (bytes or None, next offset)``: the column's
+ *           generated Python (None: the union's null branch)
+ *   key: per key field (column index, with its union branch, refused when NULL)
+ *   refusal: the exception class raised for a row the values' way must take (NotFast)
+ *
+ * Truncated or overrunning row data raises ValueError.  Everything is bounds checked.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME2 = 3, OP_UTF8 = 4, OP_PY = 5 };
+#define MAX_GROUPS 8
+
+typedef struct {
+    int op;
+    const char *null_tag, *value_tag;   /* borrowed from the plan (kept alive by it) */
+    Py_ssize_t null_len, value_len;
+    int size, is_signed;                 /* INT; size also DECIMAL and UTF8 (length size) */
+    int64_t lo, hi;
+    PyObject *fn;                        /* INT: other(v); PY: fn(buf, off, reasons) */
+    int ngroups;                         /* DECIMAL */
+    int group_bytes[MAX_GROUPS];
+    unsigned __int128 group_limit[MAX_GROUPS], group_weight[MAX_GROUPS], precision_limit;
+    int fsp, fsp_size, unit;             /* DATETIME2 */
+} Column;
+
+typedef struct {
+    int column;
+    int with_tag;
+    int refuse_null;
+} KeyField;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *plan;
+    PyObject *refusal;
+    int null_bytes;
+    int ncolumns, nkey;
+    Column *columns;
+    KeyField *key;
+} Program;
+
+typedef struct {
+    char *b;
+    Py_ssize_t n, cap;
+} Out;
+
+static int out_reserve(Out *o, Py_ssize_t more) {
+    if (o->n + more <= o->cap)
+        return 0;
+    Py_ssize_t cap = o->cap ? o->cap : 256;
+    while (cap < o->n + more)
+        cap *= 2;
+    char *b = PyMem_Realloc(o->b, cap);
+    if (!b) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o->b = b;
+    o->cap = cap;
+    return 0;
+}
+
+static int out_put(Out *o, const void *p, Py_ssize_t n) {
+    if (out_reserve(o, n) < 0)
+        return -1;
+    memcpy(o->b + o->n, p, n);
+    o->n += n;
+    return 0;
+}
+
+/* Avro's long: zig-zag, then base-128 little-endian. */
+static int out_long(Out *o, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    if (out_reserve(o, 10) < 0)
+        return -1;
+    unsigned char *p = (unsigned char *)o->b + o->n;
+    while (z >= 0x80) {
+        *p++ = (unsigned char)(z | 0x80);
+        z >>= 7;
+    }
+    *p++ = (unsigned char)z;
+    o->n = (char *)p - o->b;
+    return 0;
+}
+
+static void *refuse(Program *prog) {
+    PyErr_SetNone(prog->refusal);
+    return NULL;
+}
+
+static void *overrun(void) {
+    PyErr_SetString(PyExc_ValueError, "row data overrun");
+    return NULL;
+}
+
+/* Strict UTF-8, as Python's decoder takes it: no overlong forms, no surrogates, nothing
+ * above U+10FFFF. */
+static int is_utf8(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80)
+                return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n)
+                return 0;
+            unsigned char c1 = s[i + 1];
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80)
+                return 0;
+            if (c == 0xE0 && c1 < 0xA0)
+                return 0;   /* overlong */
+            if (c == 0xED && c1 >= 0xA0)
+                return 0;   /* surrogate */
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n)
+                return 0;
+            unsigned char c1 = s[i + 1];
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if (c == 0xF0 && c1 < 0x90)
+                return 0;   /* overlong */
+            if (c == 0xF4 && c1 >= 0x90)
+                return 0;   /* above U+10FFFF */
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (Python's date.toordinal() - 719163). */
+static int64_t days_since_epoch(int64_t y, int64_t m, int64_t d) {
+    static const int before[] = {0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334};
+    int64_t py = y - 1;
+    int64_t ordinal = py * 365 + py / 4 - py / 100 + py / 400 + before[m] + d;
+    if (m > 2 && (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)))
+        ordinal += 1;
+    return ordinal - 719163;
+}
+
+static int days_in_month(int64_t y, int64_t m) {
+    static const int dim[] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (m == 2 && (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)))
+        return 29;
+    return dim[m];
+}
+
+static uint64_t be_uint(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* One non-NULL value of column ``c`` at ``*off`` into ``o`` (no union branch); 1 when a PY
+ * column gave the union's null branch instead, 0 when written, -1 on error. */
+static int encode_value(Program *prog, Column *c, PyObject *buf, const unsigned char *b, Py_ssize_t end,
+                        Py_ssize_t *off, PyObject **reasons, Out *o) {
+    Py_ssize_t at = *off;
+    switch (c->op) {
+    case OP_INT: {
+        if (at + c->size > end)
+            return overrun(), -1;
+        uint64_t u = 0;
+        for (int i = c->size - 1; i >= 0; i--)
+            u = u << 8 | b[at + i];
+        *off = at + c->size;
+        int64_t v;
+        int fits;
+        if (c->is_signed) {
+            int shift = 64 - 8 * c->size;
+            v = shift ? (int64_t)(u << shift) >> shift : (int64_t)u;
+            fits = c->lo <= v && v <= c->hi;
+        } else {
+            v = (int64_t)u;
+            fits = u <= (uint64_t)INT64_MAX && c->lo <= v && v <= c->hi;
+        }
+        if (fits)
+            return out_long(o, v);
+        PyObject *pv = c->is_signed ? PyLong_FromLongLong(v) : PyLong_FromUnsignedLongLong(u);
+        if (!pv)
+            return -1;
+        PyObject *y = PyObject_CallOneArg(c->fn, pv);
+        Py_DECREF(pv);
+        if (!y)
+            return -1;
+        if (!PyBytes_Check(y)) {
+            Py_DECREF(y);
+            PyErr_SetString(PyExc_TypeError, "an integer's encoding is not bytes");
+            return -1;
+        }
+        int r = out_put(o, PyBytes_AS_STRING(y), PyBytes_GET_SIZE(y));
+        Py_DECREF(y);
+        return r;
+    }
+    case OP_DECIMAL: {
+        if (at + c->size > end)
+            return overrun(), -1;
+        unsigned char raw[40];
+        memcpy(raw, b + at, c->size);
+        *off = at + c->size;
+        int negative = !(raw[0] & 0x80);
+        if (negative)
+            for (int i = 0; i < c->size; i++)
+                raw[i] ^= 0xFF;
+        raw[0] &= 0x7F;
+        unsigned __int128 total = 0;
+        int p = 0;
+        for (int g = 0; g < c->ngroups; g++) {
+            uint64_t group = be_uint(raw + p, c->group_bytes[g]);
+            p += c->group_bytes[g];
+            if (group >= c->group_limit[g])
+                return refuse(prog), -1;
+            unsigned __int128 term;
+            if (__builtin_mul_overflow((unsigned __int128)group, c->group_weight[g], &term) ||
+                __builtin_add_overflow(total, term, &total))
+                return refuse(prog), -1;   /* beyond 2**128: beyond any precision taken here */
+        }
+        if (total >= c->precision_limit)
+            return refuse(prog), -1;
+        /* two's complement, big-endian, in (bit length + 8) >> 3 bytes (bit length of -v when negative) */
+        int bits = 0;
+        for (unsigned __int128 t = total; t; t >>= 1)
+            bits++;
+        int n = (bits + 8) >> 3;
+        unsigned __int128 twos = negative ? (unsigned __int128)0 - total : total;
+        unsigned char bytes[17];
+        for (int i = n - 1; i >= 0; i--) {
+            bytes[i] = (unsigned char)twos;
+            twos >>= 8;
+        }
+        if (out_long(o, (int64_t)n) < 0)
+            return -1;
+        return out_put(o, bytes, n);
+    }
+    case OP_DATETIME2: {
+        if (at + 5 + c->fsp_size > end)
+            return overrun(), -1;
+        uint64_t d = be_uint(b + at, 5);
+        uint64_t ymd = d >> 17;
+        int64_t year_month = (int64_t)(ymd >> 5 & 0x1FFFF);
+        int64_t year = year_month / 13, month = year_month % 13, day = (int64_t)(ymd & 31);
+        if (year < 1 || year > 9999 || month < 1 || day < 1 || day > days_in_month(year, month))
+            return refuse(prog), -1;
+        int64_t hour = (int64_t)(d >> 12 & 31), minute = (int64_t)(d >> 6 & 63), second = (int64_t)(d & 63);
+        if (hour >= 24 || minute >= 60 || second >= 60)
+            return refuse(prog), -1;
+        int64_t v = (days_since_epoch(year, month, day) * 86400 + hour * 3600 + minute * 60 + second) *
+                    (1000000 / c->unit);
+        if (c->fsp_size) {
+            int64_t f = (int64_t)be_uint(b + at + 5, c->fsp_size);
+            int64_t scale = 1;
+            for (int i = c->fsp; i < 6; i++)
+                scale *= 10;
+            int tenth = c->fsp % 2;
+            int64_t limit = (999999 / scale) * (tenth ? 10 : 1) + (tenth ? 9 : 0);
+            if (f > limit)
+                return refuse(prog), -1;
+            int64_t micro = tenth ? f / 10 : f;
+            v += scale % c->unit == 0 ? micro * (scale / c->unit) : micro * scale / c->unit;
+        }
+        *off = at + 5 + c->fsp_size;
+        return out_long(o, v);
+    }
+    case OP_UTF8: {
+        if (at + c->size > end)
+            return overrun(), -1;
+        Py_ssize_t n = 0;
+        for (int i = c->size - 1; i >= 0; i--)
+            n = n << 8 | b[at + i];
+        at += c->size;
+        if (at + n > end)
+            return overrun(), -1;
+        if (!is_utf8(b + at, n)) {
+            PyErr_SetString(PyExc_ValueError, "a string is not UTF-8");
+            return -1;
+        }
+        *off = at + n;
+        if (out_long(o, (int64_t)n) < 0)
+            return -1;
+        return out_put(o, b + at, n);
+    }
+    case OP_PY: {
+        if (*reasons == NULL && !(*reasons = PyDict_New()))
+            return -1;
+        PyObject *r = PyObject_CallFunction(c->fn, "OnO", buf, at, *reasons);
+        if (!r)
+            return -1;
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) {
+            Py_DECREF(r);
+            PyErr_SetString(PyExc_TypeError, "a column function gives (bytes or None, offset)");
+            return -1;
+        }
+        PyObject *y = PyTuple_GET_ITEM(r, 0);
+        Py_ssize_t next = PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1));
+        if (next == -1 && PyErr_Occurred()) {
+            Py_DECREF(r);
+            return -1;
+        }
+        if (next < at || next > end) {
+            Py_DECREF(r);
+            return overrun(), -1;
+        }
+        *off = next;
+        int result;
+        if (y == Py_None)
+            result = 1;
+        else if (PyBytes_Check(y))
+            result = out_put(o, PyBytes_AS_STRING(y), PyBytes_GET_SIZE(y));
+        else {
+            PyErr_SetString(PyExc_TypeError, "a column function gives bytes or None");
+            result = -1;
+        }
+        Py_DECREF(r);
+        return result;
+    }
+    }
+    PyErr_SetString(PyExc_SystemError, "unknown column op");
+    return -1;
+}
+
+/* Per column of the row being encoded: where its encoding starts (its union branch's first
+ * byte), where its value starts, and whether it is NULL. */
+typedef struct {
+    Py_ssize_t tag, value;
+    int null;
+} Span;
+
+static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
+    PyObject *buf;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!", &PyBytes_Type, &buf))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t end = PyBytes_GET_SIZE(buf), off = 0;
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    PyObject *reasons = NULL;
+    Out row = {NULL, 0, 0}, key = {NULL, 0, 0};
+    Span *spans = PyMem_Malloc(sizeof(Span) * (prog->ncolumns ? prog->ncolumns : 1));
+    if (!spans) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    while (off < end) {
+        if (off + prog->null_bytes > end) {
+            overrun();
+            goto error;
+        }
+        const unsigned char *nulls = b + off;
+        off += prog->null_bytes;
+        row.n = 0;
+        for (int i = 0; i < prog->ncolumns; i++) {
+            Column *c = &prog->columns[i];
+            Span *s = &spans[i];
+            s->tag = row.n;
+            s->null = 0;
+            if (nulls[i >> 3] >> (i & 7) & 1) {
+                if (!c->null_tag) {
+                    refuse(prog);
+                    goto error;
+                }
+                if (out_put(&row, c->null_tag, c->null_len) < 0)
+                    goto error;
+                s->null = 1;
+                s->value = row.n;
+                continue;
+            }
+            if (c->value_tag && out_put(&row, c->value_tag, c->value_len) < 0)
+                goto error;
+            s->value = row.n;
+            int r = encode_value(prog, c, buf, b, end, &off, &reasons, &row);
+            if (r < 0)
+                goto error;
+            if (r == 1) {   /* the null branch after all: the value tag written goes */
+                if (!c->null_tag) {
+                    refuse(prog);
+                    goto error;
+                }
+                row.n = s->tag;
+                if (out_put(&row, c->null_tag, c->null_len) < 0)
+                    goto error;
+                s->null = 1;
+                s->value = row.n;
+            }
+        }
+        PyObject *key_body;
+        if (prog->nkey == 0) {
+            key_body = Py_NewRef(Py_None);
+        } else {
+            key.n = 0;
+            for (int k = 0; k < prog->nkey; k++) {
+                KeyField *f = &prog->key[k];
+                Span *s = &spans[f->column];
+                if (f->refuse_null && s->null) {
+                    refuse(prog);
+                    goto error;
+                }
+                Py_ssize_t from = f->with_tag ? s->tag : s->value;
+                Py_ssize_t to = f->column + 1 < prog->ncolumns ? spans[f->column + 1].tag : row.n;
+                if (out_put(&key, row.b + from, to - from) < 0)
+                    goto error;
+            }
+            key_body = PyBytes_FromStringAndSize(key.b, key.n);
+            if (!key_body)
+                goto error;
+        }
+        int failed = PyList_Append(out, key_body);
+        Py_DECREF(key_body);
+        if (failed)
+            goto error;
+        PyObject *row_body = PyBytes_FromStringAndSize(row.b ? row.b : "", row.n);
+        if (!row_body)
+            goto error;
+        failed = PyList_Append(out, row_body);
+        Py_DECREF(row_body);
+        if (failed)
+            goto error;
+    }
+    if (off != end) {
+        overrun();
+        goto error;
+    }
+    PyMem_Free(spans);
+    PyMem_Free(row.b);
+    PyMem_Free(key.b);
+    Py_XDECREF(reasons);
+    return out;
+error:
+    PyMem_Free(spans);
+    PyMem_Free(row.b);
+    PyMem_Free(key.b);
+    Py_XDECREF(reasons);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static int tag_of(PyObject *t, const char **p, Py_ssize_t *n) {
+    if (t == Py_None) {
+        *p = NULL;
+        *n = 0;
+        return 0;
+    }
+    if (!PyBytes_Check(t)) {
+        PyErr_SetString(PyExc_TypeError, "a union tag is bytes or None");
+        return -1;
+    }
+    *p = PyBytes_AS_STRING(t);
+    *n = PyBytes_GET_SIZE(t);
+    return 0;
+}
+
+static unsigned __int128 ten_to(int digits) {
+    unsigned __int128 v = 1;
+    while (digits-- > 0)
+        v *= 10;
+    return v;
+}
+
+static int column_from(Column *c, PyObject *spec) {
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 4) {
+        PyErr_SetString(PyExc_TypeError, "a column is (op, null tag, value tag, ...)");
+        return -1;
+    }
+    Py_ssize_t nargs = PyTuple_GET_SIZE(spec) - 3;
+    c->op = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    if (tag_of(PyTuple_GET_ITEM(spec, 1), &c->null_tag, &c->null_len) < 0 ||
+        tag_of(PyTuple_GET_ITEM(spec, 2), &c->value_tag, &c->value_len) < 0)
+        return -1;
+    PyObject *a = PyTuple_GetSlice(spec, 3, 3 + nargs);
+    if (!a)
+        return -1;
+    int ok = 0;
+    switch (c->op) {
+    case OP_INT: {
+        long long lo, hi;
+        ok = PyArg_ParseTuple(a, "iiLLO", &c->size, &c->is_signed, &lo, &hi, &c->fn) && c->size >= 1 &&
+             c->size <= 8;
+        c->lo = lo;
+        c->hi = hi;
+        break;
+    }
+    case OP_DECIMAL: {
+        PyObject *groups;
+        int precision;
+        ok = PyArg_ParseTuple(a, "iO!i", &c->size, &PyTuple_Type, &groups, &precision) && c->size <= 40 &&
+             precision <= 38 && PyTuple_GET_SIZE(groups) <= MAX_GROUPS;
+        if (!ok)
+            break;
+        c->ngroups = (int)PyTuple_GET_SIZE(groups);
+        int total_bytes = 0, digits_after = 0;
+        int digits[MAX_GROUPS];
+        for (int g = 0; g < c->ngroups && ok; g++) {
+            long long limit;
+            ok = PyArg_ParseTuple(PyTuple_GET_ITEM(groups, g), "iiL", &c->group_bytes[g], &digits[g], &limit) &&
+                 c->group_bytes[g] >= 1 && c->group_bytes[g] <= 4 && limit > 0;
+            c->group_limit[g] = (unsigned __int128)limit;
+            total_bytes += c->group_bytes[g];
+        }
+        if (!ok)
+            break;
+        ok = total_bytes == c->size;
+        for (int g = c->ngroups - 1; g >= 0; g--) {
+            c->group_weight[g] = ten_to(digits_after);
+            digits_after += digits[g];
+        }
+        c->precision_limit = ten_to(precision);
+        break;
+    }
+    case OP_DATETIME2:
+        ok = PyArg_ParseTuple(a, "ii", &c->fsp, &c->unit) && c->fsp >= 0 && c->fsp <= 6 &&
+             (c->unit == 1 || c->unit == 1000);
+        c->fsp_size = (c->fsp + 1) / 2;
+        break;
+    case OP_UTF8:
+        ok = PyArg_ParseTuple(a, "i", &c->size) && c->size >= 1 && c->size <= 4;
+        break;
+    case OP_PY:
+        ok = PyArg_ParseTuple(a, "O", &c->fn);
+        break;
+    default:
+        PyErr_SetString(PyExc_ValueError, "unknown column op");
+    }
+    Py_DECREF(a);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a column's arguments are out of range");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *program_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *plan, *columns, *key, *refusal;
+    int null_bytes;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &plan))
+        return NULL;
+    if (!PyArg_ParseTuple(plan, "iO!O!O", &null_bytes, &PyTuple_Type, &columns, &PyTuple_Type, &key, &refusal))
+        return NULL;
+    Program *prog = (Program *)type->tp_alloc(type, 0);
+    if (!prog)
+        return NULL;
+    prog->plan = Py_NewRef(plan);   /* keeps the tags and functions the columns borrow */
+    prog->refusal = Py_NewRef(refusal);
+    prog->null_bytes = null_bytes;
+    prog->ncolumns = (int)PyTuple_GET_SIZE(columns);
+    prog->nkey = (int)PyTuple_GET_SIZE(key);
+    if (null_bytes != (prog->ncolumns + 7) / 8) {
+        PyErr_SetString(PyExc_ValueError, "the null bitmap's size is not the columns'");
+        goto error;
+    }
+    prog->columns = PyMem_Calloc(prog->ncolumns ? prog->ncolumns : 1, sizeof(Column));
+    prog->key = PyMem_Calloc(prog->nkey ? prog->nkey : 1, sizeof(KeyField));
+    if (!prog->columns || !prog->key) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (int i = 0; i < prog->ncolumns; i++)
+        if (column_from(&prog->columns[i], PyTuple_GET_ITEM(columns, i)) < 0)
+            goto error;
+    for (int k = 0; k < prog->nkey; k++) {
+        KeyField *f = &prog->key[k];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(key, k), "ipp", &f->column, &f->with_tag, &f->refuse_null))
+            goto error;
+        if (f->column < 0 || f->column >= prog->ncolumns) {
+            PyErr_SetString(PyExc_ValueError, "a key field's column is out of range");
+            goto error;
+        }
+    }
+    return (PyObject *)prog;
+error:
+    Py_DECREF(prog);
+    return NULL;
+}
+
+static void program_dealloc(Program *prog) {
+    PyMem_Free(prog->columns);
+    PyMem_Free(prog->key);
+    Py_XDECREF(prog->plan);
+    Py_XDECREF(prog->refusal);
+    Py_TYPE(prog)->tp_free((PyObject *)prog);
+}
+
+static PyTypeObject ProgramType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "producer.events._binlog_images.Program",
+    .tp_basicsize = sizeof(Program),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Program(plan)(row data) -> [key body or None, row body, ...]",
+    .tp_new = program_new,
+    .tp_dealloc = (destructor)program_dealloc,
+    .tp_call = (ternaryfunc)program_call,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_binlog_images",
+                                    "Binlog row images straight to Avro bodies (image_encoder.native_plan).", -1, NULL};
+
+PyMODINIT_FUNC PyInit__binlog_images(void) {
+    if (PyType_Ready(&ProgramType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "INT", OP_INT);
+    PyModule_AddIntConstant(m, "DECIMAL", OP_DECIMAL);
+    PyModule_AddIntConstant(m, "DATETIME2", OP_DATETIME2);
+    PyModule_AddIntConstant(m, "UTF8", OP_UTF8);
+    PyModule_AddIntConstant(m, "PY", OP_PY);
+    return m;
+}

@@ -19,6 +19,7 @@ from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics, producer_config
 from contract.envelope import POSITION_HEADER
 from producer.errors import WriterError
+from producer.row_emitter import KINDS, native_emitter
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class KafkaWriter:
             "delivery.report.only.error": True, "on_delivery": self._on_delivery}))
         self.in_batch = False
         self.pending = 0
+        # The native row emitter on this producer's own librdkafka handle (producer.row_emitter),
+        # or None: then every record goes through produce_all.
+        self.emitter = native_emitter(self.producer, self._on_delivery)
         if transactions:
             try:
                 # Fences a previous instance with the same id and aborts its open transaction.
@@ -106,8 +110,35 @@ class KafkaWriter:
                     self.producer.poll(0.05)  # local queue full: let deliveries drain
             self.pending += 1
             if self.pending % 2000 == 0:
-                self.producer.poll(0)
-                self._check()
+                self._serve()
+
+    def _serve(self) -> None:
+        """Delivery reports and errors so far (every 2,000 records)."""
+        self.producer.poll(0)
+        self._check()
+
+    def produce_rows(self, topic: str, key_header: bytes | None, parts: tuple[bytes, ...], bodies: list, kind: str,
+                     keyed: bool, start: int, stop: int, skip_up_to: bytes | None,
+                     tombstones: bool) -> tuple[int, int]:
+        """Produce the records of rows ``start`` to ``stop - 1`` of encoded row images by the
+        native row emitter (:meth:`producer.events.builder.EventBuilder.emit_encoded` gives the
+        arguments), as :meth:`produce_all` would produce them; ``(records, change events)``."""
+        self._begin()
+        if topic not in self._topics:
+            self.ensure_topic(topic)
+        records = events = 0
+        while True:
+            n, e, done = self.emitter.rows(topic, key_header, parts, bodies, KINDS[kind], keyed, start, stop,
+                                           skip_up_to, tombstones, records)
+            records += n
+            events += e
+            if done:
+                break
+            self.producer.poll(0.05)  # local queue full: let deliveries drain, then go on after the last one
+        before, self.pending = self.pending, self.pending + records
+        if before // 2000 != self.pending // 2000:
+            self._serve()
+        return records, events
 
     def flush(self) -> None:
         """Wait until every record produced so far is acknowledged (the batch stays open):

@@ -195,6 +195,17 @@ class StreamSession(SessionSchemaChanges):
 
     def _produce(self, item: RowChanges, start: int, stop: int) -> int:
         """Write the events of rows ``start`` to ``stop - 1``; their number."""
+        if self.writer.emitter is not None and not self.cfg.producer.transaction_metadata and \
+                not (self.coord.read_only and self.coord.inflight):
+            # rows encoded in the reader process: produced by the native row emitter, no record here
+            counts = self.builder.emit_encoded(item, start, stop, self.encoder, self.writer,
+                                               skip_up_to=self._stored_last)
+            if counts is not None:
+                records, events = counts
+                if records:
+                    self.batch_events += records
+                    self.app.metrics.event(item.ts_ms, events, (item.db, item.table, item.kind))
+                return records
         records = self.builder.records(item, start, stop, self.encoder, skip_up_to=self._stored_last)
         if records and self.coord.read_only and self.coord.inflight:
             # read-only windows: the keys changed while their chunks are read (dropped at the close)

@@ -160,6 +160,56 @@ class StreamEncoding:
             return None
 
 
+class RowsOut(Protocol):
+    """Produces the records of encoded rows (:meth:`producer.kafka_writer.KafkaWriter.produce_rows`)."""
+
+    def produce_rows(self, topic: str, key_header: bytes | None, parts: tuple[bytes, ...], bodies: list,
+                     kind: str, keyed: bool, start: int, stop: int, skip_up_to: bytes | None,
+                     tombstones: bool) -> tuple[int, int]: ...
+
+
+@dataclass(frozen=True)
+class EnvelopeParts:
+    """The constant bytes of the records of one binlog event around their variable fields
+    (``ENVELOPE_VARIABLE``): a record's value is ``before`` (or ``before_absent``) + the before
+    body + ``after`` (or ``after_absent``) + the after body + ``middle`` + source.row +
+    ``ops[op]`` + the position's last 10 digits + ``end``; ``event``, the position's first 20
+    digits (the event's; a row's position is this plus its sequence's 10)."""
+
+    before_absent: bytes
+    before: bytes  # (each with the union's branch)
+    after_absent: bytes
+    after: bytes
+    middle: bytes
+    ops: dict[str, bytes]  # the op's encoding, then the position's length and its first 20 digits
+    end: bytes
+    event: str
+
+    def native(self) -> tuple[bytes, ...]:
+        """These parts as the native row emitter takes them (``producer/_row_emitter.c``)."""
+        return (self.before_absent, self.before, self.after_absent, self.after, self.middle, self.ops["c"],
+                self.ops["u"], self.ops["d"], self.end, self.event.encode())
+
+
+def envelope_parts(template: RecordTemplate, bound: tuple[bytes, ...], ch: RowChanges) -> EnvelopeParts:
+    """The :class:`EnvelopeParts` of ``ch``'s records, from the template's ``bound`` parts."""
+    null_tag, before_tag = template.union_tags("before")
+    after_null, after_tag = template.union_tags("after")
+    encode_op, encode_position = (template.field_encoder(p) for p in ENVELOPE_VARIABLE[3:])
+    b0, b1, b2, b3, b4, b5 = bound  # the constant parts around the 5 variable fields
+    event = ch.position(0)[:-10]
+    position_head = encode_position(event + "0" * 10)[:-10]  # the 30 digits' length, then the first 20
+    return EnvelopeParts(b0 + null_tag, b0 + before_tag, b1 + after_null, b1 + after_tag, b2,
+                         {op: b"".join((b3, encode_op(op), b4, position_head)) for op in ("c", "u", "d")}, b5, event)
+
+
+def _check_encoded_for(te: TableEvents, ch: RowChanges) -> None:
+    """Rows encoded in the binlog reader process are for ``te``'s table version and key, or refused."""
+    if ch.rows.ident != te.ident:
+        raise CDCError(f"rows of {te.table.qualified_name} were encoded for {ch.rows.ident}, not for this table "
+                       "version")
+
+
 class EventBuilder:
     def __init__(self, prefix: str, name: str, server_id: int, key_columns: dict[str, list[str]] | None = None,
                  excluded_columns: dict[str, list[str]] | None = None, tombstones: bool = False) -> None:
@@ -249,19 +299,11 @@ class EventBuilder:
         the intermediate dicts).  Rows encoded in the binlog reader process
         (:class:`EncodedImages`) only have their envelopes joined here."""
         template, topic = te.template, te.topic
-        null_tag, before_tag = template.union_tags("before")
-        after_null, after_tag = template.union_tags("after")
-        encode_row, encode_op, encode_position = (template.field_encoder(p) for p in ENVELOPE_VARIABLE[2:])
-        b0, b1, b2, b3, b4, b5 = bound  # the constant parts around the 5 variable fields
-        # A record's value: (before's part, before, after's part, after, b2, source.row, the op's
-        # part and the position's head, the position's row digits, b5), without concatenations.
-        before_part = {False: b0 + null_tag, True: b0 + before_tag}
-        after_part = {False: b1 + after_null, True: b1 + after_tag}
-        # The event part of the row positions (ch.position(seq) is this plus the sequence),
-        # and of their encoding: the 30 digits' length, then the digits.
-        event = ch.position(0)[:-10]
-        position_head = encode_position(event + "0" * 10)[:-10]
-        op_part = {op: b"".join((b3, encode_op(op), b4, position_head)) for op in ("c", "u", "d")}
+        encode_row = template.field_encoder("source.row")
+        parts = envelope_parts(template, bound, ch)
+        before_part = {False: parts.before_absent, True: parts.before}
+        after_part = {False: parts.after_absent, True: parts.after}
+        b2, op_part, b5, event = parts.middle, parts.ops, parts.end, parts.event
         keyed, kind, tombstones = bool(te.key_columns), ch.kind, self.tombstones
         op_of = OPS[kind]
         if type(ch.rows) is EncodedImages:
@@ -300,14 +342,33 @@ class EventBuilder:
                     out.append((topic, key, None, position))
         return done
 
+    def emit_encoded(self, ch: RowChanges, start: int, stop: int, writer: RecordEncoding, out: RowsOut,
+                     skip_up_to: str | None = None) -> tuple[int, int] | None:
+        """:meth:`records` of rows ``start`` to ``stop - 1`` of rows encoded in the binlog reader
+        process, produced by ``out`` (the native row emitter, :mod:`producer.row_emitter`) instead
+        of returned: the same records, none built here.  ``(records, change events)``; None when
+        these rows are not for it (then :meth:`records` gives them)."""
+        te = self.table_events(ch.table_def)
+        if type(ch.rows) is not EncodedImages or te.encoder is None or self.excluded.get(te.table.qualified_name) \
+                or te.template.field_type("source.row") not in ("int", "long"):
+            return None
+        _check_encoded_for(te, ch)
+        topic = te.topic
+        header = writer.header(te.value_schema, topic, "value")
+        if header is None:  # (JSON: never encoded in the reader process)
+            return None
+        shared = self._value(None, None, self._source(ch), "", int(time.time() * 1000), "")
+        parts = envelope_parts(te.template, te.template.bind(shared, header), ch)
+        key_header = writer.header(te.key_schema, topic, "key") if te.key_schema is not None else None
+        return out.produce_rows(topic, key_header, parts.native(), ch.rows.bodies, ch.kind, bool(te.key_columns),
+                                start, stop, None if skip_up_to is None else skip_up_to.encode(), self.tombstones)
+
     @staticmethod
     def _encoded_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:
         """``(row index, key before, before, key after, after)`` of rows ``start`` to ``stop - 1``
         of rows encoded in the binlog reader process (bodies; None where an image or key is not)."""
         rows = ch.rows
-        if rows.ident != te.ident:
-            raise CDCError(f"rows of {te.table.qualified_name} were encoded for {rows.ident}, not for this table "
-                           "version")
+        _check_encoded_for(te, ch)
         b, none = rows.bodies, repeat(None)
         if ch.kind == "update":
             s, e = 4 * start, 4 * stop

@@ -1,0 +1,86 @@
+"""The change events of encoded rows straight into Kafka, without a Python call per record.
+
+Streaming, the records of a rows event whose images the binlog reader process encoded
+(:class:`~producer.binlog.row_decoder.EncodedImages`) used to be joined in Python (the
+envelope around each body, :meth:`EventBuilder._fast_records`) and handed to confluent-kafka
+one ``produce`` call each (:meth:`KafkaWriter.produce_all`): together about half of the
+producer process's time, the ``produce`` call alone 4.4 us a record where librdkafka's own
+takes 0.7.  The native emitter (``producer/_row_emitter.c``) does both for a whole rows
+event in one call: the same records, in the same order, with the same header and
+partitioner, on the same librdkafka handle -- confluent-kafka's own, so transactions,
+flushes, polls, settings and delivery reports stay confluent-kafka's.
+
+It reads two things confluent-kafka does not publish: the librdkafka handle at the start of
+its ``Producer`` object, and the layout of the per-message state its delivery report
+callback frees (the Producer object and the callback).  Both are the same from 2.4 to 2.16
+(its ``confluent_kafka.h`` and ``Producer.c``), so the emitter is made only for a
+confluent-kafka in :data:`KNOWN_VERSIONS`, and checks the handle it reads (librdkafka's
+opaque of it is the Producer object, as confluent-kafka sets it); otherwise, or where the
+extension is not built, or with ``CDC_EMIT_NATIVE=0``, records go the Python way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable
+
+import confluent_kafka
+
+try:  # producer/_row_emitter.c, built by setup.py where a C compiler is
+    from producer import _row_emitter
+except ImportError:  # pragma: no cover - no compiler at install time: the Python way
+    _row_emitter = None
+
+log = logging.getLogger(__name__)
+
+#: Set to 0 to produce every record through confluent-kafka's ``Producer.produce``.
+NATIVE_ENV = "CDC_EMIT_NATIVE"
+#: The confluent-kafka versions whose Producer layout the emitter reads ((major, minor) ranges).
+KNOWN_VERSIONS = ((2, 4), (2, 16))
+
+#: ``kind`` of :meth:`NativeRows.rows` by :attr:`RowChanges.kind`.
+KINDS = {"insert": 0, "update": 1, "delete": 2}
+
+
+def known_version(version: str) -> bool:
+    """Whether confluent-kafka ``version`` (its ``__version__``) is one whose layout the
+    emitter was checked against."""
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return KNOWN_VERSIONS[0] <= (major, minor) <= KNOWN_VERSIONS[1]
+
+
+def librdkafka_path() -> str | None:
+    """The file of the librdkafka confluent-kafka loaded into this process (its wheel's copy,
+    or the system's), from the process's memory map; None where it cannot be told."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if "librdkafka" in os.path.basename(path) and path.startswith("/"):
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+def native_emitter(producer: confluent_kafka.Producer, on_delivery: Callable[[Any, Any], None]) -> Any | None:
+    """The native emitter of ``producer`` (failed deliveries reach ``on_delivery``, as its
+    records' own), or None: records then go the Python way."""
+    if _row_emitter is None or os.environ.get(NATIVE_ENV, "1") == "0":
+        return None
+    if not known_version(confluent_kafka.__version__):
+        log.info("confluent-kafka %s is not a version the native row emitter knows: records are produced one "
+                 "call each", confluent_kafka.__version__)
+        return None
+    path = librdkafka_path()
+    if path is None:
+        return None
+    try:
+        return _row_emitter.Emitter(producer, path, on_delivery)
+    except (ImportError, TypeError) as exc:
+        log.info("the native row emitter is off: %s", exc)
+        return None

@@ -1,0 +1,155 @@
+"""The native row emitter (producer/_row_emitter.c) writes to Kafka what the Python way writes.
+
+The Python way is ``EventBuilder.records`` then ``KafkaWriter.produce_all``; the native one,
+``EventBuilder.emit_encoded`` through ``KafkaWriter.produce_rows``.  Both write the same rows
+into one topic of the embedded broker, and what is read back -- partition, key, value,
+headers, order -- must be the same: inserts, deletes, updates keeping and changing their key,
+tombstones, a start past the first row, records at or before a stored position left out, and
+a local queue of a few records (it fills: the emitter stops, the writer polls, it goes on
+after the last record it produced).  A record whose delivery fails reaches the writer's
+delivery callback, as one produced by confluent-kafka's ``produce`` does.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import confluent_kafka
+import fastavro
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from common.kafka.partitioner import partition_of
+from contract.position import BinlogPosition
+from contract.topics import offsets_topic
+from producer import kafka_writer, row_emitter
+from producer.binlog.reader import RowChanges
+from producer.errors import WriterError
+from producer.events.builder import EventBuilder
+from producer.kafka_writer import KafkaWriter
+from producer.record_encoder import RecordEncoder
+from tests.unit.producer.events.test_image_encoder import ROWS, _bench_encoder
+
+PARTITIONS = 3
+
+
+def _changes(kind: str, rows, table) -> RowChanges:
+    return RowChanges(kind, table.db, table.name, table, BinlogPosition.from_binlog("mysql-bin.000007", 1234), rows, 0,
+                      1700000000000, "0-1-9", 42, "mysql-bin.000007", "mysql-bin.000007", 1000)
+
+
+def _read_all(config, topic: str, unique) -> list[tuple]:
+    """Every record of ``topic``: (partition, offset, key, value, headers), by partition."""
+    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap_servers, "group.id": unique("g"),
+                         "enable.auto.commit": False})
+    ends = {}
+    for p in range(PARTITIONS):
+        ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p]])
+    out, seen = [], {p: 0 for p in range(PARTITIONS)}
+    try:
+        while any(seen[p] < ends[p] for p in range(PARTITIONS)):
+            for msg in consumer.consume(1000, 2.0):
+                assert msg.error() is None, msg.error()
+                out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers()))
+                seen[msg.partition()] = msg.offset() + 1
+    finally:
+        consumer.close()
+    return sorted(out, key=lambda r: (r[0], r[1]))
+
+
+class _Counting:
+    """The native emitter, counting the calls that stopped at a full queue."""
+
+    def __init__(self, emitter) -> None:
+        self.emitter, self.stopped = emitter, 0
+
+    def rows(self, *args):
+        records, events, done = self.emitter.rows(*args)
+        self.stopped += not done
+        return records, events, done
+
+
+@pytest.fixture
+def small_queue(monkeypatch):
+    """A local queue of 5 records: the emitter fills it many times over in one rows event."""
+    monkeypatch.setattr(kafka_writer, "THROUGHPUT_SETTINGS",
+                        {**kafka_writer.THROUGHPUT_SETTINGS, "queue.buffering.max.messages": 5, "linger.ms": 1})
+
+
+@pytest.fixture(autouse=True)
+def _frozen_clock(monkeypatch):
+    monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)
+
+
+@pytest.mark.parametrize("kind", ["insert", "update", "delete"])
+def test_the_native_emitter_writes_the_records_the_python_way_gives(stack, config, unique, small_queue, kind):
+    te, encoder = _bench_encoder()
+    key_change = ROWS[0][:2] + struct.pack("<i", 99) + ROWS[0][6:]
+    # (updates: pairs of images; ROWS' keys all differ, so a key change each but the last pair's)
+    data = b"".join(ROWS + [ROWS[0], key_change, ROWS[2], ROWS[2]]) * 20 if kind == "update" else \
+        b"".join(ROWS) * 20
+    rows = encoder.encode(data, kind == "update")
+    ch = _changes(kind, rows, te.table)
+    skip = BinlogPosition.from_binlog("mysql-bin.000007", 1234, 5).encode()
+    writer = KafkaWriter(config.kafka, unique("w"), transactions=False, offsets_topic=offsets_topic(unique("p")))
+    assert writer.emitter is not None  # (built here, and a confluent-kafka version it knows)
+    writer.emitter = _Counting(writer.emitter)
+    out = RecordEncoder(config.kafka, "avro", writer.produce)
+    expected = []
+    for tombstones in (False, True):
+        builder = EventBuilder(config.kafka.topic_prefix, "prod", 1, tombstones=tombstones)
+        topic = builder.table_events(te.table).topic
+        writer.ensure_topic(topic, partitions=PARTITIONS)
+        for start, skip_up_to in [(0, None), (3, None), (0, skip)]:
+            records = builder.records(ch, start, len(rows), out, skip_up_to=skip_up_to)
+            native = builder.emit_encoded(ch, start, len(rows), out, writer, skip_up_to=skip_up_to)
+            assert native == (len(records), sum(1 for r in records if r[2] is not None))
+            expected += records
+    writer.flush()
+    writer.close()
+    assert writer.emitter.stopped > 3  # the queue was full, again and again: each time it went on
+    got = _read_all(config, topic, unique)
+    assert len(got) == len(expected) and any(r[2] is None for r in expected) == (kind != "insert")
+    if kind == "update":  # both kinds of update: one that keeps its key, one that changes it (d, c)
+        schema = fastavro.parse_schema(builder.table_events(te.table).value_schema)
+        ops = {fastavro.schemaless_reader(io.BytesIO(r[2][10:]), schema)["op"] for r in expected if r[2] is not None}
+        assert ops == {"u", "c", "d"}  # (the values framed as single objects: 10 bytes, then the body)
+    for p in range(PARTITIONS):
+        mine = [(key, value, headers) for partition, _, key, value, headers in got if partition == p]
+        theirs = [(key, value, [("cdc.position", position.encode())]) for _, key, value, position in expected
+                  if partition_of(key, PARTITIONS) == p]
+        assert mine == theirs
+
+
+def test_a_failed_delivery_of_a_natively_produced_record_stops_the_writer(config, unique):
+    """No broker to take it: the record's delivery fails after message.timeout.ms, and the
+    writer says so at the flush, as for a record produced by confluent-kafka's produce."""
+    kafka = config.kafka.model_copy(deep=True)
+    kafka.bootstrap_servers = "127.0.0.1:9"  # (the discard port: nothing listens)
+    kafka.client = {"message.timeout.ms": 1500}
+    writer = KafkaWriter(kafka, unique("w"), transactions=False, offsets_topic=offsets_topic(unique("p")))
+    assert writer.emitter is not None
+    te, encoder = _bench_encoder()
+    builder = EventBuilder(kafka.topic_prefix, "prod", 1)
+    topic = builder.table_events(te.table).topic
+    writer._topics.add(topic)  # (no broker to create it on)
+
+    class Header:
+        def header(self, schema, topic, role):
+            return b"\xc3\x01" + bytes(8)
+
+    rows = encoder.encode(b"".join(ROWS), False)
+    assert builder.emit_encoded(_changes("insert", rows, te.table), 0, len(rows), Header(), writer) == (4, 4)
+    with pytest.raises(WriterError, match=f"delivery to {topic} failed"):
+        writer.flush()
+    writer.close()
+
+
+def test_the_emitter_is_made_for_the_confluent_kafka_versions_it_knows():
+    assert row_emitter.known_version(confluent_kafka.__version__)  # (the one installed: else the test says so)
+    assert row_emitter.known_version("2.4.0") and row_emitter.known_version("2.16.1")
+    assert not row_emitter.known_version("2.3.0") and not row_emitter.known_version("3.0.0")
+    assert not row_emitter.known_version("dev")
+    assert row_emitter.librdkafka_path() is not None  # (confluent-kafka is loaded: its librdkafka is mapped)

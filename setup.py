@@ -1,7 +1,7 @@
 """The package's compiled parts (everything else is in pyproject.toml): the native Avro
 reader of contract/codecs/avro_decoder.py, Kafka's default partitioner of
-common/kafka/partitioner.py, the binlog image encoder of producer/events/image_encoder.py and
-the row emitter of producer/row_emitter.py.  Optional: where no C compiler is at hand the build goes on
+common/kafka/partitioner.py, the binlog image and SELECT row encoders of
+producer/events/image_encoder.py and select_encoder.py, and the row emitter of producer/row_emitter.py.  Optional: where no C compiler is at hand the build goes on
 without them, and their Python fallbacks do the same work (same results, slower)."""
 
 from setuptools import Extension, setup
@@ -11,6 +11,8 @@ setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_
                    Extension("common.kafka._partitioner", ["common/kafka/_partitioner.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    Extension("producer.events._binlog_images", ["producer/events/_binlog_images.c"], optional=True,
-                             extra_compile_args=["-O2"]),
+                             extra_compile_args=["-O2"], depends=["producer/events/avro_out.h"]),
+                   Extension("producer.events._select_rows", ["producer/events/_select_rows.c"], optional=True,
+                             extra_compile_args=["-O2"], depends=["producer/events/avro_out.h"]),
                    Extension("producer._row_emitter", ["producer/_row_emitter.c"], optional=True,
                              extra_compile_args=["-O2"], libraries=["dl"])])

@@ -17,14 +17,18 @@
  *
  * Emitter(producer, librdkafka path, on_delivery)
  * Emitter.rows(topic, key header, parts, bodies, kind, keyed, start, stop, skip up to,
- *              tombstones, skip records) -> (records produced, change events produced, done)
+ *              tombstones, skip records[, first sequence]) -> (records produced, change events
+ *              produced, done)
  *
  *   parts: (before absent, before present, after absent, after present, middle, op c, op u,
  *          op d, end, event digits): the constant bytes around a record's variable fields (the
  *          before and after parts end with the union's branch), and the position's first 20
  *          digits; a record's value is before part + before + after part + after + middle +
  *          source.row (zig-zag varint) + op part + the position's last 10 digits + end
- *   bodies: EncodedImages.bodies; kind 0 insert, 1 update, 2 delete
+ *   bodies: EncodedImages.bodies; kind 0 insert, 1 update, 2 delete (row i at sequences 2i and
+ *          2i + 1, source.row i) -- or kind 3, a snapshot chunk's rows (EncodedRows.bodies:
+ *          (key, row) pairs; row i at sequence ``first sequence`` + i, source.row 0, the op
+ *          part in every op's place: EventBuilder.emit_chunk)
  *   skip up to: a position (30 ASCII digits) or None: records at or before it are left out
  *   skip records: records already produced by an earlier call that stopped with the queue
  *          full (done False): the caller polls, then calls again with the total so far
@@ -286,13 +290,16 @@ static int change(Run *r, int64_t row, int64_t seq, char op, Bytes key, Bytes be
     return 0;
 }
 
+enum { KIND_INSERT = 0, KIND_UPDATE = 1, KIND_DELETE = 2, KIND_READ = 3 };
+
 static PyObject *emitter_rows(Emitter *e, PyObject *args) {
     const char *topic;
     PyObject *key_header, *parts, *bodies, *skip;
     int kind, keyed, tombstones;
     Py_ssize_t start, stop, to_skip;
-    if (!PyArg_ParseTuple(args, "sOO!O!ipnnOpn", &topic, &key_header, &PyTuple_Type, &parts, &PyList_Type, &bodies,
-                          &kind, &keyed, &start, &stop, &skip, &tombstones, &to_skip))
+    long long first_seq = 0;
+    if (!PyArg_ParseTuple(args, "sOO!O!ipnnOpn|L", &topic, &key_header, &PyTuple_Type, &parts, &PyList_Type, &bodies,
+                          &kind, &keyed, &start, &stop, &skip, &tombstones, &to_skip, &first_seq))
         return NULL;
     Run r = {e, NULL};
     r.to_skip = to_skip;
@@ -321,8 +328,9 @@ static PyObject *emitter_rows(Emitter *e, PyObject *args) {
         }
         r.skip = PyBytes_AS_STRING(skip);
     }
-    int per_row = kind == 1 ? 4 : 2;
-    if (kind < 0 || kind > 2 || start < 0 || stop < start || PyList_GET_SIZE(bodies) < stop * per_row) {
+    int per_row = kind == KIND_UPDATE ? 4 : kind == KIND_READ ? 1 : 2;
+    if (kind < 0 || kind > KIND_READ || start < 0 || stop < start || PyList_GET_SIZE(bodies) < stop * per_row ||
+        first_seq < 0 || first_seq + stop > 9999999999LL) {
         PyErr_SetString(PyExc_ValueError, "rows out of the bodies' range");
         return NULL;
     }
@@ -336,6 +344,19 @@ static PyObject *emitter_rows(Emitter *e, PyObject *args) {
     for (Py_ssize_t i = start; i < stop && !failed && !r.full; i++) {
         Bytes key_b = {NULL, -1}, before = {NULL, -1}, key_a = {NULL, -1}, after = {NULL, -1};
         PyObject **row = b + i * per_row;
+        if (kind == KIND_READ) {
+            PyObject *pair = row[0];
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_TypeError, "a chunk row is (key, row)");
+                failed = 1;
+                break;
+            }
+            failed = bytes_of(PyTuple_GET_ITEM(pair, 0), &key_a, "a key") < 0 ||
+                     bytes_of(PyTuple_GET_ITEM(pair, 1), &after, "a row") < 0;
+            if (!failed)
+                failed = change(&r, 0, first_seq + i, 'c', key_a, before, after, 0) < 0;
+            continue;
+        }
         if (kind == 1)
             failed = bytes_of(row[0], &key_b, "a key") < 0 || bytes_of(row[1], &before, "a row") < 0 ||
                      bytes_of(row[2], &key_a, "a key") < 0 || bytes_of(row[3], &after, "a row") < 0;

@@ -39,8 +39,8 @@ NATIVE_ENV = "CDC_EMIT_NATIVE"
 #: The confluent-kafka versions whose Producer layout the emitter reads ((major, minor) ranges).
 KNOWN_VERSIONS = ((2, 4), (2, 16))
 
-#: ``kind`` of :meth:`NativeRows.rows` by :attr:`RowChanges.kind`.
-KINDS = {"insert": 0, "update": 1, "delete": 2}
+#: ``kind`` of the emitter's ``rows`` by :attr:`RowChanges.kind`, and "r" for a snapshot chunk's rows.
+KINDS = {"insert": 0, "update": 1, "delete": 2, "r": 3}
 
 
 def known_version(version: str) -> bool:

@@ -317,6 +317,13 @@ class StreamSession(SessionSchemaChanges):
             # aborted transaction on Tansu) come with their window, and the next run's first
             # windows are placed above it (producer.app._marker_slots)
             self.writer.flush()
+        if self.writer.emitter is not None and not chunk.changed:
+            emitted = self.builder.emit_chunk(chunk, self.encoder, self.writer)  # (rows encoded where read)
+            if emitted is not None:
+                self.batch_events += emitted
+                table = chunk.table_def
+                self.app.metrics.event(int(time.time() * 1000), emitted, (table.db, table.name, "read"))
+                return
         records = self.builder.chunk_records(chunk, self.encoder)
         if chunk.changed:  # read-only windows: the DBLog rule, here (gtid_windows)
             records = [r for r in records if r[1] not in chunk.changed]

@@ -25,10 +25,7 @@
  *
  * Truncated or overrunning row data raises ValueError.  Everything is bounds checked.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "avro_out.h"
 
 enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME2 = 3, OP_UTF8 = 4, OP_PY = 5 };
 #define MAX_GROUPS 8
@@ -62,50 +59,6 @@ typedef struct {
     KeyField *key;
 } Program;
 
-typedef struct {
-    char *b;
-    Py_ssize_t n, cap;
-} Out;
-
-static int out_reserve(Out *o, Py_ssize_t more) {
-    if (o->n + more <= o->cap)
-        return 0;
-    Py_ssize_t cap = o->cap ? o->cap : 256;
-    while (cap < o->n + more)
-        cap *= 2;
-    char *b = PyMem_Realloc(o->b, cap);
-    if (!b) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    o->b = b;
-    o->cap = cap;
-    return 0;
-}
-
-static int out_put(Out *o, const void *p, Py_ssize_t n) {
-    if (out_reserve(o, n) < 0)
-        return -1;
-    memcpy(o->b + o->n, p, n);
-    o->n += n;
-    return 0;
-}
-
-/* Avro's long: zig-zag, then base-128 little-endian. */
-static int out_long(Out *o, int64_t v) {
-    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    if (out_reserve(o, 10) < 0)
-        return -1;
-    unsigned char *p = (unsigned char *)o->b + o->n;
-    while (z >= 0x80) {
-        *p++ = (unsigned char)(z | 0x80);
-        z >>= 7;
-    }
-    *p++ = (unsigned char)z;
-    o->n = (char *)p - o->b;
-    return 0;
-}
-
 static void *refuse(Program *prog) {
     PyErr_SetNone(prog->refusal);
     return NULL;
@@ -114,66 +67,6 @@ static void *refuse(Program *prog) {
 static void *overrun(void) {
     PyErr_SetString(PyExc_ValueError, "row data overrun");
     return NULL;
-}
-
-/* Strict UTF-8, as Python's decoder takes it: no overlong forms, no surrogates, nothing
- * above U+10FFFF. */
-static int is_utf8(const unsigned char *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80)
-                return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (i + 2 >= n)
-                return 0;
-            unsigned char c1 = s[i + 1];
-            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80)
-                return 0;
-            if (c == 0xE0 && c1 < 0xA0)
-                return 0;   /* overlong */
-            if (c == 0xED && c1 >= 0xA0)
-                return 0;   /* surrogate */
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (i + 3 >= n)
-                return 0;
-            unsigned char c1 = s[i + 1];
-            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
-                return 0;
-            if (c == 0xF0 && c1 < 0x90)
-                return 0;   /* overlong */
-            if (c == 0xF4 && c1 >= 0x90)
-                return 0;   /* above U+10FFFF */
-            i += 4;
-        } else {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (Python's date.toordinal() - 719163). */
-static int64_t days_since_epoch(int64_t y, int64_t m, int64_t d) {
-    static const int before[] = {0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334};
-    int64_t py = y - 1;
-    int64_t ordinal = py * 365 + py / 4 - py / 100 + py / 400 + before[m] + d;
-    if (m > 2 && (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)))
-        ordinal += 1;
-    return ordinal - 719163;
-}
-
-static int days_in_month(int64_t y, int64_t m) {
-    static const int dim[] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (m == 2 && (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)))
-        return 29;
-    return dim[m];
 }
 
 static uint64_t be_uint(const unsigned char *p, int n) {
@@ -249,20 +142,7 @@ static int encode_value(Program *prog, Column *c, PyObject *buf, const unsigned 
         }
         if (total >= c->precision_limit)
             return refuse(prog), -1;
-        /* two's complement, big-endian, in (bit length + 8) >> 3 bytes (bit length of -v when negative) */
-        int bits = 0;
-        for (unsigned __int128 t = total; t; t >>= 1)
-            bits++;
-        int n = (bits + 8) >> 3;
-        unsigned __int128 twos = negative ? (unsigned __int128)0 - total : total;
-        unsigned char bytes[17];
-        for (int i = n - 1; i >= 0; i--) {
-            bytes[i] = (unsigned char)twos;
-            twos >>= 8;
-        }
-        if (out_long(o, (int64_t)n) < 0)
-            return -1;
-        return out_put(o, bytes, n);
+        return out_decimal(o, total, negative);
     }
     case OP_DATETIME2: {
         if (at + 5 + c->fsp_size > end)
@@ -271,7 +151,7 @@ static int encode_value(Program *prog, Column *c, PyObject *buf, const unsigned 
         uint64_t ymd = d >> 17;
         int64_t year_month = (int64_t)(ymd >> 5 & 0x1FFFF);
         int64_t year = year_month / 13, month = year_month % 13, day = (int64_t)(ymd & 31);
-        if (year < 1 || year > 9999 || month < 1 || day < 1 || day > days_in_month(year, month))
+        if (!valid_date(year, month, day))
             return refuse(prog), -1;
         int64_t hour = (int64_t)(d >> 12 & 31), minute = (int64_t)(d >> 6 & 63), second = (int64_t)(d & 63);
         if (hour >= 24 || minute >= 60 || second >= 60)

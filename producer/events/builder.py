@@ -165,7 +165,7 @@ class RowsOut(Protocol):
 
     def produce_rows(self, topic: str, key_header: bytes | None, parts: tuple[bytes, ...], bodies: list,
                      kind: str, keyed: bool, start: int, stop: int, skip_up_to: bytes | None,
-                     tombstones: bool) -> tuple[int, int]: ...
+                     tombstones: bool, first_sequence: int = 0) -> tuple[int, int]: ...
 
 
 @dataclass(frozen=True)
@@ -185,22 +185,24 @@ class EnvelopeParts:
     end: bytes
     event: str
 
-    def native(self) -> tuple[bytes, ...]:
-        """These parts as the native row emitter takes them (``producer/_row_emitter.c``)."""
-        return (self.before_absent, self.before, self.after_absent, self.after, self.middle, self.ops["c"],
-                self.ops["u"], self.ops["d"], self.end, self.event.encode())
+    def native(self, ops: tuple[str, str, str] = ("c", "u", "d")) -> tuple[bytes, ...]:
+        """These parts as the native row emitter takes them (``producer/_row_emitter.c``): the
+        parts of ``ops`` in the places of its c, u and d."""
+        return (self.before_absent, self.before, self.after_absent, self.after, self.middle, *(self.ops[op] for op in ops),
+                self.end, self.event.encode())
 
 
-def envelope_parts(template: RecordTemplate, bound: tuple[bytes, ...], ch: RowChanges) -> EnvelopeParts:
-    """The :class:`EnvelopeParts` of ``ch``'s records, from the template's ``bound`` parts."""
+def envelope_parts(template: RecordTemplate, bound: tuple[bytes, ...], event: str,
+                   ops: tuple[str, ...] = ("c", "u", "d")) -> EnvelopeParts:
+    """The :class:`EnvelopeParts` of the records of one binlog event (its position's first 20
+    digits: ``event``) with ``ops``, from the template's ``bound`` parts."""
     null_tag, before_tag = template.union_tags("before")
     after_null, after_tag = template.union_tags("after")
     encode_op, encode_position = (template.field_encoder(p) for p in ENVELOPE_VARIABLE[3:])
     b0, b1, b2, b3, b4, b5 = bound  # the constant parts around the 5 variable fields
-    event = ch.position(0)[:-10]
     position_head = encode_position(event + "0" * 10)[:-10]  # the 30 digits' length, then the first 20
     return EnvelopeParts(b0 + null_tag, b0 + before_tag, b1 + after_null, b1 + after_tag, b2,
-                         {op: b"".join((b3, encode_op(op), b4, position_head)) for op in ("c", "u", "d")}, b5, event)
+                         {op: b"".join((b3, encode_op(op), b4, position_head)) for op in ops}, b5, event)
 
 
 def _check_encoded_for(te: TableEvents, ch: RowChanges) -> None:
@@ -300,7 +302,7 @@ class EventBuilder:
         (:class:`EncodedImages`) only have their envelopes joined here."""
         template, topic = te.template, te.topic
         encode_row = template.field_encoder("source.row")
-        parts = envelope_parts(template, bound, ch)
+        parts = envelope_parts(template, bound, ch.position(0)[:-10])
         before_part = {False: parts.before_absent, True: parts.before}
         after_part = {False: parts.after_absent, True: parts.after}
         b2, op_part, b5, event = parts.middle, parts.ops, parts.end, parts.event
@@ -358,7 +360,7 @@ class EventBuilder:
         if header is None:  # (JSON: never encoded in the reader process)
             return None
         shared = self._value(None, None, self._source(ch), "", int(time.time() * 1000), "")
-        parts = envelope_parts(te.template, te.template.bind(shared, header), ch)
+        parts = envelope_parts(te.template, te.template.bind(shared, header), ch.position(0)[:-10])
         key_header = writer.header(te.key_schema, topic, "key") if te.key_schema is not None else None
         return out.produce_rows(topic, key_header, parts.native(), ch.rows.bodies, ch.kind, bool(te.key_columns),
                                 start, stop, None if skip_up_to is None else skip_up_to.encode(), self.tombstones)
@@ -412,12 +414,7 @@ class EventBuilder:
         te = self.read_table_events(chunk.table_def)
         topic, template, conv = te.topic, te.template, te.converter
         close = chunk.close_position
-        source = source_block(self.name, self.server_id, db=te.table.db, table=te.table.name,
-                              ts_ms=int(time.time() * 1000), file=close.file_name, pos=close.pos,
-                              snapshot=INCREMENTAL_SNAPSHOT)
-        shared = self._value(None, None, source, SNAPSHOT_OP, int(time.time() * 1000), "")
-        shared["snapshot_window"] = {"snapshot_id": chunk.snapshot_id, "chunk_id": chunk.chunk_id,
-                                     "open_position": chunk.open_position.encode(), "close_position": close.encode()}
+        shared = self._chunk_value(chunk, te)
         header = writer.header(te.value_schema, topic, "value")
         bound = template.bind(shared, header) if header is not None else None
         out: list[Record] = []
@@ -469,6 +466,42 @@ class EventBuilder:
             position = chunk_row_position(close_pos, i)
             out.append((topic, key, b"".join((head, after, middle, encode_position(position), b5)), position))
         return len(rows)
+
+    def _chunk_value(self, chunk: ChunkOut, te: TableEvents) -> dict:
+        """The envelope fields shared by a chunk's records (its rows' fields empty)."""
+        close = chunk.close_position
+        source = source_block(self.name, self.server_id, db=te.table.db, table=te.table.name,
+                              ts_ms=int(time.time() * 1000), file=close.file_name, pos=close.pos,
+                              snapshot=INCREMENTAL_SNAPSHOT)
+        shared = self._value(None, None, source, SNAPSHOT_OP, int(time.time() * 1000), "")
+        shared["snapshot_window"] = {"snapshot_id": chunk.snapshot_id, "chunk_id": chunk.chunk_id,
+                                     "open_position": chunk.open_position.encode(), "close_position": close.encode()}
+        return shared
+
+    def emit_chunk(self, chunk: ChunkOut, writer: RecordEncoding, out: RowsOut) -> int | None:
+        """:meth:`chunk_records` of a chunk whose rows were all encoded where they were read,
+        produced by ``out`` (the native row emitter) instead of returned: the same records.
+        Their number; None when the chunk is not for it (then :meth:`chunk_records` gives them)."""
+        te = self.read_table_events(chunk.table_def)
+        rows = chunk.rows
+        if type(rows) is not EncodedRows or rows.rest or te.encoder is None \
+                or self.excluded.get(te.table.qualified_name) or te.template.field_type("source.row") not in ("int", "long"):
+            return None
+        if rows.table != te.ident:
+            raise CDCError(f"snapshot chunk of {te.table.qualified_name}: its rows were encoded for {rows.table}, "
+                           "not for this table version")
+        topic, close = te.topic, chunk.close_position.encode()
+        header = writer.header(te.value_schema, topic, "value")
+        if header is None or not rows.bodies:
+            return None
+        chunk_row_position(close, len(rows.bodies) - 1)  # (the checks: every row's sequence has its 10 digits)
+        parts = envelope_parts(te.template, te.template.bind(self._chunk_value(chunk, te), header), close[:EVENT_WIDTH],
+                               (SNAPSHOT_OP,))
+        key_header = writer.header(te.key_schema, topic, "key") if te.key_columns else None
+        records, _ = out.produce_rows(topic, key_header, parts.native((SNAPSHOT_OP,) * 3), rows.bodies, SNAPSHOT_OP,
+                                      bool(te.key_columns), 0, len(rows.bodies), None, False,
+                                      first_sequence=int(close[EVENT_WIDTH:]) + 1)
+        return records
 
     def truncate_record(self, table: TableDef, source: dict, position: str, writer: RecordEncoding) -> Record:
         """Debezium's truncate event of ``table``: op ``t``, no key, ``before`` and ``after``

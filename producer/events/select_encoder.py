@@ -24,6 +24,7 @@ or the error of reading it), and that row takes the values' way.
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -36,6 +37,19 @@ from common.sql.sessions import datetime_from_text
 from producer.events import value_code as code
 from producer.events.avro_template import type_name
 from producer.events.row_encoder import NotFast
+
+try:  # the native encoder (producer/events/_select_rows.c, built by setup.py where a C compiler is)
+    from producer.events import _select_rows
+except ImportError:  # pragma: no cover - no compiler at install time: the generated Python does it
+    _select_rows = None
+
+#: Set to 0 to encode with the generated Python only (the native encoder is its twin in C).
+NATIVE_ENV = "CDC_SELECT_NATIVE"
+
+
+def native_enabled() -> bool:
+    """Whether chunk rows are encoded by the native encoder (built, and not switched off)."""
+    return _select_rows is not None and os.environ.get(NATIVE_ENV, "1") != "0"
 
 _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
 _DIGITS = b"0123456789"
@@ -122,9 +136,12 @@ class SelectRowEncoder:
     ``te``: the table version (a :class:`~producer.events.builder.TableEvents` of rows read by a
     SELECT); ``readings``: per result column (the table's columns, in order) pymysql's
     ``(encoding, converter)`` (``MySQLResult.converters``).  Raises :class:`NotFast` when the
-    table is not on the Avro fast path or its key is not made of its row's encodings."""
+    table is not on the Avro fast path or its key is not made of its row's encodings.  ``row``
+    is the native encoder (``_select_rows.c``, :func:`native_row`) where it is built, else the
+    generated Python (:func:`_compile`): where the native one gives bodies they are the same."""
 
-    def __init__(self, te: Any, readings: list[tuple[str | None, Callable | None]]) -> None:
+    def __init__(self, te: Any, readings: list[tuple[str | None, Callable | None]], *,
+                 native: bool | None = None) -> None:
         enc = te.encoder
         if enc is None or not enc.keys_comparable:
             raise NotFast(f"{te.table.qualified_name}: no fast Avro path for its rows")
@@ -138,7 +155,8 @@ class SelectRowEncoder:
         names = te.table.column_names
         key = list(zip([names.index(name) for name in te.key_columns], key_types))
         self.ident = te.ident
-        self.row = _compile(readings, [f["type"] for f in fields], [conv for _, _, conv in plan], key)
+        compile_row = native_row if (native_enabled() if native is None else native) else _compile
+        self.row = compile_row(readings, [f["type"] for f in fields], [conv for _, _, conv in plan], key)
 
 
 def _compile(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
@@ -167,3 +185,53 @@ def _compile(readings: list, row_types: list, converters: list, key: list[tuple[
               f"    return {code.joined(kparts)}, {code.joined(parts)}"]
     exec(compile("\n".join(lines), "<SELECT row encoder>", "exec"), env)  # noqa: S102 - generated from the schema
     return env["row"]
+
+
+def native_row(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
+    """What :func:`_compile` gives, by the native encoder (``_select_rows.Program``): integers,
+    DECIMALs of up to 38 digits, DATETIMEs, DATEs and UTF-8 strings from their text in C, every
+    other column by its statements of :func:`_value_code`, compiled into a function of its own."""
+    return _select_rows.Program(native_plan(readings, row_types, converters, key))
+
+
+def native_plan(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> tuple:
+    """The plan of ``_select_rows.Program`` (its layout: the top of ``_select_rows.c``), making the
+    choices :func:`_value_code` makes."""
+    env = code.namespace()
+    env.update({"_days": _DAYS, "_digits": _DIGITS, "_fraction": {n: 10 ** (26 - n) for n in range(21, 27)}})
+    ops = _select_rows
+    plan, column_types = [], []
+    for i, ((encoding, read), t, convert) in enumerate(zip(readings, row_types, converters)):
+        null_tag, value_tag, inner = code.split_union(t)
+        column_types.append((t, inner, null_tag is not None))
+        tags = (null_tag, value_tag)
+        through = code.int_range(convert, inner) if read is int else None
+        if through is not None:
+            other = eval(f"lambda v: {code.general_code(i, convert, inner, env)}", env)  # generated from the column
+            plan.append((ops.INT, *tags, *through, other))
+        elif read is Decimal and isinstance(inner, dict) and code.is_decimal(convert, inner, inner.get("scale", 0)) \
+                and inner["precision"] <= 38:
+            plan.append((ops.DECIMAL, *tags, inner.get("scale", 0), inner["precision"]))
+        elif read is datetime_from_text and code.datetime_unit(convert, inner) is not None:
+            plan.append((ops.DATETIME, *tags, code.datetime_unit(convert, inner)))
+        elif read is convert_date and getattr(convert, "date_days", False) and type_name(inner) == "int":
+            plan.append((ops.DATE, *tags))
+        elif read is None and code.is_utf8_string(encoding, convert, inner):
+            plan.append((ops.UTF8, *tags))
+        else:
+            plan.append((ops.PY, *tags, _column_function(i, (encoding, read), inner, convert, null_tag, value_tag, env)))
+    return tuple(plan), tuple(code.key_fields(column_types, key)), NotFast
+
+
+def _column_function(i: int, reading: tuple, inner: Any, convert: Any, null_tag: bytes | None,
+                     value_tag: bytes | None, env: dict) -> Any:
+    """``column(text) -> encoding or None`` of column ``i``'s non-NULL text: its :func:`_value_code`
+    statements (None: the converter made it the union's null)."""
+    lines, value_parts, sets_null = _value_code(i, reading, inner, convert, null_tag is not None, env)
+    env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
+    body = ["n = len(b)"] + ([f"a{i} = t{i}"] if sets_null else []) + lines + \
+        [f"return None if a{i} is n{i} else {code.joined(value_parts)}" if sets_null else
+         f"return {code.joined(value_parts)}"]
+    source = "\n".join([f"def column{i}(b):", *("    " + line for line in body)])
+    exec(compile(source, "<SELECT row encoder>", "exec"), env)  # noqa: S102 - generated from the schema
+    return env[f"column{i}"]

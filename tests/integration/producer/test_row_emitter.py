@@ -25,11 +25,14 @@ from contract.position import BinlogPosition
 from contract.topics import offsets_topic
 from producer import kafka_writer, row_emitter
 from producer.binlog.reader import RowChanges
+from producer.binlog.row_decoder import RowDecoder
 from producer.errors import WriterError
 from producer.events.builder import EventBuilder
+from producer.events.row_encoder import encode_rows
 from producer.kafka_writer import KafkaWriter
 from producer.record_encoder import RecordEncoder
-from tests.unit.producer.events.test_image_encoder import ROWS, _bench_encoder
+from producer.snapshot.chunks import ReleasedChunk
+from tests.unit.producer.events.test_image_encoder import BENCH, ROWS, _bench_encoder
 
 PARTITIONS = 3
 
@@ -116,6 +119,44 @@ def test_the_native_emitter_writes_the_records_the_python_way_gives(stack, confi
         schema = fastavro.parse_schema(builder.table_events(te.table).value_schema)
         ops = {fastavro.schemaless_reader(io.BytesIO(r[2][10:]), schema)["op"] for r in expected if r[2] is not None}
         assert ops == {"u", "c", "d"}  # (the values framed as single objects: 10 bytes, then the body)
+    for p in range(PARTITIONS):
+        mine = [(key, value, headers) for partition, _, key, value, headers in got if partition == p]
+        theirs = [(key, value, [("cdc.position", position.encode())]) for _, key, value, position in expected
+                  if partition_of(key, PARTITIONS) == p]
+        assert mine == theirs
+
+
+def test_snapshot_chunks_emitted_natively_are_the_records_chunk_records_gives(stack, config, unique, small_queue):
+    """Chunk rows encoded where they were read (EncodedRows), op r: the same records, each at its
+    position above the CLOSE marker (here across a change in the sequence's digit count)."""
+    te, _ = _bench_encoder()
+    table = te.table
+    values = RowDecoder(BENCH).decode_packed(b"".join(ROWS) * 30, False).images
+    writer = KafkaWriter(config.kafka, unique("w"), transactions=False, offsets_topic=offsets_topic(unique("p")))
+    assert writer.emitter is not None
+    out = RecordEncoder(config.kafka, "avro", writer.produce)
+    builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
+    read = builder.read_table_events(table)
+    writer.ensure_topic(read.topic, partitions=PARTITIONS)
+    expected = []
+    for close_row, count in [(0, 120), (95, 10), (9_999_999_000, 25)]:
+        rows = encode_rows(read.encoder, builder.read_encoding(table).ident, tuple(table.column_names), values[:count])
+        assert len(rows.bodies) == count and not rows.rest
+        chunk = ReleasedChunk("snap-1", 3, table, rows, BinlogPosition.from_binlog("mysql-bin.000002", 400),
+                              BinlogPosition.from_binlog("mysql-bin.000002", 900, close_row), ["id"])
+        expected += builder.chunk_records(chunk, out)
+        assert builder.emit_chunk(chunk, out, writer) == count
+    assert {r[3][-3:] for r in expected} >= {"096", "105"}  # (rows 96 to 105: two digits, then three)
+    chunk = ReleasedChunk("snap-1", 4, table, encode_rows(read.encoder, builder.read_encoding(table).ident,
+                                                          tuple(table.column_names), values[:2]),
+                          BinlogPosition.from_binlog("mysql-bin.000002", 400),
+                          BinlogPosition.from_binlog("mysql-bin.000002", 900, 9_999_999_998), ["id"])
+    with pytest.raises(ValueError):  # a row past the sequence's 10 digits: refused, as chunk_records refuses it
+        builder.emit_chunk(chunk, out, writer)
+    writer.flush()
+    writer.close()
+    got = _read_all(config, read.topic, unique)
+    assert len(got) == len(expected)
     for p in range(PARTITIONS):
         mine = [(key, value, headers) for partition, _, key, value, headers in got if partition == p]
         theirs = [(key, value, [("cdc.position", position.encode())]) for _, key, value, position in expected

@@ -1,0 +1,470 @@
+/* The native SELECT row encoder: a snapshot chunk's row, as MySQL's text protocol sends it,
+ * straight to its Avro key and row bodies, as producer/events/select_encoder.py's generated
+ * Python writes them (tests/unit/producer/events/test_select_encoder.py compares both on
+ * arbitrary bytes: wherever this gives bodies they are the generated Python's).
+ *
+ * Program(plan)(payload) -> (key body or None, row body)
+ *
+ * ``plan`` is (columns, key, refusal), compiled by select_encoder.native_plan:
+ *
+ *   columns: per column (op, null tag or None, value tag or None, *args); the tags are a
+ *     ``["null", T]`` union's branches (None: the column's type has no null). Ops:
+ *     INT   lo, hi, other   an integer's text ([-]digits): its zig-zag varint when
+ *           lo <= v <= hi, else ``other(v)`` (bytes, or raises)
+ *     DECIMAL scale, precision   a DECIMAL's text ([-]digits, then a point and ``scale``
+ *           digits): its unscaled integer as an Avro decimal's bytes, refused at or beyond
+ *           ``precision`` digits (at most 38)
+ *     DATETIME unit   ``YYYY-MM-DD hh:mm:ss[.f{1,6}]`` as a long of ``unit`` (1 or 1000)
+ *           microseconds since 1970-01-01
+ *     DATE  ``YYYY-MM-DD`` as an int of days since 1970-01-01
+ *     UTF8  the text's bytes, checked to be UTF-8, as they are
+ *     PY    fn   ``fn(text) -> bytes or None``: the column's generated Python (None: the
+ *           union's null branch)
+ *   key: per key field (column index, with its union branch, refused when NULL)
+ *   refusal: the exception class raised for a row the values' way must take (NotFast)
+ *
+ * A text the generated Python reads but this does not (an integer Python's int() takes with
+ * a sign, spaces or underscores) is refused: the values' way gives that row's record.  A
+ * payload that is not one row of these columns raises ValueError.
+ */
+#include "avro_out.h"
+
+enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME = 3, OP_DATE = 4, OP_UTF8 = 5, OP_PY = 6 };
+enum { NULL_COLUMN = 251, U16 = 252, U24 = 253, U64 = 254 };
+
+typedef struct {
+    int op;
+    const char *null_tag, *value_tag;   /* borrowed from the plan (kept alive by it) */
+    Py_ssize_t null_len, value_len;
+    int64_t lo, hi;                      /* INT */
+    PyObject *fn;                        /* INT: other(v); PY: fn(text) */
+    int scale;                           /* DECIMAL */
+    unsigned __int128 precision_limit;
+    int unit;                            /* DATETIME */
+} Column;
+
+typedef struct {
+    int column;
+    int with_tag;
+    int refuse_null;
+} KeyField;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *plan;
+    PyObject *refusal;
+    int ncolumns, nkey;
+    Column *columns;
+    KeyField *key;
+} Program;
+
+typedef struct {
+    Py_ssize_t tag, value;
+    int null;
+} Span;
+
+static int refuse(Program *prog) {
+    PyErr_SetNone(prog->refusal);
+    return -1;
+}
+
+static int is_digit(unsigned char c) {
+    return c >= '0' && c <= '9';
+}
+
+/* [-]digits as an int64; 0 when the text is not that or does not fit. */
+static int parse_int(const unsigned char *s, Py_ssize_t n, int64_t *out) {
+    Py_ssize_t i = 0;
+    int negative = n > 0 && s[0] == '-';
+    i += negative;
+    if (i >= n || n - i > 19)
+        return 0;
+    uint64_t v = 0;
+    for (; i < n; i++) {
+        if (!is_digit(s[i]))
+            return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (negative ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX)
+        return 0;
+    *out = negative ? (int64_t)(0 - v) : (int64_t)v;
+    return 1;
+}
+
+/* ``YYYY-MM-DD``: days since 1970-01-01; 0 when it is not a valid date in that form. */
+static int parse_date(const unsigned char *s, Py_ssize_t n, int64_t *days) {
+    if (n != 10 || s[4] != '-' || s[7] != '-')
+        return 0;
+    for (int i = 0; i < 10; i++)
+        if (i != 4 && i != 7 && !is_digit(s[i]))
+            return 0;
+    int64_t y = (s[0] - '0') * 1000 + (s[1] - '0') * 100 + (s[2] - '0') * 10 + (s[3] - '0');
+    int64_t m = (s[5] - '0') * 10 + (s[6] - '0'), d = (s[8] - '0') * 10 + (s[9] - '0');
+    if (!valid_date(y, m, d))
+        return 0;
+    *days = days_since_epoch(y, m, d);
+    return 1;
+}
+
+static int encode_value(Program *prog, Column *c, const unsigned char *s, Py_ssize_t n, Out *o) {
+    switch (c->op) {
+    case OP_INT: {
+        int64_t v;
+        if (!parse_int(s, n, &v))
+            return refuse(prog);
+        if (c->lo <= v && v <= c->hi)
+            return out_long(o, v);
+        PyObject *pv = PyLong_FromLongLong(v);
+        if (!pv)
+            return -1;
+        PyObject *y = PyObject_CallOneArg(c->fn, pv);
+        Py_DECREF(pv);
+        if (!y)
+            return -1;
+        int r = PyBytes_Check(y) ? out_put(o, PyBytes_AS_STRING(y), PyBytes_GET_SIZE(y)) : -1;
+        if (r < 0 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "an integer's encoding is not bytes");
+        Py_DECREF(y);
+        return r;
+    }
+    case OP_DECIMAL: {
+        Py_ssize_t i = 0, point = c->scale ? n - c->scale - 1 : n;
+        int negative = n > 0 && s[0] == '-';
+        i += negative;
+        if (point <= i || (c->scale && s[point] != '.'))
+            return refuse(prog);
+        unsigned __int128 total = 0;
+        for (; i < n; i++) {
+            if (i == point)
+                continue;
+            if (!is_digit(s[i]) || __builtin_mul_overflow(total, 10, &total) ||
+                __builtin_add_overflow(total, (unsigned)(s[i] - '0'), &total))
+                return refuse(prog);
+        }
+        if (total >= c->precision_limit)
+            return refuse(prog);
+        return out_decimal(o, total, negative);
+    }
+    case OP_DATETIME: {
+        int64_t days;
+        if (n < 19 || !parse_date(s, 10, &days) || s[10] != ' ' || s[13] != ':' || s[16] != ':')
+            return refuse(prog);
+        for (int i = 11; i < 19; i++)
+            if (i != 13 && i != 16 && !is_digit(s[i]))
+                return refuse(prog);
+        if (!(n == 19 || (n >= 21 && n <= 26 && s[19] == '.')))
+            return refuse(prog);
+        int64_t fraction = 0;
+        for (Py_ssize_t i = 20; i < n; i++) {
+            if (!is_digit(s[i]))
+                return refuse(prog);
+            fraction = fraction * 10 + (s[i] - '0');
+        }
+        int64_t h = (s[11] - '0') * 10 + (s[12] - '0'), mi = (s[14] - '0') * 10 + (s[15] - '0'),
+                sec = (s[17] - '0') * 10 + (s[18] - '0');
+        if (h > 23 || mi > 59 || sec > 59)
+            return refuse(prog);
+        int64_t v = (days * 86400 + h * 3600 + mi * 60 + sec) * (1000000 / c->unit);
+        if (n > 19) {
+            int64_t scale = 1;
+            for (Py_ssize_t i = n; i < 26; i++)
+                scale *= 10;
+            v += fraction * scale / c->unit;
+        }
+        return out_long(o, v);
+    }
+    case OP_DATE: {
+        int64_t days;
+        if (!parse_date(s, n, &days))
+            return refuse(prog);
+        return out_long(o, days);
+    }
+    case OP_UTF8:
+        if (!is_utf8(s, n)) {
+            PyErr_SetString(PyExc_ValueError, "a string is not UTF-8");
+            return -1;
+        }
+        if (out_long(o, (int64_t)n) < 0)
+            return -1;
+        return out_put(o, s, n);
+    case OP_PY: {
+        PyObject *text = PyBytes_FromStringAndSize((const char *)s, n);
+        if (!text)
+            return -1;
+        PyObject *y = PyObject_CallOneArg(c->fn, text);
+        Py_DECREF(text);
+        if (!y)
+            return -1;
+        int r;
+        if (y == Py_None)
+            r = 1;
+        else if (PyBytes_Check(y))
+            r = out_put(o, PyBytes_AS_STRING(y), PyBytes_GET_SIZE(y));
+        else {
+            PyErr_SetString(PyExc_TypeError, "a column function gives bytes or None");
+            r = -1;
+        }
+        Py_DECREF(y);
+        return r;
+    }
+    }
+    PyErr_SetString(PyExc_SystemError, "unknown column op");
+    return -1;
+}
+
+static PyObject *bad_payload(void) {
+    PyErr_SetString(PyExc_ValueError, "the row has more or fewer bytes than its columns");
+    return NULL;
+}
+
+/* The bodies of one row (``payload``) into ``row`` and ``key``; NULL on error (raised). */
+static PyObject *encode_row(Program *prog, const unsigned char *b, Py_ssize_t end, Span *spans, Out *row, Out *key) {
+    Py_ssize_t p = 0;
+    for (int i = 0; i < prog->ncolumns; i++) {
+        Column *c = &prog->columns[i];
+        Span *s = &spans[i];
+        s->tag = row->n;
+        s->null = 0;
+        if (p >= end)
+            return bad_payload();
+        Py_ssize_t n = b[p];
+        if (n == NULL_COLUMN) {
+            p += 1;
+            if (!c->null_tag)
+                return refuse(prog), NULL;
+            if (out_put(row, c->null_tag, c->null_len) < 0)
+                return NULL;
+            s->null = 1;
+            s->value = row->n;
+            continue;
+        }
+        if (n < NULL_COLUMN) {
+            p += 1;
+        } else {
+            int width = n == U16 ? 2 : n == U24 ? 3 : 8;
+            if (p + 1 + width > end)
+                return bad_payload();
+            uint64_t len = 0;
+            for (int k = width; k >= 1; k--)
+                len = len << 8 | b[p + k];
+            if (len > (uint64_t)(end - p))
+                return bad_payload();
+            n = (Py_ssize_t)len;
+            p += 1 + width;
+        }
+        if (p + n > end)
+            return bad_payload();
+        if (c->value_tag && out_put(row, c->value_tag, c->value_len) < 0)
+            return NULL;
+        s->value = row->n;
+        int r = encode_value(prog, c, b + p, n, row);
+        p += n;
+        if (r < 0)
+            return NULL;
+        if (r == 1) {   /* the null branch after all: the value tag written goes */
+            if (!c->null_tag)
+                return refuse(prog), NULL;
+            row->n = s->tag;
+            if (out_put(row, c->null_tag, c->null_len) < 0)
+                return NULL;
+            s->null = 1;
+            s->value = row->n;
+        }
+    }
+    if (p != end)
+        return bad_payload();
+    PyObject *key_body;
+    if (prog->nkey == 0) {
+        key_body = Py_NewRef(Py_None);
+    } else {
+        for (int k = 0; k < prog->nkey; k++) {
+            KeyField *f = &prog->key[k];
+            Span *s = &spans[f->column];
+            if (f->refuse_null && s->null)
+                return refuse(prog), NULL;
+            Py_ssize_t from = f->with_tag ? s->tag : s->value;
+            Py_ssize_t to = f->column + 1 < prog->ncolumns ? spans[f->column + 1].tag : row->n;
+            if (out_put(key, row->b + from, to - from) < 0)
+                return NULL;
+        }
+        key_body = PyBytes_FromStringAndSize(key->b ? key->b : "", key->n);
+        if (!key_body)
+            return NULL;
+    }
+    PyObject *row_body = PyBytes_FromStringAndSize(row->b ? row->b : "", row->n);
+    if (!row_body) {
+        Py_DECREF(key_body);
+        return NULL;
+    }
+    PyObject *out = PyTuple_Pack(2, key_body, row_body);
+    Py_DECREF(key_body);
+    Py_DECREF(row_body);
+    return out;
+}
+
+static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
+    PyObject *payload;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!", &PyBytes_Type, &payload))
+        return NULL;
+    Span *spans = PyMem_Malloc(sizeof(Span) * (prog->ncolumns ? prog->ncolumns : 1));
+    if (!spans)
+        return PyErr_NoMemory();
+    char row_space[512], key_space[128];   /* most rows fit: no allocation */
+    Out row = {row_space, 0, sizeof row_space, row_space}, key = {key_space, 0, sizeof key_space, key_space};
+    PyObject *out = encode_row(prog, (const unsigned char *)PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload),
+                               spans, &row, &key);
+    if (row.b != row_space)
+        PyMem_Free(row.b);
+    if (key.b != key_space)
+        PyMem_Free(key.b);
+    PyMem_Free(spans);
+    return out;
+}
+
+static int tag_of(PyObject *t, const char **p, Py_ssize_t *n) {
+    if (t == Py_None) {
+        *p = NULL;
+        *n = 0;
+        return 0;
+    }
+    if (!PyBytes_Check(t)) {
+        PyErr_SetString(PyExc_TypeError, "a union tag is bytes or None");
+        return -1;
+    }
+    *p = PyBytes_AS_STRING(t);
+    *n = PyBytes_GET_SIZE(t);
+    return 0;
+}
+
+static int column_from(Column *c, PyObject *spec) {
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 3) {
+        PyErr_SetString(PyExc_TypeError, "a column is (op, null tag, value tag, ...)");
+        return -1;
+    }
+    c->op = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    if (tag_of(PyTuple_GET_ITEM(spec, 1), &c->null_tag, &c->null_len) < 0 ||
+        tag_of(PyTuple_GET_ITEM(spec, 2), &c->value_tag, &c->value_len) < 0)
+        return -1;
+    PyObject *a = PyTuple_GetSlice(spec, 3, PyTuple_GET_SIZE(spec));
+    if (!a)
+        return -1;
+    int ok = 0;
+    switch (c->op) {
+    case OP_INT: {
+        long long lo, hi;
+        ok = PyArg_ParseTuple(a, "LLO", &lo, &hi, &c->fn);
+        c->lo = lo;
+        c->hi = hi;
+        break;
+    }
+    case OP_DECIMAL: {
+        int precision;
+        ok = PyArg_ParseTuple(a, "ii", &c->scale, &precision) && c->scale >= 0 && precision >= 1 && precision <= 38;
+        c->precision_limit = 1;
+        for (int i = 0; ok && i < precision; i++)
+            c->precision_limit *= 10;
+        break;
+    }
+    case OP_DATETIME:
+        ok = PyArg_ParseTuple(a, "i", &c->unit) && (c->unit == 1 || c->unit == 1000);
+        break;
+    case OP_DATE:
+    case OP_UTF8:
+        ok = PyTuple_GET_SIZE(a) == 0;
+        break;
+    case OP_PY:
+        ok = PyArg_ParseTuple(a, "O", &c->fn);
+        break;
+    default:
+        PyErr_SetString(PyExc_ValueError, "unknown column op");
+    }
+    Py_DECREF(a);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a column's arguments are out of range");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *program_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *plan, *columns, *key, *refusal;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &plan))
+        return NULL;
+    if (!PyArg_ParseTuple(plan, "O!O!O", &PyTuple_Type, &columns, &PyTuple_Type, &key, &refusal))
+        return NULL;
+    Program *prog = (Program *)type->tp_alloc(type, 0);
+    if (!prog)
+        return NULL;
+    prog->plan = Py_NewRef(plan);   /* keeps the tags and functions the columns borrow */
+    prog->refusal = Py_NewRef(refusal);
+    prog->ncolumns = (int)PyTuple_GET_SIZE(columns);
+    prog->nkey = (int)PyTuple_GET_SIZE(key);
+    prog->columns = PyMem_Calloc(prog->ncolumns ? prog->ncolumns : 1, sizeof(Column));
+    prog->key = PyMem_Calloc(prog->nkey ? prog->nkey : 1, sizeof(KeyField));
+    if (!prog->columns || !prog->key) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (int i = 0; i < prog->ncolumns; i++)
+        if (column_from(&prog->columns[i], PyTuple_GET_ITEM(columns, i)) < 0)
+            goto error;
+    for (int k = 0; k < prog->nkey; k++) {
+        KeyField *f = &prog->key[k];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(key, k), "ipp", &f->column, &f->with_tag, &f->refuse_null))
+            goto error;
+        if (f->column < 0 || f->column >= prog->ncolumns) {
+            PyErr_SetString(PyExc_ValueError, "a key field's column is out of range");
+            goto error;
+        }
+    }
+    return (PyObject *)prog;
+error:
+    Py_DECREF(prog);
+    return NULL;
+}
+
+static void program_dealloc(Program *prog) {
+    PyMem_Free(prog->columns);
+    PyMem_Free(prog->key);
+    Py_XDECREF(prog->plan);
+    Py_XDECREF(prog->refusal);
+    Py_TYPE(prog)->tp_free((PyObject *)prog);
+}
+
+static PyTypeObject ProgramType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "producer.events._select_rows.Program",
+    .tp_basicsize = sizeof(Program),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Program(plan)(row payload) -> (key body or None, row body)",
+    .tp_new = program_new,
+    .tp_dealloc = (destructor)program_dealloc,
+    .tp_call = (ternaryfunc)program_call,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_select_rows",
+                                    "SELECT rows straight to Avro bodies (select_encoder.native_plan).", -1, NULL};
+
+PyMODINIT_FUNC PyInit__select_rows(void) {
+    if (PyType_Ready(&ProgramType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "INT", OP_INT);
+    PyModule_AddIntConstant(m, "DECIMAL", OP_DECIMAL);
+    PyModule_AddIntConstant(m, "DATETIME", OP_DATETIME);
+    PyModule_AddIntConstant(m, "DATE", OP_DATE);
+    PyModule_AddIntConstant(m, "UTF8", OP_UTF8);
+    PyModule_AddIntConstant(m, "PY", OP_PY);
+    return m;
+}

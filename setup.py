@@ -11,8 +11,8 @@ setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_
                    Extension("common.kafka._partitioner", ["common/kafka/_partitioner.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    Extension("producer.events._binlog_images", ["producer/events/_binlog_images.c"], optional=True,
-                             extra_compile_args=["-O2"], depends=["producer/events/avro_out.h"]),
+                             extra_compile_args=["-O2"], depends=["producer/events/avro_out.h", "producer/events/row_program.h"]),
                    Extension("producer.events._select_rows", ["producer/events/_select_rows.c"], optional=True,
-                             extra_compile_args=["-O2"], depends=["producer/events/avro_out.h"]),
+                             extra_compile_args=["-O2"], depends=["producer/events/avro_out.h", "producer/events/row_program.h"]),
                    Extension("producer._row_emitter", ["producer/_row_emitter.c"], optional=True,
                              extra_compile_args=["-O2"], libraries=["dl"])])

@@ -301,6 +301,10 @@ static PyObject *emitter_rows(Emitter *e, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sOO!O!ipnnOpn|L", &topic, &key_header, &PyTuple_Type, &parts, &PyList_Type, &bodies,
                           &kind, &keyed, &start, &stop, &skip, &tombstones, &to_skip, &first_seq))
         return NULL;
+    if (((Handle *)e->producer)->rk != e->rk) {   /* closed (confluent-kafka clears it): nothing to write to */
+        PyErr_SetString(PyExc_RuntimeError, "the producer of this row emitter is closed");
+        return NULL;
+    }
     Run r = {e, NULL};
     r.to_skip = to_skip;
     if (PyTuple_GET_SIZE(parts) != NPARTS) {

@@ -54,17 +54,20 @@ def known_version(version: str) -> bool:
 
 
 def librdkafka_path() -> str | None:
-    """The file of the librdkafka confluent-kafka loaded into this process (its wheel's copy,
-    or the system's), from the process's memory map; None where it cannot be told."""
+    """The file of the librdkafka confluent-kafka loaded into this process, from the process's
+    memory map: its wheel's copy (beside the package, in ``confluent_kafka.libs``), else the one
+    librdkafka mapped; None where it cannot be told (not Linux, or two others mapped)."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                path = line.rstrip("\n").split(None, 5)[-1]
-                if "librdkafka" in os.path.basename(path) and path.startswith("/"):
-                    return path
+            paths = {p for p in (line.rstrip("\n").split(None, 5)[-1] for line in maps)
+                     if p.startswith("/") and os.path.basename(p).startswith("librdkafka")}
     except OSError:
         return None
-    return None
+    home = os.path.dirname(os.path.dirname(os.path.abspath(confluent_kafka.__file__)))
+    wheel = [p for p in paths if os.path.dirname(p) == os.path.join(home, "confluent_kafka.libs")]
+    if len(wheel) == 1:
+        return wheel[0]
+    return next(iter(paths)) if len(paths) == 1 else None
 
 
 def native_emitter(producer: confluent_kafka.Producer, on_delivery: Callable[[Any, Any], None]) -> Any | None:

@@ -196,29 +196,29 @@ class StreamSession(SessionSchemaChanges):
     def _produce(self, item: RowChanges, start: int, stop: int) -> int:
         """Write the events of rows ``start`` to ``stop - 1``; their number."""
         if self.writer.emitter is not None and not self.cfg.producer.transaction_metadata and \
-                not (self.coord.read_only and self.coord.inflight):
-            # rows encoded in the reader process: produced by the native row emitter, no record here
-            counts = self.builder.emit_encoded(item, start, stop, self.encoder, self.writer,
-                                               skip_up_to=self._stored_last)
-            if counts is not None:
-                records, events = counts
-                if records:
-                    self.batch_events += records
-                    self.app.metrics.event(item.ts_ms, events, (item.db, item.table, item.kind))
-                return records
+                not (self.coord.read_only and self.coord.inflight):  # (rows encoded where read: no record here)
+            if (counts := self.builder.emit_encoded(item, start, stop, self.encoder, self.writer,
+                                                    skip_up_to=self._stored_last)) is not None:
+                return self._written(*counts, item.ts_ms, (item.db, item.table, item.kind))
         records = self.builder.records(item, start, stop, self.encoder, skip_up_to=self._stored_last)
         if records and self.coord.read_only and self.coord.inflight:
             # read-only windows: the keys changed while their chunks are read (dropped at the close)
             for keys in self.coord.tracking(item.db, item.table):
                 keys.update(r[1] for r in records)
+        events = sum(1 for r in records if r[2] is not None)  # (tombstones are no change events)
         if records:
-            events = sum(1 for r in records if r[2] is not None)  # (tombstones are no change events)
             if self.cfg.producer.transaction_metadata:
                 self.batch_events += self.txn.begin(item, events)
             self.writer.produce_all(records)
-            self.batch_events += len(records)
-            self.app.metrics.event(item.ts_ms, events, (item.db, item.table, item.kind))
-        return len(records)
+        return self._written(len(records), events, item.ts_ms, (item.db, item.table, item.kind))
+
+    def _written(self, records: int, events: int, ts_ms: int, what: tuple[str, str, str]) -> int:
+        """``records`` were written (``events`` of them change events of ``what``): counted in the
+        batch and the metrics; their number."""
+        if records:
+            self.batch_events += records
+            self.app.metrics.event(ts_ms, events, what)
+        return records
 
     def _due(self) -> bool:
         return self.batch_events > 0 and (self.batch_events >= self.cfg.producer.batch_size or
@@ -317,21 +317,18 @@ class StreamSession(SessionSchemaChanges):
             # aborted transaction on Tansu) come with their window, and the next run's first
             # windows are placed above it (producer.app._marker_slots)
             self.writer.flush()
+        what = (chunk.table_def.db, chunk.table_def.name, "read")
         if self.writer.emitter is not None and not chunk.changed:
             emitted = self.builder.emit_chunk(chunk, self.encoder, self.writer)  # (rows encoded where read)
             if emitted is not None:
-                self.batch_events += emitted
-                table = chunk.table_def
-                self.app.metrics.event(int(time.time() * 1000), emitted, (table.db, table.name, "read"))
+                self._written(emitted, emitted, int(time.time() * 1000), what)
                 return
         records = self.builder.chunk_records(chunk, self.encoder)
         if chunk.changed:  # read-only windows: the DBLog rule, here (gtid_windows)
             records = [r for r in records if r[1] not in chunk.changed]
         if records:
             self.writer.produce_all(records)
-            self.batch_events += len(records)
-            table = chunk.table_def
-            self.app.metrics.event(int(time.time() * 1000), len(records), (table.db, table.name, "read"))
+        self._written(len(records), len(records), int(time.time() * 1000), what)
 
     def _notify(self, n: Notification) -> None:
         self.app.metrics.snapshots.notification(n.type, n.snapshot_id, n.data)

@@ -86,7 +86,7 @@ def test_the_design_document_names_modules_that_exist_and_every_subpackage():
             continue
         pkg = ROOT / found.group(1)
         names = {p.stem for p in pkg.rglob("*.py")} | {p.name for p in pkg.rglob("*") if p.is_dir()} \
-            | {p.name for p in pkg.rglob("*.c")}
+            | {p.name for p in pkg.rglob("*.c")} | {p.name for p in pkg.rglob("*.h")}
         for word in re.findall(r"`([a-z_][a-z_0-9.]*)/?`", row):
             if word.split(".")[-1] not in names and word not in names and word not in DESIGN_WORDS \
                     and word.split(".")[0] not in PACKAGES:

@@ -25,15 +25,14 @@
  *
  * Truncated or overrunning row data raises ValueError.  Everything is bounds checked.
  */
-#include "avro_out.h"
+#include "row_program.h"
 
 enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME2 = 3, OP_UTF8 = 4, OP_PY = 5 };
 #define MAX_GROUPS 8
 
 typedef struct {
     int op;
-    const char *null_tag, *value_tag;   /* borrowed from the plan (kept alive by it) */
-    Py_ssize_t null_len, value_len;
+    Tags tags;
     int size, is_signed;                 /* INT; size also DECIMAL and UTF8 (length size) */
     int64_t lo, hi;
     PyObject *fn;                        /* INT: other(v); PY: fn(buf, off, reasons) */
@@ -44,23 +43,14 @@ typedef struct {
 } Column;
 
 typedef struct {
-    int column;
-    int with_tag;
-    int refuse_null;
-} KeyField;
-
-typedef struct {
     PyObject_HEAD
-    PyObject *plan;
-    PyObject *refusal;
+    Frame f;
     int null_bytes;
-    int ncolumns, nkey;
     Column *columns;
-    KeyField *key;
 } Program;
 
 static void *refuse(Program *prog) {
-    PyErr_SetNone(prog->refusal);
+    frame_refuse(&prog->f);
     return NULL;
 }
 
@@ -230,13 +220,6 @@ static int encode_value(Program *prog, Column *c, PyObject *buf, const unsigned 
     return -1;
 }
 
-/* Per column of the row being encoded: where its encoding starts (its union branch's first
- * byte), where its value starts, and whether it is NULL. */
-typedef struct {
-    Py_ssize_t tag, value;
-    int null;
-} Span;
-
 static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
     PyObject *buf;
     if (kwargs && PyDict_GET_SIZE(kwargs)) {
@@ -252,7 +235,7 @@ static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
         return NULL;
     PyObject *reasons = NULL;
     Out row = {NULL, 0, 0}, key = {NULL, 0, 0};
-    Span *spans = PyMem_Malloc(sizeof(Span) * (prog->ncolumns ? prog->ncolumns : 1));
+    Span *spans = PyMem_Malloc(sizeof(Span) * (prog->f.ncolumns ? prog->f.ncolumns : 1));
     if (!spans) {
         PyErr_NoMemory();
         goto error;
@@ -265,61 +248,23 @@ static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
         const unsigned char *nulls = b + off;
         off += prog->null_bytes;
         row.n = 0;
-        for (int i = 0; i < prog->ncolumns; i++) {
+        for (int i = 0; i < prog->f.ncolumns; i++) {
             Column *c = &prog->columns[i];
             Span *s = &spans[i];
-            s->tag = row.n;
-            s->null = 0;
             if (nulls[i >> 3] >> (i & 7) & 1) {
-                if (!c->null_tag) {
-                    refuse(prog);
+                if (put_null(&prog->f, &c->tags, &row, s) < 0)
                     goto error;
-                }
-                if (out_put(&row, c->null_tag, c->null_len) < 0)
-                    goto error;
-                s->null = 1;
-                s->value = row.n;
                 continue;
             }
-            if (c->value_tag && out_put(&row, c->value_tag, c->value_len) < 0)
+            if (begin_value(&c->tags, &row, s) < 0)
                 goto error;
-            s->value = row.n;
             int r = encode_value(prog, c, buf, b, end, &off, &reasons, &row);
-            if (r < 0)
-                goto error;
-            if (r == 1) {   /* the null branch after all: the value tag written goes */
-                if (!c->null_tag) {
-                    refuse(prog);
-                    goto error;
-                }
-                row.n = s->tag;
-                if (out_put(&row, c->null_tag, c->null_len) < 0)
-                    goto error;
-                s->null = 1;
-                s->value = row.n;
-            }
-        }
-        PyObject *key_body;
-        if (prog->nkey == 0) {
-            key_body = Py_NewRef(Py_None);
-        } else {
-            key.n = 0;
-            for (int k = 0; k < prog->nkey; k++) {
-                KeyField *f = &prog->key[k];
-                Span *s = &spans[f->column];
-                if (f->refuse_null && s->null) {
-                    refuse(prog);
-                    goto error;
-                }
-                Py_ssize_t from = f->with_tag ? s->tag : s->value;
-                Py_ssize_t to = f->column + 1 < prog->ncolumns ? spans[f->column + 1].tag : row.n;
-                if (out_put(&key, row.b + from, to - from) < 0)
-                    goto error;
-            }
-            key_body = PyBytes_FromStringAndSize(key.b, key.n);
-            if (!key_body)
+            if (r < 0 || (r == 1 && null_after_all(&prog->f, &c->tags, &row, s) < 0))
                 goto error;
         }
+        PyObject *key_body = key_body_of(&prog->f, spans, &row, &key);
+        if (!key_body)
+            goto error;
         int failed = PyList_Append(out, key_body);
         Py_DECREF(key_body);
         if (failed)
@@ -350,21 +295,6 @@ error:
     return NULL;
 }
 
-static int tag_of(PyObject *t, const char **p, Py_ssize_t *n) {
-    if (t == Py_None) {
-        *p = NULL;
-        *n = 0;
-        return 0;
-    }
-    if (!PyBytes_Check(t)) {
-        PyErr_SetString(PyExc_TypeError, "a union tag is bytes or None");
-        return -1;
-    }
-    *p = PyBytes_AS_STRING(t);
-    *n = PyBytes_GET_SIZE(t);
-    return 0;
-}
-
 static unsigned __int128 ten_to(int digits) {
     unsigned __int128 v = 1;
     while (digits-- > 0)
@@ -372,17 +302,9 @@ static unsigned __int128 ten_to(int digits) {
     return v;
 }
 
-static int column_from(Column *c, PyObject *spec) {
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 4) {
-        PyErr_SetString(PyExc_TypeError, "a column is (op, null tag, value tag, ...)");
-        return -1;
-    }
-    Py_ssize_t nargs = PyTuple_GET_SIZE(spec) - 3;
-    c->op = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
-    if (tag_of(PyTuple_GET_ITEM(spec, 1), &c->null_tag, &c->null_len) < 0 ||
-        tag_of(PyTuple_GET_ITEM(spec, 2), &c->value_tag, &c->value_len) < 0)
-        return -1;
-    PyObject *a = PyTuple_GetSlice(spec, 3, 3 + nargs);
+static int column_from(void *column, PyObject *spec) {
+    Column *c = column;
+    PyObject *a = column_spec(spec, &c->op, &c->tags);
     if (!a)
         return -1;
     int ok = 0;
@@ -455,33 +377,16 @@ static PyObject *program_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     Program *prog = (Program *)type->tp_alloc(type, 0);
     if (!prog)
         return NULL;
-    prog->plan = Py_NewRef(plan);   /* keeps the tags and functions the columns borrow */
-    prog->refusal = Py_NewRef(refusal);
+    if (frame_init(&prog->f, plan, columns, key, refusal) < 0)   /* (the plan keeps what the columns borrow) */
+        goto error;
     prog->null_bytes = null_bytes;
-    prog->ncolumns = (int)PyTuple_GET_SIZE(columns);
-    prog->nkey = (int)PyTuple_GET_SIZE(key);
-    if (null_bytes != (prog->ncolumns + 7) / 8) {
+    if (null_bytes != (prog->f.ncolumns + 7) / 8) {
         PyErr_SetString(PyExc_ValueError, "the null bitmap's size is not the columns'");
         goto error;
     }
-    prog->columns = PyMem_Calloc(prog->ncolumns ? prog->ncolumns : 1, sizeof(Column));
-    prog->key = PyMem_Calloc(prog->nkey ? prog->nkey : 1, sizeof(KeyField));
-    if (!prog->columns || !prog->key) {
-        PyErr_NoMemory();
+    prog->columns = frame_columns(&prog->f, columns, sizeof(Column), column_from);
+    if (!prog->columns)
         goto error;
-    }
-    for (int i = 0; i < prog->ncolumns; i++)
-        if (column_from(&prog->columns[i], PyTuple_GET_ITEM(columns, i)) < 0)
-            goto error;
-    for (int k = 0; k < prog->nkey; k++) {
-        KeyField *f = &prog->key[k];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(key, k), "ipp", &f->column, &f->with_tag, &f->refuse_null))
-            goto error;
-        if (f->column < 0 || f->column >= prog->ncolumns) {
-            PyErr_SetString(PyExc_ValueError, "a key field's column is out of range");
-            goto error;
-        }
-    }
     return (PyObject *)prog;
 error:
     Py_DECREF(prog);
@@ -490,9 +395,7 @@ error:
 
 static void program_dealloc(Program *prog) {
     PyMem_Free(prog->columns);
-    PyMem_Free(prog->key);
-    Py_XDECREF(prog->plan);
-    Py_XDECREF(prog->refusal);
+    frame_clear(&prog->f);
     Py_TYPE(prog)->tp_free((PyObject *)prog);
 }
 

@@ -27,15 +27,14 @@
  * a sign, spaces or underscores) is refused: the values' way gives that row's record.  A
  * payload that is not one row of these columns raises ValueError.
  */
-#include "avro_out.h"
+#include "row_program.h"
 
 enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME = 3, OP_DATE = 4, OP_UTF8 = 5, OP_PY = 6 };
 enum { NULL_COLUMN = 251, U16 = 252, U24 = 253, U64 = 254 };
 
 typedef struct {
     int op;
-    const char *null_tag, *value_tag;   /* borrowed from the plan (kept alive by it) */
-    Py_ssize_t null_len, value_len;
+    Tags tags;
     int64_t lo, hi;                      /* INT */
     PyObject *fn;                        /* INT: other(v); PY: fn(text) */
     int scale;                           /* DECIMAL */
@@ -44,28 +43,13 @@ typedef struct {
 } Column;
 
 typedef struct {
-    int column;
-    int with_tag;
-    int refuse_null;
-} KeyField;
-
-typedef struct {
     PyObject_HEAD
-    PyObject *plan;
-    PyObject *refusal;
-    int ncolumns, nkey;
+    Frame f;
     Column *columns;
-    KeyField *key;
 } Program;
 
-typedef struct {
-    Py_ssize_t tag, value;
-    int null;
-} Span;
-
 static int refuse(Program *prog) {
-    PyErr_SetNone(prog->refusal);
-    return -1;
+    return frame_refuse(&prog->f);
 }
 
 static int is_digit(unsigned char c) {
@@ -220,22 +204,17 @@ static PyObject *bad_payload(void) {
 /* The bodies of one row (``payload``) into ``row`` and ``key``; NULL on error (raised). */
 static PyObject *encode_row(Program *prog, const unsigned char *b, Py_ssize_t end, Span *spans, Out *row, Out *key) {
     Py_ssize_t p = 0;
-    for (int i = 0; i < prog->ncolumns; i++) {
+    row->n = 0;
+    for (int i = 0; i < prog->f.ncolumns; i++) {
         Column *c = &prog->columns[i];
         Span *s = &spans[i];
-        s->tag = row->n;
-        s->null = 0;
         if (p >= end)
             return bad_payload();
         Py_ssize_t n = b[p];
         if (n == NULL_COLUMN) {
             p += 1;
-            if (!c->null_tag)
-                return refuse(prog), NULL;
-            if (out_put(row, c->null_tag, c->null_len) < 0)
+            if (put_null(&prog->f, &c->tags, row, s) < 0)
                 return NULL;
-            s->null = 1;
-            s->value = row->n;
             continue;
         }
         if (n < NULL_COLUMN) {
@@ -254,43 +233,18 @@ static PyObject *encode_row(Program *prog, const unsigned char *b, Py_ssize_t en
         }
         if (p + n > end)
             return bad_payload();
-        if (c->value_tag && out_put(row, c->value_tag, c->value_len) < 0)
+        if (begin_value(&c->tags, row, s) < 0)
             return NULL;
-        s->value = row->n;
         int r = encode_value(prog, c, b + p, n, row);
         p += n;
-        if (r < 0)
+        if (r < 0 || (r == 1 && null_after_all(&prog->f, &c->tags, row, s) < 0))
             return NULL;
-        if (r == 1) {   /* the null branch after all: the value tag written goes */
-            if (!c->null_tag)
-                return refuse(prog), NULL;
-            row->n = s->tag;
-            if (out_put(row, c->null_tag, c->null_len) < 0)
-                return NULL;
-            s->null = 1;
-            s->value = row->n;
-        }
     }
     if (p != end)
         return bad_payload();
-    PyObject *key_body;
-    if (prog->nkey == 0) {
-        key_body = Py_NewRef(Py_None);
-    } else {
-        for (int k = 0; k < prog->nkey; k++) {
-            KeyField *f = &prog->key[k];
-            Span *s = &spans[f->column];
-            if (f->refuse_null && s->null)
-                return refuse(prog), NULL;
-            Py_ssize_t from = f->with_tag ? s->tag : s->value;
-            Py_ssize_t to = f->column + 1 < prog->ncolumns ? spans[f->column + 1].tag : row->n;
-            if (out_put(key, row->b + from, to - from) < 0)
-                return NULL;
-        }
-        key_body = PyBytes_FromStringAndSize(key->b ? key->b : "", key->n);
-        if (!key_body)
-            return NULL;
-    }
+    PyObject *key_body = key_body_of(&prog->f, spans, row, key);
+    if (!key_body)
+        return NULL;
     PyObject *row_body = PyBytes_FromStringAndSize(row->b ? row->b : "", row->n);
     if (!row_body) {
         Py_DECREF(key_body);
@@ -310,7 +264,7 @@ static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
     }
     if (!PyArg_ParseTuple(args, "O!", &PyBytes_Type, &payload))
         return NULL;
-    Span *spans = PyMem_Malloc(sizeof(Span) * (prog->ncolumns ? prog->ncolumns : 1));
+    Span *spans = PyMem_Malloc(sizeof(Span) * (prog->f.ncolumns ? prog->f.ncolumns : 1));
     if (!spans)
         return PyErr_NoMemory();
     char row_space[512], key_space[128];   /* most rows fit: no allocation */
@@ -325,31 +279,9 @@ static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
     return out;
 }
 
-static int tag_of(PyObject *t, const char **p, Py_ssize_t *n) {
-    if (t == Py_None) {
-        *p = NULL;
-        *n = 0;
-        return 0;
-    }
-    if (!PyBytes_Check(t)) {
-        PyErr_SetString(PyExc_TypeError, "a union tag is bytes or None");
-        return -1;
-    }
-    *p = PyBytes_AS_STRING(t);
-    *n = PyBytes_GET_SIZE(t);
-    return 0;
-}
-
-static int column_from(Column *c, PyObject *spec) {
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 3) {
-        PyErr_SetString(PyExc_TypeError, "a column is (op, null tag, value tag, ...)");
-        return -1;
-    }
-    c->op = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
-    if (tag_of(PyTuple_GET_ITEM(spec, 1), &c->null_tag, &c->null_len) < 0 ||
-        tag_of(PyTuple_GET_ITEM(spec, 2), &c->value_tag, &c->value_len) < 0)
-        return -1;
-    PyObject *a = PyTuple_GetSlice(spec, 3, PyTuple_GET_SIZE(spec));
+static int column_from(void *column, PyObject *spec) {
+    Column *c = column;
+    PyObject *a = column_spec(spec, &c->op, &c->tags);
     if (!a)
         return -1;
     int ok = 0;
@@ -400,28 +332,11 @@ static PyObject *program_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     Program *prog = (Program *)type->tp_alloc(type, 0);
     if (!prog)
         return NULL;
-    prog->plan = Py_NewRef(plan);   /* keeps the tags and functions the columns borrow */
-    prog->refusal = Py_NewRef(refusal);
-    prog->ncolumns = (int)PyTuple_GET_SIZE(columns);
-    prog->nkey = (int)PyTuple_GET_SIZE(key);
-    prog->columns = PyMem_Calloc(prog->ncolumns ? prog->ncolumns : 1, sizeof(Column));
-    prog->key = PyMem_Calloc(prog->nkey ? prog->nkey : 1, sizeof(KeyField));
-    if (!prog->columns || !prog->key) {
-        PyErr_NoMemory();
+    if (frame_init(&prog->f, plan, columns, key, refusal) < 0)   /* (the plan keeps what the columns borrow) */
         goto error;
-    }
-    for (int i = 0; i < prog->ncolumns; i++)
-        if (column_from(&prog->columns[i], PyTuple_GET_ITEM(columns, i)) < 0)
-            goto error;
-    for (int k = 0; k < prog->nkey; k++) {
-        KeyField *f = &prog->key[k];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(key, k), "ipp", &f->column, &f->with_tag, &f->refuse_null))
-            goto error;
-        if (f->column < 0 || f->column >= prog->ncolumns) {
-            PyErr_SetString(PyExc_ValueError, "a key field's column is out of range");
-            goto error;
-        }
-    }
+    prog->columns = frame_columns(&prog->f, columns, sizeof(Column), column_from);
+    if (!prog->columns)
+        goto error;
     return (PyObject *)prog;
 error:
     Py_DECREF(prog);
@@ -430,9 +345,7 @@ error:
 
 static void program_dealloc(Program *prog) {
     PyMem_Free(prog->columns);
-    PyMem_Free(prog->key);
-    Py_XDECREF(prog->plan);
-    Py_XDECREF(prog->refusal);
+    frame_clear(&prog->f);
     Py_TYPE(prog)->tp_free((PyObject *)prog);
 }
 

@@ -188,8 +188,8 @@ class EnvelopeParts:
     def native(self, ops: tuple[str, str, str] = ("c", "u", "d")) -> tuple[bytes, ...]:
         """These parts as the native row emitter takes them (``producer/_row_emitter.c``): the
         parts of ``ops`` in the places of its c, u and d."""
-        return (self.before_absent, self.before, self.after_absent, self.after, self.middle, *(self.ops[op] for op in ops),
-                self.end, self.event.encode())
+        return (self.before_absent, self.before, self.after_absent, self.after, self.middle,
+                *(self.ops[op] for op in ops), self.end, self.event.encode())
 
 
 def envelope_parts(template: RecordTemplate, bound: tuple[bytes, ...], event: str,
@@ -309,9 +309,9 @@ class EventBuilder:
         keyed, kind, tombstones = bool(te.key_columns), ch.kind, self.tombstones
         op_of = OPS[kind]
         if type(ch.rows) is EncodedImages:
-            images = self._encoded_images(te, ch, start, stop)
+            images = _encoded_images(te, ch, start, stop)
         else:
-            images = self._value_images(te, ch, start, stop)
+            images = _value_images(te, ch, start, stop)
         key_header: bytes | None = None
         # source.row, an Avro int: looked up below 2**13 (its varint, zig-zagged)
         small, row_limit = (SMALL_VARINTS, SMALL_VARINT_LIMIT >> 1) if template.field_type("source.row") == "int" \
@@ -344,6 +344,12 @@ class EventBuilder:
                     out.append((topic, key, None, position))
         return done
 
+    def _emits(self, te: TableEvents) -> bool:
+        """Whether ``te``'s records can be joined by the native row emitter: on the Avro fast path,
+        no column excluded, ``source.row`` a plain int."""
+        return te.encoder is not None and not self.excluded.get(te.table.qualified_name) \
+            and te.template.field_type("source.row") in ("int", "long")
+
     def emit_encoded(self, ch: RowChanges, start: int, stop: int, writer: RecordEncoding, out: RowsOut,
                      skip_up_to: str | None = None) -> tuple[int, int] | None:
         """:meth:`records` of rows ``start`` to ``stop - 1`` of rows encoded in the binlog reader
@@ -351,8 +357,7 @@ class EventBuilder:
         of returned: the same records, none built here.  ``(records, change events)``; None when
         these rows are not for it (then :meth:`records` gives them)."""
         te = self.table_events(ch.table_def)
-        if type(ch.rows) is not EncodedImages or te.encoder is None or self.excluded.get(te.table.qualified_name) \
-                or te.template.field_type("source.row") not in ("int", "long"):
+        if type(ch.rows) is not EncodedImages or not self._emits(te):
             return None
         _check_encoded_for(te, ch)
         topic = te.topic
@@ -364,48 +369,6 @@ class EventBuilder:
         key_header = writer.header(te.key_schema, topic, "key") if te.key_schema is not None else None
         return out.produce_rows(topic, key_header, parts.native(), ch.rows.bodies, ch.kind, bool(te.key_columns),
                                 start, stop, None if skip_up_to is None else skip_up_to.encode(), self.tombstones)
-
-    @staticmethod
-    def _encoded_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:
-        """``(row index, key before, before, key after, after)`` of rows ``start`` to ``stop - 1``
-        of rows encoded in the binlog reader process (bodies; None where an image or key is not)."""
-        rows = ch.rows
-        _check_encoded_for(te, ch)
-        b, none = rows.bodies, repeat(None)
-        if ch.kind == "update":
-            s, e = 4 * start, 4 * stop
-            return zip(range(start, stop), b[s:e:4], b[s + 1:e:4], b[s + 2:e:4], b[s + 3:e:4])
-        s, e = 2 * start, 2 * stop
-        if ch.kind == "insert":
-            return zip(range(start, stop), none, none, b[s:e:2], b[s + 1:e:2])
-        return zip(range(start, stop), b[s:e:2], b[s + 1:e:2], none, none)
-
-    @staticmethod
-    def _value_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:
-        """The same from the rows' values, encoded by ``te.encoder``; it ends early at the first
-        row that does not fit it (its values or its key change take the general path)."""
-        enc, keyed = te.encoder, bool(te.key_columns)
-        if type(ch.rows) is PackedRows and ch.rows.names == enc.names:  # value tuples in column order
-            images, row_of, key_of = ch.packed_images, enc.row_tuple, enc.key_tuple
-        else:  # row dicts
-            images, row_of, key_of = ch.images, enc.row, enc.key
-        for i in range(start, stop):
-            try:
-                before_values, after_values, before_none, after_none = images(i)
-                if enc.has_sets and (enc.empty_set(before_none) or enc.empty_set(after_none)):
-                    return  # an empty SET is told by its none_sources reason
-                before = None if before_values is None else row_of(before_values)
-                after = None if after_values is None else row_of(after_values)
-                if keyed:
-                    key_b = None if before_values is None else key_of(before_values)
-                    key_a = None if after_values is None else key_of(after_values)
-                else:
-                    key_b = key_a = None
-            except Exception:  # noqa: BLE001 - the general path gives the value or the error
-                return
-            if key_b != key_a and ch.kind == "update" and keyed and not enc.keys_comparable:
-                return  # (-0.0 and 0.0: equal keys, different bytes)
-            yield i, key_b, before, key_a, after
 
     def chunk_records(self, chunk: ChunkOut, writer: RecordEncoding) -> list[Record]:
         """The records of a released snapshot chunk: op ``r``, ``source.snapshot``
@@ -484,8 +447,7 @@ class EventBuilder:
         Their number; None when the chunk is not for it (then :meth:`chunk_records` gives them)."""
         te = self.read_table_events(chunk.table_def)
         rows = chunk.rows
-        if type(rows) is not EncodedRows or rows.rest or te.encoder is None \
-                or self.excluded.get(te.table.qualified_name) or te.template.field_type("source.row") not in ("int", "long"):
+        if type(rows) is not EncodedRows or rows.rest or not self._emits(te):
             return None
         if rows.table != te.ident:
             raise CDCError(f"snapshot chunk of {te.table.qualified_name}: its rows were encoded for {rows.table}, "
@@ -537,3 +499,44 @@ class EventBuilder:
     def _value(before: Any, after: Any, source: dict, op: str, now: int, position: str) -> dict:
         return {"before": before, "after": after, "source": source, "op": op, "ts_ms": now, "transaction": None,
                 "position": position, "snapshot_window": None}
+
+
+def _encoded_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:
+    """``(row index, key before, before, key after, after)`` of rows ``start`` to ``stop - 1``
+    of rows encoded in the binlog reader process (bodies; None where an image or key is not)."""
+    rows = ch.rows
+    _check_encoded_for(te, ch)
+    b, none = rows.bodies, repeat(None)
+    if ch.kind == "update":
+        s, e = 4 * start, 4 * stop
+        return zip(range(start, stop), b[s:e:4], b[s + 1:e:4], b[s + 2:e:4], b[s + 3:e:4])
+    s, e = 2 * start, 2 * stop
+    if ch.kind == "insert":
+        return zip(range(start, stop), none, none, b[s:e:2], b[s + 1:e:2])
+    return zip(range(start, stop), b[s:e:2], b[s + 1:e:2], none, none)
+
+def _value_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:
+    """The same from the rows' values, encoded by ``te.encoder``; it ends early at the first
+    row that does not fit it (its values or its key change take the general path)."""
+    enc, keyed = te.encoder, bool(te.key_columns)
+    if type(ch.rows) is PackedRows and ch.rows.names == enc.names:  # value tuples in column order
+        images, row_of, key_of = ch.packed_images, enc.row_tuple, enc.key_tuple
+    else:  # row dicts
+        images, row_of, key_of = ch.images, enc.row, enc.key
+    for i in range(start, stop):
+        try:
+            before_values, after_values, before_none, after_none = images(i)
+            if enc.has_sets and (enc.empty_set(before_none) or enc.empty_set(after_none)):
+                return  # an empty SET is told by its none_sources reason
+            before = None if before_values is None else row_of(before_values)
+            after = None if after_values is None else row_of(after_values)
+            if keyed:
+                key_b = None if before_values is None else key_of(before_values)
+                key_a = None if after_values is None else key_of(after_values)
+            else:
+                key_b = key_a = None
+        except Exception:  # noqa: BLE001 - the general path gives the value or the error
+            return
+        if key_b != key_a and ch.kind == "update" and keyed and not enc.keys_comparable:
+            return  # (-0.0 and 0.0: equal keys, different bytes)
+        yield i, key_b, before, key_a, after

@@ -13,6 +13,7 @@ delivery callback, as one produced by confluent-kafka's ``produce`` does.
 from __future__ import annotations
 
 import io
+import os
 import struct
 
 import confluent_kafka
@@ -186,6 +187,8 @@ def test_a_failed_delivery_of_a_natively_produced_record_stops_the_writer(config
     with pytest.raises(WriterError, match=f"delivery to {topic} failed"):
         writer.flush()
     writer.close()
+    with pytest.raises(RuntimeError, match="closed"):  # (its librdkafka handle is gone: refused, not used)
+        builder.emit_encoded(_changes("insert", rows, te.table), 0, len(rows), Header(), writer)
 
 
 def test_the_emitter_is_made_for_the_confluent_kafka_versions_it_knows():
@@ -193,4 +196,7 @@ def test_the_emitter_is_made_for_the_confluent_kafka_versions_it_knows():
     assert row_emitter.known_version("2.4.0") and row_emitter.known_version("2.16.1")
     assert not row_emitter.known_version("2.3.0") and not row_emitter.known_version("3.0.0")
     assert not row_emitter.known_version("dev")
-    assert row_emitter.librdkafka_path() is not None  # (confluent-kafka is loaded: its librdkafka is mapped)
+    confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9"}).flush(0)  # (its librdkafka is loaded, mapped)
+    libs = os.path.join(os.path.dirname(os.path.dirname(confluent_kafka.__file__)), "confluent_kafka.libs")
+    path = row_emitter.librdkafka_path()
+    assert path is not None and (os.path.dirname(path) == libs or not os.path.isdir(libs))  # (the wheel's own)

@@ -10,8 +10,6 @@ fallback is checked: a schema the native reader does not read, or the reader swi
 from __future__ import annotations
 
 import os
-import shutil
-import sysconfig
 from contextlib import contextmanager
 from decimal import Decimal
 
@@ -30,6 +28,7 @@ from contract.codecs.avro_decoder import (
     native_program,
 )
 from contract.errors import SerdeError
+from tests.native_helpers import can_build
 from tests.unit.contract.codecs.test_avro_decoder import (
     SCHEMAS,
     _envelopes,
@@ -80,19 +79,12 @@ def _outcome(decode, data: bytes, start: int):
         return "error", str(exc)
 
 
-def _can_build() -> bool:
-    """Whether this Python could build the extension: its C compiler and its headers."""
-    cc = (sysconfig.get_config_var("CC") or "").split()
-    return bool(cc) and shutil.which(cc[0]) is not None and \
-        os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
-
-
 def test_the_native_reader_is_built_where_it_can_be_and_used():
     # make venv builds it (setup.py) where a C compiler and Python's headers are, as on these
     # machines: left out there, every record would be read by the generated Python, about four
     # times slower per header.  Without them the build goes on and the generated Python reads.
     schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}
-    if _can_build():
+    if can_build():
         assert avro_decoder._avro_reader is not None
         assert avro_decoder.native_scan is not None  # (the merge tasks' change scan, test_change_scan.py)
         assert native_enabled() == (os.environ.get(NATIVE_ENV, "1") != "0")

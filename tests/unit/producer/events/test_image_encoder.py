@@ -12,9 +12,7 @@ would fail), and that the producer's records are the same from encoded images as
 from __future__ import annotations
 
 import os
-import shutil
 import struct
-import sysconfig
 from decimal import Decimal
 
 import pytest
@@ -34,6 +32,7 @@ from producer.events.builder import EventBuilder, StreamEncoding, table_events
 from producer.events.image_encoder import BinlogImageEncoder
 from producer.events.row_encoder import NotFast
 from producer.table_schema import TableDef
+from tests.native_helpers import can_build
 from tests.unit.producer.binlog.test_row_decoder import _column, _pack_datetime2, _pack_decimal, columns_and_values
 from tests.unit.producer.events.test_row_encoder import AvroOut
 
@@ -118,17 +117,10 @@ def test_encoded_images_are_the_values_way_byte_for_byte(example):
         assert _outcome(lambda: values_way(columns, te, data, update)) == mine
 
 
-def _can_build() -> bool:
-    """Whether this Python could build the extension: its C compiler and its headers."""
-    cc = (sysconfig.get_config_var("CC") or "").split()
-    return bool(cc) and shutil.which(cc[0]) is not None and \
-        os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
-
-
 def test_the_native_encoder_is_built_where_it_can_be_and_used():
     # make venv builds it (setup.py) where a C compiler and Python's headers are, as on these
     # machines; without them the build goes on and the generated Python encodes.
-    if _can_build():
+    if can_build():
         assert image_encoder._binlog_images is not None
         assert image_encoder.native_enabled() == (os.environ.get(image_encoder.NATIVE_ENV, "1") != "0")
     te = table_events("cdc", _table(BENCH, [i != 0 for i in range(len(BENCH))], [0]), {}, {})

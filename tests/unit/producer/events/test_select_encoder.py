@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import sysconfig
 from decimal import Decimal
 
 import pytest
@@ -32,6 +30,7 @@ from producer.events.builder import table_events
 from producer.events.row_encoder import NotFast
 from producer.events.select_encoder import SelectRowEncoder
 from producer.table_schema import ColumnDef, TableDef
+from tests.native_helpers import can_build
 
 
 def _payload(texts: list[bytes | None]) -> bytes:
@@ -169,7 +168,7 @@ def test_select_rows_are_encoded_as_their_values_are(example):
 def test_the_native_encoder_is_built_where_it_can_be_and_used():
     # make venv builds it (setup.py) where a C compiler and Python's headers are, as on these
     # machines; without them the build goes on and the generated Python encodes.
-    if _can_build():
+    if can_build():
         assert select_encoder._select_rows is not None
         assert select_encoder.native_enabled() == (os.environ.get(select_encoder.NATIVE_ENV, "1") != "0")
     columns = [_column(i, k, i != 0) for i, k in enumerate(BENCH)]
@@ -201,13 +200,6 @@ def test_the_native_encoder_gives_the_generated_pythons_bodies(example):
         assert mine == theirs
     elif theirs[0] == "ok":  # (not seen in 4,000 examples: only junk texts can be such)
         assert re.search(rb"[+ _\t\n\x0b\x0c\r]|(^|[^0-9])\.", payload), payload
-
-
-def _can_build() -> bool:
-    """Whether this Python could build the extension: its C compiler and its headers."""
-    cc = (sysconfig.get_config_var("CC") or "").split()
-    return bool(cc) and shutil.which(cc[0]) is not None and \
-        os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
 
 
 BENCH = [("int", "int(11)", ("ascii", int), None), ("varchar", "varchar(64)", ("utf8", None), None),

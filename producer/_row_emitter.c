@@ -112,6 +112,17 @@ static PyObject *emitter_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     }
     if (load(path) < 0)
         return NULL;
+    PyObject *cimpl = PyImport_ImportModule("confluent_kafka.cimpl");
+    PyObject *producer_type = cimpl ? PyObject_GetAttrString(cimpl, "Producer") : NULL;
+    Py_XDECREF(cimpl);
+    if (!producer_type)
+        return NULL;
+    int is_producer = PyType_Check(producer_type) && PyObject_TypeCheck(producer, (PyTypeObject *)producer_type);
+    Py_DECREF(producer_type);
+    if (!is_producer) {
+        PyErr_SetString(PyExc_TypeError, "not a confluent-kafka Producer");
+        return NULL;
+    }
     rd_kafka_t *rk = ((Handle *)producer)->rk;
     if (!rk || rk_opaque(rk) != (void *)producer || rk_type(rk) != RD_KAFKA_PRODUCER) {
         PyErr_SetString(PyExc_TypeError, "not a confluent-kafka Producer of a known layout");

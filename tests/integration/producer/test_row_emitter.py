@@ -17,6 +17,7 @@ import os
 import struct
 
 import confluent_kafka
+import confluent_kafka.admin
 import fastavro
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -189,6 +190,14 @@ def test_a_failed_delivery_of_a_natively_produced_record_stops_the_writer(config
     writer.close()
     with pytest.raises(RuntimeError, match="closed"):  # (its librdkafka handle is gone: refused, not used)
         builder.emit_encoded(_changes("insert", rows, te.table), 0, len(rows), Header(), writer)
+
+
+def test_the_emitter_is_made_for_confluent_kafka_producers_only():
+    from producer import _row_emitter
+    path = row_emitter.librdkafka_path() or "/nonexistent"
+    for other in (object(), confluent_kafka.admin.AdminClient({"bootstrap.servers": "127.0.0.1:9"})):
+        with pytest.raises((TypeError, ImportError)):
+            _row_emitter.Emitter(other, path, lambda err, msg: None)
 
 
 def test_the_emitter_is_made_for_the_confluent_kafka_versions_it_knows():

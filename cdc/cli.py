@@ -408,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce_p.add_argument("--reset-offsets", action="store_true",
                          help="forget the stored position (the next start follows producer.startup)")
     produce_p.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
-                         help="stop after this many seconds without binlog events")
+                         help="stop after this many seconds without binlog events and without a snapshot under way "
+                              "(a paused one does not count)")
     produce_p.add_argument("--recover", choices=["resume", "snapshot"], default=None,
                          help="when Kafka lost this producer's history: re-publish from the position kept in the "
                               "state directory (resume), and also snapshot every captured table again (snapshot)")

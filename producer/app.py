@@ -78,7 +78,8 @@ class ProducerApp:
     # -- main loop ------------------------------------------------------------------------
     def run(self, *, max_events: int | None = None, idle_exit_s: float | None = None) -> int:
         """Stream until stopped (SIGTERM/SIGINT or :meth:`stop`).  ``idle_exit_s``: return
-        after that long without new binlog events (tests, benchmarks)."""
+        after that long without new binlog events and without a snapshot under way (tests,
+        benchmarks; a paused snapshot does not keep it running)."""
         server = self.metrics.start_server(self.cfg.producer.metrics_port, self.cfg.producer.health_stall_s)
         check_connection(self.cfg.kafka)  # a refused TLS handshake or SASL login stops here, named
         tune_gc(GC_THRESHOLDS)

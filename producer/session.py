@@ -152,8 +152,11 @@ class StreamSession(SessionSchemaChanges):
                                                 (item.resume.file, item.resume.pos) != self._committed):
                     self._commit(item.resume)
                 self._heartbeat()
-                if idle_exit_s is not None and time.monotonic() - last_activity >= idle_exit_s:
-                    break
+                if idle_exit_s is not None:
+                    if coord.working:  # (a snapshot's chunks are work, with or without binlog events)
+                        last_activity = time.monotonic()
+                    elif time.monotonic() - last_activity >= idle_exit_s:
+                        break
             elif kind is SchemaChange:
                 last_activity = time.monotonic()
                 self._handled = item.resume

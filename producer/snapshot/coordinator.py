@@ -129,6 +129,12 @@ class SnapshotCoordinator(ChunkWindows):
         """Whether :meth:`poll` has work: a snapshot, chunks in flight, CLOSE rows owed."""
         return self.active or bool(self.inflight) or bool(self._pending_closes)
 
+    @property
+    def working(self) -> bool:
+        """Whether a snapshot is under way: chunks to read (not paused), chunks in flight,
+        CLOSE rows owed.  (A producer told to exit when idle does not while it is.)"""
+        return (self.active and not self.paused) or bool(self.inflight) or bool(self._pending_closes)
+
     def progress(self) -> list[dict]:
         return [{"table": j.table, "rows": j.rows, "estimated": max(j.estimated, j.rows), "chunks": j.chunks,
                  "paused": self.paused} for j in self.jobs]

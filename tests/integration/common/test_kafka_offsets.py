@@ -137,22 +137,35 @@ def test_end_offsets_keep_up_with_a_producer_that_always_has_a_transaction_open(
     assert not thread.is_alive()
     print(f"{txns[0]} transactions; end_offsets took median {statistics.median(took):.3f}s, max {max(took):.3f}s")
 
-    for tp in parts:
-        ends = [call[tp][1] for call in calls]
-        assert ends == sorted(ends), f"{tp}: the end moved backwards: {ends}"
-        assert sum(1 for e in ends if e > 0) >= 0.9 * len(ends), ends
-        assert ends[-1] > ends[0], ends
     # Every end is one the log reached, and a read_committed read up to the final end gets
     # every committed transaction whole.  (That an end never stands inside an open
     # transaction is held by the test above, on a transaction kept open.  Here, with
     # transactions back to back, Tansu breaks it now and then: for a moment after a
-    # transaction's first records land it reports them as stable.  How often depends on the
-    # machine's load: 1 end in 50 in about one run in six on a quiet machine, 3 in 50 once
-    # in a full suite; so it is not counted here.  The merge job allows for it: it fixes a
-    # batch's markers range only once the batch's records are committed.)
+    # transaction's records land it reports them as stable, the fetch's last stable offset
+    # equal to its high watermark, and the next answer is right again, so the end steps back
+    # to the transaction's start.  How often depends on the machine's load: 1 end in 50 in
+    # about one run in six on a quiet machine, 3 in 50 once in a full suite; so such ends
+    # are told apart, not counted.  The merge job allows for it: it fixes a batch's markers
+    # range only once the batch's records are committed.)  The ends at a transaction's
+    # boundary (0, or just past a commit marker: the offsets a read_uncommitted reader
+    # skips) never move backwards, and an end moves backwards only from one inside a
+    # transaction.
+    for tp in parts:
+        ends = [call[tp][1] for call in calls]
+        assert sum(1 for e in ends if e > 0) >= 0.9 * len(ends), ends
+        assert ends[-1] > ends[0], ends
+        _, final = end_offsets(bs, [tp])[tp]
+        assert all(e <= final for e in ends)
+        seen = {off for off, _ in _read(bs, *tp, final, "read_uncommitted")}
+        boundaries = {0} | {off + 1 for off in range(final) if off not in seen}
+        at_boundaries = [e for e in ends if e in boundaries]
+        assert at_boundaries == sorted(at_boundaries), f"{tp}: the end moved backwards: {ends}"
+        for before, after in zip(ends, ends[1:]):
+            assert after >= before or before not in boundaries, f"{tp}: the end moved backwards: {ends}"
+        inside = [e for e in ends if e not in boundaries]
+        print(f"{tp}: {len(inside)} of {len(ends)} ends inside a transaction (Tansu's): {inside}")
     for tp in parts:
         _, final = end_offsets(bs, [tp])[tp]
-        assert all(call[tp][1] <= final for call in calls)
         records = _read(bs, *tp, final, "read_committed")
         assert len(records) == 10 * txns[0]
         counts = Counter(value.decode().split(":")[0] for _, value in records)

@@ -533,3 +533,48 @@ def test_one_reader_reads_the_next_chunk_before_the_last_is_released(stack, conf
         assert len(coord.inflight) == 2  # one reader: one chunk ahead at most
     finally:
         coord.close()
+
+
+def _run_until_idle(config, idle_exit_s: float) -> None:
+    """``ProducerApp.run(idle_exit_s=...)`` in a thread: fails if it has not returned in
+    three minutes (stopped then)."""
+    import threading
+
+    from producer.app import ProducerApp
+
+    app = ProducerApp(config)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            app.run(idle_exit_s=idle_exit_s)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(180)
+    if thread.is_alive():
+        app.stop()
+        thread.join(60)
+        raise AssertionError("the producer did not exit when idle")
+    assert not errors, errors
+
+
+def test_exit_when_idle_waits_for_the_snapshot_and_not_for_a_paused_one(stack, config, test_db):
+    """``cdc produce --exit-when-idle``: a snapshot under way is work even when no binlog
+    event comes for longer than the idle time (its chunks are read between them), so the
+    producer exits only once it has completed; a paused snapshot is not, so it exits."""
+    _prepare(stack, config, test_db, "single", rows=1500, chunk_size=25)
+    sid = snapshot(config, [f"{test_db}.t"])
+    _run_until_idle(config, 0.01)  # (shorter than the gap between any two chunks' markers)
+    assert has_notification(config, "COMPLETED", id=sid)
+    assert len([1 for _, _, v in read_events(config, _topic(config, test_db, "t")) if v["op"] == "r"]) == 1500
+
+    with stack.admin() as conn:
+        create_table(conn, test_db, "u", "string", 1500)
+    paused = snapshot(config, [f"{test_db}.u"])
+    signal(config, "pause-snapshot", {"type": "incremental"})
+    _run_until_idle(config, 0.5)
+    assert has_notification(config, "PAUSED", id=paused)
+    assert not has_notification(config, "COMPLETED", id=paused)

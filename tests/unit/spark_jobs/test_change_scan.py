@@ -26,11 +26,12 @@ from contract.errors import SerdeError
 from contract.position import ENCODED_WIDTH
 from spark_jobs.dblog import DBLogError, WindowBuffer
 from spark_jobs.partition.kept import KEPT_MEMBERS, Kept
-from tests.unit.contract.codecs.test_avro_native import _can_build, _native
+from tests.native_helpers import can_build
+from tests.unit.contract.codecs.test_avro_native import _native
 
 # (test_avro_native fails where the extension could be built and is not: this skips only
 # where it cannot be, and there the merge loop decides every record)
-pytestmark = pytest.mark.skipif(native_scan is None and not _can_build(),
+pytestmark = pytest.mark.skipif(native_scan is None and not can_build(),
                                 reason="no C compiler or Python headers here: the native extension (its change "
                                        "scan) cannot be built, and the decide stage's loop (PartitionDecider) decides every record")
 

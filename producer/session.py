@@ -152,11 +152,10 @@ class StreamSession(SessionSchemaChanges):
                                                 (item.resume.file, item.resume.pos) != self._committed):
                     self._commit(item.resume)
                 self._heartbeat()
-                if idle_exit_s is not None:
-                    if coord.working:  # (a snapshot's chunks are work, with or without binlog events)
-                        last_activity = time.monotonic()
-                    elif time.monotonic() - last_activity >= idle_exit_s:
-                        break
+                if coord.working:  # (a snapshot's chunks are work, with or without binlog events)
+                    last_activity = time.monotonic()
+                elif idle_exit_s is not None and time.monotonic() - last_activity >= idle_exit_s:
+                    break
             elif kind is SchemaChange:
                 last_activity = time.monotonic()
                 self._handled = item.resume
@@ -278,7 +277,7 @@ class StreamSession(SessionSchemaChanges):
         got = channel.poll()
         if channel.next_offset == self.state.extra.get("signal_offset"):
             return
-        position = self._signal_position()
+        position = _signal_position(self.current_resume(), self.state.file_base)
         for sig in got:
             if sig.error is not None:
                 self.coord.bad_signal(sig.error)
@@ -286,14 +285,6 @@ class StreamSession(SessionSchemaChanges):
                 self.coord.on_signal(sig.row or {}, position)
         self.state.extra["signal_offset"] = channel.next_offset
         self.batch_events += 1  # the stored offset moved: commit it with the next batch
-
-    def _signal_position(self) -> BinlogPosition:
-        """The session's binlog position, for a signal of the Kafka channel (only window
-        markers use theirs, and those never come through it)."""
-        try:
-            return self.current_resume().position(self.state.file_base)
-        except ValueError:  # no file yet (started by GTID set)
-            return BinlogPosition(0, 0)
 
     def _write_marker(self, marker: dict) -> None:
         self.writer.ensure_topic(markers_topic(self.prefix), partitions=1)
@@ -368,3 +359,12 @@ class StreamSession(SessionSchemaChanges):
             self.writer.produce(*heartbeat_record(self.prefix, self.cfg.producer.name, resume.file, resume.pos))
             self.last_heartbeat = time.monotonic()
             self._commit(resume)
+
+
+def _signal_position(resume: ResumePoint, file_base: int) -> BinlogPosition:
+    """The session's binlog position, for a signal of the Kafka channel (only window markers
+    use theirs, and those never come through it)."""
+    try:
+        return resume.position(file_base)
+    except ValueError:  # no file yet (started by GTID set)
+        return BinlogPosition(0, 0)

@@ -515,6 +515,7 @@ def _encoded_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> I
         return zip(range(start, stop), none, none, b[s:e:2], b[s + 1:e:2])
     return zip(range(start, stop), b[s:e:2], b[s + 1:e:2], none, none)
 
+
 def _value_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:
     """The same from the rows' values, encoded by ``te.encoder``; it ends early at the first
     row that does not fit it (its values or its key change take the general path)."""

@@ -194,9 +194,14 @@ def test_a_failed_delivery_of_a_natively_produced_record_stops_the_writer(config
 
 def test_the_emitter_is_made_for_confluent_kafka_producers_only():
     from producer import _row_emitter
-    path = row_emitter.librdkafka_path() or "/nonexistent"
+    producer = confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9"})
+    path = row_emitter.librdkafka_path()
+    assert path is not None  # (its librdkafka is mapped: the refusals below are the type check's)
+    _row_emitter.Emitter(producer, path, lambda err, msg: None)  # (a Producer is taken)
+    # (an AdminClient has a Producer's handle layout and a producer-type librdkafka handle:
+    # only the type check tells it apart)
     for other in (object(), confluent_kafka.admin.AdminClient({"bootstrap.servers": "127.0.0.1:9"})):
-        with pytest.raises((TypeError, ImportError)):
+        with pytest.raises(TypeError, match="not a confluent-kafka Producer$"):
             _row_emitter.Emitter(other, path, lambda err, msg: None)
 
 

@@ -15,8 +15,10 @@ from common.config import ProducerConfig
 from producer.kafka_writer import THROUGHPUT_SETTINGS
 
 #: Debezium's engine in the race: batches, queue and poll interval raised to match our
-#: producer's batching (its defaults: :data:`ENGINE_DEFAULTS`).
-ENGINE_TUNED = {"max.batch.size": 20480, "max.queue.size": 81920, "poll.interval.ms": 50}
+#: producer's batching (its defaults: :data:`ENGINE_DEFAULTS`): a batch of as many records
+#: as ours commits at once (``producer.batch_size``), a queue of four of them.
+ENGINE_TUNED = {"max.batch.size": ProducerConfig().batch_size, "max.queue.size": 4 * ProducerConfig().batch_size,
+                "poll.interval.ms": 50}
 #: Debezium 3.6's own engine defaults.
 ENGINE_DEFAULTS = {"max.batch.size": 2048, "max.queue.size": 8192, "poll.interval.ms": 500}
 

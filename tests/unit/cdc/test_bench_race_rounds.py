@@ -119,6 +119,8 @@ def test_the_settings_table_is_rendered_from_the_constants_the_harness_uses():
         in text
     assert "`buffer.memory` 268,435,456 B" in text and "`max.batch.size` 20,480" in text and "`-Xmx1g`" in text
     assert "`batch.size` 1,000,000 B, `batch.num.messages` 10,000 | `batch.size` 1,000,000 B |" in text
+    # (Debezium's engine batch is ours: as many records handed over and committed at once)
+    assert "`producer.batch_size` 20,480 events per Kafka batch | `max.batch.size` 20,480 |" in text
     wide = race_settings.settings_table_lines("1g", with_defaults=True)
     assert wide[0].endswith("| Debezium at its defaults (extra row) |")
     assert all(line.count("|") == 5 for line in wide)

@@ -40,7 +40,7 @@ from common.sql.sessions import source_tls
 from common.sql.tls import connect_mysql
 from contract.position import BinlogPosition, based
 from producer.binlog.row_decoder import EncodedImages, PackedRows, RowDecoder, row_data, table_map_key
-from producer.binlog.table_map import table_def_from_table_map
+from producer.binlog.table_map import install_table_map_cache, table_def_from_table_map
 from producer.capture_filter import SYSTEM_DATABASES
 from producer.table_schema import TableDef
 
@@ -220,6 +220,7 @@ class BinlogReader:
         # Changes before this time are skipped here, not by the library (whose filter
         # also swallows the server's heartbeats, which carry timestamp 0).
         self._skip_before = resume.skip_to_timestamp
+        install_table_map_cache()  # (each distinct TABLE_MAP parsed once: see TableMapCache)
         self._stream = BinLogStreamReader(
             # is_mariadb switches the library to MariaDB's GTID connect, which ignores file/pos:
             # only set it when starting from a MariaDB GTID position.

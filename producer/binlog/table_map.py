@@ -10,6 +10,8 @@ it correctly without replaying DDL.  ``information_schema`` is not consulted.
 from __future__ import annotations
 
 from pymysqlreplication.constants import FIELD_TYPE as T
+from pymysqlreplication.event import BinLogEvent
+from pymysqlreplication.row_event import TableMapEvent
 
 from common.errors import UnsupportedType
 from producer.table_schema import ColumnDef, TableDef
@@ -103,3 +105,75 @@ def table_def_from_table_map(ev) -> TableDef:
     pk_idx = list(meta.simple_primary_key_list or []) or list((meta.primary_keys_with_prefix or {}).keys())
     pk = [cols[i].name for i in pk_idx]
     return TableDef(db=ev.schema, name=ev.table, columns=cols, primary_key=pk)
+
+
+# --- parsed once per distinct TABLE_MAP ------------------------------------------------------
+
+#: The per-event attributes of a parsed ``TableMapEvent`` (its packet, time, connection): not
+#: shared between events with the same body.
+_PER_EVENT = frozenset({"packet", "table_map", "timestamp", "event_type", "event_size", "_post_header_lengths",
+                        "_ctl_connection", "mysql_version", "_ignore_decode_errors", "_verify_checksum",
+                        "_is_event_valid", "complete"})
+#: Distinct TABLE_MAP bodies kept (cleared when full; rebuilt on demand).
+TABLE_MAP_CACHE_SIZE = 1024
+
+
+class TableMapCache:
+    """python-mysql-replication parses every TABLE_MAP event in full -- its columns, their
+    metadata, names and charsets, a ``Table`` -- although a server writes the same one before
+    every statement on a table: a third of the reader's time on single-row transactions.
+    With it installed (:func:`install_table_map_cache`), an event whose body (table id
+    included) and parse settings were seen before takes that parse's result instead: the same
+    columns, ``Table`` and optional metadata, which nothing changes once parsed.  The settings
+    where the library asks the server for column names (no ``binlog_row_metadata=FULL``, or
+    its column name cache) or freezes schemas are parsed every time as before."""
+
+    def __init__(self, parse, size: int = TABLE_MAP_CACHE_SIZE) -> None:
+        self.parse = parse  # TableMapEvent.__init__ as the library has it
+        self.size = size
+        self.parsed: dict[tuple, dict] = {}
+        self.hits = self.misses = 0
+        self.enabled = True  # (False: every event parsed, as without the cache)
+
+    def init(self, event, from_packet, event_size, table_map, ctl_connection, **kwargs) -> None:
+        """``TableMapEvent.__init__``, from this cache where it can."""
+        if not self.enabled or not kwargs.get("optional_meta_data") or kwargs.get("use_column_name_cache") or \
+                kwargs.get("freeze_schema") or kwargs.get("verify_checksum"):
+            self.parse(event, from_packet, event_size, table_map, ctl_connection, **kwargs)
+            return
+        lengths = kwargs.get("post_header_lengths")
+        key = (from_packet.packet.get_all_data()[20:20 + event_size], ctl_connection._get_dbms(),
+               tuple(lengths) if lengths else None,
+               *(None if kwargs.get(k) is None else tuple(kwargs[k])
+                 for k in ("only_tables", "ignored_tables", "only_schemas", "ignored_schemas")))
+        state = self.parsed.get(key)
+        if state is None:
+            self.misses += 1
+            self.parse(event, from_packet, event_size, table_map, ctl_connection, **kwargs)
+            if len(self.parsed) >= self.size:
+                self.parsed.clear()
+            self.parsed[key] = {k: v for k, v in event.__dict__.items() if k not in _PER_EVENT}
+            return
+        self.hits += 1
+        BinLogEvent.__init__(event, from_packet, event_size, table_map, ctl_connection, **kwargs)
+        event.__dict__.update(state)
+        table = state.get("table_obj")
+        if table is not None:
+            table_map[event.table_id] = table  # (as the parse does)
+
+
+_installed: TableMapCache | None = None
+
+
+def install_table_map_cache() -> TableMapCache:
+    """Parse each distinct TABLE_MAP once in this process (:class:`TableMapCache`); idempotent."""
+    global _installed
+    if _installed is None:
+        cache = TableMapCache(TableMapEvent.__init__)
+
+        def __init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs):
+            cache.init(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+
+        TableMapEvent.__init__ = __init__
+        _installed = cache
+    return _installed

@@ -126,7 +126,7 @@ class TableMapCache:
     included) and parse settings were seen before takes that parse's result instead: the same
     columns, ``Table`` and optional metadata, which nothing changes once parsed.  The settings
     where the library asks the server for column names (no ``binlog_row_metadata=FULL``, or
-    its column name cache) or freezes schemas are parsed every time as before."""
+    its column name cache), freezes schemas or verifies checksums parse every time as before."""
 
     def __init__(self, parse, size: int = TABLE_MAP_CACHE_SIZE) -> None:
         self.parse = parse  # TableMapEvent.__init__ as the library has it

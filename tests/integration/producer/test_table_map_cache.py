@@ -1,9 +1,9 @@
 """Each distinct TABLE_MAP parsed once (:class:`producer.binlog.table_map.TableMapCache`), on
 the real server: the same binlog range -- single-row statements on a table of many types
 (geometry, ENUM, SET, JSON, decimals, times...), each with its own TABLE_MAP, an ALTER TABLE
-between them -- is read by
-:class:`BinlogReader` with the cache and with every event parsed; each rows event gives the
-same table definition and the same rows, and the repeated TABLE_MAPs came from the cache."""
+between them -- is read by :class:`BinlogReader` with the cache and with every event parsed;
+each rows event gives the same table definition and the same rows, and the repeated
+TABLE_MAPs came from the cache."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def test_repeated_table_maps_come_from_the_cache_and_read_as_parsed(stack, confi
         end = current_position(src)
 
     cache = install_table_map_cache()
+    cache.parsed.clear()  # (what earlier tests in this process left cannot fill it mid-read)
     hits, misses = cache.hits, cache.misses
     cached = _read(config, test_db, start, end)
     hits, misses = cache.hits - hits, cache.misses - misses
@@ -56,5 +57,5 @@ def test_repeated_table_maps_come_from_the_cache_and_read_as_parsed(stack, confi
     assert cached == parsed
     assert len({c[2].fingerprint() for c in cached}) == 2  # before and after the ALTER
     # 37 TABLE_MAPs of two versions of the table: 35 of them from the cache (other tests'
-    # tables may share the range, so at least that many)
+    # tables may share the range and add their own hits)
     assert hits >= 35, (hits, misses)

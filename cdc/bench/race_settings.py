@@ -17,8 +17,8 @@ from producer.kafka_writer import THROUGHPUT_SETTINGS
 #: Debezium's engine in the race: batches, queue and poll interval raised to match our
 #: producer's batching (its defaults: :data:`ENGINE_DEFAULTS`): a batch of as many records
 #: as ours commits at once (``producer.batch_size``), a queue of four of them.
-ENGINE_TUNED = {"max.batch.size": ProducerConfig().batch_size, "max.queue.size": 4 * ProducerConfig().batch_size,
-                "poll.interval.ms": 50}
+_OUR_BATCH = ProducerConfig().batch_size
+ENGINE_TUNED = {"max.batch.size": _OUR_BATCH, "max.queue.size": 4 * _OUR_BATCH, "poll.interval.ms": 50}
 #: Debezium 3.6's own engine defaults.
 ENGINE_DEFAULTS = {"max.batch.size": 2048, "max.queue.size": 8192, "poll.interval.ms": 500}
 
@@ -62,7 +62,7 @@ def settings_rows(heap: str = DEFAULT_HEAP, *, with_defaults: bool = False) -> l
     defaults])`` per row, from the constants the harness runs with."""
     ours, et, ed = THROUGHPUT_SETTINGS, ENGINE_TUNED, ENGINE_DEFAULTS
     pt, pd = PRODUCER_TUNED, PRODUCER_DEFAULTS
-    batch = ProducerConfig().batch_size
+    batch = _OUR_BATCH
     rows = [
         ("Kafka producer: linger", f"`linger.ms` {ours['linger.ms']}", f"`linger.ms` {pt['linger.ms']}",
          f"`linger.ms` {pd['linger.ms']}"),

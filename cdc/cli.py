@@ -134,7 +134,8 @@ def _cmd_bench_stream(args: argparse.Namespace) -> int:
     tx = {"both": (True, False), "on": (True,), "off": (False,)}[args.transactions]
     result = bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
                           profile_dir=Path(args.profile) if args.profile else None, transactions=tx,
-                          debezium=args.debezium, reference=not args.no_reference, console=_bench_console(args))
+                          debezium=args.debezium, reference=not args.no_reference, single_row=args.single_row,
+                          console=_bench_console(args))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     return 0
@@ -434,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "converter (default: all four)")
     bench_stream_p.add_argument("--no-reference", action="store_true",
                                 help="skip python-mysql-replication and mariadb-binlog (a) and (c)")
+    bench_stream_p.add_argument("--single-row", action="store_true",
+                                help="each change its own autocommit statement (OLTP-shaped) instead of multi-row "
+                                     "statements")
     bench_stream_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_stream_p.set_defaults(func=_cmd_bench_stream)
 

@@ -310,28 +310,37 @@ def insert_sql(first_id: int, n: int, *, stamped: bool = False) -> str:
     return f"INSERT INTO `{TABLE}` (id, name, price, updated_at, qty, note) VALUES " + ",".join(parts)
 
 
-def generate_changes(conn, rows: int, seed: int = 7) -> dict[str, int]:
+def generate_changes(conn, rows: int, seed: int = 7, *, single_row: bool = False) -> dict[str, int]:
     """At least ``rows`` row changes on ``TABLE`` (in the connection's database).
 
     Ids are inserted in rising order and deleted from the low end, so the live ids are
     always one contiguous range and every UPDATE/DELETE touches exactly the rows it
     names; every UPDATE changes ``qty``, so each touched row is one binlog row image.
+    ``single_row``: the same changes, each its own statement and (autocommit) transaction,
+    as an OLTP application makes them, instead of one statement per kind and round.
     """
     rnd = random.Random(seed)
     counts = {"insert": 0, "update": 0, "delete": 0}
     lo = hi = 1  # live ids: [lo, hi)
     rounds = max(1, -(-rows // ROUND))
+    update = (f"UPDATE `{TABLE}` SET qty = qty + 1, price = price + 0.25, updated_at = NOW(3), "
+              "name = CONCAT('upd-', id) WHERE id >= {0} AND id < {1}")
+    delete = f"DELETE FROM `{TABLE}` WHERE id >= {{0}} AND id < {{1}}"
     with conn.cursor() as cur:
+        def run(kind: str, statements) -> None:
+            for sql in statements:
+                cur.execute(sql)
+                counts[kind] += cur.rowcount
+
+        def spans(first: int, n: int):
+            return [(i, i + 1) for i in range(first, first + n)] if single_row else [(first, first + n)]
+
         for _ in range(rounds):
-            cur.execute(insert_sql(hi, ROUND_INSERTS))
-            counts["insert"] += cur.rowcount
+            run("insert", (insert_sql(a, b - a) for a, b in spans(hi, ROUND_INSERTS)))
             hi += ROUND_INSERTS
             start = rnd.randrange(lo, hi - ROUND_UPDATES + 1)
-            cur.execute(f"UPDATE `{TABLE}` SET qty = qty + 1, price = price + 0.25, updated_at = NOW(3), "
-                        f"name = CONCAT('upd-', id) WHERE id >= {start} AND id < {start + ROUND_UPDATES}")
-            counts["update"] += cur.rowcount
-            cur.execute(f"DELETE FROM `{TABLE}` WHERE id >= {lo} AND id < {lo + ROUND_DELETES}")
-            counts["delete"] += cur.rowcount
+            run("update", (update.format(a, b) for a, b in spans(start, ROUND_UPDATES)))
+            run("delete", (delete.format(a, b) for a, b in spans(lo, ROUND_DELETES)))
             lo += ROUND_DELETES
     counts["total"] = counts["insert"] + counts["update"] + counts["delete"]
     return counts

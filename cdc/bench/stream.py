@@ -377,8 +377,10 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
                  transactions: tuple[bool, ...] = (True, False), profile_dir: Path | None = None,
                  debezium: str | None = None, reference: bool = True, rounds: int = 1,
                  debezium_defaults: bool = False, heap: str = race_settings.DEFAULT_HEAP,
-                 native: bool | None = None, console: Console | None = None) -> dict[str, Any]:
-    """Generate ``rows`` changes and measure (a) python-mysql-replication, (b) the producer
+                 native: bool | None = None, single_row: bool = False,
+                 console: Console | None = None) -> dict[str, Any]:
+    """Generate ``rows`` changes (``single_row``: each its own autocommit statement, as
+    OLTP makes them, instead of multi-row statements) and measure (a) python-mysql-replication, (b) the producer
     (with and without Kafka transactions), (c) ``mariadb-binlog`` over the same binlog range;
     ``debezium`` (``MODE:FORMAT,...``, e.g. ``count:json,kafka:avro``): (d) Debezium's runs
     over the same range too (the server then reports a 5.7-style version), tuned like ours
@@ -395,7 +397,8 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
     runs = [(*r, race_settings.TUNED) for r in dbz.parse_runs(debezium)] if debezium else []
     if debezium_defaults:
         runs.append(("kafka", "avro", race_settings.DEFAULTS))
-    result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows, "debezium_runs": debezium,
+    result: dict[str, Any] = {"machine": machine_info(), "requested_rows": rows, "single_row": single_row,
+                              "debezium_runs": debezium,
                               "debezium_defaults": debezium_defaults, "heap": heap}
     info = start_stack(state_dir, console, (dbz.SERVER_VERSION_ARG,) if runs else ())
     mysql = info.mysql
@@ -410,7 +413,7 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
             start = current_position(conn)
             with console.status(f"generating {rows:,} row changes..."):
                 t0 = time.perf_counter()
-                changes = generate_changes(conn, rows)
+                changes = generate_changes(conn, rows, single_row=single_row)
                 gen_s = time.perf_counter() - t0
             end = current_position(conn)
             cur.execute("SHOW BINARY LOGS")
@@ -476,7 +479,8 @@ def print_report(result: dict[str, Any], console: Console) -> None:
                                             ("producer_no_tx", "(b) producer, no transactions")) if key in result]
     if "generate" in result:
         g = result["generate"]
-        table.add_row("workload (MariaDB multi-row statements)", f"{g['seconds']:.2f}", f"{g['rows_per_s']:,.0f}", "")
+        shape = "single-row autocommit statements" if result.get("single_row") else "multi-row statements"
+        table.add_row(f"workload (MariaDB {shape})", f"{g['seconds']:.2f}", f"{g['rows_per_s']:,.0f}", "")
     if "reference" in result:
         r = result["reference"]
         table.add_row("(a) python-mysql-replication, no output", f"{r['seconds']:.2f}", f"{r['rows_per_s']:,.0f}",

@@ -39,6 +39,7 @@ from common.config import SourceConfig
 from common.sql.sessions import source_tls
 from common.sql.tls import connect_mysql
 from contract.position import BinlogPosition, based
+from producer.binlog.hot_events import install_hot_events
 from producer.binlog.row_decoder import EncodedImages, PackedRows, RowDecoder, row_data, table_map_key
 from producer.binlog.table_map import install_table_map_cache, table_def_from_table_map
 from producer.capture_filter import SYSTEM_DATABASES
@@ -221,6 +222,7 @@ class BinlogReader:
         # also swallows the server's heartbeats, which carry timestamp 0).
         self._skip_before = resume.skip_to_timestamp
         install_table_map_cache()  # (each distinct TABLE_MAP parsed once: see TableMapCache)
+        install_hot_events()  # (GTID, XID and rows events built directly: see HotEvents)
         self._stream = BinLogStreamReader(
             # is_mariadb switches the library to MariaDB's GTID connect, which ignores file/pos:
             # only set it when starting from a MariaDB GTID position.
@@ -242,13 +244,22 @@ class BinlogReader:
         self._encoders: dict[int, Any] = {}
         self._encoder_cache: dict[bytes, Any] = {}
         self._file = resume.file
+        self._at_file: tuple = (None,)  # (file name, file index with the base, stem) for _at
         self._txn = _TxnState()
         # Position right after the last event handled: where a reader would continue.
         self._next_pos = resume.pos
 
     # -- helpers ----------------------------------------------------------------------
     def _file_position(self, end_pos: int, size: int) -> BinlogPosition:
-        return based(BinlogPosition.from_binlog(self._file, max(end_pos - size, 0)), self.file_base)
+        return self._at(max(end_pos - size, 0))
+
+    def _at(self, pos: int) -> BinlogPosition:
+        """The position of byte ``pos`` of the current file (its name parsed once per file)."""
+        file = self._at_file
+        if file[0] != self._file:
+            p = based(BinlogPosition.from_binlog(self._file, 0), self.file_base)
+            file = self._at_file = (self._file, p.file_index, p.stem)
+        return BinlogPosition(file[1], pos, 0, file[2])
 
     def current_resume(self) -> ResumePoint:
         """Where to restart to lose nothing of what has been yielded so far."""
@@ -342,7 +353,7 @@ class BinlogReader:
     def _commit(self, end_pos: int, start: int) -> Iterator[TransactionEnd]:
         txn = self._txn
         self._txn = _TxnState()
-        yield TransactionEnd(based(BinlogPosition.from_binlog(self._file, start), self.file_base), txn.gtid,
+        yield TransactionEnd(self._at(start), txn.gtid,
                              ResumePoint(self._file, end_pos, self._last.encode() if self._last else None),
                              txn.events)
 

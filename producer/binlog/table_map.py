@@ -137,15 +137,10 @@ class TableMapCache:
 
     def init(self, event, from_packet, event_size, table_map, ctl_connection, **kwargs) -> None:
         """``TableMapEvent.__init__``, from this cache where it can."""
-        if not self.enabled or not kwargs.get("optional_meta_data") or kwargs.get("use_column_name_cache") or \
-                kwargs.get("freeze_schema") or kwargs.get("verify_checksum"):
+        key = self.key(from_packet, event_size, ctl_connection, kwargs)
+        if key is None:
             self.parse(event, from_packet, event_size, table_map, ctl_connection, **kwargs)
             return
-        lengths = kwargs.get("post_header_lengths")
-        key = (from_packet.packet.get_all_data()[20:20 + event_size], ctl_connection._get_dbms(),
-               tuple(lengths) if lengths else None,
-               *(None if kwargs.get(k) is None else tuple(kwargs[k])
-                 for k in ("only_tables", "ignored_tables", "only_schemas", "ignored_schemas")))
         state = self.parsed.get(key)
         if state is None:
             self.misses += 1
@@ -154,8 +149,29 @@ class TableMapCache:
                 self.parsed.clear()
             self.parsed[key] = {k: v for k, v in event.__dict__.items() if k not in _PER_EVENT}
             return
-        self.hits += 1
         BinLogEvent.__init__(event, from_packet, event_size, table_map, ctl_connection, **kwargs)
+        self.restore(event, state, table_map)
+
+    def key(self, from_packet, event_size: int, ctl_connection, settings: dict) -> tuple | None:
+        """What a parse depends on: the event's body and the parse settings (the constructor's
+        keyword arguments); None where every event is parsed."""
+        g = settings.get
+        return self.key_of(from_packet.packet.get_all_data(), event_size, ctl_connection, g("optional_meta_data"),
+                           g("use_column_name_cache"), g("freeze_schema"), g("verify_checksum"),
+                           g("post_header_lengths"), g("only_tables"), g("ignored_tables"), g("only_schemas"),
+                           g("ignored_schemas"))
+
+    def key_of(self, data: bytes, event_size: int, ctl_connection, optional_meta_data, use_column_name_cache,
+               freeze_schema, verify_checksum, lengths, *filters) -> tuple | None:
+        """:meth:`key` from the packet's bytes (header included) and the settings one by one."""
+        if not self.enabled or not optional_meta_data or use_column_name_cache or freeze_schema or verify_checksum:
+            return None
+        return (data[20:20 + event_size], ctl_connection._get_dbms(), tuple(lengths) if lengths else None,
+                *(None if f is None else tuple(f) for f in filters))
+
+    def restore(self, event, state: dict, table_map: dict) -> None:
+        """``event`` (its per-event attributes set) completed from an earlier parse."""
+        self.hits += 1
         event.__dict__.update(state)
         table = state.get("table_obj")
         if table is not None:

@@ -22,7 +22,7 @@ from rich.table import Table
 from cdc import chaos, demo, demo_shards, lake, route_reset, signal_sender, verify
 from cdc.bench.broker import bench_broker
 from cdc.bench.merge import bench_merge
-from cdc.bench.report import bench_race, bench_report, with_lake_section
+from cdc.bench.report import OLTP_ROWS, bench_race, bench_report, with_lake_section
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.soak import bench_soak
 from cdc.bench.stream import bench_stream
@@ -226,7 +226,8 @@ def _cmd_bench_race(args: argparse.Namespace) -> int:
                debezium_defaults=args.debezium_defaults, heap=args.debezium_heap,
                json_out=Path(args.json_out) if args.json_out else None,
                stream_json=Path(args.stream_json) if args.stream_json else None,
-               snapshot_json=Path(args.snapshot_json) if args.snapshot_json else None, console=console)
+               snapshot_json=Path(args.snapshot_json) if args.snapshot_json else None,
+               oltp_rows=args.oltp_rows, oltp_json=Path(args.oltp_json) if args.oltp_json else None, console=console)
     return 0
 
 
@@ -564,6 +565,11 @@ def build_parser() -> argparse.ArgumentParser:
                               help="use this `cdc bench stream --debezium --json` output instead of running it")
     bench_race_p.add_argument("--snapshot-json", metavar="FILE",
                               help="use this `cdc bench snapshot --debezium --json` output instead of running it")
+    bench_race_p.add_argument("--oltp-rows", type=int, default=OLTP_ROWS,
+                              help="the streaming race again on this many changes made as single-row autocommit "
+                                   "transactions (default %(default)s; 0: not run)")
+    bench_race_p.add_argument("--oltp-json", metavar="FILE",
+                              help="use this `cdc bench stream --single-row --debezium --json` output instead")
     bench_race_p.add_argument("--state-dir", default=".cdc/bench")
     bench_race_p.set_defaults(func=_cmd_bench_race)
 

@@ -201,6 +201,8 @@ def lake_lines(lake: dict | None) -> list[str]:
 RACE_HEADING = "## The race: ours vs Debezium"
 #: Debezium's headline run: Avro to acknowledged Kafka, tuned like ours.
 HEADLINE_RUN = ("kafka", "avro")
+#: Changes of the race's single-row (OLTP-shaped) streaming run.
+OLTP_ROWS = 100_000
 
 
 def _f(x: float | None, fmt: str = ",.0f") -> str:
@@ -245,11 +247,12 @@ def headline_snapshot_key(snapshot: dict) -> str | None:
     return max(keys, key=lambda k: snapshot[k].get("rows_per_s_after_warmup") or 0.0, default=None)
 
 
-def race_headline_lines(stream: dict | None, snapshot: dict | None) -> list[str]:
+def race_headline_lines(stream: dict | None, snapshot: dict | None, oltp: dict | None = None) -> list[str]:
     """The race's headline: medians after warm-up (min-max over the rounds), Avro to
     acknowledged Kafka on both sides, Debezium tuned like ours; streaming led by ours
-    without transactions, with transactions the second row.  JSON-converter and count-only
-    runs stay in the tables below, out of the headline."""
+    without transactions, with transactions the second row, single-row transactions
+    (``oltp``, a ``cdc bench stream --single-row`` result) the third.  JSON-converter and
+    count-only runs stay in the tables below, out of the headline."""
     rounds = (stream or snapshot or {}).get("rounds") or []
     lines = [f"### Headline: medians after warm-up over {max(1, len(rounds))} round(s) (min-max), Avro to "
              "acknowledged Kafka, Debezium tuned like ours", "",
@@ -263,6 +266,11 @@ def race_headline_lines(stream: dict | None, snapshot: dict | None) -> list[str]
                 lines.append(_row(label, _fig(stream, o, "rows_per_s_after_warmup"),
                                   _fig(stream, dkey, "rows_per_s_after_warmup"),
                                   _ratio(stream, f"{o}/{dkey}_after_warmup"), _ratio(stream, f"rss {dkey}/{o}")))
+    if oltp and dkey in oltp and "producer_no_tx" in oltp:
+        lines.append(_row("streaming, single-row transactions (OLTP), ours without transactions",
+                          _fig(oltp, "producer_no_tx", "rows_per_s_after_warmup"),
+                          _fig(oltp, dkey, "rows_per_s_after_warmup"),
+                          _ratio(oltp, f"producer_no_tx/{dkey}_after_warmup"), _ratio(oltp, f"rss {dkey}/producer_no_tx")))
     skey = headline_snapshot_key(snapshot) if snapshot else None
     if snapshot and skey and "snapshot_quiet" in snapshot:
         lines.append(_row(f"incremental snapshot, Debezium at its better chunk size "
@@ -274,14 +282,14 @@ def race_headline_lines(stream: dict | None, snapshot: dict | None) -> list[str]
     return lines
 
 
-def race_rounds_lines(stream: dict | None, snapshot: dict | None) -> list[str]:
+def race_rounds_lines(stream: dict | None, snapshot: dict | None, oltp: dict | None = None) -> list[str]:
     """Each round's start (UTC), load average and which side ran first, and the warning
     when another busy process shared the machine."""
     lines = [_row("benchmark", "round", "started (UTC)", "load average (1, 5, 15 min)", "threads ready to run",
                   "first", "busy processes"),
              _row(*["---"] * 7)]
     warnings = []
-    for name, x in (("streaming", stream), ("snapshot", snapshot)):
+    for name, x in (("streaming", stream), ("single-row streaming", oltp), ("snapshot", snapshot)):
         if not x or not x.get("rounds"):
             continue
         for i, r in enumerate(x["rounds"], 1):
@@ -302,8 +310,10 @@ def race_stream_lines(stream: dict) -> list[str]:
     size and peak RSS, medians (min-max) over the rounds; then ours over Debezium's, per pair."""
     n = stream["rows"]
     runs = f" {stream['debezium_runs']}" if stream.get("debezium_runs") else ""
-    lines = [f"### Streaming: {n:,} binlog row events to Kafka (`cdc bench stream --rows {stream['requested_rows']} "
-             f"--debezium{runs} --no-reference`)", "",
+    shape, flag = (("single-row autocommit transactions", " --single-row --transactions off")
+                   if stream.get("single_row") else ("", ""))
+    lines = [f"### Streaming{', ' + shape if shape else ''}: {n:,} binlog row events to Kafka (`cdc bench stream "
+             f"--rows {stream['requested_rows']}{flag} --debezium{runs} --no-reference`)", "",
              _row("run", "record format", "start-up s", "rows/s incl. start-up", "rows/s from first record",
                   "rows/s after 10% warm-up", "bytes/record", "peak RSS MB"),
              _row(*["---"] * 8)]
@@ -410,10 +420,11 @@ RACE_METHOD = (
     "converter (which carries the record's whole schema in every value) and count-only runs stay out of it.")
 
 
-def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None = None) -> str:
+def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None = None,
+                oltp: dict | None = None) -> str:
     """The race section of ``docs/benchmarks.md`` from one ``cdc bench race`` run: the
     headline, the rounds with their load (and the shared-machine warning), both sides'
-    settings, the method, then every run's figures."""
+    settings, the method, then every run's figures (``oltp``: the single-row streaming race)."""
     when = when or f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}"
     m = (stream or snapshot or {}).get("machine", {"nproc": "?", "cpu": "?", "loadavg": ["?"]})
     version = (stream or snapshot or {}).get("server_version", "")
@@ -426,12 +437,14 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
              "rounds, on the same binlog range or the same table, the same server and the same broker. Machine: "
              f"{m['nproc']} cores ({m['cpu']}). Server: MariaDB reporting version `{version}` (Debezium's MySQL "
              "connector speaks only to MySQL; our producer still detects MariaDB).",
-             "", *race_headline_lines(stream, snapshot), "",
-             *race_rounds_lines(stream, snapshot),
+             "", *race_headline_lines(stream, snapshot, oltp), "",
+             *race_rounds_lines(stream, snapshot, oltp),
              "Settings of both sides:", "", *race_settings.settings_table_lines(heap, with_defaults=with_defaults), "",
              RACE_METHOD, ""]
     if stream:
         lines += race_stream_lines(stream) + [""]
+    if oltp:
+        lines += race_stream_lines(oltp) + [""]
     if snapshot:
         lines += race_snapshot_lines(snapshot) + [""]
     lines += ["Where our time goes (a py-spy profile of the producer): [performance.md](performance.md).", ""]
@@ -461,31 +474,45 @@ def bench_race(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAULT
                chunk_sizes: tuple[int, ...] = (8192, 1024), rounds: int = race_rounds.DEFAULT_ROUNDS,
                debezium_defaults: bool = False, heap: str = race_settings.DEFAULT_HEAP,
                json_out: Path | None = None, stream_json: Path | None = None, snapshot_json: Path | None = None,
-               console: Console | None = None) -> str:
+               oltp_rows: int = OLTP_ROWS, oltp_json: Path | None = None, console: Console | None = None) -> str:
     """The race: ``cdc bench stream`` and ``cdc bench snapshot`` with their Debezium rows (no
     references, the snapshot's table quiet), ``rounds`` alternated rounds each, Debezium
     tuned like ours (``heap``: its JVM's ``-Xmx``; ``debezium_defaults``: an extra run at
     its defaults), written as the race section of ``out``; ``stream_json`` /
     ``snapshot_json``: the ``--json`` output of a run made before, used instead of running
-    that benchmark again."""
+    that benchmark again.  ``oltp_rows`` (0: none): the streaming race again on that many
+    changes made as single-row autocommit transactions (ours without Kafka transactions),
+    or ``oltp_json``'s."""
     console = console or Console()
+    results: dict[str, Any] = {}
+
+    def keep(name: str, result: dict) -> dict:
+        results[name] = result
+        if json_out:
+            json_out.write_text(json.dumps(results, indent=2, default=str))
+        return result
+
     if stream_json:
         stream = json.loads(Path(stream_json).read_text())
     else:
-        stream = bench_stream(state_dir, rows=stream_rows, debezium=stream_runs, reference=False, native=True,
-                              rounds=rounds,
-                              debezium_defaults=debezium_defaults, heap=heap, console=console)
-        if json_out:
-            json_out.write_text(json.dumps({"stream": stream}, indent=2, default=str))
+        stream = keep("stream", bench_stream(state_dir, rows=stream_rows, debezium=stream_runs, reference=False,
+                                             native=True, rounds=rounds, debezium_defaults=debezium_defaults,
+                                             heap=heap, console=console))
+    oltp = None
+    if oltp_json:
+        oltp = json.loads(Path(oltp_json).read_text())
+    elif oltp_rows > 0:
+        oltp = keep("oltp", bench_stream(state_dir, rows=oltp_rows, debezium=stream_runs, reference=False, native=False,
+                                         rounds=rounds, transactions=(False,), single_row=True, heap=heap,
+                                         console=console))
     if snapshot_json:
         snapshot = json.loads(Path(snapshot_json).read_text())
     else:
-        snapshot = bench_snapshot(state_dir, rows=snapshot_rows, writes_per_s=0, debezium=snapshot_runs,
-                                  debezium_chunk_sizes=chunk_sizes, reference=False, rounds=rounds,
-                                  debezium_defaults=debezium_defaults, heap=heap, console=console)
-    if json_out:
-        json_out.write_text(json.dumps({"stream": stream, "snapshot": snapshot}, indent=2, default=str))
-    race = render_race(stream, snapshot)
+        snapshot = keep("snapshot", bench_snapshot(state_dir, rows=snapshot_rows, writes_per_s=0,
+                                                   debezium=snapshot_runs, debezium_chunk_sizes=chunk_sizes,
+                                                   reference=False, rounds=rounds, debezium_defaults=debezium_defaults,
+                                                   heap=heap, console=console))
+    race = render_race(stream, snapshot, oltp=oltp)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(with_race_section(out.read_text() if out.exists() else "", race))
     console.print(f"written to {out}")

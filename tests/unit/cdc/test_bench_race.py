@@ -128,3 +128,23 @@ def test_the_stream_race_states_the_physical_limit_of_the_same_run():
     assert blank == "" and "1,000,000 rows/s (the median of 3 runs" in line
     assert "0.20 from the first record, 0.26 after the warm-up (goal >= 0.25)" in line
     assert native_limit_lines({"producer_no_tx": {}}) == []
+
+
+def test_the_single_row_race_has_its_headline_row_and_its_own_table():
+    machine = {"nproc": 2, "cpu": "Xeon", "loadavg": [1.0, 1.0, 1.0]}
+    stream = {"machine": machine, "rows": 3000, "requested_rows": 3000, "debezium_runs": "kafka:avro",
+              "producer_no_tx": _ours(40_000, 44_000, 45_000, 120.0),
+              "debezium_kafka_avro": _theirs("kafka", "avro", 20_000, 22_000, 30_000, 600.0)}
+    stream["ratios"] = stream_ratios(stream)
+    oltp = {**stream, "single_row": True, "rows": 1000, "requested_rows": 1000,
+            "producer_no_tx": _ours(9_000, 9_500, 10_000, 130.0),
+            "debezium_kafka_avro": _theirs("kafka", "avro", 10_000, 15_000, 20_000, 650.0)}
+    oltp["ratios"] = stream_ratios(oltp)
+    race = render_race(stream, None, when="2026-11-26 10:00", oltp=oltp)
+    assert "| streaming, ours without transactions | 45,000 | 30,000 | 1.50 | 5.00 |" in race
+    assert "| streaming, single-row transactions (OLTP), ours without transactions | 10,000 | 20,000 | 0.50 | 5.00 |" \
+        in race
+    assert ("### Streaming, single-row autocommit transactions: 1,000 binlog row events to Kafka "
+            "(`cdc bench stream --rows 1000 --single-row --transactions off --debezium kafka:avro --no-reference`)") \
+        in race
+    assert render_race(stream, None, when="2026-11-26 10:00").count("single-row") == 0

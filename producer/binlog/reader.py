@@ -236,6 +236,7 @@ class BinlogReader:
         self._wants = wants
         self._tables: dict[int, TableDef | None] = {}
         self._table_keys: dict[int, tuple] = {}
+        self._map_keys: dict[int, bytes] = {}  # the body of each table id's last table map (table_map_key)
         # Row decoders by table id (None: the library decodes), and by table map content.
         self._decoders: dict[int, RowDecoder | None] = {}
         self._decoder_cache: dict[bytes, RowDecoder | None] = {}
@@ -358,6 +359,10 @@ class BinlogReader:
                              txn.events)
 
     def _table_map(self, ev) -> None:
+        map_key = table_map_key(ev)
+        if self._map_keys.get(ev.table_id) == map_key:
+            return  # this table id's last table map again (a server writes one per statement): all stands
+        self._map_keys[ev.table_id] = map_key
         if not self._wants(ev.schema, ev.table):
             self._tables[ev.table_id] = None
             return
@@ -365,7 +370,6 @@ class BinlogReader:
         if self._table_keys.get(ev.table_id) != key or self._tables.get(ev.table_id) is None:
             self._tables[ev.table_id] = table_def_from_table_map(ev)
             self._table_keys[ev.table_id] = key
-        map_key = table_map_key(ev)
         if map_key not in self._decoder_cache:
             if len(self._decoder_cache) >= 1024:
                 self._decoder_cache.clear()  # bounded: rebuilt on demand

@@ -493,6 +493,7 @@ class RowDecoder:
         if any(not c.name for c in columns):
             raise UnsupportedType("a column has no name (binlog_row_metadata is not FULL)")
         self.names = tuple(c.name for c in columns)
+        self._named_columns: list | None = None  # the last columns list found with these names
         self._plan = [(c.name, column_reader(c)) for c in columns]
         self._all_columns = (1 << len(columns)) - 1  # a columns-present bitmap of a full row image
         self._null_bytes = (len(columns) + 7) // 8
@@ -525,8 +526,18 @@ class RowDecoder:
     def fits(self, ev: RowsEvent) -> bool:
         """Whether this decoder reads ``ev``'s rows: full images of these columns."""
         return (ev.event_type in _EVENT_TYPES and ev.complete and ev.number_of_columns == len(self.names)
-                and tuple(c.name for c in ev.columns) == self.names and self._full(ev.columns_present_bitmap)
+                and self._named(ev.columns) and self._full(ev.columns_present_bitmap)
                 and (not isinstance(ev, UpdateRowsEvent) or self._full(ev.columns_present_bitmap2)))
+
+    def _named(self, columns: list) -> bool:
+        """Whether ``columns`` have this decoder's names (the columns list of the table map the
+        library holds for the event's table id, the same object event after event: checked once)."""
+        if columns is self._named_columns:
+            return True
+        if tuple(c.name for c in columns) != self.names:
+            return False
+        self._named_columns = columns  # (held: its identity cannot pass to another list)
+        return True
 
     def _full(self, bitmap: bytes) -> bool:
         return int.from_bytes(bitmap, "little") & self._all_columns == self._all_columns

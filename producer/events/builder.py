@@ -23,6 +23,7 @@ from itertools import repeat
 from typing import Any, Iterator, Protocol
 
 from common.errors import CDCError
+from contract.errors import SerdeError
 from contract.envelope import (
     INCREMENTAL_SNAPSHOT,
     OPS,
@@ -45,6 +46,11 @@ from producer.table_schema import TableDef
 
 #: The envelope fields that differ between the rows of one binlog event, in schema order.
 ENVELOPE_VARIABLE = ("before", "after", "source.row", "op", "position")
+
+#: The envelope fields that differ between binlog events of one table (and ENVELOPE_VARIABLE's
+#: between their rows), in schema order: :class:`EnvelopeBinder` encodes only these per event.
+EVENT_VARIABLE = ("before", "after", "source.ts_ms", "source.gtid", "source.file", "source.pos", "source.row",
+                  "source.thread", "op", "ts_ms", "position")
 
 #: The row digits of a position (its last 10) of the sequences below this, looked up: formatting
 #: them cost more than the rest of a record's envelope.
@@ -89,6 +95,7 @@ class TableEvents:
     value_schema: dict = field(init=False)
     key_schema: dict | None = field(init=False)
     template: RecordTemplate = field(init=False)
+    binder: EnvelopeBinder | None = field(init=False, default=None)  # (built on first use)
     encoder: RowEncoder | None = field(init=False)  # row images straight to Avro (the Avro format's fast path)
     # (qualified name, definition fingerprint, key columns): what rows encoded elsewhere were encoded for
     ident: tuple[str, str, tuple[str, ...]] = field(init=False)
@@ -203,6 +210,53 @@ def envelope_parts(template: RecordTemplate, bound: tuple[bytes, ...], event: st
     position_head = encode_position(event + "0" * 10)[:-10]  # the 30 digits' length, then the first 20
     return EnvelopeParts(b0 + null_tag, b0 + before_tag, b1 + after_null, b1 + after_tag, b2,
                          {op: b"".join((b3, encode_op(op), b4, position_head)) for op in ops}, b5, event)
+
+
+class EnvelopeBinder:
+    """The :class:`EnvelopeParts` of a table version's binlog events, the envelope's fixed fields
+    (the connector's name and version, the database and table, the server id, the nulls...)
+    encoded once per value header: per event only ``source.ts_ms``, ``gtid``, ``file``, ``pos``,
+    ``thread`` and the envelope's ``ts_ms`` are encoded (``EVENT_VARIABLE``).  The same bytes as
+    ``envelope_parts(template, template.bind(example, header), event)`` for an example with those
+    values (property-tested); a transaction of one row pays this per row."""
+
+    #: Headers and tables kept (cleared when full): a table version has one of each, unless its
+    #: schema is registered again.
+    SIZE = 16
+
+    def __init__(self, template: RecordTemplate, value_schema: dict) -> None:
+        self.fine = RecordTemplate(value_schema, EVENT_VARIABLE)
+        self.fixed: dict[tuple, tuple[bytes, ...]] = {}
+        null_tag, before_tag = template.union_tags("before")
+        after_null, after_tag = template.union_tags("after")
+        self._tags = (null_tag, before_tag, after_null, after_tag)
+        self._ops = {op: template.field_encoder("op")(op) for op in ("c", "u", "d")}
+        self._position = template.field_encoder("position")
+        enc = dict(zip(EVENT_VARIABLE, self.fine._encoders, strict=True))
+        self._encoders = tuple(enc[f] for f in ("source.ts_ms", "source.gtid", "source.file", "source.pos",
+                                                "source.thread", "ts_ms"))
+
+    def fix(self, key: tuple, example: dict, header: bytes) -> tuple[bytes, ...]:
+        """The fixed parts of the events ``key`` stands for (whose envelopes are like ``example``,
+        the variable fields aside), kept under ``key``."""
+        if len(self.fixed) >= self.SIZE:
+            self.fixed.clear()
+        bound = self.fixed[key] = self.fine.bind(example, header)
+        return bound
+
+    def parts(self, fixed: tuple[bytes, ...], ts_ms, gtid, file, pos, thread, now, event: str) -> EnvelopeParts:
+        """The event's parts, from :meth:`fix`'s ``fixed`` and its variable fields."""
+        c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 = fixed
+        e_ts, e_gtid, e_file, e_pos, e_thread, e_now = self._encoders
+        null_tag, before_tag, after_null, after_tag = self._tags
+        try:
+            middle = b"".join((c2, e_ts(ts_ms), c3, e_gtid(gtid), c4, e_file(file), c5, e_pos(pos), c6))
+            b3, b4 = c7 + e_thread(thread) + c8, c9 + e_now(now) + c10
+        except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
+            raise SerdeError(f"record does not fit schema {self.fine.name}: {exc}") from exc
+        head = self._position(event + "0" * 10)[:-10]
+        return EnvelopeParts(c0 + null_tag, c0 + before_tag, c1 + after_null, c1 + after_tag, middle,
+                             {op: b"".join((b3, enc, b4, head)) for op, enc in self._ops.items()}, c11, event)
 
 
 def _check_encoded_for(te: TableEvents, ch: RowChanges) -> None:
@@ -344,6 +398,18 @@ class EventBuilder:
                     out.append((topic, key, None, position))
         return done
 
+    def _event_parts(self, te: TableEvents, ch: RowChanges, header: bytes) -> EnvelopeParts:
+        """The envelope parts of the records of ``ch`` (:class:`EnvelopeBinder`)."""
+        binder = te.binder
+        if binder is None:
+            binder = te.binder = EnvelopeBinder(te.template, te.value_schema)
+        key = (header, ch.db, ch.table)
+        fixed = binder.fixed.get(key)
+        if fixed is None:
+            fixed = binder.fix(key, self._value(None, None, self._source(ch), "", 0, ""), header)
+        return binder.parts(fixed, ch.ts_ms, ch.gtid, ch.file, ch.pos, ch.thread, int(time.time() * 1000),
+                            ch.position(0)[:-10])
+
     def _emits(self, te: TableEvents) -> bool:
         """Whether ``te``'s records can be joined by the native row emitter: on the Avro fast path,
         no column excluded, ``source.row`` a plain int."""
@@ -364,8 +430,7 @@ class EventBuilder:
         header = writer.header(te.value_schema, topic, "value")
         if header is None:  # (JSON: never encoded in the reader process)
             return None
-        shared = self._value(None, None, self._source(ch), "", int(time.time() * 1000), "")
-        parts = envelope_parts(te.template, te.template.bind(shared, header), ch.position(0)[:-10])
+        parts = self._event_parts(te, ch, header)
         key_header = writer.header(te.key_schema, topic, "key") if te.key_schema is not None else None
         return out.produce_rows(topic, key_header, parts.native(), ch.rows.bodies, ch.kind, bool(te.key_columns),
                                 start, stop, None if skip_up_to is None else skip_up_to.encode(), self.tombstones)

@@ -8,11 +8,13 @@ from decimal import Decimal
 
 import fastavro
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contract.codecs.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
 from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
-from producer.events.builder import EventBuilder
+from producer.events.builder import EnvelopeBinder, EventBuilder, envelope_parts
 from producer.table_schema import ColumnDef, TableDef
 
 TABLE = TableDef(db="shop", name="items", columns=[
@@ -199,3 +201,23 @@ def test_a_table_version_is_built_once_also_with_excluded_columns():
 def test_rows_rewritten_names_the_ddl_that_changes_rows_without_row_events(verb, ddl, rewrites):
     from common.sql.ddl import rows_rewritten
     assert (rows_rewritten(verb, ddl) is not None) == rewrites
+
+
+@settings(max_examples=200, deadline=None)
+@given(ts_ms=st.integers(0, 2**41), gtid=st.none() | st.text(max_size=40),
+       file=st.text(min_size=1, max_size=30), pos=st.integers(0, 2**40), thread=st.none() | st.integers(0, 2**40),
+       now=st.integers(0, 2**42), event=st.from_regex(r"[0-9]{20}", fullmatch=True))
+def test_the_envelope_binder_gives_the_bytes_of_the_whole_bind(ts_ms, gtid, file, pos, thread, now, event):
+    """EnvelopeBinder (the fixed fields encoded once, the event's own per event) against
+    RecordTemplate.bind over the whole envelope, for any values of the event's fields."""
+    builder = EventBuilder("cdc", "srv", 11)
+    te = builder.table_events(TABLE)
+    header = b"\xc3\x01" + b"h" * 8
+    ch = RowChanges("insert", "shop", "items", TABLE, BASE, [], 0, ts_ms, gtid, thread, file, file, 4, 0, pos)
+    whole = builder._value(None, None, builder._source(ch), "", now, "")
+    expected = envelope_parts(te.template, te.template.bind(whole, header), event)
+    binder = EnvelopeBinder(te.template, te.value_schema)
+    fixed = binder.fix(("k",), builder._value(None, None, builder._source(
+        RowChanges("insert", "shop", "items", TABLE, BASE, [], 0, 1, "0-1-1", 7, "x.000001", "x", 4, 0, 9)),
+        "", 5, ""), header)
+    assert binder.parts(fixed, ts_ms, gtid, file, pos, thread, now, event) == expected

@@ -285,6 +285,7 @@ class BinlogReader:
             end_pos = ev.packet.log_pos
             if isinstance(ev, RotateEvent):
                 self._file, self._next_pos = ev.next_binlog, ev.position
+                self._forget_table_ids()
                 continue
             if isinstance(ev, HeartbeatLogEvent):
                 # The server sends a heartbeat when it has sent everything it holds: its
@@ -357,6 +358,14 @@ class BinlogReader:
         yield TransactionEnd(self._at(start), txn.gtid,
                              ResumePoint(self._file, end_pos, self._last.encode() if self._last else None),
                              txn.events)
+
+    def _forget_table_ids(self) -> None:
+        """A new binlog file: what was kept per table id goes (as the library's table map does).
+        No transaction spans files and each statement's rows follow their own TABLE_MAP, so
+        nothing read later needs an id of the file before; the server hands out a new id
+        whenever it reopens a table, so kept for ever these would grow with the uptime."""
+        for kept in (self._tables, self._table_keys, self._map_keys, self._decoders, self._encoders):
+            kept.clear()
 
     def _table_map(self, ev) -> None:
         map_key = table_map_key(ev)

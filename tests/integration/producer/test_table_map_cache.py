@@ -61,3 +61,43 @@ def test_repeated_table_maps_come_from_the_cache_and_read_as_parsed(stack, confi
     # 37 TABLE_MAPs of two versions of the table: 35 of them from the cache (other tests'
     # tables may share the range and add their own hits)
     assert hits >= 35, (hits, misses)
+
+
+def test_table_ids_are_forgotten_at_each_new_binlog_file(stack, config, test_db):
+    """What the reader keeps per table id starts again with each binlog file (ids are handed out
+    whenever a table is reopened: kept for ever they grow with the server's uptime), and the
+    rows of the new file read as before: its statements bring their own TABLE_MAPs."""
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)")
+        cur.execute("CREATE TABLE b (id INT PRIMARY KEY, v INT)")
+    with connect(config.source) as src:
+        start = current_position(src)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO a VALUES (1, 1)")
+        cur.execute("INSERT INTO b VALUES (1, 1)")
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("INSERT INTO b VALUES (2, 2)")
+        conn.begin()  # one transaction, two tables: both TABLE_MAPs before their rows
+        cur.execute("UPDATE a SET v = 2 WHERE id = 1")
+        cur.execute("UPDATE b SET v = 3 WHERE id = 2")
+        conn.commit()
+    with connect(config.source) as src:
+        end = current_position(src)
+    reader = BinlogReader(config.source, ResumePoint(*start), is_mariadb=True, blocking=False)
+    try:
+        seen = []
+        for item in reader:
+            if type(item) is RowChanges and item.db == test_db:
+                kept = {t.name for t in reader._tables.values() if t is not None and t.db == test_db}
+                seen.append((item.file, item.table, item.kind, kept))
+            if (reader.current_resume().file, reader.current_resume().pos) >= end:
+                break
+    finally:
+        reader.close()
+    first, second = start[0], end[0]
+    assert first != second
+    assert [s[:3] for s in seen] == [(first, "a", "insert"), (first, "b", "insert"), (second, "b", "insert"),
+                                     (second, "a", "update"), (second, "b", "update")]
+    # at b's first rows of the new file the reader knew b only: a's table id (the same id: the
+    # tables were not reopened) was forgotten with the file before, and came back with a's TABLE_MAP
+    assert [s[3] for s in seen] == [{"a"}, {"a", "b"}, {"b"}, {"a", "b"}, {"a", "b"}]

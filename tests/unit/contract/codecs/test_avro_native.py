@@ -9,6 +9,7 @@ fallback is checked: a schema the native reader does not read, or the reader swi
 
 from __future__ import annotations
 
+import math
 import os
 from contextlib import contextmanager
 from decimal import Decimal
@@ -126,7 +127,19 @@ def test_malformed_bytes_are_a_serde_error_as_in_the_generated_python(data):
     want_kind, want = _outcome(python, bytes(encoded), 0)
     assert kind == want_kind, (got, want)
     if kind == "value":
-        assert got == want
+        assert _same(got, want), (got, want)
+
+
+def _same(a, b) -> bool:
+    """``a == b``, with a NaN equal to a NaN: a flipped byte of a float or double can make one,
+    which both readers then read (and ``nan != nan``)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
 
 
 def test_a_long_of_more_than_64_bits_is_a_serde_error():

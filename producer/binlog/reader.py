@@ -285,7 +285,8 @@ class BinlogReader:
             end_pos = ev.packet.log_pos
             if isinstance(ev, RotateEvent):
                 self._file, self._next_pos = ev.next_binlog, ev.position
-                self._forget_table_ids()
+                if ev.timestamp:  # a file's end (the server's own rotate at a (re)connection has 0)
+                    self._forget_table_ids()
                 continue
             if isinstance(ev, HeartbeatLogEvent):
                 # The server sends a heartbeat when it has sent everything it holds: its
@@ -360,10 +361,12 @@ class BinlogReader:
                              txn.events)
 
     def _forget_table_ids(self) -> None:
-        """A new binlog file: what was kept per table id goes (as the library's table map does).
-        No transaction spans files and each statement's rows follow their own TABLE_MAP, so
-        nothing read later needs an id of the file before; the server hands out a new id
-        whenever it reopens a table, so kept for ever these would grow with the uptime."""
+        """A binlog file ended: what was kept per table id goes (as the library's table map does,
+        on the same rotate events: not on the one a server sends when a connection starts, which
+        may resume inside a transaction whose table maps came before).  No transaction spans
+        files and each statement's rows follow their own TABLE_MAP, so nothing read later needs
+        an id of the file before; the server hands out a new id whenever it reopens a table, so
+        kept for ever these would grow with the uptime."""
         for kept in (self._tables, self._table_keys, self._map_keys, self._decoders, self._encoders):
             kept.clear()
 

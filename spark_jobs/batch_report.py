@@ -189,7 +189,10 @@ class BatchReport:
                        # statements of such rows that met a row of their key (then upserted)
                        "inserted": 0, "fresh_refused": 0,
                        # a task's writes to a sink under its partition's turn / the table's whole turn
-                       "partition_turns": 0, "whole_turns": 0}
+                       "partition_turns": 0, "whole_turns": 0,
+                       # clean partition writes that read the partition's tail (the rest knew it
+                       # from the partition's state: spark_jobs.clean_changelog)
+                       "clean_tails_read": 0, "clean_writes": 0}
         self.last: dict = {}
         self.phase_totals: dict[str, float] = {}  # seconds per phase over every batch (see report)
         #: For the metrics: the batches' durations and the records' latencies (seconds), rows
@@ -232,7 +235,7 @@ class BatchReport:
         agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
                                                             "upserted", "deleted", "held", "from_bytes",
                                                             "inserted", "fresh_refused", "partition_turns",
-                                                            "whole_turns")}
+                                                            "whole_turns", "clean_tails_read", "clean_writes")}
         # Where the batch's time went: the driver's phases (wall clock) and the tasks' own,
         # summed over the tasks (which run side by side): wall clock (``*_s``) and the task
         # thread's CPU time (``*_cpu_s``: what a phase costs, whatever else the machine does);

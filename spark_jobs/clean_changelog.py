@@ -6,6 +6,14 @@ with an idempotent producer.  So the clean partition's last record tells how far
 earlier attempt got: a retried task or a replayed micro-batch skips every record at or
 below that position and the topic never holds a copy, without Kafka transactions.
 
+Reading that last record is a fetch inside the log, which costs the embedded broker a
+listing of every batch of the partition (it grew to seconds over an hour's soak,
+docs/benchmarks.md); so a writer leaves the partition's end offset and last position after
+its write (:attr:`CleanPartitionWriter.tail`), the merge job keeps them in the partition's
+state, and the next writer takes the last position from there when the partition's end is
+still that one (nobody wrote since: not a failed attempt, not another writer); else it
+reads the tail as before.
+
 A routed table's records go to the merged clean topic of its route's target
 (``<prefix>.clean.<target db>.<target table>``), whose partition ``p`` takes partition
 ``p`` of every shard table: tasks of several shards write one partition side by side, so
@@ -56,11 +64,16 @@ def _tail_reader(bootstrap: str, topic: str, client: dict | None) -> AdaptiveCon
                             name=f"reading {topic}")
 
 
-def last_position(bootstrap: str, topic: str, partition: int, client: dict | None = None) -> str:
-    """The position header of the last record of a clean partition ("" when empty)."""
+def last_position(bootstrap: str, topic: str, partition: int, client: dict | None = None,
+                  known: tuple[int, str] | list | None = None) -> tuple[int, str, bool]:
+    """``(end offset, position header of the last record ("" when empty), whether the tail was
+    read)`` of a clean partition; ``known``: ``(end, last)`` as a writer left it
+    (:attr:`CleanPartitionWriter.tail`), taken when the partition still ends there."""
     (low, end), = end_offsets(bootstrap, [(topic, partition)], client_config=client).values()
     if end <= low:
-        return ""
+        return end, "", False
+    if known is not None and int(known[0]) == end:
+        return end, str(known[1]), False
     consumer = _tail_reader(bootstrap, topic, client)
     try:
         # The last record may sit a few offsets before the end (transaction markers of an
@@ -71,7 +84,7 @@ def last_position(bootstrap: str, topic: str, partition: int, client: dict | Non
                 for k, v in m.headers() or []:
                     if k == POSITION_HEADER and v:
                         last = max(last, v.decode())
-        return last
+        return end, last, True
     finally:
         consumer.close()
 
@@ -108,11 +121,18 @@ class CleanPartitionWriter:
     """Writes one clean partition, skipping what an earlier attempt already wrote."""
 
     def __init__(self, bootstrap: str, topic: str, partition: int, client: dict | None = None,
-                 producer: Producer | None = None) -> None:
+                 producer: Producer | None = None, known: tuple[int, str] | list | None = None) -> None:
+        """``known``: the partition's :attr:`tail` as the previous writer left it (see the
+        module's docstring), or None."""
         self.topic, self.partition = topic, partition
         self.extra_headers: list[tuple[str, bytes]] = []
+        self.end = -1  # the partition's end offset before this writer (-1: not looked up)
+        self.tail_read = False  # whether the partition's tail was read (not known)
         # What an earlier attempt wrote is a copy now.
-        self.copies = CopyFilter({partition: self._last(bootstrap, client)})
+        self.last = self._last(bootstrap, client, known)
+        self.copies = CopyFilter({partition: self.last})
+        self._end_written = -1  # the offset after the last record acknowledged
+        self._last_written = ""  # the position of the last record written
         self._errors: list[str] = []
         # ``producer``: one of :func:`clean_producer`'s that a worker keeps from task to task
         # (a new idempotent producer's first records wait about 500 ms for its producer id
@@ -121,12 +141,26 @@ class CleanPartitionWriter:
         self.written = 0
         self.skipped = 0
 
-    def _last(self, bootstrap: str, client: dict | None) -> str:
-        return last_position(bootstrap, self.topic, self.partition, client)
+    def _last(self, bootstrap: str, client: dict | None, known) -> str:
+        self.end, last, self.tail_read = last_position(bootstrap, self.topic, self.partition, client, known)
+        return last
 
-    def _on_delivery(self, err, msg) -> None:  # noqa: ARG002
+    def _on_delivery(self, err, msg) -> None:
         if err is not None:
             self._errors.append(str(err))
+        else:
+            self._end_written = max(self._end_written, msg.offset() + 1)
+
+    @property
+    def tail(self) -> tuple[int, str] | None:
+        """After :meth:`flush`: ``(end offset, last position)`` of the partition as this writer
+        left it (for the next writer's ``known``); None when not known (a record acknowledged
+        without its offset)."""
+        if self.written == 0:
+            return (self.end, self.last) if self.end >= 0 else None
+        if self._end_written <= self.end:
+            return None
+        return self._end_written, max(self.last, self._last_written)
 
     def write(self, key: bytes | None, value: bytes | None, position: str) -> None:
         if not self.copies.keep(self.partition, position):
@@ -141,6 +175,7 @@ class CleanPartitionWriter:
             except BufferError:
                 self.producer.poll(0.05)
         self.written += 1
+        self._last_written = max(self._last_written, position)
 
     def flush(self) -> None:
         remaining = self.producer.flush(120)
@@ -160,7 +195,7 @@ class MergedPartitionWriter(CleanPartitionWriter):
         self.extra_headers = [(SHARD_HEADER, shard.encode())]
         self.bootstrap, self.client = bootstrap, client
 
-    def _last(self, bootstrap: str, client: dict | None) -> str:
+    def _last(self, bootstrap: str, client: dict | None, known) -> str:  # noqa: ARG002 - (see the class)
         return last_shard_position(bootstrap, self.topic, self.partition, self.shard, self.since, client)[0]
 
     def end_offset(self) -> int:

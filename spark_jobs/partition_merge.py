@@ -135,8 +135,9 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     stats["copies"] = buf.stats["copies"] - copies_before
 
     merged_clean = dict(state.get("merged_clean") or {})  # route name -> the merged clean partition's end
+    clean_tails = dict(state.get("clean_tails") or {})  # clean topic -> [end, last position] of this partition
     router = router_of(s)
-    dead += write_changelog(s, topic_names, partition, kept, router, merged_clean, stats)
+    dead += write_changelog(s, topic_names, partition, kept, router, merged_clean, stats, clean_tails)
     t_clean, c_clean = time.monotonic(), time.thread_time()
     stats["changelog_s"], stats["changelog_cpu_s"] = t_clean - t_decided, c_clean - c_decided
 
@@ -152,6 +153,8 @@ def merge_partition(topic: str, partition: int, records: list[tuple[int, bytes |
     new_state = {"buffer": buf.to_state(), "pending": decision.pending}
     if merged_clean:
         new_state["merged_clean"] = merged_clean
+    if clean_tails:
+        new_state["clean_tails"] = clean_tails
     if held:
         new_state["held"] = held
     return new_state, stats

@@ -35,18 +35,23 @@ def _drop_producer(s: MergeSettings) -> None:
 
 
 def write_changelog(s: MergeSettings, topic_names: tuple[str, str], partition: int, kept: list[Kept],
-                    router: Router | None, merged_clean: dict, stats: dict) -> list[tuple[int, Any, Any, str]]:
+                    router: Router | None, merged_clean: dict, stats: dict,
+                    clean_tails: dict | None = None) -> list[tuple[int, Any, Any, str]]:
     """The kept records of table topic ``topic_names`` (its ``(db, table)``) into their clean
     changelog partition ``partition``, a routed table's into its route's merged clean topic
-    (:func:`merged_changelog`, ``merged_clean`` updated); counted in ``stats``.  Returns the
-    records that cannot be encoded (dead letters)."""
+    (:func:`merged_changelog`, ``merged_clean`` updated); counted in ``stats``.  ``clean_tails``
+    (clean topic -> ``[end offset, last position]`` of its partition ``partition`` as the
+    previous write left it, from the partition's state: :class:`CleanPartitionWriter`'s
+    ``known``) is updated.  Returns the records that cannot be encoded (dead letters)."""
     if not s.changelog or not kept:
         return []
     dead: list[tuple[int, Any, Any, str]] = []
     plain = [k for k in kept if router is None or router.route_of(s.source_name, *k.table) is None]
     if plain:
-        writer = CleanPartitionWriter(s.bootstrap, clean_topic(s.prefix, *topic_names), partition, s.client or None,
-                                      producer=_producer(s))
+        topic = clean_topic(s.prefix, *topic_names)
+        tails = clean_tails if clean_tails is not None else {}
+        writer = CleanPartitionWriter(s.bootstrap, topic, partition, s.client or None, producer=_producer(s),
+                                      known=tails.pop(topic, None))
         try:
             for k in plain:
                 writer.write(k.key_bytes, k.value_bytes, k.position)
@@ -54,7 +59,10 @@ def write_changelog(s: MergeSettings, topic_names: tuple[str, str], partition: i
         except BaseException:
             _drop_producer(s)
             raise
+        if writer.tail is not None:
+            tails[topic] = list(writer.tail)
         stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
+        stats["clean_tails_read"], stats["clean_writes"] = int(writer.tail_read), 1
     if len(plain) < len(kept):
         plain_ids = {id(k) for k in plain}
         dead += merged_changelog(s, router, [k for k in kept if id(k) not in plain_ids], partition, merged_clean, stats)

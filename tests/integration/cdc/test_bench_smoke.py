@@ -10,6 +10,7 @@ from rich.console import Console
 from cdc.bench.merge import bench_merge
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.stream import bench_stream
+from cdc.stack.manager import stack_down
 
 
 def test_bench_stream_smoke(tmp_path: Path):
@@ -66,21 +67,24 @@ def test_bench_race_smoke(tmp_path: Path):
     """Debezium's rows (``--debezium``) at a tiny size: every record of the range and every row
     of the table reached Debezium's handler, and its Kafka runs left them all in the broker."""
     state = tmp_path / "bench"
-    stream = bench_stream(state, rows=3000, transactions=(False,), debezium="count:json,kafka:avro", reference=False,
-                          keep_running=True, console=Console(width=160))
-    assert stream["server_version"].startswith("5.7")
-    for key in ("debezium_count_json", "debezium_kafka_avro"):
-        run = stream[key]
-        assert run["records"] == stream["rows"] and run["rows_per_s_from_first"] > 0, run
-        assert run["rss_peak_mb"] > 0 and run["startup_s"] > 0
-    assert stream["debezium_kafka_avro"]["topic_records"] == stream["rows"]
-    assert stream["ratios"]["producer_no_tx/debezium_kafka_avro"] > 0
-    # both sides timed from their process's launch (issue 40), the round's order recorded
-    assert stream["producer_no_tx"]["clock"] == stream["debezium_kafka_avro"]["clock"] == "process launch"
-    assert [r["order"] for r in stream["rounds"]] == [["ours", "debezium"]]
-    snap = bench_snapshot(state, rows=3000, chunk_size=1024, writes_per_s=0, debezium="kafka:avro",
-                          debezium_chunk_sizes=(1024,), reference=False, console=Console(width=160))
-    run = snap["debezium_kafka_avro_1024"]
-    assert run["records"] == run["topic_records"] == 3000 and run["rows_per_s"] > 0
-    assert snap["ratios"]["snapshot_quiet/debezium_kafka_avro_1024"] > 0
-    assert snap["snapshot_quiet"]["topic_records"] == 3000  # ours counted in its topic, as Debezium's
+    try:
+        stream = bench_stream(state, rows=3000, transactions=(False,), debezium="count:json,kafka:avro", reference=False,
+                              keep_running=True, console=Console(width=160))
+        assert stream["server_version"].startswith("5.7")
+        for key in ("debezium_count_json", "debezium_kafka_avro"):
+            run = stream[key]
+            assert run["records"] == stream["rows"] and run["rows_per_s_from_first"] > 0, run
+            assert run["rss_peak_mb"] > 0 and run["startup_s"] > 0
+        assert stream["debezium_kafka_avro"]["topic_records"] == stream["rows"]
+        assert stream["ratios"]["producer_no_tx/debezium_kafka_avro"] > 0
+        # both sides timed from their process's launch (issue 40), the round's order recorded
+        assert stream["producer_no_tx"]["clock"] == stream["debezium_kafka_avro"]["clock"] == "process launch"
+        assert [r["order"] for r in stream["rounds"]] == [["ours", "debezium"]]
+        snap = bench_snapshot(state, rows=3000, chunk_size=1024, writes_per_s=0, debezium="kafka:avro",
+                              debezium_chunk_sizes=(1024,), reference=False, console=Console(width=160))
+        run = snap["debezium_kafka_avro_1024"]
+        assert run["records"] == run["topic_records"] == 3000 and run["rows_per_s"] > 0
+        assert snap["ratios"]["snapshot_quiet/debezium_kafka_avro_1024"] > 0
+        assert snap["snapshot_quiet"]["topic_records"] == 3000  # ours counted in its topic, as Debezium's
+    finally:  # the stream's stack is kept for the snapshot's run: stopped whatever happened
+        stack_down(state)

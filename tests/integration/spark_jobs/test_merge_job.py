@@ -128,6 +128,10 @@ def test_added_source_column_appears_in_the_sinks(stack, merge_config, test_db):
     big = Decimal("12345678901234567890.0123456789")
     assert any(r["price"] == big for r in expected.values())
     assert pg_sink_rows(cfg, test_db, "t_single", keys["single"]) == expected
+    # this second job wrote the clean partitions as the first left them: their end offsets
+    # and last positions came from the partitions' stored states, no tail was read
+    totals = json.loads((__import__("pathlib").Path(cfg.state_dir) / "merge-status.json").read_text())["totals"]
+    assert totals["clean_writes"] > 0 and totals["clean_tails_read"] == 0, totals
     assert mysql_sink_rows(stack, cfg, test_db, "t_single", keys["single"]) == expected
 
 

@@ -9,6 +9,10 @@ a low rate hold a few records each).  At each step:
   10 ms fetch wait (what the readers used before: "starved" when nothing came in 5 s), with
   a fixed 30 s wait (the broker's own answer time), and with the readers' adaptive wait
   (:class:`common.kafka.fetch_wait.AdaptiveConsumer`), and the wait it grew to;
+* a clean changelog writer's set-up (:class:`spark_jobs.clean_changelog.CleanPartitionWriter`,
+  which learns how far an earlier attempt got), five alternated pairs: reading the
+  partition's last records, and taking them from the state the writer before left (only
+  the partition's end probed), the medians;
 * the broker's resident memory.
 
 The broker lists every batch of a partition on each fetch (about 2.5 us a batch measured
@@ -19,6 +23,7 @@ memory (no retention).  A benchmark, not a test.
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -30,9 +35,11 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.bench.harness import proc_status_kb
+from cdc.errors import BenchError
 from cdc.stack.kafka_broker import EmbeddedBroker
 from common.kafka.fetch_wait import AdaptiveConsumer
 from common.kafka.topic_reader import read_partition
+from spark_jobs.clean_changelog import CleanPartitionWriter, clean_producer
 
 TOPIC = "broker-bench"
 
@@ -63,6 +70,20 @@ def _adaptive_read(bootstrap: str, offset: int) -> tuple[float, int]:
         c.close()
 
 
+def _writer_setups_s(bootstrap: str, producer: Producer, pairs: int = 5) -> tuple[float, float]:
+    """Medians of a clean partition writer's set-up: reading the partition's tail, and told it."""
+    read, known = [], []
+    end = CleanPartitionWriter(bootstrap, TOPIC, 0, producer=producer).end
+    for _ in range(pairs):
+        for times, tail in ((read, None), (known, (end, ""))):
+            t = time.monotonic()
+            writer = CleanPartitionWriter(bootstrap, TOPIC, 0, producer=producer, known=tail)
+            times.append(time.monotonic() - t)
+            if writer.tail_read != (tail is None):
+                raise BenchError(f"the clean writer's tail read {writer.tail_read}, told {tail}")
+    return statistics.median(read), statistics.median(known)
+
+
 def bench_broker(steps: tuple[int, ...] = (100_000, 300_000, 1_000_000, 2_000_000, 5_000_000), per_batch: int = 10,
                  console: Console | None = None) -> list[dict[str, Any]]:
     console = console or Console()
@@ -76,6 +97,7 @@ def bench_broker(steps: tuple[int, ...] = (100_000, 300_000, 1_000_000, 2_000_00
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
         fill = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": per_batch,
                          "queue.buffering.max.messages": 1_000_000})
+        writer = clean_producer(bootstrap)  # (the clean writers' producer: set up once, as a worker keeps it)
         n = 0
         value = b"x" * 200
         for target in steps:
@@ -100,11 +122,13 @@ def bench_broker(steps: tuple[int, ...] = (100_000, 300_000, 1_000_000, 2_000_00
             short = _first_record_s(bootstrap, middle, 10, 5.0)
             answer = _first_record_s(bootstrap, middle, 30_000, 60.0)
             adaptive_s, grown = _adaptive_read(bootstrap, middle)
+            tail_read_s, tail_known_s = _writer_setups_s(bootstrap, writer)
             row = {"records": n, "batches": n // per_batch, "produce_p50_ms": round(lat[10] * 1000, 1),
                    "produce_p95_ms": round(lat[18] * 1000, 1),
                    "first_record_10ms_wait_s": None if short is None else round(short, 3),
                    "broker_answer_s": None if answer is None else round(answer, 3),
                    "adaptive_read_s": round(adaptive_s, 3), "adaptive_wait_ms": grown,
+                   "clean_tail_read_ms": round(tail_read_s * 1000, 1), "clean_tail_known_ms": round(tail_known_s * 1000, 1),
                    "broker_rss_mb": round(proc_status_kb("VmRSS", info["pid"]) / 1024)}
             rows.append(row)
             console.print(row)
@@ -112,11 +136,13 @@ def bench_broker(steps: tuple[int, ...] = (100_000, 300_000, 1_000_000, 2_000_00
         broker.stop(info)
         shutil.rmtree(root, ignore_errors=True)
     table = Table("records", "batches", "produce p50/p95 ms", "first record, 10 ms wait", "broker's answer",
-                  "adaptive read (wait)", "broker RSS MB", title="the embedded broker, one partition")
+                  "adaptive read (wait)", "clean writer set-up: tail read / known", "broker RSS MB",
+                  title="the embedded broker, one partition")
     for r in rows:
         short = "starved" if r["first_record_10ms_wait_s"] is None else f"{r['first_record_10ms_wait_s']:.3f} s"
         table.add_row(f"{r['records']:,}", f"{r['batches']:,}", f"{r['produce_p50_ms']} / {r['produce_p95_ms']}",
                       short, f"{r['broker_answer_s']} s", f"{r['adaptive_read_s']} s ({r['adaptive_wait_ms']} ms)",
+                      f"{r['clean_tail_read_ms']} / {r['clean_tail_known_ms']} ms",
                       f"{r['broker_rss_mb']:,}")
     console.print(table)
     return rows

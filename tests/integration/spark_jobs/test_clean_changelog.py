@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
+from contract.envelope import POSITION_HEADER
 from spark_jobs.clean_changelog import CleanPartitionWriter, ensure_clean_topic
 
 
@@ -23,7 +24,7 @@ def _write(bootstrap: str, topic: str, numbers, known=None) -> CleanPartitionWri
 
 
 def _positions(bootstrap: str, topic: str) -> list[int]:
-    return [int(dict(m.headers())["cdc.position"]) for m in read_topic(bootstrap, topic)]
+    return [int(dict(m.headers())[POSITION_HEADER]) for m in read_topic(bootstrap, topic)]
 
 
 def test_a_writer_takes_the_tail_the_writer_before_left_and_reads_it_when_the_partition_moved(config, unique):

@@ -23,9 +23,10 @@ micro-batch (``foreachBatch``):
    ``TRUNCATE`` every row written before the statement;
 4. stores the partitions' new states (``merge-state/<batch>.json``: window buffers and
    pending markers, bounded by the open windows; each clean partition's end offset and last
-   position as the batch left them, :mod:`spark_jobs.clean_changelog`) and logs the batch's figures (input
-   rows, rows/s, chunk rows dropped by the DBLog rule, copies, latency p50/p99 from the
-   source commit to the sink write, records lost in Kafka), also written to
+   position as the batch left them, :mod:`spark_jobs.clean_changelog`) and logs the
+   batch's figures (input rows, rows/s, chunk rows dropped by the DBLog rule, copies,
+   latency p50/p99 from the source commit to the sink write, records lost in Kafka), also
+   written to
    ``<state_dir>/merge-status.json`` for ``cdc status``.
 
 Lost Kafka history (a topic deleted or recreated, records removed before they were read,

@@ -128,7 +128,8 @@ def bench_broker(steps: tuple[int, ...] = (100_000, 300_000, 1_000_000, 2_000_00
                    "first_record_10ms_wait_s": None if short is None else round(short, 3),
                    "broker_answer_s": None if answer is None else round(answer, 3),
                    "adaptive_read_s": round(adaptive_s, 3), "adaptive_wait_ms": grown,
-                   "clean_tail_read_ms": round(tail_read_s * 1000, 1), "clean_tail_known_ms": round(tail_known_s * 1000, 1),
+                   "clean_tail_read_ms": round(tail_read_s * 1000, 1),
+                   "clean_tail_known_ms": round(tail_known_s * 1000, 1),
                    "broker_rss_mb": round(proc_status_kb("VmRSS", info["pid"]) / 1024)}
             rows.append(row)
             console.print(row)

@@ -36,7 +36,7 @@ def _drop_producer(s: MergeSettings) -> None:
 
 def write_changelog(s: MergeSettings, topic_names: tuple[str, str], partition: int, kept: list[Kept],
                     router: Router | None, merged_clean: dict, stats: dict,
-                    clean_tails: dict | None = None) -> list[tuple[int, Any, Any, str]]:
+                    clean_tails: dict) -> list[tuple[int, Any, Any, str]]:
     """The kept records of table topic ``topic_names`` (its ``(db, table)``) into their clean
     changelog partition ``partition``, a routed table's into its route's merged clean topic
     (:func:`merged_changelog`, ``merged_clean`` updated); counted in ``stats``.  ``clean_tails``
@@ -49,9 +49,8 @@ def write_changelog(s: MergeSettings, topic_names: tuple[str, str], partition: i
     plain = [k for k in kept if router is None or router.route_of(s.source_name, *k.table) is None]
     if plain:
         topic = clean_topic(s.prefix, *topic_names)
-        tails = clean_tails if clean_tails is not None else {}
         writer = CleanPartitionWriter(s.bootstrap, topic, partition, s.client or None, producer=_producer(s),
-                                      known=tails.pop(topic, None))
+                                      known=clean_tails.pop(topic, None))
         try:
             for k in plain:
                 writer.write(k.key_bytes, k.value_bytes, k.position)
@@ -60,7 +59,7 @@ def write_changelog(s: MergeSettings, topic_names: tuple[str, str], partition: i
             _drop_producer(s)
             raise
         if writer.tail is not None:
-            tails[topic] = list(writer.tail)
+            clean_tails[topic] = list(writer.tail)
         stats["clean_written"], stats["clean_skipped"] = writer.written, writer.skipped
         stats["clean_tails_read"], stats["clean_writes"] = int(writer.tail_read), 1
     if len(plain) < len(kept):

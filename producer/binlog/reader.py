@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication import constants
 from pymysqlreplication.event import (
     FormatDescriptionEvent,
     GtidEvent,
@@ -40,6 +42,7 @@ from common.sql.sessions import source_tls
 from common.sql.tls import connect_mysql
 from contract.position import BinlogPosition, based
 from producer.binlog.hot_events import install_hot_events
+from producer.binlog.packet_lane import HEADER, PacketLane
 from producer.binlog.row_decoder import EncodedImages, PackedRows, RowDecoder, row_data, table_map_key
 from producer.binlog.table_map import install_table_map_cache, table_def_from_table_map
 from producer.capture_filter import SYSTEM_DATABASES
@@ -233,6 +236,8 @@ class BinlogReader:
                          GtidEvent, MariadbGtidEvent, HeartbeatLogEvent, FormatDescriptionEvent],
             ignored_schemas=sorted(SYSTEM_DATABASES), only_schemas=only_schemas,
             slave_heartbeat=heartbeat_s if blocking else None, enable_logging=False, **kwargs)
+        # The reader reads the packets of the common events itself (see PacketLane).
+        self.lane = PacketLane(self._stream)
         self._wants = wants
         self._tables: dict[int, TableDef | None] = {}
         self._table_keys: dict[int, tuple] = {}
@@ -273,9 +278,11 @@ class BinlogReader:
         self._stream.close()
 
     def __iter__(self) -> Iterator[RowChanges | SchemaChange | TransactionEnd | Idle]:
-        stream = self._stream
         done = None
-        for ev in stream:
+        for ev in self._events():
+            if type(ev) in _LANE_ITEMS:
+                yield ev  # (from the packet lane)
+                continue
             if done is not None:
                 # python-mysql-replication's event and its packet wrapper refer to each other: a
                 # cycle per event, which only the cyclic collector would free (with its tables,
@@ -329,7 +336,7 @@ class BinlogReader:
                     self._txn.thread = ev.slave_proxy_id
                 elif q == "COMMIT" or q.startswith("XA COMMIT"):
                     self._next_pos = end_pos
-                    yield from self._commit(end_pos, start)
+                    yield self._commit(end_pos, start)
                     continue
                 else:
                     pos = self._file_position(end_pos, ev.event_size)
@@ -342,23 +349,131 @@ class BinlogReader:
                         yield SchemaChange(db or "", query, pos, ev.timestamp * 1000, self._txn.gtid,
                                            self._file, event_start, self.current_resume())
                     if was_open:
-                        yield from self._commit(end_pos, start)
+                        yield self._commit(end_pos, start)
                     continue
             elif isinstance(ev, XidEvent):
                 self._next_pos = end_pos
-                yield from self._commit(end_pos, start)
+                yield self._commit(end_pos, start)
                 continue
             elif isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 yield from self._rows(ev, end_pos, event_start)
             if end_pos:
                 self._next_pos = end_pos
 
-    def _commit(self, end_pos: int, start: int) -> Iterator[TransactionEnd]:
+    def _commit(self, end_pos: int, start: int) -> TransactionEnd:
         txn = self._txn
         self._txn = _TxnState()
-        yield TransactionEnd(self._at(start), txn.gtid,
-                             ResumePoint(self._file, end_pos, self._last.encode() if self._last else None),
-                             txn.events)
+        return TransactionEnd(self._at(start), txn.gtid,
+                              ResumePoint(self._file, end_pos, self._last.encode() if self._last else None),
+                              txn.events)
+
+    # -- the packet lane ----------------------------------------------------------------
+    def _events(self) -> Iterator:
+        """The library's events, and the items of the events the reader handled from their
+        packets' bytes (:class:`PacketLane`: GTID, XID, repeated TABLE_MAP, encoded rows)."""
+        lane = self.lane
+        while True:
+            if self._skip_before is None:
+                packet = lane.packet()
+                if packet is not None:
+                    out = self._from_packet(packet._data)
+                    if out is not _GIVE_BACK:
+                        if out is not None:
+                            yield out
+                        continue
+                    lane.give_back(packet)
+            ev = lane.next_event()
+            if ev is None:
+                return
+            yield ev
+
+    def _from_packet(self, data: bytes):
+        """The item of the event in ``data`` (None: handled, nothing to yield), or
+        ``_GIVE_BACK``: the library builds the event (nothing here has changed then)."""
+        if len(data) <= 20 or data[0]:
+            return _GIVE_BACK  # (an EOF or error packet, or too short for an event)
+        etype = data[5]
+        handler = _LANE_EVENTS.get(etype)
+        if handler is None:
+            return _GIVE_BACK
+        crc = self.lane.checksum()
+        ts, _, server_id, size, log_pos, _flags = HEADER.unpack_from(data)
+        if crc is None or not log_pos:
+            return _GIVE_BACK
+        return handler(self, data, etype, ts, server_id, size, log_pos, size - 19 - crc)
+
+    def _lane_xid(self, data: bytes, etype, ts, server_id, size, log_pos: int, event_size: int):
+        self.lane.handled(log_pos)
+        self._next_pos = log_pos
+        return self._commit(log_pos, log_pos - event_size)
+
+    def _lane_gtid(self, data: bytes, etype, ts, server_id: int, size: int, log_pos: int, event_size: int):
+        if event_size < 13:
+            return _GIVE_BACK
+        seq, domain = _MARIADB_GTID.unpack_from(data, 20)
+        self._txn = _TxnState(self._file, log_pos - size, f"{domain}-{server_id}-{seq}", None, 0, True)
+        self.lane.handled(log_pos)
+        self._next_pos = log_pos
+        return None
+
+    def _lane_table_map(self, data: bytes, etype, ts, server_id, size, log_pos: int, event_size: int):
+        """A table id's TABLE_MAP the same as its last one (a server writes one per statement):
+        all stands (see _table_map); any other goes through the library."""
+        table_id = int.from_bytes(data[20:26], "little")
+        if self._map_keys.get(table_id) != data[28:20 + event_size] or self.lane.table(table_id) is None:
+            return _GIVE_BACK
+        self.lane.handled(log_pos)
+        self._next_pos = log_pos
+        return None
+
+    def _lane_rows(self, data: bytes, etype: int, ts: int, server_id, size: int, log_pos: int, event_size: int):
+        """A rows event of a table whose rows are encoded here, full images of the table map's
+        columns, without extra data: the ``RowChanges`` that :meth:`_rows` makes of the library's."""
+        table_id = int.from_bytes(data[20:26], "little")
+        encoder = self._encoders.get(table_id)
+        table_def = self._tables.get(table_id)
+        table = self.lane.table(table_id)
+        if encoder is None or table_def is None or table is None:
+            return _GIVE_BACK
+        v2 = etype >= constants.WRITE_ROWS_EVENT_V2
+        if self.lane.post_header_length(etype) not in (None, 10 if v2 else 8):
+            return _GIVE_BACK
+        p = 28
+        if v2:
+            if data[28] | data[29] << 8 != 2:
+                return _GIVE_BACK  # extra data (NDB, partitions)
+            p = 30
+        columns = data[p]
+        decoder = self._decoders[table_id]
+        if columns >= 251 or columns != len(decoder.names):
+            return _GIVE_BACK
+        width = (columns + 7) >> 3
+        update = etype in _UPDATES
+        p += 1
+        if not decoder.full(data[p:p + width]) or update and not decoder.full(data[p + width:p + 2 * width]):
+            return _GIVE_BACK
+        p += 2 * width if update else width
+        base = self._at(log_pos - event_size)
+        first = first_new_row(base, self._last)
+        if first is not None:
+            try:
+                rows = encoder.encode(data[p:20 + event_size], update)
+            except Exception:  # noqa: BLE001 - a row it does not take: the library's way, as values
+                return _GIVE_BACK
+        lane = self.lane
+        if first is None or first >= len(rows):
+            lane.handled(log_pos)
+            self._next_pos = log_pos
+            return None  # nothing new in it
+        txn = self._txn
+        txn.events += len(rows) - first
+        self._last = base.with_row(2 * len(rows) - 1)
+        resume_file, resume_pos = (txn.start_file, txn.start_pos) if txn.open else (self._file, self._next_pos)
+        item = RowChanges(_KINDS[etype], table.schema, table.table, table_def, base, rows, first, ts * 1000,
+                          txn.gtid, txn.thread, self._file, resume_file, resume_pos, size, log_pos - size)
+        lane.handled(log_pos)
+        self._next_pos = log_pos
+        return item
 
     def _forget_table_ids(self) -> None:
         """A binlog file ended: what was kept per table id goes (as the library's table map does,
@@ -420,6 +535,19 @@ class BinlogReader:
         yield RowChanges(kind, ev.schema, ev.table, table_def, base, rows, first, ev.timestamp * 1000,
                          txn.gtid, txn.thread, self._file, resume_file, resume_pos, ev.packet.event_size,
                          event_start)
+
+
+_GIVE_BACK = object()
+_LANE_ITEMS = frozenset({RowChanges, TransactionEnd})
+_MARIADB_GTID = struct.Struct("<QI")  # sequence number, domain id
+_UPDATES = frozenset({constants.UPDATE_ROWS_EVENT_V1, constants.UPDATE_ROWS_EVENT_V2})
+_KINDS = {constants.WRITE_ROWS_EVENT_V1: "insert", constants.WRITE_ROWS_EVENT_V2: "insert",
+          constants.UPDATE_ROWS_EVENT_V1: "update", constants.UPDATE_ROWS_EVENT_V2: "update",
+          constants.DELETE_ROWS_EVENT_V1: "delete", constants.DELETE_ROWS_EVENT_V2: "delete"}
+#: The events the packet lane handles, by type.
+_LANE_EVENTS = {constants.XID_EVENT: BinlogReader._lane_xid, constants.MARIADB_GTID_EVENT: BinlogReader._lane_gtid,
+                constants.TABLE_MAP_EVENT: BinlogReader._lane_table_map,
+                **{t: BinlogReader._lane_rows for t in _KINDS}}
 
 
 def _query_text(ev) -> str:

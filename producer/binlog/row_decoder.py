@@ -526,8 +526,8 @@ class RowDecoder:
     def fits(self, ev: RowsEvent) -> bool:
         """Whether this decoder reads ``ev``'s rows: full images of these columns."""
         return (ev.event_type in _EVENT_TYPES and ev.complete and ev.number_of_columns == len(self.names)
-                and self._named(ev.columns) and self._full(ev.columns_present_bitmap)
-                and (not isinstance(ev, UpdateRowsEvent) or self._full(ev.columns_present_bitmap2)))
+                and self._named(ev.columns) and self.full(ev.columns_present_bitmap)
+                and (not isinstance(ev, UpdateRowsEvent) or self.full(ev.columns_present_bitmap2)))
 
     def _named(self, columns: list) -> bool:
         """Whether ``columns`` have this decoder's names (the columns list of the table map the
@@ -539,7 +539,8 @@ class RowDecoder:
         self._named_columns = columns  # (held: its identity cannot pass to another list)
         return True
 
-    def _full(self, bitmap: bytes) -> bool:
+    def full(self, bitmap: bytes) -> bool:
+        """Whether a columns-present bitmap names every column of this decoder's table map."""
         return int.from_bytes(bitmap, "little") & self._all_columns == self._all_columns
 
     def decode(self, data: bytes, update: bool) -> list[dict]:

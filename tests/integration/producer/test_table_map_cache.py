@@ -16,6 +16,7 @@ from tests.all_types import make_many_types_table
 
 def _read(config, db: str, start: tuple[str, int], end: tuple[str, int]) -> list[tuple]:
     reader = BinlogReader(config.source, ResumePoint(*start), is_mariadb=True, blocking=False)
+    reader.lane.enabled = False  # (the packet lane skips a table id's repeated TABLE_MAP before the cache sees it)
     try:
         out = []
         for item in reader:

@@ -213,12 +213,13 @@ def envelope_parts(template: RecordTemplate, bound: tuple[bytes, ...], event: st
 
 
 class EnvelopeBinder:
-    """The :class:`EnvelopeParts` of a table version's binlog events, the envelope's fixed fields
-    (the connector's name and version, the database and table, the server id, the nulls...)
-    encoded once per value header: per event only ``source.ts_ms``, ``gtid``, ``file``, ``pos``,
-    ``thread`` and the envelope's ``ts_ms`` are encoded (``EVENT_VARIABLE``).  The same bytes as
-    ``envelope_parts(template, template.bind(example, header), event)`` for an example with those
-    values (property-tested); a transaction of one row pays this per row."""
+    """The envelope parts of a table version's binlog events (``EnvelopeParts.native()``), the
+    envelope's fixed fields (the connector's name and version, the database and table, the
+    server id, the nulls...) encoded once per value header: per event only ``source.ts_ms``, ``gtid``, ``file``, ``pos``,
+    ``thread`` and the envelope's ``ts_ms`` are encoded (``EVENT_VARIABLE``; the file's name once
+    per file).  The same bytes as ``envelope_parts(template, template.bind(example, header),
+    event).native()`` for an example with those values (property-tested); a transaction of one
+    row pays this per row."""
 
     #: Headers and tables kept (cleared when full): a table version has one of each, unless its
     #: schema is registered again.
@@ -230,8 +231,11 @@ class EnvelopeBinder:
         null_tag, before_tag = template.union_tags("before")
         after_null, after_tag = template.union_tags("after")
         self._tags = (null_tag, before_tag, after_null, after_tag)
-        self._ops = {op: template.field_encoder("op")(op) for op in ("c", "u", "d")}
-        self._position = template.field_encoder("position")
+        self._op_bytes = tuple(template.field_encoder("op")(op) for op in ("c", "u", "d"))
+        # (a position is 30 digits: its encoding is this prefix, then the digits)
+        self._position_prefix = template.field_encoder("position")("0" * ENCODED_WIDTH)[:-ENCODED_WIDTH]
+        self._file: object = None  # the last event's binlog file name, and its encoding
+        self._file_bytes = b""
         enc = dict(zip(EVENT_VARIABLE, self.fine._encoders, strict=True))
         self._encoders = tuple(enc[f] for f in ("source.ts_ms", "source.gtid", "source.file", "source.pos",
                                                 "source.thread", "ts_ms"))
@@ -244,19 +248,24 @@ class EnvelopeBinder:
         bound = self.fixed[key] = self.fine.bind(example, header)
         return bound
 
-    def parts(self, fixed: tuple[bytes, ...], ts_ms, gtid, file, pos, thread, now, event: str) -> EnvelopeParts:
-        """The event's parts, from :meth:`fix`'s ``fixed`` and its variable fields."""
+    def native(self, fixed: tuple[bytes, ...], ts_ms, gtid, file, pos, thread, now, event: str) -> tuple[bytes, ...]:
+        """The event's parts as the native row emitter takes them (``EnvelopeParts.native()``),
+        from :meth:`fix`'s ``fixed`` and its variable fields: no EnvelopeParts built per event."""
         c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 = fixed
         e_ts, e_gtid, e_file, e_pos, e_thread, e_now = self._encoders
         null_tag, before_tag, after_null, after_tag = self._tags
         try:
-            middle = b"".join((c2, e_ts(ts_ms), c3, e_gtid(gtid), c4, e_file(file), c5, e_pos(pos), c6))
+            if file != self._file:  # (one file's events in a row: its name encoded once)
+                self._file, self._file_bytes = file, e_file(file)
+            middle = b"".join((c2, e_ts(ts_ms), c3, e_gtid(gtid), c4, self._file_bytes, c5, e_pos(pos), c6))
             b3, b4 = c7 + e_thread(thread) + c8, c9 + e_now(now) + c10
         except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
             raise SerdeError(f"record does not fit schema {self.fine.name}: {exc}") from exc
-        head = self._position(event + "0" * 10)[:-10]
-        return EnvelopeParts(c0 + null_tag, c0 + before_tag, c1 + after_null, c1 + after_tag, middle,
-                             {op: b"".join((b3, enc, b4, head)) for op, enc in self._ops.items()}, c11, event)
+        event_bytes = event.encode()
+        tail = b4 + self._position_prefix + event_bytes
+        c, u, d = self._op_bytes
+        return (c0 + null_tag, c0 + before_tag, c1 + after_null, c1 + after_tag, middle, b3 + c + tail,
+                b3 + u + tail, b3 + d + tail, c11, event_bytes)
 
 
 def _check_encoded_for(te: TableEvents, ch: RowChanges) -> None:
@@ -398,8 +407,9 @@ class EventBuilder:
                     out.append((topic, key, None, position))
         return done
 
-    def _event_parts(self, te: TableEvents, ch: RowChanges, header: bytes) -> EnvelopeParts:
-        """The envelope parts of the records of ``ch`` (:class:`EnvelopeBinder`)."""
+    def _event_parts(self, te: TableEvents, ch: RowChanges, header: bytes) -> tuple[bytes, ...]:
+        """The envelope parts of the records of ``ch`` as the native row emitter takes them
+        (:class:`EnvelopeBinder`)."""
         binder = te.binder
         if binder is None:
             binder = te.binder = EnvelopeBinder(te.template, te.value_schema)
@@ -407,8 +417,8 @@ class EventBuilder:
         fixed = binder.fixed.get(key)
         if fixed is None:
             fixed = binder.fix(key, self._value(None, None, self._source(ch), "", 0, ""), header)
-        return binder.parts(fixed, ch.ts_ms, ch.gtid, ch.file, ch.pos, ch.thread, int(time.time() * 1000),
-                            ch.position(0)[:-10])
+        return binder.native(fixed, ch.ts_ms, ch.gtid, ch.file, ch.pos, ch.thread, int(time.time() * 1000),
+                             ch.position(0)[:-10])
 
     def _emits(self, te: TableEvents) -> bool:
         """Whether ``te``'s records can be joined by the native row emitter: on the Avro fast path,
@@ -432,7 +442,7 @@ class EventBuilder:
             return None
         parts = self._event_parts(te, ch, header)
         key_header = writer.header(te.key_schema, topic, "key") if te.key_schema is not None else None
-        return out.produce_rows(topic, key_header, parts.native(), ch.rows.bodies, ch.kind, bool(te.key_columns),
+        return out.produce_rows(topic, key_header, parts, ch.rows.bodies, ch.kind, bool(te.key_columns),
                                 start, stop, None if skip_up_to is None else skip_up_to.encode(), self.tombstones)
 
     def chunk_records(self, chunk: ChunkOut, writer: RecordEncoding) -> list[Record]:

@@ -220,4 +220,6 @@ def test_the_envelope_binder_gives_the_bytes_of_the_whole_bind(ts_ms, gtid, file
     fixed = binder.fix(("k",), builder._value(None, None, builder._source(
         RowChanges("insert", "shop", "items", TABLE, BASE, [], 0, 1, "0-1-1", 7, "x.000001", "x", 4, 0, 9)),
         "", 5, ""), header)
-    assert binder.parts(fixed, ts_ms, gtid, file, pos, thread, now, event) == expected
+    assert binder.native(fixed, ts_ms, gtid, file, pos, thread, now, event) == expected.native()
+    assert binder.native(fixed, ts_ms, gtid, file, pos + 1, thread, now, event) == envelope_parts(
+        te.template, te.template.bind({**whole, "source": {**whole["source"], "pos": pos + 1}}, header), event).native()

@@ -201,7 +201,127 @@ class _TxnState:
     open: bool = False
 
 
-class BinlogReader:
+class _PacketEvents:
+    """The events :class:`BinlogReader` takes from its packets' bytes (:class:`PacketLane`):
+    MariaDB's GTID, the XID, a table id's repeated TABLE_MAP and the rows events of the tables
+    whose rows it encodes, each made into the items the library's event would have given
+    (``tests/integration/producer/test_packet_lane.py`` holds both ways to each other).  Each
+    handler reads and checks everything first and changes the reader's state only once it takes
+    the event: when it gives the packet back (``_GIVE_BACK``) everything is as it was, and the
+    library builds the event."""
+
+    def _events(self) -> Iterator:
+        """The library's events, and the items of the events the reader handled from their
+        packets' bytes (:class:`PacketLane`: GTID, XID, repeated TABLE_MAP, encoded rows)."""
+        lane = self.lane
+        while True:
+            if self._skip_before is None:
+                packet = lane.packet()
+                if packet is not None:
+                    out = self._from_packet(packet._data)
+                    if out is not _GIVE_BACK:
+                        if out is not None:
+                            yield out
+                        continue
+                    lane.give_back(packet)
+            ev = lane.next_event()
+            if ev is None:
+                return
+            yield ev
+
+    def _from_packet(self, data: bytes):
+        """The item of the event in ``data`` (None: handled, nothing to yield), or
+        ``_GIVE_BACK``: the library builds the event (nothing here has changed then)."""
+        if len(data) <= 20 or data[0]:
+            return _GIVE_BACK  # (an EOF or error packet, or too short for an event)
+        etype = data[5]
+        handler = _LANE_EVENTS.get(etype)
+        if handler is None:
+            return _GIVE_BACK
+        crc = self.lane.checksum()
+        ts, _, server_id, size, log_pos, _flags = HEADER.unpack_from(data)
+        if crc is None or not log_pos or len(data) < size + 1:
+            return _GIVE_BACK
+        try:
+            return handler(self, data, etype, ts, server_id, size, log_pos, size - 19 - crc)
+        except (IndexError, ValueError, struct.error):  # (read before anything changes: the library reports it)
+            return _GIVE_BACK
+
+    def _lane_xid(self, data: bytes, etype, ts, server_id, size, log_pos: int, event_size: int):
+        self._next_pos = log_pos
+        self.lane.handled(log_pos)
+        return self._commit(log_pos, log_pos - event_size)
+
+    def _lane_gtid(self, data: bytes, etype, ts, server_id: int, size: int, log_pos: int, event_size: int):
+        if event_size < 13:
+            return _GIVE_BACK
+        seq, domain = _MARIADB_GTID.unpack_from(data, 20)
+        self._txn = _TxnState(self._file, log_pos - size, f"{domain}-{server_id}-{seq}", None, 0, True)
+        self.lane.handled(log_pos)
+        self._next_pos = log_pos
+        return None
+
+    def _lane_table_map(self, data: bytes, etype, ts, server_id, size, log_pos: int, event_size: int):
+        """A table id's TABLE_MAP the same as its last one (a server writes one per statement):
+        all stands (see _table_map); any other goes through the library."""
+        table_id = int.from_bytes(data[20:26], "little")
+        if self._map_keys.get(table_id) != data[28:20 + event_size] or self.lane.table(table_id) is None:
+            return _GIVE_BACK
+        self.lane.handled(log_pos)
+        self._next_pos = log_pos
+        return None
+
+    def _lane_rows(self, data: bytes, etype: int, ts: int, server_id, size: int, log_pos: int, event_size: int):
+        """A rows event of a table whose rows are encoded here, full images of the table map's
+        columns, without extra data: the ``RowChanges`` that :meth:`_rows` makes of the library's."""
+        table_id = int.from_bytes(data[20:26], "little")
+        encoder = self._encoders.get(table_id)
+        table_def = self._tables.get(table_id)
+        table = self.lane.table(table_id)
+        if encoder is None or table_def is None or table is None:
+            return _GIVE_BACK
+        v2 = etype >= constants.WRITE_ROWS_EVENT_V2
+        if self.lane.post_header_length(etype) not in (None, 10 if v2 else 8):
+            return _GIVE_BACK
+        p = 28
+        if v2:
+            if data[28] | data[29] << 8 != 2:
+                return _GIVE_BACK  # extra data (NDB, partitions)
+            p = 30
+        columns = data[p]
+        decoder = self._decoders[table_id]
+        if columns >= 251 or columns != len(decoder.names):
+            return _GIVE_BACK
+        width = (columns + 7) >> 3
+        update = etype in _UPDATES
+        p += 1
+        if not decoder.full(data[p:p + width]) or update and not decoder.full(data[p + width:p + 2 * width]):
+            return _GIVE_BACK
+        p += 2 * width if update else width
+        base = self._at(log_pos - event_size)
+        first = first_new_row(base, self._last)
+        if first is not None:
+            try:
+                rows = encoder.encode(data[p:20 + event_size], update)
+            except Exception:  # noqa: BLE001 - a row it does not take: the library's way, as values
+                return _GIVE_BACK
+        lane = self.lane
+        if first is None or first >= len(rows):
+            lane.handled(log_pos)
+            self._next_pos = log_pos
+            return None  # nothing new in it
+        txn = self._txn
+        txn.events += len(rows) - first
+        self._last = base.with_row(2 * len(rows) - 1)
+        resume_file, resume_pos = (txn.start_file, txn.start_pos) if txn.open else (self._file, self._next_pos)
+        item = RowChanges(_KINDS[etype], table.schema, table.table, table_def, base, rows, first, ts * 1000,
+                          txn.gtid, txn.thread, self._file, resume_file, resume_pos, size, log_pos - size)
+        lane.handled(log_pos)
+        self._next_pos = log_pos
+        return item
+
+
+class BinlogReader(_PacketEvents):
     """Iterate positioned records from a resume point; stop with :meth:`close`."""
 
     def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
@@ -296,13 +416,7 @@ class BinlogReader:
                     self._forget_table_ids()
                 continue
             if isinstance(ev, HeartbeatLogEvent):
-                # The server sends a heartbeat when it has sent everything it holds: its
-                # position is the binlog's end (events the reader filters included), so an
-                # idle binlog does not hold a resume point (or a read-only window) behind.
-                ident = ev.ident.decode() if isinstance(ev.ident, bytes) else ev.ident
-                if not self._txn.open and end_pos and ident == self._file:
-                    self._next_pos = max(self._next_pos, end_pos)
-                yield Idle(None if self._txn.open else self.current_resume())
+                yield self._heartbeat(ev, end_pos)
                 continue
             if isinstance(ev, FormatDescriptionEvent):
                 if end_pos:
@@ -360,120 +474,21 @@ class BinlogReader:
             if end_pos:
                 self._next_pos = end_pos
 
+    def _heartbeat(self, ev: HeartbeatLogEvent, end_pos: int) -> Idle:
+        """The server sends a heartbeat when it has sent everything it holds: its position is
+        the binlog's end (events the reader filters included), so an idle binlog does not hold a
+        resume point (or a read-only window) behind."""
+        ident = ev.ident.decode() if isinstance(ev.ident, bytes) else ev.ident
+        if not self._txn.open and end_pos and ident == self._file:
+            self._next_pos = max(self._next_pos, end_pos)
+        return Idle(None if self._txn.open else self.current_resume())
+
     def _commit(self, end_pos: int, start: int) -> TransactionEnd:
         txn = self._txn
         self._txn = _TxnState()
         return TransactionEnd(self._at(start), txn.gtid,
                               ResumePoint(self._file, end_pos, self._last.encode() if self._last else None),
                               txn.events)
-
-    # -- the packet lane ----------------------------------------------------------------
-    def _events(self) -> Iterator:
-        """The library's events, and the items of the events the reader handled from their
-        packets' bytes (:class:`PacketLane`: GTID, XID, repeated TABLE_MAP, encoded rows)."""
-        lane = self.lane
-        while True:
-            if self._skip_before is None:
-                packet = lane.packet()
-                if packet is not None:
-                    out = self._from_packet(packet._data)
-                    if out is not _GIVE_BACK:
-                        if out is not None:
-                            yield out
-                        continue
-                    lane.give_back(packet)
-            ev = lane.next_event()
-            if ev is None:
-                return
-            yield ev
-
-    def _from_packet(self, data: bytes):
-        """The item of the event in ``data`` (None: handled, nothing to yield), or
-        ``_GIVE_BACK``: the library builds the event (nothing here has changed then)."""
-        if len(data) <= 20 or data[0]:
-            return _GIVE_BACK  # (an EOF or error packet, or too short for an event)
-        etype = data[5]
-        handler = _LANE_EVENTS.get(etype)
-        if handler is None:
-            return _GIVE_BACK
-        crc = self.lane.checksum()
-        ts, _, server_id, size, log_pos, _flags = HEADER.unpack_from(data)
-        if crc is None or not log_pos:
-            return _GIVE_BACK
-        return handler(self, data, etype, ts, server_id, size, log_pos, size - 19 - crc)
-
-    def _lane_xid(self, data: bytes, etype, ts, server_id, size, log_pos: int, event_size: int):
-        self.lane.handled(log_pos)
-        self._next_pos = log_pos
-        return self._commit(log_pos, log_pos - event_size)
-
-    def _lane_gtid(self, data: bytes, etype, ts, server_id: int, size: int, log_pos: int, event_size: int):
-        if event_size < 13:
-            return _GIVE_BACK
-        seq, domain = _MARIADB_GTID.unpack_from(data, 20)
-        self._txn = _TxnState(self._file, log_pos - size, f"{domain}-{server_id}-{seq}", None, 0, True)
-        self.lane.handled(log_pos)
-        self._next_pos = log_pos
-        return None
-
-    def _lane_table_map(self, data: bytes, etype, ts, server_id, size, log_pos: int, event_size: int):
-        """A table id's TABLE_MAP the same as its last one (a server writes one per statement):
-        all stands (see _table_map); any other goes through the library."""
-        table_id = int.from_bytes(data[20:26], "little")
-        if self._map_keys.get(table_id) != data[28:20 + event_size] or self.lane.table(table_id) is None:
-            return _GIVE_BACK
-        self.lane.handled(log_pos)
-        self._next_pos = log_pos
-        return None
-
-    def _lane_rows(self, data: bytes, etype: int, ts: int, server_id, size: int, log_pos: int, event_size: int):
-        """A rows event of a table whose rows are encoded here, full images of the table map's
-        columns, without extra data: the ``RowChanges`` that :meth:`_rows` makes of the library's."""
-        table_id = int.from_bytes(data[20:26], "little")
-        encoder = self._encoders.get(table_id)
-        table_def = self._tables.get(table_id)
-        table = self.lane.table(table_id)
-        if encoder is None or table_def is None or table is None:
-            return _GIVE_BACK
-        v2 = etype >= constants.WRITE_ROWS_EVENT_V2
-        if self.lane.post_header_length(etype) not in (None, 10 if v2 else 8):
-            return _GIVE_BACK
-        p = 28
-        if v2:
-            if data[28] | data[29] << 8 != 2:
-                return _GIVE_BACK  # extra data (NDB, partitions)
-            p = 30
-        columns = data[p]
-        decoder = self._decoders[table_id]
-        if columns >= 251 or columns != len(decoder.names):
-            return _GIVE_BACK
-        width = (columns + 7) >> 3
-        update = etype in _UPDATES
-        p += 1
-        if not decoder.full(data[p:p + width]) or update and not decoder.full(data[p + width:p + 2 * width]):
-            return _GIVE_BACK
-        p += 2 * width if update else width
-        base = self._at(log_pos - event_size)
-        first = first_new_row(base, self._last)
-        if first is not None:
-            try:
-                rows = encoder.encode(data[p:20 + event_size], update)
-            except Exception:  # noqa: BLE001 - a row it does not take: the library's way, as values
-                return _GIVE_BACK
-        lane = self.lane
-        if first is None or first >= len(rows):
-            lane.handled(log_pos)
-            self._next_pos = log_pos
-            return None  # nothing new in it
-        txn = self._txn
-        txn.events += len(rows) - first
-        self._last = base.with_row(2 * len(rows) - 1)
-        resume_file, resume_pos = (txn.start_file, txn.start_pos) if txn.open else (self._file, self._next_pos)
-        item = RowChanges(_KINDS[etype], table.schema, table.table, table_def, base, rows, first, ts * 1000,
-                          txn.gtid, txn.thread, self._file, resume_file, resume_pos, size, log_pos - size)
-        lane.handled(log_pos)
-        self._next_pos = log_pos
-        return item
 
     def _forget_table_ids(self) -> None:
         """A binlog file ended: what was kept per table id goes (as the library's table map does,
@@ -545,9 +560,9 @@ _KINDS = {constants.WRITE_ROWS_EVENT_V1: "insert", constants.WRITE_ROWS_EVENT_V2
           constants.UPDATE_ROWS_EVENT_V1: "update", constants.UPDATE_ROWS_EVENT_V2: "update",
           constants.DELETE_ROWS_EVENT_V1: "delete", constants.DELETE_ROWS_EVENT_V2: "delete"}
 #: The events the packet lane handles, by type.
-_LANE_EVENTS = {constants.XID_EVENT: BinlogReader._lane_xid, constants.MARIADB_GTID_EVENT: BinlogReader._lane_gtid,
-                constants.TABLE_MAP_EVENT: BinlogReader._lane_table_map,
-                **{t: BinlogReader._lane_rows for t in _KINDS}}
+_LANE_EVENTS = {constants.XID_EVENT: _PacketEvents._lane_xid, constants.MARIADB_GTID_EVENT: _PacketEvents._lane_gtid,
+                constants.TABLE_MAP_EVENT: _PacketEvents._lane_table_map,
+                **{t: _PacketEvents._lane_rows for t in _KINDS}}
 
 
 def _query_text(ev) -> str:

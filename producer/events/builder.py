@@ -215,9 +215,9 @@ def envelope_parts(template: RecordTemplate, bound: tuple[bytes, ...], event: st
 class EnvelopeBinder:
     """The envelope parts of a table version's binlog events (``EnvelopeParts.native()``), the
     envelope's fixed fields (the connector's name and version, the database and table, the
-    server id, the nulls...) encoded once per value header: per event only ``source.ts_ms``, ``gtid``, ``file``, ``pos``,
-    ``thread`` and the envelope's ``ts_ms`` are encoded (``EVENT_VARIABLE``; the file's name once
-    per file).  The same bytes as ``envelope_parts(template, template.bind(example, header),
+    server id, the nulls...) encoded once per value header: per event only ``source.ts_ms``,
+    ``gtid``, ``file``, ``pos``, ``thread`` and the envelope's ``ts_ms`` are encoded
+    (``EVENT_VARIABLE``; the file's name once per file).  The same bytes as ``envelope_parts(template, template.bind(example, header),
     event).native()`` for an example with those values (property-tested); a transaction of one
     row pays this per row."""
 

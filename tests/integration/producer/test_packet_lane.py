@@ -115,8 +115,8 @@ def test_the_lane_gives_the_items_the_library_gives(stack, config, test_db, uniq
 
         # From resume points inside the range: after the first change of the transaction of
         # several statements, and half way through a rows event of the multi-row update.
-        in_txn = next(k for k, after in zip(fast, fast[1:])
-                      if k[:2] == ("rows", "update") and after[:2] == ("rows", "delete") and k[3] == after[3] == "items")
+        in_txn = next(k for k, after in zip(fast, fast[1:]) if k[:2] == ("rows", "update")
+                      and after[:2] == ("rows", "delete") and k[3] == after[3] == "items")
         multi = max((k for k in fast if k[:2] == ("rows", "update") and k[3] == "items"), key=lambda k: len(k[6][2]))
         half = len(multi[6][2]) // 8  # (an update's bodies: a key and a row body per image, two images a row)
         assert half >= 10
@@ -179,7 +179,8 @@ def test_a_connection_lost_while_the_lane_reads_is_resumed_by_the_library(stack,
         while len(seen) < 100 and time.monotonic() < deadline:
             time.sleep(0.05)
         taken = reader.lane.taken
-        assert taken >= 3 * 100  # (at least the GTID, rows and XID of each; a reconnection's first TABLE_MAP is the library's)
+        # (at least the GTID, rows and XID of each; a connection's first TABLE_MAP is the library's)
+        assert taken >= 3 * 100
         assert _kill_dump_threads(stack) >= 1  # while the lane waits for the next packet
         time.sleep(0.3)
         write(100, 200)

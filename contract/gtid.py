@@ -78,6 +78,11 @@ class GtidSet:
     def add(self, gtid: str | None) -> None:
         """One transaction's GTID (``0-1-42`` / ``uuid:42``) has passed."""
         if gtid:
+            if self.flavor == "mariadb":  # (once per transaction: the plain form without the regex)
+                parts = gtid.split("-")
+                if len(parts) == 3 and parts[0].isdecimal() and parts[1].isdecimal() and parts[2].isdecimal():
+                    self._raise(parts[0], parts[1], int(parts[2]))
+                    return
             self._merge_text(gtid.strip())
 
     def copy(self) -> "GtidSet":

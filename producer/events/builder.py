@@ -217,7 +217,7 @@ class EnvelopeBinder:
     envelope's fixed fields (the connector's name and version, the database and table, the
     server id, the nulls...) encoded once per value header: per event only ``source.ts_ms``,
     ``gtid``, ``file``, ``pos``, ``thread`` and the envelope's ``ts_ms`` are encoded
-    (``EVENT_VARIABLE``; the file's name once per file).  The same bytes as ``envelope_parts(template, template.bind(example, header),
+    (``EVENT_VARIABLE``; the file's name and the timestamps again only when they change).  The same bytes as ``envelope_parts(template, template.bind(example, header),
     event).native()`` for an example with those values (property-tested); a transaction of one
     row pays this per row."""
 
@@ -236,6 +236,10 @@ class EnvelopeBinder:
         self._position_prefix = template.field_encoder("position")("0" * ENCODED_WIDTH)[:-ENCODED_WIDTH]
         self._file: object = None  # the last event's binlog file name, and its encoding
         self._file_bytes = b""
+        self._ts: object = None  # its source.ts_ms and ts_ms, and theirs
+        self._ts_bytes = b""
+        self._now: object = None
+        self._now_bytes = b""
         enc = dict(zip(EVENT_VARIABLE, self.fine._encoders, strict=True))
         self._encoders = tuple(enc[f] for f in ("source.ts_ms", "source.gtid", "source.file", "source.pos",
                                                 "source.thread", "ts_ms"))
@@ -255,10 +259,16 @@ class EnvelopeBinder:
         e_ts, e_gtid, e_file, e_pos, e_thread, e_now = self._encoders
         null_tag, before_tag, after_null, after_tag = self._tags
         try:
-            if file != self._file:  # (one file's events in a row: its name encoded once)
+            # (the last event's file name, binlog timestamp and time, encoded again only when they
+            # change: the timestamp is in seconds, many events share a millisecond)
+            if file != self._file:
                 self._file, self._file_bytes = file, e_file(file)
-            middle = b"".join((c2, e_ts(ts_ms), c3, e_gtid(gtid), c4, self._file_bytes, c5, e_pos(pos), c6))
-            b3, b4 = c7 + e_thread(thread) + c8, c9 + e_now(now) + c10
+            if ts_ms != self._ts:
+                self._ts, self._ts_bytes = ts_ms, e_ts(ts_ms)
+            if now != self._now:
+                self._now, self._now_bytes = now, e_now(now)
+            middle = b"".join((c2, self._ts_bytes, c3, e_gtid(gtid), c4, self._file_bytes, c5, e_pos(pos), c6))
+            b3, b4 = c7 + e_thread(thread) + c8, c9 + self._now_bytes + c10
         except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
             raise SerdeError(f"record does not fit schema {self.fine.name}: {exc}") from exc
         event_bytes = event.encode()

@@ -221,5 +221,9 @@ def test_the_envelope_binder_gives_the_bytes_of_the_whole_bind(ts_ms, gtid, file
         RowChanges("insert", "shop", "items", TABLE, BASE, [], 0, 1, "0-1-1", 7, "x.000001", "x", 4, 0, 9)),
         "", 5, ""), header)
     assert binder.native(fixed, ts_ms, gtid, file, pos, thread, now, event) == expected.native()
+    # the next events: the same file and times (kept from the last), then others
     assert binder.native(fixed, ts_ms, gtid, file, pos + 1, thread, now, event) == envelope_parts(
         te.template, te.template.bind({**whole, "source": {**whole["source"], "pos": pos + 1}}, header), event).native()
+    later = {**whole, "ts_ms": now + 1, "source": {**whole["source"], "ts_ms": ts_ms + 1000, "file": file + "x"}}
+    assert binder.native(fixed, ts_ms + 1000, gtid, file + "x", pos, thread, now + 1, event) == envelope_parts(
+        te.template, te.template.bind(later, header), event).native()

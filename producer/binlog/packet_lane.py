@@ -15,11 +15,12 @@ read's error is given back the same way and raised where the library reads).
 The lane keeps the library's stream position (``log_pos``) as ``fetchone`` would for the
 events it handles, so a reconnection resumes where it should.  It steps aside (every packet
 through the library) while the stream is not connected, where the library's layout is not
-the one it knows, and where checksums are verified.
+the one it knows, where checksums are verified, and with ``CDC_PACKET_LANE=0``.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 
 #: (the OK byte) timestamp, type, server id, event size, log pos, flags: the 19-byte event header
@@ -28,6 +29,8 @@ _CONNECTED = "_BinLogStreamReader__connected_stream"
 _USE_CHECKSUM = "_BinLogStreamReader__use_checksum"
 _VERIFY_CHECKSUM = "_BinLogStreamReader__verify_checksum"
 _POST_HEADER_LENGTHS = "_BinLogStreamReader__post_header_lengths"
+#: Set to 0 to have python-mysql-replication read every packet (the lane's behaviour is the library's).
+ENV = "CDC_PACKET_LANE"
 
 
 class PacketLane:
@@ -37,8 +40,9 @@ class PacketLane:
         self._stream = stream
         # The library's private layout as this module knows it (mysql-replication 1.0.x).
         # (``_stream_connection`` comes with the stream's connection: read only when connected)
-        self.enabled = all(hasattr(stream, a) for a in (_CONNECTED, _USE_CHECKSUM, _VERIFY_CHECKSUM,
-                                                        _POST_HEADER_LENGTHS, "log_pos", "table_map", "end_log_pos"))
+        self.enabled = os.environ.get(ENV, "1") != "0" and all(
+            hasattr(stream, a) for a in (_CONNECTED, _USE_CHECKSUM, _VERIFY_CHECKSUM, _POST_HEADER_LENGTHS, "log_pos",
+                                         "table_map", "end_log_pos"))
         self.taken = 0  # packets handled by the reader from their bytes
         self.given = 0  # packets given back to the library
         self.errors = 0  # errors of a read given back to the library (a lost connection...)

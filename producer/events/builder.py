@@ -217,9 +217,10 @@ class EnvelopeBinder:
     envelope's fixed fields (the connector's name and version, the database and table, the
     server id, the nulls...) encoded once per value header: per event only ``source.ts_ms``,
     ``gtid``, ``file``, ``pos``, ``thread`` and the envelope's ``ts_ms`` are encoded
-    (``EVENT_VARIABLE``; the file's name and the timestamps again only when they change).  The same bytes as ``envelope_parts(template, template.bind(example, header),
-    event).native()`` for an example with those values (property-tested); a transaction of one
-    row pays this per row."""
+    (``EVENT_VARIABLE``; the file's name and the timestamps again only when they change).  The
+    same bytes as ``envelope_parts(template, template.bind(example, header), event).native()``
+    for an example with those values (property-tested); a transaction of one row pays this per
+    row."""
 
     #: Headers and tables kept (cleared when full): a table version has one of each, unless its
     #: schema is registered again.

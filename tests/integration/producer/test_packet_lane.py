@@ -12,11 +12,13 @@ lane reads is given back to the library, which reconnects: nothing lost, nothing
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from common.sql.sessions import connect
 from contract.signals import send_signal
+from producer.binlog.packet_lane import ENV
 from producer.binlog.reader import BinlogReader, Idle, ResumePoint, RowChanges, TransactionEnd
 from producer.binlog.row_decoder import EncodedImages
 from producer.binlog.server import current_position
@@ -46,9 +48,16 @@ def _plain(item) -> tuple:
 
 def _read(config, start: ResumePoint, end: tuple[str, int], *, lane: bool,
           other: str) -> tuple[list[tuple], BinlogReader]:
-    reader = BinlogReader(config.source, start, is_mariadb=True, blocking=False, images=_encoding(config),
-                          wants=lambda db, table: db != other)
-    reader.lane.enabled = lane
+    saved, os.environ[ENV] = os.environ.get(ENV), "1" if lane else "0"  # (the operator's switch)
+    try:
+        reader = BinlogReader(config.source, start, is_mariadb=True, blocking=False, images=_encoding(config),
+                              wants=lambda db, table: db != other)
+    finally:
+        if saved is None:
+            del os.environ[ENV]
+        else:
+            os.environ[ENV] = saved
+    assert reader.lane.enabled == lane
     try:
         out = []
         for item in reader:

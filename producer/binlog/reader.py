@@ -310,12 +310,8 @@ class _PacketEvents:
             lane.handled(log_pos)
             self._next_pos = log_pos
             return None  # nothing new in it
-        txn = self._txn
-        txn.events += len(rows) - first
-        self._last = base.with_row(2 * len(rows) - 1)
-        resume_file, resume_pos = (txn.start_file, txn.start_pos) if txn.open else (self._file, self._next_pos)
-        item = RowChanges(_KINDS[etype], table.schema, table.table, table_def, base, rows, first, ts * 1000,
-                          txn.gtid, txn.thread, self._file, resume_file, resume_pos, size, log_pos - size)
+        item = self._changes(_KINDS[etype], table.schema, table.table, table_def, base, rows, first, ts, size,
+                             log_pos - size)
         lane.handled(log_pos)
         self._next_pos = log_pos
         return item
@@ -543,13 +539,19 @@ class BinlogReader(_PacketEvents):
         if first >= len(rows):
             return
         kind = "insert" if isinstance(ev, WriteRowsEvent) else "update" if isinstance(ev, UpdateRowsEvent) else "delete"
+        yield self._changes(kind, ev.schema, ev.table, table_def, base, rows, first, ev.timestamp,
+                            ev.packet.event_size, event_start)
+
+    def _changes(self, kind: str, db: str, table: str, table_def: TableDef, base: BinlogPosition, rows, first: int,
+                 timestamp: int, size: int, event_start: int) -> RowChanges:
+        """The item of a rows event's rows from ``first`` on, counted in the open transaction
+        (the library's event or the packet lane's, before ``_next_pos`` moves past it)."""
         txn = self._txn
         txn.events += len(rows) - first
         self._last = base.with_row(2 * len(rows) - 1)
         resume_file, resume_pos = (txn.start_file, txn.start_pos) if txn.open else (self._file, self._next_pos)
-        yield RowChanges(kind, ev.schema, ev.table, table_def, base, rows, first, ev.timestamp * 1000,
-                         txn.gtid, txn.thread, self._file, resume_file, resume_pos, ev.packet.event_size,
-                         event_start)
+        return RowChanges(kind, db, table, table_def, base, rows, first, timestamp * 1000, txn.gtid, txn.thread,
+                          self._file, resume_file, resume_pos, size, event_start)
 
 
 _GIVE_BACK = object()

@@ -4,12 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-shards test unit venv pathway debezium system-deps clean bench bench-race chaos chaos-read-only soak
+.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps clean bench bench-race chaos chaos-read-only soak
 
 $(STAMP): pyproject.toml setup.py contract/codecs/_avro_reader.c common/kafka/_partitioner.c producer/events/_binlog_images.c producer/events/_select_rows.c producer/events/avro_out.h producer/events/row_program.h producer/_row_emitter.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
 # (and, each time: Spark's Python processes import pip's PySpark from site-packages, not
@@ -40,12 +40,24 @@ debezium: $(DEBEZIUM_STAMP)
 system-deps:
 	@bash scripts/ensure-system-deps.sh
 
+# The Java parts (Apache Kafka, ...) from Maven Central into .jars/<module>/: the versions are in
+# java/pom.xml, Maven's own cache (~/.m2) keeps what it fetched; nothing is fetched at run time.
+JAR_POMS  := $(wildcard java/pom.xml java/*/pom.xml)
+JARS_STAMP := .jars/.resolved
+$(JARS_STAMP): $(JAR_POMS)
+	@command -v mvn >/dev/null || { echo "make jars needs Maven (apt-get install maven) and Java 17"; exit 1; }
+	rm -rf .jars
+	mvn -q -B -f java/pom.xml dependency:copy-dependencies
+	@touch $(JARS_STAMP)
+
+jars: $(JARS_STAMP)
+
 # DEMO_ARGS: e.g. --shards (four shards on two servers merged into one table); make demo-shards
 DEMO_ARGS ?=
-demo: venv system-deps
+demo: venv system-deps jars
 	$(VENV)/bin/cdc demo $(DEMO_ARGS)
 
-demo-shards: venv system-deps
+demo-shards: venv system-deps jars
 	$(VENV)/bin/cdc demo --shards $(DEMO_ARGS)
 
 # The whole suite.  pytest exits 5 when it collects nothing, which fails make too.
@@ -56,7 +68,7 @@ demo-shards: venv system-deps
 # (pytest-xdist #784).
 TEST_WORKERS ?= 2
 
-test: venv pathway debezium system-deps
+test: venv pathway debezium system-deps jars
 	@bash scripts/ensure-system-deps.sh --debezium
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 --durations=25 tests
 
@@ -64,7 +76,7 @@ unit: venv
 	$(PY) -m pytest tests/unit
 
 # Stream, snapshot and merge benchmarks (about 10 minutes) into docs/benchmarks.md.
-bench: venv system-deps
+bench: venv system-deps jars
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench report --out docs/benchmarks.md
 
 # The race against Debezium embedded, like for like (Debezium tuned as ours, -Xmx1g; 3 alternated
@@ -74,21 +86,21 @@ bench: venv system-deps
 # into the race section of docs/benchmarks.md, which `make bench` keeps.  RACE_ARGS: more options
 # of `cdc bench race` (e.g. --debezium-defaults, --rounds 5).
 RACE_ARGS ?=
-bench-race: venv debezium system-deps
+bench-race: venv debezium system-deps jars
 	@bash scripts/ensure-system-deps.sh --debezium
 	$(VENV)/bin/cdc bench race --out docs/benchmarks.md $(RACE_ARGS)
 
 # The endurance run: producer and merge job under 1,000 mixed changes/s for 60 minutes
 # (MINUTES=n for another length), its series and verdict into docs/benchmarks.md and docs/soak.png.
-soak: venv system-deps
+soak: venv system-deps jars
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench soak --minutes $${MINUTES:-60} --out docs/benchmarks.md
 
 # A long chaos run (processes killed under load; must end equal).  SEED=n picks the plan.
-chaos: venv system-deps
+chaos: venv system-deps jars
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc chaos --seed $${SEED:-1}
 
 # The same with read-only snapshots, as a CDC user that may not write to the source.
-chaos-read-only: venv system-deps
+chaos-read-only: venv system-deps jars
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc chaos --read-only --seed $${SEED:-1}
 
 clean:

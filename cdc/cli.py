@@ -28,7 +28,7 @@ from cdc.bench.soak import bench_soak
 from cdc.bench.stream import bench_stream
 from cdc.errors import CommandError
 from cdc.progress import NotificationFollower
-from cdc.stack.manager import KAFKA_DOWN_NOTE, SOURCE_NAMES, restart_mysql, stack_down, stack_status, stack_up
+from cdc.stack.manager import SOURCE_NAMES, restart_mysql, stack_down, stack_status, stack_up
 from cdc.status import show_status
 from common import logs
 from common.config import DEFAULT_CONFIG_PATH, load_config
@@ -52,7 +52,7 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
         info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
                         on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only,
                         sources=args.sources, monitoring=args.monitoring, spark_ui=args.spark_ui,
-                        secure=args.secure)
+                        secure=args.secure, brokers=args.brokers)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
     console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
@@ -63,7 +63,9 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
     for index, s in enumerate(info.sources, start=2):
         console.print(f"  mysql{index}    {s['flavor']} {s['version']} at {s['host']}:{s['port']} (pid {s['pid']}), "
                       "a second source server")
-    console.print(f"  kafka     {k['bootstrap_servers']}" + (f" (embedded Tansu, pid {k['pid']})" if k.get("embedded") else " (external)"))
+    console.print(f"  kafka     {k['bootstrap_servers']}" + (
+        f" (Apache Kafka, {len(k['nodes'])} node(s), pids {', '.join(str(n['pid']) for n in k['nodes'])})"
+        if k.get("embedded") else " (external)"))
     console.print("  postgres  " + (f"127.0.0.1:{p['port']} (pid {p['pid']})" if p.get("embedded") else "external DSN"))
     mon = info.data.get("monitoring")
     if mon:
@@ -87,8 +89,6 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
 def _cmd_stack_down(args: argparse.Namespace) -> int:
     stopped = stack_down(Path(args.state_dir))
     console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
-    if "kafka" in stopped:
-        console.print(f"[yellow]note:[/yellow] {KAFKA_DOWN_NOTE}", highlight=False)
     return 0
 
 
@@ -387,11 +387,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 "cdc.yaml); default: as the stack has it, off for a new stack")
             p.add_argument("--secure", action=argparse.BooleanOptionalAction, default=None,
                            help="TLS and passwords on every connection: MariaDB TLS only, PostgreSQL hostssl with a "
-                                "password, Kafka SASL_SSL through a guard in front of the embedded broker; certificates "
+                                "password, Kafka SASL_SSL (SCRAM-SHA-512) with ACLs per user; certificates "
                                 "of a CA of the stack's own, passwords in <state-dir>/secrets (docs/operations.md, "
                                 "'Secure deployment'); default: as the stack has it, plain for a new stack")
+            p.add_argument("--brokers", type=int, choices=[1, 3], default=None, metavar="N",
+                           help="the embedded Apache Kafka's nodes (each broker and controller): 1, or 3 with "
+                                "replication factor 3 and min.insync.replicas 2; default: as the stack has it, one "
+                                "for a new stack")
             p.add_argument("--on-lost-kafka", choices=["recover", "refuse"], default="recover",
-                           help="when the embedded broker must be started again (its topics are gone) and the "
+                           help="when the embedded Kafka's data directory was lost (its topics are gone) and the "
                                 "state directory holds a merge checkpoint or producer positions: reset them and "
                                 "have the producer recover by snapshot (default), or refuse to start")
 

@@ -24,6 +24,9 @@ fi
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
   need+=(prometheus)
 fi
+if ! command -v mvn >/dev/null 2>&1; then
+  need+=(maven)  # make jars: Apache Kafka and the Spark connectors from Maven Central (java/pom.xml)
+fi
 if ! command -v setpriv >/dev/null 2>&1; then
   need+=(util-linux)
 fi
@@ -38,5 +41,5 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 if ! command -v java >/dev/null 2>&1; then
-  echo "warning: no 'java' on PATH: the Spark merge job needs Java 17 (apt-get install openjdk-17-jre-headless)" >&2
+  echo "warning: no 'java' on PATH: Kafka and the Spark merge job need Java 17 (apt-get install openjdk-17-jdk-headless)" >&2
 fi

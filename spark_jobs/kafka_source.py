@@ -35,9 +35,12 @@ Options (case-insensitive, as for every Spark source):
     out start at earliest.  Only used when a query starts without a checkpoint.
 ``maxOffsetsPerTrigger``
     Cap on the offsets of one micro-batch, spread over the partitions in proportion to
-    their backlog (each partition with a backlog gets at least one).  Implemented through
-    Spark's admission control (``getDefaultReadLimit`` returns ``ReadMaxRows``), so
-    ``Trigger.AvailableNow`` honours it too and ``Trigger.Once`` ignores it, as in Spark.
+    their backlog (each partition with a backlog gets at least one).  Spark 4.1 has no
+    admission control for Python sources, so the reader applies it itself, from the end of
+    the last batch Spark planned.  ``Trigger.AvailableNow`` is not supported: Spark takes a
+    source's first ``latestOffset`` as the end of such a run, which would stop it at the
+    first cap; run a processing-time trigger until the end offsets are reached instead, as
+    ``MergeJob.run(available_now=True)`` does.
 ``wakeTopics``
     A comma-separated list of topics whose records are never read, but whose growth makes
     a micro-batch run (their end offsets are part of the batch's offset, under ``"@wake"``).
@@ -87,7 +90,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence, Union
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -309,15 +311,20 @@ class CdcKafkaDataSource(DataSource):
         return CdcKafkaStreamReader(parse_options(self.options))
 
 
-class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Plans batches on the driver (offsets), reads them on the executors (:meth:`read`)."""
+class CdcKafkaStreamReader(DataSourceStreamReader):
+    """Plans batches on the driver (offsets), reads them on the executors (:meth:`read`).
+
+    Spark 4.1 gives a Python source no admission control (``latestOffset()`` has no start
+    and no limit), so the reader caps its batches itself: it keeps where the next batch
+    starts, the end of the last batch Spark planned (:meth:`partitions`, which Spark also
+    calls with the checkpoint's last offsets when a query restarts: ``setLatestSeenOffset``)
+    or, before any, the query's initial offsets."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.opts = options
         self._meta = None            # driver-side consumer for metadata, created lazily
-        self._target: dict[TP, tuple[int, int]] | None = None  # Trigger.AvailableNow snapshot
-        self._target_wake: dict[TP, int] | None = None  # ... and of the wake topics
-        self._last_latest: dict[TP, int] | None = None
+        self._initial: dict | None = None  # initialOffset's answer, resolved once
+        self._next_start: dict | None = None  # the end of the last batch planned
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -366,12 +373,15 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise KafkaSourceError(f"cdc-kafka: end offsets of {self._describe()} unavailable: {exc}") from exc
                 time.sleep(0.5)
 
+    def available_ends(self) -> dict[TP, int]:
+        """The end of every subscribed partition now (what a run that reads what is available
+        now must reach)."""
+        return {tp: end for tp, (_, end) in self._fetch_latest().items()}
+
     def _fetch_wake(self) -> dict[TP, int]:
         """The end offsets of the ``wakeTopics`` that exist (``{}`` when none is set)."""
         if not self.opts.wake_topics:
             return {}
-        if self._target_wake is not None:
-            return self._target_wake
         from confluent_kafka import Consumer, KafkaException
 
         if self._meta is None:
@@ -402,23 +412,16 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return f"pattern {self.opts.pattern!r}" if self.opts.pattern else f"topics {list(self.opts.topics)}"
 
     def initialOffset(self) -> dict:
-        latest = self._target if self._target is not None else self._fetch_latest()
-        return offsets_to_json(resolve_starting_offsets(self.opts.starting, latest),
-                               ids=self._fetch_ids({t for t, _ in latest}))
+        if self._initial is None:
+            latest = self._fetch_latest()
+            self._initial = offsets_to_json(resolve_starting_offsets(self.opts.starting, latest),
+                                            ids=self._fetch_ids({t for t, _ in latest}))
+        return self._initial
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self.opts.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self.opts.max_offsets_per_trigger)
-        return ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._fetch_latest()
-        self._target_wake = self._fetch_wake()
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        latest = self._target if self._target is not None else self._fetch_latest()
-        self._last_latest = {tp: end for tp, (_, end) in latest.items()}
-        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+    def latestOffset(self) -> dict:
+        start = self._next_start if self._next_start is not None else self.initialOffset()
+        latest = self._fetch_latest()
+        cap = self.opts.max_offsets_per_trigger
         start_map = {tp: o for tp, o in offsets_from_json(start).items() if self.opts.subscribed(tp[0])}
         ids = self._fetch_ids({t for t, _ in latest} | {t for t, _ in start_map})
         losses = detect_data_loss(start_map, latest, ids_from_json(start), ids)
@@ -440,10 +443,8 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # nothing new: Spark runs no batch
         return offsets_to_json(end, ids=ids, lost=losses, wake=wake)
 
-    def reportLatestOffset(self) -> dict | None:
-        return None if self._last_latest is None else offsets_to_json(self._last_latest)
-
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._next_start = end
         return batch_ranges(start, end)
 
     def commit(self, end: dict) -> None:
@@ -619,12 +620,20 @@ def read_messages(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BA
             consumer.unassign()
 
 
+def arrow_schema():
+    """:data:`SCHEMA` as Arrow's (the record batches :meth:`CdcKafkaStreamReader.read` returns)."""
+    import pyarrow as pa
+    return pa.schema([
+        ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+        ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ])
+
+
 def read_range(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS) -> Iterator:
     """Arrow record batches (the source's schema) of the records of ``rng``, in offset
     order (:func:`read_messages`)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(SCHEMA, timezone="UTC")
+    schema = arrow_schema()
     for msgs in read_messages(opts, rng, batch_rows=batch_rows):
         yield _to_batch(msgs, rng, schema)
 

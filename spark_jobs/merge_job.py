@@ -75,6 +75,7 @@ from spark_jobs.driver_kafka import DriverKafka
 from spark_jobs.kafka_offsets import lost_from_json
 from spark_jobs.marker_planner import MarkerPlanner, batch_inputs
 from spark_jobs.merge_state import MergeStateStore
+from spark_jobs.available_now import run_available_now
 from spark_jobs.merge_tasks import MergeTasks
 from spark_jobs.offset_log import batch_end_offsets
 from spark_jobs.partition.decide import merge_markers
@@ -350,6 +351,11 @@ class MergeJob:
         except Exception:  # noqa: BLE001 - stopping a query that already failed
             pass
 
+    def _started(self, writer):
+        self.query = writer.start()
+        self.report.query_running, self.report.not_running = True, ""
+        return self.query
+
     def run(self, *, available_now: bool = False, max_restarts: int | None = None) -> int:
         """Run until stopped; ``available_now``: process what is in Kafka now, then return."""
         from spark_jobs.spark_session import build_session
@@ -372,11 +378,15 @@ class MergeJob:
                 self.topics.ensure()
                 writer = (self.tasks.reader(spark).writeStream.foreachBatch(self.process_batch)
                           .option("checkpointLocation", str(self.checkpoint / "query")))
-                writer = writer.trigger(availableNow=True) if available_now else \
-                    writer.trigger(processingTime=f"{self.cfg.spark.trigger_interval_s} seconds")
-                self.query = writer.start()
-                self.report.query_running, self.report.not_running = True, ""
                 try:
+                    if available_now and self.cfg.spark.kafka_source == "jvm":  # (admission control: Spark's own)
+                        self._started(writer.trigger(availableNow=True)).awaitTermination()
+                        return 0
+                    if available_now:  # (spark_jobs.available_now: Spark 4.1's trigger would stop early)
+                        run_available_now(lambda every: self._started(writer.trigger(processingTime=every)),
+                                          self.tasks.source_options(), self.checkpoint / "query")
+                        return 0
+                    self._started(writer.trigger(processingTime=f"{self.cfg.spark.trigger_interval_s} seconds"))
                     self.query.awaitTermination()
                     return 0
                 except Exception as exc:  # noqa: BLE001 - a failed batch: restart from the checkpoint

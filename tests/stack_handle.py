@@ -81,16 +81,20 @@ class StackHandle:
     def broker_frozen(self):
         """The broker stops answering (process or container paused) inside the block."""
         if self.kind == "embedded":
-            pid = self.data["kafka"]["pid"]
-            port = int(self.bootstrap.rsplit(":", 1)[1])
-            if not _listens(pid, port):
-                raise RuntimeError(f"the broker on port {port} is not process {pid}: the stack's record is stale")
-            os.kill(pid, signal.SIGSTOP)
+            nodes = self.data["kafka"]["nodes"]
+            for node in nodes:
+                if not _listens(node["pid"], node["port"]):
+                    raise RuntimeError(f"the Kafka node on port {node['port']} is not process {node['pid']}: the "
+                                       "stack's record is stale")
             try:
-                _wait_stopped(pid)
+                for node in nodes:
+                    os.kill(node["pid"], signal.SIGSTOP)
+                for node in nodes:
+                    _wait_stopped(node["pid"])
                 yield
             finally:
-                os.kill(pid, signal.SIGCONT)
+                for node in nodes:
+                    os.kill(node["pid"], signal.SIGCONT)
             return
         c = self.containers["kafka"].get_wrapped_container()  # pragma: no cover - needs Docker
         c.pause()

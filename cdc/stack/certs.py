@@ -119,3 +119,16 @@ class CertificateAuthority:
         _write(key_path, _key_pem(key), 0o600)
         _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
         return CertFiles(str(cert_path), str(key_path))
+
+
+def pkcs12_keystore(files: CertFiles, path: Path, password: str) -> str:
+    """``files``' certificate and key as a PKCS#12 key store at ``path`` (0600), protected by
+    ``password``: what Java servers (Kafka) read.  Made again each time (cheap, and it follows
+    a certificate issued anew)."""
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    cert = x509.load_pem_x509_certificate(Path(files.cert).read_bytes())
+    key = serialization.load_pem_private_key(Path(files.key).read_bytes(), None)
+    blob = pkcs12.serialize_key_and_certificates(b"server", key, cert, None,  # type: ignore[arg-type]
+                                                 serialization.BestAvailableEncryption(password.encode()))
+    _write(path, blob, 0o600)
+    return str(path)

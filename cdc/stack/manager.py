@@ -13,11 +13,13 @@ job metrics ports in the configurations and runs a Prometheus that scrapes them
 (:mod:`cdc.stack.prometheus_server`), recorded under ``monitoring``.  ``down`` stops only the
 processes recorded there, checking each pid's command line first.
 
-The embedded broker keeps its topics in memory: started again, it is empty.  What
-depended on its topics is in the state directory: the merge job's checkpoint and the
-producers' local offset copies.  ``up`` then either resets them (``on_lost_kafka=
-"recover"``: the checkpoint is deleted, and each producer is asked to recover by snapshot
-on its next start, see :mod:`producer.offset_store`) or refuses to start (``"refuse"``).
+The embedded Kafka (:mod:`cdc.stack.kafka_broker`, ``--brokers 1|3``) keeps its topics in
+``<state>/kafka``: stopped and started again, it has them all.  When that directory is lost
+(deleted, or holding another cluster), what depended on its topics is still in the state
+directory: the merge job's checkpoint and the producers' local offset copies.  ``up`` then
+either resets them (``on_lost_kafka="recover"``: the checkpoint is deleted, and each producer
+is asked to recover by snapshot on its next start, see :mod:`producer.offset_store`) or
+refuses to start (``"refuse"``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc.errors import StackError
-from cdc.stack.kafka_broker import EmbeddedBroker, external_broker
+from cdc.stack.kafka_broker import EmbeddedKafka, external_broker
 from cdc.stack.mysql_server import EmbeddedMySQL, server_status
 from cdc.stack.postgres_server import EmbeddedPostgres, external_postgres
 from cdc.stack.process import free_port, pid_alive
@@ -130,6 +132,7 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     cfg.source.exclude_databases = [SINK_DATABASE]
     cfg.snapshot.read_only = bool(m.get("cdc_read_only"))
     cfg.kafka.bootstrap_servers = k["bootstrap_servers"]
+    cfg.kafka.replication_factor = min(3, k.get("brokers") or 1)
     cfg.sinks.postgres.enabled = True
     cfg.sinks.postgres.dsn = p["dsn"]
     cfg.sinks.mysql.enabled = True
@@ -265,7 +268,7 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
              on_lost_kafka: str = "recover", replicas: int | None = None,
              read_only: bool | None = None, sources: int | None = None,
              server_args: tuple[str, ...] = (), monitoring: bool | None = None,
-             spark_ui: bool | None = None, secure: bool | None = None) -> StackInfo:
+             spark_ui: bool | None = None, secure: bool | None = None, brokers: int | None = None) -> StackInfo:
     """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
     embedded broker must be started again (its topics are gone) and the state directory
     holds what depended on them.  ``replicas``: how many MariaDB replicas of the server to
@@ -281,7 +284,8 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     of the merge job on a port of its own (``spark.ui_port`` in the configurations; None: as
     recorded, off for a new stack).  ``secure``: TLS and
     passwords on every connection (:mod:`cdc.stack.secure`; None: as recorded, plain for a new
-    stack)."""
+    stack).  ``brokers``: the embedded Kafka's nodes, 1 or 3 (None: as recorded, one for a new
+    stack; with 3 the configurations create topics with replication factor 3)."""
     if on_lost_kafka not in ("recover", "refuse"):
         raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
@@ -289,13 +293,13 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     previous = read_stack(state_dir) or {}
     notes: list[str] = []
     prev_kafka = previous.get("kafka") or {}
-    kafka_lost = (not kafka_bootstrap and bool(prev_kafka.get("embedded"))
-                  and not EmbeddedBroker.running(prev_kafka))
+    kafka_lost = not kafka_bootstrap and bool(prev_kafka.get("embedded")) and EmbeddedKafka.data_lost(prev_kafka)
     dependents = lost_kafka_dependents(state_dir) if kafka_lost else []
     if dependents and on_lost_kafka == "refuse":
         raise StackError(
-            "the embedded Kafka broker of this stack is not running, and it keeps its topics in memory: started "
-            "again it is empty. These depended on its topics:\n  - " + "\n  - ".join(dependents) +
+            f"the embedded Kafka of this stack lost its data ({state_dir / 'kafka'} no longer holds cluster "
+            f"{prev_kafka.get('cluster_id')}): started again it is empty. These depended on its topics:\n  - " +
+            "\n  - ".join(dependents) +
             "\nRun 'cdc stack up --on-lost-kafka recover' to start it anyway, delete the merge checkpoint and have "
             "each producer re-publish and snapshot its tables again on its next start; or move the state directory "
             "away to start from nothing.")
@@ -318,9 +322,12 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
         if kafka_bootstrap:
             data["kafka"] = external_broker(kafka_bootstrap)
         else:
-            broker = EmbeddedBroker(state_dir)
             prev_k = previous.get("kafka") if (previous.get("kafka") or {}).get("embedded") else None
-            data["kafka"] = broker.start(prev_k, guard=guarded.broker_guard() if guarded else None)
+            count = brokers or (prev_k or {}).get("brokers") or 1
+            cluster = EmbeddedKafka(state_dir, count)
+            data["kafka"] = cluster.start(prev_k, security=guarded.broker_security() if guarded else None)
+            if guarded:
+                data["kafka"]["security"] = guarded.kafka_users(data["kafka"])
         if postgres_dsn:
             data["postgres"] = external_postgres(postgres_dsn)
         else:
@@ -347,8 +354,8 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     else:
         (state_dir / SOURCES_CONFIG).unlink(missing_ok=True)
     if kafka_lost:
-        notes.append("the embedded Kafka broker was started again: it keeps its topics in memory, so every topic "
-                     "of the earlier run is gone")
+        notes.append(f"the embedded Kafka's data directory ({state_dir / 'kafka'}) no longer held its cluster: it "
+                     "was started anew, and every topic of the earlier run is gone")
         if dependents:
             notes += _reset_for_lost_kafka(state_dir)
     return StackInfo(state_dir, data, notes)
@@ -360,24 +367,18 @@ def _secure_stack(state_dir: Path, previous: dict[str, Any], secure: bool, repli
     it cannot do, and a switch that would lose the running broker's topics."""
     prev_kafka = previous.get("kafka") or {}
     was = bool(previous.get("secure"))
-    if was != secure and prev_kafka.get("embedded") and EmbeddedBroker.running(prev_kafka):
-        raise StackError(f"this stack runs {'with' if was else 'without'} --secure and its embedded broker is up: "
-                         "its topics would be lost to the switch; run 'cdc stack down' first (then 'cdc stack up "
-                         f"{'' if was else '--secure'}')")
+    if was != secure and prev_kafka.get("embedded") and EmbeddedKafka.running(prev_kafka):
+        raise StackError(f"this stack runs {'with' if was else 'without'} --secure and its Kafka is up: run "
+                         f"'cdc stack down' first (then 'cdc stack up {'' if was else '--secure'}')")
     if not secure:
         return None
     if kafka_bootstrap:
-        raise StackError("--secure runs the embedded broker behind TLS and SASL: it cannot be combined with "
+        raise StackError("--secure runs the embedded Kafka with TLS and SASL: it cannot be combined with "
                          "--kafka-bootstrap (give the external Kafka's settings in kafka.security)")
     if replicas or (replicas is None and previous.get("replicas")):
         raise StackError("--secure with replicas is not supported yet: replication between the stack's servers "
                          "would need TLS too (MASTER_SSL)")
     return SecureStack(state_dir)
-
-
-KAFKA_DOWN_NOTE = ("the embedded Kafka broker keeps its topics in memory: they are gone. The next 'cdc stack up' "
-                   "on this state directory deletes the merge checkpoint and has each producer re-publish from its "
-                   "last position and snapshot its tables again ('--on-lost-kafka refuse' refuses instead)")
 
 
 def stack_down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str]:
@@ -392,7 +393,8 @@ def stack_down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str]:
         stopped.append("prometheus")
     if (data.get("postgres") or {}).get("embedded") and EmbeddedPostgres(state_dir).stop(data["postgres"]):
         stopped.append("postgres")
-    if (data.get("kafka") or {}).get("embedded") and EmbeddedBroker(state_dir).stop(data["kafka"]):
+    if (data.get("kafka") or {}).get("embedded") and EmbeddedKafka(state_dir, data["kafka"].get("brokers") or 1).stop(
+            data["kafka"]):
         stopped.append("kafka")
     for index, replica in enumerate(data.get("replicas") or [], start=1):
         if stop_server(replica):
@@ -428,17 +430,21 @@ def stack_status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, tuple[bool, s
 
 def _kafka_status(info: dict) -> tuple[bool, str]:
     from confluent_kafka.admin import AdminClient
-    if info.get("embedded") and not pid_alive(info.get("pid")):
-        return False, f"embedded broker (pid {info.get('pid')}) is not running"
+    down = [n for n in info.get("nodes") or [] if not pid_alive(n.get("pid"))]
+    if info.get("embedded") and len(down) == len(info.get("nodes") or []):
+        return False, "embedded Kafka is not running"
     security = security_settings(KafkaSecurityConfig.model_validate(info.get("security") or {}))
     try:
         md = AdminClient({"bootstrap.servers": info["bootstrap_servers"], **security}).list_topics(timeout=5)
     except Exception as exc:  # KafkaException
         return False, f"unreachable at {info['bootstrap_servers']}: {exc}"
-    kind = "embedded Tansu" if info.get("embedded") else "external Kafka"
-    if info.get("guard_pid"):
-        kind += f" behind TLS and SASL ({security['sasl.mechanism']})"
-    return True, f"{kind} at {info['bootstrap_servers']}, {len(md.brokers)} broker(s), {len(md.topics)} topic(s)"
+    kind = "embedded Apache Kafka" if info.get("embedded") else "external Kafka"
+    if security:
+        kind += f" ({security['security.protocol']}, {security.get('sasl.mechanism', 'no SASL')})"
+    where = f"{info['bootstrap_servers']}, {len(md.brokers)} broker(s) answering"
+    if down:
+        where += ", down: " + ", ".join(f"node {n['id']} (pid {n.get('pid')})" for n in down)
+    return not down, f"{kind} at {where}, {len(md.topics)} topic(s)"
 
 
 def _postgres_status(info: dict) -> tuple[bool, str]:

@@ -4,8 +4,10 @@
   with ``ssl.mode: verify_identity`` and the stack's CA;
 * PostgreSQL accepts TLS connections with a password only (``hostssl ... scram-sha-256``);
   the DSN says ``sslmode=verify-full`` and names a libpq password file (``passfile``);
-* Kafka is reached through the guard (:mod:`cdc.stack.kafka_guard`): ``SASL_SSL`` with
-  ``SCRAM-SHA-512``.
+* Kafka's own listener speaks ``SASL_SSL`` (:mod:`cdc.stack.kafka_broker`): the pipeline logs
+  in as ``cdc`` with ``SCRAM-SHA-512`` (SCRAM-SHA-256 and PLAIN offered too), and the ACLs
+  Kafka's authorizer applies give that user what the pipeline needs and nothing on the
+  cluster itself.
 
 Certificates live in ``<state>/certs`` (a CA of the stack's own); every password in a file of
 its own in ``<state>/secrets`` (0600, as Docker mounts secrets), and ``cdc.yaml`` names those
@@ -21,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdc.stack.certs import CertFiles, CertificateAuthority
-from cdc.stack.kafka_broker import BrokerGuard
+from cdc.stack.certs import CertFiles, CertificateAuthority, pkcs12_keystore
+from cdc.stack.kafka_broker import BrokerSecurity, admin_settings
+from cdc.stack.kafka_users import grant_pipeline, upsert_scram_users
 from cdc.stack.postgres_server import PostgresTls
 from common.config import CDCConfig
 
@@ -58,8 +61,23 @@ class SecureStack:
         return PostgresTls(self.ca.ca, self.server.cert, self.server.key, self.secret("postgres_password"),
                            str(self.secrets_dir / "pgpass"))
 
-    def broker_guard(self) -> BrokerGuard:
-        return BrokerGuard(self.server.cert, self.server.key, self.ca.ca, {KAFKA_USER: self.secret("kafka_password")})
+    def broker_security(self) -> BrokerSecurity:
+        """The Kafka nodes' key store, trust and users (the pipeline's user by PLAIN too)."""
+        store_password = self.secret("kafka_keystore_password")
+        keystore = pkcs12_keystore(self.server, self.secrets_dir / "kafka-keystore.p12",
+                                   Path(store_password).read_text())
+        return BrokerSecurity(keystore, store_password, self.ca.ca, self.secret("kafka_broker_password"),
+                              {KAFKA_USER: self.secret("kafka_password")})
+
+    def kafka_users(self, kafka: dict[str, Any]) -> dict[str, Any]:
+        """The pipeline's SCRAM user and its ACLs on the running cluster ``kafka``; the
+        ``kafka.security`` the pipeline's clients log in with."""
+        admin = {"bootstrap.servers": kafka["bootstrap_servers"], **admin_settings(self.broker_security())}
+        password_file = self.secret("kafka_password")
+        upsert_scram_users(admin, {KAFKA_USER: Path(password_file).read_text()})
+        grant_pipeline(admin, KAFKA_USER)
+        return {"protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": KAFKA_USER,
+                "sasl_password_file": password_file, "ca": self.ca.ca}
 
     def record(self, mysql: dict[str, Any]) -> dict[str, Any]:
         """What stack.json records of it (``secure``), with the MySQL passwords' files written."""

@@ -18,6 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.kafka.offsets import end_offsets
+from spark_jobs.available_now import run_available_now
 from spark_jobs.errors import KafkaDataLossError, KafkaReadTimeout
 from spark_jobs.kafka_source import SCHEMA, KafkaRange, SourceOptions, parse_options, read_range
 from spark_jobs.spark_session import build_session
@@ -92,10 +93,13 @@ def _reader(spark, bs: str, **options):
 
 
 def _available_now(spark, bs: str, checkpoint: Path, collector: Collector | None = None, **options) -> Collector:
+    """What the partitions hold now, read in batches (spark_jobs.available_now)."""
     collector = collector or Collector()
-    q = (_reader(spark, bs, **options).writeStream.foreachBatch(collector).trigger(availableNow=True)
-         .option("checkpointLocation", str(checkpoint)).start())
-    assert q.awaitTermination(90), "the availableNow query did not stop"
+    writer = _reader(spark, bs, **options).writeStream.foreachBatch(collector).option("checkpointLocation",
+                                                                                       str(checkpoint))
+    q = run_available_now(lambda every: writer.trigger(processingTime=every).start(),
+                          {"kafka.bootstrap.servers": bs, **{k: str(v) for k, v in options.items()}}, checkpoint,
+                          timeout_s=90)
     assert q.exception() is None, q.exception()
     return collector
 

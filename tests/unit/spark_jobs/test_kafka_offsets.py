@@ -292,5 +292,7 @@ def test_ranges_and_reader_pickle():
     reader = CdcKafkaStreamReader(parse_options({**BS, "subscribe": "t", "maxOffsetsPerTrigger": "7"}))
     again = pickle.loads(pickle.dumps(reader))
     assert again.opts == reader.opts
-    assert again.getDefaultReadLimit().max_rows == 7
+    assert again.opts.max_offsets_per_trigger == 7
     assert again.partitions({"t": {"0": 1}}, {"t": {"0": 4}}) == [KafkaRange("t", 0, 1, 4)]
+    # The next batch starts where the last one Spark planned ends (Spark 4.1: no start given).
+    assert again._next_start == {"t": {"0": 4}}

@@ -47,7 +47,7 @@ JARS_STAMP := .jars/.resolved
 $(JARS_STAMP): $(JAR_POMS)
 	@command -v mvn >/dev/null || { echo "make jars needs Maven (apt-get install maven) and Java 17"; exit 1; }
 	rm -rf .jars
-	mvn -q -B -f java/pom.xml dependency:copy-dependencies
+	mvn -q -B -s java/settings.xml -f java/pom.xml dependency:copy-dependencies
 	@touch $(JARS_STAMP)
 
 jars: $(JARS_STAMP)

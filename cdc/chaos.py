@@ -15,6 +15,10 @@ One scenario (``make chaos`` runs a long one, the test suite a moderate one):
 * the producer killed with SIGKILL ``producer_kills`` times and the merge job
   ``job_kills`` times at moments drawn from the seed, each restarted; the source
   database restarted once;
+* with ``brokers`` (a Kafka cluster of three nodes): the node leading the busiest partition
+  of the run's table topics killed with SIGKILL while the snapshots run and again while
+  only the stream does, each started again some seconds later, and a node stopped with
+  Kafka's controlled shutdown (SIGTERM) and started again;
 * with ``read_only``: the producer runs as a CDC user that may not write at all
   (REPLICATION SLAVE, REPLICATION CLIENT, SELECT) with ``snapshot.read_only`` (windows
   bounded by GTID sets); the signals are rows another user inserts;
@@ -29,6 +33,7 @@ the machine does the rest.
 from __future__ import annotations
 
 import random
+import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,10 +44,12 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.errors import ChaosError
+from cdc.stack.kafka_broker import EmbeddedKafka, partition_leaders, stop_node
 from cdc.pipeline_run import CdcProcess, pipeline_processes, run_config
 from cdc.verify import print_report, verify
 from cdc.workload import WriteLoad, create_table
 from common.config import CDCConfig
+from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect
 from contract.notifications import Notification
@@ -55,6 +62,43 @@ from spark_jobs.sinks.configured import build_sinks
 from spark_jobs.sinks.lake_base import LakeSinkBase
 
 KINDS = ("single", "composite", "string")
+#: How long a Kafka node the chaos stopped stays down.
+BROKER_DOWN_S = 6.0
+
+
+@dataclass
+class BrokerChaos:
+    """The chaos run's hold on a Kafka cluster of several nodes (the stack's ``kafka`` record
+    and its :class:`~cdc.stack.kafka_broker.EmbeddedKafka`): which node leads the busiest
+    partition, and stopping and starting nodes."""
+
+    cluster: EmbeddedKafka
+    info: dict
+    down: list[int] = field(default_factory=list)
+    #: Called with the cluster's record after a node started again (its new pid: stack.json).
+    on_change: Callable[[dict], None] | None = None
+
+    def stop_busiest_leader(self, cfg: CDCConfig, topics: list[str], *, kill: bool) -> int:
+        """Stop the node leading the partition of ``topics`` that holds the most records
+        (SIGKILL when ``kill``, else a controlled shutdown); its id."""
+        client = cfg.kafka.client_settings()
+        leaders = partition_leaders(cfg.kafka.bootstrap_servers, topics, client)
+        ends = end_offsets(cfg.kafka.bootstrap_servers, list(leaders), client_config=client) if leaders else {}
+        busiest = max(ends, key=lambda tp: ends[tp][1]) if ends else None
+        node_id = leaders[busiest] if busiest is not None else self.info["nodes"][0]["id"]
+        node = next(n for n in self.info["nodes"] if n["id"] == node_id)
+        stop_node(node, sig=signal.SIGKILL if kill else signal.SIGTERM)
+        self.down.append(node_id)
+        return node_id
+
+    def start_stopped(self) -> list[int]:
+        """Start every node stopped so far again (their ports and data); their ids."""
+        started, self.down = self.down, []
+        for node_id in started:
+            self.info = self.cluster.restart_node(self.info, node_id)
+        if started and self.on_change is not None:
+            self.on_change(self.info)
+        return started
 
 
 @dataclass
@@ -63,7 +107,8 @@ class ChaosPlan:
     actions: list[tuple[float, str]] = field(default_factory=list)  # (seconds from start, action)
 
     @classmethod
-    def make(cls, seed: int, *, duration: float, producer_kills: int, job_kills: int) -> "ChaosPlan":
+    def make(cls, seed: int, *, duration: float, producer_kills: int, job_kills: int,
+             broker_kills: bool = False) -> "ChaosPlan":
         rnd = random.Random(seed)
         acts: list[tuple[float, str]] = [(1.0, "snapshot:single"), (3.0, "snapshot:composite"),
                                          (5.0, "snapshot:string")]
@@ -76,6 +121,10 @@ class ChaosPlan:
         job_times = _spread(rnd, job_kills, 12.0, duration + job_kills * 4.0, 12.0)
         acts += [(t, "kill:job-commit" if i % 2 else "kill:job") for i, t in enumerate(job_times)]
         acts.append((rnd.uniform(duration * 0.3, duration * 0.7), "restart:source"))
+        if broker_kills:  # a node down for BROKER_DOWN_S each time: killed twice, then shut down
+            for at, how in ((rnd.uniform(5.5, 7.0), "kill"), (rnd.uniform(duration * 0.5, duration * 0.6), "kill"),
+                            (rnd.uniform(duration * 0.75, duration * 0.85), "shutdown")):
+                acts += [(at, f"{how}:broker"), (at + BROKER_DOWN_S, "start:broker")]
         return cls(seed, sorted(acts))
 
 
@@ -88,10 +137,12 @@ def _spread(rnd: random.Random, n: int, start: float, end: float, gap: float) ->
 
 def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Callable[[], None], seed: int = 1,
               rows: int = 3000, duration: float = 60.0, producer_kills: int = 10, job_kills: int = 5,
-              work_dir: Path, console: Console | None = None, read_only: bool = False) -> dict[str, Any]:
+              work_dir: Path, console: Console | None = None, read_only: bool = False,
+              brokers: BrokerChaos | None = None) -> dict[str, Any]:
     """Run one chaos scenario against the stack ``cfg`` points at (``admin``: a root
     connection factory of the source; ``restart_source``: stops and starts it;
-    ``read_only``: a CDC user without any write privilege, read-only snapshots)."""
+    ``read_only``: a CDC user without any write privilege, read-only snapshots;
+    ``brokers``: a Kafka cluster of several nodes whose nodes the run stops and starts)."""
 
     console = console or Console()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -104,9 +155,13 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     cfg.sinks.postgres.schema_name = run
     cfg.sinks.mysql.database = f"sink_{run}"
     cfg.spark.trigger_interval_s = 1.0
-    plan = ChaosPlan.make(seed, duration=duration, producer_kills=producer_kills, job_kills=job_kills)
+    if brokers is not None:  # every topic on every node, a write acknowledged by two
+        cfg.kafka.replication_factor = min(3, len(brokers.info["nodes"]))
+    plan = ChaosPlan.make(seed, duration=duration, producer_kills=producer_kills, job_kills=job_kills,
+                          broker_kills=brokers is not None)
     counts: dict[str, Any] = {"seed": seed, "rows_per_table": rows, "producer_kills": 0, "job_kills": 0,
-                              "job_kills_at_commit": 0, "source_restarts": 0, "signals": 0}
+                              "job_kills_at_commit": 0, "source_restarts": 0, "signals": 0, "broker_kills": 0,
+                              "broker_shutdowns": 0, "broker_starts": 0}
     with admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
         if read_only:
@@ -152,7 +207,16 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
             if delay > 0:
                 time.sleep(delay)
             what, _, arg = action.partition(":")
-            if what == "snapshot":
+            if arg == "broker":
+                if brokers is None:
+                    continue
+                if what == "start":
+                    counts["broker_starts"] += len(brokers.start_stopped())
+                else:
+                    node = brokers.stop_busiest_leader(cfg, [f"{run}.{db}.t_{k}" for k in KINDS], kill=what == "kill")
+                    counts["broker_kills" if what == "kill" else "broker_shutdowns"] += 1
+                    action += f" (node {node})"
+            elif what == "snapshot":
                 signal_row("execute-snapshot", execute_snapshot_data([f"{db}.t_{arg}"]))
             elif what in ("pause", "resume"):
                 signal_row(f"{what}-snapshot", {"type": "incremental"})
@@ -190,6 +254,8 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
             load._stop.set()
         producer.stop()
         job.stop()
+        if brokers is not None:
+            brokers.start_stopped()  # (a node left down by a failure)
     counts["seconds"] = round(time.monotonic() - t0, 1)
     counts["producer_starts"], counts["job_starts"] = producer.starts, job.starts
     raw_copies = clean_dups = 0
@@ -306,7 +372,7 @@ def _wait(check: Callable[[], bool], timeout: float, what: str, health: Callable
 def _print_counts(counts: dict, console: Console) -> None:
     t = Table("what", "count", title=f"chaos run, seed {counts['seed']}")
     for k in ("producer_kills", "job_kills", "job_kills_at_commit", "source_restarts", "producer_starts", "job_starts",
-              "signals", "raw_topic_copies", "clean_changelog_duplicates", "lake_commits",
+              "broker_kills", "broker_shutdowns", "broker_starts", "signals", "raw_topic_copies", "clean_changelog_duplicates", "lake_commits",
               "lake_batches_committed_twice", "seconds"):
         t.add_row(k.replace("_", " "), str(counts[k]))
     t.add_row("source rows at the end", ", ".join(f"{k} {v:,}" for k, v in counts["source_rows"].items()))

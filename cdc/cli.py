@@ -28,7 +28,8 @@ from cdc.bench.soak import bench_soak
 from cdc.bench.stream import bench_stream
 from cdc.errors import CommandError
 from cdc.progress import NotificationFollower
-from cdc.stack.manager import SOURCE_NAMES, restart_mysql, stack_down, stack_status, stack_up
+from cdc.stack.kafka_broker import EmbeddedKafka
+from cdc.stack.manager import SOURCE_NAMES, record_kafka, restart_mysql, stack_down, stack_status, stack_up
 from cdc.status import show_status
 from common import logs
 from common.config import DEFAULT_CONFIG_PATH, load_config
@@ -188,8 +189,12 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     """A long chaos run on its own embedded stack."""
     state = Path(args.state_dir)
-    info = stack_up(state)
+    info = stack_up(state, brokers=args.brokers)
     cfg = load_config(info.config_path)
+    brokers = None
+    if len(info.kafka.get("nodes") or []) > 1:  # nodes killed and shut down too
+        brokers = chaos.BrokerChaos(EmbeddedKafka(info.state_dir, len(info.kafka["nodes"])), info.kafka,
+                                    on_change=lambda kafka: record_kafka(info.state_dir, kafka))
 
     def admin():
         m = info.mysql
@@ -200,7 +205,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
                                  seed=args.seed, rows=args.rows, duration=args.duration,
                                  producer_kills=args.producer_kills, job_kills=args.job_kills,
                                  work_dir=info.state_dir / f"run-{args.seed}-{int(time.time())}", console=console,
-                                 read_only=args.read_only)
+                                 read_only=args.read_only, brokers=brokers)
     finally:
         if not args.keep_running:
             demo.leave_stack(info, False, console)  # (the Spark session first: its workers keep Kafka clients)
@@ -512,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.set_defaults(func=_cmd_bench_merge)
 
     bench_broker_p = bench_sub.add_parser(
-        "broker", help="the embedded broker's limits: fetch and produce latency, memory, by partition depth")
+        "broker", help="the embedded Kafka by partition depth: fetch and produce latency, memory")
     bench_broker_p.add_argument("--steps", default="100000,300000,1000000,2000000,5000000",
                                 help="records in the partition at each measurement")
     bench_broker_p.add_argument("--per-batch", type=int, default=10, help="records per produced batch (default 10)")
@@ -583,6 +588,10 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_p.add_argument("--duration", type=float, default=180.0, help="seconds over which the kills are spread")
     chaos_p.add_argument("--producer-kills", type=int, default=20)
     chaos_p.add_argument("--job-kills", type=int, default=8)
+    chaos_p.add_argument("--brokers", type=int, choices=[1, 3], default=3,
+                         help="the stack's Kafka nodes (default 3): with 3, the node leading the busiest partition is "
+                              "killed during the snapshots and again during streaming, and one shut down, each started "
+                              "again")
     chaos_p.add_argument("--state-dir", default=".cdc/chaos")
     chaos_p.add_argument("--keep-running", action="store_true")
     chaos_p.add_argument("--read-only", action="store_true",

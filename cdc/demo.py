@@ -26,7 +26,7 @@ from rich.console import Console
 
 from cdc.pipeline_run import lake_of_run
 from cdc.progress import NotificationFollower
-from cdc.stack.manager import StackInfo, stack_down, stack_up
+from cdc.stack.manager import StackInfo, grant_topic_prefix, stack_down, stack_up
 from cdc.stack.mysql_server import server_connect
 from cdc.verify import print_report, verify
 from cdc.workload import BackgroundWriter
@@ -155,6 +155,7 @@ def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False) 
         cfg = load_config(info.config_path)
         run = f"demo{int(time.time())}"
         cfg.kafka.topic_prefix = cfg.producer.name = run
+        grant_topic_prefix(info.state_dir, run)  # (a secure stack's ACLs are per topic prefix)
         cfg.kafka.partitions = 2
         cfg.source.include_databases = ["shop"]
         cfg.sinks.postgres.schema_name = run

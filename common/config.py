@@ -231,6 +231,14 @@ class KafkaConfig(_Section):
                 raise ValueError(f"kafka.client sets {', '.join(twice)}, which kafka.security sets: give them there")
         return self
 
+    #: Where ``security`` came from, for messages: ``kafka.security``, or a part's own login
+    #: (``producer.kafka_security``, ``spark.kafka_security``: :meth:`CDCConfig.for_part`).
+    _security_setting: str = PrivateAttr(default="kafka.security")
+
+    @property
+    def security_setting(self) -> str:
+        return self._security_setting
+
     def client_settings(self, *, secrets: dict[str, str] | None = None) -> dict[str, Any]:
         """librdkafka settings of every client, without ``bootstrap.servers``: ``security``'s,
         then ``client``'s.  ``secrets``: references to give instead of the secrets' values
@@ -255,6 +263,9 @@ class StartupConfig(_Section):
 
 class ProducerConfig(_Section):
     format: Literal["avro", "json", "debezium-json"] = "avro"
+    # The producer's own Kafka login (a user whose ACLs let it write its topics), instead of
+    # kafka.security: a secure deployment gives each part its own (docs/operations.md).
+    kafka_security: KafkaSecurityConfig | None = None
     # Debezium's tombstones.on.delete: a record with the key and no value after each delete
     # (null: on with debezium-json, as Debezium by default, off with avro and json).
     tombstones_on_delete: bool | None = None
@@ -568,6 +579,9 @@ class SparkConfig(_Section):
     health_stall_s: float = Field(3600.0, gt=0)
     # Spark's web UI of the merge job's driver on this port (4040 is Spark's usual); off when unset.
     ui_port: int | None = None
+    # The merge job's own Kafka login (a user whose ACLs let it read its inputs and write its
+    # outputs), instead of kafka.security.
+    kafka_security: KafkaSecurityConfig | None = None
 
 
 class CapturedSource(BaseModel):
@@ -681,6 +695,20 @@ class CDCConfig(_Section):
             "source": SourceConfig.model_validate(entry), "sources": [], "routes": [], "producer": producer,
             "kafka": self.kafka.model_copy(deep=True, update={"topic_prefix": captured.topic_prefix})})
         view._of_source = name
+        return view
+
+    def for_part(self, part: Literal["producer", "merge"]) -> "CDCConfig":
+        """This configuration as the producer (``producer.kafka_security``) or the merge job
+        (``spark.kafka_security``) logs in to Kafka: that part's own login in ``kafka.security``
+        when it has one, else the configuration itself.  The operator tools (``cdc status``,
+        ``verify``, ``snapshot``) log in with ``kafka.security``."""
+        own = self.producer.kafka_security if part == "producer" else self.spark.kafka_security
+        if own is None:
+            return self
+        kafka = self.kafka.model_copy(deep=True, update={"security": own})
+        kafka._security_setting = "producer.kafka_security" if part == "producer" else "spark.kafka_security"
+        view = self.model_copy(deep=True, update={"kafka": kafka})
+        view._of_source = self._of_source
         return view
 
     def captured_source(self, name: str) -> CapturedSource:

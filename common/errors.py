@@ -45,15 +45,6 @@ class OffsetLookupError(CDCError):
     """The broker did not answer an offset lookup in time."""
 
 
-class KafkaClientCrashed(OffsetLookupError):
-    """The child process that ran a Kafka read died (librdkafka crashed: see
-    :mod:`common.kafka.client_process`); ``exit_code``: its exit code (negative: the signal)."""
-
-    def __init__(self, message: str, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
 class PartitionStalled(CDCError, TimeoutError):
     """A partition range made no progress for the allowed time; ``position``: the next
     offset it was waiting for."""

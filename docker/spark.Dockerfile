@@ -1,11 +1,11 @@
 # syntax=docker/dockerfile:1
 # Spark standalone master, worker and the merge-job driver, all from this one image:
-# Python 3.11 + Java 17 + the project (which pins pyspark 4.3.x; SPARK_VERSION below must
+# Python 3.11 + Java 17 + the project (which pins pyspark 4.1.1; SPARK_VERSION below must
 # be that exact version, so that driver, master and workers run the same Spark).
 # Build context is the repository root (compose: context "..").
 FROM python:3.11-slim-bookworm
 
-ARG SPARK_VERSION=4.3.0
+ARG SPARK_VERSION=4.1.1
 ARG SCALA_BINARY_VERSION=2.13
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -55,7 +55,7 @@ class ProducerApp:
     def __init__(self, cfg: CDCConfig, source: str | None = None) -> None:
         # The producer reads one server: with ``sources``, the entry named ``source``
         # (:meth:`CDCConfig.for_source`: its settings, topic prefix and producer name).
-        cfg = cfg.for_source(source)
+        cfg = cfg.for_source(source).for_part("producer")  # (and its own Kafka login, when it has one)
         if cfg.kafka.input == "debezium":
             raise ConfigError(f"kafka.input is 'debezium': the topics under {cfg.kafka.topic_prefix!r} are Debezium's, "
                               "so the producer does not run (the merge job and cdc verify read them)")

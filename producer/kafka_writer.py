@@ -16,7 +16,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from common.config import KafkaConfig
-from common.kafka.clients import ensure_topics, producer_config
+from common.errors import KafkaAuthError
+from common.kafka.clients import authorization_problem, ensure_topics, producer_config
 from contract.envelope import POSITION_HEADER
 from producer.errors import WriterError
 from producer.row_emitter import KINDS, native_emitter
@@ -42,6 +43,7 @@ class KafkaWriter:
         self.transactions = transactions
         self.offsets_topic = offsets_topic
         self._errors: list[str] = []
+        self._refused: list[str] = []  # what Kafka's ACLs refused (KafkaAuthError: no retry helps)
         self._topics: set[str] = set()
         tx_id = f"cdc-producer-{name}" if transactions else None
         self.producer = Producer(producer_config(kafka, transactional_id=tx_id, **{
@@ -60,20 +62,32 @@ class KafkaWriter:
                 # Fences a previous instance with the same id and aborts its open transaction.
                 self.producer.init_transactions(60)
             except KafkaException as exc:
+                refused = authorization_problem(exc.args[0] if exc.args else None, kafka,
+                                                f"the transactional id {tx_id!r}")
+                if refused:
+                    raise KafkaAuthError(refused) from None
                 raise WriterError(f"Kafka transactions could not be initialised: {exc}") from exc
 
     # -- errors -------------------------------------------------------------------------
     def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
+        refused = authorization_problem(err, self.kafka, "a request")
+        if refused:
+            self._refused.append(refused)
+        elif err.fatal():
             self._errors.append(f"fatal Kafka error: {err}")
         else:
             log.warning("Kafka client: %s", err)
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
+            refused = authorization_problem(err, self.kafka, f"a write to topic {msg.topic()}")
+            if refused:
+                self._refused.append(refused)
             self._errors.append(f"delivery to {msg.topic()} failed: {err}")
 
     def _check(self) -> None:
+        if self._refused:
+            raise KafkaAuthError(self._refused[0])
         if self._errors:
             errors, self._errors = self._errors, []
             raise WriterError("; ".join(errors[:5]))

@@ -6,8 +6,9 @@ Spark 4.1 gives Python sources no admission control, and runs a source without i
 ``Trigger.AvailableNow`` as one batch up to the first ``latestOffset`` it asks for; the source
 caps that answer (:mod:`spark_jobs.kafka_source`), so such a run would stop after one capped
 batch.  Instead: the ends of the subscribed partitions are taken first, the query runs batches
-back to back (a processing-time trigger of 0 s), and it is stopped, between batches, once its
-last committed batch (Spark's checkpoint, :mod:`spark_jobs.offset_log`) reached every one.
+back to back (:data:`TRIGGER_INTERVAL`), and it is stopped, between batches, once a
+batch of this run (Spark's checkpoint, :mod:`spark_jobs.offset_log`) reached every one, or
+once the source plans no further batch.
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ def source_ends(options: Mapping[str, str]) -> dict[TP, int]:
         reader.stop()
 
 
-def reached(query_dir: Path, target: Mapping[TP, int]) -> bool:
-    """Whether the last committed batch of the query checkpointed in ``query_dir`` reached
-    every offset of ``target`` (nothing to reach: True)."""
-    if not any(end > 0 for end in target.values()):
-        return True
+def reached(query_dir: Path, target: Mapping[TP, int], after_batch: int | None) -> bool:
+    """Whether a batch committed after batch ``after_batch`` (None: any) of the query
+    checkpointed in ``query_dir`` reached every offset of ``target``.  (Only batches of this
+    run count: a checkpoint's offsets can lie past the ends of a topic made again.)"""
     _, committed = last_batches(query_dir)
-    if committed is None:
+    if committed is None or (after_batch is not None and committed <= after_batch):
         return False
     ends = batch_end_offsets(query_dir, committed)
     if not ends or not isinstance(ends[0], dict):
@@ -45,20 +45,53 @@ def reached(query_dir: Path, target: Mapping[TP, int]) -> bool:
     return all(done.get(tp, -1) >= end for tp, end in target.items())
 
 
+def nothing_to_read(options: Mapping[str, str], query_dir: Path) -> bool:
+    """Whether the query checkpointed in ``query_dir`` has nothing left to read: every batch
+    it planned is committed, and the source, asked as Spark asks it, plans no batch after the
+    last one.  (Raises what the source raises: lost records, with failOnDataLoss.)"""
+    planned, committed = last_batches(query_dir)
+    if planned is None or planned != committed:
+        return False
+    ends = batch_end_offsets(query_dir, committed)
+    if not ends or not isinstance(ends[0], dict):
+        return False
+    reader = CdcKafkaStreamReader(parse_options(options))
+    try:
+        reader.partitions(ends[0], ends[0])  # (what Spark does on a restart: the next batch starts there)
+        return reader.latestOffset() == ends[0]
+    finally:
+        reader.stop()
+
+
+#: The trigger interval of such a run: batches with records run back to back (a trigger that
+#: is due when the last batch ends starts at once), and between the short triggers that find
+#: nothing new the query is idle for most of it, so that it can be stopped between batches.
+#: (With 0 s it is nearly never idle: 50 triggers a second, each asking Kafka for its ends.)
+TRIGGER_INTERVAL = "0.25 seconds"
+
+
 def run_available_now(start: Callable[[str], object], options: Mapping[str, str], query_dir: Path, *,
-                      poll_s: float = 0.2, timeout_s: float | None = None):
+                      poll_s: float = 0.05, idle_check_s: float = 1.0, timeout_s: float | None = None):
     """Take the source's ends, start the query (``start(trigger interval)`` returns the
     started ``StreamingQuery``; its checkpoint is ``query_dir``), and stop it between batches
-    once it reached them.  Returns the query (stopped; a failure raises from here as from
-    ``awaitTermination``).  ``timeout_s``: give up (the query stopped) and raise TimeoutError."""
+    once a batch of this run reached them, or once it has nothing left to read.  Returns the
+    query (stopped; a failure raises from here as from ``awaitTermination``).  ``timeout_s``:
+    give up (the query stopped) and raise TimeoutError."""
     import time
     target = source_ends(options)
-    query = start("0 seconds")
+    _, before = last_batches(query_dir)
+    query = start(TRIGGER_INTERVAL)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    next_idle_check = time.monotonic() + idle_check_s
     while not query.awaitTermination(poll_s):
-        if reached(query_dir, target) and not query.status.get("isTriggerActive"):
-            query.stop()
-            break
+        if not query.status.get("isTriggerActive"):
+            done = reached(query_dir, target, before)
+            if not done and time.monotonic() >= next_idle_check:
+                done = nothing_to_read(options, query_dir)
+                next_idle_check = time.monotonic() + idle_check_s
+            if done and not query.status.get("isTriggerActive"):
+                query.stop()
+                break
         if deadline is not None and time.monotonic() > deadline:
             query.stop()
             raise TimeoutError(f"the query did not reach the ends {dict(target)} within {timeout_s:g}s")

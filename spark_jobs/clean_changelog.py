@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from common.kafka.fetch_wait import AdaptiveConsumer
 from common.kafka.offsets import end_offsets
-from common.kafka.topic_reader import read_partition
+from common.kafka.topic_reader import READ_AHEAD, read_partition
 from contract.envelope import POSITION_HEADER
 from contract.position import CopyFilter
 from spark_jobs.errors import CleanChangelogError
@@ -58,10 +57,9 @@ def ensure_clean_topic(bootstrap: str, topic: str, partitions: int, client: dict
         admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(30)
 
 
-def _tail_reader(bootstrap: str, topic: str, client: dict | None) -> AdaptiveConsumer:
-    return AdaptiveConsumer({"bootstrap.servers": bootstrap, "group.id": f"cdc-clean-{uuid.uuid4().hex}",
-                             "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})},
-                            name=f"reading {topic}")
+def _tail_reader(bootstrap: str, topic: str, client: dict | None) -> Consumer:
+    return Consumer({**READ_AHEAD, "bootstrap.servers": bootstrap, "group.id": f"cdc-clean-{uuid.uuid4().hex}",
+                     "enable.auto.commit": False, "isolation.level": "read_committed", **(client or {})})
 
 
 def last_position(bootstrap: str, topic: str, partition: int, client: dict | None = None,

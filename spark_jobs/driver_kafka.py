@@ -1,9 +1,10 @@
 """The merge job driver's Kafka look-ups: end offsets, topic ids, the markers and offsets
-topics' records, each read in a Kafka client process.
+topics' records.
 
-A topic deleted while the driver probes it can crash librdkafka (on Tansu); read in a client
-process (:func:`common.kafka.client_process.run_isolated`), that ends the child and raises
-:class:`common.errors.KafkaClientCrashed` here instead of ending the driver.
+(Until the project ran on Apache Kafka these ran in a child process: the stand-in broker's
+answer to a fetch of a deleted topic crashed librdkafka.  On Kafka a reader whose topic is
+deleted under it carries on and reports the read stalled, tests/integration/common/
+test_topic_reader.py, so they run here.)
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from common.kafka.client_process import run_isolated
 from common.kafka.clients import topic_ids
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import partition_records, topic_records
@@ -19,21 +19,12 @@ from contract.markers import decode_marker
 
 log = logging.getLogger(__name__)
 
-#: How long the driver waits for a Kafka read in its client process beyond the read's own
-#: timeouts (common/kafka/client_process.py).
-_READ_SLACK_S = 30.0
-
-
-def driver_end_offsets(bootstrap: str, partitions, client: dict | None = None, hints: dict | None = None,
-                       at_least: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
-    """:func:`common.kafka.offsets.end_offsets` as the driver asks it: in a Kafka client
-    process, so that a topic deleted while it is probed (a librdkafka crash on Tansu) ends
-    that process and raises :class:`common.errors.KafkaClientCrashed` here instead."""
+def driver_end_offsets(bootstrap: str, partitions, client: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+    """:func:`common.kafka.offsets.end_offsets` with the driver's client settings."""
     parts = list(partitions)
     if not parts:
         return {}
-    return run_isolated(end_offsets, bootstrap, parts, client_config=client, hints=hints, at_least=at_least,
-                        wait=15.0 + _READ_SLACK_S, what=f"the end offsets of {', '.join(sorted({t for t, _ in parts}))}")
+    return end_offsets(bootstrap, parts, client_config=client)
 
 
 def our_marker(value: bytes, offset: int) -> list[dict]:  # noqa: ARG001 - read_markers' decode
@@ -44,12 +35,10 @@ def our_marker(value: bytes, offset: int) -> list[dict]:  # noqa: ARG001 - read_
 def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict | None = None,
                  decode: Callable[[bytes, int], list[dict]] = our_marker) -> list[dict]:
     """The markers at offsets ``[start, end)`` of the (single-partition) markers topic
-    (``decode``: a record's value and offset to its markers; default ours), read in a Kafka
-    client process for the reason :func:`driver_end_offsets` gives."""
+    (``decode``: a record's value and offset to its markers; default ours)."""
     if end <= start:
         return []
-    records = run_isolated(partition_records, bootstrap, topic, 0, start, end, client_config=client, timeout=120.0,
-                           wait=120.0 + _READ_SLACK_S, what=f"reading {topic} [{start}, {end})")
+    records = partition_records(bootstrap, topic, 0, start, end, client_config=client, timeout=120.0)
     return [marker for offset, value in records if value for marker in decode(value, offset)]
 
 
@@ -104,9 +93,8 @@ class DriverKafka:
         """``topic``'s records from ``start`` (``{partition: offset}``) on, as ``(key, value)``
         pairs, and where to read on."""
         records, nxt = [], dict(start)
-        for partition, offset, key, value in run_isolated(
-                topic_records, self.bootstrap, topic, start=start,
-                client_config=self.client or None, wait=60.0 + _READ_SLACK_S, what=f"reading {topic}"):
+        for partition, offset, key, value in topic_records(self.bootstrap, topic, start=start,
+                                                           client_config=self.client or None):
             records.append((key, value))
             nxt[partition] = offset + 1
         return records, nxt

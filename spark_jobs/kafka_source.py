@@ -69,8 +69,8 @@ order), plus ``"@ids": {"topic": "<topic id>"}`` (Kafka's topic ids, which chang
 topic is recreated) and, in a batch that skipped lost records, ``"@lost"``.  ``@`` cannot
 appear in a topic name, so these keys never collide with one.  Every micro-batch has its offsets fixed before it runs, and a task reads exactly
 the records with ``start <= offset < end`` of one partition, so a replay of a batch reads
-the same records.  End offsets come from :func:`common.kafka.offsets.end_offsets`, which is
-correct on the embedded Tansu broker (its ListOffsets answer is not the log end).  Spark
+the same records.  End offsets come from :func:`common.kafka.offsets.end_offsets` (the last
+stable offset under read_committed).  Spark
 always runs and logs a batch 0 for a new query (empty when there is nothing to read), so
 the start that ``startingOffsets`` resolved to is in the checkpoint from then on.
 
@@ -103,7 +103,6 @@ from pyspark.sql.types import (
 
 from common.errors import CDCError, OffsetLookupError, PartitionStalled
 from common.kafka.clients import topic_ids
-from common.kafka.fetch_wait import AdaptiveConsumer
 from common.kafka.offsets import end_offsets
 from common.kafka.security import resolve_references
 from common.kafka.topic_reader import READ_AHEAD, read_partition
@@ -477,9 +476,8 @@ _BATCH_ROWS = 10_000
 # two 50,000-record ranges of four partitions each, records after every range: the
 # broker's CPU 0.85-0.88 us a record against 1.10-1.35 with 10 MiB and the default queue,
 # the client's 0.99-1.09 against 1.18-1.65; and in ``cdc bench merge``'s steady batches
-# the broker's 0.78-0.89 us an event against 1.33-1.43 (docs/merge-performance.md).
-# The fetch wait is the adaptive one of :mod:`common.kafka.fetch_wait` (10 ms, longer where
-# the broker needs longer to answer at all; ``kafka.fetch.wait.max.ms`` sets its floor).
+# the broker's 0.78-0.89 us an event against 1.33-1.43 (docs/merge-performance.md; measured
+# on the stand-in broker of that time).  The fetch wait: READ_AHEAD's 10 ms.
 _READ_DEFAULTS = {**READ_AHEAD, "max.partition.fetch.bytes": 2 * 1024 * 1024, "queued.min.messages": 5000}
 
 
@@ -551,10 +549,10 @@ def range_consumer_config(opts: SourceOptions) -> dict:
             "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "enable.partition.eof": True}
 
 
-def range_consumer(opts: SourceOptions) -> AdaptiveConsumer:
-    """A consumer for :func:`read_messages` (which assigns it the partition it reads), its
-    fetch wait adapted to the broker (:mod:`common.kafka.fetch_wait`)."""
-    return AdaptiveConsumer(range_consumer_config(opts), name="cdc-kafka task")
+def range_consumer(opts: SourceOptions) -> Any:
+    """A consumer for :func:`read_messages` (which assigns it the partition it reads)."""
+    from confluent_kafka import Consumer
+    return Consumer(range_consumer_config(opts))
 
 
 def read_messages(opts: SourceOptions, rng: KafkaRange, *, batch_rows: int = _BATCH_ROWS,

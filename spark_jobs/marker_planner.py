@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
 from contract.debezium import debezium_table_markers
@@ -26,9 +25,7 @@ from contract.markers import is_table_marker, is_window
 from contract.topics import markers_topic, schemas_topic, table_topic
 from spark_jobs.data_loss_guard import DataLossGuard
 from spark_jobs.driver_kafka import DriverKafka
-from spark_jobs.kafka_offsets import offsets_from_json
 from spark_jobs.merge_state import MergeStateStore
-from spark_jobs.offset_log import batch_end_offsets
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +82,13 @@ class MarkerPlanner:
             # Debezium writes no window markers (its incremental snapshot deduplicates the
             # chunks itself) and no schemas topic (each record embeds its schema); its schema
             # change topic tells of DROP and RENAME TABLE (the markers range is read there).
-            self.wait_committed(batch_id, partitions)
             start, end = self.debezium_ddl_range(int(prev.get("markers_next", 0)))
             plan = {"markers_start": start, "markers_end": end, "schemas_end": 0, "markers_topic_id": None,
                     "lost": []}
             self.store.save_plan(batch_id, plan)
         if plan is None:
-            self.wait_committed(batch_id, partitions)
-            # Looked up after the batch's records are committed (so the markers before them
-            # are too), once for the losses check and the range.
+            # Looked up after the batch's offsets were fixed (so the markers of its committed
+            # records are there), once for the losses check and the range.
             st = schemas_topic(self.prefix)
             latest = self.kafka.offsets_now([(mt, 0), (st, 0)])
             ids = self.kafka.topic_ids([mt])
@@ -144,25 +139,3 @@ class MarkerPlanner:
                         topic, low, end, start, low)
             start = low
         return start, end
-
-    def wait_committed(self, batch_id: int, partitions: list[tuple[str, int]], timeout: float = 60.0) -> None:
-        """Wait until every record of the batch is committed in Kafka, so the markers range
-        looked up next holds the markers of the batch's transactions.  A correct broker has
-        that already; Tansu reports the first records of an open transaction as stable for a
-        moment (tests/integration/common/test_kafka_offsets.py), and a chunk row read from such a
-        transaction must not arrive before its window's CLOSE marker is in the range."""
-        ends = batch_end_offsets(self.query_dir, batch_id)
-        known = set(partitions)
-        want = {tp: e for tp, e in offsets_from_json(ends[0]).items() if tp in known} \
-            if ends and isinstance(ends[0], dict) else {}
-        deadline = time.monotonic() + timeout
-        while want:
-            now = self.kafka.end_offsets(want, hints=want, at_least=want)
-            want = {tp: e for tp, e in want.items() if now[tp][1] < e}
-            if not want:
-                return
-            if time.monotonic() > deadline:
-                log.warning("batch %d: records below the planned ends of %s are still not committed after %.0fs",
-                            batch_id, sorted(want), timeout)
-                return
-            time.sleep(0.02)

@@ -50,6 +50,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -60,7 +61,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from common import logs
 from common.config import CapturedSource, CDCConfig, load_config
-from common.errors import CDCError
+from common.errors import CDCError, KafkaAuthError
 from common.kafka.clients import check_connection
 from common.kafka.security import export_secret_references
 from common.metrics_http import process_registry, serve_metrics
@@ -137,6 +138,7 @@ class MergeJob:
     (:class:`~spark_jobs.batch_report.BatchReport`); it runs the query and its retry loop."""
 
     def __init__(self, cfg: CDCConfig, source: CapturedSource | None = None) -> None:
+        cfg = cfg.for_part("merge")  # (its own Kafka login, when it has one)
         self.cfg = cfg
         k = cfg.kafka
         self.source = source or cfg.captured_sources()[0]
@@ -394,6 +396,12 @@ class MergeJob:
                     self.report.not_running = f"the query failed ({str(exc).splitlines()[0][:300]}); restarting"
                     if self._stop.is_set():
                         return 0
+                    refused = re.search(r"Kafka refused [^\n]*", str(exc))
+                    if refused or "AUTHORIZATION_FAILED" in str(exc):  # the ACLs: a restart cannot help
+                        user = self.cfg.kafka.security.sasl_username or "(the client's principal)"
+                        raise KafkaAuthError(
+                            f"{refused.group(0) if refused else str(exc).splitlines()[0][:300]} (user {user!r}; "
+                            "the merge job logs in with spark.kafka_security, else kafka.security)") from None
                     if self.fail_on_data_loss:
                         self.stop_on_data_loss()  # lost Kafka history stops the job: a restart cannot help
                     self.stop_on_schema_change()  # so does a schema change the configuration refuses

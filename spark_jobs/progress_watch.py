@@ -4,8 +4,8 @@ A job whose reads trickle never "stalls" by the old measure (any record within 1
 issue that brought this in read 2,166 records in 29 s while 900 a second arrived, and then
 sat in a read that no answer came to, restarted on the same range and sat there again.
 The driver feeds the watch after every batch (:meth:`ProgressWatch.batch_done`: each
-partition's planned range, the seconds its task spent reading it, the fetch wait it read
-with, and the log's latest end offsets), while a batch runs (:meth:`ProgressWatch.running`)
+partition's planned range, the seconds its task spent reading it, and the log's latest end
+offsets), while a batch runs (:meth:`ProgressWatch.running`)
 and when the query restarts (:meth:`ProgressWatch.restarted`).  It answers with the
 warnings that are new; :meth:`ProgressWatch.current` lists those in force, for the status
 file, ``cdc status`` and the metrics.
@@ -39,7 +39,6 @@ class PartitionRead:
     start: int
     end: int
     seconds: float
-    fetch_wait_ms: int | None = None
 
     @property
     def key(self) -> str:
@@ -53,7 +52,7 @@ class PartitionRead:
         if not r or r.get("end", 0) <= max(r.get("start", 0), 0):
             return None
         return cls(str(stats["topic"]), int(stats["partition"]), max(int(r["start"]), 0), int(r["end"]),
-                   float(r.get("seconds", 0.0)), r.get("fetch_wait_ms"))
+                   float(r.get("seconds", 0.0)))
 
 
 @dataclass
@@ -177,13 +176,12 @@ class ProgressWatch:
             return None
         if arrival <= 0 or read_rate >= arrival or read_s < 0.25 * span:
             return None
-        wait = f", fetch wait {r.fetch_wait_ms} ms" if r.fetch_wait_ms is not None else ""
         behind = f", {lag:,} records behind the log's end" if lag is not None else ""
         w = PaceWarning("falling_behind", r.key,
                     f"{r.key} is read at {read_rate:,.0f} records/s while {arrival:,.0f}/s arrive (over the last "
-                    f"{span:.0f}s; last range [{r.start}, {r.end}) read in {r.seconds:.1f}s{wait}{behind}): the job "
+                    f"{span:.0f}s; last range [{r.start}, {r.end}) read in {r.seconds:.1f}s{behind}): the job "
                     f"waits for the broker's fetch answers", now,
                     {"read_per_s": round(read_rate, 1), "arrive_per_s": round(arrival, 1), "start": r.start,
-                     "end": r.end, "fetch_wait_ms": r.fetch_wait_ms, "lag": lag})
+                     "end": r.end, "lag": lag})
         self._warnings[key] = w
         return w

@@ -8,6 +8,7 @@ from typing import Mapping
 
 from pyspark.sql import SparkSession
 
+from common.jars import module_jars
 from spark_jobs.kafka_source import CdcKafkaDataSource
 
 #: The JVMs' options when the records never pass through them (the ``cdc-kafka`` source):
@@ -60,6 +61,13 @@ def java_options_elsewhere(environ: Mapping[str, str] | None = None) -> bool:
         return False
 
 
+def connector_jars() -> str:
+    """The jars of Spark's own Kafka source (and the lake connectors) for ``spark.jars``:
+    ``.jars/spark``, which ``make jars`` resolves from Maven Central (java/spark/pom.xml) for
+    this PySpark's Spark; nothing is fetched when the session starts."""
+    return ",".join(str(j) for j in module_jars("spark"))
+
+
 def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: Mapping[str, str] | None = None,
                   kafka_source: str = "python", ui_port: int | None = None) -> SparkSession:
     """Get or create a session: few shuffle partitions, no UI (``ui_port``: Spark's UI on that
@@ -80,6 +88,8 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
                .config(*CHECKPOINT_FILE_MANAGER))
     if ui_port:
         builder = builder.config("spark.ui.port", str(ui_port))
+    if kafka_source == "jvm" and not (conf and "spark.jars" in conf):
+        builder = builder.config("spark.jars", connector_jars())
     for key, value in session_conf(conf, kafka_source, java_options_elsewhere=java_options_elsewhere()).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

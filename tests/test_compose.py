@@ -636,6 +636,14 @@ def check_tls(compose: dict[str, Any]) -> list[str]:
     return problems
 
 
+def pom_property(name: str) -> str:
+    """A version of java/pom.xml (what ``make jars`` resolves)."""
+    import xml.etree.ElementTree as ET
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ET.parse(Path(__file__).resolve().parents[1] / "java" / "pom.xml").getroot()
+    return root.find(f"m:properties/m:{name}", ns).text.strip()
+
+
 def check_kafka_service(compose: dict[str, Any]) -> list[str]:
     svcs = services(interpolate(compose))
     kafka = svcs.get("kafka") or {}
@@ -643,6 +651,9 @@ def check_kafka_service(compose: dict[str, Any]) -> list[str]:
     problems = []
     if not str(kafka.get("image", "")).startswith("apache/kafka:"):
         problems.append("kafka: use the official apache/kafka image")
+    elif str(kafka["image"]).split(":", 1)[1] != pom_property("kafka.version"):
+        problems.append(f"kafka: the image {kafka['image']} is not the Kafka the embedded stack runs "
+                        f"(java/pom.xml kafka.version {pom_property('kafka.version')})")
     roles = set(env.get("KAFKA_PROCESS_ROLES", "").split(","))
     if roles != {"broker", "controller"}:
         problems.append("kafka: KAFKA_PROCESS_ROLES must be broker,controller (single-node KRaft)")
@@ -1106,7 +1117,7 @@ def _env_example_with(old: str, new: str) -> dict[str, Any]:
     return {"env_example": text.replace(old, new)}
 
 
-KAFKA_PKG = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0"
+KAFKA_PKG = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
 
 # (check, what is broken, breaker): the breaker damages a copy of the parsed compose file
 # and returns extra keyword arguments for the check (damaged init scripts or .env.example).
@@ -1142,6 +1153,8 @@ BREAKAGES: list[tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
                                             if not f.startswith("--binlog-row-metadata")])),
     ("mysql_service", "producer server id equals the server's",
      lambda c: _set_env(c, "producer", "CDC__SOURCE__SERVER_ID", "1")),
+    ("kafka_service", "another Kafka than the embedded stack's",
+     lambda c: _update(c, "kafka", image="apache/kafka:3.9.0")),
     ("kafka_service", "bootstrap address not advertised",
      lambda c: _set_env(c, "producer", "CDC__KAFKA__BOOTSTRAP_SERVERS", "kafka:29092")),
     ("kafka_service", "quorum voters on the wrong port",
@@ -1157,7 +1170,7 @@ BREAKAGES: list[tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
     ("spark", "connector of another Spark version",
      lambda c: _cmd_replace(c, "merge-job", KAFKA_PKG, "org.apache.spark:spark-sql-kafka-0-10_2.13:3.5.1")),
     ("spark", "connector built for another Scala",
-     lambda c: _cmd_replace(c, "merge-job", KAFKA_PKG, "org.apache.spark:spark-sql-kafka-0-10_2.12:4.3.0")),
+     lambda c: _cmd_replace(c, "merge-job", KAFKA_PKG, "org.apache.spark:spark-sql-kafka-0-10_2.12:4.1.1")),
     ("spark", "job module not submitted",
      lambda c: _cmd_replace(c, "merge-job", "spark_jobs.merge_job", "spark_jobs.other")),
     ("spark", "Spark's UI port not published", lambda c: _set_env(c, "merge-job", "CDC__SPARK__UI_PORT", "4041")),

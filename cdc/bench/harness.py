@@ -24,6 +24,7 @@ from rich.table import Table
 
 from cdc.bench.race_rounds import busy_processes
 from cdc.errors import BenchError
+from cdc.stack.kafka_broker import node_pids
 from cdc.stack.manager import StackInfo, stack_down, stack_up
 from cdc.workload import BackgroundWriter
 from common.config import load_config
@@ -245,8 +246,9 @@ def race_process_ids(stack_pids: Iterable[int | None] = ()) -> set[int]:
 
 
 def stack_pids(info: StackInfo) -> list[int | None]:
-    """The embedded stack's server processes (MariaDB, the broker, PostgreSQL where running)."""
-    return [(info.data.get(part) or {}).get("pid") for part in ("mysql", "kafka", "postgres")]
+    """The embedded stack's server processes (MariaDB, the Kafka nodes, PostgreSQL where running)."""
+    return [(info.data.get("mysql") or {}).get("pid"), *node_pids(info.data.get("kafka") or {}),
+            (info.data.get("postgres") or {}).get("pid")]
 
 
 def round_conditions(info: StackInfo, sample_s: float = 1.0) -> dict[str, Any]:

@@ -64,6 +64,7 @@ from cdc.bench.harness import (
 )
 from cdc.bench.lake import delta_latency, lake_runs
 from cdc.errors import BenchError
+from cdc.stack.kafka_broker import kafka_pids
 from cdc.stack.spark_cluster import standalone_cluster
 from common.config import dump_config
 from common.kafka.topic_reader import read_topic
@@ -302,7 +303,7 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
     cfg.sinks.mysql.enabled = False
     cfg.sinks.postgres.schema_name = f"benchmerge_{run}"
     work = Path(info.state_dir) / "bench-merge" / run
-    cpu_roots = {"PostgreSQL": info.postgres.get("pid"), "Kafka broker": info.kafka.get("pid")}
+    cpu_roots = {"PostgreSQL": info.postgres.get("pid"), **kafka_pids(info.kafka, "Kafka")}
     idle_exit_s = 3.0
     try:
         with admin(info.mysql) as conn, conn.cursor() as cur:

@@ -54,6 +54,7 @@ from cdc.bench.doc_sections import with_section
 from cdc.bench.harness import PacedWriter, admin, bench_config, child_pids, proc_status_kb, start_stack
 from cdc.errors import BenchError
 from cdc.pipeline_run import pipeline_processes, run_config
+from cdc.stack.kafka_broker import kafka_pids
 from cdc.stack.manager import stack_down
 from cdc.verify import verify
 from common.config import CDCConfig
@@ -555,7 +556,7 @@ def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows
     console = console or Console()
     info = start_stack(state_dir, console)
     cfg = bench_config(info, "soak", "soak")
-    pids = {"broker": info.kafka.get("pid"), "mariadb": info.mysql.get("pid"), "postgres": info.postgres.get("pid")}
+    pids = {**kafka_pids(info.kafka), "mariadb": info.mysql.get("pid"), "postgres": info.postgres.get("pid")}
     work_dir = Path(state_dir) / f"soak-{int(time.time())}"
     try:
         result = run_soak(cfg, mysql=info.mysql, work_dir=work_dir, minutes=minutes, rate=rate, rows=rows,

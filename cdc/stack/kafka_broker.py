@@ -99,9 +99,12 @@ class BrokerSecurity:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, base64url without padding (as ``kafka-storage.sh
-    random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, base64url without padding, never starting with
+    ``-`` (which a command line would take for an option), as Kafka's own ``Uuid.randomUuid``."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _read(path: str) -> str:
@@ -310,6 +313,15 @@ class EmbeddedKafka:
             raise StackError(f"formatting Kafka node {node_id}'s log directory failed:\n"
                              f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
+    def restart_node(self, info: dict, node_id: int, *, security: BrokerSecurity | None = None) -> dict:
+        """Start node ``node_id`` of the running cluster ``info`` again (after :func:`stop_node`)
+        on its ports and data; ``info`` is updated with its new pid and returned."""
+        ports = {n["id"]: (n["port"], n["controller_port"]) for n in info["nodes"]}
+        old = next(n for n in info["nodes"] if n["id"] == node_id)
+        node = self._start_node(node_id, ports, info["cluster_id"], module_classpath(JARS_MODULE), old, security)
+        info["nodes"] = [node if n["id"] == node_id else n for n in info["nodes"]]
+        return info
+
     def stop(self, info: dict) -> bool:
         """Stop every node (a controlled shutdown: SIGTERM, then SIGKILL after a minute)."""
         stopped = False
@@ -338,6 +350,16 @@ def stop_node(node: dict, *, sig: int = signal.SIGTERM) -> bool:
     return stop_pid(node.get("pid"), node["config"], timeout=60.0, sig=sig)
 
 
+def partition_leaders(bootstrap: str, topics: list[str], client: dict[str, Any] | None = None
+                      ) -> dict[tuple[str, int], int]:
+    """The node leading each partition of ``topics`` (those that exist), as the cluster's
+    metadata says now."""
+    from confluent_kafka.admin import AdminClient
+    md = AdminClient({"bootstrap.servers": bootstrap, **(client or {})}).list_topics(timeout=15)
+    return {(t, p): pmd.leader for t in topics if t in md.topics and md.topics[t].error is None
+            for p, pmd in md.topics[t].partitions.items()}
+
+
 def _formatted_for(data_dir: Path, cluster_id: str) -> bool:
     meta = data_dir / "meta.properties"
     try:
@@ -362,6 +384,18 @@ def wait_for_brokers(bootstrap: str, count: int, client: dict[str, Any] | None =
             last = str(exc)
         time.sleep(0.2)
     raise StackError(f"Kafka at {bootstrap} did not become ready within {timeout:.0f}s: {last}")
+
+
+def node_pids(info: dict) -> list[int]:
+    """The pids of the Kafka nodes a stack's ``kafka`` record names (none for an external Kafka)."""
+    return [n["pid"] for n in (info or {}).get("nodes") or [] if n.get("pid")]
+
+
+def kafka_pids(info: dict, name: str = "broker") -> dict[str, int]:
+    """``{name: pid}`` of the Kafka nodes (``broker``, or ``broker-2``... with several), for
+    the benchmarks' memory and CPU columns."""
+    pids = node_pids(info)
+    return {name if len(pids) == 1 else f"{name}-{i}": pid for i, pid in enumerate(pids, start=1)}
 
 
 def external_broker(bootstrap: str) -> dict:

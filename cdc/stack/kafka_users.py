@@ -52,14 +52,54 @@ def create_acls(admin_conf: dict, bindings: list[AclBinding], *, timeout: float 
             raise StackError(f"Kafka did not take the ACL {binding}: {exc}") from exc
 
 
-def grant_pipeline(admin_conf: dict, user: str) -> None:
-    """What the whole pipeline (producer, merge job, operator tools) needs as one user: its
-    topics, consumer groups and transactional ids, and idempotent writes; nothing on the
+def deny(user: str, resource: ResourceType, name: str, operations: Iterable[AclOperation], *,
+         prefixed: bool = False) -> list[AclBinding]:
+    """DENY bindings (they win over any ALLOW) of ``user`` on one resource or a name prefix."""
+    pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
+    return [AclBinding(resource, name, pattern, f"User:{user}", "*", op, AclPermissionType.DENY)
+            for op in operations]
+
+
+_WRITE = (AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS)
+_READ = (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS)
+_GROUPS = (AclOperation.READ, AclOperation.DESCRIBE)
+_CLUSTER = (AclOperation.IDEMPOTENT_WRITE,)
+
+
+def operator_acls(user: str, prefix: str) -> list[AclBinding]:
+    """The operator tools' user (``cdc status``, ``verify``, ``snapshot``, ``route``, the demo):
+    everything on the pipeline's topics (names starting with ``prefix``), nothing on the
     cluster's configuration or its users."""
-    ops = (AclOperation.ALL,)
-    create_acls(admin_conf, [
-        *allow(user, ResourceType.TOPIC, "*", ops),
-        *allow(user, ResourceType.GROUP, "*", ops),
-        *allow(user, ResourceType.TRANSACTIONAL_ID, "*", ops),
-        *allow(user, ResourceType.BROKER, "kafka-cluster", (AclOperation.IDEMPOTENT_WRITE, AclOperation.DESCRIBE)),
-    ])
+    return [*allow(user, ResourceType.TOPIC, prefix, (AclOperation.ALL,), prefixed=True),
+            *allow(user, ResourceType.GROUP, "*", _GROUPS),
+            *allow(user, ResourceType.TRANSACTIONAL_ID, "*", (AclOperation.ALL,)),
+            *allow(user, ResourceType.BROKER, "kafka-cluster", _CLUSTER)]
+
+
+def producer_acls(user: str, prefix: str, clean_prefixes: Iterable[str]) -> list[AclBinding]:
+    """The binlog producer's user: write (and read back) its topics, every topic whose name
+    starts with ``prefix``, except the merge job's outputs (``clean_prefixes``, its dead
+    letters and the operator's route decisions), which it may not touch; its transactions."""
+    outputs = [*(deny(user, ResourceType.TOPIC, p, (AclOperation.WRITE, AclOperation.CREATE, AclOperation.READ),
+                      prefixed=True) for p in clean_prefixes)]
+    return [*allow(user, ResourceType.TOPIC, prefix, (*_WRITE, AclOperation.READ), prefixed=True),
+            *[b for bindings in outputs for b in bindings],
+            *deny(user, ResourceType.TOPIC, f"{prefix}._dlq", (AclOperation.WRITE, AclOperation.CREATE)),
+            *deny(user, ResourceType.TOPIC, f"{prefix}._routes", (AclOperation.WRITE, AclOperation.CREATE)),
+            *allow(user, ResourceType.GROUP, "*", _GROUPS),
+            *allow(user, ResourceType.TRANSACTIONAL_ID, "cdc-producer-", (AclOperation.WRITE, AclOperation.DESCRIBE),
+                   prefixed=True),
+            *allow(user, ResourceType.BROKER, "kafka-cluster", _CLUSTER)]
+
+
+def merge_acls(user: str, prefix: str, clean_prefixes: Iterable[str]) -> list[AclBinding]:
+    """The merge job's user: read its inputs (every topic whose name starts with ``prefix``),
+    write its outputs (the clean changelogs under ``clean_prefixes``, its dead letters) and
+    make the markers topic when the producer has not yet; no write to any input."""
+    clean = [b for p in clean_prefixes
+             for b in allow(user, ResourceType.TOPIC, p, (*_WRITE, AclOperation.ALTER), prefixed=True)]
+    return [*allow(user, ResourceType.TOPIC, prefix, _READ, prefixed=True), *clean,
+            *allow(user, ResourceType.TOPIC, f"{prefix}._dlq", _WRITE),
+            *allow(user, ResourceType.TOPIC, f"{prefix}._markers", (AclOperation.CREATE,)),
+            *allow(user, ResourceType.GROUP, "*", _GROUPS),
+            *allow(user, ResourceType.BROKER, "kafka-cluster", _CLUSTER)]

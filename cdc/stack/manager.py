@@ -293,7 +293,10 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     previous = read_stack(state_dir) or {}
     notes: list[str] = []
     prev_kafka = previous.get("kafka") or {}
-    kafka_lost = not kafka_bootstrap and bool(prev_kafka.get("embedded")) and EmbeddedKafka.data_lost(prev_kafka)
+    # (another number of nodes is another cluster: the old one's topics are left behind)
+    resized = bool(brokers) and bool(prev_kafka.get("nodes")) and brokers != len(prev_kafka["nodes"])
+    kafka_lost = not kafka_bootstrap and bool(prev_kafka.get("embedded")) and (
+        EmbeddedKafka.data_lost(prev_kafka) or resized)
     dependents = lost_kafka_dependents(state_dir) if kafka_lost else []
     if dependents and on_lost_kafka == "refuse":
         raise StackError(
@@ -323,11 +326,17 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
             data["kafka"] = external_broker(kafka_bootstrap)
         else:
             prev_k = previous.get("kafka") if (previous.get("kafka") or {}).get("embedded") else None
+            if resized and prev_k and EmbeddedKafka.running(prev_k):
+                raise StackError(f"this stack's Kafka runs {len(prev_k['nodes'])} node(s): run 'cdc stack down' "
+                                 f"before 'cdc stack up --brokers {brokers}' (a new cluster: its topics start empty)")
             count = brokers or (prev_k or {}).get("brokers") or 1
             cluster = EmbeddedKafka(state_dir, count)
             data["kafka"] = cluster.start(prev_k, security=guarded.broker_security() if guarded else None)
             if guarded:
-                data["kafka"]["security"] = guarded.kafka_users(data["kafka"])
+                prefix = CDCConfig().kafka.topic_prefix
+                clean = [f"{prefix}.clean."] + [f"{prefix}_{name}.clean." for name in SOURCE_NAMES]
+                data["kafka"]["users"] = guarded.kafka_users(data["kafka"], prefix, clean)
+                data["kafka"]["security"] = data["kafka"]["users"]["operator"]
         if postgres_dsn:
             data["postgres"] = external_postgres(postgres_dsn)
         else:
@@ -354,7 +363,9 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     else:
         (state_dir / SOURCES_CONFIG).unlink(missing_ok=True)
     if kafka_lost:
-        notes.append(f"the embedded Kafka's data directory ({state_dir / 'kafka'}) no longer held its cluster: it "
+        notes.append(f"the embedded Kafka now runs {brokers} node(s), a new cluster: every topic of the earlier run "
+                     "is gone" if resized else
+                     f"the embedded Kafka's data directory ({state_dir / 'kafka'}) no longer held its cluster: it "
                      "was started anew, and every topic of the earlier run is gone")
         if dependents:
             notes += _reset_for_lost_kafka(state_dir)
@@ -379,6 +390,25 @@ def _secure_stack(state_dir: Path, previous: dict[str, Any], secure: bool, repli
         raise StackError("--secure with replicas is not supported yet: replication between the stack's servers "
                          "would need TLS too (MASTER_SSL)")
     return SecureStack(state_dir)
+
+
+def record_kafka(state_dir: Path, kafka: dict[str, Any]) -> None:
+    """Write the embedded Kafka's record ``kafka`` (a node started again: its new pid) into
+    stack.json, so that ``cdc stack down`` stops what runs."""
+    state_dir = state_dir.resolve()
+    data = read_stack(state_dir) or {}
+    data["kafka"] = kafka
+    _write_private(_stack_file(state_dir), json.dumps(data, indent=2))
+
+
+def grant_topic_prefix(state_dir: Path, prefix: str) -> None:
+    """On a secure stack: the ACLs of its producer, merge job and operator users on the topics
+    under ``prefix`` (a configuration's ``kafka.topic_prefix`` other than the stack's own, such
+    as the demo's per run).  Nothing to do on a plain stack."""
+    state_dir = state_dir.resolve()
+    data = read_stack(state_dir) or {}
+    if data.get("secure") and (data.get("kafka") or {}).get("embedded"):
+        SecureStack(state_dir).grant_topic_prefix(data["kafka"], prefix)
 
 
 def stack_down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str]:

@@ -25,11 +25,16 @@ from typing import Any
 
 from cdc.stack.certs import CertFiles, CertificateAuthority, pkcs12_keystore
 from cdc.stack.kafka_broker import BrokerSecurity, admin_settings
-from cdc.stack.kafka_users import grant_pipeline, upsert_scram_users
+from cdc.stack.kafka_users import create_acls, merge_acls, operator_acls, producer_acls, upsert_scram_users
 from cdc.stack.postgres_server import PostgresTls
 from common.config import CDCConfig
 
+#: The Kafka users of a secure stack, by part, and the secret file of each one's password: the
+#: operator tools' (``kafka.security``), the producer's (``producer.kafka_security``) and the
+#: merge job's (``spark.kafka_security``), each with the ACLs of :mod:`cdc.stack.kafka_users`.
 KAFKA_USER = "cdc"
+KAFKA_USERS = {"operator": (KAFKA_USER, "kafka_password"), "producer": ("cdc-producer", "kafka_producer_password"),
+               "merge": ("cdc-merge", "kafka_merge_password")}
 
 
 @dataclass
@@ -67,17 +72,30 @@ class SecureStack:
         keystore = pkcs12_keystore(self.server, self.secrets_dir / "kafka-keystore.p12",
                                    Path(store_password).read_text())
         return BrokerSecurity(keystore, store_password, self.ca.ca, self.secret("kafka_broker_password"),
-                              {KAFKA_USER: self.secret("kafka_password")})
+                              {user: self.secret(secret) for user, secret in KAFKA_USERS.values()})
 
-    def kafka_users(self, kafka: dict[str, Any]) -> dict[str, Any]:
-        """The pipeline's SCRAM user and its ACLs on the running cluster ``kafka``; the
-        ``kafka.security`` the pipeline's clients log in with."""
-        admin = {"bootstrap.servers": kafka["bootstrap_servers"], **admin_settings(self.broker_security())}
-        password_file = self.secret("kafka_password")
-        upsert_scram_users(admin, {KAFKA_USER: Path(password_file).read_text()})
-        grant_pipeline(admin, KAFKA_USER)
-        return {"protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": KAFKA_USER,
-                "sasl_password_file": password_file, "ca": self.ca.ca}
+    def kafka_users(self, kafka: dict[str, Any], prefix: str, clean_prefixes: list[str]) -> dict[str, Any]:
+        """The pipeline's SCRAM users and their ACLs on the running cluster ``kafka`` (topics
+        under ``prefix``, the merge job's outputs under ``clean_prefixes``); the
+        ``kafka.security`` each part logs in with, by part."""
+        upsert_scram_users(self._admin(kafka),
+                           {user: Path(self.secret(secret)).read_text() for user, secret in KAFKA_USERS.values()})
+        self.grant_topic_prefix(kafka, prefix, clean_prefixes)
+        return {part: {"protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": user,
+                       "sasl_password_file": self.secret(secret), "ca": self.ca.ca}
+                for part, (user, secret) in KAFKA_USERS.items()}
+
+    def _admin(self, kafka: dict[str, Any]) -> dict[str, Any]:
+        return {"bootstrap.servers": kafka["bootstrap_servers"], **admin_settings(self.broker_security())}
+
+    def grant_topic_prefix(self, kafka: dict[str, Any], prefix: str, clean_prefixes: list[str] | None = None) -> None:
+        """Each part's ACLs on the topics under ``prefix`` (a pipeline's ``kafka.topic_prefix``;
+        its clean changelogs under ``clean_prefixes``, by default ``<prefix>.clean.``), as an
+        operator grants them when a pipeline is set up."""
+        clean = clean_prefixes or [f"{prefix}.clean."]
+        create_acls(self._admin(kafka), [*operator_acls(KAFKA_USERS["operator"][0], prefix),
+                                         *producer_acls(KAFKA_USERS["producer"][0], prefix, clean),
+                                         *merge_acls(KAFKA_USERS["merge"][0], prefix, clean)])
 
     def record(self, mysql: dict[str, Any]) -> dict[str, Any]:
         """What stack.json records of it (``secure``), with the MySQL passwords' files written."""
@@ -94,4 +112,7 @@ def secure_config(cfg: CDCConfig, data: dict[str, Any]) -> None:
         section.password = ""
         section.password_file = password_file
         section.ssl.mode, section.ssl.ca = "verify_identity", sec["ca"]
-    cfg.kafka.security = type(cfg.kafka.security).model_validate(data["kafka"]["security"])
+    users = data["kafka"]["users"]
+    cfg.kafka.security = type(cfg.kafka.security).model_validate(users["operator"])
+    cfg.producer.kafka_security = type(cfg.kafka.security).model_validate(users["producer"])
+    cfg.spark.kafka_security = type(cfg.kafka.security).model_validate(users["merge"])

@@ -38,22 +38,39 @@ def check_connection(cfg: KafkaConfig, *, timeout: float = 15.0) -> None:
 
 
 def security_problem(errors: list[KafkaError], cfg: KafkaConfig) -> str | None:
-    """What the client errors ``errors`` say about ``kafka.security``, or None."""
-    sec, where = cfg.security, cfg.bootstrap_servers
+    """What the client errors ``errors`` say about the client's security settings (``kafka.security``,
+    or the part's own login: :attr:`KafkaConfig.security_setting`), or None."""
+    sec, where, name = cfg.security, cfg.bootstrap_servers, cfg.security_setting
     for err in errors:
         text = err.str()
         if err.code() == KafkaError._AUTHENTICATION:
-            return (f"Kafka at {where} refused the SASL login of kafka.security.sasl_username {sec.sasl_username!r} "
-                    f"with {sec.sasl_mechanism}: check kafka.security.sasl_password (or sasl_password_file) and "
+            return (f"Kafka at {where} refused the SASL login of {name}.sasl_username {sec.sasl_username!r} "
+                    f"with {sec.sasl_mechanism}: check {name}.sasl_password (or sasl_password_file) and "
                     f"sasl_mechanism ({text})")
         if err.code() == KafkaError._SSL:
-            ca = f"kafka.security.ca ({sec.ca})" if sec.ca else "kafka.security.ca (unset: the system's CAs)"
+            ca = f"{name}.ca ({sec.ca})" if sec.ca else f"{name}.ca (unset: the system's CAs)"
             return (f"TLS with Kafka at {where} failed: check {ca}, the CA that signed the brokers' certificates, and "
-                    f"kafka.security.verify_hostname ({text})")
+                    f"{name}.verify_hostname ({text})")
         if "security.protocol" in text:
-            return (f"Kafka at {where} closed the connection: kafka.security.protocol {sec.protocol!r} is likely not "
+            return (f"Kafka at {where} closed the connection: {name}.protocol {sec.protocol!r} is likely not "
                     f"what its listener speaks ({text})")
     return None
+
+
+#: The errors of a request the user's ACLs do not allow.
+AUTHORIZATION_ERRORS = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                  KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+
+
+def authorization_problem(err: KafkaError | None, cfg: KafkaConfig, what: str) -> str | None:
+    """What to tell a user when Kafka refused ``what`` (``"write to topic X"``) to this client's
+    user for its ACLs (None for any other error): retrying cannot help."""
+    if err is None or err.code() not in AUTHORIZATION_ERRORS:
+        return None
+    user = cfg.security.sasl_username or "(the client's principal)"
+    return (f"Kafka refused {what} to user {user!r} ({err.name()}): its ACLs do not allow it; check the user's ACLs "
+            f"and the login this part uses ({cfg.security_setting})")
 
 
 def producer_config(cfg: KafkaConfig, *, transactional_id: str | None = None, **extra) -> dict:
@@ -81,6 +98,9 @@ def ensure_topics(cfg: KafkaConfig, names: Iterable[str], *, partitions: int | N
         try:
             fut.result()
         except KafkaException as exc:
+            refused = authorization_problem(exc.args[0] if exc.args else None, cfg, f"creating topic {name}")
+            if refused:
+                raise KafkaAuthError(refused) from None
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
 

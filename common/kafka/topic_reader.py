@@ -6,10 +6,9 @@ import time
 import uuid
 from typing import Iterator
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from common.errors import PartitionStalled
-from common.kafka.fetch_wait import AdaptiveConsumer
+from common.errors import KafkaAuthError, PartitionStalled
 from common.kafka.offsets import end_offsets
 
 # How long one ``consume`` call may wait.  librdkafka's ``consume(n, timeout)`` returns
@@ -28,11 +27,15 @@ _METADATA_WAIT_S = 5.0
 #: of 190 bytes were read from one partition in 1.19-1.38 s with the default and in
 #: 0.33-0.43 s with 10 ms, the Python side's CPU time the same (docs/merge-performance.md).
 #: The prefetch itself stays bounded by ``queued.min.messages`` and
-#: ``queued.max.messages.kbytes``.
-READ_AHEAD = {"fetch.queue.backoff.ms": 10}
+#: ``queued.max.messages.kbytes``.  And a fetch that reaches the end of the log (past a
+#: range's last record, before a commit marker) is held by the broker for
+#: ``fetch.wait.max.ms`` (librdkafka's 500 ms) while the next one waits behind it: 10 ms.
+#: Kafka answers a fetch anywhere in a partition at once, however deep (``cdc bench broker``,
+#: docs/operations.md: the first record from the middle of a 300,000-batch partition in 12 ms).
+READ_AHEAD = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10}
 
 
-def read_partition(consumer: AdaptiveConsumer, topic: str, partition: int, start: int, end: int, *,
+def read_partition(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,
                    timeout: float = 60.0, batch: int = 1000) -> Iterator[list]:
     """Lists of the data messages of ``topic[partition]`` at offsets ``[start, end)``, in
     offset order, read with ``consumer`` (assigned here; ``start`` may be a logical offset
@@ -40,12 +43,8 @@ def read_partition(consumer: AdaptiveConsumer, topic: str, partition: int, start
     compacted records): the range is done when a record at ``end - 1`` arrives or the
     consumer's position reaches ``end``.
 
-    The records are there to read, so a read that gets nothing for the consumer's
-    :meth:`~common.kafka.fetch_wait.FetchWait.starved_after_s` is starved, not waiting: its
-    fetch wait grows and the read goes on from where it is with a consumer made anew
-    (:class:`~common.kafka.fetch_wait.AdaptiveConsumer`).  Raises :class:`PartitionStalled`
-    when the read makes no progress for ``timeout`` seconds (and at least twice the fetch
-    wait: a longer fetch is not cut short), ``RuntimeError`` on a consumer error."""
+    Raises :class:`PartitionStalled` when the read makes no progress for ``timeout``
+    seconds, ``RuntimeError`` on a consumer error."""
     if end <= start:
         return
     if start < 0:
@@ -60,8 +59,7 @@ def read_partition(consumer: AdaptiveConsumer, topic: str, partition: int, start
     where = TopicPartition(topic, partition)
     consumer.assign([TopicPartition(topic, partition, start)])
     position = start
-    assigned = last_progress = last_change = time.monotonic()
-    answered = False
+    last_progress = last_change = time.monotonic()
     while position < end:
         msgs = consumer.consume(max(1, min(batch, end - position)), CONSUME_WAIT_S)
         if msgs and not [m for m in msgs if m.error() is not None]:
@@ -78,12 +76,12 @@ def read_partition(consumer: AdaptiveConsumer, topic: str, partition: int, start
                     if m.offset() < end:
                         data.append(m)
                     position = max(position, m.offset() + 1)
+                elif err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED):
+                    raise KafkaAuthError(f"Kafka refused reading {topic}[{partition}] ({err.name()}): the ACLs of "
+                                         "this client's user do not allow it")
                 elif err.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(f"reading {topic}[{partition}]: {err}")
         now = time.monotonic()
-        if msgs and not answered:
-            answered = True
-            consumer.answered(now - assigned)
         if data:
             last_progress = last_change = now
             yield data
@@ -92,17 +90,9 @@ def read_partition(consumer: AdaptiveConsumer, topic: str, partition: int, start
             if pos > position:
                 position, last_progress, last_change = pos, now, now
                 continue
-            idle = now - last_change
-            wait_s = consumer.wait.ms / 1000.0
-            if idle > max(timeout, 2 * wait_s):
+            if now - last_change > timeout:
                 raise PartitionStalled(f"{topic}[{partition}] made no progress for {now - last_progress:.0f}s at "
-                                       f"position {position}, range [{start}, {end}), fetch wait {consumer.wait.ms} ms",
-                                       position)
-            if not msgs and idle > consumer.wait.starved_after_s() and \
-                    consumer.starved(f"{topic}[{partition}]", position):
-                consumer.assign([TopicPartition(topic, partition, position)])
-                assigned = last_change = time.monotonic()
-                answered = False
+                                       f"position {position}, range [{start}, {end})", position)
 
 
 def topic_reader_config(bootstrap_servers: str, client_config: dict | None = None) -> dict:
@@ -119,7 +109,7 @@ def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | No
     offsets taken when the call begins, then stop: partition after partition, each in offset
     order (:func:`read_partition`: a read that makes no progress for ``timeout`` seconds
     raises :class:`PartitionStalled`, a ``TimeoutError``)."""
-    consumer = AdaptiveConsumer(topic_reader_config(bootstrap_servers, client_config), name=f"reading {topic}")
+    consumer = Consumer(topic_reader_config(bootstrap_servers, client_config))
     try:
         md = consumer.list_topics(topic, timeout=timeout)
         tmd = md.topics.get(topic)
@@ -139,11 +129,10 @@ def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | No
 def partition_records(bootstrap_servers: str, topic: str, partition: int, start: int, end: int, *,
                       client_config: dict | None = None, timeout: float = 120.0) -> list[tuple[int, bytes | None]]:
     """``(offset, value)`` of the committed data records of ``topic[partition]`` at offsets
-    ``[start, end)`` (:func:`read_partition`), as plain values: what
-    :func:`common.kafka.client_process.run_isolated` can hand back."""
+    ``[start, end)`` (:func:`read_partition`), as plain values."""
     if end <= start:
         return []
-    consumer = AdaptiveConsumer(topic_reader_config(bootstrap_servers, client_config), name=f"reading {topic}")
+    consumer = Consumer(topic_reader_config(bootstrap_servers, client_config))
     try:
         return [(m.offset(), m.value()) for msgs in read_partition(consumer, topic, partition, start, end,
                                                                    timeout=timeout) for m in msgs]
@@ -153,7 +142,6 @@ def partition_records(bootstrap_servers: str, topic: str, partition: int, start:
 
 def topic_records(bootstrap_servers: str, topic: str, *, start: dict[int, int] | None = None,
                   client_config: dict | None = None) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """``(partition, offset, key, value)`` of what :func:`read_topic` yields, as plain values
-    (for :func:`common.kafka.client_process.run_isolated`)."""
+    """``(partition, offset, key, value)`` of what :func:`read_topic` yields, as plain values."""
     return [(m.partition(), m.offset(), m.key(), m.value())
             for m in read_topic(bootstrap_servers, topic, start=start, client_config=client_config)]

@@ -1,6 +1,9 @@
 """The chaos scenario in its moderate form (``make chaos`` runs a long one): the pipeline
 under a random write load with the producer killed 10 times, the merge job 5 times and
 the source restarted once must end with sinks and clean changelog equal to the source.
+The read-only run does so on a Kafka cluster of three nodes of its own (replication factor
+3, ``min.insync.replicas`` 2) whose busiest partition's leader is killed during the snapshots
+and again during streaming, and a node shut down, each started again.
 ``CDC_CHAOS_SEED`` picks another seed (the same seed gives the same plan)."""
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ import os
 import pytest
 from rich.console import Console
 
-from cdc.chaos import ChaosPlan, run_chaos
+from cdc.chaos import BrokerChaos, ChaosPlan, run_chaos
+from cdc.stack.kafka_broker import EmbeddedKafka
 
 
 def test_same_seed_same_plan():
@@ -24,6 +28,11 @@ def test_same_seed_same_plan():
     assert kinds.index("pause") < kinds.index("resume")
     kills = [t for t, act in a.actions if act == "kill:producer"]
     assert all(y - x >= 2.0 for x, y in zip(kills, kills[1:]))
+    assert not any("broker" in act for act in kinds)
+    brokers = [act for _, act in ChaosPlan.make(7, duration=60, producer_kills=10, job_kills=5,
+                                                 broker_kills=True).actions if act.endswith(":broker")]
+    assert brokers == ["kill:broker", "start:broker", "kill:broker", "start:broker", "shutdown:broker",
+                       "start:broker"]
 
 
 @pytest.mark.parametrize("read_only", [False, True], ids=["marker-rows-and-lake", "read-only"])
@@ -31,10 +40,22 @@ def test_chaos_run_ends_equal(stack, config, tmp_path, read_only):
     seed = int(os.environ.get("CDC_CHAOS_SEED", "1"))
     if not read_only:  # the lake sinks too (their places: the run's own, cdc.pipeline_run.run_config)
         config.sinks.delta.enabled = config.sinks.iceberg.enabled = True
-    counts = run_chaos(config, admin=stack.admin, restart_source=lambda: stack.restart_source(down_s=1.0),
-                       seed=seed, rows=2000, duration=45.0, producer_kills=10, job_kills=5,
-                       work_dir=tmp_path / "chaos", console=Console(width=160), read_only=read_only)
+    brokers = None
+    if read_only:  # on three Kafka nodes of its own
+        cluster = EmbeddedKafka(tmp_path / "kafka3", 3)
+        brokers = BrokerChaos(cluster, cluster.start())
+        config.kafka.bootstrap_servers = brokers.info["bootstrap_servers"]
+    try:
+        counts = run_chaos(config, admin=stack.admin, restart_source=lambda: stack.restart_source(down_s=1.0),
+                           seed=seed, rows=2000, duration=45.0, producer_kills=10, job_kills=5,
+                           work_dir=tmp_path / "chaos", console=Console(width=160), read_only=read_only,
+                           brokers=brokers)
+    finally:
+        if brokers is not None:
+            brokers.cluster.stop(brokers.info)
     assert counts["read_only"] is read_only
+    if brokers is not None:
+        assert (counts["broker_kills"], counts["broker_shutdowns"], counts["broker_starts"]) == (2, 1, 3), counts
     assert counts["producer_kills"] >= 10 and counts["job_kills"] >= 5 and counts["source_restarts"] == 1
     assert counts["clean_changelog_duplicates"] == 0
     assert counts["verify_equal"], counts["report"]

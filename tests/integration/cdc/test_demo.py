@@ -1,6 +1,7 @@
 """`make demo` runs end to end and reports consistency (exit code 0 only when consistent)."""
 
 from cdc.demo import run_demo
+from cdc.stack.kafka_broker import node_pids
 from cdc.stack.manager import read_stack
 from cdc.stack.process import pid_alive
 
@@ -11,4 +12,5 @@ def test_demo_runs_and_is_consistent(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "consistent" in out and "INCONSISTENT" not in out
     data = read_stack(state.resolve())
-    assert not any(pid_alive(data[p]["pid"]) for p in ("mysql", "kafka", "postgres"))  # stopped what it started
+    pids = [data["mysql"]["pid"], data["postgres"]["pid"], *node_pids(data["kafka"])]
+    assert len(pids) == 3 and not any(pid_alive(p) for p in pids)  # stopped what it started

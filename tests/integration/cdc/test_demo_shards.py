@@ -5,6 +5,7 @@ consistency report (exit code 0 only when the merged targets equal the union of 
 import re
 
 from cdc.demo_shards import run_shards_demo
+from cdc.stack.kafka_broker import node_pids
 from cdc.stack.manager import read_stack
 from cdc.stack.process import pid_alive
 
@@ -22,4 +23,5 @@ def test_shards_demo_runs_and_is_consistent(tmp_path, capsys):
         assert f"column mapping: {shard} -> shop.orders: region='{shard[:4]}', shard='{shard[10:12]}'" in out, out
     assert re.search(r"target columns: __source, __db, __table, region, shard, id\b", out), out
     data = read_stack(state.resolve())
-    assert not any(pid_alive(s["pid"]) for s in (data["mysql"], data["kafka"], data["postgres"], *data["sources"]))
+    pids = [s["pid"] for s in (data["mysql"], data["postgres"], *data["sources"])] + node_pids(data["kafka"])
+    assert not any(pid_alive(p) for p in pids)

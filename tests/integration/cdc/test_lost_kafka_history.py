@@ -5,10 +5,11 @@
   from what Kafka holds and counts what was lost;
 * a producer whose position Kafka no longer holds stops instead of starting at
   ``latest``; told ``--recover resume`` it re-publishes from the position it kept;
-* the embedded stack stopped and started again (its broker keeps topics in memory):
-  ``cdc stack up`` resets what depended on the lost topics, the producer re-publishes and
-  snapshots with delete-missing, and ``cdc verify --changelog`` ends equal, also for rows
-  deleted in changes the merge job had not read when the topics were lost.
+* the embedded stack stopped and started again keeps its topics, and the pipeline carries on;
+  stopped, its Kafka data directory wiped and started again: ``cdc stack up`` says so and
+  resets what depended on the lost topics, the producer re-publishes and snapshots with
+  delete-missing, and ``cdc verify --changelog`` ends equal, also for rows deleted in changes
+  the merge job had not read when the topics were lost.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -235,7 +237,7 @@ def _ok(out: subprocess.CompletedProcess) -> str:
     return out.stdout + out.stderr
 
 
-def test_stack_restarted_with_an_empty_broker_recovers_and_verifies_equal(tmp_path):
+def test_stack_restarted_keeps_its_topics_and_with_its_kafka_data_wiped_recovers_and_verifies_equal(tmp_path):
     state = tmp_path / "stack"
     _ok(_cdc("stack", "up", "--state-dir", str(state)))
     try:
@@ -271,15 +273,34 @@ def test_stack_restarted_with_an_empty_broker_recovers_and_verifies_equal(tmp_pa
             cur.execute("DELETE FROM shop.tags WHERE n < 10")
         _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
 
-        down = _ok(_cdc("stack", "down", "--state-dir", str(state)))
-        assert "keeps its topics in memory" in down
+        # Stopped and started again: Kafka keeps its topics, nothing is reset, the pipeline
+        # carries on where it was.
+        _ok(_cdc("stack", "down", "--state-dir", str(state)))
+        up = _ok(_cdc("stack", "up", "--state-dir", str(state)))
+        assert "gone" not in up and "deleted" not in up, up
+        with admin() as conn, conn.cursor() as cur:
+            cur.execute("UPDATE shop.items SET name = 'after restart' WHERE id BETWEEN 600 AND 609")
+        produced = _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
+        assert "Kafka lost the history" not in produced and "Recovering" not in produced
+        _ok(_cdc(*conf, "merge", "--available-now"))
+        report = _cdc(*conf, "verify", "--changelog", "--json")
+        assert json.loads(_ok(report) and report.stdout)["equal"] is True
+        with admin() as conn, conn.cursor() as cur:  # (changes the merge job will not have read)
+            cur.execute("DELETE FROM shop.items WHERE id BETWEEN 700 AND 709")
+        _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
+
+        # Stopped, and Kafka's data directory lost: 'up' says what depended on it.
+        _ok(_cdc("stack", "down", "--state-dir", str(state)))
+        for node in data["kafka"]["nodes"]:
+            shutil.rmtree(node["data_dir"])
 
         refused = _cdc("stack", "up", "--state-dir", str(state), "--on-lost-kafka", "refuse")
         assert refused.returncode == 1 and "merge job checkpoint" in refused.stderr, refused.stderr
         assert "producer" in refused.stderr and "Traceback" not in refused.stderr
 
-        up = _ok(_cdc("stack", "up", "--state-dir", str(state)))
-        assert "every topic of the earlier run is gone" in up and "deleted the merge job checkpoint" in up
+        up = " ".join(_ok(_cdc("stack", "up", "--state-dir", str(state))).split())
+        assert "no longer held its cluster" in up and "every topic of the earlier run is gone" in up, up
+        assert "deleted the merge job checkpoint" in up
         assert "re-publishes from its last position" in up
 
         # Written while the producer is down.

@@ -19,7 +19,7 @@ from tests.producer_helpers import ROOT, start_at_current
 SCRIPT = textwrap.dedent("""
     import gc, sys, time
     from pathlib import Path
-    from cdc.stack.kafka_broker import EmbeddedBroker
+    from cdc.stack.kafka_broker import EmbeddedKafka
     from common.config import load_config
     from producer.app import ProducerApp
     from spark_jobs.merge_job import MergeJob
@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent("""
 
     gc.disable()  # (what the collector's rare full passes, tune_gc, leave in place: nothing collected here)
     cfg = load_config(sys.argv[1])
-    broker = EmbeddedBroker(Path(sys.argv[2]))
+    broker = EmbeddedKafka(Path(sys.argv[2]))
     info = broker.start()
     cfg.kafka.bootstrap_servers = info["bootstrap_servers"]
     ProducerApp(cfg).run(idle_exit_s=1.0)

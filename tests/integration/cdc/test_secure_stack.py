@@ -1,6 +1,8 @@
 """``cdc demo --secure`` end to end on a secure stack (TLS and passwords on every connection),
 then: no password it used in anything it wrote (files, logs, its output, every Kafka topic),
-and each server refusing what it must (plain text, a wrong CA, a wrong SASL password).
+each server refusing what it must (plain text, a wrong CA, a wrong SASL password), each SASL
+mechanism Kafka offers logging in for real, and Kafka's ACLs giving the producer and the
+merge job their own topics only.
 
 The demo runs once for the module (``--keep-running``), as ``make demo`` would run it: a
 process of its own, its output kept as its log; the stack is stopped at the end."""
@@ -8,6 +10,7 @@ process of its own, its output kept as its log; the stack is stopped at the end.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,8 +53,15 @@ def secure_demo(tmp_path_factory):
         stack_down(state.resolve())
 
 
+def _demo_prefix(topics) -> str:
+    """The demo run's topic prefix (``demo<time>``)."""
+    runs = {t.split(".", 1)[0] for t in topics if re.fullmatch(r"demo\d+\.shop\.customers", t)}
+    assert len(runs) == 1, sorted(topics)
+    return runs.pop()
+
+
 def _passwords(state: Path) -> dict[str, str]:
-    return {p.name: p.read_text().strip() for p in (state / "secrets").iterdir() if p.name != "pgpass"}
+    return {p.name: p.read_text().strip() for p in (state / "secrets").iterdir() if p.name.endswith("_password")}
 
 
 def _written_files(state: Path, data: dict) -> list[Path]:
@@ -70,13 +80,16 @@ def test_the_secure_demo_is_consistent(secure_demo):
     assert secure_demo["returncode"] == 0, out[-3000:]
     assert "consistent: every sink equals its source table" in out and "INCONSISTENT" not in out
     data = read_stack(secure_demo["state"])
-    assert data["secure"] and data["mysql"]["tls"] and data["postgres"]["secure"] and data["kafka"]["guard_pid"]
+    assert data["secure"] and data["mysql"]["tls"] and data["postgres"]["secure"] and data["kafka"]["secure"]
+    assert {u["sasl_username"] for u in data["kafka"]["users"].values()} == {"cdc", "cdc-producer", "cdc-merge"}
 
 
 def test_no_password_in_any_file_log_or_output_the_pipeline_wrote(secure_demo):
     state = secure_demo["state"]
     passwords = _passwords(state)
-    assert set(passwords) == {"kafka_password", "mysql_admin_password", "mysql_cdc_password", "postgres_password"}
+    assert set(passwords) == {"kafka_password", "kafka_producer_password", "kafka_merge_password",
+                              "kafka_broker_password", "kafka_keystore_password", "mysql_admin_password",
+                              "mysql_cdc_password", "postgres_password"}
     cfg_text = (state / "cdc.yaml").read_text()
     assert "password_file:" in cfg_text and "passfile=" in cfg_text  # the configuration names files only
     files = _written_files(state, read_stack(state)) + [secure_demo["log"]]
@@ -139,19 +152,23 @@ def test_mariadb_refuses_plain_text_and_postgres_accepts_tls_with_a_password_onl
 def test_kafka_refuses_a_wrong_password_or_ca_naming_the_setting(secure_demo, tmp_path):
     state = secure_demo["state"]
     cfg = load_config(state / "cdc.yaml")
-    check_connection(cfg.kafka)  # as configured: logs in
-    for mechanism in ("SCRAM-SHA-256", "PLAIN"):
+    from confluent_kafka.admin import AdminClient
+    for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"):  # each logs in and lists what the user may see
         cfg.kafka.security.sasl_mechanism = mechanism
         check_connection(cfg.kafka)
+        conf = {"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_settings()}
+        topics = AdminClient(conf).list_topics(timeout=30).topics
+        run = _demo_prefix(topics)
+        assert f"{run}.shop.customers" in topics and f"{run}.clean.shop.customers" in topics, (mechanism, sorted(topics))
     wrong = tmp_path / "wrong"
     wrong.write_text("not-the-password")
     cfg.kafka.security.sasl_mechanism = "SCRAM-SHA-512"
-    cfg.kafka.security.sasl_password_file = str(wrong)  # another file: its password replaces the first's
+    cfg.producer.kafka_security.sasl_password_file = str(wrong)  # another file: its password replaces the first's
     with pytest.raises(KafkaAuthError) as err:
-        ProducerApp(cfg).run(idle_exit_s=1)  # the producer stops at once, naming the setting
+        ProducerApp(cfg).run(idle_exit_s=1)  # the producer stops at once, naming its setting
     text = str(err.value)
-    assert "refused the SASL login of kafka.security.sasl_username 'cdc'" in text
-    assert "kafka.security.sasl_password" in text and "not-the-password" not in text
+    assert "refused the SASL login of producer.kafka_security.sasl_username 'cdc-producer'" in text, text
+    assert "producer.kafka_security.sasl_password" in text and "not-the-password" not in text
     right = load_config(state / "cdc.yaml")
     right.kafka.security.ca = CertificateAuthority(tmp_path / "other-ca", name="another CA").ca
     with pytest.raises(KafkaAuthError, match=r"TLS with Kafka at .* failed: check kafka.security.ca \(.*other-ca"):
@@ -162,3 +179,39 @@ def test_the_stack_servers_admin_connections_run_over_tls(secure_demo):
     data = read_stack(secure_demo["state"])
     with server_connect(data["mysql"]) as conn:
         assert is_secure(conn)
+
+
+def test_kafka_acls_give_each_part_its_own_topics_with_a_clear_error_otherwise(secure_demo):
+    """The producer logs in as cdc-producer, the merge job as cdc-merge (cdc.yaml's
+    producer.kafka_security and spark.kafka_security): each may do its work, and nothing of the
+    other's.  A part that logs in as the other stops at once, saying what Kafka refused."""
+    from confluent_kafka.admin import AdminClient
+    state = secure_demo["state"]
+    cfg = load_config(state / "cdc.yaml")
+    producer, merge = cfg.for_part("producer").kafka, cfg.for_part("merge").kafka
+    assert (producer.security.sasl_username, merge.security.sasl_username) == ("cdc-producer", "cdc-merge")
+    run = _demo_prefix(AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers,
+                                    **cfg.kafka.client_settings()}).list_topics(timeout=30).topics)
+    clean = f"{run}.clean.shop.customers"
+    # A denied read: the producer's user may not read the merge job's output...
+    with pytest.raises(KafkaAuthError, match=rf"Kafka refused reading {re.escape(clean)}\[0\] "
+                                             r"\(TOPIC_AUTHORIZATION_FAILED\)"):
+        list(read_topic(producer.bootstrap_servers, clean, client_config=producer.client_settings()))
+    # ... which the merge job's user reads, as it reads the table topics.
+    assert any(True for _ in read_topic(merge.bootstrap_servers, clean, client_config=merge.client_settings()))
+    # A denied write: the merge job's user may not write a table topic; the demo's producer,
+    # started again with that login, stops at once, naming the topic and the setting.
+    wrong = load_config(state / "cdc.yaml")
+    wrong.kafka.topic_prefix = wrong.producer.name = run
+    wrong.state_dir = str(state / run)
+    wrong.source.include_databases = ["shop"]
+    wrong.producer.kafka_security = wrong.spark.kafka_security
+    wrong.kafka.transactions = False  # (else its transactional id is refused first, as clearly)
+    with server_connect(read_stack(state)["mysql"], autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE shop.customers SET name = CONCAT(name, '.') ORDER BY id LIMIT 1")
+    with pytest.raises(KafkaAuthError) as refused:
+        ProducerApp(wrong).run(idle_exit_s=5)
+    text = str(refused.value)
+    assert f"Kafka refused a write to topic {run}.shop.customers to user 'cdc-merge' (TOPIC_AUTHORIZATION_FAILED)" \
+        in text, text
+    assert "producer.kafka_security" in text

@@ -10,9 +10,11 @@ import psycopg
 import pymysql
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc.stack.kafka_broker import node_pids
 from cdc.stack.manager import read_stack, stack_down, stack_status, stack_up
 from cdc.stack.process import pid_alive
 from common.config import load_config
@@ -166,13 +168,17 @@ def test_stack_up_twice_is_harmless_and_down_leaves_nothing(tmp_path):
     state = tmp_path / "own-stack"
     first = stack_up(state)
     try:
-        pids = {part: first.data[part]["pid"] for part in ("mysql", "kafka", "postgres")}
+        pids = {part: first.data[part]["pid"] for part in ("mysql", "postgres")}
+        pids["kafka"] = first.data["kafka"]["nodes"][0]["pid"]
         assert all(pid_alive(p) for p in pids.values())
         with pymysql.connect(host="127.0.0.1", port=first.mysql["port"], user="root",
                              password=first.mysql["admin_password"], autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("CREATE DATABASE keepme")
+        AdminClient({"bootstrap.servers": first.kafka["bootstrap_servers"]}).create_topics(
+            [NewTopic("keepme", 3, 1)])["keepme"].result(30)
         second = stack_up(state)
-        assert {part: second.data[part]["pid"] for part in pids} == pids  # nothing restarted
+        again = {part: second.data[part]["pid"] for part in ("mysql", "postgres")}
+        assert {**again, "kafka": second.data["kafka"]["nodes"][0]["pid"]} == pids  # nothing restarted
         assert second.mysql["port"] == first.mysql["port"]
         cfg = load_config(state / "cdc.yaml")
         assert cfg.source.port == first.mysql["port"] and cfg.kafka.bootstrap_servers == first.kafka["bootstrap_servers"]
@@ -184,14 +190,17 @@ def test_stack_up_twice_is_harmless_and_down_leaves_nothing(tmp_path):
         stopped = stack_down(state)
     assert sorted(stopped) == ["kafka", "mysql", "postgres"]
     assert not any(pid_alive(p) for p in pids.values())
-    # A later 'up' reuses the data: the database created above is still there.
+    # A later 'up' reuses the data: the database and the topic created above are still there.
     again = stack_up(state)
     try:
         with pymysql.connect(host="127.0.0.1", port=again.mysql["port"], user="root",
                              password=again.mysql["admin_password"]) as conn, conn.cursor() as cur:
             cur.execute("SHOW DATABASES LIKE 'keepme'")
             assert cur.fetchone() == ("keepme",)
+        topics = AdminClient({"bootstrap.servers": again.kafka["bootstrap_servers"]}).list_topics(timeout=30).topics
+        assert len(topics["keepme"].partitions) == 3
+        assert again.notes == []  # (no loss reported)
     finally:
         stack_down(state)
     data = read_stack(state)
-    assert not any(pid_alive(data[p]["pid"]) for p in ("mysql", "kafka", "postgres"))
+    assert not any(pid_alive(p) for p in [data["mysql"]["pid"], data["postgres"]["pid"], *node_pids(data["kafka"])])

@@ -1,9 +1,6 @@
-"""``end_offsets`` against the real broker: open transactions, a busy transactional
-producer, speed and the timeout.
-
-On Tansu, ListOffsets(read_committed) answers 0 while any transaction is open on the
-partition (and ListOffsets(latest) is the last batch's base offset + 1): these tests fail
-with an ``end_offsets`` that trusts it.
+"""``end_offsets`` against Apache Kafka: open and aborted transactions, a busy transactional
+producer, speed and the timeout.  (The stand-in broker of before answered ListOffsets
+(read_committed) with 0 while any transaction was open: these tests failed with it.)
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from common.errors import OffsetLookupError
 from common.kafka.clients import ensure_topics
-from common.kafka import offsets
 from common.kafka.offsets import end_offsets
 
 UNCOMMITTED = {"isolation.level": "read_uncommitted"}
@@ -78,9 +74,6 @@ def test_end_offsets_stop_before_an_open_transaction_and_move_on_its_commit(stac
         assert last_committed + 1 <= end <= first_open
         committed = _read(bs, topic, 0, end, "read_committed")
         assert [v for _, v in committed] == [b"c%d" % i for i in range(1000)]
-        # Hints change where the probe fetches, never the answer.
-        for hint in (0, end - 1, end, hw, 10 ** 9):
-            assert end_offsets(bs, [tp], hints={tp: hint})[tp] == (low, end), hint
 
         producer.commit_transaction(30)
         open_txn = False
@@ -137,19 +130,9 @@ def test_end_offsets_keep_up_with_a_producer_that_always_has_a_transaction_open(
     assert not thread.is_alive()
     print(f"{txns[0]} transactions; end_offsets took median {statistics.median(took):.3f}s, max {max(took):.3f}s")
 
-    # Every end is one the log reached, and a read_committed read up to the final end gets
-    # every committed transaction whole.  (That an end never stands inside an open
-    # transaction is held by the test above, on a transaction kept open.  Here, with
-    # transactions back to back, Tansu breaks it now and then: for a moment after a
-    # transaction's records land it reports them as stable, the fetch's last stable offset
-    # equal to its high watermark, and the next answer is right again, so the end steps back
-    # to the transaction's start.  How often depends on the machine's load: 1 end in 50 in
-    # about one run in six on a quiet machine, 3 in 50 once in a full suite; so such ends
-    # are told apart, not counted.  The merge job allows for it: it fixes a batch's markers
-    # range only once the batch's records are committed.)  The ends at a transaction's
-    # boundary (0, or just past a commit marker: the offsets a read_uncommitted reader
-    # skips) never move backwards, and an end moves backwards only from one inside a
-    # transaction.
+    # Every end is one the log reached and stands at a transaction's boundary (0, or just past
+    # a commit marker: the offsets a read_uncommitted reader skips), never inside one, and
+    # never moves backwards.
     for tp in parts:
         ends = [call[tp][1] for call in calls]
         assert sum(1 for e in ends if e > 0) >= 0.9 * len(ends), ends
@@ -158,12 +141,8 @@ def test_end_offsets_keep_up_with_a_producer_that_always_has_a_transaction_open(
         assert all(e <= final for e in ends)
         seen = {off for off, _ in _read(bs, *tp, final, "read_uncommitted")}
         boundaries = {0} | {off + 1 for off in range(final) if off not in seen}
-        at_boundaries = [e for e in ends if e in boundaries]
-        assert at_boundaries == sorted(at_boundaries), f"{tp}: the end moved backwards: {ends}"
-        for before, after in zip(ends, ends[1:]):
-            assert after >= before or before not in boundaries, f"{tp}: the end moved backwards: {ends}"
-        inside = [e for e in ends if e not in boundaries]
-        print(f"{tp}: {len(inside)} of {len(ends)} ends inside a transaction (Tansu's): {inside}")
+        assert ends == sorted(ends), f"{tp}: the end moved backwards: {ends}"
+        assert [e for e in ends if e not in boundaries] == [], f"{tp}: ends inside a transaction: {ends}"
     for tp in parts:
         _, final = end_offsets(bs, [tp])[tp]
         records = _read(bs, *tp, final, "read_committed")
@@ -190,40 +169,25 @@ def test_end_offsets_of_ten_partitions_are_quick(stack, config, topic):
     assert statistics.median(took) < 0.5
 
 
-def test_at_least_takes_the_list_offsets_answer_where_it_reaches_the_offset_asked(stack, config, topic):
-    """``at_least`` (the merge job's wait for a batch's records): a partition whose
-    ListOffsets answer reaches the offset asked is answered with it, unprobed; one whose
-    answer falls short is probed for its true end."""
+def test_an_aborted_transaction_is_never_read_committed(stack, config, topic):
     bs = config.kafka.bootstrap_servers
-    ensure_topics(config.kafka, [topic], partitions=2)
-    producer = Producer({"bootstrap.servers": bs, "linger.ms": 200})
-    for i in range(1000):
-        producer.produce(topic, value=b"x" * 20, partition=i % 2)
+    ensure_topics(config.kafka, [topic], partitions=1)
+    tp = (topic, 0)
+    producer = Producer({"bootstrap.servers": bs, "transactional.id": f"abort-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=b"kept%d" % i, partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=b"gone%d" % i, partition=0)
     producer.flush(30)
-    parts = [(topic, 0), (topic, 1)]
-    consumer = Consumer({"bootstrap.servers": bs, "group.id": f"offsets-{uuid.uuid4().hex}",
-                         "isolation.level": "read_committed"})
-    try:
-        listed = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10) for tp in parts}
-    finally:
-        consumer.close()
-    true = end_offsets(bs, parts)
-    assert true == {tp: (0, 500) for tp in parts}
-    # Tansu answers a fetch past the end with the true end at once: ``at_least`` changes nothing
-    assert end_offsets(bs, parts, at_least={tp: listed[tp][1] for tp in parts}) == true
-    # The way of a broker that refuses such a fetch (Kafka), on this one:
-    offsets._REFUSE_PAST_END.add(bs)
-    try:
-        # the offset asked at or below the ListOffsets answer: that answer, a lower bound (on
-        # Tansu below the true end: 1, the last batch's base offset + 1; the probe says 500)
-        assert end_offsets(bs, parts, at_least={tp: listed[tp][1] for tp in parts}) == \
-            {tp: (listed[tp][0], listed[tp][1]) for tp in parts}
-        # above it (partition 1 only): partition 1 probed for its true end, partition 0 not
-        got = end_offsets(bs, parts, at_least={(topic, 0): 0, (topic, 1): listed[(topic, 1)][1] + 1})
-        assert got[(topic, 0)] == listed[(topic, 0)] and got[(topic, 1)] == (0, 500)
-        assert end_offsets(bs, parts) == true
-    finally:
-        offsets._REFUSE_PAST_END.discard(bs)
+    assert end_offsets(bs, [tp])[tp] == (0, 11)  # the ten and their commit marker
+    assert end_offsets(bs, [tp], client_config=UNCOMMITTED)[tp] == (0, 16)
+    producer.abort_transaction(30)
+    assert end_offsets(bs, [tp])[tp] == end_offsets(bs, [tp], client_config=UNCOMMITTED)[tp] == (0, 17)
+    assert [v for _, v in _read(bs, topic, 0, 17, "read_committed")] == [b"kept%d" % i for i in range(10)]
 
 
 def test_end_offsets_give_up_with_offset_lookup_error_when_the_broker_does_not_answer(stack, config, topic):

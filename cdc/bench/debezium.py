@@ -32,7 +32,7 @@ run from the process's launch; the peak RSS is the ``VmHWM`` of the JVM read fro
 (:class:`~cdc.bench.harness.ProcessTreePeak`), as our producer's processes are.
 
 Debezium's MySQL connector only speaks to MySQL: the server must report a 5.7-style
-version (the bench stack is started with ``--version=5.7.44-MariaDB-log`` for these runs;
+version (the bench stack is started with ``--version=5.7.19-MariaDB-log`` for these runs;
 our producer still detects MariaDB) and the MariaDB JDBC driver replaces Connector/J.
 """
 
@@ -55,8 +55,10 @@ from common.kafka.clients import delete_topics
 
 MARIADB_DRIVER = Path("/usr/share/java/mariadb-java-client.jar")
 #: The version the bench server reports when Debezium races: a MySQL 5.7 to Debezium's
-#: connector (``SHOW MASTER STATUS``), a MariaDB to our producer.
-SERVER_VERSION_ARG = "--version=5.7.44-MariaDB-log"
+#: connector (``SHOW MASTER STATUS``), a MariaDB to our producer; before 5.7.20, so that the
+#: MySQL Connector/J 8.0 of Flink CDC asks for ``tx_isolation`` (MariaDB 10.11 has no
+#: ``transaction_isolation``).
+SERVER_VERSION_ARG = "--version=5.7.19-MariaDB-log"
 RUNNER_SOURCE = Path(__file__).with_name("java") / "DebeziumRace.java"
 RUNNER_CLASS = "DebeziumRace"
 ENGINE_NAME = "race"

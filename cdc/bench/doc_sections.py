@@ -34,3 +34,17 @@ def with_section(text: str, heading: str, section: str) -> str:
     start, end = b
     tail = text[end:]
     return text[:start] + body + ("\n" + tail if tail else "")
+
+
+def with_leading_section(text: str, heading: str, section: str) -> str:
+    """``text`` with the section under ``heading`` replaced by ``section`` in its place, or, when
+    ``text`` has none, put before its first ``## `` section (after the title and its lead)."""
+    if section_of(text, heading) is not None:
+        return with_section(text, heading, section)
+    body = section.rstrip("\n") + "\n"
+    if text.startswith("## "):
+        return body + "\n" + text
+    first = text.find("\n## ")
+    if first < 0:
+        return with_section(text, heading, section)
+    return text[:first + 1] + body + "\n" + text[first + 1:]

@@ -90,3 +90,48 @@ def settings_table_lines(heap: str = DEFAULT_HEAP, *, with_defaults: bool = Fals
                                                            if with_defaults else ())
     return ["| " + " | ".join(r) + " |" for r in (head, ("---",) * len(head), *settings_rows(
         heap, with_defaults=with_defaults))]
+
+
+# --- the peers as deployed (cdc bench peers): Debezium in Kafka Connect, Flink CDC --------------
+
+#: The Kafka Connect worker's producer in the peers' race (worker ``producer.*`` overrides): the
+#: same throughput settings as the Java producer above, idempotent with ``acks=all`` and five
+#: requests in flight, as librdkafka's idempotent producer (Connect's own default is one).
+CONNECT_PRODUCER_TUNED = {**PRODUCER_TUNED, "enable.idempotence": "true", "acks": "all",
+                          "max.in.flight.requests.per.connection": 5}
+#: Flink's Kafka sink in the race: the same producer settings (the runner sets idempotence and acks).
+FLINK_PRODUCER_TUNED = dict(PRODUCER_TUNED)
+
+
+def connect_worker_settings() -> dict[str, object]:
+    """The Connect worker's properties of a tuned run: its producer's overrides."""
+    return {f"producer.{k}": v for k, v in CONNECT_PRODUCER_TUNED.items()}
+
+
+def peers_settings_rows(heap: str = DEFAULT_HEAP, chunk_size: int = 8192) -> list[tuple[str, str, str, str]]:
+    """The side-by-side settings of the peers' race: ``(setting, ours, Debezium in Kafka
+    Connect, Flink CDC)``, from the constants the harness runs with."""
+    ours, et, pt = THROUGHPUT_SETTINGS, ENGINE_TUNED, PRODUCER_TUNED
+    return [
+        ("record format", "`producer.format: debezium-json` (Kafka Connect's JsonConverter shape, schemas on, "
+                          "tombstones after deletes)", "JsonConverter, schemas on (key and value), tombstones on "
+                                                      "(Debezium's default)", "JsonConverter, schemas on (key and "
+                                                                               "value), by the runner"),
+        ("Kafka producer: linger / batch / buffer", f"`linger.ms` {ours['linger.ms']}, `batch.size` "
+                                                    f"{_n(ours['batch.size'])} B, `queue.buffering.max.kbytes` "
+                                                    f"{_n(ours['queue.buffering.max.kbytes'])}",
+         f"`producer.linger.ms` {pt['linger.ms']}, `producer.batch.size` {_n(pt['batch.size'])} B, "
+         f"`producer.buffer.memory` {_n(pt['buffer.memory'])} B",
+         f"`linger.ms` {pt['linger.ms']}, `batch.size` {_n(pt['batch.size'])} B, `buffer.memory` "
+         f"{_n(pt['buffer.memory'])} B"),
+        ("Kafka producer: delivery", "idempotent, `acks=all`, no Kafka transactions",
+         "idempotent, `acks=all`, 5 requests in flight (worker `producer.*` overrides)",
+         "Flink's Kafka sink, at least once, idempotent, `acks=all`"),
+        ("source batching", f"`producer.batch_size` {_n(_OUR_BATCH)} events per Kafka batch",
+         f"`max.batch.size` {_n(et['max.batch.size'])}, `max.queue.size` {_n(et['max.queue.size'])}, "
+         f"`poll.interval.ms` {et['poll.interval.ms']}", "Flink CDC's defaults"),
+        ("snapshot chunks", f"`snapshot.chunk_size` {_n(chunk_size)}, `snapshot.parallelism` 1 or 2",
+         f"`incremental.snapshot.chunk.size` {_n(chunk_size)}", f"`splitSize` {_n(chunk_size)}, fetch size 1,024, "
+                                                               "parallelism 1 or 2 (MiniCluster)"),
+        ("memory ceiling", "none (CPython)", f"`-Xmx{heap}`", f"`-Xmx{heap}`"),
+    ]

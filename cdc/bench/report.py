@@ -14,13 +14,14 @@ from typing import Any
 from rich.console import Console
 
 from cdc.bench import debezium, race_rounds, race_settings
-from cdc.bench.doc_sections import section_of, with_section
+from cdc.bench.doc_sections import section_of, with_leading_section, with_section
 from cdc.bench.harness import DEFAULT_STATE_DIR, machine_caption
 from cdc.bench.merge import bench_merge
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.soak import LAKE_SECTION as LAKE_SOAK_HEADING
 from cdc.bench.soak import SECTION as SOAK_HEADING
 from cdc.bench.stream import bench_stream
+from cdc.stack.kafka_broker import kafka_version
 
 
 def _mariadb_version() -> str:
@@ -49,7 +50,7 @@ def render(stream: dict, snapshot: dict, merge: dict, *, stream_rows: int, snaps
         "read the ratios, not the absolute rates (these machines are shared and noisy).",
         "",
         f"Machine: {machine_caption(m)}; "
-        f"Python {platform.python_version()}; {_mariadb_version()}; embedded Tansu broker.",
+        f"Python {platform.python_version()}; {_mariadb_version()}; Apache Kafka {kafka_version()} (embedded, one node).",
         "",
         "Reproduce: `make bench` (or `.venv/bin/cdc bench stream|snapshot|merge` one by one; each",
         "starts its own embedded stack in `.cdc/bench` and stops it).",
@@ -199,6 +200,8 @@ def lake_lines(lake: dict | None) -> list[str]:
 # --- the race (cdc bench race): ours vs Debezium ---------------------------------------------------
 
 RACE_HEADING = "## The race: ours vs Debezium"
+#: The section of ``cdc bench peers`` (:mod:`cdc.bench.peers_race`), leading docs/benchmarks.md.
+PEERS_HEADING = "## The race against the peers as deployed: Debezium in Kafka Connect, Flink CDC"
 #: Debezium's headline run: Avro to acknowledged Kafka, tuned like ours.
 HEADLINE_RUN = ("kafka", "avro")
 #: Changes of the race's single-row (OLTP-shaped) streaming run.
@@ -535,6 +538,9 @@ def bench_report(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAU
         section = section_of(kept, heading)
         if section:
             text = with_section(text, heading, section)
+    peers = section_of(kept, PEERS_HEADING)  # by `cdc bench peers` (make bench-race): kept, leading the file
+    if peers:
+        text = with_leading_section(text, PEERS_HEADING, peers)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     console.print(f"written to {out}")

@@ -141,14 +141,20 @@ def _rss_mb(pid: int) -> float:
 
 
 def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parallelism: int, writes_per_s: int,
-                            console: Console) -> dict[str, Any]:
+                            console: Console, fmt: str = "avro", transactions: bool | None = None,
+                            prefix: str | None = None) -> dict[str, Any]:
     """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED;
     its processes' peak RSS read from outside; with the table quiet, its table topic's
-    records counted and checked equal to the table's ``rows``."""
+    records counted and checked equal to the table's ``rows``.  ``fmt``: ``producer.format``;
+    ``transactions``: ``kafka.transactions`` (default: the stack's); ``prefix``: its topic
+    prefix (default: a new one).  ``signal_mono``: the signal's ``time.monotonic()``."""
 
-    prefix = f"benchsnap_{uuid.uuid4().hex[:8]}"
+    prefix = prefix or f"benchsnap_{uuid.uuid4().hex[:8]}"
     cfg = bench_config(info, prefix, db)
     cfg.snapshot.chunk_size, cfg.snapshot.parallelism = chunk_size, parallelism
+    cfg.producer.format = fmt
+    if transactions is not None:
+        cfg.kafka.transactions = transactions
     start_at_current(cfg)
     work = Path(info.state_dir) / "bench-snapshot" / prefix
     work.mkdir(parents=True, exist_ok=True)
@@ -172,6 +178,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
             conn = connect(cfg.source)
             try:
                 t0 = time.perf_counter()
+                signal_mono = time.monotonic()
                 sid = send_signal(conn, cfg.source.signal_table, "execute-snapshot",
                                   execute_snapshot_data([f"{db}.{TABLE}"]))
             finally:
@@ -229,7 +236,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
             "rss_start_mb": round(rss_start, 1), "rss_25_mb": rss_at(samples, 0.25, total),
             "rss_50_mb": rss_at(samples, 0.5, total), "rss_100_mb": rss_at(samples, 1.0, total),
             "rss_max_mb": round(max(r for _, r in samples), 1), "rss_peak_mb": rss_peak_mb,
-            "parallelism": parallelism, "topic": topic, **counted}
+            "parallelism": parallelism, "topic": topic, "signal_mono": signal_mono, **counted}
 
 
 def bench_debezium_snapshot(info, db: str, rows: int, mode: str, fmt: str, chunk_size: int, *,

@@ -224,14 +224,19 @@ def _child_main() -> int:
 
 
 def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], *, transactions: bool,
-                   expected: int, profile: Path | None = None, tag: str = "") -> dict[str, Any]:
+                   expected: int, profile: Path | None = None, tag: str = "", fmt: str = "avro",
+                   prefix: str | None = None, expected_records: int | None = None) -> dict[str, Any]:
     """The producer from ``start`` until an offset commit covers ``end``; in a child process
     launched as Debezium's JVM is, timed from that launch, its processes' peak RSS read from
-    outside (:class:`~cdc.bench.harness.ProcessTreePeak`); its table topic counted."""
+    outside (:class:`~cdc.bench.harness.ProcessTreePeak`); its table topic counted.  ``fmt``:
+    ``producer.format``; ``prefix``: its topic prefix (default from ``tag``);
+    ``expected_records``: the records its table topic should hold (default ``expected``; more
+    where the format writes tombstones after deletes)."""
     run = tag or uuid.uuid4().hex[:8]
-    prefix = f"bench_{run}_{'tx' if transactions else 'notx'}"
+    prefix = prefix or f"bench_{run}_{'tx' if transactions else 'notx'}"
     cfg = bench_config(info, prefix, db)
     cfg.kafka.transactions = transactions
+    cfg.producer.format = fmt
     cfg.producer.startup.mode = "position"
     cfg.producer.startup.file, cfg.producer.startup.pos = start[0], int(start[1])
     cfg.state_dir = str(info.state_dir / "producer" / prefix)
@@ -272,7 +277,7 @@ def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], 
     topic = table_topic(prefix, db, TABLE)
     bootstrap = info.kafka["bootstrap_servers"]
     span = topic_records(bootstrap, topic)
-    records, counted_by = count_topic_records(bootstrap, topic, expected)
+    records, counted_by = count_topic_records(bootstrap, topic, expected_records or expected)
     res["bytes_per_record"] = mean_value_bytes(bootstrap, topic)
     dbz.drop_topics(load_config(info.config_path).kafka, [topic])  # the embedded broker keeps it in memory
     samples = res.pop("rss_samples")

@@ -1,0 +1,604 @@
+"""``cdc bench peers``: the race against the peers as their users deploy them.
+
+* **Debezium in Kafka Connect**: Debezium's MySQL connector (``debezium-connector-mysql``
+  3.6.1.Final, a plugin of its own) in a standalone Kafka Connect worker
+  (:class:`~cdc.bench.connect_worker.ConnectWorker`, its own JVM, on the stack's broker),
+  JsonConverter with schemas, against our producer writing ``debezium-json`` (the same
+  record shape) on the same binlog range or table: multi-row streaming, single-row
+  transactions (an OLTP application's shape), and an incremental snapshot through its
+  signal table;
+* **Flink CDC**: its MySQL source's incremental snapshot of the same table at each
+  parallelism (:mod:`cdc.bench.flink_cdc`) against our snapshot with as many chunk readers.
+
+Both sides of every pair are timed the same way, from outside, by their records in Kafka
+(:class:`~cdc.bench.topic_clock.TopicClock`); neither side uses Kafka transactions; peak RSS
+is the ``VmHWM`` of every process of a side, read from /proc (our producer and its child
+processes; the peer's JVM).  ``rounds`` alternated rounds (ours first in odd rounds), each
+figure the median over them with the min-max, each ratio the median of the rounds' own
+(:mod:`cdc.bench.race_rounds`).  A benchmark, not a test: nothing here asserts timing; it
+does check that every side wrote exactly the records expected.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from cdc.bench import debezium as dbz
+from cdc.bench import flink_cdc, race_rounds, race_settings
+from cdc.bench.connect_worker import ConnectWorker, plugin_version, require_plugins
+from cdc.bench.doc_sections import with_leading_section
+from cdc.bench.harness import (
+    DEFAULT_STATE_DIR,
+    TABLE,
+    admin,
+    bench_server_id,
+    create_bench_table,
+    drop_bench_database,
+    generate_changes,
+    machine_info,
+    mean_value_bytes,
+    round_conditions,
+    start_stack,
+    topic_records,
+)
+from cdc.bench.report import PEERS_HEADING, race_rounds_lines
+from cdc.bench.snapshot import bench_producer_snapshot, load_table
+from cdc.bench.stream import bench_producer
+from cdc.bench.topic_clock import TopicClock, clock_figures
+from cdc.errors import BenchError
+from common.config import load_config
+from common.kafka.clients import ensure_topics
+from contract.topics import table_topic
+from producer.binlog.server import current_position
+
+PEERS = ("connect", "flink")
+OURS = "ours"
+CONNECT = "connect"
+CONNECTOR = "race"
+#: How long one run may take before the race gives up on it.
+RUN_TIMEOUT_S = 3600.0
+
+
+# --- pure helpers (unit-tested) ---------------------------------------------------------------
+
+def parse_peers(spec: str) -> tuple[str, ...]:
+    """``connect,flink`` into ``("connect", "flink")``; a clear error for anything else."""
+    peers = tuple(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
+    bad = [p for p in peers if p not in PEERS]
+    if bad or not peers:
+        raise BenchError(f"peers are a comma-separated list of {', '.join(PEERS)}, not {spec!r}")
+    return peers
+
+
+def check_peer_server_version(version: str, peers: tuple[str, ...]) -> str:
+    """The server must report a MySQL 5.7 version (Debezium's MySQL connector), before 5.7.20
+    with Flink CDC (its Connector/J asks for ``tx_isolation``)."""
+    parts = str(version).split("-", 1)[0].split(".")
+    try:
+        nums = tuple(int(x) for x in parts[:3])
+    except ValueError:
+        nums = ()
+    ok = len(nums) == 3 and nums[:2] == (5, 7) and ("flink" not in peers or nums[2] < 20)
+    if not ok:
+        raise BenchError(f"the bench server reports version {version!r}; the peers need a 5.7-style one (before "
+                         f"5.7.20 for Flink CDC). Stop the bench stack (cdc stack down --state-dir ...) so that the "
+                         f"race starts it with {dbz.SERVER_VERSION_ARG}")
+    return version
+
+
+def pair_ratios(ours: dict[str, Any], peer: dict[str, Any], name: str, ours_name: str = OURS) -> dict[str, float | None]:
+    """Ours over the peer's rates (after the warm-up, from the first record, including the
+    start-up or from the signal), the peer's peak RSS over ours."""
+    out = {f"{ours_name}/{name}_after_warmup": dbz.ratio(ours.get("rows_per_s_after_warmup"),
+                                                         peer.get("rows_per_s_after_warmup")),
+           f"{ours_name}/{name}_from_first": dbz.ratio(ours.get("rows_per_s_from_first"),
+                                                       peer.get("rows_per_s_from_first")),
+           f"rss {name}/{ours_name}": dbz.ratio(peer.get("rss_peak_mb"), ours.get("rss_peak_mb"))}
+    if "rows_per_s_from_signal" in ours and "rows_per_s_from_signal" in peer:
+        out[f"{ours_name}/{name}_from_signal"] = dbz.ratio(ours["rows_per_s_from_signal"],
+                                                           peer["rows_per_s_from_signal"])
+    elif "rows_per_s_total" in peer:
+        ours_total = ours.get("rows_per_s_from_signal") or ours.get("rows_per_s_total")
+        out[f"{ours_name}/{name}_total"] = dbz.ratio(ours_total, peer["rows_per_s_total"])
+    return out
+
+
+def _check_records(who: str, clock: TopicClock, expected: int, topic: str, bootstrap: str) -> int:
+    records = topic_records(bootstrap, topic)
+    if records != expected:
+        raise BenchError(f"{who} left {records} records in {topic}; {expected} were expected")
+    return records
+
+
+# --- the runs -----------------------------------------------------------------------------------
+
+class _Race:
+    def __init__(self, info, work: Path, heap: str, chunk_size: int, console: Console) -> None:
+        self.info, self.work, self.heap, self.chunk_size, self.console = info, Path(work), heap, chunk_size, console
+        self.bootstrap = info.kafka["bootstrap_servers"]
+        self.kafka_cfg = load_config(info.config_path).kafka
+
+    def _drop(self, topics: list[str]) -> None:
+        dbz.drop_topics(self.kafka_cfg, topics)  # each run's records: gigabytes of JSON with schemas
+
+    # ours
+
+    def ours_stream(self, db: str, start, end, changes: dict[str, int], tag: str) -> dict[str, Any]:
+        prefix = f"peer_{tag}_ours"
+        topic = table_topic(prefix, db, TABLE)
+        expected = changes["total"] + changes["delete"]  # a tombstone after each delete, as Debezium's
+        ensure_topics(self.kafka_cfg, [topic])
+        clock = TopicClock(self.bootstrap, topic, expected).start()
+        launch = time.monotonic()
+        try:
+            res = bench_producer(self.info, db, start, end, transactions=False, expected=changes["total"],
+                                 fmt="debezium-json", prefix=prefix, expected_records=expected)
+            clock.wait(60)
+        finally:
+            clock.stop()
+        if res["records"] != expected:
+            raise BenchError(f"our producer left {res['records']} records in {topic}; {expected} were expected")
+        return {**clock_figures(clock, changes["total"], launch), "topic_records": res["records"],
+                "rss_peak_mb": res["total_rss_peak_mb"], "bytes_per_record": res["bytes_per_record"],
+                "own_clock": {k: res.get(k) for k in ("rows_per_s_after_warmup", "rows_per_s_after_startup",
+                                                      "rows_per_s", "startup_s")}}
+
+    def ours_snapshot(self, db: str, rows: int, parallelism: int, tag: str) -> dict[str, Any]:
+        prefix = f"peer_{tag}_ours_p{parallelism}"
+        topic = table_topic(prefix, db, TABLE)
+        ensure_topics(self.kafka_cfg, [topic])
+        clock = TopicClock(self.bootstrap, topic, rows).start()
+        launch = time.monotonic()
+        try:
+            res = bench_producer_snapshot(self.info, db, rows, chunk_size=self.chunk_size, parallelism=parallelism,
+                                          writes_per_s=0, console=self.console, fmt="debezium-json",
+                                          transactions=False, prefix=prefix)
+            clock.wait(60)
+        finally:
+            clock.stop()
+        figs = clock_figures(clock, rows, launch, signal=res["signal_mono"])
+        return {**figs, "parallelism": parallelism, "topic_records": res["topic_records"],
+                "rss_peak_mb": res["rss_peak_mb"], "bytes_per_record": res["bytes_per_record"]}
+
+    # Debezium in Kafka Connect
+
+    def _source_config(self, db: str, prefix: str, state: Path, **more: Any) -> dict[str, str]:
+        props = dbz.connector_properties(self.info.mysql, db, prefix=prefix, state=state, fmt="json",
+                                         server_id=bench_server_id(), **more)
+        for engine_only in ("name", "offset.storage", "offset.storage.file.filename", "converter.schemas.enable"):
+            props.pop(engine_only, None)
+        props["tombstones.on.delete"] = "true"  # Debezium's default, as ours with debezium-json
+        props["database.ssl.mode"] = "disabled"  # (Maven Central's MariaDB driver refuses 'preferred')
+        props["tasks.max"] = "1"
+        return props
+
+    def _worker(self, name: str) -> ConnectWorker:
+        work = self.work / name
+        shutil.rmtree(work, ignore_errors=True)
+        return ConnectWorker(work, self.bootstrap, heap=self.heap, settings=race_settings.connect_worker_settings())
+
+    def connect_stream(self, db: str, start, changes: dict[str, int], tag: str) -> dict[str, Any]:
+        prefix = f"peer_{tag}_dbz"
+        topic = table_topic(prefix, db, TABLE)
+        expected = changes["total"] + changes["delete"]
+        ensure_topics(self.kafka_cfg, [topic, prefix])
+        worker = self._worker(prefix)
+        config = self._source_config(db, prefix, worker.work / "state", **{
+            "snapshot.mode": "recovery", "table.include.list": f"{db}.{TABLE}"})
+        clock = TopicClock(self.bootstrap, topic, expected).start()
+        try:
+            worker.start()
+            worker.create(CONNECTOR, config, stopped=True)
+            worker.set_offsets(CONNECTOR, [{"partition": {"server": prefix},
+                                            "offset": {"file": start[0], "pos": int(start[1])}}])
+            worker.resume(CONNECTOR)
+            if not clock.wait(RUN_TIMEOUT_S, check=lambda: worker.check(CONNECTOR)):
+                raise BenchError(f"Debezium in Kafka Connect wrote {clock.count} of {expected} records; see "
+                                 f"{worker.log_path}")
+        finally:
+            clock.stop()
+            rss = worker.stop()
+        out = {**clock_figures(clock, changes["total"], worker.launch_mono), "rss_peak_mb": rss,
+               "topic_records": _check_records("Debezium in Kafka Connect", clock, expected, topic, self.bootstrap),
+               "bytes_per_record": mean_value_bytes(self.bootstrap, topic)}
+        self._drop([topic, prefix])
+        shutil.rmtree(worker.work, ignore_errors=True)  # kept only when a run fails
+        return out
+
+    def connect_snapshot(self, db: str, rows: int, tag: str) -> dict[str, Any]:
+        prefix = f"peer_{tag}_dbzsnap"
+        topic = table_topic(prefix, db, TABLE)
+        signal_topic = table_topic(prefix, db, dbz.SIGNAL_TABLE)
+        ensure_topics(self.kafka_cfg, [topic, prefix, signal_topic])
+        worker = self._worker(prefix)
+        config = self._source_config(db, prefix, worker.work / "state", **{
+            "snapshot.mode": "no_data", "signal.data.collection": f"{db}.{dbz.SIGNAL_TABLE}",
+            "table.include.list": f"{db}.{TABLE},{db}.{dbz.SIGNAL_TABLE}",
+            "incremental.snapshot.chunk.size": self.chunk_size})
+        clock = TopicClock(self.bootstrap, topic, rows).start()
+        try:
+            worker.start()
+            worker.create(CONNECTOR, config)
+            worker.wait_state(CONNECTOR, "RUNNING")
+            deadline = time.monotonic() + 120
+            while not topic_records(self.bootstrap, prefix):  # its schema snapshot is written: it streams next
+                if time.monotonic() > deadline:
+                    raise BenchError(f"Debezium in Kafka Connect wrote no schema change to {prefix} in 120 s; see "
+                                     f"{worker.log_path}")
+                worker.check(CONNECTOR)
+                time.sleep(0.1)
+            data = json.dumps({"data-collections": [f"{db}.{TABLE}"], "type": "incremental"})
+            with admin(self.info.mysql, db) as conn, conn.cursor() as cur:
+                signal = time.monotonic()
+                cur.execute(f"INSERT INTO `{dbz.SIGNAL_TABLE}` (id, type, data) VALUES (%s, 'execute-snapshot', %s)",
+                            (prefix, data))
+            if not clock.wait(RUN_TIMEOUT_S, check=lambda: worker.check(CONNECTOR)):
+                raise BenchError(f"Debezium in Kafka Connect snapshotted {clock.count} of {rows} rows; see "
+                                 f"{worker.log_path}")
+        finally:
+            clock.stop()
+            rss = worker.stop()
+        out = {**clock_figures(clock, rows, worker.launch_mono, signal=signal), "rss_peak_mb": rss,
+               "topic_records": _check_records("Debezium in Kafka Connect", clock, rows, topic, self.bootstrap),
+               "bytes_per_record": mean_value_bytes(self.bootstrap, topic), "chunk_size": self.chunk_size}
+        self._drop([topic, prefix, signal_topic])
+        shutil.rmtree(worker.work, ignore_errors=True)
+        return out
+
+    # Flink CDC
+
+    def flink_snapshot(self, db: str, rows: int, parallelism: int, tag: str) -> dict[str, Any]:
+        topic = table_topic(f"peer_{tag}_flink_p{parallelism}", db, TABLE)
+        ensure_topics(self.kafka_cfg, [topic])
+        work = self.work / f"flink_{tag}_p{parallelism}"
+        shutil.rmtree(work, ignore_errors=True)
+        props = flink_cdc.runner_properties(self.info.mysql, db, TABLE, parallelism=parallelism,
+                                            chunk_size=self.chunk_size, bootstrap=self.bootstrap, topic=topic,
+                                            producer=race_settings.FLINK_PRODUCER_TUNED,
+                                            server_id_base=bench_server_id())
+        run = flink_cdc.FlinkCdcRun(work, props, heap=self.heap, cache=self.work / "classes")
+        clock = TopicClock(self.bootstrap, topic, rows).start()
+        try:
+            run.start()
+            if not clock.wait(RUN_TIMEOUT_S, check=run.check):
+                raise BenchError(f"Flink CDC wrote {clock.count} of {rows} rows; see {work / 'flink.log'}:\n"
+                                 f"{run.log_tail()}")
+        finally:
+            clock.stop()
+            rss = run.finish()
+        out = {**clock_figures(clock, rows, run.launch), "rss_peak_mb": rss, "parallelism": parallelism,
+               "topic_records": _check_records("Flink CDC", clock, rows, topic, self.bootstrap),
+               "bytes_per_record": mean_value_bytes(self.bootstrap, topic), "chunk_size": self.chunk_size}
+        self._drop([topic])
+        shutil.rmtree(work, ignore_errors=True)
+        return out
+
+
+# --- the rounds ---------------------------------------------------------------------------------
+
+def _in_order(order: tuple[str, ...], ours: Callable[[], None], peer: Callable[[], None]) -> None:
+    for side in order:
+        (ours if side == race_rounds.OURS else peer)()
+
+
+def _stream_round(race: _Race, data: dict, order, tag: str) -> dict[str, Any]:
+    runs: dict[str, Any] = {}
+
+    def ours() -> None:
+        with race.console.status(f"ours, {data['label']}..."):
+            runs[OURS] = race.ours_stream(data["db"], data["start"], data["end"], data["changes"], tag)
+
+    def peer() -> None:
+        with race.console.status(f"Debezium in Kafka Connect, {data['label']}..."):
+            runs[CONNECT] = race.connect_stream(data["db"], data["start"], data["changes"], tag)
+
+    _in_order(order, ours, peer)
+    return {"order": list(order), "runs": runs, "ratios": pair_ratios(runs[OURS], runs[CONNECT], CONNECT)}
+
+
+def _snapshot_round(race: _Race, db: str, rows: int, order, tag: str, peers: tuple[str, ...],
+                    parallelisms: tuple[int, ...]) -> dict[str, Any]:
+    runs: dict[str, Any] = {}
+    ours_ps = sorted({1, *parallelisms}) if "flink" in peers else [1]
+
+    def ours() -> None:
+        for p in ours_ps:
+            with race.console.status(f"ours, snapshot of {rows:,} rows, {p} chunk reader(s)..."):
+                runs[f"ours_p{p}"] = race.ours_snapshot(db, rows, p, tag)
+
+    def peer() -> None:
+        if CONNECT in peers:
+            with race.console.status(f"Debezium in Kafka Connect, incremental snapshot of {rows:,} rows..."):
+                runs[CONNECT] = race.connect_snapshot(db, rows, tag)
+        if "flink" in peers:
+            for p in parallelisms:
+                with race.console.status(f"Flink CDC, snapshot of {rows:,} rows, parallelism {p}..."):
+                    runs[f"flink_p{p}"] = race.flink_snapshot(db, rows, p, tag)
+
+    _in_order(order, ours, peer)
+    ratios: dict[str, float | None] = {}
+    if CONNECT in runs:
+        ratios.update(pair_ratios(runs["ours_p1"], runs[CONNECT], CONNECT, "ours_p1"))
+    for p in parallelisms:
+        if f"flink_p{p}" in runs:
+            ratios.update(pair_ratios(runs[f"ours_p{p}"], runs[f"flink_p{p}"], f"flink_p{p}", f"ours_p{p}"))
+    return {"order": list(order), "runs": runs, "ratios": ratios}
+
+
+def peer_versions(peers: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if CONNECT in peers:
+        out["debezium_connector_mysql"] = plugin_version("debezium-mysql", "debezium-connector-mysql")
+        out["kafka_connect"] = plugin_version("../connect", "connect-runtime")
+        out["mariadb_jdbc"] = plugin_version("debezium-mysql", "mariadb-java-client")
+    if "flink" in peers:
+        out.update({f"flink_cdc_{k}" if k != "flink_cdc" else k: v for k, v in flink_cdc.versions().items()})
+    return out
+
+
+def bench_peers(state_dir: Path = DEFAULT_STATE_DIR, *, stream_rows: int = 1_000_000, oltp_rows: int = 100_000,
+                snapshot_rows: int = 1_000_000, chunk_size: int = 8192, rounds: int = race_rounds.DEFAULT_ROUNDS,
+                peers: tuple[str, ...] = PEERS, parallelisms: tuple[int, ...] = (1, 2),
+                heap: str = race_settings.DEFAULT_HEAP, keep_running: bool = False,
+                console: Console | None = None) -> dict[str, Any]:
+    """The race against the peers (``peers``: ``connect``, ``flink``): ``stream_rows`` changes
+    in multi-row statements and ``oltp_rows`` single-row transactions (0: none) streamed by
+    ours and by Debezium in Kafka Connect; a ``snapshot_rows``-row table snapshotted by ours,
+    by Debezium in Kafka Connect and by Flink CDC at each of ``parallelisms`` (ours with as
+    many chunk readers); ``rounds`` alternated rounds.  Returns the results (medians, min-max,
+    the rounds)."""
+    console = console or Console()
+    for p in parallelisms:
+        if p < 1:
+            raise BenchError(f"a parallelism is at least 1, not {p}")
+    if CONNECT in peers:
+        require_plugins("debezium-mysql")
+    work = Path(state_dir).resolve() / "bench-peers"
+    info = start_stack(Path(state_dir), console, (dbz.SERVER_VERSION_ARG,))
+    run = uuid.uuid4().hex[:6]
+    dbs: list[str] = []
+    result: dict[str, Any] = {"machine": machine_info(), "peers": list(peers), "heap": heap, "chunk_size": chunk_size,
+                              "parallelisms": list(parallelisms), "versions": peer_versions(peers)}
+    race = _Race(info, work, heap, chunk_size, console)
+    try:
+        with admin(info.mysql) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT VERSION()")
+                result["server_version"] = check_peer_server_version(cur.fetchone()[0], peers)
+        streams = []
+        if CONNECT in peers:
+            for label, rows, single in (("multi-row streaming", stream_rows, False),
+                                        ("single-row transactions", oltp_rows, True)):
+                if rows <= 0:
+                    continue
+                db = f"peers_{run}_{'oltp' if single else 'stream'}"
+                dbs.append(db)
+                with admin(info.mysql) as conn, conn.cursor() as cur:
+                    create_bench_table(cur, db)
+                    cur.execute("FLUSH BINARY LOGS")
+                    start = current_position(conn)
+                    with console.status(f"generating {rows:,} row changes ({label})..."):
+                        changes = generate_changes(conn, rows, single_row=single)
+                    end = current_position(conn)
+                streams.append({"key": "single_row" if single else "streaming", "label": label, "db": db,
+                                "start": list(start), "end": list(end), "changes": changes})
+        snap_db = f"peers_{run}_snap"
+        dbs.append(snap_db)
+        with admin(info.mysql) as conn, conn.cursor() as cur:
+            create_bench_table(cur, snap_db)
+            cur.execute(dbz.SIGNAL_TABLE_DDL)
+            with console.status(f"loading {snapshot_rows:,} rows..."):
+                load_table(conn, snapshot_rows)
+            cur.execute(f"ANALYZE TABLE `{TABLE}`")
+            cur.fetchall()
+        per_round: dict[str, list] = {s["key"]: [] for s in streams}
+        per_round["snapshot"] = []
+        for i, order in enumerate(race_rounds.round_orders(rounds)):
+            for s in streams:
+                conditions = round_conditions(info)
+                per_round[s["key"]].append({**conditions, **_stream_round(race, s, order, f"{run}r{i + 1}")})
+            conditions = round_conditions(info)
+            per_round["snapshot"].append({**conditions, **_snapshot_round(race, snap_db, snapshot_rows, order,
+                                                                          f"{run}r{i + 1}", peers, parallelisms)})
+        for s in streams:
+            part = {"rows": s["changes"]["total"], "changes": s["changes"], "label": s["label"]}
+            race_rounds.combine_rounds(part, per_round[s["key"]])
+            result[s["key"]] = part
+        snap = {"rows": snapshot_rows}
+        race_rounds.combine_rounds(snap, per_round["snapshot"])
+        result["snapshot"] = snap
+    finally:
+        for db in dbs[:-1]:
+            drop_bench_database(info, db, Path(state_dir), True, console)
+        drop_bench_database(info, dbs[-1] if dbs else "none", Path(state_dir), keep_running, console,
+                            purge_binlogs=True)
+    print_peers(result, console)
+    return result
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+def print_peers(result: dict[str, Any], console: Console) -> None:
+    table = Table(title="the race against the peers as deployed (rows/s after 10% warm-up, medians; peak RSS MB)")
+    for col in ("workload", "ours", "peer", "peer's", "ours / peer", "peer RSS / ours"):
+        table.add_column(col, justify="left" if col in ("workload", "peer") else "right")
+    for key, ours, peer, label in headline_pairs(result):
+        x = result[key]
+        table.add_row(label, _num(x, ours, "rows_per_s_after_warmup"), peer_label(peer),
+                      _num(x, peer, "rows_per_s_after_warmup"),
+                      _rat(x, f"{ours}/{peer}_after_warmup"), _rat(x, f"rss {peer}/{ours}"))
+    console.print(table)
+
+
+def headline_pairs(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """``(workload key, ours run, peer run, label)`` of every pair that ran."""
+    out = []
+    for key in ("streaming", "single_row"):
+        if key in result and CONNECT in result[key]:
+            out.append((key, OURS, CONNECT, result[key].get("label", key)))
+    snap = result.get("snapshot") or {}
+    if CONNECT in snap:
+        out.append(("snapshot", "ours_p1", CONNECT, "incremental snapshot"))
+    for p in result.get("parallelisms") or ():
+        if f"flink_p{p}" in snap:
+            out.append(("snapshot", f"ours_p{p}", f"flink_p{p}", f"snapshot, parallelism {p}"))
+    return out
+
+
+def peer_label(run: str) -> str:
+    if run == CONNECT:
+        return "Debezium in Kafka Connect"
+    if run.startswith("flink_p"):
+        return f"Flink CDC, parallelism {run[7:]}"
+    return run
+
+
+def _num(x: dict, key: str, figure: str, fmt: str = ",.0f") -> str:
+    v = (x.get(key) or {}).get(figure)
+    lo_hi = ((x.get("spread") or {}).get(key) or {}).get(figure)
+    return _with_range(v, lo_hi, fmt)
+
+
+def _rat(x: dict, name: str) -> str:
+    return _with_range((x.get("ratios") or {}).get(name), (x.get("ratio_spread") or {}).get(name), ".2f")
+
+
+def _with_range(v, lo_hi, fmt: str) -> str:
+    if v is None:
+        return "-"
+    if lo_hi and format(lo_hi[0], fmt) != format(lo_hi[1], fmt):
+        return f"{format(v, fmt)} ({format(lo_hi[0], fmt)}-{format(lo_hi[1], fmt)})"
+    return format(v, fmt)
+
+
+#: The goals of issue 55: ours over the peer (rows/s after the warm-up), the peer's peak RSS over ours.
+GOALS = {"streaming": 3.0, "single_row": 2.0, "snapshot": 3.0, "flink": 2.0, "rss": 10.0}
+
+
+def _goal(key: str, peer: str) -> float:
+    return GOALS["flink"] if peer.startswith("flink_p") else GOALS[key]
+
+
+def _verdict(value: float | None, goal: float) -> str:
+    if value is None:
+        return "-"
+    return f">= {goal:g}: met" if value >= goal else f">= {goal:g}: not met"
+
+
+def _row(*cells: Any) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def peers_headline_lines(result: dict[str, Any]) -> list[str]:
+    rounds = max((len((result.get(k) or {}).get("rounds") or []) for k in ("streaming", "single_row", "snapshot")),
+                 default=0)
+    lines = [f"### Headline: rows/s after a 10% warm-up, medians over {max(1, rounds)} round(s) (min-max), both "
+             "sides timed by their records in Kafka", "",
+             _row("workload", "ours rows/s", "peer", "peer rows/s", "ours / peer", "goal", "peer's peak RSS / ours",
+                  "goal"), _row(*["---"] * 8)]
+    for key, ours, peer, label in headline_pairs(result):
+        x = result[key]
+        ratio = (x.get("ratios") or {}).get(f"{ours}/{peer}_after_warmup")
+        rss = (x.get("ratios") or {}).get(f"rss {peer}/{ours}")
+        lines.append(_row(label, _num(x, ours, "rows_per_s_after_warmup"), peer_label(peer),
+                          _num(x, peer, "rows_per_s_after_warmup"), _rat(x, f"{ours}/{peer}_after_warmup"),
+                          _verdict(ratio, _goal(key, peer)), _rat(x, f"rss {peer}/{ours}"),
+                          _verdict(rss, GOALS["rss"])))
+    return lines
+
+
+def peers_runs_lines(result: dict[str, Any]) -> list[str]:
+    """Every run's figures, medians (min-max) over the rounds."""
+    lines: list[str] = []
+    cols = ("run", "start-up s", "rows/s incl. start-up", "rows/s from the signal", "rows/s from first record",
+            "rows/s after 10% warm-up", "bytes/record", "peak RSS MB")
+    for key, title in (("streaming", "Multi-row streaming"), ("single_row", "Single-row transactions"),
+                       ("snapshot", "Incremental snapshot of a quiet table")):
+        x = result.get(key)
+        if not x:
+            continue
+        what = (f"{x['rows']:,} row changes ({x['changes']['insert']:,} inserts, {x['changes']['update']:,} updates, "
+                f"{x['changes']['delete']:,} deletes, each delete followed by a tombstone on both sides)"
+                if "changes" in x else f"{x['rows']:,} rows, chunks of {result.get('chunk_size', 0):,}")
+        lines += [f"### {title}: {what}", "", _row(*cols), _row(*["---"] * len(cols))]
+        runs = [k for k in (x.get("rounds") or [{}])[0].get("runs", {})]
+        for run in sorted(runs, key=lambda r: (not r.startswith("ours"), r)):
+            label = ("ours" + (f", {run[6:]} chunk reader(s)" if run.startswith("ours_p") else "")
+                     if run.startswith("ours") else peer_label(run))
+            lines.append(_row(label, _num(x, run, "startup_s", ".2f"), _num(x, run, "rows_per_s_total"),
+                              _num(x, run, "rows_per_s_from_signal"), _num(x, run, "rows_per_s_from_first"),
+                              _num(x, run, "rows_per_s_after_warmup"), _num(x, run, "bytes_per_record"),
+                              _num(x, run, "rss_peak_mb")))
+        lines.append("")
+    return lines
+
+
+PEERS_METHOD = (
+    "What the rows measure. *Ours*: the producer (`cdc produce` code) writing `producer.format: debezium-json` (Kafka "
+    "Connect's JsonConverter shape with schemas, the same records as the peers), without Kafka transactions (Kafka "
+    "Connect's standalone worker and Flink's at-least-once sink have none), in a child process as in `cdc bench "
+    "stream`/`snapshot`. *Debezium in Kafka Connect*: `org.apache.kafka.connect.cli.ConnectStandalone` in a JVM of its "
+    "own, Debezium's MySQL connector a plugin of its own (`plugin.path`), JsonConverter with schemas for keys and "
+    "values, created stopped, given the binlog position through the worker's REST API (`PATCH "
+    "/connectors/race/offsets`) and resumed; its schema history in a file; for the snapshot, started at the "
+    "current position (`snapshot.mode=no_data`) and sent Debezium's `execute-snapshot` signal row once its schema "
+    "snapshot is written. *Flink CDC*: its MySQL source in a local MiniCluster (`cdc/bench/java/FlinkCdcSnapshot.java`), "
+    "startup mode `snapshot` (the table's chunks, each between a low and a high binlog watermark, then the job ends), "
+    "each row turned into the JsonConverter's key and value and written by Flink's Kafka sink; no signal, so its clock "
+    "runs from the JVM's launch. *Clocks, the same for every side*: a thread polls the end offsets of the run's "
+    "table topic every 0.05 s; start-up runs from the process's launch to the first record, *incl. start-up* to "
+    "the last, *from the signal* from the signal row's INSERT to the last, *from first record* and *after 10% "
+    "warm-up* from that record's arrival to the last. *Memory*: the sum of the `VmHWM` of every process of a side "
+    "(ours: the producer and its child processes; a peer: its JVM), read from /proc every 0.25 s. *Counted "
+    "output*: every run's topic must hold exactly the records expected (changes plus tombstones, or the table's "
+    "rows). *Rounds*: ours first in odd rounds, the peers first in even ones; each figure the median over the "
+    "rounds with the min-max, each ratio the median of the rounds' own. *Equal tuning*: the settings table, "
+    "rendered from `cdc/bench/race_settings.py`.")
+
+
+def render_peers(result: dict[str, Any], *, when: str | None = None) -> str:
+    """The peers' section of docs/benchmarks.md from one ``cdc bench peers`` result."""
+    when = when or f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}"
+    v = result.get("versions") or {}
+    m = result.get("machine") or {"nproc": "?", "cpu": "?"}
+    ran = []
+    if CONNECT in result.get("peers", []):
+        ran.append(f"Debezium {v.get('debezium_connector_mysql', '?')}'s MySQL connector in a Kafka Connect "
+                   f"{v.get('kafka_connect', '?')} standalone worker (MariaDB's JDBC driver {v.get('mariadb_jdbc', '?')})")
+    if "flink" in result.get("peers", []):
+        ran.append(f"Flink CDC {v.get('flink_cdc', '?')}'s MySQL source (bundling Debezium "
+                   f"{v.get('flink_cdc_debezium', '?')}) on Flink {v.get('flink_cdc_flink', '?')} in a local "
+                   f"MiniCluster, with Flink's Kafka sink {v.get('flink_cdc_kafka_sink', '?')}, at parallelism "
+                   + " and ".join(str(p) for p in result.get("parallelisms") or ()))
+    heap = result.get("heap", race_settings.DEFAULT_HEAP)
+    settings = race_settings.peers_settings_rows(heap, result.get("chunk_size", 8192))
+    lines = [PEERS_HEADING, "",
+             f"Written by `cdc bench peers` on {when} UTC (`make bench-race`). Peers that ran: {'; '.join(ran)}. "
+             f"Every side on the same binlog range or the same table, the same MariaDB server (reporting version "
+             f"`{result.get('server_version', '?')}`: Debezium's MySQL connector speaks only to MySQL, Flink CDC's "
+             f"Connector/J 8.0 asks for `tx_isolation` before 5.7.20) and the same Kafka broker. Machine: "
+             f"{m['nproc']} cores ({m['cpu']}).", "", *peers_headline_lines(result), "",
+             *race_rounds_lines(result.get("streaming"), result.get("snapshot"), result.get("single_row")),
+             "Settings of every side:", "", _row("setting", "ours", "Debezium in Kafka Connect", "Flink CDC"),
+             _row(*["---"] * 4), *[_row(*r) for r in settings], "", PEERS_METHOD, "",
+             *peers_runs_lines(result)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_peers_section(out: Path, result: dict[str, Any]) -> str:
+    """The peers' section of ``out`` (docs/benchmarks.md) from ``result``, leading the file's
+    sections (replaced where it is when there already); the rest kept."""
+    section = render_peers(result)
+    text = out.read_text() if out.exists() else "# Benchmarks\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(with_leading_section(text, PEERS_HEADING, section))
+    return section

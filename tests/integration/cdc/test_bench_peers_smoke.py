@@ -1,0 +1,44 @@
+"""``cdc bench peers`` end to end at a tiny size: Debezium in a real Kafka Connect worker and
+Flink CDC in a real MiniCluster race ours on one binlog range and one table.  Figures are not
+checked (timing is never asserted); what is: every side's topic held exactly the records
+expected, each peer's JVM was measured, and the section written names what ran."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from cdc.bench.peers_race import PEERS_HEADING, bench_peers, write_peers_section
+
+
+def test_bench_peers_smoke(tmp_path: Path):
+    result = bench_peers(tmp_path / "bench", stream_rows=2000, oltp_rows=0, snapshot_rows=3000, chunk_size=1024,
+                         rounds=1, parallelisms=(2,), console=Console(width=160))
+    assert result["server_version"].startswith("5.7.")
+    assert result["versions"]["debezium_connector_mysql"].startswith("3.6.")
+    assert result["versions"]["flink_cdc"] != "?" and result["versions"]["kafka_connect"] != "?"
+    stream = result["streaming"]
+    changes = stream["changes"]
+    assert "single_row" not in result  # oltp_rows=0
+    for side in ("ours", "connect"):  # each delete followed by its tombstone, on both sides
+        run = stream[side]
+        assert run["topic_records"] == changes["total"] + changes["delete"], (side, run)
+        assert run["rows_per_s_from_first"] > 0 and run["rss_peak_mb"] > 0 and run["bytes_per_record"] > 0
+    assert stream["connect"]["rss_peak_mb"] > 100  # a JVM of its own, not this process
+    snap = result["snapshot"]
+    assert set(snap["rounds"][0]["runs"]) == {"ours_p1", "ours_p2", "connect", "flink_p2"}
+    for side in ("ours_p1", "ours_p2", "connect", "flink_p2"):
+        assert snap[side]["topic_records"] == 3000, (side, snap[side])
+        assert snap[side]["rows_per_s_from_first"] > 0 and snap[side]["rss_peak_mb"] > 0
+    assert snap["flink_p2"]["parallelism"] == snap["ours_p2"]["parallelism"] == 2
+    for name in ("ours/connect_after_warmup", "rss connect/ours"):
+        assert stream["ratios"][name] > 0
+    for name in ("ours_p1/connect_from_signal", "ours_p2/flink_p2_from_first", "rss flink_p2/ours_p2"):
+        assert snap["ratios"][name] > 0
+    out = tmp_path / "benchmarks.md"
+    out.write_text("# Benchmarks\n\n## Stream\n\nkept\n")
+    write_peers_section(out, result)
+    text = out.read_text()
+    assert text.index(PEERS_HEADING) < text.index("## Stream") and "kept" in text
+    assert "Kafka Connect" in text and "Flink CDC" in text

@@ -103,9 +103,10 @@ bench-race-embedded: venv debezium system-deps jars
 soak: venv system-deps jars
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench soak --minutes $${MINUTES:-60} --out docs/benchmarks.md
 
-# A long chaos run (processes killed under load; must end equal).  SEED=n picks the plan.
+# A long chaos run (processes killed under load, on three Kafka nodes of which one is killed
+# twice and shut down once; must end equal).  SEED=n picks the plan; BROKERS=1 on one node.
 chaos: venv system-deps jars
-	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc chaos --seed $${SEED:-1}
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc chaos --brokers $${BROKERS:-3} --seed $${SEED:-1}
 
 # The same with read-only snapshots, as a CDC user that may not write to the source.
 chaos-read-only: venv system-deps jars

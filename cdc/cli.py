@@ -260,9 +260,9 @@ def _cmd_bench_merge(args: argparse.Namespace) -> int:
         raise SystemExit("cdc bench merge: --partitions must be at least 1")
     result = bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
                          partitions=args.partitions, scale_out=not args.no_scale_out, lake=not args.no_lake,
-                         keep_running=args.keep_running, console=quiet)
+                         keep_running=args.keep_running, kafka_sources=args.kafka_sources, console=quiet)
     if args.json:
-        print(json.dumps(result["summary"], indent=2))
+        print(json.dumps({**result["summary"], "kafka_sources": result.get("kafka_sources")}, indent=2))
     if args.out and result.get("lake"):
         out = Path(args.out)
         out.write_text(with_lake_section(out.read_text() if out.exists() else "# Benchmarks\n", result))
@@ -528,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
                                help="skip (f)/(g): the merge job into the changelog, Delta and Iceberg alone, the Delta latency")
     bench_merge_p.add_argument("--no-scale-out", action="store_true",
                                help="skip the standalone runs with one and two workers")
+    bench_merge_p.add_argument("--kafka-sources", type=int, default=0, metavar="ROUNDS",
+                               help="also read the same backlog through cdc-kafka and Spark's own kafka source, this "
+                                    "many alternated rounds each (cdc/bench/kafka_sources.py; default 0: not)")
     bench_merge_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_merge_p.add_argument("--out", help="write (f)/(g) as the lake section of this file (docs/benchmarks.md), "
                                              "the rest of it kept")

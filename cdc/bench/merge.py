@@ -64,6 +64,7 @@ from cdc.bench.harness import (
 )
 from cdc.bench.lake import delta_latency, lake_runs
 from cdc.errors import BenchError
+from cdc.bench.kafka_sources import kafka_source_rounds
 from cdc.stack.kafka_broker import kafka_pids
 from cdc.stack.spark_cluster import standalone_cluster
 from common.config import dump_config
@@ -290,7 +291,7 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
 
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
                 seconds: float = 30.0, scale_out: bool = True, lake: bool = True, keep_running: bool = False,
-                console: Console | None = None) -> dict[str, Any]:
+                kafka_sources: int = 0, console: Console | None = None) -> dict[str, Any]:
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "requested_events": events, "partitions": partitions}
@@ -341,6 +342,9 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             raise BenchError(f"the sink table has {b['sink_rows']} rows, the source {live_rows}")
         merged_cfg = b.pop("cfg")
         result["merge"] = b
+        if kafka_sources:  # (cdc.bench.kafka_sources: Spark's own Kafka source against cdc-kafka)
+            result["kafka_sources"] = kafka_source_rounds(cfg, work, db, live_rows, kafka_sources, _throughput_run,
+                                                          console, cpu_roots)
         if rate and seconds:
             result["latency"], result["idle_change"] = _latency_run(merged_cfg, info, db, rate, seconds, max_id + 1,
                                                                     str(work / "producer"), console)

@@ -202,6 +202,8 @@ def lake_lines(lake: dict | None) -> list[str]:
 RACE_HEADING = "## The race: ours vs Debezium"
 #: The section of ``cdc bench peers`` (:mod:`cdc.bench.peers_race`), leading docs/benchmarks.md.
 PEERS_HEADING = "## The race against the peers as deployed: Debezium in Kafka Connect, Flink CDC"
+#: The section of ``cdc bench sinks`` (:mod:`cdc.bench.sink_race`), after the peers'.
+SINKS_HEADING = "## The merge job against Debezium's JDBC sink, on the same Debezium topics"
 #: Debezium's headline run: Avro to acknowledged Kafka, tuned like ours.
 HEADLINE_RUN = ("kafka", "avro")
 #: Changes of the race's single-row (OLTP-shaped) streaming run.
@@ -538,9 +540,10 @@ def bench_report(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAU
         section = section_of(kept, heading)
         if section:
             text = with_section(text, heading, section)
-    peers = section_of(kept, PEERS_HEADING)  # by `cdc bench peers` (make bench-race): kept, leading the file
-    if peers:
-        text = with_leading_section(text, PEERS_HEADING, peers)
+    for heading in (SINKS_HEADING, PEERS_HEADING):  # by `cdc bench sinks|peers` (make bench-race): kept, leading
+        section = section_of(kept, heading)
+        if section:
+            text = with_leading_section(text, heading, section)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     console.print(f"written to {out}")

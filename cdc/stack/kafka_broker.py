@@ -32,7 +32,7 @@ from typing import Any
 
 from cdc.errors import StackError
 from cdc.stack.process import free_port, pid_alive, port_open, spawn, stop_pid, wait_until
-from common.jars import java_binary, module_classpath
+from common.jars import java_binary, module_classpath, module_jars
 
 #: The module of java/pom.xml that holds Kafka's jars.
 JARS_MODULE = "kafka"
@@ -98,6 +98,14 @@ class BrokerSecurity:
     plain_users: dict[str, str] = field(default_factory=dict)
 
 
+def kafka_version() -> str:
+    """The version of the Kafka the embedded stack runs (its jar in ``.jars/kafka``)."""
+    for jar in module_jars(JARS_MODULE):
+        if jar.name.startswith("kafka_2.13-"):
+            return jar.name[len("kafka_2.13-"):-len(".jar")]
+    raise StackError("no kafka_2.13 jar in .jars/kafka: run 'make jars'")
+
+
 def new_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, base64url without padding, never starting with
     ``-`` (which a command line would take for an option), as Kafka's own ``Uuid.randomUuid``."""
@@ -151,6 +159,9 @@ def node_properties(node_id: int, ports: dict[int, tuple[int, int]], data_dir: P
         "group.initial.rebalance.delay.ms": "0",
         # Topics are made by the pipeline with their partitions and settings (ensure_topics).
         "auto.create.topics.enable": "false",
+        # How often retention looks for segments to delete (Kafka's default: 5 minutes); a
+        # topic's retention.ms / retention.bytes say what goes.
+        "log.retention.check.interval.ms": "10000",
         "unclean.leader.election.enable": "false",
     }
     if security is None:
@@ -348,6 +359,22 @@ def stop_node(node: dict, *, sig: int = signal.SIGTERM) -> bool:
     """Stop one node (SIGTERM: Kafka's controlled shutdown, which moves its partitions'
     leadership away first; SIGKILL: a crash); True if it was running."""
     return stop_pid(node.get("pid"), node["config"], timeout=60.0, sig=sig)
+
+
+def set_consumer_quota(bootstrap: str, bytes_per_s: int | None, *, client: str | None = None) -> None:
+    """Kafka's fetch quota (``consumer_byte_rate``) for the consumers of client id ``client``
+    (None: every client without a quota of its own), set with Kafka's own ``ConfigCommand``
+    from the stack's jars; ``bytes_per_s`` None removes it.  The broker then delays its fetch
+    answers so that those clients read no faster (a slow network, a busy broker)."""
+    import subprocess
+    entity = ["--entity-type", "clients", *(["--entity-name", client] if client else ["--entity-default"])]
+    change = ["--add-config", f"consumer_byte_rate={bytes_per_s}"] if bytes_per_s is not None else \
+        ["--delete-config", "consumer_byte_rate"]
+    done = subprocess.run([java_binary(), "-Xmx256m", "-cp", module_classpath(JARS_MODULE), "kafka.admin.ConfigCommand",
+                           "--bootstrap-server", bootstrap, "--alter", *entity, *change],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise StackError(f"Kafka's ConfigCommand could not set the consumer quota: {done.stderr[-1500:]}")
 
 
 def partition_leaders(bootstrap: str, topics: list[str], client: dict[str, Any] | None = None

@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.config import dump_config, load_config
+from common.kafka.offsets import end_offsets
 from contract.topics import offsets_topic, table_topic
 from producer.app import ProducerApp
 from producer.errors import KafkaHistoryLost
@@ -180,6 +181,45 @@ def _pg_rows(cfg, db):
         return pg_sink_rows(cfg, db, "t", ["id"])
     except psycopg.errors.UndefinedTable:
         return {}
+
+
+def test_retention_under_a_stopped_merge_job_stops_it_naming_the_loss(stack, merge_config, test_db):
+    """Kafka's retention deletes segments the stopped job had not read (a topic with short
+    segments and retention, as an operator might set to bound the disk): the job's next start
+    stops, naming the partition, its checkpoint offset and the broker's earliest offset."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    cfg = merge_config
+    cfg.source.include_databases = [test_db]
+    cfg.sinks.mysql.enabled = False
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
+    start_at_current(cfg)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(100)])
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0  # everything read; then the job stops
+    topic = table_topic(cfg.kafka.topic_prefix, test_db, "t")
+    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("segment.ms", "1000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", "2000", incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(30)
+    read_to = end_offsets(cfg.kafka.bootstrap_servers, [(topic, 0)])[(topic, 0)][1]
+
+    def removed() -> bool:  # (more changes keep rolling segments, so that the unread ones can go)
+        with stack.admin(test_db) as conn, conn.cursor() as cur:
+            cur.execute("UPDATE t SET v = CONCAT(v, '.') WHERE id < 10")
+        run_until_caught_up(cfg, idle_s=0.5)
+        return end_offsets(cfg.kafka.bootstrap_servers, [(topic, 0)])[(topic, 0)][0] > read_to
+    wait_for(removed, 120, interval=2.0, what="Kafka's retention to delete the segments the job had not read")
+    with pytest.raises(MergeDataLoss) as lost:
+        MergeJob(cfg).run(available_now=True)
+    text = str(lost.value)
+    assert [x.kind for x in lost.value.losses] == ["truncated"], text
+    assert f"{topic} partition 0: checkpoint offset {read_to}, broker earliest offset" in text, text
+    assert "retention" in text and "fail_on_data_loss" in text
 
 
 def test_producer_stops_when_kafka_lost_its_history_and_resumes_when_told(stack, config, test_db, tmp_path):

@@ -50,9 +50,23 @@ def test_the_verdict_compares_the_ends_of_the_run_after_the_warm_up():
     flat = [sample(t, 900 if t > 60 else 5000, 100) for t in range(0, 3600, 30)]
     v = verdict({**base, "samples": flat})
     assert v["passed"] and v["latency_p99_ratio"] == 1.0 and v["rss_growth"]["merge"] == 1.0
+    assert v["latency_p99_max_ms"] == 5000 and v["latency_p99_max_after_warm_up_ms"] == 900  # (the warm-up's not judged)
     rising = [sample(t, 900 + t, 100 + t / 10) for t in range(0, 3600, 30)]
     v = verdict({**base, "samples": rising})
     assert not v["latency_flat"] and not v["rss_flat"] and not v["passed"]
+    # 1.3 times at the end: more than the 1.2 allowed
+    v = verdict({**base, "samples": [sample(t, 900 if t < 1800 else 1170, 100) for t in range(0, 3600, 30)]})
+    assert v["latency_p99_ratio"] == 1.3 and not v["latency_flat"] and not v["passed"]
+    # one sample past 2 s after the warm-up
+    v = verdict({**base, "samples": [sample(t, 2100 if t == 1200 else 900, 100) for t in range(0, 3600, 30)]})
+    assert v["latency_flat"] and not v["latency_bounded"] and not v["passed"]
+    # the broker's memory is judged too
+    growing = [{**s, "rss_mb": {**s["rss_mb"], "broker": 300 + s["t_s"] / 5}} for s in flat]
+    v = verdict({**base, "samples": growing})
+    assert v["rss_growth"]["broker"] > 1.25 and not v["rss_flat"] and not v["passed"]
+    # equal, but 90 s after the load: more than the 60 allowed
+    v = verdict({**base, "samples": flat, "drain_s": 90.0})
+    assert v["equal"] and not v["no_stall"] and not v["passed"]
     v = verdict({**base, "samples": flat, "lost_history_alarms": ["the position Kafka holds ..."]})
     assert v["false_loss_alarms"] == 1 and not v["passed"]
     v = verdict({**base, "samples": flat, "final_warnings": ["t[0] is read at 77 records/s while 900/s arrive"]})

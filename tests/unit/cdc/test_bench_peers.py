@@ -16,6 +16,7 @@ from cdc.bench.peers_race import (
     pair_ratios,
     parse_peers,
     render_peers,
+    short_run_lines,
     write_peers_section,
 )
 from cdc.bench.topic_clock import TopicClock, clock_figures
@@ -166,3 +167,13 @@ def test_the_section_says_which_peers_ran_their_versions_and_each_goal_met_or_no
     write_peers_section(out, result)
     written = out.read_text()
     assert written.index(PEERS_HEADING) < written.index("## Stream")
+
+
+def test_a_run_of_ours_that_came_up_short_is_named_in_the_section():
+    result = _result()
+    assert short_run_lines(result) == []
+    result["single_row"]["rounds"][1]["runs"]["ours"]["short_runs"] = ["our producer left 9 records; 10 expected"]
+    lines = short_run_lines(result)
+    assert lines[0].startswith("**Runs of ours that came up short**")
+    assert "- single-row, round 2, ours: our producer left 9 records; 10 expected; run again" in lines[2]
+    assert "came up short" in render_peers(result)

@@ -75,10 +75,9 @@ class DriverKafka:
                  and p in md.topics[t].partitions]
         return driver_end_offsets(self.bootstrap, there, self.client)
 
-    def end_offsets(self, partitions, hints: dict | None = None, at_least: dict | None = None
-                    ) -> dict[tuple[str, int], tuple[int, int]]:
+    def end_offsets(self, partitions) -> dict[tuple[str, int], tuple[int, int]]:
         """:func:`driver_end_offsets` of ``partitions`` (which must exist)."""
-        return driver_end_offsets(self.bootstrap, partitions, self.client, hints=hints, at_least=at_least)
+        return driver_end_offsets(self.bootstrap, partitions, self.client)
 
     def topic_ids(self, topics) -> dict[str, str]:
         """Kafka's id of each of ``topics`` that exists (a topic made again has another)."""

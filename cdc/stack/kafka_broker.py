@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc.errors import StackError
-from cdc.stack.process import free_port, pid_alive, port_open, spawn, stop_pid, wait_until
+from cdc.stack.process import free_port, pid_alive, port_open, spawn, stop_pid, stop_pids, wait_until
 from common.jars import java_binary, module_classpath, module_jars
 
 #: The module of java/pom.xml that holds Kafka's jars.
@@ -264,10 +264,14 @@ class EmbeddedKafka:
         cluster_id = (previous or {}).get("cluster_id") or new_cluster_id()
         ports = self._ports(previous)
         classpath = module_classpath(JARS_MODULE)
-        nodes = []
-        for node_id in sorted(ports):
-            old = next((n for n in (previous or {}).get("nodes", []) if n["id"] == node_id), None)
-            nodes.append(self._start_node(node_id, ports, cluster_id, classpath, old, security))
+        # Every node launched before any is waited for: a node answers only once a quorum of
+        # the controllers runs (and gives up when none comes within a minute).
+        nodes = [self._start_node(node_id, ports, cluster_id, classpath,
+                                  next((n for n in (previous or {}).get("nodes", []) if n["id"] == node_id), None),
+                                  security, wait=False)
+                 for node_id in sorted(ports)]
+        for node in nodes:
+            self._wait_node(node)
         info = {"embedded": True, "bootstrap_servers": ",".join(f"127.0.0.1:{ports[n][0]}" for n in sorted(ports)),
                 "cluster_id": cluster_id, "brokers": self.brokers, "heap": self.heap, "nodes": nodes,
                 "secure": bool(security)}
@@ -285,7 +289,9 @@ class EmbeddedKafka:
         return ports
 
     def _start_node(self, node_id: int, ports: dict[int, tuple[int, int]], cluster_id: str, classpath: str,
-                    old: dict | None, security: BrokerSecurity | None) -> dict:
+                    old: dict | None, security: BrokerSecurity | None, *, wait: bool = True) -> dict:
+        """Launch node ``node_id`` (left alone when ``old`` records it running); with ``wait``,
+        until its client port answers (:meth:`_wait_node`).  Its record."""
         d = self.node_dir(node_id)
         data_dir = d / "data"
         port, controller_port = ports[node_id]
@@ -308,11 +314,15 @@ class EmbeddedKafka:
         argv = [java, f"-Xms{min_heap(self.heap)}", f"-Xmx{self.heap}", *JVM_OPTS,
                 f"-Dlog4j2.configurationFile={d / 'log4j2.yaml'}", f"-Dkafka.logs.dir={d}", "-cp", classpath,
                 "kafka.Kafka", str(d / "server.properties")]
-        log = d / "kafka.log"
-        pid = spawn(argv, log)
-        wait_until(lambda: port_open("127.0.0.1", port), 90, f"Kafka node {node_id} on port {port}", pid=pid,
-                   log_path=log)
-        return {**record, "pid": pid}
+        node = {**record, "pid": spawn(argv, d / "kafka.log")}
+        if wait:
+            self._wait_node(node)
+        return node
+
+    @staticmethod
+    def _wait_node(node: dict) -> None:
+        wait_until(lambda: port_open("127.0.0.1", node["port"]), 90, f"Kafka node {node['id']} on port {node['port']}",
+                   pid=node["pid"], log_path=Path(node["log"]))
 
     def _format(self, java: str, classpath: str, d: Path, cluster_id: str, node_id: int) -> None:
         import subprocess
@@ -334,11 +344,9 @@ class EmbeddedKafka:
         return info
 
     def stop(self, info: dict) -> bool:
-        """Stop every node (a controlled shutdown: SIGTERM, then SIGKILL after a minute)."""
-        stopped = False
-        for node in reversed(info.get("nodes") or []):
-            stopped |= stop_node(node)
-        return stopped
+        """Stop every node at once (SIGTERM: each shuts down cleanly, then SIGKILL after a
+        minute).  One by one, the last ones would wait for a quorum that is gone."""
+        return bool(stop_pids([(n.get("pid"), n["config"]) for n in info.get("nodes") or []], timeout=60.0))
 
 
 def admin_settings(security: BrokerSecurity | None) -> dict[str, str]:

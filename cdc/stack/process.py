@@ -112,6 +112,34 @@ def stop_pid(pid: int | None, must_contain: str, timeout: float = 20.0, sig: int
     return True
 
 
+def stop_pids(procs: Sequence[tuple[int | None, str]], timeout: float = 20.0, sig: int = signal.SIGTERM) -> list[int]:
+    """:func:`stop_pid` of several processes at once (``(pid, must_contain)`` each): the signal
+    to all, then a shared ``timeout`` for them to end, then SIGKILL.  The pids that ran."""
+    mine = [pid for pid, contains in procs if pid_alive(pid) and contains in pid_cmdline(pid)]
+    for pid in mine:
+        try:
+            os.killpg(os.getpgid(pid), sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in mine):
+        time.sleep(0.1)
+    for pid in mine:
+        if pid_alive(pid):
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _reap(pid)
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in mine):
+        time.sleep(0.05)
+    return mine
+
+
 def _reap(pid: int) -> None:
     try:
         os.waitpid(pid, os.WNOHANG)

@@ -22,6 +22,9 @@ from common.errors import OffsetLookupError
 
 # get_watermark_offsets errors that mean "the broker did not answer in time".
 _NO_ANSWER = (KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)
+# ... and that a partition's leadership is moving (a topic just made, a node that went away):
+# asked again until the timeout.
+_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 
 
 def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *, timeout: float = 15.0,
@@ -50,7 +53,12 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
             try:
                 low, end = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=left)
             except KafkaException as exc:
-                if exc.args and exc.args[0].code() in _NO_ANSWER:
+                code = exc.args[0].code() if exc.args else None
+                if code in _MOVING and deadline - time.monotonic() > 0.2:
+                    time.sleep(0.1)
+                    parts.append((topic, part))  # (asked again after the others)
+                    continue
+                if code in _NO_ANSWER or code in _MOVING:
                     raise OffsetLookupError(f"no ListOffsets answer for {(topic, part)} within {timeout}s: "
                                             f"{exc.args[0].str()}") from exc
                 raise

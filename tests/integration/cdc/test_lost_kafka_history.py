@@ -62,17 +62,23 @@ class _JobThread:
             self.error = exc
 
 
-def test_merge_job_stops_on_a_recreated_topic_and_carries_on_when_told(stack, merge_config, test_db, caplog):
-    cfg = merge_config
-    cfg.source.include_databases = [test_db]
+def _table_in_kafka(stack, cfg, db: str, rows: int) -> str:
+    """``cfg`` capturing ``db`` (PostgreSQL sink only); a table ``t`` of ``rows`` rows written
+    after the producer's start and produced into Kafka; its topic."""
+    cfg.source.include_databases = [db]
     cfg.sinks.mysql.enabled = False
-    with stack.admin(test_db) as conn, conn.cursor() as cur:
+    with stack.admin(db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
     start_at_current(cfg)
-    with stack.admin(test_db) as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(300)])
+    with stack.admin(db) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(rows)])
     run_until_caught_up(cfg)
-    topic = table_topic(cfg.kafka.topic_prefix, test_db, "t")
+    return table_topic(cfg.kafka.topic_prefix, db, "t")
+
+
+def test_merge_job_stops_on_a_recreated_topic_and_carries_on_when_told(stack, merge_config, test_db, caplog):
+    cfg = merge_config
+    topic = _table_in_kafka(stack, cfg, test_db, 300)
 
     runner = _JobThread(cfg)
     try:
@@ -190,16 +196,8 @@ def test_retention_under_a_stopped_merge_job_stops_it_naming_the_loss(stack, mer
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     cfg = merge_config
-    cfg.source.include_databases = [test_db]
-    cfg.sinks.mysql.enabled = False
-    with stack.admin(test_db) as conn, conn.cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
-    start_at_current(cfg)
-    with stack.admin(test_db) as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(100)])
-    run_until_caught_up(cfg)
+    topic = _table_in_kafka(stack, cfg, test_db, 100)
     assert MergeJob(cfg).run(available_now=True) == 0  # everything read; then the job stops
-    topic = table_topic(cfg.kafka.topic_prefix, test_db, "t")
     admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry("segment.ms", "1000", incremental_operation=AlterConfigOpType.SET),

@@ -174,8 +174,8 @@ def test_stack_up_twice_is_harmless_and_down_leaves_nothing(tmp_path):
         with pymysql.connect(host="127.0.0.1", port=first.mysql["port"], user="root",
                              password=first.mysql["admin_password"], autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("CREATE DATABASE keepme")
-        AdminClient({"bootstrap.servers": first.kafka["bootstrap_servers"]}).create_topics(
-            [NewTopic("keepme", 3, 1)])["keepme"].result(30)
+        admin = AdminClient({"bootstrap.servers": first.kafka["bootstrap_servers"]})
+        admin.create_topics([NewTopic("keepme", 3, 1)])["keepme"].result(30)
         second = stack_up(state)
         again = {part: second.data[part]["pid"] for part in ("mysql", "postgres")}
         assert {**again, "kafka": second.data["kafka"]["nodes"][0]["pid"]} == pids  # nothing restarted

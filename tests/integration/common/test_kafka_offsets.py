@@ -44,21 +44,29 @@ def _read(bootstrap: str, topic: str, part: int, end: int, isolation: str, *,
         consumer.close()
 
 
+def _one_committed_one_open(bs: str, topic: str, committed: tuple[bytes, int], left_open: tuple[bytes, int], *,
+                            linger_ms: int = 5) -> Producer:
+    """A transactional producer that wrote ``committed`` (value prefix, count) to partition 0
+    in a committed transaction, then ``left_open`` in one it left open (its records in the
+    log); returned, to commit or abort it."""
+    producer = Producer({"bootstrap.servers": bs, "transactional.id": f"tx-{topic}", "linger.ms": linger_ms,
+                         "batch.num.messages": 100000})
+    producer.init_transactions(30)
+    for (prefix, n), commit in ((committed, True), (left_open, False)):
+        producer.begin_transaction()
+        for i in range(n):
+            producer.produce(topic, value=prefix + b"%d" % i, partition=0)
+        if commit:
+            producer.commit_transaction(30)
+    producer.flush(30)
+    return producer
+
+
 def test_end_offsets_stop_before_an_open_transaction_and_move_on_its_commit(stack, config, topic):
     bs = config.kafka.bootstrap_servers
     ensure_topics(config.kafka, [topic], partitions=1)
     tp = (topic, 0)
-    producer = Producer({"bootstrap.servers": bs, "transactional.id": f"tx-{topic}", "linger.ms": 200,
-                         "batch.num.messages": 100000})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for i in range(1000):
-        producer.produce(topic, value=b"c%d" % i, partition=0)
-    producer.commit_transaction(30)
-    producer.begin_transaction()
-    for i in range(500):
-        producer.produce(topic, value=b"o%d" % i, partition=0)
-    producer.flush(30)  # the open transaction's records are in the log
+    producer = _one_committed_one_open(bs, topic, (b"c", 1000), (b"o", 500), linger_ms=200)
     open_txn = True
     try:
         low, end = end_offsets(bs, [tp])[tp]
@@ -173,16 +181,7 @@ def test_an_aborted_transaction_is_never_read_committed(stack, config, topic):
     bs = config.kafka.bootstrap_servers
     ensure_topics(config.kafka, [topic], partitions=1)
     tp = (topic, 0)
-    producer = Producer({"bootstrap.servers": bs, "transactional.id": f"abort-{topic}"})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for i in range(10):
-        producer.produce(topic, value=b"kept%d" % i, partition=0)
-    producer.commit_transaction(30)
-    producer.begin_transaction()
-    for i in range(5):
-        producer.produce(topic, value=b"gone%d" % i, partition=0)
-    producer.flush(30)
+    producer = _one_committed_one_open(bs, topic, (b"kept", 10), (b"gone", 5))
     assert end_offsets(bs, [tp])[tp] == (0, 11)  # the ten and their commit marker
     assert end_offsets(bs, [tp], client_config=UNCOMMITTED)[tp] == (0, 16)
     producer.abort_transaction(30)

@@ -174,6 +174,9 @@ def test_a_run_of_ours_that_came_up_short_is_named_in_the_section():
     assert short_run_lines(result) == []
     result["single_row"]["rounds"][1]["runs"]["ours"]["short_runs"] = ["our producer left 9 records; 10 expected"]
     lines = short_run_lines(result)
-    assert lines[0].startswith("**Runs of ours that came up short**")
+    assert lines[0].startswith("**Runs repeated**")
     assert "- single-row, round 2, ours: our producer left 9 records; 10 expected; run again" in lines[2]
+    result["snapshot"]["rounds"][0]["runs"]["flink_p2"]["failed_runs"] = ["Caused by: java.util.NoSuchElementException"]
+    assert "- snapshot, round 1, Flink CDC, parallelism 2: the job failed (Caused by: java.util.NoSuchElementException)" \
+        in "\n".join(short_run_lines(result))
     assert "came up short" in render_peers(result)

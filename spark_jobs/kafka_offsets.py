@@ -21,15 +21,18 @@ LATEST = -1    # in startingOffsets JSON: the partition's end offset when the qu
 IDS_KEY = "@ids"
 LOST_KEY = "@lost"
 WAKE_KEY = "@wake"
+LOG_END_KEY = "@log_end"
 
 
 def offsets_to_json(offsets: Mapping[TP, int], *, ids: Mapping[str, str] | None = None,
-                    lost: Sequence[DataLoss] = (), wake: Mapping[TP, int] | None = None) -> dict[str, Any]:
+                    lost: Sequence[DataLoss] = (), wake: Mapping[TP, int] | None = None,
+                    log_end: Mapping[TP, int] | None = None) -> dict[str, Any]:
     """``{(t, p): o}`` -> ``{"t": {"p": o}}`` in canonical order (topics by name,
     partitions by number), so equal offsets always serialise to the same JSON text;
     ``ids`` (topic ids of those topics) under ``"@ids"``, ``lost`` under ``"@lost"``,
     ``wake`` (the end offsets of the topics a batch wakes on, none of them read) under
-    ``"@wake"`` as ``{"t|p": o}``."""
+    ``"@wake"`` as ``{"t|p": o}``; ``log_end`` (the logs' end offsets when the batch was
+    planned) under ``"@log_end"`` as ``{"t|p": o}`` for the partitions it ends short of."""
     doc: dict[str, Any] = {}
     for (topic, part) in sorted(offsets):
         doc.setdefault(topic, {})[str(part)] = int(offsets[(topic, part)])
@@ -40,18 +43,30 @@ def offsets_to_json(offsets: Mapping[TP, int], *, ids: Mapping[str, str] | None 
         doc[LOST_KEY] = [x.to_json() for x in lost]
     if wake:
         doc[WAKE_KEY] = {f"{t}|{p}": int(wake[(t, p)]) for t, p in sorted(wake)}
+    behind = {tp: int(o) for tp, o in (log_end or {}).items() if tp in offsets and int(o) > int(offsets[tp])}
+    if behind:
+        doc[LOG_END_KEY] = {f"{t}|{p}": behind[(t, p)] for t, p in sorted(behind)}
     return doc
 
 
-def wake_from_json(doc: Mapping | None) -> dict[TP, int]:
-    """The end offsets of the wake topics recorded in an offset JSON (``{}``: none)."""
-    raw = (doc or {}).get(WAKE_KEY) or {}
+def _keyed_offsets(raw: Any) -> dict[TP, int]:
     out: dict[TP, int] = {}
     if isinstance(raw, dict):
         for key, offset in raw.items():
             topic, _, part = str(key).rpartition("|")
             out[(topic, int(part))] = int(offset)
     return out
+
+
+def log_end_from_json(doc: Mapping | None) -> dict[TP, int]:
+    """The logs' end offsets when the batch ending at ``doc`` was planned: the batch's end
+    where the batch reached it, else the end recorded under ``"@log_end"``."""
+    return {**offsets_from_json(doc), **_keyed_offsets((doc or {}).get(LOG_END_KEY))}
+
+
+def wake_from_json(doc: Mapping | None) -> dict[TP, int]:
+    """The end offsets of the wake topics recorded in an offset JSON (``{}``: none)."""
+    return _keyed_offsets((doc or {}).get(WAKE_KEY))
 
 
 def offsets_from_json(doc: Mapping | None) -> dict[TP, int]:

@@ -440,7 +440,8 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         wake = {**wake_from_json(start), **self._fetch_wake()}  # (a wake topic gone for a moment: kept)
         if not losses and end == start_map and wake == wake_from_json(start):
             return start  # nothing new: Spark runs no batch
-        return offsets_to_json(end, ids=ids, lost=losses, wake=wake)
+        return offsets_to_json(end, ids=ids, lost=losses, wake=wake,
+                               log_end={tp: hi for tp, (_, hi) in latest.items()})  # (the pace watch's arrivals)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self._next_start = end

@@ -73,7 +73,7 @@ from spark_jobs.data_loss import DataLoss
 from spark_jobs.data_loss_guard import DataLossGuard
 from spark_jobs.errors import MergeStateError
 from spark_jobs.driver_kafka import DriverKafka
-from spark_jobs.kafka_offsets import lost_from_json
+from spark_jobs.kafka_offsets import log_end_from_json, lost_from_json
 from spark_jobs.marker_planner import MarkerPlanner, batch_inputs
 from spark_jobs.merge_state import MergeStateStore
 from spark_jobs.available_now import run_available_now
@@ -272,7 +272,7 @@ class MergeJob:
         finally:
             self.running.ends(ok)
         t_finish = time.monotonic()
-        new_states, stats = self._new_states(states, inputs, rows)
+        new_states, stats = new_partition_states(states, inputs, rows)
         committed = commit_staged(sinks_of(self.settings), stats, batch_id, app, self.owner)  # (the batch sinks')
         t_committed = time.monotonic()
         if committed:
@@ -285,37 +285,23 @@ class MergeJob:
                                          "partition_counts": seen_counts, "partition_counts_changed": changed})
         self.purger.after_batch(partitions)
         ends = batch_end_offsets(self.query_dir, batch_id)
-        lost = [DataLoss.from_json(x) for x in plan.get("lost", [])] + \
-            (lost_from_json(ends[0]) if ends and isinstance(ends[0], dict) else [])
+        end = ends[0] if ends and isinstance(ends[0], dict) else None
+        lost = [DataLoss.from_json(x) for x in plan.get("lost", [])] + lost_from_json(end)
+        log_ends = {f"{t}[{p}]": o for (t, p), o in log_end_from_json(end).items()} \
+            if self.cfg.spark.kafka_source != "jvm" else {}  # (Spark's own reports them in its progress)
         t_end = self.last_batch_ended = time.monotonic()
         phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish,
                   "lake_commit_s": t_committed - t_finish}
         self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases,
-                     ranges=ranges, states=new_states)
-
-    @staticmethod
-    def _new_states(states: dict, inputs: dict, rows: list[dict]) -> tuple[dict, list[dict]]:
-        """The partitions' states after the batch (a task's ``state`` row, or for a partition
-        without records its markers kept waiting) and the tasks' ``stats``."""
-        new_states = dict(states)
-        for key, (state, new) in inputs.items():  # partitions without records: their markers wait
-            if new:
-                st = dict(state or {})
-                st["pending"] = merge_markers(st.get("pending", []), new)
-                new_states[key] = st
-        stats = []
-        for r in rows:
-            if r["kind"] == "state":
-                new_states[f"{r['topic']}|{r['partition']}"] = json.loads(r["payload"])
-            else:
-                stats.append(json.loads(r["payload"]))
-        return new_states, stats
+                     ranges=ranges, states=new_states, log_ends=log_ends)
 
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
                 lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None,
-                ranges: dict | None = None, states: dict | None = None) -> None:
-        """The batch's figures: :meth:`BatchReport.report`."""
+                ranges: dict | None = None, states: dict | None = None, log_ends: dict | None = None) -> None:
+        """The batch's figures: :meth:`BatchReport.report` (the logs' ends: ``log_ends``, else
+        the query's last progress report's)."""
         latest, spark_ms = progress_figures(self.query)
+        latest = log_ends or latest
         self.report.report(batch_id, stats, markers, seconds, lost=lost, deleted_missing=deleted_missing,
                            phases=phases, latest=latest, spark_ms=spark_ms, ranges=ranges, states=states)
 
@@ -396,12 +382,7 @@ class MergeJob:
                     self.report.not_running = f"the query failed ({str(exc).splitlines()[0][:300]}); restarting"
                     if self._stop.is_set():
                         return 0
-                    refused = re.search(r"Kafka refused [^\n]*", str(exc))
-                    if refused or "AUTHORIZATION_FAILED" in str(exc):  # the ACLs: a restart cannot help
-                        user = self.cfg.kafka.security.sasl_username or "(the client's principal)"
-                        raise KafkaAuthError(
-                            f"{refused.group(0) if refused else str(exc).splitlines()[0][:300]} (user {user!r}; "
-                            "the merge job logs in with spark.kafka_security, else kafka.security)") from None
+                    stop_if_refused(exc, self.cfg)  # the ACLs: a restart cannot help
                     if self.fail_on_data_loss:
                         self.stop_on_data_loss()  # lost Kafka history stops the job: a restart cannot help
                     self.stop_on_schema_change()  # so does a schema change the configuration refuses
@@ -425,6 +406,35 @@ class MergeJob:
             if server is not None:
                 server.shutdown()
                 server.server_close()
+
+
+def new_partition_states(states: dict, inputs: dict, rows: list[dict]) -> tuple[dict, list[dict]]:
+    """The partitions' states after the batch (a task's ``state`` row, or for a partition
+    without records its markers kept waiting) and the tasks' ``stats``."""
+    new_states = dict(states)
+    for key, (state, new) in inputs.items():  # partitions without records: their markers wait
+        if new:
+            st = dict(state or {})
+            st["pending"] = merge_markers(st.get("pending", []), new)
+            new_states[key] = st
+    stats = []
+    for r in rows:
+        if r["kind"] == "state":
+            new_states[f"{r['topic']}|{r['partition']}"] = json.loads(r["payload"])
+        else:
+            stats.append(json.loads(r["payload"]))
+    return new_states, stats
+
+
+def stop_if_refused(exc: Exception, cfg: CDCConfig) -> None:
+    """A query that failed because Kafka refused the job's login an access (its ACLs)
+    raises :class:`KafkaAuthError` naming the user: a restart cannot help."""
+    refused = re.search(r"Kafka refused [^\n]*", str(exc))
+    if refused or "AUTHORIZATION_FAILED" in str(exc):
+        user = cfg.kafka.security.sasl_username or "(the client's principal)"
+        raise KafkaAuthError(
+            f"{refused.group(0) if refused else str(exc).splitlines()[0][:300]} (user {user!r}; "
+            "the merge job logs in with spark.kafka_security, else kafka.security)") from None
 
 
 def job_metrics(job: MergeJob, *, process: bool = True) -> CollectorRegistry:

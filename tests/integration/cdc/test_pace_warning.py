@@ -54,6 +54,12 @@ def test_a_merge_job_whose_reads_are_slowed_below_the_input_rate_is_reported(sta
     cfg.sinks.postgres.schema_name = run
     cfg.spark.metrics_port = free_port()
     cfg.spark.trigger_interval_s = 1.0
+    cfg.spark.max_offsets_per_trigger = 300  # (batches that end: the pace is judged batch by batch)
+    # Fetches of 32 KB: Kafka's quota holds a consumer back for as long as its last fetch
+    # took to send at the quota's rate, so a fetch of everything that arrived meanwhile
+    # (2 MiB a fetch by default) was held back ten times longer each time, and a batch
+    # never ended; small fetches make the reads steady at the quota's rate.
+    cfg.kafka.client = {**cfg.kafka.client, "max.partition.fetch.bytes": 32_768}
     with stack.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{run}`")
         cur.execute(f"CREATE TABLE `{run}`.t (id INT PRIMARY KEY, payload TEXT)")
@@ -75,14 +81,16 @@ def test_a_merge_job_whose_reads_are_slowed_below_the_input_rate_is_reported(sta
         write(50)
         wait_for(lambda: _merged(cfg, run) == 50, 180, what="the first rows merged")
         assert _metric(cfg.spark.metrics_port, "cdc_merge_partitions_falling_behind") == 0
-        # Reads slowed to 20 KB/s while about 300 KB/s arrive.
-        set_consumer_quota(bs, 20_000)
+        # Reads slowed to about 30 KB/s while about 300 KB/s arrive.
+        set_consumer_quota(bs, 30_000)
         deadline = time.monotonic() + 240
         seen_status = seen_metric = ""
+        looked = time.monotonic()
         while time.monotonic() < deadline and not (seen_status and seen_metric):
             write(30)
             time.sleep(0.1)
-            if written % 600 == 0:
+            if time.monotonic() - looked >= 5:
+                looked = time.monotonic()
                 text = _status(work / "pace.yaml")
                 if "WARNING" in text and "is read at" in text:
                     seen_status = text

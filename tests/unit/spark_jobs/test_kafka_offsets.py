@@ -13,6 +13,7 @@ from pyspark.sql.datasource import InputPartition
 from spark_jobs.errors import KafkaSourceOptionError
 from spark_jobs.kafka_offsets import (
     EARLIEST,
+    log_end_from_json,
     offsets_from_json,
     offsets_to_json,
     plan_end_offsets,
@@ -296,3 +297,13 @@ def test_ranges_and_reader_pickle():
     assert again.partitions({"t": {"0": 1}}, {"t": {"0": 4}}) == [KafkaRange("t", 0, 1, 4)]
     # The next batch starts where the last one Spark planned ends (Spark 4.1: no start given).
     assert again._next_start == {"t": {"0": 4}}
+
+
+@given(st.dictionaries(tps, st.integers(0, 10**9), max_size=8), st.dictionaries(tps, st.integers(0, 10**9), max_size=8))
+def test_the_logs_ends_are_recorded_where_a_batch_ends_short_of_them(ends, log):
+    doc = offsets_to_json(ends, log_end=log)
+    assert offsets_from_json(doc) == ends  # the batch's own ends are unchanged
+    expected = {tp: max(o, log.get(tp, o)) for tp, o in ends.items()}  # a partition's end: its log's, or the batch's
+    assert log_end_from_json(json.loads(json.dumps(doc))) == expected
+    if all(log.get(tp, o) <= o for tp, o in ends.items()):
+        assert "@log_end" not in doc  # nothing recorded for batches that reach the logs' ends

@@ -160,8 +160,9 @@ class _Race:
         finally:
             clock.stop()
         if res["records"] != expected:
-            raise ShortRun(f"our producer left {res['records']} records in {topic} ({res['events']} change events "
-                           f"counted by the producer); {expected} were expected")
+            raise ShortRun(f"our producer left {res['records']} records in {topic} (counted by {res['counted_by']}; "
+                           f"its end offsets span {res['offset_span']}; {res['events']} change events counted by "
+                           f"the producer); {expected} were expected")
         return {**clock_figures(clock, changes["total"], launch), "topic_records": res["records"],
                 "rss_peak_mb": res["total_rss_peak_mb"], "bytes_per_record": res["bytes_per_record"],
                 "own_clock": {k: res.get(k) for k in ("rows_per_s_after_warmup", "rows_per_s_after_startup",

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc.errors import StackError
-from cdc.stack.process import free_port, pid_alive, port_open, spawn, stop_pid, stop_pids, wait_until
+from cdc.stack.process import free_port, pid_alive, port_listener, port_open, spawn, stop_pid, stop_pids, wait_until
 from common.jars import java_binary, module_classpath, module_jars
 
 #: The module of java/pom.xml that holds Kafka's jars.
@@ -301,7 +301,8 @@ class EmbeddedKafka:
             return {**record, "pid": old["pid"]}
         for p in (port, controller_port):
             if port_open("127.0.0.1", p):
-                raise StackError(f"Kafka node {node_id}'s port {p} is taken by another process: stop it, or move "
+                raise StackError(f"Kafka node {node_id}'s port {p} is taken by another process "
+                                 f"({port_listener(p) or 'not known'}): stop it, or move "
                                  f"{self.root} away to start a new cluster on new ports")
         props = node_properties(node_id, ports, data_dir, replication=min(3, self.brokers), security=security)
         _write_private(d / "server.properties", _properties_text(props))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,9 +14,36 @@ from typing import Callable, Sequence
 from cdc.errors import StackError
 
 
+#: How many ports below the kernel's ephemeral range the servers' ports are drawn from.
+SERVER_PORTS = 12_000
+_PORTS = random.SystemRandom()  # (not the random module's state, which tests seed)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port on 127.0.0.1 that nothing is bound to right now, below the kernel's
+    ephemeral range: a port in that range may be taken, while its server is down, by any
+    client's connection as its own end; and a client reconnecting to a server that is down
+    can be handed the server's own port and connect to itself (seen in `make chaos`: a
+    Kafka node's port, drawn from that range, answered six seconds after the node was
+    killed, and the node could not start again)."""
+    low = _ephemeral_low()
+    first = max(1024, low - SERVER_PORTS)
+    for _ in range(200) if low - first >= 100 else ():
+        port = _PORTS.randrange(first, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # (no room below the range)
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -28,6 +56,32 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def port_listener(port: int) -> str:
+    """Who listens on TCP ``port`` (``"pid N: command line"``), as far as /proc tells; ""
+    when nothing does or it cannot be told."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return ""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                return f"pid {proc.name}: {pid_cmdline(int(proc.name))[:300]}"
+        except OSError:
+            continue
+    return "a process this user cannot see"
+
+
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -37,12 +91,17 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie (exited, not yet reaped) is not alive.
+    # A zombie (exited, not yet reaped) is not alive, once its last thread has ended: a
+    # killed JVM's main thread is a zombie at once while its other threads still end, and
+    # they hold its files and sockets meanwhile (a killed Kafka node's port was still
+    # listening six seconds later, in `make chaos` on a busy machine).
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
+            if f.read().split(") ", 1)[1][0] != "Z":
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
-        return True
+        return Path(f"/proc/{pid}").exists()  # (gone meanwhile: not alive)
 
 
 def pid_cmdline(pid: int) -> str:

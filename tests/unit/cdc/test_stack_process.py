@@ -1,0 +1,50 @@
+"""The stack's processes: their ports, drawn below the kernel's ephemeral range (free_port), who
+listens on one (port_listener), and when a stopped process is gone (pid_alive)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from cdc.stack.process import _ephemeral_low, free_port, pid_alive, port_listener
+
+
+def test_server_ports_lie_below_the_ephemeral_range_and_are_free():
+    low = _ephemeral_low()
+    ports = [free_port() for _ in range(200)]
+    assert all(1024 <= p < low for p in ports)  # no client's connection can be handed one of them
+    assert len(set(ports)) > 150  # drawn, not one port over and over
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[0]))  # nothing holds it
+
+
+
+def test_the_process_listening_on_a_port_is_named():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", free_port()))
+        port = s.getsockname()[1]
+        assert port_listener(port) == ""  # bound, not listening
+        s.listen()
+        assert port_listener(port).startswith(f"pid {os.getpid()}: ")
+    assert port_listener(port) == ""
+
+
+def test_a_process_whose_main_thread_ended_is_alive_until_its_last_thread_ends():
+    # As a killed JVM: the main thread a zombie at once, the others still ending (and holding
+    # the process's sockets).  The main thread ends with the exit system call (60 on x86-64).
+    code = ("import ctypes, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(1.5,)).start()\n"
+            "ctypes.CDLL(None).syscall(60, 0)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.5)
+        with open(f"/proc/{proc.pid}/stat") as f:
+            assert f.read().split(") ", 1)[1][0] == "Z"  # the main thread is a zombie ...
+        assert pid_alive(proc.pid)  # ... and the process is not gone
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    assert not pid_alive(proc.pid)

@@ -147,28 +147,7 @@ def _log_tail(log_path: Path | None, lines: int = 15) -> str:
 def stop_pid(pid: int | None, must_contain: str, timeout: float = 20.0, sig: int = signal.SIGTERM) -> bool:
     """Stop a process we started: only if its command line still names ``must_contain``
     (so a recycled pid is never touched).  SIGTERM, then SIGKILL.  True if it was running."""
-    if not pid_alive(pid) or must_contain not in pid_cmdline(pid):
-        return False
-    assert pid is not None
-    try:
-        os.killpg(os.getpgid(pid), sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            _reap(pid)
-            return True
-        time.sleep(0.1)
-    try:
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    _reap(pid)
-    return True
+    return bool(stop_pids([(pid, must_contain)], timeout, sig))
 
 
 def stop_pids(procs: Sequence[tuple[int | None, str]], timeout: float = 20.0, sig: int = signal.SIGTERM) -> list[int]:

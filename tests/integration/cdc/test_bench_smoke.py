@@ -46,7 +46,8 @@ def test_bench_snapshot_smoke(tmp_path: Path):
 
 
 def test_bench_merge_smoke(tmp_path: Path):
-    result = bench_merge(tmp_path / "bench", events=3000, rate=500, seconds=6.0, console=Console(width=160))
+    result = bench_merge(tmp_path / "bench", events=3000, rate=500, seconds=6.0, kafka_sources=1,
+                         console=Console(width=160))
     assert result["reference"]["events"] == result["changes"]["total"] >= 3000
     assert result["reference_compiled"]["events"] == result["changes"]["total"]
     assert result["merge"]["events"] >= result["changes"]["total"] and result["merge"]["events_per_s"] > 0
@@ -61,6 +62,11 @@ def test_bench_merge_smoke(tmp_path: Path):
                 "latency_p50_ms", "latency_p99_ms", "idle_change_ms", "scale_out_ratio",
                 "reference_compiled_events_per_s", "steady_ratio_to_compiled"):
         assert summary[key] is not None and summary[key] > 0, key
+    # --kafka-sources: both sources' runs (each in a JVM of its own) put every row in their sink
+    ks = result["kafka_sources"]
+    assert ks["rounds"] == 1 and ks["ratios_jvm_to_python"][0] > 0
+    for source in ("cdc-kafka", "kafka"):
+        assert ks[source]["events"] >= result["changes"]["total"], (source, ks[source])
 
 
 def test_bench_race_smoke(tmp_path: Path):

@@ -307,8 +307,8 @@ class StreamSession(SessionSchemaChanges):
         if chunk.markers:  # read-only windows: OPEN and CLOSE go with the rows, and before them
             for m in chunk.markers:
                 self._write_window_marker(m)
-            # acknowledged first: rows of a killed run's batch that a broker keeps visible (an
-            # aborted transaction on Tansu) come with their window, and the next run's first
+            # acknowledged first: rows of a killed run's batch that stay visible (a producer
+            # without transactions) come with their window, and the next run's first
             # windows are placed above it (producer.app._marker_slots)
             self.writer.flush()
         what = (chunk.table_def.db, chunk.table_def.name, "read")

@@ -77,8 +77,8 @@ class KafkaSignalChannel:
     def _start(self, kafka: KafkaConfig, stored: int | None) -> int:
         """Where to read from: the stored offset, or the channel's end when none is stored.
         A stored offset the topic does not have (past its end: the topic was deleted and
-        created again; below its start: retention) reads from its oldest record (on every
-        broker: Tansu does not answer "offset out of range", it waits at the offset)."""
+        created again; below its start: retention) reads from its oldest record (asked for
+        here: a read at an offset the topic does not have would answer "offset out of range")."""
         (low, end), = end_offsets(kafka.bootstrap_servers, [(self.topic, 0)],
                                   client_config=kafka.client_settings()).values()
         if stored is None:

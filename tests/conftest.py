@@ -1,7 +1,7 @@
 """Test harness: one real stack per session, unique names per test.
 
-The stack is the embedded one (the machine's MariaDB/MySQL binary, the Tansu broker,
-a private PostgreSQL) started in a session state directory on free ports.  With
+The stack is the embedded one (the machine's MariaDB/MySQL binary, Apache Kafka
+from ``make jars``, a private PostgreSQL) started in a session state directory on free ports.  With
 ``CDC_TEST_STACK=containers`` and a Docker engine present, testcontainers start
 MySQL 8.4, Apache Kafka (KRaft) and PostgreSQL instead.  A stack that cannot start
 fails the session with the reason: no test is skipped because a service is missing.

@@ -212,8 +212,8 @@ def test_a_kafka_signal_is_acted_on_once_across_kill9(stack, config, test_db, tm
 
 def test_a_channel_topic_created_again_is_read_from_its_start(stack, config, test_db):
     """The stored offset is past the end of a signal topic deleted and created again while
-    the producer was down: the producer reads the new topic from its oldest record (a
-    Kafka broker would answer "offset out of range"; Tansu just waits at the offset)."""
+    the producer was down: the producer reads the new topic from its oldest record (it
+    neither waits at an offset the topic does not have nor skips to its end)."""
     _prepare(stack, config, test_db, "single", rows=50)
     with ProducerThread(config):
         _reading_signals(config)

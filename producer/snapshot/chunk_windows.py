@@ -105,6 +105,12 @@ class ChunkWindows:
 
     def _window_marker(self, sig: Signal, position: BinlogPosition) -> tuple[MarkerSeen | None, ReleasedChunk | None]:
         d = sig.data
+        if d.get("producer", self.owner) != self.owner:
+            # Another producer's window (a source sharing this server's signal table): its own
+            # producer publishes it, writes its CLOSE and removes its rows.  Acting on it here
+            # wrote its CLOSE before its reader did, whose chunk then failed on the duplicate
+            # row, again and again: that producer's snapshot never ended.
+            return None, None
         ch = self.inflight.get(d.get("chunk_id")) if d.get("run") == self.run_id else None
         kind = "OPEN" if sig.type == WINDOW_OPEN else "CLOSE"
         if ch is None:

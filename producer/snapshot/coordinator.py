@@ -66,8 +66,11 @@ class SnapshotCoordinator(ChunkWindows):
                  connect: Callable[[], Any], parallelism: int = 1, state: dict | None = None,
                  notify: Callable[[Notification], None] = lambda n: None, read_only: bool = False,
                  is_mariadb: bool = True, slots: MarkerSlots | None = None, file_base: int = 0,
-                 source: SourceConfig | None = None) -> None:
+                 source: SourceConfig | None = None, owner: str = "") -> None:
         self.read_only = read_only
+        # The producer's name, in each window marker it writes: a marker of another producer
+        # sharing the signal table (another source on the same server) is none of this one's.
+        self.owner = owner
         self.is_mariadb = is_mariadb
         self.slots = slots or MarkerSlots()
         self._boundary: Boundary | None = None
@@ -346,7 +349,8 @@ class SnapshotCoordinator(ChunkWindows):
         self.chunk_seq += 1
         chunk_id = self.chunk_seq
         marker = json.dumps({"snapshot_id": self.snapshot_id, "chunk_id": chunk_id, "table": job.table,
-                             "run": self.run_id, "range": {"lo": encode_key(rng.lo), "hi": encode_key(rng.hi)}})
+                             "run": self.run_id, "producer": self.owner,
+                             "range": {"lo": encode_key(rng.lo), "hi": encode_key(rng.hi)}})
         if self.read_only:
             at = self._boundary
             fut = self.readers.submit_quiet(tdef, keys, rng, job.condition, is_mariadb=self.is_mariadb,

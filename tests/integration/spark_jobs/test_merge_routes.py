@@ -392,7 +392,7 @@ def test_two_sources_each_with_its_shards_merge_into_one_target(stack, merge_con
     two shards each, under load, snapshotted, one ADD COLUMN on each source: one query per
     source; the target holds the union with each row's source name."""
     from spark_jobs.merge_job import run_jobs
-    from tests.snapshot_helpers import kafka_snapshot
+    from tests.snapshot_helpers import kafka_snapshot, stored_signal_offset
     cfg = merge_config
     _route(cfg, test_db, shards)
     cfg.snapshot.chunk_size = 60
@@ -409,6 +409,10 @@ def test_two_sources_each_with_its_shards_merge_into_one_target(stack, merge_con
             load.start()
         try:
             wait_for(lambda: all(sum(ld.ops.values()) > 10 for ld in loads), what="writes running")
+            # A producer acts on the signals sent once it reads its channel (a signal sent before
+            # its first start is not its: test_signal_channel); its stored channel offset says so.
+            for pc in producers.values():
+                wait_for(lambda: stored_signal_offset(pc) is not None, timeout=60, what="the signal channel read")
             sids = {name: kafka_snapshot(pc, [f"{db}.orders" for db in pc.source.include_databases])
                     for name, pc in producers.items()}
             for db in (shards[0], shards[3]):

@@ -430,7 +430,8 @@ def drop_bench_database(info: StackInfo, db: str, state_dir: Path, keep_running:
 
 def topic_records(bootstrap: str, topic: str) -> int:
     """Offsets used in ``topic`` (all partitions), from the true end offsets: the number
-    of records, unless transaction commit markers took offsets too (they do on Kafka), in which case the caller counts with a read_committed consumer."""
+    of records, unless transaction commit markers took offsets too (they do on Kafka), in
+    which case the caller counts with a read_committed consumer."""
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=15)
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None:

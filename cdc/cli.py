@@ -621,7 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "incremental snapshot) and Flink CDC's snapshot, into docs/benchmarks.md (make bench-race)")
     bench_peers_p.add_argument("--out", default="docs/benchmarks.md",
                                help="its peers section is replaced (put first when new); '' writes nothing")
-    bench_peers_p.add_argument("--peers", default="connect,flink", help="connect, flink or both (default)")
+    bench_peers_p.add_argument("--peers", default="connect,flink",
+                               help="connect, flink or both, comma-separated (default connect,flink)")
     bench_peers_p.add_argument("--stream-rows", type=int, default=1_000_000, help="changes in multi-row statements")
     bench_peers_p.add_argument("--oltp-rows", type=int, default=100_000,
                                help="changes as single-row autocommit transactions (0: not run)")

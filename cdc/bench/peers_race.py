@@ -433,9 +433,11 @@ def bench_peers(state_dir: Path = DEFAULT_STATE_DIR, *, stream_rows: int = 1_000
         per_round: dict[str, list] = {s["key"]: [] for s in streams}
         per_round["snapshot"] = []
         for i, order in enumerate(race_rounds.round_orders(rounds)):
-            for s in streams:
+            for s in streams:  # a tag per workload: each run's producer state and offsets its own (the
+                # multi-row run's producer stored a position past the single-row range, read from there)
                 conditions = round_conditions(info)
-                per_round[s["key"]].append({**conditions, **_stream_round(race, s, order, f"{run}r{i + 1}")})
+                tag = f"{run}{'o' if s['key'] == 'single_row' else ''}r{i + 1}"
+                per_round[s["key"]].append({**conditions, **_stream_round(race, s, order, tag)})
             conditions = round_conditions(info)
             per_round["snapshot"].append({**conditions, **_snapshot_round(race, snap_db, snapshot_rows, order,
                                                                           f"{run}r{i + 1}", peers, parallelisms)})

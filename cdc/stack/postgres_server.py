@@ -74,13 +74,37 @@ def _ready(dsn: str) -> bool:
         return False
 
 
+#: Beside the state dir's cluster kept in the temp dir: the state dir's path.
+OWNER_FILE = "state_dir"
+
+
+def prune_orphaned_clusters(tmp: Path) -> list[Path]:
+    """The clusters kept in ``tmp`` for a state dir that no longer exists (removed with its
+    stack, e.g. a test's temporary dir) and not running: removed; returned."""
+    removed = []
+    for root in tmp.glob("cdc-postgres-*"):
+        try:
+            owner = Path((root / OWNER_FILE).read_text())
+            pid_file = root / "data" / "postmaster.pid"
+            pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+        except (OSError, ValueError, IndexError):
+            continue  # not ours to judge
+        if not owner.exists() and not pid_alive(pid):
+            shutil.rmtree(root, ignore_errors=True)
+            removed.append(root)
+    return removed
+
+
 class EmbeddedPostgres:
     def __init__(self, state_dir: Path) -> None:
         self.root = state_dir / "postgres"
+        self.owner: Path | None = None
         if os.geteuid() == 0 and not _traversable_by(SERVICE_USER, state_dir):
             # The service account cannot reach the state dir (e.g. a checkout under /root):
-            # keep the cluster in a private directory of its own, named after the state dir.
-            digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:12]
+            # keep the cluster in a private directory of its own, named after the state dir
+            # and naming it (a cluster whose state dir is gone is removed by the next start).
+            self.owner = state_dir.resolve()
+            digest = hashlib.sha1(str(self.owner).encode()).hexdigest()[:12]
             self.root = Path(tempfile.gettempdir()) / f"cdc-postgres-{digest}"
         self.datadir = self.root / "data"
         self.log = self.root / "postgres.log"
@@ -100,7 +124,11 @@ class EmbeddedPostgres:
         bindir = find_pg_bindir()
         port = previous["port"] if previous else free_port()
         user = self._run_as()
+        if self.owner is not None:
+            prune_orphaned_clusters(self.root.parent)
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.owner is not None:
+            (self.root / OWNER_FILE).write_text(str(self.owner))
         if user:
             shutil.chown(self.root, user=user)
         if not (self.datadir / "PG_VERSION").exists():

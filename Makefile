@@ -65,12 +65,14 @@ demo-shards: venv system-deps jars
 # worker (module fixtures).  TEST_WORKERS=0 runs them in this process, one after another.
 # A worker that dies ends the run at once, naming the test it ran ("worker gwN crashed while
 # running ..."): with --dist loadfile, xdist's replacement worker can wait for work for ever
-# (pytest-xdist #784).
+# (pytest-xdist #784).  --no-loadscope-reorder: files go out in collection order, the slow
+# integration files first and the many quick unit files last, so that both workers end together
+# (xdist's default sends the files with the most tests first: the long one-test files came last).
 TEST_WORKERS ?= 2
 
 test: venv pathway debezium system-deps jars
 	@bash scripts/ensure-system-deps.sh --debezium
-	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 --durations=25 tests
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 --durations=25 tests
 
 unit: venv
 	$(PY) -m pytest tests/unit

@@ -68,10 +68,6 @@ CONNECTOR = "race"
 RUN_TIMEOUT_S = 3600.0
 
 
-class ShortRun(BenchError):
-    """A run whose topic holds fewer records than the changes made."""
-
-
 # --- pure helpers (unit-tested) ---------------------------------------------------------------
 
 def parse_peers(spec: str) -> tuple[str, ...]:
@@ -137,16 +133,8 @@ class _Race:
     # ours
 
     def ours_stream(self, db: str, start, end, changes: dict[str, int], tag: str) -> dict[str, Any]:
-        """Ours over the range; a run whose topic lacks records is run once more (a fresh topic),
-        the short one kept in the result (``short_runs``) and reported."""
-        try:
-            return self._ours_stream(db, start, end, changes, tag)
-        except ShortRun as exc:
-            self.console.print(f"[yellow]{exc}: run again[/yellow]")
-            again = self._ours_stream(db, start, end, changes, tag + "b")
-            return {**again, "short_runs": [str(exc)]}
-
-    def _ours_stream(self, db: str, start, end, changes: dict[str, int], tag: str) -> dict[str, Any]:
+        """Ours over the range; a topic short of records stops the race (a loss is never
+        averaged away or run again)."""
         prefix = f"peer_{tag}_ours"
         topic = table_topic(prefix, db, TABLE)
         expected = changes["total"] + changes["delete"]  # a tombstone after each delete, as Debezium's
@@ -160,9 +148,9 @@ class _Race:
         finally:
             clock.stop()
         if res["records"] != expected:
-            raise ShortRun(f"our producer left {res['records']} records in {topic} (counted by {res['counted_by']}; "
-                           f"its end offsets span {res['offset_span']}; {res['events']} change events counted by "
-                           f"the producer); {expected} were expected")
+            raise BenchError(f"our producer left {res['records']} records in {topic} (counted by "
+                             f"{res['counted_by']}; its end offsets span {res['offset_span']}; {res['events']} change "
+                             f"events counted by the producer); {expected} were expected")
         return {**clock_figures(clock, changes["total"], launch), "topic_records": res["records"],
                 "rss_peak_mb": res["total_rss_peak_mb"], "bytes_per_record": res["bytes_per_record"],
                 "own_clock": {k: res.get(k) for k in ("rows_per_s_after_warmup", "rows_per_s_after_startup",
@@ -597,21 +585,16 @@ PEERS_METHOD = (
     "rendered from `cdc/bench/race_settings.py`.")
 
 
-def short_run_lines(result: dict[str, Any]) -> list[str]:
-    """The runs of ours that left fewer records than the changes made and were run again."""
+def repeated_run_lines(result: dict[str, Any]) -> list[str]:
+    """The peers' jobs that failed and were run again."""
     notes = []
     for key in ("streaming", "single_row", "snapshot"):
         for i, r in enumerate((result.get(key) or {}).get("rounds") or [], 1):
             for run, figs in (r.get("runs") or {}).items():
-                for msg in figs.get("short_runs") or []:
-                    notes.append(f"- {key.replace('_', '-')}, round {i}, {run}: {msg}; run again, the second run's "
-                                 "figures kept.")
                 for msg in figs.get("failed_runs") or []:
                     notes.append(f"- {key.replace('_', '-')}, round {i}, {peer_label(run)}: the job failed ({msg}); "
                                  "run again, the second run's figures kept.")
-    return (["**Runs repeated**: runs of ours that came up short (fewer records in the topic than the changes made; "
-             "an open question, see the report of issue 55) and peers' jobs that failed:", "", *notes, ""]
-            if notes else [])
+    return ["**Runs repeated**: peers' jobs that failed:", "", *notes, ""] if notes else []
 
 
 def render_peers(result: dict[str, Any], *, when: str | None = None) -> str:
@@ -635,7 +618,7 @@ def render_peers(result: dict[str, Any], *, when: str | None = None) -> str:
              f"Every side on the same binlog range or the same table, the same MariaDB server (reporting version "
              f"`{result.get('server_version', '?')}`: Debezium's MySQL connector speaks only to MySQL, Flink CDC's "
              f"Connector/J 8.0 asks for `tx_isolation` before 5.7.20) and the same Kafka broker. Machine: "
-             f"{m['nproc']} cores ({m['cpu']}).", "", *peers_headline_lines(result), "", *short_run_lines(result),
+             f"{m['nproc']} cores ({m['cpu']}).", "", *peers_headline_lines(result), "", *repeated_run_lines(result),
              *race_rounds_lines(result.get("streaming"), result.get("snapshot"), result.get("single_row")),
              "Settings of every side:", "", _row("setting", "ours", "Debezium in Kafka Connect", "Flink CDC"),
              _row(*["---"] * 4), *[_row(*r) for r in settings], "", PEERS_METHOD, "",

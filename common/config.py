@@ -216,6 +216,11 @@ class KafkaConfig(_Section):
     schema_registry_client: dict[str, Any] = Field(default_factory=dict)
     # Kafka transactions for the producer (events + offsets committed atomically).
     transactions: bool = True
+    # How every producer of the pipeline compresses its record batches (librdkafka's
+    # ``compression.type``; Kafka Connect's ``producer.compression.type``): records of
+    # ``producer.format: debezium-json`` carry their schema and shrink about tenfold with lz4,
+    # and a broker's disk and network then carry a tenth of the bytes.
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
     # TLS and SASL of every client (docs/operations.md, "Secure deployment").
     security: KafkaSecurityConfig = Field(default_factory=KafkaSecurityConfig)
     # Extra librdkafka settings passed through to every client.

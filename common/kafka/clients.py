@@ -75,7 +75,7 @@ def authorization_problem(err: KafkaError | None, cfg: KafkaConfig, what: str) -
 
 def producer_config(cfg: KafkaConfig, *, transactional_id: str | None = None, **extra) -> dict:
     conf = {**base_config(cfg), "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-            "compression.type": "none", "queue.buffering.max.messages": 200000}
+            "compression.type": cfg.compression, "queue.buffering.max.messages": 200000}
     if transactional_id:
         conf["transactional.id"] = transactional_id
     conf.update(extra)

@@ -215,3 +215,15 @@ def test_kafka_security_for_spark_jvm_kafka_source_keeps_the_password_in_its_fil
     sec.sasl_password = "inline"
     with pytest.raises(ConfigError, match="give the SASL password as kafka.security.sasl_password_file"):
         jvm_settings(sec)
+
+
+def test_kafka_compression_reaches_every_producer_and_a_bad_one_is_named(tmp_path: Path):
+    from common.kafka.clients import producer_config
+    path = tmp_path / "cdc.yaml"
+    path.write_text("kafka:\n  compression: lz4\n")
+    cfg = load_config(path, environ={})
+    assert producer_config(cfg.kafka)["compression.type"] == "lz4"
+    assert producer_config(CDCConfig().kafka)["compression.type"] == "none"
+    path.write_text("kafka:\n  compression: brotli\n")
+    with pytest.raises(ConfigError, match="kafka.compression"):
+        load_config(path, environ={})

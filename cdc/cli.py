@@ -246,7 +246,7 @@ def _cmd_bench_peers(args: argparse.Namespace) -> int:
     result = bench_peers(Path(args.state_dir), stream_rows=args.stream_rows, oltp_rows=args.oltp_rows,
                          snapshot_rows=args.snapshot_rows, chunk_size=args.chunk_size, rounds=args.rounds,
                          peers=parse_peers(args.peers), parallelisms=parallelisms, heap=args.heap,
-                         keep_running=args.keep_running, console=console)
+                         keep_running=args.keep_running, compression=args.compression, console=console)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))
     if args.out:
@@ -294,9 +294,10 @@ def _cmd_bench_broker(args: argparse.Namespace) -> int:
 def _cmd_bench_soak(args: argparse.Namespace) -> int:
     result = bench_soak(Path(args.state_dir), minutes=args.minutes, rate=args.rate, rows=args.rows,
                         partitions=args.partitions, sample_s=args.sample_s, out=Path(args.out) if args.out else None,
-                        png=(Path(args.png) if args.png != "docs/soak.png" or not args.lake
-                             else Path("docs/soak-lake.png")) if args.out else None, keep_running=args.keep_running,
-                        lake=args.lake, lake_retention_hours=args.lake_retention_hours, console=_bench_console(args))
+                        png=Path(args.png or ("docs/soak-lake.png" if args.lake else "docs/soak.png" if args.rate
+                                              else "docs/soak-peak.png")) if args.out else None,
+                        keep_running=args.keep_running, lake=args.lake, lake_retention_hours=args.lake_retention_hours,
+                        writers=args.writers, console=_bench_console(args))
     if args.json:
         print(json.dumps({k: v for k, v in result.items()}, indent=2, default=str))
     return 0 if result["verdict"]["passed"] else 1
@@ -561,12 +562,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench_soak_p = bench_sub.add_parser(
         "soak", help="producer and merge job for an hour under a steady mixed load: latency, memory, no stall")
     bench_soak_p.add_argument("--minutes", type=float, default=60.0, help="length of the load (default 60)")
-    bench_soak_p.add_argument("--rate", type=int, default=1000, help="row changes a second (default 1000)")
+    bench_soak_p.add_argument("--rate", type=int, default=1000,
+                              help="row changes a second (default 1000); 0: the source's peak, each change a "
+                                   "transaction of its own written as fast as the server takes it")
+    bench_soak_p.add_argument("--writers", type=int, default=1,
+                              help="connections writing side by side (default 1; e.g. 4 with --rate 0)")
     bench_soak_p.add_argument("--rows", type=int, default=50_000, help="rows before the producer starts")
     bench_soak_p.add_argument("--partitions", type=int, default=2, help="partitions of the table topic (default 2)")
     bench_soak_p.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples (default 30)")
     bench_soak_p.add_argument("--out", help="write the soak section of this file (e.g. docs/benchmarks.md)")
-    bench_soak_p.add_argument("--png", default="docs/soak.png", help="the plot, with --out (default docs/soak.png)")
+    bench_soak_p.add_argument("--png", help="the plot, with --out (default docs/soak.png, docs/soak-lake.png with "
+                                            "--lake, docs/soak-peak.png with --rate 0)")
     bench_soak_p.add_argument("--lake", action="store_true",
                               help="the Delta and Iceberg sinks on too (as cdc stack up has them), their disk sampled")
     bench_soak_p.add_argument("--lake-retention-hours", type=int, default=1,
@@ -631,6 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_peers_p.add_argument("--parallelisms", default="1,2", help="Flink CDC's (and our chunk readers') counts")
     bench_peers_p.add_argument("--rounds", type=int, default=3, help="alternated rounds; medians with min-max")
     bench_peers_p.add_argument("--heap", default="1g", metavar="SIZE", help="the peers' JVM heap (-Xmx)")
+    bench_peers_p.add_argument("--compression", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                               help="every side's record batch compression (default lz4)")
     bench_peers_p.add_argument("--json-out", metavar="FILE", help="also write the whole result as JSON")
     bench_peers_p.add_argument("--state-dir", default=".cdc/bench")
     bench_peers_p.add_argument("--keep-running", action="store_true")

@@ -122,8 +122,10 @@ def _check_records(who: str, clock: TopicClock, expected: int, topic: str, boots
 # --- the runs -----------------------------------------------------------------------------------
 
 class _Race:
-    def __init__(self, info, work: Path, heap: str, chunk_size: int, console: Console) -> None:
+    def __init__(self, info, work: Path, heap: str, chunk_size: int, console: Console,
+                 compression: str = race_settings.PEERS_COMPRESSION) -> None:
         self.info, self.work, self.heap, self.chunk_size, self.console = info, Path(work), heap, chunk_size, console
+        self.compression = compression
         self.bootstrap = info.kafka["bootstrap_servers"]
         self.kafka_cfg = load_config(info.config_path).kafka
 
@@ -143,7 +145,8 @@ class _Race:
         launch = time.monotonic()
         try:
             res = bench_producer(self.info, db, start, end, transactions=False, expected=changes["total"],
-                                 fmt="debezium-json", prefix=prefix, expected_records=expected)
+                                 fmt="debezium-json", prefix=prefix, expected_records=expected,
+                                 compression=self.compression)
             clock.wait(60)
         finally:
             clock.stop()
@@ -165,7 +168,7 @@ class _Race:
         try:
             res = bench_producer_snapshot(self.info, db, rows, chunk_size=self.chunk_size, parallelism=parallelism,
                                           writes_per_s=0, console=self.console, fmt="debezium-json",
-                                          transactions=False, prefix=prefix)
+                                          transactions=False, prefix=prefix, compression=self.compression)
             clock.wait(60)
         finally:
             clock.stop()
@@ -188,7 +191,8 @@ class _Race:
     def _worker(self, name: str) -> ConnectWorker:
         work = self.work / name
         shutil.rmtree(work, ignore_errors=True)
-        return ConnectWorker(work, self.bootstrap, heap=self.heap, settings=race_settings.connect_worker_settings())
+        return ConnectWorker(work, self.bootstrap, heap=self.heap,
+                             settings=race_settings.connect_worker_settings(self.compression))
 
     def connect_stream(self, db: str, start, changes: dict[str, int], tag: str) -> dict[str, Any]:
         prefix = f"peer_{tag}_dbz"
@@ -281,7 +285,7 @@ class _Race:
         shutil.rmtree(work, ignore_errors=True)
         props = flink_cdc.runner_properties(self.info.mysql, db, TABLE, parallelism=parallelism,
                                             chunk_size=self.chunk_size, bootstrap=self.bootstrap, topic=topic,
-                                            producer=race_settings.FLINK_PRODUCER_TUNED,
+                                            producer=race_settings.flink_producer_settings(self.compression),
                                             server_id_base=bench_server_id())
         run = flink_cdc.FlinkCdcRun(work, props, heap=self.heap, cache=self.work / "classes")
         clock = TopicClock(self.bootstrap, topic, rows).start()
@@ -367,13 +371,13 @@ def bench_peers(state_dir: Path = DEFAULT_STATE_DIR, *, stream_rows: int = 1_000
                 snapshot_rows: int = 1_000_000, chunk_size: int = 8192, rounds: int = race_rounds.DEFAULT_ROUNDS,
                 peers: tuple[str, ...] = PEERS, parallelisms: tuple[int, ...] = (1, 2),
                 heap: str = race_settings.DEFAULT_HEAP, keep_running: bool = False,
-                console: Console | None = None) -> dict[str, Any]:
+                compression: str = race_settings.PEERS_COMPRESSION, console: Console | None = None) -> dict[str, Any]:
     """The race against the peers (``peers``: ``connect``, ``flink``): ``stream_rows`` changes
     in multi-row statements and ``oltp_rows`` single-row transactions (0: none) streamed by
     ours and by Debezium in Kafka Connect; a ``snapshot_rows``-row table snapshotted by ours,
     by Debezium in Kafka Connect and by Flink CDC at each of ``parallelisms`` (ours with as
-    many chunk readers); ``rounds`` alternated rounds.  Returns the results (medians, min-max,
-    the rounds)."""
+    many chunk readers); ``rounds`` alternated rounds; ``compression``: every side's record
+    batch compression.  Returns the results (medians, min-max, the rounds)."""
     console = console or Console()
     for p in parallelisms:
         if p < 1:
@@ -385,8 +389,9 @@ def bench_peers(state_dir: Path = DEFAULT_STATE_DIR, *, stream_rows: int = 1_000
     run = uuid.uuid4().hex[:6]
     dbs: list[str] = []
     result: dict[str, Any] = {"machine": machine_info(), "peers": list(peers), "heap": heap, "chunk_size": chunk_size,
-                              "parallelisms": list(parallelisms), "versions": peer_versions(peers)}
-    race = _Race(info, work, heap, chunk_size, console)
+                              "parallelisms": list(parallelisms), "versions": peer_versions(peers),
+                              "compression": compression}
+    race = _Race(info, work, heap, chunk_size, console, compression)
     try:
         with admin(info.mysql) as conn:
             with conn.cursor() as cur:
@@ -612,7 +617,8 @@ def render_peers(result: dict[str, Any], *, when: str | None = None) -> str:
                    f"MiniCluster, with Flink's Kafka sink {v.get('flink_cdc_kafka_sink', '?')}, at parallelism "
                    + " and ".join(str(p) for p in result.get("parallelisms") or ()))
     heap = result.get("heap", race_settings.DEFAULT_HEAP)
-    settings = race_settings.peers_settings_rows(heap, result.get("chunk_size", 8192))
+    settings = race_settings.peers_settings_rows(heap, result.get("chunk_size", 8192),
+                                                 result.get("compression", "none"))
     lines = [PEERS_HEADING, "",
              f"Written by `cdc bench peers` on {when} UTC (`make bench-race`). Peers that ran: {'; '.join(ran)}. "
              f"Every side on the same binlog range or the same table, the same MariaDB server (reporting version "

@@ -101,14 +101,25 @@ CONNECT_PRODUCER_TUNED = {**PRODUCER_TUNED, "enable.idempotence": "true", "acks"
                           "max.in.flight.requests.per.connection": 5}
 #: Flink's Kafka sink in the race: the same producer settings (the runner sets idempotence and acks).
 FLINK_PRODUCER_TUNED = dict(PRODUCER_TUNED)
+#: Every side's record batch compression in the peers' race (``--compression``): their
+#: JsonConverter records carry their schema, about 4 KB a row change, and uncompressed they
+#: bound every side alike by the bytes one broker on two shared cores takes (about 90-100 MB/s
+#: in the race of 2026-11-27 10:00 UTC), not by its own work.
+PEERS_COMPRESSION = "lz4"
 
 
-def connect_worker_settings() -> dict[str, object]:
+def connect_worker_settings(compression: str = "none") -> dict[str, object]:
     """The Connect worker's properties of a tuned run: its producer's overrides."""
-    return {f"producer.{k}": v for k, v in CONNECT_PRODUCER_TUNED.items()}
+    return {f"producer.{k}": v for k, v in {**CONNECT_PRODUCER_TUNED, "compression.type": compression}.items()}
 
 
-def peers_settings_rows(heap: str = DEFAULT_HEAP, chunk_size: int = 8192) -> list[tuple[str, str, str, str]]:
+def flink_producer_settings(compression: str = "none") -> dict[str, object]:
+    """Flink's Kafka sink's producer settings of a tuned run."""
+    return {**FLINK_PRODUCER_TUNED, "compression.type": compression}
+
+
+def peers_settings_rows(heap: str = DEFAULT_HEAP, chunk_size: int = 8192,
+                        compression: str = "none") -> list[tuple[str, str, str, str]]:
     """The side-by-side settings of the peers' race: ``(setting, ours, Debezium in Kafka
     Connect, Flink CDC)``, from the constants the harness runs with."""
     ours, et, pt = THROUGHPUT_SETTINGS, ENGINE_TUNED, PRODUCER_TUNED
@@ -124,6 +135,8 @@ def peers_settings_rows(heap: str = DEFAULT_HEAP, chunk_size: int = 8192) -> lis
          f"`producer.buffer.memory` {_n(pt['buffer.memory'])} B",
          f"`linger.ms` {pt['linger.ms']}, `batch.size` {_n(pt['batch.size'])} B, `buffer.memory` "
          f"{_n(pt['buffer.memory'])} B"),
+        ("Kafka producer: compression", f"`kafka.compression: {compression}`",
+         f"`producer.compression.type` {compression}", f"`compression.type` {compression}"),
         ("Kafka producer: delivery", "idempotent, `acks=all`, no Kafka transactions",
          "idempotent, `acks=all`, 5 requests in flight (worker `producer.*` overrides)",
          "Flink's Kafka sink, at least once, idempotent, `acks=all`"),

@@ -142,12 +142,13 @@ def _rss_mb(pid: int) -> float:
 
 def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parallelism: int, writes_per_s: int,
                             console: Console, fmt: str = "avro", transactions: bool | None = None,
-                            prefix: str | None = None) -> dict[str, Any]:
+                            prefix: str | None = None, compression: str | None = None) -> dict[str, Any]:
     """(b) ``cdc produce`` in a child process snapshots the table; clock from the signal to COMPLETED;
     its processes' peak RSS read from outside; with the table quiet, its table topic's
     records counted and checked equal to the table's ``rows``.  ``fmt``: ``producer.format``;
     ``transactions``: ``kafka.transactions`` (default: the stack's); ``prefix``: its topic
-    prefix (default: a new one).  ``signal_mono``: the signal's ``time.monotonic()``."""
+    prefix (default: a new one); ``compression``: ``kafka.compression`` (default: the
+    stack's).  ``signal_mono``: the signal's ``time.monotonic()``."""
 
     prefix = prefix or f"benchsnap_{uuid.uuid4().hex[:8]}"
     cfg = bench_config(info, prefix, db)
@@ -155,6 +156,8 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     cfg.producer.format = fmt
     if transactions is not None:
         cfg.kafka.transactions = transactions
+    if compression is not None:
+        cfg.kafka.compression = compression
     start_at_current(cfg)
     work = Path(info.state_dir) / "bench-snapshot" / prefix
     work.mkdir(parents=True, exist_ok=True)

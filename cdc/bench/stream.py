@@ -225,18 +225,22 @@ def _child_main() -> int:
 
 def bench_producer(info, db: str, start: tuple[str, int], end: tuple[str, int], *, transactions: bool,
                    expected: int, profile: Path | None = None, tag: str = "", fmt: str = "avro",
-                   prefix: str | None = None, expected_records: int | None = None) -> dict[str, Any]:
+                   prefix: str | None = None, expected_records: int | None = None,
+                   compression: str | None = None) -> dict[str, Any]:
     """The producer from ``start`` until an offset commit covers ``end``; in a child process
     launched as Debezium's JVM is, timed from that launch, its processes' peak RSS read from
     outside (:class:`~cdc.bench.harness.ProcessTreePeak`); its table topic counted.  ``fmt``:
     ``producer.format``; ``prefix``: its topic prefix (default from ``tag``);
     ``expected_records``: the records its table topic should hold (default ``expected``; more
-    where the format writes tombstones after deletes)."""
+    where the format writes tombstones after deletes); ``compression``: ``kafka.compression``
+    (default: the stack's)."""
     run = tag or uuid.uuid4().hex[:8]
     prefix = prefix or f"bench_{run}_{'tx' if transactions else 'notx'}"
     cfg = bench_config(info, prefix, db)
     cfg.kafka.transactions = transactions
     cfg.producer.format = fmt
+    if compression is not None:
+        cfg.kafka.compression = compression
     cfg.producer.startup.mode = "position"
     cfg.producer.startup.file, cfg.producer.startup.pos = start[0], int(start[1])
     cfg.state_dir = str(info.state_dir / "producer" / prefix)

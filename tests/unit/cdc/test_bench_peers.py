@@ -78,9 +78,17 @@ def test_the_worker_s_producer_gets_our_throughput_settings():
     assert s["producer.linger.ms"] == race_settings.PRODUCER_TUNED["linger.ms"]
     assert s["producer.batch.size"] == race_settings.PRODUCER_TUNED["batch.size"]
     assert s["producer.acks"] == "all" and s["producer.enable.idempotence"] == "true"
+    assert s["producer.compression.type"] == "none"
     rows = race_settings.peers_settings_rows("2g", 4096)
     assert all(len(r) == 4 for r in rows)
     assert any("`-Xmx2g`" in r[2] for r in rows) and any("4,096" in r[1] for r in rows)
+
+
+def test_every_side_compresses_alike():
+    assert race_settings.connect_worker_settings("lz4")["producer.compression.type"] == "lz4"
+    assert race_settings.flink_producer_settings("lz4")["compression.type"] == "lz4"
+    row = next(r for r in race_settings.peers_settings_rows("1g", 8192, "lz4") if "compression" in r[0])
+    assert row[1:] == ("`kafka.compression: lz4`", "`producer.compression.type` lz4", "`compression.type` lz4")
 
 
 def test_properties_text_escapes_backslashes():

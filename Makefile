@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps clean bench bench-race bench-race-embedded chaos chaos-read-only soak
+.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps clean bench bench-race bench-race-embedded chaos chaos-read-only soak soak-peak
 
 $(STAMP): pyproject.toml setup.py contract/codecs/_avro_reader.c common/kafka/_partitioner.c producer/events/_binlog_images.c producer/events/_select_rows.c producer/events/avro_out.h producer/events/row_program.h producer/_row_emitter.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -107,6 +107,13 @@ bench-race-embedded: venv debezium system-deps jars
 # (MINUTES=n for another length), its series and verdict into docs/benchmarks.md and docs/soak.png.
 soak: venv system-deps jars
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench soak --minutes $${MINUTES:-60} --out docs/benchmarks.md
+
+# End to end at the source's peak: WRITERS connections (default 4) write single-row transactions as
+# fast as the server takes them for MINUTES minutes (default 10) while the producer and the merge job
+# run: the rate the source sustained, the lag, and the sinks equal after, into docs/benchmarks.md.
+soak-peak: venv system-deps jars
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc bench soak --rate 0 --writers $${WRITERS:-4} \
+		--minutes $${MINUTES:-10} --out docs/benchmarks.md
 
 # A long chaos run (processes killed under load, on three Kafka nodes of which one is killed
 # twice and shut down once; must end equal).  SEED=n picks the plan; BROKERS=1 on one node.

@@ -251,7 +251,7 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
         report = verify(cfg, [f"{db}.t_{k}" for k in KINDS], changelog=True)
     finally:
         for load in loads:
-            load._stop.set()
+            load.halt()
         producer.stop()
         job.stop()
         if brokers is not None:

@@ -52,6 +52,10 @@ class BackgroundWriter:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def halt(self) -> None:
+        """Ask the thread to end, without waiting for it (or for its error)."""
+        self._stop.set()
+
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
         self._thread.join(timeout)

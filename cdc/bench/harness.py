@@ -350,7 +350,8 @@ def generate_changes(conn, rows: int, seed: int = 7, *, single_row: bool = False
 
 class PacedWriter(BackgroundWriter):
     """About ``rate`` row changes per second against a benchmark table, in a thread, until
-    stopped; :meth:`write` makes one step and says how many rows it changed."""
+    stopped (``rate`` 0: as fast as the server takes them); :meth:`write` makes one step and
+    says how many rows it changed."""
 
     def __init__(self, mysql: dict, db: str, rate: int) -> None:
         super().__init__()
@@ -365,7 +366,7 @@ class PacedWriter(BackgroundWriter):
         with admin(self.mysql, self.db) as conn, conn.cursor() as cur:
             while not self._stop.is_set():
                 self.count += self.write(cur)
-                ahead = self.count / self.rate - (time.perf_counter() - t0)
+                ahead = self.count / self.rate - (time.perf_counter() - t0) if self.rate else 0.0
                 if ahead > 0:
                     time.sleep(ahead)
 

@@ -9,7 +9,9 @@ One run against a stack (the embedded one by default, its own database and topic
    incremental snapshot signalled at the start;
 3. a load of ``rate`` row changes a second for ``minutes`` minutes: 35% inserts, 50% updates
    (four in five of them on the newest thousand rows: a hot range), 12% deletes, 3% primary
-   key changes, each row written with ``src_at = NOW(6)``;
+   key changes, each row written with ``src_at = NOW(6)``; ``rate`` 0 with ``writers``
+   connections: the source's peak, each change a transaction of its own written as fast as
+   the server takes it (its own section, "End to end at the source's peak");
 4. every ``sample_s`` seconds a sample: the producer's seconds behind the source, the
    merge latency p50/p99 of the rows the sink wrote since the last sample (the sink table
    gets a trigger column stamped with ``clock_timestamp()`` on every insert and update:
@@ -100,16 +102,21 @@ def create_table(mysql: dict, db: str, rows: int) -> None:
 
 class MixedLoad(PacedWriter):
     """About ``rate`` row changes a second: 35% inserts, 50% updates (80% of them on the
-    newest thousand rows), 12% deletes, 3% primary key changes; ``ops`` counts them."""
+    newest thousand rows), 12% deletes, 3% primary key changes; ``ops`` counts them.  ``rate``
+    0: as fast as the server takes them, each change a transaction of its own.  Writer
+    ``writer`` of ``writers`` side by side owns the ids congruent to it (the rows loaded and
+    those it inserts), so that none touches another's rows."""
 
     MIX = (("insert", 35), ("update", 50), ("delete", 12), ("key_change", 3))
 
-    def __init__(self, mysql: dict, db: str, rate: int, rows: int, seed: int = 1) -> None:
+    def __init__(self, mysql: dict, db: str, rate: int, rows: int, seed: int = 1, *, writer: int = 0,
+                 writers: int = 1) -> None:
         super().__init__(mysql, db, rate)
-        self.rnd = random.Random(seed)
-        self.live = list(range(rows))  # ids in the table (a random one: swap and pop)
-        self.next_id = rows
-        self.per_tick = max(1, rate // 20)
+        self.rnd = random.Random(seed * 1000 + writer)
+        self.live = list(range(writer, rows, writers))  # ids in the table (a random one: swap and pop)
+        self.next_id, self.step = rows + writer, writers
+        self.single_row = not rate
+        self.per_tick = 1 if self.single_row else max(1, rate // 20)
         self.ops: dict[str, int] = {k: 0 for k, _ in self.MIX}
         self._kinds = [k for k, w in self.MIX for _ in range(w)]
         self._utc = False
@@ -128,6 +135,9 @@ class MixedLoad(PacedWriter):
             cur.execute("SET time_zone = '+00:00'")
             self._utc = True
         t = f"`{TABLE}`"
+        if self.single_row:  # (autocommit)
+            self._tick(cur, t)
+            return 1
         # A tick's changes in one transaction: a commit per statement (each a binlog flush)
         # held a single connection to about 400 changes/s on a busy 2-core machine.
         cur.execute("BEGIN")
@@ -143,7 +153,7 @@ class MixedLoad(PacedWriter):
         for _ in range(self.per_tick):
             kind = self.rnd.choice(self._kinds) if len(self.live) > 2000 else "insert"
             if kind == "insert":
-                i, self.next_id = self.next_id, self.next_id + 1
+                i, self.next_id = self.next_id, self.next_id + self.step
                 cur.execute(f"INSERT INTO {t} VALUES (%s, %s, %s, %s, NOW(6))",
                             (i, f"n{i}", f"{self.rnd.randrange(10**7) / 100:.2f}", "y" * self.rnd.randrange(300)))
                 self.live.append(i)
@@ -155,10 +165,47 @@ class MixedLoad(PacedWriter):
                 cur.execute(f"DELETE FROM {t} WHERE id = %s", (self._take(self._pick(False)),))
             else:
                 old, new = self._take(self._pick(False)), self.next_id
-                self.next_id += 1
+                self.next_id += self.step
                 cur.execute(f"UPDATE {t} SET id = %s, src_at = NOW(6) WHERE id = %s", (new, old))
                 self.live.append(new)
             self.ops[kind] += 1
+
+
+class MixedLoads:
+    """``writers`` :class:`MixedLoad` side by side on one table, read as one: ``rate`` shared
+    among them (0: each as fast as the server takes it)."""
+
+    def __init__(self, mysql: dict, db: str, rate: int, rows: int, writers: int = 1, seed: int = 1) -> None:
+        if writers < 1:
+            raise BenchError(f"writers is at least 1, not {writers}")
+        self.loads = [MixedLoad(mysql, db, -(-rate // writers) if rate else 0, rows, seed, writer=k, writers=writers)
+                      for k in range(writers)]
+
+    def start(self) -> "MixedLoads":
+        for load in self.loads:
+            load.start()
+        return self
+
+    @property
+    def count(self) -> int:
+        return sum(load.count for load in self.loads)
+
+    @property
+    def ops(self) -> dict[str, int]:
+        return {k: sum(load.ops[k] for load in self.loads) for k, _ in MixedLoad.MIX}
+
+    @property
+    def error(self) -> BaseException | None:
+        return next((load.error for load in self.loads if load.error is not None), None)
+
+    def halt(self) -> None:
+        for load in self.loads:
+            load.halt()
+
+    def stop(self) -> None:
+        self.halt()
+        for load in self.loads:
+            load.stop()
 
 
 def tree_rss_mb(pid: int | None, field: str = "VmRSS") -> float:
@@ -294,14 +341,16 @@ def false_loss_alarm(cfg: CDCConfig) -> str | None:
 def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60.0, rate: int = 1000,
              rows: int = 50_000, partitions: int = 2, sample_s: float = 30.0, deep_batches: int = 0,
              drain_s: float = 180.0, stack_pids: dict[str, int | None] | None = None, loss_checks: int = 1,
-             lake: bool = False, lake_retention_hours: int | None = 1,
+             lake: bool = False, lake_retention_hours: int | None = 1, writers: int = 1,
              console: Console | None = None, on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """One soak run (see the module docstring) against the stack ``cfg`` and ``mysql`` (its
     admin connection details) point at; ``stack_pids``: the broker's, MariaDB's and
     PostgreSQL's processes, for their memory; ``loss_checks``: how many times each sample
     asks what ``cdc status`` says of lost history; ``lake``: the Delta and Iceberg sinks on too
     (as `cdc stack up` has them), removing versions older than ``lake_retention_hours``, their
-    tables' files and MB sampled.  Returns the samples and the verdict's figures."""
+    tables' files and MB sampled; ``writers``: connections writing side by side (``rate`` 0:
+    each as fast as the source takes single-row transactions, the source's peak).  Returns
+    the samples and the verdict's figures."""
     console = console or Console()
     work_dir.mkdir(parents=True, exist_ok=True)
     run = f"soak_{uuid.uuid4().hex[:8]}"
@@ -322,15 +371,16 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
     start_at_current(cfg)
     producer, job = pipeline_processes(cfg, work_dir, "soak")
     clock = SinkClock(cfg, db)
-    load = MixedLoad(mysql, db, rate, rows)
+    load = MixedLoads(mysql, db, rate, rows, writers)
     samples: list[dict] = []
     alarms: list[str] = []
     pids = dict(stack_pids or {})
     seconds = minutes * 60.0
-    console.print(f"soak {run}: {rate:,} changes/s for {minutes:g} min, {rows:,} rows, {partitions} partitions"
+    console.print(f"soak {run}: {load_words(rate, writers)} for {minutes:g} min, {rows:,} rows, {partitions} partitions"
                   + (f", {deep_batches:,} filler batches per partition" if deep_batches else ""))
     t0 = time.time()
-    result: dict[str, Any] = {"run": run, "rate": rate, "minutes": minutes, "rows": rows, "partitions": partitions,
+    result: dict[str, Any] = {"run": run, "rate": rate, "writers": writers, "minutes": minutes, "rows": rows,
+                              "partitions": partitions,
                               "deep_batches": deep_batches, "sample_s": sample_s, "samples": samples,
                               "lake": lake, "lake_retention_hours": lake_retention_hours if lake else None}
     try:
@@ -394,7 +444,7 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
         result["equal"] = bool(report is not None and report.equal)
         result["final_warnings"] = [w.get("message") for w in _merge_status(cfg).get("warnings") or []]
     finally:
-        load._stop.set()
+        load.halt()
         producer.stop()
         job.stop()
     result["lost_history_alarms"] = alarms
@@ -445,7 +495,9 @@ def verdict(result: dict) -> dict[str, Any]:
             a = (first[0].get("lake") or {}).get(k, {}).get("mb") or 0.0
             lake_growth[k] = round(v["mb"] / a, 2) if a else None
     all_p99 = [v for v in p99(samples)]
-    warm_p99 = p99(_window(samples, WARM_UP_S, end))
+    warm = _window(samples, WARM_UP_S, end)
+    warm_p99 = p99(warm)
+    figures = lambda key: [s[key] for s in warm if s.get(key) is not None]  # noqa: E731
     drained = result.get("drain_s")
     out = {
         "equal": result.get("equal", False),
@@ -458,6 +510,11 @@ def verdict(result: dict) -> dict[str, Any]:
         "rss_growth": rss_growth,
         "false_loss_alarms": len(result.get("lost_history_alarms") or []),
         "lake_growth": lake_growth,
+        # what the load and the pipeline sustained after the warm-up (the source's peak: the rate it took)
+        "written_per_s_median": statistics.median(figures("written_per_s")) if figures("written_per_s") else None,
+        "merged_per_s_median": statistics.median(figures("merged_per_s")) if figures("merged_per_s") else None,
+        "source_lag_median_s": statistics.median(figures("source_lag_s")) if figures("source_lag_s") else None,
+        "source_lag_max_s": max(figures("source_lag_s")) if figures("source_lag_s") else None,
     }
     out["latency_flat"] = out["latency_p99_ratio"] is not None and out["latency_p99_ratio"] <= TREND_LIMIT
     out["latency_bounded"] = bool(warm_p99) and max(warm_p99) <= P99_LIMIT_MS
@@ -482,7 +539,9 @@ def plot(result: dict, path: Path) -> Path:
     ax.plot(t, [(x["source_lag_s"] or 0) * 1000 for x in s], label="producer behind source (ms)", alpha=0.6)
     ax.set_ylabel("ms")
     ax.legend(loc="upper left")
-    ax.set_title(f"soak: {result['rate']:,} mixed changes/s for {result['minutes']:g} min, "
+    load = (f"{result['rate']:,} mixed changes/s" if result["rate"]
+            else f"the source's peak, {result.get('writers') or 1} single-row writers")
+    ax.set_title(f"soak: {load} for {result['minutes']:g} min, "
                  f"{result['partitions']} partitions, embedded stack")
     ax = axes[1]
     ax.plot(t, [x["merged_per_s"] for x in s], label="records merged/s")
@@ -504,12 +563,24 @@ def plot(result: dict, path: Path) -> Path:
 
 
 SECTION = "## Soak"
-#: A soak with the lake sinks on (``--lake``) has a section of its own.
+#: A soak with the lake sinks on (``--lake``) has a section of its own, as has one at the
+#: source's peak (``--rate 0``).
 LAKE_SECTION = "## Soak with the lake sinks"
+PEAK_SECTION = "## End to end at the source's peak"
 
 
 def section_heading(result: dict) -> str:
-    return LAKE_SECTION if result.get("lake") else SECTION
+    if result.get("lake"):
+        return LAKE_SECTION
+    return SECTION if result.get("rate") else PEAK_SECTION
+
+
+def load_words(rate: int, writers: int = 1) -> str:
+    """The load, in words: a rate of mixed changes, or the source's peak."""
+    if not rate:
+        return (f"the source's fastest single-row load ({writers} connection{'s' if writers > 1 else ''} writing "
+                "mixed row changes, each its own transaction, as fast as the server takes them)")
+    return f"{rate:,} mixed row changes a second" + (f" from {writers} connections" if writers > 1 else "")
 
 
 def render(result: dict, *, when: str, png: str | None = None) -> str:
@@ -518,11 +589,13 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
     v = result["verdict"]
     lines = [section_heading(result), "",
              f"`cdc bench soak --minutes {result['minutes']:g} --rate {result['rate']}"
+             f"{' --writers ' + str(result.get('writers')) if (result.get('writers') or 1) > 1 else ''}"
              f"{' --lake --lake-retention-hours ' + str(result.get('lake_retention_hours')) if result.get('lake') else ''}"
              f"` ({when}): the producer and the "
              f"merge job (`local[2]`, PostgreSQL sink and clean changelog"
-             f"{', Delta and Iceberg tables' if result.get('lake') else ''}) under {result['rate']:,} mixed row changes a "
-             f"second (35% inserts, 50% updates, 12% deletes, 3% key changes) on a table of {result['rows']:,} rows, "
+             f"{', Delta and Iceberg tables' if result.get('lake') else ''}) under "
+             f"{load_words(result['rate'], result.get('writers') or 1)} "
+             f"(35% inserts, 50% updates, 12% deletes, 3% key changes) on a table of {result['rows']:,} rows, "
              f"{result['partitions']} partitions, an incremental snapshot at the start; a sample every "
              f"{result['sample_s']:g} s.", "",
              "| goal | figure | met |", "| --- | --- | --- |",
@@ -539,7 +612,11 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
              f"MariaDB and PostgreSQL shown) | "
              f"{', '.join(f'{k} {g}' for k, g in v['rss_growth'].items())} | {'yes' if v['rss_flat'] else 'no'} |",
              f"| no false alarm of lost Kafka history | {v['false_loss_alarms']} | "
-             f"{'yes' if v['false_loss_alarms'] == 0 else 'no'} |"]
+             f"{'yes' if v['false_loss_alarms'] == 0 else 'no'} |",
+             f"| sustained after warm-up (medians): written to the source / merged | "
+             f"{_f(v.get('written_per_s_median'))} / {_f(v.get('merged_per_s_median'))} changes/s | shown |",
+             f"| producer behind the source after warm-up, median / worst sample | "
+             f"{_f(v.get('source_lag_median_s'), '.1f')} / {_f(v.get('source_lag_max_s'), '.1f')} s | shown |"]
     if v.get("lake_growth"):
         lines.append(f"| lake tables' disk (MB, last / first after warm-up; retention "
                      f"{result.get('lake_retention_hours')} h) | "
@@ -566,7 +643,7 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
 
 def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows: int = 50_000, partitions: int = 2,
                sample_s: float = 30.0, out: Path | None = None, png: Path | None = None, keep_running: bool = False,
-               lake: bool = False, lake_retention_hours: int | None = 1,
+               lake: bool = False, lake_retention_hours: int | None = 1, writers: int = 1,
                console: Console | None = None) -> dict[str, Any]:
     """``cdc bench soak`` on the embedded stack of ``state_dir``: :func:`run_soak`, then the
     verdict printed and, with ``out``, its section in that file (docs/benchmarks.md) with the
@@ -579,7 +656,7 @@ def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows
     try:
         result = run_soak(cfg, mysql=info.mysql, work_dir=work_dir, minutes=minutes, rate=rate, rows=rows,
                           partitions=partitions, sample_s=sample_s, stack_pids=pids, lake=lake,
-                          lake_retention_hours=lake_retention_hours, console=console)
+                          lake_retention_hours=lake_retention_hours, writers=writers, console=console)
     finally:
         if keep_running:
             console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")

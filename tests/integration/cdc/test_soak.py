@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from cdc.bench.soak import render, run_soak, verdict
+from cdc.bench.soak import PEAK_SECTION, MixedLoads, render, run_soak, verdict
 from cdc.stack.kafka_broker import kafka_pids
 
 #: One-record batches per partition (the stand-in broker of before answered a 10 ms fetch of
@@ -71,3 +71,26 @@ def test_the_verdict_compares_the_ends_of_the_run_after_the_warm_up():
     assert v["false_loss_alarms"] == 1 and not v["passed"]
     v = verdict({**base, "samples": flat, "final_warnings": ["t[0] is read at 77 records/s while 900/s arrive"]})
     assert not v["no_stall"] and not v["passed"]
+
+
+def test_writers_side_by_side_own_disjoint_rows_and_share_the_rate():
+    loads = MixedLoads({}, "db", 1000, 10, writers=3)
+    owned = [set(load.live) for load in loads.loads]
+    assert set().union(*owned) == set(range(10)) and sum(map(len, owned)) == 10
+    assert [load.next_id % 3 for load in loads.loads] == [10 % 3, 11 % 3, 12 % 3]  # (each inserts ids of its own)
+    assert [load.rate for load in loads.loads] == [334] * 3 and not any(load.single_row for load in loads.loads)
+    peak = MixedLoads({}, "db", 0, 10, writers=2)
+    assert all(load.rate == 0 and load.single_row and load.per_tick == 1 for load in peak.loads)
+
+
+def test_at_the_sources_peak_the_pipeline_keeps_pace_and_ends_equal(stack, config, tmp_path):
+    """Two connections write single-row transactions as fast as the server takes them while the
+    producer and the merge job run: the sink ends equal, the rate the source took is reported."""
+    result = run_soak(config, mysql=stack.mysql, work_dir=tmp_path / "peak", minutes=0.75, rate=0, writers=2,
+                      rows=6000, partitions=2, sample_s=15.0, drain_s=150.0, console=Console(width=200))
+    assert result["equal"], result
+    assert result["writers"] == 2 and all(v > 0 for v in result["ops"].values())
+    assert sum(result["ops"].values()) >= result["samples"][-1]["changes_written"] > 0
+    assert any(s["written_per_s"] for s in result["samples"]) and any(s["merged_per_s"] for s in result["samples"])
+    text = render(result, when="now")
+    assert text.startswith(PEAK_SECTION) and "fastest single-row load (2 connections" in text

@@ -393,7 +393,7 @@ def write_sinks_section(out: Path, result: dict[str, Any]) -> str:
         text = with_section(text, SINKS_HEADING, section)
     elif section_of(text, PEERS_HEADING) is not None:
         peers = section_of(text, PEERS_HEADING)
-        text = text.replace(peers, peers.rstrip("\n") + "\n\n" + section, 1)
+        text = text.replace(peers, peers.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n\n", 1)
     else:
         text = with_leading_section(text, SINKS_HEADING, section)
     out.write_text(text)

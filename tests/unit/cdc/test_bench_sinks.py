@@ -55,5 +55,6 @@ def test_the_section_goes_after_the_peers_one(tmp_path):
     write_sinks_section(out, _result([2.0], [1.0]))
     text = out.read_text()
     assert text.index(PEERS_HEADING) < text.index(SINKS_HEADING) < text.index("## Stream")
+    assert "\n\n## Stream" in text and "\n\n" + SINKS_HEADING in text  # (Markdown needs the blank line)
     write_sinks_section(out, _result([3.0], [1.0]))
     assert out.read_text().count(SINKS_HEADING) == 1 and "(3.00x)" in out.read_text()

@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Mapping
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from common.jars import module_jars
@@ -98,10 +99,20 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
     return spark
 
 
+def running_session() -> SparkSession | None:
+    """This process's session, if one runs: the calling thread's active one, else the one the
+    builder made (``SparkSession.getActiveSession()`` alone is the thread's: None in a thread
+    other than the one that made the session)."""
+    try:
+        return SparkSession.active()
+    except PySparkRuntimeError:
+        return None
+
+
 def stop_session() -> None:
     """Stop the running session, if any: its Python workers end with it, and with them the
     Kafka clients they keep between tasks (which would otherwise go on trying to reach a
     broker that stopped, and say so, until the process exits)."""
-    spark = SparkSession.getActiveSession()
+    spark = running_session()
     if spark is not None:
         spark.stop()

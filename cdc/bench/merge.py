@@ -187,15 +187,13 @@ def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict
     """(b)/(e): the merge job over the whole backlog (``Trigger.AvailableNow``), on
     ``master``, with a checkpoint and a PostgreSQL schema of its own; the CPU time each
     process group used meanwhile (``cpu_roots``: the stack's processes, :class:`CpuMeter`)."""
-    from pyspark.sql import SparkSession
-
-    from spark_jobs.spark_session import build_session
+    from spark_jobs.spark_session import build_session, running_session
     cfg = cfg.model_copy(deep=True)
     cfg.spark.master = master
     cfg.state_dir = str(work / name / "state")
     cfg.spark.checkpoint_dir = str(work / name / "checkpoints")
     cfg.sinks.postgres.schema_name = f"{cfg.sinks.postgres.schema_name}_{name}"
-    active = SparkSession.getActiveSession()
+    active = running_session()
     if active is not None and active.sparkContext.master != master:
         active.stop()
     t0 = time.perf_counter()

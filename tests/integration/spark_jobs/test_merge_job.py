@@ -61,10 +61,10 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
     assert status["totals"]["from_bytes"] > 0
     # the job's JVM runs with the client compiler only (spark_session.session_conf: the
     # cdc-kafka source, no Java options chosen elsewhere)
-    from pyspark.sql import SparkSession
-
-    from spark_jobs.spark_session import CLIENT_COMPILER_ONLY
-    jvm = SparkSession.getActiveSession().sparkContext._jvm
+    # (the process's session, the job's: SparkSession.getActiveSession() is the calling
+    # thread's, None when another thread of this worker made the session first)
+    from spark_jobs.spark_session import CLIENT_COMPILER_ONLY, running_session
+    jvm = running_session().sparkContext._jvm
     runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert CLIENT_COMPILER_ONLY in list(runtime.getInputArguments())
     # the producer's records are where Kafka's partitioner puts their keys: the tasks wrote

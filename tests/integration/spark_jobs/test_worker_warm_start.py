@@ -12,16 +12,15 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from pyspark.sql import SparkSession
 
 from common.gc_tuning import STREAMING_THRESHOLDS
 from spark_jobs.merge_job import warm_workers
-from spark_jobs.spark_session import build_session
+from spark_jobs.spark_session import build_session, running_session
 
 
 @pytest.fixture(scope="module")
 def fresh_spark() -> Iterator:
-    active = SparkSession.getActiveSession()
+    active = running_session()
     if active is not None:
         active.stop()
     session = build_session(master="local[2]", app_name="test-worker-warm-start")

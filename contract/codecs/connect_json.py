@@ -56,6 +56,8 @@ from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
+import orjson
+
 from contract import logical_types
 from contract.envelope import avro_fullname, unique_avro_names
 from contract.errors import SerdeError
@@ -282,8 +284,12 @@ class ConnectJsonWriter:
             raise SerdeError(f"record does not fit schema {self.connect.get('name')}: {exc}") from exc
 
     def encode(self, record: Any) -> bytes:
+        # (orjson: the payload's JSON as UTF-8 in one call, a twentieth of the json module's time
+        # per record, which was a third of the producer's time in the peers' race; its
+        # JSONEncodeError is a TypeError.  NaN and infinities, which no MySQL column holds, it
+        # writes as null.)
         try:
-            return self.prefix + _dumps(self.payload(record)).encode() + b"}"
+            return self.prefix + orjson.dumps(self.payload(record)) + b"}"
         except (TypeError, ValueError) as exc:
             raise SerdeError(f"record does not fit schema {self.connect.get('name')}: {exc}") from exc
 

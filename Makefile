@@ -85,8 +85,9 @@ bench: venv system-deps jars
 # a Kafka Connect worker (multi-row streaming of 1M changes, 100k single-row transactions, an incremental
 # snapshot of a 1M-row table) and Flink CDC's snapshot of the same table at parallelism 1 and 2, each
 # against ours; (cdc bench sinks) the merge job against Debezium's JDBC sink on the same Debezium topics
-# (1M changes, then 5,000 inserts/s); 3 alternated rounds each, JVMs at -Xmx1g, into the leading
-# sections of docs/benchmarks.md.  PEERS_ARGS / SINKS_ARGS: more options of each (e.g. --rounds 5).
+# (1M changes, then 5,000 inserts/s); 3 alternated rounds each, JVMs at -Xmx1g (the peers' race: every
+# side's records compressed with lz4, --compression), into the leading sections of docs/benchmarks.md.
+# PEERS_ARGS / SINKS_ARGS: more options of each (e.g. --rounds 5).
 PEERS_ARGS ?=
 SINKS_ARGS ?=
 bench-race: venv system-deps jars

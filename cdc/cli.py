@@ -34,7 +34,7 @@ from cdc.stack.kafka_broker import EmbeddedKafka
 from cdc.stack.manager import SOURCE_NAMES, record_kafka, restart_mysql, stack_down, stack_status, stack_up
 from cdc.status import show_status
 from common import logs
-from common.config import DEFAULT_CONFIG_PATH, load_config
+from common.config import COMPRESSIONS, DEFAULT_CONFIG_PATH, load_config
 from common.errors import CDCError
 from common.kafka.clients import producer_config
 from contract.signals import execute_snapshot_data
@@ -637,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_peers_p.add_argument("--parallelisms", default="1,2", help="Flink CDC's (and our chunk readers') counts")
     bench_peers_p.add_argument("--rounds", type=int, default=3, help="alternated rounds; medians with min-max")
     bench_peers_p.add_argument("--heap", default="1g", metavar="SIZE", help="the peers' JVM heap (-Xmx)")
-    bench_peers_p.add_argument("--compression", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+    bench_peers_p.add_argument("--compression", default="lz4", choices=COMPRESSIONS,
                                help="every side's record batch compression (default lz4)")
     bench_peers_p.add_argument("--json-out", metavar="FILE", help="also write the whole result as JSON")
     bench_peers_p.add_argument("--state-dir", default=".cdc/bench")

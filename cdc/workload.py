@@ -57,7 +57,7 @@ class BackgroundWriter:
         self._stop.set()
 
     def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
+        self.halt()
         self._thread.join(timeout)
         if self.error is not None:
             raise self.error

@@ -194,6 +194,10 @@ class KafkaSecurityConfig(_Section):
     verify_hostname: bool = True
 
 
+#: The record batch compressions of ``kafka.compression`` (librdkafka's ``compression.type``).
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
 class KafkaConfig(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "cdc"
@@ -218,9 +222,9 @@ class KafkaConfig(_Section):
     transactions: bool = True
     # How every producer of the pipeline compresses its record batches (librdkafka's
     # ``compression.type``; Kafka Connect's ``producer.compression.type``): records of
-    # ``producer.format: debezium-json`` carry their schema and shrink about tenfold with lz4,
-    # and a broker's disk and network then carry a tenth of the bytes.
-    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
+    # ``producer.format: debezium-json`` repeat their schema in every record (about 4 KB a
+    # change), which compression takes out of the broker's bytes.
+    compression: Literal[COMPRESSIONS] = "none"
     # TLS and SASL of every client (docs/operations.md, "Secure deployment").
     security: KafkaSecurityConfig = Field(default_factory=KafkaSecurityConfig)
     # Extra librdkafka settings passed through to every client.

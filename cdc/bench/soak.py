@@ -497,7 +497,8 @@ def verdict(result: dict) -> dict[str, Any]:
     all_p99 = [v for v in p99(samples)]
     warm = _window(samples, WARM_UP_S, end)
     warm_p99 = p99(warm)
-    figures = lambda key: [s[key] for s in warm if s.get(key) is not None]  # noqa: E731
+    written, merged, lag = ([s[key] for s in warm if s.get(key) is not None]
+                            for key in ("written_per_s", "merged_per_s", "source_lag_s"))
     drained = result.get("drain_s")
     out = {
         "equal": result.get("equal", False),
@@ -511,10 +512,10 @@ def verdict(result: dict) -> dict[str, Any]:
         "false_loss_alarms": len(result.get("lost_history_alarms") or []),
         "lake_growth": lake_growth,
         # what the load and the pipeline sustained after the warm-up (the source's peak: the rate it took)
-        "written_per_s_median": statistics.median(figures("written_per_s")) if figures("written_per_s") else None,
-        "merged_per_s_median": statistics.median(figures("merged_per_s")) if figures("merged_per_s") else None,
-        "source_lag_median_s": statistics.median(figures("source_lag_s")) if figures("source_lag_s") else None,
-        "source_lag_max_s": max(figures("source_lag_s")) if figures("source_lag_s") else None,
+        "written_per_s_median": statistics.median(written) if written else None,
+        "merged_per_s_median": statistics.median(merged) if merged else None,
+        "source_lag_median_s": statistics.median(lag) if lag else None,
+        "source_lag_max_s": max(lag, default=None),
     }
     out["latency_flat"] = out["latency_p99_ratio"] is not None and out["latency_p99_ratio"] <= TREND_LIMIT
     out["latency_bounded"] = bool(warm_p99) and max(warm_p99) <= P99_LIMIT_MS

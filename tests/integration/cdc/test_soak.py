@@ -94,3 +94,11 @@ def test_at_the_sources_peak_the_pipeline_keeps_pace_and_ends_equal(stack, confi
     assert any(s["written_per_s"] for s in result["samples"]) and any(s["merged_per_s"] for s in result["samples"])
     text = render(result, when="now")
     assert text.startswith(PEAK_SECTION) and "fastest single-row load (2 connections" in text
+
+
+def test_the_verdict_reports_what_was_sustained_after_the_warm_up():
+    samples = [{"t_s": t, "latency_p99_ms": 900, "rss_mb": {"producer": 100}, "written_per_s": t,
+                "merged_per_s": 2 * t, "source_lag_s": 9.0 if t < 120 else t / 1000} for t in range(0, 600, 30)]
+    v = verdict({"equal": True, "final_warnings": [], "lost_history_alarms": [], "samples": samples})
+    assert (v["written_per_s_median"], v["merged_per_s_median"]) == (345, 690)  # 120..570 s only
+    assert (v["source_lag_median_s"], v["source_lag_max_s"]) == (0.345, 0.57)  # (the warm-up's 9 s not counted)

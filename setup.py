@@ -1,5 +1,5 @@
 """The package's compiled parts (everything else is in pyproject.toml): the native Avro
-reader of contract/codecs/avro_decoder.py, Kafka's default partitioner of
+reader of contract/codecs/avro_decoder.py, the Avro-to-JSON transcoder of connect_json.py, Kafka's default partitioner of
 common/kafka/partitioner.py, the binlog image and SELECT row encoders of
 producer/events/image_encoder.py and select_encoder.py, and the row emitter of producer/row_emitter.py.  Optional: where no C compiler is at hand the build goes on
 without them, and their Python fallbacks do the same work (same results, slower)."""
@@ -8,6 +8,8 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_avro_reader.c"], optional=True,
                              extra_compile_args=["-O2"]),
+                   Extension("contract.codecs._avro_json", ["contract/codecs/_avro_json.c"], optional=True,
+                             extra_compile_args=["-O2"], depends=["contract/codecs/avro_json.h"]),
                    Extension("common.kafka._partitioner", ["common/kafka/_partitioner.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    Extension("producer.events._binlog_images", ["producer/events/_binlog_images.c"], optional=True,
@@ -15,4 +17,5 @@ setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_
                    Extension("producer.events._select_rows", ["producer/events/_select_rows.c"], optional=True,
                              extra_compile_args=["-O2"], depends=["producer/events/avro_out.h", "producer/events/row_program.h"]),
                    Extension("producer._row_emitter", ["producer/_row_emitter.c"], optional=True,
-                             extra_compile_args=["-O2"], libraries=["dl"])])
+                             extra_compile_args=["-O2"], libraries=["dl"], include_dirs=["contract/codecs"],
+                             depends=["contract/codecs/avro_json.h"])])

@@ -32,6 +32,9 @@
  *   skip up to: a position (30 ASCII digits) or None: records at or before it are left out
  *   skip records: records already produced by an earlier call that stopped with the queue
  *          full (done False): the caller polls, then calls again with the total so far
+ *   json: None (Avro records), or debezium-json: (value program, value prefix, key program,
+ *          key prefix), each record's value and key transcoded from the Avro body built as above
+ *          (contract/codecs/avro_json.h; the key header is then empty)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+
+#include "avro_json.h"   /* (contract/codecs: debezium-json from the Avro bodies) */
 
 /* librdkafka's ABI, the little of it used here (rdkafka.h; stable since 1.x) */
 typedef struct rd_kafka_s rd_kafka_t;
@@ -77,6 +82,7 @@ typedef struct {
     rd_kafka_t *rk;
     char *buf;
     Py_ssize_t cap;
+    AjBuf json;   /* a debezium-json record's key and value */
 } Emitter;
 
 static int load(const char *path) {
@@ -139,6 +145,7 @@ static PyObject *emitter_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
 
 static void emitter_dealloc(Emitter *e) {
     PyMem_Free(e->buf);
+    PyMem_Free(e->json.p);
     Py_XDECREF(e->producer);
     Py_XDECREF(e->on_delivery);
     Py_TYPE(e)->tp_free((PyObject *)e);
@@ -201,6 +208,7 @@ typedef struct {
     Emitter *e;
     rd_kafka_topic_t *rkt;
     Bytes parts[NPARTS], key_header;
+    Bytes json[4];               /* value program, value prefix, key program, key prefix; json[0].p NULL: Avro */
     const char *skip;            /* 30 digits, or NULL */
     Py_ssize_t to_skip;          /* records produced by an earlier call */
     Py_ssize_t produced, events;
@@ -294,6 +302,28 @@ static int change(Run *r, int64_t row, int64_t seq, char op, Bytes key, Bytes be
         p = put(p, key.p, key.n);
         framed.n = key_len;
     }
+    if (r->json[0].p) {   /* debezium-json: the key's record, then the value's, from their Avro bodies */
+        AjBuf *j = &r->e->json;
+        j->n = 0;
+        Py_ssize_t key_json = -1;
+        if (framed.p) {
+            if (!r->json[2].p)
+                return aj_bad("a key without a key program");
+            if (aj_transcode((const uint8_t *)r->json[2].p, r->json[2].n, r->json[3].p, r->json[3].n, "}", 1,
+                             (const uint8_t *)framed.p, framed.n, j) < 0)
+                return -1;
+            key_json = j->n;
+        }
+        if (aj_transcode((const uint8_t *)r->json[0].p, r->json[0].n, r->json[1].p, r->json[1].n, "}", 1,
+                         (const uint8_t *)buf, value_len, j) < 0)
+            return -1;
+        if (key_json >= 0) {
+            framed.p = j->p;
+            framed.n = key_json;
+        }
+        buf = j->p + (key_json >= 0 ? key_json : 0);
+        value_len = j->n - (key_json >= 0 ? key_json : 0);
+    }
     if (record(r, position, framed, buf, value_len) < 0)
         return -1;
     if (op == 'd' && tombstones && !r->full && record(r, position, framed, NULL, 0) < 0)
@@ -305,12 +335,12 @@ enum { KIND_INSERT = 0, KIND_UPDATE = 1, KIND_DELETE = 2, KIND_READ = 3 };
 
 static PyObject *emitter_rows(Emitter *e, PyObject *args) {
     const char *topic;
-    PyObject *key_header, *parts, *bodies, *skip;
+    PyObject *key_header, *parts, *bodies, *skip, *json = Py_None;
     int kind, keyed, tombstones;
     Py_ssize_t start, stop, to_skip;
     long long first_seq = 0;
-    if (!PyArg_ParseTuple(args, "sOO!O!ipnnOpn|L", &topic, &key_header, &PyTuple_Type, &parts, &PyList_Type, &bodies,
-                          &kind, &keyed, &start, &stop, &skip, &tombstones, &to_skip, &first_seq))
+    if (!PyArg_ParseTuple(args, "sOO!O!ipnnOpn|LO", &topic, &key_header, &PyTuple_Type, &parts, &PyList_Type, &bodies,
+                          &kind, &keyed, &start, &stop, &skip, &tombstones, &to_skip, &first_seq, &json))
         return NULL;
     if (((Handle *)e->producer)->rk != e->rk) {   /* closed (confluent-kafka clears it): nothing to write to */
         PyErr_SetString(PyExc_RuntimeError, "the producer of this row emitter is closed");
@@ -334,6 +364,19 @@ static PyObject *emitter_rows(Emitter *e, PyObject *args) {
     }
     if (bytes_of(key_header, &r.key_header, "the key header") < 0)
         return NULL;
+    if (json != Py_None) {
+        if (!PyTuple_Check(json) || PyTuple_GET_SIZE(json) != 4) {
+            PyErr_SetString(PyExc_TypeError, "json is (value program, value prefix, key program, key prefix)");
+            return NULL;
+        }
+        for (int i = 0; i < 4; i++)
+            if (bytes_of(PyTuple_GET_ITEM(json, i), &r.json[i], "a json program or prefix") < 0)
+                return NULL;
+        if (!r.json[0].p || !r.json[1].p) {
+            PyErr_SetString(PyExc_TypeError, "json without the value's program and prefix");
+            return NULL;
+        }
+    }
     if (r.key_header.n < 0)
         r.key_header.n = 0;
     if (skip != Py_None) {
@@ -400,8 +443,8 @@ static PyObject *emitter_rows(Emitter *e, PyObject *args) {
 
 static PyMethodDef emitter_methods[] = {
     {"rows", (PyCFunction)emitter_rows, METH_VARARGS,
-     "rows(topic, key header, parts, bodies, kind, keyed, start, stop, skip up to, tombstones, skip records) -> "
-     "(records, change events, done)"},
+     "rows(topic, key header, parts, bodies, kind, keyed, start, stop, skip up to, tombstones, skip records"
+     "[, first sequence, json]) -> (records, change events, done)"},
     {NULL}};
 
 static PyTypeObject EmitterType = {

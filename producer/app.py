@@ -38,6 +38,7 @@ from producer.events.builder import EventBuilder
 from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics, status_file
 from producer.offset_store import LocalOffsetCopy, OffsetStore
+from producer.record_encoder import from_avro_bodies
 from producer.session import StreamSession
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import SnapshotCoordinator
@@ -118,9 +119,10 @@ class ProducerApp:
         builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
                                key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns,
                                tombstones=cfg.producer.tombstones)
-        # The reader process starts first: it reads ahead while the writer connects.  Avro:
-        # it encodes the row images of the captured tables too (the signal table's rows are read here).
-        images = builder.stream_encoding({cfg.source.signal_table}) if cfg.producer.format == "avro" else None
+        # The reader process starts first: it reads ahead while the writer connects.  Records made
+        # from Avro bodies: it encodes the row images of the captured tables too (the signal
+        # table's rows are read here).
+        images = builder.stream_encoding({cfg.source.signal_table}) if from_avro_bodies(cfg.producer.format) else None
         reader = ReaderProcess(cfg.source, state.resume, is_mariadb=info.is_mariadb,
                                batch_rows=max(1, cfg.producer.batch_size // 4), file_base=state.file_base,
                                images=images)

@@ -133,18 +133,20 @@ class KafkaWriter:
 
     def produce_rows(self, topic: str, key_header: bytes | None, parts: tuple[bytes, ...], bodies: list, kind: str,
                      keyed: bool, start: int, stop: int, skip_up_to: bytes | None,
-                     tombstones: bool, first_sequence: int = 0) -> tuple[int, int]:
+                     tombstones: bool, first_sequence: int = 0,
+                     json: tuple[bytes, bytes, bytes | None, bytes | None] | None = None) -> tuple[int, int]:
         """Produce the records of rows ``start`` to ``stop - 1`` of encoded row images or chunk
         rows by the native row emitter (:meth:`producer.events.builder.EventBuilder.emit_encoded`
         and ``emit_chunk`` give the arguments), as :meth:`produce_all` would produce them;
-        ``(records, change events)``."""
+        ``(records, change events)``.  ``json``: debezium-json, each record transcoded from its
+        Avro body by these programs and prefixes (value's, key's)."""
         self._begin()
         if topic not in self._topics:
             self.ensure_topic(topic)
         records = events = 0
         while True:
             n, e, done = self.emitter.rows(topic, key_header, parts, bodies, KINDS[kind], keyed, start, stop,
-                                           skip_up_to, tombstones, records, first_sequence)
+                                           skip_up_to, tombstones, records, first_sequence, json)
             records += n
             events += e
             if done:

@@ -1,6 +1,10 @@
 """How the producer frames records: Avro, JSON (:mod:`contract.codecs.serde`) or Kafka Connect's
 JsonConverter shape as Debezium writes it (``debezium-json``, :mod:`contract.codecs.connect_json`).
 
+debezium-json records are made as Avro ones are -- the row images encoded where they are read,
+the envelope joined around them -- and the Avro body then transcoded into the record in C
+(:meth:`RecordEncoder.json_writer`); where the transcoder is not built, from the event's dicts.
+
 Avro records use the single-object framing, with every writer schema published to
 ``<prefix>._schemas`` (:mod:`contract.schema_store`) before the first record that uses it,
 or Confluent's framing with ids from a schema registry.
@@ -20,7 +24,7 @@ from typing import Any, Callable
 
 from common.config import KafkaConfig
 from common.kafka.clients import ensure_topics
-from contract.codecs.connect_json import ConnectJsonWriter
+from contract.codecs.connect_json import TRANSCODES, ConnectJsonWriter
 from contract.codecs.serde import AvroWriter, ConfluentRegistry, encode_json
 from contract.errors import SerdeError
 from contract.schema_store import SchemaStore, schema_record
@@ -28,6 +32,12 @@ from contract.topics import schemas_topic
 
 #: ``publish(topic, key, value)``: write one record in the current batch.
 Publish = Callable[[str, bytes, bytes], None]
+
+
+def from_avro_bodies(fmt: str) -> bool:
+    """Whether records of ``fmt`` are made from Avro bodies (so row images and chunk rows can be
+    encoded where they are read): Avro, and debezium-json where the transcoder is built."""
+    return fmt == "avro" or fmt == "debezium-json" and TRANSCODES
 
 
 class RecordEncoder:
@@ -83,7 +93,18 @@ class RecordEncoder:
 
     def header(self, schema: dict, topic: str, role: str) -> bytes | None:
         """The framing before the Avro body of a record of ``schema`` (the schema is published
-        or registered first), or None when records are JSON."""
+        or registered first); empty for debezium-json made from Avro bodies (:meth:`json_writer`);
+        None when records are made from dicts (JSON, or debezium-json without the transcoder)."""
+        if self.fmt == "debezium-json":
+            return b"" if self._connect_writer(schema, topic).program is not None else None
         if self.fmt != "avro":
             return None
         return self._writer(schema, topic, role).header
+
+    def json_writer(self, schema: dict, topic: str) -> ConnectJsonWriter | None:
+        """debezium-json: the writer whose ``transcode`` makes a record of ``schema`` from its Avro
+        body (``contract/codecs/avro_json.h``: 2 against 10 us a record of the type matrix from its
+        dict); None for Avro records."""
+        if self.fmt != "debezium-json":
+            return None
+        return self._connect_writer(schema, topic)

@@ -36,7 +36,7 @@ from producer.events.builder import EventBuilder
 from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
-from producer.record_encoder import RecordEncoder
+from producer.record_encoder import RecordEncoder, from_avro_bodies
 from producer.schema_changes import SessionSchemaChanges
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
@@ -75,7 +75,7 @@ class StreamSession(SessionSchemaChanges):
         self.encoder = RecordEncoder(app.cfg.kafka, app.cfg.producer.format, writer.produce)
         self.coord = coordinator
         coordinator.notify = self._notify
-        if app.cfg.producer.format == "avro":  # chunk rows encoded where they are read (chunk_process)
+        if from_avro_bodies(app.cfg.producer.format):  # chunk rows encoded where they are read (chunk_process)
             coordinator.readers.encoding = builder.read_encoding
         coordinator.readers.on_read = reader.wake  # the loop polls the coordinator when a read is done
         self.cfg = app.cfg

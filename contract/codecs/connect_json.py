@@ -51,6 +51,7 @@ import base64
 import binascii
 import hashlib
 import json
+import os
 import struct
 from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
@@ -59,11 +60,22 @@ from typing import Any
 import orjson
 
 from contract import logical_types
+
+try:  # contract/codecs/_avro_json.c, built by setup.py where a C compiler is
+    from contract.codecs import _avro_json
+except ImportError:  # pragma: no cover - no compiler at install time: records are made from dicts
+    _avro_json = None
+
+#: Set to 0 to make every debezium-json record from its dicts (orjson), as without the transcoder.
+TRANSCODE_ENV = "CDC_JSON_TRANSCODE"
+#: Whether records are made from Avro bodies here (:meth:`ConnectJsonWriter.transcode`).
+TRANSCODES = _avro_json is not None and os.environ.get(TRANSCODE_ENV, "1") != "0"
 from contract.envelope import avro_fullname, unique_avro_names
 from contract.errors import SerdeError
 
 __all__ = [
     "DECIMAL_NAME",
+    "TRANSCODES",
     "ConnectJsonReader",
     "ConnectJsonWriter",
     "avro_view",
@@ -118,31 +130,85 @@ def _b64(v: Any) -> str:
     return base64.b64encode(v).decode("ascii")
 
 
+#: A transcoding program's parts (contract/codecs/avro_json.h): ``str`` is JSON text, ``bytes``
+#: an op; None where a type has no op (the records of such a schema take the dict path).
+Items = tuple[str | bytes, ...] | None
+_SCALAR_OPS = {"boolean": b"B", "int": b"I\xff", "long": b"I\xff", "float": b"F", "double": b"D", "string": b"S",
+               "bytes": b"Y"}
+_NO_SLOT = 0xFF
+_SLOTS = 16  # (AJ_SLOTS)
+
+
+def _program(items: Items) -> bytes | None:
+    """The program of ``items``: adjacent text joined into one literal op."""
+    if items is None:
+        return None
+    out, text = [], []
+    for item in (*items, b""):
+        if isinstance(item, str):
+            text.append(item)
+            continue
+        literal = "".join(text).encode()
+        text.clear()
+        for i in range(0, len(literal), 0xFFFF):
+            piece = literal[i:i + 0xFFFF]
+            out.append(b"L" + len(piece).to_bytes(2, "little") + piece)
+        out.append(item)
+    return b"".join(out)
+
+
+def _u16_text(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > 0xFFFF:
+        raise SerdeError("a field's name or default is too long for a transcoding program")
+    return len(raw).to_bytes(2, "little") + raw
+
+
+def _key(cname: str, first: bool) -> str:
+    return ("{" if first else ",") + orjson.dumps(cname).decode() + ":"
+
+
 class _AvroToConnect:
-    """Walks one Avro schema into its Connect schema and a payload encoder."""
+    """Walks one Avro schema into its Connect schema, a payload encoder (dicts: the dict path)
+    and the transcoding program of its Avro bodies (:func:`_program` of the items)."""
 
     def __init__(self) -> None:
-        self.named: dict[str, tuple[dict, Encode]] = {}
+        self.named: dict[str, tuple[dict, Encode, Items]] = {}
+        self.slots = 0  # slots of the program taken (ts_ms values kept for the derived times)
 
-    def field_type(self, t: Any, ns: str | None, what: str, default: Any = _MISSING) -> tuple[dict, Encode]:
-        optional = False
+    def field_type(self, t: Any, ns: str | None, what: str, default: Any = _MISSING,
+                   keep: bool = False) -> tuple[dict, Encode, Items]:
+        """``keep``: the value (a long) is kept in a slot of the program: ``self.slots - 1``."""
+        optional, null_branch = False, 0
         if isinstance(t, list):
             branches = [b for b in t if b != "null"]
             if len(branches) != 1:
                 raise SerdeError(f"{what}: Avro unions other than [null, T] have no Connect form: {t!r}")
-            optional, t = len(branches) != len(t), branches[0]
-        schema, enc = self.type(t, ns, what)
+            optional, null_branch, t = len(branches) != len(t), t.index("null") if "null" in t else 0, branches[0]
+        schema, enc, items = self.type(t, ns, what)
         schema = dict(schema)
         schema["optional"] = optional
         _reorder(schema)
         if default is not _MISSING and default is not None:
             schema["default"] = enc(default)
-        return schema, enc
+        slot = _NO_SLOT
+        if keep:
+            if items != (b"I\xff",) or self.slots >= _SLOTS:
+                items = None
+            else:
+                slot, self.slots = self.slots, self.slots + 1
+                items = (b"I" + bytes([slot]),)
+        if optional and items is not None:
+            body = _program(items)
+            null_text = orjson.dumps(schema["default"]).decode() if "default" in schema else "null"
+            items = (b"U" + bytes([null_branch, slot]) + _u16_text(null_text) + len(body).to_bytes(4, "little")
+                     + body,)
+        return schema, enc, items
 
-    def type(self, t: Any, ns: str | None, what: str) -> tuple[dict, Encode]:
+    def type(self, t: Any, ns: str | None, what: str) -> tuple[dict, Encode, Items]:
         if isinstance(t, str):
             if t in _PRIMITIVE:
-                return {"type": _PRIMITIVE[t]}, (_b64 if t == "bytes" else _same)
+                return {"type": _PRIMITIVE[t]}, (_b64 if t == "bytes" else _same), (_SCALAR_OPS[t],)
             found = self.named.get(_fullname(t, ns)) or self.named.get(t)
             if found is None:
                 raise SerdeError(f"{what}: unknown Avro type name {t!r}")
@@ -155,19 +221,21 @@ class _AvroToConnect:
         if isinstance(prim, (dict, list)):
             return self.type(prim, ns, what)
         if prim == "array":
-            items, enc_item = self.field_type(t["items"], ns, what)
-            return {"type": "array", "items": items}, lambda v: [enc_item(x) for x in v]
+            items, enc_item, _ = self.field_type(t["items"], ns, what)
+            return {"type": "array", "items": items}, lambda v: [enc_item(x) for x in v], None
         if prim not in _PRIMITIVE:
             raise SerdeError(f"{what}: Avro type {prim!r} has no Connect form")
         schema: dict[str, Any] = {"type": _PRIMITIVE[prim]}
         if prim == "int" and t.get("connect.type") in ("int8", "int16"):
             schema["type"] = t["connect.type"]
         enc: Encode = _b64 if prim == "bytes" else _same
+        op = _SCALAR_OPS[prim]
         params = t.get("connect.parameters")
         if t.get("logicalType") == "decimal" and prim == "bytes":
             scale = int(t.get("scale", 0))
             schema.update(name=DECIMAL_NAME, version=1)
             params = params or {SCALE_PARAMETER: str(scale), PRECISION_PARAMETER: str(t["precision"])}
+            op = b"Z"
 
             def enc(v: Any, scale: int = scale) -> str:
                 return _b64(_unscaled(v, scale, what))
@@ -177,33 +245,43 @@ class _AvroToConnect:
             schema["version"] = t["connect.version"]
         if params:
             schema["parameters"] = dict(params)
-        return schema, enc
+        return schema, enc, (op,)
 
-    def record(self, t: dict, ns: str | None) -> tuple[dict, Encode]:
+    def record(self, t: dict, ns: str | None) -> tuple[dict, Encode, Items]:
         full = _fullname(t["name"], t.get("namespace", ns))
         inner_ns = full.rpartition(".")[0] or None
         name = t.get("connect.name") or full
         fields = t.get("fields", [])
         names = [f["name"] for f in fields]
         is_envelope = "before" in names and "after" in names and "op" in names
+        is_source = name.endswith(".Source") and "sequence" in names and "ts_ms" in names
         plan: list[tuple[str, str, Encode | None, bool, Any]] = []
         connect_fields: list[dict] = []
-        for f in fields:
+        # per plan entry: (Avro field index, items) of a field, or (None, (slot, factor)) of a derived time
+        ops: list[tuple[int | None, Any]] = []
+        ts_slot: int | None = None
+        for i, f in enumerate(fields):
             column = f.get("mysql.column") or f["name"]
-            fs, enc = self.field_type(f["type"], inner_ns, f"{name}.{column}", f.get("default", _MISSING))
+            keep = (is_envelope or is_source) and column == "ts_ms"
+            fs, enc, items = self.field_type(f["type"], inner_ns, f"{name}.{column}", f.get("default", _MISSING),
+                                             keep)
+            if keep and items is not None:
+                ts_slot = self.slots - 1
             fs["field"] = column
             connect_fields.append(fs)
             default = fs.get("default", _MISSING)
             plan.append((f["name"], column, enc, fs["optional"] or default is not _MISSING, default))
-            if column == "sequence" and "ts_ms" in names and name.endswith(".Source"):
-                self._derived(plan, connect_fields)
+            ops.append((i, items))
+            if column == "sequence" and is_source:
+                self._derived(plan, connect_fields, ops, ts_slot)
         if is_envelope:
             if "ts_ms" in names:
-                self._derived(plan, connect_fields)
+                self._derived(plan, connect_fields, ops, ts_slot)
             order = {n: i for i, n in enumerate(ENVELOPE_ORDER)}
             ranked = sorted(range(len(plan)), key=lambda i: (order.get(plan[i][1], len(order)), i))
             plan = [plan[i] for i in ranked]
             connect_fields = [connect_fields[i] for i in ranked]
+            ops = [ops[i] for i in ranked]
         schema: dict[str, Any] = {"type": "struct", "fields": connect_fields, "name": name}
         if t.get("connect.version") is not None:
             schema["version"] = t["connect.version"]
@@ -229,16 +307,55 @@ class _AvroToConnect:
                 else:
                     out[cname] = enc(x)
             return out
-        self.named[full] = (schema, enc_record)
-        return schema, enc_record
+        found = self.named[full] = (schema, enc_record, _record_items(plan, ops, len(fields)))
+        return found
 
     @staticmethod
-    def _derived(plan: list, connect_fields: list[dict]) -> None:
+    def _derived(plan: list, connect_fields: list[dict], ops: list, ts_slot: int | None) -> None:
         have = {p[1] for p in plan}
         for cname in _DERIVED_TIMES:
             if cname not in have:
                 plan.append((cname, cname, None, True, _MISSING))
                 connect_fields.append({"type": "int64", "optional": True, "field": cname})
+                ops.append((None, None if ts_slot is None else (ts_slot, _DERIVED_TIMES[cname])))
+
+
+def _record_items(plan: list, ops: list, n_fields: int) -> Items:
+    """A record's program items: its fields inline where the JSON keeps the Avro order (and each
+    derived time comes after the ts_ms it is made of), else an ``R`` op that orders them."""
+    if any(x is None for _, x in ops) or n_fields > 255 or len(ops) > 255:
+        return None
+    fields_seen: list[int] = []
+    inline = True
+    for index, x in ops:
+        if index is not None:
+            inline = inline and (not fields_seen or index > fields_seen[-1])
+            fields_seen.append(index)
+    if inline:
+        items: list[str | bytes] = []
+        for k, ((_, cname, *_rest), (index, x)) in enumerate(zip(plan, ops)):
+            items.append(_key(cname, k == 0))
+            if index is None:
+                slot, factor = x
+                items.append(b"M" + bytes([slot]) + factor.to_bytes(4, "little"))
+            else:
+                items.extend(x)
+        items.append("}" if plan else "{}")
+        return tuple(items)
+    by_index = dict(o for o in ops if o[0] is not None)
+    op = [b"R", bytes([n_fields])]
+    for i in range(n_fields):
+        body = _program(by_index[i])
+        op.append(len(body).to_bytes(4, "little") + body)
+    op.append(bytes([len(ops)]))
+    for k, ((_, cname, *_rest), (index, x)) in enumerate(zip(plan, ops)):
+        text = _u16_text(_key(cname, k == 0))
+        if index is None:
+            slot, factor = x
+            op.append(b"\x01" + bytes([slot]) + factor.to_bytes(4, "little") + text)
+        else:
+            op.append(b"\x00" + bytes([index]) + text)
+    return b"".join(op), "}"
 
 
 def _same(v: Any) -> Any:
@@ -259,7 +376,7 @@ def _reorder(schema: dict) -> None:
 def connect_schema(avro_schema: dict) -> dict:
     """The Connect schema (JsonConverter's JSON form) of records of ``avro_schema``: a
     required struct."""
-    schema, _ = _AvroToConnect().field_type(avro_schema, None, avro_schema.get("name", "record"))
+    schema, _, _ = _AvroToConnect().field_type(avro_schema, None, avro_schema.get("name", "record"))
     return schema
 
 
@@ -267,12 +384,16 @@ class ConnectJsonWriter:
     """Encodes records of one Avro schema as ``{"schema": ..., "payload": ...}`` (the schema
     text made once)."""
 
-    __slots__ = ("_encode", "connect", "prefix", "schema")
+    __slots__ = ("_encode", "connect", "prefix", "program", "schema")
 
     def __init__(self, avro_schema: dict) -> None:
         self.schema = avro_schema
-        self.connect, self._encode = _AvroToConnect().field_type(avro_schema, None, avro_schema.get("name", "record"))
+        self.connect, self._encode, items = _AvroToConnect().field_type(avro_schema, None,
+                                                                        avro_schema.get("name", "record"))
         self.prefix = RECORD_PREFIX + _dumps(self.connect).encode() + b',"payload":'
+        #: The program that turns an Avro body of the schema into the payload (avro_json.h):
+        #: None where the transcoder is not built or is off, or the schema has a type without an op.
+        self.program = _program(items) if TRANSCODES else None
 
     def payload(self, record: Any) -> Any:
         """The JSON value of ``record`` (what goes under ``payload``)."""
@@ -291,6 +412,17 @@ class ConnectJsonWriter:
         try:
             return self.prefix + orjson.dumps(self.payload(record)) + b"}"
         except (TypeError, ValueError) as exc:
+            raise SerdeError(f"record does not fit schema {self.connect.get('name')}: {exc}") from exc
+
+    def transcode(self, body: bytes) -> bytes:
+        """The record of the Avro ``body`` (unframed) of a record of the schema: the JSON of
+        :meth:`encode` of that record (its values; a float's digits may be written otherwise),
+        made in C without the record's dicts (needs :attr:`program`)."""
+        if self.program is None:
+            raise SerdeError(f"{self.connect.get('name')}: records of this schema are not transcoded from Avro")
+        try:
+            return _avro_json.transcode(self.program, self.prefix, b"}", body)
+        except ValueError as exc:
             raise SerdeError(f"record does not fit schema {self.connect.get('name')}: {exc}") from exc
 
 

@@ -23,6 +23,7 @@ from itertools import repeat
 from typing import Any, Iterator, Protocol
 
 from common.errors import CDCError
+from contract.codecs.connect_json import ConnectJsonWriter
 from contract.errors import SerdeError
 from contract.envelope import (
     INCREMENTAL_SNAPSHOT,
@@ -78,7 +79,12 @@ class RecordEncoding(Protocol):
 
     def encode(self, schema: dict | None, record: Any, topic: str, role: str) -> bytes | None: ...
 
-    def header(self, schema: dict, topic: str, role: str) -> bytes | None: ...
+    def header(self, schema: dict, topic: str, role: str) -> bytes | None:
+        """The framing before a record's Avro body; None: records are not made from Avro bodies."""
+
+    def json_writer(self, schema: dict, topic: str) -> ConnectJsonWriter | None:
+        """debezium-json made from Avro bodies: the writer that transcodes them (``header`` is
+        empty); None: records are the Avro bodies, framed."""
 
 
 @dataclass
@@ -172,7 +178,8 @@ class RowsOut(Protocol):
 
     def produce_rows(self, topic: str, key_header: bytes | None, parts: tuple[bytes, ...], bodies: list,
                      kind: str, keyed: bool, start: int, stop: int, skip_up_to: bytes | None,
-                     tombstones: bool, first_sequence: int = 0) -> tuple[int, int]: ...
+                     tombstones: bool, first_sequence: int = 0,
+                     json: tuple[bytes, bytes, bytes | None, bytes | None] | None = None) -> tuple[int, int]: ...
 
 
 @dataclass(frozen=True)
@@ -345,11 +352,16 @@ class EventBuilder:
         shared = self._value(None, None, self._source(ch), "", int(time.time() * 1000), "")
         header = writer.header(te.value_schema, topic, "value")
         bound = template.bind(shared, header) if header is not None else None
+        # debezium-json from Avro bodies: each transcoded (keys and values)
+        to_json = writer.json_writer(te.value_schema, topic) if bound is not None else None
         out: list[Record] = []
         if bound is not None and te.encoder is not None and not self.excluded.get(te.table.qualified_name):
             # Avro: rows that fit the fast path are encoded from their values in one pass;
             # the others (and their errors) come back here.
+            fast = len(out)
             start = self._fast_records(te, ch, start, stop, bound, writer, skip_up_to, out)
+            if to_json is not None:
+                _transcode(out, fast, to_json, writer.json_writer(te.key_schema, topic))
         elif type(ch.rows) is EncodedImages:
             raise CDCError(f"rows of {te.table.qualified_name} were encoded in the binlog reader process, but "
                            "this producer does not write them on the Avro fast path")
@@ -361,6 +373,8 @@ class EventBuilder:
                 values = (before, after, i, op, position)
                 value = (template.encode(bound, values) if bound is not None else
                          writer.encode(te.value_schema, template.record(shared, values), topic, "value"))
+                if to_json is not None:
+                    value = to_json.transcode(value)
                 key_bytes = writer.encode(te.key_schema, key, topic, "key")
                 out.append((topic, key_bytes, value, position))
                 if op == "d" and self.tombstones:
@@ -449,12 +463,13 @@ class EventBuilder:
         _check_encoded_for(te, ch)
         topic = te.topic
         header = writer.header(te.value_schema, topic, "value")
-        if header is None:  # (JSON: never encoded in the reader process)
+        if header is None:  # (JSON from dicts: never encoded in the reader process)
             return None
         parts = self._event_parts(te, ch, header)
         key_header = writer.header(te.key_schema, topic, "key") if te.key_schema is not None else None
         return out.produce_rows(topic, key_header, parts, ch.rows.bodies, ch.kind, bool(te.key_columns),
-                                start, stop, None if skip_up_to is None else skip_up_to.encode(), self.tombstones)
+                                start, stop, None if skip_up_to is None else skip_up_to.encode(), self.tombstones,
+                                json=_json_programs(writer, te))
 
     def chunk_records(self, chunk: ChunkOut, writer: RecordEncoding) -> list[Record]:
         """The records of a released snapshot chunk: op ``r``, ``source.snapshot``
@@ -466,11 +481,14 @@ class EventBuilder:
         shared = self._chunk_value(chunk, te)
         header = writer.header(te.value_schema, topic, "value")
         bound = template.bind(shared, header) if header is not None else None
+        to_json = writer.json_writer(te.value_schema, topic) if bound is not None else None
         out: list[Record] = []
         close_pos = close.encode()
         start = 0
         if bound is not None and te.encoder is not None and not self.excluded.get(te.table.qualified_name):
             start = self._fast_chunk_records(te, chunk.rows, close_pos, bound, writer, out)
+            if to_json is not None:
+                _transcode(out, 0, to_json, writer.json_writer(te.key_schema, topic))
         for i in range(start, len(chunk.rows)):
             values = chunk.rows[i]
             position = chunk_row_position(close_pos, i)
@@ -479,6 +497,8 @@ class EventBuilder:
             fields = (None, after, 0, "r", position)
             value = (template.encode(bound, fields) if bound is not None else
                      writer.encode(te.value_schema, template.record(shared, fields), topic, "value"))
+            if to_json is not None:
+                value = to_json.transcode(value)
             out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
         return out
 
@@ -548,7 +568,7 @@ class EventBuilder:
         key_header = writer.header(te.key_schema, topic, "key") if te.key_columns else None
         records, _ = out.produce_rows(topic, key_header, parts.native((SNAPSHOT_OP,) * 3), rows.bodies, SNAPSHOT_OP,
                                       bool(te.key_columns), 0, len(rows.bodies), None, False,
-                                      first_sequence=int(close[EVENT_WIDTH:]) + 1)
+                                      first_sequence=int(close[EVENT_WIDTH:]) + 1, json=_json_programs(writer, te))
         return records
 
     def truncate_record(self, table: TableDef, source: dict, position: str, writer: RecordEncoding) -> Record:
@@ -585,6 +605,24 @@ class EventBuilder:
     def _value(before: Any, after: Any, source: dict, op: str, now: int, position: str) -> dict:
         return {"before": before, "after": after, "source": source, "op": op, "ts_ms": now, "transaction": None,
                 "position": position, "snapshot_window": None}
+
+
+def _transcode(out: list[Record], start: int, values: ConnectJsonWriter, keys: ConnectJsonWriter | None) -> None:
+    """Records ``start`` on of ``out`` (Avro bodies) as debezium-json, in place."""
+    value_of, key_of = values.transcode, keys.transcode if keys is not None else None
+    for i in range(start, len(out)):
+        topic, key, value, position = out[i]
+        out[i] = (topic, None if key is None else key_of(key), None if value is None else value_of(value), position)
+
+
+def _json_programs(writer: RecordEncoding, te: TableEvents) -> tuple[bytes, bytes, bytes | None, bytes | None] | None:
+    """debezium-json from Avro bodies: what the native row emitter transcodes the records with
+    (the value's program and record prefix, the key's), else None."""
+    values = writer.json_writer(te.value_schema, te.topic)
+    if values is None:
+        return None
+    keys = writer.json_writer(te.key_schema, te.topic) if te.key_schema is not None else None
+    return values.program, values.prefix, None if keys is None else keys.program, None if keys is None else keys.prefix
 
 
 def _encoded_images(te: TableEvents, ch: RowChanges, start: int, stop: int) -> Iterator[tuple]:

@@ -8,11 +8,17 @@ tombstones, a start past the first row, records at or before a stored position l
 a local queue of a few records (it fills: the emitter stops, the writer polls, it goes on
 after the last record it produced).  A record whose delivery fails reaches the writer's
 delivery callback, as one produced by confluent-kafka's ``produce`` does.
+
+In debezium-json the emitter transcodes each record from the Avro body it joined
+(``contract/codecs/avro_json.h``): held byte for byte to the records made from the events'
+dicts, the producer's way without the transcoder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 import os
 import struct
 
@@ -37,6 +43,23 @@ from producer.snapshot.chunks import ReleasedChunk
 from tests.unit.producer.events.test_image_encoder import BENCH, ROWS, _bench_encoder
 
 PARTITIONS = 3
+FORMATS = ["avro", "debezium-json"]
+
+
+class _FromDicts(RecordEncoder):
+    """debezium-json made from the events' dicts: what the transcoded records are held to."""
+
+    def header(self, schema, topic, role):
+        return None
+
+    def json_writer(self, schema, topic):
+        return None
+
+
+def _encoders(config, fmt: str, writer):
+    """The emitter's record encoder, and the reference's."""
+    out = RecordEncoder(config.kafka, fmt, writer.produce)
+    return out, (out if fmt == "avro" else _FromDicts(config.kafka, fmt, writer.produce))
 
 
 def _changes(kind: str, rows, table) -> RowChanges:
@@ -88,8 +111,9 @@ def _frozen_clock(monkeypatch):
     monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("kind", ["insert", "update", "delete"])
-def test_the_native_emitter_writes_the_records_the_python_way_gives(stack, config, unique, small_queue, kind):
+def test_the_native_emitter_writes_the_records_the_python_way_gives(stack, config, unique, small_queue, kind, fmt):
     te, encoder = _bench_encoder()
     key_change = ROWS[0][:2] + struct.pack("<i", 99) + ROWS[0][6:]
     # (updates: pairs of images; ROWS' keys all differ, so a key change each but the last pair's)
@@ -97,18 +121,20 @@ def test_the_native_emitter_writes_the_records_the_python_way_gives(stack, confi
         b"".join(ROWS) * 20
     rows = encoder.encode(data, kind == "update")
     ch = _changes(kind, rows, te.table)
+    # (the reference from dicts: the same rows decoded, not encoded, where they were read)
+    decoded = ch if fmt == "avro" else _changes(kind, RowDecoder(BENCH).decode_packed(data, kind == "update"), te.table)
     skip = BinlogPosition.from_binlog("mysql-bin.000007", 1234, 5).encode()
     writer = KafkaWriter(config.kafka, unique("w"), transactions=False, offsets_topic=offsets_topic(unique("p")))
     assert writer.emitter is not None  # (built here, and a confluent-kafka version it knows)
     writer.emitter = _Counting(writer.emitter)
-    out = RecordEncoder(config.kafka, "avro", writer.produce)
+    out, reference = _encoders(config, fmt, writer)
     expected = []
     for tombstones in (False, True):
         builder = EventBuilder(config.kafka.topic_prefix, "prod", 1, tombstones=tombstones)
         topic = builder.table_events(te.table).topic
         writer.ensure_topic(topic, partitions=PARTITIONS)
         for start, skip_up_to in [(0, None), (3, None), (0, skip)]:
-            records = builder.records(ch, start, len(rows), out, skip_up_to=skip_up_to)
+            records = builder.records(decoded, start, len(rows), reference, skip_up_to=skip_up_to)
             native = builder.emit_encoded(ch, start, len(rows), out, writer, skip_up_to=skip_up_to)
             assert native == (len(records), sum(1 for r in records if r[2] is not None))
             expected += records
@@ -119,8 +145,9 @@ def test_the_native_emitter_writes_the_records_the_python_way_gives(stack, confi
     assert len(got) == len(expected) and any(r[2] is None for r in expected) == (kind != "insert")
     if kind == "update":  # both kinds of update: one that keeps its key, one that changes it (d, c)
         schema = fastavro.parse_schema(builder.table_events(te.table).value_schema)
-        ops = {fastavro.schemaless_reader(io.BytesIO(r[2][10:]), schema)["op"] for r in expected if r[2] is not None}
-        assert ops == {"u", "c", "d"}  # (the values framed as single objects: 10 bytes, then the body)
+        ops = {json.loads(r[2])["payload"]["op"] if fmt != "avro" else
+               fastavro.schemaless_reader(io.BytesIO(r[2][10:]), schema)["op"] for r in expected if r[2] is not None}
+        assert ops == {"u", "c", "d"}  # (Avro: the values framed as single objects: 10 bytes, then the body)
     for p in range(PARTITIONS):
         mine = [(key, value, headers) for partition, _, key, value, headers in got if partition == p]
         theirs = [(key, value, [("cdc.position", position.encode())]) for _, key, value, position in expected
@@ -128,7 +155,8 @@ def test_the_native_emitter_writes_the_records_the_python_way_gives(stack, confi
         assert mine == theirs
 
 
-def test_snapshot_chunks_emitted_natively_are_the_records_chunk_records_gives(stack, config, unique, small_queue):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_snapshot_chunks_emitted_natively_are_the_records_chunk_records_gives(stack, config, unique, small_queue, fmt):
     """Chunk rows encoded where they were read (EncodedRows), op r: the same records, each at its
     position above the CLOSE marker (here across a change in the sequence's digit count)."""
     te, _ = _bench_encoder()
@@ -136,7 +164,7 @@ def test_snapshot_chunks_emitted_natively_are_the_records_chunk_records_gives(st
     values = RowDecoder(BENCH).decode_packed(b"".join(ROWS) * 30, False).images
     writer = KafkaWriter(config.kafka, unique("w"), transactions=False, offsets_topic=offsets_topic(unique("p")))
     assert writer.emitter is not None
-    out = RecordEncoder(config.kafka, "avro", writer.produce)
+    out, reference = _encoders(config, fmt, writer)
     builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
     read = builder.read_table_events(table)
     writer.ensure_topic(read.topic, partitions=PARTITIONS)
@@ -146,7 +174,9 @@ def test_snapshot_chunks_emitted_natively_are_the_records_chunk_records_gives(st
         assert len(rows.bodies) == count and not rows.rest
         chunk = ReleasedChunk("snap-1", 3, table, rows, BinlogPosition.from_binlog("mysql-bin.000002", 400),
                               BinlogPosition.from_binlog("mysql-bin.000002", 900, close_row), ["id"])
-        expected += builder.chunk_records(chunk, out)
+        # (the reference from dicts: the rows' values, not encoded where they were read)
+        expected += builder.chunk_records(chunk if fmt == "avro" else dataclasses.replace(
+            chunk, rows=[dict(zip(table.column_names, v)) for v in values[:count]]), reference)
         assert builder.emit_chunk(chunk, out, writer) == count
     assert {r[3][-3:] for r in expected} >= {"096", "105"}  # (rows 96 to 105: two digits, then three)
     chunk = ReleasedChunk("snap-1", 4, table, encode_rows(read.encoder, builder.read_encoding(table).ident,
@@ -182,6 +212,9 @@ def test_a_failed_delivery_of_a_natively_produced_record_stops_the_writer(config
     class Header:
         def header(self, schema, topic, role):
             return b"\xc3\x01" + bytes(8)
+
+        def json_writer(self, schema, topic):
+            return None
 
     rows = encoder.encode(b"".join(ROWS), False)
     assert builder.emit_encoded(_changes("insert", rows, te.table), 0, len(rows), Header(), writer) == (4, 4)

@@ -218,6 +218,72 @@ def test_envelopes_read_back_as_avro_decoding_gives_them(before, after, op):
     assert decoded["ts_us"] == rec["ts_ms"] * 1000 and decoded["source"]["ts_ns"] == SOURCE["ts_ms"] * 1_000_000
 
 
+def _avro_body(schema: dict, record: dict) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), record)
+    return buf.getvalue()
+
+
+def _same_json(transcoded: bytes, encoded: bytes) -> None:
+    """The same record, byte for byte (a key's bytes pick its partition: both ways must agree)."""
+    assert transcoded == encoded
+    json.loads(transcoded)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_rows(), _rows(), st.sampled_from(["c", "u", "d", "r"]), st.booleans(), st.booleans())
+def test_avro_bodies_transcode_to_the_records_the_dicts_give(before, after, op, has_before, has_after):
+    """Across the whole type matrix: the record transcoded in C from an envelope's Avro body is
+    the record ConnectJsonWriter.encode makes from its dict, byte for byte (the envelope's order,
+    ts_us and ts_ns derived, decimals in Connect's shortest form, bytes in base64, orjson's
+    escapes and number notation), and likewise for keys."""
+    rec = _envelope(after if has_after else None, before if has_before else None, op)
+    w = ConnectJsonWriter(ENVELOPE)
+    assert w.program is not None
+    _same_json(w.transcode(_avro_body(ENVELOPE, rec)), w.encode(rec))
+    k = ConnectJsonWriter(KEY)
+    key = {"id": after["id"], "d": after["d"]}
+    _same_json(k.transcode(_avro_body(KEY, key)), k.encode(key))
+
+
+FLOATS = {"type": "record", "name": "Floats", "fields": [{"name": "d", "type": "double"}, {"name": "f", "type": "float"},
+                                                         {"name": "n", "type": ["null", "double"]}]}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False), st.floats(width=32, allow_nan=False, allow_infinity=False),
+       st.sampled_from([None, 1e-5, 1.5e-5, 9.99e-6, 1e-7, 1e16, 9999999999999998.0, 1e21, -0.0, 5e-324]))
+def test_transcoded_floats_are_written_as_orjson_writes_them(d, f, n):
+    """Positional from 1e-5 to below 1e16, else an exponent without padding (1e-7, 1e+16)."""
+    w = ConnectJsonWriter(FLOATS)
+    rec = {"d": d, "f": f, "n": n}
+    _same_json(w.transcode(_avro_body(FLOATS, rec)), w.encode(rec))
+
+
+@pytest.mark.parametrize("unscaled", [0, 1, -1, 127, 128, -128, -129, 255, 256, -256, -32768, 2 ** 63, -(2 ** 63)])
+def test_transcoded_decimals_are_connects_shortest_twos_complement(unscaled):
+    """The Avro decimal's bytes have a sign bit to spare (-128: ff80); Connect's have none (80)."""
+    row = {f["name"]: None for f in ROW["fields"]} | {"id": 1}
+    dec_field = next(f for f in ROW["fields"] if isinstance(f["type"], list) and any(
+        isinstance(b, dict) and b.get("logicalType") == "decimal" for b in f["type"]))
+    scale = next(b for b in dec_field["type"] if isinstance(b, dict))["scale"]
+    row[dec_field["name"]] = Decimal(unscaled).scaleb(-scale)
+    w = ConnectJsonWriter(ROW)
+    try:
+        expected = w.encode(row)
+    except SerdeError:  # (beyond the column's precision)
+        return
+    _same_json(w.transcode(_avro_body(ROW, row)), expected)
+
+
+def test_a_truncated_or_overlong_body_is_refused_not_read_past():
+    w = ConnectJsonWriter(KEY)
+    body = _avro_body(KEY, {"id": 5, "d": 19_000})
+    for bad in (body[:-1], body + b"\x00", b"", b"\xff" * 12):
+        with pytest.raises(SerdeError, match="record does not fit schema"):
+            w.transcode(bad)
+
+
 def test_a_schema_seen_once_is_not_parsed_again_and_others_still_read():
     dec = RecordDecoder()
     w, k = ConnectJsonWriter(ENVELOPE), ConnectJsonWriter(KEY)

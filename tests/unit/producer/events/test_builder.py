@@ -49,6 +49,9 @@ class FakeWriter:
     def header(self, schema, topic, role):
         return None if self.fmt == "json" else self._writer(schema).header
 
+    def json_writer(self, schema, topic):
+        return None
+
 
 def _decode(writer: FakeWriter, data: bytes):
     if writer.fmt == "json":
@@ -157,6 +160,59 @@ def test_debezium_json_records_read_back_as_the_avro_ones():
         return {k: x for k, x in v.items() if k not in ("ts_ms", "ts_us", "ts_ns")}
     got = [(t, dec.decode(k), comparable(dec.decode(v)), pos) for t, k, v, pos in records]
     assert got == [(t, k, {x: y for x, y in v.items() if x != "ts_ms"}, pos) for t, k, v, pos in _records("avro", ch)]
+
+
+class _DictJson:
+    """debezium-json made from the events' dicts (the producer's way without the transcoder)."""
+
+    def __init__(self):
+        from common.config import KafkaConfig
+        from producer.record_encoder import RecordEncoder
+        self.inner = RecordEncoder(KafkaConfig(), "debezium-json", lambda *record: pytest.fail(f"published {record}"))
+
+    def encode(self, schema, record, topic, role):
+        return self.inner.encode(schema, record, topic, role)
+
+    def header(self, schema, topic, role):
+        return None
+
+    def json_writer(self, schema, topic):
+        return None
+
+
+@pytest.mark.parametrize("general", [False, True])
+def test_debezium_json_from_avro_bodies_is_the_dict_paths_byte_for_byte(monkeypatch, general):
+    """Records transcoded from Avro bodies (fast path, and the general path's template) against
+    the same records made from dicts: inserts, an update keeping its key, one changing it (a
+    delete and a create), deletes with tombstones, names with quotes and newlines, a
+    negative price, nulls."""
+    from common.config import KafkaConfig
+    from producer.record_encoder import RecordEncoder
+    from producer.record_encoder import from_avro_bodies
+    encoder = RecordEncoder(KafkaConfig(), "debezium-json", lambda *record: pytest.fail(f"published {record}"))
+    # (so the binlog reader and chunk read processes encode the rows where they read them, as for Avro)
+    assert from_avro_bodies("debezium-json") and from_avro_bodies("avro") and not from_avro_bodies("json")
+    assert encoder.header(EventBuilder("cdc", "prod", 1).table_events(TABLE).value_schema, "t", "value") == b""
+    builder = EventBuilder("cdc", "prod", 1, tombstones=True)
+    monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)
+    if general:
+        monkeypatch.setattr(EventBuilder, "_fast_records", lambda self, te, ch, start, *a: start)
+    names = ['plain', 'quote " and \\ back', "new\nline\ttab", "ünï", None, "\x01"]
+    for kind in ("insert", "update", "delete"):
+        def image(i, name, price):
+            return _row(i, name, price)
+        if kind == "update":
+            rows = [{"before_values": image(i, names[i % 6], "-128.00"), "before_none_sources": {},
+                     "after_values": image(i + i % 2, names[(i + 1) % 6], f"{i}.5{i % 10}"), "after_none_sources": {}}
+                    for i in range(12)]
+        else:
+            rows = [{"values": image(i, names[i % 6], "-128.00" if i % 3 else f"{i}.05"), "none_sources": {}}
+                    for i in range(12)]
+        ch = _changes(kind, rows)
+        got = builder.records(ch, 0, len(rows), encoder)
+        assert got == builder.records(ch, 0, len(rows), _DictJson())
+        assert len(got) > len(rows) or kind == "insert"
+        assert all(v is None or v.startswith(b'{"schema":{"type":"struct"') for _, _, v, _ in got)
 
 
 @pytest.mark.parametrize("fmt", ["avro", "json"])

@@ -61,6 +61,9 @@ class AvroOut:
     def header(self, schema, topic, role):
         return self._writer(schema).header
 
+    def json_writer(self, schema, topic):
+        return None
+
 
 def _general(monkeypatch, builder: EventBuilder, ch: RowChanges, **kw):
     with monkeypatch.context() as m:

@@ -293,6 +293,13 @@ def _check_encoded_for(te: TableEvents, ch: RowChanges) -> None:
                        "version")
 
 
+def envelope_value(before: Any, after: Any, source: dict, op: str, now: int, position: str) -> dict:
+    """A change event's envelope as a dict (the general path's record, and the fields every
+    record of an event shares)."""
+    return {"before": before, "after": after, "source": source, "op": op, "ts_ms": now, "transaction": None,
+            "position": position, "snapshot_window": None}
+
+
 class EventBuilder:
     def __init__(self, prefix: str, name: str, server_id: int, key_columns: dict[str, list[str]] | None = None,
                  excluded_columns: dict[str, list[str]] | None = None, tombstones: bool = False) -> None:
@@ -349,32 +356,27 @@ class EventBuilder:
         those at or before the encoded position ``skip_up_to`` (written before a restart)."""
         te = self.table_events(ch.table_def)
         topic, template = te.topic, te.template
-        shared = self._value(None, None, self._source(ch), "", int(time.time() * 1000), "")
+        shared = envelope_value(None, None, self._source(ch), "", int(time.time() * 1000), "")
         header = writer.header(te.value_schema, topic, "value")
         bound = template.bind(shared, header) if header is not None else None
-        # debezium-json from Avro bodies: each transcoded (keys and values)
-        to_json = writer.json_writer(te.value_schema, topic) if bound is not None else None
         out: list[Record] = []
         if bound is not None and te.encoder is not None and not self.excluded.get(te.table.qualified_name):
             # Avro: rows that fit the fast path are encoded from their values in one pass;
             # the others (and their errors) come back here.
-            fast = len(out)
             start = self._fast_records(te, ch, start, stop, bound, writer, skip_up_to, out)
-            if to_json is not None:
-                _transcode(out, fast, to_json, writer.json_writer(te.key_schema, topic))
+            _from_bodies(out, writer, te)
         elif type(ch.rows) is EncodedImages:
             raise CDCError(f"rows of {te.table.qualified_name} were encoded in the binlog reader process, but "
                            "this producer does not write them on the Avro fast path")
+        general = bound if writer.json_writer(te.value_schema, topic) is None else None  # (JSON: from dicts)
         for i in range(start, stop):
             for key, before, after, op, seq in self._changes(te, ch, i):
                 position = ch.position(seq)
                 if skip_up_to is not None and position <= skip_up_to:
                     continue
                 values = (before, after, i, op, position)
-                value = (template.encode(bound, values) if bound is not None else
+                value = (template.encode(bound, values) if general is not None else
                          writer.encode(te.value_schema, template.record(shared, values), topic, "value"))
-                if to_json is not None:
-                    value = to_json.transcode(value)
                 key_bytes = writer.encode(te.key_schema, key, topic, "key")
                 out.append((topic, key_bytes, value, position))
                 if op == "d" and self.tombstones:
@@ -441,7 +443,7 @@ class EventBuilder:
         key = (header, ch.db, ch.table)
         fixed = binder.fixed.get(key)
         if fixed is None:
-            fixed = binder.fix(key, self._value(None, None, self._source(ch), "", 0, ""), header)
+            fixed = binder.fix(key, envelope_value(None, None, self._source(ch), "", 0, ""), header)
         return binder.native(fixed, ch.ts_ms, ch.gtid, ch.file, ch.pos, ch.thread, int(time.time() * 1000),
                              ch.position(0)[:-10])
 
@@ -481,24 +483,21 @@ class EventBuilder:
         shared = self._chunk_value(chunk, te)
         header = writer.header(te.value_schema, topic, "value")
         bound = template.bind(shared, header) if header is not None else None
-        to_json = writer.json_writer(te.value_schema, topic) if bound is not None else None
         out: list[Record] = []
         close_pos = close.encode()
         start = 0
         if bound is not None and te.encoder is not None and not self.excluded.get(te.table.qualified_name):
             start = self._fast_chunk_records(te, chunk.rows, close_pos, bound, writer, out)
-            if to_json is not None:
-                _transcode(out, 0, to_json, writer.json_writer(te.key_schema, topic))
+            _from_bodies(out, writer, te)
+        general = bound if writer.json_writer(te.value_schema, topic) is None else None  # (JSON: from dicts)
         for i in range(start, len(chunk.rows)):
             values = chunk.rows[i]
             position = chunk_row_position(close_pos, i)
             after = self._row(te, values, None)
             key = conv.convert_key(values) if te.key_columns else None
             fields = (None, after, 0, "r", position)
-            value = (template.encode(bound, fields) if bound is not None else
+            value = (template.encode(bound, fields) if general is not None else
                      writer.encode(te.value_schema, template.record(shared, fields), topic, "value"))
-            if to_json is not None:
-                value = to_json.transcode(value)
             out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
         return out
 
@@ -542,7 +541,7 @@ class EventBuilder:
         source = source_block(self.name, self.server_id, db=te.table.db, table=te.table.name,
                               ts_ms=int(time.time() * 1000), file=close.file_name, pos=close.pos,
                               snapshot=INCREMENTAL_SNAPSHOT)
-        shared = self._value(None, None, source, SNAPSHOT_OP, int(time.time() * 1000), "")
+        shared = envelope_value(None, None, source, SNAPSHOT_OP, int(time.time() * 1000), "")
         shared["snapshot_window"] = {"snapshot_id": chunk.snapshot_id, "chunk_id": chunk.chunk_id,
                                      "open_position": chunk.open_position.encode(), "close_position": close.encode()}
         return shared
@@ -575,7 +574,7 @@ class EventBuilder:
         """Debezium's truncate event of ``table``: op ``t``, no key, ``before`` and ``after``
         null, with the table's value schema."""
         te = self.read_table_events(table)
-        value = self._value(None, None, source, TRUNCATE_OP, int(time.time() * 1000), position)
+        value = envelope_value(None, None, source, TRUNCATE_OP, int(time.time() * 1000), position)
         return te.topic, None, writer.encode(te.value_schema, value, te.topic, "value"), position
 
     def _changes(self, te: TableEvents, ch: RowChanges, i: int) -> list[tuple[dict | None, Any, Any, str, int]]:
@@ -601,17 +600,16 @@ class EventBuilder:
             values = {k: v for k, v in values.items() if k not in drop}
         return te.converter.convert(values, none_sources)
 
-    @staticmethod
-    def _value(before: Any, after: Any, source: dict, op: str, now: int, position: str) -> dict:
-        return {"before": before, "after": after, "source": source, "op": op, "ts_ms": now, "transaction": None,
-                "position": position, "snapshot_window": None}
 
-
-def _transcode(out: list[Record], start: int, values: ConnectJsonWriter, keys: ConnectJsonWriter | None) -> None:
-    """Records ``start`` on of ``out`` (Avro bodies) as debezium-json, in place."""
-    value_of, key_of = values.transcode, keys.transcode if keys is not None else None
-    for i in range(start, len(out)):
-        topic, key, value, position = out[i]
+def _from_bodies(out: list[Record], writer: RecordEncoding, te: TableEvents) -> None:
+    """debezium-json made from Avro bodies (:meth:`RecordEncoding.json_writer`): the records of
+    ``out`` (their keys and values Avro bodies) transcoded, in place; Avro: nothing to do."""
+    values = writer.json_writer(te.value_schema, te.topic)
+    if values is None:
+        return
+    value_of = values.transcode
+    key_of = writer.json_writer(te.key_schema, te.topic).transcode if te.key_schema is not None else None
+    for i, (topic, key, value, position) in enumerate(out):
         out[i] = (topic, None if key is None else key_of(key), None if value is None else value_of(value), position)
 
 

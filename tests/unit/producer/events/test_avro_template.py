@@ -15,7 +15,7 @@ from contract.envelope import envelope_schema
 from contract.errors import SerdeError
 from producer.events.avro_template import RecordTemplate, avro_int, avro_long, avro_string, field_encoder
 from producer.events.avro_types import row_record_schema
-from producer.events.builder import ENVELOPE_VARIABLE, EventBuilder
+from producer.events.builder import ENVELOPE_VARIABLE, envelope_value
 from producer.events.values import RowConverter
 from producer.table_schema import ColumnDef, TableDef
 
@@ -130,7 +130,7 @@ sources = st.fixed_dictionaries({
 def _example(source: dict, now: int) -> dict:
     full = {"version": "0.1.0", "connector": "mysql", "snapshot": "false", "sequence": None, "row": 0, "query": None,
             **source}
-    return EventBuilder._value(None, None, full, "", now, "")
+    return envelope_value(None, None, full, "", now, "")
 
 
 # the variable fields of an envelope: before, after, row, op, position

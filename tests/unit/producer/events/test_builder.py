@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from contract.codecs.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
 from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
-from producer.events.builder import EnvelopeBinder, EventBuilder, envelope_parts
+from producer.events.builder import EnvelopeBinder, EventBuilder, envelope_parts, envelope_value
 from producer.table_schema import ColumnDef, TableDef
 
 TABLE = TableDef(db="shop", name="items", columns=[
@@ -270,10 +270,10 @@ def test_the_envelope_binder_gives_the_bytes_of_the_whole_bind(ts_ms, gtid, file
     te = builder.table_events(TABLE)
     header = b"\xc3\x01" + b"h" * 8
     ch = RowChanges("insert", "shop", "items", TABLE, BASE, [], 0, ts_ms, gtid, thread, file, file, 4, 0, pos)
-    whole = builder._value(None, None, builder._source(ch), "", now, "")
+    whole = envelope_value(None, None, builder._source(ch), "", now, "")
     expected = envelope_parts(te.template, te.template.bind(whole, header), event)
     binder = EnvelopeBinder(te.template, te.value_schema)
-    fixed = binder.fix(("k",), builder._value(None, None, builder._source(
+    fixed = binder.fix(("k",), envelope_value(None, None, builder._source(
         RowChanges("insert", "shop", "items", TABLE, BASE, [], 0, 1, "0-1-1", 7, "x.000001", "x", 4, 0, 9)),
         "", 5, ""), header)
     assert binder.native(fixed, ts_ms, gtid, file, pos, thread, now, event) == expected.native()

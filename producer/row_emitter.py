@@ -14,8 +14,9 @@ It reads two things confluent-kafka does not publish: the librdkafka handle at t
 its ``Producer`` object, and the layout of the per-message state its delivery report
 callback frees (the Producer object and the callback).  Both are the same from 2.4 to 2.16
 (its ``confluent_kafka.h`` and ``Producer.c``), so the emitter is made only for a
-confluent-kafka in :data:`KNOWN_VERSIONS`, and checks the handle it reads (librdkafka's
-opaque of it is the Producer object, as confluent-kafka sets it); otherwise, or where the
+confluent-kafka of the versions tested (:mod:`common.tested_versions`; pyproject.toml pins
+them), and checks the handle it reads (librdkafka's opaque of it is the Producer object, as
+confluent-kafka sets it); otherwise (with a WARNING for another version), or where the
 extension is not built, or with ``CDC_EMIT_NATIVE=0``, records go the Python way.
 """
 
@@ -27,6 +28,8 @@ from typing import Any, Callable
 
 import confluent_kafka
 
+from common.tested_versions import tested
+
 try:  # producer/_row_emitter.c, built by setup.py where a C compiler is
     from producer import _row_emitter
 except ImportError:  # pragma: no cover - no compiler at install time: the Python way
@@ -36,21 +39,9 @@ log = logging.getLogger(__name__)
 
 #: Set to 0 to produce every record through confluent-kafka's ``Producer.produce``.
 NATIVE_ENV = "CDC_EMIT_NATIVE"
-#: The confluent-kafka versions whose Producer layout the emitter reads ((major, minor) ranges).
-KNOWN_VERSIONS = ((2, 4), (2, 16))
 
 #: ``kind`` of the emitter's ``rows`` by :attr:`RowChanges.kind`, and "r" for a snapshot chunk's rows.
 KINDS = {"insert": 0, "update": 1, "delete": 2, "r": 3}
-
-
-def known_version(version: str) -> bool:
-    """Whether confluent-kafka ``version`` (its ``__version__``) is one whose layout the
-    emitter was checked against."""
-    try:
-        major, minor = (int(p) for p in version.split(".")[:2])
-    except ValueError:
-        return False
-    return KNOWN_VERSIONS[0] <= (major, minor) <= KNOWN_VERSIONS[1]
 
 
 def librdkafka_path() -> str | None:
@@ -75,9 +66,7 @@ def native_emitter(producer: confluent_kafka.Producer, on_delivery: Callable[[An
     records' own), or None: records then go the Python way."""
     if _row_emitter is None or os.environ.get(NATIVE_ENV, "1") == "0":
         return None
-    if not known_version(confluent_kafka.__version__):
-        log.info("confluent-kafka %s is not a version the native row emitter knows: records are produced one "
-                 "call each", confluent_kafka.__version__)
+    if not tested("confluent-kafka", "the native row emitter (records are produced one call each)"):
         return None
     path = librdkafka_path()
     if path is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Any, Iterable, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -10,15 +10,29 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from common.errors import KafkaAuthError
 from common.kafka.security import SECURITY_KEYS
 
-if TYPE_CHECKING:  # (annotations only: the Spark planner processes that import the source need no pydantic)
-    from common.config import KafkaConfig
+
+class KafkaSection(Protocol):
+    """What the clients read of a ``kafka`` section (``common.config.KafkaConfig`` is one: named
+    here by what it has, so this layer imports nothing of the configuration's)."""
+
+    bootstrap_servers: str
+    client: dict[str, Any]
+    compression: str
+    partitions: int
+    replication_factor: int
+    security: Any  # (the kafka.security section: protocol, sasl_mechanism, sasl_username, ca...)
+
+    @property
+    def security_setting(self) -> str: ...
+
+    def client_settings(self) -> dict[str, str]: ...
 
 
-def base_config(cfg: KafkaConfig) -> dict:
+def base_config(cfg: KafkaSection) -> dict:
     return {"bootstrap.servers": cfg.bootstrap_servers, **cfg.client_settings()}
 
 
-def check_connection(cfg: KafkaConfig, *, timeout: float = 15.0) -> None:
+def check_connection(cfg: KafkaSection, *, timeout: float = 15.0) -> None:
     """Fail at once, naming the ``kafka.security`` setting to look at, when the brokers refuse
     this client's TLS handshake or SASL login (librdkafka itself would retry for ever); any
     other failure to reach them is left to the caller's own retries.  Nothing to check (and no
@@ -37,7 +51,7 @@ def check_connection(cfg: KafkaConfig, *, timeout: float = 15.0) -> None:
         raise KafkaAuthError(problem)
 
 
-def security_problem(errors: list[KafkaError], cfg: KafkaConfig) -> str | None:
+def security_problem(errors: list[KafkaError], cfg: KafkaSection) -> str | None:
     """What the client errors ``errors`` say about the client's security settings (``kafka.security``,
     or the part's own login: :attr:`KafkaConfig.security_setting`), or None."""
     sec, where, name = cfg.security, cfg.bootstrap_servers, cfg.security_setting
@@ -63,7 +77,7 @@ AUTHORIZATION_ERRORS = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaEr
                                   KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
-def authorization_problem(err: KafkaError | None, cfg: KafkaConfig, what: str) -> str | None:
+def authorization_problem(err: KafkaError | None, cfg: KafkaSection, what: str) -> str | None:
     """What to tell a user when Kafka refused ``what`` (``"write to topic X"``) to this client's
     user for its ACLs (None for any other error): retrying cannot help."""
     if err is None or err.code() not in AUTHORIZATION_ERRORS:
@@ -73,7 +87,7 @@ def authorization_problem(err: KafkaError | None, cfg: KafkaConfig, what: str) -
             f"and the login this part uses ({cfg.security_setting})")
 
 
-def producer_config(cfg: KafkaConfig, *, transactional_id: str | None = None, **extra) -> dict:
+def producer_config(cfg: KafkaSection, *, transactional_id: str | None = None, **extra) -> dict:
     conf = {**base_config(cfg), "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             "compression.type": cfg.compression, "queue.buffering.max.messages": 200000}
     if transactional_id:
@@ -82,7 +96,7 @@ def producer_config(cfg: KafkaConfig, *, transactional_id: str | None = None, **
     return conf
 
 
-def ensure_topics(cfg: KafkaConfig, names: Iterable[str], *, partitions: int | None = None,
+def ensure_topics(cfg: KafkaSection, names: Iterable[str], *, partitions: int | None = None,
                   compacted: bool = False, timeout: float = 30.0) -> None:
     """Create the topics that do not exist yet (existing ones are left as they are)."""
     admin = AdminClient(base_config(cfg))
@@ -105,7 +119,7 @@ def ensure_topics(cfg: KafkaConfig, names: Iterable[str], *, partitions: int | N
                 raise
 
 
-def delete_topics(cfg: KafkaConfig, names: Iterable[str], *, timeout: float = 30.0) -> None:
+def delete_topics(cfg: KafkaSection, names: Iterable[str], *, timeout: float = 30.0) -> None:
     """Delete the topics that exist (the others are left alone)."""
     admin = AdminClient(base_config(cfg))
     existing = set(admin.list_topics(timeout=timeout).topics)

@@ -8,6 +8,10 @@ generated for the result's columns (:func:`row_parser`): the lengths read inline
 ``(encoding, converter)`` pymysql chose for each column (``MySQLResult.converters``), so the
 values are pymysql's by construction.  Results without rows, and anything unusual (a row
 shorter than its columns), take pymysql's own code.
+
+It reads a connection's packets through pymysql's private methods and attributes: only a
+pymysql of the versions tested is given it (:mod:`common.tested_versions`; pyproject.toml pins
+them); with another, :func:`install` leaves the session as pymysql made it (a WARNING says so).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pymysql import err
 from pymysql.connections import MAX_PACKET_LEN, MySQLResult
 from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
+
+from common.tested_versions import tested
 
 _NULL, _U16, _U24 = 251, 252, 253  # (254: an 8-byte length)
 
@@ -184,6 +190,16 @@ def _read_query_result(self, unbuffered: bool = False) -> int:
     return result.affected_rows
 
 
-def install(conn) -> None:
-    """Have the pymysql session ``conn`` parse its buffered results' rows by :func:`row_parser`."""
+def install(conn) -> bool:
+    """Have the pymysql session ``conn`` parse its buffered results' rows by :func:`row_parser`;
+    False (the session left as it is) for a pymysql outside the versions tested."""
+    if not tested("pymysql", "the table reads' row parser (rows are parsed by pymysql)"):
+        return False
     conn._read_query_result = types.MethodType(_read_query_result, conn)
+    conn._cdc_row_parser = True
+    return True
+
+
+def installed(conn) -> bool:
+    """Whether :func:`install` gave ``conn`` the row parser (so :func:`raw_rows` reads on it)."""
+    return getattr(conn, "_cdc_row_parser", False)

@@ -15,13 +15,16 @@ read's error is given back the same way and raised where the library reads).
 The lane keeps the library's stream position (``log_pos``) as ``fetchone`` would for the
 events it handles, so a reconnection resumes where it should.  It steps aside (every packet
 through the library) while the stream is not connected, where the library's layout is not
-the one it knows, where checksums are verified, and with ``CDC_PACKET_LANE=0``.
+the one it knows or its version or pymysql's is not one tested (:mod:`common.tested_versions`),
+where checksums are verified, and with ``CDC_PACKET_LANE=0``.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+
+from common.tested_versions import tested
 
 #: (the OK byte) timestamp, type, server id, event size, log pos, flags: the 19-byte event header
 HEADER = struct.Struct("<xIBIIIH")
@@ -42,7 +45,9 @@ class PacketLane:
         # (``_stream_connection`` comes with the stream's connection: read only when connected)
         self.enabled = os.environ.get(ENV, "1") != "0" and all(
             hasattr(stream, a) for a in (_CONNECTED, _USE_CHECKSUM, _VERIFY_CHECKSUM, _POST_HEADER_LENGTHS, "log_pos",
-                                         "table_map", "end_log_pos"))
+                                         "table_map", "end_log_pos")) and \
+            tested("mysql-replication", "the binlog reader's packet lane") and \
+            tested("pymysql", "the binlog reader's packet lane")
         self.taken = 0  # packets handled by the reader from their bytes
         self.given = 0  # packets given back to the library
         self.errors = 0  # errors of a read given back to the library (a lost connection...)

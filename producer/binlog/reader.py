@@ -38,6 +38,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from common.config import SourceConfig
+from common.tested_versions import tested
 from common.sql.sessions import source_tls
 from common.sql.tls import connect_mysql
 from contract.position import BinlogPosition, based
@@ -340,8 +341,9 @@ class BinlogReader(_PacketEvents):
         # Changes before this time are skipped here, not by the library (whose filter
         # also swallows the server's heartbeats, which carry timestamp 0).
         self._skip_before = resume.skip_to_timestamp
-        install_table_map_cache()  # (each distinct TABLE_MAP parsed once: see TableMapCache)
-        install_hot_events()  # (GTID, XID and rows events built directly: see HotEvents)
+        if tested("mysql-replication", "the binlog reader's TABLE_MAP cache and per-transaction events"):
+            install_table_map_cache()  # (each distinct TABLE_MAP parsed once: see TableMapCache)
+            install_hot_events()  # (GTID, XID and rows events built directly: see HotEvents)
         self._stream = BinLogStreamReader(
             # is_mariadb switches the library to MariaDB's GTID connect, which ignores file/pos:
             # only set it when starting from a MariaDB GTID position.

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from common.config import SourceConfig
 from common.errors import SourceUnavailable
 from common.gc_tuning import STREAMING_THRESHOLDS, tune_gc
-from common.sql.row_parser import raw_rows, values_reader
+from common.sql.row_parser import installed, raw_rows, values_reader
 from common.sql.sessions import read_session
 from producer import child_process
 from producer.events.builder import ReadEncoding, TableEvents
@@ -100,9 +100,15 @@ def read_encoded(conn, encoding: ReadEncoding, table_events: TableEvents, keys: 
     version and result layout) until one it does not take, the rest from their values."""
     table: TableDef = encoding.table
     sql, params = chunk_statement(table, keys, after=after, upto=upto, condition=condition, limit=limit)
+    names = tuple(table.column_names)
+    if not installed(conn):  # (a pymysql outside the versions tested: its rows' values)
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            rows = list(cur.fetchall())
+        rest = encode_rows(table_events.encoder, encoding.ident, names, rows)
+        return EncodedRows(encoding.ident, rest.bodies, rest.rest, dict(zip(names, rows[-1])) if rows else None)
     payloads, readings = raw_rows(conn, sql, params)
     values = values_reader(readings, conn.encoding)
-    names = tuple(table.column_names)
     encoder = _select_encoder(table_events, readings, {} if encoders is None else encoders)
     bodies: list[tuple[bytes | None, bytes]] = []
     if encoder is not None:

@@ -28,6 +28,7 @@ import fastavro
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from common import tested_versions
 from common.kafka.partitioner import partition_of
 from contract.position import BinlogPosition
 from contract.topics import offsets_topic
@@ -238,11 +239,13 @@ def test_the_emitter_is_made_for_confluent_kafka_producers_only():
             _row_emitter.Emitter(other, path, lambda err, msg: None)
 
 
-def test_the_emitter_is_made_for_the_confluent_kafka_versions_it_knows():
-    assert row_emitter.known_version(confluent_kafka.__version__)  # (the one installed: else the test says so)
-    assert row_emitter.known_version("2.4.0") and row_emitter.known_version("2.16.1")
-    assert not row_emitter.known_version("2.3.0") and not row_emitter.known_version("3.0.0")
-    assert not row_emitter.known_version("dev")
+def test_the_emitter_is_made_for_the_confluent_kafka_versions_tested(monkeypatch):
+    """(The ranges themselves: tests/unit/common/test_tested_versions.py.)"""
+    producer = confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9"})
+    assert row_emitter.native_emitter(producer, lambda err, msg: None) is not None  # (the version installed)
+    monkeypatch.setattr(tested_versions, "installed_version", lambda dist: "2.17.0")
+    monkeypatch.setattr(tested_versions, "_warned", set())
+    assert row_emitter.native_emitter(producer, lambda err, msg: None) is None  # another: the Python way
     confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9"}).flush(0)  # (its librdkafka is loaded, mapped)
     libs = os.path.join(os.path.dirname(os.path.dirname(confluent_kafka.__file__)), "confluent_kafka.libs")
     path = row_emitter.librdkafka_path()

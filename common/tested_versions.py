@@ -1,0 +1,68 @@
+"""The versions of the libraries whose private layouts a fast path reads, as tested.
+
+Some fast paths reach past a library's public API (issue 56 lists them):
+
+- ``confluent-kafka``: the native row emitter (``producer/_row_emitter.c``) reads its
+  ``Producer`` object's librdkafka handle and its per-message state;
+- ``mysql-replication``: the binlog reader's packet lane, its per-transaction events and its
+  TABLE_MAP cache (``producer/binlog/packet_lane.py``, ``hot_events.py``, ``table_map.py``)
+  read the stream's private attributes and build its events without its constructors;
+- ``pymysql``: the packet lane reads a connection's packets itself, and the table reads'
+  row parser (``common/sql/row_parser.py``) reads a result's packets.
+
+Each is used only with a version of its library in :data:`TESTED` (pyproject.toml pins the
+same ranges); with any other, :func:`tested` says no once, with a WARNING naming the version,
+the range and what takes the plain path (the library's public API: the same records, slower).
+Never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+
+log = logging.getLogger(__name__)
+
+#: distribution -> (lowest, highest) (major, minor) tested, both included (pyproject.toml: the same)
+TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "confluent-kafka": ((2, 4), (2, 16)),
+    "mysql-replication": ((1, 0), (1, 0)),
+    "pymysql": ((1, 1), (1, 2)),
+}
+
+_warned: set[str] = set()
+
+
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (None: not installed)."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def in_range(dist: str, version: str | None) -> bool:
+    """Whether ``version`` of ``dist`` is in its tested range (a version that is not
+    ``major.minor...`` is not)."""
+    if version is None:
+        return False
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    low, high = TESTED[dist]
+    return low <= (major, minor) <= high
+
+
+def tested(dist: str, what: str) -> bool:
+    """Whether the installed ``dist`` is a tested version; if not, a WARNING (once per
+    distribution) that ``what`` takes the plain path."""
+    version = installed_version(dist)
+    if in_range(dist, version):
+        return True
+    if dist not in _warned:
+        _warned.add(dist)
+        low, high = TESTED[dist]
+        log.warning("%s %s is outside the versions tested (%d.%d to %d.%d): %s takes the plain path (its public "
+                    "API: the same records, slower)", dist, version or "(not installed)", *low, *high, what)
+    return False

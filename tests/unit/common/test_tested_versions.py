@@ -1,0 +1,70 @@
+"""common.tested_versions: the fast paths that read a library's private layout run only with
+a version tested; with another they take the plain path, with one WARNING, never a crash."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from common import tested_versions
+from common.sql import row_parser
+from common.tested_versions import TESTED, in_range, installed_version
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_installed_versions_are_tested_ones():
+    for dist in TESTED:
+        assert in_range(dist, installed_version(dist)), (dist, installed_version(dist))
+
+
+@pytest.mark.parametrize("dist, version, inside", [
+    ("confluent-kafka", "2.4.0", True), ("confluent-kafka", "2.16.1", True), ("confluent-kafka", "2.17.0", False),
+    ("confluent-kafka", "2.3.9", False), ("confluent-kafka", "3.0.0", False), ("confluent-kafka", "dev", False),
+    ("mysql-replication", "1.0.17", True), ("mysql-replication", "1.1.0", False), ("mysql-replication", "0.45", False),
+    ("pymysql", "1.2.4", True), ("pymysql", "1.3.0", False), ("pymysql", None, False),
+])
+def test_a_version_is_inside_its_range_or_not(dist, version, inside):
+    assert in_range(dist, version) is inside
+
+
+def test_pyproject_pins_the_same_ranges():
+    """Each range here is the one pyproject.toml's dependencies allow (below the next minor)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    for dist, (low, high) in TESTED.items():
+        m = re.search(rf'"{re.escape(dist)}(\[[^\]]*\])?>=([\d.]+),<([\d.]+)"', text, re.IGNORECASE)
+        assert m, f"{dist} is not pinned to a range in pyproject.toml"
+        lower = tuple(int(p) for p in m.group(2).split(".")[:2])
+        upper = tuple(int(p) for p in m.group(3).split("."))
+        assert lower == low and upper == (high[0], high[1] + 1), (dist, m.group(0))
+
+
+@pytest.fixture
+def another_pymysql(monkeypatch):
+    """pymysql as a version outside the range (the warning not said yet)."""
+    monkeypatch.setattr(tested_versions, "installed_version",
+                        lambda dist: "9.0.0" if dist == "pymysql" else installed_version(dist))
+    monkeypatch.setattr(tested_versions, "_warned", set())
+
+
+def test_another_version_is_warned_of_once_and_takes_the_plain_path(another_pymysql, caplog):
+    caplog.set_level(logging.WARNING, logger="common.tested_versions")
+    assert not tested_versions.tested("pymysql", "the thing")
+    assert not tested_versions.tested("pymysql", "the thing")
+    assert tested_versions.tested("confluent-kafka", "the other thing")
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == ["pymysql 9.0.0 is outside the versions tested (1.1 to 1.2): the thing takes the plain path "
+                        "(its public API: the same records, slower)"]
+
+
+def test_the_row_parser_leaves_a_session_of_another_pymysql_alone(another_pymysql):
+    class Session:
+        def _read_query_result(self):
+            return "pymysql's own"
+
+    conn = Session()
+    assert not row_parser.install(conn) and not row_parser.installed(conn)
+    assert conn._read_query_result() == "pymysql's own"

@@ -1,13 +1,22 @@
-"""The package's compiled parts (everything else is in pyproject.toml): the native Avro
-reader of contract/codecs/avro_decoder.py, the Avro-to-JSON transcoder of connect_json.py, Kafka's default partitioner of
-common/kafka/partitioner.py, the binlog image and SELECT row encoders of
-producer/events/image_encoder.py and select_encoder.py, and the row emitter of producer/row_emitter.py.  Optional: where no C compiler is at hand the build goes on
-without them, and their Python fallbacks do the same work (same results, slower)."""
+"""The package's compiled parts (everything else is in pyproject.toml): the native Avro reader of
+contract/codecs/avro_decoder.py (its reads shared, in avro_read.h, with the PostgreSQL sink's COPY
+lines of spark_jobs/sinks/copy_text.py and the merge task's change scan of
+spark_jobs/partition/decide.py), the Avro-to-JSON transcoder of connect_json.py, Kafka's default
+partitioner of common/kafka/partitioner.py, the binlog image and SELECT row encoders of
+producer/events/image_encoder.py and select_encoder.py, and the row emitter of
+producer/row_emitter.py.  Optional: where no C compiler is at hand the build goes on without
+them, and their Python fallbacks do the same work (same results, slower)."""
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_avro_reader.c"], optional=True,
-                             extra_compile_args=["-O2"]),
+                             extra_compile_args=["-O2"], depends=["contract/codecs/avro_read.h"]),
+                   Extension("spark_jobs.sinks._copy_text", ["spark_jobs/sinks/_copy_text.c"], optional=True,
+                             extra_compile_args=["-O2"], include_dirs=["contract/codecs"],
+                             depends=["contract/codecs/avro_read.h"]),
+                   Extension("spark_jobs.partition._change_scan", ["spark_jobs/partition/_change_scan.c"],
+                             optional=True, extra_compile_args=["-O2"], include_dirs=["contract/codecs"],
+                             depends=["contract/codecs/avro_read.h"]),
                    Extension("contract.codecs._avro_json", ["contract/codecs/_avro_json.c"], optional=True,
                              extra_compile_args=["-O2"], depends=["contract/codecs/avro_json.h"]),
                    Extension("common.kafka._partitioner", ["common/kafka/_partitioner.c"], optional=True,

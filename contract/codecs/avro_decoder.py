@@ -40,14 +40,11 @@ try:  # the native reader (contract/codecs/_avro_reader.c, built by setup.py whe
     from contract.codecs import _avro_reader
 except ImportError:  # pragma: no cover - a build without it: the generated Python reads
     _avro_reader = None
-#: The native change scan (``scan_changes`` in ``contract/codecs/_avro_reader.c``; None where the
-#: extension is not built): see :func:`spark_jobs.partition.decide.scan_plain`.
-native_scan = getattr(_avro_reader, "scan_changes", None)
 
 Decoder = Callable[[bytes, int], Any]
 
 __all__ = ["OFFSET", "SCAN_FIELDS", "CodeWriter", "Decoder", "NotCompiled", "change_scan_program",
-           "compile_change_header", "compile_change_reader", "compile_decoder", "native_scan", "read_long",
+           "compile_change_header", "compile_change_reader", "compile_decoder", "read_long",
            "schema_label"]
 
 #: In a projection (:func:`compile_decoder`'s ``fields``): the index where the field's encoded
@@ -445,11 +442,6 @@ def native_skip_words(t: Any) -> list[int]:
     return words
 
 
-def native_function(name: str) -> Callable | None:
-    """A function of the native extension (None where it is off: :func:`native_enabled`)."""
-    return getattr(_avro_reader, name, None) if native_enabled() else None
-
-
 def _native_reader(schema: Any, fields: dict | None) -> Decoder | None:
     """The native reader of expanded ``schema`` with projection ``fields``, its errors as they
     come; None where it is off or does not read the schema (:func:`native_program`)."""
@@ -588,7 +580,7 @@ def compile_change_header(schema: Any) -> tuple[Decoder, Decoder]:
 
 
 #: The fields whose name indices :func:`change_scan_program` gives, in the native change
-#: scan's order (``scan_changes`` in ``contract/codecs/_avro_reader.c``): the envelope's, then ``source``'s.
+#: scan's order (``scan_changes`` in ``spark_jobs/partition/_change_scan.c``): the envelope's, then ``source``'s.
 SCAN_FIELDS = ("before", "after", "source", "op", "position", "snapshot_window", "ts_ms", "db", "table")
 
 
@@ -597,7 +589,7 @@ def change_scan_program(schema: Any) -> tuple[bytes, tuple[int, ...]] | None:
     ``schema``: the header program of :func:`compile_change_header` and the name indices of
     :data:`SCAN_FIELDS` in it (-1: ``source`` has no ``ts_ms``).  None where the native reader
     is off or does not read the header, or the envelope lacks one of the other fields."""
-    if not native_enabled() or native_scan is None:
+    if not native_enabled():
         return None
     try:
         types = _envelope_types(schema)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.codecs.avro_decoder import native_enabled, native_scan
+from contract.codecs.avro_decoder import native_enabled
 from contract.codecs.connect_json import RECORD_PREFIX
 from contract.codecs.serde import SINGLE_OBJECT_MAGIC
 from contract.debezium import debezium_position, not_connect_shape
@@ -30,6 +30,11 @@ from spark_jobs.errors import DBLogError
 from spark_jobs.partition.envelope_decoder import EnvelopeDecoder
 from spark_jobs.partition.kept import KEPT_MEMBERS, LAZY, Kept, row_of
 from spark_jobs.partition.settings import MergeSettings
+
+try:  # spark_jobs/partition/_change_scan.c, built by setup.py where a C compiler is
+    from spark_jobs.partition._change_scan import scan_changes as native_scan
+except ImportError:  # pragma: no cover - a build without it: the loop decides every record
+    native_scan = None
 
 #: After a native scan that took no record, the records decided by the loop before the next scan
 SCAN_BACKOFF = 32
@@ -266,7 +271,7 @@ def scan_plain(dec: EnvelopeDecoder, records: list, i: int, scans: dict, key_inf
                 buf: WindowBuffer, kept: list[Kept], topic_names: tuple[str, str], limit: str | None,
                 key_columns: dict) -> int:
     """The plain stream changes from ``records[i]`` on, decided by the native scan
-    (``scan_changes`` in ``contract/codecs/_avro_reader.c``) as :class:`PartitionDecider`'s loop
+    (``scan_changes`` in ``spark_jobs/partition/_change_scan.c``) as :class:`PartitionDecider`'s loop
     decides them, appended to ``kept`` as the loop would append them; the index of the first
     record it did not take.  It takes the records framed like ``records[i]`` (its key's and
     value's writer schemas), stream changes (op c, u or d) of the topic's own table read by

@@ -12,7 +12,7 @@ from its day count.  Two kinds go as the numbers they are in Avro, for the stage
 convert (:func:`stage_column`): a timestamp as its count since the epoch, a decimal as its
 unscaled value; formatting them in Python cost more than all the rest of a row.
 
-Where the native extension is built (``contract/codecs/_avro_reader.c``, its ``copy_line``), the
+Where the native extension is built (``spark_jobs/sinks/_copy_text.c``, its ``copy_line``), the
 line is written by it from a program of the same choices (:func:`_text_of` makes them for
 both); a property test holds the two to the same bytes for every kind, NULLs and COPY's
 special characters included, and to the same failures on malformed images.
@@ -36,7 +36,12 @@ from typing import Any
 from fastavro.schema import expand_schema
 
 from common.errors import UnsupportedType
-from contract.codecs.avro_decoder import CodeWriter, native_function, native_skip_words
+from contract.codecs.avro_decoder import CodeWriter, native_enabled, native_skip_words
+
+try:  # spark_jobs/sinks/_copy_text.c, built by setup.py where a C compiler is
+    from spark_jobs.sinks import _copy_text
+except ImportError:  # pragma: no cover - a build without it: the generated Python writes the lines
+    _copy_text = None
 from contract.errors import NotCompiled
 from spark_jobs.sinks.layout import column_kind
 from spark_jobs.sinks.values import format_time_micros
@@ -152,7 +157,7 @@ class _CopyWriter(CodeWriter):
             "double": "_float(_unpack_d(b, i)[0]); i += 8", "float": "_float(_unpack_f(b, i)[0]); i += 4"}[how])
 
 
-# The native line (contract/codecs/_avro_reader.c ``copy_line``): a text node per column.
+# The native line (spark_jobs/sinks/_copy_text.c ``copy_line``): a text node per column.
 _T_NULL = 100
 _T_CODES = dict(zip(["digits", "date", "time", "time_ms", "string", "decimal", "decimal_fixed", "hex", "hex_fixed",
                      "bool", "double", "float", "union"], range(101, 114)))
@@ -171,9 +176,15 @@ def _text_words(t: Any, kind: str, scale: int) -> list[int]:
     return [_T_CODES[how]] if size is None else [_T_CODES[how + "_fixed"], size]
 
 
+def _native(name: str) -> Any:
+    """A function of the native COPY encoder (None where it is not built or the native reads are
+    off: :func:`contract.codecs.avro_decoder.native_enabled`)."""
+    return getattr(_copy_text, name, None) if native_enabled() else None
+
+
 def _native_line(fields: list[dict], columns: Sequence[Any]) -> CopyEncoder | None:
     """:func:`compile_copy_encoder`'s line by the native extension (None where it is off)."""
-    copy_line = native_function("copy_line")
+    copy_line = _native("copy_line")
     if copy_line is None:
         return None
     index = {c.field: n for n, c in enumerate(columns)}
@@ -194,7 +205,7 @@ def copy_lines_of(line: CopyEncoder) -> Callable[[list, int, int], bytes] | None
     (:class:`~spark_jobs.sinks.batch.EncodedChange` tuples) in one call: each row image's line,
     a tab, the change's position, a tab, ``\\N`` (no key hash) and a newline.  None for a line of
     the generated Python."""
-    copy_line, copy_lines = native_function("copy_line"), native_function("copy_lines")
+    copy_line, copy_lines = _native("copy_line"), _native("copy_lines")
     if copy_lines is None or not isinstance(line, partial) or line.func is not copy_line:
         return None
     return partial(copy_lines, *line.args)

@@ -11,7 +11,7 @@ import psycopg
 
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
-from contract.codecs.avro_decoder import native_scan
+from spark_jobs.partition.decide import native_scan
 from contract.topics import markers_topic, table_topic
 from spark_jobs import partition_merge
 from spark_jobs.driver_kafka import read_markers

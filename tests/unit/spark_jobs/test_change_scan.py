@@ -1,4 +1,4 @@
-"""The native change scan (``scan_changes`` in contract/codecs/_avro_reader.c, called by
+"""The native change scan (``scan_changes`` in spark_jobs/partition/_change_scan.c, called by
 spark_jobs.partition.decide.scan_plain) decides what the decide stage's loop (PartitionDecider) decides.
 
 Held to a reference built from the loop's own parts (the header read by the generated
@@ -19,12 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.codecs.avro_decoder import change_scan_program, compile_change_header, native_scan
+from contract.codecs.avro_decoder import change_scan_program, compile_change_header
 from contract.codecs.serde import AvroWriter
 from contract.envelope import envelope_schema, source_block
 from contract.errors import SerdeError
 from contract.position import ENCODED_WIDTH
 from spark_jobs.dblog import DBLogError, WindowBuffer
+from spark_jobs.partition.decide import native_scan
 from spark_jobs.partition.kept import KEPT_MEMBERS, Kept
 from tests.native_helpers import can_build
 from tests.unit.contract.codecs.test_avro_native import _native

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from contract.codecs import avro_decoder
+from spark_jobs.sinks import copy_text
 from contract.codecs.avro_decoder import NATIVE_ENV
 from contract.errors import NotCompiled
 from spark_jobs.sinks.batch import EncodedChange
@@ -79,7 +79,7 @@ def test_kinds_without_copy_text_are_not_compiled():
         line(b"\x00", 0)
 
 
-# -- the native line (contract/codecs/_avro_reader.c) writes what the generated Python writes ----------
+# -- the native line (spark_jobs/sinks/_copy_text.c) writes what the generated Python writes -------------
 
 _LONGS = st.integers(-(1 << 63), (1 << 63) - 1)
 
@@ -178,8 +178,8 @@ def test_the_native_line_is_there():
     native, python = (_compiled(row, [SinkColumn("id", "id", "int")], on) for on in (True, False))
     # (the extension's copy_line bound to its program, and the generated function; the
     # generated one twice where the extension is not built)
-    assert (getattr(native, "func", None) is getattr(avro_decoder._avro_reader, "copy_line", False)) == \
-        (avro_decoder._avro_reader is not None)
+    assert (getattr(native, "func", None) is getattr(copy_text._copy_text, "copy_line", False)) == \
+        (copy_text._copy_text is not None)
     assert not isinstance(python, functools.partial)
     assert native(b"\x02\x0d", 0) == python(b"\x02\x0d", 0) == b"-7"
 
@@ -220,7 +220,7 @@ def test_the_native_lines_of_a_batch_are_its_lines_one_by_one(drawn, data):
     row, columns, images = drawn
     native, python = _lines(row, columns)
     lines = copy_lines_of(native)
-    assert (lines is None) == (avro_decoder._avro_reader is None)
+    assert (lines is None) == (copy_text._copy_text is None)
     assume(lines is not None)
     assert copy_lines_of(python) is None
     changes = []

@@ -207,7 +207,7 @@ SINKS_HEADING = "## The merge job against Debezium's JDBC sink, on the same Debe
 #: Debezium's headline run: Avro to acknowledged Kafka, tuned like ours.
 HEADLINE_RUN = ("kafka", "avro")
 #: Changes of the race's single-row (OLTP-shaped) streaming run.
-OLTP_ROWS = 100_000
+OLTP_ROWS = race_settings.OLTP_ROWS
 
 
 def _f(x: float | None, fmt: str = ",.0f") -> str:

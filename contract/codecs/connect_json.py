@@ -257,16 +257,17 @@ class _AvroToConnect:
         is_source = name.endswith(".Source") and "sequence" in names and "ts_ms" in names
         plan: list[tuple[str, str, Encode | None, bool, Any]] = []
         connect_fields: list[dict] = []
-        # per plan entry: (Avro field index, items) of a field, or (None, (slot, factor)) of a derived time
+        # per plan entry: (Avro field index, items) of a field, or (None, (slot, factor, the ts_ms
+        # field's index)) of a derived time
         ops: list[tuple[int | None, Any]] = []
-        ts_slot: int | None = None
+        ts_slot: tuple[int, int] | None = None
         for i, f in enumerate(fields):
             column = f.get("mysql.column") or f["name"]
             keep = (is_envelope or is_source) and column == "ts_ms"
             fs, enc, items = self.field_type(f["type"], inner_ns, f"{name}.{column}", f.get("default", _MISSING),
                                              keep)
             if keep and items is not None:
-                ts_slot = self.slots - 1
+                ts_slot = (self.slots - 1, i)
             fs["field"] = column
             connect_fields.append(fs)
             default = fs.get("default", _MISSING)
@@ -311,13 +312,13 @@ class _AvroToConnect:
         return found
 
     @staticmethod
-    def _derived(plan: list, connect_fields: list[dict], ops: list, ts_slot: int | None) -> None:
+    def _derived(plan: list, connect_fields: list[dict], ops: list, ts_slot: tuple[int, int] | None) -> None:
         have = {p[1] for p in plan}
         for cname in _DERIVED_TIMES:
             if cname not in have:
                 plan.append((cname, cname, None, True, _MISSING))
                 connect_fields.append({"type": "int64", "optional": True, "field": cname})
-                ops.append((None, None if ts_slot is None else (ts_slot, _DERIVED_TIMES[cname])))
+                ops.append((None, None if ts_slot is None else (ts_slot[0], _DERIVED_TIMES[cname], ts_slot[1])))
 
 
 def _record_items(plan: list, ops: list, n_fields: int) -> Items:
@@ -331,12 +332,14 @@ def _record_items(plan: list, ops: list, n_fields: int) -> Items:
         if index is not None:
             inline = inline and (not fields_seen or index > fields_seen[-1])
             fields_seen.append(index)
+        else:  # (a derived time inline: after the ts_ms it reads)
+            inline = inline and x[2] in fields_seen
     if inline:
         items: list[str | bytes] = []
         for k, ((_, cname, *_rest), (index, x)) in enumerate(zip(plan, ops)):
             items.append(_key(cname, k == 0))
             if index is None:
-                slot, factor = x
+                slot, factor, _ = x
                 items.append(b"M" + bytes([slot]) + factor.to_bytes(4, "little"))
             else:
                 items.extend(x)
@@ -351,7 +354,7 @@ def _record_items(plan: list, ops: list, n_fields: int) -> Items:
     for k, ((_, cname, *_rest), (index, x)) in enumerate(zip(plan, ops)):
         text = _u16_text(_key(cname, k == 0))
         if index is None:
-            slot, factor = x
+            slot, factor, _ = x
             op.append(b"\x01" + bytes([slot]) + factor.to_bytes(4, "little") + text)
         else:
             op.append(b"\x00" + bytes([index]) + text)

@@ -276,6 +276,22 @@ def test_transcoded_decimals_are_connects_shortest_twos_complement(unscaled):
     _same_json(w.transcode(_avro_body(ROW, row)), expected)
 
 
+def test_a_schema_the_transcoder_cannot_follow_takes_the_dicts():
+    """A source block whose sequence comes before its ts_ms (ts_us and ts_ns, derived from ts_ms,
+    follow sequence), and an array: no program (the producer then makes these records from
+    their dicts), the records as ever."""
+    fields = [{"name": "sequence", "type": ["null", "string"]}, {"name": "ts_ms", "type": "long"}]
+    source = {"type": "record", "name": "Source", "namespace": "x", "fields": fields}
+    w = ConnectJsonWriter(source)
+    assert w.program is None
+    assert json.loads(w.encode({"sequence": None, "ts_ms": 5}))["payload"] == {
+        "sequence": None, "ts_us": 5000, "ts_ns": 5000000, "ts_ms": 5}
+    with pytest.raises(SerdeError, match="not transcoded"):
+        w.transcode(b"\x00\x0a")
+    arrays = {"type": "record", "name": "A", "fields": [{"name": "a", "type": {"type": "array", "items": "long"}}]}
+    assert ConnectJsonWriter(arrays).program is None
+
+
 def test_a_truncated_or_overlong_body_is_refused_not_read_past():
     w = ConnectJsonWriter(KEY)
     body = _avro_body(KEY, {"id": 5, "d": 19_000})

@@ -188,7 +188,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
     """A long chaos run on its own embedded stack."""
-    from cdc import chaos, demo
+    import cdc.chaos as chaos
+    import cdc.demo as demo
     state = Path(args.state_dir)
     info = stack_up(state, brokers=args.brokers)
     cfg = load_config(info.config_path)
@@ -345,7 +346,7 @@ def _cmd_route(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     """Exit 0 only when every table equals every target."""
-    from cdc import verify
+    import cdc.verify as verify
     cfg = load(args)
     if args.json:
         report = verify.verify(cfg, args.tables or None, changelog=args.changelog, chunk_size=args.chunk_size,
@@ -363,7 +364,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_lake(args: argparse.Namespace) -> int:
     """The lake tables' maintenance (optimize, vacuum, expire), their files, or SQL over them."""
-    from cdc import lake
+    import cdc.lake as lake
     cfg = load(args)
     if args.lake_command == "sql":
         columns, rows = lake.lake_sql(cfg, args.sql)
@@ -385,7 +386,8 @@ def _cmd_lake(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from cdc import demo, demo_shards
+    import cdc.demo as demo
+    import cdc.demo_shards as demo_shards
     if args.shards:
         return demo_shards.run_shards_demo(Path(args.state_dir), ddl=args.ddl, keep_running=args.keep_running)
     return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running, secure=args.secure)

@@ -23,6 +23,11 @@ PACKAGES = ("common", "contract", "schemas", "producer", "spark_jobs", "cdc")
 #: Project modules that may be imported inside a function: they import pyspark.
 LAZY_MODULES = {"spark_jobs.spark_session", "spark_jobs.kafka_source"}
 MAX_FUNCTION_IMPORTS = 20
+#: The CLI's commands of the merge side, imported by cdc/cli.py in the commands that run them (they
+#: load Spark, pyarrow and PostgreSQL's client: `cdc produce` does not; tests/unit/cdc/test_cli_imports.py).
+CLI_COMMAND_MODULES = {"cdc.chaos", "cdc.demo", "cdc.demo_shards", "cdc.lake", "cdc.verify", "cdc.bench.merge",
+                       "cdc.bench.peers_race", "cdc.bench.report", "cdc.bench.sink_race", "cdc.bench.soak",
+                       "spark_jobs.data_loss_guard", "spark_jobs.merge_job"}
 
 
 def _modules():
@@ -47,7 +52,9 @@ def test_project_imports_inside_functions_are_only_the_heavy_ones():
             for node in ast.walk(fn):
                 mods = [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else \
                     [a.name for a in node.names] if isinstance(node, ast.Import) else []
-                inside += [(f"{path.relative_to(ROOT)}:{node.lineno}", m) for m in mods if m.split(".")[0] in PACKAGES]
+                where = str(path.relative_to(ROOT))
+                inside += [(f"{where}:{node.lineno}", m) for m in mods if m.split(".")[0] in PACKAGES
+                           and not (where == "cdc/cli.py" and m in CLI_COMMAND_MODULES)]
     assert len(inside) <= MAX_FUNCTION_IMPORTS, inside
     assert [x for x in inside if x[1] not in LAZY_MODULES] == []
 

@@ -148,6 +148,21 @@ def test_encode_decode_round_trip(p):
     assert BinlogPosition.decode(s) == p
 
 
+@settings(max_examples=200)
+@given(positions, st.sampled_from(["mysql-bin", "binlog", "a.b-c"]))
+def test_a_pickled_position_is_the_same_position(p, stem):
+    """(The binlog reader process pickles two with every transaction: equal, hashed, ordered
+    and frozen alike.)"""
+    import dataclasses
+    import pickle
+    p = dataclasses.replace(p, stem=stem)
+    q = pickle.loads(pickle.dumps(p, pickle.HIGHEST_PROTOCOL))
+    assert type(q) is BinlogPosition and q == p and hash(q) == hash(p) and q.stem == stem
+    assert q <= p and not q < p and q.encode() == p.encode() and repr(q) == repr(p)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        q.pos = 1  # type: ignore[misc]
+
+
 @settings(max_examples=300)
 @given(positions, positions)
 def test_string_order_equals_position_order(a, b):

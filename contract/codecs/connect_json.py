@@ -60,6 +60,8 @@ from typing import Any
 import orjson
 
 from contract import logical_types
+from contract.envelope import avro_fullname, unique_avro_names
+from contract.errors import SerdeError
 
 try:  # contract/codecs/_avro_json.c, built by setup.py where a C compiler is
     from contract.codecs import _avro_json
@@ -70,8 +72,6 @@ except ImportError:  # pragma: no cover - no compiler at install time: records a
 TRANSCODE_ENV = "CDC_JSON_TRANSCODE"
 #: Whether records are made from Avro bodies here (:meth:`ConnectJsonWriter.transcode`).
 TRANSCODES = _avro_json is not None and os.environ.get(TRANSCODE_ENV, "1") != "0"
-from contract.envelope import avro_fullname, unique_avro_names
-from contract.errors import SerdeError
 
 __all__ = [
     "DECIMAL_NAME",

@@ -154,8 +154,9 @@ def table_events(prefix: str, table: TableDef, key_columns: dict[str, list[str]]
 @dataclass(frozen=True)
 class StreamEncoding:
     """How the binlog reader process encodes the row images of captured tables for
-    :meth:`EventBuilder.records` (Avro records only): plain data, sent to the process, which
-    asks :meth:`image_encoder` for each table map."""
+    :meth:`EventBuilder.records` (records made from Avro bodies: Avro, and debezium-json where
+    transcoded): plain data, sent to the process, which asks :meth:`image_encoder` for each
+    table map."""
 
     prefix: str
     key_columns: dict[str, list[str]]
@@ -331,7 +332,7 @@ class EventBuilder:
 
     def read_encoding(self, table: TableDef) -> ReadEncoding | None:
         """How a chunk read process encodes the rows of ``table``'s snapshot chunks for
-        :meth:`chunk_records` (Avro records only); None when they take the general path here
+        :meth:`chunk_records` (records made from Avro bodies); None when they take the general path here
         (columns excluded, no fast encoder)."""
         te = self.read_table_events(table)
         if self.excluded.get(table.qualified_name) or te.encoder is None:
@@ -343,7 +344,7 @@ class EventBuilder:
 
     def stream_encoding(self, keep_values: set[str]) -> StreamEncoding:
         """What the binlog reader process needs to encode row images as :meth:`records` would
-        (Avro records only); ``keep_values``: tables whose rows cross as values."""
+        (records made from Avro bodies); ``keep_values``: tables whose rows cross as values."""
         return StreamEncoding(self.prefix, dict(self.key_columns), dict(self.excluded), frozenset(keep_values))
 
     def _source(self, ch: RowChanges) -> dict:
@@ -375,7 +376,7 @@ class EventBuilder:
                 if skip_up_to is not None and position <= skip_up_to:
                     continue
                 values = (before, after, i, op, position)
-                value = (template.encode(bound, values) if general is not None else
+                value = (template.encode(general, values) if general is not None else
                          writer.encode(te.value_schema, template.record(shared, values), topic, "value"))
                 key_bytes = writer.encode(te.key_schema, key, topic, "key")
                 out.append((topic, key_bytes, value, position))
@@ -496,7 +497,7 @@ class EventBuilder:
             after = self._row(te, values, None)
             key = conv.convert_key(values) if te.key_columns else None
             fields = (None, after, 0, "r", position)
-            value = (template.encode(bound, fields) if general is not None else
+            value = (template.encode(general, fields) if general is not None else
                      writer.encode(te.value_schema, template.record(shared, fields), topic, "value"))
             out.append((topic, writer.encode(te.key_schema, key, topic, "key"), value, position))
         return out

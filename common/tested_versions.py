@@ -18,6 +18,7 @@ Never a crash.
 
 from __future__ import annotations
 
+import functools
 import logging
 from importlib import metadata
 
@@ -33,8 +34,10 @@ TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
 _warned: set[str] = set()
 
 
+@functools.cache
 def installed_version(dist: str) -> str | None:
-    """The installed version of distribution ``dist`` (None: not installed)."""
+    """The installed version of distribution ``dist`` (None: not installed); read once (every
+    table-read session asks for pymysql's)."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -80,9 +80,8 @@ typedef struct {
     PyObject *producer;
     PyObject *on_delivery;
     rd_kafka_t *rk;
-    char *buf;
-    Py_ssize_t cap;
-    AjBuf json;   /* a debezium-json record's key and value */
+    AjBuf avro;   /* a record's value and key as Avro */
+    AjBuf json;   /* debezium-json: the same record transcoded */
 } Emitter;
 
 static int load(const char *path) {
@@ -144,27 +143,17 @@ static PyObject *emitter_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
 }
 
 static void emitter_dealloc(Emitter *e) {
-    PyMem_Free(e->buf);
+    PyMem_Free(e->avro.p);
     PyMem_Free(e->json.p);
     Py_XDECREF(e->producer);
     Py_XDECREF(e->on_delivery);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
+/* The emitter's Avro buffer, empty, with room for ``n`` bytes (NULL: no memory, raised). */
 static char *reserve(Emitter *e, Py_ssize_t n) {
-    if (n > e->cap) {
-        Py_ssize_t cap = e->cap ? e->cap : 4096;
-        while (cap < n)
-            cap *= 2;
-        char *b = PyMem_Realloc(e->buf, cap);
-        if (!b) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        e->buf = b;
-        e->cap = cap;
-    }
-    return e->buf;
+    e->avro.n = 0;
+    return aj_reserve(&e->avro, n) < 0 ? NULL : e->avro.p;
 }
 
 static char *put(char *p, const char *s, Py_ssize_t n) {

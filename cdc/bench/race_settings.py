@@ -14,11 +14,11 @@ from __future__ import annotations
 from common.config import ProducerConfig
 from producer.kafka_writer import THROUGHPUT_SETTINGS
 
+#: Changes of the embedded race's single-row (OLTP-shaped) streaming run (``cdc bench race --oltp-rows``).
+OLTP_ROWS = 100_000
 #: Debezium's engine in the race: batches, queue and poll interval raised to match our
 #: producer's batching (its defaults: :data:`ENGINE_DEFAULTS`): a batch of as many records
 #: as ours commits at once (``producer.batch_size``), a queue of four of them.
-#: Changes of the embedded race's single-row (OLTP-shaped) streaming run (``cdc bench race --oltp-rows``).
-OLTP_ROWS = 100_000
 _OUR_BATCH = ProducerConfig().batch_size
 ENGINE_TUNED = {"max.batch.size": _OUR_BATCH, "max.queue.size": 4 * _OUR_BATCH, "poll.interval.ms": 50}
 #: Debezium 3.6's own engine defaults.

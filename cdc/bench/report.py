@@ -206,8 +206,6 @@ PEERS_HEADING = "## The race against the peers as deployed: Debezium in Kafka Co
 SINKS_HEADING = "## The merge job against Debezium's JDBC sink, on the same Debezium topics"
 #: Debezium's headline run: Avro to acknowledged Kafka, tuned like ours.
 HEADLINE_RUN = ("kafka", "avro")
-#: Changes of the race's single-row (OLTP-shaped) streaming run.
-OLTP_ROWS = race_settings.OLTP_ROWS
 
 
 def _f(x: float | None, fmt: str = ",.0f") -> str:
@@ -481,7 +479,7 @@ def bench_race(out: Path = Path("docs/benchmarks.md"), state_dir: Path = DEFAULT
                chunk_sizes: tuple[int, ...] = (8192, 1024), rounds: int = race_rounds.DEFAULT_ROUNDS,
                debezium_defaults: bool = False, heap: str = race_settings.DEFAULT_HEAP,
                json_out: Path | None = None, stream_json: Path | None = None, snapshot_json: Path | None = None,
-               oltp_rows: int = OLTP_ROWS, oltp_json: Path | None = None, console: Console | None = None) -> str:
+               oltp_rows: int = race_settings.OLTP_ROWS, oltp_json: Path | None = None, console: Console | None = None) -> str:
     """The race: ``cdc bench stream`` and ``cdc bench snapshot`` with their Debezium rows (no
     references, the snapshot's table quiet), ``rounds`` alternated rounds each, Debezium
     tuned like ours (``heap``: its JVM's ``-Xmx``; ``debezium_defaults``: an extra run at

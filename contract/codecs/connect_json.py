@@ -418,9 +418,8 @@ class ConnectJsonWriter:
             raise SerdeError(f"record does not fit schema {self.connect.get('name')}: {exc}") from exc
 
     def transcode(self, body: bytes) -> bytes:
-        """The record of the Avro ``body`` (unframed) of a record of the schema: the JSON of
-        :meth:`encode` of that record (its values; a float's digits may be written otherwise),
-        made in C without the record's dicts (needs :attr:`program`)."""
+        """The record of the Avro ``body`` (unframed) of a record of the schema: the bytes
+        :meth:`encode` gives for that record, made in C without its dicts (needs :attr:`program`)."""
         if self.program is None:
             raise SerdeError(f"{self.connect.get('name')}: records of this schema are not transcoded from Avro")
         try:

@@ -38,9 +38,9 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from common.config import SourceConfig
-from common.tested_versions import tested
 from common.sql.sessions import source_tls
 from common.sql.tls import connect_mysql
+from common.tested_versions import tested
 from contract.position import BinlogPosition, based
 from producer.binlog.hot_events import install_hot_events
 from producer.binlog.packet_lane import HEADER, PacketLane

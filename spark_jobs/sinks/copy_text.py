@@ -37,14 +37,14 @@ from fastavro.schema import expand_schema
 
 from common.errors import UnsupportedType
 from contract.codecs.avro_decoder import CodeWriter, native_enabled, native_skip_words
+from contract.errors import NotCompiled
+from spark_jobs.sinks.layout import column_kind
+from spark_jobs.sinks.values import format_time_micros
 
 try:  # spark_jobs/sinks/_copy_text.c, built by setup.py where a C compiler is
     from spark_jobs.sinks import _copy_text
 except ImportError:  # pragma: no cover - a build without it: the generated Python writes the lines
     _copy_text = None
-from contract.errors import NotCompiled
-from spark_jobs.sinks.layout import column_kind
-from spark_jobs.sinks.values import format_time_micros
 
 __all__ = ["CopyEncoder", "compile_copy_encoder", "copy_escape", "copy_lines_of", "date_text", "stage_column"]
 

@@ -15,6 +15,10 @@ of both are the same, and the select encoder took the rows.
 
 from __future__ import annotations
 
+import pytest
+
+from common import tested_versions
+from common.sql.row_parser import installed
 from common.sql.sessions import connect, read_session
 from contract.position import BinlogPosition
 from producer.binlog.reader import BinlogReader, ResumePoint, RowChanges
@@ -98,9 +102,16 @@ def _chunk(table, rows) -> ReleasedChunk:
                          BinlogPosition.from_binlog("mysql-bin.000002", 900), list(table.primary_key))
 
 
+@pytest.mark.parametrize("plain", [False, True])
 def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_give(stack, config, test_db,
-                                                                                   monkeypatch):
+                                                                                   monkeypatch, plain):
+    """``plain``: a pymysql outside the versions tested (common.tested_versions): the session keeps
+    pymysql's own row parsing and the chunk reads encode its values, the same records."""
     monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)
+    if plain:
+        monkeypatch.setattr(tested_versions, "installed_version",
+                            lambda dist: "9.0.0" if dist == "pymysql" else "1.0.0")
+        monkeypatch.setattr(tested_versions, "_warned", set())
     with stack.admin(test_db) as conn, conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(BENCH_DDL)
@@ -114,6 +125,7 @@ def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_gi
     make_many_types_table(stack, f"{test_db}_m", n=60)
     builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
     session = read_session(config.source)
+    assert installed(session) is not plain
     encoders: dict = {}
     try:
         for db, name, rows, first in [(test_db, "items", 2000, 1), (test_db, "types", 3, 1),
@@ -131,7 +143,7 @@ def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_gi
                 assert records[0] == records[1], (db, name, after, limit)
             if name == "items":
                 assert len(read_encoded(session, encoding, te, keys, None, None, None, 5000, encoders).bodies) == rows
-        assert sum(type(e) is SelectRowEncoder for e in encoders.values()) == 3
+        assert sum(type(e) is SelectRowEncoder for e in encoders.values()) == (0 if plain else 3)
     finally:
         session.close()
         with stack.admin() as conn, conn.cursor() as cur:

@@ -41,26 +41,17 @@ from producer.events.row_encoder import encode_rows
 from producer.kafka_writer import KafkaWriter
 from producer.record_encoder import RecordEncoder
 from producer.snapshot.chunks import ReleasedChunk
+from tests.unit.producer.events.test_builder import FromDicts
 from tests.unit.producer.events.test_image_encoder import BENCH, ROWS, _bench_encoder
 
 PARTITIONS = 3
 FORMATS = ["avro", "debezium-json"]
 
 
-class _FromDicts(RecordEncoder):
-    """debezium-json made from the events' dicts: what the transcoded records are held to."""
-
-    def header(self, schema, topic, role):
-        return None
-
-    def json_writer(self, schema, topic):
-        return None
-
-
 def _encoders(config, fmt: str, writer):
     """The emitter's record encoder, and the reference's."""
     out = RecordEncoder(config.kafka, fmt, writer.produce)
-    return out, (out if fmt == "avro" else _FromDicts(config.kafka, fmt, writer.produce))
+    return out, (out if fmt == "avro" else FromDicts(config.kafka, fmt, writer.produce))
 
 
 def _changes(kind: str, rows, table) -> RowChanges:

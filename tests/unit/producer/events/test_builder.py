@@ -11,10 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.config import KafkaConfig
 from contract.codecs.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
 from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
 from producer.events.builder import EnvelopeBinder, EventBuilder, envelope_parts, envelope_value
+from producer.record_encoder import RecordEncoder, from_avro_bodies
 from producer.table_schema import ColumnDef, TableDef
 
 TABLE = TableDef(db="shop", name="items", columns=[
@@ -142,9 +144,7 @@ def test_tombstones_follow_deletes_with_the_key_and_position_of_the_delete():
 
 
 def test_debezium_json_records_read_back_as_the_avro_ones():
-    from common.config import KafkaConfig
     from contract.codecs.serde import RecordDecoder
-    from producer.record_encoder import RecordEncoder
 
     encoder = RecordEncoder(KafkaConfig(), "debezium-json", lambda *record: pytest.fail(f"published {record}"))
     ch = _changes("update", [{"before_values": _row(i, f"n{i}", "9.99"), "after_values": _row(i + i % 2, "x", "0.01"),
@@ -162,16 +162,9 @@ def test_debezium_json_records_read_back_as_the_avro_ones():
     assert got == [(t, k, {x: y for x, y in v.items() if x != "ts_ms"}, pos) for t, k, v, pos in _records("avro", ch)]
 
 
-class _DictJson:
-    """debezium-json made from the events' dicts (the producer's way without the transcoder)."""
-
-    def __init__(self):
-        from common.config import KafkaConfig
-        from producer.record_encoder import RecordEncoder
-        self.inner = RecordEncoder(KafkaConfig(), "debezium-json", lambda *record: pytest.fail(f"published {record}"))
-
-    def encode(self, schema, record, topic, role):
-        return self.inner.encode(schema, record, topic, role)
+class FromDicts(RecordEncoder):
+    """debezium-json made from the events' dicts (the producer's way without the transcoder):
+    what the records made from Avro bodies are held to."""
 
     def header(self, schema, topic, role):
         return None
@@ -182,14 +175,13 @@ class _DictJson:
 
 @pytest.mark.parametrize("general", [False, True])
 def test_debezium_json_from_avro_bodies_is_the_dict_paths_byte_for_byte(monkeypatch, general):
-    """Records transcoded from Avro bodies (fast path, and the general path's template) against
-    the same records made from dicts: inserts, an update keeping its key, one changing it (a
-    delete and a create), deletes with tombstones, names with quotes and newlines, a
-    negative price, nulls."""
-    from common.config import KafkaConfig
-    from producer.record_encoder import RecordEncoder
-    from producer.record_encoder import from_avro_bodies
-    encoder = RecordEncoder(KafkaConfig(), "debezium-json", lambda *record: pytest.fail(f"published {record}"))
+    """Records transcoded from Avro bodies against the same records made from dicts: inserts,
+    an update keeping its key, one changing it (a delete and a create), deletes with tombstones,
+    names with quotes and newlines, a negative price, nulls.  ``general``: every row off the
+    fast path, which makes debezium-json from dicts: the same records still."""
+    def published(*record):
+        pytest.fail(f"published {record}")
+    encoder = RecordEncoder(KafkaConfig(), "debezium-json", published)
     # (so the binlog reader and chunk read processes encode the rows where they read them, as for Avro)
     assert from_avro_bodies("debezium-json") and from_avro_bodies("avro") and not from_avro_bodies("json")
     assert encoder.header(EventBuilder("cdc", "prod", 1).table_events(TABLE).value_schema, "t", "value") == b""
@@ -210,7 +202,7 @@ def test_debezium_json_from_avro_bodies_is_the_dict_paths_byte_for_byte(monkeypa
                     for i in range(12)]
         ch = _changes(kind, rows)
         got = builder.records(ch, 0, len(rows), encoder)
-        assert got == builder.records(ch, 0, len(rows), _DictJson())
+        assert got == builder.records(ch, 0, len(rows), FromDicts(KafkaConfig(), "debezium-json", published))
         assert len(got) > len(rows) or kind == "insert"
         assert all(v is None or v.startswith(b'{"schema":{"type":"struct"') for _, _, v, _ in got)
 

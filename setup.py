@@ -3,9 +3,11 @@ contract/codecs/avro_decoder.py (its reads shared, in avro_read.h, with the Post
 lines of spark_jobs/sinks/copy_text.py and the merge task's change scan of
 spark_jobs/partition/decide.py), the Avro-to-JSON transcoder of connect_json.py, Kafka's default
 partitioner of common/kafka/partitioner.py, the binlog image and SELECT row encoders of
-producer/events/image_encoder.py and select_encoder.py, and the row emitter of
-producer/row_emitter.py.  Optional: where no C compiler is at hand the build goes on without
-them, and their Python fallbacks do the same work (same results, slower)."""
+producer/events/image_encoder.py and select_encoder.py, and the producer's own Kafka client of
+producer/native_producer.py (built against librdkafka's header, /usr/include/librdkafka/rdkafka.h
+from Debian's librdkafka-dev, which `make` installs: scripts/ensure-system-deps.sh).  Optional:
+where no C compiler or header is at hand the build goes on without them, and their Python
+fallbacks do the same work (same results, slower)."""
 
 from setuptools import Extension, setup
 
@@ -25,6 +27,6 @@ setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_
                              extra_compile_args=["-O2"], depends=["producer/events/avro_out.h", "producer/events/row_program.h"]),
                    Extension("producer.events._select_rows", ["producer/events/_select_rows.c"], optional=True,
                              extra_compile_args=["-O2"], depends=["producer/events/avro_out.h", "producer/events/row_program.h"]),
-                   Extension("producer._row_emitter", ["producer/_row_emitter.c"], optional=True,
+                   Extension("producer._native_producer", ["producer/_native_producer.c"], optional=True,
                              extra_compile_args=["-O2"], libraries=["dl"], include_dirs=["contract/codecs"],
                              depends=["contract/codecs/avro_json.h"])])

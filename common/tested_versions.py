@@ -2,8 +2,6 @@
 
 Some fast paths reach past a library's public API (issue 56 lists them):
 
-- ``confluent-kafka``: the native row emitter (``producer/_row_emitter.c``) reads its
-  ``Producer`` object's librdkafka handle and its per-message state;
 - ``mysql-replication``: the binlog reader's packet lane, its per-transaction events and its
   TABLE_MAP cache (``producer/binlog/packet_lane.py``, ``hot_events.py``, ``table_map.py``)
   read the stream's private attributes and build its events without its constructors;
@@ -13,7 +11,9 @@ Some fast paths reach past a library's public API (issue 56 lists them):
 Each is used only with a version of its library in :data:`TESTED` (pyproject.toml pins the
 same ranges); with any other, :func:`tested` says no once, with a WARNING naming the version,
 the range and what takes the plain path (the library's public API: the same records, slower).
-Never a crash.
+Never a crash.  (confluent-kafka is no longer here: the producer's own Kafka client,
+``producer/_native_producer.c``, drives a librdkafka handle of its own through librdkafka's
+public API, and reads nothing of confluent-kafka's.)
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 #: distribution -> (lowest, highest) (major, minor) tested, both included (pyproject.toml: the same)
 TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
-    "confluent-kafka": ((2, 4), (2, 16)),
     "mysql-replication": ((1, 0), (1, 0)),
     "pymysql": ((1, 1), (1, 2)),
 }

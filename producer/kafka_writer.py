@@ -20,7 +20,7 @@ from common.errors import KafkaAuthError
 from common.kafka.clients import authorization_problem, ensure_topics, producer_config
 from contract.envelope import POSITION_HEADER
 from producer.errors import WriterError
-from producer.row_emitter import KINDS, native_emitter
+from producer.native_producer import KINDS, open_native_producer
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +46,20 @@ class KafkaWriter:
         self._refused: list[str] = []  # what Kafka's ACLs refused (KafkaAuthError: no retry helps)
         self._topics: set[str] = set()
         tx_id = f"cdc-producer-{name}" if transactions else None
-        self.producer = Producer(producer_config(kafka, transactional_id=tx_id, **{
+        settings = producer_config(kafka, transactional_id=tx_id, **{
             **THROUGHPUT_SETTINGS, "linger.ms": linger_ms, "partitioner": "murmur2_random",
-            "error_cb": self._on_error,
-            # Failures still reach _on_delivery; successes cost no Python call per record (and
-            # the callback set once here costs produce() no keyword per record).
-            "delivery.report.only.error": True, "on_delivery": self._on_delivery}))
+            # Failures still reach _delivery_failed; successes cost no Python call per record.
+            "delivery.report.only.error": True})
+        # The producer's own librdkafka client (producer.native_producer), which also joins and
+        # produces whole rows events in C (``emitter``); else confluent-kafka's Producer (every
+        # record through produce_all).
+        self.producer: Any = open_native_producer(settings, self._delivery_failed, self._on_error)
+        self.emitter = self.producer
+        if self.producer is None:
+            self.producer = Producer({**settings, "error_cb": self._on_error,
+                                      "on_delivery": lambda err, msg: self._delivery_failed(err, msg.topic())})
         self.in_batch = False
         self.pending = 0
-        # The native row emitter on this producer's own librdkafka handle (producer.row_emitter),
-        # or None: then every record goes through produce_all.
-        self.emitter = native_emitter(self.producer, self._on_delivery)
         if transactions:
             try:
                 # Fences a previous instance with the same id and aborts its open transaction.
@@ -78,12 +81,12 @@ class KafkaWriter:
         else:
             log.warning("Kafka client: %s", err)
 
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+    def _delivery_failed(self, err: KafkaError | None, topic: str) -> None:
         if err is not None:
-            refused = authorization_problem(err, self.kafka, f"a write to topic {msg.topic()}")
+            refused = authorization_problem(err, self.kafka, f"a write to topic {topic}")
             if refused:
                 self._refused.append(refused)
-            self._errors.append(f"delivery to {msg.topic()} failed: {err}")
+            self._errors.append(f"delivery to {topic} failed: {err}")
 
     def _check(self) -> None:
         if self._refused:
@@ -170,7 +173,7 @@ class KafkaWriter:
         self._begin()
         try:
             self.flush()
-            self.producer.produce(self.offsets_topic, key=offset_key, value=offset_value, on_delivery=self._on_delivery)
+            self.producer.produce(self.offsets_topic, key=offset_key, value=offset_value)
             if self.transactions:
                 self.producer.commit_transaction(120)
             else:

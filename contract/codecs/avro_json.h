@@ -25,7 +25,7 @@
  *                            a record whose JSON order is not its Avro order: its fields' values
  *                            transcoded first, then put in the JSON's order
  *
- * Used by contract/codecs/_avro_json.c (ConnectJsonWriter.transcode) and producer/_row_emitter.c
+ * Used by contract/codecs/_avro_json.c (ConnectJsonWriter.transcode) and producer/_native_producer.c
  * (the change events of encoded rows as debezium-json). */
 #ifndef CDC_AVRO_JSON_H
 #define CDC_AVRO_JSON_H

@@ -201,7 +201,7 @@ class EnvelopeParts:
     event: str
 
     def native(self, ops: tuple[str, str, str] = ("c", "u", "d")) -> tuple[bytes, ...]:
-        """These parts as the native row emitter takes them (``producer/_row_emitter.c``): the
+        """These parts as the native row emitter takes them (``producer/_native_producer.c``): the
         parts of ``ops`` in the places of its c, u and d."""
         return (self.before_absent, self.before, self.after_absent, self.after, self.middle,
                 *(self.ops[op] for op in ops), self.end, self.event.encode())
@@ -457,7 +457,7 @@ class EventBuilder:
     def emit_encoded(self, ch: RowChanges, start: int, stop: int, writer: RecordEncoding, out: RowsOut,
                      skip_up_to: str | None = None) -> tuple[int, int] | None:
         """:meth:`records` of rows ``start`` to ``stop - 1`` of rows encoded in the binlog reader
-        process, produced by ``out`` (the native row emitter, :mod:`producer.row_emitter`) instead
+        process, produced by ``out`` (the native row emitter, :mod:`producer.native_producer`) instead
         of returned: the same records, none built here.  ``(records, change events)``; None when
         these rows are not for it (then :meth:`records` gives them)."""
         te = self.table_events(ch.table_def)

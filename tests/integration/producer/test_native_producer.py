@@ -1,4 +1,4 @@
-"""The native row emitter (producer/_row_emitter.c) writes to Kafka what the Python way writes.
+"""The producer's own Kafka client (producer/_native_producer.c) writes to Kafka what the Python way writes.
 
 The Python way is ``EventBuilder.records`` then ``KafkaWriter.produce_all``; the native one,
 ``EventBuilder.emit_encoded`` through ``KafkaWriter.produce_rows``.  Both write the same rows
@@ -7,7 +7,9 @@ headers, order -- must be the same: inserts, deletes, updates keeping and changi
 tombstones, a start past the first row, records at or before a stored position left out, and
 a local queue of a few records (it fills: the emitter stops, the writer polls, it goes on
 after the last record it produced).  A record whose delivery fails reaches the writer's
-delivery callback, as one produced by confluent-kafka's ``produce`` does.
+delivery callback, as one produced by confluent-kafka's ``produce`` does.  The client is a
+librdkafka handle of its own: its transactions commit and abort, a second writer of the same
+name fences the first, and librdkafka's errors come as confluent-kafka raises them.
 
 In debezium-json the emitter transcodes each record from the Avro body it joined
 (``contract/codecs/avro_json.h``): held byte for byte to the records made from the events'
@@ -21,18 +23,18 @@ import io
 import json
 import os
 import struct
+import subprocess
+import sys
 
 import confluent_kafka
-import confluent_kafka.admin
 import fastavro
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from common import tested_versions
 from common.kafka.partitioner import partition_of
 from contract.position import BinlogPosition
 from contract.topics import offsets_topic
-from producer import kafka_writer, row_emitter
+from producer import _native_producer, kafka_writer, native_producer
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import RowDecoder
 from producer.errors import WriterError
@@ -117,7 +119,7 @@ def test_the_native_emitter_writes_the_records_the_python_way_gives(stack, confi
     decoded = ch if fmt == "avro" else _changes(kind, RowDecoder(BENCH).decode_packed(data, kind == "update"), te.table)
     skip = BinlogPosition.from_binlog("mysql-bin.000007", 1234, 5).encode()
     writer = KafkaWriter(config.kafka, unique("w"), transactions=False, offsets_topic=offsets_topic(unique("p")))
-    assert writer.emitter is not None  # (built here, and a confluent-kafka version it knows)
+    assert writer.emitter is not None  # (built here)
     writer.emitter = _Counting(writer.emitter)
     out, reference = _encoders(config, fmt, writer)
     expected = []
@@ -217,27 +219,95 @@ def test_a_failed_delivery_of_a_natively_produced_record_stops_the_writer(config
         builder.emit_encoded(_changes("insert", rows, te.table), 0, len(rows), Header(), writer)
 
 
-def test_the_emitter_is_made_for_confluent_kafka_producers_only():
-    from producer import _row_emitter
-    producer = confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9"})
-    path = row_emitter.librdkafka_path()
-    assert path is not None  # (its librdkafka is mapped: the refusals below are the type check's)
-    _row_emitter.Emitter(producer, path, lambda err, msg: None)  # (a Producer is taken)
-    # (an AdminClient has a Producer's handle layout and a producer-type librdkafka handle:
-    # only the type check tells it apart)
-    for other in (object(), confluent_kafka.admin.AdminClient({"bootstrap.servers": "127.0.0.1:9"})):
-        with pytest.raises(TypeError, match="not a confluent-kafka Producer$"):
-            _row_emitter.Emitter(other, path, lambda err, msg: None)
+def _read_committed(config, topic: str, unique) -> list[bytes]:
+    """The values of ``topic``'s committed records (a read_committed consumer, to the end)."""
+    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap_servers, "group.id": unique("g"),
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    try:
+        while True:
+            msgs = consumer.consume(100, 2.0)
+            if not msgs:
+                break
+            out += [m.value() for m in msgs if m.error() is None]
+            if msgs[-1].offset() >= end - 1:
+                break
+    finally:
+        consumer.close()
+    return out
 
 
-def test_the_emitter_is_made_for_the_confluent_kafka_versions_tested(monkeypatch):
-    """(The ranges themselves: tests/unit/common/test_tested_versions.py.)"""
-    producer = confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9"})
-    assert row_emitter.native_emitter(producer, lambda err, msg: None) is not None  # (the version installed)
-    monkeypatch.setattr(tested_versions, "installed_version", lambda dist: "2.17.0")
-    monkeypatch.setattr(tested_versions, "_warned", set())
-    assert row_emitter.native_emitter(producer, lambda err, msg: None) is None  # another: the Python way
-    confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9"}).flush(0)  # (its librdkafka is loaded, mapped)
+def test_the_native_producers_transactions_commit_abort_and_fence(stack, config, unique):
+    """A batch committed is read by a read_committed consumer with its offset record; one
+    aborted (the writer closed in the middle) is not; a second writer of the same name fences
+    the first, whose commit then fails with the fencing error."""
+    name, topic, offsets = unique("w"), unique("t"), offsets_topic(unique("p"))
+    writer = KafkaWriter(config.kafka, name, transactions=True, offsets_topic=offsets)
+    assert writer.emitter is not None and writer.producer is writer.emitter  # (its own client, transactions too)
+    writer.ensure_topic(topic)
+    writer.ensure_topic(offsets)
+    writer.produce(topic, b"k", b"committed", "0" * 30)
+    writer.commit(b"offset", b"1")
+    writer.produce(topic, b"k", b"aborted", "0" * 30)
+    writer.flush()
+    writer.close()  # (the open batch aborted)
+    assert _read_committed(config, topic, unique) == [b"committed"]
+    assert _read_committed(config, offsets, unique) == [b"1"]
+
+    first = KafkaWriter(config.kafka, name, transactions=True, offsets_topic=offsets)
+    first.produce(topic, b"k", b"fenced", "0" * 30)
+    second = KafkaWriter(config.kafka, name, transactions=True, offsets_topic=offsets)  # (fences the first)
+    with pytest.raises(WriterError, match="(?i)fenc"):
+        first.commit(b"offset", b"2")
+    first.close()
+    second.produce(topic, b"k", b"second", "0" * 30)
+    second.commit(b"offset", b"3")
+    second.close()
+    assert _read_committed(config, topic, unique) == [b"committed", b"second"]
+    assert _read_committed(config, offsets, unique) == [b"1", b"3"]
+
+
+def test_the_native_producer_is_a_librdkafka_client_of_its_own(config, unique):
+    """Made from librdkafka settings (as text) and the two callbacks; a setting librdkafka
+    refuses is raised as confluent-kafka raises it; closed, it refuses every call."""
+    path = native_producer.librdkafka_file()
     libs = os.path.join(os.path.dirname(os.path.dirname(confluent_kafka.__file__)), "confluent_kafka.libs")
-    path = row_emitter.librdkafka_path()
-    assert path is not None and (os.path.dirname(path) == libs or not os.path.isdir(libs))  # (the wheel's own)
+    assert os.path.dirname(path) == libs or not os.path.isdir(libs)  # (the wheel's own librdkafka)
+    with pytest.raises(confluent_kafka.KafkaException, match="no.such.setting"):
+        native_producer.open_native_producer({"no.such.setting": 1}, print, print)
+    with pytest.raises(TypeError, match="text"):
+        _native_producer.NativeProducer(path, {"linger.ms": 5}, print, print)
+    assert native_producer.as_text({"enable.idempotence": True, "linger.ms": 5}) == \
+        {"enable.idempotence": "true", "linger.ms": "5"}
+    client = native_producer.open_native_producer({"bootstrap.servers": "127.0.0.1:9"}, print, print)
+    client.produce("t", b"v", b"k", headers=[("h", b"1")])
+    assert client.flush(0) == 1 == len(client)  # (no broker: the record waits in the queue)
+    client.purge()
+    client.close()
+    assert len(client) == 0  # (the metrics' queue length, read from their thread, after the end too)
+    for call in (lambda: client.produce("t", b"v"), lambda: client.poll(0), lambda: client.flush(0),
+                 client.begin_transaction):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+
+
+def test_the_writer_takes_confluent_kafkas_producer_without_the_native_one(config, unique, monkeypatch):
+    """CDC_NATIVE_PRODUCER=0: confluent-kafka's Producer, every record through produce_all."""
+    monkeypatch.setenv(native_producer.NATIVE_ENV, "0")
+    writer = KafkaWriter(config.kafka, unique("w"), transactions=False, offsets_topic=offsets_topic(unique("p")))
+    assert writer.emitter is None and isinstance(writer.producer, confluent_kafka.Producer)
+    writer.close()
+
+
+def test_a_librdkafka_that_cannot_be_loaded_leaves_the_writer_confluent_kafkas_producer(tmp_path):
+    """(In a process of its own: a librdkafka once loaded stays loaded.)"""
+    code = ("from producer import native_producer as n\n"
+            "n.librdkafka_file = lambda: '/nonexistent/librdkafka.so.1'\n"
+            "print(n.open_native_producer({'bootstrap.servers': '127.0.0.1:9'}, print, print))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"
+    assert "native Kafka client is off" in out.stderr and "/nonexistent/librdkafka.so.1" in out.stderr

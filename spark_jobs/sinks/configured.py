@@ -20,8 +20,8 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 
 from common.config import SinksConfig
-from spark_jobs.sinks import delta, iceberg, mysql, postgres  # noqa: F401 - the sink modules: registered as imported
 from spark_jobs.errors import SinkError
+from spark_jobs.sinks import delta, iceberg, mysql, postgres  # noqa: F401 - the sink modules: registered as imported
 from spark_jobs.sinks.interface import Sink
 from spark_jobs.sinks.registry import registered_sinks
 

@@ -34,8 +34,8 @@ from cdc.progress import NotificationFollower
 from cdc.stack.manager import stack_sources_config, stack_up
 from cdc.verify import print_report, verify
 from cdc.workload import WriteLoad, create_table
-from common.config import RouteConfig
 from spark_jobs.merge_job import MergeJob, run_jobs
+from spark_jobs.sharding.route_settings import RouteConfig
 
 console = Console()
 

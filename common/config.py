@@ -7,10 +7,17 @@ between levels, case-insensitive), for example ``CDC__SOURCE__HOST=mysql`` or
 configures the services.  Secrets should come from the environment
 (``CDC__SOURCE__PASSWORD``) rather than from a file in the repository; values of the
 form ``${VAR}`` are expanded from the environment too.
+
+Declared here: what every part shares (``source``/``sources``, ``kafka``, ``producer``,
+``snapshot``, ``spark``, what every sink follows in ``sinks``).  Each sink's section
+(``sinks.<name>``) and the settings of a route (``routes``) are declared beside the sink
+and the routes, and registered (:mod:`common.config_sections`): a configuration is
+validated against the sections registered in the process that loads it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -23,11 +30,14 @@ from pydantic import (
     Field,
     PrivateAttr,
     SecretStr,
+    TypeAdapter,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 
+from common.config_sections import config_checks, route_settings, sink_settings
 from common.errors import ConfigError
 from common.kafka.security import SECURITY_KEYS, security_settings
 
@@ -35,13 +45,15 @@ ENV_PREFIX = "CDC__"
 DEFAULT_CONFIG_PATH = Path("cdc.yaml")
 
 
-def _qualified_name(v: str) -> str:
+def qualified_name(v: str) -> str:
+    """``v`` checked as a setting naming a table, ``database.table``."""
     if v.count(".") != 1 or not all(v.split(".")):
         raise ValueError("must be written 'database.table'")
     return v
 
 
-def _full_regex(v: str) -> str:
+def full_regex(v: str) -> str:
+    """``v`` checked as a setting holding a regular expression."""
     try:
         re.compile(v)
     except re.error as exc:
@@ -58,13 +70,17 @@ def read_secret_file(path: str, setting: str) -> str:
         raise ValueError(f"{setting}: cannot read {path}: {exc.strerror}") from None
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """A section of the configuration: unknown keys refused, values validated when assigned
+    too, and every ``<secret>_file`` setting read into its secret.  The sections the
+    parts declare for themselves (:mod:`common.config_sections`) derive from it as well."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     #: The secrets read from ``<secret>_file`` files, by secret (so another file may replace them).
     _from_files: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
-    def _secret_files(self) -> "_Section":
+    def _secret_files(self) -> "Section":
         """``<secret>_file``: the secret ``<secret>`` read from that file (given both, they must agree)."""
         fields = type(self).model_fields
         for name in fields:
@@ -80,11 +96,17 @@ class _Section(BaseModel):
             self._from_files[base] = secret
         return self
 
+    @classmethod
+    def setting_types(cls) -> dict[str, Any]:
+        """The type of each setting of the section by name (what the environment's
+        ``CDC__...`` keys are read against)."""
+        return {name: field.annotation for name, field in cls.model_fields.items()}
+
 
 TlsMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
 
 
-class TlsConfig(_Section):
+class TlsConfig(Section):
     """TLS of the connections to a MySQL/MariaDB server, Debezium's ``database.ssl.mode``:
     ``disabled`` (plain text), ``preferred`` (TLS when the server offers it, unverified),
     ``required`` (TLS or no connection, unverified), ``verify_ca`` (and the server's
@@ -97,7 +119,7 @@ class TlsConfig(_Section):
     key: str = ""
 
 
-class SourceConfig(_Section):
+class SourceConfig(Section):
     """The MySQL/MariaDB server whose binlog is captured (connect as the CDC user)."""
 
     host: str = "127.0.0.1"
@@ -135,7 +157,7 @@ class SourceConfig(_Section):
     @field_validator("signal_table")
     @classmethod
     def _qualified(cls, v: str) -> str:
-        return _qualified_name(v)
+        return qualified_name(v)
 
     @field_validator("signal_channels", mode="before")
     @classmethod
@@ -175,7 +197,7 @@ class NamedSourceConfig(SourceConfig):
         return v
 
 
-class KafkaSecurityConfig(_Section):
+class KafkaSecurityConfig(Section):
     """``kafka.security``: how every Kafka client of the project talks to the brokers."""
 
     protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
@@ -198,7 +220,7 @@ class KafkaSecurityConfig(_Section):
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
-class KafkaConfig(_Section):
+class KafkaConfig(Section):
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "cdc"
     # Who writes the table topics the merge job and ``cdc verify --changelog`` read:
@@ -255,7 +277,7 @@ class KafkaConfig(_Section):
         return {**security_settings(self.security, secrets=secrets), **self.client}
 
 
-class StartupConfig(_Section):
+class StartupConfig(Section):
     """Where a producer without a stored position starts reading the binlog."""
 
     mode: Literal["latest", "earliest", "initial", "position", "gtid", "timestamp"] = "latest"
@@ -270,7 +292,7 @@ class StartupConfig(_Section):
     when_needed: Literal["stop", "snapshot"] = "stop"
 
 
-class ProducerConfig(_Section):
+class ProducerConfig(Section):
     format: Literal["avro", "json", "debezium-json"] = "avro"
     # The producer's own Kafka login (a user whose ACLs let it write its topics), instead of
     # kafka.security: a secure deployment gives each part its own (docs/operations.md).
@@ -311,7 +333,7 @@ class ProducerConfig(_Section):
         return self.tombstones_on_delete
 
 
-class SnapshotConfig(_Section):
+class SnapshotConfig(Section):
     chunk_size: int = Field(8192, gt=0)
     parallelism: int = Field(1, gt=0)
     # Snapshot a table by itself after DDL that changed its rows without row events
@@ -322,98 +344,7 @@ class SnapshotConfig(_Section):
     read_only: bool = False
 
 
-class PostgresSinkConfig(_Section):
-    enabled: bool = False
-    # libpq's DSN: its sslmode / sslrootcert / sslcert / sslkey are honoured (hostssl servers),
-    # and its passfile keeps the password out of it.
-    dsn: SecretStr = SecretStr("")
-    dsn_file: str = ""
-    schema_name: str = "public"
-
-
-class MySQLSinkConfig(_Section):
-    enabled: bool = False
-    host: str = "127.0.0.1"
-    port: int = 3306
-    user: str = "root"
-    password: SecretStr = SecretStr("")
-    password_file: str = ""
-    ssl: TlsConfig = Field(default_factory=TlsConfig)
-    database: str = "cdc_sink"
-
-
-class ChangelogSinkConfig(_Section):
-    enabled: bool = True
-
-
-class _LakeSinkConfig(_Section):
-    """What the lake sinks share (docs/lake.md)."""
-
-    enabled: bool = False
-    # Where the merge tasks write their staged parts for the driver's commit: a directory the
-    # driver and every executor reach ("": beside the tables, <path>/_cdc_staging).
-    staging_path: str = ""
-    # Deletes: false removes the row; true keeps it with __cdc_deleted = true and the delete's position.
-    soft_delete: bool = False
-    # Compact a table's small files after every N of its commits (0: only by `cdc lake optimize`),
-    # so that a long run keeps a bounded number of files per table.
-    compact_every: int = Field(50, ge=0)
-    # With each compaction, what older versions go (Delta: VACUUM and old log entries; Iceberg:
-    # snapshots expired and the files no snapshot left needs deleted): every version committed
-    # within the last retention_hours stays readable; 0 keeps only the latest; null never
-    # removes anything (then `cdc lake vacuum|expire`). Each commit rewrites the files holding
-    # the rows it replaces, so without it the disk grows with every batch.
-    retention_hours: int | None = Field(1, ge=0)
-    # The size compaction aims at, in bytes.
-    target_file_size: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
-
-
-class DeltaSinkConfig(_LakeSinkConfig):
-    """``sinks.delta``: Delta Lake tables at ``<path>/<db>/<table>`` (delta-rs)."""
-
-    # A local directory or an object-store URI (s3://, gs://, az://, abfss://).
-    path: str = ""
-    # Passed to delta-rs as its storage options (credentials, endpoint, region ...).
-    storage_options: dict[str, SecretStr] = Field(default_factory=dict)
-    # Delta's change data feed on the tables the sink creates (delta.enableChangeDataFeed).
-    change_data_feed: bool = False
-
-    @model_validator(mode="after")
-    def _where(self) -> "DeltaSinkConfig":
-        if self.enabled and not self.path:
-            raise ValueError("sinks.delta.path must be set when the Delta sink is enabled")
-        return self
-
-
-class IcebergSinkConfig(_LakeSinkConfig):
-    """``sinks.iceberg``: Apache Iceberg tables through a SQL catalog (pyiceberg)."""
-
-    # The catalog database as an SQLAlchemy URL: postgresql+psycopg://user:password@host:port/db,
-    # or sqlite:////path/catalog.db for one machine.
-    catalog_uri: SecretStr = SecretStr("")
-    catalog_uri_file: str = ""
-    catalog_name: str = "cdc"
-    # Where the tables' files go: a local directory or an object-store URI.
-    warehouse: str = ""
-    # The namespace of every table ("": the source database's name, table = the source table's).
-    namespace: str = ""
-    # Passed to pyiceberg's file IO (s3.endpoint, s3.access-key-id ...).
-    properties: dict[str, SecretStr] = Field(default_factory=dict)
-    # With retention_hours, also expire all but the newest max_snapshots snapshots (null: no
-    # cap). Each pyiceberg commit copies the table's metadata, every snapshot in it, several
-    # times: keeping an hour of snapshots at a commit a second (two snapshots each) made each
-    # commit slower through the hour, until the merge job fell behind (docs/lake.md).
-    max_snapshots: int | None = Field(100, ge=1)
-
-    @model_validator(mode="after")
-    def _where(self) -> "IcebergSinkConfig":
-        if self.enabled and not (self.catalog_uri.get_secret_value() and self.warehouse):
-            raise ValueError("sinks.iceberg.catalog_uri and sinks.iceberg.warehouse must be set when the Iceberg sink "
-                             "is enabled")
-        return self
-
-
-class SchemaChangeRule(_Section):
+class SchemaChangeRule(Section):
     """How the sinks and the clean changelog follow the DDL of the tables ``tables`` (a
     regular expression matched against ``db.table`` in full); the first rule that matches
     a table applies, a table no rule matches gets the defaults."""
@@ -432,22 +363,59 @@ class SchemaChangeRule(_Section):
     @field_validator("tables")
     @classmethod
     def _regex(cls, v: str) -> str:
-        return _full_regex(v)
+        return full_regex(v)
 
     def matches(self, db: str, table: str) -> bool:
         return re.fullmatch(self.tables, f"{db}.{table}") is not None
 
 
-class SinksConfig(_Section):
-    changelog: ChangelogSinkConfig = Field(default_factory=ChangelogSinkConfig)
-    postgres: PostgresSinkConfig = Field(default_factory=PostgresSinkConfig)
-    mysql: MySQLSinkConfig = Field(default_factory=MySQLSinkConfig)
-    delta: DeltaSinkConfig = Field(default_factory=DeltaSinkConfig)
-    iceberg: IcebergSinkConfig = Field(default_factory=IcebergSinkConfig)
+@functools.cache
+def _sink_sections(registered: tuple[tuple[str, type[BaseModel]], ...]) -> type[BaseModel]:
+    """One model with a section per registered sink (its settings by default), refusing any
+    other name: what the sections under ``sinks`` are validated with."""
+    return create_model("sinks", __config__=ConfigDict(extra="forbid"),
+                        **{name: (model, Field(default_factory=model)) for name, model in registered})
+
+
+@functools.cache
+def _entries_of(model: type[BaseModel]) -> TypeAdapter[list[Any]]:
+    """What validates a list of ``model`` (the entries of ``routes``), naming each entry's index."""
+    return TypeAdapter(list[model])
+
+
+class SinksConfig(Section):
+    """``sinks``: what every table sink and the clean changelog follow (how a table's DDL is
+    followed, when tombstones go), and each sink's own section ``sinks.<name>``, validated
+    into the settings its module registered (:func:`common.config_sections.register_sink_settings`);
+    a name no sink registered is refused like any unknown key.  A sink's section is read as
+    an attribute (``cfg.sinks.<name>.<key>``)."""
+
+    # The sinks' sections are kept as the model's extra values, each validated (below).
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
     schema_changes: list[SchemaChangeRule] = Field(default_factory=list)
     # How often (seconds) the merge job drops the table sinks' tombstones that no replay can
     # reach any more (spark_jobs/tombstone_horizon.py); 0: never (they then grow with deletes).
     tombstone_purge_s: float = Field(60.0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registered_sections(cls, data: Any) -> Any:
+        """Each sink's section validated into its registered model (the defaults when absent)."""
+        if not isinstance(data, dict):
+            return data
+        shared = {k: v for k, v in data.items() if k in cls.model_fields}
+        sections = _sink_sections(tuple(sink_settings().items())).model_validate(
+            {k: v for k, v in data.items() if k not in cls.model_fields})
+        return {**shared, **dict(sections)}
+
+    @classmethod
+    def setting_types(cls) -> dict[str, Any]:
+        return {**super().setting_types(), **sink_settings()}
+
+    def sections(self) -> dict[str, BaseModel]:
+        """Each sink's section by name, in the order the sinks registered."""
+        return {name: section for name, section in (self.model_extra or {}).items() if name in sink_settings()}
 
     def schema_rule(self, db: str, table: str) -> SchemaChangeRule:
         """The schema change rule of ``db.table`` (the first that matches, or the defaults)."""
@@ -457,121 +425,7 @@ class SinksConfig(_Section):
         return SchemaChangeRule()
 
 
-class OriginColumns(_Section):
-    """The shard-origin columns of a route's target table: the source's name, the database
-    and the table a row comes from.  They lead the target's key, so shards whose primary
-    keys overlap stay apart."""
-
-    enabled: bool = True
-    source: str = "__source"
-    db: str = "__db"
-    table: str = "__table"
-
-    @model_validator(mode="after")
-    def _distinct(self) -> "OriginColumns":
-        names = [self.source, self.db, self.table]
-        for n in names:
-            if not n or n.lower().startswith("__cdc_"):
-                raise ValueError(f"origin column name {n!r}: empty, or in the sinks' own '__cdc_' names")
-        lowered = [n.lower() for n in names]
-        if len(set(lowered)) != len(lowered):
-            raise ValueError(f"origin column names must differ (case-insensitively): {', '.join(names)}")
-        return self
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """``(source, db, table)`` column names; empty when the columns are off."""
-        return (self.source, self.db, self.table) if self.enabled else ()
-
-
-class ExtractRule(_Section):
-    """A target column filled from a shard's name (TiDB DM's ``extract-source`` /
-    ``extract-schema`` / ``extract-table``): ``regexp`` is matched in full against the
-    source name, database or table, and the text its groups capture, joined, is the value."""
-
-    regexp: str
-    column: str
-
-    @field_validator("regexp")
-    @classmethod
-    def _groups(cls, v: str) -> str:
-        if re.compile(_full_regex(v)).groups < 1:
-            raise ValueError(f"regexp {v!r} captures nothing: put the part that is the value in a group, "
-                             "e.g. 'app_(.*)'")
-        return v
-
-    @field_validator("column")
-    @classmethod
-    def _column(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) or v.lower().startswith("__cdc_"):
-            raise ValueError(f"column {v!r}: a name of letters, digits and '_' (not starting with a digit), "
-                             "outside the sinks' own '__cdc_' names")
-        return v
-
-
-class RouteConfig(_Section):
-    """Routes the tables of several shards into one target table (TiDB DM's table routing):
-    every table whose source name, database and table name match ``source``, ``schema``
-    and ``table`` (regular expressions, matched in full against the true names) lands in
-    ``target`` (``db.table``).  The first route that matches a table applies; a table no
-    route matches keeps a sink table of its own."""
-
-    source: str = ".*"
-    schema_: str = Field(alias="schema")
-    table: str
-    target: str
-    origin: OriginColumns = Field(default_factory=OriginColumns)
-    # Sharding DDL: pessimistic (the target changes once every shard ran the DDL; a shard's
-    # rows under the new schema wait until then) or optimistic (the target takes the union
-    # of the shards' columns at once).
-    ddl: Literal["pessimistic", "optimistic"] = "pessimistic"
-    # Column mapping: target columns filled from the shard's source name, database, table.
-    extract_source: ExtractRule | None = None
-    extract_schema: ExtractRule | None = None
-    extract_table: ExtractRule | None = None
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True,
-                              serialize_by_alias=True)
-
-    @model_validator(mode="after")
-    def _extracted_names(self) -> "RouteConfig":
-        names = [*self.origin.names, *(r.column for r in self.extracts.values())]
-        lowered = [n.lower() for n in names]
-        if len(set(lowered)) != len(lowered):
-            raise ValueError(f"the origin and extracted column names must differ (case-insensitively): "
-                             f"{', '.join(names)}")
-        return self
-
-    @property
-    def extracts(self) -> dict[str, ExtractRule]:
-        """The column mapping rules by what they read (``source``, ``schema``, ``table``)."""
-        return {what: rule for what, rule in (("source", self.extract_source), ("schema", self.extract_schema),
-                                              ("table", self.extract_table)) if rule is not None}
-
-    @field_validator("source", "schema_", "table")
-    @classmethod
-    def _regex(cls, v: str) -> str:
-        return _full_regex(v)
-
-    @field_validator("target")
-    @classmethod
-    def _target(cls, v: str) -> str:
-        return _qualified_name(v)
-
-    @property
-    def target_db(self) -> str:
-        return self.target.split(".")[0]
-
-    @property
-    def target_table(self) -> str:
-        return self.target.split(".")[1]
-
-    def matches(self, source: str, db: str, table: str) -> bool:
-        return (re.fullmatch(self.source, source) is not None and re.fullmatch(self.schema_, db) is not None
-                and re.fullmatch(self.table, table) is not None)
-
-
-class SparkConfig(_Section):
+class SparkConfig(Section):
     master: str = "local[*]"
     checkpoint_dir: str = ".cdc/checkpoints"
     trigger_interval_s: float = 0.5
@@ -605,7 +459,7 @@ class CapturedSource(BaseModel):
     producer_name: str
 
 
-class CDCConfig(_Section):
+class CDCConfig(Section):
     # One source server (``source``), or several (``sources``, each with a name): not both.
     source: SourceConfig = Field(default_factory=SourceConfig)
     sources: list[NamedSourceConfig] = Field(default_factory=list)
@@ -614,9 +468,21 @@ class CDCConfig(_Section):
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     sinks: SinksConfig = Field(default_factory=SinksConfig)
     # Shards merged into one target table (docs/sharding.md): the first route that matches applies.
-    routes: list[RouteConfig] = Field(default_factory=list)
+    # Each entry is validated into the settings the routes registered (common.config_sections).
+    routes: list[Any] = Field(default_factory=list)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     state_dir: str = ".cdc"
+
+    @field_validator("routes", mode="before")
+    @classmethod
+    def _registered_routes(cls, v: Any) -> Any:
+        """Each entry of ``routes`` validated into the registered route settings."""
+        model = route_settings()
+        if model is None:
+            if v:
+                raise ValueError("no module registered the routes' settings in this process")
+            return v
+        return _entries_of(model).validate_python(v)
 
     @model_validator(mode="after")
     def _sources_and_routes(self) -> "CDCConfig":
@@ -641,16 +507,8 @@ class CDCConfig(_Section):
             if refused:
                 raise ValueError(f"kafka.input: debezium (topics written by Debezium) works without "
                                  f"{', '.join(refused)} for now (docs/debezium-input.md)")
-        known = [c.name for c in captured]
-        for i, route in enumerate(self.routes):
-            if not any(re.fullmatch(route.source, n) for n in known):
-                raise ValueError(f"routes[{i}] (to {route.target}): source {route.source!r} names no configured "
-                                 f"source (sources: {', '.join(known)})")
-            for j, other in enumerate(self.routes[:i]):
-                if other.target == route.target and (other.origin != route.origin or other.ddl != route.ddl
-                                                     or other.extracts != route.extracts):
-                    raise ValueError(f"routes[{j}] and routes[{i}] both lead to {route.target} with different "
-                                     f"'origin', 'ddl' or 'extract_*' settings: a target has one of each")
+        for check in config_checks():  # those of the parts' own sections (the routes' sources)
+            check(self)
         return self
 
     def captured_sources(self) -> list[CapturedSource]:
@@ -746,13 +604,13 @@ def _expand(value: Any, environ: dict[str, str]) -> Any:
     return value
 
 
-def config_env_keys(model: type[BaseModel] = CDCConfig, prefix: str = ENV_PREFIX) -> set[str]:
-    """Every environment variable name that maps onto a configuration key."""
+def config_env_keys(model: type[Section] = CDCConfig, prefix: str = ENV_PREFIX) -> set[str]:
+    """Every environment variable name that maps onto a configuration key (the registered
+    sections' keys among them)."""
     keys: set[str] = set()
-    for name, field in model.model_fields.items():
-        ann = field.annotation
+    for name, ann in model.setting_types().items():
         env = f"{prefix}{name.upper()}"
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
+        if isinstance(ann, type) and issubclass(ann, Section):
             keys |= config_env_keys(ann, env + "__")
         else:
             keys.add(env)
@@ -763,8 +621,7 @@ def _string_field(path: list[str]) -> bool:
     """Whether the configuration key at ``path`` holds a plain string (or secret)."""
     model: Any = CDCConfig
     for part in path:
-        field = model.model_fields[part]
-        model = field.annotation
+        model = model.setting_types()[part]
     return model in (str, SecretStr, str | None)
 
 

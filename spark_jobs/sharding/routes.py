@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from common.config import CDCConfig, RouteConfig
+from common.config import CDCConfig
 from spark_jobs.errors import ColumnMappingMismatch, IncompatibleShards, RouteCollision, RouteError
+from spark_jobs.sharding.route_settings import RouteConfig
 from spark_jobs.sharding.shapes import ColumnSpec, ShardId, TableShape, check_compatible
 
 __all__ = ["Route", "Router", "ORIGIN_TYPE"]

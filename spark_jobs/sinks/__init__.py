@@ -9,8 +9,9 @@ micro-batch partition::
 
 Every sink implements the one sink interface (:mod:`.interface`): a row sink upserts per
 partition (these two), a batch sink commits once per table per batch (lake tables); each
-registers under its configuration section (:mod:`.registry`), and :mod:`.configured` builds
-the enabled ones.  The writers (:mod:`.postgres`, :mod:`.mysql`, on :mod:`.base`) import
+registers under its configuration section (:mod:`.registry`), whose settings its light
+``<name>_settings`` module declares (:mod:`.postgres_settings`, ...; the lake sinks' shared
+ones in :mod:`.lake_settings`), and :mod:`.configured` builds the enabled ones.  The writers (:mod:`.postgres`, :mod:`.mysql`, on :mod:`.base`) import
 their database drivers; what they build on
 is pure (no I/O): :mod:`.layout` (value schema -> columns and key), :mod:`.types`
 (column types), :mod:`.values` (value conversion), :mod:`.batch` (batch reduction),

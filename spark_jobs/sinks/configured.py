@@ -1,9 +1,11 @@
 """The sinks a configuration enables: the one place that builds them from ``sinks``.
 
 Every sink module registers its class under its configuration section's name
-(:mod:`spark_jobs.sinks.registry`); a sink is built for each section that is enabled, in
-the sections' order in ``SinksConfig``.  The merge job names no sink: adding one is its
-module (imported here) and its configuration section.
+(:mod:`spark_jobs.sinks.registry`), and its settings module the section's model
+(:mod:`common.config_sections`); a sink is built for each section that is enabled, in the
+order the sections registered (:mod:`spark_jobs.sections`).  The merge job names no sink:
+adding one is its modules (the sink's imported here, its settings' in
+:mod:`spark_jobs.sections`).
 
 The sink objects pickle without their connections (each connects on first use), so the
 merge job ships the configuration to its executors, and each Python worker builds its sinks
@@ -18,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 
 from common.config import SinksConfig
+from spark_jobs.errors import SinkError
 from spark_jobs.sinks import delta, iceberg, mysql, postgres  # noqa: F401 - the sink modules: registered as imported
 from spark_jobs.sinks.interface import Sink
 from spark_jobs.sinks.registry import registered_sinks
@@ -27,10 +30,13 @@ _lock = threading.Lock()
 
 
 def _sections(cfg: SinksConfig) -> list[tuple[str, type[Sink], Any]]:
-    """``(name, sink class, section)`` of every registered sink with a section, in the
-    sections' order."""
-    kinds = registered_sinks()
-    return [(name, kinds[name], getattr(cfg, name)) for name in type(cfg).model_fields if name in kinds]
+    """``(name, sink class, section)`` of every registered sink, in the sections' order."""
+    kinds, sections = registered_sinks(), cfg.sections()
+    unset = sorted(set(kinds) - set(sections))
+    if unset:
+        raise SinkError(f"no settings registered for the sinks {', '.join(unset)}: their settings modules are "
+                        f"imported by spark_jobs.sections")
+    return [(name, kinds[name], section) for name, section in sections.items() if name in kinds]
 
 
 def _plain(value: Any) -> Any:

@@ -3,9 +3,12 @@ section's name (``sinks.<name>``), and the merge job builds the enabled ones fro
 configuration (:mod:`spark_jobs.sinks.configured`) without naming any.
 
 Adding a sink: one module that defines a :class:`~spark_jobs.sinks.interface.RowSink` or
-:class:`~spark_jobs.sinks.interface.BatchSink` decorated with ``@register_sink("<name>")``,
-one configuration section ``<name>`` in ``common.config.SinksConfig`` (with ``enabled``), and
-the module's import in :mod:`spark_jobs.sinks.configured` (docs/DESIGN.md, "Sinks").
+:class:`~spark_jobs.sinks.interface.BatchSink` decorated with ``@register_sink("<name>")``
+(imported by :mod:`spark_jobs.sinks.configured`), and one light module ``<name>_settings``
+beside it (pydantic and common only) declaring the section ``sinks.<name>`` (with
+``enabled``) on :class:`common.config.Section`, decorated with
+``@register_sink_settings("<name>")`` (:mod:`common.config_sections`) and imported by
+:mod:`spark_jobs.sections`; nothing in ``common`` changes (docs/DESIGN.md, "Sinks").
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from common.config import RouteConfig
 from contract.topics import clean_topic
 from spark_jobs.errors import IncompatibleShards
 from spark_jobs.merge_job import MergeJob
+from spark_jobs.sharding.route_settings import RouteConfig
 from tests.producer_helpers import (
     ProducerThread,
     run_until_caught_up,

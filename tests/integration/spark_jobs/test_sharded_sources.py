@@ -21,9 +21,9 @@ import pytest
 from rich.console import Console
 
 from cdc.status import show_status
-from common.config import RouteConfig
 from contract.topics import clean_topic
 from spark_jobs.merge_job import MergeJob, run_jobs
+from spark_jobs.sharding.route_settings import RouteConfig
 from tests.producer_helpers import ProducerThread, run_until_caught_up, start_at_current, wait_for
 from tests.sink_helpers import apply_merged_clean, mysql_sink_rows, pg_sink_rows
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows

@@ -23,6 +23,20 @@ def test_the_cli_and_the_producer_import_nothing_of_the_merge_side():
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+def test_the_cli_registers_every_section_of_the_configuration_without_the_sinks():
+    """(A configuration the CLI loads is validated against every part's sections: each sink's
+    settings and the routes' are registered from their light modules, the sinks not imported.)"""
+    code = ("import json, sys; import cdc.cli; from common.config_sections import route_settings, sink_settings; "
+            "print(json.dumps([list(sink_settings()), route_settings().__module__, "
+            "sorted(m for m in sys.modules if m.startswith('spark_jobs.sinks.'))]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    sinks, routes, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sinks == ["changelog", "postgres", "mysql", "delta", "iceberg"]
+    assert routes == "spark_jobs.sharding.route_settings"
+    sink_modules = {f"spark_jobs.sinks.{m}" for m in ("configured", "postgres", "mysql", "delta", "iceberg")}
+    assert "spark_jobs.sinks.postgres_settings" in loaded and not sink_modules & set(loaded)
+
+
 def test_the_imports_each_command_makes_where_it_runs_resolve():
     """(Each ``from X import Y`` inside a function of cdc/cli.py names something that is there.)"""
     tree = ast.parse(Path(cli.__file__).read_text())

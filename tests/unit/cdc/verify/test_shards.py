@@ -11,7 +11,7 @@ from cdc.verify.shards import indistinct, mapped, shard_spec, stray_rows
 from cdc.verify.source import Chunk
 from cdc.verify.spec import ColumnSpec, TableSpec
 from cdc.verify.targets import DBTarget
-from common.config import RouteConfig
+from spark_jobs.sharding.route_settings import RouteConfig
 from spark_jobs.sharding.routes import Route
 from spark_jobs.sharding.shapes import ShardId
 

@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.config import CDCConfig, RouteConfig
+from common.config import CDCConfig
 from spark_jobs.errors import ColumnMappingMismatch, IncompatibleShards, RouteCollision, RouteError
+from spark_jobs.sharding.route_settings import RouteConfig
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId, TableShape
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.config import RouteConfig
 from spark_jobs.errors import IncompatibleShards
+from spark_jobs.sharding.route_settings import RouteConfig
 from spark_jobs.sharding.routes import Route
 from spark_jobs.sharding.shapes import ShardId
 from spark_jobs.sharding.target import target_fields, target_row, target_schema

@@ -1,0 +1,31 @@
+"""What the lake sinks' settings share (``sinks.delta``, ``sinks.iceberg``, docs/lake.md),
+as :mod:`spark_jobs.sinks.lake_base` is what the sinks share: light (pydantic and common
+only), registered by each lake sink's own settings."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from common.config import Section
+
+
+class LakeSinkConfig(Section):
+    """What the lake sinks share (docs/lake.md)."""
+
+    enabled: bool = False
+    # Where the merge tasks write their staged parts for the driver's commit: a directory the
+    # driver and every executor reach ("": beside the tables, <path>/_cdc_staging).
+    staging_path: str = ""
+    # Deletes: false removes the row; true keeps it with __cdc_deleted = true and the delete's position.
+    soft_delete: bool = False
+    # Compact a table's small files after every N of its commits (0: only by `cdc lake optimize`),
+    # so that a long run keeps a bounded number of files per table.
+    compact_every: int = Field(50, ge=0)
+    # With each compaction, what older versions go (Delta: VACUUM and old log entries; Iceberg:
+    # snapshots expired and the files no snapshot left needs deleted): every version committed
+    # within the last retention_hours stays readable; 0 keeps only the latest; null never
+    # removes anything (then `cdc lake vacuum|expire`). Each commit rewrites the files holding
+    # the rows it replaces, so without it the disk grows with every batch.
+    retention_hours: int | None = Field(1, ge=0)
+    # The size compaction aims at, in bytes.
+    target_file_size: int = Field(128 * 1024 * 1024, ge=1024 * 1024)

@@ -47,16 +47,16 @@ class KafkaWriter:
         self._topics: set[str] = set()
         tx_id = f"cdc-producer-{name}" if transactions else None
         settings = producer_config(kafka, transactional_id=tx_id, **{
-            **THROUGHPUT_SETTINGS, "linger.ms": linger_ms, "partitioner": "murmur2_random",
-            # Failures still reach _delivery_failed; successes cost no Python call per record.
-            "delivery.report.only.error": True})
+            **THROUGHPUT_SETTINGS, "linger.ms": linger_ms, "partitioner": "murmur2_random"})
         # The producer's own librdkafka client (producer.native_producer), which also joins and
         # produces whole rows events in C (``emitter``); else confluent-kafka's Producer (every
-        # record through produce_all).
+        # record through produce_all).  Failures reach _delivery_failed; successes cost no
+        # Python call per record (the native client passes them over in C; confluent-kafka
+        # with its delivery.report.only.error, which it handles itself, not librdkafka).
         self.producer: Any = open_native_producer(settings, self._delivery_failed, self._on_error)
         self.emitter = self.producer
         if self.producer is None:
-            self.producer = Producer({**settings, "error_cb": self._on_error,
+            self.producer = Producer({**settings, "error_cb": self._on_error, "delivery.report.only.error": True,
                                       "on_delivery": lambda err, msg: self._delivery_failed(err, msg.topic())})
         self.in_batch = False
         self.pending = 0

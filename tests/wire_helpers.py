@@ -14,9 +14,21 @@ import struct
 import threading
 from typing import Callable
 
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
 NONCE = bytes(range(1, 21))  # (no NUL: a server's nonce has none)
 #: CLIENT_LONG_PASSWORD .. CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA, as MySQL 8 offers them (no TLS).
 MYSQL8_CAPABILITIES = 0x01 | 0x04 | 0x08 | 0x200 | 0x2000 | 0x8000 | 0x20000 | 0x80000 | 0x200000
+#: The scripted server's RSA key pair (caching_sha2_password's full login over plain TCP).
+RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+RSA_PEM = RSA_KEY.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def rsa_decrypted(blob: bytes, nonce: bytes = NONCE) -> bytes:
+    """What the server reads of an RSA-encrypted password: decrypted (OAEP, SHA-1), the nonce XORed off."""
+    plain = RSA_KEY.decrypt(blob, padding.OAEP(mgf=padding.MGF1(hashes.SHA1()), algorithm=hashes.SHA1(), label=None))
+    return bytes(b ^ nonce[i % len(nonce)] for i, b in enumerate(plain))
 
 
 def handshake_v10(plugin: str = "caching_sha2_password", capabilities: int = MYSQL8_CAPABILITIES,

@@ -8,25 +8,12 @@ from __future__ import annotations
 import struct
 
 import pytest
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.errors import ServerError, ServerGone, WireProtocolError
+from common.errors import ServerError, WireProtocolError
 from common.sql import wire
-from common.sql.tls import TlsSettings
-from tests.wire_helpers import (
-    NONCE,
-    ScriptedServer,
-    err_packet,
-    handshake_v10,
-    native_ok,
-    ok_packet,
-    sha2_fast_ok,
-)
-
-PLAIN = TlsSettings("disabled")
+from tests.wire_helpers import NONCE, RSA_PEM, err_packet, handshake_v10, native_ok, rsa_decrypted, sha2_fast_ok
 
 
 # --- pure parts ------------------------------------------------------------------------------
@@ -89,18 +76,11 @@ def test_a_wrong_password_fails_the_servers_check():
     assert not sha2_fast_ok(wire.caching_sha2_scramble(b"wrong", NONCE), b"right")
 
 
-_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-_PEM = _KEY.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-
-
-def _decrypted(blob: bytes, nonce: bytes = NONCE) -> bytes:
-    plain = _KEY.decrypt(blob, padding.OAEP(mgf=padding.MGF1(hashes.SHA1()), algorithm=hashes.SHA1(), label=None))
-    return bytes(b ^ nonce[i % 20] for i, b in enumerate(plain))
 
 
 @given(st.binary(min_size=0, max_size=60))
 def test_the_rsa_encrypted_password_is_the_password_and_a_nul_under_the_nonce(password):
-    assert _decrypted(wire.rsa_encrypted_password(password, NONCE, _PEM)) == password + b"\0"
+    assert rsa_decrypted(wire.rsa_encrypted_password(password, NONCE, RSA_PEM)) == password + b"\0"
 
 
 def test_a_mysql_handshake_is_read():

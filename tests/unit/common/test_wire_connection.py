@@ -9,14 +9,21 @@ import socket
 import time
 
 import pytest
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import padding
 
 from common.errors import ServerError, ServerGone, WireProtocolError
 from common.sql import wire
 from common.sql.tls import TlsSettings
-from tests.unit.common.test_wire import _KEY, _PEM
-from tests.wire_helpers import NONCE, ScriptedServer, err_packet, handshake_v10, native_ok, ok_packet, sha2_fast_ok
+from tests.wire_helpers import (
+    NONCE,
+    RSA_PEM,
+    ScriptedServer,
+    err_packet,
+    handshake_v10,
+    native_ok,
+    ok_packet,
+    rsa_decrypted,
+    sha2_fast_ok,
+)
 
 PLAIN = TlsSettings("disabled")
 SECRET = b"s3cret-\xc3\xa9"  # (a password is sent as UTF-8)
@@ -32,10 +39,9 @@ def _full_login(side, *, key_asked: bool) -> None:
     data = side.read()
     if key_asked:
         assert data == b"\x02"  # the public key request
-        side.write(b"\x01" + _PEM)
+        side.write(b"\x01" + RSA_PEM)
         data = side.read()
-    plain = _KEY.decrypt(data, padding.OAEP(mgf=padding.MGF1(hashes.SHA1()), algorithm=hashes.SHA1(), label=None))
-    if bytes(b ^ NONCE[i % 20] for i, b in enumerate(plain)) == SECRET + b"\0":
+    if rsa_decrypted(data) == SECRET + b"\0":
         side.write(ok_packet())
     else:
         side.write(err_packet(1045, "28000", "Access denied for user 'cdc'@'localhost' (using password: YES)"))
@@ -74,7 +80,7 @@ def test_caching_sha2_full_login_over_plain_tcp_encrypts_with_the_servers_key(ke
         _full_login(side, key_asked=not key_given)
 
     server = ScriptedServer(script)
-    conn = _connect(server, server_public_key=_PEM if key_given else None)
+    conn = _connect(server, server_public_key=RSA_PEM if key_given else None)
     assert conn.plugin == "caching_sha2_password"
     conn.close()
     server.join()

@@ -347,7 +347,7 @@ class Connection:
         except BaseException:
             self._drop()
             raise
-        sock.settimeout(self.read_timeout)
+        self._sock.settimeout(self.read_timeout)  # (the TLS socket, if TLS wraps the first)
         return self
 
     def _attach(self, sock: socket.socket) -> None:

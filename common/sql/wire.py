@@ -35,7 +35,7 @@ from common.sql.tls import TlsSettings, tls_not_offered, tls_problem
 
 #: Capability flags (the client's and the server's: CLIENT_*).
 LONG_PASSWORD, LONG_FLAG, CONNECT_WITH_DB, PROTOCOL_41 = 0x1, 0x4, 0x8, 0x200
-SSL, TRANSACTIONS, SECURE_CONNECTION, MULTI_RESULTS = 0x800, 0x2000, 0x8000, 0x20000
+SSL, TRANSACTIONS, SECURE_CONNECTION = 0x800, 0x2000, 0x8000
 PLUGIN_AUTH, PLUGIN_AUTH_LENENC_CLIENT_DATA = 0x80000, 0x200000
 #: Commands.
 COM_QUIT, COM_QUERY = 0x01, 0x03
@@ -44,8 +44,9 @@ MAX_FRAME = 0xFFFFFF
 UTF8MB4_GENERAL_CI = 45
 NATIVE, CACHING_SHA2 = "mysql_native_password", "caching_sha2_password"
 PLUGINS = (NATIVE, CACHING_SHA2)
-_CLIENT_CAPABILITIES = LONG_PASSWORD | LONG_FLAG | PROTOCOL_41 | TRANSACTIONS | SECURE_CONNECTION | MULTI_RESULTS \
-    | PLUGIN_AUTH | PLUGIN_AUTH_LENENC_CLIENT_DATA
+#: (no MULTI_RESULTS nor MULTI_STATEMENTS: a statement answers with one OK, ERR or result set)
+_CLIENT_CAPABILITIES = LONG_PASSWORD | LONG_FLAG | PROTOCOL_41 | TRANSACTIONS | SECURE_CONNECTION | PLUGIN_AUTH \
+    | PLUGIN_AUTH_LENENC_CLIENT_DATA
 _FAST_AUTH_OK, _FULL_AUTH, _PUBLIC_KEY_REQUEST = 3, 4, b"\x02"
 
 
@@ -209,7 +210,8 @@ def handshake_response(capabilities: int, user: str, auth: bytes, plugin: str, d
         out += bytes((len(auth),)) + auth
     if capabilities & CONNECT_WITH_DB:
         out += (database or "").encode() + b"\0"
-    out += plugin.encode() + b"\0"
+    if capabilities & PLUGIN_AUTH:
+        out += plugin.encode() + b"\0"
     return bytes(out)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import ssl
 import struct
 import threading
 from typing import Callable
@@ -82,6 +83,16 @@ class ServerSide:
         seq = self.seq if seq is None else seq
         self.sock.sendall(len(payload).to_bytes(3, "little") + bytes((seq,)) + payload)
         self.seq = (seq + 1) & 0xFF
+
+    def start_tls(self, certfile: str, keyfile: str) -> None:
+        """The client's SSLRequest read, then the server's side of the TLS handshake."""
+        request = self.read()
+        assert len(request) == 32 and int.from_bytes(request[:4], "little") & 0x800  # CLIENT_SSL
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certfile, keyfile)
+        self.rfile.close()
+        self.sock = context.wrap_socket(self.sock, server_side=True)
+        self.rfile = self.sock.makefile("rb")
 
     def read_login(self) -> tuple[str, bytes, str]:
         """The client's handshake response: (user, auth response, plugin)."""

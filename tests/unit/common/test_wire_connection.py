@@ -1,6 +1,6 @@
 """:class:`common.sql.wire.Connection` against a scripted server (tests/wire_helpers.py): MySQL
-8's ``caching_sha2_password`` logins (fast; full with the RSA key asked of the server or given;
-an auth switch to it), a plugin it does not speak, a 16 MiB result row joined from its frames,
+8's ``caching_sha2_password`` logins (fast; full with the RSA key asked of the server or given,
+or in clear text over TLS; an auth switch to it), a plugin it does not speak, a 16 MiB result row joined from its frames,
 and a server that closes the connection, stops answering or breaks the packet sequence."""
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ import time
 
 import pytest
 
+from cdc.stack.certs import CertificateAuthority
 from common.errors import ServerError, ServerGone, WireProtocolError
 from common.sql import wire
 from common.sql.tls import TlsSettings
 from tests.wire_helpers import (
+    MYSQL8_CAPABILITIES,
     NONCE,
     RSA_PEM,
     ScriptedServer,
@@ -82,6 +84,26 @@ def test_caching_sha2_full_login_over_plain_tcp_encrypts_with_the_servers_key(ke
     server = ScriptedServer(script)
     conn = _connect(server, server_public_key=RSA_PEM if key_given else None)
     assert conn.plugin == "caching_sha2_password"
+    conn.close()
+    server.join()
+
+
+def test_caching_sha2_full_login_over_tls_sends_the_password_in_clear_text(tmp_path):
+    ca = CertificateAuthority(tmp_path / "certs")
+    cert = ca.issue("server", ("localhost",))
+
+    def script(side):
+        side.write(handshake_v10(capabilities=MYSQL8_CAPABILITIES | wire.SSL))
+        side.start_tls(cert.cert, cert.key)
+        side.read_login()
+        side.write(b"\x01\x04")  # perform full authentication
+        assert side.read() == SECRET + b"\0"
+        side.write(ok_packet())
+
+    server = ScriptedServer(script)
+    conn = wire.connect("localhost", server.port, "cdc", SECRET.decode(), connect_timeout=5,
+                        tls=TlsSettings("verify_identity", ca.ca, setting="source.ssl"))
+    assert conn.secure and conn.plugin == "caching_sha2_password"
     conn.close()
     server.join()
 

@@ -290,7 +290,9 @@ class Connection:
     plugin of the first answer (None: the one the server names, where this client speaks it);
     ``server_public_key``: the server's RSA public key (PEM) for ``caching_sha2_password``'s
     full login over plain TCP (None: asked of the server); ``read_timeout``: seconds a read may
-    wait once logged in (None: for ever, as a blocking binlog stream with heartbeats does)."""
+    wait once logged in (None: for ever, as a blocking binlog stream with heartbeats does).
+    The password goes as UTF-8, the session's character set (utf8mb4), as a password set over
+    such a session was hashed (pymysql sends a ``str`` password as Latin-1)."""
 
     def __init__(self, host: str, port: int, user: str, password: str, *, database: str | None = None,
                  tls: TlsSettings | None = None, connect_timeout: float = 10.0, read_timeout: float | None = None,

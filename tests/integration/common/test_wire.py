@@ -123,3 +123,19 @@ def test_required_refuses_a_server_without_tls_and_preferred_falls_back(stack):
         _login(stack, tls=TlsSettings("required", setting="source.ssl"))
     with _login(stack, tls=TlsSettings("preferred", setting="source.ssl")) as conn:
         assert not conn.secure and conn.value("SELECT 1") == b"1"
+
+
+def test_a_password_beyond_ascii_is_sent_as_utf8(stack, unique):
+    """As set over a utf8mb4 session (pymysql sends a str password as Latin-1, which this one refuses)."""
+    user, password = unique("pw")[-20:], "pässwörd-é-€"
+    with stack.admin() as admin, admin.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'%%' IDENTIFIED BY %s", (password,))
+    try:
+        m = stack.mysql
+        with wire.connect(m["host"], m["port"], user, password, connect_timeout=10) as conn:
+            assert conn.value("SELECT CURRENT_USER()").startswith(user.encode())
+        with pytest.raises(ServerError, match="Access denied"):
+            wire.connect(m["host"], m["port"], user, password.replace("€", "e"), connect_timeout=10)
+    finally:
+        with stack.admin() as admin, admin.cursor() as cur:
+            cur.execute(f"DROP USER '{user}'@'%'")

@@ -191,6 +191,10 @@ class BinlogStream:
                  heartbeat_s: float | None = None, verify_checksum: bool = False, annotate_rows: bool = False) -> None:
         if not (file or gtid_set is not None or mariadb_gtid is not None):
             raise ValueError("a binlog stream starts from a file and position, a GTID set or a MariaDB GTID position")
+        if mariadb_gtid is not None and not conn.is_mariadb:
+            raise ValueError(f"a MariaDB GTID position ({mariadb_gtid!r}) given for a MySQL server")
+        if gtid_set is not None and conn.is_mariadb:
+            raise ValueError(f"a MySQL GTID set ({gtid_set!r}) given for a MariaDB server")
         self.conn = conn
         self.server_id, self.blocking, self.heartbeat_s = server_id, blocking, heartbeat_s
         self.gtid_set, self.mariadb_gtid = gtid_set, mariadb_gtid
@@ -221,15 +225,11 @@ class BinlogStream:
             if self.annotate_rows:
                 flags |= BINLOG_SEND_ANNOTATE_ROWS_EVENT
         if self.mariadb_gtid is not None:
-            if not conn.is_mariadb:
-                raise ValueError(f"a MariaDB GTID position ({self.mariadb_gtid!r}) given for a MySQL server")
             conn.query(f"SET @slave_connect_state = '{mariadb_gtid_state(self.mariadb_gtid)}'")
             conn.query("SET @slave_gtid_strict_mode = 0")
             conn.query("SET @slave_gtid_ignore_duplicates = 0")
             conn.command(COM_BINLOG_DUMP, binlog_dump(self.server_id, "", 4, flags))
         elif self.gtid_set is not None:
-            if conn.is_mariadb:
-                raise ValueError(f"a MySQL GTID set ({self.gtid_set!r}) given for a MariaDB server")
             conn.command(COM_BINLOG_DUMP_GTID, binlog_dump_gtid(self.server_id, encode_gtid_set(self.gtid_set),
                                                                 flags & BINLOG_DUMP_NON_BLOCK))
         else:

@@ -159,6 +159,14 @@ def test_a_blocking_stream_waits_with_heartbeats_and_gives_new_events(stack, con
     assert stream.position > pos and stream.conn.closed
 
 
+def test_a_start_of_the_other_servers_kind_is_refused_before_anything_is_sent(config):
+    conn = _conn(config)
+    with pytest.raises(ValueError, match="MySQL GTID set .* for a MariaDB server"):
+        bs.BinlogStream(conn, server_id=1, gtid_set="3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
+    assert conn.value("SELECT 1") == b"1"
+    conn.close()
+
+
 def test_a_file_that_does_not_exist_is_the_servers_error(config):
     stream = bs.BinlogStream(_conn(config), server_id=config.source.server_id + 14, file="no-such-bin.000001", pos=4)
     with pytest.raises(ServerError) as err:

@@ -219,3 +219,12 @@ def test_an_unreachable_server_is_gone_naming_it():
         port = taken.getsockname()[1]  # (free once closed: nothing listens there)
     with pytest.raises(ServerGone, match=f"cannot connect to the server at 127.0.0.1:{port}"):
         wire.connect("127.0.0.1", port, "cdc", "x", tls=PLAIN, connect_timeout=2)
+
+
+def test_a_server_that_sends_no_handshake_is_gone_after_the_connect_timeout():
+    server = ScriptedServer(lambda side: time.sleep(1.5))
+    started = time.monotonic()
+    with pytest.raises(ServerGone, match="did not answer in time"):
+        wire.connect("127.0.0.1", server.port, "cdc", "x", tls=PLAIN, connect_timeout=0.3, read_timeout=None)
+    assert time.monotonic() - started < 1.2
+    server.join()

@@ -37,7 +37,6 @@ from common.errors import CDCError
 from common.gc_tuning import STREAMING_THRESHOLDS, tune_gc
 from producer import child_process
 from producer.binlog.reader import (
-    BinlogReader,
     Idle,
     ImageEncoding,
     ResumePoint,
@@ -45,6 +44,7 @@ from producer.binlog.reader import (
     SchemaChange,
     TransactionEnd,
 )
+from producer.binlog.readers import open_reader
 from producer.capture_filter import CaptureFilter
 from producer.table_schema import TableDef
 
@@ -222,8 +222,8 @@ def _child_main() -> None:
     batcher = _Batcher(conn, batch_rows)
     reader = None
     try:
-        reader = BinlogReader(cfg, resume, is_mariadb=is_mariadb, wants=CaptureFilter(cfg).wants,
-                              heartbeat_s=QUIET_S, file_base=file_base, images=images)
+        reader = open_reader(cfg, resume, is_mariadb=is_mariadb, wants=CaptureFilter(cfg).wants,
+                             heartbeat_s=QUIET_S, file_base=file_base, images=images)
         for item in reader:
             batcher.add(item)
         batcher.flush()

@@ -65,6 +65,10 @@ class ServerError(CDCError):
         self.sqlstate = sqlstate
         self.message = message
 
+    def __reduce__(self):
+        """Pickled with its fields (the binlog reader's child process sends it to the producer)."""
+        return type(self), (self.code, self.sqlstate, self.message), self.__dict__
+
 
 class ServerGone(CDCError, ConnectionError):
     """A MySQL/MariaDB connection (:mod:`common.sql.wire`) that cannot be used any more: the

@@ -4,11 +4,12 @@ Some fast paths reach past a library's public API (issue 56 lists them):
 
 - ``confluent-kafka``: the native row emitter (``producer/_row_emitter.c``) reads its
   ``Producer`` object's librdkafka handle and its per-message state;
-- ``mysql-replication``: the binlog reader's packet lane, its per-transaction events and its
-  TABLE_MAP cache (``producer/binlog/packet_lane.py``, ``hot_events.py``, ``table_map.py``)
-  read the stream's private attributes and build its events without its constructors;
-- ``pymysql``: the packet lane reads a connection's packets itself, and the table reads'
-  row parser (``common/sql/row_parser.py``) reads a result's packets.
+- ``pymysql``: the table reads' row parser (``common/sql/row_parser.py``) reads a result's
+  packets.
+
+(The binlog reader reads no library's privates: it has a client of its own,
+``producer/binlog/binlog_stream.py``, and python-mysql-replication is read through its public
+API only, ``producer/binlog/library_reader.py``.)
 
 Each is used only with a version of its library in :data:`TESTED` (pyproject.toml pins the
 same ranges); with any other, :func:`tested` says no once, with a WARNING naming the version,
@@ -27,7 +28,6 @@ log = logging.getLogger(__name__)
 #: distribution -> (lowest, highest) (major, minor) tested, both included (pyproject.toml: the same)
 TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "confluent-kafka": ((2, 4), (2, 16)),
-    "mysql-replication": ((1, 0), (1, 0)),
     "pymysql": ((1, 1), (1, 2)),
 }
 

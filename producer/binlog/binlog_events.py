@@ -27,6 +27,8 @@ from typing import NamedTuple
 from pymysqlreplication.constants import CHARSET
 from pymysqlreplication.constants import FIELD_TYPE as T
 
+from common.errors import WireProtocolError
+
 # Event types (MySQL's and MariaDB's log_event.h).
 QUERY_EVENT, XID_EVENT, TABLE_MAP_EVENT, HEARTBEAT_EVENT = 2, 16, 19, 27
 ROWS_QUERY_EVENT, GTID_EVENT, ANONYMOUS_GTID_EVENT, PREVIOUS_GTIDS_EVENT = 29, 33, 34, 35
@@ -45,10 +47,6 @@ _NUMERIC = frozenset({T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.NEWDECIMAL
 _CHARACTER = frozenset({T.STRING, T.VAR_STRING, T.VARCHAR, T.BLOB})
 _ENUM_SET = frozenset({T.ENUM, T.SET})
 _MARIADB_GTID = struct.Struct("<QI")  # sequence number, domain id
-
-
-class BinlogEventError(ValueError):
-    """An event body that cannot be read as its type says."""
 
 
 def refusal(event_type: int) -> str | None:
@@ -104,7 +102,7 @@ def query(body: bytes, post_header_length: int = 13) -> Query:
     thread_id, _exec, schema_len, _err, status_len = struct.unpack_from("<IIBHH", body)
     p = post_header_length + status_len
     if p + schema_len + 1 > len(body):
-        raise BinlogEventError(f"a QUERY event of {len(body)} bytes declares {status_len} bytes of status "
+        raise WireProtocolError(f"a QUERY event of {len(body)} bytes declares {status_len} bytes of status "
                                f"variables and a database name of {schema_len}")
     schema = body[p:p + schema_len].decode("utf-8", "backslashreplace")
     return Query(thread_id, schema, body[p + schema_len + 1:].decode("utf-8", "backslashreplace"))
@@ -140,7 +138,7 @@ def lenenc(data: bytes, p: int) -> tuple[int, int]:
         return int.from_bytes(data[p + 1:p + 4], "little"), p + 4
     if c == 0xFE:
         return int.from_bytes(data[p + 1:p + 9], "little"), p + 9
-    raise BinlogEventError(f"0x{c:02x} does not start a length-encoded integer")
+    raise WireProtocolError(f"0x{c:02x} does not start a length-encoded integer")
 
 
 def table_id(body: bytes, post_header_length: int) -> int:
@@ -171,7 +169,7 @@ def rows_header(event_type: int, body: bytes, post_header_length: int = 10) -> R
     if event_type >= WRITE_ROWS_V2:
         extra = int.from_bytes(body[p - 2:p], "little")
         if extra < 2:
-            raise BinlogEventError(f"a rows event declares {extra} bytes of extra data")
+            raise WireProtocolError(f"a rows event declares {extra} bytes of extra data")
         p += extra - 2
     columns, p = lenenc(body, p)
     width = (columns + 7) >> 3
@@ -182,7 +180,7 @@ def rows_header(event_type: int, body: bytes, post_header_length: int = 10) -> R
         after = body[p:p + width]
         p += width
     if p > len(body):
-        raise BinlogEventError(f"a rows event of {len(body)} bytes is shorter than its bitmaps")
+        raise WireProtocolError(f"a rows event of {len(body)} bytes is shorter than its bitmaps")
     return RowsHeader(tid, flags, columns, present, after, p)
 
 

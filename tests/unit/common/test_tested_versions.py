@@ -24,7 +24,6 @@ def test_the_installed_versions_are_tested_ones():
 @pytest.mark.parametrize("dist, version, inside", [
     ("confluent-kafka", "2.4.0", True), ("confluent-kafka", "2.16.1", True), ("confluent-kafka", "2.17.0", False),
     ("confluent-kafka", "2.3.9", False), ("confluent-kafka", "3.0.0", False), ("confluent-kafka", "dev", False),
-    ("mysql-replication", "1.0.17", True), ("mysql-replication", "1.1.0", False), ("mysql-replication", "0.45", False),
     ("pymysql", "1.2.4", True), ("pymysql", "1.3.0", False), ("pymysql", None, False),
 ])
 def test_a_version_is_inside_its_range_or_not(dist, version, inside):

@@ -10,11 +10,12 @@ of them -- so the rows are the ones ``RowsEvent.rows`` gives; differential tests
 it on the same bytes.
 
 Only what is transcribed is decoded here: integers, YEAR, FLOAT/DOUBLE, DECIMAL, CHAR,
-VARCHAR, TEXT/BLOB, ENUM, SET, BIT, DATE, TIME2, DATETIME2, TIMESTAMP2 and GEOMETRY,
-full row images (``binlog_row_image=FULL``), named columns.  Any other table (JSON,
-pre-5.6 temporal types...) or event kind, and any row the fast path cannot read (an
-error of any sort), is decoded by the library itself, which then gives its own value or
-error.
+VARCHAR, TEXT/BLOB, ENUM, SET, BIT, DATE, TIME2, DATETIME2, TIMESTAMP2, GEOMETRY and
+MySQL's binary JSON (by the library's public JSON parser),
+full row images (``binlog_row_image=FULL``), named columns.  On the library's reader
+(``library_reader``) any other table (the pre-5.6 temporal types...) or event kind, and any
+row the fast path cannot read (an error of any sort), is decoded by the library itself;
+the own client's reader refuses them, naming the table and column.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Callable
 
 from pymysqlreplication.constants import BINLOG, NONE_SOURCE
 from pymysqlreplication.constants import FIELD_TYPE as T
+from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
 from common.errors import UnsupportedType
@@ -123,6 +125,23 @@ def _pascal_bytes(length_size: int) -> Reader:
         n = length_of(buf, off)
         off += length_size
         return buf[off:off + n], off + n
+    return read
+
+
+def _json(length_size: int) -> Reader:
+    """MySQL's binary JSON (``RowsEvent``'s JSON read): its length, then the document parsed by
+    python-mysql-replication's public ``json_binary.parse_json`` (objects with ``bytes`` keys,
+    strings as ``bytes``); an empty value is None."""
+    length_of = _uint_le(length_size)
+
+    def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
+        n = length_of(buf, off)
+        off += length_size
+        if not n:
+            return None, off
+        if off + n > len(buf):
+            raise ValueError("truncated JSON value")
+        return parse_json(buf[off], buf[off + 1:off + n]), off + n
     return read
 
 
@@ -471,6 +490,8 @@ def column_reader(col) -> Reader:
         return _timestamp2(col)
     if t == T.GEOMETRY:
         return _pascal_bytes(col.length_size)
+    if t == T.JSON:
+        return _json(col.length_size)
     raise UnsupportedType(f"column {col.name!r} of binlog type {t}")
 
 

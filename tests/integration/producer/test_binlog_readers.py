@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from common.errors import UnsupportedType
 from common.sql.sessions import connect
 from contract.signals import send_signal
 from producer.binlog.library_reader import LibraryBinlogReader
@@ -273,3 +274,26 @@ def test_a_lost_connection_is_read_again_from_the_open_transaction(stack, config
     assert not failed, failed
     assert len(seen) == 400 and len({p for p, _ in seen}) == 400  # nothing lost, nothing twice
     assert reader.reconnects >= 1
+
+
+def test_a_type_the_own_client_does_not_decode_stops_it_naming_the_table_and_column(stack, config, test_db):
+    """MariaDB's pre-5.6 DATETIME (``mysql56_temporal_format=OFF``): the library decodes it, the
+    own client refuses it by name (and points at the library's reader)."""
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("SET GLOBAL mysql56_temporal_format = OFF")
+    try:
+        with stack.admin(test_db) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE old_times (id INT PRIMARY KEY, at DATETIME)")
+    finally:
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute("SET GLOBAL mysql56_temporal_format = ON")
+    with connect(config.source) as src:
+        start = current_position(src)
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO old_times VALUES (1, '2024-02-29 13:05:09')")
+    with connect(config.source) as src:
+        end = current_position(src)
+    library = _read(LibraryBinlogReader, config, ResumePoint(*start), end, encode=False)
+    assert [k[1:4] for k in library if k[0] == "rows"] == [("insert", test_db, "old_times")]
+    with pytest.raises(UnsupportedType, match=rf"{test_db}\.old_times.*'at'.*CDC_BINLOG_CLIENT=library"):
+        _read(BinlogReader, config, ResumePoint(*start), end, encode=False)

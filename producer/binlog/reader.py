@@ -35,6 +35,8 @@ from common.sql import wire
 from common.sql.sessions import source_tls
 from contract.position import BinlogPosition, based
 from producer.binlog.binlog_events import (
+    DELETE_ROWS_V1,
+    DELETE_ROWS_V2,
     GTID_EVENT,
     HEARTBEAT_EVENT,
     HEARTBEAT_EVENT_V2,
@@ -42,14 +44,12 @@ from producer.binlog.binlog_events import (
     QUERY_EVENT,
     ROWS_KINDS,
     TABLE_MAP_EVENT,
-    UPDATE_TYPES,
-    XID_EVENT,
-    DELETE_ROWS_V1,
-    DELETE_ROWS_V2,
     UPDATE_ROWS_V1,
     UPDATE_ROWS_V2,
+    UPDATE_TYPES,
     WRITE_ROWS_V1,
     WRITE_ROWS_V2,
+    XID_EVENT,
     heartbeat_file,
     mariadb_gtid,
     mysql_gtid,
@@ -439,7 +439,7 @@ class BinlogReader(ReaderCore):
             self._txn = _TxnState()
         for ts, etype, server_id, size, log_pos, _flags, body in stream:
             read[0] += 1
-            if self._skip_before is not None and etype not in _POSITION_EVENTS and etype in _HANDLED:
+            if self._skip_before is not None and etype in _HANDLED:
                 q = etype == QUERY_EVENT and query(body, self._post[QUERY_EVENT]).query.strip().upper() == "BEGIN"
                 if self._skipping(etype in _GTID_EVENTS or q, ts, log_pos):
                     continue
@@ -493,7 +493,12 @@ class BinlogReader(ReaderCore):
                 raise UnsupportedType(f"{why} (at {self._file}:{self._next_pos} of {self.cfg.host}:{self.cfg.port})")
         return None
 
+    def _forget_table_ids(self) -> None:
+        super()._forget_table_ids()
+        self._why_not.clear()
+
     def _table_map_event(self, body: bytes) -> None:
+        """A TABLE_MAP: parsed when its table id's last one differed, kept when its table is captured."""
         post = self._post[TABLE_MAP_EVENT]
         tid = table_id(body, post)
         key = body[post:]
@@ -508,7 +513,8 @@ class BinlogReader(ReaderCore):
             self._why_not[tid] = _why_not_decoded(tm.columns)
 
     def _rows_event(self, etype: int, ts: int, size: int, log_pos: int, body: bytes) -> RowChanges | None:
-        """The item of a rows event of a captured table (None: not captured, or nothing new)."""
+        """The item of a rows event of a captured table (None: not captured, or nothing new);
+        encoded by the table's image encoder where it takes every row, else decoded as values."""
         hdr = rows_header(etype, body, self._post[etype])
         tid = hdr.table_id
         table_def = self._tables.get(tid)
@@ -569,6 +575,5 @@ NON_BLOCKING_READ_TIMEOUT_S = 60.0
 _POST_HEADER_LENGTHS = {QUERY_EVENT: 13, TABLE_MAP_EVENT: 8, WRITE_ROWS_V1: 8, UPDATE_ROWS_V1: 8, DELETE_ROWS_V1: 8,
                         WRITE_ROWS_V2: 10, UPDATE_ROWS_V2: 10, DELETE_ROWS_V2: 10}
 _GTID_EVENTS = frozenset({GTID_EVENT, MARIADB_GTID_EVENT})
-_POSITION_EVENTS = frozenset({ROTATE_EVENT, FORMAT_DESCRIPTION_EVENT, HEARTBEAT_EVENT, HEARTBEAT_EVENT_V2})
 #: The events the reader acts on (the others are skipped; the skip by start time ignores them).
 _HANDLED = frozenset({QUERY_EVENT, XID_EVENT, TABLE_MAP_EVENT, *_GTID_EVENTS, *ROWS_KINDS})

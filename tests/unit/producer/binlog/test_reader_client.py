@@ -1,0 +1,68 @@
+"""The own client's binlog reader against a scripted server: a server that goes silent is a lost
+connection after the read timeout (a few heartbeat periods), not a hang, and the reader tries
+once to read again; an event it cannot read (a compressed transaction) stops it, naming the
+setting; the statements it sends before the dump are the stream's, with its heartbeat period."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from common.config import SourceConfig
+from common.errors import ServerGone, UnsupportedType
+from producer.binlog import reader as reader_module
+from producer.binlog.binlog_events import TRANSACTION_PAYLOAD_EVENT
+from producer.binlog.binlog_stream import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT
+from producer.binlog.reader import BinlogReader, ResumePoint
+from tests.unit.producer.binlog.test_binlog_stream import ROTATE, _answer_queries, event, fde_body
+from tests.wire_helpers import ScriptedServer, handshake_v10, ok_packet
+
+QUERIES = ["SELECT @@global.binlog_checksum", "SET @master_binlog_checksum = @@global.binlog_checksum",
+           "SET @master_heartbeat_period = 100000000", "SET @mariadb_slave_capability = 4"]
+
+
+def _server(events: list[bytes], silent_s: float) -> ScriptedServer:
+    def script(side):
+        side.write(handshake_v10("mysql_native_password", version="5.5.5-10.11.19-MariaDB-log"))
+        side.read_login()
+        side.write(ok_packet())
+        _answer_queries(side, QUERIES)
+        side.seq = 0
+        side.read()  # (the dump)
+        for data in events:
+            side.write(b"\x00" + data)
+        time.sleep(silent_s)
+
+    return ScriptedServer(script)
+
+
+def _reader(server: ScriptedServer) -> BinlogReader:
+    cfg = SourceConfig(host="127.0.0.1", port=server.port, user="cdc", password="pw", ssl={"mode": "disabled"},
+                       connect_timeout_s=2)
+    return BinlogReader(cfg, ResumePoint("mysql-bin.000002", 4), is_mariadb=True, heartbeat_s=0.1)
+
+
+def test_a_silent_server_is_a_lost_connection_after_the_read_timeout(monkeypatch):
+    monkeypatch.setattr(reader_module, "MIN_READ_TIMEOUT_S", 0.5)  # (5 heartbeats of 0.1 s: 0.5 s)
+    server = _server([event(ROTATE_EVENT, ROTATE, 0, ts=0), event(FORMAT_DESCRIPTION_EVENT, fde_body(1), 0)], 5)
+    reader = _reader(server)
+    t = time.monotonic()
+    with pytest.raises(ServerGone):
+        # (then read again once: the scripted server answers no second connection, which is
+        # gone after the connect timeout, 2 s)
+        list(reader)
+    assert 0.5 + 2 <= time.monotonic() - t < 4  # (the server stays silent for 5 s)
+    assert reader.reconnects == 1
+    reader.close()
+    server.join()
+
+
+def test_a_compressed_transaction_stops_the_reader_naming_the_setting():
+    server = _server([event(ROTATE_EVENT, ROTATE, 0, ts=0), event(FORMAT_DESCRIPTION_EVENT, fde_body(1), 0),
+                      event(TRANSACTION_PAYLOAD_EVENT, b"\x00" * 20, 400)], 0)
+    reader = _reader(server)
+    with pytest.raises(UnsupportedType, match="binlog_transaction_compression"):
+        list(reader)
+    reader.close()
+    server.join()

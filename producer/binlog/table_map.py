@@ -112,8 +112,12 @@ def table_def(schema: str, table: str, columns: list, null_bitmask: bytes, geome
     reader), NULL bitmap, the real types of its geometry columns in column order, and its
     primary key (simple, or with prefixes)."""
     geo = iter(geometry_types)
-    cols = [column_def_from_binlog(c, i + 1, _nullable(null_bitmask, i), next(geo, 0) if c.type == T.GEOMETRY else None)
-            for i, c in enumerate(columns)]
+    try:
+        cols = [column_def_from_binlog(c, i + 1, _nullable(null_bitmask, i),
+                                       next(geo, 0) if c.type == T.GEOMETRY else None)
+                for i, c in enumerate(columns)]
+    except UnsupportedType as exc:
+        raise UnsupportedType(f"table {schema}.{table}: {exc}") from None
     pk_idx = list(simple_primary_key) or list(primary_key_with_prefix.keys())
     pk = [cols[i].name for i in pk_idx]
     return TableDef(db=schema, name=table, columns=cols, primary_key=pk)

@@ -103,7 +103,7 @@ def _text(charset: str | None):
 def columns_and_values(draw, name: str):
     """A column and a strategy for the bytes of one of its (non-NULL) values."""
     kind = draw(st.sampled_from(["int", "float", "year", "string", "blob", "decimal", "enum", "set", "bit", "date",
-                                 "time2", "datetime2", "timestamp2", "geometry"]))
+                                 "time2", "datetime2", "timestamp2", "geometry", "time", "datetime", "timestamp"]))
     if kind == "int":
         type_, size = draw(st.sampled_from([(T.TINY, 1), (T.SHORT, 2), (T.INT24, 3), (T.LONG, 4), (T.LONGLONG, 8)]))
         return _column(name, type_, unsigned=draw(st.booleans())), _fixed(size)
@@ -144,6 +144,14 @@ def columns_and_values(draw, name: str):
         return _column(name, T.BIT, bits=bits, bytes=(bits + 7) // 8), _fixed((bits + 7) // 8)
     if kind == "date":
         return _column(name, T.DATE), _fixed(3)
+    if kind == "datetime":  # (pre-5.6: YYYYMMDDhhmmss as an integer, valid or not)
+        valid = st.builds(lambda d, t: d * 1000000 + t, st.integers(10000101, 99991231), st.integers(0, 235959))
+        return _column(name, T.DATETIME), st.one_of(valid, st.integers(0, 2**64 - 1)).map(
+            lambda v: v.to_bytes(8, "little"))
+    if kind == "time":
+        return _column(name, T.TIME), _fixed(3)
+    if kind == "timestamp":
+        return _column(name, T.TIMESTAMP), _fixed(4)
     if kind == "geometry":
         length_size = draw(st.integers(1, 4))
         return _column(name, T.GEOMETRY, length_size=length_size), _length_prefixed(length_size, st.binary(max_size=30))
@@ -217,7 +225,7 @@ def test_real_values():
 
 def test_unsupported_columns_go_to_the_library():
     assert RowDecoder.for_columns([_column(None, T.LONG)]) is None  # no names: metadata not FULL
-    assert RowDecoder.for_columns([_column("t", T.TIMESTAMP)]) is None  # pre-5.6 temporal type
+    assert RowDecoder.for_columns([_column("d", T.DECIMAL)]) is None  # the old DECIMAL
     assert RowDecoder.for_columns([_column("i", T.LONG)]) is not None
 
 

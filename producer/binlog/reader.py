@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
@@ -376,9 +377,11 @@ class BinlogReader(ReaderCore):
     (:class:`~producer.binlog.binlog_stream.BinlogStream` on a :mod:`common.sql.wire`
     connection, every event parsed by :mod:`producer.binlog.binlog_events`); stop with
     :meth:`close`.  A lost connection (:class:`~common.errors.ServerGone`: closed, reset, or
-    silent for ``READ_TIMEOUT_HEARTBEATS`` heartbeat periods) is reconnected from
-    :meth:`current_resume` when the connection had read events; else it is raised (a
-    ``ConnectionError``: the producer restarts from its stored position)."""
+    silent for ``READ_TIMEOUT_HEARTBEATS`` heartbeat periods) that had read events is read
+    again from :meth:`current_resume`, retried with a growing pause for up to
+    ``connect_timeout_s`` (a source restarting); past that, or when the first connection
+    fails, it is raised (a ``ConnectionError``: the producer restarts from its stored
+    position)."""
 
     def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
                  heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
@@ -419,18 +422,26 @@ class BinlogReader(ReaderCore):
             self._stream.close()
 
     def __iter__(self) -> Iterator[RowChanges | SchemaChange | TransactionEnd | Idle]:
+        lost_at: float | None = None  # when the connection that last read events was lost
+        delay = RECONNECT_FIRST_DELAY_S
         while True:
             read = [0]
             try:
                 yield from self._read(read)
                 return
             except ServerGone as exc:
-                if self._closed or not read[0]:
+                if read[0]:
+                    lost_at, delay = time.monotonic(), RECONNECT_FIRST_DELAY_S
+                if self._closed or lost_at is None or (
+                        time.monotonic() - lost_at + delay > max(self.cfg.connect_timeout_s, MIN_READ_TIMEOUT_S)):
                     raise
                 self.reconnects += 1
-                log.warning("binlog connection lost (%s); reading again from %s", exc, self.current_resume())
+                log.warning("binlog connection lost (%s); reading again from %s in %.2fs", exc, self.current_resume(),
+                            delay)
                 with contextlib.suppress(Exception):
                     self._stream.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _read(self, read: list[int]) -> Iterator[RowChanges | SchemaChange | TransactionEnd | Idle]:
         """The items of one connection's stream (``read[0]``: the events it gave)."""
@@ -571,6 +582,8 @@ def _why_not_decoded(columns: list) -> str:
 READ_TIMEOUT_HEARTBEATS = 5
 MIN_READ_TIMEOUT_S = 2.0
 NON_BLOCKING_READ_TIMEOUT_S = 60.0
+#: The first pause before reading again after a lost connection (doubled to 2 s per failure).
+RECONNECT_FIRST_DELAY_S = 0.25
 #: Post-header lengths until a FORMAT_DESCRIPTION says (binlog v4's).
 _POST_HEADER_LENGTHS = {QUERY_EVENT: 13, TABLE_MAP_EVENT: 8, WRITE_ROWS_V1: 8, UPDATE_ROWS_V1: 8, DELETE_ROWS_V1: 8,
                         WRITE_ROWS_V2: 10, UPDATE_ROWS_V2: 10, DELETE_ROWS_V2: 10}

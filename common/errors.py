@@ -52,3 +52,31 @@ class PartitionStalled(CDCError, TimeoutError):
     def __init__(self, message: str, position: int = -1) -> None:
         super().__init__(message)
         self.position = position
+
+
+class ServerError(CDCError):
+    """An ERR packet of a MySQL/MariaDB server (:mod:`common.sql.wire`): its error ``code``
+    (1045: access denied...), its five-character ``sqlstate`` (empty when the server sent
+    none) and its ``message``."""
+
+    def __init__(self, code: int, sqlstate: str, message: str) -> None:
+        super().__init__(f"({code}{', ' + sqlstate if sqlstate else ''}) {message}")
+        self.code = code
+        self.sqlstate = sqlstate
+        self.message = message
+
+    def __reduce__(self):
+        """Pickled with its fields (the binlog reader's child process sends it to the producer)."""
+        return type(self), (self.code, self.sqlstate, self.message), self.__dict__
+
+
+class ServerGone(CDCError, ConnectionError):
+    """A MySQL/MariaDB connection (:mod:`common.sql.wire`) that cannot be used any more: the
+    server closed it or reset it, did not answer in time, or could not be reached; the message
+    says which and where.  Reconnecting may help."""
+
+
+class WireProtocolError(CDCError):
+    """A MySQL/MariaDB server sent what the client protocol does not allow here (a packet out
+    of sequence, a malformed handshake), or asked for what :mod:`common.sql.wire` does not
+    speak (an authentication plugin, LOAD DATA LOCAL); the message says which."""

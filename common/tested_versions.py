@@ -1,19 +1,20 @@
 """The versions of the libraries whose private layouts a fast path reads, as tested.
 
-Some fast paths reach past a library's public API (issue 56 lists them):
+One fast path reaches past a library's public API (issue 56 lists what did):
 
-- ``mysql-replication``: the binlog reader's packet lane, its per-transaction events and its
-  TABLE_MAP cache (``producer/binlog/packet_lane.py``, ``hot_events.py``, ``table_map.py``)
-  read the stream's private attributes and build its events without its constructors;
-- ``pymysql``: the packet lane reads a connection's packets itself, and the table reads'
-  row parser (``common/sql/row_parser.py``) reads a result's packets.
+- ``pymysql``: the table reads' row parser (``common/sql/row_parser.py``) reads a result's
+  packets.
+
+(The binlog reader reads no library's privates: it has a client of its own,
+``producer/binlog/binlog_stream.py``, and python-mysql-replication is read through its public
+API only, ``producer/binlog/library_reader.py``.  Nor does the producer's Kafka client:
+``producer/_native_producer.c`` drives a librdkafka handle of its own through librdkafka's
+public API.)
 
 Each is used only with a version of its library in :data:`TESTED` (pyproject.toml pins the
 same ranges); with any other, :func:`tested` says no once, with a WARNING naming the version,
 the range and what takes the plain path (the library's public API: the same records, slower).
-Never a crash.  (confluent-kafka is no longer here: the producer's own Kafka client,
-``producer/_native_producer.c``, drives a librdkafka handle of its own through librdkafka's
-public API, and reads nothing of confluent-kafka's.)
+Never a crash.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ log = logging.getLogger(__name__)
 
 #: distribution -> (lowest, highest) (major, minor) tested, both included (pyproject.toml: the same)
 TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
-    "mysql-replication": ((1, 0), (1, 0)),
     "pymysql": ((1, 1), (1, 2)),
 }
 

@@ -21,7 +21,7 @@ import pymysql
 from confluent_kafka import KafkaException
 
 from common.config import CDCConfig
-from common.errors import ConfigError, SourceUnavailable
+from common.errors import ConfigError, ServerError, SourceUnavailable
 from common.gc_tuning import tune_gc
 from common.kafka.clients import check_connection, producer_config
 from common.kafka.offsets import end_offsets
@@ -90,7 +90,7 @@ class ProducerApp:
                 try:
                     return self._run_once(max_events=max_events, idle_exit_s=idle_exit_s)
                 except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError,
-                        SourceUnavailable) as exc:
+                        SourceUnavailable, ServerError) as exc:  # (ServerError: an ERR of the binlog client's)
                     log.warning("source connection lost (%s); reconnecting in %.1fs", exc, delay)
                     self.metrics.disconnected(f"the source connection was lost ({exc}); reconnecting")
                 except WriterError as exc:

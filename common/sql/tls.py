@@ -26,7 +26,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
-from common.errors import TlsError
+from common.errors import ServerError, TlsError
 
 MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
 
@@ -115,19 +115,26 @@ def tls_problem(exc: BaseException, tls: TlsSettings, where: str, *, offered: bo
                         f"{cause.verify_message}")
     if cause is not None:
         return TlsError(f"TLS with the server at {where} failed ({tls.setting}.mode {tls.mode!r}): {cause}")
-    code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
+    code = exc.code if isinstance(exc, ServerError) else \
+        exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
     if code == _CR_SSL_CONNECTION_ERROR:
-        return TlsError(f"TLS: the server at {where} does not offer TLS, which {tls.setting}.mode {tls.mode!r} "
-                        f"requires (set it up on the server, or use 'preferred')")
+        return tls_not_offered(tls, where)
     if code in _SECURE_TRANSPORT_REQUIRED:
         return TlsError(f"TLS: the server at {where} accepts TLS connections only, and {tls.setting}.mode is "
                         f"{tls.mode!r}: use 'required' or stronger")
     if code == _ACCESS_DENIED and offered and tls.mode == "disabled":
         # MariaDB answers a plain connection under require_secure_transport so.
-        return TlsError(f"the server at {where} refused a plain-text login ({exc.args[-1]}), and it offers TLS, which "
+        said = exc.message if isinstance(exc, ServerError) else exc.args[-1]
+        return TlsError(f"the server at {where} refused a plain-text login ({said}), and it offers TLS, which "
                         f"{tls.setting}.mode is 'disabled' does not use: a server that accepts TLS connections only "
                         f"(require_secure_transport) needs 'required' or stronger; else the user or password is wrong")
     return None
+
+
+def tls_not_offered(tls: TlsSettings, where: str) -> TlsError:
+    """The refusal of a server at ``where`` that does not offer TLS, which ``tls`` requires."""
+    return TlsError(f"TLS: the server at {where} does not offer TLS, which {tls.setting}.mode {tls.mode!r} "
+                    f"requires (set it up on the server, or use 'preferred')")
 
 
 def connect_mysql(tls: TlsSettings, **kw: Any) -> pymysql.connections.Connection:

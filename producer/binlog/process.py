@@ -1,9 +1,9 @@
 """The binlog reader in a child process, so decoding overlaps encoding and producing.
 
-python-mysql-replication decodes rows in pure Python, which takes about as long per row
-as everything else the producer does.  :class:`ReaderProcess` runs the
-:class:`BinlogReader` in a child process and hands its items to this one, in order,
-through a pipe:
+Reading and decoding the binlog takes about as long per row as everything else the producer
+does.  :class:`ReaderProcess` runs the binlog reader (:func:`producer.binlog.readers.open_reader`:
+the own client's :class:`BinlogReader`, or the library's by ``CDC_BINLOG_CLIENT``) in a child
+process and hands its items to this one, in order, through a pipe:
 
 * bounded: the child sends a batch once it holds ``batch_rows`` rows or ``BATCH_BYTES``
   of rows events, at a transaction end or schema change when ``FLUSH_S`` has passed since
@@ -37,7 +37,6 @@ from common.errors import CDCError
 from common.gc_tuning import STREAMING_THRESHOLDS, tune_gc
 from producer import child_process
 from producer.binlog.reader import (
-    BinlogReader,
     Idle,
     ImageEncoding,
     ResumePoint,
@@ -45,6 +44,7 @@ from producer.binlog.reader import (
     SchemaChange,
     TransactionEnd,
 )
+from producer.binlog.readers import open_reader
 from producer.capture_filter import CaptureFilter
 from producer.table_schema import TableDef
 
@@ -73,7 +73,8 @@ _F_SETPIPE_SZ = 1031
 #: Every row allocates containers (tuples of values, lists, records) that reference counting
 #: frees, but each 700 of them started a collection: the young generation is scanned 70 times
 #: less often, the old ones a little less.  The reader's are the same now that it breaks the
-#: cycle of python-mysql-replication's event and packet wrapper (BinlogReader): before, each
+#: cycle of python-mysql-replication's event and packet wrapper (LibraryBinlogReader; the own
+#: client's reader makes none): before, each
 #: binlog event was freed only by a collection, so the reader collected every 5,000 (at 50,000
 #: its peak RSS doubled, 52 -> 101 MB, in the benchmark), and the collections cost a quarter of
 #: its time per row (12.0 against 8.9 us per row in `cdc bench stream`).
@@ -222,8 +223,8 @@ def _child_main() -> None:
     batcher = _Batcher(conn, batch_rows)
     reader = None
     try:
-        reader = BinlogReader(cfg, resume, is_mariadb=is_mariadb, wants=CaptureFilter(cfg).wants,
-                              heartbeat_s=QUIET_S, file_base=file_base, images=images)
+        reader = open_reader(cfg, resume, is_mariadb=is_mariadb, wants=CaptureFilter(cfg).wants,
+                             heartbeat_s=QUIET_S, file_base=file_base, images=images)
         for item in reader:
             batcher.add(item)
         batcher.flush()

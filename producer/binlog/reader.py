@@ -1,4 +1,11 @@
-"""The binlog reader: python-mysql-replication's stream turned into positioned records.
+"""The binlog reader: a server's binlog turned into positioned records.
+
+:class:`BinlogReader` reads it over the project's own client (:mod:`common.sql.wire`,
+:class:`~producer.binlog.binlog_stream.BinlogStream`, the events parsed by
+:mod:`producer.binlog.binlog_events`); ``producer.binlog.library_reader`` reads it through
+python-mysql-replication's public API, the reference, selected with
+``CDC_BINLOG_CLIENT=library`` (:func:`producer.binlog.readers.open_reader`).  Both give the
+same items from the same binlog (``tests/integration/producer/test_binlog_readers.py``).
 
 Every row gets a :class:`BinlogPosition` ``(file index, event start, 2*row)``: unique,
 rising in log order and comparable across file rotation (the odd sequence numbers are
@@ -9,43 +16,53 @@ that holds the first change not yet stored (a row event cannot be decoded withou
 table map before it), and drops every change at or before ``last``.  So a restart in the
 middle of a multi-row event or of a transaction emits each change once.
 
-Rows come one :class:`RowChanges` per binlog rows event (not one object per row: the
-per-row cost here is python-mysql-replication's decoding only).  Every item tells where
-to restart once it has been handled (``resume``), so whoever consumes the items -- in
-this process or another (``producer.binlog.process``) -- knows the resume point without asking
-the reader.
+Rows come one :class:`RowChanges` per binlog rows event (not one object per row).  Every
+item tells where to restart once it has been handled (``resume``), so whoever consumes the
+items -- in this process or another (``producer.binlog.process``) -- knows the resume point
+without asking the reader.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
-import struct
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication import constants
-from pymysqlreplication.event import (
-    FormatDescriptionEvent,
-    GtidEvent,
-    HeartbeatLogEvent,
-    MariadbGtidEvent,
-    QueryEvent,
-    RotateEvent,
-    XidEvent,
-)
-from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
-
 from common.config import SourceConfig
+from common.errors import ServerGone, UnsupportedType
+from common.sql import wire
 from common.sql.sessions import source_tls
-from common.sql.tls import connect_mysql
-from common.tested_versions import tested
 from contract.position import BinlogPosition, based
-from producer.binlog.hot_events import install_hot_events
-from producer.binlog.packet_lane import HEADER, PacketLane
-from producer.binlog.row_decoder import EncodedImages, PackedRows, RowDecoder, row_data, table_map_key
-from producer.binlog.table_map import install_table_map_cache, table_def_from_table_map
+from producer.binlog.binlog_events import (
+    DELETE_ROWS_V1,
+    DELETE_ROWS_V2,
+    GTID_EVENT,
+    HEARTBEAT_EVENT,
+    HEARTBEAT_EVENT_V2,
+    MARIADB_GTID_EVENT,
+    QUERY_EVENT,
+    ROWS_KINDS,
+    TABLE_MAP_EVENT,
+    UPDATE_ROWS_V1,
+    UPDATE_ROWS_V2,
+    UPDATE_TYPES,
+    WRITE_ROWS_V1,
+    WRITE_ROWS_V2,
+    XID_EVENT,
+    heartbeat_file,
+    mariadb_gtid,
+    mysql_gtid,
+    query,
+    refusal,
+    rows_header,
+    table_id,
+    table_map,
+)
+from producer.binlog.binlog_stream import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, BinlogStream
+from producer.binlog.row_decoder import EncodedImages, PackedRows, RowDecoder, column_reader
+from producer.binlog.table_map import table_def_of
 from producer.capture_filter import SYSTEM_DATABASES
 from producer.table_schema import TableDef
 
@@ -202,165 +219,27 @@ class _TxnState:
     open: bool = False
 
 
-class _PacketEvents:
-    """The events :class:`BinlogReader` takes from its packets' bytes (:class:`PacketLane`):
-    MariaDB's GTID, the XID, a table id's repeated TABLE_MAP and the rows events of the tables
-    whose rows it encodes, each made into the items the library's event would have given
-    (``tests/integration/producer/test_packet_lane.py`` holds both ways to each other).  Each
-    handler reads and checks everything first and changes the reader's state only once it takes
-    the event: when it gives the packet back (``_GIVE_BACK``) everything is as it was, and the
-    library builds the event."""
+class ReaderCore:
+    """What both binlog readers share: the position of each item, the open transaction, the
+    tables by table id with their row decoders and image encoders, the resume point."""
 
-    def _events(self) -> Iterator:
-        """The library's events, and the items of the events the reader handled from their
-        packets' bytes (:class:`PacketLane`: GTID, XID, repeated TABLE_MAP, encoded rows)."""
-        lane = self.lane
-        while True:
-            if self._skip_before is None:
-                packet = lane.packet()
-                if packet is not None:
-                    out = self._from_packet(packet._data)
-                    if out is not _GIVE_BACK:
-                        if out is not None:
-                            yield out
-                        continue
-                    lane.give_back(packet)
-            ev = lane.next_event()
-            if ev is None:
-                return
-            yield ev
-
-    def _from_packet(self, data: bytes):
-        """The item of the event in ``data`` (None: handled, nothing to yield), or
-        ``_GIVE_BACK``: the library builds the event (nothing here has changed then)."""
-        if len(data) <= 20 or data[0]:
-            return _GIVE_BACK  # (an EOF or error packet, or too short for an event)
-        etype = data[5]
-        handler = _LANE_EVENTS.get(etype)
-        if handler is None:
-            return _GIVE_BACK
-        crc = self.lane.checksum()
-        ts, _, server_id, size, log_pos, _flags = HEADER.unpack_from(data)
-        if crc is None or not log_pos or len(data) < size + 1:
-            return _GIVE_BACK
-        try:
-            return handler(self, data, etype, ts, server_id, size, log_pos, size - 19 - crc)
-        except (IndexError, ValueError, struct.error):  # (read before anything changes: the library reports it)
-            return _GIVE_BACK
-
-    def _lane_xid(self, data: bytes, etype, ts, server_id, size, log_pos: int, event_size: int):
-        self._next_pos = log_pos
-        self.lane.handled(log_pos)
-        return self._commit(log_pos, log_pos - event_size)
-
-    def _lane_gtid(self, data: bytes, etype, ts, server_id: int, size: int, log_pos: int, event_size: int):
-        if event_size < 13:
-            return _GIVE_BACK
-        seq, domain = _MARIADB_GTID.unpack_from(data, 20)
-        self._txn = _TxnState(self._file, log_pos - size, f"{domain}-{server_id}-{seq}", None, 0, True)
-        self.lane.handled(log_pos)
-        self._next_pos = log_pos
-        return None
-
-    def _lane_table_map(self, data: bytes, etype, ts, server_id, size, log_pos: int, event_size: int):
-        """A table id's TABLE_MAP the same as its last one (a server writes one per statement):
-        all stands (see _table_map); any other goes through the library."""
-        table_id = int.from_bytes(data[20:26], "little")
-        if self._map_keys.get(table_id) != data[28:20 + event_size] or self.lane.table(table_id) is None:
-            return _GIVE_BACK
-        self.lane.handled(log_pos)
-        self._next_pos = log_pos
-        return None
-
-    def _lane_rows(self, data: bytes, etype: int, ts: int, server_id, size: int, log_pos: int, event_size: int):
-        """A rows event of a table whose rows are encoded here, full images of the table map's
-        columns, without extra data: the ``RowChanges`` that :meth:`_rows` makes of the library's."""
-        table_id = int.from_bytes(data[20:26], "little")
-        encoder = self._encoders.get(table_id)
-        table_def = self._tables.get(table_id)
-        table = self.lane.table(table_id)
-        if encoder is None or table_def is None or table is None:
-            return _GIVE_BACK
-        v2 = etype >= constants.WRITE_ROWS_EVENT_V2
-        if self.lane.post_header_length(etype) not in (None, 10 if v2 else 8):
-            return _GIVE_BACK
-        p = 28
-        if v2:
-            if data[28] | data[29] << 8 != 2:
-                return _GIVE_BACK  # extra data (NDB, partitions)
-            p = 30
-        columns = data[p]
-        decoder = self._decoders[table_id]
-        if columns >= 251 or columns != len(decoder.names):
-            return _GIVE_BACK
-        width = (columns + 7) >> 3
-        update = etype in _UPDATES
-        p += 1
-        if not decoder.full(data[p:p + width]) or update and not decoder.full(data[p + width:p + 2 * width]):
-            return _GIVE_BACK
-        p += 2 * width if update else width
-        base = self._at(log_pos - event_size)
-        first = first_new_row(base, self._last)
-        if first is not None:
-            try:
-                rows = encoder.encode(data[p:20 + event_size], update)
-            except Exception:  # noqa: BLE001 - a row it does not take: the library's way, as values
-                return _GIVE_BACK
-        lane = self.lane
-        if first is None or first >= len(rows):
-            lane.handled(log_pos)
-            self._next_pos = log_pos
-            return None  # nothing new in it
-        item = self._changes(_KINDS[etype], table.schema, table.table, table_def, base, rows, first, ts, size,
-                             log_pos - size)
-        lane.handled(log_pos)
-        self._next_pos = log_pos
-        return item
-
-
-class BinlogReader(_PacketEvents):
-    """Iterate positioned records from a resume point; stop with :meth:`close`."""
-
-    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
-                 heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
-                 wants: Callable[[str, str], bool] = lambda db, table: True, file_base: int = 0,
-                 images: ImageEncoding | None = None) -> None:
+    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool,
+                 heartbeat_s: float, only_schemas: list[str] | None, wants: Callable[[str, str], bool],
+                 file_base: int, images: ImageEncoding | None) -> None:
         self.cfg = cfg
         self.file_base = file_base
         self.resume = resume
         self.is_mariadb = is_mariadb
+        self.blocking, self.heartbeat_s = blocking, heartbeat_s
+        self.only_schemas = None if only_schemas is None else frozenset(only_schemas)
         self._last = BinlogPosition.decode(resume.last) if resume.last else None
-        settings = {"host": cfg.host, "port": cfg.port, "user": cfg.user,
-                    "password": cfg.password.get_secret_value(), "charset": "utf8mb4",
-                    "connect_timeout": int(cfg.connect_timeout_s)}
-        kwargs: dict = {}
-        if resume.gtid_set:
-            kwargs["auto_position"] = resume.gtid_set
-        else:
-            kwargs.update(log_file=resume.file, log_pos=resume.pos, resume_stream=True)
-        # Changes before this time are skipped here, not by the library (whose filter
-        # also swallows the server's heartbeats, which carry timestamp 0).
+        # Changes before this time are skipped here (the server's heartbeats carry timestamp 0).
         self._skip_before = resume.skip_to_timestamp
-        if tested("mysql-replication", "the binlog reader's TABLE_MAP cache and per-transaction events"):
-            install_table_map_cache()  # (each distinct TABLE_MAP parsed once: see TableMapCache)
-            install_hot_events()  # (GTID, XID and rows events built directly: see HotEvents)
-        self._stream = BinLogStreamReader(
-            # is_mariadb switches the library to MariaDB's GTID connect, which ignores file/pos:
-            # only set it when starting from a MariaDB GTID position.
-            connection_settings=settings, server_id=cfg.server_id, blocking=blocking,
-            pymysql_wrapper=functools.partial(connect_mysql, source_tls(cfg)),  # source.ssl
-            is_mariadb=is_mariadb and bool(resume.gtid_set),
-            only_events=[TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
-                         GtidEvent, MariadbGtidEvent, HeartbeatLogEvent, FormatDescriptionEvent],
-            ignored_schemas=sorted(SYSTEM_DATABASES), only_schemas=only_schemas,
-            slave_heartbeat=heartbeat_s if blocking else None, enable_logging=False, **kwargs)
-        # The reader reads the packets of the common events itself (see PacketLane).
-        self.lane = PacketLane(self._stream)
         self._wants = wants
         self._tables: dict[int, TableDef | None] = {}
         self._table_keys: dict[int, tuple] = {}
         self._map_keys: dict[int, bytes] = {}  # the body of each table id's last table map (table_map_key)
-        # Row decoders by table id (None: the library decodes), and by table map content.
+        # Row decoders by table id (None: not decoded here), and by table map content.
         self._decoders: dict[int, RowDecoder | None] = {}
         self._decoder_cache: dict[bytes, RowDecoder | None] = {}
         # Image encoders by table id and by table map content (None: the rows cross as values).
@@ -373,7 +252,11 @@ class BinlogReader(_PacketEvents):
         # Position right after the last event handled: where a reader would continue.
         self._next_pos = resume.pos
 
-    # -- helpers ----------------------------------------------------------------------
+    def _captured_schema(self, schema: str) -> bool:
+        """Whether tables of ``schema`` are read at all (not a system database; in
+        ``only_schemas`` when given)."""
+        return schema not in SYSTEM_DATABASES and (self.only_schemas is None or schema in self.only_schemas)
+
     def _file_position(self, end_pos: int, size: int) -> BinlogPosition:
         return self._at(max(end_pos - size, 0))
 
@@ -392,94 +275,49 @@ class BinlogReader(_PacketEvents):
             return ResumePoint(self._txn.start_file, self._txn.start_pos, last)
         return ResumePoint(self._file, self._next_pos, last)
 
-    def close(self) -> None:
-        self._stream.close()
+    def _skipping(self, starts_transaction: bool, timestamp: int, end_pos: int) -> bool:
+        """Whether the event is skipped: whole transactions that began before the start time."""
+        if starts_transaction and timestamp >= self._skip_before:
+            self._skip_before = None  # from here on everything is newer
+            return False
+        if end_pos:
+            self._next_pos = end_pos
+        return True
 
-    def __iter__(self) -> Iterator[RowChanges | SchemaChange | TransactionEnd | Idle]:
-        done = None
-        for ev in self._events():
-            if type(ev) in _LANE_ITEMS:
-                yield ev  # (from the packet lane)
-                continue
-            if done is not None:
-                # python-mysql-replication's event and its packet wrapper refer to each other: a
-                # cycle per event, which only the cyclic collector would free (with its tables,
-                # columns and the packet's bytes); broken here, the event is freed when dropped.
-                done.packet.event = None
-            done = ev
-            end_pos = ev.packet.log_pos
-            if isinstance(ev, RotateEvent):
-                self._file, self._next_pos = ev.next_binlog, ev.position
-                if ev.timestamp:  # a file's end (the server's own rotate at a (re)connection has 0)
-                    self._forget_table_ids()
-                continue
-            if isinstance(ev, HeartbeatLogEvent):
-                yield self._heartbeat(ev, end_pos)
-                continue
-            if isinstance(ev, FormatDescriptionEvent):
-                if end_pos:
-                    self._next_pos = max(self._next_pos, end_pos)
-                continue
-            # ``start`` places the event in positions (consistently, not at its first byte:
-            # ev.event_size leaves the header out); ``event_start`` is its first byte, where a
-            # reader can begin -- the start of a transaction to resume from.
-            start = end_pos - ev.event_size if end_pos else self._next_pos
-            event_start = end_pos - ev.packet.event_size if end_pos else self._next_pos
-            if self._skip_before is not None:
-                # Skip whole transactions that began before the start time.
-                if isinstance(ev, (GtidEvent, MariadbGtidEvent)) or (
-                        isinstance(ev, QueryEvent) and _query_text(ev).strip().upper() == "BEGIN"):
-                    if ev.timestamp >= self._skip_before:
-                        self._skip_before = None  # from here on everything is newer
-                if self._skip_before is not None:
-                    if end_pos:
-                        self._next_pos = end_pos
-                    continue
-            if isinstance(ev, TableMapEvent):
-                self._table_map(ev)
-            elif isinstance(ev, (GtidEvent, MariadbGtidEvent)):
-                self._txn = _TxnState(self._file, event_start, ev.gtid, None, 0, True)
-            elif isinstance(ev, QueryEvent):
-                query = _query_text(ev)
-                q = query.strip().upper()
-                if q == "BEGIN" or q.startswith("XA START"):
-                    if not self._txn.open:
-                        self._txn = _TxnState(self._file, event_start, None, None, 0, True)
-                    self._txn.thread = ev.slave_proxy_id
-                elif q == "COMMIT" or q.startswith("XA COMMIT"):
-                    self._next_pos = end_pos
-                    yield self._commit(end_pos, start)
-                    continue
-                else:
-                    pos = self._file_position(end_pos, ev.event_size)
-                    db = ev.schema.decode() if isinstance(ev.schema, bytes) else ev.schema
-                    self._next_pos = end_pos
-                    # DDL commits implicitly: it is its own transaction.
-                    was_open, self._txn.open = self._txn.open, False
-                    if self._last is None or pos > self._last:
-                        self._last = pos
-                        yield SchemaChange(db or "", query, pos, ev.timestamp * 1000, self._txn.gtid,
-                                           self._file, event_start, self.current_resume())
-                    if was_open:
-                        yield self._commit(end_pos, start)
-                    continue
-            elif isinstance(ev, XidEvent):
-                self._next_pos = end_pos
-                yield self._commit(end_pos, start)
-                continue
-            elif isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                yield from self._rows(ev, end_pos, event_start)
-            if end_pos:
-                self._next_pos = end_pos
-
-    def _heartbeat(self, ev: HeartbeatLogEvent, end_pos: int) -> Idle:
+    def _heartbeat(self, ident: str, end_pos: int) -> Idle:
         """The server sends a heartbeat when it has sent everything it holds: its position is
         the binlog's end (events the reader filters included), so an idle binlog does not hold a
         resume point (or a read-only window) behind."""
-        ident = ev.ident.decode() if isinstance(ev.ident, bytes) else ev.ident
         if not self._txn.open and end_pos and ident == self._file:
             self._next_pos = max(self._next_pos, end_pos)
         return Idle(None if self._txn.open else self.current_resume())
+
+    def _query(self, query: str, schema: str, thread: int, ts: int, end_pos: int, start: int,
+               event_start: int, body_size: int) -> Iterator[SchemaChange | TransactionEnd]:
+        """A QUERY event: BEGIN (or XA START) opens a transaction, COMMIT (or XA COMMIT) ends
+        it, anything else is DDL, its own transaction."""
+        q = query.strip().upper()
+        if q == "BEGIN" or q.startswith("XA START"):
+            if not self._txn.open:
+                self._txn = _TxnState(self._file, event_start, None, None, 0, True)
+            self._txn.thread = thread
+            if end_pos:
+                self._next_pos = end_pos
+            return
+        if q == "COMMIT" or q.startswith("XA COMMIT"):
+            self._next_pos = end_pos
+            yield self._commit(end_pos, start)
+            return
+        pos = self._file_position(end_pos, body_size)
+        self._next_pos = end_pos
+        # DDL commits implicitly: it is its own transaction.
+        was_open, self._txn.open = self._txn.open, False
+        if self._last is None or pos > self._last:
+            self._last = pos
+            yield SchemaChange(schema or "", query, pos, ts * 1000, self._txn.gtid, self._file, event_start,
+                               self.current_resume())
+        if was_open:
+            yield self._commit(end_pos, start)
 
     def _commit(self, end_pos: int, start: int) -> TransactionEnd:
         txn = self._txn
@@ -489,65 +327,43 @@ class BinlogReader(_PacketEvents):
                               txn.events)
 
     def _forget_table_ids(self) -> None:
-        """A binlog file ended: what was kept per table id goes (as the library's table map does,
-        on the same rotate events: not on the one a server sends when a connection starts, which
-        may resume inside a transaction whose table maps came before).  No transaction spans
-        files and each statement's rows follow their own TABLE_MAP, so nothing read later needs
-        an id of the file before; the server hands out a new id whenever it reopens a table, so
-        kept for ever these would grow with the uptime."""
+        """A binlog file ended: what was kept per table id goes (as python-mysql-replication's
+        table map does, on the same rotate events: not on the one a server sends when a
+        connection starts, which may resume inside a transaction whose table maps came before).
+        No transaction spans files and each statement's rows follow their own TABLE_MAP, so
+        nothing read later needs an id of the file before; the server hands out a new id
+        whenever it reopens a table, so kept for ever these would grow with the uptime."""
         for kept in (self._tables, self._table_keys, self._map_keys, self._decoders, self._encoders):
             kept.clear()
 
-    def _table_map(self, ev) -> None:
-        map_key = table_map_key(ev)
-        if self._map_keys.get(ev.table_id) == map_key:
+    def _take_table_map(self, table_id: int, schema: str, table: str, map_key: bytes, null_bitmask: bytes,
+                        columns: list, table_def: Callable[[], TableDef]) -> None:
+        """A TABLE_MAP: its table's definition (``table_def()``, built when it changed), row
+        decoder and image encoder, kept by table id (and by the map's content: ``map_key``)."""
+        if self._map_keys.get(table_id) == map_key:
             return  # this table id's last table map again (a server writes one per statement): all stands
-        self._map_keys[ev.table_id] = map_key
-        if not self._wants(ev.schema, ev.table):
-            self._tables[ev.table_id] = None
+        self._map_keys[table_id] = map_key
+        if not self._wants(schema, table):
+            self._tables[table_id] = None
             return
-        key = (ev.schema, ev.table, bytes(ev.null_bitmask), tuple((c.type, c.name) for c in ev.columns))
-        if self._table_keys.get(ev.table_id) != key or self._tables.get(ev.table_id) is None:
-            self._tables[ev.table_id] = table_def_from_table_map(ev)
-            self._table_keys[ev.table_id] = key
+        key = (schema, table, bytes(null_bitmask), tuple((c.type, c.name) for c in columns))
+        if self._table_keys.get(table_id) != key or self._tables.get(table_id) is None:
+            self._tables[table_id] = table_def()
+            self._table_keys[table_id] = key
         if map_key not in self._decoder_cache:
             if len(self._decoder_cache) >= 1024:
                 self._decoder_cache.clear()  # bounded: rebuilt on demand
                 self._encoder_cache.clear()
-            decoder = self._decoder_cache[map_key] = RowDecoder.for_columns(ev.columns)
+            decoder = self._decoder_cache[map_key] = RowDecoder.for_columns(columns)
             self._encoder_cache[map_key] = (None if decoder is None or self._images is None else
-                                            self._images.image_encoder(self._tables[ev.table_id], ev.columns))
-        self._decoders[ev.table_id] = self._decoder_cache[map_key]
-        self._encoders[ev.table_id] = self._encoder_cache[map_key]
-
-    def _rows(self, ev, end_pos: int, event_start: int) -> Iterator[RowChanges]:
-        table_def = self._tables.get(ev.table_id)
-        if table_def is None:
-            return  # not captured
-        base = self._file_position(end_pos, ev.event_size)
-        first = first_new_row(base, self._last)
-        if first is None:
-            return  # cannot hold anything new (checked before decoding rows)
-        decoder = self._decoders.get(ev.table_id)
-        encoder = self._encoders.get(ev.table_id)
-        rows: EncodedImages | PackedRows | list[dict]
-        if encoder is not None and decoder.fits(ev):
-            try:
-                rows = encoder.encode(row_data(ev), isinstance(ev, UpdateRowsEvent))
-            except Exception:  # noqa: BLE001 - a row it does not take: every row as values
-                rows = decoder.packed_rows(ev)
-        else:
-            rows = decoder.packed_rows(ev) if decoder is not None else ev.rows
-        if first >= len(rows):
-            return
-        kind = "insert" if isinstance(ev, WriteRowsEvent) else "update" if isinstance(ev, UpdateRowsEvent) else "delete"
-        yield self._changes(kind, ev.schema, ev.table, table_def, base, rows, first, ev.timestamp,
-                            ev.packet.event_size, event_start)
+                                            self._images.image_encoder(self._tables[table_id], columns))
+        self._decoders[table_id] = self._decoder_cache[map_key]
+        self._encoders[table_id] = self._encoder_cache[map_key]
 
     def _changes(self, kind: str, db: str, table: str, table_def: TableDef, base: BinlogPosition, rows, first: int,
                  timestamp: int, size: int, event_start: int) -> RowChanges:
         """The item of a rows event's rows from ``first`` on, counted in the open transaction
-        (the library's event or the packet lane's, before ``_next_pos`` moves past it)."""
+        (before ``_next_pos`` moves past it)."""
         txn = self._txn
         txn.events += len(rows) - first
         self._last = base.with_row(2 * len(rows) - 1)
@@ -556,18 +372,221 @@ class BinlogReader(_PacketEvents):
                           self._file, resume_file, resume_pos, size, event_start)
 
 
-_GIVE_BACK = object()
-_LANE_ITEMS = frozenset({RowChanges, TransactionEnd})
-_MARIADB_GTID = struct.Struct("<QI")  # sequence number, domain id
-_UPDATES = frozenset({constants.UPDATE_ROWS_EVENT_V1, constants.UPDATE_ROWS_EVENT_V2})
-_KINDS = {constants.WRITE_ROWS_EVENT_V1: "insert", constants.WRITE_ROWS_EVENT_V2: "insert",
-          constants.UPDATE_ROWS_EVENT_V1: "update", constants.UPDATE_ROWS_EVENT_V2: "update",
-          constants.DELETE_ROWS_EVENT_V1: "delete", constants.DELETE_ROWS_EVENT_V2: "delete"}
-#: The events the packet lane handles, by type.
-_LANE_EVENTS = {constants.XID_EVENT: _PacketEvents._lane_xid, constants.MARIADB_GTID_EVENT: _PacketEvents._lane_gtid,
-                constants.TABLE_MAP_EVENT: _PacketEvents._lane_table_map,
-                **{t: _PacketEvents._lane_rows for t in _KINDS}}
+class BinlogReader(ReaderCore):
+    """Iterate positioned records from a resume point over the project's own binlog client
+    (:class:`~producer.binlog.binlog_stream.BinlogStream` on a :mod:`common.sql.wire`
+    connection, every event parsed by :mod:`producer.binlog.binlog_events`); stop with
+    :meth:`close`.  A lost connection (:class:`~common.errors.ServerGone`: closed, reset, or
+    silent for ``READ_TIMEOUT_HEARTBEATS`` heartbeat periods) that had read events is read
+    again from :meth:`current_resume`, retried with a growing pause for up to
+    ``connect_timeout_s`` (a source restarting); past that, or when the first connection
+    fails, it is raised (a ``ConnectionError``: the producer restarts from its stored
+    position)."""
+
+    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
+                 heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
+                 wants: Callable[[str, str], bool] = lambda db, table: True, file_base: int = 0,
+                 images: ImageEncoding | None = None) -> None:
+        super().__init__(cfg, resume, is_mariadb=is_mariadb, blocking=blocking, heartbeat_s=heartbeat_s,
+                         only_schemas=only_schemas, wants=wants, file_base=file_base, images=images)
+        self._stream: BinlogStream | None = None
+        self._closed = False
+        self.reconnects = 0
+        self._post: dict[int, int] = dict(_POST_HEADER_LENGTHS)
+        self._why_not: dict[int, str] = {}  # table id -> why its rows are not decoded here
+
+    def _open_stream(self) -> BinlogStream:
+        """A connection logged in and a binlog stream from the resume point (the first one, or
+        :meth:`current_resume` once a file is known)."""
+        cfg = self.cfg
+        read_timeout = (max(READ_TIMEOUT_HEARTBEATS * self.heartbeat_s, MIN_READ_TIMEOUT_S) if self.blocking
+                        else NON_BLOCKING_READ_TIMEOUT_S)
+        conn = wire.connect(cfg.host, cfg.port, cfg.user, cfg.password.get_secret_value(), tls=source_tls(cfg),
+                            connect_timeout=cfg.connect_timeout_s, read_timeout=read_timeout)
+        kw: dict = {}
+        if not self._file and self.resume.gtid_set:
+            kw["mariadb_gtid" if self.is_mariadb else "gtid_set"] = self.resume.gtid_set
+        else:
+            r = self.current_resume()
+            kw.update(file=r.file, pos=r.pos)
+        try:
+            return BinlogStream(conn, server_id=cfg.server_id, blocking=self.blocking,
+                                heartbeat_s=self.heartbeat_s if self.blocking else None, **kw).start()
+        except BaseException:
+            conn.close()
+            raise
+
+    def close(self) -> None:
+        self._closed = True
+        if self._stream is not None:
+            self._stream.close()
+
+    def __iter__(self) -> Iterator[RowChanges | SchemaChange | TransactionEnd | Idle]:
+        lost_at: float | None = None  # when the connection that last read events was lost
+        delay = RECONNECT_FIRST_DELAY_S
+        while True:
+            read = [0]
+            try:
+                yield from self._read(read)
+                return
+            except ServerGone as exc:
+                if read[0]:
+                    lost_at, delay = time.monotonic(), RECONNECT_FIRST_DELAY_S
+                if self._closed or lost_at is None or (
+                        time.monotonic() - lost_at + delay > max(self.cfg.connect_timeout_s, MIN_READ_TIMEOUT_S)):
+                    raise
+                self.reconnects += 1
+                log.warning("binlog connection lost (%s); reading again from %s in %.2fs", exc, self.current_resume(),
+                            delay)
+                with contextlib.suppress(Exception):
+                    self._stream.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _read(self, read: list[int]) -> Iterator[RowChanges | SchemaChange | TransactionEnd | Idle]:
+        """The items of one connection's stream (``read[0]``: the events it gave)."""
+        stream = self._stream = self._open_stream()
+        if self._txn.open:  # (reconnected inside a transaction: read again from its start)
+            self._txn = _TxnState()
+        for ts, etype, server_id, size, log_pos, _flags, body in stream:
+            read[0] += 1
+            if self._skip_before is not None and etype in _HANDLED:
+                q = etype == QUERY_EVENT and query(body, self._post[QUERY_EVENT]).query.strip().upper() == "BEGIN"
+                if self._skipping(etype in _GTID_EVENTS or q, ts, log_pos):
+                    continue
+            if etype in ROWS_KINDS:
+                item = self._rows_event(etype, ts, size, log_pos, body)
+                if log_pos:
+                    self._next_pos = log_pos
+                if item is not None:
+                    yield item
+            elif etype == TABLE_MAP_EVENT:
+                self._table_map_event(body)
+                if log_pos:
+                    self._next_pos = log_pos
+            elif etype == XID_EVENT:
+                self._next_pos = log_pos
+                yield self._commit(log_pos, log_pos - len(body))
+            elif etype in _GTID_EVENTS:
+                gtid = mariadb_gtid(body, server_id) if etype == MARIADB_GTID_EVENT else mysql_gtid(body)
+                self._txn = _TxnState(self._file, log_pos - size if log_pos else self._next_pos, gtid, None, 0, True)
+                if log_pos:
+                    self._next_pos = log_pos
+            elif etype == QUERY_EVENT:
+                q = query(body, self._post[QUERY_EVENT])
+                n = len(body)
+                yield from self._query(q.query, q.schema, q.thread_id, ts, log_pos,
+                                       log_pos - n if log_pos else self._next_pos,
+                                       log_pos - size if log_pos else self._next_pos, n)
+            else:
+                item = self._position_event(stream, etype, ts, log_pos, body)
+                if item is not None:
+                    yield item
+
+    def _position_event(self, stream: BinlogStream, etype: int, ts: int, log_pos: int, body: bytes) -> Idle | None:
+        """ROTATE, FORMAT_DESCRIPTION and heartbeats; an event the reader cannot read refused
+        (:func:`refusal`); any other skipped."""
+        if etype == ROTATE_EVENT:
+            self._file, self._next_pos = stream.file, stream.position
+            if ts:  # a file's end (the server's own rotate at a (re)connection has 0)
+                self._forget_table_ids()
+        elif etype == FORMAT_DESCRIPTION_EVENT:
+            for t in self._post:
+                self._post[t] = stream.format.post_header_length(t) or _POST_HEADER_LENGTHS[t]
+            if log_pos:
+                self._next_pos = max(self._next_pos, log_pos)
+        elif etype in (HEARTBEAT_EVENT, HEARTBEAT_EVENT_V2):
+            ident, pos = heartbeat_file(etype, body)
+            return self._heartbeat(ident, log_pos if pos is None else pos)
+        else:
+            why = refusal(etype)
+            if why is not None:
+                raise UnsupportedType(f"{why} (at {self._file}:{self._next_pos} of {self.cfg.host}:{self.cfg.port})")
+        return None
+
+    def _forget_table_ids(self) -> None:
+        super()._forget_table_ids()
+        self._why_not.clear()
+
+    def _table_map_event(self, body: bytes) -> None:
+        """A TABLE_MAP: parsed when its table id's last one differed, kept when its table is captured."""
+        post = self._post[TABLE_MAP_EVENT]
+        tid = table_id(body, post)
+        key = body[post:]
+        if self._map_keys.get(tid) == key:
+            return  # this table id's last table map again: all stands
+        tm = table_map(body, mariadb=self.is_mariadb, post_header_length=post)
+        if not self._captured_schema(tm.schema):
+            self._map_keys[tid], self._tables[tid] = key, None
+            return
+        self._take_table_map(tid, tm.schema, tm.table, key, tm.null_bitmask, tm.columns, lambda: table_def_of(tm))
+        if self._decoders.get(tid) is None and self._tables.get(tid) is not None:
+            self._why_not[tid] = _why_not_decoded(tm.columns)
+
+    def _rows_event(self, etype: int, ts: int, size: int, log_pos: int, body: bytes) -> RowChanges | None:
+        """The item of a rows event of a captured table (None: not captured, or nothing new);
+        encoded by the table's image encoder where it takes every row, else decoded as values."""
+        hdr = rows_header(etype, body, self._post[etype])
+        tid = hdr.table_id
+        table_def = self._tables.get(tid)
+        if table_def is None:
+            return None  # not captured
+        n = len(body)
+        base = self._at(log_pos - n) if log_pos else self._at(self._next_pos)
+        first = first_new_row(base, self._last)
+        if first is None:
+            return None  # cannot hold anything new (checked before decoding rows)
+        decoder = self._decoders.get(tid)
+        where = f"{table_def.db}.{table_def.name}"
+        if decoder is None:
+            raise UnsupportedType(f"the rows of {where} are not decoded by the project's binlog client: "
+                                  f"{self._why_not.get(tid, 'no table map')} (CDC_BINLOG_CLIENT=library reads "
+                                  f"them through python-mysql-replication)")
+        update = etype in UPDATE_TYPES
+        if hdr.columns != len(decoder.names) or not decoder.full(hdr.present) or (
+                update and not decoder.full(hdr.present_after)):
+            raise UnsupportedType(f"a rows event of {where} at {self._file}:{log_pos - size} has partial row images: "
+                                  f"binlog_row_image must be FULL")
+        data = body[hdr.data:]
+        rows: EncodedImages | PackedRows | None = None
+        encoder = self._encoders.get(tid)
+        if encoder is not None:
+            try:
+                rows = encoder.encode(data, update)
+            except Exception:  # noqa: BLE001 - a row it does not take: every row as values
+                rows = None
+        if rows is None:
+            rows = decoder.decode_packed(data, update)
+        if first >= len(rows):
+            return None
+        return self._changes(ROWS_KINDS[etype], table_def.db, table_def.name, table_def, base, rows, first, ts, size,
+                             log_pos - size)
 
 
-def _query_text(ev) -> str:
-    return ev.query if isinstance(ev.query, str) else ev.query.decode("utf-8", "replace")
+def _why_not_decoded(columns: list) -> str:
+    """The first column of a table map that :class:`RowDecoder` does not read, and why."""
+    for c in columns:
+        try:
+            column_reader(c)
+        except UnsupportedType as exc:
+            return f"column {c.name!r} (binlog type {c.type}): {exc}"
+    try:
+        RowDecoder(columns)
+    except UnsupportedType as exc:
+        return str(exc)
+    return "its columns"
+
+
+#: A read waits this many heartbeat periods (at least MIN_READ_TIMEOUT_S) before the
+#: connection counts as lost; a non-blocking read (to the binlog's end) NON_BLOCKING_READ_TIMEOUT_S.
+READ_TIMEOUT_HEARTBEATS = 5
+MIN_READ_TIMEOUT_S = 2.0
+NON_BLOCKING_READ_TIMEOUT_S = 60.0
+#: The first pause before reading again after a lost connection (doubled to 2 s per failure).
+RECONNECT_FIRST_DELAY_S = 0.25
+#: Post-header lengths until a FORMAT_DESCRIPTION says (binlog v4's).
+_POST_HEADER_LENGTHS = {QUERY_EVENT: 13, TABLE_MAP_EVENT: 8, WRITE_ROWS_V1: 8, UPDATE_ROWS_V1: 8, DELETE_ROWS_V1: 8,
+                        WRITE_ROWS_V2: 10, UPDATE_ROWS_V2: 10, DELETE_ROWS_V2: 10}
+_GTID_EVENTS = frozenset({GTID_EVENT, MARIADB_GTID_EVENT})
+#: The events the reader acts on (the others are skipped; the skip by start time ignores them).
+_HANDLED = frozenset({QUERY_EVENT, XID_EVENT, TABLE_MAP_EVENT, *_GTID_EVENTS, *ROWS_KINDS})

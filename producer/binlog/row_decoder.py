@@ -10,11 +10,12 @@ of them -- so the rows are the ones ``RowsEvent.rows`` gives; differential tests
 it on the same bytes.
 
 Only what is transcribed is decoded here: integers, YEAR, FLOAT/DOUBLE, DECIMAL, CHAR,
-VARCHAR, TEXT/BLOB, ENUM, SET, BIT, DATE, TIME2, DATETIME2, TIMESTAMP2 and GEOMETRY,
-full row images (``binlog_row_image=FULL``), named columns.  Any other table (JSON,
-pre-5.6 temporal types...) or event kind, and any row the fast path cannot read (an
-error of any sort), is decoded by the library itself, which then gives its own value or
-error.
+VARCHAR, TEXT/BLOB, ENUM, SET, BIT, DATE, TIME2, DATETIME2, TIMESTAMP2, the pre-5.6 TIME,
+DATETIME and TIMESTAMP, GEOMETRY and MySQL's binary JSON (by the library's public JSON
+parser), full row images (``binlog_row_image=FULL``), named columns.  On the library's reader
+(``library_reader``) any other table (NEWDATE, the old DECIMAL...) or event kind, and any
+row the fast path cannot read (an error of any sort), is decoded by the library itself;
+the own client's reader refuses them, naming the table and column.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Callable
 
 from pymysqlreplication.constants import BINLOG, NONE_SOURCE
 from pymysqlreplication.constants import FIELD_TYPE as T
+from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
 from common.errors import UnsupportedType
@@ -123,6 +125,23 @@ def _pascal_bytes(length_size: int) -> Reader:
         n = length_of(buf, off)
         off += length_size
         return buf[off:off + n], off + n
+    return read
+
+
+def _json(length_size: int) -> Reader:
+    """MySQL's binary JSON (``RowsEvent``'s JSON read): its length, then the document parsed by
+    python-mysql-replication's public ``json_binary.parse_json`` (objects with ``bytes`` keys,
+    strings as ``bytes``); an empty value is None."""
+    length_of = _uint_le(length_size)
+
+    def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
+        n = length_of(buf, off)
+        off += length_size
+        if not n:
+            return None, off
+        if off + n > len(buf):
+            raise ValueError("truncated JSON value")
+        return parse_json(buf[off], buf[off + 1:off + n]), off + n
     return read
 
 
@@ -415,6 +434,46 @@ def _time2(col) -> Reader:
     return read
 
 
+def _datetime(col) -> Reader:
+    """The pre-5.6 DATETIME (``RowsEvent.__read_datetime``): YYYYMMDDhhmmss as a little-endian
+    integer of 8 bytes, split by the library's float arithmetic; 0, or a zero year, month or day,
+    is None (out of range)."""
+    name, out_of_range, new = col.name, NONE_SOURCE.OUT_OF_DATETIME_RANGE, datetime.datetime
+
+    def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
+        if len(buf) < off + 8:
+            raise ValueError("truncated DATETIME")
+        value = int.from_bytes(buf[off:off + 8], "little")
+        if value == 0:
+            reasons[name] = out_of_range
+            return None, off + 8
+        date = value / 1000000
+        time = int(value % 1000000)
+        year, month, day = int(date / 10000), int((date % 10000) / 100), int(date % 100)
+        if year == 0 or month == 0 or day == 0:
+            reasons[name] = out_of_range
+            return None, off + 8
+        return new(year=year, month=month, day=day, hour=int(time / 10000), minute=int((time % 10000) / 100),
+                   second=int(time % 100)), off + 8
+    return read
+
+
+def _time(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
+    """The pre-5.6 TIME (``RowsEvent.__read_time``): hhmmss as an unsigned integer of 3 bytes."""
+    if len(buf) < off + 3:
+        raise ValueError("truncated TIME")
+    time = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16
+    return datetime.timedelta(hours=int(time / 10000), minutes=int((time % 10000) / 100),
+                              seconds=int(time % 100)), off + 3
+
+
+def _timestamp(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
+    """The pre-5.6 TIMESTAMP: seconds since the epoch, 4 bytes, as the library's naive UTC datetime."""
+    if len(buf) < off + 4:
+        raise ValueError("truncated TIMESTAMP")
+    return datetime.datetime.utcfromtimestamp(int.from_bytes(buf[off:off + 4], "little")), off + 4
+
+
 def _date(col) -> Reader:
     name, out_of_range, new = col.name, NONE_SOURCE.OUT_OF_DATE_RANGE, datetime.date
 
@@ -471,6 +530,14 @@ def column_reader(col) -> Reader:
         return _timestamp2(col)
     if t == T.GEOMETRY:
         return _pascal_bytes(col.length_size)
+    if t == T.JSON:
+        return _json(col.length_size)
+    if t == T.DATETIME:
+        return _datetime(col)
+    if t == T.TIME:
+        return _time
+    if t == T.TIMESTAMP:
+        return _timestamp
     raise UnsupportedType(f"column {col.name!r} of binlog type {t}")
 
 

@@ -10,8 +10,6 @@ it correctly without replaying DDL.  ``information_schema`` is not consulted.
 from __future__ import annotations
 
 from pymysqlreplication.constants import FIELD_TYPE as T
-from pymysqlreplication.event import BinLogEvent
-from pymysqlreplication.row_event import TableMapEvent
 
 from common.errors import UnsupportedType
 from producer.table_schema import ColumnDef, TableDef
@@ -95,101 +93,31 @@ def _nullable(bitmap: bytes, i: int) -> bool:
 
 
 def table_def_from_table_map(ev) -> TableDef:
-    """A :class:`TableDef` from a ``TableMapEvent`` (needs ``binlog_row_metadata=FULL``)."""
+    """A :class:`TableDef` from python-mysql-replication's ``TableMapEvent`` (needs
+    ``binlog_row_metadata=FULL``)."""
     meta = ev.optional_metadata
-    # GEOMETRY_TYPE metadata lists the real type of each geometry column, in column order.
-    geo = iter(meta.geometry_type_list or [])
-    cols = [column_def_from_binlog(c, i + 1, _nullable(ev.null_bitmask, i),
-                                   next(geo, 0) if c.type == T.GEOMETRY else None)
-            for i, c in enumerate(ev.columns)]
-    pk_idx = list(meta.simple_primary_key_list or []) or list((meta.primary_keys_with_prefix or {}).keys())
+    return table_def(ev.schema, ev.table, ev.columns, ev.null_bitmask, meta.geometry_type_list or [],
+                     meta.simple_primary_key_list or [], meta.primary_keys_with_prefix or {})
+
+
+def table_def_of(tm) -> TableDef:
+    """A :class:`TableDef` from a :class:`producer.binlog.binlog_events.TableMap`."""
+    return table_def(tm.schema, tm.table, tm.columns, tm.null_bitmask, tm.geometry_types, tm.simple_primary_key,
+                     tm.primary_key_with_prefix)
+
+
+def table_def(schema: str, table: str, columns: list, null_bitmask: bytes, geometry_types: list[int],
+              simple_primary_key: list[int], primary_key_with_prefix: dict[int, int]) -> TableDef:
+    """A :class:`TableDef` from a TABLE_MAP's parts: its columns (``Column`` objects of either
+    reader), NULL bitmap, the real types of its geometry columns in column order, and its
+    primary key (simple, or with prefixes)."""
+    geo = iter(geometry_types)
+    try:
+        cols = [column_def_from_binlog(c, i + 1, _nullable(null_bitmask, i),
+                                       next(geo, 0) if c.type == T.GEOMETRY else None)
+                for i, c in enumerate(columns)]
+    except UnsupportedType as exc:
+        raise UnsupportedType(f"table {schema}.{table}: {exc}") from None
+    pk_idx = list(simple_primary_key) or list(primary_key_with_prefix.keys())
     pk = [cols[i].name for i in pk_idx]
-    return TableDef(db=ev.schema, name=ev.table, columns=cols, primary_key=pk)
-
-
-# --- parsed once per distinct TABLE_MAP ------------------------------------------------------
-
-#: The per-event attributes of a parsed ``TableMapEvent`` (its packet, time, connection): not
-#: shared between events with the same body.
-_PER_EVENT = frozenset({"packet", "table_map", "timestamp", "event_type", "event_size", "_post_header_lengths",
-                        "_ctl_connection", "mysql_version", "_ignore_decode_errors", "_verify_checksum",
-                        "_is_event_valid", "complete"})
-#: Distinct TABLE_MAP bodies kept (cleared when full; rebuilt on demand).
-TABLE_MAP_CACHE_SIZE = 1024
-
-
-class TableMapCache:
-    """python-mysql-replication parses every TABLE_MAP event in full -- its columns, their
-    metadata, names and charsets, a ``Table`` -- although a server writes the same one before
-    every statement on a table: a third of the reader's time on single-row transactions.
-    With it installed (:func:`install_table_map_cache`), an event whose body (table id
-    included) and parse settings were seen before takes that parse's result instead: the same
-    columns, ``Table`` and optional metadata, which nothing changes once parsed.  The settings
-    where the library asks the server for column names (no ``binlog_row_metadata=FULL``, or
-    its column name cache), freezes schemas or verifies checksums parse every time as before."""
-
-    def __init__(self, parse, size: int = TABLE_MAP_CACHE_SIZE) -> None:
-        self.parse = parse  # TableMapEvent.__init__ as the library has it
-        self.size = size
-        self.parsed: dict[tuple, dict] = {}
-        self.hits = self.misses = 0
-        self.enabled = True  # (False: every event parsed, as without the cache)
-
-    def init(self, event, from_packet, event_size, table_map, ctl_connection, **kwargs) -> None:
-        """``TableMapEvent.__init__``, from this cache where it can."""
-        key = self.key(from_packet, event_size, ctl_connection, kwargs)
-        if key is None:
-            self.parse(event, from_packet, event_size, table_map, ctl_connection, **kwargs)
-            return
-        state = self.parsed.get(key)
-        if state is None:
-            self.misses += 1
-            self.parse(event, from_packet, event_size, table_map, ctl_connection, **kwargs)
-            if len(self.parsed) >= self.size:
-                self.parsed.clear()
-            self.parsed[key] = {k: v for k, v in event.__dict__.items() if k not in _PER_EVENT}
-            return
-        BinLogEvent.__init__(event, from_packet, event_size, table_map, ctl_connection, **kwargs)
-        self.restore(event, state, table_map)
-
-    def key(self, from_packet, event_size: int, ctl_connection, settings: dict) -> tuple | None:
-        """What a parse depends on: the event's body and the parse settings (the constructor's
-        keyword arguments); None where every event is parsed."""
-        g = settings.get
-        return self.key_of(from_packet.packet.get_all_data(), event_size, ctl_connection, g("optional_meta_data"),
-                           g("use_column_name_cache"), g("freeze_schema"), g("verify_checksum"),
-                           g("post_header_lengths"), g("only_tables"), g("ignored_tables"), g("only_schemas"),
-                           g("ignored_schemas"))
-
-    def key_of(self, data: bytes, event_size: int, ctl_connection, optional_meta_data, use_column_name_cache,
-               freeze_schema, verify_checksum, lengths, *filters) -> tuple | None:
-        """:meth:`key` from the packet's bytes (header included) and the settings one by one."""
-        if not self.enabled or not optional_meta_data or use_column_name_cache or freeze_schema or verify_checksum:
-            return None
-        return (data[20:20 + event_size], ctl_connection._get_dbms(), tuple(lengths) if lengths else None,
-                *(None if f is None else tuple(f) for f in filters))
-
-    def restore(self, event, state: dict, table_map: dict) -> None:
-        """``event`` (its per-event attributes set) completed from an earlier parse."""
-        self.hits += 1
-        event.__dict__.update(state)
-        table = state.get("table_obj")
-        if table is not None:
-            table_map[event.table_id] = table  # (as the parse does)
-
-
-_installed: TableMapCache | None = None
-
-
-def install_table_map_cache() -> TableMapCache:
-    """Parse each distinct TABLE_MAP once in this process (:class:`TableMapCache`); idempotent."""
-    global _installed
-    if _installed is None:
-        cache = TableMapCache(TableMapEvent.__init__)
-
-        def __init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs):
-            cache.init(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
-
-        TableMapEvent.__init__ = __init__
-        _installed = cache
-    return _installed
+    return TableDef(db=schema, name=table, columns=cols, primary_key=pk)

@@ -1,0 +1,230 @@
+""":class:`common.sql.wire.Connection` against a scripted server (tests/wire_helpers.py): MySQL
+8's ``caching_sha2_password`` logins (fast; full with the RSA key asked of the server or given,
+or in clear text over TLS; an auth switch to it), a plugin it does not speak, a 16 MiB result row joined from its frames,
+and a server that closes the connection, stops answering or breaks the packet sequence."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from cdc.stack.certs import CertificateAuthority
+from common.errors import ServerError, ServerGone, WireProtocolError
+from common.sql import wire
+from common.sql.tls import TlsSettings
+from tests.wire_helpers import (
+    MYSQL8_CAPABILITIES,
+    NONCE,
+    RSA_PEM,
+    ScriptedServer,
+    err_packet,
+    handshake_v10,
+    native_ok,
+    ok_packet,
+    rsa_decrypted,
+    sha2_fast_ok,
+)
+
+PLAIN = TlsSettings("disabled")
+SECRET = b"s3cret-\xc3\xa9"  # (a password is sent as UTF-8)
+
+
+def _connect(server: ScriptedServer, password: str = SECRET.decode(), **kw) -> wire.Connection:
+    return wire.connect("127.0.0.1", server.port, "cdc", password, tls=PLAIN, connect_timeout=5, **kw)
+
+
+def _full_login(side, *, key_asked: bool) -> None:
+    """caching_sha2_password's full login over plain TCP, as MySQL 8 runs it (cache empty)."""
+    side.write(b"\x01\x04")  # perform full authentication
+    data = side.read()
+    if key_asked:
+        assert data == b"\x02"  # the public key request
+        side.write(b"\x01" + RSA_PEM)
+        data = side.read()
+    if rsa_decrypted(data) == SECRET + b"\0":
+        side.write(ok_packet())
+    else:
+        side.write(err_packet(1045, "28000", "Access denied for user 'cdc'@'localhost' (using password: YES)"))
+
+
+def test_caching_sha2_fast_login_then_a_query():
+    def script(side):
+        side.write(handshake_v10())
+        user, auth, plugin = side.read_login()
+        assert (user, plugin) == ("cdc", "caching_sha2_password") and sha2_fast_ok(auth, SECRET)
+        side.write(b"\x01\x03")  # fast authentication success
+        side.write(ok_packet())
+        side.seq = 0
+        assert side.read() == b"\x03SELECT 1"
+        side.write(b"\x01")
+        side.write(b"\x00" * 4 + b"\x011" + b"\x00" * 8)  # (a column definition: empty strings, name "1")
+        side.write(b"\xfe\x00\x00\x02\x00")
+        side.write(b"\x011")
+        side.write(b"\xfe\x00\x00\x02\x00")
+        side.seq = 0
+        assert side.read() == b"\x01"  # COM_QUIT
+
+    server = ScriptedServer(script)
+    conn = _connect(server)
+    assert conn.plugin == "caching_sha2_password" and not conn.secure and conn.server_version == "8.4.3"
+    assert conn.query("SELECT 1") == wire.ResultSet(["1"], [(b"1",)])
+    conn.close()
+    server.join()
+
+
+@pytest.mark.parametrize("key_given", [False, True])
+def test_caching_sha2_full_login_over_plain_tcp_encrypts_with_the_servers_key(key_given):
+    def script(side):
+        side.write(handshake_v10())
+        side.read_login()
+        _full_login(side, key_asked=not key_given)
+
+    server = ScriptedServer(script)
+    conn = _connect(server, server_public_key=RSA_PEM if key_given else None)
+    assert conn.plugin == "caching_sha2_password"
+    conn.close()
+    server.join()
+
+
+def test_caching_sha2_full_login_over_tls_sends_the_password_in_clear_text(tmp_path):
+    ca = CertificateAuthority(tmp_path / "certs")
+    cert = ca.issue("server", ("localhost",))
+
+    def script(side):
+        side.write(handshake_v10(capabilities=MYSQL8_CAPABILITIES | wire.SSL))
+        side.start_tls(cert.cert, cert.key)
+        side.read_login()
+        side.write(b"\x01\x04")  # perform full authentication
+        assert side.read() == SECRET + b"\0"
+        side.write(ok_packet())
+
+    server = ScriptedServer(script)
+    conn = wire.connect("localhost", server.port, "cdc", SECRET.decode(), connect_timeout=5,
+                        tls=TlsSettings("verify_identity", ca.ca, setting="source.ssl"))
+    assert conn.secure and conn.plugin == "caching_sha2_password"
+    conn.close()
+    server.join()
+
+
+def test_a_wrong_password_in_a_full_login_is_the_servers_error():
+    def script(side):
+        side.write(handshake_v10())
+        side.read_login()
+        _full_login(side, key_asked=True)
+
+    server = ScriptedServer(script)
+    with pytest.raises(ServerError) as err:
+        _connect(server, password="wrong")
+    assert err.value.code == 1045 and "Access denied for user 'cdc'" in err.value.message
+    server.join()
+
+
+def test_an_auth_switch_to_caching_sha2_is_followed():
+    def script(side):
+        side.write(handshake_v10("mysql_native_password"))
+        _, auth, plugin = side.read_login()
+        assert plugin == "mysql_native_password" and native_ok(auth, SECRET)
+        other = bytes(range(40, 60))
+        side.write(b"\xfecaching_sha2_password\0" + other + b"\0")
+        assert sha2_fast_ok(side.read(), SECRET, other)
+        side.write(b"\x01\x03")
+        side.write(ok_packet())
+
+    server = ScriptedServer(script)
+    conn = _connect(server)
+    assert conn.plugin == "caching_sha2_password"
+    conn.close()
+    server.join()
+
+
+def test_a_plugin_it_does_not_speak_is_named():
+    def script(side):
+        side.write(handshake_v10("mysql_native_password"))
+        side.read_login()
+        side.write(b"\xfeclient_ed25519\0" + NONCE + b"\0")
+
+    server = ScriptedServer(script)
+    with pytest.raises(WireProtocolError, match="client_ed25519"):
+        _connect(server)
+    server.join()
+
+
+def test_a_row_of_more_than_16_mib_is_joined_from_its_frames():
+    value = b"v" * (wire.MAX_FRAME + 10)
+
+    def script(side):
+        side.write(handshake_v10("mysql_native_password"))
+        side.read_login()
+        side.write(ok_packet())
+        side.seq = 0
+        side.read()
+        side.write(b"\x01")
+        side.write(b"\x00" * 4 + b"\x01v" + b"\x00" * 8)
+        side.write(b"\xfe\x00\x00\x02\x00")
+        row = wire.encode_lenenc_int(len(value)) + value
+        side.write(row[:wire.MAX_FRAME])
+        side.write(row[wire.MAX_FRAME:])
+        side.write(b"\xfe\x00\x00\x02\x00")
+
+    server = ScriptedServer(script)
+    conn = _connect(server)
+    assert conn.query("SELECT v").rows == [(value,)]
+    server.join()
+    conn.close()
+
+
+def _logged_in_then(after):
+    def script(side):
+        side.write(handshake_v10("mysql_native_password"))
+        side.read_login()
+        side.write(ok_packet())
+        side.seq = 0
+        side.read()
+        after(side)
+    return script
+
+
+def test_a_server_that_closes_the_connection_mid_packet_is_gone():
+    server = ScriptedServer(_logged_in_then(lambda side: side.sock.sendall(b"\x10\x00\x00\x01abc")))
+    conn = _connect(server)
+    with pytest.raises(ServerGone, match="closed the connection"):
+        conn.query("SELECT 1")
+    assert conn.closed
+    server.join()
+
+
+def test_a_server_that_stops_answering_is_gone_after_the_read_timeout():
+    server = ScriptedServer(_logged_in_then(lambda side: time.sleep(1.5)))
+    conn = _connect(server, read_timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(ServerGone, match="did not answer in time"):
+        conn.query("SELECT 1")
+    assert time.monotonic() - started < 1.2
+    server.join()
+
+
+def test_a_packet_out_of_sequence_is_a_protocol_error():
+    server = ScriptedServer(_logged_in_then(lambda side: side.write(ok_packet(), seq=5)))
+    conn = _connect(server)
+    with pytest.raises(WireProtocolError, match="sent packet 5, not 1"):
+        conn.query("DO 1")
+    conn.close()
+    server.join()
+
+
+def test_an_unreachable_server_is_gone_naming_it():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]  # (free once closed: nothing listens there)
+    with pytest.raises(ServerGone, match=f"cannot connect to the server at 127.0.0.1:{port}"):
+        wire.connect("127.0.0.1", port, "cdc", "x", tls=PLAIN, connect_timeout=2)
+
+
+def test_a_server_that_sends_no_handshake_is_gone_after_the_connect_timeout():
+    server = ScriptedServer(lambda side: time.sleep(1.5))
+    started = time.monotonic()
+    with pytest.raises(ServerGone, match="did not answer in time"):
+        wire.connect("127.0.0.1", server.port, "cdc", "x", tls=PLAIN, connect_timeout=0.3, read_timeout=None)
+    assert time.monotonic() - started < 1.2
+    server.join()

@@ -189,12 +189,16 @@ class KafkaWriter:
         """Abort an open batch, wait up to 10 s for what was produced, then let the client go
         at once (not when the garbage collector finds it: until then it would keep reaching for
         a broker that may have stopped, and say so); what Kafka did not take by then is dropped
-        (it was never committed: the next run writes it again)."""
-        if self.in_batch and self.transactions:
-            try:
+        (it was never committed: the next run writes it again).  It raises nothing: a writer is
+        closed after the error that stopped it (a record too large, a lost broker), and a client
+        in an error state may refuse the abort or the purge (INVALID_TXN_STATE): that is logged,
+        the first error is the one the caller sees."""
+        try:
+            if self.in_batch and self.transactions:
                 self.producer.abort_transaction(10)
-            except KafkaException:
-                pass
-        self.producer.flush(10)
-        self.producer.purge()
-        self.producer.close()
+            self.producer.flush(10)
+            self.producer.purge()
+        except KafkaException as exc:
+            log.info("closing the Kafka writer: %s (what it held is dropped: never committed)", exc)
+        finally:
+            self.producer.close()

@@ -147,6 +147,7 @@ def test_startup_modes(stack, config, test_db):
         cfg = config.model_copy(deep=True)
         cfg.kafka.topic_prefix = cfg.producer.name = f"{base}_{mode}"
         cfg.producer.startup.mode = mode
+        cfg.source.include_databases = [test_db]  # ("earliest" reads the whole binlog: other tests' rows too)
         for k, v in startup.items():
             setattr(cfg.producer.startup, k, v)
         run_until_caught_up(cfg)

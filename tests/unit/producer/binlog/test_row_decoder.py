@@ -37,30 +37,33 @@ def _column(name: str, type_: int, **meta) -> Column:
     return Column(**{**base, **meta})
 
 
+class _ControlConnection:
+    """What the library's event constructors ask of the stream's control connection: its
+    charset and which server it is (``ctl_connection._get_dbms``, a method the library's
+    stream adds to its own connection and calls here)."""
+
+    charset = "utf8"
+
+    def _get_dbms(self) -> str:
+        return "mysql"
+
+
 def library_event(columns: list[Column], data: bytes, update: bool):
-    """A rows event holding row data, as python-mysql-replication builds it from a packet
-    (1 status byte and the 19-byte event header, already read, then the rows)."""
-    packet = MysqlPacket(bytes(20) + data, "utf8")
-    packet.advance(20)
-    wrapper = BinLogPacketWrapper.__new__(BinLogPacketWrapper)
-    wrapper.packet = packet
-    wrapper.read_bytes = 0
-    wrapper._BinLogPacketWrapper__data_buffer = b""
-    cls = UpdateRowsEvent if update else WriteRowsEvent
-    ev = cls.__new__(cls)
-    ev.packet = wrapper
-    ev.table_id = 1
-    ev.table_map = {1: Table(1, "db", "t", columns)}
-    ev.columns = columns
-    ev.number_of_columns = len(columns)
-    ev.event_type = BINLOG.UPDATE_ROWS_EVENT_V2 if update else BINLOG.WRITE_ROWS_EVENT_V2
-    ev.event_size = len(data)
-    ev.complete = True
-    ev._ignore_decode_errors = False
-    ev._RowsEvent__none_sources = {}
-    ev._RowsEvent__rows = None
-    ev.columns_present_bitmap = ev.columns_present_bitmap2 = b"\xff" * ((len(columns) + 7) // 8)
-    return ev
+    """A v2 rows event holding row data, built by python-mysql-replication's public
+    ``BinLogPacketWrapper`` from the packet a server sends: the OK byte, the 19-byte event
+    header, the post-header (table id 1, flags, no extra data), the column count, the
+    present-columns bitmap(s), then the rows."""
+    etype = BINLOG.UPDATE_ROWS_EVENT_V2 if update else BINLOG.WRITE_ROWS_EVENT_V2
+    bitmap = b"\xff" * ((len(columns) + 7) // 8)
+    assert len(columns) < 251  # (the column count in one byte)
+    body = (1).to_bytes(6, "little") + struct.pack("<HH", 0, 2) + bytes([len(columns)]) + bitmap * (2 if update else 1) \
+        + data
+    header = struct.pack("<IBIIIH", 0, etype, 1, 19 + len(body), 0, 0)
+    wrapper = BinLogPacketWrapper(MysqlPacket(b"\x00" + header + body, "utf8"), {1: Table(1, "db", "t", columns)},
+                                  _ControlConnection(), (10, 11, 0), False, frozenset({WriteRowsEvent, UpdateRowsEvent}),
+                                  None, None, None, None, False, False, False, False, False)
+    assert wrapper.event is not None
+    return wrapper.event
 
 
 def library_rows(columns: list[Column], data: bytes, update: bool) -> list[dict]:

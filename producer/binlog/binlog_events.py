@@ -28,6 +28,7 @@ from pymysqlreplication.constants import CHARSET
 from pymysqlreplication.constants import FIELD_TYPE as T
 
 from common.errors import WireProtocolError
+from common.sql.wire import lenenc_int
 
 # Event types (MySQL's and MariaDB's log_event.h).
 QUERY_EVENT, XID_EVENT, TABLE_MAP_EVENT, HEARTBEAT_EVENT = 2, 16, 19, 27
@@ -117,28 +118,14 @@ def heartbeat_file(event_type: int, body: bytes) -> tuple[str, int | None]:
     name, pos, p = "", None, 0
     while p < len(body):
         tag = body[p]
-        length, p = lenenc(body, p + 1)
+        length, p = lenenc_int(body, p + 1)
         value = body[p:p + length]
         p += length
         if tag == 0:
             name = value.decode("utf-8", "replace")
         elif tag == 1:
-            pos = lenenc(value, 0)[0]
+            pos = lenenc_int(value, 0)[0]
     return name, pos
-
-
-def lenenc(data: bytes, p: int) -> tuple[int, int]:
-    """A length-encoded integer at ``p`` and the offset after it."""
-    c = data[p]
-    if c < 0xFB:
-        return c, p + 1
-    if c == 0xFC:
-        return data[p + 1] | data[p + 2] << 8, p + 3
-    if c == 0xFD:
-        return int.from_bytes(data[p + 1:p + 4], "little"), p + 4
-    if c == 0xFE:
-        return int.from_bytes(data[p + 1:p + 9], "little"), p + 9
-    raise WireProtocolError(f"0x{c:02x} does not start a length-encoded integer")
 
 
 def table_id(body: bytes, post_header_length: int) -> int:
@@ -171,7 +158,7 @@ def rows_header(event_type: int, body: bytes, post_header_length: int = 10) -> R
         if extra < 2:
             raise WireProtocolError(f"a rows event declares {extra} bytes of extra data")
         p += extra - 2
-    columns, p = lenenc(body, p)
+    columns, p = lenenc_int(body, p)
     width = (columns + 7) >> 3
     present = body[p:p + width]
     p += width
@@ -281,10 +268,10 @@ def table_map(body: bytes, *, mariadb: bool, post_header_length: int = 8) -> Tab
     n = body[p]
     table = body[p + 1:p + 1 + n].decode()
     p += n + 2
-    count, p = lenenc(body, p)
+    count, p = lenenc_int(body, p)
     types = body[p:p + count]
     p += count
-    meta_len, p = lenenc(body, p)
+    meta_len, p = lenenc_int(body, p)
     columns, m = [], p
     for t in types:
         col, m = _column(t, body, m)
@@ -302,7 +289,7 @@ def _optional_metadata(tm: TableMap, body: bytes, p: int, mariadb: bool) -> None
     fields: dict[int, bytes] = {}
     while p < len(body):
         kind = body[p]
-        length, p = lenenc(body, p + 1)
+        length, p = lenenc_int(body, p + 1)
         fields[kind] = body[p:p + length]
         p += length
     cols = tm.columns
@@ -358,7 +345,7 @@ def _charsets(columns: list[Column], default: bytes | None, per_column: bytes | 
 def _ints(data: bytes) -> list[int]:
     out, p = [], 0
     while p < len(data):
-        v, p = lenenc(data, p)
+        v, p = lenenc_int(data, p)
         out.append(v)
     return out
 
@@ -372,7 +359,7 @@ def _strings(data: bytes) -> list[bytes]:
     """Length-encoded strings, one after another."""
     out, p = [], 0
     while p < len(data):
-        n, p = lenenc(data, p)
+        n, p = lenenc_int(data, p)
         out.append(data[p:p + n])
         p += n
     return out
@@ -383,10 +370,10 @@ def _value_lists(data: bytes) -> list[list[str]]:
     the library has them)."""
     out, p = [], 0
     while p < len(data):
-        count, p = lenenc(data, p)
+        count, p = lenenc_int(data, p)
         values = []
         for _ in range(count):
-            n, p = lenenc(data, p)
+            n, p = lenenc_int(data, p)
             try:
                 values.append(data[p:p + n].decode())
             except UnicodeDecodeError:

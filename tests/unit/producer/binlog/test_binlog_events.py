@@ -16,17 +16,6 @@ from common.sql.wire import encode_lenenc_int as lenenc_int
 from producer.binlog import binlog_events as be
 
 
-@given(st.integers(0, 2**64 - 1), st.binary(max_size=3))
-def test_length_encoded_integers_read_back(n, tail):
-    data = b"x" + lenenc_int(n) + tail
-    assert be.lenenc(data, 1) == (n, len(data) - len(tail))
-
-
-def test_0xff_does_not_start_a_length_encoded_integer():
-    with pytest.raises(WireProtocolError):
-        be.lenenc(b"\xff", 0)
-
-
 @given(st.uuids(), st.integers(1, 2**63))
 def test_a_mysql_gtid_is_its_source_uuid_and_number(sid, gno):
     body = b"\x01" + sid.bytes + struct.pack("<Q", gno) + b"\x02" + bytes(16)

@@ -195,7 +195,10 @@ class KafkaWriter:
         the first error is the one the caller sees."""
         try:
             if self.in_batch and self.transactions:
-                self.producer.abort_transaction(10)
+                try:
+                    self.producer.abort_transaction(10)
+                except KafkaException as exc:
+                    log.info("closing the Kafka writer: the abort failed: %s", exc)
             self.producer.flush(10)
             self.producer.purge()
         except KafkaException as exc:

@@ -32,7 +32,7 @@ SECRET = b"s3cret-\xc3\xa9"  # (a password is sent as UTF-8)
 
 
 def _connect(server: ScriptedServer, password: str = SECRET.decode(), **kw) -> wire.Connection:
-    return wire.connect("127.0.0.1", server.port, "cdc", password, tls=PLAIN, connect_timeout=5, **kw)
+    return wire.connect("127.0.0.1", server.port, "cdc", password, tls=PLAIN, connect_timeout=60, **kw)
 
 
 def _full_login(side, *, key_asked: bool) -> None:
@@ -101,7 +101,7 @@ def test_caching_sha2_full_login_over_tls_sends_the_password_in_clear_text(tmp_p
         side.write(ok_packet())
 
     server = ScriptedServer(script)
-    conn = wire.connect("localhost", server.port, "cdc", SECRET.decode(), connect_timeout=5,
+    conn = wire.connect("localhost", server.port, "cdc", SECRET.decode(), connect_timeout=60,
                         tls=TlsSettings("verify_identity", ca.ca, setting="source.ssl"))
     assert conn.secure and conn.plugin == "caching_sha2_password"
     conn.close()

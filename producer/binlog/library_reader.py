@@ -14,7 +14,7 @@ partial images).
 from __future__ import annotations
 
 import functools
-from typing import Callable, Iterator
+from typing import Iterator
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
@@ -28,14 +28,11 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from common.config import SourceConfig
 from common.sql.sessions import source_tls
 from common.sql.tls import connect_mysql
 from producer.binlog.reader import (
     Idle,
-    ImageEncoding,
     ReaderCore,
-    ResumePoint,
     RowChanges,
     SchemaChange,
     TransactionEnd,
@@ -51,12 +48,10 @@ class LibraryBinlogReader(ReaderCore):
     """Iterate positioned records from a resume point through python-mysql-replication; stop
     with :meth:`close`."""
 
-    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
-                 heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
-                 wants: Callable[[str, str], bool] = lambda db, table: True, file_base: int = 0,
-                 images: ImageEncoding | None = None) -> None:
-        super().__init__(cfg, resume, is_mariadb=is_mariadb, blocking=blocking, heartbeat_s=heartbeat_s,
-                         only_schemas=only_schemas, wants=wants, file_base=file_base, images=images)
+    def __init__(self, *args, **kwargs) -> None:  # (ReaderCore's arguments)
+        super().__init__(*args, **kwargs)
+        cfg, resume, blocking, heartbeat_s = self.cfg, self.resume, self.blocking, self.heartbeat_s
+        only_schemas = None if self.only_schemas is None else sorted(self.only_schemas)
         settings = {"host": cfg.host, "port": cfg.port, "user": cfg.user,
                     "password": cfg.password.get_secret_value(), "charset": "utf8mb4",
                     "connect_timeout": int(cfg.connect_timeout_s)}
@@ -70,7 +65,7 @@ class LibraryBinlogReader(ReaderCore):
             # only set it when starting from a MariaDB GTID position.
             connection_settings=settings, server_id=cfg.server_id, blocking=blocking,
             pymysql_wrapper=functools.partial(connect_mysql, source_tls(cfg)),  # source.ssl
-            is_mariadb=is_mariadb and bool(resume.gtid_set),
+            is_mariadb=self.is_mariadb and bool(resume.gtid_set),
             only_events=[TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
                          GtidEvent, MariadbGtidEvent, HeartbeatLogEvent, FormatDescriptionEvent],
             ignored_schemas=sorted(SYSTEM_DATABASES), only_schemas=only_schemas,

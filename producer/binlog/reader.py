@@ -223,9 +223,10 @@ class ReaderCore:
     """What both binlog readers share: the position of each item, the open transaction, the
     tables by table id with their row decoders and image encoders, the resume point."""
 
-    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool,
-                 heartbeat_s: float, only_schemas: list[str] | None, wants: Callable[[str, str], bool],
-                 file_base: int, images: ImageEncoding | None) -> None:
+    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
+                 heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
+                 wants: Callable[[str, str], bool] = lambda db, table: True, file_base: int = 0,
+                 images: ImageEncoding | None = None) -> None:
         self.cfg = cfg
         self.file_base = file_base
         self.resume = resume
@@ -383,12 +384,8 @@ class BinlogReader(ReaderCore):
     fails, it is raised (a ``ConnectionError``: the producer restarts from its stored
     position)."""
 
-    def __init__(self, cfg: SourceConfig, resume: ResumePoint, *, is_mariadb: bool, blocking: bool = True,
-                 heartbeat_s: float = 1.0, only_schemas: list[str] | None = None,
-                 wants: Callable[[str, str], bool] = lambda db, table: True, file_base: int = 0,
-                 images: ImageEncoding | None = None) -> None:
-        super().__init__(cfg, resume, is_mariadb=is_mariadb, blocking=blocking, heartbeat_s=heartbeat_s,
-                         only_schemas=only_schemas, wants=wants, file_base=file_base, images=images)
+    def __init__(self, *args, **kwargs) -> None:  # (ReaderCore's arguments)
+        super().__init__(*args, **kwargs)
         self._stream: BinlogStream | None = None
         self._closed = False
         self.reconnects = 0

@@ -151,30 +151,6 @@ def test_a_plugin_it_does_not_speak_is_named():
     server.join()
 
 
-def test_a_row_of_more_than_16_mib_is_joined_from_its_frames():
-    value = b"v" * (wire.MAX_FRAME + 10)
-
-    def script(side):
-        side.write(handshake_v10("mysql_native_password"))
-        side.read_login()
-        side.write(ok_packet())
-        side.seq = 0
-        side.read()
-        side.write(b"\x01")
-        side.write(b"\x00" * 4 + b"\x01v" + b"\x00" * 8)
-        side.write(b"\xfe\x00\x00\x02\x00")
-        row = wire.encode_lenenc_int(len(value)) + value
-        side.write(row[:wire.MAX_FRAME])
-        side.write(row[wire.MAX_FRAME:])
-        side.write(b"\xfe\x00\x00\x02\x00")
-
-    server = ScriptedServer(script)
-    conn = _connect(server)
-    assert conn.query("SELECT v").rows == [(value,)]
-    server.join()
-    conn.close()
-
-
 def _logged_in_then(after):
     def script(side):
         side.write(handshake_v10("mysql_native_password"))
@@ -184,6 +160,25 @@ def _logged_in_then(after):
         side.read()
         after(side)
     return script
+
+
+def test_a_row_of_more_than_16_mib_is_joined_from_its_frames():
+    value = b"v" * (wire.MAX_FRAME + 10)
+
+    def result(side):
+        side.write(b"\x01")
+        side.write(b"\x00" * 4 + b"\x01v" + b"\x00" * 8)
+        side.write(b"\xfe\x00\x00\x02\x00")
+        row = wire.encode_lenenc_int(len(value)) + value
+        side.write(row[:wire.MAX_FRAME])
+        side.write(row[wire.MAX_FRAME:])
+        side.write(b"\xfe\x00\x00\x02\x00")
+
+    server = ScriptedServer(_logged_in_then(result))
+    conn = _connect(server)
+    assert conn.query("SELECT v").rows == [(value,)]
+    server.join()
+    conn.close()
 
 
 def test_a_server_that_closes_the_connection_mid_packet_is_gone():

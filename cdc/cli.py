@@ -390,7 +390,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     import cdc.demo_shards as demo_shards
     if args.shards:
         return demo_shards.run_shards_demo(Path(args.state_dir), ddl=args.ddl, keep_running=args.keep_running)
-    return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running, secure=args.secure)
+    return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running, secure=args.secure,
+                         lake_engine=args.lake_engine)
 
 
 def _source_option(p: argparse.ArgumentParser, help_: str) -> None:
@@ -457,6 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="four shards on two source servers merged into one table (docs/sharding.md)")
     demo_p.add_argument("--ddl", choices=["pessimistic", "optimistic"], default="pessimistic",
                         help="with --shards: the route's sharding DDL mode (default pessimistic)")
+    demo_p.add_argument("--lake-engine", choices=["spark", "driver"], default="spark",
+                        help="who merges the Delta and Iceberg tables: Spark's executors, merge-on-read (default), "
+                             "or the driver through delta-rs and pyiceberg (docs/lake.md)")
     demo_p.set_defaults(func=_cmd_demo)
 
     produce_p = sub.add_parser("produce", help="stream binlog row changes into Kafka")

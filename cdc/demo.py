@@ -35,6 +35,7 @@ from common.sql.sessions import connect
 from producer.app import ProducerApp
 from producer.binlog.server import current_position
 from spark_jobs.merge_job import MergeJob
+from spark_jobs.sinks.configured import lake_conf
 
 console = Console()
 
@@ -144,7 +145,7 @@ class _WriteLoad(BackgroundWriter):
 TABLES = ["shop.customers", "shop.order_lines", "shop.products"]
 
 
-def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False) -> int:
+def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False, lake_engine: str = "spark") -> int:
     console.rule("[bold]MySQL CDC demo" + (" (secure: TLS and passwords everywhere)" if secure else ""))
     t_start = time.monotonic()
     with console.status("starting the embedded stack (MariaDB/MySQL, Kafka broker, PostgreSQL)..."):
@@ -161,6 +162,7 @@ def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False) 
         cfg.sinks.postgres.schema_name = run
         cfg.sinks.mysql.database = f"cdc_sink_{run}"
         lake_of_run(cfg, info.state_dir / run, run)
+        cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = lake_engine  # (spark: the executors merge the lake)
         cfg.state_dir = str(info.state_dir / run)
         cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
         cfg.spark.master = "local[2]"
@@ -174,11 +176,11 @@ def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False) 
         with console.status("starting the Spark merge job (local[2])..."):
             from spark_jobs.spark_session import build_session
             job = MergeJob(cfg)  # (first: it gives the Spark processes the Kafka secrets' references)
-            build_session(cfg.spark.master)
+            build_session(cfg.spark.master, conf=lake_conf(cfg.sinks))
             merger = threading.Thread(target=job.run, daemon=True, name="merge-job")
             merger.start()
-        console.print("merge job running: DBLog dedup into PostgreSQL, MySQL, Delta Lake, Iceberg and the clean "
-                      "changelog topics")
+        console.print("merge job running: DBLog dedup into PostgreSQL, MySQL, Delta Lake, Iceberg (merged by "
+                      f"{'Spark' if lake_engine == 'spark' else 'the driver'}) and the clean changelog topics")
         load = _WriteLoad(info)
         load.start()
         console.print("write load running (updates, deletes, re-inserts)")

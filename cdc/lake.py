@@ -1,11 +1,17 @@
 """``cdc lake``: the lake tables' maintenance and a look at them.
 
-* ``cdc lake optimize`` compacts each table's small files (Delta: OPTIMIZE and a log
-  checkpoint; Iceberg: the small data files rewritten in one snapshot);
-* ``cdc lake vacuum`` removes the Delta files no version within the retention references and
-  the lake sinks' staged parts left by failed tasks;
+The maintenance is each sink engine's: delta-rs's and pyiceberg's for the ``driver`` engine,
+Spark's own for the ``spark`` engine, run in a Spark session of the command (``spark.master``,
+the connectors from ``make jars``):
+
+* ``cdc lake optimize`` compacts each table (Delta: OPTIMIZE, small files bin-packed and, with
+  Spark, the files with deletion vectors written again without the deleted rows; Iceberg:
+  small files rewritten, with Spark ``rewrite_data_files`` with the position deletes folded
+  back and ``rewrite_position_delete_files``);
+* ``cdc lake vacuum`` removes the Delta files no version within the retention references
+  (VACUUM) and the lake sinks' staged parts left by failed tasks;
 * ``cdc lake expire`` expires the Iceberg snapshots older than the retention and deletes the
-  files no snapshot left needs;
+  files no snapshot left needs (with Spark: ``expire_snapshots``, ``remove_orphan_files``);
 * ``cdc lake files`` shows the data files per table;
 * ``cdc lake sql "SELECT ..."`` runs DuckDB over the tables (``delta.<db>.<table>`` and
   ``iceberg.<db>.<table>`` as views), with the delta, iceberg and avro extensions of the
@@ -19,11 +25,13 @@ from __future__ import annotations
 import glob
 import os
 import re
+import sys
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from cdc.errors import CommandError
 from common.config import CDCConfig
-from spark_jobs.sinks.configured import build_sinks
+from spark_jobs.sinks.configured import build_sinks, lake_conf
 from spark_jobs.sinks.lake_base import LakeSinkBase
 
 __all__ = ["lake_sinks", "maintain", "file_counts", "duckdb_connection", "lake_sql"]
@@ -43,12 +51,34 @@ def _selected(sink: LakeSinkBase, patterns: Sequence[str]) -> Iterator[tuple[str
             yield db, table
 
 
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 pointed at stderr meanwhile: a process started meanwhile (Spark's
+    JVM) writes what it prints there ("Deleted 14 files ..." of Delta's VACUUM), and this
+    command's own output (``--json``) stays alone on stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def maintain(cfg: CDCConfig, action: str, patterns: Sequence[str] = (), *, retention_hours: float = 168.0,
              progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run ``action`` (``optimize``, ``vacuum``, ``expire``) on every selected lake table;
     one result per table and sink."""
+    sinks = lake_sinks(cfg)
+    conf = lake_conf(cfg.sinks)
+    if conf:  # a lake sink of the spark engine: its maintenance is Spark's
+        from spark_jobs.spark_session import build_session
+        with _stdout_to_stderr():  # (the JVM starts here: its own prints, VACUUM's, go to stderr)
+            build_session(cfg.spark.master, app_name="cdc-lake", conf=conf)
     results = []
-    for name, sink in lake_sinks(cfg):
+    for name, sink in sinks:
         step = {"optimize": lambda d, t: sink.compact(d, t),
                 "vacuum": lambda d, t: getattr(sink, "vacuum", None) and sink.vacuum(d, t, retention_hours),
                 "expire": lambda d, t: getattr(sink, "expire", None) and sink.expire(d, t, retention_hours)}[action]

@@ -88,6 +88,8 @@ from spark_jobs.route_targets import RouteTargets
 from spark_jobs.running_batch import RunningBatch, progress_figures
 from spark_jobs.schema_guard import SchemaGuard
 from spark_jobs.sharding.routes import Router
+from spark_jobs.sinks.configured import lake_conf, spark_lakes
+from spark_jobs.sinks.lake_spark import check_connectors
 from spark_jobs.table_markers import TableMarkers, debezium_truncates
 from spark_jobs.table_topics import TableTopics
 from spark_jobs.tombstone_purger import TombstonePurger
@@ -354,7 +356,10 @@ class MergeJob:
         self.stop_on_schema_change()
         self.check_routes()
         spark = build_session(self.cfg.spark.master, app_name=f"cdc-merge-{self.prefix}",
-                              kafka_source=self.cfg.spark.kafka_source, ui_port=self.cfg.spark.ui_port)
+                              kafka_source=self.cfg.spark.kafka_source, ui_port=self.cfg.spark.ui_port,
+                              conf=lake_conf(self.cfg.sinks))
+        if spark_lakes(self.cfg.sinks):
+            check_connectors(spark)  # (a JVM without the connectors' jars: stop here, named)
         warm_workers(spark, self.prefix)
         first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job serves all
         stall_s = self.cfg.spark.health_stall_s
@@ -475,7 +480,8 @@ def run_jobs(jobs: list[MergeJob], *, available_now: bool = False, max_restarts:
         job.peers = list(jobs)  # the first source's job serves every job's figures
     from spark_jobs.spark_session import build_session
     build_session(jobs[0].cfg.spark.master, app_name="cdc-merge",  # one session, made before the threads
-                  kafka_source=jobs[0].cfg.spark.kafka_source, ui_port=jobs[0].cfg.spark.ui_port)
+                  kafka_source=jobs[0].cfg.spark.kafka_source, ui_port=jobs[0].cfg.spark.ui_port,
+                  conf=lake_conf(jobs[0].cfg.sinks))
     results: dict[int, Any] = {}
     done = threading.Event()
 

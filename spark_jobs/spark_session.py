@@ -39,11 +39,28 @@ def session_conf(conf: Mapping[str, str] | None = None, kafka_source: str = "pyt
     ``cdc-kafka`` source (``kafka_source="python"``), unless Java options are chosen
     elsewhere: in ``conf``, or (``java_options_elsewhere``, :func:`java_options_elsewhere`)
     by whoever started the JVM.  Spark's ``kafka`` source (``"jvm"``) reads and decodes in
-    the JVM and keeps its defaults."""
+    the JVM and keeps its defaults.  The lake sinks keep the client compiler too: their
+    commits are many short Spark jobs whose generated code C2 would compile for little use
+    (measured: a MERGE of 100 changes into Delta 4-8 s against 9-16 s with C2, into Iceberg
+    0.7-1.4 s against 1.3-2.9 s, on a loaded machine; docs/lake.md, "Speed")."""
     out = dict(conf or {})
     if kafka_source == "python" and not java_options_elsewhere and not any(key in out for key in _JAVA_OPTIONS):
         out.update({key: CLIENT_COMPILER_ONLY for key in _JAVA_OPTIONS})
     return out
+
+
+def _driver_class_path(conf: Mapping[str, str]) -> dict[str, str]:
+    """The connectors' jars on the driver JVM's class path when this process starts it (and
+    they are there): a session built later in the same process (the tests', ``cdc lake``
+    after another command) can then turn the lake sinks on; the JVM's class path is fixed
+    when it starts."""
+    if "spark.driver.extraClassPath" in conf:
+        return {}
+    try:
+        jars = module_jars("spark")
+    except Exception:  # noqa: BLE001 - no `make jars` yet: only the lake sinks need them
+        return {}
+    return {"spark.driver.extraClassPath": os.pathsep.join(str(j) for j in jars)}
 
 
 def java_options_elsewhere(environ: Mapping[str, str] | None = None) -> bool:
@@ -77,10 +94,19 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
     another manager), the JVMs as :func:`session_conf` starts them (a session that runs
     already keeps its JVM).
 
+    ``conf`` with SQL extensions (the lake sinks': ``spark_jobs.sinks.configured.lake_conf``)
+    that a session of this process which runs already lacks: that session is stopped and
+    built again (extensions are fixed when a session starts).
+
     Python workers need the project's interpreter (pyarrow, confluent-kafka): when
     ``PYSPARK_PYTHON`` is not set it is set to the running interpreter.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    wanted = set(filter(None, (conf or {}).get("spark.sql.extensions", "").split(",")))
+    running = running_session() if wanted else None
+    if wanted and running is not None and \
+            not wanted <= set(filter(None, (running.conf.get("spark.sql.extensions", "") or "").split(","))):
+        running.stop()
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.ui.enabled", "true" if ui_port else "false")
@@ -91,7 +117,9 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
         builder = builder.config("spark.ui.port", str(ui_port))
     if kafka_source == "jvm" and not (conf and "spark.jars" in conf):
         builder = builder.config("spark.jars", connector_jars())
-    for key, value in session_conf(conf, kafka_source, java_options_elsewhere=java_options_elsewhere()).items():
+    extra = _driver_class_path(conf or {})
+    for key, value in {**extra, **session_conf(conf, kafka_source,
+                                               java_options_elsewhere=java_options_elsewhere())}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "ERROR"))

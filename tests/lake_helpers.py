@@ -1,6 +1,8 @@
 """The lake sinks in the tests: built per test (a Delta directory, an Iceberg catalog on the
-stack's PostgreSQL or a SQLite file), batches staged and committed as the merge job does,
-tables read back, their commits counted."""
+stack's PostgreSQL or a SQLite file), of either engine (``driver``: delta-rs and pyiceberg;
+``spark``: through the process's Spark session, built with the lake connectors by
+:func:`lake_session`), batches staged and committed as the merge job does, tables read back,
+their commits counted."""
 
 from __future__ import annotations
 
@@ -8,10 +10,26 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from spark_jobs.sinks.delta import DeltaSink
+from spark_jobs.sinks.delta_spark import DeltaSparkSink
 from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.iceberg_spark import IcebergSparkSink
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
 LAKE_KINDS = ["delta", "iceberg"]
+#: The lake sinks' classes by (kind, engine).
+LAKE_CLASSES = {("delta", "driver"): DeltaSink, ("iceberg", "driver"): IcebergSink,
+                ("delta", "spark"): DeltaSparkSink, ("iceberg", "spark"): IcebergSparkSink}
+
+
+def lake_session(master: str = "local[2]"):
+    """The process's Spark session with the lake connectors (the ``spark`` engine's commits run
+    in it; the tests' Iceberg sinks set their own catalogs in it)."""
+    from common.config import SinksConfig
+    from spark_jobs import sections  # noqa: F401 - the sinks' sections registered
+    from spark_jobs.sinks.configured import lake_conf
+    from spark_jobs.spark_session import build_session
+    cfg = SinksConfig.model_validate({"delta": {"enabled": True, "path": "unused", "engine": "spark"}})
+    return build_session(master, app_name="test-lake", conf=lake_conf(cfg))
 
 
 def iceberg_catalog_uri(pg_dsn: str) -> str:
@@ -20,13 +38,15 @@ def iceberg_catalog_uri(pg_dsn: str) -> str:
     return sqlalchemy_url(pg_dsn)
 
 
-def make_lake_sink(kind: str, tmp: Path, pg_dsn: str | None, name: str, **kw: Any):
-    """A sink of ``kind`` in its own place: a Delta directory, or an Iceberg catalog named
-    ``name`` (its tables apart from every other test's) on PostgreSQL, or SQLite without a DSN."""
+def make_lake_sink(kind: str, tmp: Path, pg_dsn: str | None, name: str, engine: str = "driver", **kw: Any):
+    """A sink of ``kind`` and ``engine`` in its own place: a Delta directory, or an Iceberg
+    catalog named ``name`` (its tables apart from every other test's) on PostgreSQL, or SQLite
+    without a DSN."""
+    cls = LAKE_CLASSES[(kind, engine)]
     if kind == "delta":
-        return DeltaSink(str(tmp / "delta"), **kw)
+        return cls(str(tmp / "delta"), **kw)
     uri = iceberg_catalog_uri(pg_dsn) if pg_dsn else f"sqlite:///{tmp}/catalog.db"
-    return IcebergSink(uri, str(tmp / "warehouse"), catalog_name=name, **kw)
+    return cls(uri, str(tmp / "warehouse"), catalog_name=name, **kw)
 
 
 def commit_batch(sink, db: str, table: str, schema: Any, key: list[str], partitions: Sequence[Sequence[Any]],
@@ -39,12 +59,11 @@ def commit_batch(sink, db: str, table: str, schema: Any, key: list[str], partiti
 
 def lake_rows(sink, db: str, table: str, key: list[str], *, position: bool = False) -> dict[tuple, dict]:
     """The lake table's rows by key (without the position unless asked)."""
-    handle = sink._load(db, table)
-    if handle is None:
+    batches = sink.read_batches(db, table)
+    if batches is None:
         return {}
-    data = handle.to_pyarrow_table() if isinstance(sink, DeltaSink) else handle.scan().to_arrow()
     out = {}
-    for r in data.to_pylist():
+    for r in (row for b in batches for row in b.to_pylist()):
         if not position:
             r.pop(POSITION_COLUMN, None)
         out[tuple(r[k] for k in key)] = r

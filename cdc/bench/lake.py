@@ -1,9 +1,10 @@
 """``cdc bench merge``'s lake part (f): the merge job over the same backlog into the clean
-changelog only, into Delta Lake only and into Iceberg only, in the same run (each with a
-checkpoint and a place of its own), the rates and their ratios to the changelog's, the data
-files per table after the run and after ``optimize``; and (g) latency at a steady insert rate
-with the Delta sink on: each row's INSERT statement time (``updated_at``, ``NOW(3)``) to the
-time of the Delta commit that first held it (the change data feed's ``_commit_timestamp``).
+changelog only, into Delta Lake only and into Iceberg only, in the same run, ``rounds`` times
+with the order turned each round (each run with a checkpoint and a place of its own), the
+rates and their ratios to the changelog's (per round, and of the medians), the data files per
+table after the run and after ``optimize``; and (g) latency at a steady insert rate with the
+Delta sink on: each row's INSERT statement time (``updated_at``, ``NOW(3)``) to the time of
+the Delta commit that first held it (the change data feed's ``_commit_timestamp``).
 
 A benchmark, not a test: it prints figures and ratios, asserts only that each lake table
 ends with the source's row count.
@@ -11,6 +12,7 @@ ends with the source's row count.
 
 from __future__ import annotations
 
+import statistics
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,8 +24,9 @@ from rich.console import Console
 
 from cdc.bench.harness import TABLE
 from cdc.errors import BenchError
-from spark_jobs.sinks.configured import build_sinks
+from spark_jobs.sinks.configured import build_sinks, lake_conf
 from spark_jobs.sinks.delta import DeltaSink
+from spark_jobs.sinks.delta_spark import DeltaSparkSink
 from spark_jobs.sinks.lake_base import LakeSinkBase
 
 #: The lake runs: (name, what it writes).
@@ -40,7 +43,7 @@ def lake_config(cfg, work: Path, name: str, *, change_data_feed: bool = False):
     cfg.sinks.delta.change_data_feed = change_data_feed
     cfg.sinks.iceberg.warehouse = str(work / name / "iceberg")
     cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_{name}"
-    cfg.sinks.delta.enabled = name == "delta"
+    cfg.sinks.delta.enabled = name == "delta"  # (each with the engine cfg gives it)
     cfg.sinks.iceberg.enabled = name == "iceberg"
     return cfg
 
@@ -55,30 +58,47 @@ def lake_rows(sink: LakeSinkBase, db: str) -> int:
 
 
 def lake_runs(cfg, work: Path, db: str, live_rows: int, throughput: Callable[..., dict], console: Console,
-              cpu_roots: dict | None = None) -> dict[str, Any]:
+              cpu_roots: dict | None = None, rounds: int = 2) -> dict[str, Any]:
     """(f): the backlog merged into each of :data:`LAKE_RUNS` by ``throughput`` (the merge
-    benchmark's run: ``throughput(cfg, work, name, master, db, ...)``)."""
+    benchmark's run: ``throughput(cfg, work, name, master, db, ...)``), ``rounds`` times, the
+    order turned each round (changelog, Delta, Iceberg; then Iceberg, Delta, changelog; ...):
+    the machine's speed drifts over minutes, and a ratio of runs next to each other drifts less."""
+    from spark_jobs.spark_session import build_session
+    runs: dict[str, list[dict]] = {name: [] for name in LAKE_RUNS}
+    for r in range(rounds):
+        for name in (LAKE_RUNS if r % 2 == 0 else tuple(reversed(LAKE_RUNS))):
+            run_cfg = lake_config(cfg, work / f"round{r}", name)
+            with console.status(f"(f) round {r + 1}/{rounds}: the merge job into {name} only (local[2])..."):
+                res = throughput(run_cfg, work / f"round{r}", f"lake-{name}", "local[2]", db, cpu_roots=cpu_roots,
+                                 count_sink=False)
+            res.pop("cfg")
+            sink = lake_sink(run_cfg)
+            if sink is not None:
+                rows = lake_rows(sink, db)
+                if rows != live_rows:
+                    raise BenchError(f"(f) the {name} table has {rows} rows, the source {live_rows}")
+                res["files_after_run"] = sink.file_count(db, TABLE)
+                with console.status(f"(f) optimize the {name} table..."):
+                    conf = lake_conf(run_cfg.sinks)
+                    if conf:  # (the spark engine's: Spark's OPTIMIZE, in the job's session)
+                        build_session("local[2]", conf=conf)
+                    t0 = time.perf_counter()
+                    sink.compact(db, TABLE)
+                    res["optimize_s"] = time.perf_counter() - t0
+                res["files_after_optimize"] = sink.file_count(db, TABLE)
+                sink.close()
+            runs[name].append(res)
     out: dict[str, Any] = {}
-    for name in LAKE_RUNS:
-        run_cfg = lake_config(cfg, work, name)
-        with console.status(f"(f) the merge job into {name} only (local[2])..."):
-            r = throughput(run_cfg, work, f"lake-{name}", "local[2]", db, cpu_roots=cpu_roots, count_sink=False)
-        r.pop("cfg")
-        sink = lake_sink(run_cfg)
-        if sink is not None:
-            rows = lake_rows(sink, db)
-            if rows != live_rows:
-                raise BenchError(f"(f) the {name} table has {rows} rows, the source {live_rows}")
-            r["files_after_run"] = sink.file_count(db, TABLE)
-            with console.status(f"(f) optimize the {name} table..."):
-                t0 = time.perf_counter()
-                sink.compact(db, TABLE)
-                r["optimize_s"] = time.perf_counter() - t0
-            r["files_after_optimize"] = sink.file_count(db, TABLE)
-            sink.close()
-        out[name] = r
+    for name, results in runs.items():
+        best = dict(results[0])
+        best["steady_events_per_s"] = statistics.median(x["steady_events_per_s"] for x in results)
+        best["rounds_steady_events_per_s"] = [round(x["steady_events_per_s"]) for x in results]
+        out[name] = best
     base = out["changelog"]["steady_events_per_s"]
     out["ratios"] = {f"{n}/changelog": out[n]["steady_events_per_s"] / base if base else 0.0 for n in LAKE_RUNS[1:]}
+    out["round_ratios"] = {f"{n}/changelog": [round(x["steady_events_per_s"] / c["steady_events_per_s"], 3)
+                                              if c["steady_events_per_s"] else 0.0
+                                              for x, c in zip(runs[n], runs["changelog"])] for n in LAKE_RUNS[1:]}
     return out
 
 
@@ -101,9 +121,10 @@ class DeltaClock:
             return None
 
     def has(self, row_id: int) -> bool:
-        t = self._table()
-        return t is not None and t.to_pyarrow_dataset().to_table(
-            columns=["id"], filter=pc.field("id") == row_id).num_rows > 0
+        from deltalake import QueryBuilder
+        t = self._table()  # (DataFusion's reader: the table has deletion vectors)
+        return t is not None and len(QueryBuilder().register("t", t).execute(
+            f"SELECT id FROM t WHERE id = {int(row_id)}").read_all()) > 0
 
     def latencies(self, first_id: int, last_id: int | None = None) -> list[float]:
         t = self._table()
@@ -134,13 +155,22 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
     """(g): :func:`latency_run` (the merge benchmark's (c)) with only the Delta sink on, its
     change data feed the clock: the job and the table of (f)'s Delta run, going on from where
     it stopped (the change data feed turned on first)."""
+    work = work / "round0"  # (f)'s first round
     run_cfg = lake_config(cfg, work, "delta", change_data_feed=True)
     run_cfg.state_dir = str(work / "lake-delta" / "state")
     run_cfg.spark.checkpoint_dir = str(work / "lake-delta" / "checkpoints")
-    handle = lake_sink(run_cfg)._load(db, TABLE)
+    from spark_jobs.spark_session import build_session
+    sink = lake_sink(run_cfg)
+    handle = sink._load(db, TABLE)
     if handle is None:
         raise BenchError("(g) needs the Delta table of (f)")
-    handle.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    if isinstance(sink, DeltaSparkSink):
+        build_session("local[2]", conf=lake_conf(run_cfg.sinks))
+        sink._sql("turning the change data feed on", db, TABLE, f"ALTER TABLE {sink.spark_name(db, TABLE)} SET "
+                  "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    else:
+        handle.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    handle = sink._load(db, TABLE)
     latency, _ = latency_run(run_cfg, info, db, rate, seconds, first_id, producer_state, console,
                              clock=DeltaClock(run_cfg, db, handle.version() + 1), idle_changes=0)
     return latency

@@ -1,6 +1,8 @@
 """The Delta Lake sink (``sinks.delta``): one Delta table per source table (per route target
-for routed shards) at ``<path>/<db>/<table>``, written with delta-rs (the ``deltalake``
-package, no JVM), a MERGE by position per table per micro-batch on the driver.
+for routed shards) at ``<path>/<db>/<table>``; its ``driver`` engine (the default) here,
+written with delta-rs (the ``deltalake`` package, no JVM), a MERGE by position per table per
+micro-batch on the driver, copy-on-write; the ``spark`` engine is
+:class:`~spark_jobs.sinks.delta_spark.DeltaSparkSink`.
 
 Exactly once: each commit carries the merge job's application transaction (app id, version
 = the batch id: :mod:`spark_jobs.sinks.lake_base`), so a replayed batch finds
@@ -18,6 +20,7 @@ refills them).  Columns a newer schema adds are added.  Columns are never droppe
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -33,11 +36,17 @@ from spark_jobs.sinks.registry import register_sink
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeltaSink", "quote_delta", "literal"]
+__all__ = ["DeltaSink", "quote_delta", "literal", "fits_delta_column", "LOG_RETENTION", "retention_interval"]
 
 
 #: The table property that says how long the log keeps its entries.
 LOG_RETENTION = "delta.logRetentionDuration"
+
+
+def retention_interval(hours: float) -> str:
+    """A retention of ``hours`` as a Delta table property's interval (whole minutes, rounded
+    up: ``0.5`` is 30 minutes, not 0)."""
+    return f"interval {math.ceil(hours * 60)} minutes"
 
 
 def quote_delta(name: str) -> str:
@@ -50,7 +59,7 @@ def literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def _fits(table_type: pa.DataType, wanted: pa.DataType) -> bool:
+def fits_delta_column(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     """Whether values of ``wanted`` fit the table's column type without loss (the changes are
     then cast into it; no table change)."""
     if table_type == wanted:
@@ -175,7 +184,7 @@ class DeltaSink(LakeSinkBase):
 
     def _evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
         current = self._schema(handle)
-        added, retyped = evolved_schema(current, schema, _fits)
+        added, retyped = evolved_schema(current, schema, fits_delta_column)
         if retyped:
             return self._rewrite(handle, db, table, current, schema, retyped)
         if added:
@@ -277,15 +286,18 @@ class DeltaSink(LakeSinkBase):
             return int(m.get("num_updated_rows", 0))
         return int(handle.delete(predicate).get("num_deleted_rows", 0))
 
-    def _delete_rows_below(self, handle: Any, position: str) -> None:
-        handle.delete(self._predicate(position, None))
+    def _delete_rows_below(self, db: str, table: str, position: str) -> None:
+        handle = self._load(db, table)
+        if handle is not None:
+            handle.delete(self._predicate(position, None))
 
     def _has_rows(self, db: str, table: str) -> bool:
         handle = self._load(db, table)
         return handle is not None and handle.count() > 0
 
-    def _rows_above(self, handle: Any, position: str) -> bool:
-        return handle.to_pyarrow_dataset().to_table(columns=[POSITION_COLUMN],
+    def _rows_above(self, db: str, table: str, position: str) -> bool:
+        handle = self._load(db, table)
+        return handle is not None and handle.to_pyarrow_dataset().to_table(columns=[POSITION_COLUMN],
                                                     filter=pc.field(POSITION_COLUMN) > position).num_rows > 0
 
     def _remove(self, db: str, table: str) -> None:
@@ -338,7 +350,9 @@ class DeltaSink(LakeSinkBase):
         handle = self._load(db, table)
         if handle is None:
             return {}
-        removed = handle.vacuum(retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=False)
+        # (delta-rs takes whole hours: rounded up, a file a reader within the retention needs never goes)
+        removed = handle.vacuum(retention_hours=math.ceil(retention_hours), dry_run=False,
+                                enforce_retention_duration=False)
         handle.cleanup_metadata()
         return {"files_removed": len(removed)}
 
@@ -349,7 +363,7 @@ class DeltaSink(LakeSinkBase):
         handle = self._load(db, table)
         if handle is None:
             return {}
-        wanted = f"interval {int(retention_hours)} hours"
+        wanted = retention_interval(retention_hours)
         if handle.metadata().configuration.get(LOG_RETENTION) != wanted:
             handle.alter.set_table_properties({LOG_RETENTION: wanted}, raise_if_not_exists=False)
         return self.vacuum(db, table, retention_hours)

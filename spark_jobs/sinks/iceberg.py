@@ -1,7 +1,8 @@
 """The Apache Iceberg sink (``sinks.iceberg``): one Iceberg table per source table (per route
 target for routed shards), identifier ``<db>.<table>`` (or ``<namespace>.<db>__<table>``),
-written with pyiceberg through a SQL catalog (PostgreSQL, or SQLite on one machine), data
-files under ``warehouse``.
+in a SQL catalog (PostgreSQL, or SQLite on one machine), data files under ``warehouse``; its
+``driver`` engine (the default) here, written with pyiceberg; the ``spark`` engine is
+:class:`~spark_jobs.sinks.iceberg_spark.IcebergSparkSink`.
 
 Per table per micro-batch, on the driver, one Iceberg transaction: the rows of the batch's
 keys are read (key and position), the changes that win by position are kept, the rows they
@@ -47,14 +48,14 @@ from spark_jobs.sinks.registry import register_sink
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IcebergSink", "batch_property"]
+__all__ = ["IcebergSink", "batch_property", "iceberg_promotes", "iceberg_widens", "iceberg_errors", "no_secret"]
 
 def batch_property(app: str) -> str:
     """The table property holding the last batch ``app`` committed."""
     return f"cdc.batch.{app}"
 
 
-def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
+def iceberg_promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     """Whether Iceberg holds ``wanted``'s values in the column as it is or promoted in place."""
     if table_type == wanted or (pa.types.is_string(wanted) or pa.types.is_large_string(wanted)) and \
             (pa.types.is_string(table_type) or pa.types.is_large_string(table_type)):
@@ -69,7 +70,7 @@ def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     return False
 
 
-def _errors() -> dict[str, Any]:
+def iceberg_errors() -> dict[str, Any]:
     from pyiceberg import exceptions as e
     from sqlalchemy.exc import DBAPIError, OperationalError
     # a conflict: another writer's commit came first (pyiceberg retries its own commit, then a
@@ -101,6 +102,9 @@ class IcebergSink(LakeSinkBase):
                  target_file_size: int = 128 * 1024 * 1024) -> None:
         if not catalog_uri or not warehouse:
             raise SinkError("sinks.iceberg.catalog_uri and sinks.iceberg.warehouse must be set")
+        if not catalog_name.replace("_", "").isalnum():
+            raise SinkError(f"sinks.iceberg.catalog_name {catalog_name!r}: letters, digits and _ only (it names "
+                            "the catalog in Spark SQL)")
         self.catalog_uri = catalog_uri
         self.warehouse = str(warehouse).rstrip("/")
         self.catalog_name = catalog_name
@@ -123,16 +127,21 @@ class IcebergSink(LakeSinkBase):
         if engine is not None:
             engine.dispose()
 
+    def warehouse_uri(self) -> str:
+        """The warehouse as a URI (a local directory as an absolute ``file://`` one)."""
+        import os
+        return self.warehouse if "://" in self.warehouse else "file://" + os.path.abspath(self.warehouse)
+
     @property
     def catalog(self) -> Any:
+        """pyiceberg's SQL catalog (the driver's reads, and the ``driver`` engine's writes)."""
         if self._catalog is None:
             from pyiceberg.catalog.sql import SqlCatalog
-            warehouse = self.warehouse if "://" in self.warehouse else f"file://{self.warehouse}"
             try:
-                self._catalog = SqlCatalog(self.catalog_name, uri=self.catalog_uri, warehouse=warehouse,
+                self._catalog = SqlCatalog(self.catalog_name, uri=self.catalog_uri, warehouse=self.warehouse_uri(),
                                            **self.properties)
-            except _errors()["down"] as exc:
-                raise SinkUnavailable(f"the Iceberg catalog database cannot be reached: {_no_secret(exc)}") from exc
+            except iceberg_errors()["down"] as exc:
+                raise SinkUnavailable(f"the Iceberg catalog database cannot be reached: {no_secret(exc)}") from exc
         return self._catalog
 
     # -- where ---------------------------------------------------------------------------------
@@ -160,7 +169,7 @@ class IcebergSink(LakeSinkBase):
 
     # -- the table ------------------------------------------------------------------------------
     def _load(self, db: str, table: str) -> Any:
-        err = _errors()
+        err = iceberg_errors()
         try:
             return self.catalog.load_table(self.identifier(db, table))
         except err["missing"]:
@@ -168,7 +177,7 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
-                                  f"{_no_secret(exc)}") from exc
+                                  f"{no_secret(exc)}") from exc
 
     def _owner(self, handle: Any) -> str | None:
         return handle.properties.get(OWNER_PROPERTY)
@@ -181,7 +190,7 @@ class IcebergSink(LakeSinkBase):
         return handle.schema().as_arrow()
 
     def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
-        err = _errors()
+        err = iceberg_errors()
         ident = self.identifier(db, table)
         try:
             self.catalog.create_namespace_if_not_exists(ident[0])
@@ -195,16 +204,16 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
-                                  f"{_no_secret(exc)}") from exc
+                                  f"{no_secret(exc)}") from exc
         except OSError as exc:
             raise SinkUnavailable(f"cannot create the Iceberg table of {db}.{table} under {self.warehouse}: {exc} "
                                   "(is sinks.iceberg.warehouse writable by the merge job?)") from exc
 
     def _evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
         current = self._schema(handle)
-        added, retyped = evolved_schema(current, schema, _promotes)
+        added, retyped = evolved_schema(current, schema, iceberg_promotes)
         widened = [f for f in schema if f.name in current.names and f.name not in retyped
-                   and current.field(f.name).type != f.type and _wider(current.field(f.name).type, f.type)]
+                   and current.field(f.name).type != f.type and iceberg_widens(current.field(f.name).type, f.type)]
         if not (added or retyped or widened):
             return handle
         if set(retyped) & set(key):
@@ -226,7 +235,7 @@ class IcebergSink(LakeSinkBase):
 
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
                app: str) -> tuple[int, int]:
-        err = _errors()
+        err = iceberg_errors()
         applied, replaced = winners(handle, changes, key)
         is_delete = pc.equal(applied.column(OP_COLUMN), "d")
         props = {"cdc.app": app, "cdc.batch": str(batch_id), "cdc.commit": uuid.uuid4().hex}
@@ -239,7 +248,7 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}, batch "
-                                  f"{batch_id}): {_no_secret(exc)}") from exc
+                                  f"{batch_id}): {no_secret(exc)}") from exc
         deletes = int(pc.sum(is_delete).as_py() or 0)
         if not self.soft_delete:  # a delete of a key the table does not hold removes nothing
             held = applied.filter(is_delete).join(replaced, keys=key, join_type="inner").num_rows if deletes else 0
@@ -276,16 +285,19 @@ class IcebergSink(LakeSinkBase):
             handle.delete(expr)
         return doomed
 
-    def _delete_rows_below(self, handle: Any, position: str) -> None:
-        handle.delete(self._below(position, None))
+    def _delete_rows_below(self, db: str, table: str, position: str) -> None:
+        handle = self._load(db, table)
+        if handle is not None:
+            handle.delete(self._below(position, None))
 
     def _has_rows(self, db: str, table: str) -> bool:
         handle = self._load(db, table)
         return handle is not None and handle.scan(selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows > 0
 
-    def _rows_above(self, handle: Any, position: str) -> bool:
+    def _rows_above(self, db: str, table: str, position: str) -> bool:
         from pyiceberg.expressions import GreaterThan
-        return handle.scan(row_filter=GreaterThan(POSITION_COLUMN, position),
+        handle = self._load(db, table)
+        return handle is not None and handle.scan(row_filter=GreaterThan(POSITION_COLUMN, position),
                            selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows > 0
 
     def _remove(self, db: str, table: str) -> None:
@@ -374,7 +386,7 @@ class IcebergSink(LakeSinkBase):
         return len(handle.scan().plan_files())
 
 
-def _wider(table_type: pa.DataType, wanted: pa.DataType) -> bool:
+def iceberg_widens(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     """Whether ``wanted`` is a promotion Iceberg makes in place (int -> long, float -> double,
     a decimal's precision up)."""
     if (table_type, wanted) in {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}:
@@ -382,7 +394,7 @@ def _wider(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     return pa.types.is_decimal(table_type) and pa.types.is_decimal(wanted) and wanted.precision > table_type.precision
 
 
-def _no_secret(exc: Exception) -> str:
+def no_secret(exc: Exception) -> str:
     """An SQLAlchemy error's first line without its statement and parameters (no DSN, no password)."""
     orig = getattr(exc, "orig", None)
     return str(orig if orig is not None else exc).splitlines()[0][:300]

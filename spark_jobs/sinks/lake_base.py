@@ -35,7 +35,7 @@ from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import ApplyResult, check_position
 from spark_jobs.sinks.interface import BatchSink
 from spark_jobs.sinks.lake_stage import StagingArea, reduce_changes
-from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, changes_table, lake_schema
+from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, changes_table, lake_schema, lake_schema_of
 from spark_jobs.sinks.layout import TableLayout, cached_layout
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
@@ -129,9 +129,17 @@ class LakeSinkBase(BatchSink):
                 log.info("%s table of %s.%s: batch %d is committed already (app %s); not applied again",
                          self.FORMAT, db, table, batch_id, app)
                 return ApplyResult(skipped=given)
+        return self._apply(handle, db, table, staged, key, batch_id, app, owner, given)
+
+    def _apply(self, handle: Any, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int,
+               app: str, owner: str, given: int) -> ApplyResult:
+        """The batch's staged parts merged into the table (``handle``: None when there is none
+        yet) in one commit tagged with ``app`` and ``batch_id``.  Here the ``driver`` engine's:
+        the parts read and reduced on the driver, merged by the format's library
+        (:meth:`_merge`); the ``spark`` engine's is :class:`~spark_jobs.sinks.lake_spark.SparkMerge`'s."""
         changes = reduce_changes(self.staging.read(staged), key)
         superseded = given - changes.num_rows
-        target = lake_schema_of(changes, self.soft_delete)
+        target = lake_schema_of(changes.schema, self.soft_delete)
         if handle is None:
             handle = self._create(db, table, target, key, owner)
         else:
@@ -195,7 +203,7 @@ class LakeSinkBase(BatchSink):
         if handle is None:
             return False
         if below is not None:
-            self._delete_rows_below(handle, check_position(below))
+            self._delete_rows_below(db, table, check_position(below))
             if self._has_rows(db, table):
                 return True
         self._remove(db, table)
@@ -209,7 +217,7 @@ class LakeSinkBase(BatchSink):
         handle = self._load(db, table)
         if handle is None:
             return "none"
-        if position is not None and self._rows_above(handle, check_position(position)):
+        if position is not None and self._rows_above(db, table, check_position(position)):
             return "none"
         if self._load(to_db, to_table) is not None:
             self.drop_table(db, table)
@@ -246,14 +254,14 @@ class LakeSinkBase(BatchSink):
         ``batch_id``; ``(rows upserted, rows deleted)``."""
         raise NotImplementedError
 
-    def _delete_rows_below(self, handle: Any, position: str) -> None:
+    def _delete_rows_below(self, db: str, table: str, position: str) -> None:
         """Remove the table's rows below ``position`` (whatever ``soft_delete`` says)."""
         raise NotImplementedError
 
     def _has_rows(self, db: str, table: str) -> bool:
         raise NotImplementedError
 
-    def _rows_above(self, handle: Any, position: str) -> bool:
+    def _rows_above(self, db: str, table: str, position: str) -> bool:
         """Whether the table holds a row at a position above ``position``."""
         raise NotImplementedError
 
@@ -275,14 +283,6 @@ class LakeSinkBase(BatchSink):
     def tables(self) -> list[tuple[str, str]]:
         """``(db, table)`` of every lake table of the sink."""
         raise NotImplementedError
-
-
-def lake_schema_of(changes: pa.Table, soft_delete: bool) -> pa.Schema:
-    """The lake table's schema for the staged changes' columns (the op left out, the flag in)."""
-    fields = [pa.field(f.name, f.type, nullable=True) for f in changes.schema if f.name != OP_COLUMN]
-    if soft_delete:
-        fields.append(pa.field(DELETED_COLUMN, pa.bool_(), nullable=True))
-    return pa.schema(fields)
 
 
 def evolved_schema(current: pa.Schema, wanted: pa.Schema,

@@ -4,6 +4,8 @@ only), registered by each lake sink's own settings."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from common.config import Section
@@ -13,6 +15,11 @@ class LakeSinkConfig(Section):
     """What the lake sinks share (docs/lake.md)."""
 
     enabled: bool = False
+    # Who does the lake's file work: "driver" (delta-rs / pyiceberg in the merge job's driver,
+    # copy-on-write: the fastest on one machine and small tables) or "spark" (delta-spark /
+    # Iceberg's Spark runtime in the job's session, merged by Spark's executors, merge-on-read:
+    # a batch's cost follows the batch, not the table; `make jars` puts the connectors in place).
+    engine: Literal["driver", "spark"] = "driver"
     # Where the merge tasks write their staged parts for the driver's commit: a directory the
     # driver and every executor reach ("": beside the tables, <path>/_cdc_staging).
     staging_path: str = ""

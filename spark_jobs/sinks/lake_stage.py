@@ -1,6 +1,7 @@
 """A lake sink's staged parts: what a merge task writes of its partition's changes for the
-driver's commit (:class:`~spark_jobs.sinks.interface.BatchSink`), and the batch's parts read
-back and reduced to one change per key.
+driver's commit (:class:`~spark_jobs.sinks.interface.BatchSink`), read back by the driver
+(the ``driver`` engine: :meth:`StagingArea.read`) or by Spark's executors (the ``spark``
+engine: :mod:`spark_jobs.sinks.lake_spark`).
 
 A part is one Parquet file of changes (the table's columns, ``__cdc_position`` and
 ``__cdc_op``; a delete holds its key columns only) under the sink's staging directory:
@@ -8,19 +9,22 @@ A part is one Parquet file of changes (the table's columns, ``__cdc_position`` a
 it where the work runs; the staging directory must be one the driver reads too (a local
 path on one machine, a shared file system or an object store on a cluster).  Nothing in it
 is visible in the table until the driver's commit, which removes the batch's directory
-after the commit (and after finding the batch committed already, on a replay).
+after the commit (and after finding the batch committed already, on a replay).  A part's
+description (:meth:`StagingArea.write`) carries what the commit needs without opening the
+file: its Arrow schema, its rows and deletes, its positions' and first key column's range.
 
 :func:`reduce_changes` is the DBLog upsert rule of docs/DESIGN.md section 4 in Arrow: per
-key, the change with the highest position.
+key, the change with the highest position (a part holds each key once).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import time
 import uuid
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,11 +32,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.sinks.lake_types import OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StagingArea", "reduce_changes", "safe_segment"]
+__all__ = ["StagingArea", "reduce_changes", "safe_segment", "part_schema"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9._=-]")
 _INDEX = "__cdc_index"
@@ -68,6 +73,15 @@ class StagingArea:
                 self._fs, self._root = pafs.LocalFileSystem(), self.uri
         return self._fs
 
+    def uri_of(self, path: str) -> str:
+        """A part's path (as :meth:`write` returns it) as a URI Spark's executors read."""
+        _ = self.fs  # (sets the root)
+        scheme = self.uri.split("://", 1)[0] if "://" in self.uri else ""
+        if not scheme or scheme == "file":
+            import os
+            return "file://" + os.path.abspath(path)
+        return f"{'s3a' if scheme == 's3' else scheme}://{path}"  # (Hadoop's S3 file system: s3a)
+
     def batch_dir(self, job: str, db: str, table: str, batch_id: int) -> str:
         _ = self.fs  # (sets the root)
         return f"{self._root}/{safe_segment(job)}/{safe_segment(db)}__{safe_segment(table)}/b{batch_id}"
@@ -84,11 +98,19 @@ class StagingArea:
             raise SinkUnavailable(f"cannot write a staged part of {db}.{table} under {self.uri!r}: {exc} "
                                   "(the staging directory must be writable by the merge job's executors)") from exc
         positions = changes.column(POSITION_COLUMN)
-        return {"path": path, "rows": changes.num_rows, "key": list(key_names),
-                "min_position": pc.min(positions).as_py(), "max_position": pc.max(positions).as_py()}
+        part = {"path": path, "rows": changes.num_rows, "key": list(key_names),
+                "min_position": pc.min(positions).as_py(), "max_position": pc.max(positions).as_py(),
+                "schema": base64.b64encode(changes.schema.serialize().to_pybytes()).decode("ascii"),
+                "deletes": int(pc.sum(pc.equal(changes.column(OP_COLUMN), "d")).as_py() or 0)
+                if OP_COLUMN in changes.column_names else 0}
+        bounds = key_bounds(changes, key_names[0]) if key_names else None
+        if bounds is not None:
+            part["key_min"], part["key_max"] = bounds
+        return part
 
     def read(self, parts: Sequence[dict]) -> pa.Table:
-        """The parts' changes in one table (their schemas unified: a column a part lacks is null)."""
+        """The parts' changes in one table, on the driver (the ``driver`` engine; their schemas
+        unified: a column a part lacks is null)."""
         tables = []
         for part in parts:
             try:
@@ -142,6 +164,21 @@ class StagingArea:
                 except OSError:  # gone meanwhile, or left for the next time
                     pass
         return removed
+
+
+def part_schema(part: dict) -> pa.Schema:
+    """The Arrow schema of a staged part (from its description: the file is not opened)."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(part["schema"])))
+
+
+def key_bounds(changes: pa.Table, column: str) -> tuple[Any, Any] | None:
+    """The lowest and highest value of ``column`` (an integer or a string: the commit's
+    file pruning by key range), None for other types or nulls."""
+    col = changes.column(column)
+    if not (pa.types.is_integer(col.type) or pa.types.is_string(col.type)) or col.null_count or not len(col):
+        return None
+    mm = pc.min_max(col).as_py()
+    return mm["min"], mm["max"]
 
 
 def reduce_changes(changes: pa.Table, key_names: Sequence[str]) -> pa.Table:

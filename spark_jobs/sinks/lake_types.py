@@ -154,6 +154,14 @@ def lake_schema(layout: TableLayout, *, soft_delete: bool = False, small_ints: b
     return pa.schema(fields)
 
 
+def lake_schema_of(changes: pa.Schema, soft_delete: bool) -> pa.Schema:
+    """The lake table's schema for the staged changes' columns (the op left out, the flag in)."""
+    fields = [pa.field(f.name, f.type, nullable=True) for f in changes if f.name != OP_COLUMN]
+    if soft_delete:
+        fields.append(pa.field(DELETED_COLUMN, pa.bool_(), nullable=True))
+    return pa.schema(fields)
+
+
 def changes_table(layout: TableLayout, changes: Sequence[Any], *, small_ints: bool = True) -> pa.Table:
     """The changes ``(key, op, row, position)`` as an Arrow table of :func:`lake_schema`
     with the op (``with_op``): a delete's row holds its key columns only (the key from the

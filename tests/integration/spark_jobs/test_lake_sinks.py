@@ -1,12 +1,14 @@
-"""The lake sinks on real delta-rs and pyiceberg (the Iceberg catalog in the stack's
-PostgreSQL, or SQLite): batches staged as the merge tasks stage them and committed as the
-driver commits them; read back through the libraries and through DuckDB.
+"""The lake sinks of both engines (``driver``: delta-rs and pyiceberg; ``spark``: delta-spark
+and Iceberg's Spark runtime in this process's Spark session; the Iceberg catalog in the
+stack's PostgreSQL, or SQLite): batches staged as the merge tasks stage them and committed as
+the driver commits them; read back through the libraries and through DuckDB.
 
 Records are built the way the pipeline builds them (tests/integration/spark_jobs/test_sinks.py:
 the producer's conversion and an Avro round trip)."""
 
 from __future__ import annotations
 
+import time
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -21,14 +23,45 @@ from spark_jobs.sinks.layout import row_columns
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from tests.all_types import create_all_types
 from tests.integration.spark_jobs.test_sinks import P, Source, col, read_source, simple_source, table_def
-from tests.lake_helpers import LAKE_KINDS, commit_batch, lake_commits, lake_rows, make_lake_sink
+from tests.lake_helpers import LAKE_KINDS, commit_batch, lake_commits, lake_rows, lake_session, make_lake_sink
 
 UTC = timezone.utc
+#: Every lake sink: each format with each engine.
+LAKES = [(kind, engine) for engine in ("driver", "spark") for kind in LAKE_KINDS]
+
+
+def _lake(request, stack, tmp_path, unique):
+    kind, engine = request.param
+    if engine == "spark":
+        lake_session()
+    return make_lake_sink(kind, tmp_path, stack.pg_dsn, unique("cat"), engine=engine)
+
+
+@pytest.fixture(params=LAKES, ids=lambda p: "-".join(p))
+def lake(request, stack, tmp_path, unique):
+    sink = _lake(request, stack, tmp_path, unique)
+    try:
+        yield sink
+    finally:
+        sink.close()
+
+
+@pytest.fixture(params=[(kind, "driver") for kind in LAKE_KINDS], ids=lambda p: "-".join(p))
+def driver_lake(request, stack, tmp_path, unique):
+    """A lake sink of the ``driver`` engine: the long runs (many commits) on the fast engine;
+    the spark engine's compaction and removal of old versions have tests of their own below."""
+    sink = _lake(request, stack, tmp_path, unique)
+    try:
+        yield sink
+    finally:
+        sink.close()
 
 
 @pytest.fixture(params=LAKE_KINDS)
-def lake(request, stack, tmp_path, unique):
-    sink = make_lake_sink(request.param, tmp_path, stack.pg_dsn, unique("cat"))
+def spark_lake(request, stack, tmp_path, unique):
+    """A lake sink of the ``spark`` engine (merge-on-read, Spark's maintenance)."""
+    lake_session()
+    sink = make_lake_sink(request.param, tmp_path, stack.pg_dsn, unique("cat"), engine="spark")
     try:
         yield sink
     finally:
@@ -245,7 +278,8 @@ def test_delete_below_drop_and_rename(lake):
     assert lake.tables() == []
 
 
-def test_compaction_bounds_the_files_and_duckdb_reads_the_tables(lake):
+def test_compaction_bounds_the_files_and_duckdb_reads_the_tables(driver_lake):
+    lake = driver_lake
     src = simple_source()
     for b in range(12):  # new keys: every commit adds a file
         commit_batch(lake, "shop", "items", src.schema, ["id"],
@@ -305,7 +339,8 @@ def test_composite_and_temporal_keys(lake):
     assert {k: r["v"] for k, r in got.items()} == expected
 
 
-def test_compact_every_keeps_the_files_of_a_long_run_bounded(lake):
+def test_compact_every_keeps_the_files_of_a_long_run_bounded(driver_lake):
+    lake = driver_lake
     """Every commit of new keys adds a file; compacting after every 5th keeps a table at a
     handful of files whatever the number of batches."""
     lake.compact_every = 5
@@ -360,7 +395,8 @@ def _files_on_disk(sink, db: str, table: str) -> int:
     return sum(1 for p in files if not p.name.endswith(".metadata.json"))
 
 
-def test_old_versions_go_so_the_disk_of_a_long_run_stays_bounded(lake):
+def test_old_versions_go_so_the_disk_of_a_long_run_stays_bounded(driver_lake):
+    lake = driver_lake
     """Every batch below rewrites every row (a MERGE copies the files it changes): without
     removing old versions the files on disk grow with each batch; with ``retention_hours``
     they are removed with each compaction (0 here: only the latest version kept), the rows
@@ -424,3 +460,183 @@ def test_iceberg_keeps_at_most_max_snapshots_so_its_commits_do_not_slow_down(sta
     finally:
         for sink in sinks.values():
             sink.close()
+
+
+def _deletes_marked(sink, db: str, table: str) -> int:
+    """Rows a merge-on-read commit marked instead of writing their files again: Delta's data
+    files carrying a deletion vector, Iceberg's position delete files."""
+    return sink.deletion_vectors(db, table) if isinstance(sink, DeltaSink) else sink.delete_file_count(db, table)
+
+
+def test_merge_on_read_marks_replaced_rows_and_compaction_folds_them_back(spark_lake):
+    lake = spark_lake
+    """An update or a delete of a few keys leaves the file holding their old rows as it is
+    (a deletion vector, a position delete file), and writes only the new rows; compaction
+    writes the table again without the marked rows, in one file."""
+    src = simple_source()
+    commit_batch(lake, "shop", "mor", src.schema, ["id"],
+                 [[src.upsert({"id": i, "v": f"a{i}"}, 10 + i, "c") for i in range(50)]], 0)
+    assert lake.file_count("shop", "mor") == 1 and _deletes_marked(lake, "shop", "mor") == 0
+    first = {f for f in _data_files(lake, "shop", "mor")}
+    res = commit_batch(lake, "shop", "mor", src.schema, ["id"],
+                       [[src.upsert({"id": 3, "v": "b3"}, 100), src.upsert({"id": 4, "v": "b4"}, 101),
+                         src.delete({"id": 5}, 102)]], 1)
+    assert (res.upserted, res.deleted) == (2, 1)
+    # merge-on-read: the first file is still the table's (not rewritten), its replaced rows marked
+    assert first <= set(_data_files(lake, "shop", "mor"))
+    assert _deletes_marked(lake, "shop", "mor") >= 1
+    expected = {i: (f"a{i}",) for i in range(50) if i != 5} | {3: ("b3",), 4: ("b4",)}
+    assert values(lake, "shop", "mor") == expected
+    done = lake.compact("shop", "mor")
+    assert done["files_removed"] >= 2 and done["files_added"] == 1, done
+    assert _deletes_marked(lake, "shop", "mor") == 0
+    assert lake.file_count("shop", "mor") == 1
+    assert not first & set(_data_files(lake, "shop", "mor"))
+    assert values(lake, "shop", "mor") == expected
+
+
+def _data_files(sink, db: str, table: str) -> list[str]:
+    """The data files of the table's latest version."""
+    handle = sink._load(db, table)
+    if isinstance(sink, DeltaSink):
+        return [u.rsplit("/", 1)[-1] for u in handle.file_uris()]
+    return [t.file.file_path.rsplit("/", 1)[-1] for t in handle.scan().plan_files()]
+
+
+def test_removing_old_versions_leaves_only_what_the_latest_version_needs(spark_lake):
+    lake = spark_lake
+    """After a compaction, removing old versions at a retention of 0 removes every file only
+    older versions named (Delta: VACUUM; Iceberg: every snapshot but the current one expired,
+    their files deleted), and the rows stay."""
+    src = simple_source()
+    for b in range(4):
+        commit_batch(lake, "shop", "old", src.schema, ["id"],
+                     [[src.upsert({"id": i, "v": f"{b}-{i}"}, 100 * b + i, "c" if b == 0 else "u") for i in range(10)]],
+                     b)
+    lake.compact("shop", "old")
+    live = lake.file_count("shop", "old")
+    assert live == 1
+    if isinstance(lake, DeltaSink):
+        on_disk = lake._files_on_disk("shop", "old")
+        assert on_disk > live  # the versions before the compaction's files and deletion vectors
+        done = lake.remove_old_versions("shop", "old", 0)
+        assert done["files_removed"] == on_disk - live, done
+        assert lake._files_on_disk("shop", "old") == live
+    else:
+        snapshots = len(lake._load("shop", "old").metadata.snapshots)
+        assert snapshots >= 5  # four batches and the compaction
+        done = lake.remove_old_versions("shop", "old", 0)
+        assert done["snapshots_expired"] == snapshots - 1, done
+        assert len(lake._load("shop", "old").metadata.snapshots) == 1
+        assert done["files_removed"] > 0
+        data_dir = Path(lake._load("shop", "old").metadata.location.removeprefix("file://")) / "data"
+        assert sorted(p.name for p in data_dir.rglob("*.parquet")) == sorted(_data_files(lake, "shop", "old"))
+    assert values(lake, "shop", "old") == {i: (f"3-{i}",) for i in range(10)}
+    again = commit_batch(lake, "shop", "old", src.schema, ["id"], [[src.upsert({"id": 0, "v": "replayed"}, 300, "u")]],
+                         3)
+    assert (again.upserted, again.skipped) == (0, 1)  # the batch marker outlived the expired snapshots
+    assert values(lake, "shop", "old")[0] == ("3-0",)
+
+
+def test_staged_parts_of_a_failed_batch_are_removed_by_age(driver_lake):
+    lake = driver_lake
+    """A task's part whose batch never committed (the attempt failed) stays until ``cdc lake
+    vacuum`` (``remove_stale``) finds it older than the retention; a commit removes its own."""
+    src = simple_source()
+    lake.stage("shop", "st", src.schema, ["id"], [src.upsert({"id": 1, "v": "a"}, 1, "c")], batch_id=7, partition=0,
+               app="app-1")
+    staged = list(Path(lake.staging.uri).rglob("*.parquet"))
+    assert len(staged) == 1
+    assert lake.staging.remove_stale(1) == 0  # young: kept for the batch's retry
+    assert list(Path(lake.staging.uri).rglob("*.parquet")) == staged
+    import os
+    old = time.time() - 2 * 3600
+    os.utime(staged[0].parent, (old, old))
+    assert lake.staging.remove_stale(1) == 1
+    assert not list(Path(lake.staging.uri).rglob("*.parquet"))
+
+
+def test_verify_finds_each_difference_of_a_damaged_lake_table_and_skips_soft_deleted_rows(stack, lake_config,
+                                                                                           test_db):
+    """``cdc verify`` against Delta (``soft_delete`` on) and Iceberg tables equal to the source,
+    then damaged behind the job's back: a row gone and a row flagged deleted are missing, a row
+    the source lacks is extra, a changed value differs; each with its key."""
+    from cdc.verify import verify
+    from spark_jobs.sinks.configured import build_sinks
+    cfg = lake_config
+    cfg.sinks.postgres.enabled = cfg.sinks.mysql.enabled = False
+    cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = "spark"
+    cfg.sinks.delta.soft_delete = True
+    with stack.admin(test_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(20), n DECIMAL(10,2))")
+        cur.executemany("INSERT INTO items VALUES (%s, %s, %s)", [(i, f"v{i}", Decimal(i) / 4) for i in range(1, 31)])
+        conn.commit()
+    tdef, stored = read_source(stack, test_db, "items")
+    src = Source(tdef)
+    changes = [src.upsert(r, 100 + i, "r") for i, r in enumerate(stored)]
+    changes += [src.delete({"id": k}, 500 + k) for k in (31, 32)]  # deleted keys: flagged rows in Delta
+    sinks = {name: s for name, s in build_sinks(cfg.sinks) if name in ("delta", "iceberg")}
+    for sink in sinks.values():
+        commit_batch(sink, test_db, "items", src.schema, ["id"], [changes], 0)
+    delta_rows = lake_rows(sinks["delta"], test_db, "items", ["id"])
+    assert delta_rows[(31,)]["__cdc_deleted"] is True and len(delta_rows) == 32  # (30 rows, 2 flagged)
+
+    def results() -> dict:
+        report = verify(cfg, [f"{test_db}.items"])
+        return {r.sink: r for t in report.tables for r in t.results}
+    before = results()
+    assert set(before) == {"delta", "iceberg"}
+    for name, r in before.items():
+        assert r.equal and r.source_rows == r.sink_rows == 30, (name, r)
+    spark = lake_session()
+    d, i = sinks["delta"].spark_name(test_db, "items"), sinks["iceberg"].spark_name(test_db, "items")
+    p = P(999)
+    spark.sql(f"DELETE FROM {d} WHERE id = 3")
+    spark.sql(f"UPDATE {d} SET v = 'changed' WHERE id = 4")
+    spark.sql(f"UPDATE {d} SET __cdc_deleted = true WHERE id = 5")
+    spark.sql(f"INSERT INTO {d} (id, v, n, __cdc_position, __cdc_deleted) VALUES (99, 'x', 1.00, '{p}', false)")
+    spark.sql(f"DELETE FROM {i} WHERE id = 6")
+    spark.sql(f"UPDATE {i} SET n = 0 WHERE id = 7")
+    spark.sql(f"INSERT INTO {i} (id, v, n, __cdc_position) VALUES (98, 'y', 2.00, '{p}')")
+    after = results()
+    dr, ir = after["delta"], after["iceberg"]
+    assert (dr.missing, dr.extra, dr.differing) == (2, 1, 1), dr
+    assert (ir.missing, ir.extra, ir.differing) == (1, 1, 1), ir
+    assert not dr.equal and not ir.equal
+    found = {(r.sink, s.kind, s.key.get("id")) for r in (dr, ir) for s in r.samples}
+    assert found == {("delta", "missing", 3), ("delta", "missing", 5), ("delta", "extra", 99),
+                     ("delta", "differs", 4), ("iceberg", "missing", 6), ("iceberg", "extra", 98),
+                     ("iceberg", "differs", 7)}, found
+    for sink in sinks.values():
+        sink.close()
+
+
+def test_a_driver_without_the_connectors_stops_with_a_clear_error(tmp_path):
+    """A driver JVM started without the connectors' jars (``spark-submit`` without ``--jars``):
+    the merge job's start-up check names what is missing instead of starting a query whose
+    every commit would fail (a JVM of its own: this process's has the jars)."""
+    import subprocess
+    import sys
+
+    from tests.producer_helpers import ROOT
+    code = (
+        "from common.config import SinksConfig\n"
+        "from spark_jobs import sections\n"
+        "from spark_jobs.errors import SinkError\n"
+        "from spark_jobs.sinks.configured import lake_conf\n"
+        "from spark_jobs.sinks.lake_spark import check_connectors\n"
+        "from spark_jobs.spark_session import build_session\n"
+        "cfg = SinksConfig.model_validate({'delta': {'enabled': True, 'path': 'unused', 'engine': 'spark'}})\n"
+        "conf = {**lake_conf(cfg),\n"
+        "        'spark.jars': '', 'spark.driver.extraClassPath': ''}\n"
+        "spark = build_session('local[1]', conf=conf)\n"
+        "try:\n"
+        "    check_connectors(spark)\n"
+        "except SinkError as exc:\n"
+        "    print('REFUSED:', exc)\n"
+        "else:\n"
+        "    print('ACCEPTED')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert "REFUSED: the lake sinks need delta-spark and iceberg-spark-runtime" in out.stdout, \
+        out.stdout[-2000:] + out.stderr[-3000:]
+    assert "--jars" in out.stdout

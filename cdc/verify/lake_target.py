@@ -5,8 +5,9 @@ Like the clean changelog's replay (:mod:`cdc.verify.changelog`) **this needs mem
 proportional to the table** (one normalised row per key); the source chunks then take their
 keys out of it and what is left is "extra".  Rows a soft delete flagged (``__cdc_deleted``)
 are not rows of the table; a route's target holds one shard's rows where its origin columns
-hold the shard's values.  Values compare in verify's normal forms (:mod:`cdc.verify.normalise`):
-the lake's types (docs/lake.md) are Python values those forms know.
+hold the shard's values, and its rows of no shard are counted as in the database targets
+(:meth:`LakeTarget.origin_counts`).  Values compare in verify's normal forms
+(:mod:`cdc.verify.normalise`): the lake's types (docs/lake.md) are Python values those forms know.
 """
 
 from __future__ import annotations
@@ -60,6 +61,26 @@ class LakeTarget(KeyedRowsTarget):
                 [False] * batch.num_rows)
             keep = cond if keep is None else pc.and_(keep, cond)
         return batch if keep is None else batch.filter(keep)
+
+    def qualified(self, db: str, table: str) -> str:
+        return self.lake.where(db, table)
+
+    def origin_counts(self, target: tuple[str, str], origin: list[str]) -> dict[tuple, int] | None:
+        """Rows per origin values (the shards' rows) in a route's lake target, rows a soft
+        delete flagged left out; None when the table or one of the origin columns does not
+        exist."""
+        batches = self.lake.read_batches(*target)
+        if batches is None:
+            return None
+        counts: dict[tuple, int] = {}
+        for batch in batches:
+            if any(c not in batch.schema.names for c in origin):
+                return None
+            if DELETED_COLUMN in batch.schema.names:
+                batch = batch.filter(pc.invert(pc.fill_null(batch.column(DELETED_COLUMN), False)))
+            for values in zip(*(batch.column(c).to_pylist() for c in origin)):
+                counts[values] = counts.get(values, 0) + 1
+        return counts
 
     def close(self) -> None:
         self.lake.close()

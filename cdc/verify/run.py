@@ -278,7 +278,7 @@ def _verify_route(report: VerifyReport, route: Route, members: list[tuple[_Sourc
     if not whole:
         return
     tr = TableReport(f"{route.name}: rows of no shard", key=list(route.columns), target=route.name)
-    for t in (t for t in targets if isinstance(t, DBTarget)):
+    for t in (t for t in targets if isinstance(t, (DBTarget, LakeTarget))):
         res = SinkResult(t.sink, t.qualified(*route.target))
         try:
             counts = t.origin_counts(route.target, list(route.columns))

@@ -134,10 +134,8 @@ def test_deleted_and_changed_keys_reach_the_lake_and_duckdb_reads_it(stack, lake
         assert sinks["delta"].deletion_vectors(test_db, "t") > 0
         assert sinks["iceberg"].delete_file_count(test_db, "t") > 0
     done = {(r["sink"], r["table"]): r for r in cdc("optimize")}
-    assert done[("delta", f"{test_db}.t")]["files_after"] <= done[("delta", f"{test_db}.t")]["files_before"]
-    if engine == "spark":  # one file each, no row marked deleted any more: Spark's OPTIMIZE and rewrite_data_files
-        for name in ("delta", "iceberg"):
-            assert done[(name, f"{test_db}.t")]["files_after"] == 1, done
+    assert {r["sink"]: r["files_after"] for r in done.values()} == {"delta": 1, "iceberg": 1}, done
+    if engine == "spark":  # no row marked deleted any more: Spark's OPTIMIZE and rewrite_data_files
         assert sinks["delta"].deletion_vectors(test_db, "t") == 0
         assert sinks["iceberg"].delete_file_count(test_db, "t") == 0
         delta_files = sinks["delta"]._files_on_disk(test_db, "t")

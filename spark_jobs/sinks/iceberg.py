@@ -48,7 +48,7 @@ from spark_jobs.sinks.registry import register_sink
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IcebergSink", "batch_property", "iceberg_promotes", "iceberg_widens", "iceberg_errors", "no_secret"]
+__all__ = ["IcebergSink", "batch_property", "iceberg_promotes", "iceberg_widens", "iceberg_errors", "no_secret", "warehouse_uri"]
 
 def batch_property(app: str) -> str:
     """The table property holding the last batch ``app`` committed."""
@@ -102,9 +102,6 @@ class IcebergSink(LakeSinkBase):
                  target_file_size: int = 128 * 1024 * 1024) -> None:
         if not catalog_uri or not warehouse:
             raise SinkError("sinks.iceberg.catalog_uri and sinks.iceberg.warehouse must be set")
-        if not catalog_name.replace("_", "").isalnum():
-            raise SinkError(f"sinks.iceberg.catalog_name {catalog_name!r}: letters, digits and _ only (it names "
-                            "the catalog in Spark SQL)")
         self.catalog_uri = catalog_uri
         self.warehouse = str(warehouse).rstrip("/")
         self.catalog_name = catalog_name
@@ -127,18 +124,13 @@ class IcebergSink(LakeSinkBase):
         if engine is not None:
             engine.dispose()
 
-    def warehouse_uri(self) -> str:
-        """The warehouse as a URI (a local directory as an absolute ``file://`` one)."""
-        import os
-        return self.warehouse if "://" in self.warehouse else "file://" + os.path.abspath(self.warehouse)
-
     @property
     def catalog(self) -> Any:
         """pyiceberg's SQL catalog (the driver's reads, and the ``driver`` engine's writes)."""
         if self._catalog is None:
             from pyiceberg.catalog.sql import SqlCatalog
             try:
-                self._catalog = SqlCatalog(self.catalog_name, uri=self.catalog_uri, warehouse=self.warehouse_uri(),
+                self._catalog = SqlCatalog(self.catalog_name, uri=self.catalog_uri, warehouse=warehouse_uri(self.warehouse),
                                            **self.properties)
             except iceberg_errors()["down"] as exc:
                 raise SinkUnavailable(f"the Iceberg catalog database cannot be reached: {no_secret(exc)}") from exc
@@ -384,6 +376,12 @@ class IcebergSink(LakeSinkBase):
         if handle is None or handle.current_snapshot() is None:
             return 0
         return len(handle.scan().plan_files())
+
+
+def warehouse_uri(warehouse: str) -> str:
+    """A warehouse as a URI (a local directory as an absolute ``file://`` one)."""
+    import os
+    return warehouse if "://" in warehouse else "file://" + os.path.abspath(warehouse)
 
 
 def iceberg_widens(table_type: pa.DataType, wanted: pa.DataType) -> bool:

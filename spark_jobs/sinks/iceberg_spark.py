@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from spark_jobs.errors import SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import check_position
-from spark_jobs.sinks.iceberg import IcebergSink, iceberg_promotes, iceberg_widens
+from spark_jobs.sinks.iceberg import IcebergSink, iceberg_promotes, iceberg_widens, warehouse_uri
 from spark_jobs.sinks.iceberg_spark_maintenance import CATALOG_DOWN, IcebergSparkMaintenance, jdbc_message
 from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, evolved_schema
 from spark_jobs.sinks.lake_spark import (
@@ -92,6 +92,12 @@ def jdbc_catalog(catalog_uri: str) -> tuple[str, dict[str, str]]:
 class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
     """Source tables as Iceberg tables of a JDBC catalog, written by Spark (see the module docstring)."""
 
+    def __init__(self, catalog_uri: str, warehouse: str, *, catalog_name: str = "cdc", **kw: Any) -> None:
+        if not catalog_name.replace("_", "").isalnum():
+            raise SinkError(f"sinks.iceberg.catalog_name {catalog_name!r}: letters, digits and _ only (it names "
+                            "the catalog in Spark SQL)")
+        super().__init__(catalog_uri, warehouse, catalog_name=catalog_name, **kw)
+
     def catalog_conf(self) -> dict[str, str]:
         """Spark's settings of the sink's catalog: Iceberg's ``SparkCatalog`` over a
         ``JdbcCatalog`` named ``catalog_name`` (the name pyiceberg's ``SqlCatalog`` files its
@@ -99,7 +105,7 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
         jdbc, login = jdbc_catalog(self.catalog_uri)
         prefix = f"spark.sql.catalog.{self.catalog_name}"
         conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": "jdbc", f"{prefix}.uri": jdbc,
-                f"{prefix}.warehouse": self.warehouse_uri(), f"{prefix}.jdbc.schema-version": "V1",
+                f"{prefix}.warehouse": warehouse_uri(self.warehouse), f"{prefix}.jdbc.schema-version": "V1",
                 **{f"{prefix}.{k}": v for k, v in login.items()},
                 **{f"{prefix}.{k}": v for k, v in self.properties.items()}}
         return conf

@@ -130,9 +130,6 @@ def test_deleted_and_changed_keys_reach_the_lake_and_duckdb_reads_it(stack, lake
     files = {(r["sink"], r["table"]): r["files"] for r in cdc("files", f"{test_db}\\..*")}
     assert set(files) == {("delta", f"{test_db}.t"), ("iceberg", f"{test_db}.t")} and all(files.values())
     sinks = _lake_sinks(cfg)
-    if engine == "spark":  # the job's MERGEs marked the deleted and replaced rows (merge-on-read)
-        assert sinks["delta"].deletion_vectors(test_db, "t") > 0
-        assert sinks["iceberg"].delete_file_count(test_db, "t") > 0
     done = {(r["sink"], r["table"]): r for r in cdc("optimize")}
     assert {r["sink"]: r["files_after"] for r in done.values()} == {"delta": 1, "iceberg": 1}, done
     if engine == "spark":  # no row marked deleted any more: Spark's OPTIMIZE and rewrite_data_files

@@ -272,6 +272,13 @@ def _cmd_bench_sinks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lake_engines(text: str) -> str:
+    engines = [e.strip() for e in text.split(",") if e.strip()]
+    if not engines or any(e not in ("driver", "spark") for e in engines):
+        raise argparse.ArgumentTypeError(f"{text!r}: driver, spark or driver,spark")
+    return ",".join(engines)
+
+
 def _cmd_bench_merge(args: argparse.Namespace) -> int:
     from cdc.bench.merge import bench_merge
     from cdc.bench.report import with_lake_section
@@ -280,7 +287,8 @@ def _cmd_bench_merge(args: argparse.Namespace) -> int:
         raise SystemExit("cdc bench merge: --partitions must be at least 1")
     result = bench_merge(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
                          partitions=args.partitions, scale_out=not args.no_scale_out, lake=not args.no_lake,
-                         keep_running=args.keep_running, kafka_sources=args.kafka_sources, console=quiet)
+                         keep_running=args.keep_running, kafka_sources=args.kafka_sources,
+                         lake_engines=tuple(args.lake_engines.split(",")), console=quiet)
     if args.json:
         print(json.dumps({**result["summary"], "kafka_sources": result.get("kafka_sources")}, indent=2))
     if args.out and result.get("lake"):
@@ -556,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--state-dir", default=".cdc/bench")
     bench_merge_p.add_argument("--no-lake", action="store_true",
                                help="skip (f)/(g): the merge job into the changelog, Delta and Iceberg alone, the Delta latency")
+    bench_merge_p.add_argument("--lake-engines", default="driver", type=_lake_engines,
+                               help="(f)'s lake runs on these engines, comma-separated: driver, spark or "
+                                    "driver,spark (default driver; (g) on the last one)")
     bench_merge_p.add_argument("--no-scale-out", action="store_true",
                                help="skip the standalone runs with one and two workers")
     bench_merge_p.add_argument("--kafka-sources", type=int, default=0, metavar="ROUNDS",

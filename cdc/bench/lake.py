@@ -29,20 +29,29 @@ from spark_jobs.sinks.delta import DeltaSink
 from spark_jobs.sinks.delta_spark import DeltaSparkSink
 from spark_jobs.sinks.lake_base import LakeSinkBase
 
-#: The lake runs: (name, what it writes).
+#: The lake runs of the default engine: (name, what it writes).
 LAKE_RUNS = ("changelog", "delta", "iceberg")
 
 
+def lake_run_names(engines: tuple[str, ...] = ("driver",)) -> tuple[str, ...]:
+    """The runs of (f): the changelog only, then each format on each engine (``delta``,
+    ``iceberg`` for the ``driver`` engine, ``delta-spark``, ``iceberg-spark`` for ``spark``)."""
+    return ("changelog", *(f"{fmt}{'' if e == 'driver' else '-' + e}" for e in engines for fmt in ("delta", "iceberg")))
+
+
 def lake_config(cfg, work: Path, name: str, *, change_data_feed: bool = False):
-    """``cfg`` writing only ``name``'s sink (``changelog``, ``delta`` or ``iceberg``), its lake
-    in ``work/name`` (an Iceberg catalog named after the run)."""
+    """``cfg`` writing only ``name``'s sink (``changelog``, or a run of :func:`lake_run_names`),
+    its lake in ``work/name`` (an Iceberg catalog named after the run)."""
+    name, _, engine = name.partition("-")
     cfg = cfg.model_copy(deep=True)
+    cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = engine or "driver"
     cfg.sinks.postgres.enabled = cfg.sinks.mysql.enabled = False
     cfg.sinks.changelog.enabled = name == "changelog"
-    cfg.sinks.delta.path = str(work / name / "delta")
+    run = f"{name}-{engine}" if engine else name
+    cfg.sinks.delta.path = str(work / run / "delta")
     cfg.sinks.delta.change_data_feed = change_data_feed
-    cfg.sinks.iceberg.warehouse = str(work / name / "iceberg")
-    cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_{name}"
+    cfg.sinks.iceberg.warehouse = str(work / run / "iceberg")
+    cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_{run.replace('-', '_')}"
     cfg.sinks.delta.enabled = name == "delta"  # (each with the engine cfg gives it)
     cfg.sinks.iceberg.enabled = name == "iceberg"
     return cfg
@@ -58,15 +67,16 @@ def lake_rows(sink: LakeSinkBase, db: str) -> int:
 
 
 def lake_runs(cfg, work: Path, db: str, live_rows: int, throughput: Callable[..., dict], console: Console,
-              cpu_roots: dict | None = None, rounds: int = 2) -> dict[str, Any]:
-    """(f): the backlog merged into each of :data:`LAKE_RUNS` by ``throughput`` (the merge
+              cpu_roots: dict | None = None, rounds: int = 2, engines: tuple[str, ...] = ("driver",)) -> dict[str, Any]:
+    """(f): the backlog merged into each run of :func:`lake_run_names` by ``throughput`` (the merge
     benchmark's run: ``throughput(cfg, work, name, master, db, ...)``), ``rounds`` times, the
     order turned each round (changelog, Delta, Iceberg; then Iceberg, Delta, changelog; ...):
     the machine's speed drifts over minutes, and a ratio of runs next to each other drifts less."""
     from spark_jobs.spark_session import build_session
-    runs: dict[str, list[dict]] = {name: [] for name in LAKE_RUNS}
+    names = lake_run_names(engines)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in (LAKE_RUNS if r % 2 == 0 else tuple(reversed(LAKE_RUNS))):
+        for name in (names if r % 2 == 0 else tuple(reversed(names))):
             run_cfg = lake_config(cfg, work / f"round{r}", name)
             with console.status(f"(f) round {r + 1}/{rounds}: the merge job into {name} only (local[2])..."):
                 res = throughput(run_cfg, work / f"round{r}", f"lake-{name}", "local[2]", db, cpu_roots=cpu_roots,
@@ -88,17 +98,17 @@ def lake_runs(cfg, work: Path, db: str, live_rows: int, throughput: Callable[...
                 res["files_after_optimize"] = sink.file_count(db, TABLE)
                 sink.close()
             runs[name].append(res)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"names": list(names)}
     for name, results in runs.items():
         best = dict(results[0])
         best["steady_events_per_s"] = statistics.median(x["steady_events_per_s"] for x in results)
         best["rounds_steady_events_per_s"] = [round(x["steady_events_per_s"]) for x in results]
         out[name] = best
     base = out["changelog"]["steady_events_per_s"]
-    out["ratios"] = {f"{n}/changelog": out[n]["steady_events_per_s"] / base if base else 0.0 for n in LAKE_RUNS[1:]}
+    out["ratios"] = {f"{n}/changelog": out[n]["steady_events_per_s"] / base if base else 0.0 for n in names[1:]}
     out["round_ratios"] = {f"{n}/changelog": [round(x["steady_events_per_s"] / c["steady_events_per_s"], 3)
                                               if c["steady_events_per_s"] else 0.0
-                                              for x, c in zip(runs[n], runs["changelog"])] for n in LAKE_RUNS[1:]}
+                                              for x, c in zip(runs[n], runs["changelog"])] for n in names[1:]}
     return out
 
 
@@ -151,14 +161,14 @@ class DeltaClock:
 
 
 def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
-                  latency_run: Callable[..., tuple[dict, dict]], console: Console) -> dict[str, Any]:
+                  latency_run: Callable[..., tuple[dict, dict]], console: Console, name: str = "delta") -> dict[str, Any]:
     """(g): :func:`latency_run` (the merge benchmark's (c)) with only the Delta sink on, its
-    change data feed the clock: the job and the table of (f)'s Delta run, going on from where
-    it stopped (the change data feed turned on first)."""
+    change data feed the clock: the job and the table of (f)'s Delta run ``name`` (``delta``,
+    ``delta-spark``), going on from where it stopped (the change data feed turned on first)."""
     work = work / "round0"  # (f)'s first round
-    run_cfg = lake_config(cfg, work, "delta", change_data_feed=True)
-    run_cfg.state_dir = str(work / "lake-delta" / "state")
-    run_cfg.spark.checkpoint_dir = str(work / "lake-delta" / "checkpoints")
+    run_cfg = lake_config(cfg, work, name, change_data_feed=True)
+    run_cfg.state_dir = str(work / f"lake-{name}" / "state")
+    run_cfg.spark.checkpoint_dir = str(work / f"lake-{name}" / "checkpoints")
     from spark_jobs.spark_session import build_session
     sink = lake_sink(run_cfg)
     handle = sink._load(db, TABLE)
@@ -173,7 +183,8 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
     handle = sink._load(db, TABLE)
     latency, _ = latency_run(run_cfg, info, db, rate, seconds, first_id, producer_state, console,
                              clock=DeltaClock(run_cfg, db, handle.version() + 1), idle_changes=0)
+    latency["run"] = name
     return latency
 
 
-__all__ = ["LAKE_RUNS", "lake_config", "lake_runs", "delta_latency", "DeltaClock"]
+__all__ = ["LAKE_RUNS", "lake_run_names", "lake_config", "lake_runs", "delta_latency", "DeltaClock"]

@@ -62,7 +62,7 @@ from cdc.bench.harness import (
     results_table,
     start_stack,
 )
-from cdc.bench.lake import delta_latency, lake_runs
+from cdc.bench.lake import LAKE_RUNS, delta_latency, lake_runs
 from cdc.errors import BenchError
 from cdc.bench.kafka_sources import kafka_source_rounds
 from cdc.stack.kafka_broker import kafka_pids
@@ -289,7 +289,8 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
 
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
                 seconds: float = 30.0, scale_out: bool = True, lake: bool = True, keep_running: bool = False,
-                kafka_sources: int = 0, console: Console | None = None) -> dict[str, Any]:
+                kafka_sources: int = 0, lake_engines: tuple[str, ...] = ("driver",),
+                console: Console | None = None) -> dict[str, Any]:
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "requested_events": events, "partitions": partitions}
@@ -350,10 +351,12 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM `{TABLE}`")
             live_rows, max_id = cur.fetchone()
         if lake:
-            result["lake"] = lake_runs(cfg, work, db, live_rows, _throughput_run, console, cpu_roots)
-            if rate and seconds:
+            result["lake"] = lake_runs(cfg, work, db, live_rows, _throughput_run, console, cpu_roots,
+                                       engines=lake_engines)
+            if rate and seconds:  # (the last engine's Delta run)
                 result["lake"]["delta_latency"] = delta_latency(cfg, work, info, db, rate, seconds, max_id + 1,
-                                                                str(work / "producer"), _latency_run, console)
+                                                                str(work / "producer"), _latency_run, console,
+                                                                name=result["lake"]["names"][-2])
                 with admin(info.mysql, db) as conn, conn.cursor() as cur:
                     cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
                     live_rows = cur.fetchone()[0]
@@ -430,14 +433,15 @@ def _lake_summary(lake: dict[str, Any]) -> dict[str, Any]:
     if not lake:
         return {}
     out: dict[str, Any] = {}
-    for name in ("changelog", "delta", "iceberg"):
+    for name in lake.get("names") or LAKE_RUNS:
         r = lake.get(name) or {}
-        out[f"lake_{name}_steady_events_per_s"] = round(r.get("steady_events_per_s") or 0)
+        key = name.replace("-", "_")
+        out[f"lake_{key}_steady_events_per_s"] = round(r.get("steady_events_per_s") or 0)
         if name != "changelog":
-            out[f"lake_{name}_to_changelog"] = round(lake["ratios"].get(f"{name}/changelog", 0.0), 3)
-            out[f"lake_{name}_files_after_run"] = r.get("files_after_run")
-            out[f"lake_{name}_files_after_optimize"] = r.get("files_after_optimize")
-            out[f"lake_{name}_commit_s"] = (r.get("phases") or {}).get("lake_commit_s")
+            out[f"lake_{key}_to_changelog"] = round(lake["ratios"].get(f"{name}/changelog", 0.0), 3)
+            out[f"lake_{key}_files_after_run"] = r.get("files_after_run")
+            out[f"lake_{key}_files_after_optimize"] = r.get("files_after_optimize")
+            out[f"lake_{key}_commit_s"] = (r.get("phases") or {}).get("lake_commit_s")
     lt = lake.get("delta_latency") or {}
     out.update({"lake_delta_latency_rate": lt.get("writes_per_s"), "lake_delta_latency_p50_ms": lt.get("p50_ms"),
                 "lake_delta_latency_p99_ms": lt.get("p99_ms"), "lake_delta_latency_max_ms": lt.get("max_ms")})
@@ -490,7 +494,7 @@ def print_report(result: dict[str, Any], console: Console) -> None:
                       f"{_ms(idle['worst_ms'])} over {idle['changes']} changes")
     lake = result.get("lake")
     if lake:
-        for name in ("changelog", "delta", "iceberg"):
+        for name in lake.get("names") or LAKE_RUNS:
             r = lake[name]
             files = (f"; files {r['files_after_run']} after the run, {r['files_after_optimize']} after optimize "
                      f"({r['optimize_s']:.1f} s)" if "files_after_run" in r else "")

@@ -177,11 +177,11 @@ def lake_lines(lake: dict | None) -> list[str]:
         return []
     lines = ["", LAKE_HEADING, "",
              "The same backlog merged by the job into one target at a time (each with a checkpoint of its own), "
-             "local[2]; steady rate from the first batch; the lake commits are the driver's, once per table per "
-             "batch (docs/lake.md).", "",
+             "local[2]; steady rate from the first batch; a lake table committed once per batch, by the driver "
+             "(delta, iceberg: the driver engine) or by Spark's executors (-spark: merge-on-read; docs/lake.md).", "",
              "| run | steady events/s | vs changelog only | batches | lake commits, s | files after the run | "
              "after optimize |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name in ("changelog", "delta", "iceberg"):
+    for name in lake.get("names") or ("changelog", "delta", "iceberg"):
         r = lake[name]
         ratio = lake["ratios"].get(f"{name}/changelog", 1.0)
         lines.append(f"| {name} only | {r['steady_events_per_s']:,.0f} | {ratio:.2f} | {r['batches']} | "
@@ -189,7 +189,7 @@ def lake_lines(lake: dict | None) -> list[str]:
                      f"{r.get('files_after_optimize', '-')} |")
     lt = lake.get("delta_latency")
     if lt:
-        lines += ["", f"(g) Latency with the Delta sink, {lt['writes_per_s']:,.0f} row inserts/s for "
+        lines += ["", f"(g) Latency with the Delta sink ({lt.get('run', 'delta')}), {lt['writes_per_s']:,.0f} row inserts/s for "
                       f"{lt['seconds']:.0f} s, trigger interval {lt['trigger_interval_s']:g} s, "
                       f"{lt['rows_measured']:,} rows: p50 {lt['p50_ms']:,.0f} ms, p99 {lt['p99_ms']:,.0f} ms, max "
                       f"{lt['max_ms']:,.0f} ms, from each row's INSERT time to the Delta commit that first held it "

@@ -161,7 +161,8 @@ class DeltaClock:
 
 
 def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
-                  latency_run: Callable[..., tuple[dict, dict]], console: Console, name: str = "delta") -> dict[str, Any]:
+                  latency_run: Callable[..., tuple[dict, dict]], console: Console,
+                  name: str = "delta") -> dict[str, Any]:
     """(g): :func:`latency_run` (the merge benchmark's (c)) with only the Delta sink on, its
     change data feed the clock: the job and the table of (f)'s Delta run ``name`` (``delta``,
     ``delta-spark``), going on from where it stopped (the change data feed turned on first)."""

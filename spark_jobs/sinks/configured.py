@@ -22,7 +22,8 @@ from pydantic import BaseModel, SecretStr
 from common.config import SinksConfig
 from common.jars import module_jars
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks import delta, delta_spark, iceberg, iceberg_spark, mysql, postgres  # noqa: F401 - registered as imported
+# the sink modules: registered as imported
+from spark_jobs.sinks import delta, delta_spark, iceberg, iceberg_spark, mysql, postgres  # noqa: F401
 from spark_jobs.sinks.iceberg_spark import IcebergSparkSink
 from spark_jobs.sinks.lake_spark import DELTA_EXTENSION, ICEBERG_EXTENSION
 from spark_jobs.sinks.interface import Sink

@@ -30,7 +30,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.errors import SinkError, SinkUnavailable
-from spark_jobs.sinks.batch import check_position
 from spark_jobs.sinks.delta import LOG_RETENTION, DeltaSink, fits_delta_column, retention_interval
 from spark_jobs.sinks.delta_spark_maintenance import FILE_RETENTION, DeltaSparkMaintenance
 from spark_jobs.sinks.lake_base import LakeCommitConflict, evolved_schema
@@ -164,7 +163,8 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
         old = spark.read.format("delta").load(self.spark_uri(db, table))
         cols = [f"try_cast({quote(f.name)} AS {spark_type(types.get(f.name, f.type))}) AS {quote(f.name)}"
                 for f in current]
-        cols += [f"CAST(NULL AS {spark_type(f.type)}) AS {quote(f.name)}" for f in wanted if f.name not in current.names]
+        cols += [f"CAST(NULL AS {spark_type(f.type)}) AS {quote(f.name)}" for f in wanted
+                 if f.name not in current.names]
         try:
             (old.selectExpr(*cols).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
              .save(self.spark_uri(db, table)))
@@ -214,12 +214,6 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
                             f"{java_error(exc)}") from exc
 
     # -- the driver's table operations (Spark's DELETE and UPDATE) ---------------------------------
-    def _spark_predicate(self, position: str, where: dict | None) -> str:
-        check_position(position)
-        conds = [f"{quote(POSITION_COLUMN)} < {sql_literal(position)}"]
-        conds += [f"{quote(c)} = {sql_literal(str(v))}" for c, v in (where or {}).items()]
-        return " AND ".join(conds)
-
     def delete_below(self, db: str, table: str, position: str, where: dict | None = None) -> int:
         if self._load(db, table) is None:
             return 0
@@ -228,20 +222,8 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
         if self.soft_delete:
             rows = self._sql("flagging rows below a marker", db, table,
                              f"UPDATE {name} SET {quote(DELETED_COLUMN)} = true, {quote(POSITION_COLUMN)} = "
-                             f"{sql_literal(position)} WHERE {predicate} AND NOT coalesce({quote(DELETED_COLUMN)}, false)")
+                             f"{sql_literal(position)} WHERE {predicate} "
+                             f"AND NOT coalesce({quote(DELETED_COLUMN)}, false)")
             return int(rows[0][0]) if rows else 0
         rows = self._sql("deleting rows below a marker", db, table, f"DELETE FROM {name} WHERE {predicate}")
         return int(rows[0][0]) if rows else 0
-
-    def _delete_rows_below(self, db: str, table: str, position: str) -> None:
-        self._sql("deleting rows below a DROP", db, table,
-                  f"DELETE FROM {self.spark_name(db, table)} WHERE {self._spark_predicate(position, None)}")
-
-    def _has_rows(self, db: str, table: str) -> bool:
-        if self._load(db, table) is None:
-            return False
-        return bool(self._sql("reading", db, table, f"SELECT 1 FROM {self.spark_name(db, table)} LIMIT 1"))
-
-    def _rows_above(self, db: str, table: str, position: str) -> bool:
-        return bool(self._sql("reading", db, table, f"SELECT 1 FROM {self.spark_name(db, table)} WHERE "
-                                                    f"{quote(POSITION_COLUMN)} > {sql_literal(position)} LIMIT 1"))

@@ -48,14 +48,14 @@ from spark_jobs.sinks.registry import register_sink
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IcebergSink", "batch_property", "iceberg_promotes", "iceberg_widens", "iceberg_errors", "no_secret", "warehouse_uri"]
+__all__ = ["IcebergSink", "batch_property", "warehouse_uri"]
 
 def batch_property(app: str) -> str:
     """The table property holding the last batch ``app`` committed."""
     return f"cdc.batch.{app}"
 
 
-def iceberg_promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
+def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     """Whether Iceberg holds ``wanted``'s values in the column as it is or promoted in place."""
     if table_type == wanted or (pa.types.is_string(wanted) or pa.types.is_large_string(wanted)) and \
             (pa.types.is_string(table_type) or pa.types.is_large_string(table_type)):
@@ -70,7 +70,7 @@ def iceberg_promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     return False
 
 
-def iceberg_errors() -> dict[str, Any]:
+def _errors() -> dict[str, Any]:
     from pyiceberg import exceptions as e
     from sqlalchemy.exc import DBAPIError, OperationalError
     # a conflict: another writer's commit came first (pyiceberg retries its own commit, then a
@@ -130,10 +130,10 @@ class IcebergSink(LakeSinkBase):
         if self._catalog is None:
             from pyiceberg.catalog.sql import SqlCatalog
             try:
-                self._catalog = SqlCatalog(self.catalog_name, uri=self.catalog_uri, warehouse=warehouse_uri(self.warehouse),
-                                           **self.properties)
-            except iceberg_errors()["down"] as exc:
-                raise SinkUnavailable(f"the Iceberg catalog database cannot be reached: {no_secret(exc)}") from exc
+                self._catalog = SqlCatalog(self.catalog_name, uri=self.catalog_uri,
+                                           warehouse=warehouse_uri(self.warehouse), **self.properties)
+            except _errors()["down"] as exc:
+                raise SinkUnavailable(f"the Iceberg catalog database cannot be reached: {_no_secret(exc)}") from exc
         return self._catalog
 
     # -- where ---------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ class IcebergSink(LakeSinkBase):
 
     # -- the table ------------------------------------------------------------------------------
     def _load(self, db: str, table: str) -> Any:
-        err = iceberg_errors()
+        err = _errors()
         try:
             return self.catalog.load_table(self.identifier(db, table))
         except err["missing"]:
@@ -169,7 +169,7 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
-                                  f"{no_secret(exc)}") from exc
+                                  f"{_no_secret(exc)}") from exc
 
     def _owner(self, handle: Any) -> str | None:
         return handle.properties.get(OWNER_PROPERTY)
@@ -182,7 +182,7 @@ class IcebergSink(LakeSinkBase):
         return handle.schema().as_arrow()
 
     def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
-        err = iceberg_errors()
+        err = _errors()
         ident = self.identifier(db, table)
         try:
             self.catalog.create_namespace_if_not_exists(ident[0])
@@ -196,38 +196,43 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
-                                  f"{no_secret(exc)}") from exc
+                                  f"{_no_secret(exc)}") from exc
         except OSError as exc:
             raise SinkUnavailable(f"cannot create the Iceberg table of {db}.{table} under {self.warehouse}: {exc} "
                                   "(is sinks.iceberg.warehouse writable by the merge job?)") from exc
 
     def _evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
         current = self._schema(handle)
-        added, retyped = evolved_schema(current, schema, iceberg_promotes)
+        added, retyped = evolved_schema(current, schema, _promotes)
         widened = [f for f in schema if f.name in current.names and f.name not in retyped
-                   and current.field(f.name).type != f.type and iceberg_widens(current.field(f.name).type, f.type)]
+                   and current.field(f.name).type != f.type and _wider(current.field(f.name).type, f.type)]
         if not (added or retyped or widened):
             return handle
         if set(retyped) & set(key):
             raise SinkError(f"Iceberg table of {db}.{table}: key column(s) {', '.join(retyped)} changed type; drop the "
                             f"table ({self.where(db, table)}) and let the snapshot fill it again")
-        from pyiceberg.io.pyarrow import _ConvertToIceberg, visit_pyarrow
-        with handle.update_schema() as update:
-            for name in retyped:
-                update.delete_column(name)
-        with handle.update_schema() as update:
-            for f in [*(schema.field(n) for n in retyped), *added]:
-                update.add_column(f.name, visit_pyarrow(f.type, _ConvertToIceberg()))
-            for f in widened:
-                update.update_column(f.name, field_type=visit_pyarrow(f.type, _ConvertToIceberg()))
+        self._change_columns(handle, db, table, retyped, [*(schema.field(n) for n in retyped), *added], widened)
         if retyped:
             log.warning("Iceberg table of %s.%s: column(s) %s changed type beyond what Iceberg promotes; their old "
                         "values read as null until the snapshot refills them", db, table, ", ".join(retyped))
         return self._load(db, table)
 
+    def _change_columns(self, handle: Any, db: str, table: str, dropped: list[str], added: list[pa.Field],
+                        widened: list[pa.Field]) -> None:
+        """Drop the columns ``dropped``, then add ``added`` and widen ``widened`` in place."""
+        from pyiceberg.io.pyarrow import _ConvertToIceberg, visit_pyarrow
+        with handle.update_schema() as update:
+            for name in dropped:
+                update.delete_column(name)
+        with handle.update_schema() as update:
+            for f in added:
+                update.add_column(f.name, visit_pyarrow(f.type, _ConvertToIceberg()))
+            for f in widened:
+                update.update_column(f.name, field_type=visit_pyarrow(f.type, _ConvertToIceberg()))
+
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
                app: str) -> tuple[int, int]:
-        err = iceberg_errors()
+        err = _errors()
         applied, replaced = winners(handle, changes, key)
         is_delete = pc.equal(applied.column(OP_COLUMN), "d")
         props = {"cdc.app": app, "cdc.batch": str(batch_id), "cdc.commit": uuid.uuid4().hex}
@@ -240,7 +245,7 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}, batch "
-                                  f"{batch_id}): {no_secret(exc)}") from exc
+                                  f"{batch_id}): {_no_secret(exc)}") from exc
         deletes = int(pc.sum(is_delete).as_py() or 0)
         if not self.soft_delete:  # a delete of a key the table does not hold removes nothing
             held = applied.filter(is_delete).join(replaced, keys=key, join_type="inner").num_rows if deletes else 0
@@ -384,7 +389,7 @@ def warehouse_uri(warehouse: str) -> str:
     return warehouse if "://" in warehouse else "file://" + os.path.abspath(warehouse)
 
 
-def iceberg_widens(table_type: pa.DataType, wanted: pa.DataType) -> bool:
+def _wider(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     """Whether ``wanted`` is a promotion Iceberg makes in place (int -> long, float -> double,
     a decimal's precision up)."""
     if (table_type, wanted) in {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}:
@@ -392,7 +397,7 @@ def iceberg_widens(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     return pa.types.is_decimal(table_type) and pa.types.is_decimal(wanted) and wanted.precision > table_type.precision
 
 
-def no_secret(exc: Exception) -> str:
+def _no_secret(exc: Exception) -> str:
     """An SQLAlchemy error's first line without its statement and parameters (no DSN, no password)."""
     orig = getattr(exc, "orig", None)
     return str(orig if orig is not None else exc).splitlines()[0][:300]

@@ -29,10 +29,9 @@ from typing import Any
 import pyarrow as pa
 
 from spark_jobs.errors import SinkError, SinkUnavailable
-from spark_jobs.sinks.batch import check_position
-from spark_jobs.sinks.iceberg import IcebergSink, iceberg_promotes, iceberg_widens, warehouse_uri
+from spark_jobs.sinks.iceberg import IcebergSink, warehouse_uri
 from spark_jobs.sinks.iceberg_spark_maintenance import CATALOG_DOWN, IcebergSparkMaintenance, jdbc_message
-from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, evolved_schema
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict
 from spark_jobs.sinks.lake_spark import (
     SparkMerge,
     java_error,
@@ -168,30 +167,17 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
             raise SinkUnavailable(f"the Iceberg table of {db}.{table} was created but cannot be loaded")
         return handle
 
-    def _evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
-        current = self._schema(handle)
-        added, retyped = evolved_schema(current, schema, iceberg_promotes)
-        widened = [f for f in schema if f.name in current.names and f.name not in retyped
-                   and current.field(f.name).type != f.type and iceberg_widens(current.field(f.name).type, f.type)]
-        if not (added or retyped or widened):
-            return handle
-        if set(retyped) & set(key):
-            raise SinkError(f"Iceberg table of {db}.{table}: key column(s) {', '.join(retyped)} changed type; drop the "
-                            f"table ({self.where(db, table)}) and let the snapshot fill it again")
+    def _change_columns(self, handle: Any, db: str, table: str, dropped: list[str], added: list[pa.Field],
+                        widened: list[pa.Field]) -> None:
         name = self.spark_name(db, table)
-        for c in retyped:
+        for c in dropped:
             self._sql("dropping a retyped column", db, table, f"ALTER TABLE {name} DROP COLUMN {quote(c)}")
-        new = [*(schema.field(n) for n in retyped), *added]
-        if new:
+        if added:
             self._sql("adding columns", db, table, f"ALTER TABLE {name} ADD COLUMNS ("
-                      + ", ".join(f"{quote(f.name)} {spark_type(f.type)}" for f in new) + ")")
+                      + ", ".join(f"{quote(f.name)} {spark_type(f.type)}" for f in added) + ")")
         for f in widened:
             self._sql("widening a column", db, table,
                       f"ALTER TABLE {name} ALTER COLUMN {quote(f.name)} TYPE {spark_type(f.type)}")
-        if retyped:
-            log.warning("Iceberg table of %s.%s: column(s) %s changed type beyond what Iceberg promotes; their old "
-                        "values read as null until the snapshot refills them", db, table, ", ".join(retyped))
-        return self._load(db, table)
 
     def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
                      app: str, bounds: tuple | None) -> tuple[int, int] | None:
@@ -227,12 +213,6 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
             raise SinkError(f"Iceberg table of {db}.{table}: the append of batch {batch_id} failed: "
                             f"{java_error(exc)}") from exc
 
-    def _spark_predicate(self, position: str, where: dict | None) -> str:
-        check_position(position)
-        conds = [f"{quote(POSITION_COLUMN)} < {sql_literal(position)}"]
-        conds += [f"{quote(c)} = {sql_literal(str(v))}" for c, v in (where or {}).items()]
-        return " AND ".join(conds)
-
     def _count(self, db: str, table: str, predicate: str) -> int:
         rows = self._sql("reading", db, table, f"SELECT count(*) FROM {self.spark_name(db, table)} WHERE {predicate}")
         return int(rows[0][0])
@@ -254,19 +234,6 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
         if doomed:
             self._sql("deleting rows below a marker", db, table, f"DELETE FROM {name} WHERE {predicate}")
         return doomed
-
-    def _delete_rows_below(self, db: str, table: str, position: str) -> None:
-        self._sql("deleting rows below a DROP", db, table,
-                  f"DELETE FROM {self.spark_name(db, table)} WHERE {self._spark_predicate(position, None)}")
-
-    def _has_rows(self, db: str, table: str) -> bool:
-        if self._load(db, table) is None:
-            return False
-        return bool(self._sql("reading", db, table, f"SELECT 1 FROM {self.spark_name(db, table)} LIMIT 1"))
-
-    def _rows_above(self, db: str, table: str, position: str) -> bool:
-        return bool(self._sql("reading", db, table, f"SELECT 1 FROM {self.spark_name(db, table)} WHERE "
-                                                    f"{quote(POSITION_COLUMN)} > {sql_literal(position)} LIMIT 1"))
 
     def _remove(self, db: str, table: str) -> None:
         self._sql("dropping the table", db, table, f"DROP TABLE {self.spark_name(db, table)} PURGE")

@@ -115,7 +115,8 @@ class IcebergSparkMaintenance:
                                                           "retain_last => 1")
         orphans = self._remove_orphan_files(db, table, min(by_file, now - ORPHAN_MARGIN))
         after = self._load(db, table)
-        removed = sum(int(expired.get(k) or 0) for k in ("deleted_data_files_count", "deleted_position_delete_files_count",
+        removed = sum(int(expired.get(k) or 0) for k in ("deleted_data_files_count",
+                                                          "deleted_position_delete_files_count",
                                                           "deleted_equality_delete_files_count",
                                                           "deleted_manifest_files_count",
                                                           "deleted_manifest_lists_count"))

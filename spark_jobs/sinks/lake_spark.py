@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from common.errors import UnsupportedType
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch import ApplyResult
+from spark_jobs.sinks.batch import ApplyResult, check_position
 from spark_jobs.sinks.lake_stage import StagingArea, part_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, lake_schema_of
 from spark_jobs.sinks.naming import POSITION_COLUMN
@@ -67,7 +67,8 @@ def check_connectors(spark: Any) -> None:
         if "ClassNotFound" in str(exc) or "Cannot find catalog plugin" in str(exc):
             raise SinkError("the lake sinks need delta-spark and iceberg-spark-runtime on the driver's class path, "
                             "which this JVM lacks (" + java_error(exc) + "); with spark-submit pass them with --jars "
-                            "(the jars of .jars/spark that `make jars` resolves) or --packages (docs/lake.md)") from None
+                            "(the jars of .jars/spark that `make jars` resolves) or --packages (docs/lake.md)"
+                            ) from None
         raise
 
 
@@ -225,9 +226,10 @@ class SparkMerge:
     engine's of :class:`~spark_jobs.sinks.lake_base.LakeSinkBase`): the table's schema from the
     parts' descriptions (no part opened on the driver), the table made or evolved, then the
     executors read the parts and either append them (every key above the table's highest:
-    new rows of a rising key) or MERGE them by position.  The format gives ``_create``,
-    ``_evolve``, ``_schema``, :meth:`_merge_frame`, :meth:`_append_frame` and
-    :meth:`_key_upper_bound`."""
+    new rows of a rising key) or MERGE them by position; and the driver's table operations
+    in Spark SQL.  The format gives ``_create``, ``_evolve``, ``_schema``, ``_load``,
+    ``spark_name``, ``_sql`` (a statement run, its errors the sink's), :meth:`_merge_frame`,
+    :meth:`_append_frame` and :meth:`_key_upper_bound`."""
 
     soft_delete: bool
     staging: StagingArea
@@ -296,3 +298,27 @@ class SparkMerge:
         """An upper bound of the integer column ``column`` in the table's live files (from their
         statistics, no data read), :data:`EMPTY_TABLE` for a table without rows, None if unknown."""
         return None
+
+    # -- the driver's table operations in Spark SQL ------------------------------------------------
+    def _spark_predicate(self, position: str, where: dict | None) -> str:
+        """The rows below ``position`` (and equal to ``where``'s values)."""
+        check_position(position)
+        conds = [f"{quote(POSITION_COLUMN)} < {sql_literal(position)}"]
+        conds += [f"{quote(c)} = {sql_literal(str(v))}" for c, v in (where or {}).items()]
+        return " AND ".join(conds)
+
+    def _delete_rows_below(self, db: str, table: str, position: str) -> None:
+        self._sql("deleting rows below a DROP", db, table,  # type: ignore[attr-defined]
+                  f"DELETE FROM {self.spark_name(db, table)} WHERE "  # type: ignore[attr-defined]
+                  f"{self._spark_predicate(position, None)}")
+
+    def _has_rows(self, db: str, table: str) -> bool:
+        if self._load(db, table) is None:  # type: ignore[attr-defined]
+            return False
+        return bool(self._sql("reading", db, table,  # type: ignore[attr-defined]
+                              f"SELECT 1 FROM {self.spark_name(db, table)} LIMIT 1"))  # type: ignore[attr-defined]
+
+    def _rows_above(self, db: str, table: str, position: str) -> bool:
+        return bool(self._sql("reading", db, table,  # type: ignore[attr-defined]
+                              f"SELECT 1 FROM {self.spark_name(db, table)} WHERE "  # type: ignore[attr-defined]
+                              f"{quote(POSITION_COLUMN)} > {sql_literal(position)} LIMIT 1"))

@@ -126,7 +126,6 @@ class IcebergSink(LakeSinkBase):
 
     @property
     def catalog(self) -> Any:
-        """pyiceberg's SQL catalog (the driver's reads, and the ``driver`` engine's writes)."""
         if self._catalog is None:
             from pyiceberg.catalog.sql import SqlCatalog
             try:

@@ -1,8 +1,10 @@
 """A lake commit's cost against the table's size: one batch of changes merged into a table of
 ``small`` rows and the same batch into a table of ``large`` rows, for Delta Lake and Iceberg,
-through the sinks' own commit (Spark's executors, merge-on-read), rounds alternated.
+through the sinks' own commit, rounds alternated: the ``spark`` engine's (Spark's executors,
+merge-on-read) and, with ``--engines spark,driver``, the ``driver`` engine's (delta-rs,
+pyiceberg, copy-on-write) on the same tables.
 
-``python -m cdc.bench.lake_scale --large 10000000 --small 100000 --changes 10000``
+``python -m cdc.bench.lake_scale --large 10000000 --small 100000 --changes 10000 --engines spark,driver``
 
 Two kinds of batch (each ``changes`` changes, every key once):
 
@@ -33,7 +35,9 @@ import pyarrow as pa
 
 from common.config import SinksConfig
 from spark_jobs.sinks.configured import lake_conf
+from spark_jobs.sinks.delta import DeltaSink
 from spark_jobs.sinks.delta_spark import DeltaSparkSink
+from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.iceberg_spark import IcebergSparkSink
 from spark_jobs.sinks.lake_base import LakeSinkBase
 from spark_jobs.sinks.lake_types import OP_COLUMN
@@ -83,8 +87,17 @@ def batch(kind: str, rows: int, changes: int, top: int, position: int, rng: rand
                      OP_COLUMN: pa.array(ops)})
 
 
+def _sinks(fmt: str, work: Path, pg_uri: str | None) -> dict[str, LakeSinkBase]:
+    """The format's sink of each engine, on the same tables."""
+    if fmt == "delta":
+        return {"spark": DeltaSparkSink(str(work / "delta")), "driver": DeltaSink(str(work / "delta"))}
+    uri = pg_uri or f"sqlite:///{work}/catalog.db"
+    return {"spark": IcebergSparkSink(uri, str(work / "iceberg"), catalog_name="bench_scale"),
+            "driver": IcebergSink(uri, str(work / "iceberg"), catalog_name="bench_scale")}
+
+
 def run(work: Path, large: int, small: int, changes: int, rounds: int, formats: list[str], pg_uri: str | None,
-        master: str) -> dict[str, Any]:
+        master: str, engines: tuple[str, ...] = ("spark",)) -> dict[str, Any]:
     from spark_jobs.spark_session import build_session
     spark = build_session(master, app_name="cdc-bench-lake-scale",
                           conf=lake_conf(SinksConfig.model_validate(
@@ -92,46 +105,53 @@ def run(work: Path, large: int, small: int, changes: int, rounds: int, formats: 
     rng = random.Random(7)
     out: dict[str, Any] = {"large": large, "small": small, "changes": changes, "rounds": rounds}
     for fmt in formats:
-        sink: LakeSinkBase = DeltaSparkSink(str(work / "delta")) if fmt == "delta" else IcebergSparkSink(
-            pg_uri or f"sqlite:///{work}/catalog.db", str(work / "iceberg"), catalog_name="bench_scale")
+        sinks = _sinks(fmt, work, pg_uri)
+        filler = sinks["spark"]
         sizes = {"small": small, "large": large}
         t0 = time.perf_counter()
         for name, rows in sizes.items():
-            fill(spark, sink, f"t_{name}", rows)
+            fill(spark, filler, f"t_{name}", rows)
         out[f"{fmt}_fill_s"] = time.perf_counter() - t0
         tops = dict(sizes)
         position = 10 ** 12
-        times: dict[str, list[float]] = {f"{k}_{n}": [] for k in KINDS for n in sizes}
         batch_id = 0
-        for r in range(rounds + 1):  # round 0 warms the JVM, not counted
+        for engine in engines:  # (the spark engine first: the driver's copy-on-write leaves no deletion vector)
+            sink, label = sinks[engine], fmt if engine == "spark" else f"{fmt}_{engine}"
+            times: dict[str, list[float]] = {f"{k}_{n}": [] for k in KINDS for n in sizes}
+            for r in range(rounds + 1):  # round 0 warms up, not counted
+                for kind in KINDS:
+                    order = list(sizes) if r % 2 == 0 else list(reversed(sizes))
+                    for name in order:
+                        changes_t = batch(kind, sizes[name], changes, tops[name], position, rng)
+                        position += changes
+                        part = sink.staging.write(APP, DB, f"t_{name}", batch_id, 0, changes_t, ["id"])
+                        part["input"] = changes_t.num_rows
+                        t0 = time.perf_counter()
+                        res = sink.commit(DB, f"t_{name}", [part], batch_id=batch_id, app=APP,
+                                          owner="cdc-merge:bench")
+                        took = time.perf_counter() - t0
+                        if res.upserted != changes:
+                            raise RuntimeError(f"{label} {name} {kind}: {res} (expected {changes} upserted)")
+                        if kind == "recent":
+                            tops[name] += changes - changes // 2
+                        if r:
+                            times[f"{kind}_{name}"].append(took)
+                        batch_id += 1
             for kind in KINDS:
-                order = list(sizes) if r % 2 == 0 else list(reversed(sizes))
-                for name in order:
-                    changes_t = batch(kind, sizes[name], changes, tops[name], position, rng)
-                    position += changes
-                    part = sink.staging.write(APP, DB, f"t_{name}", batch_id, 0, changes_t, ["id"])
-                    part["input"] = changes_t.num_rows
-                    t0 = time.perf_counter()
-                    res = sink.commit(DB, f"t_{name}", [part], batch_id=batch_id, app=APP, owner="cdc-merge:bench")
-                    took = time.perf_counter() - t0
-                    if res.upserted != changes:
-                        raise RuntimeError(f"{fmt} {name} {kind}: {res} (expected {changes} upserted)")
-                    if kind == "recent":
-                        tops[name] += changes - changes // 2
-                    if r:
-                        times[f"{kind}_{name}"].append(took)
-                    batch_id += 1
-        for kind in KINDS:
-            s, lg = statistics.median(times[f"{kind}_small"]), statistics.median(times[f"{kind}_large"])
-            out[f"{fmt}_{kind}_small_s"] = round(s, 3)
-            out[f"{fmt}_{kind}_large_s"] = round(lg, 3)
-            out[f"{fmt}_{kind}_ratio"] = round(lg / s, 2)
-            out[f"{fmt}_{kind}_all_s"] = {k: [round(x, 3) for x in v] for k, v in times.items() if k.startswith(kind)}
+                s, lg = statistics.median(times[f"{kind}_small"]), statistics.median(times[f"{kind}_large"])
+                out[f"{label}_{kind}_small_s"] = round(s, 3)
+                out[f"{label}_{kind}_large_s"] = round(lg, 3)
+                out[f"{label}_{kind}_ratio"] = round(lg / s, 2)
+                out[f"{label}_{kind}_all_s"] = {k: [round(x, 3) for x in v] for k, v in times.items()
+                                                if k.startswith(kind)}
+            if engine == "spark" and fmt == "delta":  # (delta-rs 1.6 writes no table with deletion vectors)
+                filler.compact(DB, "t_small"), filler.compact(DB, "t_large")
         for name in sizes:
-            held = spark.sql(f"SELECT count(*) FROM {sink.spark_name(DB, f't_{name}')}").first()[0]
+            held = spark.sql(f"SELECT count(*) FROM {filler.spark_name(DB, f't_{name}')}").first()[0]
             if held != tops[name]:
                 raise RuntimeError(f"{fmt} t_{name}: {held} rows, expected {tops[name]}")
-        sink.close()
+        for sink in sinks.values():
+            sink.close()
     return out
 
 
@@ -144,11 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--formats", default="delta,iceberg")
     p.add_argument("--catalog-uri", default=None, help="the Iceberg catalog (default: SQLite in the work directory)")
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--engines", default="spark", help="spark, or spark,driver: the driver engine's commits too")
     p.add_argument("--work", default=None, help="where the tables go (default: a temporary directory, removed)")
     a = p.parse_args(argv)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="cdc-lake-scale-"))
     try:
-        result = run(work, a.large, a.small, a.changes, a.rounds, a.formats.split(","), a.catalog_uri, a.master)
+        result = run(work, a.large, a.small, a.changes, a.rounds, a.formats.split(","), a.catalog_uri, a.master,
+                     tuple(a.engines.split(",")))
     finally:
         if not a.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -77,6 +77,22 @@ def fits_delta_column(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     return pa.types.is_string(table_type) and pa.types.is_string(wanted)
 
 
+def _user_metadata(entry: dict) -> dict:
+    """A commit's ``userMetadata`` (delta-spark's commits carry the app and batch there, as JSON)."""
+    import json
+    try:
+        meta = json.loads(entry.get("userMetadata") or "{}")
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _query(handle: Any, sql: str) -> pa.RecordBatchReader:
+    """A SQL query over the table (as ``t``) by delta-rs's DataFusion reader, deletion vectors applied."""
+    from deltalake import QueryBuilder
+    return pa.RecordBatchReader.from_stream(QueryBuilder().register("t", handle).execute(sql))
+
+
 def _delta_errors() -> tuple[type[Exception], type[Exception], type[Exception]]:
     from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
     return CommitFailedError, DeltaError, TableNotFoundError
@@ -124,9 +140,18 @@ class DeltaSink(LakeSinkBase):
         return self.table_uri(db, table)
 
     def read_batches(self, db: str, table: str) -> Iterator[pa.RecordBatch] | None:
-        """The table's rows in Arrow batches (None: no such table)."""
+        """The table's rows in Arrow batches (None: no such table), deletion vectors applied
+        (the ``spark`` engine's: delta-rs's DataFusion reader, its ``to_pyarrow_dataset``
+        refuses them)."""
         handle = self._load(db, table)
-        return None if handle is None else iter(handle.to_pyarrow_dataset().to_batches(batch_size=10_000))
+        if handle is None:
+            return None
+        schema = self._schema(handle)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for b in _query(handle, "SELECT * FROM t"):  # (DataFusion's string and binary views as the table's types)
+                yield pa.RecordBatch.from_arrays([b.column(f.name).cast(f.type) for f in schema], schema=schema)
+        return batches()
 
     def duckdb_scan(self, db: str, table: str) -> str:
         """DuckDB's table function reading the table (its delta extension)."""
@@ -205,10 +230,10 @@ class DeltaSink(LakeSinkBase):
                     "again with the new type(s) (values that do not fit are null until the snapshot refills them)",
                     db, table, ", ".join(retyped))
 
-        old = handle.to_pyarrow_dataset()  # (made here: delta-rs cannot open it while it writes)
+        old = _query(handle, "SELECT * FROM t")  # (opened here: delta-rs cannot open it while it writes; streamed)
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for b in old.to_batches(batch_size=65536):
+            for b in old:
                 cols = []
                 for f in schema:
                     if f.name not in b.schema.names:
@@ -297,8 +322,8 @@ class DeltaSink(LakeSinkBase):
 
     def _rows_above(self, db: str, table: str, position: str) -> bool:
         handle = self._load(db, table)
-        return handle is not None and handle.to_pyarrow_dataset().to_table(columns=[POSITION_COLUMN],
-                                                    filter=pc.field(POSITION_COLUMN) > position).num_rows > 0
+        return handle is not None and _query(handle, f"SELECT 1 FROM t WHERE {quote_delta(POSITION_COLUMN)} > "
+                                                      f"{literal(position)} LIMIT 1").read_all().num_rows > 0
 
     def _remove(self, db: str, table: str) -> None:
         fs, root = self._fs()
@@ -374,7 +399,12 @@ class DeltaSink(LakeSinkBase):
         handle = self._load(db, table)
         if handle is None:
             return []
-        return [(e["cdc.app"], int(e["cdc.batch"])) for e in reversed(handle.history()) if "cdc.batch" in e]
+        out = []
+        for entry in reversed(handle.history()):
+            meta = entry if "cdc.batch" in entry else _user_metadata(entry)  # (delta-rs's commits; delta-spark's)
+            if "cdc.batch" in meta:
+                out.append((meta["cdc.app"], int(meta["cdc.batch"])))
+        return out
 
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's latest version."""

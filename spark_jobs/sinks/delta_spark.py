@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -74,21 +74,6 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
     def spark_name(self, db: str, table: str) -> str:
         """The table as Spark SQL names it (a path table)."""
         return "delta." + quote(self.spark_uri(db, table))
-
-    def read_batches(self, db: str, table: str) -> Iterator[pa.RecordBatch] | None:
-        """The table's rows in Arrow batches, deletion vectors applied (None: no such table):
-        delta-rs's DataFusion reader, independent of the Spark that wrote them."""
-        from deltalake import QueryBuilder
-        handle = self._load(db, table)
-        if handle is None:
-            return None
-        schema = self._schema(handle)
-        reader = pa.RecordBatchReader.from_stream(QueryBuilder().register("t", handle).execute("SELECT * FROM t"))
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for b in reader:  # (DataFusion's string and binary views as the table's types)
-                yield pa.RecordBatch.from_arrays([b.column(f.name).cast(f.type) for f in schema], schema=schema)
-        return batches()
 
     # -- the table (its log read with delta-rs, written by Spark) ---------------------------------
     def _configuration(self, key: list[str], owner: str) -> dict[str, str]:

@@ -5,8 +5,6 @@ read from its log with delta-rs (docs/lake.md, "Maintenance")."""
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -97,22 +95,6 @@ class DeltaSparkMaintenance:
         fs, root = self._fs()
         infos = fs.get_file_info(pafs.FileSelector(f"{root}/{db}/{table}/_delta_log", allow_not_found=True))
         return [i for i in infos if i.type == pafs.FileType.File]
-
-    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
-        """``(app, batch)`` of every commit the merge job made to the table (within the log's
-        retention), oldest first."""
-        handle = self._load(db, table)
-        if handle is None:
-            return []
-        out = []
-        for entry in reversed(handle.history()):
-            try:
-                meta = json.loads(entry.get("userMetadata") or "{}")
-            except ValueError:
-                continue
-            if isinstance(meta, dict) and "cdc.batch" in meta:
-                out.append((meta["cdc.app"], int(meta["cdc.batch"])))
-        return out
 
     def deletion_vectors(self, db: str, table: str) -> int:
         """Data files of the latest version that carry a deletion vector (rows marked deleted)."""

@@ -117,9 +117,12 @@ soak-peak: venv system-deps jars
 		--minutes $${MINUTES:-10} --out docs/benchmarks.md
 
 # A long chaos run (processes killed under load, on three Kafka nodes of which one is killed
-# twice and shut down once; must end equal).  SEED=n picks the plan; BROKERS=1 on one node.
+# twice and shut down once, the merge job killed right after lake commits; must end equal, no
+# lake batch committed twice).  SEED=n picks the plan; BROKERS=1 on one node; LAKE_ENGINE=driver
+# for the lake sinks' driver engine (default spark: the executors merge the lake, docs/lake.md).
 chaos: venv system-deps jars
-	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(VENV)/bin/cdc chaos --brokers $${BROKERS:-3} --seed $${SEED:-1}
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) CDC__SINKS__DELTA__ENGINE=$${LAKE_ENGINE:-spark} \
+		CDC__SINKS__ICEBERG__ENGINE=$${LAKE_ENGINE:-spark} $(VENV)/bin/cdc chaos --brokers $${BROKERS:-3} --seed $${SEED:-1}
 
 # The same with read-only snapshots, as a CDC user that may not write to the source.
 chaos-read-only: venv system-deps jars

@@ -49,7 +49,7 @@ from spark_jobs.sinks.registry import register_sink
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IcebergSparkSink", "jdbc_catalog", "MERGE_ON_READ"]
+__all__ = ["IcebergSparkSink", "jdbc_catalog", "pgpass_password", "MERGE_ON_READ"]
 
 #: The table properties of merge-on-read: MERGE, UPDATE and DELETE write position deletes.
 MERGE_ON_READ = {"write.merge.mode": "merge-on-read", "write.update.mode": "merge-on-read",
@@ -72,6 +72,7 @@ def jdbc_catalog(catalog_uri: str) -> tuple[str, dict[str, str]]:
         return f"jdbc:sqlite:{url.database}", {}
     if backend == "postgresql":
         query = dict(url.query)
+        passfile = query.pop("passfile", None)  # (libpq's; the JDBC driver has none: read here)
         host = query.pop("host", None) or url.host
         if not host or str(host).startswith("/"):
             raise SinkError("sinks.iceberg.catalog_uri: Spark's JDBC catalog reaches PostgreSQL over TCP: give a "
@@ -81,10 +82,44 @@ def jdbc_catalog(catalog_uri: str) -> tuple[str, dict[str, str]]:
         login = {}
         if url.username:
             login["jdbc.user"] = url.username
-        if url.password:
-            login["jdbc.password"] = str(url.password)
+        password = url.password
+        if password is None and isinstance(passfile, str):
+            try:
+                text = open(passfile, encoding="utf-8").read()
+            except OSError as exc:
+                raise SinkError(f"sinks.iceberg.catalog_uri: cannot read its passfile ({exc.strerror})") from None
+            password = pgpass_password(text, str(host), int(url.port or 5432), url.database or "", url.username or "")
+        if password:
+            login["jdbc.password"] = str(password)
         return jdbc, login
     raise SinkError(f"sinks.iceberg.catalog_uri: Spark's JDBC catalog takes PostgreSQL or SQLite, not {backend}")
+
+
+def pgpass_password(text: str, host: str, port: int, database: str, user: str) -> str | None:
+    """The password a libpq password file (``hostname:port:database:username:password`` lines,
+    ``*`` matching anything, ``\\:`` and ``\\\\`` escaped) gives for this login: the first line that
+    matches, None if none does."""
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields, field, escaped = [], "", False
+        for ch in line:
+            if escaped:
+                field, escaped = field + ch, False
+            elif ch == "\\":
+                escaped = True
+            elif ch == ":" and len(fields) < 4:
+                fields.append(field)
+                field = ""
+            else:
+                field += ch
+        fields.append(field)
+        if len(fields) != 5:
+            continue
+        wanted = (host, str(port), database, user)
+        if all(f == "*" or f == w for f, w in zip(fields[:4], wanted)):
+            return fields[4]
+    return None
 
 
 @register_sink("iceberg", engine="spark")

@@ -77,6 +77,22 @@ def fits_delta_column(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     return pa.types.is_string(table_type) and pa.types.is_string(wanted)
 
 
+def _retyped(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """``batches`` in ``schema``'s columns and types (DataFusion's string and binary views as the
+    table's types; a column a batch lacks, or a value that does not fit a new type: null)."""
+    for b in batches:
+        cols = []
+        for f in schema:
+            col = b.column(f.name) if f.name in b.schema.names else pa.nulls(b.num_rows, f.type)
+            if col.type != f.type:
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    col = pa.nulls(b.num_rows, f.type)
+            cols.append(col)
+        yield pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
 def _user_metadata(entry: dict) -> dict:
     """A commit's ``userMetadata`` (delta-spark's commits carry the app and batch there, as JSON)."""
     import json
@@ -141,17 +157,9 @@ class DeltaSink(LakeSinkBase):
 
     def read_batches(self, db: str, table: str) -> Iterator[pa.RecordBatch] | None:
         """The table's rows in Arrow batches (None: no such table), deletion vectors applied
-        (the ``spark`` engine's: delta-rs's DataFusion reader, its ``to_pyarrow_dataset``
-        refuses them)."""
+        (the ``spark`` engine's: delta-rs's DataFusion reader; ``to_pyarrow_dataset`` refuses them)."""
         handle = self._load(db, table)
-        if handle is None:
-            return None
-        schema = self._schema(handle)
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for b in _query(handle, "SELECT * FROM t"):  # (DataFusion's string and binary views as the table's types)
-                yield pa.RecordBatch.from_arrays([b.column(f.name).cast(f.type) for f in schema], schema=schema)
-        return batches()
+        return None if handle is None else _retyped(_query(handle, "SELECT * FROM t"), self._schema(handle))
 
     def duckdb_scan(self, db: str, table: str) -> str:
         """DuckDB's table function reading the table (its delta extension)."""
@@ -231,23 +239,7 @@ class DeltaSink(LakeSinkBase):
                     db, table, ", ".join(retyped))
 
         old = _query(handle, "SELECT * FROM t")  # (opened here: delta-rs cannot open it while it writes; streamed)
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for b in old:
-                cols = []
-                for f in schema:
-                    if f.name not in b.schema.names:
-                        cols.append(pa.nulls(b.num_rows, f.type))
-                        continue
-                    col = b.column(f.name)
-                    if col.type != f.type:
-                        try:
-                            col = col.cast(f.type)
-                        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                            col = pa.nulls(b.num_rows, f.type)
-                    cols.append(col)
-                yield pa.RecordBatch.from_arrays(cols, schema=schema)
-        write_deltalake(handle, pa.RecordBatchReader.from_batches(schema, batches()), mode="overwrite",
+        write_deltalake(handle, pa.RecordBatchReader.from_batches(schema, _retyped(old, schema)), mode="overwrite",
                         schema_mode="overwrite", storage_options=self.storage_options or None)
         return self._load(db, table)
 

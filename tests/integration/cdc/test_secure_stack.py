@@ -79,6 +79,7 @@ def test_the_secure_demo_is_consistent(secure_demo):
     out = secure_demo["output"]
     assert secure_demo["returncode"] == 0, out[-3000:]
     assert "consistent: every sink equals its source table" in out and "INCONSISTENT" not in out
+    assert re.search(r"merged\s+by\s+Spark", out)  # (make demo's lakes: the spark engine, its JDBC catalog over TLS)
     data = read_stack(secure_demo["state"])
     assert data["secure"] and data["mysql"]["tls"] and data["postgres"]["secure"] and data["kafka"]["secure"]
     assert {u["sasl_username"] for u in data["kafka"]["users"].values()} == {"cdc", "cdc-producer", "cdc-merge"}

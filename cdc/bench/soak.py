@@ -342,13 +342,14 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
              rows: int = 50_000, partitions: int = 2, sample_s: float = 30.0, deep_batches: int = 0,
              drain_s: float = 180.0, stack_pids: dict[str, int | None] | None = None, loss_checks: int = 1,
              lake: bool = False, lake_retention_hours: int | None = 1, writers: int = 1,
+             lake_engine: str = "driver",
              console: Console | None = None, on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """One soak run (see the module docstring) against the stack ``cfg`` and ``mysql`` (its
     admin connection details) point at; ``stack_pids``: the broker's, MariaDB's and
     PostgreSQL's processes, for their memory; ``loss_checks``: how many times each sample
     asks what ``cdc status`` says of lost history; ``lake``: the Delta and Iceberg sinks on too
-    (as `cdc stack up` has them), removing versions older than ``lake_retention_hours``, their
-    tables' files and MB sampled; ``writers``: connections writing side by side (``rate`` 0:
+    (as `cdc stack up` has them, on ``lake_engine``: ``driver`` or ``spark``), removing versions
+    older than ``lake_retention_hours``, their tables' files and MB sampled; ``writers``: connections writing side by side (``rate`` 0:
     each as fast as the source takes single-row transactions, the source's peak).  Returns
     the samples and the verdict's figures."""
     console = console or Console()
@@ -360,6 +361,7 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
     cfg.sinks.mysql.enabled = False
     cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = lake
     cfg.sinks.delta.retention_hours = cfg.sinks.iceberg.retention_hours = lake_retention_hours
+    cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = lake_engine
     cfg.sinks.postgres.schema_name = run
     lake_dirs = _lake_dirs(cfg, db)
     create_table(mysql, db, rows)
@@ -382,7 +384,8 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
     result: dict[str, Any] = {"run": run, "rate": rate, "writers": writers, "minutes": minutes, "rows": rows,
                               "partitions": partitions,
                               "deep_batches": deep_batches, "sample_s": sample_s, "samples": samples,
-                              "lake": lake, "lake_retention_hours": lake_retention_hours if lake else None}
+                              "lake": lake, "lake_retention_hours": lake_retention_hours if lake else None,
+                              "lake_engine": lake_engine if lake else None}
     try:
         producer.start()
         job.start()
@@ -564,15 +567,16 @@ def plot(result: dict, path: Path) -> Path:
 
 
 SECTION = "## Soak"
-#: A soak with the lake sinks on (``--lake``) has a section of its own, as has one at the
-#: source's peak (``--rate 0``).
+#: A soak with the lake sinks on (``--lake``) has a section of its own (one per engine), as has
+#: one at the source's peak (``--rate 0``).
 LAKE_SECTION = "## Soak with the lake sinks"
 PEAK_SECTION = "## End to end at the source's peak"
 
 
 def section_heading(result: dict) -> str:
     if result.get("lake"):
-        return LAKE_SECTION
+        engine = result.get("lake_engine") or "driver"
+        return LAKE_SECTION if engine == "driver" else f"{LAKE_SECTION}, {engine} engine"
     return SECTION if result.get("rate") else PEAK_SECTION
 
 
@@ -592,6 +596,7 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
              f"`cdc bench soak --minutes {result['minutes']:g} --rate {result['rate']}"
              f"{' --writers ' + str(result.get('writers')) if (result.get('writers') or 1) > 1 else ''}"
              f"{' --lake --lake-retention-hours ' + str(result.get('lake_retention_hours')) if result.get('lake') else ''}"
+             f"{' --lake-engine ' + result['lake_engine'] if result.get('lake') and result.get('lake_engine') else ''}"
              f"` ({when}): the producer and the "
              f"merge job (`local[2]`, PostgreSQL sink and clean changelog"
              f"{', Delta and Iceberg tables' if result.get('lake') else ''}) under "
@@ -645,7 +650,7 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
 def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows: int = 50_000, partitions: int = 2,
                sample_s: float = 30.0, out: Path | None = None, png: Path | None = None, keep_running: bool = False,
                lake: bool = False, lake_retention_hours: int | None = 1, writers: int = 1,
-               console: Console | None = None) -> dict[str, Any]:
+               lake_engine: str = "driver", console: Console | None = None) -> dict[str, Any]:
     """``cdc bench soak`` on the embedded stack of ``state_dir``: :func:`run_soak`, then the
     verdict printed and, with ``out``, its section in that file (docs/benchmarks.md) with the
     plot at ``png``."""
@@ -657,7 +662,8 @@ def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows
     try:
         result = run_soak(cfg, mysql=info.mysql, work_dir=work_dir, minutes=minutes, rate=rate, rows=rows,
                           partitions=partitions, sample_s=sample_s, stack_pids=pids, lake=lake,
-                          lake_retention_hours=lake_retention_hours, writers=writers, console=console)
+                          lake_retention_hours=lake_retention_hours, writers=writers, lake_engine=lake_engine,
+                          console=console)
     finally:
         if keep_running:
             console.print(f"stack left running: stop it with 'cdc stack down --state-dir {info.state_dir}'")

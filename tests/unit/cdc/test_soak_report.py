@@ -35,4 +35,8 @@ def test_a_lake_soak_reports_the_lake_tables_disk_in_a_section_of_its_own():
     assert "retention 0 h) | delta 1.0, iceberg 1.0 | shown |" in text
     assert "lake" not in render(plain, when="now").split("\n", 1)[0]
     doc = with_section(with_section("# Benchmarks\n", SECTION, render(plain, when="then")), LAKE_SECTION, text)
+    spark = dict(lake, lake_engine="spark")  # (a section of its own: the driver engine's stays)
+    assert section_heading(spark) == LAKE_SECTION + ", spark engine" and "--lake-engine spark" in render(spark, when="x")
+    both = with_section(doc, section_heading(spark), render(spark, when="later"))
+    assert section_of(both, LAKE_SECTION).rstrip() == text.rstrip() and "later" in section_of(both, section_heading(spark))
     assert section_of(doc, SECTION).startswith(SECTION) and section_of(doc, LAKE_SECTION).rstrip() == text.rstrip()

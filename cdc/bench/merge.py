@@ -75,7 +75,7 @@ from contract.topics import table_topic
 from producer.app import ProducerApp
 from producer.binlog.server import current_position
 from spark_jobs.merge_job import MergeJob
-from spark_jobs.sinks.configured import build_sinks
+from spark_jobs.sinks.configured import build_sinks, lake_conf
 from spark_jobs.spark_session import stop_session
 
 
@@ -362,6 +362,9 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
                     live_rows = cur.fetchone()[0]
         if scale_out:
             result["scale_out"] = _scale_out(cfg, work, db, live_rows, console, cpu_roots)
+            if lake and "spark" in lake_engines:  # (more workers with both lakes on: the lake section's)
+                result["lake"]["scale_out"] = _scale_out(cfg, work, db, live_rows, console, cpu_roots,
+                                                         lake_engine="spark")
         a = result["reference"]["events_per_s"]
         result["ratios"] = {"b/a": b["events_per_s"] / a if a else 0.0,
                             "b steady/a": b["steady_events_per_s"] / a if a else 0.0}
@@ -377,15 +380,28 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
 
 
 def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
-               cpu_roots: dict[str, int | None] | None = None) -> dict[str, Any]:
-    """(e): the same backlog on a standalone master with one, then two one-core workers."""
-    out: dict[str, Any] = {}
+               cpu_roots: dict[str, int | None] | None = None, lake_engine: str | None = None) -> dict[str, Any]:
+    """(e): the same backlog on a standalone master with one, then two one-core workers; with
+    ``lake_engine`` the Delta and Iceberg sinks on beside PostgreSQL, merged by that engine (each
+    run its own tables: ``spark``'s file work is the executors', so it is what more workers share)."""
+    out: dict[str, Any] = {"lake_engine": lake_engine}
+    tag = f"-lakes-{lake_engine}" if lake_engine else ""
     for workers in (1, 2):
-        with console.status(f"(e) standalone master, {workers} worker(s) of 1 core..."), \
-                standalone_cluster(work / f"spark-{workers}", workers=workers, cores=1) as master:
-            r = _throughput_run(cfg, work, f"standalone{workers}", master, db,
-                                conf={"spark.cores.max": str(workers), "spark.executor.cores": "1",
-                                      "spark.executor.memory": "1g"}, cpu_roots=cpu_roots)
+        run_cfg, conf = cfg, {"spark.cores.max": str(workers), "spark.executor.cores": "1",
+                              "spark.executor.memory": "1g"}
+        if lake_engine:
+            run_cfg = cfg.model_copy(deep=True)
+            run_cfg.sinks.delta.enabled = run_cfg.sinks.iceberg.enabled = True
+            run_cfg.sinks.delta.engine = run_cfg.sinks.iceberg.engine = lake_engine
+            run_cfg.sinks.delta.path = str(work / f"standalone{workers}{tag}" / "delta")
+            run_cfg.sinks.iceberg.warehouse = str(work / f"standalone{workers}{tag}" / "iceberg")
+            run_cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_standalone{workers}_lakes"
+            conf.update(lake_conf(run_cfg.sinks))
+        with console.status(f"(e) standalone master, {workers} worker(s) of 1 core"
+                            f"{', Delta and Iceberg on ' + lake_engine if lake_engine else ''}..."), \
+                standalone_cluster(work / f"spark-{workers}{tag}", workers=workers, cores=1) as master:
+            r = _throughput_run(run_cfg, work, f"standalone{workers}{tag}", master, db, conf=conf,
+                                cpu_roots=cpu_roots)
             r.pop("cfg")
             if r["sink_rows"] != live_rows:
                 raise BenchError(f"standalone, {workers} worker(s): the sink table has {r['sink_rows']} rows, "
@@ -442,6 +458,11 @@ def _lake_summary(lake: dict[str, Any]) -> dict[str, Any]:
             out[f"lake_{key}_files_after_run"] = r.get("files_after_run")
             out[f"lake_{key}_files_after_optimize"] = r.get("files_after_optimize")
             out[f"lake_{key}_commit_s"] = (r.get("phases") or {}).get("lake_commit_s")
+    so = lake.get("scale_out") or {}
+    if so:
+        out.update({"lake_standalone_1_worker_events_per_s": round(so["workers_1"]["steady_events_per_s"]),
+                    "lake_standalone_2_workers_events_per_s": round(so["workers_2"]["steady_events_per_s"]),
+                    "lake_scale_out_ratio": round(so["ratio_2_to_1"], 3), "lake_scale_out_engine": so["lake_engine"]})
     lt = lake.get("delta_latency") or {}
     out.update({"lake_delta_latency_rate": lt.get("writes_per_s"), "lake_delta_latency_p50_ms": lt.get("p50_ms"),
                 "lake_delta_latency_p99_ms": lt.get("p99_ms"), "lake_delta_latency_max_ms": lt.get("max_ms")})
@@ -512,3 +533,8 @@ def print_report(result: dict[str, Any], console: Console) -> None:
     if so:
         console.print(f"(e) scale-out: 2 workers / 1 worker = {so['ratio_2_to_1']:.2f} (one machine of 2 cores: "
                       "driver, broker and PostgreSQL share them)")
+    so = (lake or {}).get("scale_out")
+    if so:
+        console.print(f"(e') with Delta and Iceberg on ({so['lake_engine']} engine): 1 worker "
+                      f"{so['workers_1']['steady_events_per_s']:,.0f} events/s, 2 workers "
+                      f"{so['workers_2']['steady_events_per_s']:,.0f} = {so['ratio_2_to_1']:.2f}")

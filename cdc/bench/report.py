@@ -187,6 +187,14 @@ def lake_lines(lake: dict | None) -> list[str]:
         lines.append(f"| {name} only | {r['steady_events_per_s']:,.0f} | {ratio:.2f} | {r['batches']} | "
                      f"{r['phases'].get('lake_commit_s', 0):.1f} | {r.get('files_after_run', '-')} | "
                      f"{r.get('files_after_optimize', '-')} |")
+    so = lake.get("scale_out")
+    if so:
+        one, two = so["workers_1"], so["workers_2"]
+        lines += ["", f"(e') Scale-out with Delta and Iceberg on ({so['lake_engine']} engine) beside PostgreSQL: the "
+                      f"same backlog on a standalone master, one worker of 1 core {one['steady_events_per_s']:,.0f} "
+                      f"events/s ({one['batches']} batches), two {two['steady_events_per_s']:,.0f} "
+                      f"({two['batches']} batches): **{so['ratio_2_to_1']:.2f}x** (one machine of 2 cores: the "
+                      "driver, the broker and the databases share them with the workers)."]
     lt = lake.get("delta_latency")
     if lt:
         lines += ["", f"(g) Latency with the Delta sink ({lt.get('run', 'delta')}), {lt['writes_per_s']:,.0f} row inserts/s for "

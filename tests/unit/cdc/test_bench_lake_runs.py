@@ -31,3 +31,20 @@ def test_a_runs_configuration_has_one_sink_on_its_engine_in_a_place_of_its_own(t
         seen |= set(places)
         assert cfg.sinks.iceberg.catalog_name.replace("_", "").isalnum()
     assert base.sinks.delta.engine == "driver"  # (a copy: the base is left as it was)
+
+
+def test_the_lake_section_reports_the_scale_out_with_both_lakes_on():
+    from cdc.bench.merge import _lake_summary
+    from cdc.bench.report import lake_lines
+    run = {"steady_events_per_s": 1000.0, "batches": 4, "phases": {"lake_commit_s": 1.5}}
+    lake = {"names": ["changelog", "delta-spark"], "changelog": run, "delta-spark": dict(run, steady_events_per_s=500.0),
+            "ratios": {"delta-spark/changelog": 0.5},
+            "scale_out": {"lake_engine": "spark", "ratio_2_to_1": 1.25,
+                          "workers_1": dict(run, steady_events_per_s=800.0),
+                          "workers_2": dict(run, steady_events_per_s=1000.0, batches=5)}}
+    text = "\n".join(lake_lines(lake))
+    assert "(e') Scale-out with Delta and Iceberg on (spark engine)" in text
+    assert "one worker of 1 core 800 events/s (4 batches), two 1,000 (5 batches): **1.25x**" in text
+    flat = _lake_summary(lake)
+    assert flat["lake_scale_out_ratio"] == 1.25 and flat["lake_standalone_2_workers_events_per_s"] == 1000
+    assert "(e')" not in "\n".join(lake_lines({k: v for k, v in lake.items() if k != "scale_out"}))

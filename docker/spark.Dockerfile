@@ -3,10 +3,18 @@
 # Python 3.11 + Java 17 + the project (which pins pyspark 4.1.1; SPARK_VERSION below must
 # be that exact version, so that driver, master and workers run the same Spark).
 # Build context is the repository root (compose: context "..").
+# The Java parts (Spark's Kafka connector, Delta Lake, Iceberg, the catalogs' JDBC drivers) are
+# java/pom.xml's `spark` module, resolved from Maven Central as `make jars` resolves them, at the
+# versions pinned there: nothing is fetched when a container starts.
+
+FROM maven:3.9.11-eclipse-temurin-17 AS jars
+WORKDIR /build
+COPY java ./java
+RUN mvn -q -B -s java/settings.xml -f java/pom.xml -pl spark -am dependency:copy-dependencies -Djars.dir=/jars
+
 FROM python:3.11-slim-bookworm
 
 ARG SPARK_VERSION=4.1.1
-ARG SCALA_BINARY_VERSION=2.13
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -38,9 +46,13 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /src
 
 # pip's pyspark is a complete Spark distribution (bin/spark-submit, bin/spark-class, jars/).
+# CDC_JARS_DIR: where the project finds the `spark` module's jars (.jars/ in a checkout); the
+# merge job's spark-submit passes them with --jars (docker/compose.yaml).
+COPY --from=jars /jars/spark /opt/cdc/jars/spark
 ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark \
     PYSPARK_PYTHON=python3 \
-    PYSPARK_DRIVER_PYTHON=python3
+    PYSPARK_DRIVER_PYTHON=python3 \
+    CDC_JARS_DIR=/opt/cdc/jars
 ENV PATH="${SPARK_HOME}/bin:${PATH}"
 
 # `spark-submit -m`: run a module of the installed project as the application's main.
@@ -57,17 +69,9 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 PYEOF
 
 RUN useradd --create-home --uid 185 spark \
-    && mkdir -p /opt/spark-ivy /data/checkpoints /tmp/spark-work \
-    && chown -R spark:spark /opt/spark-ivy /data/checkpoints /tmp/spark-work
+    && mkdir -p /data/checkpoints /data/lake /tmp/spark-work \
+    && chown -R spark:spark /data/checkpoints /data/lake /tmp/spark-work
 USER spark
 WORKDIR /home/spark
-
-# Resolve Spark's Kafka connector (and its dependencies) into the Ivy cache now, so that
-# `spark-submit --packages ...` in the merge-job service finds it without a download.
-RUN printf 'print("spark-sql-kafka resolved")\n' > /tmp/noop.py \
-    && spark-submit --conf spark.jars.ivy=/opt/spark-ivy \
-         --packages "org.apache.spark:spark-sql-kafka-0-10_${SCALA_BINARY_VERSION}:${SPARK_VERSION}" \
-         /tmp/noop.py \
-    && rm /tmp/noop.py
 
 CMD ["spark-class", "org.apache.spark.deploy.master.Master"]

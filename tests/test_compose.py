@@ -745,25 +745,27 @@ def check_spark(compose: dict[str, Any]) -> list[str]:
     if cfg.spark.ui_port is None or cfg.spark.ui_port not in published:
         problems.append(f"merge-job: Spark's UI port (CDC__SPARK__UI_PORT={cfg.spark.ui_port}) is not a published "
                         f"container port {sorted(published)}")
-    pkg = re.fullmatch(r"org\.apache\.spark:spark-sql-kafka-0-10_(\d+\.\d+):(\S+)", arg("--packages") or "")
-    if not pkg:
-        problems.append("merge-job: --packages must name org.apache.spark:spark-sql-kafka-0-10_<scala>:<spark version>")
-        return problems
-    scala, version = pkg.groups()
+    # The Java parts: the image's jars stage resolves java/pom.xml's spark module (the versions
+    # `make jars` pins) into CDC_JARS_DIR, and spark-submit passes them with --jars.
+    df = dockerfile_of(job)
+    text = df[1].read_text() if df and df[1].is_file() else ""
+    jars_dir = re.search(r"CDC_JARS_DIR=(\S+)", text)
+    if not re.search(r"mvn .*-f java/pom\.xml .*-pl spark\b.*dependency:copy-dependencies", text):
+        problems.append("merge-job: its image does not resolve java/pom.xml's spark module (mvn ... -pl spark)")
+    if not jars_dir:
+        problems.append("merge-job: its image sets no CDC_JARS_DIR")
+    elif arg("--jars") != f"{jars_dir.group(1)}/spark/*.jar":
+        problems.append(f"merge-job: --jars {arg('--jars')} is not the image's {jars_dir.group(1)}/spark/*.jar")
+    version = re.search(r"<spark\.version>([^<]+)</spark\.version>", (REPO / "java" / "pom.xml").read_text()).group(1)
     spec = next(d for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
                 if re.match(r"pyspark\b", d))
     if version not in SpecifierSet(spec[len("pyspark"):]):
-        problems.append(f"merge-job: the Kafka connector {version} is outside the project's {spec}")
-    import pyspark
-    jars = Path(pyspark.__file__).parent / "jars"
-    core = next(jars.glob("spark-core_*.jar"), None)
-    if core and f"spark-core_{scala}-" not in core.name:
-        problems.append(f"merge-job: connector for Scala {scala}, but pyspark ships {core.name}")
+        problems.append(f"java/pom.xml: Spark {version} is outside the project's {spec}")
     for name in ("spark-master", "spark-worker", "merge-job"):
         build = (svcs.get(name) or {}).get("build") or {}
         arg_version = (build.get("args") or {}).get("SPARK_VERSION") if isinstance(build, dict) else None
         if arg_version != version:
-            problems.append(f"{name}: build arg SPARK_VERSION={arg_version} differs from the connector version {version}")
+            problems.append(f"{name}: build arg SPARK_VERSION={arg_version} differs from java/pom.xml's Spark {version}")
     return problems
 
 
@@ -1117,7 +1119,7 @@ def _env_example_with(old: str, new: str) -> dict[str, Any]:
     return {"env_example": text.replace(old, new)}
 
 
-KAFKA_PKG = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+SPARK_JARS = "/opt/cdc/jars/spark/*.jar"
 
 # (check, what is broken, breaker): the breaker damages a copy of the parsed compose file
 # and returns extra keyword arguments for the check (damaged init scripts or .env.example).
@@ -1167,10 +1169,10 @@ BREAKAGES: list[tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
      lambda c: _set_env(c, "merge-job", "CDC__SINKS__POSTGRES__DSN", "postgresql://cdc:${POSTGRES_PASSWORD}@pg:5432/x")),
     ("spark", "master URL differs from the configuration",
      lambda c: _set_env(c, "merge-job", "CDC__SPARK__MASTER", "local[*]")),
-    ("spark", "connector of another Spark version",
-     lambda c: _cmd_replace(c, "merge-job", KAFKA_PKG, "org.apache.spark:spark-sql-kafka-0-10_2.13:3.5.1")),
-    ("spark", "connector built for another Scala",
-     lambda c: _cmd_replace(c, "merge-job", KAFKA_PKG, "org.apache.spark:spark-sql-kafka-0-10_2.12:4.1.1")),
+    ("spark", "image of another Spark version than the connectors'",
+     lambda c: _update(c, "merge-job", build={**_svc(c, "merge-job")["build"], "args": {"SPARK_VERSION": "3.5.1"}})),
+    ("spark", "connectors not passed to spark-submit",
+     lambda c: _cmd_replace(c, "merge-job", SPARK_JARS, "/opt/elsewhere/*.jar")),
     ("spark", "job module not submitted",
      lambda c: _cmd_replace(c, "merge-job", "spark_jobs.merge_job", "spark_jobs.other")),
     ("spark", "Spark's UI port not published", lambda c: _set_env(c, "merge-job", "CDC__SPARK__UI_PORT", "4041")),

@@ -61,6 +61,11 @@ class SinkUnavailable(SinkError):
     dead-lettered."""
 
 
+class LakeCommitConflict(SinkError):
+    """Another writer committed to a lake table between this commit's read and its write (the
+    lake sinks commit the batch again)."""
+
+
 class SchemaChangeStopped(CDCError):
     """A table's schema changed and ``sinks.schema_changes`` says ``columns: stop`` for it."""
 

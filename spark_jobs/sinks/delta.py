@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import check_position
-from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, LakeSinkBase, evolved_schema
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, evolved_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink

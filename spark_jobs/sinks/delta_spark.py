@@ -29,10 +29,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
 from spark_jobs.sinks.delta import LOG_RETENTION, DeltaSink, fits_delta_column, retention_interval
 from spark_jobs.sinks.delta_spark_maintenance import FILE_RETENTION, DeltaSparkMaintenance
-from spark_jobs.sinks.lake_base import LakeCommitConflict, evolved_schema
+from spark_jobs.sinks.lake_base import evolved_schema
 from spark_jobs.sinks.lake_spark import (
     EMPTY_TABLE,
     SparkMerge,
@@ -43,7 +43,6 @@ from spark_jobs.sinks.lake_spark import (
     spark_type,
     sql_literal,
     temp_view,
-    with_conf,
 )
 from spark_jobs.sinks.lake_types import DELETED_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
@@ -62,6 +61,8 @@ _CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "Con
 @register_sink("delta", engine="spark")
 class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
     """Source tables as Delta tables under ``path``, written by Spark (see the module docstring)."""
+
+    conflicts = _CONFLICTS
 
     # -- where ---------------------------------------------------------------------------------
     def spark_uri(self, db: str, table: str) -> str:
@@ -89,24 +90,13 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
         """How long the log keeps its entries and VACUUM the files they remove."""
         return {LOG_RETENTION: retention_interval(hours), FILE_RETENTION: retention_interval(hours)}
 
-    def _sql(self, what: str, db: str, table: str, statement: str, conf: dict[str, str] | None = None) -> list:
-        """Run a statement on the table in Spark; its result rows.  A lost race with another
-        writer is :class:`LakeCommitConflict`, an unreachable place :class:`SinkUnavailable`."""
-        spark = lake_session()
-        try:
-            with with_conf(spark, conf or {}):
-                return spark.sql(statement).collect()
-        except Exception as exc:  # noqa: BLE001 - Spark's and Delta's errors, sorted below
-            text = str(exc)
-            if any(c in text for c in _CONFLICTS):
-                raise LakeCommitConflict(java_error(exc)) from exc
-            if isinstance(exc, SinkError):
-                raise
-            if any(m in text for m in ("AccessDeniedException", "FileAlreadyExistsException", "Mkdirs failed",
+    def _spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
+        """An unreachable place :class:`SinkUnavailable`, the rest :class:`SinkError`."""
+        if any(m in str(exc) for m in ("AccessDeniedException", "FileAlreadyExistsException", "Mkdirs failed",
                                        "ParentNotDirectoryException", "IOException", "Permission denied")):
-                raise SinkUnavailable(f"Delta table of {db}.{table} ({self.table_uri(db, table)}): {what} failed: "
-                                      f"{java_error(exc)} (is sinks.delta.path writable by the merge job?)") from exc
-            raise SinkError(f"Delta table of {db}.{table}: {what} failed: {java_error(exc)}") from exc
+            return SinkUnavailable(f"Delta table of {db}.{table} ({self.table_uri(db, table)}): {what} failed: "
+                                   f"{java_error(exc)} (is sinks.delta.path writable by the merge job?)")
+        return SinkError(f"Delta table of {db}.{table}: {what} failed: {java_error(exc)}")
 
     def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
         columns = ", ".join(f"{quote(f.name)} {spark_type(f.type)}" for f in schema)
@@ -150,12 +140,9 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
                 for f in current]
         cols += [f"CAST(NULL AS {spark_type(f.type)}) AS {quote(f.name)}" for f in wanted
                  if f.name not in current.names]
-        try:
-            (old.selectExpr(*cols).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-             .save(self.spark_uri(db, table)))
-        except Exception as exc:  # noqa: BLE001 - Spark's errors
-            raise SinkError(f"Delta table of {db}.{table}: writing it again with the new types failed: "
-                            f"{java_error(exc)}") from exc
+        self._run("writing it again with the new types", db, table,
+                  lambda: (old.selectExpr(*cols).write.format("delta").mode("overwrite")
+                           .option("overwriteSchema", "true").save(self.spark_uri(db, table))))
         return self._load(db, table)
 
     def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
@@ -188,15 +175,11 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
 
     def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str) -> None:
         rows = changes.selectExpr(*[quote(c) if c != DELETED_COLUMN else f"false AS {quote(c)}" for c in columns])
-        try:
-            (rows.write.format("delta").mode("append").option("txnAppId", app).option("txnVersion", batch_id)
-             .option("userMetadata", json.dumps({"cdc.app": app, "cdc.batch": str(batch_id)}))
-             .save(self.spark_uri(db, table)))
-        except Exception as exc:  # noqa: BLE001 - Spark's and Delta's errors
-            if any(c in str(exc) for c in _CONFLICTS):
-                raise LakeCommitConflict(java_error(exc)) from exc
-            raise SinkError(f"Delta table of {db}.{table}: the append of batch {batch_id} failed: "
-                            f"{java_error(exc)}") from exc
+        self._run(f"the append of batch {batch_id}", db, table,
+                  lambda: (rows.write.format("delta").mode("append").option("txnAppId", app)
+                           .option("txnVersion", batch_id)
+                           .option("userMetadata", json.dumps({"cdc.app": app, "cdc.batch": str(batch_id)}))
+                           .save(self.spark_uri(db, table))))
 
     # -- the driver's table operations (Spark's DELETE and UPDATE) ---------------------------------
     def delete_below(self, db: str, table: str, position: str, where: dict | None = None) -> int:

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import check_position
 from spark_jobs.sinks.iceberg_maintenance import (
     compact_small_files,
@@ -41,7 +41,7 @@ from spark_jobs.sinks.iceberg_maintenance import (
     remove_unreferenced_files,
 )
 from spark_jobs.sinks.iceberg_merge import rewrite, winners
-from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict, LakeSinkBase, evolved_schema
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, evolved_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink

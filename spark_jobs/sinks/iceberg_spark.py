@@ -28,10 +28,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
 from spark_jobs.sinks.iceberg import IcebergSink, warehouse_uri
 from spark_jobs.sinks.iceberg_spark_maintenance import CATALOG_DOWN, IcebergSparkMaintenance, jdbc_message
-from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeCommitConflict
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY
 from spark_jobs.sinks.lake_spark import (
     SparkMerge,
     java_error,
@@ -41,7 +41,6 @@ from spark_jobs.sinks.lake_spark import (
     spark_type,
     sql_literal,
     temp_view,
-    with_conf,
 )
 from spark_jobs.sinks.lake_types import DELETED_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
@@ -126,6 +125,8 @@ def pgpass_password(text: str, host: str, port: int, database: str, user: str) -
 class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
     """Source tables as Iceberg tables of a JDBC catalog, written by Spark (see the module docstring)."""
 
+    conflicts = _CONFLICTS
+
     def __init__(self, catalog_uri: str, warehouse: str, *, catalog_name: str = "cdc", **kw: Any) -> None:
         if not catalog_name.replace("_", "").isalnum():
             raise SinkError(f"sinks.iceberg.catalog_name {catalog_name!r}: letters, digits and _ only (it names "
@@ -158,27 +159,18 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
         """The table as Spark SQL names it: ``catalog.namespace.table``."""
         return ".".join(quote(p) for p in (self.catalog_name, *self.identifier(db, table)))
 
-    def _sql(self, what: str, db: str, table: str, statement: str, conf: dict[str, str] | None = None) -> list:
-        """Run a statement in Spark; its rows.  A lost race is :class:`LakeCommitConflict`, a
-        catalog database that cannot be reached :class:`SinkUnavailable` (without its URL)."""
-        spark = self._spark()
-        try:
-            with with_conf(spark, conf or {}):
-                return spark.sql(statement).collect()
-        except Exception as exc:  # noqa: BLE001 - Spark's and Iceberg's errors, sorted below
-            text = str(exc)
-            if any(c in text for c in _CONFLICTS):
-                raise LakeCommitConflict(java_error(exc)) from exc
-            if isinstance(exc, SinkError):
-                raise
-            if any(d in text for d in CATALOG_DOWN):
-                raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
-                                      f"{jdbc_message(exc)}") from exc
-            if any(m in text for m in ("AccessDeniedException", "Mkdirs failed", "ParentNotDirectoryException",
-                                       "Permission denied", "Failed to create file")):
-                raise SinkUnavailable(f"Iceberg table of {db}.{table}: {what} failed: {java_error(exc)} (is "
-                                      "sinks.iceberg.warehouse writable by the merge job?)") from exc
-            raise SinkError(f"Iceberg table of {db}.{table}: {what} failed: {java_error(exc)}") from exc
+    def _spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
+        """A catalog database that cannot be reached :class:`SinkUnavailable` (without its URL),
+        an unwritable warehouse too, the rest :class:`SinkError`."""
+        text = str(exc)
+        if any(d in text for d in CATALOG_DOWN):
+            return SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
+                                   f"{jdbc_message(exc)}")
+        if any(m in text for m in ("AccessDeniedException", "Mkdirs failed", "ParentNotDirectoryException",
+                                   "Permission denied", "Failed to create file")):
+            return SinkUnavailable(f"Iceberg table of {db}.{table}: {what} failed: {java_error(exc)} (is "
+                                   "sinks.iceberg.warehouse writable by the merge job?)")
+        return SinkError(f"Iceberg table of {db}.{table}: {what} failed: {java_error(exc)}")
 
     def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
         ident = self.identifier(db, table)
@@ -237,16 +229,7 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
         writer = (rows.writeTo(self.spark_name(db, table)).option("snapshot-property.cdc.app", app)
                   .option("snapshot-property.cdc.batch", str(batch_id))
                   .option("snapshot-property.cdc.commit", uuid.uuid4().hex))
-        try:
-            writer.append()
-        except Exception as exc:  # noqa: BLE001 - Spark's and Iceberg's errors
-            if any(c in str(exc) for c in _CONFLICTS):
-                raise LakeCommitConflict(java_error(exc)) from exc
-            if any(d in str(exc) for d in CATALOG_DOWN):
-                raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
-                                      f"{jdbc_message(exc)}") from exc
-            raise SinkError(f"Iceberg table of {db}.{table}: the append of batch {batch_id} failed: "
-                            f"{java_error(exc)}") from exc
+        self._run(f"the append of batch {batch_id}", db, table, writer.append)
 
     def _count(self, db: str, table: str, predicate: str) -> int:
         rows = self._sql("reading", db, table, f"SELECT count(*) FROM {self.spark_name(db, table)} WHERE {predicate}")

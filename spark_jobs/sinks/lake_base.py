@@ -31,7 +31,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import pyarrow as pa
 
 from common.errors import UnsupportedType
-from spark_jobs.errors import SinkError, SinkUnavailable
+from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import ApplyResult, check_position
 from spark_jobs.sinks.interface import BatchSink
 from spark_jobs.sinks.lake_stage import StagingArea, reduce_changes
@@ -51,10 +51,6 @@ def app_id(owner: str, source_name: str, query_id: str) -> str:
     """The application id of a merge job's commits: its pipeline, its source and its
     checkpoint's query id (Spark keeps it in the checkpoint's ``metadata``)."""
     return f"{owner}/{source_name}/{query_id}"
-
-
-class LakeCommitConflict(SinkError):
-    """Another writer committed to the table between this commit's read and its write."""
 
 
 class LakeSinkBase(BatchSink):

@@ -17,12 +17,12 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
 from common.errors import UnsupportedType
-from spark_jobs.errors import SinkError
+from spark_jobs.errors import LakeCommitConflict, SinkError
 from spark_jobs.sinks.batch import ApplyResult, check_position
 from spark_jobs.sinks.lake_stage import StagingArea, part_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, lake_schema_of
@@ -228,11 +228,49 @@ class SparkMerge:
     executors read the parts and either append them (every key above the table's highest:
     new rows of a rising key) or MERGE them by position; and the driver's table operations
     in Spark SQL.  The format gives ``_create``, ``_evolve``, ``_schema``, ``_load``,
-    ``spark_name``, ``_sql`` (a statement run, its errors the sink's), :meth:`_merge_frame`,
-    :meth:`_append_frame` and :meth:`_key_upper_bound`."""
+    ``spark_name``, :data:`conflicts` and :meth:`_spark_error` (how :meth:`_sql` sorts
+    Spark's errors), :meth:`_merge_frame`, :meth:`_append_frame` and :meth:`_key_upper_bound`."""
 
     soft_delete: bool
     staging: StagingArea
+    #: Spark's messages of a commit that lost the race with another writer (the format's)
+    conflicts: tuple[str, ...] = ()
+
+    def _spark(self) -> Any:
+        """The session the format's statements run in."""
+        return lake_session()
+
+    def _spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
+        """The sink's error for Spark's ``exc`` (not a lost race) while ``what`` on the table."""
+        return SinkError(f"{db}.{table}: {what} failed: {java_error(exc)}")
+
+    def _failure(self, what: str, db: str, table: str, exc: Exception) -> Exception:
+        """What to raise for ``exc``: a lost race :class:`LakeCommitConflict` (the job commits
+        the batch again), the sink's own errors as they are, the rest :meth:`_spark_error`."""
+        if any(c in str(exc) for c in self.conflicts):
+            return LakeCommitConflict(java_error(exc))
+        if isinstance(exc, SinkError):
+            return exc
+        return self._spark_error(what, db, table, exc)
+
+    def _run(self, what: str, db: str, table: str, action: Callable[[], Any]) -> Any:
+        """``action()`` (Spark's work on the table), its errors sorted by :meth:`_failure`."""
+        try:
+            return action()
+        except Exception as exc:  # noqa: BLE001 - Spark's errors, sorted by _failure
+            error = self._failure(what, db, table, exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def _sql(self, what: str, db: str, table: str, statement: str, conf: dict[str, str] | None = None) -> list:
+        """Run a statement on the table in Spark (with ``conf`` set meanwhile); its rows."""
+        spark = self._spark()
+
+        def run() -> list:
+            with with_conf(spark, conf or {}):
+                return spark.sql(statement).collect()
+        return self._run(what, db, table, run)
 
     def _apply(self, handle: Any, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int,
                app: str, owner: str, given: int) -> ApplyResult:
@@ -246,7 +284,7 @@ class SparkMerge:
         else:
             handle = self._evolve(handle, db, table, target, key)  # type: ignore[attr-defined]
         schema = self._schema(handle)  # type: ignore[attr-defined]
-        spark = lake_session()
+        spark = self._spark()
         changes = staged_frame(spark, self.staging, staged, [(f.name, spark_type(f.type)) for f in schema], key)
         if len(staged) > 1:  # (a job of its own: Delta refuses a MERGE source that is cached)
             from pyspark.sql import functions as F
@@ -308,17 +346,17 @@ class SparkMerge:
         return " AND ".join(conds)
 
     def _delete_rows_below(self, db: str, table: str, position: str) -> None:
-        self._sql("deleting rows below a DROP", db, table,  # type: ignore[attr-defined]
+        self._sql("deleting rows below a DROP", db, table,
                   f"DELETE FROM {self.spark_name(db, table)} WHERE "  # type: ignore[attr-defined]
                   f"{self._spark_predicate(position, None)}")
 
     def _has_rows(self, db: str, table: str) -> bool:
         if self._load(db, table) is None:  # type: ignore[attr-defined]
             return False
-        return bool(self._sql("reading", db, table,  # type: ignore[attr-defined]
+        return bool(self._sql("reading", db, table,
                               f"SELECT 1 FROM {self.spark_name(db, table)} LIMIT 1"))  # type: ignore[attr-defined]
 
     def _rows_above(self, db: str, table: str, position: str) -> bool:
-        return bool(self._sql("reading", db, table,  # type: ignore[attr-defined]
+        return bool(self._sql("reading", db, table,
                               f"SELECT 1 FROM {self.spark_name(db, table)} WHERE "  # type: ignore[attr-defined]
                               f"{quote(POSITION_COLUMN)} > {sql_literal(position)} LIMIT 1"))

@@ -163,13 +163,20 @@ class DeltaClock:
 def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
                   latency_run: Callable[..., tuple[dict, dict]], console: Console,
                   name: str = "delta") -> dict[str, Any]:
-    """(g): :func:`latency_run` (the merge benchmark's (c)) with only the Delta sink on, its
-    change data feed the clock: the job and the table of (f)'s Delta run ``name`` (``delta``,
-    ``delta-spark``), going on from where it stopped (the change data feed turned on first)."""
+    """(g): :func:`latency_run` (the merge benchmark's (c)) with the Delta sink on, its change
+    data feed the clock: the job and the table of (f)'s Delta run ``name`` (``delta``,
+    ``delta-spark``), going on from where it stopped (the change data feed turned on first).
+    On the spark engine the Iceberg sink is on too (both lakes merged in each batch, a table of
+    its own holding what the run writes): the latency with both lakes on."""
     work = work / "round0"  # (f)'s first round
     run_cfg = lake_config(cfg, work, name, change_data_feed=True)
     run_cfg.state_dir = str(work / f"lake-{name}" / "state")
     run_cfg.spark.checkpoint_dir = str(work / f"lake-{name}" / "checkpoints")
+    both = run_cfg.sinks.delta.engine == "spark"
+    if both:
+        run_cfg.sinks.iceberg.enabled = True
+        run_cfg.sinks.iceberg.warehouse = str(work / f"lake-{name}" / "iceberg-latency")
+        run_cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_latency"
     from spark_jobs.spark_session import build_session
     sink = lake_sink(run_cfg)
     handle = sink._load(db, TABLE)
@@ -185,6 +192,7 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
     latency, _ = latency_run(run_cfg, info, db, rate, seconds, first_id, producer_state, console,
                              clock=DeltaClock(run_cfg, db, handle.version() + 1), idle_changes=0)
     latency["run"] = name
+    latency["lakes"] = ["delta", "iceberg"] if both else ["delta"]
     return latency
 
 

@@ -526,7 +526,8 @@ def print_report(result: dict[str, Any], console: Console) -> None:
                           + files)
         lt = lake.get("delta_latency")
         if lt:
-            console.print(f"(g) latency with the Delta sink at {lt['writes_per_s']:,.0f} events/s, trigger "
+            console.print(f"(g) latency with the {' and '.join(lt.get('lakes') or ['delta'])} sink(s) at "
+                          f"{lt['writes_per_s']:,.0f} events/s, trigger "
                           f"{lt['trigger_interval_s']:g} s, {lt['rows_measured']:,} rows: p50 {_ms(lt['p50_ms'])}, "
                           f"p99 {_ms(lt['p99_ms'])}, max {_ms(lt['max_ms'])} (INSERT time to the Delta commit "
                           "that first held the row: its change data feed)")

@@ -9,23 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from spark_jobs.sinks.delta import DeltaSink
-from spark_jobs.sinks.delta_spark import DeltaSparkSink
-from spark_jobs.sinks.iceberg import IcebergSink
-from spark_jobs.sinks.iceberg_spark import IcebergSparkSink
+from types import SimpleNamespace
+
+from spark_jobs.sinks import configured  # noqa: F401 - every sink registered
 from spark_jobs.sinks.naming import POSITION_COLUMN
+from spark_jobs.sinks.registry import sink_class
 
 LAKE_KINDS = ["delta", "iceberg"]
-#: The lake sinks' classes by (kind, engine).
-LAKE_CLASSES = {("delta", "driver"): DeltaSink, ("iceberg", "driver"): IcebergSink,
-                ("delta", "spark"): DeltaSparkSink, ("iceberg", "spark"): IcebergSparkSink}
 
 
 def lake_session(master: str = "local[2]"):
     """The process's Spark session with the lake connectors (the ``spark`` engine's commits run
     in it; the tests' Iceberg sinks set their own catalogs in it)."""
     from common.config import SinksConfig
-    from spark_jobs import sections  # noqa: F401 - the sinks' sections registered
     from spark_jobs.sinks.configured import lake_conf
     from spark_jobs.spark_session import build_session
     cfg = SinksConfig.model_validate({"delta": {"enabled": True, "path": "unused", "engine": "spark"}})
@@ -42,7 +38,7 @@ def make_lake_sink(kind: str, tmp: Path, pg_dsn: str | None, name: str, engine: 
     """A sink of ``kind`` and ``engine`` in its own place: a Delta directory, or an Iceberg
     catalog named ``name`` (its tables apart from every other test's) on PostgreSQL, or SQLite
     without a DSN."""
-    cls = LAKE_CLASSES[(kind, engine)]
+    cls = sink_class(kind, SimpleNamespace(engine=engine))  # (the class the configuration would pick)
     if kind == "delta":
         return cls(str(tmp / "delta"), **kw)
     uri = iceberg_catalog_uri(pg_dsn) if pg_dsn else f"sqlite:///{tmp}/catalog.db"

@@ -294,7 +294,8 @@ class MergeJob:
             if self.cfg.spark.kafka_source != "jvm" else {}  # (Spark's own reports them in its progress)
         t_end = self.last_batch_ended = time.monotonic()
         phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish,
-                  "lake_commit_s": t_committed - t_finish}
+                  "lake_commit_s": t_committed - t_finish,  # (wall clock; each sink's below, side by side)
+                  **{f"lake_commit_{name}_s": v for name, v in (committed.get("commit_s") or {}).items()}}
         self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases,
                      ranges=ranges, states=new_states, log_ends=log_ends)
 

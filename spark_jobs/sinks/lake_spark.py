@@ -38,6 +38,7 @@ _ROW = "__cdc_rank"
 #: A key column's upper bound in a table without rows (the sinks' ``_key_upper_bound``).
 EMPTY_TABLE = object()
 _LOCK = threading.RLock()
+_CONF_LOCKS: dict[frozenset, Any] = {}
 
 
 def lake_session() -> Any:
@@ -117,8 +118,16 @@ def sql_literal(value: Any) -> str:
 
 @contextmanager
 def with_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
-    """Session settings for one commit, cleared after it; commits take turns (one lock)."""
+    """Session settings for one commit, cleared after it.  The session's settings are every
+    thread's: commits that set the same settings take turns (a lock per set of names), the
+    Delta and the Iceberg sinks' commits, which set different ones, run side by side
+    (``spark_jobs.batch_commit``)."""
+    if not conf:
+        yield
+        return
     with _LOCK:
+        lock = _CONF_LOCKS.setdefault(frozenset(conf), threading.RLock())
+    with lock:
         for k, v in conf.items():
             spark.conf.set(k, v)
         try:

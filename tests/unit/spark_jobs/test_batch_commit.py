@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from common.config import SinksConfig
@@ -45,8 +47,9 @@ def test_a_task_stages_its_part_and_the_driver_commits_each_table_once(monkeypat
         stats_of.append(stats)
     assert [(p, changes) for _, _, batch, p, changes in lake.staged if batch == 7] == [
         (0, [("c", "01"), ("u", "02")]), (1, [("c", "11"), ("u", "12")])]
-    assert commit_staged([("lake", lake)], stats_of, 7, "o/src/q1", "o") == {
-        "upserted": 4, "deleted": 0, "sink_rows": {"lake|db.t": 4}}
+    done = commit_staged([("lake", lake)], stats_of, 7, "o/src/q1", "o")
+    assert set(done.pop("commit_s")) == {"lake"}
+    assert done == {"upserted": 4, "deleted": 0, "sink_rows": {"lake|db.t": 4}}
     parts = [{"partition": 0, "rows": 2, "app": "o/src/q1"}, {"partition": 1, "rows": 2, "app": "o/src/q1"}]
     assert lake.commits == [("db", "t", 7, "o/src/q1", "o", parts)]
 
@@ -55,3 +58,36 @@ def test_no_parts_no_commit_and_a_part_for_no_batch_sink_is_refused():
     assert commit_staged([], [{"input": 3}], 1) == {}
     with pytest.raises(SinkError):
         commit_staged([], [{"staged": [["gone", "db", "t", {}]]}], 1)
+
+
+class _Slow(_Lake):
+    """A batch sink whose commit waits until ``others`` sinks are committing too (or times out)."""
+
+    def __init__(self, barrier: threading.Barrier, fail: bool = False) -> None:
+        super().__init__()
+        self.barrier, self.fail = barrier, fail
+
+    def commit(self, db, table, staged, *, batch_id, app="", owner=""):
+        self.barrier.wait(timeout=10)  # (a BrokenBarrierError when the other sink is not committing meanwhile)
+        if self.fail:
+            raise SinkError(f"{db}.{table}: refused")
+        return super().commit(db, table, staged, batch_id=batch_id, app=app, owner=owner)
+
+
+def test_the_batch_sinks_commit_side_by_side_each_sinks_tables_in_turn():
+    barrier = threading.Barrier(2)
+    delta, iceberg = _Slow(barrier), _Slow(barrier)
+    stats = [{"staged": [[name, "db", t, {"rows": 1}] for name in ("delta", "iceberg") for t in ("a", "b")]}]
+    done = commit_staged([("delta", delta), ("iceberg", iceberg)], stats, 3, "app", "o")
+    assert done["sink_rows"] == {"delta|db.a": 1, "delta|db.b": 1, "iceberg|db.a": 1, "iceberg|db.b": 1}
+    assert set(done["commit_s"]) == {"delta", "iceberg"}
+    assert [c[:2] for c in delta.commits] == [c[:2] for c in iceberg.commits] == [("db", "a"), ("db", "b")]
+
+
+def test_a_sink_that_fails_fails_the_batch_after_the_other_committed():
+    barrier = threading.Barrier(2)
+    delta, iceberg = _Slow(barrier), _Slow(barrier, fail=True)
+    stats = [{"staged": [["delta", "db", "t", {"rows": 1}], ["iceberg", "db", "t", {"rows": 1}]]}]
+    with pytest.raises(SinkError, match="refused"):
+        commit_staged([("delta", delta), ("iceberg", iceberg)], stats, 3, "app", "o")
+    assert len(delta.commits) == 1  # (kept: the batch run again finds it committed)

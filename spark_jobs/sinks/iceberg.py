@@ -361,7 +361,7 @@ class IcebergSink(LakeSinkBase):
 
     def commits(self, db: str, table: str) -> list[tuple[str, int]]:
         """``(app, batch)`` of every commit the merge job made to the table (its snapshots not
-        yet expired; a commit's delete and append are two snapshots of one transaction), oldest first."""
+        yet expired; a commit is one snapshot, counted by its ``cdc.commit``), oldest first."""
         handle = self._load(db, table)
         if handle is None:
             return []

@@ -9,7 +9,11 @@ One fast path reaches past a library's public API (issue 56 lists what did):
 ``producer/binlog/binlog_stream.py``, and python-mysql-replication is read through its public
 API only, ``producer/binlog/library_reader.py``.  Nor does the producer's Kafka client:
 ``producer/_native_producer.c`` drives a librdkafka handle of its own through librdkafka's
-public API.)
+public API.  Nor do the lake sinks: the Iceberg driver engine writes its data files with
+pyiceberg's public ``write_file`` and maps column types with ``spark_jobs/sinks/lake_types.py``,
+``spark_jobs/sinks/iceberg_files.py``; it imported ``_dataframe_to_data_files`` and
+``_ConvertToIceberg`` before.  ``tests/unit/common/test_tested_versions.py`` checks that no code
+imports a private name of pyiceberg's or delta-rs's.)
 
 Each is used only with a version of its library in :data:`TESTED` (pyproject.toml pins the
 same ranges); with any other, :func:`tested` says no once, with a WARNING naming the version,

@@ -42,7 +42,7 @@ from spark_jobs.sinks.iceberg_maintenance import (
 )
 from spark_jobs.sinks.iceberg_merge import rewrite, winners
 from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, evolved_schema
-from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
+from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, iceberg_type
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink
 
@@ -219,15 +219,14 @@ class IcebergSink(LakeSinkBase):
     def _change_columns(self, handle: Any, db: str, table: str, dropped: list[str], added: list[pa.Field],
                         widened: list[pa.Field]) -> None:
         """Drop the columns ``dropped``, then add ``added`` and widen ``widened`` in place."""
-        from pyiceberg.io.pyarrow import _ConvertToIceberg, visit_pyarrow
         with handle.update_schema() as update:
             for name in dropped:
                 update.delete_column(name)
         with handle.update_schema() as update:
             for f in added:
-                update.add_column(f.name, visit_pyarrow(f.type, _ConvertToIceberg()))
+                update.add_column(f.name, iceberg_type(f.type))
             for f in widened:
-                update.update_column(f.name, field_type=visit_pyarrow(f.type, _ConvertToIceberg()))
+                update.update_column(f.name, field_type=iceberg_type(f.type))
 
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
                app: str) -> tuple[int, int]:
@@ -362,7 +361,7 @@ class IcebergSink(LakeSinkBase):
 
     def commits(self, db: str, table: str) -> list[tuple[str, int]]:
         """``(app, batch)`` of every commit the merge job made to the table (its snapshots not
-        yet expired; a commit's delete and append are two snapshots of one transaction), oldest first."""
+        yet expired; a commit is one snapshot, counted by its ``cdc.commit``), oldest first."""
         handle = self._load(db, table)
         if handle is None:
             return []

@@ -4,8 +4,11 @@ list no live file dropped, and the files no snapshot needs any more deleted (doc
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
+
+from spark_jobs.sinks.iceberg_files import read_data_files, write_data_files
 
 #: How long a file no snapshot names is left alone when the snapshot cap (not the age) expired
 #: what named it: a file that young may belong to a commit under way (another writer's).
@@ -34,18 +37,14 @@ def expiry_cutoffs(timestamps_ms: Sequence[int], now: datetime, retention_hours:
 def compact_small_files(handle: Any, target_file_size: int) -> dict:
     """Rewrite the table's data files below half of ``target_file_size`` into files of that
     size, in one snapshot; what was done."""
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
     small = [t for t in handle.scan().plan_files() if t.file.file_size_in_bytes < target_file_size // 2]
     if len(small) < 2:
         return {"files_removed": 0, "files_added": 0}
     with handle.transaction() as tx:
         meta = tx.table_metadata  # (a deep copy at each use: once, as in iceberg_merge.rewrite)
         with tx.update_snapshot(snapshot_properties={"cdc.maintenance": "compact"}).overwrite() as ow:
-            df = ArrowScan(table_metadata=meta, io=handle.io, projected_schema=handle.schema(),
-                           row_filter=AlwaysTrue()).to_table(tasks=small)
-            added = list(_dataframe_to_data_files(table_metadata=meta, df=df, io=handle.io,
-                                                  write_uuid=ow.commit_uuid))
+            added = write_data_files(handle, meta, read_data_files(handle, meta, small), ow.commit_uuid,
+                                     itertools.count(0))
             for t in small:
                 ow.delete_data_file(t.file)
             for f in added:

@@ -6,7 +6,8 @@
    changes with a higher position win, and the rows they replace are known by key;
 2. :func:`rewrite`: in one overwrite snapshot of the caller's transaction, each data file
    holding a replaced row written again without it (an anti-join by key; a file the batch's
-   keys do not touch stays) and the batch's new rows appended (:func:`new_rows`).
+   keys do not touch stays) and the batch's new rows appended (:func:`new_rows`), the files
+   read and written through pyiceberg's public API (:mod:`spark_jobs.sinks.iceberg_files`).
 
 pyiceberg's own ``delete(filter)`` matches rows by a filter expression: for a composite key an
 ``Or`` of one ``And`` per key, which for tens of thousands of keys did not bind in minutes.
@@ -21,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.sinks.iceberg_files import read_data_files, write_data_files
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
@@ -94,8 +96,6 @@ def rewrite(handle: Any, tx: Any, applied: pa.Table, replaced: pa.Table, key: li
             soft_delete: bool) -> None:
     """One overwrite snapshot in ``tx``: each data file holding a replaced row written again
     without it, and the batch's new rows appended."""
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
     schema = handle.schema().as_arrow()
     is_delete = pc.equal(applied.column(OP_COLUMN), "d")
     gone: list[pa.Table] = []  # the replaced rows' last values (soft deletes keep them)
@@ -107,13 +107,11 @@ def rewrite(handle: Any, tx: Any, applied: pa.Table, replaced: pa.Table, key: li
         counter = itertools.count(0)
 
         def write(rows: pa.Table) -> None:
-            for f in _dataframe_to_data_files(table_metadata=meta, df=rows, io=handle.io,
-                                              write_uuid=ow.commit_uuid, counter=counter):
+            for f in write_data_files(handle, meta, rows, ow.commit_uuid, counter):
                 ow.append_data_file(f)
         if replaced.num_rows:
             for task in handle.scan(row_filter=coarse(replaced, key)).plan_files():
-                rows = ArrowScan(table_metadata=meta, io=handle.io, projected_schema=handle.schema(),
-                                 row_filter=AlwaysTrue()).to_table(tasks=[task])
+                rows = read_data_files(handle, meta, [task])
                 keys = keys_as(replaced, rows, key)
                 kept = rows.join(keys, keys=key, join_type="left anti")
                 if kept.num_rows == rows.num_rows:
@@ -121,8 +119,5 @@ def rewrite(handle: Any, tx: Any, applied: pa.Table, replaced: pa.Table, key: li
                 if soft_delete:
                     gone.append(rows.join(keys, keys=key, join_type="inner"))
                 ow.delete_data_file(task.file)
-                if kept.num_rows:
-                    write(kept)
-        appended = new_rows(applied, is_delete, key, schema, gone, soft_delete)
-        if appended.num_rows:
-            write(appended)
+                write(kept)
+        write(new_rows(applied, is_delete, key, schema, gone, soft_delete))

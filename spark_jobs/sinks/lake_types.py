@@ -32,7 +32,9 @@ check, and rows of a schema that lacks a column must fit); the tables also carry
 ``__cdc_position`` (string, the 30-digit position) and, with ``soft_delete``,
 ``__cdc_deleted`` (boolean).  MySQL's TIME spans +-838:59:59, which neither format's time
 type holds: it is kept as Debezium's MicroTime, microseconds.  Iceberg has no 16-bit
-integers, so SMALLINT and YEAR are int there (:func:`arrow_type`'s ``small_ints``).
+integers, so SMALLINT and YEAR are int there (:func:`arrow_type`'s ``small_ints``);
+:func:`iceberg_type` gives the Iceberg type of each Arrow type (the last column above) where
+the Iceberg sink adds or widens a column.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ __all__ = [
     "OP_COLUMN",
     "MAX_DECIMAL_PRECISION",
     "arrow_type",
+    "iceberg_type",
     "lake_converter",
     "lake_schema",
     "changes_table",
@@ -94,6 +97,26 @@ def arrow_type(col: SinkColumn, *, small_ints: bool = True) -> pa.DataType:
     if not small_ints and t == pa.int16():
         return pa.int32()
     return t
+
+
+def iceberg_type(t: pa.DataType) -> Any:
+    """The Iceberg type (a ``pyiceberg.types`` instance) of a lake column's Arrow type: the
+    types :func:`arrow_type` gives (16-bit and 8-bit integers as int: Iceberg has none;
+    the large string and binary types as string and binary); the same as pyiceberg gives when
+    it creates a table of an Arrow schema (``tests/unit/spark_jobs/sinks/test_lake_types.py``
+    compares them type by type)."""
+    from pyiceberg import types as it
+    simple = {pa.int8(): it.IntegerType, pa.int16(): it.IntegerType, pa.int32(): it.IntegerType,
+              pa.int64(): it.LongType, pa.float32(): it.FloatType, pa.float64(): it.DoubleType,
+              pa.bool_(): it.BooleanType, pa.string(): it.StringType, pa.large_string(): it.StringType,
+              pa.binary(): it.BinaryType, pa.large_binary(): it.BinaryType, pa.date32(): it.DateType}
+    if t in simple:
+        return simple[t]()
+    if pa.types.is_decimal(t) and t.precision <= MAX_DECIMAL_PRECISION:
+        return it.DecimalType(t.precision, t.scale)
+    if pa.types.is_timestamp(t) and t.unit == "us" and t.tz in (None, "UTC", "+00:00", "Etc/UTC", "Z"):
+        return it.TimestampType() if t.tz is None else it.TimestamptzType()
+    raise UnsupportedType(f"no Iceberg type for the Arrow type {t} (not a lake column type)")
 
 
 def _bits(v: bytes) -> int:

@@ -13,6 +13,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from cdc.lake import duckdb_connection
@@ -216,6 +217,96 @@ def test_schema_changes_add_columns_widen_and_retype(lake):
     if isinstance(lake, DeltaSink):  # the table written again with the old values cast
         assert rows[(1,)]["q"] == "5"
     assert lake_commits(lake, "shop", "evo") == [("app-1", 0), ("app-1", 1), ("app-1", 2)]
+
+
+def test_every_type_added_to_a_table_and_widened_in_place_keeps_its_values(driver_lake, stack, test_db):
+    """Schema evolution of every lake type on the driver engine: each column of the all-types
+    table added to a table that held the key only (Iceberg: the type
+    ``lake_types.iceberg_type`` gives, pyiceberg's public API), the table then of the schema a
+    table created with them all has (each column's type), every value read back; FLOAT to DOUBLE and a decimal's
+    precision widened in place, the old values kept."""
+    lake = driver_lake
+    with stack.admin(test_db) as conn:
+        create_all_types(conn, stack.mysql.get("flavor", "mariadb") == "mariadb")
+    tdef, stored = read_source(stack, test_db, "types")
+    full = Source(tdef)
+    key_only = Source(table_def(test_db, "types", [c for c in tdef.columns if c.name == "id"], ["id"]))
+    commit_batch(lake, test_db, "types", key_only.schema, ["id"], [[key_only.upsert({"id": 1}, 50, "r")]], 0)
+    records = [full.upsert(r, 100 + i, "r") for i, r in enumerate(stored)]
+    commit_batch(lake, test_db, "types", full.schema, ["id"], [records], 1)  # row 1 replaced, 2 and 3 new
+    commit_batch(lake, test_db, "created", full.schema, ["id"], [records], 0)
+    evolved, created = (lake._schema(lake._load(test_db, t)) for t in ("types", "created"))
+    assert dict(zip(evolved.names, evolved.types)) == dict(zip(created.names, created.types))  # (order, ids aside)
+    got = lake_rows(lake, test_db, "types", ["id"])
+    assert sorted(got) == [(1,), (2,), (3,)]
+    kinds = {c.name: c.kind for c in row_columns(full.schema)}
+    for row in stored:
+        for name, kind in kinds.items():
+            assert _lake_value(kind, got[(row["id"],)][name]) == _source_value(kind, row[name]), (row["id"], name)
+    assert lake_commits(lake, test_db, "types") == [("app-1", 0), ("app-1", 1)]
+    # FLOAT -> DOUBLE, DECIMAL(10,2) -> DECIMAL(14,2)
+    cols = [col("id", "int", "int(11)", nullable=False, prec=10, scale=0)]
+    v1 = Source(table_def("shop", "wide", cols + [col("f", "float", "float", prec=12),
+                                                 col("n", "decimal", "decimal(10,2)", prec=10, scale=2)], ["id"]))
+    v2 = Source(table_def("shop", "wide", cols + [col("f", "double", "double", prec=22),
+                                                 col("n", "decimal", "decimal(14,2)", prec=14, scale=2)], ["id"]))
+    commit_batch(lake, "shop", "wide", v1.schema, ["id"], [[v1.upsert({"id": 1, "f": 1.5, "n": Decimal("12.34")}, 10,
+                                                                       "c")]], 0)
+    commit_batch(lake, "shop", "wide", v2.schema, ["id"], [[v2.upsert({"id": 2, "f": 0.1, "n": Decimal("1e11")}, 11,
+                                                                       "c")]], 1)
+    schema = lake._schema(lake._load("shop", "wide"))
+    assert (schema.field("f").type, schema.field("n").type) == (pa.float64(), pa.decimal128(14, 2))
+    assert values(lake, "shop", "wide", ("f", "n")) == {1: (1.5, Decimal("12.34")), 2: (0.1, Decimal("1e11"))}
+
+
+@pytest.mark.parametrize("soft_delete", [False, True], ids=["hard", "soft"])
+def test_an_iceberg_batch_is_one_snapshot_with_its_properties(stack, tmp_path, unique, soft_delete):
+    """The driver engine's copy-on-write commit of a batch (files holding replaced rows written
+    again without them, new rows appended) and its compaction are one snapshot each, carrying
+    the batch's properties (what exactly once reads): none for a replayed batch."""
+    sink = make_lake_sink("iceberg", tmp_path, stack.pg_dsn, unique("cat"), soft_delete=soft_delete)
+    src = simple_source()
+    try:
+        for b in range(3):  # three files of new keys
+            commit_batch(sink, "shop", "items", src.schema, ["id"],
+                         [[src.upsert({"id": 10 * b + i, "v": f"{b}.{i}"}, 100 * b + i, "c") for i in range(5)]], b)
+        handle = sink._load("shop", "items")
+        before = len(handle.metadata.snapshots)
+        # keys of two of the files replaced, one deleted, one added, in two partitions
+        batch = [[src.upsert({"id": 1, "v": "new"}, 500), src.delete({"id": 12}, 501)],
+                 [src.upsert({"id": 30, "v": "added"}, 502, "c"), src.upsert({"id": 2, "v": "older"}, 1)]]
+        res = commit_batch(sink, "shop", "items", src.schema, ["id"], batch, 3)
+        assert (res.upserted, res.deleted, res.skipped) == (2, 1, 1)
+        handle = sink._load("shop", "items")
+        snapshots = handle.metadata.snapshots
+        assert len(snapshots) == before + 1
+        summary = handle.current_snapshot().summary
+        assert (summary["cdc.app"], summary["cdc.batch"], summary.operation.value) == ("app-1", "3", "overwrite")
+        assert summary["cdc.commit"] and summary["deleted-data-files"] == "2"
+        assert handle.properties["cdc.batch.app-1"] == "3"
+        rows = lake_rows(sink, "shop", "items", ["id"])
+        assert len(rows) == (16 if soft_delete else 15)
+        assert (rows[(1,)]["v"], rows[(2,)]["v"], rows[(30,)]["v"]) == ("new", "0.2", "added")
+        if soft_delete:  # the deleted row kept with its last values, flagged
+            assert (rows[(12,)]["v"], rows[(12,)]["__cdc_deleted"]) == ("1.2", True)
+            assert not any(r["__cdc_deleted"] for k, r in rows.items() if k != (12,))
+        else:
+            assert (12,) not in rows
+        # replayed: nothing committed
+        again = commit_batch(sink, "shop", "items", src.schema, ["id"], batch, 3)
+        assert again.upserted == 0 and len(sink._load("shop", "items").metadata.snapshots) == before + 1
+        assert lake_commits(sink, "shop", "items") == [("app-1", b) for b in range(4)]
+        # compaction: one snapshot, the same rows
+        done = sink.compact("shop", "items")
+        handle = sink._load("shop", "items")
+        assert done["files_removed"] >= 2 and sink.file_count("shop", "items") == done["files_added"] == 1, done
+        summary = handle.current_snapshot().summary
+        assert summary["cdc.maintenance"] == "compact" and summary["cdc.batch"] is None
+        assert len([s for s in handle.metadata.snapshots if s.summary.additional_properties.get(
+            "cdc.maintenance") == "compact"]) == 1
+        assert lake_rows(sink, "shop", "items", ["id"]) == rows
+    finally:
+        sink.close()
 
 
 def test_a_table_of_another_pipeline_or_not_made_by_the_job_is_refused(lake):

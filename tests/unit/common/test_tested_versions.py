@@ -65,3 +65,29 @@ def test_the_row_parser_leaves_a_session_of_another_pymysql_alone(another_pymysq
     conn = Session()
     assert not row_parser.install(conn) and not row_parser.installed(conn)
     assert conn._read_query_result() == "pymysql's own"
+
+
+#: The libraries read through their public API only (not in TESTED: no version check needed).
+PUBLIC_ONLY = ("pyiceberg", "deltalake")
+
+
+def test_the_lake_sinks_import_no_private_name_of_their_libraries():
+    """The lake sinks' driver engine (and every other part) imports no name of pyiceberg's or
+    delta-rs's that starts with ``_``, nor a private module of theirs (issue 56: pyiceberg's
+    ``_dataframe_to_data_files`` and ``_ConvertToIceberg`` were)."""
+    import ast
+    found = []
+    for sub in ("spark_jobs", "cdc", "common", "producer", "contract"):
+        for path in (ROOT / sub).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PUBLIC_ONLY:
+                    modules, names = [node.module], [a.name for a in node.names]
+                elif isinstance(node, ast.Import):
+                    modules, names = [a.name for a in node.names if a.name.split(".")[0] in PUBLIC_ONLY], []
+                else:
+                    continue
+                private = [n for n in names if n.startswith("_")]
+                private += [m for m in modules if any(p.startswith("_") for p in m.split("."))]
+                if private:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {', '.join(private)}")
+    assert not found, found

@@ -18,7 +18,7 @@ from producer.events.avro_types import avro_field
 from producer.events.values import value_converter
 from spark_jobs.sinks.batch import Change, reduce_batch
 from spark_jobs.sinks.lake_stage import reduce_changes, safe_segment
-from spark_jobs.sinks.lake_types import OP_COLUMN, arrow_type, changes_table, lake_schema
+from spark_jobs.sinks.lake_types import OP_COLUMN, arrow_type, changes_table, iceberg_type, lake_schema
 from spark_jobs.sinks.layout import SinkColumn, row_columns, table_layout
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from tests.unit.spark_jobs.sinks.test_sinks import CATALOGUE, ENVELOPE, P, SETTINGS, TABLE, avro_round_trip
@@ -57,6 +57,38 @@ def test_bigint_unsigned_is_decimal_20_0_and_unknown_kinds_are_refused():
         arrow_type(SinkColumn("x", "x", "interval_of_doom"))
     with pytest.raises(UnsupportedType):
         arrow_type(SinkColumn("x", "x", "bits", length=65))
+
+
+def _pyiceberg_type(t: pa.DataType):
+    """The Iceberg type pyiceberg gives an Arrow type (its public ``pyarrow_to_schema``, as it
+    converts the schema of a table it creates; the field id given in the field's metadata)."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+    return pyarrow_to_schema(pa.schema([pa.field("c", t, metadata={"PARQUET:field_id": "1"})])).fields[0].field_type
+
+
+#: Every Arrow type a lake column takes, and the other widths of a type a column may arrive in.
+LAKE_ARROW_TYPES = sorted({*EXPECTED_ARROW.values(), pa.int32(), pa.int8(), pa.large_string(), pa.large_binary(),
+                           pa.decimal128(20, 0), pa.decimal128(38, 10), pa.decimal128(1, 0),
+                           pa.timestamp("us", tz="+00:00")}, key=str)
+
+
+@pytest.mark.parametrize("t", LAKE_ARROW_TYPES, ids=str)
+def test_the_iceberg_type_of_every_lake_type_is_the_one_pyiceberg_creates_a_table_with(t):
+    assert iceberg_type(t) == _pyiceberg_type(t)
+
+
+@pytest.mark.parametrize("row", CATALOGUE, ids=[r[0] for r in CATALOGUE])
+def test_every_producer_type_has_an_iceberg_type(row):
+    col = next(c for c in row_columns(ENVELOPE) if c.name == row[0])
+    t = arrow_type(col, small_ints=False)
+    assert iceberg_type(t) == _pyiceberg_type(t)
+
+
+@pytest.mark.parametrize("t", [pa.time64("us"), pa.timestamp("ns"), pa.timestamp("us", tz="Europe/Paris"),
+                               pa.decimal256(40, 0), pa.list_(pa.int32()), pa.uint64()], ids=str)
+def test_an_arrow_type_no_lake_column_takes_has_no_iceberg_type(t):
+    with pytest.raises(UnsupportedType):
+        iceberg_type(t)
 
 
 # the stored value (what pymysql reads) -> producer -> Avro -> the staged table: the value again

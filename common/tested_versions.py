@@ -1,19 +1,18 @@
 """The versions of the libraries whose private layouts a fast path reads, as tested.
 
-One fast path reaches past a library's public API (issue 56 lists what did):
-
-- ``pymysql``: the table reads' row parser (``common/sql/row_parser.py``) reads a result's
-  packets.
-
-(The binlog reader reads no library's privates: it has a client of its own,
-``producer/binlog/binlog_stream.py``, and python-mysql-replication is read through its public
-API only, ``producer/binlog/library_reader.py``.  Nor does the producer's Kafka client:
-``producer/_native_producer.c`` drives a librdkafka handle of its own through librdkafka's
-public API.  Nor do the lake sinks: the Iceberg driver engine writes its data files with
-pyiceberg's public ``write_file`` and maps column types with ``spark_jobs/sinks/lake_types.py``,
-``spark_jobs/sinks/iceberg_files.py``; it imported ``_dataframe_to_data_files`` and
-``_ConvertToIceberg`` before.  ``tests/unit/common/test_tested_versions.py`` checks that no code
-imports a private name of pyiceberg's or delta-rs's.)
+No fast path reaches past a library's public API now (issue 56 lists what did), so
+:data:`TESTED` is empty: the table reads' rows come from the project's own connection
+(``common/sql/row_reads.py`` over ``common/sql/wire.py``; pymysql, the reference, is used
+through its public API only), the binlog reader has a client of its own
+(``producer/binlog/binlog_stream.py``; python-mysql-replication is read through its public
+API only, ``producer/binlog/library_reader.py``), ``producer/_native_producer.c`` drives a
+librdkafka handle of its own through librdkafka's public API, and the lake sinks' Iceberg
+driver engine writes its data files with pyiceberg's public ``write_file`` and maps column
+types with ``spark_jobs/sinks/lake_types.py``, ``spark_jobs/sinks/iceberg_files.py`` (it
+imported ``_dataframe_to_data_files`` and ``_ConvertToIceberg`` before).
+``tests/unit/common/test_tested_versions.py`` checks that no code imports a private name of
+pymysql's, pyiceberg's or delta-rs's.  A fast path that had to read a library's privates
+again would be listed here, with its range.
 
 Each is used only with a version of its library in :data:`TESTED` (pyproject.toml pins the
 same ranges); with any other, :func:`tested` says no once, with a WARNING naming the version,
@@ -30,17 +29,14 @@ from importlib import metadata
 log = logging.getLogger(__name__)
 
 #: distribution -> (lowest, highest) (major, minor) tested, both included (pyproject.toml: the same)
-TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
-    "pymysql": ((1, 1), (1, 2)),
-}
+TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
 
 _warned: set[str] = set()
 
 
 @functools.cache
 def installed_version(dist: str) -> str | None:
-    """The installed version of distribution ``dist`` (None: not installed); read once (every
-    table-read session asks for pymysql's)."""
+    """The installed version of distribution ``dist`` (None: not installed); read once."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

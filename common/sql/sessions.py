@@ -3,23 +3,28 @@
 :func:`connect` is a plain session (autocommit, utf8mb4), with connection failures told
 apart: :class:`~common.errors.SourceError` when retrying cannot help (access denied, an
 unknown database), :class:`~common.errors.SourceUnavailable` when it may.  :func:`read_session`
-is the session that reads tables (snapshot chunks, ``cdc verify``; its rows parsed faster, with
-pymysql's values: :func:`datetime_from_text`, :mod:`common.sql.row_parser`): UTC, READ COMMITTED,
-each SELECT its own statement in autocommit (no long transaction, no lock), and read/write
-timeouts so that a server that stops answering fails the read instead of hanging it.
+is the session that reads tables (table definitions, ``cdc verify``; DATETIME values parsed
+faster, the same values: :func:`datetime_from_text`): UTC, READ COMMITTED, each SELECT its own
+statement in autocommit (no long transaction, no lock), and read/write timeouts so that a
+server that stops answering fails the read instead of hanging it.  :func:`row_session` is
+the same session over the project's own connection, for the snapshot's chunk reads: their
+rows as the server sent them, parsed by generated code (:mod:`common.sql.row_reads`), the
+values pymysql's.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pymysql
 from pymysql.constants import FIELD_TYPE
-from pymysql.converters import convert_datetime
+from pymysql.converters import conversions, convert_datetime, decoders
 
 from common.config import SourceConfig
-from common.errors import SourceError, SourceUnavailable
-from common.sql import row_parser
+from common.errors import ServerError, ServerGone, SourceError, SourceUnavailable
+from common.sql import wire
+from common.sql.row_reads import RowSession
 from common.sql.tls import TlsSettings, connect_mysql
 
 #: Seconds a table read may wait for the server before it fails (and is retried).
@@ -39,10 +44,14 @@ def connect(cfg: SourceConfig, database: str | None = None, **kw) -> pymysql.con
                              password=cfg.password.get_secret_value(), database=database, autocommit=True,
                              charset="utf8mb4", connect_timeout=int(cfg.connect_timeout_s), **kw)
     except pymysql.err.OperationalError as exc:
-        where = f"cannot connect to the source {cfg.host}:{cfg.port} as '{cfg.user}': {exc.args[-1]}"
-        if exc.args and exc.args[0] in (1045, 1044, 1049):  # access denied / unknown database: not transient
-            raise SourceError(where) from exc
-        raise SourceUnavailable(where) from exc
+        raise _not_connected(cfg, exc.args[0] if exc.args else None, exc.args[-1] if exc.args else exc) from exc
+
+
+def _not_connected(cfg: SourceConfig, code: int | None, why: Any) -> SourceError:
+    """A refused connection: :class:`SourceError` for access denied or an unknown database
+    (retrying cannot help), else :class:`SourceUnavailable`."""
+    where = f"cannot connect to the source {cfg.host}:{cfg.port} as '{cfg.user}': {why}"
+    return SourceError(where) if code in (1045, 1044, 1049) else SourceUnavailable(where)
 
 
 def datetime_from_text(text: str | bytes | bytearray) -> dt.datetime | dt.date | str:
@@ -61,17 +70,46 @@ def datetime_from_text(text: str | bytes | bytearray) -> dt.datetime | dt.date |
     return convert_datetime(text)
 
 
+#: The converters of a read session's values by field type: pymysql's, DATETIME and TIMESTAMP
+#: by :func:`datetime_from_text`.
+READ_DECODERS = {**decoders, FIELD_TYPE.DATETIME: datetime_from_text, FIELD_TYPE.TIMESTAMP: datetime_from_text}
+#: What a read session sets first (the first two: what pymysql sends when it connects with
+#: ``charset="utf8mb4"`` and ``autocommit=True``).
+_READ_SETTINGS = ("SET NAMES utf8mb4", "SET autocommit = 1", "SET time_zone = '+00:00'",
+                  "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+
+
 def read_session(cfg: SourceConfig, *, binary_prefix: bool = False) -> pymysql.connections.Connection:
     """A session for reading tables: TIMESTAMP values as UTC wall clock, READ COMMITTED;
     ``binary_prefix``: binary strings sent as ``_binary'..'`` (key values compared byte for byte)."""
-    conn = connect(cfg, read_timeout=READ_TIMEOUT_S, write_timeout=READ_TIMEOUT_S, binary_prefix=binary_prefix)
-    conn.decoders = {**conn.decoders, FIELD_TYPE.DATETIME: datetime_from_text, FIELD_TYPE.TIMESTAMP: datetime_from_text}
-    row_parser.install(conn)  # rows parsed by generated code (the same values)
+    conn = connect(cfg, read_timeout=READ_TIMEOUT_S, write_timeout=READ_TIMEOUT_S, binary_prefix=binary_prefix,
+                   conv={**conversions, **READ_DECODERS})
     try:
         with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            for statement in _READ_SETTINGS[2:]:
+                cur.execute(statement)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def row_session(cfg: SourceConfig) -> RowSession:
+    """A session for the snapshot's chunk reads on the project's own connection (see the
+    module): :func:`read_session`'s settings, TLS as ``source.ssl`` says, the same login and
+    timeouts (connecting; each read and write once logged in: :data:`READ_TIMEOUT_S`)."""
+    try:
+        conn = wire.connect(cfg.host, cfg.port, cfg.user, cfg.password.get_secret_value(), tls=source_tls(cfg),
+                            connect_timeout=cfg.connect_timeout_s, read_timeout=READ_TIMEOUT_S)
+    except ServerError as exc:
+        raise _not_connected(cfg, exc.code, exc.message) from exc
+    except ServerGone as exc:
+        raise SourceUnavailable(str(exc)) from exc
+    session = RowSession(conn, READ_DECODERS)
+    try:
+        for statement in _READ_SETTINGS:
+            session.execute(statement)
+    except BaseException:
+        session.close()
+        raise
+    return session

@@ -153,5 +153,8 @@ def connect_mysql(tls: TlsSettings, **kw: Any) -> pymysql.connections.Connection
 
 
 def is_secure(conn: pymysql.connections.Connection) -> bool:
-    """Whether ``conn`` runs over TLS."""
-    return isinstance(getattr(conn, "_sock", None), ssl.SSLSocket)
+    """Whether ``conn`` runs over TLS, as the server tells (its session's ``Ssl_cipher``)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        row = cur.fetchone()
+    return bool(row and row[1])

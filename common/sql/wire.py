@@ -8,7 +8,9 @@ encrypted by the server's RSA public key), an authentication switch included; TL
 socket wrapped by its ``ssl.SSLContext``); packet framing (a 3-byte length and a sequence id,
 payloads of 16 MiB - 1 or more split and joined); ``COM_QUERY`` answered by an OK packet
 (:class:`OkResult`) or a small text result set (:class:`ResultSet`: column names, rows of
-bytes or None); ``COM_QUIT`` on close.
+bytes or None), or a result set as it came (:meth:`Connection.query_raw`: its columns'
+definitions and its rows' payloads, for a reader that parses them itself, the table reads
+of :mod:`common.sql.row_reads`); ``COM_QUIT`` on close.
 
 An ERR packet is a :class:`~common.errors.ServerError` (code, SQL state, message); a server
 that closes or resets the connection, or does not answer within the timeout, is
@@ -39,6 +41,8 @@ SSL, TRANSACTIONS, SECURE_CONNECTION = 0x800, 0x2000, 0x8000
 PLUGIN_AUTH, PLUGIN_AUTH_LENENC_CLIENT_DATA = 0x80000, 0x200000
 #: Commands.
 COM_QUIT, COM_QUERY = 0x01, 0x03
+#: The server status flag of a session whose string literals take no backslash escapes (sql_mode).
+NO_BACKSLASH_ESCAPES = 0x200
 #: The largest payload of one frame; a longer one goes on in the next (an exact multiple: an empty one ends it).
 MAX_FRAME = 0xFFFFFF
 UTF8MB4_GENERAL_CI = 45
@@ -250,6 +254,45 @@ class ResultSet:
     rows: list[tuple[bytes | None, ...]]
 
 
+@dataclass(frozen=True)
+class Column:
+    """A result column's definition (ColumnDefinition41), what its values are read by: its
+    name, character set (a collation id, 63 for binary), field type (``MYSQL_TYPE_*``) and flags."""
+
+    name: str
+    charset: int
+    type: int
+    flags: int
+
+
+def parse_column(data: bytes) -> Column:
+    """A column definition (ColumnDefinition41: catalog, schema, table, org_table, name,
+    org_name, then the fixed fields' length, character set, length, type, flags, decimals)."""
+    p = 0
+    for _ in range(4):
+        n, p = lenenc_int(data, p)
+        p += n or 0
+    n, p = lenenc_int(data, p)
+    name = data[p:p + (n or 0)].decode("utf-8", "replace")
+    p += n or 0
+    n, p = lenenc_int(data, p)  # org_name
+    p += n or 0
+    _, p = lenenc_int(data, p)  # (0x0c)
+    if len(data) < p + 9:
+        raise WireProtocolError("a column definition shorter than its fixed fields")
+    charset, _, type_, flags = struct.unpack_from("<HIBH", data, p)
+    return Column(name, charset, type_, flags)
+
+
+@dataclass(frozen=True)
+class RawResult:
+    """A text result set as it came: its columns' definitions and its rows' payloads (each
+    row's values, length-coded, for :func:`parse_text_row` or a parser of the reader's own)."""
+
+    columns: list[Column]
+    rows: list[bytes]
+
+
 def column_name(data: bytes) -> str:
     """The name of a column definition (ColumnDefinition41: after catalog, schema, table, org_table)."""
     p = 0
@@ -309,6 +352,7 @@ class Connection:
         self._rfile = None
         self._read = None  # the buffered socket's read(n)
         self._seq = 0
+        self.status = 0  # the server status of the last OK or EOF packet (NO_BACKSLASH_ESCAPES...)
 
     @property
     def where(self) -> str:
@@ -464,29 +508,68 @@ class Connection:
         return ServerGone(f"the server at {self.where} {why}")
 
     # -- statements ------------------------------------------------------------------
-    def query(self, sql: str) -> OkResult | ResultSet:
+    def query(self, sql: str | bytes) -> OkResult | ResultSet:
         """Run ``sql``: its OK, or its text result set (an ERR raised as :class:`ServerError`)."""
-        self.command(COM_QUERY, sql.encode())
+        result = self.query_raw(sql, parse=False)
+        if isinstance(result, OkResult):
+            return result
+        count = len(result.columns)
+        return ResultSet([c.name for c in result.columns], [parse_text_row(row, count) for row in result.rows])
+
+    def query_raw(self, sql: str | bytes, *, parse: bool = True) -> OkResult | RawResult:
+        """Run ``sql`` (a str goes as UTF-8): its OK, or its result set as it came (an ERR
+        raised as :class:`ServerError`); ``parse``: the columns' definitions read
+        (:func:`parse_column`), else only their names (types and flags 0)."""
+        self.command(COM_QUERY, sql.encode() if isinstance(sql, str) else sql)
         data = self.read_packet()
         first = data[0]
         if first == 0x00:
-            return parse_ok(data)
+            ok = parse_ok(data)
+            self.status = ok.status
+            return ok
         if first == 0xFF:
             raise parse_error(data)
         if first == 0xFB:
             raise WireProtocolError("the server asks for a local file (LOAD DATA LOCAL), which this client does not send")
         count, _ = lenenc_int(data, 0)
-        columns = [column_name(self.read_packet()) for _ in range(count)]
+        columns = [parse_column(self.read_packet()) if parse else Column(column_name(self.read_packet()), 0, 0, 0)
+                   for _ in range(count or 0)]
         if not is_eof(self.read_packet()):
             raise WireProtocolError(f"the server at {self.where} sent no EOF after a result set's columns")
-        rows = []
+        return RawResult(columns, self._rows())
+
+    def _rows(self) -> list[bytes]:
+        """A result set's rows, their payloads as read, up to its EOF (the session's status
+        taken from it); an ERR in their place raised.  One loop over the socket's buffer, no
+        call a row but its two reads: a table read's chunk is thousands of rows."""
+        read, seq, rows = self._read, self._seq, []
+        append = rows.append
         while True:
-            data = self.read_packet()
-            if is_eof(data):
-                return ResultSet(columns, rows)
-            if data[0] == 0xFF:
+            try:
+                head = read(4)
+                n = head[0] | head[1] << 8 | head[2] << 16
+                data = read(n)
+            except (OSError, IndexError, ValueError, TypeError) as exc:
+                raise self._gone(exc) from None
+            if len(data) != n:
+                raise self._gone(None)
+            if head[3] != seq:
+                raise WireProtocolError(f"the server at {self.where} sent packet {head[3]}, not {seq}")
+            seq = (seq + 1) & 0xFF
+            if n == MAX_FRAME:  # (a row of 16 MiB - 1 bytes or more: its other frames)
+                self._seq = seq
+                data += self.read_packet()
+                seq = self._seq
+            first = data[0] if data else 0
+            if first == 0xFE and n < 9:  # the EOF
+                self._seq = seq
+                if n >= 5:
+                    self.status = data[3] | data[4] << 8
+                return rows
+            if first == 0xFF:
+                self._seq = seq
                 raise parse_error(data)
-            rows.append(parse_text_row(data, count))
+            append(data)
 
     def value(self, sql: str) -> bytes | None:
         """The first column of the first row of ``sql``'s result set (None: no row, or NULL)."""

@@ -135,7 +135,7 @@ class SelectRowEncoder:
 
     ``te``: the table version (a :class:`~producer.events.builder.TableEvents` of rows read by a
     SELECT); ``readings``: per result column (the table's columns, in order) pymysql's
-    ``(encoding, converter)`` (``MySQLResult.converters``).  Raises :class:`NotFast` when the
+    ``(encoding, converter)`` (:func:`common.sql.row_reads.readings`).  Raises :class:`NotFast` when the
     table is not on the Avro fast path or its key is not made of its row's encodings.  ``row``
     is the native encoder (``_select_rows.c``, :func:`native_row`) where it is built, else the
     generated Python (:func:`_compile`): where the native one gives bodies they are the same."""

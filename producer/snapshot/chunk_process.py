@@ -1,12 +1,13 @@
 """Chunk read processes: a snapshot chunk's SELECT and its rows' Avro encoding in a child.
 
 A chunk reader thread (:mod:`producer.snapshot.chunk_reader`) writes the OPEN marker, has
-the chunk read, and writes the CLOSE marker.  Parsing the SELECT's result (pymysql is pure
-Python) and encoding each row image and key to Avro cost several times what joining a
-record's envelope and producing it do; in a thread they would hold the producer's GIL and
-share its core.  :class:`ChunkReadProcess` does both in a child process of its own, on its
-own read session (UTC, READ COMMITTED, autocommit, as the threads' sessions), and hands
-back :class:`~producer.events.row_encoder.EncodedRows`: per row the key and row bodies, as
+the chunk read, and writes the CLOSE marker.  Reading the SELECT's result (in Python) and
+encoding each row image and key to Avro cost several times what joining a record's envelope
+and producing it do; in a thread they would hold the producer's GIL and share its core.
+:class:`ChunkReadProcess` does both in a child process of its own, on its own session over
+the project's own connection (:func:`~common.sql.sessions.row_session`: UTC, READ COMMITTED,
+autocommit, as the threads' sessions; the rows as the server sent them), and hands back
+:class:`~producer.events.row_encoder.EncodedRows`: per row the key and row bodies, as
 the producer's own :class:`~producer.events.row_encoder.RowEncoder` for that table version
 encodes them (the child builds it from the same :class:`~producer.events.builder.ReadEncoding`),
 and the rows from the first one the encoder does not take as values, for the general path.
@@ -30,8 +31,9 @@ from typing import Any, Sequence
 from common.config import SourceConfig
 from common.errors import SourceUnavailable
 from common.gc_tuning import STREAMING_THRESHOLDS, tune_gc
-from common.sql.row_parser import installed, raw_rows, values_reader
-from common.sql.sessions import read_session
+from common.sql.row_parser import values_reader
+from common.sql.row_reads import RowSession
+from common.sql.sessions import row_session
 from producer import child_process
 from producer.events.builder import ReadEncoding, TableEvents
 from producer.events.row_encoder import EncodedRows, encode_rows
@@ -92,23 +94,17 @@ class ChunkReadProcess:
         self._process.wait()
 
 
-def read_encoded(conn, encoding: ReadEncoding, table_events: TableEvents, keys: Sequence[str],
+def read_encoded(session: RowSession, encoding: ReadEncoding, table_events: TableEvents, keys: Sequence[str],
                  after: Sequence[Any] | None, upto: Sequence[Any] | None, condition: str | None,
                  limit: int, encoders: dict | None = None) -> EncodedRows:
-    """One chunk read on ``conn`` and encoded by ``table_events``' encoders (the child's work):
+    """One chunk read on ``session`` and encoded by ``table_events``' encoders (the child's work):
     each row straight from its bytes (:class:`SelectRowEncoder`, kept in ``encoders`` per table
     version and result layout) until one it does not take, the rest from their values."""
     table: TableDef = encoding.table
     sql, params = chunk_statement(table, keys, after=after, upto=upto, condition=condition, limit=limit)
     names = tuple(table.column_names)
-    if not installed(conn):  # (a pymysql outside the versions tested: its rows' values)
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            rows = list(cur.fetchall())
-        rest = encode_rows(table_events.encoder, encoding.ident, names, rows)
-        return EncodedRows(encoding.ident, rest.bodies, rest.rest, dict(zip(names, rows[-1])) if rows else None)
-    payloads, readings = raw_rows(conn, sql, params)
-    values = values_reader(readings, conn.encoding)
+    payloads, readings = session.rows(sql, params)
+    values = values_reader(readings)
     encoder = _select_encoder(table_events, readings, {} if encoders is None else encoders)
     bodies: list[tuple[bytes | None, bytes]] = []
     if encoder is not None:
@@ -156,7 +152,7 @@ def _child_main() -> None:
                 if te is None:
                     te = tables[encoding.ident] = encoding.table_events()
                 if session is None:
-                    session = read_session(source)
+                    session = row_session(source)
                 answer = pickle.dumps(("rows", read_encoded(session, encoding, te, keys, after, upto, condition,
                                                             limit, encoders)), pickle.HIGHEST_PROTOCOL)
             except BaseException as exc:  # noqa: BLE001 - every error goes to the parent

@@ -1,7 +1,8 @@
-"""A read session's rows (generated row parser, DATETIME by fromisoformat) are pymysql's own,
-on the real server: every type at its edges, NULLs, long values, many rows."""
+"""A row session's rows (the project's own connection, the generated row parser, DATETIME by
+fromisoformat) and a read session's (pymysql, DATETIME by fromisoformat) are pymysql's own, on
+the real server: every type at its edges, NULLs, long values, many rows."""
 
-from common.sql.sessions import read_session
+from common.sql.sessions import read_session, row_session
 from tests.all_types import create_all_types
 
 
@@ -24,16 +25,16 @@ def test_read_session_rows_are_pymysqls(stack, config, test_db):
                         "INSERT INTO types (id, tx, vc) VALUES (10, REPEAT('é', 300), 'v')")
     cfg = config.model_copy(deep=True)
     cfg.source.user, cfg.source.password = stack.mysql["admin_user"], stack.mysql["admin_password"]
-    session = read_session(cfg.source)
+    session, rows = read_session(cfg.source), row_session(cfg.source)
     try:
         sql = f"SELECT * FROM `{test_db}`.types ORDER BY id"
         with stack.admin(test_db) as plain:
             expected = _rows(plain, sql)
-        got = _rows(session, sql)
-        assert len(got) == len(expected) >= 3
-        for g, e in zip(got, expected):
-            assert g == e and [type(v) for v in g] == [type(v) for v in e], (g[0], [
-                (i, a, b) for i, (a, b) in enumerate(zip(g, e)) if a != b or type(a) is not type(b)])
-        assert type(session._result).__name__ == "_FastResult"  # the generated parser read them
+        for got in (_rows(session, sql), rows.values(sql)):
+            assert len(got) == len(expected) >= 3
+            for g, e in zip(got, expected):
+                assert g == e and [type(v) for v in g] == [type(v) for v in e], (g[0], [
+                    (i, a, b) for i, (a, b) in enumerate(zip(g, e)) if a != b or type(a) is not type(b)])
     finally:
         session.close()
+        rows.close()

@@ -12,7 +12,7 @@ from cdc.stack.certs import CertificateAuthority
 from cdc.stack.mysql_server import EmbeddedMySQL, server_connect
 from cdc.stack.replication import remove_server
 from common.errors import TlsError
-from common.sql.sessions import connect
+from common.sql.sessions import connect, row_session
 from common.sql.tls import is_secure
 from contract.signals import execute_snapshot_data
 from tests.producer_helpers import read_events, run_until_caught_up, start_at_current
@@ -52,6 +52,19 @@ def test_every_tls_mode_connects_over_tls(tls_server, config, mode):
             assert cur.fetchone()[1]  # the server sees a TLS session too
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("mode", ["preferred", "verify_identity"])
+def test_a_row_session_reads_over_tls_as_the_source_sessions_do(tls_server, config, mode):
+    """The chunk reads' session (the project's own connection): TLS as ``source.ssl`` says."""
+    session = row_session(_point(config, tls_server, mode).source)
+    try:
+        assert session.conn.secure
+        assert session.values("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]
+    finally:
+        session.close()
+    with pytest.raises(TlsError, match="source.ssl"):
+        row_session(_point(config, tls_server, "disabled").source)
 
 
 def test_disabled_is_refused_by_a_tls_only_server_naming_the_setting(tls_server, config):

@@ -15,11 +15,8 @@ of both are the same, and the select encoder took the rows.
 
 from __future__ import annotations
 
-import pytest
 
-from common import tested_versions
-from common.sql.row_parser import installed
-from common.sql.sessions import connect, read_session
+from common.sql.sessions import connect, read_session, row_session
 from contract.position import BinlogPosition
 from producer.binlog.reader import BinlogReader, ResumePoint, RowChanges
 from producer.binlog.row_decoder import EncodedImages, PackedRows
@@ -29,7 +26,7 @@ from producer.events.row_encoder import encode_rows
 from producer.events.select_encoder import SelectRowEncoder
 from producer.snapshot.chunk_process import read_encoded
 from producer.snapshot.chunks import ReleasedChunk
-from producer.snapshot.table_reader import read_chunk_values, read_table_def
+from producer.snapshot.table_reader import chunk_statement, read_chunk_values, read_table_def
 from tests.all_types import create_all_types, make_many_types_table
 from tests.unit.producer.events.test_row_encoder import AvroOut
 
@@ -102,16 +99,11 @@ def _chunk(table, rows) -> ReleasedChunk:
                          BinlogPosition.from_binlog("mysql-bin.000002", 900), list(table.primary_key))
 
 
-@pytest.mark.parametrize("plain", [False, True])
 def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_give(stack, config, test_db,
-                                                                                   monkeypatch, plain):
-    """``plain``: a pymysql outside the versions tested (common.tested_versions): the session keeps
-    pymysql's own row parsing and the chunk reads encode its values, the same records."""
+                                                                                   monkeypatch):
+    """The chunk read process's reads (a row session: the project's own connection) against
+    pymysql's (a read session, its public API): the same rows' values, the same records."""
     monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)
-    if plain:
-        monkeypatch.setattr(tested_versions, "installed_version",
-                            lambda dist: "9.0.0" if dist == "pymysql" else "1.0.0")
-        monkeypatch.setattr(tested_versions, "_warned", set())
     with stack.admin(test_db) as conn, conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(BENCH_DDL)
@@ -125,7 +117,7 @@ def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_gi
     make_many_types_table(stack, f"{test_db}_m", n=60)
     builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
     session = read_session(config.source)
-    assert installed(session) is not plain
+    rows_session = row_session(config.source)
     encoders: dict = {}
     try:
         for db, name, rows, first in [(test_db, "items", 2000, 1), (test_db, "types", 3, 1),
@@ -134,17 +126,26 @@ def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_gi
             encoding = builder.read_encoding(table)
             te = builder.read_table_events(table)
             keys = list(table.primary_key)
-            for after, limit in [(None, 5000), (None, 7), ((first,), 1000)]:  # whole; a first chunk; a later one
-                encoded = read_encoded(session, encoding, te, keys, after, None, None, limit, encoders)
-                values = read_chunk_values(session, table, keys, after=after, upto=None, condition=None, limit=limit)
+            # whole; a first chunk; a later one up to a key; with a condition (its % doubled for the driver)
+            for after, upto, condition, limit in [(None, None, None, 5000), (None, None, None, 7),
+                                                  ((first,), (first + 40,), None, 1000),
+                                                  (None, None, "id % 3 = 1 OR id LIKE '1%'", 5000)]:
+                encoded = read_encoded(rows_session, encoding, te, keys, after, upto, condition, limit, encoders)
+                values = read_chunk_values(session, table, keys, after=after, upto=upto, condition=condition,
+                                           limit=limit)
+                sql, params = chunk_statement(table, keys, after=after, upto=upto, condition=condition, limit=limit)
+                ours = rows_session.values(sql, params)
+                assert ours == values and [list(map(type, r)) for r in ours] == [list(map(type, r)) for r in values]
                 by_values = encode_rows(te.encoder, encoding.ident, tuple(table.column_names), values)
                 assert len(encoded) == len(values) and encoded.last == dict(zip(table.column_names, values[-1]))
                 records = [builder.chunk_records(_chunk(table, r), AvroOut()) for r in (encoded, by_values)]
                 assert records[0] == records[1], (db, name, after, limit)
             if name == "items":
-                assert len(read_encoded(session, encoding, te, keys, None, None, None, 5000, encoders).bodies) == rows
-        assert sum(type(e) is SelectRowEncoder for e in encoders.values()) == (0 if plain else 3)
+                assert len(read_encoded(rows_session, encoding, te, keys, None, None, None, 5000,
+                                        encoders).bodies) == rows
+        assert sum(type(e) is SelectRowEncoder for e in encoders.values()) == 3
     finally:
         session.close()
+        rows_session.close()
         with stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{test_db}_m`")

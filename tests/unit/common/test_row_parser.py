@@ -1,26 +1,14 @@
-"""Rows parsed by the generated row parser are pymysql's rows."""
+"""Rows parsed by the generated row parser are the plain loop's (:func:`plain_row`, held to
+pymysql's own rows by tests/unit/common/test_row_reads.py), on arbitrary values and lengths."""
 
 from decimal import Decimal
 
 from hypothesis import given
 from hypothesis import strategies as st
 from pymysql.converters import convert_date, convert_timedelta
-from pymysql.protocol import MysqlPacket
 
-from common.sql.row_parser import row_parser
+from common.sql.row_parser import plain_row, row_parser, values_reader
 from common.sql.sessions import datetime_from_text
-
-
-class _Result:
-    """What pymysql's ``MySQLResult._read_row_from_packet`` reads of its result."""
-
-    def __init__(self, converters):
-        self.converters = converters
-
-
-def _pymysql_row(payload: bytes, converters) -> tuple:
-    from pymysql.connections import MySQLResult
-    return MySQLResult._read_row_from_packet(_Result(converters), MysqlPacket(payload, "utf8"))
 
 
 def _length_coded(value: bytes | None, wide: int) -> bytes:
@@ -46,9 +34,9 @@ VALUES = [st.integers(-2**63, 2**64).map(lambda i: str(i).encode()), st.text().m
 
 
 @given(st.tuples(*[st.one_of(st.none(), v) for v in VALUES]), st.lists(st.integers(0, 3), min_size=8, max_size=8))
-def test_every_row_is_pymysqls(values, wides):
+def test_every_row_is_the_plain_loops(values, wides):
     payload = b"".join(_length_coded(v, w) for v, w in zip(values, wides))
-    assert row_parser(CONVERTERS)(payload) == _pymysql_row(payload, CONVERTERS)
+    assert row_parser(CONVERTERS)(payload) == plain_row(CONVERTERS, payload)
 
 
 def test_a_payload_it_does_not_fit_is_refused():
@@ -59,6 +47,17 @@ def test_a_payload_it_does_not_fit_is_refused():
         except (IndexError, ValueError):
             continue
         raise AssertionError(f"{bad!r} parsed")
+
+
+def test_a_row_the_parser_does_not_fit_is_read_by_the_plain_loop():
+    values = values_reader([(None, None), ("utf8", None)])
+    assert values(b"\x01a\x02\xc3\xa9") == (b"a", "\u00e9")
+    assert values(b"\x01a\xfb\x00") == (b"a", None)  # (bytes after the last column: ignored, as pymysql does)
+    try:
+        values(b"\x05ab")
+    except ValueError:
+        return
+    raise AssertionError("a value running past its payload was read")
 
 
 def test_a_parser_is_generated_once_per_columns_readings():

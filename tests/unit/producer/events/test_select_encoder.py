@@ -49,7 +49,7 @@ def _payload(texts: list[bytes | None]) -> bytes:
 
 
 def values_way(te, readings, payload: bytes) -> tuple:
-    values = dict(zip(te.table.column_names, values_reader(readings, "utf8")(payload)))
+    values = dict(zip(te.table.column_names, values_reader(readings)(payload)))
     row = field_encoder(expand_schema(te.row_schema))(te.converter.convert(values))
     key = None if te.key_schema is None else field_encoder(expand_schema(te.key_schema))(te.converter.convert_key(values))
     return key, row

@@ -42,3 +42,32 @@ def test_server_texts_of_every_precision(value, digits):
 @example("2026-11-23 24:00:00")
 def test_anything_else_as_pymysql_has_it(text):
     _same(text)
+
+
+def _source(port: int):
+    from common.config import SourceConfig
+    return SourceConfig(host="127.0.0.1", port=port, user="cdc", password="pw", ssl={"mode": "disabled"})
+
+
+def test_a_row_session_refused_its_login_is_a_source_error_and_one_not_reached_unavailable():
+    import pytest
+
+    from common.errors import SourceError, SourceUnavailable
+    from common.sql.sessions import row_session
+    from tests.wire_helpers import ScriptedServer, err_packet, handshake_v10
+
+    def refuse(side):
+        side.write(handshake_v10("mysql_native_password"))
+        side.read_login()
+        side.write(err_packet(1045, "28000", "Access denied for user 'cdc'"))
+
+    server = ScriptedServer(refuse)
+    with pytest.raises(SourceError, match="Access denied") as err:
+        row_session(_source(server.port))
+    assert type(err.value) is SourceError
+    server.join()
+    unused = ScriptedServer(lambda side: None)
+    port = unused.port
+    unused.listener.close()
+    with pytest.raises(SourceUnavailable, match=f"127.0.0.1:{port}"):
+        row_session(_source(port))

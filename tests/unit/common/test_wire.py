@@ -133,3 +133,12 @@ def test_a_column_name_is_the_fifth_string_of_its_definition():
     data = b"".join(wire.encode_lenenc_int(len(s)) + s for s in strings) + b"\x0c" + bytes(12)
     assert wire.column_name(data) == "the name"
     assert wire.is_eof(b"\xfe\x00\x00\x02\x00") and not wire.is_eof(b"\xfe" + bytes(8))
+
+
+def test_a_column_definition_gives_its_character_set_type_and_flags():
+    strings = [b"def", b"db", b"t", b"t", b"amount", b"amount"]
+    fixed = struct.pack("<BHIBHB2x", 0x0C, 63, 14, 246, 0x1001, 2)  # binary, length 14, NEWDECIMAL, NOT NULL|...
+    data = b"".join(wire.encode_lenenc_int(len(s)) + s for s in strings) + fixed
+    assert wire.parse_column(data) == wire.Column("amount", 63, 246, 0x1001)
+    with pytest.raises(WireProtocolError):
+        wire.parse_column(data[:-8])

@@ -223,3 +223,64 @@ def test_a_server_that_sends_no_handshake_is_gone_after_the_connect_timeout():
         wire.connect("127.0.0.1", server.port, "cdc", "x", tls=PLAIN, connect_timeout=0.3, read_timeout=None)
     assert time.monotonic() - started < 1.2
     server.join()
+
+
+def _column(name: bytes, charset: int, type_: int) -> bytes:
+    return b"".join(wire.encode_lenenc_int(len(s)) + s for s in (b"def", b"d", b"t", b"t", name, name)) \
+        + b"\x0c" + charset.to_bytes(2, "little") + bytes(4) + bytes((type_,)) + bytes(5)
+
+
+def test_a_raw_result_is_its_columns_and_its_rows_payloads_and_the_eof_gives_the_status():
+    rows = [b"\x011\x02ab", b"\x012\xfb", b"\x013" + wire.encode_lenenc_int(300) + b"x" * 300]
+
+    def result(side):
+        side.write(b"\x02")
+        side.write(_column(b"id", 63, 3))
+        side.write(_column(b"s", 45, 253))
+        side.write(b"\xfe\x00\x00\x02\x00")
+        for row in rows:
+            side.write(row)
+        side.write(b"\xfe\x00\x00\x02\x02")  # (status: autocommit | NO_BACKSLASH_ESCAPES)
+        side.seq = 0
+        assert side.read() == b"\x01"
+
+    server = ScriptedServer(_logged_in_then(result))
+    conn = _connect(server)
+    got = conn.query_raw("SELECT id, s FROM t")
+    assert got == wire.RawResult([wire.Column("id", 63, 3, 0), wire.Column("s", 45, 253, 0)], rows)
+    assert conn.status & wire.NO_BACKSLASH_ESCAPES
+    conn.close()
+    server.join()
+
+
+def test_an_error_in_place_of_a_row_is_the_servers_error():
+    def result(side):
+        side.write(b"\x01")
+        side.write(_column(b"id", 63, 3))
+        side.write(b"\xfe\x00\x00\x02\x00")
+        side.write(b"\x011")
+        side.write(err_packet(1317, "70100", "Query execution was interrupted"))
+
+    server = ScriptedServer(_logged_in_then(result))
+    conn = _connect(server)
+    with pytest.raises(ServerError, match="interrupted") as err:
+        conn.query_raw("SELECT id FROM t")
+    assert err.value.code == 1317
+    server.join()
+    conn.close()
+
+
+def test_a_server_that_stops_sending_rows_is_gone_after_the_read_timeout():
+    def result(side):
+        side.write(b"\x01")
+        side.write(_column(b"id", 63, 3))
+        side.write(b"\xfe\x00\x00\x02\x00")
+        side.write(b"\x011")
+        time.sleep(1.5)
+
+    server = ScriptedServer(_logged_in_then(result))
+    conn = _connect(server, read_timeout=0.3)
+    with pytest.raises(ServerGone, match="did not answer in time"):
+        conn.query_raw("SELECT id FROM t")
+    assert conn.closed
+    server.join()

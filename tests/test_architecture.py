@@ -7,7 +7,9 @@
   pyspark (the ``cdc`` command and the tools must not start the JVM's Python side to
   print a status);
 * every logger is named by its module, every error derives from ``CDCError``;
-* docs/DESIGN.md's table of packages names modules that exist, and every subpackage.
+* docs/DESIGN.md's table of packages names modules that exist, and every subpackage;
+* no module imports a private name or module of another library (issue 56: the project owns
+  what it overrides, and uses the rest through public APIs).
 """
 
 from __future__ import annotations
@@ -122,3 +124,29 @@ def test_no_class_over_300_lines_and_no_function_over_80_in_the_pipeline():
                     over.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: "
                                 f"{node.end_lineno - node.lineno + 1} lines (at most {limit})")
     assert not over, "\n".join(over)
+
+
+def test_no_module_imports_a_private_name_of_another_library():
+    """No module of the project or its tests imports a name starting with ``_``, or a private
+    module, of a library outside the project and the standard library (issue 56: pyiceberg's
+    ``_dataframe_to_data_files`` and ``_ConvertToIceberg``, python-mysql-replication's and
+    pymysql's privates were; confluent-kafka's struct was copied in C)."""
+    ours = set(PACKAGES) | {"tests"}
+    found = []
+    for pkg in (*PACKAGES, "tests"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0:
+                    modules, names = [node.module or ""], [a.name for a in node.names]
+                elif isinstance(node, ast.Import):
+                    modules, names = [a.name for a in node.names], []
+                else:
+                    continue
+                modules = [m for m in modules if m.split(".")[0] not in ours | set(sys.stdlib_module_names)]
+                if not modules:
+                    continue
+                private = [n for n in names if n.startswith("_")]
+                private += [m for m in modules if any(p.startswith("_") for p in m.split("."))]
+                if private:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {', '.join(private)}")
+    assert not found, found

@@ -24,7 +24,8 @@ from cdc.verify.shards import indistinct, mapped, shard_spec, stray_rows
 from cdc.verify.source import SourceTable
 from cdc.verify.spec import KeylessTable, MissingTable, TableSpec, table_spec
 from cdc.verify.targets import DBTarget, MySQLTarget, PostgresTarget, Target
-from common.sql.sessions import read_session
+from common.sql.row_reads import RowSession
+from common.sql.sessions import read_session, row_session
 from contract.envelope import record_names
 from contract.schema_resolution import row_fields
 from contract.schema_store import SchemaStore
@@ -47,9 +48,9 @@ def build_targets(cfg) -> list[Target]:
     return out
 
 
-def _verify_table(src_conn, spec: TableSpec, targets: list[Target], chunk_size: int, samples: int,
+def _verify_table(src_rows: RowSession, spec: TableSpec, targets: list[Target], chunk_size: int, samples: int,
                   report: TableReport, progress: Callable[[str], None] | None) -> None:
-    source = SourceTable(src_conn, spec)
+    source = SourceTable(src_rows, spec)
     live: list[tuple[Target, Diffs]] = []
     absent: list[SinkResult] = []  # no sink table or topic: every source row is missing
     whole = Checksum()
@@ -164,7 +165,7 @@ def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False,
     try:
         for c in cfg.captured_sources():
             view = cfg.for_source(c.name)
-            sources.append(_Source(c.name, view, _connect(view), ChangelogTarget(view) if changelog else None))
+            sources.append(_source(c.name, view, changelog))
         plan: list[tuple[_Source, str, str, Route | None]] = []
         unknown: set[str] | None = None
         for src in sources:
@@ -197,27 +198,48 @@ def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False,
         for t in db_targets:
             t.close()
         for src in sources:
-            if src.changelog is not None:
-                src.changelog.close()
-            src.conn.close()
+            src.close()
     report.seconds = time.monotonic() - t0
     return report
 
 
 @dataclass
 class _Source:
-    """A source server as verify reads it: its name, its single-source configuration, a
-    connection, and its clean changelog target (``changelog=True``)."""
+    """A source server as verify reads it: its name, its single-source configuration, its
+    sessions, and its clean changelog target (``changelog=True``).  ``conn``: a read session
+    (pymysql) for the tables' definitions; ``rows``: a row session (the project's own
+    connection, the same login, TLS, timeouts and settings) for the tables' rows, most of
+    verify's reading: parsed by generated code, the values pymysql's."""
 
     name: str
     view: Any
     conn: Any
+    rows: RowSession
     changelog: ChangelogTarget | None
 
+    def close(self) -> None:
+        if self.changelog is not None:
+            self.changelog.close()
+        self.rows.close()
+        self.conn.close()
 
-def _connect(view):
+
+def _source(name: str, view, changelog: bool) -> _Source:
+    conn = _connect(view, lambda source: read_session(source, binary_prefix=True))
+    rows = None
     try:
-        return read_session(view.source, binary_prefix=True)
+        rows = _connect(view, row_session)
+        return _Source(name, view, conn, rows, ChangelogTarget(view) if changelog else None)
+    except BaseException:
+        if rows is not None:
+            rows.close()
+        conn.close()
+        raise
+
+
+def _connect(view, session: Callable[[Any], Any]):
+    try:
+        return session(view.source)
     except Exception as exc:  # noqa: BLE001 - shown to the user
         of = f" {view.source_name}" if view.source_name else ""
         raise VerifyError(f"cannot connect to the source{of} {view.source.host}:{view.source.port} "
@@ -243,7 +265,7 @@ def _verify_one(report: VerifyReport, src: _Source, db: str, table: str, route: 
         tr = TableReport(spec.name, key=list(spec.key), mode=spec.mode, target=target,
                          mapped=mapped(route, ShardId(src.name, db, table)) if route is not None else {})
         try:
-            _verify_table(src.conn, spec, targets, chunk_size, samples, tr, progress)
+            _verify_table(src.rows, spec, targets, chunk_size, samples, tr, progress)
             for res in tr.results if left_out else []:
                 res.notes.append(f"sinks.schema_changes says 'columns: ignore' for the table: column(s) "
                                  f"{', '.join(left_out)}, added since it was first captured, not compared")

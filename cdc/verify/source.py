@@ -21,6 +21,7 @@ from cdc.verify.checksum import Checksum
 from cdc.verify.spec import TableSpec
 from cdc.verify.sql import LOOKUP_BATCH, key_after, key_in_list
 from common.sql.quoting import quote_ident
+from common.sql.row_reads import RowSession
 
 
 @dataclass
@@ -33,10 +34,12 @@ class Chunk:
 
 
 class SourceTable:
-    """The source table, read in keyset chunks on a UTC, READ COMMITTED, autocommit session."""
+    """The source table, read in keyset chunks on ``session``, a row session
+    (:func:`common.sql.sessions.row_session`: the project's own connection, UTC, READ
+    COMMITTED, autocommit; its values pymysql's)."""
 
-    def __init__(self, conn, spec: TableSpec) -> None:
-        self.conn = conn
+    def __init__(self, session: RowSession, spec: TableSpec) -> None:
+        self.session = session
         self.spec = spec
         exprs = []
         for c in [*spec.key_specs, *spec.value_specs]:
@@ -64,9 +67,7 @@ class SourceTable:
             # One row more than the chunk: it tells whether this chunk is the last (no empty
             # trailing chunk when the table size is a multiple of the chunk size).
             sql += f" ORDER BY {order} LIMIT {int(size) + 1}"
-            with self.conn.cursor() as cur:
-                cur.execute(sql, params)
-                raw = cur.fetchall()
+            raw = self.session.values(sql, params)
             last = len(raw) <= size
             rows: dict[tuple, tuple] = {}
             cs = Checksum()
@@ -90,8 +91,6 @@ class SourceTable:
         for i in range(0, len(keys), LOOKUP_BATCH):
             batch = keys[i:i + LOOKUP_BATCH]
             pred, params = key_in_list(self.qkeys, [self.spec.key_params(k, "source") for k in batch])
-            with self.conn.cursor() as cur:
-                cur.execute(f"SELECT {', '.join(self.qkeys)} FROM {self.table} WHERE {pred}", params)
-                for r in cur.fetchall():
-                    found.add(tuple(c.source(v) for c, v in zip(ks, r)))
+            for r in self.session.values(f"SELECT {', '.join(self.qkeys)} FROM {self.table} WHERE {pred}", params):
+                found.add(tuple(c.source(v) for c, v in zip(ks, r)))
         return {k for k in keys if k in found}

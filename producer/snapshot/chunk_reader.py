@@ -5,9 +5,13 @@ executed GTID set, the chunk in a consistent-snapshot transaction, and the GTID 
 binlog end again (:class:`QuietRead`); the coordinator closes the window when the binlog
 reader has passed them (:mod:`producer.snapshot.gtid_windows`).
 
-Readers are the threads of a pool (``snapshot.parallelism``), each with its own read
-session (UTC, READ COMMITTED, autocommit: every statement commits on its own, no lock is
-held, no long transaction).  The window markers are rows of the signal table
+Readers are the threads of a pool (``snapshot.parallelism``), each with its own sessions
+(UTC, READ COMMITTED, autocommit: every statement commits on its own, no lock is held, no
+long transaction): a read session (pymysql) writes the window markers and reads GTID sets
+and the binlog position; a row session (the project's own connection, the same login, TLS
+and timeouts: :func:`common.sql.sessions.row_session`) runs the chunk's SELECT, and in
+read-only mode the consistent-snapshot transaction around it, its rows parsed by generated
+code into pymysql's values.  The window markers are rows of the signal table
 (:class:`MarkerRows`): their INSERTs land in the binlog exactly where the read began and
 ended, which is what the DBLog rule needs.  A reader that could not write its CLOSE marker
 raises :class:`Unclosed` with the row still to write, so the coordinator writes it when the
@@ -27,6 +31,8 @@ import pymysql
 from common.config import SourceConfig
 from common.errors import CDCError, SourceUnavailable
 from common.sql.quoting import quote_table
+from common.sql.row_reads import RowSession
+from common.sql.sessions import row_session
 from contract.gtid import GtidSet
 from contract.position import BinlogPosition
 from contract.signals import WINDOW_CLOSE, WINDOW_OPEN
@@ -101,7 +107,8 @@ class ChunkReader:
     With ``source`` and an ``encoding`` (set by the producer's session: how the event builder
     encodes a table's chunk rows, None for a table it encodes itself), each reader thread
     has the chunk's SELECT run and its rows encoded by a chunk read process of its own
-    (:mod:`producer.snapshot.chunk_process`); otherwise it reads on its own session."""
+    (:mod:`producer.snapshot.chunk_process`); otherwise it reads on its own row session (of
+    ``source``, which chunk reads need)."""
 
     def __init__(self, connect: Callable[[], Any], markers: MarkerRows, chunk_size: int, parallelism: int,
                  source: SourceConfig | None = None) -> None:
@@ -147,9 +154,11 @@ class ChunkReader:
                     anchor: BinlogPosition, anchor_gtids: GtidSet) -> QuietRead:
         try:
             conn = self._session()
+            session = self._row_session()
             for _ in range(SNAPSHOT_TRIES):
                 before = executed_gtids(conn, is_mariadb)
-                rows = self._snapshot_select(conn, tdef, keys, rng, condition, is_mariadb, anchor, anchor_gtids, before)
+                rows = self._snapshot_select(session, tdef, keys, rng, condition, is_mariadb, anchor, anchor_gtids,
+                                             before)
                 if rows is not None:
                     break
                 time.sleep(0.005)
@@ -163,31 +172,31 @@ class ChunkReader:
             raise
         return QuietRead(rows, before, after, end)
 
-    def _snapshot_select(self, conn, tdef: TableDef, keys: list[str], rng: KeyRange, condition: str | None,
-                         is_mariadb: bool, anchor: BinlogPosition, anchor_gtids: GtidSet,
+    def _snapshot_select(self, session: RowSession, tdef: TableDef, keys: list[str], rng: KeyRange,
+                         condition: str | None, is_mariadb: bool, anchor: BinlogPosition, anchor_gtids: GtidSet,
                          before: GtidSet) -> list[dict] | None:
-        """The chunk's SELECT in a consistent-snapshot transaction, or None when the
-        snapshot does not hold every transaction before ``anchor`` yet.  MariaDB tells the
-        snapshot's exact binlog point (``binlog_snapshot_file/position``: its binlog is
+        """The chunk's SELECT in a consistent-snapshot transaction of the row session, or None
+        when the snapshot does not hold every transaction before ``anchor`` yet.  MariaDB tells
+        the snapshot's exact binlog point (``binlog_snapshot_file/position``: its binlog is
         written before the engine commits, so a GTID set can name a transaction not yet
         visible); MySQL adds a GTID to ``gtid_executed`` once it is committed, so the set
-        read before the snapshot must reach the anchor's."""
-        with conn.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            try:
-                if is_mariadb:
-                    cur.execute("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
-                    status = {k.lower(): v for k, v in cur.fetchall()}
-                    seen = BinlogPosition.from_binlog(status["binlog_snapshot_file"],
-                                                      int(status["binlog_snapshot_position"]))
-                    ready = (seen.file_index, seen.pos) >= (anchor.file_index, anchor.pos)
-                else:
-                    ready = before.covers(anchor_gtids)
-                rows = read_chunk(conn, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition,
-                                  limit=self.chunk_size) if ready else None
-            finally:
-                cur.execute("COMMIT")
+        read before the snapshot (on the thread's read session, before this transaction
+        began) must reach the anchor's."""
+        session.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        try:
+            if is_mariadb:
+                status = {k.lower(): v for k, v in session.values("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")}
+                seen = BinlogPosition.from_binlog(status["binlog_snapshot_file"],
+                                                  int(status["binlog_snapshot_position"]))
+                ready = (seen.file_index, seen.pos) >= (anchor.file_index, anchor.pos)
+            else:
+                ready = before.covers(anchor_gtids)
+            rows = read_chunk(session, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition,
+                              limit=self.chunk_size) if ready else None
+        finally:
+            if not session.closed:
+                session.execute("COMMIT")
         return rows
 
     def close(self) -> None:
@@ -219,8 +228,7 @@ class ChunkReader:
         rows: Sequence[dict] = []
         try:
             if encoding is None:
-                rows = read_chunk(conn, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition,
-                                  limit=self.chunk_size)
+                rows = self._read_rows(tdef, keys, rng, condition)
             else:
                 rows = self._read_encoded(encoding, keys, rng, condition)
         except Exception as exc:  # noqa: BLE001 - reported through the CLOSE marker
@@ -234,6 +242,16 @@ class ChunkReader:
         if error is not None:
             raise error
         return rows
+
+    def _read_rows(self, tdef: TableDef, keys: list[str], rng: KeyRange, condition: str | None) -> list[dict]:
+        """The chunk's rows read on this thread's row session (dropped when the read fails:
+        the next read opens a new one)."""
+        try:
+            return read_chunk(self._row_session(), tdef, keys, after=rng.lo, upto=rng.hi, condition=condition,
+                              limit=self.chunk_size)
+        except Exception:
+            self._drop("rows")
+            raise
 
     def _read_encoded(self, encoding: ReadEncoding, keys: list[str], rng: KeyRange,
                       condition: str | None) -> EncodedRows:
@@ -256,16 +274,35 @@ class ChunkReader:
             raise
 
     def _session(self):
-        c = getattr(self._local, "conn", None)
-        if c is None:
-            c = self._local.conn = self._connect()
+        """This thread's read session (pymysql): the window markers, GTID sets, binlog position."""
+        return self._thread_session("conn", self._connect)
+
+    def _row_session(self) -> RowSession:
+        """This thread's row session (the project's own connection, the same login, TLS and
+        settings as the read session): the chunk's SELECT, and in read-only mode the
+        consistent-snapshot transaction around it."""
+        if self.source is None:
+            raise CDCError("chunk reads need the source's configuration (ChunkReader's source)")
+        source = self.source
+        return self._thread_session("rows", lambda: row_session(source))
+
+    def _thread_session(self, name: str, connect: Callable[[], Any]):
+        c = getattr(self._local, name, None)
+        if c is None or getattr(c, "closed", False):
+            c = connect()
+            setattr(self._local, name, c)
             with self._lock:
                 self._conns.append(c)
         return c
 
     def _drop_session(self) -> None:
-        c = getattr(self._local, "conn", None)
-        self._local.conn = None
+        """This thread's sessions closed (the next read opens new ones)."""
+        self._drop("conn")
+        self._drop("rows")
+
+    def _drop(self, name: str) -> None:
+        c = getattr(self._local, name, None)
+        setattr(self._local, name, None)
         if c is not None:
             with self._lock:
                 if c in self._conns:

@@ -1,8 +1,10 @@
 """Reading tables for snapshots: definitions from information_schema, keyset chunks.
 
-The connection reads in UTC (``SET time_zone = '+00:00'``: TIMESTAMP values come back
+The sessions read in UTC (``SET time_zone = '+00:00'``: TIMESTAMP values come back
 as UTC wall clock, as the binlog gives them) and FLOAT columns are read as DOUBLE
-(MariaDB's text protocol prints FLOAT with 6 significant digits).
+(MariaDB's text protocol prints FLOAT with 6 significant digits).  Definitions and keys are
+read on a read session (pymysql), a chunk's rows on a row session (the project's own
+connection, :mod:`common.sql.row_reads`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from common.sql.quoting import quote_ident
+from common.sql.row_reads import RowSession
 from producer.snapshot.chunk_queries import boundary_query, chunk_query, max_key_query
 from producer.table_schema import ColumnDef, TableDef
 
@@ -97,11 +100,11 @@ def boundary_key(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[
     return tuple(row) if row else None
 
 
-def read_chunk(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
+def read_chunk(session: RowSession, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
                upto: Sequence[Any] | None, condition: str | None, limit: int) -> list[dict[str, Any]]:
     """The rows of one keyset chunk, as dicts by column name."""
     names = table.column_names
-    return [dict(zip(names, r)) for r in read_chunk_values(conn, table, keys, after=after, upto=upto,
+    return [dict(zip(names, r)) for r in read_chunk_values(session, table, keys, after=after, upto=upto,
                                                            condition=condition, limit=limit)]
 
 
@@ -116,10 +119,9 @@ def chunk_statement(table: TableDef, keys: Sequence[str], *, after: Sequence[Any
                        condition=condition, limit=limit, select_exprs=exprs, key_exprs=kexprs)
 
 
-def read_chunk_values(conn, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
+def read_chunk_values(session: RowSession, table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
                       upto: Sequence[Any] | None, condition: str | None, limit: int) -> list[tuple]:
-    """The rows of one keyset chunk, as tuples of values in ``table.column_names``' order."""
+    """The rows of one keyset chunk, as tuples of values in ``table.column_names``' order, read
+    on a row session (:func:`common.sql.sessions.row_session`: its values pymysql's)."""
     sql, params = chunk_statement(table, keys, after=after, upto=upto, condition=condition, limit=limit)
-    with conn.cursor() as cur:
-        cur.execute(sql, params)
-        return list(cur.fetchall())
+    return session.values(sql, params)

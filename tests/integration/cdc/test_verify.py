@@ -31,7 +31,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from cdc.verify import VerifyReport, print_report, verify
 from common.config import CDCConfig, dump_config
 from common.kafka.topic_reader import read_topic
-from common.sql.sessions import read_session
+from common.sql.sessions import read_session, row_session
 from contract.codecs.serde import AvroWriter
 from contract.envelope import envelope_schema
 from contract.schema_store import SchemaStore
@@ -89,7 +89,7 @@ def sinks(config: CDCConfig, unique, test_db) -> Iterator[Sinks]:
 
 def load_sinks(cfg: CDCConfig, sinks: Sinks, db: str, table: str, batch: int = 5000) -> int:
     """Both sink tables of ``db.table`` filled from the source, as a snapshot would; rows copied."""
-    conn = read_session(cfg.source)
+    conn, session = read_session(cfg.source), row_session(cfg.source)
     try:
         tdef = read_table_def(conn, db, table)
         ns = avro_fullname(f"cdc.{db}.{table}")
@@ -99,7 +99,7 @@ def load_sinks(cfg: CDCConfig, sinks: Sinks, db: str, table: str, batch: int = 5
         keys = list(tdef.primary_key)
         after, n = None, 0
         while True:
-            rows = read_chunk(conn, tdef, keys, after=after, upto=None, condition=None, limit=batch)
+            rows = read_chunk(session, tdef, keys, after=after, upto=None, condition=None, limit=batch)
             records = []
             for r in rows:
                 n += 1
@@ -120,6 +120,7 @@ def load_sinks(cfg: CDCConfig, sinks: Sinks, db: str, table: str, batch: int = 5
                 return n
             after = [rows[-1][k] for k in keys]
     finally:
+        session.close()
         conn.close()
 
 

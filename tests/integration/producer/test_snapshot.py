@@ -517,7 +517,7 @@ def test_one_reader_reads_the_next_chunk_before_the_last_is_released(stack, conf
     from producer.snapshot.coordinator import SnapshotCoordinator
     _prepare(stack, config, test_db, "single", rows=500, chunk_size=100)
     coord = SnapshotCoordinator(signal_table=config.source.signal_table, chunk_size=100, captures=lambda d, t: True,
-                                connect=lambda: read_session(config.source))
+                                connect=lambda: read_session(config.source), source=config.source)
     try:
         coord.add_tables([f"{test_db}.t"], "read-ahead")
         coord.poll()

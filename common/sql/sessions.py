@@ -3,13 +3,14 @@
 :func:`connect` is a plain session (autocommit, utf8mb4), with connection failures told
 apart: :class:`~common.errors.SourceError` when retrying cannot help (access denied, an
 unknown database), :class:`~common.errors.SourceUnavailable` when it may.  :func:`read_session`
-is the session that reads tables (table definitions, ``cdc verify``; DATETIME values parsed
-faster, the same values: :func:`datetime_from_text`): UTC, READ COMMITTED, each SELECT its own
-statement in autocommit (no long transaction, no lock), and read/write timeouts so that a
-server that stops answering fails the read instead of hanging it.  :func:`row_session` is
-the same session over the project's own connection, for the snapshot's chunk reads: their
-rows as the server sent them, parsed by generated code (:mod:`common.sql.row_reads`), the
-values pymysql's.
+is the session that reads about tables (table definitions, keys, the window markers' writes;
+DATETIME values parsed faster, the same values: :func:`datetime_from_text`): UTC, READ
+COMMITTED, each SELECT its own statement in autocommit (no long transaction, no lock), and
+read/write timeouts so that a server that stops answering fails the read instead of hanging
+it.  :func:`row_session` is the same session over the project's own connection, for the bulk
+row reads (the snapshot's chunk reads, in the chunk read process and in the reader threads,
+and ``cdc verify``'s source rows): their rows as the server sent them, parsed by generated
+code (:mod:`common.sql.row_reads`), the values pymysql's.
 """
 
 from __future__ import annotations

@@ -288,7 +288,10 @@ class ChunkReader:
 
     def _thread_session(self, name: str, connect: Callable[[], Any]):
         c = getattr(self._local, name, None)
-        if c is None or getattr(c, "closed", False):
+        if c is not None and getattr(c, "closed", False):  # (a row session the server dropped)
+            self._drop(name)
+            c = None
+        if c is None:
             c = connect()
             setattr(self._local, name, c)
             with self._lock:

@@ -7,15 +7,48 @@ producer/events/image_encoder.py and select_encoder.py, and the producer's own K
 producer/native_producer.py (built against librdkafka's header, /usr/include/librdkafka/rdkafka.h
 from Debian's librdkafka-dev, which `make` installs: scripts/ensure-system-deps.sh).  Optional:
 where no C compiler or header is at hand the build goes on without them, and their Python
-fallbacks do the same work (same results, slower)."""
+fallbacks do the same work (same results, slower).
+
+Before the extensions are compiled, contract/type_codes.h is written from the type table
+(contract/type_table.py, :func:`c_header`): the C paths' codes come from the same declaration as
+the Python paths' (it is not kept in git)."""
+
+import os
+import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
-setup(ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_avro_reader.c"], optional=True,
+ROOT = os.path.dirname(os.path.abspath(__file__))
+TYPE_CODES = os.path.join("contract", "type_codes.h")
+
+
+def write_type_codes() -> None:
+    """contract/type_codes.h from the type table (rewritten only when it changes, so that the
+    extensions are not rebuilt for nothing)."""
+    sys.path.insert(0, ROOT)
+    try:
+        from contract.type_table import c_header
+    finally:
+        sys.path.remove(ROOT)
+    path = os.path.join(ROOT, TYPE_CODES)
+    text = c_header()
+    if not os.path.exists(path) or open(path).read() != text:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+class BuildExtensions(build_ext):
+    def run(self) -> None:
+        write_type_codes()
+        super().run()
+
+
+setup(cmdclass={"build_ext": BuildExtensions}, ext_modules=[Extension("contract.codecs._avro_reader", ["contract/codecs/_avro_reader.c"], optional=True,
                              extra_compile_args=["-O2"], depends=["contract/codecs/avro_read.h"]),
                    Extension("spark_jobs.sinks._copy_text", ["spark_jobs/sinks/_copy_text.c"], optional=True,
-                             extra_compile_args=["-O2"], include_dirs=["contract/codecs"],
-                             depends=["contract/codecs/avro_read.h"]),
+                             extra_compile_args=["-O2"], include_dirs=["contract/codecs", "contract"],
+                             depends=["contract/codecs/avro_read.h", TYPE_CODES, "contract/type_table.py"]),
                    Extension("spark_jobs.partition._change_scan", ["spark_jobs/partition/_change_scan.c"],
                              optional=True, extra_compile_args=["-O2"], include_dirs=["contract/codecs"],
                              depends=["contract/codecs/avro_read.h"]),

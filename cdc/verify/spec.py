@@ -18,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from cdc.verify.normalise import normalise, normalise_avro, source_value
+from contract.type_table import family_of, source_type
 from producer.events.avro_types import field_names
 from producer.snapshot.table_reader import read_table_def
 
@@ -27,15 +28,6 @@ FLOAT32_REL_TOL = 1e-6
 
 
 # --- column kinds ------------------------------------------------------------------------------
-_INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bool", "boolean", "year"}
-_DECIMAL_TYPES = {"decimal", "numeric", "dec", "fixed"}
-_DOUBLE_TYPES = {"double", "real", "double precision", "float8"}
-_TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "long", "long varchar", "nchar",
-               "nvarchar", "national char", "national varchar", "character", "character varying", "enum", "set",
-               "uuid", "inet4", "inet6"}
-_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "long varbinary"}
-_GEOMETRY_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-                   "geometrycollection", "geomcollection"}
 #: Key kinds whose order is the same in MySQL (any collation) and PostgreSQL: ranges are safe.
 RANGE_SAFE_KINDS = frozenset({"int", "decimal", "float32", "double", "bit", "bytes", "date", "time", "datetime",
                               "timestamp"})
@@ -43,28 +35,10 @@ RANGE_SAFE_KINDS = frozenset({"int", "decimal", "float32", "double", "bit", "byt
 
 def column_kind(data_type: str, json_columns: bool = False) -> str:
     """The normalisation kind of a source column from its ``DATA_TYPE``."""
-    dt = data_type.lower()
-    if json_columns or dt == "json":
+    family = family_of(data_type)
+    if json_columns:
         return "json"
-    if dt in _INT_TYPES:
-        return "int"
-    if dt in _DECIMAL_TYPES:
-        return "decimal"
-    if dt == "float":
-        return "float32"
-    if dt in _DOUBLE_TYPES:
-        return "double"
-    if dt == "bit":
-        return "bit"
-    if dt in _TEXT_TYPES:
-        return "text"
-    if dt in _BINARY_TYPES:
-        return "bytes"
-    if dt in ("date", "time", "datetime", "timestamp"):
-        return dt
-    if dt in _GEOMETRY_TYPES:
-        return "geometry"
-    return "other"
+    return source_type(family).verify if family is not None else "other"
 
 
 @dataclass(frozen=True)

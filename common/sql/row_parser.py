@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from common.generated_code import run_generated
 from common.sql.wire import lenenc_int
 
 _NULL, _U16, _U24 = 251, 252, 253  # (254: an 8-byte length)
@@ -64,7 +65,7 @@ def row_parser(converters: list[tuple[str | None, Callable | None]]) -> Callable
     lines += ["    if p != len(data):",
               "        raise ValueError('the row has more or fewer bytes than its columns')",
               "    return (" + "".join(f"v{i}, " for i in range(len(converters))) + ")"]
-    exec(compile("\n".join(lines), "<row parser>", "exec"), env)  # noqa: S102 - generated from column metadata
+    run_generated("\n".join(lines), "row parser", env)
     return env["parse"]
 
 

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from fastavro.schema import expand_schema
 
+from common.generated_code import compile_generated
 from contract.errors import NotCompiled, SerdeError
 
 try:  # the native reader (contract/codecs/_avro_reader.c, built by setup.py where a C compiler is)
@@ -486,7 +487,7 @@ def _compile(schema: Any, fields: dict | None = None, tail: tuple[str, ...] = ()
         src.emit(1, line)
     text = "def decode(b, i):\n" + "\n".join(src.lines) + "\n    return out\n"
     try:
-        code = compile(text, f"<avro decoder of {schema_label(schema)}>", "exec")
+        code = compile_generated(text, f"avro decoder of {schema_label(schema)}")
     except (SyntaxError, RecursionError, MemoryError) as exc:  # too deep for the compiler
         raise NotCompiled(f"cannot compile: {exc}") from None
     namespace = {**src.consts, **(consts or {})}

@@ -33,6 +33,7 @@ from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
 from common.errors import UnsupportedType
+from common.generated_code import run_generated
 
 #: ``reader(buf, offset, reasons) -> (value, next offset)``; ``reasons`` is the event's
 #: column name -> why-None map (python-mysql-replication keeps one per event).
@@ -249,7 +250,7 @@ def decimal_unscaled(col) -> tuple[int, Callable[[bytes, int], int | None]]:
             "        raise ValueError('truncated DECIMAL')",
             *("    " + line for line in lines),
             "    return u"]
-    exec(compile("\n".join(code), "<DECIMAL reader>", "exec"), env)  # noqa: S102 - generated from the column's type
+    run_generated("\n".join(code), "DECIMAL reader", env)
     return size, env["unscaled"]
 
 
@@ -674,7 +675,7 @@ def _compile_image(plan: list[tuple[str, Reader]], null_bytes: int) -> Callable[
     lines += ["    if off > len(buf):",
               "        raise ValueError('truncated row')",
               "    return (" + "".join(f"v{i}, " for i in range(len(plan))) + "), special, off"]
-    exec(compile("\n".join(lines), "<row image decoder>", "exec"), env)  # noqa: S102 - generated from the table map
+    run_generated("\n".join(lines), "row image decoder", env)
     return env["image"]
 
 

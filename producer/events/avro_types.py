@@ -67,6 +67,7 @@ from typing import Any, Iterable, Sequence
 
 from common.errors import UnsupportedType
 from contract import logical_types
+from contract.type_table import DECIMAL20, INT16, INTEGER_TYPES, family_of, source_type
 from contract.envelope import avro_fullname, avro_name, unique_avro_names  # noqa: F401 - avro_fullname: part of this module's names
 from producer.table_schema import ColumnDef, TableDef
 
@@ -94,20 +95,6 @@ def field_names(table: TableDef, columns: Iterable[ColumnDef] | None = None) -> 
 
 # =============================================================================== types
 _INT16 = {"type": "int", "connect.type": "int16"}
-
-INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bool", "boolean"}
-DECIMAL_TYPES = {"decimal", "numeric", "dec", "fixed"}
-DOUBLE_TYPES = {"double", "real", "double precision", "float8"}
-STRING_TYPES = {
-    "char", "varchar", "tinytext", "text", "mediumtext", "longtext", "long", "long varchar",
-    "nchar", "nvarchar", "national char", "national varchar", "character", "character varying",
-}
-BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "long varbinary"}
-GEOMETRY_TYPES = {
-    "geometry", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-    "geometrycollection", "geomcollection",
-}
-_ALWAYS_NULLABLE = {"date", "datetime", "timestamp"}
 
 GEOMETRY_RECORD_NAME = logical_types.GEOMETRY
 POINT_RECORD_NAME = logical_types.POINT
@@ -173,68 +160,62 @@ def decimal_precision_scale(col: ColumnDef) -> tuple[int, int]:
     return p, s
 
 
+def _integer_type(col: ColumnDef) -> Any:
+    rule = INTEGER_TYPES[col.data_type.lower()]
+    t = rule.unsigned if col.unsigned else rule.signed
+    if t == INT16:
+        return dict(_INT16)
+    return _decimal_type(20, 0) if t == DECIMAL20 else t
+
+
+def _bit_type(col: ColumnDef) -> Any:
+    n = col.bit_length or 1
+    if n == 1:
+        return "boolean"
+    t = _semantic("bytes", logical_types.BITS, {"length": str(n)})
+    t["length"] = n
+    return t
+
+
+#: The non-null Avro type of a column, by its family (contract.type_table.SOURCE_TYPES).
+_AVRO_TYPES: dict[str, Any] = {
+    "integer": _integer_type,
+    "decimal": lambda col: _decimal_type(*decimal_precision_scale(col)),
+    "float": lambda col: "float" if col.scale is None else "double",
+    "double": lambda col: "double",
+    "bit": _bit_type,
+    "string": lambda col: "string",
+    "uuid": lambda col: "string",
+    "inet4": lambda col: "string",
+    "inet6": lambda col: "string",
+    "binary": lambda col: "bytes",
+    "enum": lambda col: _semantic("string", logical_types.ENUM, {"allowed": ",".join(col.enum_values)}),
+    "set": lambda col: _semantic("string", logical_types.ENUM_SET, {"allowed": ",".join(col.enum_values)}),
+    "json": lambda col: _semantic("string", logical_types.JSON),
+    "date": lambda col: _semantic("int", logical_types.DATE),
+    "time": lambda col: _semantic("long", logical_types.MICRO_TIME),
+    "datetime": lambda col: _semantic("long", logical_types.TIMESTAMP if col.fsp <= 3 else logical_types.MICRO_TIMESTAMP),
+    "timestamp": lambda col: _semantic("string", logical_types.ZONED_TIMESTAMP),
+    "year": lambda col: _semantic("int", logical_types.YEAR),
+    "point": lambda col: _point_record(),
+    "geometry": lambda col: _geometry_record(),
+}
+
+
 def _base_type(col: ColumnDef) -> Any:
     """The non-null Avro type of ``col``."""
-    dt = col.data_type
-    if dt in INT_TYPES:
-        unsigned = col.unsigned
-        if dt in ("tinyint", "bool", "boolean"):
-            return dict(_INT16)
-        if dt == "smallint":
-            return "int" if unsigned else dict(_INT16)
-        if dt == "mediumint":
-            return "int"
-        if dt in ("int", "integer"):
-            return "long" if unsigned else "int"
-        # bigint
-        return _decimal_type(20, 0) if unsigned else "long"
-    if dt in DECIMAL_TYPES:
-        return _decimal_type(*decimal_precision_scale(col))
-    if dt == "float":
-        return "float" if col.scale is None else "double"
-    if dt in DOUBLE_TYPES:
-        return "double"
-    if dt == "bit":
-        n = col.bit_length or 1
-        if n == 1:
-            return "boolean"
-        t = _semantic("bytes", logical_types.BITS, {"length": str(n)})
-        t["length"] = n
-        return t
-    if dt in STRING_TYPES or dt in ("uuid", "inet4", "inet6"):
-        return "string"
-    if dt in BINARY_TYPES:
-        return "bytes"
-    if dt == "enum":
-        return _semantic("string", logical_types.ENUM, {"allowed": ",".join(col.enum_values)})
-    if dt == "set":
-        return _semantic("string", logical_types.ENUM_SET, {"allowed": ",".join(col.enum_values)})
-    if dt == "json":
-        return _semantic("string", logical_types.JSON)
-    if dt == "date":
-        return _semantic("int", logical_types.DATE)
-    if dt == "time":
-        return _semantic("long", logical_types.MICRO_TIME)
-    if dt == "datetime":
-        if col.fsp <= 3:
-            return _semantic("long", logical_types.TIMESTAMP)
-        return _semantic("long", logical_types.MICRO_TIMESTAMP)
-    if dt == "timestamp":
-        return _semantic("string", logical_types.ZONED_TIMESTAMP)
-    if dt == "year":
-        return _semantic("int", logical_types.YEAR)
-    if dt == "point":
-        return _point_record()
-    if dt in GEOMETRY_TYPES:
-        return _geometry_record()
-    raise UnsupportedType(
-        f"column {col.name!r}: no Avro mapping for data type {col.data_type!r} ({col.column_type!r})"
-    )
+    family = family_of(col.data_type)
+    if family is None:
+        raise UnsupportedType(
+            f"column {col.name!r}: no Avro mapping for data type {col.data_type!r} ({col.column_type!r})"
+        )
+    return _AVRO_TYPES[family](col)
 
 
 def is_nullable(col: ColumnDef) -> bool:
     """Whether the Avro field of ``col`` admits null (zero dates force it for temporal types)."""
-    return col.nullable or col.data_type in _ALWAYS_NULLABLE
+    family = family_of(col.data_type)
+    return col.nullable or (family is not None and source_type(family).always_nullable)
 
 
 def avro_type(col: ColumnDef) -> Any:

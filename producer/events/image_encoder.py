@@ -34,6 +34,7 @@ from typing import Any
 from fastavro.schema import expand_schema
 from pymysqlreplication.constants import FIELD_TYPE as T
 
+from common.generated_code import eval_generated, run_generated
 from producer.binlog.row_decoder import EncodedImages, column_reader, datetime2_code, decimal_code, decimal_groups
 from producer.events.avro_template import field_encoder
 from producer.events.row_encoder import NotFast
@@ -228,7 +229,7 @@ def _compile(columns: list, row_types: list, converters: list, key: list[tuple[i
              "    if off != end:",
              "        raise ValueError('row data overrun')",
              "    return out"]
-    exec(compile("\n".join(lines), "<binlog image encoder>", "exec"), env)  # noqa: S102 - generated from the table map
+    run_generated("\n".join(lines), "binlog image encoder", env)
     return env["images"]
 
 
@@ -261,7 +262,7 @@ def native_plan(columns: list, row_types: list, converters: list, key: list[tupl
             continue
         if inline is not None and inline[0] == "struct" and inline[3][-1] in "bBhHiIqQ":
             lo, hi = int_range(convert, inner) or (1, 0)  # (1, 0): every value by the converter
-            other = eval(f"lambda v: {general_code(i, convert, inner, env)}", env)  # generated from the column
+            other = eval_generated(f"lambda v: {general_code(i, convert, inner, env)}", "binlog column encoder", env)
             plan.append((ops.INT, *tags, inline[2], inline[3][-1].islower(), lo, hi, other))
             continue
         if inline is not None and inline[0] == "string" and \
@@ -283,5 +284,5 @@ def _column_function(i: int, col: Any, inner: Any, convert: Any, null_tag: bytes
         [f"return (None if a{i} is n{i} else {joined(value_parts)}), off" if sets_null else
          f"return {joined(value_parts)}, off"]
     code = "\n".join([f"def column{i}(buf, off, reasons):", *("    " + line for line in body)])
-    exec(compile(code, "<binlog image encoder>", "exec"), env)  # noqa: S102 - generated from the table map
+    run_generated(code, "binlog column encoder", env)
     return env[f"column{i}"]

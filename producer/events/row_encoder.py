@@ -29,6 +29,7 @@ from typing import Any, Mapping
 from fastavro.schema import expand_schema
 
 from common.errors import CDCError
+from common.generated_code import run_generated
 from producer.events.avro_template import (
     CONTINUED_VARINTS,
     SMALL_VARINT_LIMIT,
@@ -190,7 +191,7 @@ def _compile(plan: list[tuple[Any, Any, Any, Any]], what: str) -> Any:
         lines.append(f"    v{i} = values[k{i}]")
     exprs = [_column_code(i, t, convert, encode, env) for i, (_, t, convert, encode) in enumerate(plan)]
     lines.append("    return b''.join((" + "".join(f"{e}, " for e in exprs) + "))")
-    exec(compile("\n".join(lines), f"<{what} encoder>", "exec"), env)  # noqa: S102 - generated from the schema only
+    run_generated("\n".join(lines), f"{what} encoder", env)
     return env[what]
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from fastavro.schema import expand_schema
 from pymysql.converters import convert_date
 
+from common.generated_code import eval_generated, run_generated
 from common.sql.row_parser import column_code, length_coded
 from common.sql.sessions import datetime_from_text
 from producer.events import value_code as code
@@ -183,7 +184,7 @@ def _compile(readings: list, row_types: list, converters: list, key: list[tuple[
               "        raise ValueError('the row has more or fewer bytes than its columns')",
               *("    " + line for line in checks),
               f"    return {code.joined(kparts)}, {code.joined(parts)}"]
-    exec(compile("\n".join(lines), "<SELECT row encoder>", "exec"), env)  # noqa: S102 - generated from the schema
+    run_generated("\n".join(lines), "SELECT row encoder", env)
     return env["row"]
 
 
@@ -207,7 +208,7 @@ def native_plan(readings: list, row_types: list, converters: list, key: list[tup
         tags = (null_tag, value_tag)
         through = code.int_range(convert, inner) if read is int else None
         if through is not None:
-            other = eval(f"lambda v: {code.general_code(i, convert, inner, env)}", env)  # generated from the column
+            other = eval_generated(f"lambda v: {code.general_code(i, convert, inner, env)}", "SELECT column encoder", env)
             plan.append((ops.INT, *tags, *through, other))
         elif read is Decimal and isinstance(inner, dict) and code.is_decimal(convert, inner, inner.get("scale", 0)) \
                 and inner["precision"] <= 38:
@@ -233,5 +234,5 @@ def _column_function(i: int, reading: tuple, inner: Any, convert: Any, null_tag:
         [f"return None if a{i} is n{i} else {code.joined(value_parts)}" if sets_null else
          f"return {code.joined(value_parts)}"]
     source = "\n".join([f"def column{i}(b):", *("    " + line for line in body)])
-    exec(compile(source, "<SELECT row encoder>", "exec"), env)  # noqa: S102 - generated from the schema
+    run_generated(source, "SELECT column encoder", env)
     return env[f"column{i}"]

@@ -73,16 +73,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from common.errors import UnsupportedType
 from producer.errors import ConversionError
-from producer.events.avro_types import (
-    BINARY_TYPES,
-    DECIMAL_TYPES,
-    DOUBLE_TYPES,
-    GEOMETRY_TYPES,
-    INT_TYPES,
-    STRING_TYPES,
-    decimal_precision_scale,
-    field_names,
-)
+from contract.type_table import DECIMAL20, INTEGER_TYPES, family_of
+from producer.events.avro_types import decimal_precision_scale, field_names
 from producer.table_schema import ColumnDef, TableDef
 
 __all__ = [
@@ -618,54 +610,45 @@ def value_converter(col: ColumnDef, *, binlog: bool = False) -> Converter:
     Build once per column and call per value.  ``binlog=True`` for values decoded by
     python-mysql-replication (see the module docstring); the default suits pymysql.
     """
-    dt = col.data_type
-    if dt in INT_TYPES:
-        if dt == "bigint" and col.unsigned:
-            return _decimal_converter(0, unsigned_wrap=1 << 64)
-        bits = {"tinyint": 8, "bool": 8, "boolean": 8, "smallint": 16, "mediumint": 24, "int": 32,
-                "integer": 32, "bigint": 64}[dt]
-        return _int_converter(bits if col.unsigned else None)
-    if dt in DECIMAL_TYPES:
-        return _decimal_converter(decimal_precision_scale(col)[1])
-    if dt == "float":
-        return _float_converter("float" if col.scale is None else "double", col.scale)
-    if dt in DOUBLE_TYPES:
-        return _float_converter("double", col.scale)
-    if dt == "bit":
-        return _bit_converter(col.bit_length or 1)
-    if dt in STRING_TYPES:
-        return _string_converter(col)
-    if dt in BINARY_TYPES:
-        return _bytes_converter(col.length if dt == "binary" else None)
-    if dt == "enum":
-        return _enum_converter(col)
-    if dt == "set":
-        return _set_converter(col)
-    if dt == "json":
-        return _json_converter(col, binlog)
-    if dt == "date":
-        return _date_converter()
-    if dt == "time":
-        return _time_converter(binlog)
-    if dt == "datetime":
-        return _datetime_converter(millis=col.fsp <= 3)
-    if dt == "timestamp":
-        return _timestamp_converter(col.fsp)
-    if dt == "year":
-        return _year_converter()
-    if dt == "point":
-        return _point_converter()
-    if dt in GEOMETRY_TYPES:
-        return _geometry_converter()
-    if dt == "uuid":
-        return _uuid_converter()
-    if dt == "inet6":
-        return _inet_converter(6)
-    if dt == "inet4":
-        return _inet_converter(4)
-    raise UnsupportedType(
-        f"column {col.name!r}: no value converter for data type {col.data_type!r} ({col.column_type!r})"
-    )
+    family = family_of(col.data_type)
+    make = _CONVERTERS.get(family) if family is not None else None
+    if make is None:
+        raise UnsupportedType(
+            f"column {col.name!r}: no value converter for data type {col.data_type!r} ({col.column_type!r})"
+        )
+    return make(col, binlog)
+
+
+def _integer_converter(col: ColumnDef) -> Converter:
+    rule = INTEGER_TYPES[col.data_type.lower()]
+    if rule.unsigned == DECIMAL20 and col.unsigned:
+        return _decimal_converter(0, unsigned_wrap=1 << rule.bits)
+    return _int_converter(rule.bits if col.unsigned else None)
+
+
+#: A column's converter, by its family (contract.type_table.SOURCE_TYPES): ``make(col, binlog)``.
+_CONVERTERS: dict[str, Callable[[ColumnDef, bool], Converter]] = {
+    "integer": lambda col, binlog: _integer_converter(col),
+    "decimal": lambda col, binlog: _decimal_converter(decimal_precision_scale(col)[1]),
+    "float": lambda col, binlog: _float_converter("float" if col.scale is None else "double", col.scale),
+    "double": lambda col, binlog: _float_converter("double", col.scale),
+    "bit": lambda col, binlog: _bit_converter(col.bit_length or 1),
+    "string": lambda col, binlog: _string_converter(col),
+    "binary": lambda col, binlog: _bytes_converter(col.length if col.data_type.lower() == "binary" else None),
+    "enum": lambda col, binlog: _enum_converter(col),
+    "set": lambda col, binlog: _set_converter(col),
+    "json": _json_converter,
+    "date": lambda col, binlog: _date_converter(),
+    "time": lambda col, binlog: _time_converter(binlog),
+    "datetime": lambda col, binlog: _datetime_converter(millis=col.fsp <= 3),
+    "timestamp": lambda col, binlog: _timestamp_converter(col.fsp),
+    "year": lambda col, binlog: _year_converter(),
+    "point": lambda col, binlog: _point_converter(),
+    "geometry": lambda col, binlog: _geometry_converter(),
+    "uuid": lambda col, binlog: _uuid_converter(),
+    "inet6": lambda col, binlog: _inet_converter(6),
+    "inet4": lambda col, binlog: _inet_converter(4),
+}
 
 
 # =============================================================================== rows

@@ -15,9 +15,7 @@
 #include <Python.h>
 
 #include "avro_read.h"
-
-enum { T_NULL = 100, T_DIGITS, T_DATE, T_TIME, T_TIME_MS, T_STRING, T_DECIMAL, T_DECIMAL_FIXED, T_HEX, T_HEX_FIXED,
-       T_BOOL, T_DOUBLE, T_FLOAT, T_UNION };
+#include "type_codes.h" /* the T_ codes: written by setup.py from contract/type_table.py */
 #define MAX_DECIMAL_BYTES 64
 
 typedef struct {

@@ -36,8 +36,10 @@ from typing import Any
 from fastavro.schema import expand_schema
 
 from common.errors import UnsupportedType
+from common.generated_code import compile_generated
 from contract.codecs.avro_decoder import CodeWriter, native_enabled, native_skip_words
 from contract.errors import NotCompiled
+from contract.type_table import COPY_TEXT_NULL, COPY_TEXTS, copy_text_code
 from spark_jobs.sinks.layout import column_kind
 from spark_jobs.sinks.values import format_time_micros
 
@@ -157,10 +159,10 @@ class _CopyWriter(CodeWriter):
             "double": "_float(_unpack_d(b, i)[0]); i += 8", "float": "_float(_unpack_f(b, i)[0]); i += 4"}[how])
 
 
-# The native line (spark_jobs/sinks/_copy_text.c ``copy_line``): a text node per column.
-_T_NULL = 100
-_T_CODES = dict(zip(["digits", "date", "time", "time_ms", "string", "decimal", "decimal_fixed", "hex", "hex_fixed",
-                     "bool", "double", "float", "union"], range(101, 114)))
+# The native line (spark_jobs/sinks/_copy_text.c ``copy_line``): a text node per column, its
+# codes the type table's (contract.type_table.COPY_TEXTS; the C enum is generated from it).
+_T_NULL = COPY_TEXT_NULL
+_T_CODES = {how: copy_text_code(how) for how in COPY_TEXTS}
 
 
 def _text_words(t: Any, kind: str, scale: int) -> list[int]:
@@ -276,7 +278,7 @@ def compile_copy_encoder(row_union: Any, columns: Sequence[Any]) -> CopyEncoder:
     src.emit(1, "return b'\\t'.join((" + "".join(out[c.field] + ", " for c in columns) + "))")
     text = "def line(b, i):\n" + "\n".join(src.lines) + "\n"
     try:
-        code = compile(text, "<COPY text encoder>", "exec")
+        code = compile_generated(text, "COPY text encoder")
     except (SyntaxError, RecursionError, MemoryError) as exc:
         raise NotCompiled(f"cannot compile: {exc}") from None
     namespace = dict(src.consts)

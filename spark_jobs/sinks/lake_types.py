@@ -47,6 +47,7 @@ from typing import Any
 import pyarrow as pa
 
 from common.errors import UnsupportedType
+from contract.type_table import SINK_KINDS
 from spark_jobs.sinks.layout import SinkColumn, TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.values import geometry_wkb, parse_zoned_timestamp
@@ -70,14 +71,15 @@ OP_COLUMN = "__cdc_op"
 MAX_DECIMAL_PRECISION = 38
 
 _UTC = timezone.utc
-_FIXED = {
-    "smallint": pa.int16(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
-    "boolean": pa.bool_(), "string": pa.string(), "enum": pa.string(), "set": pa.string(), "json": pa.string(),
-    "bytes": pa.binary(), "date": pa.date32(), "time": pa.int64(), "time_ms": pa.int64(),
-    "timestamp_ms": pa.timestamp("us"), "timestamp_us": pa.timestamp("us"),
-    "zoned_timestamp": pa.timestamp("us", tz="UTC"), "year": pa.int16(), "geometry": pa.binary(),
-    "point": pa.binary(),
-}
+
+
+def _arrow(spec: tuple) -> pa.DataType:
+    """The Arrow type of a type table's ``arrow`` entry (a pyarrow factory and its arguments)."""
+    factory, *args = spec
+    return getattr(pa, factory)(*args)
+
+
+_FIXED = {k.kind: _arrow(k.arrow) for k in SINK_KINDS.values() if k.arrow is not None}
 
 
 def arrow_type(col: SinkColumn, *, small_ints: bool = True) -> pa.DataType:

@@ -31,6 +31,7 @@ from typing import Any
 
 from common.errors import UnsupportedType
 from contract import logical_types
+from contract.type_table import RECORD_KINDS, sink_kind
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
@@ -149,81 +150,35 @@ class SinkColumn:
         return (self.name, self.field, self.kind, self.nullable, self.precision, self.scale, self.length)
 
 
-_TIME_NAMES = {
-    logical_types.DATE: "date",
-    logical_types.MICRO_TIME: "time",
-    logical_types.TIMESTAMP: "timestamp_ms",
-    logical_types.MICRO_TIMESTAMP: "timestamp_us",
-    logical_types.ZONED_TIMESTAMP: "zoned_timestamp",
-    logical_types.YEAR: "year",
-}
-_STRING_NAMES = {
-    logical_types.ENUM: "enum",
-    logical_types.ENUM_SET: "set",
-    logical_types.JSON: "json",
-}
-_LOGICAL = {
-    ("int", "date"): "date",
-    ("int", "time-millis"): "time_ms",
-    ("long", "time-micros"): "time",
-    ("long", "timestamp-millis"): "timestamp_ms",
-    ("long", "timestamp-micros"): "timestamp_us",
-    ("long", "local-timestamp-millis"): "timestamp_ms",
-    ("long", "local-timestamp-micros"): "timestamp_us",
-    ("string", "uuid"): "string",
-}
-_PRIMITIVE_KIND = {
-    "int": "int", "long": "long", "float": "float", "double": "double", "boolean": "boolean",
-    "string": "string", "bytes": "bytes",
-}
-
-
 def _kind_of(t: Any, what: str) -> tuple[str, dict]:
-    """(kind, extra attributes) of a resolved non-null Avro type."""
+    """(kind, extra attributes) of a resolved non-null Avro type: its kind by the type table
+    (:func:`contract.type_table.sink_kind`), with a decimal's precision and scale and a BIT's
+    length."""
     if isinstance(t, str):
-        if t in _PRIMITIVE_KIND:
-            return _PRIMITIVE_KIND[t], {}
-        raise UnsupportedType(f"{what}: unsupported Avro type {t!r}")
+        t = {"type": t}
     if not isinstance(t, dict):
         raise UnsupportedType(f"{what}: unsupported Avro type {t!r}")
     prim = t.get("type")
     cname = t.get("connect.name")
-    logical = t.get("logicalType")
     if prim in ("record", "error"):
-        full = _fullname(t.get("name", ""), t.get("namespace"))
-        marker = cname or full
-        if marker == POINT_NAME:
-            return "point", {}
-        if marker == GEOMETRY_NAME:
-            return "geometry", {}
+        marker = cname or _fullname(t.get("name", ""), t.get("namespace"))
+        if marker in RECORD_KINDS:
+            return RECORD_KINDS[marker], {}
         raise UnsupportedType(f"{what}: unsupported record type {marker!r}")
-    if prim == "enum":
-        return "string", {}
-    if prim == "fixed":
-        if logical == "decimal":
-            return "decimal", {"precision": int(t["precision"]), "scale": int(t.get("scale", 0))}
-        return "bytes", {}
-    if prim not in _PRIMITIVE_KIND:
+    kind = sink_kind(prim, t.get("logicalType"), cname, t.get("connect.type")) if isinstance(prim, str) else None
+    if kind is None:
+        if isinstance(cname, str) and cname.startswith(logical_types.TIME_PREFIX):
+            raise UnsupportedType(f"{what}: unsupported temporal type {cname!r}")
         raise UnsupportedType(f"{what}: unsupported Avro type {prim!r}")
-    if logical == "decimal" and prim == "bytes":
-        return "decimal", {"precision": int(t["precision"]), "scale": int(t.get("scale", 0))}
-    if cname in _TIME_NAMES:
-        return _TIME_NAMES[cname], {}
-    if cname in _STRING_NAMES:
-        return _STRING_NAMES[cname], {}
-    if cname == logical_types.BITS:
+    if kind == "decimal":
+        return kind, {"precision": int(t["precision"]), "scale": int(t.get("scale", 0))}
+    if kind == "bits":
         params = t.get("connect.parameters") or {}
         n = t.get("length", params.get("length"))
         if n is None:
             raise UnsupportedType(f"{what}: {logical_types.BITS} without a length")
-        return "bits", {"length": int(n)}
-    if isinstance(cname, str) and cname.startswith(logical_types.TIME_PREFIX):
-        raise UnsupportedType(f"{what}: unsupported temporal type {cname!r}")
-    if (prim, logical) in _LOGICAL:
-        return _LOGICAL[(prim, logical)], {}
-    if prim == "int" and t.get("connect.type") in ("int16", "int8"):
-        return "smallint", {}
-    return _PRIMITIVE_KIND[prim], {}
+        return kind, {"length": int(n)}
+    return kind, {}
 
 
 def column_kind(field_type: Any, names: Mapping[str, dict] | None = None, *, what: str = "field") -> tuple[str, bool, dict]:

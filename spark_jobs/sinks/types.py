@@ -39,18 +39,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from common.errors import UnsupportedType
+from contract.type_table import SINK_KINDS, SinkKind
 from spark_jobs.sinks.layout import as_sink_column
 
 __all__ = ["postgres_type", "mysql_type", "mysql_key_types"]
-
-
-_PG_TYPES = {
-    "smallint": "smallint", "int": "integer", "long": "bigint", "float": "real", "double": "double precision",
-    "boolean": "boolean", "string": "text", "enum": "text", "set": "text", "bytes": "bytea", "json": "jsonb",
-    "date": "date", "time": "interval", "time_ms": "interval", "timestamp_ms": "timestamp(3) without time zone",
-    "timestamp_us": "timestamp(6) without time zone", "zoned_timestamp": "timestamp(6) with time zone",
-    "year": "smallint", "geometry": "bytea", "point": "bytea",
-}
 
 
 def postgres_type(col: Any) -> str:
@@ -60,27 +52,22 @@ def postgres_type(col: Any) -> str:
         return f"numeric({c.precision},{c.scale})"
     if c.kind == "bits":
         return f"bit({c.length})"
-    try:
-        return _PG_TYPES[c.kind]
-    except KeyError:
-        raise UnsupportedType(f"column {c.name!r}: no PostgreSQL type for kind {c.kind!r}") from None
+    pg = _row(c).postgres
+    if pg is None:
+        raise UnsupportedType(f"column {c.name!r}: no PostgreSQL type for kind {c.kind!r}")
+    return pg
 
 
-_MYSQL_TYPES = {
-    "smallint": "SMALLINT", "int": "INT", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE",
-    "boolean": "BIT(1)", "string": "LONGTEXT", "enum": "LONGTEXT", "set": "LONGTEXT", "bytes": "LONGBLOB",
-    "json": "JSON", "date": "DATE", "time": "TIME(6)", "time_ms": "TIME(3)", "timestamp_ms": "DATETIME(3)",
-    "timestamp_us": "DATETIME(6)", "zoned_timestamp": "TIMESTAMP(6)", "year": "YEAR",
-    "geometry": "LONGBLOB", "point": "LONGBLOB",
-}
-_TEXT_KINDS = {"string", "enum", "set"}
-_BINARY_KINDS = {"bytes", "geometry", "point"}
 #: Bytes an InnoDB index entry may use (3072 with the DYNAMIC row format), with some room left.
 MYSQL_KEY_BYTES = 3000
-_MYSQL_FIXED_KEY_BYTES = {
-    "smallint": 2, "int": 4, "long": 8, "float": 4, "double": 8, "boolean": 1, "date": 3, "time": 6, "time_ms": 5,
-    "timestamp_ms": 7, "timestamp_us": 8, "zoned_timestamp": 7, "year": 1,
-}
+
+
+def _row(c: Any) -> SinkKind:
+    """The type table's row of a sink column's kind."""
+    try:
+        return SINK_KINDS[c.kind]
+    except KeyError:
+        raise UnsupportedType(f"column {c.name!r}: no sink type for kind {c.kind!r}") from None
 
 
 def mysql_key_types(key: Sequence[Any]) -> dict[str, str]:
@@ -93,19 +80,19 @@ def mysql_key_types(key: Sequence[Any]) -> dict[str, str]:
     fixed = 0
     variable = []
     for c in cols:
-        if c.kind in _TEXT_KINDS or c.kind in _BINARY_KINDS:
+        if _row(c).variable is not None:
             variable.append(c)
         elif c.kind == "decimal":
             fixed += (c.precision or 10) // 2 + 1
         elif c.kind == "bits":
             fixed += ((c.length or 1) + 7) // 8
         else:
-            fixed += _MYSQL_FIXED_KEY_BYTES.get(c.kind, 8)
+            fixed += _row(c).mysql_key_bytes or 8
     out = {c.name: mysql_type(c) for c in cols if c not in variable}
     if variable:
         share = max(1, (MYSQL_KEY_BYTES - fixed - 2 * len(variable)) // len(variable))
         for c in variable:
-            out[c.name] = f"VARCHAR({max(1, share // 4)})" if c.kind in _TEXT_KINDS else f"VARBINARY({share})"
+            out[c.name] = f"VARCHAR({max(1, share // 4)})" if _row(c).variable == "text" else f"VARBINARY({share})"
     return out
 
 
@@ -120,7 +107,7 @@ def mysql_type(col: Any) -> str:
         if not 1 <= (c.length or 0) <= 64:
             raise UnsupportedType(f"column {c.name!r}: BIT({c.length}) exceeds MySQL's limit of 64")
         return f"BIT({c.length})"
-    try:
-        return _MYSQL_TYPES[c.kind]
-    except KeyError:
-        raise UnsupportedType(f"column {c.name!r}: no MySQL type for kind {c.kind!r}") from None
+    mysql = _row(c).mysql
+    if mysql is None:
+        raise UnsupportedType(f"column {c.name!r}: no MySQL type for kind {c.kind!r}")
+    return mysql

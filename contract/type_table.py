@@ -52,6 +52,7 @@ __all__ = [
     "COPY_TEXT_NULL",
     "copy_text_code",
     "c_header",
+    "markdown_tables",
 ]
 
 
@@ -259,3 +260,28 @@ def c_header() -> str:
             "#ifndef CDC_TYPE_CODES_H\n#define CDC_TYPE_CODES_H\n\n"
             "/* The COPY text of a value (contract.type_table.COPY_TEXTS). */\n"
             "enum { " + ", ".join(names) + " };\n\n#endif\n")
+
+
+# =============================================================================== the docs' tables
+def markdown_tables() -> str:
+    """The two tables as docs/types.md shows them (tests/unit/contract/test_type_table.py keeps the
+    page equal to this)."""
+    lines = ["| family | MySQL/MariaDB DATA_TYPE | always nullable | cdc verify compares as |",
+             "| --- | --- | --- | --- |"]
+    for s in SOURCE_TYPES:
+        lines.append(f"| {s.family} | {', '.join(s.data_types)} | {'yes' if s.always_nullable else ''} | {s.verify} |")
+    lines += ["", "| integer | bits | Avro signed | Avro unsigned |", "| --- | --- | --- | --- |"]
+    lines += [f"| {dt} | {r.bits} | {r.signed} | {r.unsigned} |" for dt, r in INTEGER_TYPES.items()]
+    by_kind: dict[str, list[str]] = {"smallint": ["int with `connect.type` int16 or int8"]}
+    for name, kind in [*CONNECT_KINDS.items(), *RECORD_KINDS.items()]:
+        by_kind.setdefault(kind, []).append(f"`{name}`")
+    for (prim, logical), kind in AVRO_LOGICAL_KINDS.items():
+        by_kind.setdefault(kind, []).append(f"{prim} `{logical}`")
+    lines += ["", "| sink kind | Avro / Connect | PostgreSQL | MySQL | MySQL key bytes | Arrow |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for k in SINK_KINDS.values():
+        arrow = "(parameters)" if k.arrow is None else f"{k.arrow[0]}({', '.join(k.arrow[1:])})"
+        key = k.variable or ("(parameters)" if k.postgres is None else k.mysql_key_bytes or "")
+        lines.append(f"| {k.kind} | {', '.join(by_kind.get(k.kind, [])) or 'primitive'} | "
+                     f"{k.postgres or '(parameters)'} | {k.mysql or '(parameters)'} | {key} | {arrow} |")
+    return "\n".join(lines) + "\n"

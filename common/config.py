@@ -324,6 +324,15 @@ class ProducerConfig(Section):
     health_stall_s: float = Field(300.0, gt=0)
     # Name of this producer (Debezium's topic.prefix / server name); keys its offsets.
     name: str = "cdc"
+    # Debezium's handling modes, its names and values (docs/configuration.md): DECIMAL as Connect's
+    # Decimal, a double or its text; the temporal types as Debezium's (microseconds) or Kafka
+    # Connect's own (milliseconds); BIGINT UNSIGNED exact (a Decimal of 20 digits: Debezium's
+    # precise, our default) or a long that wraps above 2**63-1 (Debezium's default); the binary
+    # types as bytes or text.
+    decimal_handling_mode: Literal["precise", "double", "string"] = "precise"
+    time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"
+    bigint_unsigned_handling_mode: Literal["precise", "long"] = "precise"
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
 
     @property
     def tombstones(self) -> bool:

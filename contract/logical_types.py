@@ -16,6 +16,13 @@ DECIMAL = "org.apache.kafka.connect.data.Decimal"
 DECIMAL_PRECISION_PARAMETER = "connect.decimal.precision"
 DECIMAL_SCALE_PARAMETER = "scale"
 
+#: Kafka Connect's own temporal types (Debezium's ``time.precision.mode: connect``): days, ms of
+#: the day (int32), ms since the epoch (int64), with Avro's logical types date, time-millis,
+#: timestamp-millis.
+CONNECT_DATE = "org.apache.kafka.connect.data.Date"
+CONNECT_TIME = "org.apache.kafka.connect.data.Time"
+CONNECT_TIMESTAMP = "org.apache.kafka.connect.data.Timestamp"
+
 #: Debezium's data types (``io.debezium.data.*``).
 DATA_PREFIX = "io.debezium.data."
 BITS = "io.debezium.data.Bits"

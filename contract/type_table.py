@@ -41,6 +41,12 @@ __all__ = [
     "IntegerType",
     "family_of",
     "data_types",
+    "TypeModes",
+    "DEFAULT_MODES",
+    "DECIMAL_HANDLING_MODES",
+    "TIME_PRECISION_MODES",
+    "BIGINT_UNSIGNED_HANDLING_MODES",
+    "BINARY_HANDLING_MODES",
     "SinkKind",
     "SINK_KINDS",
     "CONNECT_KINDS",
@@ -144,6 +150,41 @@ INTEGER_TYPES: dict[str, IntegerType] = {
 }
 
 
+# =============================================================================== handling modes
+#: Debezium's handling modes (its setting names, its values), each the first its default here.
+#: ``bigint.unsigned.handling.mode``'s default is ``precise`` here (Debezium's: ``long``, which
+#: wraps values above 2**63-1): a Debezium user who set ``long`` sets it here too.
+DECIMAL_HANDLING_MODES = ("precise", "double", "string")
+TIME_PRECISION_MODES = ("adaptive_time_microseconds", "connect")
+BIGINT_UNSIGNED_HANDLING_MODES = ("precise", "long")
+BINARY_HANDLING_MODES = ("bytes", "base64", "base64-url-safe", "hex")
+
+
+@dataclass(frozen=True)
+class TypeModes:
+    """The handling modes a table's events are written with (``producer.*_handling_mode``,
+    ``producer.time_precision_mode``): what DECIMAL, the temporal types, BIGINT UNSIGNED and the
+    binary types become, as Debezium's settings of the same names make them."""
+
+    decimal: str = DECIMAL_HANDLING_MODES[0]
+    time_precision: str = TIME_PRECISION_MODES[0]
+    bigint_unsigned: str = BIGINT_UNSIGNED_HANDLING_MODES[0]
+    binary: str = BINARY_HANDLING_MODES[0]
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("decimal.handling.mode", self.decimal, DECIMAL_HANDLING_MODES),
+                                     ("time.precision.mode", self.time_precision, TIME_PRECISION_MODES),
+                                     ("bigint.unsigned.handling.mode", self.bigint_unsigned,
+                                      BIGINT_UNSIGNED_HANDLING_MODES),
+                                     ("binary.handling.mode", self.binary, BINARY_HANDLING_MODES)):
+            if value not in allowed:
+                raise ValueError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+
+
+#: Debezium's defaults but ``bigint.unsigned.handling.mode: precise`` (see above).
+DEFAULT_MODES = TypeModes()
+
+
 # =============================================================================== sink kinds
 @dataclass(frozen=True)
 class SinkKind:
@@ -199,6 +240,9 @@ CONNECT_KINDS: dict[str, str] = {
     logical_types.ENUM_SET: "set",
     logical_types.JSON: "json",
     logical_types.BITS: "bits",
+    logical_types.CONNECT_DATE: "date",
+    logical_types.CONNECT_TIME: "time_ms",
+    logical_types.CONNECT_TIMESTAMP: "timestamp_ms",
 }
 #: The kind of a record type by its ``connect.name`` (or full name): Debezium's spatial records.
 RECORD_KINDS: dict[str, str] = {logical_types.GEOMETRY: "geometry", logical_types.POINT: "point"}

@@ -34,7 +34,7 @@ from producer.binlog import server as src
 from producer.binlog.process import GC_THRESHOLDS, ReaderProcess
 from producer.capture_filter import CaptureFilter
 from producer.errors import WriterError
-from producer.events.builder import EventBuilder
+from producer.events.builder import EventBuilder, type_modes
 from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics, status_file
 from producer.offset_store import LocalOffsetCopy, OffsetStore
@@ -118,7 +118,7 @@ class ProducerApp:
             conn.close()
         builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
                                key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns,
-                               tombstones=cfg.producer.tombstones)
+                               tombstones=cfg.producer.tombstones, modes=type_modes(cfg.producer))
         # The reader process starts first: it reads ahead while the writer connects.  Records made
         # from Avro bodies: it encodes the row images of the captured tables too (the signal
         # table's rows are read here).

@@ -67,7 +67,7 @@ from typing import Any, Iterable, Sequence
 
 from common.errors import UnsupportedType
 from contract import logical_types
-from contract.type_table import DECIMAL20, INT16, INTEGER_TYPES, family_of, source_type
+from contract.type_table import DEFAULT_MODES, DECIMAL20, INT16, INTEGER_TYPES, TypeModes, family_of, source_type
 from contract.envelope import avro_fullname, avro_name, unique_avro_names  # noqa: F401 - avro_fullname: part of this module's names
 from producer.table_schema import ColumnDef, TableDef
 
@@ -160,15 +160,17 @@ def decimal_precision_scale(col: ColumnDef) -> tuple[int, int]:
     return p, s
 
 
-def _integer_type(col: ColumnDef) -> Any:
+def _integer_type(col: ColumnDef, modes: TypeModes) -> Any:
     rule = INTEGER_TYPES[col.data_type.lower()]
     t = rule.unsigned if col.unsigned else rule.signed
     if t == INT16:
         return dict(_INT16)
-    return _decimal_type(20, 0) if t == DECIMAL20 else t
+    if t == DECIMAL20:
+        return "long" if modes.bigint_unsigned == "long" else _decimal_type(20, 0)
+    return t
 
 
-def _bit_type(col: ColumnDef) -> Any:
+def _bit_type(col: ColumnDef, modes: TypeModes) -> Any:
     n = col.bit_length or 1
     if n == 1:
         return "boolean"
@@ -177,58 +179,98 @@ def _bit_type(col: ColumnDef) -> Any:
     return t
 
 
-#: The non-null Avro type of a column, by its family (contract.type_table.SOURCE_TYPES).
+def _decimal_column(col: ColumnDef, modes: TypeModes) -> Any:
+    precision_scale = decimal_precision_scale(col)
+    if modes.decimal == "double":
+        return "double"
+    if modes.decimal == "string":
+        return "string"
+    return _decimal_type(*precision_scale)
+
+
+def _binary_type(col: ColumnDef, modes: TypeModes) -> Any:
+    return "bytes" if modes.binary == "bytes" else "string"
+
+
+def _connect(base: str, name: str, logical: str) -> dict:
+    """A Kafka Connect temporal type as Confluent's AvroConverter writes it."""
+    return {"type": base, "connect.version": 1, "connect.name": name, "logicalType": logical}
+
+
+def _date_type(col: ColumnDef, modes: TypeModes) -> Any:
+    if modes.time_precision == "connect":
+        return _connect("int", logical_types.CONNECT_DATE, "date")
+    return _semantic("int", logical_types.DATE)
+
+
+def _time_type(col: ColumnDef, modes: TypeModes) -> Any:
+    if modes.time_precision == "connect":
+        return _connect("int", logical_types.CONNECT_TIME, "time-millis")
+    return _semantic("long", logical_types.MICRO_TIME)
+
+
+def _datetime_type(col: ColumnDef, modes: TypeModes) -> Any:
+    if modes.time_precision == "connect":
+        return _connect("long", logical_types.CONNECT_TIMESTAMP, "timestamp-millis")
+    return _semantic("long", logical_types.TIMESTAMP if col.fsp <= 3 else logical_types.MICRO_TIMESTAMP)
+
+
+#: The non-null Avro type of a column, by its family (contract.type_table.SOURCE_TYPES):
+#: ``make(col, modes)``.
 _AVRO_TYPES: dict[str, Any] = {
     "integer": _integer_type,
-    "decimal": lambda col: _decimal_type(*decimal_precision_scale(col)),
-    "float": lambda col: "float" if col.scale is None else "double",
-    "double": lambda col: "double",
+    "decimal": _decimal_column,
+    "float": lambda col, modes: "float" if col.scale is None else "double",
+    "double": lambda col, modes: "double",
     "bit": _bit_type,
-    "string": lambda col: "string",
-    "uuid": lambda col: "string",
-    "inet4": lambda col: "string",
-    "inet6": lambda col: "string",
-    "binary": lambda col: "bytes",
-    "enum": lambda col: _semantic("string", logical_types.ENUM, {"allowed": ",".join(col.enum_values)}),
-    "set": lambda col: _semantic("string", logical_types.ENUM_SET, {"allowed": ",".join(col.enum_values)}),
-    "json": lambda col: _semantic("string", logical_types.JSON),
-    "date": lambda col: _semantic("int", logical_types.DATE),
-    "time": lambda col: _semantic("long", logical_types.MICRO_TIME),
-    "datetime": lambda col: _semantic("long", logical_types.TIMESTAMP if col.fsp <= 3 else logical_types.MICRO_TIMESTAMP),
-    "timestamp": lambda col: _semantic("string", logical_types.ZONED_TIMESTAMP),
-    "year": lambda col: _semantic("int", logical_types.YEAR),
-    "point": lambda col: _point_record(),
-    "geometry": lambda col: _geometry_record(),
+    "string": lambda col, modes: "string",
+    "uuid": lambda col, modes: "string",
+    "inet4": lambda col, modes: "string",
+    "inet6": lambda col, modes: "string",
+    "binary": _binary_type,
+    "enum": lambda col, modes: _semantic("string", logical_types.ENUM, {"allowed": ",".join(col.enum_values)}),
+    "set": lambda col, modes: _semantic("string", logical_types.ENUM_SET, {"allowed": ",".join(col.enum_values)}),
+    "json": lambda col, modes: _semantic("string", logical_types.JSON),
+    "date": _date_type,
+    "time": _time_type,
+    "datetime": _datetime_type,
+    "timestamp": lambda col, modes: _semantic("string", logical_types.ZONED_TIMESTAMP),
+    "year": lambda col, modes: _semantic("int", logical_types.YEAR),
+    "point": lambda col, modes: _point_record(),
+    "geometry": lambda col, modes: _geometry_record(),
 }
 
 
-def _base_type(col: ColumnDef) -> Any:
-    """The non-null Avro type of ``col``."""
+def _base_type(col: ColumnDef, modes: TypeModes = DEFAULT_MODES) -> Any:
+    """The non-null Avro type of ``col`` under ``modes``."""
     family = family_of(col.data_type)
     if family is None:
         raise UnsupportedType(
             f"column {col.name!r}: no Avro mapping for data type {col.data_type!r} ({col.column_type!r})"
         )
-    return _AVRO_TYPES[family](col)
+    return _AVRO_TYPES[family](col, modes)
 
 
-def is_nullable(col: ColumnDef) -> bool:
-    """Whether the Avro field of ``col`` admits null (zero dates force it for temporal types)."""
+def is_nullable(col: ColumnDef, modes: TypeModes = DEFAULT_MODES) -> bool:
+    """Whether the Avro field of ``col`` admits null (zero dates force it for temporal types;
+    so does ``time.precision.mode: connect`` for TIME, whose values outside a day are null)."""
     family = family_of(col.data_type)
+    if family == "time" and modes.time_precision == "connect":
+        return True
     return col.nullable or (family is not None and source_type(family).always_nullable)
 
 
-def avro_type(col: ColumnDef) -> Any:
-    """The Avro type of ``col``: ``["null", T]`` when nullable, else ``T``."""
-    t = _base_type(col)
-    return ["null", t] if is_nullable(col) else t
+def avro_type(col: ColumnDef, modes: TypeModes = DEFAULT_MODES) -> Any:
+    """The Avro type of ``col`` (under ``modes``): ``["null", T]`` when nullable, else ``T``."""
+    t = _base_type(col, modes)
+    return ["null", t] if is_nullable(col, modes) else t
 
 
-def avro_field(col: ColumnDef, name: str | None = None) -> dict:
+def avro_field(col: ColumnDef, name: str | None = None, modes: TypeModes = DEFAULT_MODES) -> dict:
     """The Avro record field for ``col`` (``name`` overrides the sanitised column name)."""
     fname = name if name is not None else avro_name(col.name)
-    f: dict[str, Any] = {"name": fname, "type": avro_type(col)}
-    if is_nullable(col):
+    f: dict[str, Any] = {"name": fname, "type": avro_type(col, modes)}
+    if is_nullable(col, modes):
         f["default"] = None
     if fname != col.name:
         f["mysql.column"] = col.name
@@ -247,12 +289,13 @@ def _dedupe_named_types(t: Any, defined: set[str]) -> Any:
     return t
 
 
-def _record_schema(table: TableDef, cols: Sequence[ColumnDef], name: str, doc: str | None) -> dict:
+def _record_schema(table: TableDef, cols: Sequence[ColumnDef], name: str, doc: str | None,
+                   modes: TypeModes = DEFAULT_MODES) -> dict:
     names = field_names(table, cols)
     defined: set[str] = set()
     fields = []
     for c in cols:
-        f = avro_field(c, names[c.name])
+        f = avro_field(c, names[c.name], modes)
         f["type"] = _dedupe_named_types(f["type"], defined)
         fields.append(f)
     schema: dict[str, Any] = {"type": "record", "name": avro_fullname(name), "fields": fields}
@@ -262,19 +305,21 @@ def _record_schema(table: TableDef, cols: Sequence[ColumnDef], name: str, doc: s
     return schema
 
 
-def row_record_schema(table: TableDef, name: str) -> dict:
+def row_record_schema(table: TableDef, name: str, modes: TypeModes = DEFAULT_MODES) -> dict:
     """Avro record schema of a whole row (Debezium's ``<prefix>.<db>.<table>.Value``).
 
     Named types (the geometry records) are defined at their first use and referenced
     by full name afterwards.  A schema that embeds this one twice (``before`` and
     ``after`` of an envelope) must likewise reference the second occurrence by name.
     """
-    return _record_schema(table, table.columns, name, f"row of {table.qualified_name}")
+    return _record_schema(table, table.columns, name, f"row of {table.qualified_name}", modes)
 
 
-def key_record_schema(table: TableDef, key_columns: Sequence[str] | None = None, name: str | None = None) -> dict:
+def key_record_schema(table: TableDef, key_columns: Sequence[str] | None = None, name: str | None = None,
+                      modes: TypeModes = DEFAULT_MODES) -> dict:
     """Avro record schema of the record key (default: the primary key columns)."""
     cols = table.key_columns(key_columns)
     if not cols:
         raise ValueError(f"table {table.qualified_name} has no primary key and no key columns were given")
-    return _record_schema(table, cols, name or f"{table.db}.{table.name}.Key", f"key of {table.qualified_name}")
+    return _record_schema(table, cols, name or f"{table.db}.{table.name}.Key", f"key of {table.qualified_name}",
+                          modes)

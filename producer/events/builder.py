@@ -36,6 +36,7 @@ from contract.envelope import (
 )
 from contract.position import ENCODED_WIDTH, EVENT_WIDTH, chunk_row_position, chunk_row_positions
 from contract.topics import table_topic
+from contract.type_table import DEFAULT_MODES, TypeModes
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, PackedRows
 from producer.events.avro_template import SMALL_VARINT_LIMIT, SMALL_VARINTS, RecordTemplate
@@ -87,6 +88,12 @@ class RecordEncoding(Protocol):
         empty); None: records are the Avro bodies, framed."""
 
 
+def type_modes(producer: Any) -> TypeModes:
+    """The handling modes of a ``producer`` configuration section (``common.config.ProducerConfig``)."""
+    return TypeModes(producer.decimal_handling_mode, producer.time_precision_mode,
+                     producer.bigint_unsigned_handling_mode, producer.binary_handling_mode)
+
+
 @dataclass
 class TableEvents:
     """Converters and schemas of one version of one table."""
@@ -95,6 +102,7 @@ class TableEvents:
     table: TableDef
     key_columns: list[str]
     binlog: bool = True  # values as the binlog decoder gives them (False: as a SELECT gives them)
+    modes: TypeModes = DEFAULT_MODES  # the handling modes (producer.*_handling_mode)
     topic: str = ""
     converter: RowConverter = field(init=False)
     row_schema: dict = field(init=False)
@@ -109,10 +117,11 @@ class TableEvents:
     def __post_init__(self) -> None:
         self.ident = (self.table.qualified_name, self.table.fingerprint(), tuple(self.key_columns))
         self.topic = table_topic(self.prefix, self.table.db, self.table.name)
-        self.converter = RowConverter(self.table, binlog=self.binlog, key_columns=self.key_columns)
+        self.converter = RowConverter(self.table, binlog=self.binlog, key_columns=self.key_columns, modes=self.modes)
         key_name, row_name, envelope_name = record_names(self.prefix, self.table.db, self.table.name)
-        self.key_schema = key_record_schema(self.table, self.key_columns, name=key_name) if self.key_columns else None
-        self.row_schema = row_record_schema(self.table, row_name)
+        self.key_schema = key_record_schema(self.table, self.key_columns, name=key_name, modes=self.modes) \
+            if self.key_columns else None
+        self.row_schema = row_record_schema(self.table, row_name, self.modes)
         self.value_schema = envelope_schema(self.row_schema, envelope_name)
         self.template = RecordTemplate(self.value_schema, ENVELOPE_VARIABLE)
         try:
@@ -129,17 +138,18 @@ class ReadEncoding:
     prefix: str
     table: TableDef
     key_columns: tuple[str, ...]
+    modes: TypeModes = DEFAULT_MODES
 
     @property
     def ident(self) -> tuple[str, str, tuple[str, ...]]:
         return self.table.qualified_name, self.table.fingerprint(), self.key_columns
 
     def table_events(self) -> TableEvents:
-        return TableEvents(self.prefix, self.table, list(self.key_columns), binlog=False)
+        return TableEvents(self.prefix, self.table, list(self.key_columns), binlog=False, modes=self.modes)
 
 
 def table_events(prefix: str, table: TableDef, key_columns: dict[str, list[str]], excluded: dict[str, set[str]],
-                 *, binlog: bool = True) -> TableEvents:
+                 *, binlog: bool = True, modes: TypeModes = DEFAULT_MODES) -> TableEvents:
     """The :class:`TableEvents` of a table version: its excluded columns left out, keyed by
     its primary key or else by the key columns configured for it."""
     qualified = table.qualified_name
@@ -148,7 +158,7 @@ def table_events(prefix: str, table: TableDef, key_columns: dict[str, list[str]]
         table = TableDef(table.db, table.name, [c for c in table.columns if c.name not in drop],
                          [k for k in table.primary_key if k not in drop])
     keys = list(table.primary_key) or list(key_columns.get(qualified, []))
-    return TableEvents(prefix, table, keys, binlog)
+    return TableEvents(prefix, table, keys, binlog, modes)
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,7 @@ class StreamEncoding:
     key_columns: dict[str, list[str]]
     excluded: dict[str, set[str]]
     keep_values: frozenset[str]  # qualified tables whose rows the producer reads (the signal table)
+    modes: TypeModes = DEFAULT_MODES
 
     def image_encoder(self, table: TableDef, columns: list) -> BinlogImageEncoder | None:
         """The image encoder of a table map's rows events (``columns``: the map's columns, from
@@ -169,7 +180,8 @@ class StreamEncoding:
         if table.qualified_name in self.keep_values or self.excluded.get(table.qualified_name):
             return None
         try:
-            return BinlogImageEncoder(columns, table_events(self.prefix, table, self.key_columns, self.excluded))
+            return BinlogImageEncoder(columns, table_events(self.prefix, table, self.key_columns, self.excluded,
+                                                            modes=self.modes))
         except Exception:  # noqa: BLE001 - NotFast, or a table the general path reports on
             return None
 
@@ -303,8 +315,10 @@ def envelope_value(before: Any, after: Any, source: dict, op: str, now: int, pos
 
 class EventBuilder:
     def __init__(self, prefix: str, name: str, server_id: int, key_columns: dict[str, list[str]] | None = None,
-                 excluded_columns: dict[str, list[str]] | None = None, tombstones: bool = False) -> None:
+                 excluded_columns: dict[str, list[str]] | None = None, tombstones: bool = False,
+                 modes: TypeModes = DEFAULT_MODES) -> None:
         self.prefix = prefix
+        self.modes = modes
         self.tombstones = tombstones
         self.name = name
         self.server_id = server_id
@@ -337,15 +351,16 @@ class EventBuilder:
         te = self.read_table_events(table)
         if self.excluded.get(table.qualified_name) or te.encoder is None:
             return None
-        return ReadEncoding(self.prefix, table, tuple(te.key_columns))
+        return ReadEncoding(self.prefix, table, tuple(te.key_columns), self.modes)
 
     def _make(self, table: TableDef, *, binlog: bool = True) -> TableEvents:
-        return table_events(self.prefix, table, self.key_columns, self.excluded, binlog=binlog)
+        return table_events(self.prefix, table, self.key_columns, self.excluded, binlog=binlog, modes=self.modes)
 
     def stream_encoding(self, keep_values: set[str]) -> StreamEncoding:
         """What the binlog reader process needs to encode row images as :meth:`records` would
         (records made from Avro bodies); ``keep_values``: tables whose rows cross as values."""
-        return StreamEncoding(self.prefix, dict(self.key_columns), dict(self.excluded), frozenset(keep_values))
+        return StreamEncoding(self.prefix, dict(self.key_columns), dict(self.excluded), frozenset(keep_values),
+                              self.modes)
 
     def _source(self, ch: RowChanges) -> dict:
         return source_block(self.name, self.server_id, db=ch.db, table=ch.table, ts_ms=ch.ts_ms, file=ch.file,

@@ -61,6 +61,7 @@ Consequences for the readers:
 
 from __future__ import annotations
 
+import base64
 import codecs
 import json
 import re
@@ -73,7 +74,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from common.errors import UnsupportedType
 from producer.errors import ConversionError
-from contract.type_table import DECIMAL20, INTEGER_TYPES, family_of
+from contract.type_table import DECIMAL20, DEFAULT_MODES, INTEGER_TYPES, TypeModes, family_of
 from producer.events.avro_types import decimal_precision_scale, field_names
 from producer.table_schema import ColumnDef, TableDef
 
@@ -604,8 +605,9 @@ def _inet_converter(version: int) -> Converter:
     return conv
 
 
-def value_converter(col: ColumnDef, *, binlog: bool = False) -> Converter:
-    """A function converting one value of ``col`` to its Avro value (None -> None).
+def value_converter(col: ColumnDef, *, binlog: bool = False, modes: TypeModes = DEFAULT_MODES) -> Converter:
+    """A function converting one value of ``col`` to its Avro value (None -> None), under the
+    handling ``modes`` (:class:`contract.type_table.TypeModes`).
 
     Build once per column and call per value.  ``binlog=True`` for values decoded by
     python-mysql-replication (see the module docstring); the default suits pymysql.
@@ -616,38 +618,97 @@ def value_converter(col: ColumnDef, *, binlog: bool = False) -> Converter:
         raise UnsupportedType(
             f"column {col.name!r}: no value converter for data type {col.data_type!r} ({col.column_type!r})"
         )
-    return make(col, binlog)
+    return make(col, binlog, modes)
 
 
-def _integer_converter(col: ColumnDef) -> Converter:
+def _integer_converter(col: ColumnDef, binlog: bool, modes: TypeModes) -> Converter:
     rule = INTEGER_TYPES[col.data_type.lower()]
     if rule.unsigned == DECIMAL20 and col.unsigned:
+        if modes.bigint_unsigned == "long":
+            return _wrapping_long_converter()
         return _decimal_converter(0, unsigned_wrap=1 << rule.bits)
     return _int_converter(rule.bits if col.unsigned else None)
 
 
-#: A column's converter, by its family (contract.type_table.SOURCE_TYPES): ``make(col, binlog)``.
-_CONVERTERS: dict[str, Callable[[ColumnDef, bool], Converter]] = {
-    "integer": lambda col, binlog: _integer_converter(col),
-    "decimal": lambda col, binlog: _decimal_converter(decimal_precision_scale(col)[1]),
-    "float": lambda col, binlog: _float_converter("float" if col.scale is None else "double", col.scale),
-    "double": lambda col, binlog: _float_converter("double", col.scale),
-    "bit": lambda col, binlog: _bit_converter(col.bit_length or 1),
-    "string": lambda col, binlog: _string_converter(col),
-    "binary": lambda col, binlog: _bytes_converter(col.length if col.data_type.lower() == "binary" else None),
-    "enum": lambda col, binlog: _enum_converter(col),
-    "set": lambda col, binlog: _set_converter(col),
-    "json": _json_converter,
-    "date": lambda col, binlog: _date_converter(),
-    "time": lambda col, binlog: _time_converter(binlog),
-    "datetime": lambda col, binlog: _datetime_converter(millis=col.fsp <= 3),
-    "timestamp": lambda col, binlog: _timestamp_converter(col.fsp),
-    "year": lambda col, binlog: _year_converter(),
-    "point": lambda col, binlog: _point_converter(),
-    "geometry": lambda col, binlog: _geometry_converter(),
-    "uuid": lambda col, binlog: _uuid_converter(),
-    "inet6": lambda col, binlog: _inet_converter(6),
-    "inet4": lambda col, binlog: _inet_converter(4),
+def _wrapping_long_converter() -> Converter:
+    """BIGINT UNSIGNED as Debezium's ``bigint.unsigned.handling.mode: long`` writes it: the
+    64 bits as a signed long (values above 2**63-1 wrap to negative)."""
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        v = int(v)
+        return v - (1 << 64) if v >= 1 << 63 else v
+    return passes_through(conv, int)  # (a long's range passes unchanged; the fast paths' range check)
+
+
+def _decimal_column_converter(col: ColumnDef, binlog: bool, modes: TypeModes) -> Converter:
+    scale = decimal_precision_scale(col)[1]
+    precise = _decimal_converter(scale)
+    if modes.decimal == "double":
+        def conv_double(v: Any) -> Any:
+            return None if v is None else float(precise(v))
+        return conv_double
+    if modes.decimal == "string":
+        def conv_string(v: Any) -> Any:
+            return None if v is None else format(precise(v), "f")
+        return conv_string
+    return precise
+
+
+def _binary_column_converter(col: ColumnDef, binlog: bool, modes: TypeModes) -> Converter:
+    as_bytes = _bytes_converter(col.length if col.data_type.lower() == "binary" else None)
+    text = _BINARY_TEXT.get(modes.binary)
+    if text is None:
+        return as_bytes
+
+    def conv(v: Any) -> Any:
+        return None if v is None else text(as_bytes(v))
+    return conv
+
+
+#: binary.handling.mode's text of bytes (Debezium's: Base64 with padding, its URL-safe form, hex).
+_BINARY_TEXT: dict[str, Callable[[bytes], str]] = {
+    "base64": lambda b: base64.b64encode(b).decode("ascii"),
+    "base64-url-safe": lambda b: base64.urlsafe_b64encode(b).decode("ascii"),
+    "hex": lambda b: b.hex(),
+}
+
+
+def _time_column_converter(col: ColumnDef, binlog: bool, modes: TypeModes) -> Converter:
+    micros = _time_converter(binlog)
+    if modes.time_precision != "connect":
+        return micros
+
+    def conv_millis(v: Any) -> Any:
+        # Kafka Connect's Time holds 00:00:00 to 24:00:00: Debezium writes null outside it (MySQL's
+        # TIME spans -838:59:59 to 838:59:59), and so the field is always nullable (avro_types).
+        us = micros(v)
+        return None if us is None or not 0 <= us <= _MICROS_PER_DAY else us // 1000
+    return conv_millis
+
+
+#: A column's converter, by its family (contract.type_table.SOURCE_TYPES): ``make(col, binlog, modes)``.
+_CONVERTERS: dict[str, Callable[[ColumnDef, bool, TypeModes], Converter]] = {
+    "integer": _integer_converter,
+    "decimal": _decimal_column_converter,
+    "float": lambda col, binlog, modes: _float_converter("float" if col.scale is None else "double", col.scale),
+    "double": lambda col, binlog, modes: _float_converter("double", col.scale),
+    "bit": lambda col, binlog, modes: _bit_converter(col.bit_length or 1),
+    "string": lambda col, binlog, modes: _string_converter(col),
+    "binary": _binary_column_converter,
+    "enum": lambda col, binlog, modes: _enum_converter(col),
+    "set": lambda col, binlog, modes: _set_converter(col),
+    "json": lambda col, binlog, modes: _json_converter(col, binlog),
+    "date": lambda col, binlog, modes: _date_converter(),
+    "time": _time_column_converter,
+    "datetime": lambda col, binlog, modes: _datetime_converter(millis=col.fsp <= 3 or modes.time_precision == "connect"),
+    "timestamp": lambda col, binlog, modes: _timestamp_converter(col.fsp),
+    "year": lambda col, binlog, modes: _year_converter(),
+    "point": lambda col, binlog, modes: _point_converter(),
+    "geometry": lambda col, binlog, modes: _geometry_converter(),
+    "uuid": lambda col, binlog, modes: _uuid_converter(),
+    "inet6": lambda col, binlog, modes: _inet_converter(6),
+    "inet4": lambda col, binlog, modes: _inet_converter(4),
 }
 
 
@@ -668,11 +729,14 @@ class RowConverter:
     step with the data is a schema-change bug, never something to paper over).
     """
 
-    def __init__(self, table: TableDef, *, binlog: bool = False, key_columns: Sequence[str] | None = None):
+    def __init__(self, table: TableDef, *, binlog: bool = False, key_columns: Sequence[str] | None = None,
+                 modes: TypeModes = DEFAULT_MODES):
         self.table = table
         self.binlog = binlog
+        self.modes = modes
         self.field_names: dict[str, str] = field_names(table)
-        self._plan = [(c.name, self.field_names[c.name], value_converter(c, binlog=binlog)) for c in table.columns]
+        self._plan = [(c.name, self.field_names[c.name], value_converter(c, binlog=binlog, modes=modes))
+                      for c in table.columns]
         self._columns = frozenset(c.name for c in table.columns)
         self._set_fields = {c.name: self.field_names[c.name] for c in table.columns if c.data_type == "set"}
         key_names = list(table.primary_key if key_columns is None else key_columns)

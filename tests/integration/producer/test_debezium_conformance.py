@@ -80,13 +80,14 @@ def debezium_server(tmp_path_factory) -> Iterator[dict]:
 class DebeziumCapture:
     """Debezium's MySQL connector in a process of its own, writing what it emits to a file."""
 
-    def __init__(self, server: dict, db: str, state: Path) -> None:
+    def __init__(self, server: dict, db: str, state: Path, **more: str) -> None:
+        """``more``: connector properties beside the defaults (keys as Debezium spells them)."""
         self.out = state / "debezium.jsonl"
         self.log = state / "debezium.log"
         props = connector_properties(host=server["host"], port=server["port"], user=server["admin_user"],
                                      password=server["admin_password"], server_id=4242, prefix=DBZ_PREFIX,
                                      databases=[db], state_dir=state / "dbz-state",
-                                     **{"signal.data.collection": f"{db}.{DBZ_SIGNALS}"})
+                                     **{"signal.data.collection": f"{db}.{DBZ_SIGNALS}", **more})
         (state / "dbz.json").write_text(json.dumps(props))
         self.out.touch()
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.peers.debezium_capture", str(state / "dbz.json"),

@@ -26,6 +26,7 @@ from contract.position import BinlogPosition
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import PackedRows
 from producer.errors import ConversionError
+from contract.type_table import TypeModes
 from producer.events.builder import EventBuilder
 from producer.events.row_encoder import encode_rows
 from producer.events.values import RowConverter
@@ -443,3 +444,18 @@ def test_ints_and_strings_encode_as_the_general_path(k, i, s, t):
     key = io.BytesIO()
     fastavro.schemaless_writer(key, fastavro.parse_schema(key_schema), {"k": k})
     assert enc.key(values) == key.getvalue()
+
+
+@pytest.mark.parametrize("modes", [TypeModes("string", "connect", "long", "base64-url-safe"),
+                                   TypeModes("double", binary="hex"), TypeModes(binary="base64")], ids=str)
+def test_the_fast_path_is_the_general_path_under_debeziums_handling_modes(form, monkeypatch, modes):
+    rows = [{"values": BINLOG_ROW, "none_sources": {}}, {"values": ROW2, "none_sources": {}},
+            {"values": ROW3, "none_sources": {}}]
+    fast = EventBuilder("cdc", "prod", 1, modes=modes).records(_changes("insert", rows), 0, 3, AvroOut())
+    general = _general(monkeypatch, EventBuilder("cdc", "prod", 1, modes=modes), _changes("insert", rows))
+    assert fast == general
+    assert fast != EventBuilder("cdc", "prod", 1).records(_changes("insert", rows), 0, 3, AvroOut())
+    fast_records, reached = EventBuilder._fast_records, []
+    monkeypatch.setattr(EventBuilder, "_fast_records", lambda *a: reached.append(fast_records(*a)) or reached[-1])
+    EventBuilder("cdc", "prod", 1, modes=modes).records(_changes("insert", rows), 0, 3, AvroOut())
+    assert reached == [3]

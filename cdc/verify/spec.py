@@ -2,7 +2,7 @@
 of a table (:class:`ColumnSpec`, :class:`TableSpec`), and :func:`table_spec`, which builds
 them from a source table's definition or says why the table cannot be compared.
 
-Columns compared: the source's, minus ``source.exclude_columns``; the sinks'
+Columns compared: those the events carry (the column settings, producer/column_controls.py); the sinks'
 ``__cdc_position`` and any sink-only column are ignored; a source column the sink lacks
 makes the table differ.  The key's column kinds choose how a chunk's sink rows are found
 (:attr:`TableSpec.mode`, see :mod:`cdc.verify.targets`).
@@ -19,6 +19,8 @@ from typing import Any
 
 from cdc.verify.normalise import normalise, normalise_avro, source_value
 from producer.events.avro_types import field_names
+from producer.column_controls import ColumnControls
+from producer.errors import ColumnControlsError
 from producer.snapshot.table_reader import read_table_def
 
 _UTC = timezone.utc
@@ -221,17 +223,18 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
     tdef = read_table_def(conn, db, table)
     if tdef is None:
         return MissingTable(f"no such table {db}.{table}")
-    qualified = f"{db}.{table}"
-    excluded = set(cfg.source.exclude_columns.get(qualified, []))
-    key = list(tdef.primary_key) or list(cfg.source.key_columns.get(qualified, []))
+    try:  # the columns and key the events carry (producer/column_controls.py)
+        captured = ColumnControls.from_config(cfg.source).resolve(tdef)
+    except ColumnControlsError as exc:
+        return KeylessTable(f"its column settings do not apply: {exc}")
+    key = list(captured.primary_key)
     if not key:
-        return KeylessTable("no primary key and no source.key_columns entry (the sinks cannot hold it)")
+        return KeylessTable("no primary key and no source.message_key_columns (or key_columns) entry "
+                            "(the sinks cannot hold it)")
     jsons = _json_check_columns(conn, db, table)
     names = field_names(tdef)
     cols = []
-    for c in tdef.columns:
-        if c.name in excluded and c.name not in key:
-            continue
+    for c in captured.columns:
         kind = column_kind(c.data_type, c.name in jsons and c.data_type in ("longtext", "text", "mediumtext"))
         scale = c.scale if c.data_type in ("float", "double", "real") else None
         cols.append(ColumnSpec(c.name, kind, names[c.name], scale, c.fsp if kind == "datetime" else 0,

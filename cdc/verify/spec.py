@@ -162,6 +162,9 @@ class TableSpec:
     target: tuple[str, str] | None = None
     #: Origin column -> value: the sink rows of this table (a shard in a route's target).
     origin: dict[str, str] = field(default_factory=dict)
+    #: What the column settings (producer/column_controls.py) leave out of the comparison, or
+    #: give the table as its key: said in the report under each of its results.
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         by = {c.name: c for c in self.columns}
@@ -223,8 +226,9 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
     tdef = read_table_def(conn, db, table)
     if tdef is None:
         return MissingTable(f"no such table {db}.{table}")
+    controls = ColumnControls.from_config(cfg.source)
     try:  # the columns and key the events carry (producer/column_controls.py)
-        captured = ColumnControls.from_config(cfg.source).resolve(tdef)
+        captured = controls.resolve(tdef)
     except ColumnControlsError as exc:
         return KeylessTable(f"its column settings do not apply: {exc}")
     key = list(captured.primary_key)
@@ -242,4 +246,11 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
                                tuple(c.enum_values) if c.data_type in ("set", "enum") else (),
                                c.data_type if c.data_type in ("set", "enum") else ""))
     key = [tdef.column(k).name for k in key]
-    return TableSpec(db, table, cols, key)
+    notes = []
+    left_out = controls.left_out(tdef)
+    if left_out:
+        notes.append(f"column(s) {', '.join(left_out)} not compared: the events leave them out "
+                     f"({'; '.join(controls.describe())})")
+    if key != list(tdef.primary_key):
+        notes.append(f"key {', '.join(key)}: from {controls.key_for(tdef)[1]}")
+    return TableSpec(db, table, cols, key, notes=tuple(notes))

@@ -143,6 +143,14 @@ class SourceConfig(Section):
     exclude_columns: dict[str, list[str]] = Field(default_factory=dict)
     # Key columns for tables without a primary key: {"shop.log": ["id"]}.
     key_columns: dict[str, list[str]] = Field(default_factory=dict)
+    # Debezium's column.include.list / column.exclude.list: regular expressions matched in
+    # full (ignoring case) against ``db.table.column``; mutually exclusive.  A string is split
+    # on commas, as Debezium splits its value (producer/column_controls.py applies them).
+    column_include_list: list[str] = Field(default_factory=list)
+    column_exclude_list: list[str] = Field(default_factory=list)
+    # Debezium's message.key.columns: ``db.table:c1,c2;db2.t2:c`` (table parts are regexes):
+    # the key of a table without a primary key, or instead of its primary key.
+    message_key_columns: str = ""
     # Binlog event filters: {"shop.orders": ["truncate", "drop"]} ignores those DDL.
     ignore_events: dict[str, list[str]] = Field(default_factory=dict)
     # Debezium-shaped signal table, ``db.table``.
@@ -165,6 +173,30 @@ class SourceConfig(Section):
         if isinstance(v, str):
             v = [c.strip() for c in v.split(",") if c.strip()]
         return list(dict.fromkeys(v)) if isinstance(v, list) else v
+
+    @field_validator("column_include_list", "column_exclude_list", mode="before")
+    @classmethod
+    def _column_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [c.strip() for c in v.split(",") if c.strip()]
+        return v
+
+    @field_validator("column_include_list", "column_exclude_list")
+    @classmethod
+    def _column_patterns(cls, v: list[str]) -> list[str]:
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"{p!r} is not a valid regular expression: {exc}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _columns_exclusive(self) -> SourceConfig:
+        if self.column_include_list and self.column_exclude_list:
+            raise ValueError("column_include_list and column_exclude_list are mutually exclusive (as Debezium's "
+                             "column.include.list and column.exclude.list): set one")
+        return self
 
 
 #: What a source's name may hold: it goes into topic names and producer names.
@@ -318,6 +350,10 @@ class ProducerConfig(Section):
     # Write TRUNCATE TABLE as Debezium's truncate event (``op: t``) on the table topic
     # (Debezium skips them by default; the sinks follow a TRUNCATE either way, by marker).
     emit_truncate: bool = True
+    # Debezium's skipped.operations: the change events not written, of c (inserts), u
+    # (updates), d (deletes), t (truncates); ``none`` (or empty): none skipped.  A string is
+    # split on commas.  Snapshot reads (r) are never skipped.
+    skipped_operations: list[Literal["c", "u", "d", "t"]] = Field(default_factory=list)
     # Prometheus metrics and the /healthz and /readyz probes on this port; none when unset.
     metrics_port: int | None = None
     # /healthz answers 503 when the producer's loop has not moved for this long (s).
@@ -333,6 +369,20 @@ class ProducerConfig(Section):
     time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"
     bigint_unsigned_handling_mode: Literal["precise", "long"] = "precise"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+
+    @field_validator("skipped_operations", mode="before")
+    @classmethod
+    def _skipped(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [c.strip() for c in v.split(",") if c.strip()]
+        if isinstance(v, list):
+            v = [str(c).strip().lower() for c in v]
+            if "none" in v:
+                if len(v) > 1:
+                    raise ValueError(f"'none' skips nothing and goes alone, got {v}")
+                return []
+            return list(dict.fromkeys(v))
+        return v
 
     @property
     def tombstones(self) -> bool:

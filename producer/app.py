@@ -33,6 +33,7 @@ from contract.topics import markers_topic
 from producer.binlog import server as src
 from producer.binlog.process import GC_THRESHOLDS, ReaderProcess
 from producer.capture_filter import CaptureFilter
+from producer.column_controls import ColumnControls
 from producer.errors import WriterError
 from producer.events.builder import EventBuilder, type_modes
 from producer.kafka_writer import KafkaWriter
@@ -43,6 +44,7 @@ from producer.session import StreamSession
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.snapshot.gtid_windows import MarkerSlots
+from producer.snapshot.table_reader import list_tables, read_table_def
 from producer.startup import Startup
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,8 @@ class ProducerApp:
                               "so the producer does not run (the merge job and cdc verify read them)")
         self.cfg = cfg
         self.filter = CaptureFilter(cfg.source)
+        # Which columns the events carry, and their keys: a bad pattern stops the start here.
+        self.columns = ColumnControls.from_config(cfg.source)
         self.store = OffsetStore(cfg.kafka, cfg.producer.name)
         self.local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
         #: ``cdc produce --recover``: how to recover from lost Kafka history on this start
@@ -111,14 +115,15 @@ class ProducerApp:
         try:
             info = src.check_server(conn)
             src.check_grants(conn, read_only=cfg.snapshot.read_only, signal_table=cfg.source.signal_table)
+            self._check_columns(conn)
             self.store.ensure()
             stored = self.store.load()
             state = self.startup.plan(conn, info, stored, self.recover)
         finally:
             conn.close()
         builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
-                               key_columns=cfg.source.key_columns, excluded_columns=cfg.source.exclude_columns,
-                               tombstones=cfg.producer.tombstones, modes=type_modes(cfg.producer))
+                               tombstones=cfg.producer.tombstones, controls=self.columns,
+                               modes=type_modes(cfg.producer))
         # The reader process starts first: it reads ahead while the writer connects.  Records made
         # from Avro bodies: it encodes the row images of the captured tables too (the signal
         # table's rows are read here).
@@ -136,7 +141,7 @@ class ProducerApp:
                     connect=lambda: read_session(cfg.source), state=state.extra.get("snapshot"),
                     read_only=cfg.snapshot.read_only, is_mariadb=info.is_mariadb, file_base=state.file_base,
                     slots=self._marker_slots() if cfg.snapshot.read_only else None, source=cfg.source,
-                    owner=cfg.producer.name)
+                    owner=cfg.producer.name, resolve=self.columns.resolve)
                 stored_signal = state.extra.get("signal_offset")
                 signals = (KafkaSignalChannel(cfg.kafka, cfg.producer.name,
                                               stored_signal if isinstance(stored_signal, int) else None)
@@ -155,6 +160,15 @@ class ProducerApp:
         finally:
             reader.close()
 
+
+    def _check_columns(self, conn) -> None:
+        """The column settings applied to every captured table now: a key column that is not
+        a column of a table, or a key column left out, stops the start naming the setting
+        (a table created later is checked when its first row comes)."""
+        if not self.columns.active:
+            return
+        tables = (read_table_def(conn, db, t) for db, t in list_tables(conn) if self.filter.captures(db, t))
+        self.columns.check(t for t in tables if t is not None)
 
     def _marker_slots(self) -> MarkerSlots:
         """Read-only windows' marker positions, above the last marker in Kafka: a killed run

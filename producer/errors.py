@@ -45,3 +45,9 @@ class FilterRefused(CDCError, ValueError):
 
 class FilterConfigError(ConfigError):
     """A capture filter of the configuration that cannot be used (a bad regular expression)."""
+
+
+class ColumnControlsError(ConfigError):
+    """A column setting (``source.column_include_list``, ``column_exclude_list``,
+    ``message_key_columns``, ``exclude_columns``, ``key_columns``) that cannot be used, or
+    cannot apply to a table: the message names the setting."""

@@ -79,7 +79,7 @@ class SessionSchemaChanges:
     def _truncate(self, db: str, table: str, item: SchemaChange, source: dict) -> None:
         """TRUNCATE TABLE: Debezium's truncate event (``producer.emit_truncate``) and a
         TRUNCATE marker, by which the sinks delete every row written before it."""
-        if self.cfg.producer.emit_truncate:
+        if self.cfg.producer.emit_truncate and "t" not in self.cfg.producer.skipped_operations:
             conn = read_session(self.cfg.source)
             try:
                 table_def = read_table_def(conn, db, table)

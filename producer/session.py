@@ -48,6 +48,9 @@ from producer.transaction_metadata import TransactionMetadata
 
 log = logging.getLogger(__name__)
 
+#: A rows event's kind and the op of its change events (Debezium's skipped.operations names ops).
+ROW_OPS = {"insert": "c", "update": "u", "delete": "d"}
+
 #: The Kafka signal channel is read between binlog items at most this often (s).
 SIGNAL_POLL_S = 0.1
 
@@ -97,6 +100,8 @@ class StreamSession(SessionSchemaChanges):
         # than window markers are user signals (the source channel).
         self.signals = signals
         self.source_signals = "source" in self.cfg.source.signal_channels
+        # producer.skipped_operations (Debezium's skipped.operations): the row events not written
+        self.skipped_kinds = frozenset(k for k, op in ROW_OPS.items() if op in self.cfg.producer.skipped_operations)
         self._signals_due = 0.0
         if signals is None:  # switched off: switched on again, it starts at the channel's end
             state.extra.pop("signal_offset", None)
@@ -124,7 +129,7 @@ class StreamSession(SessionSchemaChanges):
                 self._handled = item
                 if app.filter.is_signal(item.db, item.table):
                     self._signal(item)
-                elif app.filter.ignored(item.db, item.table, item.kind):
+                elif item.kind in self.skipped_kinds or app.filter.ignored(item.db, item.table, item.kind):
                     metrics.filtered(len(item.rows) - item.first)
                 else:
                     if max_events is None:

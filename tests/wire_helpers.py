@@ -84,9 +84,23 @@ class ServerSide:
         self.sock.sendall(len(payload).to_bytes(3, "little") + bytes((seq,)) + payload)
         self.seq = (seq + 1) & 0xFF
 
+    def _recv_exactly(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            assert chunk, "the client closed the connection"
+            out += chunk
+        return out
+
     def start_tls(self, certfile: str, keyfile: str) -> None:
-        """The client's SSLRequest read, then the server's side of the TLS handshake."""
-        request = self.read()
+        """The client's SSLRequest read, then the server's side of the TLS handshake.  The request
+        is read from the socket byte-exactly, not through the buffered ``rfile``: the client sends
+        its TLS ClientHello right after it, and a buffered read can take that too and lose it with
+        the file (both ends then wait for the other's hello until the timeout)."""
+        head = self._recv_exactly(4)
+        assert head[3] == self.seq, (head[3], self.seq)
+        self.seq = (head[3] + 1) & 0xFF
+        request = self._recv_exactly(int.from_bytes(head[:3], "little"))
         assert len(request) == 32 and int.from_bytes(request[:4], "little") & 0x800  # CLIENT_SSL
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(certfile, keyfile)

@@ -266,6 +266,8 @@ def _verify_one(report: VerifyReport, src: _Source, db: str, table: str, route: 
                          mapped=mapped(route, ShardId(src.name, db, table)) if route is not None else {})
         try:
             _verify_table(src.rows, spec, targets, chunk_size, samples, tr, progress)
+            for res in tr.results:  # (the column settings: what is not compared, where the key is from)
+                res.notes.extend(spec.notes)
             for res in tr.results if left_out else []:
                 res.notes.append(f"sinks.schema_changes says 'columns: ignore' for the table: column(s) "
                                  f"{', '.join(left_out)}, added since it was first captured, not compared")

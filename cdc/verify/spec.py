@@ -2,7 +2,7 @@
 of a table (:class:`ColumnSpec`, :class:`TableSpec`), and :func:`table_spec`, which builds
 them from a source table's definition or says why the table cannot be compared.
 
-Columns compared: the source's, minus ``source.exclude_columns``; the sinks'
+Columns compared: those the events carry (the column settings, producer/column_controls.py); the sinks'
 ``__cdc_position`` and any sink-only column are ignored; a source column the sink lacks
 makes the table differ.  The key's column kinds choose how a chunk's sink rows are found
 (:attr:`TableSpec.mode`, see :mod:`cdc.verify.targets`).
@@ -20,6 +20,8 @@ from typing import Any
 from cdc.verify.normalise import normalise, normalise_avro, source_value
 from contract.type_table import family_of, source_type
 from producer.events.avro_types import field_names
+from producer.column_controls import ColumnControls
+from producer.errors import ColumnControlsError
 from producer.snapshot.table_reader import read_table_def
 
 _UTC = timezone.utc
@@ -134,6 +136,9 @@ class TableSpec:
     target: tuple[str, str] | None = None
     #: Origin column -> value: the sink rows of this table (a shard in a route's target).
     origin: dict[str, str] = field(default_factory=dict)
+    #: What the column settings (producer/column_controls.py) leave out of the comparison, or
+    #: give the table as its key: said in the report under each of its results.
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         by = {c.name: c for c in self.columns}
@@ -195,17 +200,19 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
     tdef = read_table_def(conn, db, table)
     if tdef is None:
         return MissingTable(f"no such table {db}.{table}")
-    qualified = f"{db}.{table}"
-    excluded = set(cfg.source.exclude_columns.get(qualified, []))
-    key = list(tdef.primary_key) or list(cfg.source.key_columns.get(qualified, []))
+    controls = ColumnControls.from_config(cfg.source)
+    try:  # the columns and key the events carry (producer/column_controls.py)
+        captured = controls.resolve(tdef)
+    except ColumnControlsError as exc:
+        return KeylessTable(f"its column settings do not apply: {exc}")
+    key = list(captured.primary_key)
     if not key:
-        return KeylessTable("no primary key and no source.key_columns entry (the sinks cannot hold it)")
+        return KeylessTable("no primary key and no source.message_key_columns (or key_columns) entry "
+                            "(the sinks cannot hold it)")
     jsons = _json_check_columns(conn, db, table)
     names = field_names(tdef)
     cols = []
-    for c in tdef.columns:
-        if c.name in excluded and c.name not in key:
-            continue
+    for c in captured.columns:
         kind = column_kind(c.data_type, c.name in jsons and c.data_type in ("longtext", "text", "mediumtext"))
         scale = c.scale if c.data_type in ("float", "double", "real") else None
         cols.append(ColumnSpec(c.name, kind, names[c.name], scale, c.fsp if kind == "datetime" else 0,
@@ -213,4 +220,11 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
                                tuple(c.enum_values) if c.data_type in ("set", "enum") else (),
                                c.data_type if c.data_type in ("set", "enum") else ""))
     key = [tdef.column(k).name for k in key]
-    return TableSpec(db, table, cols, key)
+    notes = []
+    left_out = controls.left_out(tdef)
+    if left_out:
+        notes.append(f"column(s) {', '.join(left_out)} not compared: the events leave them out "
+                     f"({'; '.join(controls.describe())})")
+    if key != list(tdef.primary_key):
+        notes.append(f"key {', '.join(key)}: from {controls.key_for(tdef)[1]}")
+    return TableSpec(db, table, cols, key, notes=tuple(notes))

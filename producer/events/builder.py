@@ -39,6 +39,7 @@ from contract.topics import table_topic
 from contract.type_table import DEFAULT_MODES, TypeModes
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, PackedRows
+from producer.column_controls import NO_CONTROLS, ColumnControls
 from producer.events.avro_template import SMALL_VARINT_LIMIT, SMALL_VARINTS, RecordTemplate
 from producer.events.avro_types import key_record_schema, row_record_schema
 from producer.events.image_encoder import BinlogImageEncoder
@@ -104,6 +105,9 @@ class TableEvents:
     binlog: bool = True  # values as the binlog decoder gives them (False: as a SELECT gives them)
     modes: TypeModes = DEFAULT_MODES  # the handling modes (producer.*_handling_mode)
     topic: str = ""
+    # Columns of the table read (a binlog table map, a SELECT of the whole table) that ``table``
+    # leaves out (the column controls): rows carrying them take the values' way, filtered.
+    dropped: frozenset[str] = frozenset()
     converter: RowConverter = field(init=False)
     row_schema: dict = field(init=False)
     value_schema: dict = field(init=False)
@@ -148,17 +152,15 @@ class ReadEncoding:
         return TableEvents(self.prefix, self.table, list(self.key_columns), binlog=False, modes=self.modes)
 
 
-def table_events(prefix: str, table: TableDef, key_columns: dict[str, list[str]], excluded: dict[str, set[str]],
-                 *, binlog: bool = True, modes: TypeModes = DEFAULT_MODES) -> TableEvents:
-    """The :class:`TableEvents` of a table version: its excluded columns left out, keyed by
-    its primary key or else by the key columns configured for it."""
-    qualified = table.qualified_name
-    drop = excluded.get(qualified, set())
-    if drop:
-        table = TableDef(table.db, table.name, [c for c in table.columns if c.name not in drop],
-                         [k for k in table.primary_key if k not in drop])
-    keys = list(table.primary_key) or list(key_columns.get(qualified, []))
-    return TableEvents(prefix, table, keys, binlog, modes)
+def table_events(prefix: str, table: TableDef, controls: ColumnControls = NO_CONTROLS, *,
+                 binlog: bool = True, modes: TypeModes = DEFAULT_MODES) -> TableEvents:
+    """The :class:`TableEvents` of a table version as ``controls`` resolve it: the columns they
+    leave out absent (from the events and their schemas), keyed by the key they give it (the
+    primary key, ``message_key_columns``, or ``key_columns`` for a table without one), its
+    values as the handling ``modes`` make them."""
+    resolved = controls.resolve(table)
+    dropped = frozenset(table.column_names) - frozenset(resolved.column_names) if resolved is not table else frozenset()
+    return TableEvents(prefix, resolved, list(resolved.primary_key), binlog, modes, dropped=dropped)
 
 
 @dataclass(frozen=True)
@@ -169,19 +171,21 @@ class StreamEncoding:
     table map."""
 
     prefix: str
-    key_columns: dict[str, list[str]]
-    excluded: dict[str, set[str]]
+    controls: ColumnControls
     keep_values: frozenset[str]  # qualified tables whose rows the producer reads (the signal table)
     modes: TypeModes = DEFAULT_MODES
 
     def image_encoder(self, table: TableDef, columns: list) -> BinlogImageEncoder | None:
         """The image encoder of a table map's rows events (``columns``: the map's columns, from
-        which ``table`` was read); None when they cross as values."""
-        if table.qualified_name in self.keep_values or self.excluded.get(table.qualified_name):
+        which ``table`` was read); None when they cross as values.  A table whose events leave
+        columns out (``source.column_*_list``, ``exclude_columns``) takes the values' way: the
+        encoders (the generated one and ``_binlog_images.c``) encode every column of a row image
+        in order, the Avro body being the image's columns; a key from ``message_key_columns``
+        alone keeps the fast path (the key is picked from the row's encodings)."""
+        if table.qualified_name in self.keep_values or self.controls.drops_columns(table):
             return None
         try:
-            return BinlogImageEncoder(columns, table_events(self.prefix, table, self.key_columns, self.excluded,
-                                                            modes=self.modes))
+            return BinlogImageEncoder(columns, table_events(self.prefix, table, self.controls, modes=self.modes))
         except Exception:  # noqa: BLE001 - NotFast, or a table the general path reports on
             return None
 
@@ -313,17 +317,14 @@ def envelope_value(before: Any, after: Any, source: dict, op: str, now: int, pos
             "position": position, "snapshot_window": None}
 
 
-class EventBuilder:
-    def __init__(self, prefix: str, name: str, server_id: int, key_columns: dict[str, list[str]] | None = None,
-                 excluded_columns: dict[str, list[str]] | None = None, tombstones: bool = False,
-                 modes: TypeModes = DEFAULT_MODES) -> None:
-        self.prefix = prefix
-        self.modes = modes
-        self.tombstones = tombstones
-        self.name = name
-        self.server_id = server_id
-        self.key_columns = key_columns or {}
-        self.excluded = {k: set(v) for k, v in (excluded_columns or {}).items()}
+class TableVersions:
+    """The :class:`TableEvents` of each version of each table, as the column ``controls`` and
+    handling ``modes`` make them: for the stream (by the reader's TableDef) and for snapshot
+    reads (by the definition's fingerprint), and how the reader and chunk read processes
+    encode rows where they are read."""
+
+    def __init__(self, prefix: str, controls: ColumnControls, modes: TypeModes) -> None:
+        self.prefix, self.controls, self.modes = prefix, controls, modes
         # By id() of the reader's TableDef, which is kept here so the id stays its own.
         self._tables: dict[int, tuple[TableDef, TableEvents]] = {}
         # Snapshot reads: by table definition fingerprint (each chunk reads the definition).
@@ -332,7 +333,7 @@ class EventBuilder:
     def table_events(self, table: TableDef) -> TableEvents:
         cached = self._tables.get(id(table))
         if cached is None or cached[0] is not table:
-            # (TableEvents.table is not the reader's TableDef when columns are excluded.)
+            # (TableEvents.table is not the reader's TableDef when the column controls change it.)
             cached = self._tables[id(table)] = (table, self._make(table))
         return cached[1]
 
@@ -346,21 +347,40 @@ class EventBuilder:
 
     def read_encoding(self, table: TableDef) -> ReadEncoding | None:
         """How a chunk read process encodes the rows of ``table``'s snapshot chunks for
-        :meth:`chunk_records` (records made from Avro bodies); None when they take the general path here
-        (columns excluded, no fast encoder)."""
+        :meth:`EventBuilder.chunk_records` (records made from Avro bodies); None when they take the
+        general path there (no fast encoder, or ``table`` has columns its events leave out: a chunk SELECTs
+        ``table``'s columns, and the snapshot gives the table as the column controls resolve it,
+        so its SELECTs read only the captured columns and keep this path)."""
         te = self.read_table_events(table)
-        if self.excluded.get(table.qualified_name) or te.encoder is None:
+        if te.table.column_names != table.column_names or te.encoder is None:
             return None
         return ReadEncoding(self.prefix, table, tuple(te.key_columns), self.modes)
 
     def _make(self, table: TableDef, *, binlog: bool = True) -> TableEvents:
-        return table_events(self.prefix, table, self.key_columns, self.excluded, binlog=binlog, modes=self.modes)
+        return table_events(self.prefix, table, self.controls, binlog=binlog, modes=self.modes)
 
     def stream_encoding(self, keep_values: set[str]) -> StreamEncoding:
-        """What the binlog reader process needs to encode row images as :meth:`records` would
-        (records made from Avro bodies); ``keep_values``: tables whose rows cross as values."""
-        return StreamEncoding(self.prefix, dict(self.key_columns), dict(self.excluded), frozenset(keep_values),
-                              self.modes)
+        """What the binlog reader process needs to encode row images as :meth:`EventBuilder.records`
+        would (records made from Avro bodies); ``keep_values``: tables whose rows cross as values."""
+        return StreamEncoding(self.prefix, self.controls, frozenset(keep_values), self.modes)
+
+
+class EventBuilder:
+    def __init__(self, prefix: str, name: str, server_id: int, tombstones: bool = False,
+                 controls: ColumnControls = NO_CONTROLS, modes: TypeModes = DEFAULT_MODES) -> None:
+        self.prefix = prefix
+        self.modes = modes
+        self.tombstones = tombstones
+        self.name = name
+        self.server_id = server_id
+        self.controls = controls  # which columns the events carry, and their keys
+        # The events of each table version (the stream's and the snapshot reads'), and what the
+        # reader process and the chunk read processes encode with: TableVersions'.
+        self.versions = TableVersions(prefix, controls, modes)
+        self.table_events = self.versions.table_events
+        self.read_table_events = self.versions.read_table_events
+        self.read_encoding = self.versions.read_encoding
+        self.stream_encoding = self.versions.stream_encoding
 
     def _source(self, ch: RowChanges) -> dict:
         return source_block(self.name, self.server_id, db=ch.db, table=ch.table, ts_ms=ch.ts_ms, file=ch.file,
@@ -376,7 +396,7 @@ class EventBuilder:
         header = writer.header(te.value_schema, topic, "value")
         bound = template.bind(shared, header) if header is not None else None
         out: list[Record] = []
-        if bound is not None and te.encoder is not None and not self.excluded.get(te.table.qualified_name):
+        if bound is not None and te.encoder is not None and not te.dropped:
             # Avro: rows that fit the fast path are encoded from their values in one pass;
             # the others (and their errors) come back here.
             start = self._fast_records(te, ch, start, stop, bound, writer, skip_up_to, out)
@@ -466,7 +486,7 @@ class EventBuilder:
     def _emits(self, te: TableEvents) -> bool:
         """Whether ``te``'s records can be joined by the native row emitter: on the Avro fast path,
         no column excluded, ``source.row`` a plain int."""
-        return te.encoder is not None and not self.excluded.get(te.table.qualified_name) \
+        return te.encoder is not None and not te.dropped \
             and te.template.field_type("source.row") in ("int", "long")
 
     def emit_encoded(self, ch: RowChanges, start: int, stop: int, writer: RecordEncoding, out: RowsOut,
@@ -502,7 +522,7 @@ class EventBuilder:
         out: list[Record] = []
         close_pos = close.encode()
         start = 0
-        if bound is not None and te.encoder is not None and not self.excluded.get(te.table.qualified_name):
+        if bound is not None and te.encoder is not None and not te.dropped:
             start = self._fast_chunk_records(te, chunk.rows, close_pos, bound, writer, out)
             _from_bodies(out, writer, te)
         general = bound if writer.json_writer(te.value_schema, topic) is None else None  # (JSON: from dicts)
@@ -611,7 +631,7 @@ class EventBuilder:
     def _row(self, te: TableEvents, values: dict | None, none_sources: dict | None) -> dict | None:
         if values is None:
             return None
-        drop = self.excluded.get(te.table.qualified_name)
+        drop = te.dropped
         if drop:
             values = {k: v for k, v in values.items() if k not in drop}
         return te.converter.convert(values, none_sources)

@@ -15,10 +15,11 @@ from typing import Any, Callable, Protocol
 from contract.errors import BadSignal
 from contract.notifications import Notification
 from contract.signals import Signal
-from producer.errors import FilterRefused
+from producer.errors import ColumnControlsError, FilterRefused
 from producer.snapshot.filter import validate_filter
 from producer.snapshot.state import TableJob
 from producer.snapshot.table_reader import list_tables, read_table_def
+from producer.table_schema import TableDef
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +62,17 @@ def resolve_tables(conn, captures: Callable[[str, str], bool], sig: Signal) -> t
     return out, {t for t in out if t not in named}
 
 
-def table_jobs(conn, tables: list[str], signal_id: str, *, conditions: dict[str, str] | None = None,
+def table_jobs(conn, tables: list[str], signal_id: str, *, resolve: Callable[[TableDef], TableDef] | None = None,
+               conditions: dict[str, str] | None = None,
                surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset(),
                delete_missing: bool = False) -> tuple[list[TableJob], list[tuple[str, str]]]:
     """The snapshot jobs of ``tables`` (``db.table``), and those skipped with the reason.
 
     A table that cannot be snapshotted (no primary key and no surrogate key, the surrogate
     key not one of its columns) refuses the whole signal, except one in ``skippable``
-    (matched by a regular expression, as Debezium does): that one alone is skipped."""
+    (matched by a regular expression, as Debezium does): that one alone is skipped.  The key
+    is the events' (``resolve``: the table as the column controls give it, its primary key
+    from ``source.message_key_columns`` where set); a filter may name any column."""
     conds = conditions or {}
     unknown = set(conds) - set(tables)
     if unknown:
@@ -80,14 +84,20 @@ def table_jobs(conn, tables: list[str], signal_id: str, *, conditions: dict[str,
         tdef = read_table_def(conn, db, table)
         if tdef is None:
             raise BadSignal(signal_id, f"table {name} does not exist")
-        keys = [surrogate_key] if surrogate_key else tdef.primary_key
         problem = None
+        try:
+            captured = resolve(tdef) if resolve is not None else tdef
+        except ColumnControlsError as exc:
+            raise BadSignal(signal_id, f"table {name}: {exc}") from None
+        keys = [surrogate_key] if surrogate_key else captured.primary_key
         if not keys:
             problem = f"table {name} has no primary key: give a 'surrogate-key'"
         else:
             for k in keys:
                 if k not in tdef.column_names:
                     problem = f"surrogate key {k!r} is not a column of {name}"
+                elif k not in captured.column_names:
+                    problem = f"surrogate key {k!r} is a column of {name} its events leave out (source.column_*_list)"
         if problem is not None:
             if name not in skippable:
                 raise BadSignal(signal_id, problem)

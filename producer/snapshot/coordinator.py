@@ -58,21 +58,35 @@ from producer.snapshot.chunks import DeleteMissing, InflightChunk, MarkerSeen, R
 from producer.snapshot.gtid_windows import Boundary, MarkerSlots
 from producer.snapshot.state import TableJob, encode_key
 from producer.snapshot.table_reader import read_table_def
+from producer.table_schema import TableDef
 
 log = logging.getLogger(__name__)
+
+
+def _same(table: TableDef) -> TableDef:
+    return table
+
+
+def _read_captured(conn, job: TableJob, resolve: Callable[[TableDef], TableDef]) -> TableDef | None:
+    """The table of ``job`` as its events carry it (None: gone): the column controls resolve it
+    (producer/column_controls.py), so a chunk SELECTs only the captured columns and is cut on
+    the events' key (``message_key_columns`` too)."""
+    tdef = read_table_def(conn, *job.db_table)
+    return None if tdef is None else resolve(tdef)
+
 
 class SnapshotCoordinator(ChunkWindows):
     def __init__(self, *, signal_table: str, chunk_size: int, captures: Callable[[str, str], bool],
                  connect: Callable[[], Any], parallelism: int = 1, state: dict | None = None,
                  notify: Callable[[Notification], None] = lambda n: None, read_only: bool = False,
                  is_mariadb: bool = True, slots: MarkerSlots | None = None, file_base: int = 0,
-                 source: SourceConfig | None = None, owner: str = "") -> None:
-        self.read_only = read_only
+                 source: SourceConfig | None = None, owner: str = "",
+                 resolve: Callable[[TableDef], TableDef] = _same) -> None:
+        self.read_only, self.resolve = read_only, resolve  # (resolve: the table as its events carry it)
         # The producer's name, in each window marker it writes: a marker of another producer
         # sharing the signal table (another source on the same server) is none of this one's.
         self.owner = owner
-        self.is_mariadb = is_mariadb
-        self.slots = slots or MarkerSlots()
+        self.is_mariadb, self.slots = is_mariadb, slots or MarkerSlots()
         self._boundary: Boundary | None = None
         self.chunk_size = chunk_size
         self.parallelism = parallelism
@@ -199,7 +213,7 @@ class SnapshotCoordinator(ChunkWindows):
         """Start a snapshot of ``tables`` (db.table, captured), or add them to the running one
         (a table that cannot be snapshotted: :func:`~producer.snapshot.actions.table_jobs`);
         ``reason``: why the producer started it by itself (in the STARTED notification)."""
-        jobs, skipped = table_jobs(self.conn(), tables, signal_id, conditions=conditions,
+        jobs, skipped = table_jobs(self.conn(), tables, signal_id, resolve=self.resolve, conditions=conditions,
                                    surrogate_key=surrogate_key, skippable=skippable, delete_missing=delete_missing)
         for name, reason in skipped:
             log.warning("signal %r: %s; the table is skipped, the others are snapshotted", signal_id, reason)
@@ -317,7 +331,7 @@ class SnapshotCoordinator(ChunkWindows):
 
     def _start_table(self, job: TableJob) -> bool:
         conn = self.conn()
-        tdef = read_table_def(conn, *job.db_table)
+        tdef = _read_captured(conn, job, self.resolve)
         if tdef is None:
             self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
                                                                                        "dropped": True}))
@@ -330,7 +344,7 @@ class SnapshotCoordinator(ChunkWindows):
 
     def _submit(self, job: TableJob) -> bool:
         conn = self.conn()
-        tdef = read_table_def(conn, *job.db_table)  # every chunk: DDL during the snapshot is picked up
+        tdef = _read_captured(conn, job, self.resolve)  # every chunk: DDL during the snapshot is picked up
         if tdef is None:  # dropped meanwhile
             self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
                                                                                        "dropped": True}))

@@ -71,7 +71,7 @@ def apply_to_sinks(s: MergeSettings, dec: EnvelopeDecoder, topic: str, partition
         # What no table sink can apply is one dead letter, whatever the number of sinks.
         if sinks and not key_columns.get((db, table)):
             refused, records_of_table = records_of_table, []
-            reason = "a table without a key cannot be applied to table sinks (set source.key_columns for it)"
+            reason = "a table without a key cannot be applied to table sinks (give it one: source.message_key_columns)"
         else:  # JSON records: no writer schema to build the table from
             refused = [k for k in records_of_table if k.schema is None]
             records_of_table = [k for k in records_of_table if k.schema is not None]

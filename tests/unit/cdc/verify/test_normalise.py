@@ -327,13 +327,14 @@ def test_source_value_drops_the_srid_only_for_geometries():
 
 
 def test_table_spec_says_by_type_why_a_table_cannot_be_compared(monkeypatch):
-    cfg = SimpleNamespace(source=SimpleNamespace(exclude_columns={}, key_columns={}))
+    cfg = SimpleNamespace(source=SimpleNamespace(exclude_columns={}, key_columns={}, column_include_list=[],
+                                                column_exclude_list=[], message_key_columns=""))
     monkeypatch.setattr(spec_module, "read_table_def", lambda conn, db, table: None)
     assert spec_module.table_spec(None, cfg, "d", "t") == MissingTable("no such table d.t")
     keyless = TableDef("d", "t", [ColumnDef(name="v", data_type="int", column_type="int", nullable=True, ordinal=1)])
     monkeypatch.setattr(spec_module, "read_table_def", lambda conn, db, table: keyless)
     assert spec_module.table_spec(None, cfg, "d", "t") == KeylessTable(
-        "no primary key and no source.key_columns entry (the sinks cannot hold it)")
+        "no primary key and no source.message_key_columns (or key_columns) entry (the sinks cannot hold it)")
 
 
 @settings(max_examples=50)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from common.config import KafkaConfig
 from contract.codecs.serde import SINGLE_OBJECT_MAGIC, AvroWriter, encode_json
 from contract.position import BinlogPosition
+from producer.column_controls import ColumnControls
 from producer.binlog.reader import RowChanges
 from producer.events.builder import EnvelopeBinder, EventBuilder, envelope_parts, envelope_value
 from producer.record_encoder import RecordEncoder, from_avro_bodies
@@ -75,7 +76,7 @@ def _changes(kind: str, rows: list[dict], first: int = 0) -> RowChanges:
 
 def _records(fmt: str, ch: RowChanges, skip_up_to: str | None = None):
     writer = FakeWriter(fmt)
-    builder = EventBuilder("cdc", "prod", 1, excluded_columns={"shop.items": ["secret"]})
+    builder = EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns={"shop.items": ["secret"]}))
     out = builder.records(ch, ch.first, len(ch.rows), writer, skip_up_to=skip_up_to)
     return [(topic, _decode(writer, key), _decode(writer, value), pos) for topic, key, value, pos in out]
 
@@ -149,7 +150,7 @@ def test_debezium_json_records_read_back_as_the_avro_ones():
     encoder = RecordEncoder(KafkaConfig(), "debezium-json", lambda *record: pytest.fail(f"published {record}"))
     ch = _changes("update", [{"before_values": _row(i, f"n{i}", "9.99"), "after_values": _row(i + i % 2, "x", "0.01"),
                               "before_none_sources": {}, "after_none_sources": {}} for i in range(6)])
-    builder = EventBuilder("cdc", "prod", 1, excluded_columns={"shop.items": ["secret"]})
+    builder = EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns={"shop.items": ["secret"]}))
     records = builder.records(ch, ch.first, len(ch.rows), encoder)
     assert all(v.startswith(b'{"schema":{"type":"struct"') and k.startswith(b'{"schema":') for _, k, v, _ in records)
     dec = RecordDecoder()
@@ -220,7 +221,7 @@ def test_events_written_before_a_restart_are_left_out(fmt):
 
 
 def test_a_table_version_is_built_once_also_with_excluded_columns():
-    builder = EventBuilder("cdc", "prod", 1, excluded_columns={"shop.items": ["secret"]})
+    builder = EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns={"shop.items": ["secret"]}))
     te = builder.table_events(TABLE)
     assert builder.table_events(TABLE) is te
     assert [c.name for c in te.table.columns] == ["id", "name", "price"]

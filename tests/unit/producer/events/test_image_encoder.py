@@ -23,6 +23,7 @@ from pymysqlreplication.constants import FIELD_TYPE as T
 
 from common.errors import CDCError
 from contract.position import BinlogPosition
+from producer.column_controls import ColumnControls
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, RowDecoder
 from producer.binlog.table_map import column_def_from_binlog
@@ -108,7 +109,7 @@ def tables_and_rows(draw):
 def test_encoded_images_are_the_values_way_byte_for_byte(example):
     columns, nullable, key, data, update = example
     try:
-        te = table_events("cdc", _table(columns, nullable, key), {}, {})
+        te = table_events("cdc", _table(columns, nullable, key))
         encoder = BinlogImageEncoder(columns, te)
     except Exception:  # noqa: BLE001 - not on the fast path (float keys...): the reader sends values
         assume(False)
@@ -123,7 +124,7 @@ def test_the_native_encoder_is_built_where_it_can_be_and_used():
     if can_build():
         assert image_encoder._binlog_images is not None
         assert image_encoder.native_enabled() == (os.environ.get(image_encoder.NATIVE_ENV, "1") != "0")
-    te = table_events("cdc", _table(BENCH, [i != 0 for i in range(len(BENCH))], [0]), {}, {})
+    te = table_events("cdc", _table(BENCH, [i != 0 for i in range(len(BENCH))], [0]))
     assert type(BinlogImageEncoder(BENCH, te)._images).__name__ == (
         "Program" if image_encoder.native_enabled() else "function")
     assert type(BinlogImageEncoder(BENCH, te, native=False)._images).__name__ == "function"
@@ -136,11 +137,11 @@ def test_the_native_encoder_gives_the_generated_pythons_bodies_and_refusals(exam
     """Byte for byte, and a row one refuses the other refuses too (the values' way then)."""
     columns, nullable, key, data, update = example
     try:
-        te = table_events("cdc", _table(columns, nullable, key), {}, {})
+        te = table_events("cdc", _table(columns, nullable, key))
         python = BinlogImageEncoder(columns, te, native=False)
     except Exception:  # noqa: BLE001 - not on the fast path: neither encoder is made
         with pytest.raises(Exception):  # noqa: B017 - the same refusal
-            BinlogImageEncoder(columns, table_events("cdc", _table(columns, nullable, key), {}, {}), native=True)
+            BinlogImageEncoder(columns, table_events("cdc", _table(columns, nullable, key)), native=True)
         return
     native = BinlogImageEncoder(columns, te, native=True)
     mine = _outcome(lambda: native.encode(data, update).bodies)
@@ -181,7 +182,7 @@ ROWS = [
 
 
 def _bench_encoder(key: list[int] | None = None) -> tuple:
-    te = table_events("cdc", _table(BENCH, [i != 0 for i in range(len(BENCH))], [0] if key is None else key), {}, {})
+    te = table_events("cdc", _table(BENCH, [i != 0 for i in range(len(BENCH))], [0] if key is None else key))
     return te, BinlogImageEncoder(BENCH, te)
 
 
@@ -213,12 +214,12 @@ def test_rows_it_does_not_take_are_refused(bad):
 def test_tables_off_the_fast_path_get_no_image_encoder():
     cols = [_column("f", T.FLOAT, size=4), _column("i", T.LONG)]
     with pytest.raises(NotFast):  # a float key: equal keys can have different bytes
-        BinlogImageEncoder(cols, table_events("cdc", _table(cols, [False, False], [0]), {}, {}))
-    encoding = StreamEncoding("cdc", {}, {"db.t": {"note"}}, frozenset({"db.signals"}))
+        BinlogImageEncoder(cols, table_events("cdc", _table(cols, [False, False], [0])))
+    encoding = StreamEncoding("cdc", ColumnControls(exclude_columns={"db.t": ["note"]}), frozenset({"db.signals"}))
     assert encoding.image_encoder(_table(BENCH, [True] * len(BENCH), [0]), BENCH) is None  # excluded columns
     assert encoding.image_encoder(_table(BENCH, [True] * len(BENCH), [0], name="signals"), BENCH) is None
     assert encoding.image_encoder(_table(BENCH, [True] * len(BENCH), [0], name="u"), BENCH) is not None
-    keyless = StreamEncoding("cdc", {"db.u": ["name"]}, {}, frozenset())
+    keyless = StreamEncoding("cdc", ColumnControls(key_columns={"db.u": ["name"]}), frozenset())
     assert keyless.image_encoder(_table(BENCH, [True] * len(BENCH), [], name="u"), BENCH) is not None
 
 
@@ -259,5 +260,5 @@ def test_records_from_images_encoded_for_another_table_version_are_refused():
     with pytest.raises(CDCError, match="not for this table version"):
         EventBuilder("cdc", "prod", 1).records(_changes("insert", encoded, other), 0, 1, AvroOut())
     with pytest.raises(CDCError, match="Avro fast path"):  # excluded columns: never encoded for them
-        EventBuilder("cdc", "prod", 1, excluded_columns={"db.t": ["note"]}).records(
+        EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns={"db.t": ["note"]})).records(
             _changes("insert", encoded, te.table), 0, 1, AvroOut())

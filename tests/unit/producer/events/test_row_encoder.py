@@ -23,6 +23,7 @@ import pytest
 from common.errors import CDCError
 from contract.codecs.serde import AvroWriter
 from contract.position import BinlogPosition
+from producer.column_controls import ColumnControls
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import PackedRows
 from producer.errors import ConversionError
@@ -205,7 +206,7 @@ def test_a_float_key_from_minus_zero_to_zero_is_no_key_change(form, monkeypatch)
 def test_excluded_columns_take_the_general_path(form, monkeypatch):
     rows = [{"values": BINLOG_ROW, "none_sources": {}}]
     ch = _changes("insert", rows)
-    builder = EventBuilder("cdc", "prod", 1, excluded_columns={"shop.everything": ["vc"]})
+    builder = EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns={"shop.everything": ["vc"]}))
     calls = []
     monkeypatch.setattr(EventBuilder, "_fast_records", lambda self, *a: calls.append(a) or a[2])
     builder.records(ch, 0, 1, AvroOut())
@@ -273,11 +274,11 @@ def _chunk_both(monkeypatch, chunk: Chunk, excluded=None):
     fast_path = EventBuilder._fast_chunk_records
     with monkeypatch.context() as m:
         m.setattr(EventBuilder, "_fast_chunk_records", lambda self, *a: took.append(fast_path(self, *a)) or took[-1])
-        fast = EventBuilder("cdc", "prod", 1, excluded_columns=excluded).chunk_records(chunk, AvroOut())
+        fast = EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns=excluded)).chunk_records(chunk, AvroOut())
     assert took == [len(chunk.rows)]
     with monkeypatch.context() as m:
         m.setattr(EventBuilder, "_fast_chunk_records", lambda self, *a: 0)
-        general = EventBuilder("cdc", "prod", 1, excluded_columns=excluded).chunk_records(chunk, AvroOut())
+        general = EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns=excluded)).chunk_records(chunk, AvroOut())
     return fast, general
 
 
@@ -354,7 +355,7 @@ def test_rows_encoded_for_another_table_version_are_refused():
 
 
 def test_no_read_encoding_for_tables_with_excluded_columns():
-    builder = EventBuilder("cdc", "prod", 1, excluded_columns={TABLE.qualified_name: ["vc"]})
+    builder = EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns={TABLE.qualified_name: ["vc"]}))
     assert builder.read_encoding(TABLE) is None
     assert EventBuilder("cdc", "prod", 1).read_encoding(TABLE).ident[0] == TABLE.qualified_name
 

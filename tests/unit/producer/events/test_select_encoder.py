@@ -156,7 +156,7 @@ def tables_and_rows(draw):
 def test_select_rows_are_encoded_as_their_values_are(example):
     table, readings, payload = example
     try:
-        te = table_events("cdc", table, {}, {}, binlog=False)
+        te = table_events("cdc", table, binlog=False)
         encoder = SelectRowEncoder(te, readings)
     except Exception:  # noqa: BLE001 - not on the fast path (float keys...): the values' way
         assume(False)
@@ -172,7 +172,7 @@ def test_the_native_encoder_is_built_where_it_can_be_and_used():
         assert select_encoder._select_rows is not None
         assert select_encoder.native_enabled() == (os.environ.get(select_encoder.NATIVE_ENV, "1") != "0")
     columns = [_column(i, k, i != 0) for i, k in enumerate(BENCH)]
-    te = table_events("cdc", TableDef("db", "t", columns, ["c0"]), {}, {}, binlog=False)
+    te = table_events("cdc", TableDef("db", "t", columns, ["c0"]), binlog=False)
     readings = [k[2] for k in BENCH]
     assert type(SelectRowEncoder(te, readings).row).__name__ == (
         "Program" if select_encoder.native_enabled() else "function")
@@ -188,11 +188,11 @@ def test_the_native_encoder_gives_the_generated_pythons_bodies(example):
     an underscore in a number, which the values' way then reads)."""
     table, readings, payload = example
     try:
-        te = table_events("cdc", table, {}, {}, binlog=False)
+        te = table_events("cdc", table, binlog=False)
         python = SelectRowEncoder(te, readings, native=False)
     except Exception:  # noqa: BLE001 - not on the fast path: neither encoder is made
         with pytest.raises(Exception):  # noqa: B017 - the same refusal
-            SelectRowEncoder(table_events("cdc", table, {}, {}, binlog=False), readings, native=True)
+            SelectRowEncoder(table_events("cdc", table, binlog=False), readings, native=True)
         return
     native = SelectRowEncoder(te, readings, native=True)
     mine, theirs = _outcome(lambda: native.row(payload)), _outcome(lambda: python.row(payload))
@@ -218,7 +218,7 @@ BENCH = [("int", "int(11)", ("ascii", int), None), ("varchar", "varchar(64)", ("
 def test_what_the_server_writes_is_taken(texts):
     """Rows of a benchmark-like table as the server writes them: every one encoded from its bytes."""
     columns = [_column(i, k, i != 0) for i, k in enumerate(BENCH)]
-    te = table_events("cdc", TableDef("db", "t", columns, ["c0"]), {}, {}, binlog=False)
+    te = table_events("cdc", TableDef("db", "t", columns, ["c0"]), binlog=False)
     readings = [k[2] for k in BENCH]
     payload = _payload(texts)
     assert SelectRowEncoder(te, readings).row(payload) == values_way(te, readings, payload)
@@ -227,7 +227,7 @@ def test_what_the_server_writes_is_taken(texts):
 def test_tables_off_the_fast_path_are_refused():
     columns = [ColumnDef(name="f", data_type="double", column_type="double", nullable=False, ordinal=1)]
     with pytest.raises(NotFast):  # a float key
-        SelectRowEncoder(table_events("cdc", TableDef("db", "t", columns, ["f"]), {}, {}, binlog=False),
+        SelectRowEncoder(table_events("cdc", TableDef("db", "t", columns, ["f"]), binlog=False),
                          [("ascii", float)])
     with pytest.raises(NotFast):  # a result of other columns than the table's
-        SelectRowEncoder(table_events("cdc", TableDef("db", "t", columns, []), {}, {}, binlog=False), [])
+        SelectRowEncoder(table_events("cdc", TableDef("db", "t", columns, []), binlog=False), [])

@@ -9,7 +9,9 @@
 * every logger is named by its module, every error derives from ``CDCError``;
 * docs/DESIGN.md's table of packages names modules that exist, and every subpackage;
 * no module imports a private name or module of another library (issue 56: the project owns
-  what it overrides, and uses the rest through public APIs).
+  what it overrides, and uses the rest through public APIs), nor reaches a private attribute
+  of one: on a name its imports bind (or a value made from one), or by a name known as a
+  library's private (:data:`LIBRARY_PRIVATES`), whatever holds it.
 """
 
 from __future__ import annotations
@@ -150,3 +152,170 @@ def test_no_module_imports_a_private_name_of_another_library():
                 if private:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {', '.join(private)}")
     assert not found, found
+
+
+#: Private attributes of the libraries the project uses, found whatever the object that holds
+#: them (its type is not known statically: a session from ``build_session``, an engine, a
+#: connection), and also refused as the name of a function or keyword (a stand-in providing
+#: a library's private hook).  The project's own attributes of the same names (``_sock``,
+#: ``_rfile``, ``_table``) are why those are not listed.
+LIBRARY_PRIVATES = {
+    # PySpark: the Py4J handles of the JVM side, the sessions' and contexts' registries
+    "_jvm", "_jsc", "_jsparkSession", "_jconf", "_jdf", "_jcol", "_jreader", "_jwrite", "_jsq", "_gateway",
+    "_active_spark_context", "_instantiatedSession", "_activeSession",
+    # Py4J
+    "_gateway_client", "_target_id",
+    # pydbzengine: the JVM's start and the Java engine's building
+    "_ensure_jvm_started", "_build_engine", "_resolve_format",
+    # python-mysql-replication: its stream's connections and the hook its events call on them
+    "_get_dbms", "_ctl_connection", "_stream_connection", "_ctl_connection_settings", "_fetch_rows",
+    "_read_column_data", "_read_table_id",
+    # pymysql: the connection's packet layer
+    "_read_packet", "_write_bytes", "_next_seq_id", "_read_ok_packet", "_execute_command", "_read_query_result",
+}
+
+
+def _documented_privates() -> dict[str, set[str]]:
+    """Names with a leading underscore that a library documents as public: confluent-kafka's
+    local error codes (``KafkaError._PARTITION_EOF``: librdkafka's ``RD_KAFKA_RESP_ERR__...``),
+    from the table of constants in ``KafkaError``'s own documentation."""
+    from confluent_kafka import KafkaError
+
+    return {"KafkaError": set(re.findall(r"^\| (_[A-Z0-9_]+) ", KafkaError.__doc__ or "", re.M))}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name an expression's attribute / call / subscript chain starts from, if any."""
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript, ast.Await)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _in_scope(scope: ast.AST):
+    """The nodes of ``scope`` outside its nested functions and classes (those yielded, not entered)."""
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def library_private_uses(tree: ast.Module, documented: dict[str, set[str]] | None = None) -> list[tuple[int, str]]:
+    """(line, what) for each private attribute of another library the module reaches, as far as
+    it shows without running: ``X._name`` (not a dunder) where ``X`` is a name the module's
+    imports of a library outside the project and the standard library bind, or a name assigned
+    (``=``, ``with ... as``, ``for``) from an expression starting from one, in the same or an
+    enclosing function; any ``._name`` of :data:`LIBRARY_PRIVATES`, the same names given to
+    ``getattr``/``setattr``/``hasattr``/``delattr``, or defined (``def``, a keyword argument)."""
+    documented = _documented_privates() if documented is None else documented
+    ours = set(PACKAGES) | {"tests"}
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.asname or a.name.split(".")[0] for a in node.names
+                         if a.name.split(".")[0] not in ours | set(sys.stdlib_module_names)}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                (node.module or "").split(".")[0] not in ours | set(sys.stdlib_module_names):
+            imported |= {a.asname or a.name for a in node.names}
+    found: list[tuple[int, str]] = []
+
+    def check(scope: ast.AST, inherited: set[str]) -> None:
+        nodes = list(_in_scope(scope))
+        library = set(inherited)
+        while True:  # names bound to values made from a library's names, until no more
+            more = set()
+            for node in nodes:
+                if isinstance(node, ast.Assign):
+                    pairs = [(t, node.value) for t in node.targets]
+                elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                    pairs = [(node.target, node.value)]
+                elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                    pairs = [(node.optional_vars, node.context_expr)]
+                elif isinstance(node, (ast.For, ast.AsyncFor)):
+                    pairs = [(node.target, node.iter)]
+                else:
+                    continue
+                more |= {t.id for t, v in pairs if isinstance(t, ast.Name) and _root(v) in library}
+            if more <= library:
+                break
+            library |= more
+        for node in nodes:
+            if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                holder = ast.unparse(node.value)
+                if node.attr in LIBRARY_PRIVATES or (_root(node.value) in library
+                                                     and node.attr not in documented.get(holder, ())):
+                    found.append((node.lineno, f"{holder}.{node.attr}"))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2 and \
+                    isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                name = node.args[1].value
+                if name in LIBRARY_PRIVATES or (_is_private(name) and _root(node.args[0]) in library):
+                    found.append((node.lineno, f"{node.func.id}({ast.unparse(node.args[0])}, {name!r})"))
+            elif isinstance(node, ast.keyword) and node.arg in LIBRARY_PRIVATES:
+                found.append((node.value.lineno, f"keyword {node.arg}"))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in LIBRARY_PRIVATES:
+                found.append((node.lineno, f"def {node.name}"))
+            if isinstance(node, _SCOPES):
+                # a class body's names are not its methods'; a function's are its nested functions'
+                check(node, inherited if isinstance(scope, ast.ClassDef) else library)
+
+    check(tree, imported)
+    return sorted(found)
+
+
+def test_no_module_reaches_a_private_attribute_of_another_library():
+    """No module of the project or its tests reaches a private attribute of a library outside
+    the project and the standard library where it shows in the code (:func:`library_private_uses`;
+    issue 56: PySpark's ``_jvm`` and ``_jsparkSession``, pydbzengine's ``_ensure_jvm_started``,
+    a stand-in with python-mysql-replication's ``_get_dbms`` were)."""
+    documented = _documented_privates()
+    assert documented["KafkaError"] >= {"_PARTITION_EOF", "_UNKNOWN_TOPIC", "_TRANSPORT"}, documented
+    found = []
+    for pkg in (*PACKAGES, "tests"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for line, what in library_private_uses(ast.parse(path.read_text(), str(path)), documented):
+                found.append(f"{path.relative_to(ROOT)}:{line}: {what}")
+    assert not found, found
+
+
+def test_the_private_attribute_check_sees_what_it_is_for():
+    """The check of :func:`library_private_uses` finds what issue 56 removed from the tests (the
+    lines as they were), private attributes on names a library's import binds or values made
+    from them, and lets the project's own privates and a library's documented names be."""
+    def uses(code: str) -> list[str]:
+        return [what for _, what in library_private_uses(ast.parse(code))]
+
+    assert uses("def t(session):\n    jvm = session._jvm\n"
+                "    conf = session._jsparkSession.sessionState().newHadoopConf()\n") == \
+        ["session._jvm", "session._jsparkSession"]
+    assert uses("jvm = running_session().sparkContext._jvm\n") == ["running_session().sparkContext._jvm"]
+    assert uses("def main():\n    engine = DebeziumJsonEngine(properties={}, handler=None)\n"
+                "    engine._ensure_jvm_started()\n") == ["engine._ensure_jvm_started"]
+    assert uses("class _ControlConnection:\n    charset = 'utf8'\n\n"
+                "    def _get_dbms(self) -> str:\n        return 'mysql'\n") == ["def _get_dbms"]
+    assert uses("ns = SimpleNamespace(_get_dbms=lambda: 'mysql')\n") == ["keyword _get_dbms"]
+    assert uses("x = getattr(conn, '_read_packet')()\n") == ["getattr(conn, '_read_packet')"]
+    # on a library's names, and values made from them (in the same or an enclosing function)
+    assert uses("import jpype\njpype._jpype.isStarted()\n") == ["jpype._jpype"]
+    assert uses("from pyspark.sql import SparkSession\nSparkSession._instantiatedSession\n"
+                "def f():\n    spark = SparkSession.builder.getOrCreate()\n    spark._sc\n"
+                "    def g():\n        return spark._sc\n") == \
+        ["SparkSession._instantiatedSession", "spark._sc", "spark._sc"]
+    assert uses("import pymysql\nwith pymysql.connect() as conn:\n    conn._sock\n"
+                "for row in pymysql.connect().cursor():\n    row._x\n") == ["conn._sock", "row._x"]
+    # the project's own privates, dunders, the standard library's, documented names: not these
+    assert uses("import os\nfrom common.x import thing\nclass A:\n    def f(self):\n        self._sock\n"
+                "        thing._private\n        os._exit\n        type(self).__name__\n") == []
+    assert uses("from confluent_kafka import KafkaError\nKafkaError._PARTITION_EOF\n") == []
+    assert uses("from confluent_kafka import KafkaError\nKafkaError._NOT_A_CODE\n") == ["KafkaError._NOT_A_CODE"]
+    # a class body's names are its own: a method's same name is not the library's value
+    assert uses("from pydantic import Field\nclass C:\n    kafka: int = Field(1)\n"
+                "    def f(self):\n        kafka = self.copy()\n        kafka._x = 1\n") == []

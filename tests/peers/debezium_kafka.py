@@ -50,6 +50,8 @@ def main(argv: list[str]) -> int:
     class ToKafka(BasePythonChangeHandler):
         def handleJsonBatch(self, records) -> None:  # noqa: N802 - Debezium's callback name
             record_cls = jpype.JClass("org.apache.kafka.clients.producer.ProducerRecord")
+            if state["producer"] is None:  # (made in the JVM the engine started: the first batch runs in it)
+                state["producer"] = java_producer(bootstrap)
             producer = state["producer"]
             futures = [producer.send(record_cls(r.destination(), r.key(), r.value())) for r in records]
             producer.flush()
@@ -60,10 +62,11 @@ def main(argv: list[str]) -> int:
 
     engine = DebeziumJsonEngine(properties=props, handler=ToKafka(), extra_classpaths=[str(MARIADB_DRIVER)],
                                 jvm_opts=["-Xmx512m"])
-    engine._ensure_jvm_started()  # (the JVM the engine runs in: the producer's classes are on its classpath)
-    state["producer"] = java_producer(bootstrap)
 
-    run_until_terminated(engine, lambda: state["producer"].close())
+    def close_producer() -> None:
+        if state["producer"] is not None:
+            state["producer"].close()
+    run_until_terminated(engine, close_producer)
     return 0
 
 

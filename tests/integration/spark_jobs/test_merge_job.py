@@ -14,6 +14,28 @@ from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
 from tests.snapshot_helpers import WriteLoad, create_table, has_notification, snapshot, source_rows, write_loads
 
 
+SPARK_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
+
+
+def _spark_driver_jvms() -> list[list[str]]:
+    """The command lines of the Spark driver JVMs this process started (PySpark's gateway:
+    a child running ``SparkSubmit``; one per process, it outlives a stopped session), as
+    Linux's ``/proc`` shows them."""
+    import os
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = [a.decode() for a in (stat.parent / "cmdline").read_bytes().split(b"\0") if a]
+        except (OSError, IndexError, ValueError):  # (a process that ended meanwhile)
+            continue
+        if ppid == os.getpid() and SPARK_SUBMIT in argv:
+            out.append(argv)
+    return out
+
+
 def _run_available_now(cfg):
     assert MergeJob(cfg).run(available_now=True) == 0
 
@@ -60,13 +82,11 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
     # the PostgreSQL sink took the stream's rows from their Avro bytes (PostgresSink.apply_encoded)
     assert status["totals"]["from_bytes"] > 0
     # the job's JVM runs with the client compiler only (spark_session.session_conf: the
-    # cdc-kafka source, no Java options chosen elsewhere)
-    # (the process's session, the job's: SparkSession.getActiveSession() is the calling
-    # thread's, None when another thread of this worker made the session first)
-    from spark_jobs.spark_session import CLIENT_COMPILER_ONLY, running_session
-    jvm = running_session().sparkContext._jvm
-    runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert CLIENT_COMPILER_ONLY in list(runtime.getInputArguments())
+    # cdc-kafka source, no Java options chosen elsewhere): an option of the JVM itself, before
+    # its main class (not only a --conf argument that names it)
+    from spark_jobs.spark_session import CLIENT_COMPILER_ONLY
+    [driver] = _spark_driver_jvms()
+    assert CLIENT_COMPILER_ONLY in driver[:driver.index(SPARK_SUBMIT)], driver
     # the producer's records are where Kafka's partitioner puts their keys: the tasks wrote
     # under their partitions' turns (the MySQL sink has none: the table's whole turn)
     assert status["totals"]["partition_turns"] > 0 and status["totals"]["whole_turns"] > 0

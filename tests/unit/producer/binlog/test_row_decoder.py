@@ -10,6 +10,7 @@ so does the fast decoder (and the reader then lets the library decode, and fail)
 
 from __future__ import annotations
 
+import socket
 import struct
 from datetime import datetime
 from decimal import Context, Decimal
@@ -17,17 +18,20 @@ from decimal import Context, Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pymysql.protocol import MysqlPacket
+from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.constants import FIELD_TYPE as T
-from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
+from common.sql import wire
 from producer.binlog.row_decoder import RowDecoder
+from tests.wire_helpers import ScriptedServer, handshake_v10, ok_packet
 
 CHARSETS = ["utf8mb4", "latin1", "binary", None]
+#: (the library's reader names its control connection's database by pymysql's old keyword)
+pytestmark = pytest.mark.filterwarnings("ignore:'db' is deprecated:DeprecationWarning")
 
 
 def _column(name: str, type_: int, **meta) -> Column:
@@ -37,33 +41,84 @@ def _column(name: str, type_: int, **meta) -> Column:
     return Column(**{**base, **meta})
 
 
-class _ControlConnection:
-    """What the library's event constructors ask of the stream's control connection: its
-    charset and which server it is (``ctl_connection._get_dbms``, a method the library's
-    stream adds to its own connection and calls here)."""
+EOF_PACKET = b"\xfe\x00\x00\x02\x00"
+#: What the library asks a server before the dump, and the one row each answer holds.
+VARIABLES = {"SHOW GLOBAL VARIABLES LIKE 'BINLOG_CHECKSUM'": ("binlog_checksum", "NONE"),
+             "SHOW VARIABLES LIKE 'BINLOG_ROW_METADATA';": ("binlog_row_metadata", "FULL")}
 
-    charset = "utf8"
 
-    def _get_dbms(self) -> str:
-        return "mysql"
+def _lenenc(value: bytes) -> bytes:
+    return wire.encode_lenenc_int(len(value)) + value
+
+
+def _variable_row(side, row: tuple[str, str]) -> None:
+    """A ``SHOW VARIABLES`` result set of one row: two VAR_STRING columns, EOF-framed."""
+    side.write(b"\x02")
+    for name in ("Variable_name", "Value"):
+        side.write(b"".join(_lenenc(x) for x in (b"def", b"", b"", b"", name.encode(), name.encode()))
+                   + b"\x0c" + (45).to_bytes(2, "little") + (256).to_bytes(4, "little") + bytes((253,)) + bytes(5))
+    side.write(EOF_PACKET)
+    side.write(b"".join(_lenenc(v.encode()) for v in row))
+    side.write(EOF_PACKET)
+
+
+def _binlog_server(events: list[bytes]) -> ScriptedServer:
+    """A MySQL 8 server's side of one connection, as python-mysql-replication uses it: logged
+    in, its statements answered (``VARIABLES``; SET: OK), a COM_BINLOG_DUMP answered with
+    ``events`` and the end of the binlog (non-blocking), until the client quits."""
+    def script(side):
+        side.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # (its small packets sent at once)
+        side.write(handshake_v10("mysql_native_password", version="8.0.36"))
+        side.read_login()
+        side.write(ok_packet())
+        while True:
+            side.seq = 0
+            data = side.read()
+            if data[:1] == b"\x01":  # COM_QUIT
+                return
+            if data[:1] == b"\x12":  # COM_BINLOG_DUMP
+                for ev in events:
+                    side.write(b"\x00" + ev)
+                side.write(EOF_PACKET)
+                continue
+            assert data[:1] == b"\x03", data  # COM_QUERY
+            sql = data[1:].decode()
+            if sql.upper().startswith("SET "):
+                side.write(ok_packet())
+            else:
+                _variable_row(side, VARIABLES[sql])
+    return ScriptedServer(script)
 
 
 def library_event(columns: list[Column], data: bytes, update: bool):
-    """A v2 rows event holding row data, built by python-mysql-replication's public
-    ``BinLogPacketWrapper`` from the packet a server sends: the OK byte, the 19-byte event
-    header, the post-header (table id 1, flags, no extra data), the column count, the
-    present-columns bitmap(s), then the rows."""
+    """A v2 rows event holding row data, as python-mysql-replication's public
+    ``BinLogStreamReader`` reads it from a server: the 19-byte event header, the post-header
+    (table id 1, flags, no extra data), the column count, the present-columns bitmap(s), then
+    the rows, served by a scripted server (no real server sends arbitrary row bytes; the
+    reader's control connection, which the library's events ask which server it is, to
+    another).  The table map is the reader's own (``table_map``), holding table 1."""
     etype = BINLOG.UPDATE_ROWS_EVENT_V2 if update else BINLOG.WRITE_ROWS_EVENT_V2
     bitmap = b"\xff" * ((len(columns) + 7) // 8)
     assert len(columns) < 251  # (the column count in one byte)
-    body = (1).to_bytes(6, "little") + struct.pack("<HH", 0, 2) + bytes([len(columns)]) + bitmap * (2 if update else 1) \
-        + data
+    body = (1).to_bytes(6, "little") + struct.pack("<HH", 0, 2) + bytes([len(columns)]) \
+        + bitmap * (2 if update else 1) + data
     header = struct.pack("<IBIIIH", 0, etype, 1, 19 + len(body), 0, 0)
-    wrapper = BinLogPacketWrapper(MysqlPacket(b"\x00" + header + body, "utf8"), {1: Table(1, "db", "t", columns)},
-                                  _ControlConnection(), (10, 11, 0), False, frozenset({WriteRowsEvent, UpdateRowsEvent}),
-                                  None, None, None, None, False, False, False, False, False)
-    assert wrapper.event is not None
-    return wrapper.event
+    stream_server, ctl_server = _binlog_server([header + body]), _binlog_server([])
+    login = {"host": "127.0.0.1", "user": "cdc", "password": "pw", "ssl_disabled": True, "connect_timeout": 10,
+             "read_timeout": 10}
+    stream = BinLogStreamReader(connection_settings={**login, "port": stream_server.port}, server_id=99,
+                                ctl_connection_settings={**login, "port": ctl_server.port},
+                                log_file="mysql-bin.000001", log_pos=4, resume_stream=True, blocking=False,
+                                only_events=[WriteRowsEvent, UpdateRowsEvent], enable_logging=False)
+    stream.table_map[1] = Table(1, "db", "t", columns)
+    try:
+        event = stream.fetchone()
+    finally:
+        stream.close()
+    stream_server.join()
+    ctl_server.join()
+    assert isinstance(event, UpdateRowsEvent if update else WriteRowsEvent), event
+    return event
 
 
 def library_rows(columns: list[Column], data: bytes, update: bool) -> list[dict]:

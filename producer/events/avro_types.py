@@ -289,13 +289,26 @@ def _dedupe_named_types(t: Any, defined: set[str]) -> Any:
     return t
 
 
+def _with_parameters(t: Any, params: dict[str, str]) -> Any:
+    """``t`` with the Connect ``params`` added (a column mapper's, producer/column_mappers.py)."""
+    if not params:
+        return t
+    if isinstance(t, list):
+        return [x if x == "null" else _with_parameters(x, params) for x in t]
+    out = dict(t) if isinstance(t, dict) else {"type": t}
+    out["connect.parameters"] = {**out.get("connect.parameters", {}), **params}
+    return out
+
+
 def _record_schema(table: TableDef, cols: Sequence[ColumnDef], name: str, doc: str | None,
-                   modes: TypeModes = DEFAULT_MODES) -> dict:
+                   modes: TypeModes = DEFAULT_MODES, mapped: bool = False) -> dict:
     names = field_names(table, cols)
     defined: set[str] = set()
     fields = []
     for c in cols:
         f = avro_field(c, names[c.name], modes)
+        if mapped and c.mapping is not None:
+            f["type"] = _with_parameters(f["type"], c.mapping.parameters(c))
         f["type"] = _dedupe_named_types(f["type"], defined)
         fields.append(f)
     schema: dict[str, Any] = {"type": "record", "name": avro_fullname(name), "fields": fields}
@@ -312,7 +325,7 @@ def row_record_schema(table: TableDef, name: str, modes: TypeModes = DEFAULT_MOD
     by full name afterwards.  A schema that embeds this one twice (``before`` and
     ``after`` of an envelope) must likewise reference the second occurrence by name.
     """
-    return _record_schema(table, table.columns, name, f"row of {table.qualified_name}", modes)
+    return _record_schema(table, table.columns, name, f"row of {table.qualified_name}", modes, mapped=True)
 
 
 def key_record_schema(table: TableDef, key_columns: Sequence[str] | None = None, name: str | None = None,

@@ -204,3 +204,32 @@ def test_a_masked_empty_set_is_the_mask():
     te = table_events("p", t, _controls(mask={3: ["shop.s.tags"]}))
     assert te.converter.convert({"id": 1, "tags": None}, {"tags": "empty set"})["tags"] == "***"
     assert table_events("p", t).converter.convert({"id": 1, "tags": None}, {"tags": "empty set"})["tags"] == ""
+
+
+# -- the compiled paths step aside for masked, hashed, truncated columns ---------------------
+
+def test_the_fast_encoders_step_aside_for_a_masked_table():
+    from producer.events.builder import StreamEncoding
+    from producer.events.row_encoder import NotFast
+    from producer.events.select_encoder import SelectRowEncoder
+    from tests.unit.producer.events.test_image_encoder import BENCH, _table
+    table = _table(BENCH, [True] * len(BENCH), [0], name="u")
+    plain = StreamEncoding("cdc", _controls(), frozenset())
+    assert plain.image_encoder(table, BENCH) is not None
+    masked = StreamEncoding("cdc", _controls(mask={3: ["db.u.name"]}), frozenset())
+    assert masked.image_encoder(table, BENCH) is None  # (the binlog image encoder and _binlog_images.c)
+    source_types = StreamEncoding("cdc", _controls(propagate=["db.u.name"]), frozenset())
+    assert source_types.image_encoder(table, BENCH) is not None  # (parameters only: same bytes)
+    te = table_events("cdc", table, _controls(truncate={2: ["db.u.note"]}), binlog=False)
+    with pytest.raises(NotFast):  # (the SELECT row encoder and _select_rows.c)
+        SelectRowEncoder(te, [(None, None)] * len(BENCH))
+
+
+def test_source_type_parameters_keep_the_image_encoders_bytes():
+    from producer.events.image_encoder import BinlogImageEncoder
+    from tests.unit.producer.events.test_image_encoder import BENCH, ROWS, _table, values_way
+    table = _table(BENCH, [i != 0 for i in range(len(BENCH))], [0])
+    te = table_events("cdc", table, _controls(propagate=[r"db\.t\..*"]))
+    assert te.row_schema["fields"][1]["type"][1]["connect.parameters"]["__debezium.source.column.name"] == "name"
+    data = b"".join(ROWS)
+    assert BinlogImageEncoder(BENCH, te).encode(data, False).bodies == values_way(BENCH, te, data, False)

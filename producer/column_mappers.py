@@ -135,7 +135,7 @@ def hash_value(v: Any, algorithm: str, salt: str, v2: bool = False) -> str | Non
 #: MariaDB's display widths of the integers declared without one (its SHOW CREATE TABLE, which
 #: Debezium parses, writes ``int(11)``; the binlog's table map has none).
 _DISPLAY_WIDTHS = {"tinyint": (4, 3), "smallint": (6, 5), "mediumint": (9, 8), "int": (11, 10), "integer": (11, 10),
-                   "bigint": (20, 20)}
+                   "bigint": (20, 20), "year": (4, 4)}
 
 
 def declared_length(col: Any) -> int:
@@ -196,10 +196,13 @@ class ColumnMapping:
 
     def changes_values(self, col: Any) -> bool:
         """Whether the column's values are not the type table's (the fast encoders step aside)."""
-        if self.kind == "truncate":
-            n = declared_length(col)
-            return n < 0 or n > self.length
+        if self.kind == "truncate":  # (a BIT's bytes are a byte[] to Debezium, which it does not cut)
+            return self._truncation_possible(col) and family_of(col.data_type) != "bit"
         return self.kind in ("mask", "hash") and family_of(col.data_type) in CHARACTER_FAMILIES
+
+    def _truncation_possible(self, col: Any) -> bool:
+        n = declared_length(col)
+        return n < 0 or n > self.length
 
     def describe(self) -> str:
         """For ``cdc verify``'s report: ``masked (source.column_mask_with_chars)``."""
@@ -239,7 +242,7 @@ class ColumnMapping:
         if self.kind in ("mask", "hash"):
             return {"masked": "true"}
         if self.kind == "truncate":
-            return {"truncateLength": str(self.length)} if self.changes_values(col) else {}
+            return {"truncateLength": str(self.length)} if self._truncation_possible(col) else {}
         out = {TYPE_PARAMETER: type_name(col)}
         length, scale = declared_length(col), declared_scale(col)
         if length != -1:

@@ -289,6 +289,12 @@ def _dedupe_named_types(t: Any, defined: set[str]) -> Any:
     return t
 
 
+def _is_record(t: Any) -> bool:
+    if isinstance(t, list):
+        return any(_is_record(x) for x in t)
+    return isinstance(t, dict) and t.get("type") == "record"
+
+
 def _with_parameters(t: Any, params: dict[str, str]) -> Any:
     """``t`` with the Connect ``params`` added (a column mapper's, producer/column_mappers.py)."""
     if not params:
@@ -308,7 +314,12 @@ def _record_schema(table: TableDef, cols: Sequence[ColumnDef], name: str, doc: s
     for c in cols:
         f = avro_field(c, names[c.name], modes)
         if mapped and c.mapping is not None:
-            f["type"] = _with_parameters(f["type"], c.mapping.parameters(c))
+            params = c.mapping.parameters(c)
+            if _is_record(f["type"]):  # (a named record is shared by its columns: the field holds them)
+                if params:
+                    f["connect.parameters"] = params
+            else:
+                f["type"] = _with_parameters(f["type"], params)
         f["type"] = _dedupe_named_types(f["type"], defined)
         fields.append(f)
     schema: dict[str, Any] = {"type": "record", "name": avro_fullname(name), "fields": fields}

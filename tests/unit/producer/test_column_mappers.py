@@ -233,3 +233,18 @@ def test_source_type_parameters_keep_the_image_encoders_bytes():
     assert te.row_schema["fields"][1]["type"][1]["connect.parameters"]["__debezium.source.column.name"] == "name"
     data = b"".join(ROWS)
     assert BinlogImageEncoder(BENCH, te).encode(data, False).bodies == values_way(BENCH, te, data, False)
+
+
+def test_struct_columns_carry_their_parameters_on_the_field_and_bits_are_not_cut():
+    from contract.codecs.connect_json import connect_schema
+    t = TableDef("shop", "g", [_col("id", "int", "int(11)", 1, nullable=False), _col("p", "point", "point", 2),
+                               _col("q", "point", "point", 3), _col("b", "bit", "bit(64)", 4),
+                               _col("y", "year", "year", 5)], ["id"])
+    te = table_events("p", t, _controls(truncate={2: [r"shop\.g\.(p|b)"]}, propagate=[r"shop\.g\.(q|y)"]))
+    row = connect_schema(te.row_schema)["fields"]
+    by = {f["field"]: f for f in row}
+    assert by["p"]["parameters"] == {"truncateLength": "2"} and by["p"]["name"] == "io.debezium.data.geometry.Point"
+    assert by["q"]["parameters"] == {"__debezium.source.column.type": "POINT", "__debezium.source.column.name": "q"}
+    assert by["b"]["parameters"]["truncateLength"] == "2"
+    assert te.converter.convert({"id": 1, "p": None, "q": None, "b": b"\xff" * 8, "y": 2000})["b"] == b"\xff" * 8
+    assert by["y"]["parameters"]["__debezium.source.column.length"] == "4"

@@ -21,6 +21,9 @@ ignoring case, against ``db.table.column``:
   against ``db.table.TYPE``): the schema parameters ``__debezium.source.column.type``,
   ``.length``, ``.scale`` (when the type has them) and ``.name``.
 
+The parameters are the Avro type's ``connect.parameters`` (the Connect schema's ``parameters``
+in debezium-json); a geometry column's are on its field, its named record type being shared.
+
 One mapper per column, the first that matches in Debezium's order: truncations, masks,
 propagations (by column, by type), hashes v1, hashes v2. The schema parameters are on the
 value's fields only (not the key's), as Debezium's. Masking, hashing or truncating a key
@@ -271,8 +274,9 @@ def _patterns(value: Any, setting: str) -> tuple[re.Pattern[str], ...]:
 def _length(n: Any, setting: str) -> int:
     text = str(n).strip()
     if not text.isdigit():
+        debezium = "column.truncate.to.N.chars" if setting == TRUNCATE else "column.mask.with.N.chars"
         raise ColumnControlsError(f"{setting}: {n!r} is not a number of characters (an integer, 0 or more, "
-                                  f"as N of Debezium's {setting.split('.')[1].replace('_', '.')})")
+                                  f"as N of Debezium's {debezium})")
     return int(text)
 
 
@@ -294,7 +298,8 @@ class ColumnMappers:
                  hashes: Sequence[Mapping[str, Any]] = (), propagate: Any = (), propagate_types: Any = ()) -> None:
         rules: list[_Rule] = []
         for n, cols in (truncate or {}).items():
-            rules.append(_Rule(_patterns(cols, TRUNCATE), ColumnMapping("truncate", TRUNCATE, length=_length(n, TRUNCATE))))
+            mapping = ColumnMapping("truncate", TRUNCATE, length=_length(n, TRUNCATE))
+            rules.append(_Rule(_patterns(cols, TRUNCATE), mapping))
         for n, cols in (mask or {}).items():
             rules.append(_Rule(_patterns(cols, MASK), ColumnMapping("mask", MASK, mask="*" * _length(n, MASK))))
         rules.append(_Rule(_patterns(propagate, PROPAGATE), ColumnMapping("propagate", PROPAGATE)))
@@ -350,16 +355,10 @@ class ColumnMappers:
 NO_MAPPERS = ColumnMappers()
 
 
-def mapped_converter(convert: Callable[[Any], Any], col: Any) -> Callable[[Any], Any]:
-    """``convert`` with ``col``'s mapping after it (``convert`` when it has none)."""
-    mapping = getattr(col, "mapping", None)
-    return convert if mapping is None else mapping.wrap(convert, col)
-
-
 def mapped_columns(columns: Iterable[Any]) -> list[tuple[str, ColumnMapping]]:
     """``(column, mapping)`` of the columns whose values a mapping changes."""
     return [(c.name, c.mapping) for c in columns if c.mapping is not None and c.mapping.changes_values(c)]
 
 
 __all__ = ["ColumnMapping", "ColumnMappers", "NO_MAPPERS", "declared_length", "hash_value", "java_serialized",
-           "mapped_columns", "mapped_converter", "truncate_value"]
+           "mapped_columns", "truncate_value"]

@@ -32,7 +32,8 @@ ROWS = [
     (1, "ann@example.com", "Ann Example", "annie", "likes long walks", "abc", "red", "a,c", 7, "12.50",
      "2020-01-02 03:04:05.678", b"\x01\x02\x03\x04\x05", "kept"),
     (2, None, None, None, None, None, None, None, None, None, None, None, None),
-    (3, "b\u00e9\u00e9@example.org", "J\u00fcrgen \U0001F600 M\u00fcller", "j\u00fc \U0001F600", "\U0001F600\U0001F600abc", "xy",
+    (3, "b\u00e9\u00e9@example.org", "J\u00fcrgen \U0001F600 M\u00fcller", "j\u00fc \U0001F600",
+     "\U0001F600\U0001F600abc", "xy",
      "blue", "", -1, "-0.01", "1999-12-31 23:59:59.999", b"\xff" * 10, "\u00e9t\u00e9"),
 ]
 

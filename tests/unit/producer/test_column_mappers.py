@@ -248,3 +248,13 @@ def test_struct_columns_carry_their_parameters_on_the_field_and_bits_are_not_cut
     assert by["b"]["parameters"]["truncateLength"] == "2"
     assert te.converter.convert({"id": 1, "p": None, "q": None, "b": b"\xff" * 8, "y": 2000})["b"] == b"\xff" * 8
     assert by["y"]["parameters"]["__debezium.source.column.length"] == "4"
+
+
+def test_a_bad_setting_in_cdc_yaml_stops_the_start_naming_it():
+    from common.errors import ConfigError
+    source = SourceConfig(column_mask_hash=[{"algorithm": "SHA-999", "salt": "x", "columns": "a.b.c"}])
+    with pytest.raises(ConfigError, match=r"source\.column_mask_hash\[0\]\.algorithm: 'SHA-999'"):
+        ColumnControls.from_config(source)  # (ProducerApp and cdc verify build them first)
+    with pytest.raises(ConfigError, match=r"source\.column_truncate_to_chars: '2x' is not a number .*"
+                                          r"column\.truncate\.to\.N\.chars"):
+        ColumnControls.from_config(SourceConfig(column_truncate_to_chars={"2x": "a.b.c"}))

@@ -60,9 +60,13 @@ class ColumnSpec:
     #: How the events write the source value under a handling mode (cdc.verify.normalise.WRITTEN;
     #: "": as it is).
     written: str = ""
+    #: The column's mask, hash or truncation (producer/column_mappers.py) on its source value as
+    #: written: the events carry that, so the comparison does.
+    mapped: Any = None
 
     def source(self, v: Any) -> Any:
-        return source_value(self.kind, as_written(self.written, v), scale=self.scale, members=self.members)
+        n = source_value(self.kind, as_written(self.written, v), scale=self.scale, members=self.members)
+        return n if self.mapped is None else self.mapped(n)
 
     def sink(self, v: Any) -> Any:
         return normalise(self.kind, v, scale=self.scale, members=self.members)
@@ -221,6 +225,19 @@ def written_as(col: Any, kind: str, modes: TypeModes) -> tuple[str, str]:
     return "", kind
 
 
+def _mapped(col: Any, kind: str) -> tuple[Any, str]:
+    """The function giving a column's compared value from its normalised source value when a
+    mask, hash or truncation changes its values (producer/column_mappers.py), and the report's
+    note; ``(None, note)``: the column is not compared (a truncated value of a kind other than text
+    or bytes, which the normalised value does not hold as the events do)."""
+    mapping = col.mapping
+    if mapping is None or not mapping.changes_values(col):
+        return None, ""
+    if kind not in ("text", "bytes"):
+        return None, f"column {col.name} not compared: {mapping.describe()}, of a {col.data_type} column"
+    return mapping.transform(col), f"column {col.name} compared as {mapping.describe()}"
+
+
 def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
     """The :class:`TableSpec` of a source table, or why it cannot be verified."""
     tdef = read_table_def(conn, db, table)
@@ -237,7 +254,7 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
                             "(the sinks cannot hold it)")
     jsons = _json_check_columns(conn, db, table)
     names = field_names(tdef)
-    cols = []
+    cols, notes = [], []
     modes = type_modes(cfg.producer)
     for c in captured.columns:
         kind = column_kind(c.data_type, c.name in jsons and c.data_type in ("longtext", "text", "mediumtext"))
@@ -247,12 +264,16 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
                                 "(producer.*_mode): it cannot be looked up in the source")
         scale = c.scale if c.data_type in ("float", "double", "real") else None
         fsp = 3 if written == "datetime_ms" else c.fsp if kind == "datetime" else 0
+        mapped, note = _mapped(c, kind)
+        if note:
+            notes.append(note)
+            if mapped is None:
+                continue
         cols.append(ColumnSpec(c.name, kind, names[c.name], scale, fsp,
                                (c.bit_length or 1) if kind == "bit" else 1,
                                tuple(c.enum_values) if c.data_type in ("set", "enum") else (),
-                               c.data_type if c.data_type in ("set", "enum") else "", written))
+                               c.data_type if c.data_type in ("set", "enum") else "", written, mapped))
     key = [tdef.column(k).name for k in key]
-    notes = []
     left_out = controls.left_out(tdef)
     if left_out:
         notes.append(f"column(s) {', '.join(left_out)} not compared: the events leave them out "

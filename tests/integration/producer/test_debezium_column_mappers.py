@@ -11,18 +11,13 @@ value must be Debezium's (the differences every run has aside).
 
 from __future__ import annotations
 
-import json
-import time
-
 import pytest
 
 from tests.all_types import create_all_types, insert_all_types
-from tests.integration.producer.test_debezium_conformance import DBZ_SIGNALS, DebeziumCapture, _admin, _ours
+from tests.integration.producer.test_debezium_conformance import side_by_side
 from tests.integration.producer.test_debezium_handling_modes import ALWAYS
 from tests.peers.conformance import compare
 from tests.peers.debezium_capture import debezium_mariadb
-from tests.producer_helpers import ProducerThread, start_at_current, wait_for
-from tests.snapshot_helpers import has_notification, snapshot
 
 TABLE = ("CREATE TABLE people (id INT PRIMARY KEY, email VARCHAR(40), name VARCHAR(20), nick TEXT, bio TEXT, "
          "code CHAR(3), colour ENUM('red','green','blue'), tags SET('a','b','c'), n INT, amount DECIMAL(10,2), "
@@ -72,11 +67,6 @@ def debezium_server(tmp_path_factory):
 
 
 def _configure(cfg, server, db: str, ours_settings: dict) -> None:
-    cfg.source.host, cfg.source.port = server["host"], server["port"]
-    cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
-    cfg.source.signal_table = server["signal_table"]
-    cfg.source.include_databases = [db]
-    cfg.producer.format = "debezium-json"
     for name, value in ours_settings.items():
         setattr(cfg.source, name, {str(k): v for k, v in value.items()} if isinstance(value, dict) else value)
 
@@ -84,38 +74,8 @@ def _configure(cfg, server, db: str, ours_settings: dict) -> None:
 def _both(cfg, server, db: str, state, table: str, create, write, theirs_settings: dict) -> tuple[list, list]:
     """Our events and Debezium's of ``db.table``: ``create(conn)`` before both start, ``write(conn)``
     while they stream, then an incremental snapshot of the table on each side."""
-    with _admin(server) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-    with _admin(server, db) as conn:
-        create(conn)
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE TABLE {DBZ_SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
-                        "data VARCHAR(2048))")
-    start_at_current(cfg)
-    dbz = DebeziumCapture(server, db, state, **theirs_settings)
-    try:
-        with _admin(server, db) as conn:
-            write(conn)
-        with ProducerThread(cfg):
-            sid = snapshot(cfg, [f"{db}.{table}"])
-            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), 120, what="our snapshot completed")
-        with _admin(server, db) as conn, conn.cursor() as cur:
-            data = {"data-collections": [f"{db}.{table}"], "type": "incremental"}
-            cur.execute(f"INSERT INTO {DBZ_SIGNALS} VALUES ('mappers-1', 'execute-snapshot', %s)", (json.dumps(data),))
-        ours = _ours(cfg, db, [table])
-        seen = {"n": -1, "since": time.monotonic()}
-
-        def settled() -> bool:
-            n = sum(1 for e in dbz.events() if e.table == f"{db}.{table}")
-            if n != seen["n"]:
-                seen.update(n=n, since=time.monotonic())
-            return n >= len(ours) or time.monotonic() - seen["since"] > 15
-        wait_for(settled, 180, interval=1.0, what="Debezium's events")
-        return ours, dbz.events()
-    finally:
-        dbz.close()
-        with _admin(server) as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    return side_by_side(cfg, server, db, state, create=create, changes=write, snapshot_tables=[table],
+                        tables=[table], tag="mappers-1", **theirs_settings)
 
 
 def _differences(ours: list, theirs: list, table: str) -> tuple[list, str]:

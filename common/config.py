@@ -324,6 +324,38 @@ class StartupConfig(Section):
     when_needed: Literal["stop", "snapshot"] = "stop"
 
 
+class OutboxConfig(Section):
+    """Debezium's outbox event router (``io.debezium.transforms.outbox.EventRouter``), its
+    settings under our names (docs/configuration.md, "The outbox event router");
+    ``producer/events/outbox.py`` applies and checks them."""
+
+    # The outbox table, ``db.table`` (Debezium: the table its connector captures for the SMT).
+    table: str
+    id_column: str = "id"                         # table.field.event.id: the ``id`` header
+    aggregate_id_column: str = "aggregateid"      # table.field.event.key: the record key
+    aggregate_type_column: str = "aggregatetype"  # route.by.field: routes the record
+    payload_column: str = "payload"               # table.field.event.payload: the record value
+    topic_regex: str = "(?<routedByValue>.*)"     # route.topic.regex (Java syntax)
+    topic_replacement: str = "outbox.event.${routedByValue}"  # route.topic.replacement
+    tombstone_on_empty_payload: bool = False      # route.tombstone.on.empty.payload
+    invalid_operation: Literal["warn", "error", "fatal"] = "warn"  # table.op.invalid.behavior
+    # table.fields.additional.placement: ``column:header[:alias]`` / ``column:envelope[:alias]``;
+    # a string is split on commas, as Debezium splits it.
+    additional_placement: list[str] = Field(default_factory=list)
+
+    @field_validator("table")
+    @classmethod
+    def _qualified(cls, v: str) -> str:
+        return qualified_name(v)
+
+    @field_validator("additional_placement", mode="before")
+    @classmethod
+    def _placements(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [c.strip() for c in v.split(",") if c.strip()]
+        return v
+
+
 class ProducerConfig(Section):
     format: Literal["avro", "json", "debezium-json"] = "avro"
     # The producer's own Kafka login (a user whose ACLs let it write its topics), instead of
@@ -369,6 +401,9 @@ class ProducerConfig(Section):
     time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"
     bigint_unsigned_handling_mode: Literal["precise", "long"] = "precise"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+    # Debezium's outbox event router: the outbox table's inserts routed to topics by aggregate
+    # type, keyed by aggregate id, the payload as the value (null: off).
+    outbox: OutboxConfig | None = None
 
     @field_validator("skipped_operations", mode="before")
     @classmethod

@@ -11,7 +11,8 @@ Debezium's change event (``EventRouterDelegate.apply`` in Debezium 3.6):
 * value: the ``payload_column`` value (``table.field.event.payload``) with that column's
   schema -- a string column's text, JSON-quoted, in ``debezium-json``; with ``envelope``
   placements (``additional_placement``) a struct ``{payload, <alias>...}`` named
-  ``<prefix>.<db>.<table>.<routed value>.Value``; an empty or NULL payload with
+  ``<prefix>.<db>.<table>.<routed value>.Value`` after the first record's routed value (as
+  Debezium, which keeps that struct by the payload's schema); an empty or NULL payload with
   ``tombstone_on_empty_payload`` (``route.tombstone.on.empty.payload``): no value;
 * headers: ``id``, the ``id_column`` value (``table.field.event.id``) as Kafka Connect's
   default header converter (``SimpleHeaderConverter``) writes it: its text; ``header``
@@ -28,6 +29,7 @@ routed as inserts, as Debezium's are.  The outbox table's own change topic is no
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import re
 from decimal import Decimal
@@ -142,7 +144,7 @@ class OutboxRouter:
                 (parts[0], parts[2] if len(parts) == 3 and parts[2] else parts[0]))
         self._topics: dict[str, str] = {}
         self._shapes: dict[int, tuple] = {}
-        self._envelopes: dict[tuple, Any] = {}
+        self._envelopes: dict[str, dict] = {}
 
     def routes(self, db: str, table: str) -> bool:
         """Whether ``db.table`` is the outbox table."""
@@ -290,15 +292,18 @@ class OutboxRouter:
 
     def _envelope_schema(self, te: Any, pick: dict, routed: str) -> dict:
         """The value's struct with ``envelope`` placements: ``payload`` and the placed columns,
-        named as Debezium names it (the ``after`` struct's name with the routed value before its
-        last part); one per table version and routed value."""
-        cache = (id(te), routed)
+        named as Debezium names it: the ``after`` struct's name with the routed value before its
+        last part.  Kept by the payload column's type, as Debezium keeps it (its
+        ``payloadSchemaCache``): the routed value of the first record since the start names the
+        struct of every record after it whose payload column has that type."""
+        pay_type = pick[self.cfg.payload_column][1]
+        cache = json.dumps(pay_type, sort_keys=True)
         schema = self._envelopes.get(cache)
         if schema is None:
             row_name = te.row_schema.get("connect.name") or te.row_schema["name"]
             head, _, last = row_name.rpartition(".")
             name = f"{head}.{routed}.{last}" if head else f"{routed}.{row_name}"
-            fields = [{"name": "payload", "type": pick[self.cfg.payload_column][1]}]
+            fields = [{"name": "payload", "type": pay_type}]
             fields += [{"name": alias, "type": pick[col][1]} for col, alias in self.envelope]
             avro_name = re.sub(r"[^A-Za-z0-9_.]", "_", name)
             schema = {"type": "record", "name": avro_name, "connect.name": name, "fields": fields}

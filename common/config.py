@@ -683,7 +683,14 @@ class CDCConfig(Section):
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _expand(value: Any, environ: dict[str, str]) -> Any:
+#: Keys whose values are not expanded from the environment: their own ``${name}`` syntax
+#: (``producer.outbox.topic_replacement``: Debezium's ``${routedByValue}``, a regex group).
+_VERBATIM = {("outbox", "topic_replacement")}
+
+
+def _expand(value: Any, environ: dict[str, str], path: tuple[str, ...] = ()) -> Any:
+    if path[-2:] in _VERBATIM:
+        return value
     if isinstance(value, str):
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
@@ -692,9 +699,9 @@ def _expand(value: Any, environ: dict[str, str]) -> Any:
             return environ[name]
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _expand(v, environ) for k, v in value.items()}
+        return {k: _expand(v, environ, (*path, str(k))) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, environ) for v in value]
+        return [_expand(v, environ, path) for v in value]
     return value
 
 

@@ -90,3 +90,20 @@ def test_the_setting_reads_from_yaml_with_debeziums_defaults():
     assert CDCConfig.model_validate({}).producer.outbox is None
     with pytest.raises(Exception, match="database.table"):
         CDCConfig.model_validate({"producer": {"outbox": {"table": "outbox"}}})
+
+
+def test_debeziums_replacement_syntax_survives_the_configuration_file(tmp_path, monkeypatch):
+    """``${VAR}`` in cdc.yaml is expanded from the environment, but not in the replacement,
+    whose ``${routedByValue}`` is Debezium's: written and read back as it is."""
+    from common.config import load_config, write_config
+
+    monkeypatch.setenv("KAFKA_HOST", "broker:9092")
+    path = tmp_path / "cdc.yaml"
+    path.write_text("kafka: {bootstrap_servers: '${KAFKA_HOST}'}\n"
+                    "producer: {outbox: {table: shop.outbox, topic_replacement: 'events.${routedByValue}'}}\n")
+    cfg = load_config(path)
+    assert cfg.kafka.bootstrap_servers == "broker:9092"
+    assert cfg.producer.outbox.topic_replacement == "events.${routedByValue}"
+    cfg.producer.outbox.topic_replacement = "outbox.event.${routedByValue}"
+    write_config(cfg, path)
+    assert load_config(path).producer.outbox.topic_replacement == "outbox.event.${routedByValue}"

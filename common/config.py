@@ -151,6 +151,10 @@ class SourceConfig(Section):
     # Debezium's message.key.columns: ``db.table:c1,c2;db2.t2:c`` (table parts are regexes):
     # the key of a table without a primary key, or instead of its primary key.
     message_key_columns: str = ""
+    # Debezium's snapshot.select.statement.overrides: {"db.table": "SELECT * FROM db.table WHERE
+    # <condition>"} (or the condition alone): the condition ANDed into every chunk SELECT of the
+    # table's snapshots (producer/snapshot/select_overrides.py).
+    snapshot_select_statement_overrides: dict[str, str] = Field(default_factory=dict)
     # Binlog event filters: {"shop.orders": ["truncate", "drop"]} ignores those DDL.
     ignore_events: dict[str, list[str]] = Field(default_factory=dict)
     # Debezium-shaped signal table, ``db.table``.
@@ -166,6 +170,13 @@ class SourceConfig(Section):
     @classmethod
     def _qualified(cls, v: str) -> str:
         return qualified_name(v)
+
+    @field_validator("snapshot_select_statement_overrides")
+    @classmethod
+    def _override_tables(cls, v: dict[str, str]) -> dict[str, str]:
+        for table in v:
+            qualified_name(table)
+        return v
 
     @field_validator("signal_channels", mode="before")
     @classmethod

@@ -45,6 +45,7 @@ from producer.session import StreamSession
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.snapshot.gtid_windows import MarkerSlots
+from producer.snapshot.select_overrides import check_overrides
 from producer.snapshot.table_reader import list_tables, read_table_def
 from producer.startup import Startup
 
@@ -120,6 +121,7 @@ class ProducerApp:
             src.check_grants(conn, read_only=cfg.snapshot.read_only, signal_table=cfg.source.signal_table)
             self._check_columns(conn)
             self._check_outbox(conn)
+            check_overrides(conn, cfg.source.snapshot_select_statement_overrides, self.filter.captures)
             self.store.ensure()
             stored = self.store.load()
             state = self.startup.plan(conn, info, stored, self.recover)

@@ -107,9 +107,20 @@ def header_text(value: Any) -> bytes | None:
         return b"true" if value else b"false"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value))
-    if isinstance(value, Decimal):
-        return str(value).encode()
-    return str(value).encode()
+    if isinstance(value, float):
+        return _java_double(value).encode()
+    return str(value).encode()  # (str, int, Decimal: BigDecimal.toString's rule is Decimal's)
+
+
+def _java_double(x: float) -> str:
+    """``x`` as Java's ``Double.toString`` writes it (``1.5``, ``1.0E10``, ``1.0E-4``)."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
+    if x == 0 or 1e-3 <= abs(x) < 1e7:
+        return repr(x) if "e" not in repr(x) else f"{x:f}"
+    sign, digits, exp = Decimal(repr(x)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{int(exp) + len(digits) - 1}"
 
 
 class RoutingParts(Protocol):

@@ -75,8 +75,12 @@ def test_a_route_that_is_no_topic_name_is_an_error():
 
 
 def test_headers_are_the_text_of_the_value():
-    assert [header_text(v) for v in ("4d47", 42, True, None, b"\x01\x02")] == [b"4d47", b"42", b"true", None,
-                                                                                b"AQI="]
+    """As Kafka Connect's SimpleHeaderConverter writes them (its answers, asked in its JVM)."""
+    from decimal import Decimal
+    assert [header_text(v) for v in ("4d47", 42, True, None, b"\x01\x02", Decimal("12.30"))] == [
+        b"4d47", b"42", b"true", None, b"AQI=", b"12.30"]
+    assert [header_text(v) for v in (1e10, 1.5, -2.5e-5, 0.001, 1234567.0, 12345678.0)] == [
+        b"1.0E10", b"1.5", b"-2.5E-5", b"0.001", b"1234567.0", b"1.2345678E7"]
 
 
 def test_the_setting_reads_from_yaml_with_debeziums_defaults():

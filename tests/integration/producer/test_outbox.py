@@ -140,3 +140,21 @@ def test_a_snapshot_of_the_outbox_table_routes_its_rows(stack, config, test_db, 
         wait_for(lambda: has_notification(config, "COMPLETED", id=sid), 90, what="snapshot completed")
     routed = _routed(config, f"outbox.event.{order}")
     assert [(k, v, h["id"]) for k, v, h in routed] == [("1", "a", b"e-1"), ("2", "b", b"e-2"), ("1", "c", b"e-3")]
+
+
+def test_ddl_and_truncate_of_the_outbox_table_route_nothing_again(stack, config, test_db, unique):
+    """A DDL that rewrites rows would snapshot a table by itself, a TRUNCATE write a truncate
+    event on its change topic: the outbox table has neither (its rows are events, routed once)."""
+    order = unique("Order")
+    _exec(stack, test_db, OUTBOX)
+    config.source.include_databases = [test_db]
+    config.producer.outbox = {"table": f"{test_db}.outbox"}
+    start_at_current(config)
+    _exec(stack, test_db, f"INSERT INTO outbox VALUES ('e-1', '{order}', '1', 'OrderCreated', 'a')",
+          "ALTER TABLE outbox ADD COLUMN tenant INT NOT NULL DEFAULT 7",
+          "TRUNCATE TABLE outbox",
+          f"INSERT INTO outbox VALUES ('e-2', '{order}', '1', 'OrderPaid', 'b', 8)")
+    run_until_caught_up(config, idle_s=3)
+    assert [(k, v, h["id"]) for k, v, h in _routed(config, f"outbox.event.{order}")] == [
+        ("1", "a", b"e-1"), ("1", "b", b"e-2")]
+    assert f"{config.kafka.topic_prefix}.{test_db}.outbox" not in _topics(config)

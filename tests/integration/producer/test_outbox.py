@@ -158,3 +158,15 @@ def test_ddl_and_truncate_of_the_outbox_table_route_nothing_again(stack, config,
     assert [(k, v, h["id"]) for k, v, h in _routed(config, f"outbox.event.{order}")] == [
         ("1", "a", b"e-1"), ("1", "b", b"e-2")]
     assert f"{config.kafka.topic_prefix}.{test_db}.outbox" not in _topics(config)
+
+
+def test_cdc_verify_leaves_the_outbox_table_out(stack, config, test_db):
+    """Its rows are routed events, not a table the sinks hold: verify's captured tables skip it."""
+    from cdc.verify.discovery import source_tables
+
+    _exec(stack, test_db, OUTBOX, "CREATE TABLE orders (id INT PRIMARY KEY)")
+    config.source.include_databases = [test_db]
+    with stack.admin() as conn:
+        assert (test_db, "outbox") in source_tables(conn, config, None)[0]
+        config.producer.outbox = {"table": f"{test_db}.outbox"}
+        assert source_tables(conn, config, None)[0] == [(test_db, "orders")]

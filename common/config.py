@@ -155,6 +155,16 @@ class SourceConfig(Section):
     # <condition>"} (or the condition alone): the condition ANDed into every chunk SELECT of the
     # table's snapshots (producer/snapshot/select_overrides.py).
     snapshot_select_statement_overrides: dict[str, str] = Field(default_factory=dict)
+    # Debezium's column mappers (producer/column_mappers.py), columns as regexes on ``db.table.column``
+    # (a string is split on commas): column.truncate.to.N.chars as {N: [regex]}, column.mask.with.N.chars
+    # as {N: [regex]}, column.mask.hash.<algorithm>.with.salt.<salt> (and .v2.) as a list of
+    # {algorithm, salt, columns, strategy: v1|v2}, column.propagate.source.type and
+    # datatype.propagate.source.type (regexes on ``db.table.TYPE``) as lists.  Checked at start.
+    column_truncate_to_chars: dict[str, list[str] | str] = Field(default_factory=dict)
+    column_mask_with_chars: dict[str, list[str] | str] = Field(default_factory=dict)
+    column_mask_hash: list[dict[str, Any]] = Field(default_factory=list)
+    column_propagate_source_type: list[str] = Field(default_factory=list)
+    datatype_propagate_source_type: list[str] = Field(default_factory=list)
     # Binlog event filters: {"shop.orders": ["truncate", "drop"]} ignores those DDL.
     ignore_events: dict[str, list[str]] = Field(default_factory=dict)
     # Debezium-shaped signal table, ``db.table``.
@@ -185,7 +195,13 @@ class SourceConfig(Section):
             v = [c.strip() for c in v.split(",") if c.strip()]
         return list(dict.fromkeys(v)) if isinstance(v, list) else v
 
-    @field_validator("column_include_list", "column_exclude_list", mode="before")
+    @field_validator("column_truncate_to_chars", "column_mask_with_chars", mode="before")
+    @classmethod
+    def _mapper_keys(cls, v: Any) -> Any:
+        return {str(k): c for k, c in v.items()} if isinstance(v, dict) else v
+
+    @field_validator("column_include_list", "column_exclude_list", "column_propagate_source_type",
+                     "datatype_propagate_source_type", mode="before")
     @classmethod
     def _column_list(cls, v: Any) -> Any:
         if isinstance(v, str):

@@ -30,9 +30,10 @@ would lose a column is refused with an error naming the setting.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from producer.column_mappers import NO_MAPPERS, ColumnMappers, mapped_columns
 from producer.errors import ColumnControlsError
 from producer.table_schema import TableDef
 
@@ -82,7 +83,8 @@ class ColumnControls:
 
     def __init__(self, *, include: Iterable[str] = (), exclude: Iterable[str] = (), message_key_columns: str = "",
                  exclude_columns: Mapping[str, Sequence[str]] | None = None,
-                 key_columns: Mapping[str, Sequence[str]] | None = None) -> None:
+                 key_columns: Mapping[str, Sequence[str]] | None = None,
+                 mappers: ColumnMappers = NO_MAPPERS) -> None:
         include, exclude = list(include), list(exclude)
         if include and exclude:
             raise ColumnControlsError(f"{INCLUDE} and {EXCLUDE} are mutually exclusive (as Debezium's "
@@ -92,7 +94,9 @@ class ColumnControls:
         self.key_rules = parse_message_key_columns(message_key_columns)
         self.exclude_columns = {t: frozenset(cols) for t, cols in (exclude_columns or {}).items() if cols}
         self.key_columns = {t: tuple(cols) for t, cols in (key_columns or {}).items() if cols}
-        self.active = bool(self.include or self.exclude or self.key_rules or self.exclude_columns or self.key_columns)
+        self.mappers = mappers  # masks, hashes, truncations, source types (producer/column_mappers.py)
+        self.active = bool(self.include or self.exclude or self.key_rules or self.exclude_columns or self.key_columns
+                           or mappers.active)
         self._resolved: dict[tuple[str, str], TableDef] = {}
 
     @classmethod
@@ -100,7 +104,7 @@ class ColumnControls:
         """The controls of a ``source`` section (:class:`common.config.SourceConfig`)."""
         return cls(include=source.column_include_list, exclude=source.column_exclude_list,
                    message_key_columns=source.message_key_columns, exclude_columns=source.exclude_columns,
-                   key_columns=source.key_columns)
+                   key_columns=source.key_columns, mappers=ColumnMappers.from_config(source))
 
     def __getstate__(self) -> dict:  # (sent to the binlog reader process: without the cache)
         return {**self.__dict__, "_resolved": {}}
@@ -176,14 +180,37 @@ class ColumnControls:
                 f"{'key from ' + key_setting if key_setting else 'primary key'}): a key column is always captured "
                 f"(Debezium would keep it in the key but not in the value, which the sinks cannot hold); "
                 f"capture it, or give the table another key with {KEY}")
-        if not out and key == table.primary_key:
+        columns = [self._mapped(table, c) for c in table.columns if c.name not in out]
+        self._check_mapped_key(table, columns, key)
+        if not out and key == table.primary_key and all(c.mapping is None for c in columns):
             resolved = table
         else:
-            resolved = TableDef(table.db, table.name, [c for c in table.columns if c.name not in out], key)
+            resolved = TableDef(table.db, table.name, columns, key)
         if len(self._resolved) >= 4096:
             self._resolved.clear()
         self._resolved[cache_key] = resolved
         return resolved
+
+    def _mapped(self, table: TableDef, col: Any) -> Any:
+        mapping = self.mappers.mapping_for(table.db, table.name, col) if self.mappers.active else None
+        return col if mapping is None else replace(col, mapping=mapping)
+
+    @staticmethod
+    def _check_mapped_key(table: TableDef, columns: list, key: list[str]) -> None:
+        changed = [(name, m) for name, m in mapped_columns(columns) if name in key]
+        if changed:
+            name, m = changed[0]
+            raise ColumnControlsError(
+                f"{m.setting} would change the values of key column {name!r} of {table.qualified_name}: a key "
+                f"column is never {m.describe().split(' (')[0]} (the sinks key rows by their values); leave it out "
+                f"of the setting's patterns, or give the table another key with {KEY}")
+
+    def maps_values(self, table: TableDef) -> list[tuple[str, Any]]:
+        """``(column, mapping)`` of the columns of ``table`` whose values a mask, hash or
+        truncation changes (producer/column_mappers.py), in the table's order."""
+        if not self.mappers.active:
+            return []
+        return mapped_columns(self.resolve(table).columns)
 
     def drops_columns(self, table: TableDef) -> bool:
         """Whether ``table``'s events leave out any of its columns."""

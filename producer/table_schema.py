@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
+from typing import Any, Sequence
 
 __all__ = ["ColumnDef", "TableDef", "parse_enum_values"]
 
@@ -127,6 +127,9 @@ class ColumnDef:
     character_set: str | None = None
     char_max_length: int | None = None
     default: str | None = None
+    # Debezium's column mapper of the column in the events (producer/column_mappers.py):
+    # set by the column controls' resolve only.
+    mapping: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -223,7 +226,7 @@ class ColumnDef:
             "datetime_precision": self.datetime_precision,
             "character_set": self.character_set,
             "char_max_length": self.char_max_length,
-        }
+        } | ({"mapping": self.mapping.definition()} if self.mapping is not None else {})
 
 
 @dataclass

@@ -316,3 +316,53 @@ def source_value(kind: str, v: Any, **kw: Any) -> Any:
         b = bytes(v)
         return b[4:] if len(b) > 4 else b
     return normalise(kind, v, **kw)
+
+
+# --- Debezium's handling modes: what the events carry of a source value --------------------------
+#: How a column's source value is written under a handling mode (cdc.verify.spec.written_as), and
+#: whether the source value can be found again from the written one (a key column must).
+WRITTEN = {
+    "double": False,          # decimal.handling.mode: double
+    "long": True,             # bigint.unsigned.handling.mode: long (wraps above 2**63-1)
+    "base64": True,           # binary.handling.mode
+    "base64-url-safe": True,
+    "hex": True,
+    "time_ms": False,         # time.precision.mode: connect (ms of the day; null outside a day)
+    "datetime_ms": False,     # time.precision.mode: connect (DATETIME to the millisecond)
+}
+
+
+def as_written(how: str, v: Any) -> Any:
+    """A source value as the events carry it under the handling mode ``how`` (:data:`WRITTEN`)."""
+    if v is None or not how:
+        return v
+    if how == "double":
+        return float(Decimal(v) if not isinstance(v, (int, float, Decimal)) else v)
+    if how == "long":
+        v = int(v)
+        return v - (1 << 64) if v >= 1 << 63 else v
+    if how in ("base64", "base64-url-safe", "hex"):
+        b = bytes(v) if not isinstance(v, str) else v.encode("utf-8", "surrogateescape")
+        return {"base64": base64.b64encode, "base64-url-safe": base64.urlsafe_b64encode}[how](b).decode() \
+            if how != "hex" else b.hex()
+    if how == "time_ms":
+        us = canonical_time(v)
+        if not isinstance(us, int) or not 0 <= us <= 86_400_000_000:
+            return None
+        return us - us % 1000
+    if how == "datetime_ms" and isinstance(v, datetime):
+        return v.replace(microsecond=v.microsecond - v.microsecond % 1000)
+    return v
+
+
+def as_source(how: str, canon: Any) -> Any:
+    """The source value of a written key value (the modes :data:`WRITTEN` can find it again)."""
+    if canon is None or not how:
+        return canon
+    if how == "long":
+        return canon + (1 << 64) if canon < 0 else canon
+    if how == "hex":
+        return bytes.fromhex(canon)
+    if how in ("base64", "base64-url-safe"):
+        return (base64.b64decode if how == "base64" else base64.urlsafe_b64decode)(canon)
+    raise ValueError(f"a key written as {how} cannot be looked up in the source")

@@ -17,9 +17,10 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from cdc.verify.normalise import normalise, normalise_avro, source_value
-from contract.type_table import family_of, source_type
+from cdc.verify.normalise import WRITTEN, as_source, as_written, normalise, normalise_avro, source_value
+from contract.type_table import DECIMAL20, INTEGER_TYPES, TypeModes, family_of, source_type
 from producer.events.avro_types import field_names
+from producer.events.builder import type_modes
 from producer.column_controls import ColumnControls
 from producer.errors import ColumnControlsError
 from producer.snapshot.table_reader import read_table_def
@@ -56,14 +57,23 @@ class ColumnSpec:
     members: tuple[str, ...] = ()
     #: "enum" or "set" for those source types (their order in the source is by number).
     enum: str = ""
+    #: How the events write the source value under a handling mode (cdc.verify.normalise.WRITTEN;
+    #: "": as it is).
+    written: str = ""
+    #: The column's mask, hash or truncation (producer/column_mappers.py) on its source value as
+    #: written: the events carry that, so the comparison does.
+    mapped: Any = None
 
     def source(self, v: Any) -> Any:
-        return source_value(self.kind, v, scale=self.scale, members=self.members)
+        n = source_value(self.kind, as_written(self.written, v), scale=self.scale, members=self.members)
+        return n if self.mapped is None else self.mapped(n)
 
     def sink(self, v: Any) -> Any:
         return normalise(self.kind, v, scale=self.scale, members=self.members)
 
     def avro(self, v: Any) -> Any:
+        if self.written == "time_ms" and isinstance(v, int):
+            v *= 1000  # (Kafka Connect's Time: milliseconds)
         return normalise_avro(self.kind, v, fsp=self.fsp, scale=self.scale, members=self.members)
 
     def same(self, a: Any, b: Any) -> bool:
@@ -92,6 +102,8 @@ class ColumnSpec:
             if parts <= set(self.members):
                 return sum(1 << i for i, m in enumerate(self.members) if m in parts)
             return canon
+        if dialect == "source" and self.written:
+            return as_source(self.written, canon)
         if dialect == "source":
             dialect = "mysql"
         try:
@@ -144,7 +156,7 @@ class TableSpec:
         by = {c.name: c for c in self.columns}
         self.key_specs = [by[k] for k in self.key]
         self.value_specs = [c for c in self.columns if c.name not in set(self.key)]
-        self.mode = "range" if all(c.kind in RANGE_SAFE_KINDS for c in self.key_specs) else "keys"
+        self.mode = "range" if all(c.kind in RANGE_SAFE_KINDS and not c.written for c in self.key_specs) else "keys"
 
     @property
     def name(self) -> str:
@@ -195,6 +207,37 @@ def _json_check_columns(conn, db: str, table: str) -> set[str]:
     return out
 
 
+def written_as(col: Any, kind: str, modes: TypeModes) -> tuple[str, str]:
+    """``(how the events write the column's values under the handling modes, the kind they are
+    compared as)``: ``("", kind)`` where the modes change nothing (cdc.verify.normalise.WRITTEN)."""
+    family = family_of(col.data_type)
+    if family == "decimal" and modes.decimal == "double":
+        return "double", "double"
+    if family == "integer" and col.unsigned and INTEGER_TYPES[col.data_type].unsigned == DECIMAL20 \
+            and modes.bigint_unsigned == "long":
+        return "long", kind
+    if family == "binary" and modes.binary != "bytes":
+        return modes.binary, "text"
+    if family == "time" and modes.time_precision == "connect":
+        return "time_ms", kind
+    if family == "datetime" and modes.time_precision == "connect":
+        return "datetime_ms", kind
+    return "", kind
+
+
+def _mapped(col: Any, kind: str) -> tuple[Any, str]:
+    """The function giving a column's compared value from its normalised source value when a
+    mask, hash or truncation changes its values (producer/column_mappers.py), and the report's
+    note; ``(None, note)``: the column is not compared (a truncated value of a kind other than text
+    or bytes, which the normalised value does not hold as the events do)."""
+    mapping = col.mapping
+    if mapping is None or not mapping.changes_values(col):
+        return None, ""
+    if kind not in ("text", "bytes"):
+        return None, f"column {col.name} not compared: {mapping.describe()}, of a {col.data_type} column"
+    return mapping.transform(col), f"column {col.name} compared as {mapping.describe()}"
+
+
 def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
     """The :class:`TableSpec` of a source table, or why it cannot be verified."""
     tdef = read_table_def(conn, db, table)
@@ -211,16 +254,26 @@ def table_spec(conn, cfg, db: str, table: str) -> TableSpec | Unverifiable:
                             "(the sinks cannot hold it)")
     jsons = _json_check_columns(conn, db, table)
     names = field_names(tdef)
-    cols = []
+    cols, notes = [], []
+    modes = type_modes(cfg.producer)
     for c in captured.columns:
         kind = column_kind(c.data_type, c.name in jsons and c.data_type in ("longtext", "text", "mediumtext"))
+        written, kind = written_as(c, kind, modes)
+        if written and not WRITTEN[written] and c.name in key:
+            return KeylessTable(f"its key column {c.name} is written as {written} by the handling modes "
+                                "(producer.*_mode): it cannot be looked up in the source")
         scale = c.scale if c.data_type in ("float", "double", "real") else None
-        cols.append(ColumnSpec(c.name, kind, names[c.name], scale, c.fsp if kind == "datetime" else 0,
+        fsp = 3 if written == "datetime_ms" else c.fsp if kind == "datetime" else 0
+        mapped, note = _mapped(c, kind)
+        if note:
+            notes.append(note)
+            if mapped is None:
+                continue
+        cols.append(ColumnSpec(c.name, kind, names[c.name], scale, fsp,
                                (c.bit_length or 1) if kind == "bit" else 1,
                                tuple(c.enum_values) if c.data_type in ("set", "enum") else (),
-                               c.data_type if c.data_type in ("set", "enum") else ""))
+                               c.data_type if c.data_type in ("set", "enum") else "", written, mapped))
     key = [tdef.column(k).name for k in key]
-    notes = []
     left_out = controls.left_out(tdef)
     if left_out:
         notes.append(f"column(s) {', '.join(left_out)} not compared: the events leave them out "

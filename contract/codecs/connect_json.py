@@ -268,6 +268,9 @@ class _AvroToConnect:
                                              keep)
             if keep and items is not None:
                 ts_slot = (self.slots - 1, i)
+            if f.get("connect.parameters"):  # (a struct field's parameters: on the field, its type is shared)
+                fs = {**fs, "parameters": {**fs.get("parameters", {}), **f["connect.parameters"]}}
+                _reorder(fs)
             fs["field"] = column
             connect_fields.append(fs)
             default = fs.get("default", _MISSING)

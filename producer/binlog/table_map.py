@@ -80,9 +80,25 @@ def column_def_from_binlog(col, ordinal: int, nullable: bool, geometry_type: int
         ct = f"{dt}({col.max_length})"
     else:
         raise UnsupportedType(f"column {name!r} has binlog type code {t}, which the producer does not map")
+    chars = None
+    if dt in ("char", "varchar"):  # (the map's length is in bytes; information_schema's in characters)
+        chars = char_length(col.max_length, getattr(col, "collation_name", None))
     return ColumnDef(name=name, data_type=dt, column_type=ct, nullable=nullable, ordinal=ordinal,
                      numeric_precision=prec, numeric_scale=scale, datetime_precision=dtp,
-                     character_set=None if binary else charset)
+                     character_set=None if binary else charset, char_max_length=chars)
+
+
+#: Bytes per character of the character sets that take more than one, by the collation's prefix.
+_MBMAXLEN = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "ucs2": 2, "utf16": 4, "utf16le": 4, "utf32": 4, "big5": 2,
+             "gbk": 2, "gb2312": 2, "sjis": 2, "cp932": 2, "ujis": 3, "eucjpms": 3, "euckr": 2, "gb18030": 4}
+
+
+def char_length(max_bytes: int | None, collation: str | None) -> int | None:
+    """A CHAR/VARCHAR's declared length in characters from a table map's length in bytes and
+    the column's collation (``utf8mb4_general_ci``); None when the collation is not known."""
+    if max_bytes is None or not collation:
+        return None
+    return max_bytes // _MBMAXLEN.get(collation.split("_", 1)[0].lower(), 1)
 
 
 def _nullable(bitmap: bytes, i: int) -> bool:

@@ -289,13 +289,37 @@ def _dedupe_named_types(t: Any, defined: set[str]) -> Any:
     return t
 
 
+def _is_record(t: Any) -> bool:
+    if isinstance(t, list):
+        return any(_is_record(x) for x in t)
+    return isinstance(t, dict) and t.get("type") == "record"
+
+
+def _with_parameters(t: Any, params: dict[str, str]) -> Any:
+    """``t`` with the Connect ``params`` added (a column mapper's, producer/column_mappers.py)."""
+    if not params:
+        return t
+    if isinstance(t, list):
+        return [x if x == "null" else _with_parameters(x, params) for x in t]
+    out = dict(t) if isinstance(t, dict) else {"type": t}
+    out["connect.parameters"] = {**out.get("connect.parameters", {}), **params}
+    return out
+
+
 def _record_schema(table: TableDef, cols: Sequence[ColumnDef], name: str, doc: str | None,
-                   modes: TypeModes = DEFAULT_MODES) -> dict:
+                   modes: TypeModes = DEFAULT_MODES, mapped: bool = False) -> dict:
     names = field_names(table, cols)
     defined: set[str] = set()
     fields = []
     for c in cols:
         f = avro_field(c, names[c.name], modes)
+        if mapped and c.mapping is not None:
+            params = c.mapping.parameters(c)
+            if _is_record(f["type"]):  # (a named record is shared by its columns: the field holds them)
+                if params:
+                    f["connect.parameters"] = params
+            else:
+                f["type"] = _with_parameters(f["type"], params)
         f["type"] = _dedupe_named_types(f["type"], defined)
         fields.append(f)
     schema: dict[str, Any] = {"type": "record", "name": avro_fullname(name), "fields": fields}
@@ -312,7 +336,7 @@ def row_record_schema(table: TableDef, name: str, modes: TypeModes = DEFAULT_MOD
     by full name afterwards.  A schema that embeds this one twice (``before`` and
     ``after`` of an envelope) must likewise reference the second occurrence by name.
     """
-    return _record_schema(table, table.columns, name, f"row of {table.qualified_name}", modes)
+    return _record_schema(table, table.columns, name, f"row of {table.qualified_name}", modes, mapped=True)
 
 
 def key_record_schema(table: TableDef, key_columns: Sequence[str] | None = None, name: str | None = None,

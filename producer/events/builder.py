@@ -40,6 +40,7 @@ from contract.type_table import DEFAULT_MODES, TypeModes
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, PackedRows
 from producer.column_controls import NO_CONTROLS, ColumnControls
+from producer.column_mappers import mapped_columns
 from producer.events.avro_template import SMALL_VARINT_LIMIT, SMALL_VARINTS, RecordTemplate
 from producer.events.avro_types import key_record_schema, row_record_schema
 from producer.events.image_encoder import BinlogImageEncoder
@@ -128,6 +129,12 @@ class TableEvents:
         self.row_schema = row_record_schema(self.table, row_name, self.modes)
         self.value_schema = envelope_schema(self.row_schema, envelope_name)
         self.template = RecordTemplate(self.value_schema, ENVELOPE_VARIABLE)
+        if mapped_columns(self.table.columns):
+            # A masked, hashed or truncated column (producer/column_mappers.py): the fast encoders
+            # (row_encoder, image_encoder, select_encoder and their C twins) encode a NULL as NULL
+            # where a mask is not; the table's rows take the converters' way.
+            self.encoder = None
+            return
         try:
             self.encoder = RowEncoder(self.converter, self.row_schema, self.key_schema)
         except NotFast:  # (not expected: the schemas are the converter's) every row the general way
@@ -182,7 +189,8 @@ class StreamEncoding:
         encoders (the generated one and ``_binlog_images.c``) encode every column of a row image
         in order, the Avro body being the image's columns; a key from ``message_key_columns``
         alone keeps the fast path (the key is picked from the row's encodings)."""
-        if table.qualified_name in self.keep_values or self.controls.drops_columns(table):
+        if table.qualified_name in self.keep_values or self.controls.drops_columns(table) \
+                or self.controls.maps_values(table):
             return None
         try:
             return BinlogImageEncoder(columns, table_events(self.prefix, table, self.controls, modes=self.modes))

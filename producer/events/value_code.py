@@ -164,6 +164,7 @@ def key_fields(columns: list[tuple[Any, Any, bool]], key: list[tuple[int, Any]])
     fields = []
     for ci, kt in key:
         t, inner, nullable = columns[ci]
+        t, inner = _bare(t), _bare(inner)  # (a value field's Connect parameters: its bytes are the key's)
         if kt == t:
             fields.append((ci, nullable, False))
         elif nullable and kt == inner:
@@ -171,6 +172,17 @@ def key_fields(columns: list[tuple[Any, Any, bool]], key: list[tuple[int, Any]])
         else:
             raise NotFast("a key field is not its column's row encoding")
     return fields
+
+
+def _bare(t: Any) -> Any:
+    """``t`` without Connect parameters a column mapper added (producer/column_mappers.py), which
+    change no byte of its encoding: ``{"type": "int", "connect.parameters": ...}`` is ``"int"``."""
+    if isinstance(t, list):
+        return [_bare(x) for x in t]
+    if isinstance(t, dict) and "connect.parameters" in t:
+        rest = {k: v for k, v in t.items() if k != "connect.parameters"}
+        return rest["type"] if list(rest) == ["type"] and isinstance(rest["type"], str) else t
+    return t
 
 
 def joined(parts: list[str]) -> str:

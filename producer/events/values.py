@@ -618,7 +618,8 @@ def value_converter(col: ColumnDef, *, binlog: bool = False, modes: TypeModes = 
         raise UnsupportedType(
             f"column {col.name!r}: no value converter for data type {col.data_type!r} ({col.column_type!r})"
         )
-    return make(col, binlog, modes)
+    convert = make(col, binlog, modes)
+    return convert if col.mapping is None else col.mapping.wrap(convert, col)  # (producer/column_mappers.py)
 
 
 def _integer_converter(col: ColumnDef, binlog: bool, modes: TypeModes) -> Converter:
@@ -716,6 +717,10 @@ _CONVERTERS: dict[str, Callable[[ColumnDef, bool, TypeModes], Converter]] = {
 EMPTY_SET = "empty set"  # python-mysql-replication's none_sources reason for an empty SET
 
 
+def _empty_set(v: Any) -> str:
+    return ""
+
+
 def _short_repr(v: Any, limit: int = 120) -> str:
     r = repr(v)
     return r if len(r) <= limit else r[:limit] + "..."
@@ -739,6 +744,9 @@ class RowConverter:
                       for c in table.columns]
         self._columns = frozenset(c.name for c in table.columns)
         self._set_fields = {c.name: self.field_names[c.name] for c in table.columns if c.data_type == "set"}
+        # (a masked SET's empty set is the mask: producer/column_mappers.py)
+        self._empty_set_values = {self.field_names[c.name]: c.mapping.wrap(_empty_set, c)(None)
+                                  for c in table.columns if c.data_type == "set" and c.mapping is not None}
         key_names = list(table.primary_key if key_columns is None else key_columns)
         key_cols = table.key_columns(key_names)
         self.key_columns = [c.name for c in key_cols]
@@ -804,19 +812,19 @@ class RowConverter:
             if err is not None:
                 raise err
         if none_sources and self._set_fields:
-            self._empty_sets(out, values, none_sources, self._set_fields)
+            self._empty_sets(out, values, none_sources, self._set_fields, self._empty_set_values)
         return out
 
     @staticmethod
     def _empty_sets(out: dict[str, Any], values: Mapping[str, Any], none_sources: Mapping[str, str],
-                    set_fields: Mapping[str, str]) -> None:
+                    set_fields: Mapping[str, str], empty: Mapping[str, Any] | None = None) -> None:
         """An empty SET reported by the binlog as None (reason ``'empty set'``) is ``''``
         (``set_fields``: SET column -> its field in ``out``)."""
         for name, reason in none_sources.items():
             if reason == EMPTY_SET and values.get(name) is None:
                 fname = set_fields.get(name)
                 if fname is not None and fname in out:
-                    out[fname] = ""
+                    out[fname] = empty.get(fname, "") if empty else ""
 
     def convert_key(self, values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The Avro key record from a row (only the key columns are read); ``none_sources``

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -50,7 +51,7 @@ from common.errors import UnsupportedType
 from contract.type_table import SINK_KINDS
 from spark_jobs.sinks.layout import SinkColumn, TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN
-from spark_jobs.sinks.values import geometry_wkb, parse_zoned_timestamp
+from spark_jobs.sinks.values import geometry_wkb, parse_zoned_timestamp, temporal_number
 
 __all__ = [
     "DELETED_COLUMN",
@@ -129,8 +130,11 @@ def _bits64(v: bytes) -> Decimal:
     return Decimal(int.from_bytes(v, "little"))
 
 
-def _micros_of_millis(v: int) -> int:
-    return v * 1000
+def _micros_of(kind: str, v: Any) -> Any:
+    """A millisecond kind's value in microseconds (a time or datetime object a converting reader
+    made of it too)."""
+    v = temporal_number(kind, v)
+    return None if v is None else v * 1000
 
 
 def _zoned(v: str) -> datetime:
@@ -153,10 +157,10 @@ def lake_converter(col: SinkColumn) -> Callable[[Any], Any] | None:
         return _wide_decimal if (col.precision or 10) > MAX_DECIMAL_PRECISION else None
     if k == "bits":
         return _bits if (col.length or 64) <= 63 else _bits64
-    if k == "time_ms":
-        return _micros_of_millis
-    if k == "timestamp_ms":
-        return _micros_of_millis  # (the Arrow column is in microseconds)
+    if k in ("time_ms", "timestamp_ms"):  # (the Arrow column is in microseconds)
+        return partial(_micros_of, k)
+    if k == "time":
+        return partial(temporal_number, k)
     if k == "zoned_timestamp":
         return _zoned
     if k in ("geometry", "point"):

@@ -16,6 +16,7 @@ import operator
 import struct
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, timedelta, timezone
+from datetime import time as dtime
 from typing import Any
 
 from common.errors import UnsupportedType
@@ -137,6 +138,39 @@ def _time_ms_text(ms: int) -> str:
     return format_time_micros(ms * 1000)
 
 
+#: Per temporal kind, the number its Avro value is (days; ms or us of the day; ms or us since the
+#: epoch): a value of an Avro logical type (date, time-millis, timestamp-micros, ...) read by a
+#: reader that converts them (fastavro) is a date, time or datetime object, turned back into it.
+_UNITS = {"date": None, "time_ms": 1000, "time": 1, "timestamp_ms": 1000, "timestamp_us": 1}
+
+
+def temporal_number(kind: str, v: Any) -> Any:
+    """``v`` as the number its kind's Avro value is (:data:`_UNITS`); a number stays as it is."""
+    if isinstance(v, (int, float)) or v is None or kind not in _UNITS:
+        return v
+    unit = _UNITS[kind]
+    if isinstance(v, datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(timezone.utc).replace(tzinfo=None)
+        us = (v - _EPOCH) // timedelta(microseconds=1)
+        return us // unit if unit else us // 86_400_000_000
+    if isinstance(v, date):
+        return (v - _EPOCH_DATE).days
+    if isinstance(v, dtime):
+        us = ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond
+        return us // (unit or 1)
+    return v
+
+
+def _numbered(kind: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` of :func:`temporal_number`: a converter that takes the value as a number or as the
+    object a converting reader made of it."""
+    def conv(v: Any) -> Any:
+        return fn(temporal_number(kind, v))
+    conv.__name__ = getattr(fn, "__name__", "conv")
+    return conv
+
+
 def _common_converter(c: SinkColumn) -> Callable[[Any], Any] | None:
     k = c.kind
     if k in ("smallint", "int", "long", "year", "float", "double", "boolean", "string", "enum", "set", "json",
@@ -145,15 +179,15 @@ def _common_converter(c: SinkColumn) -> Callable[[Any], Any] | None:
     if k == "bytes":
         return _nullable(bytes)
     if k == "date":
-        return _nullable(days_to_date)
+        return _nullable(_numbered(k, days_to_date))
     if k == "time":
-        return _nullable(format_time_micros)
+        return _nullable(_numbered(k, format_time_micros))
     if k == "time_ms":
-        return _nullable(_time_ms_text)
+        return _nullable(_numbered(k, _time_ms_text))
     if k == "timestamp_ms":
-        return _nullable(millis_to_datetime)
+        return _nullable(_numbered(k, millis_to_datetime))
     if k == "timestamp_us":
-        return _nullable(micros_to_datetime)
+        return _nullable(_numbered(k, micros_to_datetime))
     if k in ("geometry", "point"):
         return _nullable(geometry_wkb)
     return None

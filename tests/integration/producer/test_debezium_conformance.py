@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -124,8 +124,14 @@ def _ours(cfg, db: str, tables: list[str]) -> list[Event]:
     return out
 
 
-def test_our_events_match_debeziums_event_for_event(config, unique, debezium_server, tmp_path):
-    cfg, server, db = config, debezium_server, unique("db")
+def side_by_side(cfg, server: dict, db: str, state: Path, *, create: Callable, changes: Callable,
+                 snapshot_tables: list[str], tables: list[str], tag: str, **props: str) -> tuple[list[Event], list[Event]]:
+    """Our producer (``cfg``, pointed here at ``server``, ``producer.format: debezium-json``) and
+    Debezium (``props``: its settings beside the defaults) over database ``db`` of ``server``:
+    ``create(conn)`` makes the tables (with Debezium's signal table), both start streaming,
+    ``changes(conn)`` runs, each side snapshots ``snapshot_tables`` in its own dialect (signal
+    id ``tag``), and the events of ``tables`` on each side are returned, ``(ours, theirs)``, once
+    Debezium has as many as ours or adds none for 15 s."""
     cfg.source.host, cfg.source.port = server["host"], server["port"]
     cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
     cfg.source.signal_table = server["signal_table"]
@@ -134,47 +140,62 @@ def test_our_events_match_debeziums_event_for_event(config, unique, debezium_ser
     with _admin(server) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
     with _admin(server, db) as conn:
-        create_all_types(conn, mariadb=False, rows=False)  # Debezium: no UUID, INET4, INET6
+        create(conn)
         with conn.cursor() as cur:
-            for sql in TABLES:
-                cur.execute(sql)
             cur.execute(f"CREATE TABLE {DBZ_SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
                         "data VARCHAR(2048))")
     start_at_current(cfg)
-    dbz = DebeziumCapture(server, db, tmp_path)
+    dbz = DebeziumCapture(server, db, state, **props)
     try:
         with _admin(server, db) as conn:
-            insert_all_types(conn, mariadb=False)
-            with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                for sql in DML:
-                    cur.execute(sql)
+            changes(conn)
         with ProducerThread(cfg):
-            sid = snapshot(cfg, [f"{db}.{t}" for t in SNAPSHOT])
+            sid = snapshot(cfg, [f"{db}.{t}" for t in snapshot_tables])
             wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), 120, what="our snapshot completed")
         with _admin(server, db) as conn, conn.cursor() as cur:
-            data = {"data-collections": [f"{db}.{t}" for t in SNAPSHOT], "type": "incremental"}
-            cur.execute(f"INSERT INTO {DBZ_SIGNALS} VALUES ('conformance-1', 'execute-snapshot', %s)",
-                        (json.dumps(data),))
-        tables = ["types", "t", "nopk", "ck"]
+            data = {"data-collections": [f"{db}.{t}" for t in snapshot_tables], "type": "incremental"}
+            cur.execute(f"INSERT INTO {DBZ_SIGNALS} VALUES (%s, 'execute-snapshot', %s)", (tag, json.dumps(data)))
         ours = _ours(cfg, db, tables)
-        # Debezium is done when it has, per table, as many events as ours (its snapshot's
-        # reads included), or when it stops adding any for 15 s.
         names = {f"{db}.{t}" for t in tables}
-        want = len(ours)
         seen = {"n": -1, "since": time.monotonic()}
 
         def settled() -> bool:
             n = sum(1 for e in dbz.events() if e.table in names)
             if n != seen["n"]:
                 seen.update(n=n, since=time.monotonic())
-            return n >= want or time.monotonic() - seen["since"] > 15
+            return n >= len(ours) or time.monotonic() - seen["since"] > 15
         wait_for(settled, 180, interval=1.0, what="Debezium's events")
-        theirs = dbz.events()
+        return ours, dbz.events()
     finally:
         dbz.close()
         with _admin(server) as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def _run_sql(*statements: str, utc: bool = False) -> Callable:
+    """``conn -> None``: run ``statements`` (``utc``: the session on UTC first)."""
+    def run(conn) -> None:
+        with conn.cursor() as cur:
+            if utc:
+                cur.execute("SET time_zone = '+00:00'")
+            for sql in statements:
+                cur.execute(sql)
+    return run
+
+
+def test_our_events_match_debeziums_event_for_event(config, unique, debezium_server, tmp_path):
+    db = unique("db")
+    tables = ["types", "t", "nopk", "ck"]
+
+    def create(conn) -> None:
+        create_all_types(conn, mariadb=False, rows=False)  # Debezium: no UUID, INET4, INET6
+        _run_sql(*TABLES)(conn)
+
+    def changes(conn) -> None:
+        insert_all_types(conn, mariadb=False)
+        _run_sql(*DML, utc=True)(conn)
+    ours, theirs = side_by_side(config, debezium_server, db, tmp_path, create=create, changes=changes,
+                                snapshot_tables=SNAPSHOT, tables=tables, tag="conformance-1")
     (tmp_path / "ours.json").write_text(json.dumps([[e.table, e.key, e.value] for e in ours]))  # beside Debezium's
     found = compare(ours, theirs, tables=[f"{db}.{t}" for t in tables])
     report = "\n".join(f"  {d}" for d in found)
@@ -212,53 +233,16 @@ def test_column_controls_match_debeziums(config, unique, debezium_server, tmp_pa
     """``column.exclude.list`` and ``message.key.columns`` (a table without a primary key, and
     one whose primary key it overrides) set alike on both sides: the same records field by
     field, stream and incremental snapshot."""
-    cfg, server, db = config, debezium_server, unique("db")
-    cfg.source.host, cfg.source.port = server["host"], server["port"]
-    cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
-    cfg.source.signal_table = server["signal_table"]
-    cfg.source.include_databases = [db]
-    cfg.producer.format = "debezium-json"
+    cfg, db = config, unique("db")
     exclude = [rf"{db}\.users\.(secret|photo)", rf"{db}\.nopk\.note"]
     keys = f"{db}.nopk:code;{db}\\.rekey:ref"
     cfg.source.column_exclude_list = exclude
     cfg.source.message_key_columns = keys
-    with _admin(server) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-    with _admin(server, db) as conn, conn.cursor() as cur:
-        for sql in COLUMN_TABLES:
-            cur.execute(sql)
-        cur.execute(f"CREATE TABLE {DBZ_SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
-                    "data VARCHAR(2048))")
-    start_at_current(cfg)
-    dbz = DebeziumCapture(server, db, tmp_path, **{"column.exclude.list": ",".join(exclude),
-                                                   "message.key.columns": keys})
     tables = ["users", "nopk", "rekey"]
-    try:
-        with _admin(server, db) as conn, conn.cursor() as cur:
-            for sql in COLUMN_DML:
-                cur.execute(sql)
-        with ProducerThread(cfg):
-            sid = snapshot(cfg, [f"{db}.{t}" for t in tables])
-            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), 120, what="our snapshot completed")
-        with _admin(server, db) as conn, conn.cursor() as cur:
-            data = {"data-collections": [f"{db}.{t}" for t in tables], "type": "incremental"}
-            cur.execute(f"INSERT INTO {DBZ_SIGNALS} VALUES ('columns-1', 'execute-snapshot', %s)",
-                        (json.dumps(data),))
-        ours = _ours(cfg, db, tables)
-        names = {f"{db}.{t}" for t in tables}
-        seen = {"n": -1, "since": time.monotonic()}
-
-        def settled() -> bool:
-            n = sum(1 for e in dbz.events() if e.table in names)
-            if n != seen["n"]:
-                seen.update(n=n, since=time.monotonic())
-            return n >= len(ours) or time.monotonic() - seen["since"] > 15
-        wait_for(settled, 180, interval=1.0, what="Debezium's events")
-        theirs = dbz.events()
-    finally:
-        dbz.close()
-        with _admin(server) as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    ours, theirs = side_by_side(cfg, debezium_server, db, tmp_path, create=_run_sql(*COLUMN_TABLES),
+                                changes=_run_sql(*COLUMN_DML), snapshot_tables=tables, tables=tables,
+                                tag="columns-1", **{"column.exclude.list": ",".join(exclude),
+                                                    "message.key.columns": keys})
     found = compare(ours, theirs, tables=[f"{db}.{t}" for t in tables])
     report = "\n".join(f"  {d}" for d in found)
     print(f"{len(ours)} events ours, {len(theirs)} Debezium's; differences:\n{report}")

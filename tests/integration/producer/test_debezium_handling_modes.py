@@ -10,17 +10,12 @@ listed in docs/debezium-conformance.md, aside).
 
 from __future__ import annotations
 
-import json
-import time
-
 import pytest
 
 from tests.all_types import create_all_types, insert_all_types
-from tests.integration.producer.test_debezium_conformance import DBZ_SIGNALS, DebeziumCapture, _admin, _ours
+from tests.integration.producer.test_debezium_conformance import _run_sql, side_by_side
 from tests.peers.conformance import compare
 from tests.peers.debezium_capture import debezium_mariadb
-from tests.producer_helpers import ProducerThread, start_at_current, wait_for
-from tests.snapshot_helpers import has_notification, snapshot
 
 #: Differences every comparison has, whatever the modes (docs/debezium-conformance.md).
 ALWAYS = ("envelope:position", "envelope:snapshot_window", "source-value:gtid", "value:types.yr",
@@ -47,50 +42,17 @@ def debezium_server(tmp_path_factory):
 @pytest.mark.parametrize("modes", sorted(MODES))
 def test_our_events_match_debeziums_under_its_handling_modes(config, unique, debezium_server, tmp_path, modes):
     settings = MODES[modes]
-    cfg, server, db = config, debezium_server, unique("db")
-    cfg.source.host, cfg.source.port = server["host"], server["port"]
-    cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
-    cfg.source.signal_table = server["signal_table"]
-    cfg.source.include_databases = [db]
-    cfg.producer.format = "debezium-json"
     for name, value in settings.items():
-        setattr(cfg.producer, name.replace(".", "_"), value)
-    with _admin(server) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-    with _admin(server, db) as conn:
-        create_all_types(conn, mariadb=False, rows=False)
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE TABLE {DBZ_SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
-                        "data VARCHAR(2048))")
-    start_at_current(cfg)
-    dbz = DebeziumCapture(server, db, tmp_path, **settings)
-    try:
-        with _admin(server, db) as conn:
-            insert_all_types(conn, mariadb=False)
-            with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                for sql in DML:
-                    cur.execute(sql)
-        with ProducerThread(cfg):
-            sid = snapshot(cfg, [f"{db}.types"])
-            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), 120, what="our snapshot completed")
-        with _admin(server, db) as conn, conn.cursor() as cur:
-            data = {"data-collections": [f"{db}.types"], "type": "incremental"}
-            cur.execute(f"INSERT INTO {DBZ_SIGNALS} VALUES ('modes-1', 'execute-snapshot', %s)", (json.dumps(data),))
-        ours = _ours(cfg, db, ["types"])
-        seen = {"n": -1, "since": time.monotonic()}
+        setattr(config.producer, name.replace(".", "_"), value)
 
-        def settled() -> bool:
-            n = sum(1 for e in dbz.events() if e.table == f"{db}.types")
-            if n != seen["n"]:
-                seen.update(n=n, since=time.monotonic())
-            return n >= len(ours) or time.monotonic() - seen["since"] > 15
-        wait_for(settled, 180, interval=1.0, what="Debezium's events")
-        theirs = dbz.events()
-    finally:
-        dbz.close()
-        with _admin(server) as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    def changes(conn) -> None:
+        insert_all_types(conn, mariadb=False)
+        _run_sql(*DML, utc=True)(conn)
+    db = unique("db")
+    ours, theirs = side_by_side(config, debezium_server, db, tmp_path,
+                                create=lambda conn: create_all_types(conn, mariadb=False, rows=False),
+                                changes=changes, snapshot_tables=["types"], tables=["types"], tag="modes-1",
+                                **settings)
     found = [d for d in compare(ours, theirs, tables=[f"{db}.types"]) if not str(d.id).startswith(ALWAYS)]
     report = "\n".join(f"  {d}" for d in found)
     print(f"{len(ours)} events ours, {len(theirs)} Debezium's ({settings}); differences:\n{report}")

@@ -10,6 +10,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Context, Decimal, localcontext
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,9 @@ from cdc.verify.changelog import replay_changelog
 from cdc.verify.checksum import checksum, row_digest
 from cdc.verify.diff import compare_rows
 from cdc.verify.normalise import (
+    WRITTEN,
+    as_source,
+    as_written,
     canonical_decimal,
     canonical_float32,
     canonical_json,
@@ -354,3 +358,26 @@ def test_random_rows_same_checksum_as_sets():
     rnd = random.Random(7)
     rows = [((i,), (rnd.random(), str(i))) for i in range(1000)]
     assert checksum(rows).total == checksum(reversed(rows)).total
+
+
+# --- the handling modes: a source value as the events write it ---------------------------------
+
+
+@given(st.integers(0, 2 ** 64 - 1))
+def test_a_wrapped_long_is_found_again(n):
+    w = as_written("long", n)
+    assert -2 ** 63 <= w < 2 ** 63 and as_source("long", w) == n
+
+
+@given(st.binary(max_size=40), st.sampled_from(["base64", "base64-url-safe", "hex"]))
+def test_bytes_written_as_text_are_found_again(b, how):
+    assert isinstance(as_written(how, b), str) and as_source(how, as_written(how, b)) == b
+
+
+def test_lossy_modes_cannot_be_looked_up():
+    assert not WRITTEN["double"] and not WRITTEN["time_ms"] and not WRITTEN["datetime_ms"]
+    with pytest.raises(ValueError, match="cannot be looked up"):
+        as_source("double", 1.5)
+    assert as_written("time_ms", timedelta(hours=-1)) is None
+    assert as_written("time_ms", timedelta(hours=12, microseconds=1999)) == 43_200_001_000
+    assert as_written("datetime_ms", datetime(2001, 2, 3, 4, 5, 6, 789012)) == datetime(2001, 2, 3, 4, 5, 6, 789000)

@@ -170,3 +170,16 @@ def test_cdc_verify_leaves_the_outbox_table_out(stack, config, test_db):
         assert (test_db, "outbox") in source_tables(conn, config, None)[0]
         config.producer.outbox = {"table": f"{test_db}.outbox"}
         assert source_tables(conn, config, None)[0] == [(test_db, "orders")]
+
+
+def test_envelope_placement_in_avro(stack, config, test_db, unique):
+    kind = unique("inv")
+    _exec(stack, test_db, "CREATE TABLE events (id BIGINT PRIMARY KEY, aggregatetype VARCHAR(60) NOT NULL, "
+                          "aggregateid INT NOT NULL, payload VARCHAR(200), created INT)")
+    config.source.include_databases = [test_db]
+    config.producer.outbox = {"table": f"{test_db}.events", "additional_placement": "created:envelope:at"}
+    start_at_current(config)
+    _exec(stack, test_db, f"INSERT INTO events VALUES (7, '{kind}', 70, 'hello', 1700), (8, '{kind}', 71, NULL, NULL)")
+    run_until_caught_up(config)
+    assert [(k, v, h) for k, v, h in _routed(config, f"outbox.event.{kind}")] == [
+        (70, {"payload": "hello", "at": 1700}, {"id": b"7"}), (71, {"payload": None, "at": None}, {"id": b"8"})]

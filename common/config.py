@@ -151,6 +151,10 @@ class SourceConfig(Section):
     # Debezium's message.key.columns: ``db.table:c1,c2;db2.t2:c`` (table parts are regexes):
     # the key of a table without a primary key, or instead of its primary key.
     message_key_columns: str = ""
+    # Debezium's snapshot.select.statement.overrides: {"db.table": "SELECT * FROM db.table WHERE
+    # <condition>"} (or the condition alone): the condition ANDed into every chunk SELECT of the
+    # table's snapshots (producer/snapshot/select_overrides.py).
+    snapshot_select_statement_overrides: dict[str, str] = Field(default_factory=dict)
     # Debezium's column mappers (producer/column_mappers.py), columns as regexes on ``db.table.column``
     # (a string is split on commas): column.truncate.to.N.chars as {N: [regex]}, column.mask.with.N.chars
     # as {N: [regex]}, column.mask.hash.<algorithm>.with.salt.<salt> (and .v2.) as a list of
@@ -176,6 +180,13 @@ class SourceConfig(Section):
     @classmethod
     def _qualified(cls, v: str) -> str:
         return qualified_name(v)
+
+    @field_validator("snapshot_select_statement_overrides")
+    @classmethod
+    def _override_tables(cls, v: dict[str, str]) -> dict[str, str]:
+        for table in v:
+            qualified_name(table)
+        return v
 
     @field_validator("signal_channels", mode="before")
     @classmethod
@@ -340,6 +351,38 @@ class StartupConfig(Section):
     when_needed: Literal["stop", "snapshot"] = "stop"
 
 
+class OutboxConfig(Section):
+    """Debezium's outbox event router (``io.debezium.transforms.outbox.EventRouter``), its
+    settings under our names (docs/configuration.md, "The outbox event router");
+    ``producer/events/outbox.py`` applies and checks them."""
+
+    # The outbox table, ``db.table`` (Debezium: the table its connector captures for the SMT).
+    table: str
+    id_column: str = "id"                         # table.field.event.id: the ``id`` header
+    aggregate_id_column: str = "aggregateid"      # table.field.event.key: the record key
+    aggregate_type_column: str = "aggregatetype"  # route.by.field: routes the record
+    payload_column: str = "payload"               # table.field.event.payload: the record value
+    topic_regex: str = "(?<routedByValue>.*)"     # route.topic.regex (Java syntax)
+    topic_replacement: str = "outbox.event.${routedByValue}"  # route.topic.replacement
+    tombstone_on_empty_payload: bool = False      # route.tombstone.on.empty.payload
+    invalid_operation: Literal["warn", "error", "fatal"] = "warn"  # table.op.invalid.behavior
+    # table.fields.additional.placement: ``column:header[:alias]`` / ``column:envelope[:alias]``;
+    # a string is split on commas, as Debezium splits it.
+    additional_placement: list[str] = Field(default_factory=list)
+
+    @field_validator("table")
+    @classmethod
+    def _qualified(cls, v: str) -> str:
+        return qualified_name(v)
+
+    @field_validator("additional_placement", mode="before")
+    @classmethod
+    def _placements(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [c.strip() for c in v.split(",") if c.strip()]
+        return v
+
+
 class ProducerConfig(Section):
     format: Literal["avro", "json", "debezium-json"] = "avro"
     # The producer's own Kafka login (a user whose ACLs let it write its topics), instead of
@@ -385,6 +428,9 @@ class ProducerConfig(Section):
     time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"
     bigint_unsigned_handling_mode: Literal["precise", "long"] = "precise"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+    # Debezium's outbox event router: the outbox table's inserts routed to topics by aggregate
+    # type, keyed by aggregate id, the payload as the value (null: off).
+    outbox: OutboxConfig | None = None
 
     @field_validator("skipped_operations", mode="before")
     @classmethod
@@ -664,7 +710,14 @@ class CDCConfig(Section):
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _expand(value: Any, environ: dict[str, str]) -> Any:
+#: Keys whose values are not expanded from the environment: their own ``${name}`` syntax
+#: (``producer.outbox.topic_replacement``: Debezium's ``${routedByValue}``, a regex group).
+_VERBATIM = {("outbox", "topic_replacement")}
+
+
+def _expand(value: Any, environ: dict[str, str], path: tuple[str, ...] = ()) -> Any:
+    if path[-2:] in _VERBATIM:
+        return value
     if isinstance(value, str):
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
@@ -673,9 +726,9 @@ def _expand(value: Any, environ: dict[str, str]) -> Any:
             return environ[name]
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _expand(v, environ) for k, v in value.items()}
+        return {k: _expand(v, environ, (*path, str(k))) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, environ) for v in value]
+        return [_expand(v, environ, path) for v in value]
     return value
 
 

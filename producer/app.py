@@ -36,6 +36,7 @@ from producer.capture_filter import CaptureFilter
 from producer.column_controls import ColumnControls
 from producer.errors import WriterError
 from producer.events.builder import EventBuilder, type_modes
+from producer.events.outbox import OutboxRouter
 from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics, status_file
 from producer.offset_store import LocalOffsetCopy, OffsetStore
@@ -44,6 +45,7 @@ from producer.session import StreamSession
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.snapshot.gtid_windows import MarkerSlots
+from producer.snapshot.select_overrides import check_overrides
 from producer.snapshot.table_reader import list_tables, read_table_def
 from producer.startup import Startup
 
@@ -66,6 +68,8 @@ class ProducerApp:
         self.filter = CaptureFilter(cfg.source)
         # Which columns the events carry, and their keys: a bad pattern stops the start here.
         self.columns = ColumnControls.from_config(cfg.source)
+        # Debezium's outbox event router (producer.outbox): a bad pattern stops the start here.
+        self.outbox = OutboxRouter(cfg.producer.outbox, cfg.kafka.topic_prefix) if cfg.producer.outbox else None
         self.store = OffsetStore(cfg.kafka, cfg.producer.name)
         self.local = LocalOffsetCopy(cfg.state_dir, cfg.producer.name)
         #: ``cdc produce --recover``: how to recover from lost Kafka history on this start
@@ -116,6 +120,8 @@ class ProducerApp:
             info = src.check_server(conn)
             src.check_grants(conn, read_only=cfg.snapshot.read_only, signal_table=cfg.source.signal_table)
             self._check_columns(conn)
+            self._check_outbox(conn)
+            check_overrides(conn, cfg.source.snapshot_select_statement_overrides, self.filter.captures)
             self.store.ensure()
             stored = self.store.load()
             state = self.startup.plan(conn, info, stored, self.recover)
@@ -124,10 +130,14 @@ class ProducerApp:
         builder = EventBuilder(cfg.kafka.topic_prefix, cfg.producer.name, info.server_id,
                                tombstones=cfg.producer.tombstones, controls=self.columns,
                                modes=type_modes(cfg.producer))
+        if self.outbox is not None:  # (the chunk reads leave the outbox table's rows as values: the router reads them)
+            builder.read_encoding = self.outbox.read_encoding(builder.read_encoding)
         # The reader process starts first: it reads ahead while the writer connects.  Records made
         # from Avro bodies: it encodes the row images of the captured tables too (the signal
         # table's rows are read here).
-        images = builder.stream_encoding({cfg.source.signal_table}) if from_avro_bodies(cfg.producer.format) else None
+        # (the outbox table's rows too: the router reads their values)
+        by_values = {cfg.source.signal_table} | ({cfg.producer.outbox.table} if self.outbox else set())
+        images = builder.stream_encoding(by_values) if from_avro_bodies(cfg.producer.format) else None
         reader = ReaderProcess(cfg.source, state.resume, is_mariadb=info.is_mariadb,
                                batch_rows=max(1, cfg.producer.batch_size // 4), file_base=state.file_base,
                                images=images)
@@ -169,6 +179,17 @@ class ProducerApp:
             return
         tables = (read_table_def(conn, db, t) for db, t in list_tables(conn) if self.filter.captures(db, t))
         self.columns.check(t for t in tables if t is not None)
+
+    def _check_outbox(self, conn) -> None:
+        """``producer.outbox`` against the outbox table now: a column it names that the table
+        does not have (or its events leave out), or a table not captured, stops the start naming
+        the setting (a table created later is checked when its first row comes)."""
+        if self.outbox is None:
+            return
+        db, name = self.outbox.db, self.outbox.name
+        table = read_table_def(conn, db, name)
+        self.outbox.check(table, self.columns.resolve(table) if table is not None else None,
+                          captured=self.filter.captures(db, name))
 
     def _marker_slots(self) -> MarkerSlots:
         """Read-only windows' marker positions, above the last marker in Kafka: a killed run

@@ -51,3 +51,8 @@ class ColumnControlsError(ConfigError):
     """A column setting (``source.column_include_list``, ``column_exclude_list``,
     ``message_key_columns``, ``exclude_columns``, ``key_columns``) that cannot be used, or
     cannot apply to a table: the message names the setting."""
+
+
+class OutboxError(ConfigError):
+    """A ``producer.outbox`` setting (Debezium's outbox event router) that cannot be used, or
+    cannot apply to the outbox table: the message names the setting."""

@@ -129,6 +129,24 @@ class KafkaWriter:
             if self.pending % 2000 == 0:
                 self._serve()
 
+    def produce_headed(self, records: list[tuple[str, bytes | None, bytes | None, str, list]]) -> None:
+        """Produce ``(topic, key, value, position, headers)`` records in order (the outbox
+        router's: ``headers``, ``[(name, bytes)]``, before the position's)."""
+        self._begin()
+        for topic, key, value, position, headers in records:
+            if topic not in self._topics:
+                self.ensure_topic(topic)
+            headers = headers + [(POSITION_HEADER, position.encode())]
+            while True:
+                try:
+                    self.producer.produce(topic, value, key, headers=headers)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+            self.pending += 1
+            if self.pending % 2000 == 0:
+                self._serve()
+
     def _serve(self) -> None:
         """Delivery reports and errors so far (every 2,000 records)."""
         self.producer.poll(0)

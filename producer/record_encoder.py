@@ -83,6 +83,15 @@ class RecordEncoder:
             return encode_json(record)
         return self._writer(schema, topic, role).encode(record)
 
+    def encode_column(self, schema: Any, value: Any, topic: str, role: str) -> bytes | None:
+        """A column's value as a record of its own, ``schema`` its Avro type (the outbox router's
+        keys and values, as Debezium's EventRouter makes them of a column): debezium-json writes a
+        null as ``"payload": null`` with the column's optional schema, as Kafka's JsonConverter;
+        Avro and JSON write no record for it."""
+        if self.fmt == "debezium-json":
+            return self._connect_writer(schema, topic).encode_optional(value)
+        return self.encode(schema, value, topic, role)
+
     def _connect_writer(self, schema: dict | None, topic: str) -> ConnectJsonWriter:
         if schema is None:
             raise SerdeError(f"{topic}: a debezium-json record needs its schema")

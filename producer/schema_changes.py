@@ -79,7 +79,8 @@ class SessionSchemaChanges:
     def _truncate(self, db: str, table: str, item: SchemaChange, source: dict) -> None:
         """TRUNCATE TABLE: Debezium's truncate event (``producer.emit_truncate``) and a
         TRUNCATE marker, by which the sinks delete every row written before it."""
-        if self.cfg.producer.emit_truncate and "t" not in self.cfg.producer.skipped_operations:
+        routed = self.outbox is not None and self.outbox.routes(db, table)  # (no change topic: producer.outbox)
+        if self.cfg.producer.emit_truncate and "t" not in self.cfg.producer.skipped_operations and not routed:
             conn = read_session(self.cfg.source)
             try:
                 table_def = read_table_def(conn, db, table)
@@ -101,6 +102,9 @@ class SessionSchemaChanges:
                         "get them when they change again, or by a snapshot (cdc snapshot)", reason, db, table)
             return
         name = f"{db}.{table}"
+        if self.outbox is not None and self.outbox.routes(db, table):  # (its rows are events, routed once)
+            log.info("%s on the outbox table %s: not snapshotted (its rows would be routed again)", reason, name)
+            return
         log.info("%s on %s: the table's rows changed without row events; snapshotting it", reason, name)
         try:
             self.coord.add_tables([name], f"ddl-{int(time.time() * 1000)}", skippable={name}, reason=reason)

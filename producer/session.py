@@ -33,6 +33,7 @@ from producer.binlog.server import ServerInfo
 from producer.capture_filter import CaptureFilter
 from producer.errors import ProducerStopped
 from producer.events.builder import EventBuilder
+from producer.events.outbox import OutboxRouter
 from producer.kafka_writer import KafkaWriter
 from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
@@ -66,6 +67,7 @@ class ProducerParts(Protocol):
     state_dir: Path
     status_file: Path
     stopping: threading.Event
+    outbox: OutboxRouter | None
 
 
 class StreamSession(SessionSchemaChanges):
@@ -76,7 +78,7 @@ class StreamSession(SessionSchemaChanges):
                  signals: KafkaSignalChannel | None = None) -> None:
         self.app, self.writer, self.builder, self.reader, self.state, self.info = app, writer, builder, reader, state, info
         self.encoder = RecordEncoder(app.cfg.kafka, app.cfg.producer.format, writer.produce)
-        self.coord = coordinator
+        self.coord, self.outbox = coordinator, app.outbox  # (outbox: producer.events.outbox routes its table's rows)
         coordinator.notify = self._notify
         if from_avro_bodies(app.cfg.producer.format):  # chunk rows encoded where they are read (chunk_process)
             coordinator.readers.encoding = builder.read_encoding
@@ -202,6 +204,9 @@ class StreamSession(SessionSchemaChanges):
 
     def _produce(self, item: RowChanges, start: int, stop: int) -> int:
         """Write the events of rows ``start`` to ``stop - 1``; their number."""
+        if self.outbox is not None and self.outbox.routes(item.db, item.table):  # (producer.events.outbox)
+            n = self.outbox.write_rows(self, item, start, stop, self._stored_last)
+            return self._written(n, n, item.ts_ms, (item.db, item.table, item.kind))
         if self.writer.emitter is not None and not self.cfg.producer.transaction_metadata and \
                 not (self.coord.read_only and self.coord.inflight):  # (rows encoded where read: no record here)
             if (counts := self.builder.emit_encoded(item, start, stop, self.encoder, self.writer,
@@ -308,7 +313,7 @@ class StreamSession(SessionSchemaChanges):
             log.info("snapshot %s: %s read completely; the sinks delete its rows below position %s that the "
                      "snapshot did not find (delete-missing)", d.snapshot_id, d.table, d.below.encode())
 
-    def _write_chunk(self, chunk: ReleasedChunk) -> None:
+    def _write_chunk(self, chunk: ReleasedChunk) -> int:
         if chunk.markers:  # read-only windows: OPEN and CLOSE go with the rows, and before them
             for m in chunk.markers:
                 self._write_window_marker(m)
@@ -317,17 +322,18 @@ class StreamSession(SessionSchemaChanges):
             # windows are placed above it (producer.app._marker_slots)
             self.writer.flush()
         what = (chunk.table_def.db, chunk.table_def.name, "read")
+        if self.outbox is not None and (n := self.outbox.write_chunk(self, chunk)) is not None:
+            return self._written(n, n, int(time.time() * 1000), what)
         if self.writer.emitter is not None and not chunk.changed:
             emitted = self.builder.emit_chunk(chunk, self.encoder, self.writer)  # (rows encoded where read)
             if emitted is not None:
-                self._written(emitted, emitted, int(time.time() * 1000), what)
-                return
+                return self._written(emitted, emitted, int(time.time() * 1000), what)
         records = self.builder.chunk_records(chunk, self.encoder)
         if chunk.changed:  # read-only windows: the DBLog rule, here (gtid_windows)
             records = [r for r in records if r[1] not in chunk.changed]
         if records:
             self.writer.produce_all(records)
-        self._written(len(records), len(records), int(time.time() * 1000), what)
+        return self._written(len(records), len(records), int(time.time() * 1000), what)
 
     def _notify(self, n: Notification) -> None:
         self.app.metrics.snapshots.notification(n.type, n.snapshot_id, n.data)

@@ -1,6 +1,7 @@
 """Which source tables verify compares: every captured table (the capture filter, minus the
-MySQL sink's database when the sink shares the source's server), or the tables named
-(exact ``db.table`` names or regular expressions matched against the whole name)."""
+MySQL sink's database when the sink shares the source's server, and minus the outbox table of
+``producer.outbox``, whose rows are routed events, not a table the sinks hold), or the tables
+named (exact ``db.table`` names or regular expressions matched against the whole name)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def source_tables(conn, cfg, tables: Sequence[str] | None) -> tuple[list[tuple[s
         flt = CaptureFilter(cfg.source)
         sink = cfg.sinks.mysql
         same_server = sink.enabled and (sink.host, sink.port) == (cfg.source.host, cfg.source.port)
-        return [(d, t) for d, t in every if flt.captures(d, t) and not (same_server and d == sink.database)], []
+        outbox = cfg.producer.outbox.table if cfg.producer.outbox is not None else None
+        return [(d, t) for d, t in every if flt.captures(d, t) and not (same_server and d == sink.database)
+                and f"{d}.{t}" != outbox], []
     out: list[tuple[str, str]] = []
     unknown: list[str] = []
     names = {f"{d}.{t}": (d, t) for d, t in every}

@@ -394,8 +394,9 @@ class ConnectJsonWriter:
 
     def __init__(self, avro_schema: dict) -> None:
         self.schema = avro_schema
-        self.connect, self._encode, items = _AvroToConnect().field_type(avro_schema, None,
-                                                                        avro_schema.get("name", "record"))
+        # (a record's schema, or any Avro type: a column's, for the outbox router's keys and values)
+        what = avro_schema.get("name", "record") if isinstance(avro_schema, dict) else "value"
+        self.connect, self._encode, items = _AvroToConnect().field_type(avro_schema, None, what)
         self.prefix = RECORD_PREFIX + _dumps(self.connect).encode() + b',"payload":'
         #: The program that turns an Avro body of the schema into the payload (avro_json.h):
         #: None where the transcoder is not built or is off, or the schema has a type without an op.
@@ -419,6 +420,15 @@ class ConnectJsonWriter:
             return self.prefix + orjson.dumps(self.payload(record)) + b"}"
         except (TypeError, ValueError) as exc:
             raise SerdeError(f"record does not fit schema {self.connect.get('name')}: {exc}") from exc
+
+    def encode_optional(self, value: Any) -> bytes:
+        """:meth:`encode`, a None written as ``"payload": null`` (JsonConverter's record of a
+        null value with an optional schema) where :meth:`encode` refuses it."""
+        if value is None:
+            if not self.connect.get("optional"):
+                raise SerdeError(f"{self.connect.get('name') or self.connect['type']}: null, but not optional")
+            return self.prefix + b"null}"
+        return self.encode(value)
 
     def transcode(self, body: bytes) -> bytes:
         """The record of the Avro ``body`` (unframed) of a record of the schema: the bytes

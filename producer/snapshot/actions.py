@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from contract.errors import BadSignal
 from contract.notifications import Notification
 from contract.signals import Signal
 from producer.errors import ColumnControlsError, FilterRefused
 from producer.snapshot.filter import validate_filter
+from producer.snapshot.select_overrides import SETTING as OVERRIDES, OverrideError, combined
 from producer.snapshot.state import TableJob
 from producer.snapshot.table_reader import list_tables, read_table_def
 from producer.table_schema import TableDef
@@ -65,14 +66,16 @@ def resolve_tables(conn, captures: Callable[[str, str], bool], sig: Signal) -> t
 def table_jobs(conn, tables: list[str], signal_id: str, *, resolve: Callable[[TableDef], TableDef] | None = None,
                conditions: dict[str, str] | None = None,
                surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset(),
-               delete_missing: bool = False) -> tuple[list[TableJob], list[tuple[str, str]]]:
+               delete_missing: bool = False,
+               overrides: Mapping[str, str] | None = None) -> tuple[list[TableJob], list[tuple[str, str]]]:
     """The snapshot jobs of ``tables`` (``db.table``), and those skipped with the reason.
 
     A table that cannot be snapshotted (no primary key and no surrogate key, the surrogate
     key not one of its columns) refuses the whole signal, except one in ``skippable``
     (matched by a regular expression, as Debezium does): that one alone is skipped.  The key
     is the events' (``resolve``: the table as the column controls give it, its primary key
-    from ``source.message_key_columns`` where set); a filter may name any column."""
+    from ``source.message_key_columns`` where set); a filter may name any column, and ANDs in the
+    table's ``overrides`` condition (:mod:`producer.snapshot.select_overrides`)."""
     conds = conditions or {}
     unknown = set(conds) - set(tables)
     if unknown:
@@ -104,11 +107,16 @@ def table_jobs(conn, tables: list[str], signal_id: str, *, resolve: Callable[[Ta
             skipped.append((name, problem))
             continue
         condition = None
-        if name in conds:
+        try:
+            text = combined(name, overrides or {}, conds.get(name), delete_missing)
+        except OverrideError as exc:
+            raise BadSignal(signal_id, str(exc)) from None
+        if text is not None:
             try:
-                condition = validate_filter(conds[name], tdef.column_names)
+                condition = validate_filter(text, tdef.column_names)
             except FilterRefused as exc:
-                raise BadSignal(signal_id, f"filter for {name} refused: {exc}") from None
+                setting = f" (with {OVERRIDES}[{name!r}])" if name in (overrides or {}) else ""
+                raise BadSignal(signal_id, f"filter for {name}{setting} refused: {exc}") from None
         jobs.append(TableJob(name, condition, surrogate_key, delete_missing=delete_missing))
     if not jobs:
         raise BadSignal(signal_id, "; ".join(reason for _, reason in skipped) or "no table to snapshot")

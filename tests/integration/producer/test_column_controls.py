@@ -14,14 +14,8 @@ import pytest
 from common.kafka.topic_reader import read_topic
 from producer.app import ProducerApp
 from producer.errors import ColumnControlsError
-from tests.producer_helpers import ProducerThread, read_events, run_until_caught_up, start_at_current, wait_for
+from tests.producer_helpers import ProducerThread, read_events, run_sql, run_until_caught_up, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
-
-
-def _exec(stack, db, *statements):
-    with stack.admin(db) as conn, conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
 
 
 def _events(cfg, db: str, table: str) -> list[tuple[dict | None, dict | None, list[str] | None]]:
@@ -49,7 +43,7 @@ def _statements_on(stack, db: str, table: str) -> list[str]:
 
 @pytest.mark.parametrize("fmt", ["avro", "debezium-json"])
 def test_excluded_columns_and_message_key_in_stream_and_snapshot(stack, config, test_db, fmt):
-    _exec(stack, test_db,
+    run_sql(stack, test_db,
           "CREATE TABLE users (id INT PRIMARY KEY, email VARCHAR(40), secret VARCHAR(20), photo BLOB)",
           "CREATE TABLE nopk (code VARCHAR(10) NOT NULL, qty INT, note VARCHAR(10))",
           "INSERT INTO users VALUES (1, 'a@x', 'pw1', 0x01), (2, 'b@x', 'pw2', NULL)",
@@ -61,17 +55,17 @@ def test_excluded_columns_and_message_key_in_stream_and_snapshot(stack, config, 
     config.snapshot.chunk_size = 1
     start_at_current(config)
     with ProducerThread(config):
-        _exec(stack, test_db, "INSERT INTO users VALUES (3, 'c@x', 'pw3', 0x03)",
+        run_sql(stack, test_db, "INSERT INTO users VALUES (3, 'c@x', 'pw3', 0x03)",
               "UPDATE users SET secret = 'new', email = 'c2@x' WHERE id = 3", "DELETE FROM users WHERE id = 2",
               "INSERT INTO nopk VALUES ('k3', 3, 'n3')", "UPDATE nopk SET qty = 30, note = 'x' WHERE code = 'k3'",
               "UPDATE nopk SET code = 'k4' WHERE code = 'k3'", "DELETE FROM nopk WHERE code = 'k1'")
-        _exec(stack, None, "SET GLOBAL log_output = 'TABLE'", "TRUNCATE TABLE mysql.general_log",
+        run_sql(stack, None, "SET GLOBAL log_output = 'TABLE'", "TRUNCATE TABLE mysql.general_log",
               "SET GLOBAL general_log = 1")
         try:
             sid = snapshot(config, [f"{test_db}.users", f"{test_db}.nopk"])
             wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=90, what="snapshot completed")
         finally:
-            _exec(stack, None, "SET GLOBAL general_log = 0")
+            run_sql(stack, None, "SET GLOBAL general_log = 0")
     users, nopk = _events(config, test_db, "users"), _events(config, test_db, "nopk")
     assert [(k, v["op"], v["before"], v["after"]) for k, v, _ in users] == [
         ({"id": 3}, "c", None, {"id": 3, "email": "c@x"}),
@@ -100,29 +94,29 @@ def test_excluded_columns_and_message_key_in_stream_and_snapshot(stack, config, 
 
 
 def test_include_list_keeps_only_the_listed_columns(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b INT, c INT)")
+    run_sql(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b INT, c INT)")
     config.source.include_databases = [test_db]
     config.source.column_include_list = [rf"{test_db}\.t\.(id|b)"]
     start_at_current(config)
-    _exec(stack, test_db, "INSERT INTO t VALUES (1, 2, 3, 4)")
+    run_sql(stack, test_db, "INSERT INTO t VALUES (1, 2, 3, 4)")
     run_until_caught_up(config)
     assert [v["after"] for _, v, _ in _events(config, test_db, "t")] == [{"id": 1, "b": 3}]
 
 
 @pytest.mark.parametrize("skipped, ops", [("u,d,t", ["c"]), ("c", ["u", "d", "t"]), ("none", ["c", "u", "d", "t"])])
 def test_skipped_operations(stack, config, test_db, skipped, ops):
-    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    run_sql(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
     config.source.include_databases = [test_db]
     config.producer.skipped_operations = config.producer.model_validate({"skipped_operations": skipped}) \
         .skipped_operations
     start_at_current(config)
-    _exec(stack, test_db, "INSERT INTO t VALUES (1, 1)", "UPDATE t SET v = 2", "DELETE FROM t", "TRUNCATE TABLE t")
+    run_sql(stack, test_db, "INSERT INTO t VALUES (1, 1)", "UPDATE t SET v = 2", "DELETE FROM t", "TRUNCATE TABLE t")
     run_until_caught_up(config)
     assert [v["op"] for _, v, _ in _events(config, test_db, "t")] == ops
 
 
 def test_an_unknown_message_key_column_stops_the_start_naming_the_setting(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE nopk (code VARCHAR(10), qty INT)")
+    run_sql(stack, test_db, "CREATE TABLE nopk (code VARCHAR(10), qty INT)")
     config.source.include_databases = [test_db]
     config.source.message_key_columns = f"{test_db}.nopk:kode"
     with pytest.raises(ColumnControlsError) as err:

@@ -14,17 +14,11 @@ from common.kafka.clients import base_config
 from common.kafka.topic_reader import read_topic
 from contract.envelope import POSITION_HEADER
 from producer.app import ProducerApp
-from tests.producer_helpers import ProducerThread, decoder, run_until_caught_up, start_at_current, wait_for
+from tests.producer_helpers import ProducerThread, decoder, run_sql, run_until_caught_up, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
 
 OUTBOX = ("CREATE TABLE outbox (id VARCHAR(36) PRIMARY KEY, aggregatetype VARCHAR(255) NOT NULL, "
           "aggregateid VARCHAR(255) NOT NULL, type VARCHAR(255) NOT NULL, payload LONGTEXT)")
-
-
-def _exec(stack, db, *statements):
-    with stack.admin(db) as conn, conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
 
 
 def _routed(cfg, topic: str) -> list[tuple]:
@@ -48,7 +42,7 @@ def _topics(cfg) -> set[str]:
 @pytest.mark.parametrize("fmt", ["avro", "debezium-json"])
 def test_outbox_inserts_are_routed_keyed_by_aggregate_with_the_id_header(stack, config, test_db, unique, fmt):
     order, customer = unique("Order"), unique("Customer")
-    _exec(stack, test_db, OUTBOX, "CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
+    run_sql(stack, test_db, OUTBOX, "CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
     config.producer.format = fmt
     config.source.include_databases = [test_db]
     config.producer.outbox = {"table": f"{test_db}.outbox", "additional_placement": "type:header:eventType"}
@@ -90,7 +84,7 @@ def test_outbox_inserts_are_routed_keyed_by_aggregate_with_the_id_header(stack, 
 
 def test_envelope_placement_custom_route_and_tombstones(stack, config, test_db, unique):
     kind = unique("inv")
-    _exec(stack, test_db, "CREATE TABLE events (event_id BIGINT PRIMARY KEY, kind VARCHAR(60) NOT NULL, "
+    run_sql(stack, test_db, "CREATE TABLE events (event_id BIGINT PRIMARY KEY, kind VARCHAR(60) NOT NULL, "
                           "ref INT NOT NULL, body VARCHAR(200), created INT)")
     config.producer.format = "debezium-json"
     config.source.include_databases = [test_db]
@@ -100,7 +94,8 @@ def test_envelope_placement_custom_route_and_tombstones(stack, config, test_db, 
         "topic_replacement": f"{config.kafka.topic_prefix}.routed.${{kind}}.$2", "tombstone_on_empty_payload": True,
         "additional_placement": ["created:envelope:at"]}
     start_at_current(config)
-    _exec(stack, test_db, f"INSERT INTO events VALUES (7, '{kind}', 70, 'hello', 1700), (8, '{kind}', 70, '  ', 1800)")
+    run_sql(stack, test_db,
+            f"INSERT INTO events VALUES (7, '{kind}', 70, 'hello', 1700), (8, '{kind}', 70, '  ', 1800)")
     run_until_caught_up(config)
     _, run, _ = kind.split("_")
     (k1, v1, h1), (k2, v2, h2) = _routed(config, f"{config.kafka.topic_prefix}.routed.inv.{run}")
@@ -114,7 +109,7 @@ def test_envelope_placement_custom_route_and_tombstones(stack, config, test_db, 
 
 
 def test_bad_outbox_settings_stop_the_start_naming_them(stack, config, test_db):
-    _exec(stack, test_db, OUTBOX)
+    run_sql(stack, test_db, OUTBOX)
     config.source.include_databases = [test_db]
     config.producer.outbox = {"table": f"{test_db}.outbox", "payload_column": "body"}
     with pytest.raises(ConfigError, match=r"producer\.outbox\.payload_column: 'body' is not a column"):
@@ -128,7 +123,7 @@ def test_a_snapshot_of_the_outbox_table_routes_its_rows(stack, config, test_db, 
     """Debezium routes its snapshot's reads of the outbox table as inserts; so do we (the chunk
     reads leave its rows as values for the router, whatever the format)."""
     order = unique("Order")
-    _exec(stack, test_db, OUTBOX,
+    run_sql(stack, test_db, OUTBOX,
           f"INSERT INTO outbox VALUES ('e-1', '{order}', '1', 'OrderCreated', 'a'), "
           f"('e-2', '{order}', '2', 'OrderCreated', 'b'), ('e-3', '{order}', '1', 'OrderPaid', 'c')")
     config.source.include_databases = [test_db]
@@ -146,11 +141,11 @@ def test_ddl_and_truncate_of_the_outbox_table_route_nothing_again(stack, config,
     """A DDL that rewrites rows would snapshot a table by itself, a TRUNCATE write a truncate
     event on its change topic: the outbox table has neither (its rows are events, routed once)."""
     order = unique("Order")
-    _exec(stack, test_db, OUTBOX)
+    run_sql(stack, test_db, OUTBOX)
     config.source.include_databases = [test_db]
     config.producer.outbox = {"table": f"{test_db}.outbox"}
     start_at_current(config)
-    _exec(stack, test_db, f"INSERT INTO outbox VALUES ('e-1', '{order}', '1', 'OrderCreated', 'a')",
+    run_sql(stack, test_db, f"INSERT INTO outbox VALUES ('e-1', '{order}', '1', 'OrderCreated', 'a')",
           "ALTER TABLE outbox ADD COLUMN tenant INT NOT NULL DEFAULT 7",
           "TRUNCATE TABLE outbox",
           f"INSERT INTO outbox VALUES ('e-2', '{order}', '1', 'OrderPaid', 'b', 8)")
@@ -164,7 +159,7 @@ def test_cdc_verify_leaves_the_outbox_table_out(stack, config, test_db):
     """Its rows are routed events, not a table the sinks hold: verify's captured tables skip it."""
     from cdc.verify.discovery import source_tables
 
-    _exec(stack, test_db, OUTBOX, "CREATE TABLE orders (id INT PRIMARY KEY)")
+    run_sql(stack, test_db, OUTBOX, "CREATE TABLE orders (id INT PRIMARY KEY)")
     config.source.include_databases = [test_db]
     with stack.admin() as conn:
         assert (test_db, "outbox") in source_tables(conn, config, None)[0]
@@ -174,12 +169,13 @@ def test_cdc_verify_leaves_the_outbox_table_out(stack, config, test_db):
 
 def test_envelope_placement_in_avro(stack, config, test_db, unique):
     kind = unique("inv")
-    _exec(stack, test_db, "CREATE TABLE events (id BIGINT PRIMARY KEY, aggregatetype VARCHAR(60) NOT NULL, "
+    run_sql(stack, test_db, "CREATE TABLE events (id BIGINT PRIMARY KEY, aggregatetype VARCHAR(60) NOT NULL, "
                           "aggregateid INT NOT NULL, payload VARCHAR(200), created INT)")
     config.source.include_databases = [test_db]
     config.producer.outbox = {"table": f"{test_db}.events", "additional_placement": "created:envelope:at"}
     start_at_current(config)
-    _exec(stack, test_db, f"INSERT INTO events VALUES (7, '{kind}', 70, 'hello', 1700), (8, '{kind}', 71, NULL, NULL)")
+    run_sql(stack, test_db,
+            f"INSERT INTO events VALUES (7, '{kind}', 70, 'hello', 1700), (8, '{kind}', 71, NULL, NULL)")
     run_until_caught_up(config)
     assert [(k, v, h) for k, v, h in _routed(config, f"outbox.event.{kind}")] == [
         (70, {"payload": "hello", "at": 1700}, {"id": b"7"}), (71, {"payload": None, "at": None}, {"id": b"8"})]

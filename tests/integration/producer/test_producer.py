@@ -20,16 +20,11 @@ from tests.producer_helpers import (
     apply_changelog,
     purge_binlogs,
     read_events,
+    run_sql,
     run_until_caught_up,
     start_at_current,
     wait_caught_up,
 )
-
-
-def _exec(stack, db, *statements):
-    with stack.admin(db) as conn, conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
 
 
 def _topic(cfg, db, table):
@@ -37,9 +32,9 @@ def _topic(cfg, db, table):
 
 
 def test_insert_update_delete_are_debezium_envelopes(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
+    run_sql(stack, test_db, "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
     start_at_current(config)
-    _exec(stack, test_db, "INSERT INTO items VALUES (1, 'apple', 3), (2, 'pear', 5)",
+    run_sql(stack, test_db, "INSERT INTO items VALUES (1, 'apple', 3), (2, 'pear', 5)",
           "UPDATE items SET qty = 4 WHERE id = 1", "DELETE FROM items WHERE id = 2")
     run_until_caught_up(config)
     events = read_events(config, _topic(config, test_db, "items"))
@@ -63,10 +58,10 @@ def test_insert_update_delete_are_debezium_envelopes(stack, config, test_db):
 
 
 def test_primary_key_change_is_delete_then_create(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE t (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))",
+    run_sql(stack, test_db, "CREATE TABLE t (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))",
           "INSERT INTO t VALUES (1, 'x', 10)")
     start_at_current(config)
-    _exec(stack, test_db, "UPDATE t SET b = 'y', v = 11 WHERE a = 1")
+    run_sql(stack, test_db, "UPDATE t SET b = 'y', v = 11 WHERE a = 1")
     run_until_caught_up(config)
     events = read_events(config, _topic(config, test_db, "t"))
     assert [(k, v["op"], v["before"], v["after"]) for _, k, v in events] == [
@@ -77,9 +72,9 @@ def test_primary_key_change_is_delete_then_create(stack, config, test_db):
 
 
 def test_ddl_mid_stream_gives_following_events_the_new_schema(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))")
+    run_sql(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))")
     start_at_current(config)
-    _exec(stack, test_db,
+    run_sql(stack, test_db,
           "INSERT INTO t VALUES (1, 'one')",
           "ALTER TABLE t ADD COLUMN b INT DEFAULT 7",
           "INSERT INTO t VALUES (2, 'two', 8)",
@@ -119,9 +114,9 @@ def test_ddl_mid_stream_gives_following_events_the_new_schema(stack, config, tes
 def test_restart_decodes_old_positions_with_the_schema_of_their_time(stack, config, test_db):
     """The binlog's table maps are the schema history: DDL after the stored position
     does not change how earlier events decode."""
-    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))")
+    run_sql(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))")
     start_at_current(config)
-    _exec(stack, test_db, "INSERT INTO t VALUES (1, 'one')", "ALTER TABLE t DROP COLUMN a, ADD COLUMN z DATE",
+    run_sql(stack, test_db, "INSERT INTO t VALUES (1, 'one')", "ALTER TABLE t DROP COLUMN a, ADD COLUMN z DATE",
           "INSERT INTO t VALUES (2, '2024-02-29')")
     run_until_caught_up(config)  # first run reads everything after the DDL already happened
     afters = [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t"))]
@@ -129,18 +124,18 @@ def test_restart_decodes_old_positions_with_the_schema_of_their_time(stack, conf
 
 
 def test_startup_modes(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY)")
+    run_sql(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY)")
     conn = connect(config.source)
     file, pos = current_position(conn)
     with conn.cursor() as cur:
         cur.execute("SELECT @@gtid_binlog_pos")
         gtid_before = cur.fetchone()[0]
     conn.close()
-    _exec(stack, test_db, "INSERT INTO t VALUES (1)")
+    run_sql(stack, test_db, "INSERT INTO t VALUES (1)")
     time.sleep(1.1)
     ts_between = datetime.now(timezone.utc).isoformat()
     time.sleep(1.1)
-    _exec(stack, test_db, "INSERT INTO t VALUES (2)")
+    run_sql(stack, test_db, "INSERT INTO t VALUES (2)")
     base = config.kafka.topic_prefix
 
     def ids(mode: str, **startup) -> list[int]:
@@ -161,7 +156,7 @@ def test_startup_modes(stack, config, test_db):
 
 
 def test_capture_filters_and_event_filters(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE keep_a (id INT PRIMARY KEY, secret VARCHAR(10), v INT)",
+    run_sql(stack, test_db, "CREATE TABLE keep_a (id INT PRIMARY KEY, secret VARCHAR(10), v INT)",
           "CREATE TABLE keep_b (id INT PRIMARY KEY)", "CREATE TABLE skip_me (id INT PRIMARY KEY)",
           "CREATE TABLE log_x (id INT PRIMARY KEY)")
     config.source.include_tables = [rf"{test_db}\.keep_.*", rf"{test_db}\.log_x"]
@@ -169,7 +164,7 @@ def test_capture_filters_and_event_filters(stack, config, test_db):
     config.source.exclude_columns = {f"{test_db}.keep_a": ["secret"]}
     config.source.ignore_events = {rf"{test_db}\.log_.*": ["delete", "truncate"]}
     start_at_current(config)
-    _exec(stack, test_db, "INSERT INTO keep_a VALUES (1, 'pw', 5)", "INSERT INTO keep_b VALUES (1)",
+    run_sql(stack, test_db, "INSERT INTO keep_a VALUES (1, 'pw', 5)", "INSERT INTO keep_b VALUES (1)",
           "INSERT INTO skip_me VALUES (1)", "INSERT INTO log_x VALUES (1), (2)", "DELETE FROM log_x WHERE id = 1",
           "TRUNCATE TABLE log_x", "ALTER TABLE keep_a ADD COLUMN w INT")
     run_until_caught_up(config)
@@ -182,10 +177,10 @@ def test_capture_filters_and_event_filters(stack, config, test_db):
 
 
 def test_json_format(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE t (id BIGINT UNSIGNED PRIMARY KEY, d DECIMAL(30,10), b VARBINARY(4))")
+    run_sql(stack, test_db, "CREATE TABLE t (id BIGINT UNSIGNED PRIMARY KEY, d DECIMAL(30,10), b VARBINARY(4))")
     config.producer.format = "json"
     start_at_current(config)
-    _exec(stack, test_db, "INSERT INTO t VALUES (18446744073709551615, 12345678901234567890.0123456789, 0x00ff)")
+    run_sql(stack, test_db, "INSERT INTO t VALUES (18446744073709551615, 12345678901234567890.0123456789, 0x00ff)")
     run_until_caught_up(config)
     [(_, key, value)] = read_events(config, _topic(config, test_db, "t"))
     assert key == {"id": "18446744073709551615"}
@@ -193,12 +188,12 @@ def test_json_format(stack, config, test_db):
 
 
 def test_misconfigured_server_is_refused_with_the_setting_and_fix(stack, config):
-    _exec(stack, None, "SET GLOBAL binlog_format = 'STATEMENT'", "SET GLOBAL binlog_row_image = 'MINIMAL'")
+    run_sql(stack, None, "SET GLOBAL binlog_format = 'STATEMENT'", "SET GLOBAL binlog_row_image = 'MINIMAL'")
     try:
         with pytest.raises(SourceError) as err:
             ProducerApp(config).run(idle_exit_s=1)
     finally:
-        _exec(stack, None, "SET GLOBAL binlog_format = 'ROW'", "SET GLOBAL binlog_row_image = 'FULL'")
+        run_sql(stack, None, "SET GLOBAL binlog_format = 'ROW'", "SET GLOBAL binlog_row_image = 'FULL'")
     text = str(err.value)
     assert "binlog_format" in text and "SET GLOBAL binlog_format = 'ROW'" in text
     assert "binlog_row_image" in text and "FULL" in text
@@ -227,7 +222,7 @@ def test_unknown_startup_requirements_are_reported(config):
 
 
 def test_changelog_applied_in_order_equals_the_table(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n DECIMAL(8,2))")
+    run_sql(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n DECIMAL(8,2))")
     start_at_current(config)
     import random
     rnd = random.Random(5)
@@ -255,7 +250,7 @@ def test_changelog_applied_in_order_equals_the_table(stack, config, test_db):
 
 
 def test_heartbeats_on_idle_commit_the_position(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY)")
+    run_sql(stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY)")
     config.producer.heartbeat_interval_s = 0.3
     start_at_current(config)
     run_until_caught_up(config, idle_s=2.0)
@@ -273,7 +268,7 @@ def test_transaction_metadata_begin_and_end_with_counts(stack, config, test_db):
     import json
 
     from common.kafka.topic_reader import read_topic
-    _exec(stack, test_db, "CREATE TABLE a (id INT PRIMARY KEY)", "CREATE TABLE b (id INT PRIMARY KEY)")
+    run_sql(stack, test_db, "CREATE TABLE a (id INT PRIMARY KEY)", "CREATE TABLE b (id INT PRIMARY KEY)")
     config.producer.transaction_metadata = True
     start_at_current(config)
     with stack.admin(test_db) as conn, conn.cursor() as cur:
@@ -325,7 +320,7 @@ def test_an_idle_stream_commits_a_resume_point_past_events_that_produced_nothing
     captured; the snapshot's marker rows deleted) still move the stored resume point once
     the stream is idle: it reaches the binlog's end, so ``cdc status`` shows no lag and a
     restart does not read them again.  (It stayed at the last record's transaction.)"""
-    _exec(stack, test_db, "CREATE TABLE kept (id INT PRIMARY KEY)", "CREATE TABLE other (id INT PRIMARY KEY)")
+    run_sql(stack, test_db, "CREATE TABLE kept (id INT PRIMARY KEY)", "CREATE TABLE other (id INT PRIMARY KEY)")
     config.source.include_tables = [rf"{test_db}\.kept"]
     start_at_current(config)
     with ProducerThread(config), stack.admin(test_db) as conn:

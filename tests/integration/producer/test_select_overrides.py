@@ -9,14 +9,8 @@ import pytest
 
 from common.errors import ConfigError
 from producer.app import ProducerApp
-from tests.producer_helpers import ProducerThread, read_events, start_at_current, wait_for
+from tests.producer_helpers import ProducerThread, read_events, run_sql, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
-
-
-def _exec(stack, db, *statements):
-    with stack.admin(db) as conn, conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
 
 
 def _reads(config, db: str) -> list[int]:
@@ -25,7 +19,7 @@ def _reads(config, db: str) -> list[int]:
 
 
 def test_the_override_condition_filters_every_chunk_of_every_snapshot(stack, config, test_db):
-    _exec(stack, test_db, "CREATE TABLE orders (id INT PRIMARY KEY, status VARCHAR(10), total INT)",
+    run_sql(stack, test_db, "CREATE TABLE orders (id INT PRIMARY KEY, status VARCHAR(10), total INT)",
           "INSERT INTO orders VALUES " + ", ".join(f"({i}, '{'archived' if i % 3 == 0 else 'open'}', {i * 10})"
                                                   for i in range(1, 13)))
     config.source.include_databases = [test_db]
@@ -51,7 +45,7 @@ def test_the_override_condition_filters_every_chunk_of_every_snapshot(stack, con
     ("nope = 1", "condition refused: unknown column"),
 ])
 def test_a_bad_override_stops_the_start_naming_it(stack, config, test_db, override, named):
-    _exec(stack, test_db, "CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
+    run_sql(stack, test_db, "CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
     config.source.include_databases = [test_db]
     config.source.snapshot_select_statement_overrides = {f"{test_db}.orders": override.format(db=test_db)}
     with pytest.raises(ConfigError, match=rf"source\.snapshot_select_statement_overrides\['{test_db}\.orders'\]: .*{named}"):

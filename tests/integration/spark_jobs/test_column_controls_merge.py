@@ -11,7 +11,7 @@ from cdc.verify import verify
 from spark_jobs.merge_job import MergeJob
 from spark_jobs.sinks.mysql import MySQLSink
 from spark_jobs.sinks.postgres import PostgresSink
-from tests.producer_helpers import ProducerThread, run_until_caught_up, start_at_current, wait_for
+from tests.producer_helpers import ProducerThread, run_sql, run_until_caught_up, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
 
 TABLES = {
@@ -19,12 +19,6 @@ TABLES = {
     "nopk": "CREATE TABLE nopk (code VARCHAR(10) NOT NULL, qty INT, note VARCHAR(10))",
     "rekey": "CREATE TABLE rekey (id INT PRIMARY KEY, ref VARCHAR(10) NOT NULL, v INT)",
 }
-
-
-def _exec(stack, db, *statements):
-    with stack.admin(db) as conn, conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
 
 
 def _pg_shape(cfg, db: str, table: str) -> tuple[list[str], list[str]]:
@@ -54,7 +48,7 @@ def _mysql_shape(stack, cfg, db: str, table: str) -> tuple[list[str], list[str]]
 
 def test_sinks_and_verify_follow_the_column_controls(stack, merge_config, test_db):
     cfg = merge_config
-    _exec(stack, test_db, *TABLES.values(),
+    run_sql(stack, test_db, *TABLES.values(),
           "INSERT INTO users VALUES (1, 'a@x', 'pw1', 0x01), (2, 'b@x', 'pw2', NULL)",
           "INSERT INTO nopk VALUES ('k1', 1, 'n1'), ('k2', 2, 'n2')",
           "INSERT INTO rekey VALUES (1, 'r1', 1), (2, 'r2', 2)")
@@ -65,7 +59,7 @@ def test_sinks_and_verify_follow_the_column_controls(stack, merge_config, test_d
     with ProducerThread(cfg):
         sid = snapshot(cfg, [f"{test_db}.{t}" for t in TABLES])
         wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=90, what="snapshot completed")
-        _exec(stack, test_db, "INSERT INTO users VALUES (3, 'c@x', 'pw3', 0x03)",
+        run_sql(stack, test_db, "INSERT INTO users VALUES (3, 'c@x', 'pw3', 0x03)",
               "UPDATE users SET secret = 'new', email = 'a2@x' WHERE id = 1", "DELETE FROM users WHERE id = 2",
               "UPDATE nopk SET qty = 20, note = 'x' WHERE code = 'k2'", "UPDATE nopk SET code = 'k3' WHERE code = 'k1'",
               "INSERT INTO rekey VALUES (3, 'r3', 3)", "UPDATE rekey SET ref = 'r9' WHERE id = 2")

@@ -11,17 +11,11 @@ from cdc.verify import verify
 from producer.column_mappers import hash_value
 from spark_jobs.merge_job import MergeJob
 from spark_jobs.sinks.postgres import PostgresSink
-from tests.producer_helpers import ProducerThread, run_until_caught_up, start_at_current, wait_for
+from tests.producer_helpers import ProducerThread, run_sql, run_until_caught_up, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
 
 TABLE = ("CREATE TABLE people (id INT PRIMARY KEY, email VARCHAR(40), name VARCHAR(20), bio TEXT, "
          "colour ENUM('red','green'), bin VARBINARY(8), plain VARCHAR(10))")
-
-
-def _exec(stack, db, *statements):
-    with stack.admin(db) as conn, conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
 
 
 def _pg_rows(cfg, db: str) -> tuple[dict[str, str], dict[int, tuple]]:
@@ -39,7 +33,7 @@ def _pg_rows(cfg, db: str) -> tuple[dict[str, str], dict[int, tuple]]:
 
 def test_sinks_and_verify_follow_the_column_mappers(stack, merge_config, test_db):
     cfg = merge_config
-    _exec(stack, test_db, TABLE,
+    run_sql(stack, test_db, TABLE,
           "INSERT INTO people VALUES (1, 'a@x.org', 'Ann', 'likes walks', 'red', 0x0102030405, 'p1'), "
           "(2, NULL, NULL, NULL, NULL, NULL, NULL)")
     cfg.source.include_databases = [test_db]
@@ -50,7 +44,7 @@ def test_sinks_and_verify_follow_the_column_mappers(stack, merge_config, test_db
     with ProducerThread(cfg):
         sid = snapshot(cfg, [f"{test_db}.people"])
         wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=90, what="snapshot completed")
-        _exec(stack, test_db, "INSERT INTO people VALUES (3, 'c@x.org', 'J\u00fcrgen', '\u00e9t\u00e9 long', "
+        run_sql(stack, test_db, "INSERT INTO people VALUES (3, 'c@x.org', 'J\u00fcrgen', '\u00e9t\u00e9 long', "
                               "'green', 0xff, 'p3')",
               "UPDATE people SET email = 'a2@x.org', name = 'Anna', bio = 'no' WHERE id = 1")
     run_until_caught_up(cfg)

@@ -12,7 +12,7 @@ import pytest
 from cdc.verify import verify
 from spark_jobs.merge_job import MergeJob
 from spark_jobs.sinks.postgres import PostgresSink
-from tests.producer_helpers import ProducerThread, run_until_caught_up, start_at_current, wait_for
+from tests.producer_helpers import ProducerThread, run_sql, run_until_caught_up, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
 
 DDL = ("CREATE TABLE m (id BIGINT UNSIGNED PRIMARY KEY, d DECIMAL(12,3), wide DECIMAL(40,20), vb VARBINARY(8), "
@@ -32,12 +32,6 @@ PG_TYPES = {"string-connect-long-base64": {"id": "bigint", "d": "text", "vb": "t
                            "dtm": "timestamp(6) without time zone"}}
 
 
-def _exec(stack, db, *statements):
-    with stack.admin(db) as conn, conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
-
-
 def _pg_types(cfg, db: str, table: str) -> dict[str, str]:
     sink = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
     with psycopg.connect(cfg.sinks.postgres.dsn.get_secret_value()) as conn, conn.cursor() as cur:
@@ -50,7 +44,7 @@ def _pg_types(cfg, db: str, table: str) -> dict[str, str]:
 @pytest.mark.parametrize("modes", sorted(MODES))
 def test_sinks_and_verify_follow_the_handling_modes(stack, merge_config, test_db, modes):
     cfg = merge_config
-    _exec(stack, test_db, DDL, ROWS)
+    run_sql(stack, test_db, DDL, ROWS)
     cfg.source.include_databases = [test_db]
     for name, value in MODES[modes].items():
         setattr(cfg.producer, name, value)
@@ -58,7 +52,7 @@ def test_sinks_and_verify_follow_the_handling_modes(stack, merge_config, test_db
     with ProducerThread(cfg):
         sid = snapshot(cfg, [f"{test_db}.m"])
         wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=90, what="snapshot completed")
-        _exec(stack, test_db, *CHANGES)
+        run_sql(stack, test_db, *CHANGES)
     run_until_caught_up(cfg)
     assert MergeJob(cfg).run(available_now=True) == 0
     types = _pg_types(cfg, test_db, "m")

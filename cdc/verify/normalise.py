@@ -31,6 +31,8 @@ from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
+from producer.events.values import BINARY_TEXT, signed_long
+
 _UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1)
 _EPOCH_DATE = date(1970, 1, 1)
@@ -339,12 +341,9 @@ def as_written(how: str, v: Any) -> Any:
     if how == "double":
         return float(Decimal(v) if not isinstance(v, (int, float, Decimal)) else v)
     if how == "long":
-        v = int(v)
-        return v - (1 << 64) if v >= 1 << 63 else v
-    if how in ("base64", "base64-url-safe", "hex"):
-        b = bytes(v) if not isinstance(v, str) else v.encode("utf-8", "surrogateescape")
-        return {"base64": base64.b64encode, "base64-url-safe": base64.urlsafe_b64encode}[how](b).decode() \
-            if how != "hex" else b.hex()
+        return signed_long(int(v))
+    if how in BINARY_TEXT:  # (the producer's own rules: producer.events.values)
+        return BINARY_TEXT[how](bytes(v) if not isinstance(v, str) else v.encode("utf-8", "surrogateescape"))
     if how == "time_ms":
         us = canonical_time(v)
         if not isinstance(us, int) or not 0 <= us <= 86_400_000_000:

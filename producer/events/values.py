@@ -631,14 +631,15 @@ def _integer_converter(col: ColumnDef, binlog: bool, modes: TypeModes) -> Conver
     return _int_converter(rule.bits if col.unsigned else None)
 
 
+def signed_long(v: int) -> int:
+    """BIGINT UNSIGNED as Debezium's ``bigint.unsigned.handling.mode: long`` writes it: the 64
+    bits as a signed long (values above 2**63-1 wrap to negative)."""
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 def _wrapping_long_converter() -> Converter:
-    """BIGINT UNSIGNED as Debezium's ``bigint.unsigned.handling.mode: long`` writes it: the
-    64 bits as a signed long (values above 2**63-1 wrap to negative)."""
     def conv(v: Any) -> Any:
-        if v is None:
-            return None
-        v = int(v)
-        return v - (1 << 64) if v >= 1 << 63 else v
+        return None if v is None else signed_long(int(v))
     return passes_through(conv, int)  # (a long's range passes unchanged; the fast paths' range check)
 
 
@@ -658,7 +659,7 @@ def _decimal_column_converter(col: ColumnDef, binlog: bool, modes: TypeModes) ->
 
 def _binary_column_converter(col: ColumnDef, binlog: bool, modes: TypeModes) -> Converter:
     as_bytes = _bytes_converter(col.length if col.data_type.lower() == "binary" else None)
-    text = _BINARY_TEXT.get(modes.binary)
+    text = BINARY_TEXT.get(modes.binary)
     if text is None:
         return as_bytes
 
@@ -668,7 +669,7 @@ def _binary_column_converter(col: ColumnDef, binlog: bool, modes: TypeModes) -> 
 
 
 #: binary.handling.mode's text of bytes (Debezium's: Base64 with padding, its URL-safe form, hex).
-_BINARY_TEXT: dict[str, Callable[[bytes], str]] = {
+BINARY_TEXT: dict[str, Callable[[bytes], str]] = {
     "base64": lambda b: base64.b64encode(b).decode("ascii"),
     "base64-url-safe": lambda b: base64.urlsafe_b64encode(b).decode("ascii"),
     "hex": lambda b: b.hex(),

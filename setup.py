@@ -10,8 +10,9 @@ where no C compiler or header is at hand the build goes on without them, and the
 fallbacks do the same work (same results, slower).
 
 Before the extensions are compiled, contract/type_codes.h is written from the type table
-(contract/type_table.py, :func:`c_header`): the C paths' codes come from the same declaration as
-the Python paths' (it is not kept in git)."""
+(contract/type_table.py, :func:`c_header`) and contract/type_rules.h from the conversion rules
+(contract/conversion_rules.py, by contract/conversion_rules_c.py): the C paths' codes and
+calendar rules come from the same declarations as the Python paths' (neither is kept in git)."""
 
 import os
 import sys
@@ -21,26 +22,34 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 TYPE_CODES = os.path.join("contract", "type_codes.h")
+TYPE_RULES = os.path.join("contract", "type_rules.h")
+RULES_SOURCE = os.path.join("contract", "conversion_rules.py")
 
 
-def write_type_codes() -> None:
-    """contract/type_codes.h from the type table (rewritten only when it changes, so that the
-    extensions are not rebuilt for nothing)."""
-    sys.path.insert(0, ROOT)
-    try:
-        from contract.type_table import c_header
-    finally:
-        sys.path.remove(ROOT)
-    path = os.path.join(ROOT, TYPE_CODES)
-    text = c_header()
+def _write(relative: str, text: str) -> None:
+    """Rewritten only when it changes, so that the extensions are not rebuilt for nothing."""
+    path = os.path.join(ROOT, relative)
     if not os.path.exists(path) or open(path).read() != text:
         with open(path, "w") as f:
             f.write(text)
 
 
+def write_generated_headers() -> None:
+    """contract/type_codes.h from the type table, contract/type_rules.h from the conversion rules."""
+    sys.path.insert(0, ROOT)
+    try:
+        from contract.conversion_rules_c import c_source
+        from contract.type_table import c_header
+    finally:
+        sys.path.remove(ROOT)
+    _write(TYPE_CODES, c_header())
+    with open(os.path.join(ROOT, RULES_SOURCE)) as f:
+        _write(TYPE_RULES, c_source(f.read()))
+
+
 class BuildExtensions(build_ext):
     def run(self) -> None:
-        write_type_codes()
+        write_generated_headers()
         super().run()
 
 
@@ -48,7 +57,8 @@ setup(cmdclass={"build_ext": BuildExtensions}, ext_modules=[Extension("contract.
                              extra_compile_args=["-O2"], depends=["contract/codecs/avro_read.h"]),
                    Extension("spark_jobs.sinks._copy_text", ["spark_jobs/sinks/_copy_text.c"], optional=True,
                              extra_compile_args=["-O2"], include_dirs=["contract/codecs", "contract"],
-                             depends=["contract/codecs/avro_read.h", TYPE_CODES, "contract/type_table.py"]),
+                             depends=["contract/codecs/avro_read.h", TYPE_CODES, "contract/type_table.py",
+                                      TYPE_RULES, RULES_SOURCE, "contract/conversion_rules_c.py"]),
                    Extension("spark_jobs.partition._change_scan", ["spark_jobs/partition/_change_scan.c"],
                              optional=True, extra_compile_args=["-O2"], include_dirs=["contract/codecs"],
                              depends=["contract/codecs/avro_read.h"]),
@@ -57,9 +67,13 @@ setup(cmdclass={"build_ext": BuildExtensions}, ext_modules=[Extension("contract.
                    Extension("common.kafka._partitioner", ["common/kafka/_partitioner.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    Extension("producer.events._binlog_images", ["producer/events/_binlog_images.c"], optional=True,
-                             extra_compile_args=["-O2"], depends=["producer/events/avro_out.h", "producer/events/row_program.h"]),
+                             extra_compile_args=["-O2"], include_dirs=["contract"],
+                             depends=["producer/events/avro_out.h", "producer/events/row_program.h",
+                                      TYPE_RULES, RULES_SOURCE, "contract/conversion_rules_c.py"]),
                    Extension("producer.events._select_rows", ["producer/events/_select_rows.c"], optional=True,
-                             extra_compile_args=["-O2"], depends=["producer/events/avro_out.h", "producer/events/row_program.h"]),
+                             extra_compile_args=["-O2"], include_dirs=["contract"],
+                             depends=["producer/events/avro_out.h", "producer/events/row_program.h",
+                                      TYPE_RULES, RULES_SOURCE, "contract/conversion_rules_c.py"]),
                    Extension("producer._native_producer", ["producer/_native_producer.c"], optional=True,
                              extra_compile_args=["-O2"], libraries=["dl"], include_dirs=["contract/codecs"],
                              depends=["contract/codecs/avro_json.h"])])

@@ -26,3 +26,7 @@ class GtidError(CDCError, ValueError):
 class NotCompiled(CDCError):
     """A writer schema :func:`contract.codecs.avro_decoder.compile_decoder` leaves to fastavro
     (a logical type fastavro converts to dates and times, a recursive schema)."""
+
+
+class RuleError(CDCError, ValueError):
+    """A conversion rule (contract.conversion_rules) uses what its C translation does not take."""

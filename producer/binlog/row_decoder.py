@@ -34,6 +34,7 @@ from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
 from common.errors import UnsupportedType
 from common.generated_code import run_generated
+from contract.conversion_rules import datetime2_fraction, packed_date_days, packed_time_seconds
 
 #: ``reader(buf, offset, reasons) -> (value, next offset)``; ``reasons`` is the event's
 #: column name -> why-None map (python-mysql-replication keeps one per event).
@@ -342,20 +343,15 @@ def _datetime2(col) -> Reader:
     return read
 
 
-_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
-
-
 class EpochSeconds(dict):
     """Seconds since 1970-01-01 of the first second of a DATETIME2's date, by the date's
     packed bits (``data >> 17``: year*13+month, day); False for a date the decoder refuses (a
-    zero or invalid one): a cache, filled by :meth:`of`, bounded."""
+    zero or invalid one): a cache of :func:`contract.conversion_rules.packed_date_days` (the
+    rule the native encoder runs), filled by :meth:`of`, bounded."""
 
     def of(self, ymd: int) -> int | bool:
-        year_month = ymd >> 5 & 0x1FFFF
-        try:
-            seconds = (datetime.date(year_month // 13, year_month % 13, ymd & 31).toordinal() - _EPOCH_ORDINAL) * 86400
-        except ValueError:
-            seconds = False
+        days = packed_date_days(ymd)
+        seconds = False if days is None else days * 86400
         if len(self) >= 65_536:
             self.clear()
         self[ymd] = seconds
@@ -366,9 +362,8 @@ class EpochSeconds(dict):
 def seconds_of_day() -> tuple[int, ...]:
     """A DATETIME2's time of day in seconds, by its packed bits (``data & 0x1FFFF``: hour,
     minute, second in 5, 6 and 6 bits); -1 where the decoder refuses it (hour 24 and up,
-    minute or second 60 and up)."""
-    return tuple(h * 3600 + m * 60 + s if h < 24 and m < 60 and s < 60 else -1
-                 for h in range(32) for m in range(64) for s in range(64))
+    minute or second 60 and up): :func:`contract.conversion_rules.packed_time_seconds` of each."""
+    return tuple(-1 if s is None else s for s in map(packed_time_seconds, range(1 << 17)))
 
 
 def datetime2_code(col, out: str, fail: str, unit: int = 1) -> tuple[list[str], int, dict[str, Any]]:
@@ -391,17 +386,12 @@ def datetime2_code(col, out: str, fail: str, unit: int = 1) -> tuple[list[str], 
              f"{out} = (_s + _t) * {1_000_000 // unit}"]
     if fsp_size:
         # the fraction as _fsp reads it (signed, a tenth dropped for an odd precision), in units
-        scale = 10 ** (6 - fsp)
-        tenth = fsp % 2
-        micro = "_f // 10" if tenth else "_f"
-        frac = (micro if scale == unit else f"{micro} * {scale // unit}") if scale % unit == 0 else \
-            f"{micro} * {scale} // {unit}"
         # (read unsigned: a negative one, its sign bit set, is above the limit)
-        lines += [f"_f = int.from_bytes(buf[off + 5:off + {5 + fsp_size}], 'big')",
-                  f"if _f > {(999_999 // scale) * (10 if tenth else 1) + (9 if tenth else 0)}:",
+        lines += [f"_f = _fraction(int.from_bytes(buf[off + 5:off + {5 + fsp_size}], 'big'), {fsp}, {unit})",
+                  "if _f is None:",
                   f"    {fail}",
-                  f"{out} += {frac}"]
-    return lines, 5 + fsp_size, {"_days": _EPOCH_SECONDS, "_sod": seconds_of_day()}
+                  f"{out} += _f"]
+    return lines, 5 + fsp_size, {"_days": _EPOCH_SECONDS, "_sod": seconds_of_day(), "_fraction": datetime2_fraction}
 
 
 _EPOCH_SECONDS = EpochSeconds()

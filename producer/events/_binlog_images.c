@@ -26,6 +26,7 @@
  * Truncated or overrunning row data raises ValueError.  Everything is bounds checked.
  */
 #include "row_program.h"
+#include "type_rules.h"   /* generated from contract/conversion_rules.py */
 
 enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME2 = 3, OP_UTF8 = 4, OP_PY = 5 };
 #define MAX_GROUPS 8
@@ -134,32 +135,13 @@ static int encode_value(Program *prog, Column *c, PyObject *buf, const unsigned 
             return refuse(prog), -1;
         return out_decimal(o, total, negative);
     }
-    case OP_DATETIME2: {
+    case OP_DATETIME2: {   /* contract.conversion_rules.datetime2_units */
         if (at + 5 + c->fsp_size > end)
             return overrun(), -1;
-        uint64_t d = be_uint(b + at, 5);
-        uint64_t ymd = d >> 17;
-        int64_t year_month = (int64_t)(ymd >> 5 & 0x1FFFF);
-        int64_t year = year_month / 13, month = year_month % 13, day = (int64_t)(ymd & 31);
-        if (!valid_date(year, month, day))
+        int64_t v;
+        if (!rule_datetime2_units((int64_t)be_uint(b + at, 5), (int64_t)be_uint(b + at + 5, c->fsp_size), c->fsp,
+                                  c->unit, &v))
             return refuse(prog), -1;
-        int64_t hour = (int64_t)(d >> 12 & 31), minute = (int64_t)(d >> 6 & 63), second = (int64_t)(d & 63);
-        if (hour >= 24 || minute >= 60 || second >= 60)
-            return refuse(prog), -1;
-        int64_t v = (days_since_epoch(year, month, day) * 86400 + hour * 3600 + minute * 60 + second) *
-                    (1000000 / c->unit);
-        if (c->fsp_size) {
-            int64_t f = (int64_t)be_uint(b + at + 5, c->fsp_size);
-            int64_t scale = 1;
-            for (int i = c->fsp; i < 6; i++)
-                scale *= 10;
-            int tenth = c->fsp % 2;
-            int64_t limit = (999999 / scale) * (tenth ? 10 : 1) + (tenth ? 9 : 0);
-            if (f > limit)
-                return refuse(prog), -1;
-            int64_t micro = tenth ? f / 10 : f;
-            v += scale % c->unit == 0 ? micro * (scale / c->unit) : micro * scale / c->unit;
-        }
         *off = at + 5 + c->fsp_size;
         return out_long(o, v);
     }

@@ -28,6 +28,7 @@
  * payload that is not one row of these columns raises ValueError.
  */
 #include "row_program.h"
+#include "type_rules.h"   /* generated from contract/conversion_rules.py */
 
 enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME = 3, OP_DATE = 4, OP_UTF8 = 5, OP_PY = 6 };
 enum { NULL_COLUMN = 251, U16 = 252, U24 = 253, U64 = 254 };
@@ -75,21 +76,6 @@ static int parse_int(const unsigned char *s, Py_ssize_t n, int64_t *out) {
     return 1;
 }
 
-/* ``YYYY-MM-DD``: days since 1970-01-01; 0 when it is not a valid date in that form. */
-static int parse_date(const unsigned char *s, Py_ssize_t n, int64_t *days) {
-    if (n != 10 || s[4] != '-' || s[7] != '-')
-        return 0;
-    for (int i = 0; i < 10; i++)
-        if (i != 4 && i != 7 && !is_digit(s[i]))
-            return 0;
-    int64_t y = (s[0] - '0') * 1000 + (s[1] - '0') * 100 + (s[2] - '0') * 10 + (s[3] - '0');
-    int64_t m = (s[5] - '0') * 10 + (s[6] - '0'), d = (s[8] - '0') * 10 + (s[9] - '0');
-    if (!valid_date(y, m, d))
-        return 0;
-    *days = days_since_epoch(y, m, d);
-    return 1;
-}
-
 static int encode_value(Program *prog, Column *c, const unsigned char *s, Py_ssize_t n, Out *o) {
     switch (c->op) {
     case OP_INT: {
@@ -129,37 +115,15 @@ static int encode_value(Program *prog, Column *c, const unsigned char *s, Py_ssi
             return refuse(prog);
         return out_decimal(o, total, negative);
     }
-    case OP_DATETIME: {
-        int64_t days;
-        if (n < 19 || !parse_date(s, 10, &days) || s[10] != ' ' || s[13] != ':' || s[16] != ':')
+    case OP_DATETIME: {   /* contract.conversion_rules.datetime_text_units */
+        int64_t v;
+        if (!rule_datetime_text_units(s, n, c->unit, &v))
             return refuse(prog);
-        for (int i = 11; i < 19; i++)
-            if (i != 13 && i != 16 && !is_digit(s[i]))
-                return refuse(prog);
-        if (!(n == 19 || (n >= 21 && n <= 26 && s[19] == '.')))
-            return refuse(prog);
-        int64_t fraction = 0;
-        for (Py_ssize_t i = 20; i < n; i++) {
-            if (!is_digit(s[i]))
-                return refuse(prog);
-            fraction = fraction * 10 + (s[i] - '0');
-        }
-        int64_t h = (s[11] - '0') * 10 + (s[12] - '0'), mi = (s[14] - '0') * 10 + (s[15] - '0'),
-                sec = (s[17] - '0') * 10 + (s[18] - '0');
-        if (h > 23 || mi > 59 || sec > 59)
-            return refuse(prog);
-        int64_t v = (days * 86400 + h * 3600 + mi * 60 + sec) * (1000000 / c->unit);
-        if (n > 19) {
-            int64_t scale = 1;
-            for (Py_ssize_t i = n; i < 26; i++)
-                scale *= 10;
-            v += fraction * scale / c->unit;
-        }
         return out_long(o, v);
     }
-    case OP_DATE: {
+    case OP_DATE: {   /* contract.conversion_rules.date_text_days */
         int64_t days;
-        if (!parse_date(s, n, &days))
+        if (!rule_date_text_days(s, n, &days))
             return refuse(prog);
         return out_long(o, days);
     }

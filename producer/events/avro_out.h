@@ -125,26 +125,4 @@ static int is_utf8(const unsigned char *s, Py_ssize_t n) {
     return 1;
 }
 
-static int is_leap(int64_t y) {
-    return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
-}
-
-/* Whether y-m-d is a date Python's datetime.date takes (years 1 to 9999). */
-static int valid_date(int64_t y, int64_t m, int64_t d) {
-    static const int dim[] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (y < 1 || y > 9999 || m < 1 || m > 12 || d < 1)
-        return 0;
-    return d <= (m == 2 && is_leap(y) ? 29 : dim[m]);
-}
-
-/* Days since 1970-01-01 of a valid date (Python's date.toordinal() - 719163). */
-static int64_t days_since_epoch(int64_t y, int64_t m, int64_t d) {
-    static const int before[] = {0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334};
-    int64_t py = y - 1;
-    int64_t ordinal = py * 365 + py / 4 - py / 100 + py / 400 + before[m] + d;
-    if (m > 2 && is_leap(y))
-        ordinal += 1;
-    return ordinal - 719163;
-}
-
 #endif

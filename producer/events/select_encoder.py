@@ -23,7 +23,6 @@ or the error of reading it), and that row takes the values' way.
 
 from __future__ import annotations
 
-import datetime
 import os
 from collections.abc import Callable
 from decimal import Decimal
@@ -35,6 +34,7 @@ from pymysql.converters import convert_date
 from common.generated_code import eval_generated, run_generated
 from common.sql.row_parser import column_code, length_coded
 from common.sql.sessions import datetime_from_text
+from contract.conversion_rules import date_text_days, datetime_text_units
 from producer.events import value_code as code
 from producer.events.avro_template import type_name
 from producer.events.row_encoder import NotFast
@@ -52,25 +52,18 @@ def native_enabled() -> bool:
     """Whether chunk rows are encoded by the native encoder (built, and not switched off)."""
     return _select_rows is not None and os.environ.get(NATIVE_ENV, "1") != "0"
 
-_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
-_DIGITS = b"0123456789"
-
 
 class EpochDays(dict):
     """Days since 1970-01-01 of a date's text (``YYYY-MM-DD`` as bytes), False where it is not a
-    valid date in that form: a cache, filled by :meth:`of`, bounded."""
+    valid date in that form: a cache of :func:`contract.conversion_rules.date_text_days` (the
+    rule the native encoder runs), filled by :meth:`of`, bounded."""
 
     def of(self, text: bytes) -> int | bool:
-        days: int | bool = False
-        if len(text) == 10 and text[4] == text[7] == 45 and text.translate(None, _DIGITS) == b"--":
-            try:
-                days = datetime.date(int(text[:4]), int(text[5:7]), int(text[8:])).toordinal() - _EPOCH_ORDINAL
-            except ValueError:
-                pass
+        days = date_text_days(text)
         if len(self) >= 65_536:
             self.clear()
-        self[text] = days
-        return days
+        self[text] = False if days is None else days
+        return self[text]
 
 
 _DAYS = EpochDays()
@@ -78,19 +71,11 @@ _DAYS = EpochDays()
 
 def _datetime_lines(i: int, unit: int) -> list[str]:
     """``y{i}`` from ``b``, a DATETIME's text ``YYYY-MM-DD hh:mm:ss[.f{1,6}]`` (what
-    ``datetime_from_text`` parses to a datetime), in ``unit`` microseconds since the epoch."""
-    return ["days = _days.get(b[:10])",
-            "if days is None:",
-            "    days = _days.of(b[:10])",
-            ("if days is False or not (n == 19 or 21 <= n <= 26 and b[19] == 46 and b[20:].isdigit()) or b[10] != 32 "
-             "or b[13] != 58 or b[16] != 58 or b[11:19].translate(None, _digits) != b'::':"),
+    ``datetime_from_text`` parses to a datetime), in ``unit`` microseconds since the epoch:
+    :func:`contract.conversion_rules.datetime_text_units`, the rule the native encoder runs."""
+    return [f"v = _datetime_text(b, {unit})",
+            "if v is None:",
             "    _not_fast()",
-            "h, mi, s = b[11] * 10 + b[12] - 528, b[14] * 10 + b[15] - 528, b[17] * 10 + b[18] - 528",
-            "if h > 23 or mi > 59 or s > 59:",
-            "    _not_fast()",
-            f"v = (days * 86400 + h * 3600 + mi * 60 + s) * {1_000_000 // unit}",
-            "if n > 19:",
-            f"    v += int(b[20:]) * _fraction[n] // {unit}" if unit != 1 else "    v += int(b[20:]) * _fraction[n]",
             *code.varint_lines(i)]
 
 
@@ -163,8 +148,7 @@ class SelectRowEncoder:
 def _compile(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
     """``row(data) -> (key body or None, row body)`` of one row's payload."""
     env = code.namespace()
-    env.update({"_length": length_coded, "_days": _DAYS, "_digits": _DIGITS,
-                "_fraction": {n: 10 ** (26 - n) for n in range(21, 27)}})
+    env.update({"_length": length_coded, "_days": _DAYS, "_datetime_text": datetime_text_units})
     lines = ["def row(data):", "    p = 0"]
     columns_parts, parts = [], []
     for i, (reading, t, convert) in enumerate(zip(readings, row_types, converters)):
@@ -199,7 +183,7 @@ def native_plan(readings: list, row_types: list, converters: list, key: list[tup
     """The plan of ``_select_rows.Program`` (its layout: the top of ``_select_rows.c``), making the
     choices :func:`_value_code` makes."""
     env = code.namespace()
-    env.update({"_days": _DAYS, "_digits": _DIGITS, "_fraction": {n: 10 ** (26 - n) for n in range(21, 27)}})
+    env.update({"_days": _DAYS, "_datetime_text": datetime_text_units})
     ops = _select_rows
     plan, column_types = [], []
     for i, ((encoding, read), t, convert) in enumerate(zip(readings, row_types, converters)):

@@ -16,6 +16,7 @@
 
 #include "avro_read.h"
 #include "type_codes.h" /* the T_ codes: written by setup.py from contract/type_table.py */
+#include "type_rules.h" /* the calendar rules: written by setup.py from contract/conversion_rules.py */
 #define MAX_DECIMAL_BYTES 64
 
 typedef struct {
@@ -69,19 +70,16 @@ static int text_long(Text *t, int64_t v) {
     return v < 0 ? text_unsigned(t, "-", 0ULL - (unsigned long long)v, 1) : text_unsigned(t, "", (unsigned long long)v, 1);
 }
 
-/* YYYY-MM-DD of a day count since 1970-01-01 (years 1..9999, else ValueError): H. Hinnant's civil_from_days. */
+/* YYYY-MM-DD of a day count since 1970-01-01 (years 1..9999, else ValueError):
+ * contract.conversion_rules.civil_date. */
 static int text_date(Text *t, int64_t days) {
-    if (days < -719162 || days > 2932896) {
+    int64_t ymd;
+    if (!rule_civil_date(days, &ymd)) {
         PyErr_Format(PyExc_ValueError, "date %lld days from 1970-01-01 is outside years 1..9999", (long long)days);
         return -1;
     }
-    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
-    int64_t doe = z - era * 146097, yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t y = yoe + era * 400, doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
-    int64_t d = doy - (153 * mp + 2) / 5 + 1, m = mp < 10 ? mp + 3 : mp - 9;
     char out[32];
-    y += m <= 2;
-    snprintf(out, sizeof out, "%04d-%02d-%02d", (int)y, (int)m, (int)d);
+    snprintf(out, sizeof out, "%04d-%02d-%02d", (int)(ymd / 10000), (int)(ymd / 100 % 100), (int)(ymd % 100));
     return text_add(t, out, 10);
 }
 

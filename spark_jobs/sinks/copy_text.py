@@ -29,7 +29,6 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Callable, Sequence
-from datetime import date
 from functools import partial
 from typing import Any
 
@@ -38,6 +37,7 @@ from fastavro.schema import expand_schema
 from common.errors import UnsupportedType
 from common.generated_code import compile_generated
 from contract.codecs.avro_decoder import CodeWriter, native_enabled, native_skip_words
+from contract.conversion_rules import civil_date
 from contract.errors import NotCompiled
 from contract.type_table import COPY_TEXT_NULL, COPY_TEXTS, copy_text_code
 from spark_jobs.sinks.layout import column_kind
@@ -55,7 +55,6 @@ CopyEncoder = Callable[[bytes, int], bytes]
 #: COPY text's special characters in a value (``\N`` is NULL; tab and newline separate).
 _SPECIAL = re.compile(rb"[\\\t\n\r]").search
 _ESCAPES = ((b"\\", b"\\\\"), (b"\t", b"\\t"), (b"\n", b"\\n"), (b"\r", b"\\r"))
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _DATES: dict[int, bytes] = {}  # days since 1970-01-01 -> ISO text (bounded: see date_text)
 
 
@@ -72,10 +71,10 @@ def date_text(days: int) -> bytes:
     """``YYYY-MM-DD`` of a day count since 1970-01-01 (years 1..9999, else ``ValueError``)."""
     text = _DATES.get(days)
     if text is None:
-        try:
-            text = date.fromordinal(_EPOCH_ORDINAL + days).isoformat().encode()
-        except (ValueError, OverflowError):
-            raise ValueError(f"date {days} days from 1970-01-01 is outside years 1..9999") from None
+        ymd = civil_date(days)  # (the rule _copy_text.c's text_date runs too)
+        if ymd is None:
+            raise ValueError(f"date {days} days from 1970-01-01 is outside years 1..9999")
+        text = b"%04d-%02d-%02d" % (ymd // 10000, ymd // 100 % 100, ymd % 100)
         if len(_DATES) < 200_000:
             _DATES[days] = text
     return text

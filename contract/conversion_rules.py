@@ -1,0 +1,228 @@
+"""The conversion rules of the calendar types, written once, run in Python and compiled to C.
+
+Each rule is a plain Python function over integers and bytes in a small subset of Python
+(:mod:`contract.conversion_rules_c` says which, and refuses anything else by name and line).
+The Python paths call these functions (through their caches: :mod:`producer.binlog.row_decoder`'s
+``EpochSeconds``, :mod:`producer.events.select_encoder`'s ``EpochDays``,
+:mod:`spark_jobs.sinks.copy_text`'s ``date_text``); ``setup.py`` writes ``contract/type_rules.h``
+from them (:func:`contract.conversion_rules_c.c_source`) before it compiles the C paths, which
+include it (``_binlog_images.c``'s DATETIME2, ``_select_rows.c``'s DATE and DATETIME texts,
+``_copy_text.c``'s date texts).  Fixing a rule edits it here; both languages follow at the next
+build, and a test keeps the header equal to these functions.
+
+A rule annotated ``-> int | None`` is *partial*: None is a value the fast paths refuse (the row
+then takes the values' way); one annotated ``-> int`` or ``-> bool`` is total.  Every integer
+stays within a signed 64-bit range (C's ``int64_t``); a rule checks a ``bytes`` argument's length
+before it reads it (the C reads are bounds-checked too, but a read out of range is a rule's bug).
+
+Pure functions: no I/O, no imports.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RULES",
+    "is_leap",
+    "valid_date",
+    "days_since_epoch",
+    "date_days",
+    "civil_date",
+    "packed_date_days",
+    "packed_time_seconds",
+    "datetime2_fraction",
+    "datetime2_units",
+    "digits",
+    "date_text_prefix_days",
+    "date_text_days",
+    "datetime_text_units",
+]
+
+#: Days in each month of a common year (index 1 to 12).
+DAYS_IN_MONTH = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+#: Days before each month of a common year (index 1 to 12).
+DAYS_BEFORE_MONTH = (0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
+#: 10 ** n for n of 0 to 18.
+POWERS_OF_TEN = (1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000, 10000000000,
+                 100000000000, 1000000000000, 10000000000000, 100000000000000, 1000000000000000,
+                 10000000000000000, 100000000000000000, 1000000000000000000)
+#: Python's ``date(1970, 1, 1).toordinal()``.
+EPOCH_ORDINAL = 719163
+#: The days since 1970-01-01 of 0001-01-01 and of 9999-12-31 (Python's date range).
+FIRST_DAY = -719162
+LAST_DAY = 2932896
+
+
+# =============================================================================== dates
+def is_leap(y: int) -> bool:
+    """Whether year ``y`` is a leap year of the proleptic Gregorian calendar."""
+    return y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
+
+
+def valid_date(y: int, m: int, d: int) -> bool:
+    """Whether ``y-m-d`` is a date Python's ``datetime.date`` takes (years 1 to 9999)."""
+    if y < 1 or y > 9999 or m < 1 or m > 12 or d < 1:
+        return False
+    if m == 2 and is_leap(y):
+        return d <= 29
+    return d <= DAYS_IN_MONTH[m]
+
+
+def days_since_epoch(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of a valid date (Python's ``date.toordinal() - 719163``)."""
+    py = y - 1
+    ordinal = py * 365 + py // 4 - py // 100 + py // 400 + DAYS_BEFORE_MONTH[m] + d
+    if m > 2 and is_leap(y):
+        ordinal += 1
+    return ordinal - EPOCH_ORDINAL
+
+
+def date_days(y: int, m: int, d: int) -> int | None:
+    """Days since 1970-01-01 of ``y-m-d``; None where it is not a valid date."""
+    if not valid_date(y, m, d):
+        return None
+    return days_since_epoch(y, m, d)
+
+
+def civil_date(days: int) -> int | None:
+    """The date ``days`` after 1970-01-01 as ``year * 10000 + month * 100 + day``; None outside
+    years 1 to 9999 (H. Hinnant's ``civil_from_days``)."""
+    if days < FIRST_DAY or days > LAST_DAY:
+        return None
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    y = yoe + era * 400
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    if m <= 2:
+        y += 1
+    return y * 10000 + m * 100 + d
+
+
+# =============================================================================== binlog DATETIME2
+def packed_date_days(ymd: int) -> int | None:
+    """Days since 1970-01-01 of a DATETIME2's date bits (its packed value ``>> 17``:
+    ``(year * 13 + month) << 5 | day``); None for a zero or invalid date."""
+    year_month = ymd >> 5 & 0x1FFFF
+    return date_days(year_month // 13, year_month % 13, ymd & 31)
+
+
+def packed_time_seconds(hms: int) -> int | None:
+    """Seconds of the day of a DATETIME2's time bits (its packed value ``& 0x1FFFF``: hour,
+    minute and second in 5, 6 and 6 bits); None for hour 24 and up, minute or second 60 and up."""
+    hour = hms >> 12 & 31
+    minute = hms >> 6 & 63
+    second = hms & 63
+    if hour >= 24 or minute >= 60 or second >= 60:
+        return None
+    return hour * 3600 + minute * 60 + second
+
+
+def datetime2_fraction(f: int, fsp: int, unit: int) -> int | None:
+    """A DATETIME2's fraction of precision ``fsp`` (its ``(fsp + 1) // 2`` big-endian bytes read
+    unsigned: 0 where ``fsp`` is 0) in ``unit`` microseconds (1 or 1000), a tenth dropped for an
+    odd precision; None above its limit (a negative one has its sign bit set: above it too)."""
+    scale = POWERS_OF_TEN[6 - fsp]
+    tenth = fsp % 2
+    limit = (999999 // scale) * (10 if tenth else 1) + (9 if tenth else 0)
+    if f > limit:
+        return None
+    micro = f // 10 if tenth else f
+    if scale % unit == 0:
+        return micro * (scale // unit)
+    return micro * scale // unit
+
+
+def datetime2_units(d: int, f: int, fsp: int, unit: int) -> int | None:
+    """A DATETIME2 (``d``: its first five bytes big-endian; ``f``: its fraction's bytes) in
+    ``unit`` microseconds since 1970-01-01 00:00 of its wall clock; None for a zero or invalid
+    date or time, or a fraction out of range."""
+    days = packed_date_days(d >> 17)
+    if days is None:
+        return None
+    seconds = packed_time_seconds(d & 0x1FFFF)
+    if seconds is None:
+        return None
+    fraction = datetime2_fraction(f, fsp, unit)
+    if fraction is None:
+        return None
+    return (days * 86400 + seconds) * (1000000 // unit) + fraction
+
+
+# =============================================================================== SELECT texts
+def digits(s: bytes, start: int, stop: int) -> int | None:
+    """The number written in ASCII digits in ``s[start:stop]`` (at most 18 of them); None where
+    one is not a digit or ``s`` is shorter."""
+    if start < 0 or stop > len(s) or stop - start > 18:
+        return None
+    v = 0
+    for i in range(start, stop):
+        c = s[i]
+        if c < 48 or c > 57:
+            return None
+        v = v * 10 + c - 48
+    return v
+
+
+def date_text_prefix_days(s: bytes) -> int | None:
+    """Days since 1970-01-01 of the ``YYYY-MM-DD`` that ``s`` starts with; None where it does not
+    start with a valid date in that form."""
+    if len(s) < 10 or s[4] != 45 or s[7] != 45:
+        return None
+    y = digits(s, 0, 4)
+    if y is None:
+        return None
+    m = digits(s, 5, 7)
+    if m is None:
+        return None
+    d = digits(s, 8, 10)
+    if d is None:
+        return None
+    return date_days(y, m, d)
+
+
+def date_text_days(s: bytes) -> int | None:
+    """Days since 1970-01-01 of a DATE's text ``YYYY-MM-DD``; None where it is not a valid date
+    in that form."""
+    if len(s) != 10:
+        return None
+    return date_text_prefix_days(s)
+
+
+def datetime_text_units(s: bytes, unit: int) -> int | None:
+    """A DATETIME's text ``YYYY-MM-DD hh:mm:ss[.f{1,6}]`` in ``unit`` microseconds (1 or 1000)
+    since 1970-01-01 00:00 of its wall clock; None where it is not one in that form."""
+    n = len(s)
+    if n != 19 and (n < 21 or n > 26):
+        return None
+    days = date_text_prefix_days(s)
+    if days is None:
+        return None
+    if s[10] != 32 or s[13] != 58 or s[16] != 58 or (n > 19 and s[19] != 46):
+        return None
+    h = digits(s, 11, 13)
+    if h is None:
+        return None
+    mi = digits(s, 14, 16)
+    if mi is None:
+        return None
+    sec = digits(s, 17, 19)
+    if sec is None:
+        return None
+    if h > 23 or mi > 59 or sec > 59:
+        return None
+    v = (days * 86400 + h * 3600 + mi * 60 + sec) * (1000000 // unit)
+    if n > 19:
+        fraction = digits(s, 20, n)
+        if fraction is None:
+            return None
+        v += fraction * POWERS_OF_TEN[26 - n] // unit
+    return v
+
+
+#: Every rule, in the order the C header defines them (a rule after those it calls).
+RULES = (is_leap, valid_date, days_since_epoch, date_days, civil_date, packed_date_days, packed_time_seconds,
+         datetime2_fraction, datetime2_units, digits, date_text_prefix_days, date_text_days, datetime_text_units)

@@ -1,0 +1,217 @@
+"""The conversion rules (contract.conversion_rules) against Python's datetime, and their C
+(contract.conversion_rules_c) against the rules themselves: the generated header compiled with
+a small export wrapper and called through ctypes, rule by rule, on the same arguments."""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import inspect
+import re
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contract import conversion_rules as rules
+from contract.conversion_rules_c import RuleError, c_source
+from tests.native_helpers import can_build
+
+ROOT = Path(__file__).resolve().parents[3]
+EPOCH = datetime.date(1970, 1, 1).toordinal()
+SOURCE = inspect.getsource(rules)
+
+
+def _date_or_none(y: int, m: int, d: int) -> datetime.date | None:
+    try:
+        return datetime.date(y, m, d)
+    except ValueError:
+        return None
+
+
+# =============================================================================== the rules
+@given(st.integers(-5, 10_005), st.integers(-1, 14), st.integers(-1, 33))
+def test_dates_are_pythons(y, m, d):
+    date = _date_or_none(y, m, d)
+    assert rules.valid_date(y, m, d) == (date is not None)
+    assert rules.date_days(y, m, d) == (None if date is None else date.toordinal() - EPOCH)
+    if date is not None:
+        assert rules.days_since_epoch(y, m, d) == date.toordinal() - EPOCH
+
+
+@given(st.integers(-800_000, 3_000_000))
+def test_civil_date_is_pythons_fromordinal(days):
+    try:
+        date = datetime.date.fromordinal(EPOCH + days)
+    except (ValueError, OverflowError):
+        date = None
+    assert rules.civil_date(days) == (None if date is None else date.year * 10000 + date.month * 100 + date.day)
+
+
+@given(st.integers(0, (1 << 40) - 1), st.integers(0, 6), st.sampled_from([1, 1000]), st.data())
+def test_a_datetime2_is_its_wall_clock(d, fsp, unit, data):
+    """The packed DATETIME2 read the way python-mysql-replication reads it (a datetime, or
+    none), in ``unit`` microseconds floor-divided."""
+    size = (fsp + 1) // 2
+    f = data.draw(st.integers(0, (1 << 8 * size) - 1)) if size else 0
+    year_month = d >> 22 & 0x1FFFF
+    date = _date_or_none(year_month // 13, year_month % 13, d >> 17 & 31)
+    hour, minute, second = d >> 12 & 31, d >> 6 & 63, d & 63
+    micro = (f // 10 if fsp % 2 else f) * 10 ** (6 - fsp)
+    expected = None
+    if date is not None and hour < 24 and minute < 60 and second < 60 and micro <= 999_999:
+        wall = datetime.datetime(date.year, date.month, date.day, hour, minute, second, micro)
+        us = (wall - datetime.datetime(1970, 1, 1)) // datetime.timedelta(microseconds=1)
+        expected = us // unit
+    assert rules.datetime2_units(d, f, fsp, unit) == expected
+
+
+_DATETIME_TEXT = re.compile(rb"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\Z")
+
+
+def _datetime_text_reference(s: bytes, unit: int) -> int | None:
+    m = _DATETIME_TEXT.match(s)
+    if not m or not s.isascii():
+        return None
+    date = _date_or_none(int(m[1]), int(m[2]), int(m[3]))
+    if date is None or int(m[4]) > 23 or int(m[5]) > 59 or int(m[6]) > 59:
+        return None
+    micro = int(m[7].ljust(6, b"0")) if m[7] else 0
+    wall = datetime.datetime(date.year, date.month, date.day, int(m[4]), int(m[5]), int(m[6]), micro)
+    return (wall - datetime.datetime(1970, 1, 1)) // datetime.timedelta(microseconds=1) // unit
+
+
+_texts = st.one_of(
+    st.datetimes().map(lambda t: t.isoformat(" ").encode()),
+    st.builds(lambda t, n: t.isoformat(" ", "microseconds")[:20 + n].encode(), st.datetimes(), st.integers(1, 6)),
+    st.builds(lambda t, junk, at: (lambda s: s[:at] + junk + s[at + 1:])(t.isoformat(" ").encode()),
+              st.datetimes(), st.binary(min_size=1, max_size=1), st.integers(0, 25)),
+    st.binary(max_size=28))
+
+
+@given(_texts, st.sampled_from([1, 1000]))
+def test_a_datetime_text_is_its_wall_clock(s, unit):
+    assert rules.datetime_text_units(s, unit) == _datetime_text_reference(s, unit)
+
+
+@given(st.one_of(st.dates().map(lambda d: d.isoformat().encode()), _texts.map(lambda s: s[:10]), st.binary(max_size=12)))
+def test_a_date_text_is_its_day(s):
+    m = re.fullmatch(rb"(\d{4})-(\d\d)-(\d\d)", s)
+    date = _date_or_none(int(m[1]), int(m[2]), int(m[3])) if m else None
+    assert rules.date_text_days(s) == (None if date is None else date.toordinal() - EPOCH)
+
+
+# =============================================================================== the C of the rules
+def test_the_built_header_is_the_rules():
+    """setup.py wrote contract/type_rules.h from these rules when it built the extensions."""
+    assert (ROOT / "contract" / "type_rules.h").read_text() == c_source(SOURCE)
+
+
+#: Arguments within each rule's domain (an int64 never overflows).
+_ARGS = {
+    "is_leap": (st.integers(-10**12, 10**12),),
+    "valid_date": (st.integers(-20, 10_020), st.integers(-3, 15), st.integers(-3, 34)),
+    "days_since_epoch": (st.integers(1, 9999), st.integers(1, 12), st.integers(1, 31)),
+    "date_days": (st.integers(-20, 10_020), st.integers(-3, 15), st.integers(-3, 34)),
+    "civil_date": (st.integers(-10**9, 10**9),),
+    "packed_date_days": (st.integers(0, (1 << 23) - 1),),
+    "packed_time_seconds": (st.integers(0, (1 << 17) - 1),),
+    "datetime2_fraction": (st.integers(0, (1 << 24) - 1), st.integers(0, 6), st.sampled_from([1, 1000])),
+    "datetime2_units": (st.integers(0, (1 << 40) - 1), st.integers(0, (1 << 24) - 1), st.integers(0, 6),
+                        st.sampled_from([1, 1000])),
+    "digits": (st.binary(max_size=24), st.integers(0, 24), st.integers(0, 24)),
+    "date_text_prefix_days": (_texts,),
+    "date_text_days": (st.one_of(_texts, _texts.map(lambda s: s[:10])),),
+    "datetime_text_units": (_texts, st.sampled_from([1, 1000])),
+}
+
+
+def _params(rule) -> list[str]:
+    return [str(p.annotation) for p in inspect.signature(rule).parameters.values()]
+
+
+def _wrapper() -> str:
+    """The header, and per rule an exported ``call_<rule>(args..., int64_t *ok)``."""
+    out = ["#include <stddef.h>", "#include <stdint.h>", "typedef ptrdiff_t Py_ssize_t;", '#include "type_rules.h"']
+    for rule in rules.RULES:
+        params, args = [], []
+        for i, kind in enumerate(_params(rule)):
+            if kind == "bytes":
+                params += [f"const unsigned char *a{i}", f"Py_ssize_t n{i}"]
+                args += [f"a{i}", f"n{i}"]
+            else:
+                params.append(f"int64_t a{i}")
+                args.append(f"a{i}")
+        params.append("int64_t *ok")
+        ret = str(inspect.signature(rule).return_annotation)
+        body = (f"int64_t r = 0; *ok = rule_{rule.__name__}({', '.join(args + ['&r'])}); return r;"
+                if ret == "int | None" else f"*ok = 1; return (int64_t)rule_{rule.__name__}({', '.join(args)});")
+        out.append(f"int64_t call_{rule.__name__}({', '.join(params)}) {{ {body} }}")
+    return "\n".join(out) + "\n"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    if not can_build():  # (the extensions were not built either: no C path to check)
+        pytest.skip("no C compiler here")
+    d = tmp_path_factory.mktemp("rules")
+    (d / "type_rules.h").write_text(c_source(SOURCE))
+    (d / "wrapper.c").write_text(_wrapper())
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    subprocess.run([*cc, "-O2", "-Wall", "-Werror", "-Wno-unused-function", "-shared", "-fPIC",
+                    "-o", str(d / "rules.so"), str(d / "wrapper.c")], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(d / "rules.so"))
+    for rule in rules.RULES:
+        fn = getattr(lib, f"call_{rule.__name__}")
+        argtypes = []
+        for kind in _params(rule):
+            argtypes += [ctypes.c_char_p, ctypes.c_ssize_t] if kind == "bytes" else [ctypes.c_int64]
+        fn.argtypes = [*argtypes, ctypes.POINTER(ctypes.c_int64)]
+        fn.restype = ctypes.c_int64
+    return lib
+
+
+def _call_c(lib, rule, args):
+    c_args = []
+    for kind, a in zip(_params(rule), args):
+        c_args += [a, len(a)] if kind == "bytes" else [a]
+    ok = ctypes.c_int64()
+    value = getattr(lib, f"call_{rule.__name__}")(*c_args, ctypes.byref(ok))
+    ret = str(inspect.signature(rule).return_annotation)
+    if ret == "int | None":
+        return value if ok.value else None
+    return bool(value) if ret == "bool" else value
+
+
+def test_every_rule_has_arguments_to_check():
+    assert sorted(_ARGS) == sorted(r.__name__ for r in rules.RULES)
+
+
+@pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.__name__)
+def test_the_c_of_each_rule_is_the_rule(compiled, rule):
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.tuples(*_ARGS[rule.__name__]))
+    def check(args):
+        assert _call_c(compiled, rule, args) == rule(*args), args
+    check()
+
+
+# =============================================================================== what the C refuses
+@pytest.mark.parametrize("body, error", [
+    ("def f(x: int) -> int:\n    return x ** 2\n", r"f, line 2: operator Pow"),
+    ("def f(x: int) -> int:\n    while x:\n        x -= 1\n    return x\n", r"f, line 2: While"),
+    ("def g(x: int) -> int | None:\n    return x\n\ndef f(x: int) -> int:\n    return g(x)\n",
+     r"f, line 5: g\(\) may give None"),
+    ("def g(x: int) -> int | None:\n    return x\n\ndef f(x: int) -> int | None:\n    y = g(x)\n    return y\n",
+     r"f, line 5: `y = g\(...\)` is followed by `if y is None: return None`"),
+    ("def f(x: int) -> int:\n    return z\n", r"f, line 2: unknown name 'z'"),
+    ("def f(x: float) -> int:\n    return 1\n", r"f\(x\): annotation 'float'"),
+    ("def f(s: bytes) -> int:\n    return s[1:2]\n", r"f, line 2: slices"),
+])
+def test_what_c_does_not_take_is_refused_by_rule_and_line(body, error):
+    names = re.findall(r"^def (\w+)", body, re.M)
+    with pytest.raises(RuleError, match=error):
+        c_source(body + f"\nRULES = ({', '.join(names)},)\n")

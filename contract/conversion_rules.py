@@ -32,6 +32,7 @@ __all__ = [
     "datetime2_fraction",
     "datetime2_units",
     "digits",
+    "three_fields",
     "date_text_prefix_days",
     "date_text_days",
     "datetime_text_units",
@@ -167,21 +168,31 @@ def digits(s: bytes, start: int, stop: int) -> int | None:
     return v
 
 
+def three_fields(s: bytes, at: int, width: int, sep: int) -> int | None:
+    """``A<sep>BB<sep>CC`` at ``s[at:]`` (A of ``width`` digits, ``sep`` a byte) as
+    ``A * 10000 + BB * 100 + CC``; None where ``s`` does not hold that there."""
+    b = at + width
+    if at < 0 or len(s) < b + 6 or s[b] != sep or s[b + 3] != sep:
+        return None
+    x = digits(s, at, b)
+    if x is None:
+        return None
+    y = digits(s, b + 1, b + 3)
+    if y is None:
+        return None
+    z = digits(s, b + 4, b + 6)
+    if z is None:
+        return None
+    return x * 10000 + y * 100 + z
+
+
 def date_text_prefix_days(s: bytes) -> int | None:
     """Days since 1970-01-01 of the ``YYYY-MM-DD`` that ``s`` starts with; None where it does not
     start with a valid date in that form."""
-    if len(s) < 10 or s[4] != 45 or s[7] != 45:
+    ymd = three_fields(s, 0, 4, 45)
+    if ymd is None:
         return None
-    y = digits(s, 0, 4)
-    if y is None:
-        return None
-    m = digits(s, 5, 7)
-    if m is None:
-        return None
-    d = digits(s, 8, 10)
-    if d is None:
-        return None
-    return date_days(y, m, d)
+    return date_days(ymd // 10000, ymd // 100 % 100, ymd % 100)
 
 
 def date_text_days(s: bytes) -> int | None:
@@ -201,17 +212,14 @@ def datetime_text_units(s: bytes, unit: int) -> int | None:
     days = date_text_prefix_days(s)
     if days is None:
         return None
-    if s[10] != 32 or s[13] != 58 or s[16] != 58 or (n > 19 and s[19] != 46):
+    if s[10] != 32 or (n > 19 and s[19] != 46):
         return None
-    h = digits(s, 11, 13)
-    if h is None:
+    hms = three_fields(s, 11, 2, 58)
+    if hms is None:
         return None
-    mi = digits(s, 14, 16)
-    if mi is None:
-        return None
-    sec = digits(s, 17, 19)
-    if sec is None:
-        return None
+    h = hms // 10000
+    mi = hms // 100 % 100
+    sec = hms % 100
     if h > 23 or mi > 59 or sec > 59:
         return None
     v = (days * 86400 + h * 3600 + mi * 60 + sec) * (1000000 // unit)
@@ -225,4 +233,5 @@ def datetime_text_units(s: bytes, unit: int) -> int | None:
 
 #: Every rule, in the order the C header defines them (a rule after those it calls).
 RULES = (is_leap, valid_date, days_since_epoch, date_days, civil_date, packed_date_days, packed_time_seconds,
-         datetime2_fraction, datetime2_units, digits, date_text_prefix_days, date_text_days, datetime_text_units)
+         datetime2_fraction, datetime2_units, digits, three_fields, date_text_prefix_days, date_text_days,
+         datetime_text_units)

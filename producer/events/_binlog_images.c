@@ -18,8 +18,13 @@
  *     DATETIME2 fsp, unit   a DATETIME2 as a long of ``unit`` (1 or 1000) microseconds since
  *           1970-01-01 of its wall clock; a zero or invalid date or time is refused
  *     UTF8  length size   a length-prefixed string of UTF-8 bytes (checked), as they are
- *     PY    fn   ``fn(buf, off, reasons) -> (bytes or None, next offset)``: the column's
- *           generated Python (None: the union's null branch)
+ *     PY    fn, null value   ``fn(buf, off, reasons) -> (bytes or None, next offset)``: the
+ *           column's generated Python (None: the union's null branch); ``null value``: None, or
+ *           the encoding a NULL of it takes (its value branch first: a masked column)
+ *     SKIP  size, length size, utf8, reader   a column left out of the events, read past and
+ *           written as nothing: ``size`` bytes (size >= 0), or a little-endian length of
+ *           ``length size`` bytes and that many (checked to be UTF-8 where ``utf8``), or
+ *           ``reader(buf, off, reasons) -> (value, next offset)`` (the decoder's, its value dropped)
  *   key: per key field (column index, with its union branch, refused when NULL)
  *   refusal: the exception class raised for a row the values' way must take (NotFast)
  *
@@ -28,15 +33,17 @@
 #include "row_program.h"
 #include "type_rules.h"   /* generated from contract/conversion_rules.py */
 
-enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME2 = 3, OP_UTF8 = 4, OP_PY = 5 };
+enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME2 = 3, OP_UTF8 = 4, OP_PY = 5, OP_SKIP = 6 };
 #define MAX_GROUPS 8
 
 typedef struct {
     int op;
     Tags tags;
-    int size, is_signed;                 /* INT; size also DECIMAL and UTF8 (length size) */
+    int size, is_signed;                 /* INT; size also DECIMAL, UTF8 and SKIP (length size) */
     int64_t lo, hi;
-    PyObject *fn;                        /* INT: other(v); PY: fn(buf, off, reasons) */
+    PyObject *fn;                        /* INT: other(v); PY: fn(buf, off, reasons); SKIP: reader or None */
+    PyObject *null_value;                /* PY: a NULL's encoding, or None */
+    int fixed, utf8;                     /* SKIP */
     int ngroups;                         /* DECIMAL */
     int group_bytes[MAX_GROUPS];
     unsigned __int128 group_limit[MAX_GROUPS], group_weight[MAX_GROUPS], precision_limit;
@@ -65,6 +72,51 @@ static uint64_t be_uint(const unsigned char *p, int n) {
     for (int i = 0; i < n; i++)
         v = v << 8 | p[i];
     return v;
+}
+
+/* Past the non-NULL value of SKIP column ``c`` at ``*off``: 0, or -1 on error. */
+static int skip_value(Column *c, PyObject *buf, const unsigned char *b, Py_ssize_t end, Py_ssize_t *off,
+                      PyObject **reasons) {
+    Py_ssize_t at = *off;
+    if (c->fixed >= 0) {
+        if (at + c->fixed > end)
+            return overrun(), -1;
+        *off = at + c->fixed;
+        return 0;
+    }
+    if (c->size) {
+        if (at + c->size > end)
+            return overrun(), -1;
+        Py_ssize_t n = 0;
+        for (int i = c->size - 1; i >= 0; i--)
+            n = n << 8 | b[at + i];
+        at += c->size;
+        if (at + n > end)
+            return overrun(), -1;
+        if (c->utf8 && !is_utf8(b + at, n)) {
+            PyErr_SetString(PyExc_ValueError, "a string is not UTF-8");
+            return -1;
+        }
+        *off = at + n;
+        return 0;
+    }
+    if (*reasons == NULL && !(*reasons = PyDict_New()))
+        return -1;
+    PyObject *r = PyObject_CallFunction(c->fn, "OnO", buf, at, *reasons);
+    if (!r)
+        return -1;
+    Py_ssize_t next = -1;
+    if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2)
+        next = PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1));
+    else
+        PyErr_SetString(PyExc_TypeError, "a reader gives (value, offset)");
+    Py_DECREF(r);
+    if (next == -1 && PyErr_Occurred())
+        return -1;
+    if (next < at || next > end)
+        return overrun(), -1;
+    *off = next;
+    return 0;
 }
 
 /* One non-NULL value of column ``c`` at ``*off`` into ``o`` (no union branch); 1 when a PY
@@ -233,8 +285,20 @@ static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
         for (int i = 0; i < prog->f.ncolumns; i++) {
             Column *c = &prog->columns[i];
             Span *s = &spans[i];
-            if (nulls[i >> 3] >> (i & 7) & 1) {
-                if (put_null(&prog->f, &c->tags, &row, s) < 0)
+            int null = nulls[i >> 3] >> (i & 7) & 1;
+            if (c->op == OP_SKIP) {   /* left out: nothing written (the next column starts here) */
+                s->tag = s->value = row.n;
+                s->null = 0;
+                if (!null && skip_value(c, buf, b, end, &off, &reasons) < 0)
+                    goto error;
+                continue;
+            }
+            if (null) {
+                if (c->null_value) {
+                    if (begin_value(&c->tags, &row, s) < 0 ||
+                        out_put(&row, PyBytes_AS_STRING(c->null_value), PyBytes_GET_SIZE(c->null_value)) < 0)
+                        goto error;
+                } else if (put_null(&prog->f, &c->tags, &row, s) < 0)
                     goto error;
                 continue;
             }
@@ -334,9 +398,25 @@ static int column_from(void *column, PyObject *spec) {
     case OP_UTF8:
         ok = PyArg_ParseTuple(a, "i", &c->size) && c->size >= 1 && c->size <= 4;
         break;
-    case OP_PY:
-        ok = PyArg_ParseTuple(a, "O", &c->fn);
+    case OP_PY: {
+        PyObject *null_value;
+        ok = PyArg_ParseTuple(a, "OO", &c->fn, &null_value);
+        if (ok && null_value != Py_None) {
+            if (!PyBytes_Check(null_value)) {
+                PyErr_SetString(PyExc_TypeError, "a NULL's encoding is bytes or None");
+                ok = 0;
+            } else
+                c->null_value = null_value;   /* (borrowed: the plan keeps it) */
+        }
         break;
+    }
+    case OP_SKIP: {
+        PyObject *reader;
+        ok = PyArg_ParseTuple(a, "iipO", &c->fixed, &c->size, &c->utf8, &reader) && c->size >= 0 && c->size <= 4 &&
+             (c->fixed >= 0 || c->size > 0 || PyCallable_Check(reader));
+        c->fn = reader;
+        break;
+    }
     default:
         PyErr_SetString(PyExc_ValueError, "unknown column op");
     }
@@ -410,5 +490,6 @@ PyMODINIT_FUNC PyInit__binlog_images(void) {
     PyModule_AddIntConstant(m, "DATETIME2", OP_DATETIME2);
     PyModule_AddIntConstant(m, "UTF8", OP_UTF8);
     PyModule_AddIntConstant(m, "PY", OP_PY);
+    PyModule_AddIntConstant(m, "SKIP", OP_SKIP);
     return m;
 }

@@ -184,13 +184,11 @@ class StreamEncoding:
 
     def image_encoder(self, table: TableDef, columns: list) -> BinlogImageEncoder | None:
         """The image encoder of a table map's rows events (``columns``: the map's columns, from
-        which ``table`` was read); None when they cross as values.  A table whose events leave
-        columns out (``source.column_*_list``, ``exclude_columns``) takes the values' way: the
-        encoders (the generated one and ``_binlog_images.c``) encode every column of a row image
-        in order, the Avro body being the image's columns; a key from ``message_key_columns``
-        alone keeps the fast path (the key is picked from the row's encodings)."""
-        if table.qualified_name in self.keep_values or self.controls.drops_columns(table) \
-                or self.controls.maps_values(table):
+        which ``table`` was read); None when they cross as values.  The column controls keep
+        the fast path: a column left out (``source.column_*_list``) is read past, a masked,
+        hashed or truncated one converted by its mapper, a key from ``message_key_columns`` picked
+        from the row's encodings."""
+        if table.qualified_name in self.keep_values:
             return None
         try:
             return BinlogImageEncoder(columns, table_events(self.prefix, table, self.controls, modes=self.modes))
@@ -404,9 +402,9 @@ class EventBuilder:
         header = writer.header(te.value_schema, topic, "value")
         bound = template.bind(shared, header) if header is not None else None
         out: list[Record] = []
-        if bound is not None and te.encoder is not None and not te.dropped:
-            # Avro: rows that fit the fast path are encoded from their values in one pass;
-            # the others (and their errors) come back here.
+        if bound is not None and (type(ch.rows) is EncodedImages or (te.encoder is not None and not te.dropped)):
+            # Avro: rows encoded in the binlog reader process, or that fit the fast path from
+            # their values, in one pass; the others (and their errors) come back here.
             start = self._fast_records(te, ch, start, stop, bound, writer, skip_up_to, out)
             _from_bodies(out, writer, te)
         elif type(ch.rows) is EncodedImages:
@@ -492,10 +490,9 @@ class EventBuilder:
                              ch.position(0)[:-10])
 
     def _emits(self, te: TableEvents) -> bool:
-        """Whether ``te``'s records can be joined by the native row emitter: on the Avro fast path,
-        no column excluded, ``source.row`` a plain int."""
-        return te.encoder is not None and not te.dropped \
-            and te.template.field_type("source.row") in ("int", "long")
+        """Whether ``te``'s records of encoded rows can be joined by the native row emitter:
+        ``source.row`` a plain int."""
+        return te.template.field_type("source.row") in ("int", "long")
 
     def emit_encoded(self, ch: RowChanges, start: int, stop: int, writer: RecordEncoding, out: RowsOut,
                      skip_up_to: str | None = None) -> tuple[int, int] | None:

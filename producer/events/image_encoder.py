@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastavro.schema import expand_schema
 from pymysqlreplication.constants import FIELD_TYPE as T
@@ -37,8 +37,9 @@ from pymysqlreplication.constants import FIELD_TYPE as T
 from common.generated_code import eval_generated, run_generated
 from producer.binlog.row_decoder import EncodedImages, column_reader, datetime2_code, decimal_code, decimal_groups
 from producer.events.avro_template import field_encoder
-from producer.events.row_encoder import NotFast
+from producer.events.row_encoder import NotFast, keys_comparable
 from producer.events.value_code import (
+    UTF8,
     datetime_unit,
     decimal_lines,
     general_code,
@@ -90,7 +91,7 @@ def _length_code(size: int) -> str:
 
 
 def _value_code(i: int, col: Any, t: Any, convert: Any, nullable: bool,
-                env: dict) -> tuple[list[str], list[str], bool]:
+                env: dict, empty_set: Any = "") -> tuple[list[str], list[str], bool]:
     """``(lines, parts, sets_null)``: statements that read column ``i``'s (non-NULL) value at
     ``off``, advancing ``off``, and set the names ``parts`` (bytes), whose concatenation is the
     value's encoding as Avro type ``t`` (no union branch); where the column's converter makes
@@ -123,10 +124,10 @@ def _value_code(i: int, col: Any, t: Any, convert: Any, nullable: bool,
             [f"y{i}"], False
     env[f"r{i}"] = read
     if col.type == T.SET:  # an empty SET reads as None (reason 'empty set'): '' by RowConverter's rule
-        env[f"ee{i}"] = field_encoder(t)
+        env[f"ee{i}"], env[f"es{i}"] = field_encoder(t), empty_set  # (or the mapper's value of '')
         return [f"v, off = r{i}(buf, off, reasons)",
                 "if v is None:",
-                f"    y{i} = ee{i}('')",
+                f"    y{i} = ee{i}(es{i})",
                 "else:",
                 f"    y{i} = {general_code(i, convert, t, env)}"], [f"y{i}"], False
     return [f"v, off = r{i}(buf, off, reasons)",
@@ -135,36 +136,75 @@ def _value_code(i: int, col: Any, t: Any, convert: Any, nullable: bool,
             *general_lines(i, convert, t, nullable, env)], [f"y{i}"], nullable
 
 
+class Mapped(NamedTuple):
+    """What a masked, hashed or truncated column (producer/column_mappers.py) writes besides its
+    converter's values: the encoding of a NULL, which its converter makes a value (a mask; None:
+    the union's null branch), and the value of an empty SET (which the decoder reads as None)."""
+
+    null: bytes | None
+    empty_set: Any
+
+
+def _mapped(col: Any, t: Any, convert: Any) -> Mapped | None:
+    """The :class:`Mapped` of a column whose values a mapper changes; None for any other."""
+    if col.mapping is None or col.mapping.transform(col) is None:
+        return None
+    null = convert(None)
+    return Mapped(None if null is None else field_encoder(split_union(t)[2])(null),
+                  col.mapping.wrap(lambda v: "", col)(None))
+
+
+def _skip_code(i: int, col: Any, env: dict) -> list[str]:
+    """Statements that move ``off`` past column ``i``'s (non-NULL) value, read as the decoder reads
+    it (its errors too) and dropped: a column left out of the events."""
+    read = column_reader(col)
+    inline = getattr(read, "inline", None)
+    if inline is not None and inline[0] == "struct":
+        return [f"off += {inline[2]}"]
+    if inline is not None and inline[0] == "string":
+        env[f"d{i}"] = inline[2]
+        return [f"n = {_length_code(inline[1])}", f"off += {inline[1]}", f"d{i}(buf[off:off + n])", "off += n"]
+    env[f"r{i}"] = read
+    return [f"v, off = r{i}(buf, off, reasons)"]
+
+
 class BinlogImageEncoder:
     """The key and row bodies of the row images of one table map's rows events.
 
     ``columns``: the table map's columns (python-mysql-replication's ``Column``), which the
-    table version ``te`` (a :class:`~producer.events.builder.TableEvents`) was made from.
-    Raises :class:`NotFast` when the table is not on the Avro fast path, or its key is not
+    table version ``te`` (a :class:`~producer.events.builder.TableEvents`) was made from: the
+    columns its events leave out (``source.column_*_list``) are read past, a masked, hashed or
+    truncated column takes its converter's value (producer/column_mappers.py).  Raises :class:`NotFast` when the table is not on the Avro fast path, or its key is not
     made of its row's encodings (then its events take the values' way).  The bodies come from
     the native encoder (``_binlog_images.c``, :func:`native_images`) where it is built, else
     from the generated Python (:func:`_compile`): the same bytes, and the same rows refused."""
 
     def __init__(self, columns: list, te: Any, *, native: bool | None = None) -> None:
-        enc = te.encoder
-        if enc is None or not enc.keys_comparable:
-            raise NotFast(f"{te.table.qualified_name}: no fast Avro path for its rows")
         table: TableDef = te.table
-        if [c.name for c in columns] != table.column_names or any(not c.name for c in columns):
+        if te.key_schema is not None and not keys_comparable(te.key_schema):
+            raise NotFast(f"{table.qualified_name}: its keys' bytes are not comparable")
+        names = [c.name for c in columns]
+        if any(not n for n in names) or [n for n in names if n not in te.dropped] != table.column_names:
             raise NotFast(f"{table.qualified_name}: the table map's columns are not the table's")
         self.ident = te.ident
         fields = expand_schema(te.row_schema)["fields"]
         plan = te.converter.plan
         if [f["name"] for f in fields] != [f for _, f, _ in plan]:
             raise NotFast(f"{table.qualified_name}: the row schema's fields are not the converter's")
+        # Per column of the table map: its row type and converter (None: left out of the events,
+        # source.column_*_list), and the encoding of a NULL where its converter makes one a value
+        # (a mask, producer/column_mappers.py).
+        captured = {name: (f["type"], conv) for (name, _, conv), f in zip(plan, fields)}
+        row_types = [captured[n][0] if n in captured else None for n in names]
+        converters = [captured[n][1] if n in captured else None for n in names]
+        mapped = [_mapped(table.column(n), *captured[n]) if n in captured else None for n in names]
         key_types: list[Any] = []
         if te.key_schema is not None:
             key_types = [f["type"] for f in expand_schema(te.key_schema)["fields"]]
-        key_index = [table.column_names.index(name) for name in te.key_columns]
+        key_index = [names.index(name) for name in te.key_columns]
         # (native: None, the native encoder where it is built and not switched off)
         compile_images = native_images if (native_enabled() if native is None else native) else _compile
-        self._images = compile_images(columns, [f["type"] for f in fields], [conv for _, _, conv in plan],
-                                      list(zip(key_index, key_types)))
+        self._images = compile_images(columns, row_types, converters, list(zip(key_index, key_types)), mapped)
 
     def encode(self, data: bytes, update: bool) -> EncodedImages:
         """The bodies of an event's row data (after its bitmaps); raises where a row does
@@ -175,27 +215,42 @@ class BinlogImageEncoder:
         return EncodedImages(self.ident, update, bodies)
 
 
-def _compile(columns: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
+def _compile(columns: list, row_types: list, converters: list, key: list[tuple[int, Any]],
+             mapped: list[Mapped | None]) -> Any:
     """``images(buf) -> [key body or None, row body, ...]`` of the row images in ``buf``.
     A nullable column's union branch and its value's parts are joined with the rest of the
     row: no concatenation per value.  A row without NULLs (the common case) takes code
-    without a test per column."""
+    without a test per column.  A column whose row type is None is read past (left out); a
+    :class:`Mapped` one writes its NULL's encoding for a NULL (its value branch first)."""
     env = namespace()
     null_bytes = (len(columns) + 7) // 8
     code: dict[bool, list[str]] = {True: [], False: []}  # the row's statements, by whether a column is NULL
     parts: dict[bool, list[str]] = {True: [], False: []}  # the row body's parts (names of bytes), likewise
     columns_parts, sets_nulls = [], []
-    for i, (col, t, convert) in enumerate(zip(columns, row_types, converters)):
+    for i, (col, t, convert, m) in enumerate(zip(columns, row_types, converters, mapped)):
+        if t is None:  # left out: read past
+            lines = _skip_code(i, col, env)
+            code[True] += [f"if not nulls & {1 << i}:", *("    " + line for line in lines)]
+            code[False] += lines
+            columns_parts.append((None, None, False, []))
+            sets_nulls.append(False)
+            continue
         null_tag, value_tag, inner = split_union(t)
-        lines, value_parts, sets_null = _value_code(i, col, inner, convert, null_tag is not None, env)
+        lines, value_parts, sets_null = _value_code(i, col, inner, convert, null_tag is not None, env,
+                                                    "" if m is None else m.empty_set)
         code[True].append(f"if nulls & {1 << i}:")
-        if null_tag is None:
+        if m is not None and m.null is not None:  # a NULL is a value: its encoding
+            env[f"nv{i}"], env[f"t{i}"] = m.null, value_tag
+            code[True] += ([f"    a{i} = t{i}"] if null_tag is not None else []) + \
+                [f"    {p} = b''" for p in value_parts[:-1]] + [f"    {value_parts[-1]} = nv{i}"]
+        elif null_tag is None:
             code[True].append("    _not_fast()")  # NULL where the schema has no null: the values' way says so
         else:
             env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
             code[True] += [f"    a{i} = n{i}"] + [f"    {p} = b''" for p in value_parts]
         code[True].append("else:")
         if null_tag is not None:
+            env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
             code[True].append(f"    a{i} = t{i}")
             parts[True].append(f"a{i}")
             if sets_null:  # the converter may make it None: the union's branch is a name then
@@ -211,7 +266,8 @@ def _compile(columns: list, row_types: list, converters: list, key: list[tuple[i
         def branch(ci: int, some_null: bool = some_null) -> str:
             return f"a{ci}" if some_null or sets_nulls[ci] else f"t{ci}"
         kparts, checks = key_parts(columns_parts, key, branch)
-        code[some_null] += checks + [f"append({joined(kparts)})", f"append({joined(parts[some_null])})"]
+        row_body = joined(parts[some_null]) if parts[some_null] else "b''"  # (every column left out)
+        code[some_null] += checks + [f"append({joined(kparts)})", f"append({row_body})"]
     lines = ["def images(buf):",
              "    out = []",
              "    append = out.append",
@@ -233,24 +289,48 @@ def _compile(columns: list, row_types: list, converters: list, key: list[tuple[i
     return env["images"]
 
 
-def native_images(columns: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
+def native_images(columns: list, row_types: list, converters: list, key: list[tuple[int, Any]],
+                  mapped: list[Mapped | None]) -> Any:
     """What :func:`_compile` gives, by the native encoder (``_binlog_images.Program``): integers,
     DECIMALs of up to 38 digits, DATETIME2s and UTF-8 strings read and encoded in C, every other
     column by its statements of :func:`_value_code`, compiled into a function of its own."""
-    return _binlog_images.Program(native_plan(columns, row_types, converters, key))
+    return _binlog_images.Program(native_plan(columns, row_types, converters, key, mapped))
 
 
-def native_plan(columns: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> tuple:
+def _skip_spec(col: Any) -> tuple:
+    """``(size, length size, UTF-8, reader)`` of the native SKIP of a column left out (see
+    :func:`_skip_code`): a fixed size, or a length-prefixed value (its bytes checked to be
+    UTF-8 where the decoder decodes them so), or the decoder's reader."""
+    read = column_reader(col)
+    inline = getattr(read, "inline", None)
+    if inline is not None and inline[0] == "struct":
+        return inline[2], 0, False, None
+    if inline is not None and inline[0] == "string" and getattr(inline[2], "encoding", None) in UTF8:
+        return -1, inline[1], True, None
+    return -1, 0, False, read
+
+
+def native_plan(columns: list, row_types: list, converters: list, key: list[tuple[int, Any]],
+                mapped: list[Mapped | None] | None = None) -> tuple:
     """The plan of ``_binlog_images.Program`` (its layout: the top of ``_binlog_images.c``)."""
     env = namespace()
     ops = _binlog_images
     plan, column_types = [], []
     for i, (col, t, convert) in enumerate(zip(columns, row_types, converters)):
+        m = None if mapped is None else mapped[i]
+        if t is None:  # left out: read past
+            plan.append((ops.SKIP, None, None, *_skip_spec(col)))
+            column_types.append((None, None, False))
+            continue
         null_tag, value_tag, inner = split_union(t)
         column_types.append((t, inner, null_tag is not None))
         tags = (null_tag, value_tag)
         read = column_reader(col)
         inline = getattr(read, "inline", None)
+        if m is not None:  # (a mapped column: its converter, a NULL perhaps a value)
+            plan.append((ops.PY, *tags, _column_function(i, col, inner, convert, null_tag, value_tag, env,
+                                                         m.empty_set), m.null))
+            continue
         if col.type == T.NEWDECIMAL and is_decimal(convert, inner, col.decimals) and col.precision <= 38 \
                 and inner["precision"] <= 38:
             size, groups = decimal_groups(col)
@@ -269,16 +349,16 @@ def native_plan(columns: list, row_types: list, converters: list, key: list[tupl
                 is_utf8_string(getattr(inline[2], "encoding", None), convert, inner):
             plan.append((ops.UTF8, *tags, inline[1]))
             continue
-        plan.append((ops.PY, *tags, _column_function(i, col, inner, convert, null_tag, value_tag, env)))
+        plan.append((ops.PY, *tags, _column_function(i, col, inner, convert, null_tag, value_tag, env), None))
     fields = key_fields(column_types, key)
     return (len(columns) + 7) // 8, tuple(plan), tuple(fields), NotFast
 
 
 def _column_function(i: int, col: Any, inner: Any, convert: Any, null_tag: bytes | None, value_tag: bytes | None,
-                     env: dict) -> Any:
+                     env: dict, empty_set: Any = "") -> Any:
     """``column(buf, off, reasons) -> (encoding or None, next offset)`` of column ``i``'s non-NULL
     value: its :func:`_value_code` statements (None: the converter made it the union's null)."""
-    lines, value_parts, sets_null = _value_code(i, col, inner, convert, null_tag is not None, env)
+    lines, value_parts, sets_null = _value_code(i, col, inner, convert, null_tag is not None, env, empty_set)
     env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
     body = ([f"a{i} = t{i}"] if sets_null else []) + lines + \
         [f"return (None if a{i} is n{i} else {joined(value_parts)}), off" if sets_null else

@@ -51,6 +51,12 @@ class NotFast(CDCError):  # noqa: N818 - a signal to take the general path, not 
     """This row takes the general path."""
 
 
+def keys_comparable(key_schema: Any) -> bool:
+    """Whether equal keys of ``key_schema`` (a key record's schema) have equal bodies (no FLOAT
+    or DOUBLE field: ``-0.0`` and ``0.0``)."""
+    return all(_comparable(f["type"]) for f in expand_schema(key_schema)["fields"])
+
+
 def _comparable(t: Any) -> bool:
     if isinstance(t, list):
         return all(_comparable(x) for x in t)
@@ -216,7 +222,7 @@ class RowEncoder:
             self._key_dict = _compile([(name, t, c, e) for (name, c, e), t in zip(key_plan, key_types)], "key")
             self._key_tuple = _compile([(self.names.index(name), t, c, e)
                                         for (name, c, e), t in zip(key_plan, key_types)], "key")
-            self.keys_comparable = all(_comparable(t) for t in key_types)
+            self.keys_comparable = keys_comparable(key_schema)
 
     @staticmethod
     def empty_set(none_sources: Mapping[str, str] | None) -> bool:

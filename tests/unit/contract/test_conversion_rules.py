@@ -123,6 +123,7 @@ _ARGS = {
     "datetime2_units": (st.integers(0, (1 << 40) - 1), st.integers(0, (1 << 24) - 1), st.integers(0, 6),
                         st.sampled_from([1, 1000])),
     "digits": (st.binary(max_size=24), st.integers(0, 24), st.integers(0, 24)),
+    "three_fields": (_texts, st.integers(0, 12), st.sampled_from([2, 4]), st.sampled_from([45, 58])),
     "date_text_prefix_days": (_texts,),
     "date_text_days": (st.one_of(_texts, _texts.map(lambda s: s[:10])),),
     "datetime_text_units": (_texts, st.sampled_from([1, 1000])),

@@ -206,22 +206,23 @@ def test_a_masked_empty_set_is_the_mask():
     assert table_events("p", t).converter.convert({"id": 1, "tags": None}, {"tags": "empty set"})["tags"] == ""
 
 
-# -- the compiled paths step aside for masked, hashed, truncated columns ---------------------
+# -- the compiled paths and masked, hashed, truncated columns ---------------------------------
 
-def test_the_fast_encoders_step_aside_for_a_masked_table():
+def test_the_binlog_image_encoder_takes_a_masked_table_and_the_select_encoder_steps_aside():
     from producer.events.builder import StreamEncoding
     from producer.events.row_encoder import NotFast
     from producer.events.select_encoder import SelectRowEncoder
-    from tests.unit.producer.events.test_image_encoder import BENCH, _table
+    from tests.unit.producer.events.test_image_encoder import BENCH, ROWS, _table, values_way
     table = _table(BENCH, [True] * len(BENCH), [0], name="u")
-    plain = StreamEncoding("cdc", _controls(), frozenset())
-    assert plain.image_encoder(table, BENCH) is not None
-    masked = StreamEncoding("cdc", _controls(mask={3: ["db.u.name"]}), frozenset())
-    assert masked.image_encoder(table, BENCH) is None  # (the binlog image encoder and _binlog_images.c)
+    controls = _controls(mask={3: ["db.u.name"]})
+    masked = StreamEncoding("cdc", controls, frozenset()).image_encoder(table, BENCH)
+    assert masked is not None  # (the binlog image encoder and _binlog_images.c: the mapper's values)
+    data = b"".join(ROWS)
+    assert masked.encode(data, False).bodies == values_way(BENCH, table_events("cdc", table, controls), data, False)
     source_types = StreamEncoding("cdc", _controls(propagate=["db.u.name"]), frozenset())
     assert source_types.image_encoder(table, BENCH) is not None  # (parameters only: same bytes)
     te = table_events("cdc", table, _controls(truncate={2: ["db.u.note"]}), binlog=False)
-    with pytest.raises(NotFast):  # (the SELECT row encoder and _select_rows.c)
+    with pytest.raises(NotFast):  # (the SELECT row encoder and _select_rows.c: snapshots the values' way)
         SelectRowEncoder(te, [(None, None)] * len(BENCH))
 
 

@@ -24,6 +24,7 @@ from pymysqlreplication.constants import FIELD_TYPE as T
 from common.errors import CDCError
 from contract.position import BinlogPosition
 from producer.column_controls import ColumnControls
+from producer.column_mappers import ColumnMappers
 from producer.binlog.reader import RowChanges
 from producer.binlog.row_decoder import EncodedImages, RowDecoder
 from producer.binlog.table_map import column_def_from_binlog
@@ -59,7 +60,8 @@ def values_way(columns: list, te, data: bytes, update: bool) -> list:
     encode_key = None if te.key_schema is None else field_encoder(expand_schema(te.key_schema))
     out = []
     for j in range(len(packed.images)):
-        values = dict(zip(packed.names, packed.images[j]))
+        # (the columns the events leave out dropped, as EventBuilder does)
+        values = {n: v for n, v in zip(packed.names, packed.images[j]) if n not in te.dropped}
         none_sources = packed.none_sources(j)
         key = None if encode_key is None else encode_key(te.converter.convert_key(values, none_sources))
         out += [key, encode_row(te.converter.convert(values, none_sources))]
@@ -101,15 +103,31 @@ def tables_and_rows(draw):
         data += bitmap + b"".join(draw(values) for (_, values), null in zip(cols_and_values, nulls) if not null)
     if draw(st.integers(0, 9)) == 0:
         data = data[:draw(st.integers(0, max(0, len(data) - 1)))]  # a short row
-    return columns, nullable, key, data, update
+    return columns, nullable, key, data, update, draw(column_controls(columns, key))
+
+
+@st.composite
+def column_controls(draw, columns: list, key: list[int]) -> ColumnControls:
+    """Often none; else some of the columns outside the key left out of the events, masked,
+    hashed or truncated (producer/column_controls.py, column_mappers.py)."""
+    others = [f"db.t.{c.name}" for i, c in enumerate(columns) if i not in key]
+    if not others or draw(st.integers(0, 2)) == 0:
+        return ColumnControls()
+    roles = draw(st.lists(st.sampled_from(["out", "mask", "hash", "truncate", None]), min_size=len(others),
+                          max_size=len(others)))
+    picked = {role: [n for n, r in zip(others, roles) if r == role] for role in ("out", "mask", "hash", "truncate")}
+    hashes = [{"algorithm": "SHA-256", "salt": "pepper", "columns": ",".join(picked["hash"])}] if picked["hash"] else []
+    return ColumnControls(exclude=picked["out"], mappers=ColumnMappers(
+        mask={4: picked["mask"]} if picked["mask"] else None,
+        truncate={2: picked["truncate"]} if picked["truncate"] else None, hashes=hashes))
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(tables_and_rows())
 def test_encoded_images_are_the_values_way_byte_for_byte(example):
-    columns, nullable, key, data, update = example
+    columns, nullable, key, data, update, controls = example
     try:
-        te = table_events("cdc", _table(columns, nullable, key))
+        te = table_events("cdc", _table(columns, nullable, key), controls)
         encoder = BinlogImageEncoder(columns, te)
     except Exception:  # noqa: BLE001 - not on the fast path (float keys...): the reader sends values
         assume(False)
@@ -135,13 +153,13 @@ def test_the_native_encoder_is_built_where_it_can_be_and_used():
 @given(tables_and_rows())
 def test_the_native_encoder_gives_the_generated_pythons_bodies_and_refusals(example):
     """Byte for byte, and a row one refuses the other refuses too (the values' way then)."""
-    columns, nullable, key, data, update = example
+    columns, nullable, key, data, update, controls = example
     try:
-        te = table_events("cdc", _table(columns, nullable, key))
+        te = table_events("cdc", _table(columns, nullable, key), controls)
         python = BinlogImageEncoder(columns, te, native=False)
     except Exception:  # noqa: BLE001 - not on the fast path: neither encoder is made
         with pytest.raises(Exception):  # noqa: B017 - the same refusal
-            BinlogImageEncoder(columns, table_events("cdc", _table(columns, nullable, key)), native=True)
+            BinlogImageEncoder(columns, table_events("cdc", _table(columns, nullable, key), controls), native=True)
         return
     native = BinlogImageEncoder(columns, te, native=True)
     mine = _outcome(lambda: native.encode(data, update).bodies)
@@ -216,7 +234,7 @@ def test_tables_off_the_fast_path_get_no_image_encoder():
     with pytest.raises(NotFast):  # a float key: equal keys can have different bytes
         BinlogImageEncoder(cols, table_events("cdc", _table(cols, [False, False], [0])))
     encoding = StreamEncoding("cdc", ColumnControls(exclude_columns={"db.t": ["note"]}), frozenset({"db.signals"}))
-    assert encoding.image_encoder(_table(BENCH, [True] * len(BENCH), [0]), BENCH) is None  # excluded columns
+    assert encoding.image_encoder(_table(BENCH, [True] * len(BENCH), [0]), BENCH) is not None  # (read past)
     assert encoding.image_encoder(_table(BENCH, [True] * len(BENCH), [0], name="signals"), BENCH) is None
     assert encoding.image_encoder(_table(BENCH, [True] * len(BENCH), [0], name="u"), BENCH) is not None
     keyless = StreamEncoding("cdc", ColumnControls(key_columns={"db.u": ["name"]}), frozenset())
@@ -253,12 +271,35 @@ def test_records_from_encoded_images_are_the_records_from_values(kind, tombstone
             assert [r[3][-2:] for r in outs[1] if r[2] is not None][-3:] == ["04", "05", "06"]
 
 
+CONTROLS = ColumnControls(exclude=[r"db\.t\.(note|big)"], mappers=ColumnMappers(
+    mask={5: [r"db.t.name"]}, truncate={1: ["db.t.latin"]}, hashes=[{"algorithm": "MD5", "salt": "s", "columns": "db.t.f"}]))
+
+
+@pytest.mark.parametrize("kind", ["insert", "update", "delete"])
+def test_the_column_controls_keep_the_encoded_images_way(kind):
+    """Columns left out, masked, truncated: the reader still encodes the images (the native
+    encoder where built), and the producer's records are those it makes from values."""
+    table = _table(BENCH, [i != 0 for i in range(len(BENCH))], [0])
+    te = table_events("cdc", table, CONTROLS)
+    encoder = StreamEncoding("cdc", CONTROLS, frozenset()).image_encoder(table, BENCH)
+    assert encoder is not None and type(encoder._images).__name__ == (
+        "Program" if image_encoder.native_enabled() else "function")
+    data = b"".join(ROWS)
+    encoded = encoder.encode(data, kind == "update")
+    assert encoded.bodies == values_way(BENCH, te, data, kind == "update")
+    assert b"*****" in encoded.bodies[1] and b"*****" in encoded.bodies[-1]  # (the all-NULL row's mask too)
+    values = RowDecoder(BENCH).decode_packed(data, kind == "update")
+    outs = [EventBuilder("cdc", "prod", 1, controls=CONTROLS).records(_changes(kind, rows, table), 0, len(rows),
+                                                                       AvroOut()) for rows in (values, encoded)]
+    assert outs[0] == outs[1] and outs[0]
+
+
 def test_records_from_images_encoded_for_another_table_version_are_refused():
     te, encoder = _bench_encoder()
     encoded = encoder.encode(ROWS[0], False)
     other = _table(BENCH, [True] * len(BENCH), [0], name="t")  # NULLs allowed: another fingerprint
     with pytest.raises(CDCError, match="not for this table version"):
         EventBuilder("cdc", "prod", 1).records(_changes("insert", encoded, other), 0, 1, AvroOut())
-    with pytest.raises(CDCError, match="Avro fast path"):  # excluded columns: never encoded for them
+    with pytest.raises(CDCError, match="not for this table version"):  # columns left out: another version
         EventBuilder("cdc", "prod", 1, controls=ColumnControls(exclude_columns={"db.t": ["note"]})).records(
             _changes("insert", encoded, te.table), 0, 1, AvroOut())

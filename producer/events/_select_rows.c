@@ -18,8 +18,9 @@
  *           microseconds since 1970-01-01
  *     DATE  ``YYYY-MM-DD`` as an int of days since 1970-01-01
  *     UTF8  the text's bytes, checked to be UTF-8, as they are
- *     PY    fn   ``fn(text) -> bytes or None``: the column's generated Python (None: the
- *           union's null branch)
+ *     PY    fn, null value   ``fn(text) -> bytes or None``: the column's generated Python
+ *           (None: the union's null branch); ``null value``: None, or the encoding a NULL of
+ *           it takes (its value branch first: a masked column)
  *   key: per key field (column index, with its union branch, refused when NULL)
  *   refusal: the exception class raised for a row the values' way must take (NotFast)
  *
@@ -38,6 +39,7 @@ typedef struct {
     Tags tags;
     int64_t lo, hi;                      /* INT */
     PyObject *fn;                        /* INT: other(v); PY: fn(text) */
+    PyObject *null_value;                /* PY: a NULL's encoding (borrowed from the plan), or NULL */
     int scale;                           /* DECIMAL */
     unsigned __int128 precision_limit;
     int unit;                            /* DATETIME */
@@ -177,7 +179,11 @@ static PyObject *encode_row(Program *prog, const unsigned char *b, Py_ssize_t en
         Py_ssize_t n = b[p];
         if (n == NULL_COLUMN) {
             p += 1;
-            if (put_null(&prog->f, &c->tags, row, s) < 0)
+            if (c->null_value) {   /* a NULL its converter makes a value (a mask) */
+                if (begin_value(&c->tags, row, s) < 0 ||
+                    out_put(row, PyBytes_AS_STRING(c->null_value), PyBytes_GET_SIZE(c->null_value)) < 0)
+                    return NULL;
+            } else if (put_null(&prog->f, &c->tags, row, s) < 0)
                 return NULL;
             continue;
         }
@@ -272,9 +278,18 @@ static int column_from(void *column, PyObject *spec) {
     case OP_UTF8:
         ok = PyTuple_GET_SIZE(a) == 0;
         break;
-    case OP_PY:
-        ok = PyArg_ParseTuple(a, "O", &c->fn);
+    case OP_PY: {
+        PyObject *null_value;
+        ok = PyArg_ParseTuple(a, "OO", &c->fn, &null_value);
+        if (ok && null_value != Py_None) {
+            if (!PyBytes_Check(null_value)) {
+                PyErr_SetString(PyExc_TypeError, "a NULL's encoding is bytes or None");
+                ok = 0;
+            } else
+                c->null_value = null_value;
+        }
         break;
+    }
     default:
         PyErr_SetString(PyExc_ValueError, "unknown column op");
     }

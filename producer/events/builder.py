@@ -354,11 +354,12 @@ class TableVersions:
     def read_encoding(self, table: TableDef) -> ReadEncoding | None:
         """How a chunk read process encodes the rows of ``table``'s snapshot chunks for
         :meth:`EventBuilder.chunk_records` (records made from Avro bodies); None when they take the
-        general path there (no fast encoder, or ``table`` has columns its events leave out: a chunk SELECTs
-        ``table``'s columns, and the snapshot gives the table as the column controls resolve it,
-        so its SELECTs read only the captured columns and keep this path)."""
+        general path there (``table`` has columns its events leave out: a chunk SELECTs ``table``'s
+        columns, and the snapshot gives the table as the column controls resolve it, so its SELECTs
+        read only the captured columns and keep this path).  A masked, hashed or truncated column
+        keeps it too (its mapper's converter in the SELECT row encoder)."""
         te = self.read_table_events(table)
-        if te.table.column_names != table.column_names or te.encoder is None:
+        if te.table.column_names != table.column_names:
             return None
         return ReadEncoding(self.prefix, table, tuple(te.key_columns), self.modes)
 
@@ -527,7 +528,7 @@ class EventBuilder:
         out: list[Record] = []
         close_pos = close.encode()
         start = 0
-        if bound is not None and te.encoder is not None and not te.dropped:
+        if bound is not None and (type(chunk.rows) is EncodedRows or (te.encoder is not None and not te.dropped)):
             start = self._fast_chunk_records(te, chunk.rows, close_pos, bound, writer, out)
             _from_bodies(out, writer, te)
         general = bound if writer.json_writer(te.value_schema, topic) is None else None  # (JSON: from dicts)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from typing import Any, NamedTuple
+from typing import Any
 
 from fastavro.schema import expand_schema
 from pymysqlreplication.constants import FIELD_TYPE as T
@@ -40,6 +40,7 @@ from producer.events.avro_template import field_encoder
 from producer.events.row_encoder import NotFast, keys_comparable
 from producer.events.value_code import (
     UTF8,
+    Mapped,
     datetime_unit,
     decimal_lines,
     general_code,
@@ -51,6 +52,7 @@ from producer.events.value_code import (
     joined,
     key_fields,
     key_parts,
+    mapped_column,
     namespace,
     split_union,
     utf8_lines,
@@ -136,24 +138,6 @@ def _value_code(i: int, col: Any, t: Any, convert: Any, nullable: bool,
             *general_lines(i, convert, t, nullable, env)], [f"y{i}"], nullable
 
 
-class Mapped(NamedTuple):
-    """What a masked, hashed or truncated column (producer/column_mappers.py) writes besides its
-    converter's values: the encoding of a NULL, which its converter makes a value (a mask; None:
-    the union's null branch), and the value of an empty SET (which the decoder reads as None)."""
-
-    null: bytes | None
-    empty_set: Any
-
-
-def _mapped(col: Any, t: Any, convert: Any) -> Mapped | None:
-    """The :class:`Mapped` of a column whose values a mapper changes; None for any other."""
-    if col.mapping is None or col.mapping.transform(col) is None:
-        return None
-    null = convert(None)
-    return Mapped(None if null is None else field_encoder(split_union(t)[2])(null),
-                  col.mapping.wrap(lambda v: "", col)(None))
-
-
 def _skip_code(i: int, col: Any, env: dict) -> list[str]:
     """Statements that move ``off`` past column ``i``'s (non-NULL) value, read as the decoder reads
     it (its errors too) and dropped: a column left out of the events."""
@@ -197,7 +181,7 @@ class BinlogImageEncoder:
         captured = {name: (f["type"], conv) for (name, _, conv), f in zip(plan, fields)}
         row_types = [captured[n][0] if n in captured else None for n in names]
         converters = [captured[n][1] if n in captured else None for n in names]
-        mapped = [_mapped(table.column(n), *captured[n]) if n in captured else None for n in names]
+        mapped = [mapped_column(table.column(n), *captured[n]) if n in captured else None for n in names]
         key_types: list[Any] = []
         if te.key_schema is not None:
             key_types = [f["type"] for f in expand_schema(te.key_schema)["fields"]]

@@ -37,7 +37,7 @@ from common.sql.sessions import datetime_from_text
 from contract.conversion_rules import date_text_days, datetime_text_units
 from producer.events import value_code as code
 from producer.events.avro_template import type_name
-from producer.events.row_encoder import NotFast
+from producer.events.row_encoder import NotFast, keys_comparable
 
 try:  # the native encoder (producer/events/_select_rows.c, built by setup.py where a C compiler is)
     from producer.events import _select_rows
@@ -122,15 +122,15 @@ class SelectRowEncoder:
     ``te``: the table version (a :class:`~producer.events.builder.TableEvents` of rows read by a
     SELECT); ``readings``: per result column (the table's columns, in order) pymysql's
     ``(encoding, converter)`` (:func:`common.sql.row_reads.readings`).  Raises :class:`NotFast` when the
-    table is not on the Avro fast path or its key is not made of its row's encodings.  ``row``
+    table's keys are not comparable or not made of its row's encodings; a masked, hashed or
+    truncated column is converted by its mapper's converter.  ``row``
     is the native encoder (``_select_rows.c``, :func:`native_row`) where it is built, else the
     generated Python (:func:`_compile`): where the native one gives bodies they are the same."""
 
     def __init__(self, te: Any, readings: list[tuple[str | None, Callable | None]], *,
                  native: bool | None = None) -> None:
-        enc = te.encoder
-        if enc is None or not enc.keys_comparable:
-            raise NotFast(f"{te.table.qualified_name}: no fast Avro path for its rows")
+        if te.key_schema is not None and not keys_comparable(te.key_schema):
+            raise NotFast(f"{te.table.qualified_name}: its keys' bytes are not comparable")
         fields = expand_schema(te.row_schema)["fields"]
         plan = te.converter.plan
         if len(readings) != len(plan) or [f["name"] for f in fields] != [f for _, f, _ in plan]:
@@ -141,20 +141,34 @@ class SelectRowEncoder:
         names = te.table.column_names
         key = list(zip([names.index(name) for name in te.key_columns], key_types))
         self.ident = te.ident
+        row_types, converters = [f["type"] for f in fields], [conv for _, _, conv in plan]
+        # (a masked, hashed or truncated column: its converter's way, a NULL perhaps a value)
+        mapped = [code.mapped_column(col, t, conv) for col, t, conv in zip(te.table.columns, row_types, converters)]
         compile_row = native_row if (native_enabled() if native is None else native) else _compile
-        self.row = compile_row(readings, [f["type"] for f in fields], [conv for _, _, conv in plan], key)
+        self.row = compile_row(readings, row_types, converters, key, mapped)
 
 
-def _compile(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
-    """``row(data) -> (key body or None, row body)`` of one row's payload."""
+def _compile(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]],
+             mapped: list[code.Mapped | None]) -> Any:
+    """``row(data) -> (key body or None, row body)`` of one row's payload (a :class:`Mapped
+    <producer.events.value_code.Mapped>` column writes its NULL's encoding for a NULL)."""
     env = code.namespace()
     env.update({"_length": length_coded, "_days": _DAYS, "_datetime_text": datetime_text_units})
     lines = ["def row(data):", "    p = 0"]
     columns_parts, parts = [], []
-    for i, (reading, t, convert) in enumerate(zip(readings, row_types, converters)):
+    for i, (reading, t, convert, m) in enumerate(zip(readings, row_types, converters, mapped)):
         null_tag, value_tag, inner = code.split_union(t)
         value_lines, value_parts, _ = _value_code(i, reading, inner, convert, null_tag is not None, env)
-        if null_tag is None:  # (a NULL where the schema has no null: the values' way says so)
+        if m is not None and m.null is not None:  # a NULL is a value: its encoding
+            env[f"nv{i}"], env[f"n{i}"], env[f"t{i}"] = m.null, null_tag, value_tag
+            null = [*(f"{p} = b''" for p in value_parts[:-1]), f"{value_parts[-1]} = nv{i}"]
+            if null_tag is None:
+                lines += ["    " + line for line in column_code(null, value_lines)]
+            else:
+                lines += ["    " + line
+                          for line in column_code([f"a{i} = t{i}", *null], [f"a{i} = t{i}", *value_lines])]
+                parts.append(f"a{i}")
+        elif null_tag is None:  # (a NULL where the schema has no null: the values' way says so)
             lines += ["    " + line for line in column_code(["_not_fast()"], value_lines)]
         else:
             env[f"n{i}"], env[f"t{i}"] = null_tag, value_tag
@@ -172,14 +186,16 @@ def _compile(readings: list, row_types: list, converters: list, key: list[tuple[
     return env["row"]
 
 
-def native_row(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> Any:
+def native_row(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]],
+               mapped: list[code.Mapped | None]) -> Any:
     """What :func:`_compile` gives, by the native encoder (``_select_rows.Program``): integers,
     DECIMALs of up to 38 digits, DATETIMEs, DATEs and UTF-8 strings from their text in C, every
     other column by its statements of :func:`_value_code`, compiled into a function of its own."""
-    return _select_rows.Program(native_plan(readings, row_types, converters, key))
+    return _select_rows.Program(native_plan(readings, row_types, converters, key, mapped))
 
 
-def native_plan(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]]) -> tuple:
+def native_plan(readings: list, row_types: list, converters: list, key: list[tuple[int, Any]],
+                mapped: list[code.Mapped | None] | None = None) -> tuple:
     """The plan of ``_select_rows.Program`` (its layout: the top of ``_select_rows.c``), making the
     choices :func:`_value_code` makes."""
     env = code.namespace()
@@ -191,7 +207,11 @@ def native_plan(readings: list, row_types: list, converters: list, key: list[tup
         column_types.append((t, inner, null_tag is not None))
         tags = (null_tag, value_tag)
         through = code.int_range(convert, inner) if read is int else None
-        if through is not None:
+        m = None if mapped is None else mapped[i]
+        if m is not None:  # (a mapped column: its converter, a NULL perhaps a value)
+            plan.append((ops.PY, *tags, _column_function(i, (encoding, read), inner, convert, null_tag, value_tag, env),
+                         m.null))
+        elif through is not None:
             other = eval_generated(f"lambda v: {code.general_code(i, convert, inner, env)}", "SELECT column encoder", env)
             plan.append((ops.INT, *tags, *through, other))
         elif read is Decimal and isinstance(inner, dict) and code.is_decimal(convert, inner, inner.get("scale", 0)) \
@@ -204,7 +224,8 @@ def native_plan(readings: list, row_types: list, converters: list, key: list[tup
         elif read is None and code.is_utf8_string(encoding, convert, inner):
             plan.append((ops.UTF8, *tags))
         else:
-            plan.append((ops.PY, *tags, _column_function(i, (encoding, read), inner, convert, null_tag, value_tag, env)))
+            plan.append((ops.PY, *tags, _column_function(i, (encoding, read), inner, convert, null_tag, value_tag, env),
+                         None))
     return tuple(plan), tuple(code.key_fields(column_types, key)), NotFast
 
 

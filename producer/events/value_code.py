@@ -14,7 +14,7 @@ A nullable column's union branch is the caller's: ``a{i}`` (``t{i}``, or ``n{i}`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from producer.events.avro_template import (
     CONTINUED_VARINTS,
@@ -137,6 +137,27 @@ def general_lines(i: int, convert: Any, t: Any, nullable: bool, env: dict) -> li
             f"    y{i} = b''",
             "else:",
             f"    y{i} = e{i}(cv)"]
+
+
+class Mapped(NamedTuple):
+    """What a masked, hashed or truncated column (producer/column_mappers.py) writes besides its
+    converter's values: the encoding of a NULL, which its converter makes a value (a mask; None:
+    the union's null branch), and the value of an empty SET (which the binlog decoder reads as
+    None)."""
+
+    null: bytes | None
+    empty_set: Any
+
+
+def mapped_column(col: Any, t: Any, convert: Any) -> Mapped | None:
+    """The :class:`Mapped` of a column (its definition, row type and converter) whose values a
+    mapper changes; None for any other.  Such a column takes its converter's way in the fast
+    encoders (its converter has none of the attributes their fast ops look for)."""
+    if col.mapping is None or col.mapping.transform(col) is None:
+        return None
+    null = convert(None)
+    return Mapped(None if null is None else field_encoder(split_union(t)[2])(null),
+                  col.mapping.wrap(lambda v: "", col)(None))
 
 
 def key_parts(columns: list[tuple[Any, Any, bool, list[str]]], key: list[tuple[int, Any]],

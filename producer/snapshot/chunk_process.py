@@ -114,8 +114,10 @@ def read_encoded(session: RowSession, encoding: ReadEncoding, table_events: Tabl
                 append(row(payload))
             except Exception:  # noqa: BLE001 - this row and the next ones: their values' way
                 break
-    rest = encode_rows(table_events.encoder, encoding.ident, names, [values(p) for p in payloads[len(bodies):]])
     last = dict(zip(names, values(payloads[-1]))) if payloads else None
+    if table_events.encoder is None:  # (a mapped table: the rest as values, for the general path)
+        return EncodedRows(encoding.ident, bodies, [dict(zip(names, values(p))) for p in payloads[len(bodies):]], last)
+    rest = encode_rows(table_events.encoder, encoding.ident, names, [values(p) for p in payloads[len(bodies):]])
     return EncodedRows(encoding.ident, bodies + rest.bodies, rest.rest, last)
 
 

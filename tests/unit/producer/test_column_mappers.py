@@ -208,9 +208,8 @@ def test_a_masked_empty_set_is_the_mask():
 
 # -- the compiled paths and masked, hashed, truncated columns ---------------------------------
 
-def test_the_binlog_image_encoder_takes_a_masked_table_and_the_select_encoder_steps_aside():
+def test_the_binlog_image_and_select_row_encoders_take_a_masked_table():
     from producer.events.builder import StreamEncoding
-    from producer.events.row_encoder import NotFast
     from producer.events.select_encoder import SelectRowEncoder
     from tests.unit.producer.events.test_image_encoder import BENCH, ROWS, _table, values_way
     table = _table(BENCH, [True] * len(BENCH), [0], name="u")
@@ -222,8 +221,8 @@ def test_the_binlog_image_encoder_takes_a_masked_table_and_the_select_encoder_st
     source_types = StreamEncoding("cdc", _controls(propagate=["db.u.name"]), frozenset())
     assert source_types.image_encoder(table, BENCH) is not None  # (parameters only: same bytes)
     te = table_events("cdc", table, _controls(truncate={2: ["db.u.note"]}), binlog=False)
-    with pytest.raises(NotFast):  # (the SELECT row encoder and _select_rows.c: snapshots the values' way)
-        SelectRowEncoder(te, [(None, None)] * len(BENCH))
+    assert te.encoder is None  # (the row encoder, from values: a NULL as NULL)
+    SelectRowEncoder(te, [(None, None)] * len(BENCH))  # (and _select_rows.c: test_select_encoder.py's tables)
 
 
 def test_source_type_parameters_keep_the_image_encoders_bytes():

@@ -107,14 +107,14 @@ def tables_and_rows(draw):
 
 
 @st.composite
-def column_controls(draw, columns: list, key: list[int]) -> ColumnControls:
-    """Often none; else some of the columns outside the key left out of the events, masked,
-    hashed or truncated (producer/column_controls.py, column_mappers.py)."""
+def column_controls(draw, columns: list, key: list[int], left_out: bool = True) -> ColumnControls:
+    """Often none; else some of the columns outside the key left out of the events (where
+    ``left_out``), masked, hashed or truncated (producer/column_controls.py, column_mappers.py)."""
     others = [f"db.t.{c.name}" for i, c in enumerate(columns) if i not in key]
     if not others or draw(st.integers(0, 2)) == 0:
         return ColumnControls()
-    roles = draw(st.lists(st.sampled_from(["out", "mask", "hash", "truncate", None]), min_size=len(others),
-                          max_size=len(others)))
+    choices = ["out", "mask", "hash", "truncate", None] if left_out else ["mask", "hash", "truncate", None]
+    roles = draw(st.lists(st.sampled_from(choices), min_size=len(others), max_size=len(others)))
     picked = {role: [n for n, r in zip(others, roles) if r == role] for role in ("out", "mask", "hash", "truncate")}
     hashes = [{"algorithm": "SHA-256", "salt": "pepper", "columns": ",".join(picked["hash"])}] if picked["hash"] else []
     return ColumnControls(exclude=picked["out"], mappers=ColumnMappers(

@@ -31,6 +31,7 @@ from producer.events.row_encoder import NotFast
 from producer.events.select_encoder import SelectRowEncoder
 from producer.table_schema import ColumnDef, TableDef
 from tests.native_helpers import can_build
+from tests.unit.producer.events.test_image_encoder import column_controls
 
 
 def _payload(texts: list[bytes | None]) -> bytes:
@@ -148,15 +149,16 @@ def tables_and_rows(draw):
     payload = _payload(texts)
     if draw(st.integers(0, 19)) == 0:
         payload = payload[:draw(st.integers(0, max(0, len(payload) - 1)))]
-    return table, [k[2] for k in kinds], payload
+    # (masked, hashed, truncated columns; a chunk SELECT reads only the captured columns)
+    return table, [k[2] for k in kinds], payload, draw(column_controls(columns, key, left_out=False))
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(tables_and_rows())
 def test_select_rows_are_encoded_as_their_values_are(example):
-    table, readings, payload = example
+    table, readings, payload, controls = example
     try:
-        te = table_events("cdc", table, binlog=False)
+        te = table_events("cdc", table, controls, binlog=False)
         encoder = SelectRowEncoder(te, readings)
     except Exception:  # noqa: BLE001 - not on the fast path (float keys...): the values' way
         assume(False)
@@ -186,13 +188,13 @@ def test_the_native_encoder_gives_the_generated_pythons_bodies(example):
     """Where the native encoder gives bodies, the generated Python gives the same; it refuses
     only what the Python refuses too, or a text the server does not write (a sign, a space,
     an underscore in a number, which the values' way then reads)."""
-    table, readings, payload = example
+    table, readings, payload, controls = example
     try:
-        te = table_events("cdc", table, binlog=False)
+        te = table_events("cdc", table, controls, binlog=False)
         python = SelectRowEncoder(te, readings, native=False)
     except Exception:  # noqa: BLE001 - not on the fast path: neither encoder is made
         with pytest.raises(Exception):  # noqa: B017 - the same refusal
-            SelectRowEncoder(table_events("cdc", table, binlog=False), readings, native=True)
+            SelectRowEncoder(table_events("cdc", table, controls, binlog=False), readings, native=True)
         return
     native = SelectRowEncoder(te, readings, native=True)
     mine, theirs = _outcome(lambda: native.row(payload)), _outcome(lambda: python.row(payload))

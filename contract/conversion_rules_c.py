@@ -258,7 +258,8 @@ class _Function:
         while i < len(body):
             node = body[i]
             i += 1
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                    and isinstance(node.value.value, str):
                 continue  # a docstring
             if isinstance(node, ast.Assign):
                 target = node.targets[0].id  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ exact names.
 :meth:`ColumnControls.resolve` turns a table definition read from the server or the binlog
 into the one the events are made from: the columns left out, the key set. Everything that
 turns a table into events, schemas, chunk reads or comparisons (the event builder, the binlog
-image encoder's step aside, the snapshot's chunk SELECTs, ``cdc verify``) asks it, so the
+image encoder, the snapshot's chunk SELECTs, ``cdc verify``) asks it, so the
 rules live here only. Pure: no connection, no state but a cache.
 
 A key column cannot be left out: Debezium keeps a primary key column left out of the value
@@ -204,17 +204,6 @@ class ColumnControls:
                 f"{m.setting} would change the values of key column {name!r} of {table.qualified_name}: a key "
                 f"column is never {m.describe().split(' (')[0]} (the sinks key rows by their values); leave it out "
                 f"of the setting's patterns, or give the table another key with {KEY}")
-
-    def maps_values(self, table: TableDef) -> list[tuple[str, Any]]:
-        """``(column, mapping)`` of the columns of ``table`` whose values a mask, hash or
-        truncation changes (producer/column_mappers.py), in the table's order."""
-        if not self.mappers.active:
-            return []
-        return mapped_columns(self.resolve(table).columns)
-
-    def drops_columns(self, table: TableDef) -> bool:
-        """Whether ``table``'s events leave out any of its columns."""
-        return bool(self.left_out(table))
 
     def check(self, tables: Iterable[TableDef]) -> None:
         """Resolve each of ``tables`` (the captured tables at start): a rule that cannot apply

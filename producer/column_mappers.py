@@ -198,7 +198,7 @@ class ColumnMapping:
                 "salt": self.salt, "v2": self.v2}
 
     def changes_values(self, col: Any) -> bool:
-        """Whether the column's values are not the type table's (the fast encoders step aside)."""
+        """Whether the column's values are not the type table's (the fast encoders convert it by its converter)."""
         if self.kind == "truncate":  # (a BIT's bytes are a byte[] to Debezium, which it does not cut)
             return self._truncation_possible(col) and family_of(col.data_type) != "bit"
         return self.kind in ("mask", "hash") and family_of(col.data_type) in CHARACTER_FAMILIES

@@ -158,7 +158,8 @@ class BinlogImageEncoder:
     ``columns``: the table map's columns (python-mysql-replication's ``Column``), which the
     table version ``te`` (a :class:`~producer.events.builder.TableEvents`) was made from: the
     columns its events leave out (``source.column_*_list``) are read past, a masked, hashed or
-    truncated column takes its converter's value (producer/column_mappers.py).  Raises :class:`NotFast` when the table is not on the Avro fast path, or its key is not
+    truncated column takes its converter's value (producer/column_mappers.py).  Raises
+    :class:`NotFast` when the table's keys are not comparable, or its key is not
     made of its row's encodings (then its events take the values' way).  The bodies come from
     the native encoder (``_binlog_images.c``, :func:`native_images`) where it is built, else
     from the generated Python (:func:`_compile`): the same bytes, and the same rows refused."""

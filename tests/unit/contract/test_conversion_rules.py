@@ -97,7 +97,8 @@ def test_a_datetime_text_is_its_wall_clock(s, unit):
     assert rules.datetime_text_units(s, unit) == _datetime_text_reference(s, unit)
 
 
-@given(st.one_of(st.dates().map(lambda d: d.isoformat().encode()), _texts.map(lambda s: s[:10]), st.binary(max_size=12)))
+@given(st.one_of(st.dates().map(lambda d: d.isoformat().encode()), _texts.map(lambda s: s[:10]),
+                 st.binary(max_size=12)))
 def test_a_date_text_is_its_day(s):
     m = re.fullmatch(rb"(\d{4})-(\d\d)-(\d\d)", s)
     date = _date_or_none(int(m[1]), int(m[2]), int(m[3])) if m else None

@@ -17,6 +17,7 @@ from producer.column_mappers import (
     declared_length,
     hash_value,
     java_serialized,
+    mapped_columns,
     truncate_value,
 )
 from producer.errors import ColumnControlsError
@@ -144,7 +145,7 @@ def test_datatype_propagation_matches_db_table_type():
 
 def test_unmapped_tables_are_untouched():
     c = _controls(mask={5: ["other.t.c"]})
-    assert c.resolve(PEOPLE) is PEOPLE and c.maps_values(PEOPLE) == []
+    assert c.resolve(PEOPLE) is PEOPLE and mapped_columns(c.resolve(PEOPLE).columns) == []
     assert table_events("p", PEOPLE, c).encoder is not None
 
 
@@ -182,7 +183,7 @@ def test_settings_from_cdc_yaml():
     t = c.resolve(PEOPLE)
     assert t.column("email").mapping.mask == "*" * 12 and t.column("bio").mapping.length == 4
     assert t.column("name").mapping.algorithm == "SHA-256" and t.column("id").mapping.kind == "propagate"
-    assert [name for name, _ in c.maps_values(PEOPLE)] == ["email", "name", "bio"]
+    assert [name for name, _ in mapped_columns(t.columns)] == ["email", "name", "bio"]
 
 
 def test_declared_length_of_a_binlog_table_map_column_is_in_characters():

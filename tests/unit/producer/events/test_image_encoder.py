@@ -272,7 +272,8 @@ def test_records_from_encoded_images_are_the_records_from_values(kind, tombstone
 
 
 CONTROLS = ColumnControls(exclude=[r"db\.t\.(note|big)"], mappers=ColumnMappers(
-    mask={5: [r"db.t.name"]}, truncate={1: ["db.t.latin"]}, hashes=[{"algorithm": "MD5", "salt": "s", "columns": "db.t.f"}]))
+    mask={5: [r"db.t.name"]}, truncate={1: ["db.t.latin"]},
+    hashes=[{"algorithm": "MD5", "salt": "s", "columns": "db.t.f"}]))
 
 
 @pytest.mark.parametrize("kind", ["insert", "update", "delete"])

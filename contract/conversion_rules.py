@@ -1,4 +1,4 @@
-"""The conversion rules of the calendar types, written once, run in Python and compiled to C.
+"""The conversion rules of the calendar types and DECIMAL, written once, run in Python and compiled to C.
 
 Each rule is a plain Python function over integers and bytes in a small subset of Python
 (:mod:`contract.conversion_rules_c` says which, and refuses anything else by name and line).
@@ -6,13 +6,16 @@ The Python paths call these functions (through their caches: :mod:`producer.binl
 ``EpochSeconds``, :mod:`producer.events.select_encoder`'s ``EpochDays``,
 :mod:`spark_jobs.sinks.copy_text`'s ``date_text``); ``setup.py`` writes ``contract/type_rules.h``
 from them (:func:`contract.conversion_rules_c.c_source`) before it compiles the C paths, which
-include it (``_binlog_images.c``'s DATETIME2, ``_select_rows.c``'s DATE and DATETIME texts,
-``_copy_text.c``'s date texts).  Fixing a rule edits it here; both languages follow at the next
-build, and a test keeps the header equal to these functions.
+include it (``_binlog_images.c``'s DATETIME2 and packed DECIMAL, ``_select_rows.c``'s DATE,
+DATETIME and DECIMAL texts, ``_copy_text.c``'s date texts).  The DECIMAL rules also give the
+binlog decoder's values (:func:`producer.binlog.row_decoder.decimal_code`).  Fixing a rule edits
+it here; both languages follow at the next build, and a test keeps the header equal to these
+functions.
 
 A rule annotated ``-> int | None`` is *partial*: None is a value the fast paths refuse (the row
-then takes the values' way); one annotated ``-> int`` or ``-> bool`` is total.  Every integer
-stays within a signed 64-bit range (C's ``int64_t``); a rule checks a ``bytes`` argument's length
+then takes the values' way); one annotated ``-> int`` or ``-> bool`` is total; ``wide`` marks a
+value of up to 128 bits (C's ``__int128``: a DECIMAL's digits).  Every other integer stays
+within a signed 64-bit range (C's ``int64_t``); a rule checks a ``bytes`` argument's length
 before it reads it (the C reads are bounds-checked too, but a read out of range is a rule's bug).
 
 Pure functions: no I/O, no imports.
@@ -33,6 +36,9 @@ __all__ = [
     "datetime2_units",
     "digits",
     "three_fields",
+    "decimal_group",
+    "packed_decimal",
+    "decimal_text",
     "date_text_prefix_days",
     "date_text_days",
     "datetime_text_units",
@@ -46,6 +52,11 @@ DAYS_BEFORE_MONTH = (0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
 POWERS_OF_TEN = (1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000, 10000000000,
                  100000000000, 1000000000000, 10000000000000, 100000000000000, 1000000000000000,
                  10000000000000000, 100000000000000000, 1000000000000000000)
+#: Bytes of a group of n digits (0 to 9) of a packed DECIMAL (MySQL's binary form).
+DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+#: The annotation of a value that may need more than 64 bits (C's ``__int128``): a DECIMAL's
+#: unscaled value, of up to 38 digits in C (its callers check; Python's have no bound).
+wide = int
 #: Python's ``date(1970, 1, 1).toordinal()``.
 EPOCH_ORDINAL = 719163
 #: The days since 1970-01-01 of 0001-01-01 and of 9999-12-31 (Python's date range).
@@ -231,7 +242,80 @@ def datetime_text_units(s: bytes, unit: int) -> int | None:
     return v
 
 
+# =============================================================================== DECIMAL
+def decimal_group(s: bytes, at: int, n: int, count: int, flip: int, first: int) -> int | None:
+    """The group of ``count`` digits in the ``n`` bytes at ``s[at:]`` of a packed DECIMAL, each
+    byte XORed with ``flip`` (255 for a negative value), the sign bit dropped where it is the
+    ``first``; None at or above ``10 ** count`` (a value beyond its precision: python-mysql-
+    replication reads it as a string of its own) or where ``s`` is shorter."""
+    stop = at + n
+    if at < 0 or stop > len(s):
+        return None
+    v = 0
+    for i in range(at, stop):
+        v = v * 256 + (s[i] ^ flip)
+    if first:
+        v -= 128 << (8 * n - 8)
+    if v >= POWERS_OF_TEN[count]:
+        return None
+    return v
+
+
+def packed_decimal(s: bytes, at: int, precision: int, scale: int) -> wide | None:
+    """The unscaled value (its digits, signed) of the ``DECIMAL(precision, scale)`` packed at
+    ``s[at:]`` (a binlog row image's form); None where a group is beyond its digits or ``s`` is
+    shorter.  In C, for a precision of at most 38 (its callers check)."""
+    integral = precision - scale
+    head_digits = integral % 9
+    tail_digits = scale % 9
+    head = DIG2BYTES[head_digits]
+    tail = DIG2BYTES[tail_digits]
+    full = integral // 9 + scale // 9
+    if at < 0 or at >= len(s):
+        return None
+    flip = 0 if s[at] & 128 else 255  # negative: every byte inverted
+    total: wide = 0
+    pos = at
+    if head > 0:
+        g = decimal_group(s, pos, head, head_digits, flip, 1)
+        if g is None:
+            return None
+        total = g
+        pos += head
+    for k in range(0, full):
+        g = decimal_group(s, pos, 4, 9, flip, pos == at)
+        if g is None:
+            return None
+        total = total * 1000000000 + g
+        pos += 4
+    if tail > 0:
+        g = decimal_group(s, pos, tail, tail_digits, flip, pos == at)
+        if g is None:
+            return None
+        total = total * POWERS_OF_TEN[tail_digits] + g
+    return -total if flip else total
+
+
+def decimal_text(s: bytes, scale: int) -> wide | None:
+    """The unscaled value of a DECIMAL's text as MySQL writes it (``[-]digits``, then a point
+    and ``scale`` digits where ``scale`` is not 0), of at most 38 digits; None where it is not
+    one in that form."""
+    n = len(s)
+    negative = 1 if n > 0 and s[0] == 45 else 0
+    point = n - scale - 1 if scale > 0 else n
+    if point <= negative or (scale > 0 and s[point] != 46) or n - negative - (1 if scale > 0 else 0) > 38:
+        return None
+    total: wide = 0
+    for i in range(negative, n):
+        if i != point:
+            c = s[i]
+            if c < 48 or c > 57:
+                return None
+            total = total * 10 + c - 48
+    return -total if negative else total
+
+
 #: Every rule, in the order the C header defines them (a rule after those it calls).
 RULES = (is_leap, valid_date, days_since_epoch, date_days, civil_date, packed_date_days, packed_time_seconds,
          datetime2_fraction, datetime2_units, digits, three_fields, date_text_prefix_days, date_text_days,
-         datetime_text_units)
+         datetime_text_units, decimal_group, packed_decimal, decimal_text)

@@ -6,9 +6,10 @@ extensions; each rule becomes a ``static inline`` C function of the same name pr
 (anything else is refused with a :class:`RuleError` naming the rule and the line):
 
 * parameters annotated ``int`` (C ``int64_t``) or ``bytes`` (a pointer and its length); the
-  return annotated ``int``, ``bool`` or ``int | None`` (partial: the C function returns 1 and
-  sets ``*result``, or 0 for None);
-* statements: ``name = expr``, ``name op= expr``, ``if``/``elif``/``else``, ``return``,
+  return annotated ``int``, ``bool``, ``int | None`` or ``wide | None`` (partial: the C function
+  returns 1 and sets ``*result``, or 0 for None; ``wide``: C's ``__int128``, for a DECIMAL's
+  digits); a local is ``int64_t`` unless declared ``name: wide = expr``;
+* statements: ``name = expr``, ``name: wide = expr``, ``name op= expr``, ``if``/``elif``/``else``, ``return``,
   ``for name in range(a, b)`` (``a`` and ``b`` names or numbers), and the call of a partial
   rule as ``name = rule(...)`` followed by ``if name is None: return None`` (or as
   ``return rule(...)``) -- a None from it is a None of the caller;
@@ -65,7 +66,11 @@ static inline int64_t rule_byte(const unsigned char *s, Py_ssize_t n, int64_t i)
 @dataclass(frozen=True)
 class _Signature:
     params: tuple[tuple[str, str], ...]  # (name, "int" or "bytes")
-    returns: str  # "int", "bool" or "partial"
+    returns: str  # "int", "bool", "partial" or "partial_wide"
+
+    @property
+    def partial(self) -> bool:
+        return self.returns.startswith("partial")
 
 
 def _rules_order(tree: ast.Module) -> list[str]:
@@ -83,7 +88,10 @@ def _constants(tree: ast.Module) -> dict[str, int | tuple[int, ...]]:
             name = node.targets[0].id
             if name == "RULES" or name.startswith("__"):
                 continue
-            value = ast.literal_eval(node.value)
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:  # (not a constant: ``wide = int``)
+                continue
             if isinstance(value, int) and not isinstance(value, bool):
                 out[name] = value
             elif isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
@@ -97,7 +105,10 @@ def _annotation(node: ast.expr | None, where: str) -> str:
         return text
     if text in ("int | None", "None | int"):
         return "partial"
-    raise RuleError(f"{where}: annotation {text or '(none)'!r} is not int, bytes, bool or int | None")
+    if text in ("wide | None", "None | wide"):
+        return "partial_wide"
+    raise RuleError(f"{where}: annotation {text or '(none)'!r} is not int, bytes, bool, int | None or "
+                    "wide | None")
 
 
 def _signature(fn: ast.FunctionDef) -> _Signature:
@@ -130,6 +141,7 @@ class _Function:
         self.constants = constants
         self.params = dict(self.sig.params)
         self.locals: list[str] = []
+        self.wide: set[str] = set()  # the locals declared ``name: wide``
 
     def fail(self, node: ast.AST, what: str) -> RuleError:
         return RuleError(f"{self.fn.name}, line {getattr(node, 'lineno', '?')}: {what}")
@@ -180,6 +192,8 @@ class _Function:
                 return f"rule_floordiv({left}, {right})"
             if isinstance(node.op, ast.Mod):
                 return f"rule_mod({left}, {right})"
+            if isinstance(node.op, ast.LShift) and not (isinstance(node.left, ast.Name) and node.left.id in self.wide):
+                return f"((int64_t){left} << {right})"  # (in 64 bits: C shifts a small constant as an int)
             if type(node.op) in _ARITHMETIC:
                 return f"({left} {_ARITHMETIC[type(node.op)]} {right})"
             raise self.fail(node, f"operator {type(node.op).__name__} is not taken")
@@ -222,7 +236,7 @@ class _Function:
             called = self.callee(node)
             if called is None:
                 raise self.fail(node, f"{node.func.id}() is not a rule")
-            if called[1].returns == "partial":
+            if called[1].partial:
                 raise self.fail(node, f"{called[0]}() may give None: call it as `x = {called[0]}(...)` "
                                       "then `if x is None: return None`")
             return f"rule_{called[0]}({self.call_args(node, called[1])})"
@@ -232,7 +246,15 @@ class _Function:
     def assigned(self, body: list[ast.stmt]) -> None:
         for node in ast.walk(ast.Module(body=body, type_ignores=[])):
             targets: list[ast.expr] = []
-            if isinstance(node, ast.Assign):
+            if isinstance(node, ast.AnnAssign):
+                if not (isinstance(node.target, ast.Name) and ast.unparse(node.annotation) == "wide"
+                        and node.value is not None):
+                    raise self.fail(node, "a declaration is `name: wide = expr`")
+                self.wide.add(node.target.id)
+                targets = [node.target]
+            elif isinstance(node, ast.Assign):
+                if len(node.targets) != 1:
+                    raise self.fail(node, "one target a statement")
                 targets = node.targets
             elif isinstance(node, (ast.AugAssign, ast.For)):
                 targets = [node.target]
@@ -261,20 +283,26 @@ class _Function:
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
                     and isinstance(node.value.value, str):
                 continue  # a docstring
-            if isinstance(node, ast.Assign):
-                target = node.targets[0].id  # type: ignore[attr-defined]
-                called = self.callee(node.value)
-                if called is not None and called[1].returns == "partial":
-                    if self.sig.returns != "partial":
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                named = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                target = named.id  # type: ignore[attr-defined]
+                value = node.value
+                assert value is not None
+                called = self.callee(value)
+                if called is not None and called[1].partial:
+                    if not self.sig.partial:
                         raise self.fail(node, f"{called[0]}() may give None: only a partial rule calls it")
                     if i >= len(body) or not self.is_none_check(body[i], target):
                         raise self.fail(node, f"`{target} = {called[0]}(...)` is followed by "
                                               f"`if {target} is None: return None`")
+                    if (called[1].returns == "partial_wide") != (target in self.wide):
+                        raise self.fail(node, f"{target} and {called[0]}()'s value are not both wide")
                     i += 1
-                    out.append(f"{indent}if (!rule_{called[0]}({self.call_args(node.value, called[1])}, &{target}))")
+                    args = self.call_args(value, called[1])  # type: ignore[arg-type]
+                    out.append(f"{indent}if (!rule_{called[0]}({args}, &{target}))")
                     out.append(f"{indent}    return 0;")
                 else:
-                    out.append(f"{indent}{target} = {self.expr(node.value)};")
+                    out.append(f"{indent}{target} = {self.expr(value)};")
             elif isinstance(node, ast.AugAssign):
                 target = node.target.id  # type: ignore[attr-defined]
                 value = self.expr(ast.BinOp(left=ast.Name(id=target, ctx=ast.Load()), op=node.op, right=node.value,
@@ -306,14 +334,14 @@ class _Function:
 
     def return_(self, node: ast.Return) -> str:
         value = node.value
-        if self.sig.returns != "partial":
+        if not self.sig.partial:
             if value is None or (isinstance(value, ast.Constant) and value.value is None):
                 raise self.fail(node, "a total rule returns a value")
             return f"return {self.expr(value)};"
         if value is None or (isinstance(value, ast.Constant) and value.value is None):
             return "return 0;"
         called = self.callee(value)
-        if called is not None and called[1].returns == "partial":
+        if called is not None and called[1].partial:
             return f"return rule_{called[0]}({self.call_args(value, called[1])}, result);"  # type: ignore[arg-type]
         return f"*result = {self.expr(value)}; return 1;"
 
@@ -323,16 +351,19 @@ class _Function:
         for name, kind in self.sig.params:
             params += [f"const unsigned char *{name}", f"Py_ssize_t {name}_len"] if kind == "bytes" \
                 else [f"int64_t {name}"]
-        if self.sig.returns == "partial":
-            params.append("int64_t *result")
+        if self.sig.partial:
+            params.append("__int128 *result" if self.sig.returns == "partial_wide" else "int64_t *result")
             returns = "int"
         else:
             returns = "int" if self.sig.returns == "bool" else "int64_t"
         doc = (ast.get_docstring(self.fn) or "").split("\n\n")[0].replace("*/", "* /")
         lines = [f"/* {self.fn.name}: {' '.join(doc.split())} */",
                  f"static inline {returns} rule_{self.fn.name}({', '.join(params) or 'void'}) {{"]
-        if self.locals:
-            lines.append("    int64_t " + ", ".join(f"{n} = 0" for n in self.locals) + ";")
+        narrow = [n for n in self.locals if n not in self.wide]
+        if narrow:
+            lines.append("    int64_t " + ", ".join(f"{n} = 0" for n in narrow) + ";")
+        if self.wide:
+            lines.append("    __int128 " + ", ".join(f"{n} = 0" for n in self.locals if n in self.wide) + ";")
         lines += self.block(self.fn.body, "    ")
         lines.append("}")
         return lines

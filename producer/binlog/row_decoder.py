@@ -34,7 +34,7 @@ from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
 from common.errors import UnsupportedType
 from common.generated_code import run_generated
-from contract.conversion_rules import datetime2_fraction, packed_date_days, packed_time_seconds
+from contract.conversion_rules import datetime2_fraction, packed_date_days, packed_decimal, packed_time_seconds
 
 #: ``reader(buf, offset, reasons) -> (value, next offset)``; ``reasons`` is the event's
 #: column name -> why-None map (python-mysql-replication keeps one per event).
@@ -195,57 +195,28 @@ def _decimal_layout(col) -> tuple[int, int, int, int, int, int, int]:
     return size, head, tail, comp_integral, comp_fractional, uncomp_integral, uncomp_fractional
 
 
-def decimal_groups(col) -> tuple[int, list[tuple[int, int, int]]]:
-    """``(size, groups)`` of a DECIMAL's packed form: per group of digits, most significant
-    first, ``(bytes, digits, limit)``, where a group at or above its limit is one the library
-    reads as a string of its own.  The head group is read signed by the library (a minus sign
-    inside its string when its top bit is set); the others have at most their width's digits."""
-    size, head, tail, comp_integral, comp_fractional, uncomp_integral, uncomp_fractional = _decimal_layout(col)
-    groups = ([(head, comp_integral)] if head else []) + [(4, 9)] * (uncomp_integral + uncomp_fractional) + \
-        ([(tail, comp_fractional)] if tail else [])
-    return size, [(n, digits, 1 << (8 * head - 1) if head and k == 0 else 10 ** digits)
-                  for k, (n, digits) in enumerate(groups)]
+def decimal_size(col) -> int:
+    """The bytes of a DECIMAL column's packed form."""
+    return _decimal_layout(col)[0]
 
 
-def decimal_code(col, out: str, fail: str) -> tuple[list[str], int]:
-    """``(lines, size)``: Python statements (unindented) that set ``out`` to the DECIMAL at
-    ``buf[off:]`` as its unscaled integer (its digits, signed; scale ``col.decimals``), read
-    whole as one integer and cut into its groups, unrolled -- and that evaluate ``fail``
-    (which must raise) where a group is out of its range, which the library reads as a
-    string of its own (:func:`_new_decimal` then builds that).  They neither check nor move
-    ``off``: a truncated value reads as a smaller one, so the caller checks the row's end."""
-    size, packed = decimal_groups(col)
-    sign_bit = 1 << (8 * size - 1)
-    # The groups of the packed value, most significant first: (bit shift, mask, digits, limit).
-    groups = []
-    shift = 8 * size
-    for nbytes, digits, limit in packed:
-        shift -= 8 * nbytes
-        groups.append((shift, (1 << 8 * nbytes) - 1, digits, limit))
-    lines = [f"_p = int.from_bytes(buf[off:off + {size}], 'big')",
-             f"if _p & {sign_bit}:",
-             f"    _p ^= {sign_bit}",
-             "    _n = False",
-             "else:",  # negative: every byte inverted, then the sign bit flipped
-             f"    _p ^= {((1 << 8 * size) - 1) ^ sign_bit}",
-             "    _n = True"]
-    terms, checks = [], []
-    for k, (gshift, mask, digits, limit) in enumerate(groups):
-        value = f"_p >> {gshift}" if k == 0 else f"_p >> {gshift} & {mask}" if gshift else f"_p & {mask}"
-        lines.append(f"_g{k} = {value}")
-        checks.append(f"_g{k} >= {limit}")
-        weight = 10 ** sum(g[2] for g in groups[k + 1:])
-        terms.append(f"_g{k} * {weight}" if weight > 1 else f"_g{k}")
-    lines += [f"if {' or '.join(checks)}:", f"    {fail}",
-              f"{out} = {' + '.join(terms)}", "if _n:", f"    {out} = -{out}"]
-    return lines, size
+def decimal_code(col, out: str, fail: str) -> tuple[list[str], int, dict[str, Any]]:
+    """``(lines, size, names)``: Python statements (unindented) that set ``out`` to the DECIMAL at
+    ``buf[off:]`` as its unscaled integer (its digits, signed; scale ``col.decimals``) by
+    :func:`contract.conversion_rules.packed_decimal` (the rule the native encoder runs), and that
+    evaluate ``fail`` (which must raise) where a group is out of its range, which the library
+    reads as a string of its own (:func:`_new_decimal` then builds that).  ``names``: what the
+    lines use.  They neither check nor move ``off``: the caller checks the row's end."""
+    lines = [f"{out} = _packed_decimal(buf, off, {col.precision}, {col.decimals})",
+             f"if {out} is None:",
+             f"    {fail}"]
+    return lines, decimal_size(col), {"_packed_decimal": packed_decimal}
 
 
 def decimal_unscaled(col) -> tuple[int, Callable[[bytes, int], int | None]]:
     """``(size, unscaled)``: ``unscaled(buf, off)`` is :func:`decimal_code`'s integer, or None
     where it fails; a truncated value raises ValueError."""
-    lines, size = decimal_code(col, "u", "return None")
-    env: dict[str, Any] = {}
+    lines, size, env = decimal_code(col, "u", "return None")
     code = ["def unscaled(buf, off):",
             f"    if len(buf) - off < {size}:",
             "        raise ValueError('truncated DECIMAL')",

@@ -11,10 +11,10 @@
  *     ``["null", T]`` union's branches (None: the column's type has no null). Ops:
  *     INT   size, signed, lo, hi, other   a little-endian integer of ``size`` bytes: its
  *           zig-zag varint when lo <= v <= hi, else ``other(v)`` (bytes, or raises)
- *     DECIMAL size, groups, precision   a packed DECIMAL: its unscaled integer (groups: per
- *           group of the packed form (bytes, digits, limit), most significant first; a group
- *           at or above its limit is refused) as an Avro decimal's bytes, refused at or
- *           beyond ``precision`` digits; at most 38 digits in all (else the plan uses PY)
+ *     DECIMAL size, digits, scale, precision   a packed DECIMAL(digits, scale) of ``size`` bytes:
+ *           its unscaled integer (contract.conversion_rules.packed_decimal: a group beyond its
+ *           digits is refused) as an Avro decimal's bytes, refused at or beyond ``precision``
+ *           digits; at most 38 digits (else the plan uses PY)
  *     DATETIME2 fsp, unit   a DATETIME2 as a long of ``unit`` (1 or 1000) microseconds since
  *           1970-01-01 of its wall clock; a zero or invalid date or time is refused
  *     UTF8  length size   a length-prefixed string of UTF-8 bytes (checked), as they are
@@ -34,7 +34,6 @@
 #include "type_rules.h"   /* generated from contract/conversion_rules.py */
 
 enum { OP_INT = 1, OP_DECIMAL = 2, OP_DATETIME2 = 3, OP_UTF8 = 4, OP_PY = 5, OP_SKIP = 6 };
-#define MAX_GROUPS 8
 
 typedef struct {
     int op;
@@ -44,9 +43,8 @@ typedef struct {
     PyObject *fn;                        /* INT: other(v); PY: fn(buf, off, reasons); SKIP: reader or None */
     PyObject *null_value;                /* PY: a NULL's encoding, or None */
     int fixed, utf8;                     /* SKIP */
-    int ngroups;                         /* DECIMAL */
-    int group_bytes[MAX_GROUPS];
-    unsigned __int128 group_limit[MAX_GROUPS], group_weight[MAX_GROUPS], precision_limit;
+    int digits, scale;                   /* DECIMAL */
+    unsigned __int128 precision_limit;
     int fsp, fsp_size, unit;             /* DATETIME2 */
 } Column;
 
@@ -160,32 +158,17 @@ static int encode_value(Program *prog, Column *c, PyObject *buf, const unsigned 
         Py_DECREF(y);
         return r;
     }
-    case OP_DECIMAL: {
+    case OP_DECIMAL: {   /* contract.conversion_rules.packed_decimal */
         if (at + c->size > end)
             return overrun(), -1;
-        unsigned char raw[40];
-        memcpy(raw, b + at, c->size);
-        *off = at + c->size;
-        int negative = !(raw[0] & 0x80);
-        if (negative)
-            for (int i = 0; i < c->size; i++)
-                raw[i] ^= 0xFF;
-        raw[0] &= 0x7F;
-        unsigned __int128 total = 0;
-        int p = 0;
-        for (int g = 0; g < c->ngroups; g++) {
-            uint64_t group = be_uint(raw + p, c->group_bytes[g]);
-            p += c->group_bytes[g];
-            if (group >= c->group_limit[g])
-                return refuse(prog), -1;
-            unsigned __int128 term;
-            if (__builtin_mul_overflow((unsigned __int128)group, c->group_weight[g], &term) ||
-                __builtin_add_overflow(total, term, &total))
-                return refuse(prog), -1;   /* beyond 2**128: beyond any precision taken here */
-        }
-        if (total >= c->precision_limit)
+        __int128 v;
+        if (!rule_packed_decimal(b, at + c->size, at, c->digits, c->scale, &v))
             return refuse(prog), -1;
-        return out_decimal(o, total, negative);
+        *off = at + c->size;
+        unsigned __int128 magnitude = v < 0 ? (unsigned __int128)0 - (unsigned __int128)v : (unsigned __int128)v;
+        if (magnitude >= c->precision_limit)
+            return refuse(prog), -1;
+        return out_decimal(o, magnitude, v < 0);
     }
     case OP_DATETIME2: {   /* contract.conversion_rules.datetime2_units */
         if (at + 5 + c->fsp_size > end)
@@ -364,29 +347,10 @@ static int column_from(void *column, PyObject *spec) {
         break;
     }
     case OP_DECIMAL: {
-        PyObject *groups;
         int precision;
-        ok = PyArg_ParseTuple(a, "iO!i", &c->size, &PyTuple_Type, &groups, &precision) && c->size <= 40 &&
-             precision <= 38 && PyTuple_GET_SIZE(groups) <= MAX_GROUPS;
-        if (!ok)
-            break;
-        c->ngroups = (int)PyTuple_GET_SIZE(groups);
-        int total_bytes = 0, digits_after = 0;
-        int digits[MAX_GROUPS];
-        for (int g = 0; g < c->ngroups && ok; g++) {
-            long long limit;
-            ok = PyArg_ParseTuple(PyTuple_GET_ITEM(groups, g), "iiL", &c->group_bytes[g], &digits[g], &limit) &&
-                 c->group_bytes[g] >= 1 && c->group_bytes[g] <= 4 && limit > 0;
-            c->group_limit[g] = (unsigned __int128)limit;
-            total_bytes += c->group_bytes[g];
-        }
-        if (!ok)
-            break;
-        ok = total_bytes == c->size;
-        for (int g = c->ngroups - 1; g >= 0; g--) {
-            c->group_weight[g] = ten_to(digits_after);
-            digits_after += digits[g];
-        }
+        ok = PyArg_ParseTuple(a, "iiii", &c->size, &c->digits, &c->scale, &precision) && c->size >= 1 &&
+             c->digits >= 1 && c->digits <= 38 && c->scale >= 0 && c->scale <= c->digits && precision >= 1 &&
+             precision <= 38;
         c->precision_limit = ten_to(precision);
         break;
     }

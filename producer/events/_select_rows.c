@@ -99,23 +99,14 @@ static int encode_value(Program *prog, Column *c, const unsigned char *s, Py_ssi
         Py_DECREF(y);
         return r;
     }
-    case OP_DECIMAL: {
-        Py_ssize_t i = 0, point = c->scale ? n - c->scale - 1 : n;
-        int negative = n > 0 && s[0] == '-';
-        i += negative;
-        if (point <= i || (c->scale && s[point] != '.'))
+    case OP_DECIMAL: {   /* contract.conversion_rules.decimal_text */
+        __int128 v;
+        if (!rule_decimal_text(s, n, c->scale, &v))
             return refuse(prog);
-        unsigned __int128 total = 0;
-        for (; i < n; i++) {
-            if (i == point)
-                continue;
-            if (!is_digit(s[i]) || __builtin_mul_overflow(total, 10, &total) ||
-                __builtin_add_overflow(total, (unsigned)(s[i] - '0'), &total))
-                return refuse(prog);
-        }
-        if (total >= c->precision_limit)
+        unsigned __int128 magnitude = v < 0 ? (unsigned __int128)0 - (unsigned __int128)v : (unsigned __int128)v;
+        if (magnitude >= c->precision_limit)
             return refuse(prog);
-        return out_decimal(o, total, negative);
+        return out_decimal(o, magnitude, v < 0);
     }
     case OP_DATETIME: {   /* contract.conversion_rules.datetime_text_units */
         int64_t v;

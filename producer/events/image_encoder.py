@@ -35,7 +35,7 @@ from fastavro.schema import expand_schema
 from pymysqlreplication.constants import FIELD_TYPE as T
 
 from common.generated_code import eval_generated, run_generated
-from producer.binlog.row_decoder import EncodedImages, column_reader, datetime2_code, decimal_code, decimal_groups
+from producer.binlog.row_decoder import EncodedImages, column_reader, datetime2_code, decimal_code, decimal_size
 from producer.events.avro_template import field_encoder
 from producer.events.row_encoder import NotFast, keys_comparable
 from producer.events.value_code import (
@@ -102,7 +102,8 @@ def _value_code(i: int, col: Any, t: Any, convert: Any, nullable: bool,
     read = column_reader(col)
     inline = getattr(read, "inline", None)
     if col.type == T.NEWDECIMAL and is_decimal(convert, t, col.decimals):
-        lines, size = decimal_code(col, "v", "_not_fast()")
+        lines, size, names = decimal_code(col, "v", "_not_fast()")
+        env.update(names)
         # (the head group may hold more digits than its width: the library reads it whole)
         return lines + decimal_lines(i, t) + [f"off += {size}"], [f"l{i}", f"y{i}"], False
     unit = datetime_unit(convert, t)
@@ -318,8 +319,7 @@ def native_plan(columns: list, row_types: list, converters: list, key: list[tupl
             continue
         if col.type == T.NEWDECIMAL and is_decimal(convert, inner, col.decimals) and col.precision <= 38 \
                 and inner["precision"] <= 38:
-            size, groups = decimal_groups(col)
-            plan.append((ops.DECIMAL, *tags, size, tuple(groups), inner["precision"]))
+            plan.append((ops.DECIMAL, *tags, decimal_size(col), col.precision, col.decimals, inner["precision"]))
             continue
         unit = datetime_unit(convert, inner)
         if col.type == T.DATETIME2 and unit is not None:

@@ -34,7 +34,7 @@ from pymysql.converters import convert_date
 from common.generated_code import eval_generated, run_generated
 from common.sql.row_parser import column_code, length_coded
 from common.sql.sessions import datetime_from_text
-from contract.conversion_rules import date_text_days, datetime_text_units
+from contract.conversion_rules import date_text_days, datetime_text_units, decimal_text
 from producer.events import value_code as code
 from producer.events.avro_template import type_name
 from producer.events.row_encoder import NotFast, keys_comparable
@@ -91,11 +91,9 @@ def _value_code(i: int, reading: tuple[str | None, Callable | None], t: Any, con
         if as_int is not None:
             return ["v = int(b)", *as_int], [f"y{i}"], False
     if read is Decimal and isinstance(t, dict) and code.is_decimal(convert, t, t.get("scale", 0)):
-        scale = t.get("scale", 0)
-        digits = ["v = int(b)"] if not scale else [
-            f"if b[{-scale - 1}] != 46:",  # the point, exactly ``scale`` digits from the end
-            "    _not_fast()",
-            f"v = int(b[:{-scale - 1}] + b[{-scale}:])"]
+        digits = [f"v = _decimal_text(b, {t.get('scale', 0)})",  # (contract.conversion_rules, as _select_rows.c)
+                  "if v is None:",
+                  "    _not_fast()"]
         return digits + code.decimal_lines(i, t), [f"l{i}", f"y{i}"], False
     unit = code.datetime_unit(convert, t)
     if read is datetime_from_text and unit is not None:
@@ -153,7 +151,8 @@ def _compile(readings: list, row_types: list, converters: list, key: list[tuple[
     """``row(data) -> (key body or None, row body)`` of one row's payload (a :class:`Mapped
     <producer.events.value_code.Mapped>` column writes its NULL's encoding for a NULL)."""
     env = code.namespace()
-    env.update({"_length": length_coded, "_days": _DAYS, "_datetime_text": datetime_text_units})
+    env.update({"_length": length_coded, "_days": _DAYS, "_datetime_text": datetime_text_units,
+                "_decimal_text": decimal_text})
     lines = ["def row(data):", "    p = 0"]
     columns_parts, parts = [], []
     for i, (reading, t, convert, m) in enumerate(zip(readings, row_types, converters, mapped)):
@@ -199,7 +198,7 @@ def native_plan(readings: list, row_types: list, converters: list, key: list[tup
     """The plan of ``_select_rows.Program`` (its layout: the top of ``_select_rows.c``), making the
     choices :func:`_value_code` makes."""
     env = code.namespace()
-    env.update({"_days": _DAYS, "_datetime_text": datetime_text_units})
+    env.update({"_days": _DAYS, "_datetime_text": datetime_text_units, "_decimal_text": decimal_text})
     ops = _select_rows
     plan, column_types = [], []
     for i, ((encoding, read), t, convert) in enumerate(zip(readings, row_types, converters)):

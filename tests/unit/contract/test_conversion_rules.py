@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import datetime
 import inspect
+from decimal import Context, Decimal
 import re
 import subprocess
 import sysconfig
@@ -19,10 +20,12 @@ from hypothesis import strategies as st
 from contract import conversion_rules as rules
 from contract.conversion_rules_c import RuleError, c_source
 from tests.native_helpers import can_build
+from tests.unit.producer.binlog.test_row_decoder import _pack_decimal
 
 ROOT = Path(__file__).resolve().parents[3]
 EPOCH = datetime.date(1970, 1, 1).toordinal()
 SOURCE = inspect.getsource(rules)
+WIDE = Context(prec=100)  # (Decimal arithmetic rounds to 28 digits by default)
 
 
 def _date_or_none(y: int, m: int, d: int) -> datetime.date | None:
@@ -105,6 +108,26 @@ def test_a_date_text_is_its_day(s):
     assert rules.date_text_days(s) == (None if date is None else date.toordinal() - EPOCH)
 
 
+@given(st.integers(1, 65), st.data())
+def test_a_packed_decimal_is_its_digits(precision, data):
+    scale = data.draw(st.integers(0, min(precision, 30)))
+    unscaled = data.draw(st.integers(-(10 ** precision) + 1, 10 ** precision - 1))
+    packed = _pack_decimal(Decimal(unscaled).scaleb(-scale, WIDE), precision, scale)
+    assert rules.packed_decimal(b"\x07" + packed, 1, precision, scale) == unscaled
+
+
+@given(st.integers(0, 12), st.one_of(st.integers(-(10 ** 38) + 1, 10 ** 38 - 1), st.integers()), st.data())
+def test_a_decimal_text_is_its_digits(scale, unscaled, data):
+    text = f"{Decimal(unscaled).scaleb(-scale, WIDE):.{scale}f}".encode()
+    text = data.draw(st.one_of(st.just(text), st.binary(max_size=20), st.builds(
+        lambda at, junk: text[:at] + junk + text[at + 1:], st.integers(0, len(text)),
+        st.binary(min_size=1, max_size=1))))
+    form = rb"-?\d+" + (rb"\.\d{%d}" % scale if scale else b"")
+    digits = len(text.lstrip(b"-")) - (1 if scale else 0)
+    expected = int(text.replace(b".", b"")) if re.fullmatch(form, text) and digits <= 38 else None
+    assert rules.decimal_text(text, scale) == expected
+
+
 # =============================================================================== the C of the rules
 def test_the_built_header_is_the_rules():
     """setup.py wrote contract/type_rules.h from these rules when it built the extensions."""
@@ -128,6 +151,14 @@ _ARGS = {
     "date_text_prefix_days": (_texts,),
     "date_text_days": (st.one_of(_texts, _texts.map(lambda s: s[:10])),),
     "datetime_text_units": (_texts, st.sampled_from([1, 1000])),
+    "decimal_group": (st.binary(max_size=8), st.integers(0, 8), st.integers(1, 4), st.integers(0, 9),
+                      st.sampled_from([0, 255]), st.integers(0, 1)),
+    "packed_decimal": st.integers(1, 38).flatmap(lambda p: st.integers(0, p).flatmap(lambda sc: st.tuples(
+        st.one_of(st.binary(max_size=20), st.integers(-(10 ** p) + 1, 10 ** p - 1).map(
+            lambda u: b"\x01" + _pack_decimal(Decimal(u).scaleb(-sc, WIDE), p, sc))),
+        st.integers(0, 2), st.just(p), st.just(sc)))),
+    "decimal_text": (st.one_of(st.binary(max_size=42), st.integers(-(10 ** 39), 10 ** 39).map(
+        lambda u: str(u).encode())), st.integers(0, 12)),
 }
 
 
@@ -149,8 +180,14 @@ def _wrapper() -> str:
                 args.append(f"a{i}")
         params.append("int64_t *ok")
         ret = str(inspect.signature(rule).return_annotation)
-        body = (f"int64_t r = 0; *ok = rule_{rule.__name__}({', '.join(args + ['&r'])}); return r;"
-                if ret == "int | None" else f"*ok = 1; return (int64_t)rule_{rule.__name__}({', '.join(args)});")
+        if ret == "wide | None":  # (its high 64 bits through *hi)
+            params.append("int64_t *hi")
+            body = (f"__int128 r = 0; *ok = rule_{rule.__name__}({', '.join(args + ['&r'])}); "
+                    "*hi = (int64_t)(r >> 64); return (int64_t)r;")
+        elif ret == "int | None":
+            body = f"int64_t r = 0; *ok = rule_{rule.__name__}({', '.join(args + ['&r'])}); return r;"
+        else:
+            body = f"*ok = 1; return (int64_t)rule_{rule.__name__}({', '.join(args)});"
         out.append(f"int64_t call_{rule.__name__}({', '.join(params)}) {{ {body} }}")
     return "\n".join(out) + "\n"
 
@@ -171,18 +208,26 @@ def compiled(tmp_path_factory):
         argtypes = []
         for kind in _params(rule):
             argtypes += [ctypes.c_char_p, ctypes.c_ssize_t] if kind == "bytes" else [ctypes.c_int64]
-        fn.argtypes = [*argtypes, ctypes.POINTER(ctypes.c_int64)]
+        fn.argtypes = [*argtypes, ctypes.POINTER(ctypes.c_int64)] + \
+            ([ctypes.POINTER(ctypes.c_int64)] if _wide(rule) else [])
         fn.restype = ctypes.c_int64
     return lib
+
+
+def _wide(rule) -> bool:
+    return str(inspect.signature(rule).return_annotation) == "wide | None"
 
 
 def _call_c(lib, rule, args):
     c_args = []
     for kind, a in zip(_params(rule), args):
         c_args += [a, len(a)] if kind == "bytes" else [a]
-    ok = ctypes.c_int64()
-    value = getattr(lib, f"call_{rule.__name__}")(*c_args, ctypes.byref(ok))
+    ok, hi = ctypes.c_int64(), ctypes.c_int64()
+    wide_out = [ctypes.byref(hi)] if _wide(rule) else []
+    value = getattr(lib, f"call_{rule.__name__}")(*c_args, ctypes.byref(ok), *wide_out)
     ret = str(inspect.signature(rule).return_annotation)
+    if ret == "wide | None":
+        return (hi.value << 64) + (value & ((1 << 64) - 1)) if ok.value else None
     if ret == "int | None":
         return value if ok.value else None
     return bool(value) if ret == "bool" else value
@@ -194,8 +239,10 @@ def test_every_rule_has_arguments_to_check():
 
 @pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.__name__)
 def test_the_c_of_each_rule_is_the_rule(compiled, rule):
+    spec = _ARGS[rule.__name__]
+
     @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(st.tuples(*_ARGS[rule.__name__]))
+    @given(spec if isinstance(spec, st.SearchStrategy) else st.tuples(*spec))
     def check(args):
         assert _call_c(compiled, rule, args) == rule(*args), args
     check()
@@ -212,6 +259,8 @@ def test_the_c_of_each_rule_is_the_rule(compiled, rule):
     ("def f(x: int) -> int:\n    return z\n", r"f, line 2: unknown name 'z'"),
     ("def f(x: float) -> int:\n    return 1\n", r"f\(x\): annotation 'float'"),
     ("def f(s: bytes) -> int:\n    return s[1:2]\n", r"f, line 2: slices"),
+    ("def g(x: int) -> wide | None:\n    return x\n\ndef f(x: int) -> int | None:\n    y = g(x)\n"
+     "    if y is None:\n        return None\n    return 1\n", r"f, line 5: y and g\(\)'s value are not both wide"),
 ])
 def test_what_c_does_not_take_is_refused_by_rule_and_line(body, error):
     names = re.findall(r"^def (\w+)", body, re.M)

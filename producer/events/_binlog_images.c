@@ -72,6 +72,26 @@ static uint64_t be_uint(const unsigned char *p, int n) {
     return v;
 }
 
+/* The length-prefixed string at ``*at`` (a little-endian length of ``size`` bytes, then that
+ * many), checked to be UTF-8 where ``utf8``: its length in ``*n``, ``*at`` moved to its bytes;
+ * 0, or -1 on error (raised). */
+static int length_prefixed(const unsigned char *b, Py_ssize_t end, int size, int utf8, Py_ssize_t *at, Py_ssize_t *n) {
+    if (*at + size > end)
+        return overrun(), -1;
+    Py_ssize_t len = 0;
+    for (int i = size - 1; i >= 0; i--)
+        len = len << 8 | b[*at + i];
+    *at += size;
+    if (*at + len > end)
+        return overrun(), -1;
+    if (utf8 && !is_utf8(b + *at, len)) {
+        PyErr_SetString(PyExc_ValueError, "a string is not UTF-8");
+        return -1;
+    }
+    *n = len;
+    return 0;
+}
+
 /* Past the non-NULL value of SKIP column ``c`` at ``*off``: 0, or -1 on error. */
 static int skip_value(Column *c, PyObject *buf, const unsigned char *b, Py_ssize_t end, Py_ssize_t *off,
                       PyObject **reasons) {
@@ -83,18 +103,9 @@ static int skip_value(Column *c, PyObject *buf, const unsigned char *b, Py_ssize
         return 0;
     }
     if (c->size) {
-        if (at + c->size > end)
-            return overrun(), -1;
-        Py_ssize_t n = 0;
-        for (int i = c->size - 1; i >= 0; i--)
-            n = n << 8 | b[at + i];
-        at += c->size;
-        if (at + n > end)
-            return overrun(), -1;
-        if (c->utf8 && !is_utf8(b + at, n)) {
-            PyErr_SetString(PyExc_ValueError, "a string is not UTF-8");
+        Py_ssize_t n;
+        if (length_prefixed(b, end, c->size, c->utf8, &at, &n) < 0)
             return -1;
-        }
         *off = at + n;
         return 0;
     }
@@ -181,18 +192,9 @@ static int encode_value(Program *prog, Column *c, PyObject *buf, const unsigned 
         return out_long(o, v);
     }
     case OP_UTF8: {
-        if (at + c->size > end)
-            return overrun(), -1;
-        Py_ssize_t n = 0;
-        for (int i = c->size - 1; i >= 0; i--)
-            n = n << 8 | b[at + i];
-        at += c->size;
-        if (at + n > end)
-            return overrun(), -1;
-        if (!is_utf8(b + at, n)) {
-            PyErr_SetString(PyExc_ValueError, "a string is not UTF-8");
+        Py_ssize_t n;
+        if (length_prefixed(b, end, c->size, 1, &at, &n) < 0)
             return -1;
-        }
         *off = at + n;
         if (out_long(o, (int64_t)n) < 0)
             return -1;
@@ -277,11 +279,7 @@ static PyObject *program_call(Program *prog, PyObject *args, PyObject *kwargs) {
                 continue;
             }
             if (null) {
-                if (c->null_value) {
-                    if (begin_value(&c->tags, &row, s) < 0 ||
-                        out_put(&row, PyBytes_AS_STRING(c->null_value), PyBytes_GET_SIZE(c->null_value)) < 0)
-                        goto error;
-                } else if (put_null(&prog->f, &c->tags, &row, s) < 0)
+                if (put_null_or_value(&prog->f, &c->tags, c->null_value, &row, s) < 0)
                     goto error;
                 continue;
             }
@@ -364,14 +362,7 @@ static int column_from(void *column, PyObject *spec) {
         break;
     case OP_PY: {
         PyObject *null_value;
-        ok = PyArg_ParseTuple(a, "OO", &c->fn, &null_value);
-        if (ok && null_value != Py_None) {
-            if (!PyBytes_Check(null_value)) {
-                PyErr_SetString(PyExc_TypeError, "a NULL's encoding is bytes or None");
-                ok = 0;
-            } else
-                c->null_value = null_value;   /* (borrowed: the plan keeps it) */
-        }
+        ok = PyArg_ParseTuple(a, "OO", &c->fn, &null_value) && null_value_of(null_value, &c->null_value) == 0;
         break;
     }
     case OP_SKIP: {

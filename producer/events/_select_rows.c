@@ -170,11 +170,7 @@ static PyObject *encode_row(Program *prog, const unsigned char *b, Py_ssize_t en
         Py_ssize_t n = b[p];
         if (n == NULL_COLUMN) {
             p += 1;
-            if (c->null_value) {   /* a NULL its converter makes a value (a mask) */
-                if (begin_value(&c->tags, row, s) < 0 ||
-                    out_put(row, PyBytes_AS_STRING(c->null_value), PyBytes_GET_SIZE(c->null_value)) < 0)
-                    return NULL;
-            } else if (put_null(&prog->f, &c->tags, row, s) < 0)
+            if (put_null_or_value(&prog->f, &c->tags, c->null_value, row, s) < 0)
                 return NULL;
             continue;
         }
@@ -271,14 +267,7 @@ static int column_from(void *column, PyObject *spec) {
         break;
     case OP_PY: {
         PyObject *null_value;
-        ok = PyArg_ParseTuple(a, "OO", &c->fn, &null_value);
-        if (ok && null_value != Py_None) {
-            if (!PyBytes_Check(null_value)) {
-                PyErr_SetString(PyExc_TypeError, "a NULL's encoding is bytes or None");
-                ok = 0;
-            } else
-                c->null_value = null_value;
-        }
+        ok = PyArg_ParseTuple(a, "OO", &c->fn, &null_value) && null_value_of(null_value, &c->null_value) == 0;
         break;
     }
     default:

@@ -136,6 +136,31 @@ static int begin_value(const Tags *t, Out *row, Span *s) {
     return 0;
 }
 
+/* A NULL's encoding of a column spec (None: its null branch; bytes: the value a NULL of it
+ * is, as a masked column's), into ``*out`` (borrowed from the plan, NULL for None); -1 when
+ * it is neither (raised). */
+static int null_value_of(PyObject *v, PyObject **out) {
+    *out = NULL;
+    if (v == Py_None)
+        return 0;
+    if (!PyBytes_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "a NULL's encoding is bytes or None");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A NULL of the column at ``s``: the value ``null_value`` (its value branch first) where the
+ * column has one, else its null branch (or refused). */
+static int put_null_or_value(const Frame *f, const Tags *t, PyObject *null_value, Out *row, Span *s) {
+    if (!null_value)
+        return put_null(f, t, row, s);
+    if (begin_value(t, row, s) < 0)
+        return -1;
+    return out_put(row, PyBytes_AS_STRING(null_value), PyBytes_GET_SIZE(null_value));
+}
+
 /* The column's converter made its value None after all: what was written of it goes, its null
  * branch instead (or refused). */
 static int null_after_all(const Frame *f, const Tags *t, Out *row, Span *s) {

@@ -25,7 +25,7 @@ from rich.table import Table
 from cdc.bench.race_rounds import busy_processes
 from cdc.errors import BenchError
 from cdc.stack.kafka_broker import node_pids
-from cdc.stack.manager import StackInfo, stack_down, stack_up
+from cdc.stack.manager import StackInfo, read_stack, stack_down, stack_up
 from cdc.workload import BackgroundWriter
 from common.config import load_config
 from common.kafka.offsets import end_offsets
@@ -375,9 +375,17 @@ class PacedWriter(BackgroundWriter):
 
 def start_stack(state_dir: Path, console: Console, server_args: tuple[str, ...] = ()) -> StackInfo:
     """The embedded stack of ``state_dir``, started (or found running); ``server_args``: more
-    options for its server if it starts here."""
+    options for its server if it starts here.  Where it fails to start a stack this run began
+    (a server up, the broker's jars missing), what did start is stopped: a failed run leaves
+    no server behind."""
+    fresh = read_stack(Path(state_dir)) is None
     with console.status("starting the embedded stack..."):
-        return stack_up(Path(state_dir), server_args=server_args)
+        try:
+            return stack_up(Path(state_dir), server_args=server_args)
+        except BaseException:
+            if fresh:
+                stack_down(Path(state_dir))
+            raise
 
 
 def admin(mysql: dict, database: str | None = None):

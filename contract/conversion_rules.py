@@ -1,4 +1,4 @@
-"""The conversion rules of the calendar types and DECIMAL, written once, run in Python and compiled to C.
+"""The conversion rules of the calendar types and DECIMAL: written once, run in Python, compiled to C.
 
 Each rule is a plain Python function over integers and bytes in a small subset of Python
 (:mod:`contract.conversion_rules_c` says which, and refuses anything else by name and line).
@@ -7,14 +7,15 @@ The Python paths call these functions (through their caches: :mod:`producer.binl
 :mod:`spark_jobs.sinks.copy_text`'s ``date_text``); ``setup.py`` writes ``contract/type_rules.h``
 from them (:func:`contract.conversion_rules_c.c_source`) before it compiles the C paths, which
 include it (``_binlog_images.c``'s DATETIME2 and packed DECIMAL, ``_select_rows.c``'s DATE,
-DATETIME and DECIMAL texts, ``_copy_text.c``'s date texts).  The DECIMAL rules also give the
+DATETIME and DECIMAL texts, ``_copy_text.c``'s date and TIME texts, which the sinks' TIME text
+(:func:`spark_jobs.sinks.values.format_time_micros`) shares).  The DECIMAL rules also give the
 binlog decoder's values (:func:`producer.binlog.row_decoder.decimal_code`).  Fixing a rule edits
 it here; both languages follow at the next build, and a test keeps the header equal to these
 functions.
 
 A rule annotated ``-> int | None`` is *partial*: None is a value the fast paths refuse (the row
 then takes the values' way); one annotated ``-> int`` or ``-> bool`` is total; ``wide`` marks a
-value of up to 128 bits (C's ``__int128``: a DECIMAL's digits).  Every other integer stays
+value of up to 128 bits (C's ``__int128``: a DECIMAL's digits, a TIME's fields).  Every other integer stays
 within a signed 64-bit range (C's ``int64_t``); a rule checks a ``bytes`` argument's length
 before it reads it (the C reads are bounds-checked too, but a read out of range is a rule's bug).
 
@@ -30,6 +31,7 @@ __all__ = [
     "days_since_epoch",
     "date_days",
     "civil_date",
+    "time_fields",
     "packed_date_days",
     "packed_time_seconds",
     "datetime2_fraction",
@@ -112,6 +114,16 @@ def civil_date(days: int) -> int | None:
     if m <= 2:
         y += 1
     return y * 10000 + m * 100 + d
+
+
+def time_fields(v: int, scale: int) -> wide:
+    """A TIME of ``v`` units of ``scale`` microseconds (1, or 1000 for milliseconds) as
+    ``hours * 10**10 + minutes * 10**8 + seconds * 10**6 + microseconds``, negative for a
+    negative TIME (its text ``[-]H:MM:SS.ffffff``: the COPY encoders' and the sinks')."""
+    a: wide = (0 - v if v < 0 else v) * scale
+    fields: wide = a // 3600000000 * 10000000000 + a // 60000000 % 60 * 100000000 + a // 1000000 % 60 * 1000000 \
+        + a % 1000000
+    return 0 - fields if v < 0 else fields
 
 
 # =============================================================================== binlog DATETIME2
@@ -316,6 +328,6 @@ def decimal_text(s: bytes, scale: int) -> wide | None:
 
 
 #: Every rule, in the order the C header defines them (a rule after those it calls).
-RULES = (is_leap, valid_date, days_since_epoch, date_days, civil_date, packed_date_days, packed_time_seconds,
-         datetime2_fraction, datetime2_units, digits, three_fields, date_text_prefix_days, date_text_days,
+RULES = (is_leap, valid_date, days_since_epoch, date_days, civil_date, time_fields, packed_date_days,
+         packed_time_seconds, datetime2_fraction, datetime2_units, digits, three_fields, date_text_prefix_days, date_text_days,
          datetime_text_units, decimal_group, packed_decimal, decimal_text)

@@ -54,6 +54,16 @@ static inline int64_t rule_mod(int64_t a, int64_t b) {
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 
+static inline __int128 rule_floordiv_wide(__int128 a, __int128 b) {
+    __int128 q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+static inline __int128 rule_mod_wide(__int128 a, __int128 b) {
+    __int128 r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
 /* s[i] of a bytes argument; -1 outside it (a rule checks the length before it reads). */
 static inline int64_t rule_byte(const unsigned char *s, Py_ssize_t n, int64_t i) {
     return i >= 0 && i < (int64_t)n ? (int64_t)s[i] : -1;
@@ -101,7 +111,7 @@ def _constants(tree: ast.Module) -> dict[str, int | tuple[int, ...]]:
 
 def _annotation(node: ast.expr | None, where: str) -> str:
     text = ast.unparse(node) if node is not None else ""
-    if text in ("int", "bytes", "bool"):
+    if text in ("int", "bytes", "bool", "wide"):
         return text
     if text in ("int | None", "None | int"):
         return "partial"
@@ -116,11 +126,11 @@ def _signature(fn: ast.FunctionDef) -> _Signature:
     if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
         raise RuleError(f"{fn.name}: only plain positional parameters")
     params = tuple((a.arg, _annotation(a.annotation, f"{fn.name}({a.arg})")) for a in args.args)
-    if any(kind not in ("int", "bytes") for _, kind in params):
+    if any(kind not in ("int", "bytes") for _, kind in params):  # (a wide value stays inside a rule)
         raise RuleError(f"{fn.name}: a parameter is int or bytes")
     returns = _annotation(fn.returns, f"{fn.name} ->")
     if returns == "bytes":
-        raise RuleError(f"{fn.name}: returns int, bool or int | None")
+        raise RuleError(f"{fn.name}: returns int, bool, wide, int | None or wide | None")
     return _Signature(params, returns)
 
 
@@ -142,6 +152,7 @@ class _Function:
         self.params = dict(self.sig.params)
         self.locals: list[str] = []
         self.wide: set[str] = set()  # the locals declared ``name: wide``
+        self.widen = False  # translating an expression whose value is wide: every operand 128 bits
 
     def fail(self, node: ast.AST, what: str) -> RuleError:
         return RuleError(f"{self.fn.name}, line {getattr(node, 'lineno', '?')}: {what}")
@@ -151,18 +162,19 @@ class _Function:
         if node.id in self.params:
             if self.params[node.id] == "bytes":
                 raise self.fail(node, f"{node.id} (bytes) is only indexed or measured")
-            return node.id
+            return f"((__int128){node.id})" if self.widen else node.id
         if node.id in self.locals:
-            return node.id
+            return f"((__int128){node.id})" if self.widen else node.id
         value = self.constants.get(node.id)
         if isinstance(value, int):
-            return _literal(value)
+            return f"((__int128){_literal(value)})" if self.widen else _literal(value)
         raise self.fail(node, f"unknown name {node.id!r}")
 
     def call_args(self, node: ast.Call, callee: _Signature) -> str:
         if node.keywords or len(node.args) != len(callee.params):
             raise self.fail(node, "a rule's call passes each parameter once, positionally")
         out = []
+        widen, self.widen = self.widen, False  # (a rule's parameters are 64 bits)
         for arg, (_, kind) in zip(node.args, callee.params):
             if kind == "bytes":
                 if not (isinstance(arg, ast.Name) and self.params.get(arg.id) == "bytes"):
@@ -170,6 +182,7 @@ class _Function:
                 out += [arg.id, f"{arg.id}_len"]
             else:
                 out.append(self.expr(arg))
+        self.widen = widen
         return ", ".join(out)
 
     def callee(self, node: ast.expr) -> tuple[str, _Signature] | None:
@@ -182,17 +195,18 @@ class _Function:
             if isinstance(node.value, bool):
                 return "1" if node.value else "0"
             if isinstance(node.value, int):
-                return _literal(node.value)
+                return f"((__int128){_literal(node.value)})" if self.widen else _literal(node.value)
             raise self.fail(node, f"constant {node.value!r} is not an integer")
         if isinstance(node, ast.Name):
             return self.name(node)
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left), self.expr(node.right)
+            wide = "_wide" if self.widen else ""
             if isinstance(node.op, ast.FloorDiv):
-                return f"rule_floordiv({left}, {right})"
+                return f"rule_floordiv{wide}({left}, {right})"
             if isinstance(node.op, ast.Mod):
-                return f"rule_mod({left}, {right})"
-            if isinstance(node.op, ast.LShift) and not (isinstance(node.left, ast.Name) and node.left.id in self.wide):
+                return f"rule_mod{wide}({left}, {right})"
+            if isinstance(node.op, ast.LShift) and not self.widen:
                 return f"((int64_t){left} << {right})"  # (in 64 bits: C shifts a small constant as an int)
             if type(node.op) in _ARITHMETIC:
                 return f"({left} {_ARITHMETIC[type(node.op)]} {right})"
@@ -302,11 +316,12 @@ class _Function:
                     out.append(f"{indent}if (!rule_{called[0]}({args}, &{target}))")
                     out.append(f"{indent}    return 0;")
                 else:
-                    out.append(f"{indent}{target} = {self.expr(value)};")
+                    out.append(f"{indent}{target} = {self.wide_expr(value, target in self.wide)};")
             elif isinstance(node, ast.AugAssign):
                 target = node.target.id  # type: ignore[attr-defined]
-                value = self.expr(ast.BinOp(left=ast.Name(id=target, ctx=ast.Load()), op=node.op, right=node.value,
-                                            lineno=node.lineno, col_offset=node.col_offset))
+                value = self.wide_expr(ast.BinOp(left=ast.Name(id=target, ctx=ast.Load()), op=node.op,
+                                                 right=node.value, lineno=node.lineno, col_offset=node.col_offset),
+                                       target in self.wide)
                 out.append(f"{indent}{target} = {value};")
             elif isinstance(node, ast.If):
                 out.append(f"{indent}if ({self.expr(node.test)}) {{")
@@ -337,13 +352,23 @@ class _Function:
         if not self.sig.partial:
             if value is None or (isinstance(value, ast.Constant) and value.value is None):
                 raise self.fail(node, "a total rule returns a value")
-            return f"return {self.expr(value)};"
+            return f"return {self.wide_expr(value, self.sig.returns == 'wide')};"
         if value is None or (isinstance(value, ast.Constant) and value.value is None):
             return "return 0;"
         called = self.callee(value)
         if called is not None and called[1].partial:
+            if called[1].returns != self.sig.returns:
+                raise self.fail(node, f"{called[0]}()'s value and this rule's are not both wide")
             return f"return rule_{called[0]}({self.call_args(value, called[1])}, result);"  # type: ignore[arg-type]
-        return f"*result = {self.expr(value)}; return 1;"
+        return f"*result = {self.wide_expr(value, self.sig.returns == 'partial_wide')}; return 1;"
+
+    def wide_expr(self, node: ast.expr, wide: bool) -> str:
+        """``node`` in C, every operand 128 bits where ``wide``."""
+        self.widen = wide
+        try:
+            return self.expr(node)
+        finally:
+            self.widen = False
 
     def c(self) -> list[str]:
         self.assigned(self.fn.body)
@@ -355,7 +380,7 @@ class _Function:
             params.append("__int128 *result" if self.sig.returns == "partial_wide" else "int64_t *result")
             returns = "int"
         else:
-            returns = "int" if self.sig.returns == "bool" else "int64_t"
+            returns = {"bool": "int", "wide": "__int128"}.get(self.sig.returns, "int64_t")
         doc = (ast.get_docstring(self.fn) or "").split("\n\n")[0].replace("*/", "* /")
         lines = [f"/* {self.fn.name}: {' '.join(doc.split())} */",
                  f"static inline {returns} rule_{self.fn.name}({', '.join(params) or 'void'}) {{"]

@@ -85,12 +85,13 @@ static int text_date(Text *t, int64_t days) {
 
 /* [-]H:MM:SS.ffffff of a count of microseconds (times ``scale``), hours at least two digits. */
 static int text_time(Text *t, int64_t v, unsigned scale) {
-    unsigned __int128 us = (unsigned __int128)(v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v) * scale;
-    unsigned long long frac = (unsigned long long)(us % 1000000), secs = (unsigned long long)(us / 1000000);
+    __int128 fields = rule_time_fields(v, scale);   /* contract.conversion_rules.time_fields */
+    unsigned __int128 f = fields < 0 ? (unsigned __int128)0 - (unsigned __int128)fields : (unsigned __int128)fields;
     char tail[16];
-    if (text_unsigned(t, v < 0 ? "-" : "", secs / 3600, 2) < 0)
+    if (text_unsigned(t, fields < 0 ? "-" : "", (unsigned long long)(f / 10000000000ULL), 2) < 0)
         return -1;
-    snprintf(tail, sizeof tail, ":%02llu:%02llu.%06llu", (secs / 60) % 60, secs % 60, frac);
+    snprintf(tail, sizeof tail, ":%02llu:%02llu.%06llu", (unsigned long long)(f / 100000000 % 100),
+             (unsigned long long)(f / 1000000 % 100), (unsigned long long)(f % 1000000));
     return text_add(t, tail, (Py_ssize_t)strlen(tail));
 }
 

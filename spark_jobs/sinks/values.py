@@ -20,6 +20,7 @@ from datetime import time as dtime
 from typing import Any
 
 from common.errors import UnsupportedType
+from contract.conversion_rules import time_fields
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.layout import SinkColumn, TableLayout, as_sink_column
 
@@ -86,13 +87,13 @@ def parse_zoned_timestamp(text: str) -> datetime:
 
 
 def format_time_micros(us: int) -> str:
-    """Microseconds as ``[-]H:MM:SS.ffffff``: the exact TIME literal (and interval input)."""
-    sign = "-" if us < 0 else ""
-    us = -us if us < 0 else us
-    s, frac = divmod(us, 1_000_000)
-    m, s = divmod(s, 60)
-    h, m = divmod(m, 60)
-    return f"{sign}{h:02d}:{m:02d}:{s:02d}.{frac:06d}"
+    """Microseconds as ``[-]H:MM:SS.ffffff``: the exact TIME literal (and interval input), from
+    :func:`contract.conversion_rules.time_fields` (the rule the native COPY encoder runs)."""
+    fields = time_fields(us, 1)
+    sign = "-" if fields < 0 else ""
+    f = -fields if fields < 0 else fields
+    hours, minutes, seconds = f // 10_000_000_000, f // 100_000_000 % 100, f // 1_000_000 % 100
+    return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}.{f % 1_000_000:06d}"
 
 
 def bits_to_int(b: bytes) -> int:

@@ -54,6 +54,16 @@ def test_civil_date_is_pythons_fromordinal(days):
     assert rules.civil_date(days) == (None if date is None else date.year * 10000 + date.month * 100 + date.day)
 
 
+@given(st.integers(-(1 << 63), (1 << 63) - 1), st.sampled_from([1, 1000]))
+def test_time_fields_are_hours_minutes_seconds_and_microseconds(v, scale):
+    us = abs(v) * scale
+    seconds, micro = divmod(us, 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    fields = hours * 10 ** 10 + minute * 10 ** 8 + second * 10 ** 6 + micro
+    assert rules.time_fields(v, scale) == (-fields if v < 0 else fields)
+
+
 @given(st.integers(0, (1 << 40) - 1), st.integers(0, 6), st.sampled_from([1, 1000]), st.data())
 def test_a_datetime2_is_its_wall_clock(d, fsp, unit, data):
     """The packed DATETIME2 read the way python-mysql-replication reads it (a datetime, or
@@ -141,6 +151,7 @@ _ARGS = {
     "days_since_epoch": (st.integers(1, 9999), st.integers(1, 12), st.integers(1, 31)),
     "date_days": (st.integers(-20, 10_020), st.integers(-3, 15), st.integers(-3, 34)),
     "civil_date": (st.integers(-10**9, 10**9),),
+    "time_fields": (st.integers(-(1 << 63), (1 << 63) - 1), st.sampled_from([1, 1000])),
     "packed_date_days": (st.integers(0, (1 << 23) - 1),),
     "packed_time_seconds": (st.integers(0, (1 << 17) - 1),),
     "datetime2_fraction": (st.integers(0, (1 << 24) - 1), st.integers(0, 6), st.sampled_from([1, 1000])),
@@ -184,6 +195,10 @@ def _wrapper() -> str:
             params.append("int64_t *hi")
             body = (f"__int128 r = 0; *ok = rule_{rule.__name__}({', '.join(args + ['&r'])}); "
                     "*hi = (int64_t)(r >> 64); return (int64_t)r;")
+        elif ret == "wide":
+            params.append("int64_t *hi")
+            body = (f"__int128 r = rule_{rule.__name__}({', '.join(args)}); *ok = 1; "
+                    "*hi = (int64_t)(r >> 64); return (int64_t)r;")
         elif ret == "int | None":
             body = f"int64_t r = 0; *ok = rule_{rule.__name__}({', '.join(args + ['&r'])}); return r;"
         else:
@@ -215,7 +230,7 @@ def compiled(tmp_path_factory):
 
 
 def _wide(rule) -> bool:
-    return str(inspect.signature(rule).return_annotation) == "wide | None"
+    return str(inspect.signature(rule).return_annotation) in ("wide", "wide | None")
 
 
 def _call_c(lib, rule, args):
@@ -226,7 +241,7 @@ def _call_c(lib, rule, args):
     wide_out = [ctypes.byref(hi)] if _wide(rule) else []
     value = getattr(lib, f"call_{rule.__name__}")(*c_args, ctypes.byref(ok), *wide_out)
     ret = str(inspect.signature(rule).return_annotation)
-    if ret == "wide | None":
+    if ret in ("wide", "wide | None"):
         return (hi.value << 64) + (value & ((1 << 64) - 1)) if ok.value else None
     if ret == "int | None":
         return value if ok.value else None

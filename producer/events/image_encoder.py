@@ -104,7 +104,7 @@ def _value_code(i: int, col: Any, t: Any, convert: Any, nullable: bool,
     if col.type == T.NEWDECIMAL and is_decimal(convert, t, col.decimals):
         lines, size, names = decimal_code(col, "v", "_not_fast()")
         env.update(names)
-        # (the head group may hold more digits than its width: the library reads it whole)
+        # (a group beyond its digits is refused: the values' way reads it as the library does)
         return lines + decimal_lines(i, t) + [f"off += {size}"], [f"l{i}", f"y{i}"], False
     unit = datetime_unit(convert, t)
     if col.type == T.DATETIME2 and unit is not None:

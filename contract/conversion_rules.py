@@ -7,7 +7,7 @@ The Python paths call these functions (through their caches: :mod:`producer.binl
 :mod:`spark_jobs.sinks.copy_text`'s ``date_text``); ``setup.py`` writes ``contract/type_rules.h``
 from them (:func:`contract.conversion_rules_c.c_source`) before it compiles the C paths, which
 include it (``_binlog_images.c``'s DATETIME2 and packed DECIMAL, ``_select_rows.c``'s DATE,
-DATETIME and DECIMAL texts, ``_copy_text.c``'s date and TIME texts, which the sinks' TIME text
+DATETIME, DECIMAL and integer texts, ``_copy_text.c``'s date and TIME texts, which the sinks' TIME text
 (:func:`spark_jobs.sinks.values.format_time_micros`) shares).  The DECIMAL rules also give the
 binlog decoder's values (:func:`producer.binlog.row_decoder.decimal_code`).  Fixing a rule edits
 it here; both languages follow at the next build, and a test keeps the header equal to these
@@ -38,6 +38,7 @@ __all__ = [
     "datetime2_units",
     "digits",
     "three_fields",
+    "int_text",
     "decimal_group",
     "packed_decimal",
     "decimal_text",
@@ -254,6 +255,27 @@ def datetime_text_units(s: bytes, unit: int) -> int | None:
     return v
 
 
+# =============================================================================== integers
+def int_text(s: bytes) -> int | None:
+    """An integer's text as MySQL writes it (``[-]digits``, at most 19 of them) within a signed
+    64-bit range; None otherwise (an UNSIGNED BIGINT above it, a sign, a space: the values' way)."""
+    n = len(s)
+    negative = 1 if n > 0 and s[0] == 45 else 0
+    if n - negative < 1 or n - negative > 19:
+        return None
+    v: wide = 0
+    for i in range(negative, n):
+        c = s[i]
+        if c < 48 or c > 57:
+            return None
+        v = v * 10 + c - 48
+    if negative:
+        v = 0 - v
+    if v < 0 - 9223372036854775807 - 1 or v > 9223372036854775807:
+        return None
+    return v
+
+
 # =============================================================================== DECIMAL
 def decimal_group(s: bytes, at: int, n: int, count: int, flip: int, first: int) -> int | None:
     """The group of ``count`` digits in the ``n`` bytes at ``s[at:]`` of a packed DECIMAL, each
@@ -329,5 +351,5 @@ def decimal_text(s: bytes, scale: int) -> wide | None:
 
 #: Every rule, in the order the C header defines them (a rule after those it calls).
 RULES = (is_leap, valid_date, days_since_epoch, date_days, civil_date, time_fields, packed_date_days,
-         packed_time_seconds, datetime2_fraction, datetime2_units, digits, three_fields, date_text_prefix_days, date_text_days,
-         datetime_text_units, decimal_group, packed_decimal, decimal_text)
+         packed_time_seconds, datetime2_fraction, datetime2_units, digits, three_fields, date_text_prefix_days,
+         date_text_days, datetime_text_units, int_text, decimal_group, packed_decimal, decimal_text)

@@ -24,9 +24,10 @@
  *   key: per key field (column index, with its union branch, refused when NULL)
  *   refusal: the exception class raised for a row the values' way must take (NotFast)
  *
- * A text the generated Python reads but this does not (an integer Python's int() takes with
- * a sign, spaces or underscores) is refused: the values' way gives that row's record.  A
- * payload that is not one row of these columns raises ValueError.
+ * The texts' rules (integers, DECIMALs, DATEs, DATETIMEs) are contract/conversion_rules.py's,
+ * which the generated Python runs too: a text one refuses the other refuses (a sign, a space, an
+ * underscore in a number: the values' way gives that row's record).  A payload that is not one
+ * row of these columns raises ValueError.
  */
 #include "row_program.h"
 #include "type_rules.h"   /* generated from contract/conversion_rules.py */
@@ -55,34 +56,11 @@ static int refuse(Program *prog) {
     return frame_refuse(&prog->f);
 }
 
-static int is_digit(unsigned char c) {
-    return c >= '0' && c <= '9';
-}
-
-/* [-]digits as an int64; 0 when the text is not that or does not fit. */
-static int parse_int(const unsigned char *s, Py_ssize_t n, int64_t *out) {
-    Py_ssize_t i = 0;
-    int negative = n > 0 && s[0] == '-';
-    i += negative;
-    if (i >= n || n - i > 19)
-        return 0;
-    uint64_t v = 0;
-    for (; i < n; i++) {
-        if (!is_digit(s[i]))
-            return 0;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (negative ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX)
-        return 0;
-    *out = negative ? (int64_t)(0 - v) : (int64_t)v;
-    return 1;
-}
-
 static int encode_value(Program *prog, Column *c, const unsigned char *s, Py_ssize_t n, Out *o) {
     switch (c->op) {
     case OP_INT: {
         int64_t v;
-        if (!parse_int(s, n, &v))
+        if (!rule_int_text(s, n, &v))   /* contract.conversion_rules.int_text */
             return refuse(prog);
         if (c->lo <= v && v <= c->hi)
             return out_long(o, v);

@@ -34,7 +34,7 @@ from pymysql.converters import convert_date
 from common.generated_code import eval_generated, run_generated
 from common.sql.row_parser import column_code, length_coded
 from common.sql.sessions import datetime_from_text
-from contract.conversion_rules import date_text_days, datetime_text_units, decimal_text
+from contract.conversion_rules import date_text_days, datetime_text_units, decimal_text, int_text
 from producer.events import value_code as code
 from producer.events.avro_template import type_name
 from producer.events.row_encoder import NotFast, keys_comparable
@@ -89,7 +89,7 @@ def _value_code(i: int, reading: tuple[str | None, Callable | None], t: Any, con
     if read is int:
         as_int = code.int_lines(i, convert, t, env)
         if as_int is not None:
-            return ["v = int(b)", *as_int], [f"y{i}"], False
+            return ["v = _int_text(b)", "if v is None:", "    _not_fast()", *as_int], [f"y{i}"], False
     if read is Decimal and isinstance(t, dict) and code.is_decimal(convert, t, t.get("scale", 0)):
         digits = [f"v = _decimal_text(b, {t.get('scale', 0)})",  # (contract.conversion_rules, as _select_rows.c)
                   "if v is None:",
@@ -152,7 +152,7 @@ def _compile(readings: list, row_types: list, converters: list, key: list[tuple[
     <producer.events.value_code.Mapped>` column writes its NULL's encoding for a NULL)."""
     env = code.namespace()
     env.update({"_length": length_coded, "_days": _DAYS, "_datetime_text": datetime_text_units,
-                "_decimal_text": decimal_text})
+                "_decimal_text": decimal_text, "_int_text": int_text})
     lines = ["def row(data):", "    p = 0"]
     columns_parts, parts = [], []
     for i, (reading, t, convert, m) in enumerate(zip(readings, row_types, converters, mapped)):
@@ -198,7 +198,8 @@ def native_plan(readings: list, row_types: list, converters: list, key: list[tup
     """The plan of ``_select_rows.Program`` (its layout: the top of ``_select_rows.c``), making the
     choices :func:`_value_code` makes."""
     env = code.namespace()
-    env.update({"_days": _DAYS, "_datetime_text": datetime_text_units, "_decimal_text": decimal_text})
+    env.update({"_days": _DAYS, "_datetime_text": datetime_text_units, "_decimal_text": decimal_text,
+                "_int_text": int_text})
     ops = _select_rows
     plan, column_types = [], []
     for i, ((encoding, read), t, convert) in enumerate(zip(readings, row_types, converters)):

@@ -126,6 +126,12 @@ def test_a_packed_decimal_is_its_digits(precision, data):
     assert rules.packed_decimal(b"\x07" + packed, 1, precision, scale) == unscaled
 
 
+@given(st.one_of(st.integers(-(1 << 65), 1 << 65).map(lambda v: str(v).encode()), st.binary(max_size=21)))
+def test_an_int_text_is_its_number_in_64_bits(s):
+    ok = re.fullmatch(rb"-?\d{1,19}", s) is not None and -(1 << 63) <= int(s) < (1 << 63)
+    assert rules.int_text(s) == (int(s) if ok else None)
+
+
 @given(st.integers(0, 12), st.one_of(st.integers(-(10 ** 38) + 1, 10 ** 38 - 1), st.integers()), st.data())
 def test_a_decimal_text_is_its_digits(scale, unscaled, data):
     text = f"{Decimal(unscaled).scaleb(-scale, WIDE):.{scale}f}".encode()
@@ -162,6 +168,7 @@ _ARGS = {
     "date_text_prefix_days": (_texts,),
     "date_text_days": (st.one_of(_texts, _texts.map(lambda s: s[:10])),),
     "datetime_text_units": (_texts, st.sampled_from([1, 1000])),
+    "int_text": (st.one_of(st.binary(max_size=22), st.integers(-(1 << 64), 1 << 64).map(lambda v: str(v).encode())),),
     "decimal_group": (st.binary(max_size=8), st.integers(0, 8), st.integers(1, 4), st.integers(0, 9),
                       st.sampled_from([0, 255]), st.integers(0, 1)),
     "packed_decimal": st.integers(1, 38).flatmap(lambda p: st.integers(0, p).flatmap(lambda sc: st.tuples(

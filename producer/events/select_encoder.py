@@ -67,6 +67,9 @@ class EpochDays(dict):
 
 
 _DAYS = EpochDays()
+#: What the generated statements call: the conversion rules (contract/conversion_rules.py), and the
+#: DATE cache of one.
+_RULES = {"_days": _DAYS, "_datetime_text": datetime_text_units, "_decimal_text": decimal_text, "_int_text": int_text}
 
 
 def _datetime_lines(i: int, unit: int) -> list[str]:
@@ -151,8 +154,7 @@ def _compile(readings: list, row_types: list, converters: list, key: list[tuple[
     """``row(data) -> (key body or None, row body)`` of one row's payload (a :class:`Mapped
     <producer.events.value_code.Mapped>` column writes its NULL's encoding for a NULL)."""
     env = code.namespace()
-    env.update({"_length": length_coded, "_days": _DAYS, "_datetime_text": datetime_text_units,
-                "_decimal_text": decimal_text, "_int_text": int_text})
+    env.update({"_length": length_coded, **_RULES})
     lines = ["def row(data):", "    p = 0"]
     columns_parts, parts = [], []
     for i, (reading, t, convert, m) in enumerate(zip(readings, row_types, converters, mapped)):
@@ -198,8 +200,7 @@ def native_plan(readings: list, row_types: list, converters: list, key: list[tup
     """The plan of ``_select_rows.Program`` (its layout: the top of ``_select_rows.c``), making the
     choices :func:`_value_code` makes."""
     env = code.namespace()
-    env.update({"_days": _DAYS, "_datetime_text": datetime_text_units, "_decimal_text": decimal_text,
-                "_int_text": int_text})
+    env.update(_RULES)
     ops = _select_rows
     plan, column_types = [], []
     for i, ((encoding, read), t, convert) in enumerate(zip(readings, row_types, converters)):

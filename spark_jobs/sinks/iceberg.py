@@ -41,7 +41,7 @@ from spark_jobs.sinks.iceberg_maintenance import (
     remove_unreferenced_files,
 )
 from spark_jobs.sinks.iceberg_merge import rewrite, winners
-from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, evolved_schema
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, batches_held, evolved_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, iceberg_type
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink
@@ -229,11 +229,11 @@ class IcebergSink(LakeSinkBase):
                 update.update_column(f.name, field_type=iceberg_type(f.type))
 
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
-               app: str) -> tuple[int, int]:
+               app: str, meta: dict[str, str]) -> tuple[int, int]:
         err = _errors()
         applied, replaced = winners(handle, changes, key)
         is_delete = pc.equal(applied.column(OP_COLUMN), "d")
-        props = {"cdc.app": app, "cdc.batch": str(batch_id), "cdc.commit": uuid.uuid4().hex}
+        props = {"cdc.app": app, "cdc.batch": str(batch_id), "cdc.commit": uuid.uuid4().hex, **meta}
         try:
             with handle.transaction() as tx:
                 rewrite(handle, tx, applied, replaced, key, props, soft_delete=self.soft_delete)
@@ -360,18 +360,18 @@ class IcebergSink(LakeSinkBase):
         return self.expire(db, table, retention_hours, self.max_snapshots)
 
     def commits(self, db: str, table: str) -> list[tuple[str, int]]:
-        """``(app, batch)`` of every commit the merge job made to the table (its snapshots not
-        yet expired; a commit is one snapshot, counted by its ``cdc.commit``), oldest first."""
+        """``(app, batch)`` of every batch the merge job's commits to the table hold (its
+        snapshots not yet expired; a commit is one snapshot, counted by its ``cdc.commit``),
+        oldest first (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
         handle = self._load(db, table)
         if handle is None:
             return []
-        found: dict[str, tuple[str, int]] = {}  # by the commit's own id
+        found: dict[str, list[tuple[str, int]]] = {}  # by the commit's own id
         for snap in handle.metadata.snapshots:
             props = snap.summary.additional_properties if snap.summary else {}
             if "cdc.batch" in props:
-                found.setdefault(props.get("cdc.commit", str(snap.snapshot_id)), (props["cdc.app"],
-                                                                                  int(props["cdc.batch"])))
-        return list(found.values())
+                found.setdefault(props.get("cdc.commit", str(snap.snapshot_id)), batches_held(props))
+        return [pair for held in found.values() for pair in held]
 
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's current snapshot."""

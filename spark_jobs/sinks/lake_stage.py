@@ -73,6 +73,12 @@ class StagingArea:
                 self._fs, self._root = pafs.LocalFileSystem(), self.uri
         return self._fs
 
+    @property
+    def root(self) -> str:
+        """The staging directory's path in :attr:`fs`."""
+        _ = self.fs  # (sets the root)
+        return self._root
+
     def uri_of(self, path: str) -> str:
         """A part's path (as :meth:`write` returns it) as a URI Spark's executors read."""
         _ = self.fs  # (sets the root)

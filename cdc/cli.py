@@ -379,6 +379,9 @@ def _cmd_lake(args: argparse.Namespace) -> int:
         results = [dict(zip(columns, r)) for r in rows]
     elif args.lake_command == "files":
         results = lake.file_counts(cfg, args.tables)
+    elif args.lake_command == "commit":
+        done = lake.commit_lakes(cfg, wait_s=args.wait)
+        results = [{"sink": name, "committed by": done["by"], "result": figures} for name, figures in done["sinks"].items()]
     else:
         with console.status(f"lake {args.lake_command}...") as status:
             results = lake.maintain(cfg, args.lake_command, args.tables, retention_hours=args.retention_hours,
@@ -718,6 +721,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="what vacuum and expire keep (default 168: a week)")
         p.add_argument("--json", action="store_true", help="print the results as JSON")
         p.set_defaults(func=_cmd_lake)
+    commit_p = lake_sub.add_parser("commit", help="commit what the lake sinks hold staged now (the running merge job's "
+                                   "committers, or the staged batches a stopped job left)")
+    commit_p.add_argument("--wait", type=float, default=300.0, help="seconds to wait for the merge job (default 300)")
+    commit_p.add_argument("--json", action="store_true", help="print the results as JSON")
+    commit_p.set_defaults(func=_cmd_lake)
     sql_p = lake_sub.add_parser("sql", help="run DuckDB SQL over the lake tables (delta.<db>.<table>, iceberg.<db>.<table>)")
     sql_p.add_argument("sql", help='e.g. "SELECT count(*) FROM delta.shop.customers"')
     sql_p.add_argument("--json", action="store_true", help="print the rows as JSON")

@@ -359,13 +359,14 @@ class LakeCommitters:
 
     def start(self) -> None:
         """Start the committers (recovering the journal's staged batches) for one more job."""
-        with self._lock:
+        with self._lock:  # (held until started: another job's first batch waits for the recovery)
             self._users += 1
             if self._users > 1 or not self.committers:
                 return
-        self._stop.clear()
-        for c in self.committers:
-            c.start()
+            self._stop.clear()
+            for c in self.committers:
+                c.sink.prepare()  # (the catalog made once, before any query: not by two at a time)
+                c.start()
         self._status_thread = threading.Thread(target=self._write_loop, name="cdc-lake-status", daemon=True)
         self._status_thread.start()
 
@@ -414,7 +415,8 @@ class LakeCommitters:
         return done if any(c.inline for c in work) else {}
 
     def status(self) -> dict:
-        return {"pid": os.getpid(), "updated_at": time.time(), "sinks": {c.name: c.status() for c in self.committers}}
+        return {"pid": os.getpid(), "running": self._users > 0, "updated_at": time.time(),
+                "sinks": {c.name: c.status() for c in self.committers}}
 
     def write_status(self) -> None:
         """The status file, replaced whole (best effort)."""

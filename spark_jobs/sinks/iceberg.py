@@ -25,6 +25,7 @@ old values (read as null until the snapshot the producer takes after such DDL re
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -49,6 +50,9 @@ from spark_jobs.sinks.registry import register_sink
 log = logging.getLogger(__name__)
 
 __all__ = ["IcebergSink", "batch_property", "warehouse_uri"]
+
+_CATALOG_LOCK = threading.RLock()
+
 
 def batch_property(app: str) -> str:
     """The table property holding the last batch ``app`` committed."""
@@ -124,8 +128,15 @@ class IcebergSink(LakeSinkBase):
         if engine is not None:
             engine.dispose()
 
+    def prepare(self) -> None:
+        _ = self.catalog
+
     @property
     def catalog(self) -> Any:
+        with _CATALOG_LOCK:  # (pyiceberg creates its catalog tables when it opens the catalog: once at a time)
+            return self._open_catalog()
+
+    def _open_catalog(self) -> Any:
         if self._catalog is None:
             from pyiceberg.catalog.sql import SqlCatalog
             try:

@@ -192,6 +192,9 @@ class LakeSinkBase(BatchSink):
         else:
             log.info("%s table of %s.%s: %s: %s", self.FORMAT, db, table, what, done)
 
+    def prepare(self) -> None:
+        """Make what the sink's tables share (Iceberg: its catalog) before the queries start."""
+
     def committed_batch(self, db: str, table: str, app: str) -> int | None:
         """The last batch ``app`` committed to the table (None: none, or no table)."""
         handle = self._load(db, table)

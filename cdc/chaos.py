@@ -340,8 +340,9 @@ def _lake_commits(cfg: CDCConfig, db: str) -> tuple[int, int]:
     for _, sink in build_sinks(cfg.sinks):
         if isinstance(sink, LakeSinkBase):
             for k in KINDS:
-                marks = sink.commits(db, f"t_{k}")
-                commits += len(marks)
+                held = sink.commit_marks(db, f"t_{k}")
+                marks = [pair for batches in held for pair in batches]
+                commits += len(held)
                 twice += len(marks) - len(set(marks))
             sink.close()
     return commits, twice

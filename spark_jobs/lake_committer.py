@@ -330,7 +330,10 @@ class LakeCommitter:
                 "commit": t.commit, "batches": dict(t.marks), "position": t.position, "commits": t.commits,
                 "last_commit_at": t.last_commit_at, "staged_batches": len(t.pending), "staged_rows": t.rows(),
                 "freshness_s": round(now - oldest, 3) if oldest is not None else 0.0}
+        delays = sorted(self.delays)
         return {"interval_s": self.interval_s, "staged_rows": self.staged_rows(), "max_staged_rows": self.max_staged_rows,
+                "commit_delay_p50_s": round(delays[len(delays) // 2], 3) if delays else None,
+                "commit_delay_p99_s": round(delays[min(len(delays) - 1, int(len(delays) * 0.99))], 3) if delays else None,
                 "holding_stream_since": self.held_since, "last_error": self.last_error, "forced_at": self.forced_at,
                 **self.figures, "tables": tables}
 

@@ -385,16 +385,18 @@ class DeltaSink(LakeSinkBase):
             handle.alter.set_table_properties({LOG_RETENTION: wanted}, raise_if_not_exists=False)
         return self.vacuum(db, table, retention_hours)
 
-    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
-        """``(app, batch)`` of every batch the merge job's commits to the table hold (within
-        the log's retention), oldest first (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
+    def commit_marks(self, db: str, table: str) -> list[list[tuple[str, int]]]:
+        """Per commit the merge job made to the table (within the log's retention, oldest
+        first), the ``(app, batch)`` of every batch it holds
+        (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
         handle = self._load(db, table)
         if handle is None:
             return []
         out = []
         for entry in reversed(handle.history()):
             meta = entry if "cdc.batch" in entry else _user_metadata(entry)  # (delta-rs's commits; delta-spark's)
-            out += batches_held(meta)
+            if "cdc.batch" in meta:
+                out.append(batches_held(meta))
         return out
 
     def file_count(self, db: str, table: str) -> int:

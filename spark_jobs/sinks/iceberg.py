@@ -370,10 +370,10 @@ class IcebergSink(LakeSinkBase):
         """:meth:`expire` at the retention, with the sink's ``max_snapshots``."""
         return self.expire(db, table, retention_hours, self.max_snapshots)
 
-    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
-        """``(app, batch)`` of every batch the merge job's commits to the table hold (its
-        snapshots not yet expired; a commit is one snapshot, counted by its ``cdc.commit``),
-        oldest first (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
+    def commit_marks(self, db: str, table: str) -> list[list[tuple[str, int]]]:
+        """Per commit the merge job made to the table (its snapshots not yet expired; a commit
+        is one snapshot, counted by its ``cdc.commit``), oldest first, the ``(app, batch)`` of
+        every batch it holds (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
         handle = self._load(db, table)
         if handle is None:
             return []
@@ -382,7 +382,7 @@ class IcebergSink(LakeSinkBase):
             props = snap.summary.additional_properties if snap.summary else {}
             if "cdc.batch" in props:
                 found.setdefault(props.get("cdc.commit", str(snap.snapshot_id)), batches_held(props))
-        return [pair for held in found.values() for pair in held]
+        return list(found.values())
 
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's current snapshot."""

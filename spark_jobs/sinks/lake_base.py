@@ -290,6 +290,16 @@ class LakeSinkBase(BatchSink):
         """``(db, table)`` of every lake table of the sink."""
         raise NotImplementedError
 
+    def commit_marks(self, db: str, table: str) -> list[list[tuple[str, int]]]:
+        """Per commit the merge job made to the table (those the format still keeps, oldest
+        first), the ``(app, batch)`` of every micro-batch it holds."""
+        raise NotImplementedError
+
+    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
+        """``(app, batch)`` of every micro-batch the merge job's commits to the table hold, oldest
+        first (a batch held by two commits: twice)."""
+        return [pair for held in self.commit_marks(db, table) for pair in held]
+
 
 #: A commit's metadata naming the merge queries' batches it holds (the lake committer's
 #: commits: JSON ``{app: [first batch, last batch]}``), beside ``cdc.app``/``cdc.batch``.

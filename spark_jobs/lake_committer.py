@@ -153,7 +153,7 @@ class LakeCommitter:
         return self._thread is not None and self._thread.is_alive()
 
     def staged_rows(self) -> int:
-        return sum(t.rows() for t in self._tables.values())
+        return sum(t.rows() for t in list(self._tables.values()))
 
     def _table(self, db: str, table: str) -> TableCommits:
         t = self._tables.get((db, table))
@@ -178,7 +178,7 @@ class LakeCommitter:
         """Commit what is staged for ``tables`` (None: every table) now; the figures."""
         done = {"upserted": 0, "deleted": 0, "commit_s": 0.0, "sink_rows": {}}
         with self._commit_lock:
-            for key in sorted(tables if tables is not None else list(self._tables)):
+            for key in sorted(tables if tables is not None else list(self._tables)):  # (a snapshot: stage() adds)
                 t = self._tables.get(key)
                 if t is None or not t.pending:
                     continue
@@ -289,7 +289,7 @@ class LakeCommitter:
             return False
         if now >= self._next_cycle:
             return True
-        return any(t.rows() >= self.commit_rows for t in self._tables.values())
+        return any(t.rows() >= self.commit_rows for t in list(self._tables.values()))
 
     def _requested(self) -> bool:
         if self.request_path is None:
@@ -324,7 +324,7 @@ class LakeCommitter:
         its age, and what waits."""
         now = time.time()
         tables = {}
-        for (db, table), t in sorted(self._tables.items()):
+        for (db, table), t in sorted(list(self._tables.items())):
             oldest = t.oldest()
             tables[f"{db}.{table}"] = {
                 "commit": t.commit, "batches": dict(t.marks), "position": t.position, "commits": t.commits,

@@ -33,14 +33,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from spark_jobs.errors import SinkUnavailable
-from spark_jobs.sinks.lake_stage import StagingArea, part_schema, safe_segment
+from spark_jobs.sinks.lake_stage import MANIFEST, StagingArea, part_schema, safe_segment
 
 log = logging.getLogger(__name__)
 
 __all__ = ["StagedBatch", "LakeJournal", "split_committed", "covered", "commit_runs", "MANIFEST", "COMMITS_DIR"]
 
-#: The staged batch's manifest, in its batch directory.
-MANIFEST = "_staged.json"
 #: The directory of the tables' commit intents, under the staging root.
 COMMITS_DIR = "_commits"
 

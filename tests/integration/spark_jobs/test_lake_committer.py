@@ -228,3 +228,18 @@ def wait_for(condition, timeout: float = 60.0) -> None:
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
 
+
+
+def test_vacuum_leaves_a_batch_that_waits_for_its_commit(driver_delta, tmp_path):
+    """``cdc lake vacuum``'s removal of stale staged parts keeps a batch handed to the committer
+    (a merge job stopped for longer than the retention commits it when it starts again)."""
+    sink, src = driver_delta, simple_source()
+    group = committers_of(sink, tmp_path)
+    stage(group, sink, src, 0, [[src.upsert({"id": 1, "v": "a"}, 10, "c")]])
+    sink.stage("shop", "items", src.schema, ["id"], [src.upsert({"id": 9, "v": "x"}, 11, "c")], batch_id=1,
+               partition=0, app=APP)  # (a task attempt whose batch was never handed over)
+    assert sink.staging.remove_stale(0) == 1
+    again = committers_of(sink, tmp_path)
+    again.start()
+    again.stop()
+    assert rows(sink) == {1: ("a", P(10))}

@@ -324,7 +324,7 @@ class LakeCommitter:
         its age, and what waits."""
         now = time.time()
         tables = {}
-        for (db, table), t in sorted(list(self._tables.items())):
+        for (db, table), t in sorted(self._tables.copy().items()):
             oldest = t.oldest()
             tables[f"{db}.{table}"] = {
                 "commit": t.commit, "batches": dict(t.marks), "position": t.position, "commits": t.commits,
@@ -373,16 +373,18 @@ class LakeCommitters:
         self._status_thread = threading.Thread(target=self._write_loop, name="cdc-lake-status", daemon=True)
         self._status_thread.start()
 
-    def stop(self, drain: bool = True) -> None:
-        """One job less; with the last, the committers stop (``drain``: what is staged committed first)."""
+    def stop(self, drain: bool = True) -> bool:
+        """One job less; with the last, the committers stop (``drain``: what is staged committed
+        first); whether they stopped."""
         with self._lock:
             self._users = max(0, self._users - 1)
             if self._users or not self.committers:
-                return
+                return False
         for c in self.committers:
             c.stop(drain=drain)
         self._stop.set()
         self.write_status()
+        return True
 
     def hand_over(self, stats: list[dict], batch_id: int, app: str) -> dict[str, Any]:
         """A micro-batch's staged parts (its tasks' ``stats``' ``staged`` entries) to the

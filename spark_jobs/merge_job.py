@@ -204,6 +204,7 @@ class MergeJob:
         self.peers: list[MergeJob] = [self]
         self.first_batch_started: float | None = None  # time.monotonic() of the first batch's start
         self.last_batch_ended: float | None = None  # ... and of the last batch's end
+        self.lakes_committed: float | None = None  # ... and of the lakes' last commit, when the job stopped
 
     # -- the figures (the batch report's) ------------------------------------------------------
     @property
@@ -412,7 +413,8 @@ class MergeJob:
             self.query = None
             self.report.query_running, self.report.not_running = False, "stopped"
             self.running.stop()
-            self.lakes.stop()  # (with the last job of the process: what is staged committed first)
+            if self.lakes.stop():  # (with the last job of the process: what is staged committed first)
+                self.lakes_committed = time.monotonic()
             # (Spark's gateway keeps the batch function, and so the job, for as long as its JVM
             # runs: the admin client goes now, not when the broker may have stopped)
             self.close()

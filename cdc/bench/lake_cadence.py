@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,16 +31,14 @@ from cdc.bench.harness import (
     TABLE,
     admin,
     bench_config,
-    create_bench_table,
     drop_bench_database,
-    generate_changes,
+    make_backlog,
     start_stack,
 )
 from cdc.bench.lake import DeltaClock, lake_rows
 from cdc.bench.merge import _latency_run, _pct, _throughput_run
 from cdc.errors import BenchError
 from producer.app import ProducerApp
-from producer.binlog.server import current_position
 from spark_jobs.sinks.configured import build_sinks, lake_conf
 from spark_jobs.sinks.lake_base import LakeSinkBase
 from spark_jobs.spark_session import build_session, stop_session
@@ -146,14 +143,7 @@ def bench_lake_cadence(state_dir: Path = DEFAULT_STATE_DIR, events: int = 500_00
     work = Path(info.state_dir) / "bench-lakes" / run
     result: dict[str, Any] = {"events": events, "interval_s": interval_s, "engines": list(engines), "rounds": rounds}
     try:
-        with admin(info.mysql) as conn, conn.cursor() as cur:
-            create_bench_table(cur, db)
-            cfg.producer.startup.mode = "position"
-            cfg.producer.startup.file, cfg.producer.startup.pos = current_position(conn)
-            with console.status(f"making {events:,} row changes..."):
-                generate_changes(conn, events)
-            cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
-            live_rows = cur.fetchone()[0]
+        _, live_rows, _ = make_backlog(info, cfg, db, events, console)
         cfg.state_dir = str(work / "producer")
         with console.status("the producer streams them into Kafka..."):
             ProducerApp(cfg).run(idle_exit_s=3.0)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from spark_jobs.lake_committer import REQUEST_FILE, LakeCommitter, LakeCommitters
+from spark_jobs.lake_committer import REQUEST_FILE, LakeCommitters
 from spark_jobs.sinks.lake_base import LakeSinkBase
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from tests.integration.spark_jobs.test_sinks import P, simple_source

@@ -280,7 +280,7 @@ def _lake_engines(text: str) -> str:
 
 
 def _cmd_bench_lakes(args: argparse.Namespace) -> int:
-    from cdc.bench.doc_sections import with_section
+    from cdc.bench.report import with_section
     from cdc.bench.lake_cadence import bench_lake_cadence, cadence_lines
     result = bench_lake_cadence(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
                                 rounds=args.rounds, engines=tuple(args.lake_engines.split(",")),

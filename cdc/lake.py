@@ -130,8 +130,14 @@ def commit_lakes(cfg: CDCConfig, wait_s: float = 300.0) -> dict[str, Any]:
             if status is None:
                 break  # the job stopped meanwhile: it committed what it held (or its journal keeps it)
             sinks = status.get("sinks") or {}
-            if all(s.get("forced_at", 0) >= asked and not s.get("staged_rows") for s in sinks.values()):
+            served = all(s.get("forced_at", 0) >= asked for s in sinks.values())
+            if served and all((s.get("oldest_staged_at") or asked + 1) > asked for s in sinks.values()):
+                # (every batch staged before the request committed; later ones wait for their turn)
                 return {"by": "merge job", "sinks": {n: s.get("commits", 0) for n, s in sinks.items()}}
+            failed = [f"{n}: {s['last_error']}" for n, s in sinks.items() if s.get("last_error")]
+            if served and failed:
+                raise CommandError("the merge job's lake commit failed (the batches stay staged and are committed once "
+                                   "the lake takes them): " + "; ".join(failed))
             time.sleep(0.2)
         else:
             raise CommandError(f"the merge job's lake committers did not commit within {wait_s:.0f}s (see its log and "

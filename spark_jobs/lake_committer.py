@@ -192,6 +192,7 @@ class LakeCommitter:
                     continue
                 finally:
                     done["commit_s"] += time.monotonic() - t0
+                    self.figures["commit_s"] += time.monotonic() - t0
                 done["upserted"] += up
                 done["deleted"] += dl
                 done["sink_rows"][f"{self.name}|{t.db}.{t.table}"] = up + dl
@@ -331,7 +332,8 @@ class LakeCommitter:
                 "last_commit_at": t.last_commit_at, "staged_batches": len(t.pending), "staged_rows": t.rows(),
                 "freshness_s": round(now - oldest, 3) if oldest is not None else 0.0}
         delays = sorted(self.delays)
-        return {"interval_s": self.interval_s, "staged_rows": self.staged_rows(), "max_staged_rows": self.max_staged_rows,
+        oldest = min((t.oldest() for t in list(self._tables.values()) if t.pending), default=None)
+        return {"oldest_staged_at": oldest,"interval_s": self.interval_s, "staged_rows": self.staged_rows(), "max_staged_rows": self.max_staged_rows,
                 "commit_delay_p50_s": round(delays[len(delays) // 2], 3) if delays else None,
                 "commit_delay_p99_s": round(delays[min(len(delays) - 1, int(len(delays) * 0.99))], 3) if delays else None,
                 "holding_stream_since": self.held_since, "last_error": self.last_error, "forced_at": self.forced_at,
@@ -368,7 +370,10 @@ class LakeCommitters:
                 return
             self._stop.clear()
             for c in self.committers:
-                c.sink.prepare()  # (the catalog made once, before any query: not by two at a time)
+                try:
+                    c.sink.prepare()  # (the catalog made once, before any query: not by two at a time)
+                except SinkUnavailable as exc:  # (the committer tries again at its commits)
+                    log.warning("the %s lake is not reachable yet (%s); its commits are tried until it is", c.name, exc)
                 c.start()
         self._status_thread = threading.Thread(target=self._write_loop, name="cdc-lake-status", daemon=True)
         self._status_thread.start()

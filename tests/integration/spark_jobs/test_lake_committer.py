@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from spark_jobs.lake_committer import REQUEST_FILE, LakeCommitters
+from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.lake_base import LakeSinkBase
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from tests.integration.spark_jobs.test_sinks import P, simple_source
@@ -181,8 +182,7 @@ def test_a_lake_that_refuses_commits_holds_the_stream_back_then_catches_up(tmp_p
     batches stay staged, the stream goes on until max_staged_rows, then waits with a warning;
     once the catalog is there the committer commits them and the stream goes on."""
     missing = tmp_path / "not-yet"
-    sink = make_lake_sink("iceberg", tmp_path, None, "cat")
-    sink.catalog_uri = f"sqlite:///{missing}/catalog.db"
+    sink = IcebergSink(f"sqlite:///{missing}/catalog.db", str(tmp_path / "warehouse"), catalog_name="cat")
     src = simple_source()
     group = committers_of(sink, tmp_path, commit_interval_s=0.2, max_staged_rows=3)
     group.start()

@@ -13,7 +13,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from spark_jobs.batch_report import MergeCollector
 from spark_jobs.lake_committer import REQUEST_FILE, LakeCommitters
 from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.lake_base import LakeSinkBase
@@ -175,6 +177,11 @@ def test_the_interval_the_row_bound_and_a_request_are_honoured(driver_delta, tmp
     assert status["sinks"]["lake"]["tables"]["shop.items"]["commits"] == 2
     names = {name for name, *_ in group.samples()}
     assert {"cdc_lake_freshness_seconds", "cdc_lake_staged_rows", "cdc_lake_commits_total"} <= names
+    registry = CollectorRegistry()  # (the merge job's metrics endpoint serves them)
+    registry.register(MergeCollector(lambda: [], group))
+    text = generate_latest(registry).decode()
+    assert 'cdc_lake_table_commits_total{sink="lake",table="shop.items"} 2.0' in text
+    assert 'cdc_lake_freshness_seconds{sink="lake",table="shop.items"} 0.0' in text
 
 
 def test_a_lake_that_refuses_commits_holds_the_stream_back_then_catches_up(tmp_path, caplog):

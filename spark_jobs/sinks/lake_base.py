@@ -76,6 +76,8 @@ class LakeSinkBase(BatchSink):
         self.retention_hours = retention_hours
         self._layouts: dict[tuple[str, tuple], TableLayout] = {}
         self._commits: dict[tuple[str, str], int] = {}  # per table, since the sink was made
+        #: Commits that lost a race with another writer and were tried again, since the sink was made.
+        self.lost_races = 0
 
     # -- in the merge tasks ----------------------------------------------------------------------
     def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
@@ -103,6 +105,7 @@ class LakeSinkBase(BatchSink):
                 if attempt == COMMIT_ATTEMPTS:
                     raise SinkUnavailable(f"{self.FORMAT} table of {db}.{table}: batch {batch_id} lost the race with "
                                           f"another writer {attempt} times ({exc}); the batch is retried") from exc
+                self.lost_races += 1
                 log.info("%s table of %s.%s: another writer committed first (%s); trying again", self.FORMAT, db,
                          table, exc)
                 time.sleep(0.05 * attempt)

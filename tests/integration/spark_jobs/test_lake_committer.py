@@ -137,10 +137,11 @@ def test_a_crash_between_staging_and_commit_and_during_a_commit_commits_each_bat
     assert sorted(lake_commits(sink, "shop", "items")) == [(APP, b) for b in range(4)]
 
 
-def test_sources_share_one_committer_per_table(driver_delta, tmp_path):
+@pytest.mark.parametrize("kind", LAKE_KINDS)
+def test_sources_share_one_committer_per_table(kind, stack, tmp_path, unique):
     """Two merge queries (two sources, two application ids) feeding one table: one commit holds
     both's batches, each recorded."""
-    sink, src = driver_delta, simple_source()
+    sink, src = make_lake_sink(kind, tmp_path, stack.pg_dsn, unique("cat")), simple_source()
     group = committers_of(sink, tmp_path)
     east, west = "cdc-merge:test/east/q1", "cdc-merge:test/west/q9"
     stage(group, sink, src, 4, [[src.upsert({"id": 1, "v": "e"}, 10, "c")]], app=east)

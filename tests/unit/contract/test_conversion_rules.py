@@ -289,3 +289,65 @@ def test_what_c_does_not_take_is_refused_by_rule_and_line(body, error):
     names = re.findall(r"^def (\w+)", body, re.M)
     with pytest.raises(RuleError, match=error):
         c_source(body + f"\nRULES = ({', '.join(names)},)\n")
+
+
+# =============================================================================== where C and Python would part
+#: Rules of the subset that Python and C would run apart: a zero divisor, an index outside its
+#: tuple or bytes (Python raises or wraps, the C reads 0 or -1), a loop whose body moves its
+#: bounds or variable, or whose variable is read after it.
+_APART = [
+    ("def f(x: int) -> int:\n    return x // 0\n", r"f, line 2: divides by zero"),
+    ("ZERO = 0\n\ndef f(x: int) -> int:\n    return x % ZERO\n", r"f, line 4: divides by zero"),
+    ("def f(x: int, y: int) -> int:\n    return x // y\n", r"f, line 2: the divisor `y` is not proven non-zero"),
+    ("def f(x: int, y: int) -> int | None:\n    if y < 0:\n        return None\n    return x % y\n",
+     r"f, line 4: the divisor `y` is not proven non-zero \(it is within 0 to inf\)"),
+    ("T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[3]\n",
+     r"f, line 4: the index `3` of T is not proven within 0 to 2"),
+    ("T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[x]\n", r"f, line 4: the index `x` of T"),
+    ("T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[x - 1] if x <= 3 else 0\n",
+     r"f, line 4: the index `x - 1` of T is not proven within 0 to 2 \(it is within -inf to 2\)"),
+    ("def f(s: bytes) -> int:\n    return s[0]\n", r"f, line 2: the index `0` of s is not proven"),
+    ("def f(s: bytes) -> int:\n    if len(s) < 2:\n        return 0\n    return s[-1]\n",
+     r"f, line 4: the index `-1` of s"),
+    ("def f(s: bytes) -> int:\n    n = len(s)\n    return s[n] if n > 0 else 0\n", r"f, line 3: the index `n` of s"),
+    ("def f(s: bytes, n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        v += s[i]\n    return v\n",
+     r"f, line 4: the index `i` of s"),
+    ("def f(s: bytes, a: int) -> int:\n    b = a + 2\n    if len(s) <= b:\n        return 0\n    return s[b]\n",
+     r"f, line 5: the index `b` of s"),
+    ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        n -= 1\n    return v\n",
+     r"f, line 3: the loop's body assigns its bound n"),
+    ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        i += 1\n    return v\n",
+     r"f, line 3: the loop's body assigns its variable i"),
+    ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        v += i\n    return i\n",
+     r"f, line 5: i, a loop's variable, is used outside its loop"),
+]
+
+#: Their guarded forms, which both languages run alike: taken.
+_GUARDED = [
+    "def f(x: int, y: int) -> int | None:\n    if y < 1:\n        return None\n    return x // y\n",
+    "def f(x: int) -> int:\n    return x // 7 + x % -3\n",
+    "T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[x - 1] if 1 <= x <= 3 else 0\n",
+    "T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return 10 // T[x % 3]\n",
+    "def f(s: bytes, at: int) -> int:\n    if at < 0 or at >= len(s):\n        return -1\n    return s[at]\n",
+    "def f(s: bytes) -> int:\n    n = len(s)\n    return s[n - 1] if n > 0 and s[0] == 45 else 0\n",
+    "def f(s: bytes, start: int, stop: int) -> int:\n    v = 0\n    if start < 0 or stop > len(s):\n"
+    "        return 0\n    for i in range(start, stop):\n        v = v * 10 + s[i]\n    return v\n",
+    "def f(s: bytes, a: int) -> int:\n    if a < 0:\n        return 0\n    b = a + 2\n    if len(s) <= b:\n"
+    "        return 0\n    return s[b]\n",
+]
+
+
+def _rules(body: str) -> str:
+    names = re.findall(r"^def (\w+)", body, re.M)
+    return body + f"\nRULES = ({', '.join(names)},)\n"
+
+
+@pytest.mark.parametrize("body, error", _APART)
+def test_what_python_and_c_would_run_apart_is_refused_by_rule_and_line(body, error):
+    with pytest.raises(RuleError, match=error):
+        c_source(_rules(body))
+
+
+@pytest.mark.parametrize("body", _GUARDED)
+def test_a_guard_in_the_rule_proves_it(body):
+    assert "static inline" in c_source(_rules(body))

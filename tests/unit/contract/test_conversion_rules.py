@@ -7,9 +7,11 @@ from __future__ import annotations
 import ctypes
 import datetime
 import inspect
+import os
 from decimal import Context, Decimal
 import re
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 
 from contract import conversion_rules as rules
 from contract.conversion_rules_c import RuleError, c_source
-from tests.native_helpers import can_build
+from tests.native_helpers import c_compiler
 from tests.unit.producer.binlog.test_row_decoder import _pack_decimal
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -216,13 +218,14 @@ def _wrapper() -> str:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    if not can_build():
-        pytest.skip("no C compiler or Python headers on this machine: no C path is built from the rules "
-                    "(the extensions are optional), so every conversion runs the rules in Python")
+    """The header and its wrapper compiled: plain C, so a C compiler is all it needs (not Python.h)."""
+    cc = c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler on this machine: no C path is built from the rules (the extensions are "
+                    "optional), so every conversion runs the rules in Python")
     d = tmp_path_factory.mktemp("rules")
     (d / "type_rules.h").write_text(c_source(SOURCE))
     (d / "wrapper.c").write_text(_wrapper())
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
     subprocess.run([*cc, "-O2", "-Wall", "-Werror", "-Wno-unused-function", "-shared", "-fPIC",
                     "-o", str(d / "rules.so"), str(d / "wrapper.c")], check=True, capture_output=True)
     lib = ctypes.CDLL(str(d / "rules.so"))
@@ -254,6 +257,24 @@ def _call_c(lib, rule, args):
     if ret == "int | None":
         return value if ok.value else None
     return bool(value) if ret == "bool" else value
+
+
+def test_the_c_check_runs_under_a_python_without_its_headers(tmp_path):
+    """Under this Python with a prefix of its own that has its standard library and no headers
+    (as where python3-dev is not installed), the check of the rules' C runs: it does not skip."""
+    if c_compiler() is None:
+        pytest.skip("no C compiler on this machine: the check of the rules' C cannot run anywhere here")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / stdlib.name).symlink_to(stdlib)
+    env = {**os.environ, "PYTHONHOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    probe = "import sysconfig; from tests.native_helpers import can_build; print(sysconfig.get_paths()['include'], can_build())"
+    assert subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.split() == [str(tmp_path / "include" / stdlib.name), "False"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                          f"{Path(__file__).relative_to(ROOT)}::test_the_c_of_each_rule_is_the_rule[is_leap]"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "1 passed" in run.stdout, run.stdout[-3000:]
 
 
 def test_every_rule_has_arguments_to_check():

@@ -21,6 +21,9 @@ from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.soak import LAKE_SECTION as LAKE_SOAK_HEADING
 from cdc.bench.soak import SECTION as SOAK_HEADING
 from cdc.bench.stream import bench_stream
+from cdc.bench.table_cells import figure as _fig
+from cdc.bench.table_cells import ratio as _ratio
+from cdc.bench.table_cells import row as _row
 from cdc.stack.kafka_broker import kafka_version
 
 
@@ -33,10 +36,6 @@ def _mariadb_version() -> str:
         except (OSError, subprocess.SubprocessError):
             continue
     return "unknown"
-
-
-def _row(*cells: Any) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 def render(stream: dict, snapshot: dict, merge: dict, *, stream_rows: int, snapshot_rows: int,
@@ -220,27 +219,6 @@ HEADLINE_RUN = ("kafka", "avro")
 
 def _f(x: float | None, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
-
-
-def _fig(x: dict, key: str, figure: str, fmt: str = ",.0f") -> str:
-    """A run's figure: its median over the rounds, with the rounds' min-max beside it when
-    they differ (``x["spread"]``, from :func:`cdc.bench.race_rounds.combine_rounds`)."""
-    value = (x.get(key) or {}).get(figure)
-    lo_hi = ((x.get("spread") or {}).get(key) or {}).get(figure)
-    return _with_range(value, lo_hi, fmt)
-
-
-def _ratio(x: dict, name: str) -> str:
-    """A ratio: the median of the rounds' own ratios, with their min-max."""
-    return _with_range((x.get("ratios") or {}).get(name), (x.get("ratio_spread") or {}).get(name), ".2f")
-
-
-def _with_range(value: float | None, lo_hi, fmt: str) -> str:
-    if value is None:
-        return "-"
-    if lo_hi and format(lo_hi[0], fmt) != format(lo_hi[1], fmt):
-        return f"{format(value, fmt)} ({format(lo_hi[0], fmt)}-{format(lo_hi[1], fmt)})"
-    return format(value, fmt)
 
 
 def _dbz_format(r: dict) -> str:

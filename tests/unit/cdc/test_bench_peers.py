@@ -14,7 +14,7 @@ from cdc.bench.doc_sections import section_of, with_leading_section
 from cdc.bench.peers_race import check_peer_server_version, parse_peers
 from cdc.bench.peers_ratios import headline_pairs, pair_ratios
 from cdc.bench.peers_report import render_peers, repeated_run_lines, write_peers_section
-from cdc.bench.report import PEERS_HEADING
+from cdc.bench.report import PEERS_HEADING, RACE_METHOD_LINK
 from cdc.bench.topic_clock import TopicClock, clock_figures
 from cdc.errors import BenchError
 
@@ -186,17 +186,24 @@ def test_a_peers_job_that_failed_and_ran_again_is_named_in_the_section():
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_the_section_sends_its_reader_to_the_method_told_once_in_docs():
-    """What the figures measure is prose of docs/race-method.md, not of the code: the section
-    links to a heading that is there, and the race's modules hold no paragraph."""
-    text = render_peers(_result(), when="2026-11-27 01:00")
+def _linked_heading(text: str) -> str:
+    """The doc's text under the heading that ``text``'s link into docs/ points at."""
     doc, anchor = re.search(r"\]\(([\w-]+\.md)#([\w-]+)\)", text).groups()
     method = (ROOT / "docs" / doc).read_text()
-    headings = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
-                for h in re.findall(r"^#+ (.+)$", method, re.M)}
-    assert anchor in headings, (anchor, headings)
-    assert "*Flink CDC*: its MySQL source in a local MiniCluster" in method and "*Flink CDC*" not in text
-    for module in ("peers_race", "peers_ratios", "peers_report"):
+    parts = re.split(r"^#+ (.+)$", method, flags=re.M)
+    under = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-"): body
+             for h, body in zip(parts[1::2], parts[2::2])}
+    assert anchor in under, (anchor, sorted(under))
+    return under[anchor]
+
+
+def test_the_races_sections_send_their_reader_to_the_method_told_once_in_docs():
+    """What the races' figures measure is prose of docs/race-method.md, not of the code: each
+    section links to its heading there, and the races' modules hold no paragraph."""
+    text = render_peers(_result(), when="2026-11-27 01:00")
+    assert "*Flink CDC*: its MySQL source in a local MiniCluster" in _linked_heading(text) and "*Flink CDC*" not in text
+    assert "*Debezium*: Debezium 3.6.3.Final's MySQL connector embedded" in _linked_heading(RACE_METHOD_LINK)
+    for module in ("peers_race", "peers_ratios", "peers_report", "report"):
         tree = ast.parse((ROOT / "cdc" / "bench" / f"{module}.py").read_text())
         docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
         longest = max(len(n.value) for n in ast.walk(tree)

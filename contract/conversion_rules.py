@@ -295,10 +295,10 @@ def decimal_group(s: bytes, at: int, n: int, count: int, flip: int, first: int) 
     """The group of ``count`` digits in the ``n`` bytes at ``s[at:]`` of a packed DECIMAL, each
     byte XORed with ``flip`` (255 for a negative value), the sign bit dropped where it is the
     ``first``; None at or above ``10 ** count`` (a value beyond its precision: python-mysql-
-    replication reads it as a string of its own) or where ``s`` is shorter (or ``count`` is
-    outside 0 to 18)."""
+    replication reads it as a string of its own) or where ``s`` is shorter (or ``n`` is outside
+    1 to 4, a group's size, or ``count`` outside 0 to 18)."""
     stop = at + n
-    if at < 0 or stop > len(s) or count < 0 or count > 18:
+    if at < 0 or n < 1 or n > 4 or stop > len(s) or count < 0 or count > 18:
         return None
     v = 0
     for i in range(at, stop):

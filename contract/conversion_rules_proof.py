@@ -1,12 +1,14 @@
 """What the rules compiler proves of a rule before its C is written (:mod:`contract.conversion_rules_c`).
 
-Python and C part ways on three things a rule could do: divide by zero (Python raises, C's
-behaviour is undefined), index outside a tuple or ``bytes`` (Python raises or, for a negative
+Python and C part ways on four things a rule could do: divide by zero (Python raises, C's
+behaviour is undefined), shift by a negative count or one of 64 and more (the same), index outside a tuple or ``bytes`` (Python raises or, for a negative
 index, wraps to the end; the C reads 0 or -1), and loop (``for i in range(a, b)`` evaluates ``b``
 once in Python and every turn in C, and leaves ``i`` at ``b - 1`` where C leaves it at ``b``).
 So a rule is taken only where it cannot do any of them:
 
-* every divisor of ``//`` and ``%`` is proven non-zero (a constant one is not 0);
+* every divisor of ``//`` and ``%`` is proven non-zero (a constant one is not 0), every shift
+  count of ``<<`` and ``>>`` within 0 to 63 (Python raises for a negative one; C's behaviour is
+  undefined there and from 64);
 * every index ``T[i]`` of a module tuple is proven within ``0`` to ``len(T) - 1``, every
   ``s[i]`` of a ``bytes`` parameter within ``0`` to ``len(s) - 1``;
 * a loop's body assigns neither its variable nor its bounds, and its variable is read only
@@ -229,7 +231,11 @@ class _Values:
                 corners = [int(p) // int(q) for p in (a, b) for q in (c, d)]
                 return min(corners), max(corners)
             return (0, INF) if a >= 0 and c > 0 else TOP
-        if isinstance(op, ast.RShift) and c >= 0:
+        if isinstance(op, (ast.LShift, ast.RShift)) and not (c >= 0 and d <= 63):
+            raise self.fail(node, f"the shift `{ast.unparse(node.right)}` is not proven within 0 to 63 (it is within "
+                                  f"{c} to {d}): Python raises for a negative one, C's behaviour is undefined there and "
+                                  "from 64; return before the shift where it is not")
+        if isinstance(op, ast.RShift):
             return min(a, 0), max(b, 0)
         if isinstance(op, ast.BitAnd) and (a >= 0 or c >= 0):
             return 0, min(h for lo, h in ((a, b), (c, d)) if lo >= 0)

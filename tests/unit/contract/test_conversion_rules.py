@@ -313,9 +313,10 @@ def test_what_c_does_not_take_is_refused_by_rule_and_line(body, error):
 
 
 # =============================================================================== where C and Python would part
-#: Rules of the subset that Python and C would run apart: a zero divisor, an index outside its
-#: tuple or bytes (Python raises or wraps, the C reads 0 or -1), a loop whose body moves its
-#: bounds or variable, or whose variable is read after it.
+#: Rules of the subset that Python and C would run apart: a zero divisor, a shift by a negative
+#: count or one of 64 and more, an index outside its tuple or bytes (Python raises or wraps, the
+#: C reads 0 or -1), a loop whose body moves its bounds or variable, or whose variable is read
+#: after it.
 _APART = [
     ("def f(x: int) -> int:\n    return x // 0\n", r"f, line 2: divides by zero"),
     ("ZERO = 0\n\ndef f(x: int) -> int:\n    return x % ZERO\n", r"f, line 4: divides by zero"),
@@ -335,6 +336,8 @@ _APART = [
      r"f, line 4: the index `i` of s"),
     ("def f(s: bytes, a: int) -> int:\n    b = a + 2\n    if len(s) <= b:\n        return 0\n    return s[b]\n",
      r"f, line 5: the index `b` of s"),
+    ("def f(x: int, n: int) -> int:\n    return x << n\n", r"f, line 2: the shift `n` is not proven within 0 to 63"),
+    ("def f(x: int) -> int:\n    return x >> 64\n", r"f, line 2: the shift `64` is not proven within 0 to 63"),
     ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        n -= 1\n    return v\n",
      r"f, line 3: the loop's body assigns its bound n"),
     ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        i += 1\n    return v\n",
@@ -347,6 +350,7 @@ _APART = [
 _GUARDED = [
     "def f(x: int, y: int) -> int | None:\n    if y < 1:\n        return None\n    return x // y\n",
     "def f(x: int) -> int:\n    return x // 7 + x % -3\n",
+    "def f(x: int, n: int) -> int:\n    return x << 8 * n - 8 >> 3 if 1 <= n <= 4 else 0\n",
     "T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[x - 1] if 1 <= x <= 3 else 0\n",
     "T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return 10 // T[x % 3]\n",
     "def f(s: bytes, at: int) -> int:\n    if at < 0 or at >= len(s):\n        return -1\n    return s[at]\n",

@@ -12,7 +12,9 @@ So a rule is taken only where it cannot do any of them:
 * every index ``T[i]`` of a module tuple is proven within ``0`` to ``len(T) - 1``, every
   ``s[i]`` of a ``bytes`` parameter within ``0`` to ``len(s) - 1``;
 * a loop's body assigns neither its variable nor its bounds, and its variable is read only
-  inside it.
+  inside it;
+* an ``and``/``or`` whose value is kept, not only tested, joins booleans (Python's value is
+  the deciding operand, C's 0 or 1).
 
 The proof follows the rule statement by statement, each value bounded by an interval and each
 pair of values by the largest difference between them (a difference-bound matrix: ``len(s)``
@@ -423,8 +425,39 @@ class _Proof:
                 raise self.fail(node, f"{node.id}, a loop's variable, is used outside its loop: C leaves it at "
                                       "the range's end, Python at the last value (or unset)")
 
+    def boolean_values(self) -> None:
+        """An ``and``/``or`` whose value is kept (not only tested) joins booleans: Python's gives
+        the deciding operand itself (``2 and 3`` is 3), C's ``&&``/``||`` gives 0 or 1."""
+        tested: set[int] = set()
+
+        def test(node: ast.expr) -> None:
+            tested.add(id(node))
+            if isinstance(node, ast.BoolOp):
+                for v in node.values:
+                    test(v)
+            elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+                test(node.operand)
+        for node in ast.walk(self.fn):
+            if isinstance(node, (ast.If, ast.IfExp)):
+                test(node.test)
+        for node in ast.walk(self.fn):
+            if isinstance(node, ast.BoolOp) and id(node) not in tested:
+                for v in node.values:
+                    if not self._boolean(v):
+                        raise self.fail(v, f"`{ast.unparse(v)}` is not a boolean, and this `and`/`or`'s value is "
+                                           "kept: Python's is the operand, C's 0 or 1; compare it (`... != 0`)")
+
+    def _boolean(self, node: ast.expr) -> bool:
+        if isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp)
+                                                           and isinstance(node.op, ast.Not)):
+            return True
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, bool)
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.values.booleans
+
     def check(self) -> None:
         self.loop_variables()
+        self.boolean_values()
         state = _State(len(self.var) + 1)
         for name, x in self.var.items():
             if name.startswith("len("):

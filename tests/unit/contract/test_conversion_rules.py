@@ -338,6 +338,8 @@ _APART = [
      r"f, line 5: the index `b` of s"),
     ("def f(x: int, n: int) -> int:\n    return x << n\n", r"f, line 2: the shift `n` is not proven within 0 to 63"),
     ("def f(x: int) -> int:\n    return x >> 64\n", r"f, line 2: the shift `64` is not proven within 0 to 63"),
+    ("def f(x: int, y: int) -> int:\n    return x and y\n", r"f, line 2: `x` is not a boolean"),
+    ("def f(x: int, y: int) -> bool:\n    z = x > 0 or y\n    return z == 1\n", r"f, line 2: `y` is not a boolean"),
     ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        n -= 1\n    return v\n",
      r"f, line 3: the loop's body assigns its bound n"),
     ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        i += 1\n    return v\n",
@@ -350,6 +352,7 @@ _APART = [
 _GUARDED = [
     "def f(x: int, y: int) -> int | None:\n    if y < 1:\n        return None\n    return x // y\n",
     "def f(x: int) -> int:\n    return x // 7 + x % -3\n",
+    "def f(x: int, y: int) -> bool:\n    if x and not y:\n        return x > 1 or y != 0\n    return False if x or y else True\n",
     "def f(x: int, n: int) -> int:\n    return x << 8 * n - 8 >> 3 if 1 <= n <= 4 else 0\n",
     "T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[x - 1] if 1 <= x <= 3 else 0\n",
     "T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return 10 // T[x % 3]\n",

@@ -45,9 +45,20 @@ def pg_rows_or_empty(cfg, db: str) -> dict:
         return {}
 
 
-@pytest.mark.parametrize("ddl", ["pessimistic", "optimistic"])
-def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_sources, unique, tmp_path, ddl):
+@pytest.mark.parametrize("ddl,lakes", [("pessimistic", False), ("optimistic", False), ("optimistic", True)],
+                         ids=["pessimistic", "optimistic", "optimistic-lakes"])
+def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_sources, unique, tmp_path, ddl, lakes,
+                                                          caplog):
+    """With ``lakes`` the Delta and Iceberg sinks too: both sources' queries hand their batches to
+    one committer per lake table, so no query fails or retries on the other's commits."""
     cfg = two_sources
+    if lakes:
+        cfg.sinks.delta.path = str(tmp_path / "lake" / "delta")
+        cfg.sinks.iceberg.warehouse = str(tmp_path / "lake" / "iceberg")
+        cfg.sinks.iceberg.catalog_name = unique("cat")
+        cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = True
+        cfg.sinks.delta.commit_interval_s = cfg.sinks.iceberg.commit_interval_s = 2.0
+        caplog.set_level("INFO", logger="spark_jobs")
     cfg.sinks.postgres.schema_name = unique("sinkpg")
     cfg.sinks.mysql.database = unique("sink")
     cfg.spark.master = "local[2]"
@@ -146,7 +157,8 @@ def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_
             for db in dbs:
                 tr = by[f"{name}/{db}.orders"]
                 assert tr.target == f"{base}.orders"
-                assert [r.sink for r in tr.results] == ["postgres", "mysql", "changelog"]
+                assert [r.sink for r in tr.results] == ["postgres", "mysql", *(["delta", "iceberg"] if lakes else []),
+                                                        "changelog"]
                 assert tr.source_rows == sum(1 for k in expected if k[1] == db)
     finally:
         for job in jobs:
@@ -157,6 +169,16 @@ def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_
                 for db in dbs:
                     cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
     assert outcome.get("rc") == 0, outcome
+    if lakes:  # one committer per table: no lost race, no query restarted
+        said = [rec.getMessage() for rec in caplog.records]
+        assert not [m for m in said if "another writer committed first" in m or "lost the race" in m], said
+        assert not [m for m in said if "the merge query failed" in m], said
+        from spark_jobs.sinks.configured import build_sinks
+        for name, sink in build_sinks(cfg.sinks):
+            if name in ("delta", "iceberg"):  # commits holding both sources' batches at once: one committer
+                held = sink.commit_marks(base, "orders")
+                assert any(len({app.split("/")[1] for app, _ in batches}) == 2 for batches in held), (name, held)
+                sink.close()
 
 
 def test_rows_held_on_an_idle_source_are_released_by_the_other_sources_ddl(stack, own_mysql, two_sources, unique,

@@ -242,7 +242,8 @@ def _cmd_bench_race(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_peers(args: argparse.Namespace) -> int:
-    from cdc.bench.peers_race import bench_peers, parse_peers, write_peers_section
+    from cdc.bench.peers_race import bench_peers, parse_peers
+    from cdc.bench.peers_report import write_peers_section
     try:
         parallelisms = tuple(int(p) for p in args.parallelisms.split(",") if p.strip())
     except ValueError:

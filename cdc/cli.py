@@ -290,8 +290,9 @@ def _cmd_bench_lakes(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, default=str))
     if args.out:
         out = Path(args.out)
-        out.write_text(with_section(out.read_text() if out.exists() else "# Benchmarks\n",
-                                    "## Lakes on their own commit cadence", "\n".join(cadence_lines(result))))
+        heading = "## Lakes on their own commit cadence (`cdc bench lakes`)"
+        out.write_text(with_section(out.read_text() if out.exists() else "# Benchmarks\n", heading,
+                                    "\n".join([heading, "", *cadence_lines(result)])))
     return 0
 
 

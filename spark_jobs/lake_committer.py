@@ -305,6 +305,10 @@ class LakeCommitter:
         return False
 
     def _loop(self) -> None:
+        try:
+            self.sink.in_commit_thread()
+        except Exception as exc:  # noqa: BLE001 - only the scheduling pool is lost
+            log.warning("the %s lake committer runs in Spark's default pool: %s", self.name, exc)
         while not self._stop.is_set():
             self.looks += 1
             forced = self._requested()

@@ -198,6 +198,10 @@ class LakeSinkBase(BatchSink):
     def prepare(self) -> None:
         """Make what the sink's tables share (Iceberg: its catalog) before the queries start."""
 
+    def in_commit_thread(self) -> None:
+        """Called by the lake committer's thread as it starts (the ``spark`` engine: its Spark
+        jobs in the ``lake`` pool of the fair scheduler)."""
+
     def committed_batch(self, db: str, table: str, app: str) -> int | None:
         """The last batch ``app`` committed to the table (None: none, or no table)."""
         handle = self._load(db, table)

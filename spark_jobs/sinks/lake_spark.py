@@ -38,6 +38,8 @@ _ROW = "__cdc_rank"
 #: A key column's upper bound in a table without rows (the sinks' ``_key_upper_bound``).
 EMPTY_TABLE = object()
 _LOCK = threading.RLock()
+#: The fair scheduler pool of the lake committer's Spark jobs (spark_jobs/sinks/lake_pools.xml).
+LAKE_POOL = "lake"
 _CONF_LOCKS: dict[frozenset, Any] = {}
 
 
@@ -248,6 +250,12 @@ class SparkMerge:
     def _spark(self) -> Any:
         """The session the format's statements run in."""
         return lake_session()
+
+    def in_commit_thread(self) -> None:
+        """The Spark jobs of this thread (the lake committer's) in the fair scheduler's ``lake``
+        pool (``lake_pools.xml``): a micro-batch's tasks take the next free slot, not the slot
+        after a MERGE's last task."""
+        self._spark().sparkContext.setLocalProperty("spark.scheduler.pool", LAKE_POOL)
 
     def _spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
         """The sink's error for Spark's ``exc`` (not a lost race) while ``what`` on the table."""

@@ -105,6 +105,8 @@ class LakeCommitter:
         self.delays: list[float] = []  # seconds from staging to commit of the last batches (bounded)
         self._next_cycle = time.monotonic() + self.interval_s
         self._backoff = 0.0
+        #: The longest wait before a failed commit is tried again (the wait doubles from 1 s).
+        self.retry_max_s = 60.0
         self.request_path: Path | None = None
         self._request_seen = 0.0
         self.forced_at = 0.0  # when the last `cdc lake commit` request was served
@@ -204,7 +206,7 @@ class LakeCommitter:
         if stream_told:  # (raised on the stream's path: the query fails with it)
             return
         if isinstance(exc, (SinkUnavailable, LakeCommitConflict, OSError)):
-            self._backoff = min(max(self._backoff * 2, 1.0), 60.0)
+            self._backoff = min(max(self._backoff * 2, 1.0), self.retry_max_s)
             log.warning("the %s lake's commit of %s.%s failed (%s); tried again in %.0fs, the batches stay staged",
                         self.name, t.db, t.table, self.last_error, self._backoff)
         else:  # not a passing trouble: the stream stops with it (the query restarts, the batches stay staged)

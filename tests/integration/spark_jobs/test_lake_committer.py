@@ -193,8 +193,9 @@ def test_a_lake_that_refuses_commits_holds_the_stream_back_then_catches_up(tmp_p
     sink = IcebergSink(f"sqlite:///{missing}/catalog.db", str(tmp_path / "warehouse"), catalog_name="cat")
     src = simple_source()
     group = committers_of(sink, tmp_path, commit_interval_s=0.2, max_staged_rows=3)
-    group.start()
     c = group.committers[0]
+    c.retry_max_s = 1.0  # (tried again every second: the test waits for the catalog's return, not the backoff)
+    group.start()
     try:
         caplog.set_level(logging.WARNING)
         stage(group, sink, src, 0, [[src.upsert({"id": 1, "v": "a"}, 10, "c"), src.upsert({"id": 2, "v": "b"}, 11, "c")]])

@@ -17,7 +17,13 @@ from spark_jobs.kafka_source import CdcKafkaDataSource
 #: runs little of.  Measured over 1M events, two pairs each time (docs/merge-performance.md):
 #: the JVM's CPU per event 3.4-3.9 us with the defaults against 2.0-2.2; the steady rate
 #: +7% in one session, within the noise in the next (the table's turn bounds it).
-CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
+#: With the client compiler alone the JVM reserves a 48 MB code cache (240 MB with C2), and the
+#: lake sinks' Spark MERGEs fill it: 44 MB after 40-60 commits of Delta and Iceberg in one driver,
+#: then "CodeCache is full. Compiler has been disabled" (seen in a chaos run) and everything new
+#: runs interpreted.  Measured (60 commits of both lakes on the spark engine, one JVM each, back
+#: to back, docs/lake.md "Speed"): the last ten commits took 12.9 s with 48 MB and 6.9 s with 240 MB
+#: (the cache then held 76 MB).  The reservation is address space; the cache uses what it compiles.
+CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 _JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 
 #: Spark's streaming checkpoint written through Hadoop's ``FileSystem`` API instead of its

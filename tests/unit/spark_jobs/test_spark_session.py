@@ -9,7 +9,7 @@ def test_the_cdc_kafka_source_starts_the_jvms_with_the_client_compiler_only():
     conf = session_conf({"spark.cores.max": "2"})
     assert conf == {"spark.cores.max": "2", "spark.driver.extraJavaOptions": CLIENT_COMPILER_ONLY,
                     "spark.executor.extraJavaOptions": CLIENT_COMPILER_ONLY}
-    assert CLIENT_COMPILER_ONLY == "-XX:TieredStopAtLevel=1"
+    assert CLIENT_COMPILER_ONLY == "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def test_sparks_own_kafka_source_and_java_options_given_keep_theirs():

@@ -5,11 +5,12 @@ applies its partition's kept records itself (:meth:`RowSink.apply`, or from thei
 :meth:`RowSink.apply_encoded`), under the table's turn, position guarded so a replay never
 moves a row backwards.
 
-A **batch sink** (:class:`BatchSink`: lake tables such as Delta Lake or Iceberg) commits once
-per table per batch: each task stages its partition's changes (:meth:`BatchSink.stage`:
-files written, nothing visible), and the driver, once every task of the batch is done,
-commits a table's staged parts in one transaction (:meth:`BatchSink.commit`), idempotent by
-the batch id (a replayed batch commits nothing twice).
+A **batch sink** (:class:`BatchSink`: lake tables such as Delta Lake or Iceberg) commits in
+transactions of its own: each task stages its partition's changes (:meth:`BatchSink.stage`:
+files written, nothing visible), the driver hands each table's staged batch to the sink's lake
+committer (:mod:`spark_jobs.lake_committer`), which commits the parts of every batch staged
+since its last commit in one transaction (:meth:`BatchSink.commit`), idempotent by the
+commit's number (a commit replayed after a crash commits nothing twice).
 
 Both kinds answer the driver's table operations (:class:`Sink`): the table markers
 (``delete_below``, ``drop_table``, ``rename_table``), the tombstone purge, and how far a

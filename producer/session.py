@@ -36,11 +36,12 @@ from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.record_encoder import RecordEncoder, from_avro_bodies
 from producer.schema_changes import SessionSchemaChanges
+from producer.session_blocking import SessionBlocking
 from producer.session_start import SessionStart
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
 from producer.snapshot.coordinator import SnapshotCoordinator
-from producer.snapshot.gtid_windows import Boundary
+from producer.snapshot.gtid_windows import Boundary, MarkerSlots
 from producer.startup import ProducerState, Startup
 from producer.transaction_metadata import TransactionMetadata
 
@@ -67,8 +68,10 @@ class ProducerParts(Protocol):
     outbox: OutboxRouter | None
     startup: Startup
 
+    def marker_slots(self) -> MarkerSlots: ...
 
-class StreamSession(SessionSchemaChanges, SessionStart):
+
+class StreamSession(SessionSchemaChanges, SessionStart, SessionBlocking):
     """One connected run: reader + writer, until stopped or an error."""
 
     def __init__(self, app: ProducerParts, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
@@ -181,6 +184,8 @@ class StreamSession(SessionSchemaChanges, SessionStart):
                     for chunk in coord.release_quiet(boundary):
                         self._write_chunk(chunk)
                 self._write_deletions()
+            if coord.blocking.requests and kind is not RowChanges:  # (a blocking snapshot: at a boundary)
+                self._blocking_due(item)
             if self.batch_events >= cfg.producer.batch_size * 4:
                 # A very large transaction: commit mid-transaction (resume = its start + last change).
                 self._commit(self.current_resume())
@@ -244,6 +249,10 @@ class StreamSession(SessionSchemaChanges, SessionStart):
         # and the transaction's GTID is added at its end.
         self.state.extra["gtid"] = str(self.gtids)
         self._schemas_kept()
+        if (blocking := self.coord.blocking.state()) is None:
+            self.state.extra.pop("blocking", None)
+        else:
+            self.state.extra["blocking"] = blocking
         snap = self.coord.state()
         if snap is None:
             self.state.extra.pop("snapshot", None)
@@ -323,7 +332,7 @@ class StreamSession(SessionSchemaChanges, SessionStart):
                 self._write_window_marker(m)
             # acknowledged first: rows of a killed run's batch that stay visible (a producer
             # without transactions) come with their window, and the next run's first
-            # windows are placed above it (producer.app._marker_slots)
+            # windows are placed above it (producer.app.marker_slots)
             self.writer.flush()
         what = (chunk.table_def.db, chunk.table_def.name, "read")
         if self.outbox is not None and (n := self.outbox.write_chunk(self, chunk)) is not None:

@@ -75,6 +75,7 @@ class ChunkOut(Protocol):
     rows: list[dict]
     open_position: Any
     close_position: Any
+    snapshot_record: str | None  # source.snapshot of its rows (None: "incremental")
 
 
 class RecordEncoding(Protocol):
@@ -582,7 +583,7 @@ class EventBuilder:
         close = chunk.close_position
         source = source_block(self.name, self.server_id, db=te.table.db, table=te.table.name,
                               ts_ms=int(time.time() * 1000), file=close.file_name, pos=close.pos,
-                              snapshot=INCREMENTAL_SNAPSHOT)
+                              snapshot=getattr(chunk, "snapshot_record", None) or INCREMENTAL_SNAPSHOT)
         shared = envelope_value(None, None, source, SNAPSHOT_OP, int(time.time() * 1000), "")
         shared["snapshot_window"] = {"snapshot_id": chunk.snapshot_id, "chunk_id": chunk.chunk_id,
                                      "open_position": chunk.open_position.encode(), "close_position": close.encode()}

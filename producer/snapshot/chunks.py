@@ -73,3 +73,6 @@ class ReleasedChunk:
     # and the markers to write before the rows
     changed: set | None = None
     markers: tuple[MarkerSeen, ...] = ()
+    # ``source.snapshot`` of its rows: None for an incremental snapshot's ("incremental"); a
+    # blocking snapshot's as Debezium's (first, first_in_data_collection, true, ...)
+    snapshot_record: str | None = None

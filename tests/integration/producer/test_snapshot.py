@@ -181,7 +181,10 @@ def test_additional_conditions_and_surrogate_key(stack, config, test_db):
      '"filter": "SLEEP(5) = 0"}]}', "refused"),
     ('{"data-collections": ["{db}.t"], "additional-conditions": [{"data-collection": "{db}.t", '
      '"filter": "other.col = 1"}]}', "refused"),
-    ('{"data-collections": ["{db}.t"], "type": "blocking"}', "blocking"),
+    ('{"data-collections": ["{db}.t"], "type": "blocking", "additional-conditions": [{"data-collection": "{db}.t", '
+     '"filter": "SELECT id FROM {db}.t"}]}', "SELECT * FROM"),
+    ('{"data-collections": ["{db}.t"], "type": "blocking", "additional-conditions": [{"data-collection": "{db}.t", '
+     '"filter": "SELECT * FROM {db}.t WHERE id IN (SELECT id FROM mysql.user)"}]}', "refused"),
 ])
 def test_bad_signals_are_reported_and_streaming_goes_on(stack, config, test_db, data, reason):
     _prepare(stack, config, test_db, "single", rows=5)

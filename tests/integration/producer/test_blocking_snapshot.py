@@ -177,3 +177,24 @@ def test_merge_job_sinks_equal_the_source_after_a_blocking_snapshot_under_writes
         assert pg_sink_rows(cfg, test_db, table, keys[table]) == expected, f"postgres {table}"
         assert mysql_sink_rows(stack, cfg, test_db, table, keys[table]) == expected, f"mysql {table}"
         assert apply_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, table)) == expected, f"clean {table}"
+
+
+def test_cdc_snapshot_blocking_follows_it(stack, config, config_file, test_db):
+    """``cdc snapshot --blocking --where ... --follow``: the signal sent, its progress drawn
+    until the table is done; the rows are the filter's, marked as a blocking snapshot's."""
+    import subprocess
+    import sys
+
+    from common.config import dump_config
+    from tests.producer_helpers import ROOT
+    _prepare(stack, config, test_db, {"t": 400})
+    config_file.write_text(dump_config(config))
+    with ProducerThread(config):
+        out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(config_file), "snapshot", f"{test_db}.t",
+                              "--blocking", "--where", "id < 150", "--follow", "--timeout", "120"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=180)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "execute-snapshot" in out.stdout and f"done: {test_db}.t" in out.stdout
+    rows = _rows(config, test_db, "t")
+    assert sorted(v["after"]["id"] for v in rows) == list(range(150))
+    assert {v["source"]["snapshot"] for v in rows} == {"first", "true", "last"}

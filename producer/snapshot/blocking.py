@@ -28,6 +28,7 @@ boundary after the restart (the rows already written stay: they are a correct ol
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -72,9 +73,11 @@ class BlockingRequest:
 
 
 def blocking_request(conn, captures: Callable[[str, str], bool], sig: Signal, *,
-                     resolve: Callable[[TableDef], TableDef] | None, overrides: dict | None) -> BlockingRequest:
-    """The request of a blocking ``execute-snapshot`` signal; :class:`BadSignal` when a table is
-    unknown or cannot be read in key order, or a filter is refused."""
+                     resolve: Callable[[TableDef], TableDef] | None, overrides: dict | None,
+                     include_tables: list[str]) -> BlockingRequest:
+    """The request of a blocking ``execute-snapshot`` signal, its tables in Debezium's order
+    (:func:`debezium_order`); :class:`BadSignal` when a table is unknown or cannot be read in key
+    order, or a filter is refused."""
     tables, matched = resolve_tables(conn, captures, sig)
     conditions = {}
     for table, text in sig.conditions.items():
@@ -89,7 +92,19 @@ def blocking_request(conn, captures: Callable[[str, str], bool], sig: Signal, *,
                                skippable=matched, overrides=overrides)
     for name, reason in skipped:
         log.warning("blocking snapshot %r: %s; the table is skipped", sig.id, reason)
-    return BlockingRequest(sig.id, jobs)
+    order = debezium_order([j.table for j in jobs], include_tables)
+    return BlockingRequest(sig.id, sorted(jobs, key=lambda j: order.index(j.table)))
+
+
+def debezium_order(tables: list[str], include_tables: list[str]) -> list[str]:
+    """``tables`` in the order Debezium's snapshot reads them (whatever the signal's order): by
+    the table include list's patterns in turn (``source.include_tables``, its
+    ``table.include.list``), each pattern's tables by name; by name without a list."""
+    out: list[str] = []
+    for pattern in include_tables:
+        rx = re.compile(pattern, re.IGNORECASE)
+        out += [t for t in sorted(tables) if rx.fullmatch(t) and t not in out]
+    return out + [t for t in sorted(tables) if t not in out]
 
 
 def snapshot_record(first: bool, last: bool, first_in_table: bool, last_in_table: bool) -> str:
@@ -156,12 +171,14 @@ class BlockingRead:
 class BlockingQueue:
     """The blocking snapshots asked for and not done yet, in order (stored with the position)."""
 
-    def __init__(self, state: list | None = None) -> None:
+    def __init__(self, state: list | None = None, include_tables: list[str] | None = None) -> None:
         self.requests = [BlockingRequest.from_state(r) for r in state or []]
+        self.include_tables = list(include_tables or [])  # (source.include_tables: Debezium's table order)
 
     def request(self, conn, captures: Callable[[str, str], bool], sig: Signal, *,
                 resolve: Callable[[TableDef], TableDef] | None, overrides: dict | None) -> None:
-        req = blocking_request(conn, captures, sig, resolve=resolve, overrides=overrides)
+        req = blocking_request(conn, captures, sig, resolve=resolve, overrides=overrides,
+                               include_tables=self.include_tables)
         self.requests.append(req)
         log.info("blocking snapshot %s of %s: the stream pauses at the next transaction boundary", req.snapshot_id,
                  ", ".join(req.tables))

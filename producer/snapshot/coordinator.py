@@ -84,7 +84,7 @@ class SnapshotCoordinator(ChunkWindows):
                  source: SourceConfig | None = None, owner: str = "",
                  resolve: Callable[[TableDef], TableDef] = _same, blocking: list | None = None) -> None:
         self.read_only, self.resolve = read_only, resolve  # (resolve: the table as its events carry it)
-        self.blocking = BlockingQueue(blocking)  # blocking snapshots asked for (the session takes them)
+        self.blocking = BlockingQueue(blocking, getattr(source, "include_tables", None))  # (the session takes them)
         # The producer's name, in each window marker it writes: a marker of another producer
         # sharing the signal table (another source on the same server) is none of this one's.
         self.owner = owner

@@ -12,6 +12,7 @@ import time
 
 from common.sql.sessions import read_session
 from contract.errors import BadSignal
+from contract.notifications import Notification
 from contract.topics import schemas_topic
 from producer.errors import ProducerStopped
 from producer.snapshot.table_reader import list_tables, read_table_def
@@ -35,13 +36,22 @@ class SessionStart:
             conn.close()
 
     def _start_initial_snapshot(self) -> None:
-        """``startup.mode: initial`` (and the snapshot modes that snapshot the data): every
-        captured table, by the snapshot coordinator, while the stream runs."""
+        """``startup.mode: initial``: every captured table, by the snapshot coordinator, while
+        the stream runs; ``snapshot.mode`` (Debezium's) that snapshots the data: a blocking
+        snapshot of them at the start position, as Debezium's initial snapshot (the recovery
+        snapshot after purged binlogs stays incremental: it deletes what it does not find)."""
         tables = self._captured_tables()
         self.state.extra["initial_snapshot"] = "started"
         delete_missing = bool(self.state.extra.pop("initial_delete_missing", False))
         if not tables:
             log.info("%s: no captured table exists yet", self.app.startup.mode.setting)
+            return
+        if self.app.startup.mode.debezium and not delete_missing:
+            self.coord.blocking.startup(self.coord.conn(), tables, f"initial-{int(time.time())}",
+                                        resolve=self.coord.resolve, overrides=self.coord.overrides,
+                                        skipped=lambda t, why: self._notify(Notification(
+                                            "SKIPPED", "initial", {"table": t, "reason": why})))
+            self._blocking_due(self._handled)  # (at the start position, before any change)
             return
         try:
             # A table that cannot be snapshotted (no primary key) is skipped with a
@@ -99,7 +109,8 @@ class SessionStart:
     def _streaming_done(self) -> bool:
         """A mode that does not stream (``initial_only``): whether its snapshot is done, so the
         run ends (no snapshot under way, none to start)."""
-        if self.app.startup.mode.stream or self.state.extra.get("initial_snapshot") == "pending" or self.coord.busy:
+        if self.app.startup.mode.stream or self.state.extra.get("initial_snapshot") == "pending" or self.coord.busy \
+                or self.coord.blocking.requests:
             return False
         log.info("%s: the snapshot is done; not streaming (the producer stops)", self.app.startup.mode.setting)
         return True

@@ -6,10 +6,11 @@ what to do when the stored offset's binlog is gone (a *data error*) or the schem
 (a *schema error*).  Here the same questions have these answers (docs/configuration.md,
 "snapshot.mode"):
 
-* data when no position is stored: ``producer.startup.mode: initial`` (stream from the
-  current position, every captured table snapshotted by the snapshot coordinator);
-* data on every start: the same snapshot, also when a position is stored (streaming goes on
-  from the stored position, so nothing between it and the snapshot is lost);
+* data when no position is stored: ``producer.startup.mode: initial``, its snapshot of every
+  captured table a blocking one at the start position (Debezium's initial snapshot:
+  :mod:`producer.session_start`, :mod:`producer.snapshot.blocking`), the stream after it;
+* data on every start: the same snapshot, also when a position is stored (taken there, and
+  streaming goes on from there, so nothing between it and the snapshot is lost);
 * no streaming: the producer stops once that snapshot is done (a restart after it stops at
   once: there is nothing left to do);
 * data error: ``producer.startup.when_needed: snapshot`` (stream from the current position and

@@ -183,5 +183,21 @@ class BlockingQueue:
         log.info("blocking snapshot %s of %s: the stream pauses at the next transaction boundary", req.snapshot_id,
                  ", ".join(req.tables))
 
+    def startup(self, conn, tables: list[str], snapshot_id: str, *, resolve: Callable[[TableDef], TableDef] | None,
+                overrides: dict | None, skipped: Callable[[str, str], None]) -> None:
+        """The blocking snapshot of a start's captured ``tables`` (``snapshot.mode``: Debezium's
+        initial snapshot); a table that cannot be read in key order is left out (``skipped``)."""
+        try:
+            jobs, left_out = table_jobs(conn, tables, snapshot_id, resolve=resolve, skippable=set(tables),
+                                        overrides=overrides)
+        except BadSignal as exc:  # (no table can be read in key order)
+            jobs, left_out = [], [("", exc.reason)]
+        for name, reason in left_out:
+            log.warning("initial snapshot: %s; the table is skipped", reason)
+            skipped(name, reason)
+        order = debezium_order([j.table for j in jobs], self.include_tables)
+        if jobs:
+            self.requests.append(BlockingRequest(snapshot_id, sorted(jobs, key=lambda j: order.index(j.table))))
+
     def state(self) -> list | None:
         return [r.to_state() for r in self.requests] or None

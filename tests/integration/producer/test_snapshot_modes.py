@@ -63,8 +63,11 @@ def test_which_start_snapshots_the_data(stack, config, test_db, table, mode, sna
     assert (first, len(_started(config)) - first) == snapshots
     got = dblog_replay(config, table).table
     expected = _source(stack.admin, test_db)
-    if snapshots[0]:  # the rows written before the first start came by the snapshot
+    if snapshots[0]:  # the rows written before the first start came by the snapshot: Debezium's initial one
         assert got == expected
+        marks = [v["source"]["snapshot"] for _, _, v in read_events(config, table) if v["op"] == "r"]
+        assert set(marks) == {"first", "true", "last"} and marks.count("first") == sum(snapshots)
+        assert {n["aggregateType"] for n in notifications(config) if n["type"] == "STARTED"} == {"Initial Snapshot"}
     else:  # only what was written after the first start
         assert got == {k: v for k, v in expected.items() if v["id"] >= 100}
 

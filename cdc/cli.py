@@ -518,8 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="once a table is read, the sinks delete the rows it did not find (rows deleted at the "
                            "source while their changes were lost)")
     snap_p.add_argument("--blocking", action="store_true",
-                        help="Debezium's blocking snapshot: the stream pauses while the tables are read whole, then "
-                             "goes on from where it paused (--where: the condition, or a whole SELECT * FROM ... WHERE)")
+                        help="Debezium's blocking snapshot: the stream pauses while the tables are read whole, "
+                             "then goes on from where it paused (--where: a condition, or SELECT * FROM ... WHERE ...)")
     action = snap_p.add_mutually_exclusive_group()
     action.add_argument("--stop", action="store_true", help="stop the running snapshot (of TABLES, or all)")
     action.add_argument("--pause", action="store_true", help="pause the running snapshot")

@@ -258,8 +258,8 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionBlocking):
             self.state.extra.pop("snapshot", None)
         else:
             self.state.extra["snapshot"] = snap
-        self.app.metrics.snapshot_progress = None if snap is None or snap["snapshot_id"] is None else {
-            "snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
+        self.app.metrics.snapshot_progress = self._blocking_progress() if snap is None or snap["snapshot_id"] is None \
+            else {"snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
         key, value = self.app.store.record({"resume": resume.to_json(), **self.state.extra})
         t0 = time.monotonic()
         self.writer.commit(key, value)

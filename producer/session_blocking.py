@@ -44,6 +44,11 @@ class SessionBlocking:
         queue.requests.pop(0)
         self._commit(self.current_resume())
 
+    def _blocking_progress(self) -> dict | None:
+        """The metrics' running snapshot while a blocking one is under way (None: none is)."""
+        reqs = self.coord.blocking.requests
+        return {"snapshot_id": reqs[0].snapshot_id, "paused": False, "tables": []} if reqs else None
+
     def _slots(self) -> MarkerSlots:
         """Positions at pause points: the read-only windows' own (one sequence of positions), or
         a sequence above the last marker in Kafka (a killed run's rows at the same point)."""

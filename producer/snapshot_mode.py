@@ -79,9 +79,9 @@ def snapshot_mode(cfg: CDCConfig) -> SnapshotMode:
                           "snapshot_schema, start_stream, snapshot_on_schema_error, snapshot_on_data_error: Debezium's "
                           "snapshot.mode.configuration.based.* settings)")
     if "when_needed" in given:
-        raise ConfigError(f"snapshot.mode: {mode} decides what producer.startup.when_needed would (a start after purged "
-                          "binlogs): give one of them (snapshot.mode: when_needed is producer.startup.when_needed: "
-                          "snapshot with startup.mode: initial)")
+        raise ConfigError(f"snapshot.mode: {mode} decides what producer.startup.when_needed would (a start after "
+                          "purged binlogs): give one of them (snapshot.mode: when_needed is "
+                          "producer.startup.when_needed: snapshot with startup.mode: initial)")
     snapshots = mode in _SNAPSHOTTING or (mode == "configuration_based" and flags.snapshot_data)
     if snapshots and "mode" in given and st.mode not in ("initial", "latest"):
         raise ConfigError(f"snapshot.mode: {mode} snapshots the captured tables and streams from the current position "

@@ -151,7 +151,7 @@ class SnapshotCoordinator(ChunkWindows):
     def working(self) -> bool:
         """Whether a snapshot is under way: chunks to read (not paused), chunks in flight, CLOSE
         rows owed, a blocking snapshot asked for.  (A producer told to exit when idle does not while it is.)"""
-        return (self.active and not self.paused) or bool(self.inflight or self._pending_closes or self.blocking.requests)
+        return self.active and not self.paused or bool(self.inflight or self._pending_closes or self.blocking.requests)
 
     def progress(self) -> list[dict]:
         return [{"table": j.table, "rows": j.rows, "estimated": max(j.estimated, j.rows), "chunks": j.chunks,

@@ -93,10 +93,13 @@ def test_blocking_snapshot_under_writes_equals_the_table(stack, config, test_db,
     assert scanned["total_rows_scanned"] == str(len(rows)) and scanned["connector_name"] == config.producer.name
 
 
-def test_blocking_snapshot_over_kafka_with_whole_select_conditions(stack, config, test_db):
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_blocking_snapshot_over_kafka_with_whole_select_conditions(stack, config, test_db, read_only):
     """Through the Kafka signal channel, two tables, one with Debezium's blocking
     ``additional-conditions`` (a whole SELECT): that table's rows are the SELECT's, the other's
-    all of them; the first/last marks span the snapshot, the per-table ones each table."""
+    all of them; the first/last marks span the snapshot, the per-table ones each table.  In
+    read-only mode the same, with nothing written to the source."""
+    config.snapshot.read_only = read_only
     _prepare(stack, config, test_db, {"a": 300, "b": 120})
     with ProducerThread(config):
         sid = kafka_signal(config, "execute-snapshot", _blocking(

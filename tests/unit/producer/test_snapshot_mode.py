@@ -48,7 +48,8 @@ def test_without_snapshot_mode_producer_startup_decides():
 
 def test_conflicting_settings_are_refused_naming_both():
     with pytest.raises(ConfigError, match="producer.startup.mode is 'gtid'"):
-        snapshot_mode(CDCConfig(snapshot={"mode": "initial"}, producer={"startup": {"mode": "gtid", "gtid_set": "0-1-1"}}))
+        snapshot_mode(CDCConfig(snapshot={"mode": "initial"},
+                                producer={"startup": {"mode": "gtid", "gtid_set": "0-1-1"}}))
     with pytest.raises(ConfigError, match="decides what producer.startup.when_needed would"):
         snapshot_mode(CDCConfig(snapshot={"mode": "always"}, producer={"startup": {"when_needed": "snapshot"}}))
     # a mode that snapshots no data starts where producer.startup.mode says

@@ -124,6 +124,8 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionBlocking):
         if self.state.extra.get("initial_snapshot") == "pending":
             self._start_initial_snapshot()
         coord = self.coord
+        if coord.blocking.requests:  # (at the start position, before any change: the initial one, a restarted one)
+            self._blocking_due(self._handled)
         coord.poll(self._boundary(self._handled))
         if self._streaming_done():  # (a mode that does not stream, its snapshot done before)
             self._commit(self.current_resume())

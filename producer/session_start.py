@@ -51,7 +51,6 @@ class SessionStart:
                                         resolve=self.coord.resolve, overrides=self.coord.overrides,
                                         skipped=lambda t, why: self._notify(Notification(
                                             "SKIPPED", "initial", {"table": t, "reason": why})))
-            self._blocking_due(self._handled)  # (at the start position, before any change)
             return
         try:
             # A table that cannot be snapshotted (no primary key) is skipped with a

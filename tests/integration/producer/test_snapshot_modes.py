@@ -15,7 +15,14 @@ from producer.app import ProducerApp
 from producer.errors import BinlogPurgedError, ProducerStopped
 from spark_jobs.dblog import make_key
 from tests.integration.producer.test_recovery import _rebuilt
-from tests.producer_helpers import ProducerThread, purge_binlogs, read_events, run_until_caught_up, wait_for
+from tests.producer_helpers import (
+    ProducerThread,
+    change_and_purge,
+    read_events,
+    run_until_caught_up,
+    shop_table,
+    wait_for,
+)
 from tests.snapshot_helpers import dblog_replay, notifications
 
 
@@ -109,21 +116,11 @@ def test_when_needed_snapshots_again_after_purged_binlogs(own_mysql, config):
     next start streams from the current position and snapshots again with delete-missing, so
     the topic rebuilds the table.  ``initial`` instead stops, naming ``when_needed``."""
     source = own_mysql
-    source.point(config)
-    config.source.include_databases = ["shop"]
-    with source.admin() as conn, conn.cursor() as cur:
-        cur.execute("CREATE DATABASE shop")
-        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(40))")
-        cur.executemany("INSERT INTO shop.t VALUES (%s, %s)", [(i, f"old{i}") for i in range(40)])
+    shop_table(source, config)
     config.snapshot.mode = "when_needed"
     run_until_caught_up(config)
     assert len(_rebuilt(config, "shop", "t")[0]) == 40
-    with source.admin(database="shop") as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"while down{i}") for i in range(80, 100)])
-        cur.execute("UPDATE t SET v = 'changed while down' WHERE id IN (5, 85)")
-        cur.execute("DELETE FROM t WHERE id IN (6, 7, 86)")
-    with source.admin() as admin:
-        oldest, _ = purge_binlogs(admin)
+    oldest, _ = change_and_purge(source, (5, 85), (6, 7, 86))
 
     config.snapshot.mode = "initial"
     with pytest.raises(BinlogPurgedError) as err:

@@ -47,6 +47,8 @@ class SessionStart:
             log.info("%s: no captured table exists yet", self.app.startup.mode.setting)
             return
         if self.app.startup.mode.debezium and not delete_missing:
+            if any(r.snapshot_id.startswith("initial-") for r in self.coord.blocking.requests):
+                return  # (a killed start's own is taken again: not a second one)
             self.coord.blocking.startup(self.coord.conn(), tables, f"initial-{int(time.time())}",
                                         resolve=self.coord.resolve, overrides=self.coord.overrides,
                                         skipped=lambda t, why: self._notify(Notification(

@@ -72,25 +72,27 @@ def snapshot_mode(cfg: CDCConfig) -> SnapshotMode:
     st = cfg.producer.startup
     if mode is None:
         return SnapshotMode(st, "producer.startup")
-    given = st.model_fields_set
     flags = cfg.snapshot.configuration_based
     if mode == "configuration_based" and flags is None:
         raise ConfigError("snapshot.mode: configuration_based needs snapshot.configuration_based (snapshot_data, "
                           "snapshot_schema, start_stream, snapshot_on_schema_error, snapshot_on_data_error: Debezium's "
                           "snapshot.mode.configuration.based.* settings)")
-    if "when_needed" in given:
-        raise ConfigError(f"snapshot.mode: {mode} decides what producer.startup.when_needed would (a start after "
-                          "purged binlogs): give one of them (snapshot.mode: when_needed is "
-                          "producer.startup.when_needed: snapshot with startup.mode: initial)")
+    on_data_error = mode == "when_needed" or (mode == "configuration_based" and flags.snapshot_on_data_error)
+    if st.when_needed == "snapshot" and not on_data_error:  # (its default, stop, is every other mode's)
+        raise ConfigError(f"snapshot.mode: {mode} stops after purged binlogs, but producer.startup.when_needed is "
+                          "'snapshot': give one of them (snapshot.mode: when_needed is producer.startup.when_needed: "
+                          "snapshot with startup.mode: initial)")
     snapshots = mode in _SNAPSHOTTING or (mode == "configuration_based" and flags.snapshot_data)
-    if snapshots and "mode" in given and st.mode not in ("initial", "latest"):
+    if snapshots and st.mode not in ("initial", "latest"):  # (latest: the default)
         raise ConfigError(f"snapshot.mode: {mode} snapshots the captured tables and streams from the current position "
                           f"when no position is stored, but producer.startup.mode is {st.mode!r}: give one of them "
                           "(snapshot.mode: no_data or recovery start where producer.startup.mode says)")
+    if not snapshots and st.mode == "initial":
+        raise ConfigError(f"snapshot.mode: {mode} takes no data snapshot, but producer.startup.mode is 'initial': give "
+                          "one of them (snapshot.mode: initial is producer.startup.mode: initial)")
     start_mode = "initial" if mode in _SNAPSHOTTING else st.mode
     if mode == "configuration_based":
         start_mode = "initial" if flags.snapshot_data else st.mode
-    on_data_error = mode == "when_needed" or (mode == "configuration_based" and flags.snapshot_on_data_error)
     startup = st.model_copy(update={"mode": start_mode, "when_needed": "snapshot" if on_data_error else "stop"})
     setting = f"snapshot.mode: {mode}"
     if mode == "configuration_based":

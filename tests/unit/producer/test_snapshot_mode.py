@@ -50,8 +50,16 @@ def test_conflicting_settings_are_refused_naming_both():
     with pytest.raises(ConfigError, match="producer.startup.mode is 'gtid'"):
         snapshot_mode(CDCConfig(snapshot={"mode": "initial"},
                                 producer={"startup": {"mode": "gtid", "gtid_set": "0-1-1"}}))
-    with pytest.raises(ConfigError, match="decides what producer.startup.when_needed would"):
+    with pytest.raises(ConfigError, match="stops after purged binlogs, but producer.startup.when_needed is"):
         snapshot_mode(CDCConfig(snapshot={"mode": "always"}, producer={"startup": {"when_needed": "snapshot"}}))
+    # the same said twice, or the defaults written out (a configuration file dumped whole): no conflict
+    both = CDCConfig(snapshot={"mode": "when_needed"},
+                     producer={"startup": {"mode": "initial", "when_needed": "snapshot"}})
+    assert snapshot_mode(both).startup.when_needed == "snapshot"
+    dumped = CDCConfig(snapshot={"mode": "initial"}, producer={"startup": {"mode": "latest", "when_needed": "stop"}})
+    assert snapshot_mode(dumped).startup.mode == "initial"
+    with pytest.raises(ConfigError, match="takes no data snapshot, but producer.startup.mode is 'initial'"):
+        snapshot_mode(CDCConfig(snapshot={"mode": "no_data"}, producer={"startup": {"mode": "initial"}}))
     # a mode that snapshots no data starts where producer.startup.mode says
     m = snapshot_mode(CDCConfig(snapshot={"mode": "no_data"}, producer={"startup": {"mode": "earliest"}}))
     assert m.startup.mode == "earliest"

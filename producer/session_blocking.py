@@ -118,4 +118,4 @@ class SessionBlocking:
         markers = tuple(MarkerSeen(kind, req.snapshot_id, chunk_id, job.table, key_range, p, {"blocking": True})
                         for kind, p in (("OPEN", open_at), ("CLOSE", close_at)))
         return ReleasedChunk(req.snapshot_id, chunk_id, tdef, rows, open_at, close_at, keys, markers=markers,
-                             snapshot_record=mark)
+                             snapshot_record=mark, server_id=0 if req.first_start else None)

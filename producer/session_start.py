@@ -52,7 +52,8 @@ class SessionStart:
             self.coord.blocking.startup(self.coord.conn(), tables, f"initial-{int(time.time())}",
                                         resolve=self.coord.resolve, overrides=self.coord.overrides,
                                         skipped=lambda t, why: self._notify(Notification(
-                                            "SKIPPED", "initial", {"table": t, "reason": why})))
+                                            "SKIPPED", "initial", {"table": t, "reason": why})),
+                                        first_start=not self.state.stored)
             return
         try:
             # A table that cannot be snapshotted (no primary key) is skipped with a

@@ -59,17 +59,21 @@ class BlockingRequest:
 
     snapshot_id: str
     jobs: list[TableJob] = field(default_factory=list)
+    #: Debezium's initial snapshot of a first start (its rows' source.server_id is 0, as Debezium's)
+    first_start: bool = False
 
     @property
     def tables(self) -> list[str]:
         return [j.table for j in self.jobs]
 
     def to_state(self) -> dict:
-        return {"snapshot_id": self.snapshot_id, "jobs": [j.to_state() for j in self.jobs]}
+        return {"snapshot_id": self.snapshot_id, "jobs": [j.to_state() for j in self.jobs],
+                "first_start": self.first_start}
 
     @classmethod
     def from_state(cls, st: dict) -> "BlockingRequest":
-        return cls(str(st["snapshot_id"]), [TableJob.from_state(j) for j in st.get("jobs") or []])
+        return cls(str(st["snapshot_id"]), [TableJob.from_state(j) for j in st.get("jobs") or []],
+                   bool(st.get("first_start")))
 
 
 def blocking_request(conn, captures: Callable[[str, str], bool], sig: Signal, *,
@@ -184,7 +188,7 @@ class BlockingQueue:
                  ", ".join(req.tables))
 
     def startup(self, conn, tables: list[str], snapshot_id: str, *, resolve: Callable[[TableDef], TableDef] | None,
-                overrides: dict | None, skipped: Callable[[str, str], None]) -> None:
+                overrides: dict | None, skipped: Callable[[str, str], None], first_start: bool) -> None:
         """The blocking snapshot of a start's captured ``tables`` (``snapshot.mode``: Debezium's
         initial snapshot); a table that cannot be read in key order is left out (``skipped``)."""
         try:
@@ -197,7 +201,8 @@ class BlockingQueue:
             skipped(name, reason)
         order = debezium_order([j.table for j in jobs], self.include_tables)
         if jobs:
-            self.requests.append(BlockingRequest(snapshot_id, sorted(jobs, key=lambda j: order.index(j.table))))
+            self.requests.append(BlockingRequest(snapshot_id, sorted(jobs, key=lambda j: order.index(j.table)),
+                                                 first_start))
 
     def state(self) -> list | None:
         return [r.to_state() for r in self.requests] or None

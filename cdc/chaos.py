@@ -116,10 +116,13 @@ class ChaosPlan:
         acts += [(t_pause, "pause"), (t_pause + rnd.uniform(2.0, 4.0), "resume")]
         # Producer kills at least 2 s apart, job kills at least 12 s apart (a Spark start).
         acts += [(t, "kill:producer") for t in _spread(rnd, producer_kills, 4.0, duration, 2.0)]
-        # every other merge job kill waits for a lake table's commit and lands right after it:
-        # the batch's other tables not yet committed, the job's own state not yet stored
+        # the merge job's kills go round: a plain one; one right after a lake table's commit (the
+        # committer's other tables not yet committed, its journal not yet cleared); one right
+        # after a batch was staged for a lake table (staged, not committed); one during a lake
+        # commit (its intent written, the table not yet committed)
         job_times = _spread(rnd, job_kills, 12.0, duration + job_kills * 4.0, 12.0)
-        acts += [(t, "kill:job-commit" if i % 2 else "kill:job") for i, t in enumerate(job_times)]
+        kinds = ("kill:job", "kill:job-commit", "kill:job-staged", "kill:job-intent")
+        acts += [(t, kinds[i % len(kinds)]) for i, t in enumerate(job_times)]
         acts.append((rnd.uniform(duration * 0.3, duration * 0.7), "restart:source"))
         if broker_kills:  # a node down for BROKER_DOWN_S each time: killed twice, then shut down
             for at, how in ((rnd.uniform(5.5, 7.0), "kill"), (rnd.uniform(duration * 0.5, duration * 0.6), "kill"),
@@ -155,12 +158,14 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     cfg.sinks.postgres.schema_name = run
     cfg.sinks.mysql.database = f"sink_{run}"
     cfg.spark.trigger_interval_s = 1.0
+    cfg.sinks.delta.commit_interval_s = cfg.sinks.iceberg.commit_interval_s = 3.0  # (several commits a minute)
     if brokers is not None:  # every topic on every node, a write acknowledged by two
         cfg.kafka.replication_factor = min(3, len(brokers.info["nodes"]))
     plan = ChaosPlan.make(seed, duration=duration, producer_kills=producer_kills, job_kills=job_kills,
                           broker_kills=brokers is not None)
     counts: dict[str, Any] = {"seed": seed, "rows_per_table": rows, "producer_kills": 0, "job_kills": 0,
-                              "job_kills_at_commit": 0, "source_restarts": 0, "signals": 0, "broker_kills": 0,
+                              "job_kills_at_commit": 0, "job_kills_at_staged": 0, "job_kills_at_intent": 0,
+                              "source_restarts": 0, "signals": 0, "broker_kills": 0,
                               "broker_shutdowns": 0, "broker_starts": 0}
     with admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
@@ -222,9 +227,8 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
                 signal_row(f"{what}-snapshot", {"type": "incremental"})
             elif what == "kill":
                 p = producer if arg == "producer" else job
-                if arg == "job-commit":
-                    counts["job_kills_at_commit"] += _kill_at_commit(job, cfg, db)
-                else:
+                if arg in LAKE_MOMENTS:
+                    counts[f"job_kills_at_{arg[4:]}"] += _kill_on_new(job, LAKE_MOMENTS[arg](cfg, db))
                     p.kill9()
                 counts["producer_kills" if arg == "producer" else "job_kills"] += 1
                 p.start()
@@ -286,18 +290,41 @@ def _lake_tables_log(cfg: CDCConfig, db: str) -> list[Path]:
     return [Path(cfg.sinks.delta.path) / db / f"t_{k}" / "_delta_log" for k in KINDS]
 
 
-def _kill_at_commit(job: CdcProcess, cfg: CDCConfig, db: str, timeout: float = 180.0) -> int:
-    """SIGKILL the merge job right after one of the run's Delta tables took a commit (the
-    batch's other tables and the job's state not yet written); 1 if it landed so, 0 if no
-    commit came within ``timeout`` (killed then all the same, or no Delta sink: at once)."""
-    logs = _lake_tables_log(cfg, db)
+def _delta_staging(cfg: CDCConfig) -> Path | None:
+    d = cfg.sinks.delta
+    return Path(d.staging_path or f"{d.path}/_cdc_staging") if d.enabled else None
 
-    def commits() -> int:
-        return sum(1 for d in logs if d.is_dir() for p in d.iterdir() if p.suffix == ".json")
-    before = commits()
-    deadline = time.monotonic() + (timeout if logs else 0.0)
+
+def _commits_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]]:
+    """The run's Delta tables' log entries (a new one: a lake commit just landed)."""
+    logs = _lake_tables_log(cfg, db)
+    return lambda: {str(p) for d in logs if d.is_dir() for p in d.iterdir() if p.suffix == ".json"}
+
+
+def _manifests_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]]:
+    """The Delta sink's staged batches of the run (a new one: a batch staged, not committed)."""
+    root = _delta_staging(cfg)
+    return (lambda: set(map(str, root.glob(f"*/{db}__*/b*/_staged.json")))) if root else (lambda: set())
+
+
+def _intents_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]]:
+    """The Delta sink's commit intents of the run (a new one: a lake commit under way)."""
+    root = _delta_staging(cfg)
+    return (lambda: set(map(str, root.glob(f"_commits/{db}__*/c*.json")))) if root else (lambda: set())
+
+
+#: The moments of the lake commits a merge job kill can wait for.
+LAKE_MOMENTS = {"job-commit": _commits_seen, "job-staged": _manifests_seen, "job-intent": _intents_seen}
+
+
+def _kill_on_new(job: CdcProcess, seen: Callable[[], set[str]], timeout: float = 180.0) -> int:
+    """SIGKILL the merge job as soon as ``seen`` names something it did not name before (a
+    lake commit, a staged batch, a commit intent: :data:`LAKE_MOMENTS`); 1 if it landed so, 0
+    if nothing new came within ``timeout`` (killed then all the same; nothing to watch: at once)."""
+    before = seen()
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if commits() > before:
+        if seen() - before:
             job.kill9()
             return 1
         time.sleep(0.002)
@@ -306,14 +333,16 @@ def _kill_at_commit(job: CdcProcess, cfg: CDCConfig, db: str, timeout: float = 1
 
 
 def _lake_commits(cfg: CDCConfig, db: str) -> tuple[int, int]:
-    """The merge job's commits to the run's lake tables, and how many of them committed a
-    batch some commit of the same job and table had committed already (0 expected)."""
+    """The micro-batches the merge job's commits to the run's lake tables hold (a lake commit
+    holds every batch staged since the one before), and how many of them a commit held that an
+    earlier commit of the same table held already (0 expected)."""
     commits = twice = 0
     for _, sink in build_sinks(cfg.sinks):
         if isinstance(sink, LakeSinkBase):
             for k in KINDS:
-                marks = sink.commits(db, f"t_{k}")
-                commits += len(marks)
+                held = sink.commit_marks(db, f"t_{k}")
+                marks = [pair for batches in held for pair in batches]
+                commits += len(held)
                 twice += len(marks) - len(set(marks))
             sink.close()
     return commits, twice
@@ -371,7 +400,8 @@ def _wait(check: Callable[[], bool], timeout: float, what: str, health: Callable
 
 def _print_counts(counts: dict, console: Console) -> None:
     t = Table("what", "count", title=f"chaos run, seed {counts['seed']}")
-    for k in ("producer_kills", "job_kills", "job_kills_at_commit", "source_restarts", "producer_starts", "job_starts",
+    for k in ("producer_kills", "job_kills", "job_kills_at_commit", "job_kills_at_staged", "job_kills_at_intent",
+              "source_restarts", "producer_starts", "job_starts",
               "broker_kills", "broker_shutdowns", "broker_starts", "signals", "raw_topic_copies", "clean_changelog_duplicates", "lake_commits",
               "lake_batches_committed_twice", "seconds"):
         t.add_row(k.replace("_", " "), str(counts[k]))

@@ -243,7 +243,8 @@ def _cmd_bench_race(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_peers(args: argparse.Namespace) -> int:
-    from cdc.bench.peers_race import bench_peers, parse_peers, write_peers_section
+    from cdc.bench.peers_race import bench_peers, parse_peers
+    from cdc.bench.peers_report import write_peers_section
     try:
         parallelisms = tuple(int(p) for p in args.parallelisms.split(",") if p.strip())
     except ValueError:
@@ -278,6 +279,22 @@ def _lake_engines(text: str) -> str:
     if not engines or any(e not in ("driver", "spark") for e in engines):
         raise argparse.ArgumentTypeError(f"{text!r}: driver, spark or driver,spark")
     return ",".join(engines)
+
+
+def _cmd_bench_lakes(args: argparse.Namespace) -> int:
+    from cdc.bench.report import with_section
+    from cdc.bench.lake_cadence import bench_lake_cadence, cadence_lines
+    result = bench_lake_cadence(Path(args.state_dir), events=args.events, rate=args.rate, seconds=args.seconds,
+                                rounds=args.rounds, engines=tuple(args.lake_engines.split(",")),
+                                interval_s=args.interval, console=console)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    if args.out:
+        out = Path(args.out)
+        heading = "## Lakes on their own commit cadence (`cdc bench lakes`)"
+        out.write_text(with_section(out.read_text() if out.exists() else "# Benchmarks\n", heading,
+                                    "\n".join([heading, "", *cadence_lines(result)])))
+    return 0
 
 
 def _cmd_bench_merge(args: argparse.Namespace) -> int:
@@ -380,6 +397,9 @@ def _cmd_lake(args: argparse.Namespace) -> int:
         results = [dict(zip(columns, r)) for r in rows]
     elif args.lake_command == "files":
         results = lake.file_counts(cfg, args.tables)
+    elif args.lake_command == "commit":
+        done = lake.commit_lakes(cfg, wait_s=args.wait)
+        results = [{"sink": name, "committed by": done["by"], "result": figures} for name, figures in done["sinks"].items()]
     else:
         with console.status(f"lake {args.lake_command}...") as status:
             results = lake.maintain(cfg, args.lake_command, args.tables, retention_hours=args.retention_hours,
@@ -583,6 +603,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--keep-running", action="store_true")
     bench_merge_p.set_defaults(func=_cmd_bench_merge)
 
+    bench_lakes_p = bench_sub.add_parser("lakes", help="the lake sinks on their commit cadence: backlog rate with both "
+                                         "lakes on, the PostgreSQL sink's latency with them on and off, their freshness")
+    bench_lakes_p.add_argument("--events", type=int, default=500_000, help="change events of the backlog (default 500000)")
+    bench_lakes_p.add_argument("--rate", type=int, default=5000, help="inserts/s of the latency runs (0: none)")
+    bench_lakes_p.add_argument("--seconds", type=float, default=60.0, help="length of each latency run (default 60)")
+    bench_lakes_p.add_argument("--rounds", type=int, default=2, help="alternated rounds (default 2)")
+    bench_lakes_p.add_argument("--lake-engines", default="driver,spark", type=_lake_engines,
+                               help="engines, comma-separated (default driver,spark)")
+    bench_lakes_p.add_argument("--interval", type=float, default=10.0, help="the lakes' commit_interval_s (default 10)")
+    bench_lakes_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_lakes_p.add_argument("--json", action="store_true", help="print every figure as JSON")
+    bench_lakes_p.add_argument("--out", help="write the figures as a section of this file (docs/benchmarks.md)")
+    bench_lakes_p.set_defaults(func=_cmd_bench_lakes)
+
     bench_broker_p = bench_sub.add_parser(
         "broker", help="the embedded Kafka by partition depth: fetch and produce latency, memory")
     bench_broker_p.add_argument("--steps", default="100000,300000,1000000,2000000,5000000",
@@ -723,6 +757,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="what vacuum and expire keep (default 168: a week)")
         p.add_argument("--json", action="store_true", help="print the results as JSON")
         p.set_defaults(func=_cmd_lake)
+    commit_p = lake_sub.add_parser("commit", help="commit what the lake sinks hold staged now (the running merge job's "
+                                   "committers, or the staged batches a stopped job left)")
+    commit_p.add_argument("--wait", type=float, default=300.0, help="seconds to wait for the merge job (default 300)")
+    commit_p.add_argument("--json", action="store_true", help="print the results as JSON")
+    commit_p.set_defaults(func=_cmd_lake)
     sql_p = lake_sub.add_parser("sql", help="run DuckDB SQL over the lake tables (delta.<db>.<table>, iceberg.<db>.<table>)")
     sql_p.add_argument("sql", help='e.g. "SELECT count(*) FROM delta.shop.customers"')
     sql_p.add_argument("--json", action="store_true", help="print the rows as JSON")

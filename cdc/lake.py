@@ -13,6 +13,10 @@ the connectors from ``make jars``):
 * ``cdc lake expire`` expires the Iceberg snapshots older than the retention and deletes the
   files no snapshot left needs (with Spark: ``expire_snapshots``, ``remove_orphan_files``);
 * ``cdc lake files`` shows the data files per table;
+* ``cdc lake commit`` commits what the lake sinks hold staged now (docs/lake.md, "Commit
+  cadence"): the running merge job's committers are asked (``lake-commit-request`` in the state
+  directory), or, with no merge job running, the command commits the journal's staged batches
+  itself;
 * ``cdc lake sql "SELECT ..."`` runs DuckDB over the tables (``delta.<db>.<table>`` and
   ``iceberg.<db>.<table>`` as views), with the delta, iceberg and avro extensions of the
   ``duckdb-extension-*`` packages (the ``lake-query`` extra: no download at run time).
@@ -23,18 +27,23 @@ Each takes ``DB.TABLE`` names or regular expressions (default: every lake table)
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import sys
+import time
+from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from cdc.errors import CommandError
 from common.config import CDCConfig
+from spark_jobs.batch_commit import owner_of
+from spark_jobs.lake_committer import REQUEST_FILE, STATUS_FILE, LakeCommitters
 from spark_jobs.sinks.configured import build_sinks, lake_conf
 from spark_jobs.sinks.lake_base import LakeSinkBase
 
-__all__ = ["lake_sinks", "maintain", "file_counts", "duckdb_connection", "lake_sql"]
+__all__ = ["lake_sinks", "maintain", "file_counts", "duckdb_connection", "lake_sql", "commit_lakes"]
 
 
 def lake_sinks(cfg: CDCConfig) -> list[tuple[str, LakeSinkBase]]:
@@ -94,6 +103,55 @@ def maintain(cfg: CDCConfig, action: str, patterns: Sequence[str] = (), *, reten
                             "removed": sink.staging.remove_stale(retention_hours)})
         sink.close()
     return results
+
+
+def _running_committers(state_dir: Path) -> dict | None:
+    """The lake status of a merge job that runs now (its process alive), else None."""
+    try:
+        status = json.loads((state_dir / STATUS_FILE).read_text())
+        os.kill(int(status["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return status if status.get("running") else None
+
+
+def commit_lakes(cfg: CDCConfig, wait_s: float = 300.0) -> dict[str, Any]:
+    """Commit what the lake sinks hold staged now: the running merge job's committers are asked
+    and waited for (until every sink has served the request and holds nothing staged), or, with
+    no merge job running, the journal's staged batches are committed here.  What was done."""
+    state_dir = Path(cfg.state_dir)
+    if _running_committers(state_dir) is not None:
+        asked = time.time()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        (state_dir / REQUEST_FILE).write_text(str(asked))
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            status = _running_committers(state_dir)
+            if status is None:
+                break  # the job stopped meanwhile: it committed what it held (or its journal keeps it)
+            sinks = status.get("sinks") or {}
+            served = all(s.get("forced_at", 0) >= asked for s in sinks.values())
+            if served and all((s.get("oldest_staged_at") or asked + 1) > asked for s in sinks.values()):
+                # (every batch staged before the request committed; later ones wait for their turn)
+                return {"by": "merge job", "sinks": {n: s.get("commits", 0) for n, s in sinks.items()}}
+            failed = [f"{n}: {s['last_error']}" for n, s in sinks.items() if s.get("last_error")]
+            if served and failed:
+                raise CommandError("the merge job's lake commit failed (the batches stay staged and are committed once "
+                                   "the lake takes them): " + "; ".join(failed))
+            time.sleep(0.2)
+        else:
+            raise CommandError(f"the merge job's lake committers did not commit within {wait_s:.0f}s (see its log and "
+                               f"{state_dir / STATUS_FILE})")
+    sinks = lake_sinks(cfg)
+    group = LakeCommitters(sinks, cfg.sinks, owner_of(cfg.kafka.topic_prefix), state_dir)
+    done = {}
+    for c in group.committers:
+        found = c.recover()
+        figures = c.commit_now(raise_errors=True)
+        done[c.name] = {"staged_batches": found, "upserted": figures["upserted"], "deleted": figures["deleted"]}
+    for _, sink in sinks:
+        sink.close()
+    return {"by": "this command", "sinks": done}
 
 
 def file_counts(cfg: CDCConfig, patterns: Sequence[str] = ()) -> list[dict[str, Any]]:

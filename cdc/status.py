@@ -25,6 +25,7 @@ def show_status(cfg: CDCConfig, console: Console, source: str | None = None) -> 
     views = [cfg.for_source(name) for name in names]
     snapshots = [(view, _producer(view, console)) for view in views]
     _merge_job(cfg, console, source)
+    _lakes(cfg, console)
     for view, snap in snapshots:
         if snap and snap.get("snapshot_id"):
             if "tables" not in snap:  # the stored form
@@ -74,6 +75,31 @@ def _merge_job(cfg: CDCConfig, console: Console, source: str | None = None) -> N
         merge_file = Path(cfg.state_dir) / (f"merge-status-{name}.json" if name else "merge-status.json")
         if merge_file.exists():
             _merge_table(json.loads(merge_file.read_text()), console, name)
+
+
+def _lakes(cfg: CDCConfig, console: Console) -> None:
+    """The lake tables' commits (``lake-status.json`` of the merge job's lake committers):
+    per table the last commit, the source position it holds, what waits staged and its age."""
+    path = Path(cfg.state_dir) / "lake-status.json"
+    if not path.exists():
+        return
+    st = json.loads(path.read_text())
+    fresh = time.time() - st.get("updated_at", 0) < 30
+    lt = Table("lake table", "commits", "holds position", "last commit", "staged", "freshness")
+    for name, sink in (st.get("sinks") or {}).items():
+        head = (f"{name} (every {sink.get('interval_s', 0):g}s; " + ("running" if fresh else "not running") + ")")
+        if sink.get("holding_stream_since"):
+            head += " [yellow]holds the stream back[/yellow]"
+        if sink.get("last_error"):
+            head += f" [red]last error: {rich_escape(sink['last_error'])}[/red]"
+        lt.add_row(head, "", "", "", "", "")
+        for table, t in (sink.get("tables") or {}).items():
+            at = t.get("last_commit_at")
+            lt.add_row(f"  {table}", f"{t.get('commits', 0):,}", str(t.get("position") or "-"),
+                       f"{time.time() - at:,.0f}s ago" if at else "-",
+                       f"{t.get('staged_batches', 0)} batches, {t.get('staged_rows', 0):,} rows",
+                       f"{t.get('freshness_s', 0):,.1f}s")
+    console.print(lt)
 
 
 def _merge_table(ms: dict, console: Console, source: str | None) -> None:

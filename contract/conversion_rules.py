@@ -16,8 +16,11 @@ functions.
 A rule annotated ``-> int | None`` is *partial*: None is a value the fast paths refuse (the row
 then takes the values' way); one annotated ``-> int`` or ``-> bool`` is total; ``wide`` marks a
 value of up to 128 bits (C's ``__int128``: a DECIMAL's digits, a TIME's fields).  Every other integer stays
-within a signed 64-bit range (C's ``int64_t``); a rule checks a ``bytes`` argument's length
-before it reads it (the C reads are bounds-checked too, but a read out of range is a rule's bug).
+within a signed 64-bit range (C's ``int64_t``).  Where the two languages part ways (a zero
+divisor, an index outside a tuple or a ``bytes`` argument, a loop's bounds), the compiler takes a
+rule only once it has proven that the rule never goes there (:mod:`contract.conversion_rules_proof`):
+a rule checks a ``bytes`` argument's length before it reads it, and an argument before it
+divides by it or indexes with it.
 
 Pure functions: no I/O, no imports.
 """
@@ -83,9 +86,11 @@ def valid_date(y: int, m: int, d: int) -> bool:
 
 
 def days_since_epoch(y: int, m: int, d: int) -> int:
-    """Days since 1970-01-01 of a valid date (Python's ``date.toordinal() - 719163``)."""
+    """Days since 1970-01-01 of a valid date (Python's ``date.toordinal() - 719163``; a month
+    outside 1 to 12, of no valid date, has no days before it)."""
     py = y - 1
-    ordinal = py * 365 + py // 4 - py // 100 + py // 400 + DAYS_BEFORE_MONTH[m] + d
+    before = DAYS_BEFORE_MONTH[m] if 1 <= m <= 12 else 0
+    ordinal = py * 365 + py // 4 - py // 100 + py // 400 + before + d
     if m > 2 and is_leap(y):
         ordinal += 1
     return ordinal - EPOCH_ORDINAL
@@ -149,7 +154,10 @@ def packed_time_seconds(hms: int) -> int | None:
 def datetime2_fraction(f: int, fsp: int, unit: int) -> int | None:
     """A DATETIME2's fraction of precision ``fsp`` (its ``(fsp + 1) // 2`` big-endian bytes read
     unsigned: 0 where ``fsp`` is 0) in ``unit`` microseconds (1 or 1000), a tenth dropped for an
-    odd precision; None above its limit (a negative one has its sign bit set: above it too)."""
+    odd precision; None above its limit (a negative one has its sign bit set: above it too), or
+    for a precision outside 0 to 6 or a unit below 1."""
+    if fsp < 0 or fsp > 6 or unit < 1:
+        return None
     scale = POWERS_OF_TEN[6 - fsp]
     tenth = fsp % 2
     limit = (999999 // scale) * (10 if tenth else 1) + (9 if tenth else 0)
@@ -164,7 +172,9 @@ def datetime2_fraction(f: int, fsp: int, unit: int) -> int | None:
 def datetime2_units(d: int, f: int, fsp: int, unit: int) -> int | None:
     """A DATETIME2 (``d``: its first five bytes big-endian; ``f``: its fraction's bytes) in
     ``unit`` microseconds since 1970-01-01 00:00 of its wall clock; None for a zero or invalid
-    date or time, or a fraction out of range."""
+    date or time, or a fraction out of range (or a unit below 1)."""
+    if unit < 1:
+        return None
     days = packed_date_days(d >> 17)
     if days is None:
         return None
@@ -194,9 +204,12 @@ def digits(s: bytes, start: int, stop: int) -> int | None:
 
 def three_fields(s: bytes, at: int, width: int, sep: int) -> int | None:
     """``A<sep>BB<sep>CC`` at ``s[at:]`` (A of ``width`` digits, ``sep`` a byte) as
-    ``A * 10000 + BB * 100 + CC``; None where ``s`` does not hold that there."""
+    ``A * 10000 + BB * 100 + CC``; None where ``s`` does not hold that there (or ``width`` is
+    not at least 1)."""
+    if at < 0 or width < 1:
+        return None
     b = at + width
-    if at < 0 or len(s) < b + 6 or s[b] != sep or s[b + 3] != sep:
+    if len(s) < b + 6 or s[b] != sep or s[b + 3] != sep:
         return None
     x = digits(s, at, b)
     if x is None:
@@ -229,9 +242,10 @@ def date_text_days(s: bytes) -> int | None:
 
 def datetime_text_units(s: bytes, unit: int) -> int | None:
     """A DATETIME's text ``YYYY-MM-DD hh:mm:ss[.f{1,6}]`` in ``unit`` microseconds (1 or 1000)
-    since 1970-01-01 00:00 of its wall clock; None where it is not one in that form."""
+    since 1970-01-01 00:00 of its wall clock; None where it is not one in that form (or ``unit``
+    is below 1)."""
     n = len(s)
-    if n != 19 and (n < 21 or n > 26):
+    if unit < 1 or (n != 19 and (n < 21 or n > 26)):
         return None
     days = date_text_prefix_days(s)
     if days is None:
@@ -281,9 +295,10 @@ def decimal_group(s: bytes, at: int, n: int, count: int, flip: int, first: int) 
     """The group of ``count`` digits in the ``n`` bytes at ``s[at:]`` of a packed DECIMAL, each
     byte XORed with ``flip`` (255 for a negative value), the sign bit dropped where it is the
     ``first``; None at or above ``10 ** count`` (a value beyond its precision: python-mysql-
-    replication reads it as a string of its own) or where ``s`` is shorter."""
+    replication reads it as a string of its own) or where ``s`` is shorter (or ``n`` is outside
+    1 to 4, a group's size, or ``count`` outside 0 to 18)."""
     stop = at + n
-    if at < 0 or stop > len(s):
+    if at < 0 or n < 1 or n > 4 or stop > len(s) or count < 0 or count > 18:
         return None
     v = 0
     for i in range(at, stop):
@@ -336,8 +351,14 @@ def decimal_text(s: bytes, scale: int) -> wide | None:
     one in that form."""
     n = len(s)
     negative = 1 if n > 0 and s[0] == 45 else 0
-    point = n - scale - 1 if scale > 0 else n
-    if point <= negative or (scale > 0 and s[point] != 46) or n - negative - (1 if scale > 0 else 0) > 38:
+    point = n
+    if scale > 0:
+        point = n - scale - 1
+        if point <= negative or s[point] != 46:
+            return None
+    elif n <= negative:
+        return None
+    if n - negative - (1 if scale > 0 else 0) > 38:
         return None
     total: wide = 0
     for i in range(negative, n):

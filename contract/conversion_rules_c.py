@@ -15,9 +15,11 @@ extensions; each rule becomes a ``static inline`` C function of the same name pr
   ``return rule(...)``) -- a None from it is a None of the caller;
 * expressions: integers, ``True``/``False``, names of parameters, locals and the module's
   integer constants, ``+ - * // % << >> & | ^``, comparisons (chained too), ``and``/``or``/
-  ``not``, ``a if c else b``, ``s[i]`` of a ``bytes`` parameter (bounds-checked: -1 outside),
-  ``T[i]`` of a module tuple of integers (bounds-checked: 0 outside), ``len(s)``, and calls of
-  total rules.  ``//`` and ``%`` floor as Python's do.
+  ``not``, ``a if c else b``, ``s[i]`` of a ``bytes`` parameter, ``T[i]`` of a module tuple of
+  integers, ``len(s)``, and calls of total rules.  ``//`` and ``%`` floor as Python's do;
+* and what :mod:`contract.conversion_rules_proof` proves: every divisor non-zero, every index
+  within its tuple or ``bytes`` (the C's reads stay bounds-checked, -1 or 0 outside, but no
+  rule gets there), a loop's bounds and variable untouched by its body.
 
 Pure: text in, text out (no I/O).
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from contract.conversion_rules_proof import prove
 from contract.errors import RuleError
 
 __all__ = ["RuleError", "c_source"]
@@ -406,6 +409,9 @@ def c_source(source: str) -> str:
     for name in order:
         signatures[name] = _signature(functions[name])  # (a rule calls only those before it)
         out.append("")
-        out += _Function(functions[name], signatures, constants).c()
+        function = _Function(functions[name], signatures, constants)
+        out += function.c()
+        prove(functions[name], function.params, function.locals, constants,
+              {rule for rule, sig in signatures.items() if sig.returns == "bool"})
     out += ["", "#endif", ""]
     return "\n".join(out)

@@ -66,6 +66,15 @@ HELP = {
     "cdc_merge_sink_rows_total": "Rows each table sink applied (upserts and deletes), by table",
     "cdc_merge_kafka_lag": "Records in the partition's log past the last batch's read (the log's end as the batch "
                            "saw it)",
+    "cdc_lake_commits_total": "Commits the lake committer made to the sink's tables (docs/lake.md, \"Commit cadence\")",
+    "cdc_lake_commit_failures_total": "Lake commits that failed (tried again; the batches stay staged)",
+    "cdc_lake_staged_rows": "Changes staged in the sink's tables and not yet committed",
+    "cdc_lake_holding_stream": "1 while the lake holds the stream back (max_staged_rows reached)",
+    "cdc_lake_commit_seconds_total": "Seconds the lake committer spent committing",
+    "cdc_lake_freshness_seconds": "Seconds since the oldest change staged for the table and not yet committed was "
+                                  "staged (0: the table holds everything staged)",
+    "cdc_lake_table_commits_total": "Commits to the table since the merge job started",
+    "cdc_lake_table_staged_rows": "Changes staged for the table and not yet committed",
 }
 
 
@@ -131,8 +140,9 @@ class MergeCollector(Collector):
     job serves every job's: :func:`spark_jobs.merge_job.run_jobs`) as metric families; with
     several jobs each sample is labelled ``source="<name>"``."""
 
-    def __init__(self, jobs) -> None:
+    def __init__(self, jobs, lakes=None) -> None:
         self.jobs = jobs  # a callable giving the pairs now
+        self.lakes = lakes  # the process's lake committers (spark_jobs.lake_committer.LakeCommitters)
 
     def collect(self) -> Iterator[Metric]:
         jobs = list(self.jobs())
@@ -156,6 +166,8 @@ class MergeCollector(Collector):
                 topic, _, part = key.rpartition("[")
                 family("cdc_merge_kafka_lag", "gauge", [*base, "topic", "partition"]).add_metric(
                     [*base.values(), topic, part.rstrip("]")], lag)
+        for name, kind, labels, value in (self.lakes.samples() if self.lakes is not None else []):
+            family(name, kind, list(labels)).add_metric(list(labels.values()), value)
         for name in ("cdc_merge_sink_rows_total", "cdc_merge_kafka_lag"):
             if name not in families:
                 family(name, "counter" if name.endswith("_total") else "gauge", [])

@@ -68,13 +68,14 @@ from common.metrics_http import process_registry, serve_metrics
 from contract.schema_store import SchemaStore
 from contract.topics import dlq_topic
 from spark_jobs import sections  # noqa: F401 - every section of the configuration registered before it loads
-from spark_jobs.batch_commit import commit_staged, owner_of, query_app_id
+from spark_jobs.batch_commit import owner_of, query_app_id
 from spark_jobs.batch_report import BatchReport, KafkaLag, MergeCollector
 from spark_jobs.data_loss import DataLoss
 from spark_jobs.data_loss_guard import DataLossGuard
 from spark_jobs.errors import MergeStateError
 from spark_jobs.driver_kafka import DriverKafka
 from spark_jobs.kafka_offsets import log_end_from_json, lost_from_json
+from spark_jobs.lake_committer import LakeCommitters, lake_committers
 from spark_jobs.marker_planner import MarkerPlanner, batch_inputs
 from spark_jobs.merge_state import MergeStateStore
 from spark_jobs.available_now import run_available_now
@@ -196,10 +197,14 @@ class MergeJob:
         self._stop = threading.Event()
         self.query = None
         self.running = RunningBatch(self.report)
+        #: The lake tables' committers, shared by every source's job of the process (one per table).
+        self.lakes: LakeCommitters = lake_committers(sinks_of(self.settings), cfg.sinks, self.owner,
+                                                     Path(cfg.state_dir))
         #: The jobs whose figures this one's metrics endpoint serves (:func:`run_jobs`: every source's).
         self.peers: list[MergeJob] = [self]
         self.first_batch_started: float | None = None  # time.monotonic() of the first batch's start
         self.last_batch_ended: float | None = None  # ... and of the last batch's end
+        self.lakes_committed: float | None = None  # ... and of the lakes' last commit, when the job stopped
 
     # -- the figures (the batch report's) ------------------------------------------------------
     @property
@@ -276,7 +281,7 @@ class MergeJob:
             self.running.ends(ok)
         t_finish = time.monotonic()
         new_states, stats = new_partition_states(states, inputs, rows)
-        committed = commit_staged(sinks_of(self.settings), stats, batch_id, app, self.owner)  # (the batch sinks')
+        committed = self.lakes.hand_over(stats, batch_id, app)  # (staged for the lake committers; inline: committed)
         t_committed = time.monotonic()
         if committed:
             stats.append(committed)
@@ -294,7 +299,7 @@ class MergeJob:
             if self.cfg.spark.kafka_source != "jvm" else {}  # (Spark's own reports them in its progress)
         t_end = self.last_batch_ended = time.monotonic()
         phases = {"plan_s": t_tasks - t0, "tasks_s": t_finish - t_tasks, "finish_s": t_end - t_finish,
-                  "lake_commit_s": t_committed - t_finish,  # (wall clock; each sink's below, side by side)
+                  "lake_commit_s": t_committed - t_finish,  # (the hand-over; inline committers: their commits)
                   **{f"lake_commit_{name}_s": v for name, v in (committed.get("commit_s") or {}).items()}}
         self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases,
                      ranges=ranges, states=new_states, log_ends=log_ends)
@@ -362,6 +367,7 @@ class MergeJob:
         if spark_lakes(self.cfg.sinks):
             check_connectors(spark)  # (a JVM without the connectors' jars: stop here, named)
         warm_workers(spark, self.prefix)
+        self.lakes.start()  # (the staged batches a crash left are committed first)
         first = self.source_name == self.cfg.captured_sources()[0].name  # one metrics port: the first source's job serves all
         stall_s = self.cfg.spark.health_stall_s
         server = serve_metrics(self.cfg.spark.metrics_port if first else None, job_metrics(self),
@@ -407,6 +413,8 @@ class MergeJob:
             self.query = None
             self.report.query_running, self.report.not_running = False, "stopped"
             self.running.stop()
+            if self.lakes.stop():  # (with the last job of the process: what is staged committed first)
+                self.lakes_committed = time.monotonic()
             # (Spark's gateway keeps the batch function, and so the job, for as long as its JVM
             # runs: the admin client goes now, not when the broker may have stopped)
             self.close()
@@ -449,7 +457,7 @@ def job_metrics(job: MergeJob, *, process: bool = True) -> CollectorRegistry:
     (:class:`~spark_jobs.batch_report.MergeCollector`), and with ``process`` the driver
     process's own (:func:`common.metrics_http.process_registry`)."""
     registry = process_registry() if process else CollectorRegistry()
-    registry.register(MergeCollector(lambda: [(j.source_name, j.report) for j in job.peers]))
+    registry.register(MergeCollector(lambda: [(j.source_name, j.report) for j in job.peers], job.lakes))
     return registry
 
 

@@ -23,6 +23,7 @@ from contract.markers import DROP_TABLE, REFILL, RENAME_TABLE, TRUNCATE
 from contract.signals import debezium_snapshot_signal
 from contract.topics import clean_topic
 from spark_jobs.kafka_offsets import offsets_from_json
+from spark_jobs.lake_committer import settled
 from spark_jobs.offset_log import batch_end_offsets
 from spark_jobs.partition.settings import sinks_of
 from spark_jobs.sharding.routes import Router
@@ -126,7 +127,8 @@ class TableMarkers:
                 return 0
         deleted = 0
         for name, sink in sinks_of(self.settings):
-            n = sink.delete_below(db, table, m["below"], where)
+            with settled(sink, [(db, table)]):  # (a lake table's staged batches committed first)
+                n = sink.delete_below(db, table, m["below"], where)
             deleted += n
             if m.get("kind") == TRUNCATE:
                 log.info("TRUNCATE of %s.%s: %d rows written before it deleted from %s (below position %s)",
@@ -149,10 +151,11 @@ class TableMarkers:
             return 0
         moved = 0
         for name, sink in sinks_of(self.settings):
-            if action == "rename":
-                done = sink.rename_table(db, table, m["to_db"], m["to_table"], position=m.get("position"))
-            else:
-                done = "dropped" if sink.drop_table(db, table, below=m["position"]) else "none"
+            with settled(sink, [(db, table), (m.get("to_db") or db, m.get("to_table") or table)]):
+                if action == "rename":
+                    done = sink.rename_table(db, table, m["to_db"], m["to_table"], position=m.get("position"))
+                else:
+                    done = "dropped" if sink.drop_table(db, table, below=m["position"]) else "none"
             moved += done != "none"
             log.info("%s of %s.%s: sink %s: %s", what, db, table, name, done)
         if action == "drop" and self.settings.changelog:

@@ -38,7 +38,6 @@ our producer still detects MariaDB) and the MariaDB JDBC driver replaces Connect
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -50,6 +49,7 @@ from typing import Any, Iterable
 
 from cdc.bench import race_settings
 from cdc.bench.harness import ProcessTreePeak
+from cdc.bench.javac import compiled_classes
 from cdc.errors import BenchError
 from common.kafka.clients import delete_topics
 
@@ -234,27 +234,8 @@ def runner_cache() -> Path:
 def compile_runner(work: Path | None = None) -> Path:
     """``DebeziumRace.java`` compiled into ``work`` (default :func:`runner_cache`), once per
     source text and jar directory: its class directory."""
-    source = RUNNER_SOURCE.read_bytes() + str(debezium_libs()).encode()
-    out = Path(work or runner_cache()) / f"race-{hashlib.sha256(source).hexdigest()[:12]}"
-    if (out / f"{RUNNER_CLASS}.class").exists():
-        return out
-    javac = shutil.which("javac")
-    if not javac:
-        raise BenchError("javac is not installed (a JDK 17, e.g. Debian's openjdk-17-jdk-headless)")
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    res = subprocess.run([javac, "-nowarn", "-cp", runner_classpath(), "-d", str(tmp), str(RUNNER_SOURCE)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise BenchError(f"compiling {RUNNER_SOURCE.name} failed:\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    try:
-        tmp.rename(out)
-    except OSError:  # another process compiled it meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (out / f"{RUNNER_CLASS}.class").exists():
-            raise
-    return out
+    return compiled_classes(RUNNER_SOURCE, RUNNER_CLASS, runner_classpath(), Path(work or runner_cache()), "race",
+                            depends=str(debezium_libs()).encode())
 
 
 def connector_properties(mysql: dict, db: str, *, prefix: str, state: Path, fmt: str,

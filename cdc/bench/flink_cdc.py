@@ -14,9 +14,7 @@ On MariaDB its MySQL Connector/J 8.0 needs the server to report a MySQL version 
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 
 from cdc.bench.connect_worker import properties_text
 from cdc.bench.harness import ProcessTreePeak
+from cdc.bench.javac import compiled_classes
 from cdc.errors import BenchError
 from common.jars import java_binary, module_jars
 
@@ -60,24 +59,7 @@ def versions() -> dict[str, str]:
 def compile_runner(cache: Path) -> Path:
     """``FlinkCdcSnapshot.java`` compiled once per source text and class path: its class dir."""
     cp = classpath()
-    out = Path(cache) / f"flink-{hashlib.sha256(RUNNER_SOURCE.read_bytes() + cp.encode()).hexdigest()[:12]}"
-    if (out / f"{RUNNER_CLASS}.class").exists():
-        return out
-    javac = shutil.which("javac")
-    if not javac:
-        raise BenchError("javac is not installed (a JDK 17, e.g. Debian's openjdk-17-jdk-headless)")
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    res = subprocess.run([javac, "-nowarn", "-cp", cp, "-d", str(tmp), str(RUNNER_SOURCE)], capture_output=True,
-                         text=True)
-    if res.returncode != 0:
-        raise BenchError(f"compiling {RUNNER_SOURCE.name} failed:\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    try:
-        tmp.rename(out)
-    except OSError:  # compiled by another process meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return compiled_classes(RUNNER_SOURCE, RUNNER_CLASS, cp, cache, "flink", depends=cp.encode())
 
 
 def runner_properties(mysql: dict, db: str, table: str, *, parallelism: int, chunk_size: int, bootstrap: str,

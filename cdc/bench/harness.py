@@ -418,6 +418,20 @@ def bench_config(info: StackInfo, prefix: str, db: str):
     return cfg
 
 
+def make_backlog(info: StackInfo, cfg, db: str, events: int, console: Console) -> tuple[dict, int, int]:
+    """The bench table of ``db`` made, ``cfg``'s producer set to start where it starts, and
+    ``events`` row changes made on it: ``(the changes' counts, rows left, highest id)``."""
+    with admin(info.mysql) as conn, conn.cursor() as cur:
+        create_bench_table(cur, db)
+        cfg.producer.startup.mode = "position"
+        cfg.producer.startup.file, cfg.producer.startup.pos = current_position(conn)
+        with console.status(f"making {events:,} row changes..."):
+            changes = generate_changes(conn, events)
+        cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM `{TABLE}`")
+        live_rows, max_id = cur.fetchone()
+    return changes, live_rows, max_id
+
+
 def drop_bench_database(info: StackInfo, db: str, state_dir: Path, keep_running: bool, console: Console, *,
                         purge_binlogs: bool = False) -> None:
     """The end of a benchmark: its database dropped (best effort; with ``purge_binlogs``,

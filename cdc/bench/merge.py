@@ -54,9 +54,8 @@ from cdc.bench.harness import (
     PacedWriter,
     admin,
     bench_config,
-    create_bench_table,
     drop_bench_database,
-    generate_changes,
+    make_backlog,
     insert_sql,
     machine_info,
     results_table,
@@ -73,7 +72,6 @@ from contract.codecs.serde import SINGLE_OBJECT_MAGIC, RecordDecoder
 from contract.schema_store import SchemaStore
 from contract.topics import table_topic
 from producer.app import ProducerApp
-from producer.binlog.server import current_position
 from spark_jobs.merge_job import MergeJob
 from spark_jobs.sinks.configured import build_sinks, lake_conf
 from spark_jobs.spark_session import stop_session
@@ -207,7 +205,8 @@ def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict
     s = time.perf_counter() - t0
     cpu = meter.stop()
     n = job.totals["input"]
-    steady_s = (job.last_batch_ended or m0) - (job.first_batch_started or m0)
+    # (until the lakes' last commit: a job stopping commits what its lakes hold staged)
+    steady_s = max(job.last_batch_ended or m0, job.lakes_committed or m0) - (job.first_batch_started or m0)
     phases = {k: round(v, 2) for k, v in job.phase_totals.items()}
     serial = phases.get("plan_s", 0.0) + phases.get("finish_s", 0.0)
     return {"master": master, "events": n, "seconds": s, "events_per_s": n / s if s else 0.0,
@@ -306,14 +305,7 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
     cpu_roots = {"PostgreSQL": info.postgres.get("pid"), **kafka_pids(info.kafka, "Kafka")}
     idle_exit_s = 3.0
     try:
-        with admin(info.mysql) as conn, conn.cursor() as cur:
-            create_bench_table(cur, db)
-            cfg.producer.startup.mode = "position"
-            cfg.producer.startup.file, cfg.producer.startup.pos = current_position(conn)
-            with console.status(f"making {events:,} row changes..."):
-                changes = generate_changes(conn, events)
-            cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM `{TABLE}`")
-            live_rows, max_id = cur.fetchone()
+        changes, live_rows, max_id = make_backlog(info, cfg, db, events, console)
         result["changes"] = changes
         with console.status("the producer streams them into Kafka..."):
             cfg.state_dir = str(work / "producer")

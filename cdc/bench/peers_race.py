@@ -21,7 +21,6 @@ does check that every side wrote exactly the records expected.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 import time
@@ -30,12 +29,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
-from rich.table import Table
 
 from cdc.bench import debezium as dbz
 from cdc.bench import flink_cdc, race_rounds, race_settings
 from cdc.bench.connect_worker import ConnectWorker, plugin_version, require_plugins
-from cdc.bench.doc_sections import with_leading_section
 from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
@@ -50,7 +47,8 @@ from cdc.bench.harness import (
     start_stack,
     topic_records,
 )
-from cdc.bench.report import PEERS_HEADING, race_rounds_lines
+from cdc.bench.peers_ratios import CONNECT, OURS, PEERS, pair_ratios
+from cdc.bench.peers_report import print_peers
 from cdc.bench.snapshot import bench_producer_snapshot, load_table
 from cdc.bench.stream import bench_producer
 from cdc.bench.topic_clock import TopicClock, clock_figures
@@ -60,15 +58,12 @@ from common.kafka.clients import ensure_topics
 from contract.topics import table_topic
 from producer.binlog.server import current_position
 
-PEERS = ("connect", "flink")
-OURS = "ours"
-CONNECT = "connect"
 CONNECTOR = "race"
 #: How long one run may take before the race gives up on it.
 RUN_TIMEOUT_S = 3600.0
 
 
-# --- pure helpers (unit-tested) ---------------------------------------------------------------
+# --- the options (unit-tested) ---------------------------------------------------------------
 
 def parse_peers(spec: str) -> tuple[str, ...]:
     """``connect,flink`` into ``("connect", "flink")``; a clear error for anything else."""
@@ -93,23 +88,6 @@ def check_peer_server_version(version: str, peers: tuple[str, ...]) -> str:
                          f"5.7.20 for Flink CDC). Stop the bench stack (cdc stack down --state-dir ...) so that the "
                          f"race starts it with {dbz.SERVER_VERSION_ARG}")
     return version
-
-
-def pair_ratios(ours: dict[str, Any], peer: dict[str, Any], name: str, ours_name: str = OURS) -> dict[str, float | None]:
-    """Ours over the peer's rates (after the warm-up, from the first record, including the
-    start-up or from the signal), the peer's peak RSS over ours."""
-    out = {f"{ours_name}/{name}_after_warmup": dbz.ratio(ours.get("rows_per_s_after_warmup"),
-                                                         peer.get("rows_per_s_after_warmup")),
-           f"{ours_name}/{name}_from_first": dbz.ratio(ours.get("rows_per_s_from_first"),
-                                                       peer.get("rows_per_s_from_first")),
-           f"rss {name}/{ours_name}": dbz.ratio(peer.get("rss_peak_mb"), ours.get("rss_peak_mb"))}
-    if "rows_per_s_from_signal" in ours and "rows_per_s_from_signal" in peer:
-        out[f"{ours_name}/{name}_from_signal"] = dbz.ratio(ours["rows_per_s_from_signal"],
-                                                           peer["rows_per_s_from_signal"])
-    elif "rows_per_s_total" in peer:
-        ours_total = ours.get("rows_per_s_from_signal") or ours.get("rows_per_s_total")
-        out[f"{ours_name}/{name}_total"] = dbz.ratio(ours_total, peer["rows_per_s_total"])
-    return out
 
 
 def _check_records(who: str, clock: TopicClock, expected: int, topic: str, bootstrap: str) -> int:
@@ -448,195 +426,3 @@ def bench_peers(state_dir: Path = DEFAULT_STATE_DIR, *, stream_rows: int = 1_000
                             purge_binlogs=True)
     print_peers(result, console)
     return result
-
-
-# --- the report ---------------------------------------------------------------------------------
-
-def print_peers(result: dict[str, Any], console: Console) -> None:
-    table = Table(title="the race against the peers as deployed (rows/s after 10% warm-up, medians; peak RSS MB)")
-    for col in ("workload", "ours", "peer", "peer's", "ours / peer", "peer RSS / ours"):
-        table.add_column(col, justify="left" if col in ("workload", "peer") else "right")
-    for key, ours, peer, label in headline_pairs(result):
-        x = result[key]
-        table.add_row(label, _num(x, ours, "rows_per_s_after_warmup"), peer_label(peer),
-                      _num(x, peer, "rows_per_s_after_warmup"),
-                      _rat(x, f"{ours}/{peer}_after_warmup"), _rat(x, f"rss {peer}/{ours}"))
-    console.print(table)
-
-
-def headline_pairs(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """``(workload key, ours run, peer run, label)`` of every pair that ran."""
-    out = []
-    for key in ("streaming", "single_row"):
-        if key in result and CONNECT in result[key]:
-            out.append((key, OURS, CONNECT, result[key].get("label", key)))
-    snap = result.get("snapshot") or {}
-    if CONNECT in snap:
-        out.append(("snapshot", "ours_p1", CONNECT, "incremental snapshot"))
-    for p in result.get("parallelisms") or ():
-        if f"flink_p{p}" in snap:
-            out.append(("snapshot", f"ours_p{p}", f"flink_p{p}", f"snapshot, parallelism {p}"))
-    return out
-
-
-def peer_label(run: str) -> str:
-    if run == CONNECT:
-        return "Debezium in Kafka Connect"
-    if run.startswith("flink_p"):
-        return f"Flink CDC, parallelism {run[7:]}"
-    return run
-
-
-def _num(x: dict, key: str, figure: str, fmt: str = ",.0f") -> str:
-    v = (x.get(key) or {}).get(figure)
-    lo_hi = ((x.get("spread") or {}).get(key) or {}).get(figure)
-    return _with_range(v, lo_hi, fmt)
-
-
-def _rat(x: dict, name: str) -> str:
-    return _with_range((x.get("ratios") or {}).get(name), (x.get("ratio_spread") or {}).get(name), ".2f")
-
-
-def _with_range(v, lo_hi, fmt: str) -> str:
-    if v is None:
-        return "-"
-    if lo_hi and format(lo_hi[0], fmt) != format(lo_hi[1], fmt):
-        return f"{format(v, fmt)} ({format(lo_hi[0], fmt)}-{format(lo_hi[1], fmt)})"
-    return format(v, fmt)
-
-
-#: The goals of issue 55: ours over the peer (rows/s after the warm-up), the peer's peak RSS over ours.
-GOALS = {"streaming": 3.0, "single_row": 2.0, "snapshot": 3.0, "flink": 2.0, "rss": 10.0}
-
-
-def _goal(key: str, peer: str) -> float:
-    return GOALS["flink"] if peer.startswith("flink_p") else GOALS[key]
-
-
-def _verdict(value: float | None, goal: float) -> str:
-    if value is None:
-        return "-"
-    return f">= {goal:g}: met" if value >= goal else f">= {goal:g}: not met"
-
-
-def _row(*cells: Any) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def peers_headline_lines(result: dict[str, Any]) -> list[str]:
-    rounds = max((len((result.get(k) or {}).get("rounds") or []) for k in ("streaming", "single_row", "snapshot")),
-                 default=0)
-    lines = [f"### Headline: rows/s after a 10% warm-up, medians over {max(1, rounds)} round(s) (min-max), both "
-             "sides timed by their records in Kafka", "",
-             _row("workload", "ours rows/s", "peer", "peer rows/s", "ours / peer", "goal", "peer's peak RSS / ours",
-                  "goal"), _row(*["---"] * 8)]
-    for key, ours, peer, label in headline_pairs(result):
-        x = result[key]
-        ratio = (x.get("ratios") or {}).get(f"{ours}/{peer}_after_warmup")
-        rss = (x.get("ratios") or {}).get(f"rss {peer}/{ours}")
-        lines.append(_row(label, _num(x, ours, "rows_per_s_after_warmup"), peer_label(peer),
-                          _num(x, peer, "rows_per_s_after_warmup"), _rat(x, f"{ours}/{peer}_after_warmup"),
-                          _verdict(ratio, _goal(key, peer)), _rat(x, f"rss {peer}/{ours}"),
-                          _verdict(rss, GOALS["rss"])))
-    return lines
-
-
-def peers_runs_lines(result: dict[str, Any]) -> list[str]:
-    """Every run's figures, medians (min-max) over the rounds."""
-    lines: list[str] = []
-    cols = ("run", "start-up s", "rows/s incl. start-up", "rows/s from the signal", "rows/s from first record",
-            "rows/s after 10% warm-up", "bytes/record", "peak RSS MB")
-    for key, title in (("streaming", "Multi-row streaming"), ("single_row", "Single-row transactions"),
-                       ("snapshot", "Incremental snapshot of a quiet table")):
-        x = result.get(key)
-        if not x:
-            continue
-        what = (f"{x['rows']:,} row changes ({x['changes']['insert']:,} inserts, {x['changes']['update']:,} updates, "
-                f"{x['changes']['delete']:,} deletes, each delete followed by a tombstone on both sides)"
-                if "changes" in x else f"{x['rows']:,} rows, chunks of {result.get('chunk_size', 0):,}")
-        lines += [f"### {title}: {what}", "", _row(*cols), _row(*["---"] * len(cols))]
-        runs = [k for k in (x.get("rounds") or [{}])[0].get("runs", {})]
-        for run in sorted(runs, key=lambda r: (not r.startswith("ours"), r)):
-            label = ("ours" + (f", {run[6:]} chunk reader(s)" if run.startswith("ours_p") else "")
-                     if run.startswith("ours") else peer_label(run))
-            lines.append(_row(label, _num(x, run, "startup_s", ".2f"), _num(x, run, "rows_per_s_total"),
-                              _num(x, run, "rows_per_s_from_signal"), _num(x, run, "rows_per_s_from_first"),
-                              _num(x, run, "rows_per_s_after_warmup"), _num(x, run, "bytes_per_record"),
-                              _num(x, run, "rss_peak_mb")))
-        lines.append("")
-    return lines
-
-
-PEERS_METHOD = (
-    "What the rows measure. *Ours*: the producer (`cdc produce` code) writing `producer.format: debezium-json` (Kafka "
-    "Connect's JsonConverter shape with schemas, the same records as the peers), without Kafka transactions (Kafka "
-    "Connect's standalone worker and Flink's at-least-once sink have none), in a child process as in `cdc bench "
-    "stream`/`snapshot`. *Debezium in Kafka Connect*: `org.apache.kafka.connect.cli.ConnectStandalone` in a JVM of its "
-    "own, Debezium's MySQL connector a plugin of its own (`plugin.path`), JsonConverter with schemas for keys and "
-    "values, created stopped, given the binlog position through the worker's REST API (`PATCH "
-    "/connectors/race/offsets`) and resumed; its schema history in a file; for the snapshot, started at the "
-    "current position (`snapshot.mode=no_data`) and sent Debezium's `execute-snapshot` signal row once its schema "
-    "snapshot is written. *Flink CDC*: its MySQL source in a local MiniCluster (`cdc/bench/java/FlinkCdcSnapshot.java`), "
-    "startup mode `snapshot` (the table's chunks, each between a low and a high binlog watermark, then the job ends), "
-    "each row turned into the JsonConverter's key and value and written by Flink's Kafka sink; no signal, so its clock "
-    "runs from the JVM's launch. *Clocks, the same for every side*: a thread polls the end offsets of the run's "
-    "table topic every 0.05 s; start-up runs from the process's launch to the first record, *incl. start-up* to "
-    "the last, *from the signal* from the signal row's INSERT to the last, *from first record* and *after 10% "
-    "warm-up* from that record's arrival to the last. *Memory*: the sum of the `VmHWM` of every process of a side "
-    "(ours: the producer and its child processes; a peer: its JVM), read from /proc every 0.25 s. *Counted "
-    "output*: every run's topic must hold exactly the records expected (changes plus tombstones, or the table's "
-    "rows). *Rounds*: ours first in odd rounds, the peers first in even ones; each figure the median over the "
-    "rounds with the min-max, each ratio the median of the rounds' own. *Equal tuning*: the settings table, "
-    "rendered from `cdc/bench/race_settings.py`.")
-
-
-def repeated_run_lines(result: dict[str, Any]) -> list[str]:
-    """The peers' jobs that failed and were run again."""
-    notes = []
-    for key in ("streaming", "single_row", "snapshot"):
-        for i, r in enumerate((result.get(key) or {}).get("rounds") or [], 1):
-            for run, figs in (r.get("runs") or {}).items():
-                for msg in figs.get("failed_runs") or []:
-                    notes.append(f"- {key.replace('_', '-')}, round {i}, {peer_label(run)}: the job failed ({msg}); "
-                                 "run again, the second run's figures kept.")
-    return ["**Runs repeated**: peers' jobs that failed:", "", *notes, ""] if notes else []
-
-
-def render_peers(result: dict[str, Any], *, when: str | None = None) -> str:
-    """The peers' section of docs/benchmarks.md from one ``cdc bench peers`` result."""
-    when = when or f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}"
-    v = result.get("versions") or {}
-    m = result.get("machine") or {"nproc": "?", "cpu": "?"}
-    ran = []
-    if CONNECT in result.get("peers", []):
-        ran.append(f"Debezium {v.get('debezium_connector_mysql', '?')}'s MySQL connector in a Kafka Connect "
-                   f"{v.get('kafka_connect', '?')} standalone worker (MariaDB's JDBC driver {v.get('mariadb_jdbc', '?')})")
-    if "flink" in result.get("peers", []):
-        ran.append(f"Flink CDC {v.get('flink_cdc', '?')}'s MySQL source (bundling Debezium "
-                   f"{v.get('flink_cdc_debezium', '?')}) on Flink {v.get('flink_cdc_flink', '?')} in a local "
-                   f"MiniCluster, with Flink's Kafka sink {v.get('flink_cdc_kafka_sink', '?')}, at parallelism "
-                   + " and ".join(str(p) for p in result.get("parallelisms") or ()))
-    heap = result.get("heap", race_settings.DEFAULT_HEAP)
-    settings = race_settings.peers_settings_rows(heap, result.get("chunk_size", 8192),
-                                                 result.get("compression", "none"))
-    lines = [PEERS_HEADING, "",
-             f"Written by `cdc bench peers` on {when} UTC (`make bench-race`). Peers that ran: {'; '.join(ran)}. "
-             f"Every side on the same binlog range or the same table, the same MariaDB server (reporting version "
-             f"`{result.get('server_version', '?')}`: Debezium's MySQL connector speaks only to MySQL, Flink CDC's "
-             f"Connector/J 8.0 asks for `tx_isolation` before 5.7.20) and the same Kafka broker. Machine: "
-             f"{m['nproc']} cores ({m['cpu']}).", "", *peers_headline_lines(result), "", *repeated_run_lines(result),
-             *race_rounds_lines(result.get("streaming"), result.get("snapshot"), result.get("single_row")),
-             "Settings of every side:", "", _row("setting", "ours", "Debezium in Kafka Connect", "Flink CDC"),
-             _row(*["---"] * 4), *[_row(*r) for r in settings], "", PEERS_METHOD, "",
-             *peers_runs_lines(result)]
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def write_peers_section(out: Path, result: dict[str, Any]) -> str:
-    """The peers' section of ``out`` (docs/benchmarks.md) from ``result``, leading the file's
-    sections (replaced where it is when there already); the rest kept."""
-    section = render_peers(result)
-    text = out.read_text() if out.exists() else "# Benchmarks\n"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(with_leading_section(text, PEERS_HEADING, section))
-    return section

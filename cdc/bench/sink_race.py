@@ -58,6 +58,7 @@ from cdc.bench.harness import (
 from cdc.bench.merge import _SinkClock, _SteadyWriter, _pct
 from cdc.bench.peers_race import check_peer_server_version
 from cdc.bench.report import PEERS_HEADING, SINKS_HEADING
+from cdc.bench.table_cells import figure as _fig
 from cdc.errors import BenchError
 from cdc.verify.run import verify
 from common.kafka.clients import ensure_topics
@@ -332,16 +333,6 @@ def bench_sinks(state_dir: Path = DEFAULT_STATE_DIR, *, events: int = 1_000_000,
     return result
 
 
-
-
-def _fig(x: dict, key: str, figure: str, fmt: str = ",.0f") -> str:
-    v = (x.get(key) or {}).get(figure)
-    lo_hi = ((x.get("spread") or {}).get(key) or {}).get(figure)
-    if v is None:
-        return "-"
-    if lo_hi and format(lo_hi[0], fmt) != format(lo_hi[1], fmt):
-        return f"{format(v, fmt)} ({format(lo_hi[0], fmt)}-{format(lo_hi[1], fmt)})"
-    return format(v, fmt)
 
 
 def render_sinks(result: dict[str, Any], *, when: str | None = None) -> str:

@@ -319,6 +319,20 @@ def _lake_sample(dirs: dict[str, Path]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _lake_commits(cfg: CDCConfig) -> dict[str, dict[str, float]]:
+    """Per lake sink, from the merge job's lake status: its commits so far, the freshness of its
+    stalest table (seconds since its oldest uncommitted change was staged) and the committer's
+    staging-to-commit p99."""
+    try:
+        sinks = json.loads((Path(cfg.state_dir) / "lake-status.json").read_text()).get("sinks") or {}
+    except (OSError, ValueError):
+        return {}
+    return {name: {"commits": s.get("commits", 0),
+                   "freshness_s": max((t.get("freshness_s") or 0.0 for t in (s.get("tables") or {}).values()),
+                                      default=0.0),
+                   "commit_delay_p99_s": s.get("commit_delay_p99_s")} for name, s in sinks.items()}
+
+
 def _merge_status(cfg: CDCConfig) -> dict:
     try:
         return json.loads((Path(cfg.state_dir) / "merge-status.json").read_text())
@@ -426,6 +440,7 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
                       "lost_history_alarm": alarm}
             if lake_dirs:
                 sample["lake"] = _lake_sample(lake_dirs)
+                sample["lake_commits"] = _lake_commits(cfg)
             samples.append(sample)
             last_t, last_input, last_written = now, merged, load.count
             if on_sample is not None:

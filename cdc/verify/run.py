@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from cdc.errors import TargetMissing, TargetUnusable, VerifyError
+from cdc.lake import commit_lakes
 from cdc.verify.changelog import ChangelogTarget, MergedChangelogTarget
 from cdc.verify.checksum import Checksum, checksum
 from cdc.verify.diff import Diffs, compare_rows
@@ -156,6 +157,8 @@ def verify(cfg, tables: Sequence[str] | None = None, *, changelog: bool = False,
     if not db_targets and not changelog:
         raise VerifyError("nothing to compare with: no sink is enabled (sinks.postgres / sinks.mysql) "
                           "and the changelog was not asked for")
+    if any(isinstance(t, LakeTarget) for t in db_targets):
+        commit_lakes(cfg)  # (the lakes commit on a cadence: what they hold staged is committed before comparing)
     t0 = time.monotonic()
     report = VerifyReport(targets=[t.sink for t in db_targets] + (["changelog"] if changelog else []),
                           chunk_size=chunk_size)

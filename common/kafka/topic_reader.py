@@ -36,7 +36,7 @@ READ_AHEAD = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10}
 
 
 def read_partition(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,
-                   timeout: float = 60.0, batch: int = 1000) -> Iterator[list]:
+                   timeout: float = 60.0, batch: int = 1000, user: str | None = None) -> Iterator[list]:
     """Lists of the data messages of ``topic[partition]`` at offsets ``[start, end)``, in
     offset order, read with ``consumer`` (assigned here; ``start`` may be a logical offset
     such as ``OFFSET_BEGINNING``).  Offsets may have gaps (transaction markers, aborted or
@@ -44,7 +44,8 @@ def read_partition(consumer: Consumer, topic: str, partition: int, start: int, e
     consumer's position reaches ``end``.
 
     Raises :class:`PartitionStalled` when the read makes no progress for ``timeout``
-    seconds, ``RuntimeError`` on a consumer error."""
+    seconds, :class:`KafkaAuthError` naming ``user`` (the consumer's login, where known) when
+    Kafka refuses the read, ``RuntimeError`` on another consumer error."""
     if end <= start:
         return
     if start < 0:
@@ -77,8 +78,7 @@ def read_partition(consumer: Consumer, topic: str, partition: int, start: int, e
                         data.append(m)
                     position = max(position, m.offset() + 1)
                 elif err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED):
-                    raise KafkaAuthError(f"Kafka refused reading {topic}[{partition}] ({err.name()}): the ACLs of "
-                                         "this client's user do not allow it")
+                    raise KafkaAuthError(_read_refused(topic, partition, err, user))
                 elif err.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(f"reading {topic}[{partition}]: {err}")
         now = time.monotonic()
@@ -93,6 +93,12 @@ def read_partition(consumer: Consumer, topic: str, partition: int, start: int, e
             if now - last_change > timeout:
                 raise PartitionStalled(f"{topic}[{partition}] made no progress for {now - last_progress:.0f}s at "
                                        f"position {position}, range [{start}, {end})", position)
+
+
+def _read_refused(topic: str, partition: int, err: KafkaError, user: str | None) -> str:
+    if user:
+        return f"Kafka refused reading {topic}[{partition}] to user {user!r} ({err.name()}): its ACLs do not allow it"
+    return f"Kafka refused reading {topic}[{partition}] ({err.name()}): the ACLs of this client's user do not allow it"
 
 
 def topic_reader_config(bootstrap_servers: str, client_config: dict | None = None) -> dict:
@@ -120,7 +126,8 @@ def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | No
         for p in parts:
             low, end = ends[(topic, p)]
             first = max(low, (start or {}).get(p, low))
-            for msgs in read_partition(consumer, topic, p, first, end, timeout=timeout, batch=batch):
+            for msgs in read_partition(consumer, topic, p, first, end, timeout=timeout, batch=batch,
+                                       user=(client_config or {}).get("sasl.username")):
                 yield from msgs
     finally:
         consumer.close()
@@ -134,8 +141,9 @@ def partition_records(bootstrap_servers: str, topic: str, partition: int, start:
         return []
     consumer = Consumer(topic_reader_config(bootstrap_servers, client_config))
     try:
-        return [(m.offset(), m.value()) for msgs in read_partition(consumer, topic, partition, start, end,
-                                                                   timeout=timeout) for m in msgs]
+        return [(m.offset(), m.value()) for msgs in read_partition(
+            consumer, topic, partition, start, end, timeout=timeout, user=(client_config or {}).get("sasl.username"))
+            for m in msgs]
     finally:
         consumer.close()
 

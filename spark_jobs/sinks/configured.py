@@ -15,6 +15,7 @@ once and keeps them (and their connections) for the tasks it runs.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, SecretStr
@@ -107,7 +108,10 @@ def lake_conf(cfg: SinksConfig | None) -> dict[str, str]:
            "spark.databricks.delta.writeChecksumFile.enabled": "false",
            # VACUUM lists a table's directory in a Spark job of this many tasks (Spark's default
            # 10,000: 44-58 s for a table of 14 files on local[2], 5.5 s with 4)
-           "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4"}
+           "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+           # the lake committer's MERGEs in a pool of their own, the micro-batches first (lake_pools.xml)
+           "spark.scheduler.mode": "FAIR",
+           "spark.scheduler.allocation.file": str(Path(__file__).with_name("lake_pools.xml"))}
     if "iceberg" in lakes:
         out.update(IcebergSparkSink.from_config(cfg.iceberg).catalog_conf())  # type: ignore[union-attr]
     return out

@@ -29,7 +29,7 @@ import pyarrow.fs as pafs
 
 from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
 from spark_jobs.sinks.batch import check_position
-from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, evolved_schema
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, batches_held, evolved_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink
@@ -244,7 +244,7 @@ class DeltaSink(LakeSinkBase):
         return self._load(db, table)
 
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
-               app: str) -> tuple[int, int]:
+               app: str, meta: dict[str, str]) -> tuple[int, int]:
         from deltalake import CommitProperties, Transaction
         conflict, delta_error, _ = _delta_errors()
         q = quote_delta
@@ -255,7 +255,7 @@ class DeltaSink(LakeSinkBase):
         merger = handle.merge(
             changes, " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key), source_alias="s", target_alias="t",
             commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app, version=batch_id)],
-                                               custom_metadata={"cdc.app": app, "cdc.batch": str(batch_id)}))
+                                               custom_metadata={"cdc.app": app, "cdc.batch": str(batch_id), **meta}))
         if self.soft_delete:
             flag = q(DELETED_COLUMN)
             merger = (merger
@@ -385,9 +385,10 @@ class DeltaSink(LakeSinkBase):
             handle.alter.set_table_properties({LOG_RETENTION: wanted}, raise_if_not_exists=False)
         return self.vacuum(db, table, retention_hours)
 
-    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
-        """``(app, batch)`` of every commit the merge job made to the table (within the log's
-        retention), oldest first."""
+    def commit_marks(self, db: str, table: str) -> list[list[tuple[str, int]]]:
+        """Per commit the merge job made to the table (within the log's retention, oldest
+        first), the ``(app, batch)`` of every batch it holds
+        (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
         handle = self._load(db, table)
         if handle is None:
             return []
@@ -395,7 +396,7 @@ class DeltaSink(LakeSinkBase):
         for entry in reversed(handle.history()):
             meta = entry if "cdc.batch" in entry else _user_metadata(entry)  # (delta-rs's commits; delta-spark's)
             if "cdc.batch" in meta:
-                out.append((meta["cdc.app"], int(meta["cdc.batch"])))
+                out.append(batches_held(meta))
         return out
 
     def file_count(self, db: str, table: str) -> int:

@@ -146,10 +146,10 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
         return self._load(db, table)
 
     def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
-                     app: str, bounds: tuple | None) -> tuple[int, int] | None:
+                     app: str, bounds: tuple | None, meta: dict[str, str]) -> tuple[int, int] | None:
         conf = {"spark.databricks.delta.write.txnAppId": app, "spark.databricks.delta.write.txnVersion": str(batch_id),
                 "spark.databricks.delta.commitInfo.userMetadata": json.dumps({"cdc.app": app,
-                                                                              "cdc.batch": str(batch_id)})}
+                                                                              "cdc.batch": str(batch_id), **meta})}
         with temp_view(changes) as view:
             rows = self._sql(f"the MERGE of batch {batch_id}", db, table,
                              merge_statement(self.spark_name(db, table), view, columns, key,
@@ -173,12 +173,13 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
             return None  # a file without statistics of the column
         return pc.max(actions.column(col)).as_py()
 
-    def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str) -> None:
+    def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str,
+                      meta: dict[str, str]) -> None:
         rows = changes.selectExpr(*[quote(c) if c != DELETED_COLUMN else f"false AS {quote(c)}" for c in columns])
         self._run(f"the append of batch {batch_id}", db, table,
                   lambda: (rows.write.format("delta").mode("append").option("txnAppId", app)
                            .option("txnVersion", batch_id)
-                           .option("userMetadata", json.dumps({"cdc.app": app, "cdc.batch": str(batch_id)}))
+                           .option("userMetadata", json.dumps({"cdc.app": app, "cdc.batch": str(batch_id), **meta}))
                            .save(self.spark_uri(db, table))))
 
     # -- the driver's table operations (Spark's DELETE and UPDATE) ---------------------------------

@@ -40,8 +40,9 @@ from spark_jobs.sinks.iceberg_maintenance import (
     expiry_cutoffs,
     remove_unreferenced_files,
 )
+from spark_jobs.sinks.iceberg_catalog import IcebergCatalog, catalog_errors, no_secret, warehouse_uri
 from spark_jobs.sinks.iceberg_merge import rewrite, winners
-from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, evolved_schema
+from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, batches_held, evolved_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, iceberg_type
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink
@@ -68,15 +69,6 @@ def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     if pa.types.is_decimal(table_type) and pa.types.is_decimal(wanted):
         return wanted.scale == table_type.scale
     return False
-
-
-def _errors() -> dict[str, Any]:
-    from pyiceberg import exceptions as e
-    from sqlalchemy.exc import DBAPIError, OperationalError
-    # a conflict: another writer's commit came first (pyiceberg retries its own commit, then a
-    # commit whose files another snapshot touched meanwhile fails its validation)
-    return {"conflict": (e.CommitFailedException, e.ValidationException), "missing": e.NoSuchTableError,
-            "exists": e.TableAlreadyExistsError, "down": (OperationalError, DBAPIError)}
 
 
 @register_sink("iceberg")
@@ -111,29 +103,21 @@ class IcebergSink(LakeSinkBase):
         self.max_snapshots = max_snapshots
         super().__init__(staging or f"{self.warehouse}/_cdc_staging", soft_delete=soft_delete,
                          compact_every=compact_every, retention_hours=retention_hours)
-        self._catalog: Any = None
+        self._catalog = IcebergCatalog(catalog_uri, self.warehouse, catalog_name, self.properties)
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_catalog"], state["_layouts"] = None, {}
-        return state
+        return {**self.__dict__, "_layouts": {}}
 
     def close(self) -> None:
-        catalog, self._catalog = self._catalog, None
-        engine = getattr(catalog, "engine", None)
-        if engine is not None:
-            engine.dispose()
+        self._catalog.close()
+
+    def prepare(self) -> None:
+        self._catalog.get()
 
     @property
     def catalog(self) -> Any:
-        if self._catalog is None:
-            from pyiceberg.catalog.sql import SqlCatalog
-            try:
-                self._catalog = SqlCatalog(self.catalog_name, uri=self.catalog_uri,
-                                           warehouse=warehouse_uri(self.warehouse), **self.properties)
-            except _errors()["down"] as exc:
-                raise SinkUnavailable(f"the Iceberg catalog database cannot be reached: {_no_secret(exc)}") from exc
-        return self._catalog
+        """pyiceberg's catalog (:class:`~spark_jobs.sinks.iceberg_catalog.IcebergCatalog`)."""
+        return self._catalog.get()
 
     # -- where ---------------------------------------------------------------------------------
     def identifier(self, db: str, table: str) -> tuple[str, str]:
@@ -160,7 +144,7 @@ class IcebergSink(LakeSinkBase):
 
     # -- the table ------------------------------------------------------------------------------
     def _load(self, db: str, table: str) -> Any:
-        err = _errors()
+        err = catalog_errors()
         try:
             return self.catalog.load_table(self.identifier(db, table))
         except err["missing"]:
@@ -168,7 +152,7 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
-                                  f"{_no_secret(exc)}") from exc
+                                  f"{no_secret(exc)}") from exc
 
     def _owner(self, handle: Any) -> str | None:
         return handle.properties.get(OWNER_PROPERTY)
@@ -181,7 +165,7 @@ class IcebergSink(LakeSinkBase):
         return handle.schema().as_arrow()
 
     def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
-        err = _errors()
+        err = catalog_errors()
         ident = self.identifier(db, table)
         try:
             self.catalog.create_namespace_if_not_exists(ident[0])
@@ -195,7 +179,7 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}): "
-                                  f"{_no_secret(exc)}") from exc
+                                  f"{no_secret(exc)}") from exc
         except OSError as exc:
             raise SinkUnavailable(f"cannot create the Iceberg table of {db}.{table} under {self.warehouse}: {exc} "
                                   "(is sinks.iceberg.warehouse writable by the merge job?)") from exc
@@ -229,11 +213,11 @@ class IcebergSink(LakeSinkBase):
                 update.update_column(f.name, field_type=iceberg_type(f.type))
 
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
-               app: str) -> tuple[int, int]:
-        err = _errors()
+               app: str, meta: dict[str, str]) -> tuple[int, int]:
+        err = catalog_errors()
         applied, replaced = winners(handle, changes, key)
         is_delete = pc.equal(applied.column(OP_COLUMN), "d")
-        props = {"cdc.app": app, "cdc.batch": str(batch_id), "cdc.commit": uuid.uuid4().hex}
+        props = {"cdc.app": app, "cdc.batch": str(batch_id), "cdc.commit": uuid.uuid4().hex, **meta}
         try:
             with handle.transaction() as tx:
                 rewrite(handle, tx, applied, replaced, key, props, soft_delete=self.soft_delete)
@@ -243,7 +227,7 @@ class IcebergSink(LakeSinkBase):
         except err["down"] as exc:
             self.close()
             raise SinkUnavailable(f"the Iceberg catalog database cannot be reached (table {db}.{table}, batch "
-                                  f"{batch_id}): {_no_secret(exc)}") from exc
+                                  f"{batch_id}): {no_secret(exc)}") from exc
         deletes = int(pc.sum(is_delete).as_py() or 0)
         if not self.soft_delete:  # a delete of a key the table does not hold removes nothing
             held = applied.filter(is_delete).join(replaced, keys=key, join_type="inner").num_rows if deletes else 0
@@ -359,18 +343,18 @@ class IcebergSink(LakeSinkBase):
         """:meth:`expire` at the retention, with the sink's ``max_snapshots``."""
         return self.expire(db, table, retention_hours, self.max_snapshots)
 
-    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
-        """``(app, batch)`` of every commit the merge job made to the table (its snapshots not
-        yet expired; a commit is one snapshot, counted by its ``cdc.commit``), oldest first."""
+    def commit_marks(self, db: str, table: str) -> list[list[tuple[str, int]]]:
+        """Per commit the merge job made to the table (its snapshots not yet expired; a commit
+        is one snapshot, counted by its ``cdc.commit``), oldest first, the ``(app, batch)`` of
+        every batch it holds (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
         handle = self._load(db, table)
         if handle is None:
             return []
-        found: dict[str, tuple[str, int]] = {}  # by the commit's own id
+        found: dict[str, list[tuple[str, int]]] = {}  # by the commit's own id
         for snap in handle.metadata.snapshots:
             props = snap.summary.additional_properties if snap.summary else {}
             if "cdc.batch" in props:
-                found.setdefault(props.get("cdc.commit", str(snap.snapshot_id)), (props["cdc.app"],
-                                                                                  int(props["cdc.batch"])))
+                found.setdefault(props.get("cdc.commit", str(snap.snapshot_id)), batches_held(props))
         return list(found.values())
 
     def file_count(self, db: str, table: str) -> int:
@@ -381,12 +365,6 @@ class IcebergSink(LakeSinkBase):
         return len(handle.scan().plan_files())
 
 
-def warehouse_uri(warehouse: str) -> str:
-    """A warehouse as a URI (a local directory as an absolute ``file://`` one)."""
-    import os
-    return warehouse if "://" in warehouse else "file://" + os.path.abspath(warehouse)
-
-
 def _wider(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     """Whether ``wanted`` is a promotion Iceberg makes in place (int -> long, float -> double,
     a decimal's precision up)."""
@@ -394,8 +372,3 @@ def _wider(table_type: pa.DataType, wanted: pa.DataType) -> bool:
         return True
     return pa.types.is_decimal(table_type) and pa.types.is_decimal(wanted) and wanted.precision > table_type.precision
 
-
-def _no_secret(exc: Exception) -> str:
-    """An SQLAlchemy error's first line without its statement and parameters (no DSN, no password)."""
-    orig = getattr(exc, "orig", None)
-    return str(orig if orig is not None else exc).splitlines()[0][:300]

@@ -207,10 +207,11 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
                       f"ALTER TABLE {name} ALTER COLUMN {quote(f.name)} TYPE {spark_type(f.type)}")
 
     def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
-                     app: str, bounds: tuple | None) -> tuple[int, int] | None:
+                     app: str, bounds: tuple | None, meta: dict[str, str]) -> tuple[int, int] | None:
         commit = uuid.uuid4().hex
         prefix = "spark.sql.iceberg.snapshot-property."
-        conf = {f"{prefix}cdc.app": app, f"{prefix}cdc.batch": str(batch_id), f"{prefix}cdc.commit": commit}
+        conf = {f"{prefix}cdc.app": app, f"{prefix}cdc.batch": str(batch_id), f"{prefix}cdc.commit": commit,
+                **{prefix + k: v for k, v in meta.items()}}
         with temp_view(changes) as view:
             self._sql(f"the MERGE of batch {batch_id}", db, table,
                       merge_statement(self.spark_name(db, table), view, columns, key, soft_delete=self.soft_delete,
@@ -224,11 +225,14 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
         changed = metric("inserted") + metric("updated")
         return (changed, 0) if self.soft_delete else (changed, metric("deleted"))
 
-    def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str) -> None:
+    def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str,
+                      meta: dict[str, str]) -> None:
         rows = changes.selectExpr(*[quote(c) if c != DELETED_COLUMN else f"false AS {quote(c)}" for c in columns])
         writer = (rows.writeTo(self.spark_name(db, table)).option("snapshot-property.cdc.app", app)
                   .option("snapshot-property.cdc.batch", str(batch_id))
                   .option("snapshot-property.cdc.commit", uuid.uuid4().hex))
+        for k, v in meta.items():
+            writer = writer.option(f"snapshot-property.{k}", v)
         self._run(f"the append of batch {batch_id}", db, table, writer.append)
 
     def _count(self, db: str, table: str, predicate: str) -> int:

@@ -24,6 +24,7 @@ someone else, is refused with a message naming it (two pipelines must not share 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any, Callable, ClassVar, Sequence
@@ -75,6 +76,8 @@ class LakeSinkBase(BatchSink):
         self.retention_hours = retention_hours
         self._layouts: dict[tuple[str, tuple], TableLayout] = {}
         self._commits: dict[tuple[str, str], int] = {}  # per table, since the sink was made
+        #: Commits that lost a race with another writer and were tried again, since the sink was made.
+        self.lost_races = 0
 
     # -- in the merge tasks ----------------------------------------------------------------------
     def _layout(self, value_schema: Any, key_columns: Sequence[str]) -> TableLayout:
@@ -90,23 +93,25 @@ class LakeSinkBase(BatchSink):
 
     # -- on the driver -------------------------------------------------------------------------
     def commit(self, db: str, table: str, staged: Sequence[dict], *, batch_id: int, app: str = "",
-               owner: str = "") -> ApplyResult:
+               owner: str = "", meta: dict[str, str] | None = None, keep_staged: bool = False) -> ApplyResult:
         app = app or "job"
         key = list(staged[0]["key"])
         given = sum(int(p.get("input", p["rows"])) for p in staged)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
-                result = self._commit_once(db, table, staged, key, batch_id, app, owner, given)
+                result = self._commit_once(db, table, staged, key, batch_id, app, owner, given, meta or {})
                 break
             except LakeCommitConflict as exc:
                 if attempt == COMMIT_ATTEMPTS:
                     raise SinkUnavailable(f"{self.FORMAT} table of {db}.{table}: batch {batch_id} lost the race with "
                                           f"another writer {attempt} times ({exc}); the batch is retried") from exc
+                self.lost_races += 1
                 log.info("%s table of %s.%s: another writer committed first (%s); trying again", self.FORMAT, db,
                          table, exc)
                 time.sleep(0.05 * attempt)
-        self.staging.remove_batch(app, db, table, batch_id)
-        self.staging.remove_older(app, db, table, batch_id)
+        if not keep_staged:  # (the lake committer removes what it committed itself: spark_jobs.lake_committer)
+            self.staging.remove_batch(app, db, table, batch_id)
+            self.staging.remove_older(app, db, table, batch_id)
         done = self._commits[(db, table)] = self._commits.get((db, table), 0) + 1
         if self.compact_every and done % self.compact_every == 0:
             self._maintain(db, table, "compaction", lambda: self.compact(db, table))
@@ -116,7 +121,7 @@ class LakeSinkBase(BatchSink):
         return result
 
     def _commit_once(self, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int, app: str,
-                     owner: str, given: int) -> ApplyResult:
+                     owner: str, given: int, meta: dict[str, str]) -> ApplyResult:
         handle = self._load(db, table)
         if handle is not None:
             self.check_owner(handle, db, table, owner)
@@ -125,10 +130,10 @@ class LakeSinkBase(BatchSink):
                 log.info("%s table of %s.%s: batch %d is committed already (app %s); not applied again",
                          self.FORMAT, db, table, batch_id, app)
                 return ApplyResult(skipped=given)
-        return self._apply(handle, db, table, staged, key, batch_id, app, owner, given)
+        return self._apply(handle, db, table, staged, key, batch_id, app, owner, given, meta)
 
     def _apply(self, handle: Any, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int,
-               app: str, owner: str, given: int) -> ApplyResult:
+               app: str, owner: str, given: int, meta: dict[str, str]) -> ApplyResult:
         """The batch's staged parts merged into the table (``handle``: None when there is none
         yet) in one commit tagged with ``app`` and ``batch_id``.  Here the ``driver`` engine's:
         the parts read and reduced on the driver, merged by the format's library
@@ -140,7 +145,7 @@ class LakeSinkBase(BatchSink):
             handle = self._create(db, table, target, key, owner)
         else:
             handle = self._evolve(handle, db, table, target, key)
-        upserted, deleted = self._merge(handle, db, table, self._conformed(handle, changes), key, batch_id, app)
+        upserted, deleted = self._merge(handle, db, table, self._conformed(handle, changes), key, batch_id, app, meta)
         skipped = max(0, changes.num_rows - upserted - deleted)  # older than the table's rows
         return ApplyResult(upserted=upserted, deleted=deleted, skipped=skipped, superseded=superseded)
 
@@ -189,6 +194,18 @@ class LakeSinkBase(BatchSink):
                         self.FORMAT, db, table, what, exc, self.compact_every)
         else:
             log.info("%s table of %s.%s: %s: %s", self.FORMAT, db, table, what, done)
+
+    def prepare(self) -> None:
+        """Make what the sink's tables share (Iceberg: its catalog) before the queries start."""
+
+    def in_commit_thread(self) -> None:
+        """Called by the lake committer's thread as it starts (the ``spark`` engine: its Spark
+        jobs in the ``lake`` pool of the fair scheduler)."""
+
+    def committed_batch(self, db: str, table: str, app: str) -> int | None:
+        """The last batch ``app`` committed to the table (None: none, or no table)."""
+        handle = self._load(db, table)
+        return None if handle is None else self._committed_batch(handle, app)
 
     # -- the driver's table operations (DROP and RENAME TABLE) -----------------------------------
     def drop_table(self, db: str, table: str, below: str | None = None) -> bool:
@@ -245,9 +262,9 @@ class LakeSinkBase(BatchSink):
         raise NotImplementedError
 
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
-               app: str) -> tuple[int, int]:
+               app: str, meta: dict[str, str]) -> tuple[int, int]:
         """Merge the reduced changes by position in one commit tagged with ``app`` and
-        ``batch_id``; ``(rows upserted, rows deleted)``."""
+        ``batch_id`` (and ``meta``, more of the commit's metadata); ``(rows upserted, rows deleted)``."""
         raise NotImplementedError
 
     def _delete_rows_below(self, db: str, table: str, position: str) -> None:
@@ -280,6 +297,35 @@ class LakeSinkBase(BatchSink):
         """``(db, table)`` of every lake table of the sink."""
         raise NotImplementedError
 
+    def commit_marks(self, db: str, table: str) -> list[list[tuple[str, int]]]:
+        """Per commit the merge job made to the table (those the format still keeps, oldest
+        first), the ``(app, batch)`` of every micro-batch it holds."""
+        raise NotImplementedError
+
+    def commits(self, db: str, table: str) -> list[tuple[str, int]]:
+        """``(app, batch)`` of every micro-batch the merge job's commits to the table hold, oldest
+        first (a batch held by two commits: twice)."""
+        return [pair for held in self.commit_marks(db, table) for pair in held]
+
+
+#: A commit's metadata naming the merge queries' batches it holds (the lake committer's
+#: commits: JSON ``{app: [first batch, last batch]}``), beside ``cdc.app``/``cdc.batch``.
+BATCHES_HELD = "cdc.batches"
+
+
+def batches_held(meta: dict) -> list[tuple[str, int]]:
+    """``(app, batch)`` of every micro-batch a commit holds, from its metadata: the batches of
+    ``cdc.batches`` (a commit of the lake committer), else its ``cdc.app`` and ``cdc.batch``."""
+    if BATCHES_HELD in meta:
+        try:
+            spans = json.loads(meta[BATCHES_HELD])
+            return [(str(app), b) for app, (lo, hi) in sorted(spans.items()) for b in range(int(lo), int(hi) + 1)]
+        except (ValueError, TypeError) as exc:
+            log.warning("a lake commit's %s cannot be read (%s): counted by its cdc.batch", BATCHES_HELD, exc)
+    if "cdc.batch" not in meta:
+        return []
+    return [(str(meta.get("cdc.app", "")), int(meta["cdc.batch"]))]
+
 
 def evolved_schema(current: pa.Schema, wanted: pa.Schema,
                    widens: Callable[[pa.DataType, pa.DataType], bool]) -> tuple[list[pa.Field], list[str]]:
@@ -293,5 +339,5 @@ def evolved_schema(current: pa.Schema, wanted: pa.Schema,
     return added, retyped
 
 
-__all__ = ["LakeSinkBase", "LakeCommitConflict", "OWNER_PROPERTY", "app_id", "evolved_schema", "lake_schema_of",
+__all__ = ["LakeSinkBase", "LakeCommitConflict", "OWNER_PROPERTY", "BATCHES_HELD", "batches_held", "app_id", "evolved_schema", "lake_schema_of",
            "POSITION_COLUMN", "lake_schema"]

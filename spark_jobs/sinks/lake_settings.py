@@ -34,5 +34,17 @@ class LakeSinkConfig(Section):
     # removes anything (then `cdc lake vacuum|expire`). Each commit rewrites the files holding
     # the rows it replaces, so without it the disk grows with every batch.
     retention_hours: int | None = Field(1, ge=0)
+    # How often each lake table is committed (seconds): every micro-batch stages the table's
+    # changes (after the DBLog rule) and is done; one committer per table merges every batch
+    # staged since its last commit in one commit, off the micro-batch's path (docs/lake.md,
+    # "Commit cadence"). 0: a commit with every micro-batch, on its path (the batch ends when
+    # its lake commits are done).
+    commit_interval_s: float = Field(10.0, ge=0)
+    # A table is committed before its interval is up once this many changes are staged for it.
+    commit_rows: int = Field(500_000, ge=1)
+    # The stream waits (a pace warning, cdc_lake_staged_rows) while this many changes are
+    # staged and not committed in the sink's tables: a slow or unavailable lake holds the
+    # stream back instead of filling the staging directory.
+    max_staged_rows: int = Field(2_000_000, ge=1)
     # The size compaction aims at, in bytes.
     target_file_size: int = Field(128 * 1024 * 1024, ge=1024 * 1024)

@@ -38,6 +38,8 @@ _ROW = "__cdc_rank"
 #: A key column's upper bound in a table without rows (the sinks' ``_key_upper_bound``).
 EMPTY_TABLE = object()
 _LOCK = threading.RLock()
+#: The fair scheduler pool of the lake committer's Spark jobs (spark_jobs/sinks/lake_pools.xml).
+LAKE_POOL = "lake"
 _CONF_LOCKS: dict[frozenset, Any] = {}
 
 
@@ -249,6 +251,12 @@ class SparkMerge:
         """The session the format's statements run in."""
         return lake_session()
 
+    def in_commit_thread(self) -> None:
+        """The Spark jobs of this thread (the lake committer's) in the fair scheduler's ``lake``
+        pool (``lake_pools.xml``): a micro-batch's tasks take the next free slot, not the slot
+        after a MERGE's last task."""
+        self._spark().sparkContext.setLocalProperty("spark.scheduler.pool", LAKE_POOL)
+
     def _spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
         """The sink's error for Spark's ``exc`` (not a lost race) while ``what`` on the table."""
         return SinkError(f"{db}.{table}: {what} failed: {java_error(exc)}")
@@ -282,7 +290,7 @@ class SparkMerge:
         return self._run(what, db, table, run)
 
     def _apply(self, handle: Any, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int,
-               app: str, owner: str, given: int) -> ApplyResult:
+               app: str, owner: str, given: int, meta: dict[str, str]) -> ApplyResult:
         try:
             wanted = pa.unify_schemas([part_schema(p) for p in staged], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -305,10 +313,10 @@ class SparkMerge:
         if deletes == 0 and self._above_every_key(handle, key, bounds):
             # every key of the batch above the table's highest (new rows of a rising key):
             # no row of the table can match, and the MERGE's result is an append of the rows
-            self._append_frame(db, table, changes, schema.names, batch_id, app)
+            self._append_frame(db, table, changes, schema.names, batch_id, app, meta)
             merged: tuple[int, int] | None = (rows, 0)
         else:
-            merged = self._merge_frame(db, table, changes, schema.names, key, batch_id, app, bounds)
+            merged = self._merge_frame(db, table, changes, schema.names, key, batch_id, app, bounds, meta)
         if merged is None:  # the format found the batch committed in the commit itself
             return ApplyResult(skipped=given)
         upserted, deleted = merged
@@ -319,14 +327,15 @@ class SparkMerge:
         return ApplyResult(upserted=upserted, deleted=deleted, skipped=skipped, superseded=given - rows)
 
     def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
-                     app: str, bounds: tuple | None) -> tuple[int, int] | None:
+                     app: str, bounds: tuple | None, meta: dict[str, str]) -> tuple[int, int] | None:
         """MERGE the reduced changes (a Spark DataFrame of the table's ``columns``, the position
         and the op) by position in one commit tagged with ``app`` and ``batch_id``; ``bounds``:
         the first key column's range in the batch (None: unknown).  ``(rows upserted or
         changed, rows deleted)``; None when the commit found the batch committed already."""
         raise NotImplementedError
 
-    def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str) -> None:
+    def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str,
+                      meta: dict[str, str]) -> None:
         """Append the changes (none a delete, none of a key the table holds) as rows in one
         commit tagged like :meth:`_merge_frame`'s."""
         raise NotImplementedError

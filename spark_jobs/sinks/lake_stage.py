@@ -37,9 +37,12 @@ from spark_jobs.sinks.naming import POSITION_COLUMN
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StagingArea", "reduce_changes", "safe_segment", "part_schema"]
+__all__ = ["StagingArea", "reduce_changes", "safe_segment", "part_schema", "MANIFEST"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9._=-]")
+#: A staged batch's manifest in its batch directory (spark_jobs.sinks.lake_journal): the batch
+#: waits for its lake commit, and only the committer removes it.
+MANIFEST = "_staged.json"
 _INDEX = "__cdc_index"
 
 
@@ -72,6 +75,12 @@ class StagingArea:
             except (pa.ArrowInvalid, ValueError):  # a plain local path
                 self._fs, self._root = pafs.LocalFileSystem(), self.uri
         return self._fs
+
+    @property
+    def root(self) -> str:
+        """The staging directory's path in :attr:`fs`."""
+        _ = self.fs  # (sets the root)
+        return self._root
 
     def uri_of(self, path: str) -> str:
         """A part's path (as :meth:`write` returns it) as a URI Spark's executors read."""
@@ -142,11 +151,17 @@ class StagingArea:
 
     def remove_stale(self, hours: float) -> int:
         """Remove staged batches not touched for ``hours`` (parts of task attempts that failed,
-        of a job whose checkpoint was deleted); how many batch directories."""
+        of a job whose checkpoint was deleted); how many batch directories.  A batch handed to
+        the lake committer (its :data:`MANIFEST` there) stays whatever its age: it waits for its
+        commit (a merge job stopped for longer than that commits it when it starts again)."""
         cutoff = time.time() - hours * 3600
         _ = self.fs  # (sets the root)
         return self._remove_batches(self._root, True,
-                                    lambda info: info.mtime is not None and info.mtime.timestamp() < cutoff)
+                                    lambda info: info.mtime is not None and info.mtime.timestamp() < cutoff
+                                    and not self._handed_over(info.path))
+
+    def _handed_over(self, batch_dir: str) -> bool:
+        return self.fs.get_file_info(f"{batch_dir}/{MANIFEST}").type == pafs.FileType.File
 
     def _remove_batches(self, under: str, recursive: bool, doomed: Callable[[pafs.FileInfo], bool]) -> int:
         """Remove the batch directories (``b<id>``) under ``under`` that ``doomed`` picks."""

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cdc.bench.peers_race import PEERS_HEADING, bench_peers, write_peers_section
+from cdc.bench.peers_race import bench_peers
+from cdc.bench.peers_report import write_peers_section
+from cdc.bench.report import PEERS_HEADING
 from cdc.bench.sink_race import JDBC, OURS, bench_sinks
 
 

@@ -24,7 +24,7 @@ def test_same_seed_same_plan():
     assert a.actions == b.actions != c.actions
     kinds = [act for _, act in a.actions]
     assert kinds.count("kill:producer") == 10 and kinds.count("restart:source") == 1
-    assert kinds.count("kill:job") == 3 and kinds.count("kill:job-commit") == 2
+    assert [kinds.count(f"kill:job{k}") for k in ("", "-commit", "-staged", "-intent")] == [2, 1, 1, 1]
     assert kinds.index("pause") < kinds.index("resume")
     kills = [t for t, act in a.actions if act == "kill:producer"]
     assert all(y - x >= 2.0 for x, y in zip(kills, kills[1:]))
@@ -59,6 +59,8 @@ def test_chaos_run_ends_equal(stack, config, tmp_path, read_only):
     assert counts["producer_kills"] >= 10 and counts["job_kills"] >= 5 and counts["source_restarts"] == 1
     assert counts["clean_changelog_duplicates"] == 0
     assert counts["verify_equal"], counts["report"]
-    if not read_only:  # every lake table written, no batch committed twice, kills right after commits
+    if not read_only:  # every lake table written, no batch committed twice, kills right after a lake
+        # commit, between a batch's staging and its commit, and during a commit (its intent written)
         assert counts["lake_commits"] > 0 and counts["lake_batches_committed_twice"] == 0, counts
-        assert counts["job_kills_at_commit"] >= 1, counts
+        assert counts["job_kills_at_commit"] >= 1 and counts["job_kills_at_staged"] >= 1, counts
+        assert counts["job_kills_at_intent"] >= 1, counts

@@ -101,6 +101,13 @@ def test_a_merge_job_whose_reads_are_slowed_below_the_input_rate_is_reported(sta
         assert seen_metric
         stop = True
         set_consumer_quota(bs, None)
+
+        def cleared() -> bool:  # (the source keeps writing a little: batches go on reading, and are judged)
+            write(5)
+            return _metric(cfg.spark.metrics_port, "cdc_merge_partitions_falling_behind") == 0
+        wait_for(cleared, 300, interval=1.0, what="the pace warning cleared once reads run again",
+                 state=lambda: _status(work / "pace.yaml")[-2000:])
+        assert "is read at" not in _status(work / "pace.yaml")  # gone from cdc status too
         wait_for(lambda: _merged(cfg, run) == written, 300, what="every row merged once reads run again")
     finally:
         if not stop:

@@ -195,8 +195,8 @@ def test_kafka_acls_give_each_part_its_own_topics_with_a_clear_error_otherwise(s
                                     **cfg.kafka.client_settings()}).list_topics(timeout=30).topics)
     clean = f"{run}.clean.shop.customers"
     # A denied read: the producer's user may not read the merge job's output...
-    with pytest.raises(KafkaAuthError, match=rf"Kafka refused reading {re.escape(clean)}\[0\] "
-                                             r"\(TOPIC_AUTHORIZATION_FAILED\)"):
+    with pytest.raises(KafkaAuthError, match=rf"Kafka refused reading {re.escape(clean)}\[0\] to user "
+                                             r"'cdc-producer' \(TOPIC_AUTHORIZATION_FAILED\)"):
         list(read_topic(producer.bootstrap_servers, clean, client_config=producer.client_settings()))
     # ... which the merge job's user reads, as it reads the table topics.
     assert any(True for _ in read_topic(merge.bootstrap_servers, clean, client_config=merge.client_settings()))

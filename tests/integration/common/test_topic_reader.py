@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
@@ -90,12 +89,17 @@ def test_a_deep_partition_is_read_from_its_middle_with_a_10_ms_fetch_wait(stack,
 
 _WAITING_READER = textwrap.dedent("""
     import sys
-    from common.kafka.topic_reader import partition_records
+    from confluent_kafka import Consumer
+    from common.kafka.topic_reader import read_partition, topic_reader_config
     bootstrap, topic = sys.argv[1:3]
+    consumer = Consumer(topic_reader_config(bootstrap))
     try:
-        partition_records(bootstrap, topic, 0, 0, 1000, timeout=10)  # 10 records there: it waits, fetching
+        for msgs in read_partition(consumer, topic, 0, 0, 1000, timeout=10):  # 10 records there: then it waits, fetching
+            print(f"read {len(msgs)}", flush=True)
     except Exception as exc:
         print(f"raised {type(exc).__name__}: {exc}")
+    finally:
+        consumer.close()
     print("alive")
 """)
 
@@ -114,7 +118,11 @@ def test_a_reader_whose_topic_is_deleted_under_it_carries_on_and_reports(stack, 
     assert producer.flush(30) == 0
     reader = subprocess.Popen([sys.executable, "-c", _WAITING_READER, bs, topic], cwd=ROOT, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    time.sleep(2.0)
+    lines, read = [], 0
+    while read < 10:  # (the reader has read the 10 records: it is fetching past them)
+        lines.append(reader.stdout.readline())
+        assert lines[-1].startswith("read "), lines
+        read += int(lines[-1].split()[1])
     admin.delete_topics([topic])[topic].result(30)
     out, _ = reader.communicate(timeout=90)
     assert reader.returncode == 0, out

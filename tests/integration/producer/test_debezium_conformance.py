@@ -13,6 +13,7 @@ stays true.
 Debezium runs with its defaults (``decimal.handling.mode: precise``, ``time.precision.mode:
 adaptive_time_microseconds``, ``bigint.unsigned.handling.mode: long``,
 ``binary.handling.mode: bytes``, ``tombstones.on.delete: true``); we offer no other modes.
+Its notifications go to a sink topic of their own: its snapshot's COMPLETED says it is done.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -68,6 +68,7 @@ DML = [
 # its signal table: the same request, each in its own dialect).
 SNAPSHOT = ["types", "t", "ck"]
 DBZ_SIGNALS = "dbz_signal"
+DBZ_NOTIFICATIONS = "dbz_notifications"  # (outside the prefix: not a table's topic)
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +104,13 @@ class DebeziumCapture:
     def events(self) -> list[Event]:
         return read_jsonl(self.out, DBZ_PREFIX)
 
+    def notifications(self) -> list[dict]:
+        """Debezium's notifications (``notification.enabled.channels: sink``, on topic
+        :data:`DBZ_NOTIFICATIONS`): records of the same queue as its events, so one is written
+        after every event Debezium emitted before it."""
+        return [json.loads(r["value"])["payload"] for r in map(json.loads, self.out.read_text().splitlines())
+                if r["topic"] == DBZ_NOTIFICATIONS and r["value"]]
+
     def close(self) -> None:
         stop_process(self.proc)
 
@@ -132,7 +140,9 @@ def side_by_side(cfg, server: dict, db: str, state: Path, *, create: Callable, c
     ``create(conn)`` makes the tables (with Debezium's signal table), both start streaming,
     ``changes(conn)`` runs, each side snapshots ``snapshot_tables`` in its own dialect (signal
     id ``tag``; ``snapshot_type``: the signal's ``type``), and the events of ``tables`` on each side
-    are returned, ``(ours, theirs)``, once Debezium has as many as ours or adds none for 15 s."""
+    are returned, ``(ours, theirs)``, once Debezium has told its snapshot completed (after the
+    changes and the snapshot's rows: Debezium is done).  Debezium tells a blocking snapshot's
+    as its initial snapshot's (aggregate type "Initial Snapshot"), as ours does."""
     cfg.source.host, cfg.source.port = server["host"], server["port"]
     cfg.source.user, cfg.source.password = server["cdc_user"], server["cdc_password"]
     cfg.source.signal_table = server["signal_table"]
@@ -146,26 +156,25 @@ def side_by_side(cfg, server: dict, db: str, state: Path, *, create: Callable, c
             cur.execute(f"CREATE TABLE {DBZ_SIGNALS} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
                         "data VARCHAR(2048))")
     start_at_current(cfg)
-    dbz = DebeziumCapture(server, db, state, **props)
+    dbz = DebeziumCapture(server, db, state, **{"notification.enabled.channels": "sink",
+                                                "notification.sink.topic.name": DBZ_NOTIFICATIONS, **props})
     try:
         with _admin(server, db) as conn:
             changes(conn)
         with ProducerThread(cfg):
             sid = snapshot(cfg, [f"{db}.{t}" for t in snapshot_tables], blocking=snapshot_type == "blocking")
             wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), 120, what="our snapshot completed")
+        aggregate = "Initial Snapshot" if snapshot_type == "blocking" else "Incremental Snapshot"
+
+        def completed() -> int:  # (Debezium's start, a schema snapshot, tells an initial snapshot's too)
+            return sum(1 for n in dbz.notifications() if n["aggregate_type"] == aggregate and n["type"] == "COMPLETED")
+        before = completed()
         with _admin(server, db) as conn, conn.cursor() as cur:
             data = {"data-collections": [f"{db}.{t}" for t in snapshot_tables], "type": snapshot_type}
             cur.execute(f"INSERT INTO {DBZ_SIGNALS} VALUES (%s, 'execute-snapshot', %s)", (tag, json.dumps(data)))
         ours = _ours(cfg, db, tables)
-        names = {f"{db}.{t}" for t in tables}
-        seen = {"n": -1, "since": time.monotonic()}
-
-        def settled() -> bool:
-            n = sum(1 for e in dbz.events() if e.table in names)
-            if n != seen["n"]:
-                seen.update(n=n, since=time.monotonic())
-            return n >= len(ours) or time.monotonic() - seen["since"] > 15
-        wait_for(settled, 180, interval=1.0, what="Debezium's events")
+        wait_for(lambda: completed() > before, 180, interval=0.5, what=f"Debezium's {snapshot_type} snapshot completed",
+                 state=lambda: dbz.notifications())
         return ours, dbz.events()
     finally:
         dbz.close()

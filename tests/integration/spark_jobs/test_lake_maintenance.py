@@ -8,14 +8,19 @@ retention; a commit leaves no staged part behind."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from cdc.lake import lake_sinks, maintain
-from common.config import CDCConfig
+from common.config import CDCConfig, dump_config
+from spark_jobs.batch_commit import owner_of
+from spark_jobs.lake_committer import LakeCommitters
 from tests.integration.spark_jobs.test_sinks import simple_source
 from tests.lake_helpers import LAKE_KINDS, commit_batch, lake_rows
 
@@ -180,3 +185,29 @@ def test_a_commit_leaves_no_staged_part(cfg, sinks, kind):
     sink.commit("shop", "items", parts, batch_id=2, app="app-1")
     assert files_under(staging) == set()
     assert sorted(k[0] for k in lake_rows(sink, "shop", "items", ["id"])) == [1, 2, 4]
+
+
+def test_lake_commit_commits_what_a_stopped_job_left_staged(cfg, sinks, tmp_path):
+    """``cdc lake commit`` with no merge job running: the batches a stopped job handed to its
+    lake committers (their manifests in the journal) are committed by the command, each once,
+    and a second run finds nothing to commit."""
+    cfg.state_dir = str(tmp_path / "state")
+    app = f"{owner_of(cfg.kafka.topic_prefix)}/src/q1"
+    group = LakeCommitters(list(sinks.items()), cfg.sinks, owner_of(cfg.kafka.topic_prefix), Path(cfg.state_dir))
+    for b in range(3):  # staged and handed over as the merge job does, never committed (the job stopped)
+        parts = {kind: sink.stage("shop", "items", SRC.schema, ["id"], [SRC.upsert({"id": b, "v": f"v{b}"}, 10 + b, "c")],
+                                  batch_id=b, partition=0, app=app) for kind, sink in sinks.items()}
+        group.hand_over([{"staged": [[kind, "shop", "items", part] for kind, part in parts.items()]}], b, app)
+    assert all(lake_rows(sink, "shop", "items", ["id"]) == {} for sink in sinks.values())
+    path = tmp_path / "cdc.yaml"
+    path.write_text(dump_config(cfg))
+
+    def run() -> dict:
+        out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(path), "lake", "commit", "--json"],
+                             capture_output=True, text=True, timeout=300, check=True)
+        return {r["sink"]: r["result"] for r in json.loads(out.stdout)}
+    assert run() == {k: {"staged_batches": 3, "upserted": 3, "deleted": 0} for k in sinks}
+    for sink in sinks.values():
+        assert set(lake_rows(sink, "shop", "items", ["id"])) == {(0,), (1,), (2,)}
+        assert sorted(sink.commits("shop", "items")) == [(app, 0), (app, 1), (app, 2)]
+    assert run() == {k: {"staged_batches": 0, "upserted": 0, "deleted": 0} for k in sinks}

@@ -45,9 +45,18 @@ def pg_rows_or_empty(cfg, db: str) -> dict:
         return {}
 
 
-@pytest.mark.parametrize("ddl", ["pessimistic", "optimistic"])
-def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_sources, unique, tmp_path, ddl):
+@pytest.mark.parametrize("ddl,lakes", [("pessimistic", False), ("optimistic", False), ("optimistic", True)],
+                         ids=["pessimistic", "optimistic", "optimistic-lakes"])
+def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_sources, unique, tmp_path, ddl, lakes):
+    """With ``lakes`` the Delta and Iceberg sinks too: both sources' queries hand their batches to
+    one committer per lake table, so no query fails or retries on the other's commits."""
     cfg = two_sources
+    if lakes:
+        cfg.sinks.delta.path = str(tmp_path / "lake" / "delta")
+        cfg.sinks.iceberg.warehouse = str(tmp_path / "lake" / "iceberg")
+        cfg.sinks.iceberg.catalog_name = unique("cat")
+        cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = True
+        cfg.sinks.delta.commit_interval_s = cfg.sinks.iceberg.commit_interval_s = 2.0
     cfg.sinks.postgres.schema_name = unique("sinkpg")
     cfg.sinks.mysql.database = unique("sink")
     cfg.spark.master = "local[2]"
@@ -75,7 +84,7 @@ def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_
 
     def merge() -> None:
         try:
-            outcome["rc"] = run_jobs(jobs, max_restarts=3)
+            outcome["rc"] = run_jobs(jobs, max_restarts=0 if lakes else 3)  # (with the lakes: no restart at all)
         except BaseException as exc:  # noqa: BLE001 - what the test reports
             outcome["error"] = exc
     merger = threading.Thread(target=merge, daemon=True, name="merge")
@@ -146,7 +155,8 @@ def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_
             for db in dbs:
                 tr = by[f"{name}/{db}.orders"]
                 assert tr.target == f"{base}.orders"
-                assert [r.sink for r in tr.results] == ["postgres", "mysql", "changelog"]
+                assert [r.sink for r in tr.results] == ["postgres", "mysql", *(["delta", "iceberg"] if lakes else []),
+                                                        "changelog"]
                 assert tr.source_rows == sum(1 for k in expected if k[1] == db)
     finally:
         for job in jobs:
@@ -157,6 +167,13 @@ def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_
                 for db in dbs:
                     cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
     assert outcome.get("rc") == 0, outcome
+    if lakes:  # one committer per table: no lost race, no failed commit (and no query restarted: max_restarts 0)
+        committers = jobs[0].lakes.committers
+        assert all(j.lakes is jobs[0].lakes for j in jobs) and len(committers) == 2
+        assert [(c.sink.lost_races, c.figures["failures"]) for c in committers] == [(0, 0), (0, 0)]
+        for c in committers:  # the one committer committed both sources' batches, none twice
+            marks = [pair for batches in c.sink.commit_marks(base, "orders") for pair in batches]
+            assert {app.split("/")[1] for app, _ in marks} == set(shards) and len(marks) == len(set(marks)), marks
 
 
 def test_rows_held_on_an_idle_source_are_released_by_the_other_sources_ddl(stack, own_mysql, two_sources, unique,

@@ -2,6 +2,8 @@
 the ratios, the settings, the Flink runner's class path and properties, and the section of
 docs/benchmarks.md it writes (leading the file's sections)."""
 
+import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -9,16 +11,10 @@ import pytest
 from cdc.bench import flink_cdc, race_rounds, race_settings
 from cdc.bench.connect_worker import properties_text
 from cdc.bench.doc_sections import section_of, with_leading_section
-from cdc.bench.peers_race import (
-    PEERS_HEADING,
-    check_peer_server_version,
-    headline_pairs,
-    pair_ratios,
-    parse_peers,
-    render_peers,
-    repeated_run_lines,
-    write_peers_section,
-)
+from cdc.bench.peers_race import check_peer_server_version, parse_peers
+from cdc.bench.peers_ratios import headline_pairs, pair_ratios
+from cdc.bench.peers_report import render_peers, repeated_run_lines, write_peers_section
+from cdc.bench.report import PEERS_HEADING, RACE_METHOD_LINK
 from cdc.bench.topic_clock import TopicClock, clock_figures
 from cdc.errors import BenchError
 
@@ -186,3 +182,30 @@ def test_a_peers_job_that_failed_and_ran_again_is_named_in_the_section():
     assert "- snapshot, round 1, Flink CDC, parallelism 2: the job failed (Caused by: java.util.NoSuchElementException)" \
         in "\n".join(lines)
     assert "the job failed" in render_peers(result)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _linked_heading(text: str) -> str:
+    """The doc's text under the heading that ``text``'s link into docs/ points at."""
+    doc, anchor = re.search(r"\]\(([\w-]+\.md)#([\w-]+)\)", text).groups()
+    method = (ROOT / "docs" / doc).read_text()
+    parts = re.split(r"^#+ (.+)$", method, flags=re.M)
+    under = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-"): body
+             for h, body in zip(parts[1::2], parts[2::2])}
+    assert anchor in under, (anchor, sorted(under))
+    return under[anchor]
+
+
+def test_the_races_sections_send_their_reader_to_the_method_told_once_in_docs():
+    """What the races' figures measure is prose of docs/race-method.md, not of the code: each
+    section links to its heading there, and the races' modules hold no paragraph."""
+    text = render_peers(_result(), when="2026-11-27 01:00")
+    assert "*Flink CDC*: its MySQL source in a local MiniCluster" in _linked_heading(text) and "*Flink CDC*" not in text
+    assert "*Debezium*: Debezium 3.6.3.Final's MySQL connector embedded" in _linked_heading(RACE_METHOD_LINK)
+    for module in ("peers_race", "peers_ratios", "peers_report", "report"):
+        tree = ast.parse((ROOT / "cdc" / "bench" / f"{module}.py").read_text())
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        longest = max(len(n.value) for n in ast.walk(tree)
+                      if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings)
+        assert longest < 700, f"cdc/bench/{module}.py holds a text of {longest} characters: prose goes to docs/"

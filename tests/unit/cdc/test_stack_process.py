@@ -7,9 +7,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 from cdc.stack.process import _ephemeral_low, free_port, pid_alive, port_listener
+from tests.producer_helpers import wait_for
 
 
 def test_server_ports_lie_below_the_ephemeral_range_and_are_free():
@@ -34,17 +34,23 @@ def test_the_process_listening_on_a_port_is_named():
 
 def test_a_process_whose_main_thread_ended_is_alive_until_its_last_thread_ends():
     # As a killed JVM: the main thread a zombie at once, the others still ending (and holding
-    # the process's sockets).  The main thread ends with the exit system call (60 on x86-64).
-    code = ("import ctypes, threading, time\n"
-            "threading.Thread(target=time.sleep, args=(1.5,)).start()\n"
+    # the process's sockets).  The main thread ends with the exit system call (60 on x86-64);
+    # the other one reads its standard input, so it ends when the test closes that, not on a clock.
+    code = ("import ctypes, sys, threading\n"
+            "threading.Thread(target=sys.stdin.read).start()\n"
             "ctypes.CDLL(None).syscall(60, 0)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
     try:
-        time.sleep(0.5)
-        with open(f"/proc/{proc.pid}/stat") as f:
-            assert f.read().split(") ", 1)[1][0] == "Z"  # the main thread is a zombie ...
+        wait_for(lambda: _state(proc.pid) == "Z", timeout=60, interval=0.02, what="the main thread a zombie")
+        assert len(os.listdir(f"/proc/{proc.pid}/task")) > 1  # ... its other thread still there ...
         assert pid_alive(proc.pid)  # ... and the process is not gone
-        proc.wait(timeout=10)
+        proc.stdin.close()  # (the other thread ends)
+        proc.wait(timeout=60)
     finally:
         proc.kill()
     assert not pid_alive(proc.pid)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1][0]

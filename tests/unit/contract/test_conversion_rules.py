@@ -7,9 +7,11 @@ from __future__ import annotations
 import ctypes
 import datetime
 import inspect
+import os
 from decimal import Context, Decimal
 import re
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 
 from contract import conversion_rules as rules
 from contract.conversion_rules_c import RuleError, c_source
-from tests.native_helpers import can_build
+from tests.native_helpers import c_compiler
 from tests.unit.producer.binlog.test_row_decoder import _pack_decimal
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -216,13 +218,14 @@ def _wrapper() -> str:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    if not can_build():
-        pytest.skip("no C compiler or Python headers on this machine: no C path is built from the rules "
-                    "(the extensions are optional), so every conversion runs the rules in Python")
+    """The header and its wrapper compiled: plain C, so a C compiler is all it needs (not Python.h)."""
+    cc = c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler on this machine: no C path is built from the rules (the extensions are "
+                    "optional), so every conversion runs the rules in Python")
     d = tmp_path_factory.mktemp("rules")
     (d / "type_rules.h").write_text(c_source(SOURCE))
     (d / "wrapper.c").write_text(_wrapper())
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
     subprocess.run([*cc, "-O2", "-Wall", "-Werror", "-Wno-unused-function", "-shared", "-fPIC",
                     "-o", str(d / "rules.so"), str(d / "wrapper.c")], check=True, capture_output=True)
     lib = ctypes.CDLL(str(d / "rules.so"))
@@ -254,6 +257,24 @@ def _call_c(lib, rule, args):
     if ret == "int | None":
         return value if ok.value else None
     return bool(value) if ret == "bool" else value
+
+
+def test_the_c_check_runs_under_a_python_without_its_headers(tmp_path):
+    """Under this Python with a prefix of its own that has its standard library and no headers
+    (as where python3-dev is not installed), the check of the rules' C runs: it does not skip."""
+    if c_compiler() is None:
+        pytest.skip("no C compiler on this machine: the check of the rules' C cannot run anywhere here")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / stdlib.name).symlink_to(stdlib)
+    env = {**os.environ, "PYTHONHOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    probe = "import sysconfig; from tests.native_helpers import can_build; print(sysconfig.get_paths()['include'], can_build())"
+    assert subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.split() == [str(tmp_path / "include" / stdlib.name), "False"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                          f"{Path(__file__).relative_to(ROOT)}::test_the_c_of_each_rule_is_the_rule[is_leap]"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "1 passed" in run.stdout, run.stdout[-3000:]
 
 
 def test_every_rule_has_arguments_to_check():
@@ -289,3 +310,72 @@ def test_what_c_does_not_take_is_refused_by_rule_and_line(body, error):
     names = re.findall(r"^def (\w+)", body, re.M)
     with pytest.raises(RuleError, match=error):
         c_source(body + f"\nRULES = ({', '.join(names)},)\n")
+
+
+# =============================================================================== where C and Python would part
+#: Rules of the subset that Python and C would run apart: a zero divisor, a shift by a negative
+#: count or one of 64 and more, an index outside its tuple or bytes (Python raises or wraps, the
+#: C reads 0 or -1), a loop whose body moves its bounds or variable, or whose variable is read
+#: after it.
+_APART = [
+    ("def f(x: int) -> int:\n    return x // 0\n", r"f, line 2: divides by zero"),
+    ("ZERO = 0\n\ndef f(x: int) -> int:\n    return x % ZERO\n", r"f, line 4: divides by zero"),
+    ("def f(x: int, y: int) -> int:\n    return x // y\n", r"f, line 2: the divisor `y` is not proven non-zero"),
+    ("def f(x: int, y: int) -> int | None:\n    if y < 0:\n        return None\n    return x % y\n",
+     r"f, line 4: the divisor `y` is not proven non-zero \(it is within 0 to inf\)"),
+    ("T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[3]\n",
+     r"f, line 4: the index `3` of T is not proven within 0 to 2"),
+    ("T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[x]\n", r"f, line 4: the index `x` of T"),
+    ("T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[x - 1] if x <= 3 else 0\n",
+     r"f, line 4: the index `x - 1` of T is not proven within 0 to 2 \(it is within -inf to 2\)"),
+    ("def f(s: bytes) -> int:\n    return s[0]\n", r"f, line 2: the index `0` of s is not proven"),
+    ("def f(s: bytes) -> int:\n    if len(s) < 2:\n        return 0\n    return s[-1]\n",
+     r"f, line 4: the index `-1` of s"),
+    ("def f(s: bytes) -> int:\n    n = len(s)\n    return s[n] if n > 0 else 0\n", r"f, line 3: the index `n` of s"),
+    ("def f(s: bytes, n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        v += s[i]\n    return v\n",
+     r"f, line 4: the index `i` of s"),
+    ("def f(s: bytes, a: int) -> int:\n    b = a + 2\n    if len(s) <= b:\n        return 0\n    return s[b]\n",
+     r"f, line 5: the index `b` of s"),
+    ("def f(x: int, n: int) -> int:\n    return x << n\n", r"f, line 2: the shift `n` is not proven within 0 to 63"),
+    ("def f(x: int) -> int:\n    return x >> 64\n", r"f, line 2: the shift `64` is not proven within 0 to 63"),
+    ("def f(x: int, y: int) -> int:\n    return x and y\n", r"f, line 2: `x` is not a boolean"),
+    ("def f(x: int, y: int) -> bool:\n    z = x > 0 or y\n    return z == 1\n", r"f, line 2: `y` is not a boolean"),
+    ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        n -= 1\n    return v\n",
+     r"f, line 3: the loop's body assigns its bound n"),
+    ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        i += 1\n    return v\n",
+     r"f, line 3: the loop's body assigns its variable i"),
+    ("def f(n: int) -> int:\n    v = 0\n    for i in range(0, n):\n        v += i\n    return i\n",
+     r"f, line 5: i, a loop's variable, is used outside its loop"),
+]
+
+#: Their guarded forms, which both languages run alike: taken.
+_GUARDED = [
+    "def f(x: int, y: int) -> int | None:\n    if y < 1:\n        return None\n    return x // y\n",
+    "def f(x: int) -> int:\n    return x // 7 + x % -3\n",
+    "def f(x: int, y: int) -> bool:\n    if x and not y:\n        return x > 1 or y != 0\n    return False if x or y else True\n",
+    "def f(x: int, n: int) -> int:\n    return x << 8 * n - 8 >> 3 if 1 <= n <= 4 else 0\n",
+    "T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return T[x - 1] if 1 <= x <= 3 else 0\n",
+    "T = (1, 2, 3)\n\ndef f(x: int) -> int:\n    return 10 // T[x % 3]\n",
+    "def f(s: bytes, at: int) -> int:\n    if at < 0 or at >= len(s):\n        return -1\n    return s[at]\n",
+    "def f(s: bytes) -> int:\n    n = len(s)\n    return s[n - 1] if n > 0 and s[0] == 45 else 0\n",
+    "def f(s: bytes, start: int, stop: int) -> int:\n    v = 0\n    if start < 0 or stop > len(s):\n"
+    "        return 0\n    for i in range(start, stop):\n        v = v * 10 + s[i]\n    return v\n",
+    "def f(s: bytes, a: int) -> int:\n    if a < 0:\n        return 0\n    b = a + 2\n    if len(s) <= b:\n"
+    "        return 0\n    return s[b]\n",
+]
+
+
+def _rules(body: str) -> str:
+    names = re.findall(r"^def (\w+)", body, re.M)
+    return body + f"\nRULES = ({', '.join(names)},)\n"
+
+
+@pytest.mark.parametrize("body, error", _APART)
+def test_what_python_and_c_would_run_apart_is_refused_by_rule_and_line(body, error):
+    with pytest.raises(RuleError, match=error):
+        c_source(_rules(body))
+
+
+@pytest.mark.parametrize("body", _GUARDED)
+def test_a_guard_in_the_rule_proves_it(body):
+    assert "static inline" in c_source(_rules(body))

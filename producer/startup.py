@@ -54,17 +54,21 @@ class Startup:
         self.local = local
         #: ``snapshot.mode`` (Debezium's) or ``producer.startup``: what a start does
         self.mode = snapshot_mode(cfg)
+        #: whether this process planned its start (a reconnect after a lost connection plans again:
+        #: ``snapshot.mode: always`` snapshots once a process, not once a reconnect)
+        self.planned = False
 
     def plan(self, conn, info: src.ServerInfo, stored: dict | None, recover: str | None = None) -> ProducerState:
         """The start of this run, given the position ``stored`` in Kafka (``recover``: the
         recovery asked for on the command line), with the GTIDs passed there and the server
         it is on recorded (so a later start on another server resumes by GTID)."""
         state = self._plan(conn, info, stored, recover)
-        if self.mode.snapshot_every_start and state.extra.get("initial_snapshot") != "pending":
+        if self.mode.snapshot_every_start and not self.planned and state.extra.get("initial_snapshot") != "pending":
             # (a snapshot of the last start still running is continued: its tables are not added twice)
             log.info("%s: snapshotting every captured table on this start too, streaming from %s", self.mode.setting,
                      state.resume.gtid_set or f"{state.resume.file}:{state.resume.pos}")
             state.extra["initial_snapshot"] = "pending"
+        self.planned = True
         flavor = info.flavor
         known = state.extra.get("gtid")
         if known is not None and state.extra.get("server_id") in (None, info.server_id):

@@ -77,6 +77,12 @@ def test_which_start_snapshots_the_data(stack, config, test_db, table, mode, sna
         assert {n["aggregateType"] for n in notifications(config) if n["type"] == "STARTED"} == {"Initial Snapshot"}
     else:  # only what was written after the first start
         assert got == {k: v for k, v in expected.items() if v["id"] >= 100}
+    if mode == "always":  # a process that starts its session again (a lost connection) does not snapshot again
+        app = ProducerApp(config)
+        app.run(idle_exit_s=1.5)
+        taken = len(_started(config))
+        app.run(idle_exit_s=1.5)
+        assert len(_started(config)) == taken == sum(snapshots) + 1
 
 
 @pytest.mark.parametrize("mode", ["initial_only", "configuration_based"])

@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 import time
 
+from common.errors import ServerError
 from contract.notifications import Notification
 from producer.snapshot.blocking import AGGREGATE_TYPE, BlockingRead, BlockingRequest, snapshot_record
+from producer.snapshot.chunk_windows import MAX_READ_FAILURES
 from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
 from producer.snapshot.gtid_windows import Boundary, MarkerSlots
 from producer.snapshot.state import TableJob, encode_key
@@ -40,7 +42,19 @@ class SessionBlocking:
         slots = self._slots()
         if not slots.ready(at.based):  # (a killed run wrote markers further on: pause there)
             return
-        self._blocking_snapshot(queue.requests[0], at, slots)
+        req = queue.requests[0]
+        try:
+            self._blocking_snapshot(req, at, slots)
+        except ServerError as exc:  # the server refused a read (a lost connection is retried by the producer)
+            req.failures += 1
+            if req.failures < MAX_READ_FAILURES:
+                log.warning("blocking snapshot %s: a read failed (%s); taken again at the next boundary",
+                            req.snapshot_id, exc)
+                self._commit(self.current_resume())
+                return
+            log.error("blocking snapshot %s: a read failed %d times (%s); the snapshot is aborted", req.snapshot_id,
+                      req.failures, exc)
+            self._blocking_notify("ABORTED", req, reason=f"read failed {req.failures} times: {exc}")
         queue.requests.pop(0)
         self._commit(self.current_resume())
 

@@ -61,6 +61,8 @@ class BlockingRequest:
     jobs: list[TableJob] = field(default_factory=list)
     #: Debezium's initial snapshot of a first start (its rows' source.server_id is 0, as Debezium's)
     first_start: bool = False
+    #: reads the server refused so far (a query error, not a lost connection): aborted at MAX_READ_FAILURES
+    failures: int = 0
 
     @property
     def tables(self) -> list[str]:
@@ -68,12 +70,12 @@ class BlockingRequest:
 
     def to_state(self) -> dict:
         return {"snapshot_id": self.snapshot_id, "jobs": [j.to_state() for j in self.jobs],
-                "first_start": self.first_start}
+                "first_start": self.first_start, "failures": self.failures}
 
     @classmethod
     def from_state(cls, st: dict) -> "BlockingRequest":
         return cls(str(st["snapshot_id"]), [TableJob.from_state(j) for j in st.get("jobs") or []],
-                   bool(st.get("first_start")))
+                   bool(st.get("first_start")), int(st.get("failures", 0)))
 
 
 def blocking_request(conn, captures: Callable[[str, str], bool], sig: Signal, *,

@@ -202,3 +202,21 @@ def test_cdc_snapshot_blocking_follows_it(stack, config, config_file, test_db):
     rows = _rows(config, test_db, "t")
     assert sorted(v["after"]["id"] for v in rows) == list(range(150))
     assert {v["source"]["snapshot"] for v in rows} == {"first", "true", "last"}
+
+
+def test_a_read_the_server_refuses_aborts_the_blocking_snapshot_and_streaming_goes_on(stack, config, test_db):
+    """A filter that passes the checks but that the server refuses when it runs (a regular
+    expression it cannot compile): the snapshot is taken again a few times, then ABORTED with
+    the server's reason; the stream goes on."""
+    _prepare(stack, config, test_db, {"t": 50})
+    with ProducerThread(config):
+        sid = signal(config, "execute-snapshot", _blocking([f"{test_db}.t"], **{"additional-conditions": [
+            {"data-collection": f"{test_db}.t", "filter": "v REGEXP '('"}]}))
+        wait_for(lambda: has_notification(config, "ABORTED", id=sid), timeout=120, what="the snapshot aborted")
+        with stack.admin(test_db) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (1000, 'after', 1)")
+        wait_for(lambda: any(v["op"] == "c" for _, _, v in read_events(config, _topic(config, test_db, "t"))),
+                 what="streaming goes on")
+    [aborted] = [n for n in notifications(config) if n["id"] == sid and n["type"] == "ABORTED"]
+    assert "read failed 5 times" in aborted["additionalData"]["reason"]
+    assert not _rows(config, test_db, "t")

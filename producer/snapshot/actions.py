@@ -133,7 +133,9 @@ class ExecuteSnapshot:
 
     def run(self, coord: SnapshotControl, sig: Signal) -> None:
         if sig.blocking:  # Debezium's blocking snapshot: the session pauses the stream for it
-            coord.blocking.request(coord.conn(), coord.captures, sig, resolve=coord.resolve, overrides=coord.overrides)
+            coord.blocking.request(coord.conn(), coord.captures, sig, resolve=coord.resolve, overrides=coord.overrides,
+                                   skipped=lambda t, why: coord.notify(Notification("SKIPPED", sig.id,
+                                                                                    {"table": t, "reason": why})))
             return
         tables, matched = resolve_tables(coord.conn(), coord.captures, sig)
         coord.add_tables(tables, sig.id, conditions=sig.conditions, surrogate_key=sig.surrogate_key,

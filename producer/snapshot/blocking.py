@@ -80,7 +80,7 @@ class BlockingRequest:
 
 def blocking_request(conn, captures: Callable[[str, str], bool], sig: Signal, *,
                      resolve: Callable[[TableDef], TableDef] | None, overrides: dict | None,
-                     include_tables: list[str]) -> BlockingRequest:
+                     include_tables: list[str], skipped: Callable[[str, str], None]) -> BlockingRequest:
     """The request of a blocking ``execute-snapshot`` signal, its tables in Debezium's order
     (:func:`debezium_order`); :class:`BadSignal` when a table is unknown or cannot be read in key
     order, or a filter is refused."""
@@ -93,11 +93,12 @@ def blocking_request(conn, captures: Callable[[str, str], bool], sig: Signal, *,
             raise BadSignal(sig.id, "additional-conditions of a blocking snapshot: " +
                             str(exc).split(": ", 1)[1].replace("snapshots read the table in key-range chunks, so ",
                                                                "")) from None
-    jobs, skipped = table_jobs(conn, tables, sig.id, resolve=resolve, surrogate_key=sig.surrogate_key,
-                               conditions={t: c for t, c in conditions.items() if c is not None},
-                               skippable=matched, overrides=overrides)
-    for name, reason in skipped:
+    jobs, left_out = table_jobs(conn, tables, sig.id, resolve=resolve, surrogate_key=sig.surrogate_key,
+                                conditions={t: c for t, c in conditions.items() if c is not None},
+                                skippable=matched, overrides=overrides)
+    for name, reason in left_out:
         log.warning("blocking snapshot %r: %s; the table is skipped", sig.id, reason)
+        skipped(name, reason)
     order = debezium_order([j.table for j in jobs], include_tables)
     return BlockingRequest(sig.id, sorted(jobs, key=lambda j: order.index(j.table)))
 
@@ -182,9 +183,11 @@ class BlockingQueue:
         self.include_tables = list(include_tables or [])  # (source.include_tables: Debezium's table order)
 
     def request(self, conn, captures: Callable[[str, str], bool], sig: Signal, *,
-                resolve: Callable[[TableDef], TableDef] | None, overrides: dict | None) -> None:
+                resolve: Callable[[TableDef], TableDef] | None, overrides: dict | None,
+                skipped: Callable[[str, str], None]) -> None:
+        """Queue the blocking snapshot ``sig`` asks for (``skipped``: told each table left out)."""
         req = blocking_request(conn, captures, sig, resolve=resolve, overrides=overrides,
-                               include_tables=self.include_tables)
+                               include_tables=self.include_tables, skipped=skipped)
         self.requests.append(req)
         log.info("blocking snapshot %s of %s: the stream pauses at the next transaction boundary", req.snapshot_id,
                  ", ".join(req.tables))

@@ -87,10 +87,12 @@ def test_blocking_snapshot_over_kafka_with_whole_select_conditions(stack, config
     all of them; the first/last marks span the snapshot, the per-table ones each table.  In
     read-only mode the same, with nothing written to the source."""
     config.snapshot.read_only = read_only
+    with stack.admin(test_db) as conn, conn.cursor() as cur:  # keyless: matched by the regex, skipped
+        cur.execute("CREATE TABLE nokey (x INT)")
     _prepare(stack, config, test_db, {"a": 300, "b": 120})
     with ProducerThread(config):
         sid = kafka_signal(config, "execute-snapshot", _blocking(
-            [f"{test_db}.a", f"{test_db}.b"], **{"additional-conditions": [
+            [f"{test_db}.a", f"{test_db}\\.(b|nokey)"], **{"additional-conditions": [
                 {"data-collection": f"{test_db}.a", "filter": f"SELECT * FROM `{test_db}`.`a` WHERE id >= 200"}]}))
         wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="blocking snapshot done")
     a, b = (sorted(_rows(config, test_db, t), key=lambda v: v["position"]) for t in ("a", "b"))
@@ -98,6 +100,8 @@ def test_blocking_snapshot_over_kafka_with_whole_select_conditions(stack, config
     assert (a[0]["source"]["snapshot"], a[-1]["source"]["snapshot"]) == ("first", "last_in_data_collection")
     assert (b[0]["source"]["snapshot"], b[-1]["source"]["snapshot"]) == ("first_in_data_collection", "last")
     assert a[-1]["position"] < b[0]["position"]
+    [skipped] = [n for n in notifications(config) if n["id"] == sid and n["type"] == "SKIPPED"]
+    assert skipped["additionalData"]["table"] == f"{test_db}.nokey"
 
 
 @pytest.mark.parametrize("how", ["signal", "snapshot.mode"])

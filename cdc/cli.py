@@ -157,7 +157,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
             raise CommandError("name the tables to snapshot, e.g. 'cdc snapshot shop.orders'")
         kind, data = "execute-snapshot", execute_snapshot_data(args.tables, where=args.where,
                                                                surrogate_key=args.surrogate_key,
-                                                               delete_missing=args.delete_missing)
+                                                               delete_missing=args.delete_missing,
+                                                               blocking=args.blocking)
     follower = None
     if args.follow and kind == "execute-snapshot":
         follower = NotificationFollower(cfg)
@@ -527,7 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_stream_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_stream_p.set_defaults(func=_cmd_bench_stream)
 
-    snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot (a signal)")
+    snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot, or take a "
+                                             "blocking one (a signal)")
     snap_p.add_argument("tables", nargs="*", metavar="DB.TABLE",
                       help="tables to snapshot (names or regular expressions, as in the signal's data-collections)")
     snap_p.add_argument("--where", metavar="FILTER", help="only rows matching this predicate (additional-conditions)")
@@ -535,6 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
     snap_p.add_argument("--delete-missing", action="store_true",
                       help="once a table is read, the sinks delete the rows it did not find (rows deleted at the "
                            "source while their changes were lost)")
+    snap_p.add_argument("--blocking", action="store_true",
+                        help="Debezium's blocking snapshot: the stream pauses while the tables are read whole, "
+                             "then goes on from where it paused (--where: a condition, or SELECT * FROM ... WHERE ...)")
     action = snap_p.add_mutually_exclusive_group()
     action.add_argument("--stop", action="store_true", help="stop the running snapshot (of TABLES, or all)")
     action.add_argument("--pause", action="store_true", help="pause the running snapshot")

@@ -454,7 +454,29 @@ class ProducerConfig(Section):
         return self.tombstones_on_delete
 
 
+#: Debezium's ``snapshot.mode`` values (docs/configuration.md, "snapshot.mode"; producer/snapshot_mode.py
+#: maps them onto ``producer.startup``).
+SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "when_needed", "always", "recovery", "configuration_based")
+#: Values older Debezium versions took, and what replaced them in Debezium 3.
+REMOVED_SNAPSHOT_MODES = {"schema_only": "no_data", "never": "no_data", "schema_only_recovery": "recovery"}
+
+
+class ConfigurationBasedSnapshot(Section):
+    """Debezium's ``snapshot.mode.configuration.based.*``: what ``snapshot.mode:
+    configuration_based`` does on every start (Debezium's defaults: all false)."""
+
+    snapshot_data: bool = False             # .snapshot.data: snapshot every captured table on every start
+    snapshot_schema: bool = False           # .snapshot.schema: publish every captured table's schemas on every start
+    start_stream: bool = False              # .start.stream: stream after the snapshot (false: stop once it is done)
+    snapshot_on_schema_error: bool = False  # .snapshot.on.schema.error: the schemas topic lost: publish them again
+    snapshot_on_data_error: bool = False    # .snapshot.on.data.error: the stored position purged: snapshot again
+
+
 class SnapshotConfig(Section):
+    # Debezium's snapshot.mode (null: producer.startup alone says how a producer starts).
+    mode: Literal[SNAPSHOT_MODES] | None = None
+    # With mode: configuration_based, Debezium's snapshot.mode.configuration.based.* flags.
+    configuration_based: ConfigurationBasedSnapshot | None = None
     chunk_size: int = Field(8192, gt=0)
     parallelism: int = Field(1, gt=0)
     # Snapshot a table by itself after DDL that changed its rows without row events
@@ -463,6 +485,23 @@ class SnapshotConfig(Section):
     # No writes to the source: chunk windows bounded by GTID sets read before and after each chunk
     # SELECT instead of marker rows (issue 14); signals from the Kafka channel.
     read_only: bool = False
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _debezium_mode(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.strip().lower()  # (Debezium reads the value case-insensitively)
+            if v in REMOVED_SNAPSHOT_MODES:
+                raise ValueError(f"snapshot.mode {v!r} was removed in Debezium 3: use "
+                                 f"{REMOVED_SNAPSHOT_MODES[v]!r} (docs/configuration.md, \"snapshot.mode\")")
+        return v
+
+    @model_validator(mode="after")
+    def _configuration_based(self) -> "SnapshotConfig":
+        if self.configuration_based is not None and self.mode != "configuration_based":
+            raise ValueError(f"snapshot.configuration_based is given, but snapshot.mode is {self.mode!r}: it applies "
+                             "to snapshot.mode: configuration_based only")
+        return self
 
 
 class SchemaChangeRule(Section):

@@ -9,7 +9,8 @@ Types: STARTED (``tables``, ``signal``, ``added``), IN_PROGRESS (``table``, ``ch
 ``rows``, ``estimated``), TABLE_SCAN_COMPLETED (``table``, ``rows`` or ``dropped``),
 COMPLETED (``aborted_tables``), PAUSED, RESUMED, ABORTED (``tables``, ``reason``),
 SKIPPED (``reason``, ``table``: a signal refused, or one of its tables left out), LOG
-(``message``).
+(``message``).  A blocking snapshot's are Debezium's for it: aggregate type "Initial Snapshot",
+its keys (``producer/session_blocking.py``).
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ class Notification:
     type: str
     snapshot_id: str
     data: dict[str, Any] = field(default_factory=dict)
+    #: Debezium's: "Incremental Snapshot", or "Initial Snapshot" for a blocking snapshot's
+    aggregate_type: str = AGGREGATE_TYPE
 
     def to_json(self) -> dict:
-        return {"aggregateType": AGGREGATE_TYPE, "type": self.type, "id": self.snapshot_id,
+        return {"aggregateType": self.aggregate_type, "type": self.type, "id": self.snapshot_id,
                 "additionalData": self.data, "timestamp": int(time.time() * 1000)}
 
     @classmethod
     def from_json(cls, doc: dict) -> "Notification":
-        return cls(str(doc.get("type") or ""), str(doc.get("id") or ""), dict(doc.get("additionalData") or {}))
+        return cls(str(doc.get("type") or ""), str(doc.get("id") or ""), dict(doc.get("additionalData") or {}),
+                   str(doc.get("aggregateType") or AGGREGATE_TYPE))
 
     @classmethod
     def decode(cls, value: bytes) -> "Notification":

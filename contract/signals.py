@@ -3,6 +3,9 @@
 ``execute-snapshot``  data: {"data-collections": ["db.t", "db\\.line_.*"], "type": "incremental",
                              "additional-conditions": [{"data-collection": "db.t", "filter": "..."}],
                              "surrogate-key": "col", "delete-missing": true}
+                      ``"type": "blocking"`` (Debezium's blocking snapshot: the stream pauses while
+                      the tables are read whole; each filter a full ``SELECT * FROM db.t WHERE ...``
+                      or the condition alone; no ``delete-missing``).
                       ``delete-missing`` (ours, not Debezium's): once a table is read, the
                       sinks delete the rows it did not find (deleted while changes were lost).
 ``stop-snapshot``     data: {"data-collections": [...]} (absent or empty: all), "type": "incremental"
@@ -59,6 +62,11 @@ class Signal:
     def delete_missing(self) -> bool:
         return self.data.get("delete-missing") is True
 
+    @property
+    def blocking(self) -> bool:
+        """An ``execute-snapshot`` of ``"type": "blocking"`` (Debezium's blocking snapshot)."""
+        return str(self.data.get("type") or "incremental").lower() == "blocking"
+
 
 def is_window_marker(row: dict[str, Any]) -> bool:
     """Whether a signal table row is one of the producer's own chunk window markers (not a
@@ -92,9 +100,8 @@ def parse_signal(row: dict[str, Any]) -> Signal:
             raise BadSignal(sid, "execute-snapshot needs 'data-collections': a non-empty list of table names")
         kind = (data.get("type") or "incremental").lower()
         if kind not in ("incremental", "blocking"):
-            raise BadSignal(sid, f"snapshot type {data.get('type')!r} is not supported (use 'incremental')")
-        if kind == "blocking":
-            raise BadSignal(sid, "blocking snapshots are not supported: use 'incremental' (lock-free)")
+            raise BadSignal(sid, f"snapshot type {data.get('type')!r} is not supported (use 'incremental' or "
+                                 "'blocking')")
         conds = data.get("additional-conditions") or []
         if not isinstance(conds, list) or not all(
                 isinstance(c, dict) and isinstance(c.get("data-collection"), str) and isinstance(c.get("filter"), str)
@@ -106,6 +113,9 @@ def parse_signal(row: dict[str, Any]) -> Signal:
         dm = data.get("delete-missing")
         if dm is not None and not isinstance(dm, bool):
             raise BadSignal(sid, "'delete-missing' must be true or false")
+        if dm and kind == "blocking":
+            raise BadSignal(sid, "'delete-missing' is for incremental snapshots: a blocking snapshot does not "
+                                 "delete what it does not find")
         if dm and conds:
             raise BadSignal(sid, "'delete-missing' cannot be combined with 'additional-conditions': the sinks "
                                  "would delete every row outside the filter")
@@ -139,10 +149,10 @@ def loads_lenient(raw: str) -> Any:
 
 
 def execute_snapshot_data(tables: list[str], *, where: str | None = None, surrogate_key: str | None = None,
-                          delete_missing: bool = False) -> dict:
+                          delete_missing: bool = False, blocking: bool = False) -> dict:
     """The ``data`` of an ``execute-snapshot`` signal for ``tables`` (``where``: the same
-    additional condition for each of them)."""
-    data: dict[str, Any] = {"data-collections": list(tables), "type": "incremental"}
+    additional condition for each of them; ``blocking``: Debezium's blocking snapshot)."""
+    data: dict[str, Any] = {"data-collections": list(tables), "type": "blocking" if blocking else "incremental"}
     if delete_missing:
         data["delete-missing"] = True
     if where:

@@ -150,8 +150,8 @@ class ProducerApp:
                     parallelism=cfg.snapshot.parallelism, captures=self.filter.captures,
                     connect=lambda: read_session(cfg.source), state=state.extra.get("snapshot"),
                     read_only=cfg.snapshot.read_only, is_mariadb=info.is_mariadb, file_base=state.file_base,
-                    slots=self._marker_slots() if cfg.snapshot.read_only else None, source=cfg.source,
-                    owner=cfg.producer.name, resolve=self.columns.resolve)
+                    slots=self.marker_slots() if cfg.snapshot.read_only else None, source=cfg.source,
+                    owner=cfg.producer.name, resolve=self.columns.resolve, blocking=state.extra.get("blocking"))
                 stored_signal = state.extra.get("signal_offset")
                 signals = (KafkaSignalChannel(cfg.kafka, cfg.producer.name,
                                               stored_signal if isinstance(stored_signal, int) else None)
@@ -191,10 +191,10 @@ class ProducerApp:
         self.outbox.check(table, self.columns.resolve(table) if table is not None else None,
                           captured=self.filter.captures(db, name))
 
-    def _marker_slots(self) -> MarkerSlots:
-        """Read-only windows' marker positions, above the last marker in Kafka: a killed run
-        may have written markers and rows at the point where this run closes its first
-        window (the writer has fenced it off by now)."""
+    def marker_slots(self) -> MarkerSlots:
+        """Positions of read-only windows and blocking snapshots' rows, above the last marker in
+        Kafka: a killed run may have written markers and rows at the point where this run closes
+        its first window (the writer has fenced it off by now)."""
         cfg = self.cfg
         topic = markers_topic(cfg.kafka.topic_prefix)
         try:

@@ -55,6 +55,25 @@ class RecordEncoder:
             store = SchemaStore(kafka.bootstrap_servers, self.prefix, kafka.client_settings() or None)
             self._published = set(store.known())
 
+    @property
+    def keeps_schemas(self) -> bool:
+        """Whether writer schemas go to ``<prefix>._schemas`` (Avro without a registry)."""
+        return self.fmt == "avro" and self._registry is None
+
+    @property
+    def schemas_known(self) -> int:
+        """How many writer schemas the schemas topic holds, as far as this encoder knows."""
+        return len(self._published)
+
+    def publish_schemas(self, schemas: list[tuple[dict | None, str, str]]) -> int:
+        """Publish (or register) each ``(schema, topic, role)`` the topic does not hold yet;
+        how many that were (the schema snapshot of ``snapshot.mode: recovery``)."""
+        before = len(self._published)
+        for schema, topic, role in schemas:
+            if schema is not None and self.fmt == "avro":
+                self._writer(schema, topic, role)
+        return len(self._published) - before
+
     def schemas_changed(self) -> None:
         """A DDL went by: publish each schema again at its first use, so the schemas topic's
         order keeps telling which schema of each table is the newest."""

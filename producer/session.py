@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Protocol
 
 from common.config import CDCConfig
-from common.sql.sessions import read_session
-from contract.errors import BadSignal
 from contract.markers import delete_missing_marker, marker_record, window_marker
 from contract.notifications import Notification
 from contract.position import BinlogPosition
@@ -31,7 +29,6 @@ from producer.binlog.process import ReaderProcess
 from producer.binlog.reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd, based
 from producer.binlog.server import ServerInfo
 from producer.capture_filter import CaptureFilter
-from producer.errors import ProducerStopped
 from producer.events.builder import EventBuilder
 from producer.events.outbox import OutboxRouter
 from producer.kafka_writer import KafkaWriter
@@ -39,12 +36,13 @@ from producer.metrics import ProducerMetrics
 from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.record_encoder import RecordEncoder, from_avro_bodies
 from producer.schema_changes import SessionSchemaChanges
+from producer.session_blocking import SessionBlocking
+from producer.session_start import SessionStart
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
 from producer.snapshot.coordinator import SnapshotCoordinator
-from producer.snapshot.gtid_windows import Boundary
-from producer.snapshot.table_reader import list_tables
-from producer.startup import ProducerState
+from producer.snapshot.gtid_windows import Boundary, MarkerSlots
+from producer.startup import ProducerState, Startup
 from producer.transaction_metadata import TransactionMetadata
 
 log = logging.getLogger(__name__)
@@ -68,9 +66,12 @@ class ProducerParts(Protocol):
     status_file: Path
     stopping: threading.Event
     outbox: OutboxRouter | None
+    startup: Startup
+
+    def marker_slots(self) -> MarkerSlots: ...
 
 
-class StreamSession(SessionSchemaChanges):
+class StreamSession(SessionSchemaChanges, SessionStart, SessionBlocking):
     """One connected run: reader + writer, until stopped or an error."""
 
     def __init__(self, app: ProducerParts, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
@@ -95,7 +96,8 @@ class StreamSession(SessionSchemaChanges):
         # The resume point last committed: the stream going idle commits a newer one even when
         # what came since produced nothing (marker rows deleted, tables not captured), so the
         # stored offsets reach the binlog's end and a restart does not read those events again.
-        self._committed: tuple[str, int] | None = (state.resume.file, state.resume.pos) if state.resume else None
+        self._committed: tuple[str, int] | None = (state.resume.file, state.resume.pos) \
+            if state.resume and state.stored else None
         self._stored_last = state.stored_last.encode() if state.stored_last is not None else None
         self.gtids = state.gtids  # the GTIDs passed (read-only windows close by them; stored with the offsets)
         # The Kafka signal channel (None: off), and whether rows of the signal table other
@@ -118,10 +120,16 @@ class StreamSession(SessionSchemaChanges):
         cfg, app = self.cfg, self.app
         total = 0
         last_activity = time.monotonic()
+        self._start_schemas()
         if self.state.extra.get("initial_snapshot") == "pending":
             self._start_initial_snapshot()
         coord = self.coord
+        if coord.blocking.requests:  # (at the start position, before any change: the initial one, a restarted one)
+            self._blocking_due(self._handled)
         coord.poll(self._boundary(self._handled))
+        if self._streaming_done():  # (a mode that does not stream, its snapshot done before)
+            self._commit(self.current_resume())
+            return 0
         metrics = app.metrics
         for item in self.reader:
             kind = type(item)
@@ -178,10 +186,12 @@ class StreamSession(SessionSchemaChanges):
                     for chunk in coord.release_quiet(boundary):
                         self._write_chunk(chunk)
                 self._write_deletions()
+            if coord.blocking.requests and kind is not RowChanges:  # (a blocking snapshot: at a boundary)
+                self._blocking_due(item)
             if self.batch_events >= cfg.producer.batch_size * 4:
                 # A very large transaction: commit mid-transaction (resume = its start + last change).
                 self._commit(self.current_resume())
-            if app.stopping.is_set() or (max_events is not None and total >= max_events):
+            if app.stopping.is_set() or (max_events is not None and total >= max_events) or self._streaming_done():
                 break
         if self.batch_events or self.writer.in_batch:
             self._commit(self.current_resume())
@@ -240,13 +250,18 @@ class StreamSession(SessionSchemaChanges):
         # The GTIDs passed at ``resume``: a commit inside a transaction resumes at its start,
         # and the transaction's GTID is added at its end.
         self.state.extra["gtid"] = str(self.gtids)
+        self._schemas_kept()
+        if (blocking := self.coord.blocking.state()) is None:
+            self.state.extra.pop("blocking", None)
+        else:
+            self.state.extra["blocking"] = blocking
         snap = self.coord.state()
         if snap is None:
             self.state.extra.pop("snapshot", None)
         else:
             self.state.extra["snapshot"] = snap
-        self.app.metrics.snapshot_progress = None if snap is None or snap["snapshot_id"] is None else {
-            "snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
+        self.app.metrics.snapshot_progress = self._blocking_progress() if snap is None or snap["snapshot_id"] is None \
+            else {"snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
         key, value = self.app.store.record({"resume": resume.to_json(), **self.state.extra})
         t0 = time.monotonic()
         self.writer.commit(key, value)
@@ -319,7 +334,7 @@ class StreamSession(SessionSchemaChanges):
                 self._write_window_marker(m)
             # acknowledged first: rows of a killed run's batch that stay visible (a producer
             # without transactions) come with their window, and the next run's first
-            # windows are placed above it (producer.app._marker_slots)
+            # windows are placed above it (producer.app.marker_slots)
             self.writer.flush()
         what = (chunk.table_def.db, chunk.table_def.name, "read")
         if self.outbox is not None and (n := self.outbox.write_chunk(self, chunk)) is not None:
@@ -341,27 +356,6 @@ class StreamSession(SessionSchemaChanges):
         self.writer.produce(*n.record(self.prefix))
         self.batch_events += 1
         log.info("snapshot notification %s %s %s", n.type, n.snapshot_id, json.dumps(n.data, default=str))
-
-    def _start_initial_snapshot(self) -> None:
-        """``startup.mode: initial``: every captured table, by the snapshot coordinator,
-        while the stream runs."""
-        conn = read_session(self.cfg.source)
-        try:
-            tables = [f"{d}.{t}" for d, t in list_tables(conn) if self.app.filter.captures(d, t)]
-        finally:
-            conn.close()
-        self.state.extra["initial_snapshot"] = "started"
-        delete_missing = bool(self.state.extra.pop("initial_delete_missing", False))
-        if not tables:
-            log.info("startup mode 'initial': no captured table exists yet")
-            return
-        try:
-            # A table that cannot be snapshotted (no primary key) is skipped with a
-            # notification; the others are snapshotted.
-            self.coord.add_tables(tables, f"{'recovery' if delete_missing else 'initial'}-{int(time.time())}",
-                                  skippable=set(tables), delete_missing=delete_missing)
-        except BadSignal as exc:
-            raise ProducerStopped(f"the initial snapshot cannot start: {exc.reason}") from None
 
     def _heartbeat(self) -> None:
         interval = self.cfg.producer.heartbeat_interval_s

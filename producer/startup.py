@@ -19,6 +19,7 @@ from producer.binlog import server as src
 from producer.binlog.reader import ResumePoint
 from producer.errors import BinlogPurgedError, KafkaHistoryLost, ProducerStopped
 from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
+from producer.snapshot_mode import snapshot_mode
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,9 @@ class ProducerState:
     extra: dict[str, Any] = field(default_factory=dict)
     #: the GTIDs passed at ``resume`` (as far as known: MySQL reports none for a file/pos)
     gtids: GtidSet = field(default_factory=GtidSet)
+    #: whether ``resume`` is a stored position (False: the start's own, stored at the first commit,
+    #: so a start that saw no change still resumes there next time, as Debezium's offsets do)
+    stored: bool = True
 
     @property
     def file_base(self) -> int:
@@ -48,12 +52,23 @@ class Startup:
         self.cfg = cfg
         self.store = store
         self.local = local
+        #: ``snapshot.mode`` (Debezium's) or ``producer.startup``: what a start does
+        self.mode = snapshot_mode(cfg)
+        #: whether this process planned its start (a reconnect after a lost connection plans again:
+        #: ``snapshot.mode: always`` snapshots once a process, not once a reconnect)
+        self.planned = False
 
     def plan(self, conn, info: src.ServerInfo, stored: dict | None, recover: str | None = None) -> ProducerState:
         """The start of this run, given the position ``stored`` in Kafka (``recover``: the
         recovery asked for on the command line), with the GTIDs passed there and the server
         it is on recorded (so a later start on another server resumes by GTID)."""
         state = self._plan(conn, info, stored, recover)
+        if self.mode.snapshot_every_start and not self.planned and state.extra.get("initial_snapshot") != "pending":
+            # (a snapshot of the last start still running is continued: its tables are not added twice)
+            log.info("%s: snapshotting every captured table on this start too, streaming from %s", self.mode.setting,
+                     state.resume.gtid_set or f"{state.resume.file}:{state.resume.pos}")
+            state.extra["initial_snapshot"] = "pending"
+        self.planned = True
         flavor = info.flavor
         known = state.extra.get("gtid")
         if known is not None and state.extra.get("server_id") in (None, info.server_id):
@@ -100,12 +115,12 @@ class Startup:
             what = (f"failover: this server (server_id {info.server_id}) holds the stored GTID set {wanted} in its "
                     f"history, but its binlogs no longer hold the transactions right after it ({gone}): they were "
                     "purged here")
-            if self.cfg.producer.startup.when_needed == "snapshot":
-                log.error("%s. producer.startup.when_needed=snapshot: streaming from the current position and "
-                          "snapshotting every captured table again (delete-missing)", what)
+            if self.mode.startup.when_needed == "snapshot":
+                log.error("%s. %s: streaming from the current position and snapshotting every captured table again "
+                          "(delete-missing)", what, self._when_needed_setting())
                 return _from_current(conn, _snapshot_everything(extra))
             raise BinlogPurgedError(f"{what}. Point the producer at a server of the topology that still has them, or "
-                                    "set producer.startup.when_needed: snapshot to snapshot every captured table again")
+                                    f"{self.mode.purged_hint()} to snapshot every captured table again")
         log.warning("the stored position was taken on server_id %s; this server is server_id %s: failover, resuming "
                     "after GTID set %s (positions continue above binlog file #%d)", was, info.server_id, wanted, top)
         return ProducerState(ResumePoint("", 4, gtid_set=str(wanted)), None, extra)
@@ -143,14 +158,14 @@ class Startup:
             last = BinlogPosition.decode(r["last"]) if r.get("last") else None
             log.info("resuming from stored position %s:%s (last change %s)", r["file"], r["pos"], r.get("last"))
             return ProducerState(ResumePoint(r["file"], r["pos"], r.get("last")), last, carried)
-        st = self.cfg.producer.startup
+        st = self.mode.startup
         extra: dict[str, Any] = {}
         if st.mode in ("latest", "initial"):
             file, pos = src.current_position(conn)
             if st.mode == "initial":
                 extra["initial_snapshot"] = "pending"
-                log.info("startup mode 'initial': streaming from %s:%s; the captured tables' snapshot is handed "
-                         "to the snapshot coordinator", file, pos)
+                log.info("%s: streaming from %s:%s; the captured tables' snapshot is handed to the snapshot "
+                         "coordinator", self._initial_setting(), file, pos)
             resume = ResumePoint(file, pos)
         elif st.mode == "earliest":
             file, pos = src.earliest_position(conn)
@@ -171,9 +186,10 @@ class Startup:
             resume = ResumePoint(file, pos, skip_to_timestamp=src.parse_timestamp(st.timestamp))
         else:  # pragma: no cover - validated by the config model
             raise ProducerStopped(f"unknown startup mode {st.mode}")
-        log.info("no stored position: starting at %s (startup.mode=%s)",
-                 resume.gtid_set or f"{resume.file}:{resume.pos}", st.mode)
-        return ProducerState(resume, None, extra)
+        log.info("no stored position: starting at %s (startup.mode=%s%s)",
+                 resume.gtid_set or f"{resume.file}:{resume.pos}", st.mode,
+                 f", from {self.mode.setting}" if self.mode.debezium else "")
+        return ProducerState(resume, None, extra, stored=False)
 
     def _purged(self, conn, r: dict, extra: dict[str, Any], exc: BinlogPurgedError) -> ProducerState:
         """The stored position ``r`` is in a binlog file the server no longer has: stop, or
@@ -185,19 +201,24 @@ class Startup:
                 f"binlog is {exc.oldest or 'none'}. The changes logged between the stored position and "
                 f"{exc.oldest or 'the current position'} were purged before the producer read them: they are "
                 f"missing from Kafka")
-        if self.cfg.producer.startup.when_needed == "snapshot":
+        if self.mode.startup.when_needed == "snapshot":
             state = _from_current(conn, _snapshot_everything(extra))
-            log.error("%s. producer.startup.when_needed=snapshot: streaming from the current position %s:%s and "
-                      "snapshotting every captured table again (delete-missing: the sinks also drop rows deleted "
-                      "meanwhile)", what, state.resume.file, state.resume.pos)
+            log.error("%s. %s: streaming from the current position %s:%s and snapshotting every captured table "
+                      "again (delete-missing: the sinks also drop rows deleted meanwhile)", what,
+                      self._when_needed_setting(), state.resume.file, state.resume.pos)
             return state
         raise BinlogPurgedError(
-            f"{what}.\nTo carry on, set producer.startup.when_needed: snapshot (environment "
-            f"CDC__PRODUCER__STARTUP__WHEN_NEEDED=snapshot): the producer then streams from the current position and "
+            f"{what}.\nTo carry on, {self.mode.purged_hint()}: the producer then streams from the current position and "
             f"snapshots every captured table again (delete-missing: the sinks also drop rows deleted meanwhile). "
             f"Or forget the position ('cdc produce --reset-offsets') and start as producer.startup.mode says. To "
             f"avoid this, keep binlogs longer than a producer may be down (binlog_expire_logs_seconds / "
             f"expire_logs_days)", r["file"], exc.oldest)
+
+    def _when_needed_setting(self) -> str:
+        return self.mode.setting if self.mode.debezium else "producer.startup.when_needed=snapshot"
+
+    def _initial_setting(self) -> str:
+        return self.mode.setting if self.mode.debezium else "startup mode 'initial'"
 
     def _recover(self, conn, problem: str, local: dict, recover: str | None) -> ProducerState:
         """Kafka lost this producer's history (``problem``): stop, or recover as asked."""

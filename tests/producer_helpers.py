@@ -212,6 +212,28 @@ def wait_caught_up(cfg: CDCConfig, conn, timeout: float = 180.0) -> None:
     wait_for(reached, timeout=timeout, what=f"the producer's resume point at the binlog end {end}")
 
 
+def shop_table(source, cfg: CDCConfig, rows: int = 40) -> None:
+    """``shop.t (id, v)`` with ``rows`` rows on ``source`` (a server of its own: a test's purges
+    must not pull binlogs from under other tests), ``cfg`` pointed at it, capturing ``shop`` only."""
+    source.point(cfg)
+    cfg.source.include_databases = ["shop"]
+    with source.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(40))")
+        cur.executemany("INSERT INTO shop.t VALUES (%s, %s)", [(i, f"old{i}") for i in range(rows)])
+
+
+def change_and_purge(source, updated: tuple[int, ...], deleted: tuple[int, ...]) -> tuple[str, str]:
+    """While a producer of :func:`shop_table`'s table is down: rows 80 to 99 inserted, ``updated``
+    changed, ``deleted`` deleted, then the binlogs that hold it purged (:func:`purge_binlogs`)."""
+    with source.admin(database="shop") as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"while down{i}") for i in range(80, 100)])
+        cur.execute(f"UPDATE t SET v = 'changed while down' WHERE id IN ({', '.join(map(str, updated))})")
+        cur.execute(f"DELETE FROM t WHERE id IN ({', '.join(map(str, deleted))})")
+    with source.admin() as admin:
+        return purge_binlogs(admin)
+
+
 def purge_binlogs(conn) -> tuple[str, str]:
     """``FLUSH BINARY LOGS``, then ``PURGE BINARY LOGS TO`` the newest file until it is the
     only one (``conn``: an admin connection).  PURGE silently keeps a file a replication

@@ -134,5 +134,27 @@ def dblog_replay(cfg: CDCConfig, topic: str) -> OracleResult:
                         copies, {r.window for r in rows})
 
 
+def assert_positions_rise(events) -> None:
+    """In every partition positions rise strictly: no record written twice, and snapshot rows
+    sit after every change up to their CLOSE and before every later change."""
+    last: dict[int, str] = {}
+    for part, _, value in events:
+        assert value["position"] > last.get(part, ""), f"partition {part} goes back at {value['position']}"
+        last[part] = value["position"]
+
+
+def replayed_equal(stack, cfg: CDCConfig, db: str, table: str, keys: list[str]) -> tuple[list, OracleResult]:
+    """The table topic's records, checked (:func:`assert_positions_rise`) and replayed by the
+    DBLog oracle (:func:`dblog_replay`), which must equal the source table: the records and the
+    replay."""
+    topic = f"{cfg.kafka.topic_prefix}.{db}.{table}"
+    events = read_events(cfg, topic)
+    assert_positions_rise(events)
+    result = dblog_replay(cfg, topic)
+    with stack.admin() as conn:
+        assert result.table == source_rows(conn, db, table, keys)
+    return events, result
+
+
 def key_of(row: dict, keys: list[str]) -> tuple:
     return make_key({k: row[k] for k in keys})

@@ -75,6 +75,8 @@ class ChunkOut(Protocol):
     rows: list[dict]
     open_position: Any
     close_position: Any
+    snapshot_record: str | None  # source.snapshot of its rows (None: "incremental")
+    server_id: int | None  # source.server_id of its rows (None: the server's)
 
 
 class RecordEncoding(Protocol):
@@ -580,9 +582,11 @@ class EventBuilder:
     def _chunk_value(self, chunk: ChunkOut, te: TableEvents) -> dict:
         """The envelope fields shared by a chunk's records (its rows' fields empty)."""
         close = chunk.close_position
-        source = source_block(self.name, self.server_id, db=te.table.db, table=te.table.name,
+        server_id = getattr(chunk, "server_id", None)
+        source = source_block(self.name, self.server_id if server_id is None else server_id, db=te.table.db,
+                              table=te.table.name,
                               ts_ms=int(time.time() * 1000), file=close.file_name, pos=close.pos,
-                              snapshot=INCREMENTAL_SNAPSHOT)
+                              snapshot=getattr(chunk, "snapshot_record", None) or INCREMENTAL_SNAPSHOT)
         shared = envelope_value(None, None, source, SNAPSHOT_OP, int(time.time() * 1000), "")
         shared["snapshot_window"] = {"snapshot_id": chunk.snapshot_id, "chunk_id": chunk.chunk_id,
                                      "open_position": chunk.open_position.encode(), "close_position": close.encode()}

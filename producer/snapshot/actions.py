@@ -40,6 +40,10 @@ class SnapshotControl(Protocol):
 
     def stop_tables(self, drop: set[str]) -> None: ...
 
+    blocking: Any  # producer.snapshot.blocking.BlockingQueue
+    resolve: Callable[[TableDef], TableDef]
+    overrides: Mapping[str, str] | None
+
 
 class SignalAction(Protocol):
     def run(self, coord: SnapshotControl, sig: Signal) -> None: ...
@@ -124,9 +128,15 @@ def table_jobs(conn, tables: list[str], signal_id: str, *, resolve: Callable[[Ta
 
 
 class ExecuteSnapshot:
-    """``execute-snapshot``: snapshot the tables, or add them to the running snapshot."""
+    """``execute-snapshot``: snapshot the tables, or add them to the running snapshot; a
+    blocking one is queued for the session (:mod:`producer.snapshot.blocking`)."""
 
     def run(self, coord: SnapshotControl, sig: Signal) -> None:
+        if sig.blocking:  # Debezium's blocking snapshot: the session pauses the stream for it
+            coord.blocking.request(coord.conn(), coord.captures, sig, resolve=coord.resolve, overrides=coord.overrides,
+                                   skipped=lambda t, why: coord.notify(Notification("SKIPPED", sig.id,
+                                                                                    {"table": t, "reason": why})))
+            return
         tables, matched = resolve_tables(coord.conn(), coord.captures, sig)
         coord.add_tables(tables, sig.id, conditions=sig.conditions, surrogate_key=sig.surrogate_key,
                          skippable=matched, delete_missing=sig.delete_missing)

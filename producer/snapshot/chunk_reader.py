@@ -70,6 +70,20 @@ class QuietRead:
     end: tuple[str, int]
 
 
+def start_consistent_snapshot(session: RowSession, is_mariadb: bool, anchor: BinlogPosition, anchor_gtids: GtidSet,
+                              before: GtidSet) -> bool:
+    """Begin a consistent-snapshot transaction on ``session``; whether it holds every
+    transaction before ``anchor`` (the caller ends the transaction either way; see
+    :meth:`ChunkReader._snapshot_select` for how each server tells)."""
+    session.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    if is_mariadb:
+        status = {k.lower(): v for k, v in session.values("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")}
+        seen = BinlogPosition.from_binlog(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+        return (seen.file_index, seen.pos) >= (anchor.file_index, anchor.pos)
+    return before.covers(anchor_gtids)
+
+
 class MarkerRows:
     """The window marker rows of the signal table (Debezium's insert/delete strategy):
     ``<prefix>-open`` and ``<prefix>-close`` with the chunk's JSON as ``data``."""
@@ -182,16 +196,8 @@ class ChunkReader:
         visible); MySQL adds a GTID to ``gtid_executed`` once it is committed, so the set
         read before the snapshot (on the thread's read session, before this transaction
         began) must reach the anchor's."""
-        session.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         try:
-            if is_mariadb:
-                status = {k.lower(): v for k, v in session.values("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")}
-                seen = BinlogPosition.from_binlog(status["binlog_snapshot_file"],
-                                                  int(status["binlog_snapshot_position"]))
-                ready = (seen.file_index, seen.pos) >= (anchor.file_index, anchor.pos)
-            else:
-                ready = before.covers(anchor_gtids)
+            ready = start_consistent_snapshot(session, is_mariadb, anchor, anchor_gtids, before)
             rows = read_chunk(session, tdef, keys, after=rng.lo, upto=rng.hi, condition=condition,
                               limit=self.chunk_size) if ready else None
         finally:

@@ -73,3 +73,9 @@ class ReleasedChunk:
     # and the markers to write before the rows
     changed: set | None = None
     markers: tuple[MarkerSeen, ...] = ()
+    # ``source.snapshot`` of its rows: None for an incremental snapshot's ("incremental"); a
+    # blocking snapshot's as Debezium's (first, first_in_data_collection, true, ...)
+    snapshot_record: str | None = None
+    # ``source.server_id`` of its rows (None: the server's; 0 in Debezium's initial snapshot of a
+    # first start, before any binlog event was read)
+    server_id: int | None = None

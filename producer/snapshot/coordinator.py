@@ -51,6 +51,7 @@ from contract.notifications import Notification
 from contract.position import BinlogPosition
 from contract.signals import WINDOW_CLOSE, WINDOW_OPEN, parse_signal
 from producer.snapshot.actions import ACTIONS, table_jobs
+from producer.snapshot.blocking import BlockingQueue
 from producer.snapshot.chunk_planner import ChunkPlanner
 from producer.snapshot.chunk_reader import ChunkReader, MarkerRows
 from producer.snapshot.chunk_windows import ChunkWindows
@@ -81,8 +82,9 @@ class SnapshotCoordinator(ChunkWindows):
                  notify: Callable[[Notification], None] = lambda n: None, read_only: bool = False,
                  is_mariadb: bool = True, slots: MarkerSlots | None = None, file_base: int = 0,
                  source: SourceConfig | None = None, owner: str = "",
-                 resolve: Callable[[TableDef], TableDef] = _same) -> None:
+                 resolve: Callable[[TableDef], TableDef] = _same, blocking: list | None = None) -> None:
         self.read_only, self.resolve = read_only, resolve  # (resolve: the table as its events carry it)
+        self.blocking = BlockingQueue(blocking, getattr(source, "include_tables", None))  # (the session takes them)
         # The producer's name, in each window marker it writes: a marker of another producer
         # sharing the signal table (another source on the same server) is none of this one's.
         self.owner = owner
@@ -90,12 +92,12 @@ class SnapshotCoordinator(ChunkWindows):
         self._boundary: Boundary | None = None
         self.chunk_size, self.parallelism = chunk_size, parallelism
         self.captures = captures
-        self._connect = connect
-        self._conn = None
+        self._connect, self._conn = connect, None
         self.notify = notify
         self.markers = MarkerRows(signal_table)
         self.planner = ChunkPlanner(chunk_size, parallelism, file_base)
         self.readers = ChunkReader(connect, self.markers, chunk_size, parallelism, source)
+        self.overrides = getattr(source, "snapshot_select_statement_overrides", None)
         self.run_id = uuid.uuid4().hex[:12]
         self.snapshot_id: str | None = None
         self.jobs: list[TableJob] = []
@@ -147,9 +149,9 @@ class SnapshotCoordinator(ChunkWindows):
 
     @property
     def working(self) -> bool:
-        """Whether a snapshot is under way: chunks to read (not paused), chunks in flight,
-        CLOSE rows owed.  (A producer told to exit when idle does not while it is.)"""
-        return (self.active and not self.paused) or bool(self.inflight) or bool(self._pending_closes)
+        """Whether a snapshot is under way: chunks to read (not paused), chunks in flight, CLOSE
+        rows owed, a blocking snapshot asked for.  (A producer told to exit when idle does not while it is.)"""
+        return self.active and not self.paused or bool(self.inflight or self._pending_closes or self.blocking.requests)
 
     def progress(self) -> list[dict]:
         return [{"table": j.table, "rows": j.rows, "estimated": max(j.estimated, j.rows), "chunks": j.chunks,
@@ -214,7 +216,7 @@ class SnapshotCoordinator(ChunkWindows):
         ``reason``: why the producer started it by itself (in the STARTED notification)."""
         jobs, skipped = table_jobs(self.conn(), tables, signal_id, resolve=self.resolve, conditions=conditions,
                                    surrogate_key=surrogate_key, skippable=skippable, delete_missing=delete_missing,
-                                   overrides=getattr(self.readers.source, "snapshot_select_statement_overrides", None))
+                                   overrides=self.overrides)
         for name, reason in skipped:
             log.warning("signal %r: %s; the table is skipped, the others are snapshotted", signal_id, reason)
             self.notify(Notification("SKIPPED", signal_id, {"table": name, "reason": reason}))
@@ -245,8 +247,7 @@ class SnapshotCoordinator(ChunkWindows):
 
     def tables_gone(self, tables: set[str]) -> None:
         """``tables`` (db.table) were dropped or renamed: the running snapshot stops reading them."""
-        running = {j.table for j in self.jobs} & tables
-        if running:
+        if running := {j.table for j in self.jobs} & tables:
             self.stop_tables(running)
 
     def stop_tables(self, drop: set[str]) -> None:

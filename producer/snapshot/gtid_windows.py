@@ -74,6 +74,10 @@ class MarkerSlots:
         self._next = close.with_row(close.row + rows + 1)
         return open_, close
 
+    def ready(self, at: BinlogPosition) -> bool:
+        """Whether :meth:`window` has positions at ``at`` (the floor does not lie further on)."""
+        return self._next is None or (self._next.file_index, self._next.pos) <= (at.file_index, at.pos)
+
     def reserve(self, at: BinlogPosition, rows: int) -> None:
         """A floor: a killed run may have used up to a window of ``rows`` rows at ``at``."""
         top = at.with_row(at.row + rows + 1)

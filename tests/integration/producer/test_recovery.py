@@ -19,10 +19,11 @@ from tests.producer_helpers import (
     ProducerProcess,
     ProducerThread,
     apply_changelog,
+    change_and_purge,
     dedupe_by_position,
-    purge_binlogs,
     read_events,
     run_until_caught_up,
+    shop_table,
     start_at_current,
     wait_for,
 )
@@ -185,12 +186,7 @@ def test_purged_binlogs_stop_the_producer_or_with_when_needed_snapshot_again(own
     and the setting; ``when_needed: snapshot`` streams from the current position and
     snapshots the table again (delete-missing), and the topic rebuilds the source table."""
     source = own_mysql  # purging the session server's binlogs would pull them from under other tests
-    source.point(config)
-    config.source.include_databases = ["shop"]
-    with source.admin() as conn, conn.cursor() as cur:
-        cur.execute("CREATE DATABASE shop")
-        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(40))")
-        cur.executemany("INSERT INTO shop.t VALUES (%s, %s)", [(i, f"old{i}") for i in range(40)])
+    shop_table(source, config)
     start_at_current(config)
     with source.admin(database="shop") as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"streamed{i}") for i in range(40, 80)])
@@ -200,12 +196,7 @@ def test_purged_binlogs_stop_the_producer_or_with_when_needed_snapshot_again(own
     assert len(streamed) == 50  # inserted 40..79 and updated 0..9: what the stream saw
 
     # While the producer is down: inserts, updates, deletes (of streamed rows too), then purge.
-    with source.admin(database="shop") as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"while down{i}") for i in range(80, 100)])
-        cur.execute("UPDATE t SET v = 'changed while down' WHERE id IN (5, 45, 85)")
-        cur.execute("DELETE FROM t WHERE id IN (6, 46, 47, 86)")
-    with source.admin() as admin:
-        oldest_before, newest = purge_binlogs(admin)
+    oldest_before, newest = change_and_purge(source, (5, 45, 85), (6, 46, 47, 86))
 
     config.producer.startup.when_needed = "stop"
     with pytest.raises(BinlogPurgedError) as err:

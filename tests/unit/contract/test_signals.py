@@ -20,7 +20,9 @@ def test_execute_snapshot_debezium_form():
     ({"id": "a", "type": "explode", "data": "{}"}, "unknown signal type"),
     ({"id": "a", "type": "execute-snapshot", "data": "{}"}, "data-collections"),
     ({"id": "a", "type": "execute-snapshot", "data": '{"data-collections": []}'}, "data-collections"),
-    ({"id": "a", "type": "execute-snapshot", "data": '{"data-collections": ["a.b"], "type": "blocking"}'}, "blocking"),
+    ({"id": "a", "type": "execute-snapshot", "data": '{"data-collections": ["a.b"], "type": "blocking", '
+                                                      '"delete-missing": true}'}, "blocking"),
+    ({"id": "a", "type": "execute-snapshot", "data": '{"data-collections": ["a.b"], "type": "full"}'}, "'blocking'"),
     ({"id": "a", "type": "execute-snapshot", "data": '{"data-collections": ["a.b"], "additional-conditions": "x"}'},
      "additional-conditions"),
     ({"id": "a", "type": "execute-snapshot", "data": '{"data-collections": ["a.b"], "surrogate-key": 5}'},

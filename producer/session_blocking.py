@@ -1,0 +1,135 @@
+"""The stream session's blocking snapshots (:mod:`producer.snapshot.blocking`): at the first
+transaction boundary after the signal the stream pauses, the tables are read whole and their
+rows written at the pause point, each batch committed with the pause point as the stored
+position (and the request still stored, so a restart takes the snapshot again); then the
+request is dropped and the stream goes on from where it paused.
+
+Notifications are Debezium's for a blocking snapshot (its initial snapshot's: aggregate type
+``Initial Snapshot``; STARTED, IN_PROGRESS with ``current_collection_in_progress``,
+TABLE_SCAN_COMPLETED with ``scanned_collection``, ``total_rows_scanned`` and ``status``,
+COMPLETED; ``connector_name`` and ``data_collections`` in each), with the project's own
+``tables`` / ``table`` / ``rows`` beside them (``cdc snapshot --follow`` and the metrics read those).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from common.errors import ServerError
+from contract.notifications import Notification
+from producer.snapshot.blocking import AGGREGATE_TYPE, BlockingRead, BlockingRequest, snapshot_record
+from producer.snapshot.chunk_windows import MAX_READ_FAILURES
+from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
+from producer.snapshot.gtid_windows import Boundary, MarkerSlots
+from producer.snapshot.state import TableJob, encode_key
+from producer.snapshot.table_reader import read_table_def
+
+log = logging.getLogger(__name__)
+
+
+class SessionBlocking:
+    """What a :class:`~producer.session.StreamSession` does for a blocking snapshot."""
+
+    _blocking_slots: MarkerSlots | None = None
+
+    def _blocking_due(self, item) -> None:
+        """At a transaction boundary with a blocking snapshot asked for: take it now."""
+        queue = self.coord.blocking
+        at = self._boundary(item)
+        if at is None:
+            return
+        slots = self._slots()
+        if not slots.ready(at.based):  # (a killed run wrote markers further on: pause there)
+            return
+        req = queue.requests[0]
+        try:
+            self._blocking_snapshot(req, at, slots)
+        except ServerError as exc:  # the server refused a read (a lost connection is retried by the producer)
+            req.failures += 1
+            if req.failures < MAX_READ_FAILURES:
+                log.warning("blocking snapshot %s: a read failed (%s); taken again at the next boundary",
+                            req.snapshot_id, exc)
+                self._commit(self.current_resume())
+                return
+            log.error("blocking snapshot %s: a read failed %d times (%s); the snapshot is aborted", req.snapshot_id,
+                      req.failures, exc)
+            self._blocking_notify("ABORTED", req, reason=f"read failed {req.failures} times: {exc}")
+        queue.requests.pop(0)
+        self._commit(self.current_resume())
+
+    def _blocking_progress(self) -> dict | None:
+        """The metrics' running snapshot while a blocking one is under way (None: none is)."""
+        reqs = self.coord.blocking.requests
+        return {"snapshot_id": reqs[0].snapshot_id, "paused": False, "tables": []} if reqs else None
+
+    def _slots(self) -> MarkerSlots:
+        """Positions at pause points: the read-only windows' own (one sequence of positions), or
+        a sequence above the last marker in Kafka (a killed run's rows at the same point)."""
+        if self.coord.read_only:
+            return self.coord.slots
+        if self._blocking_slots is None:
+            self._blocking_slots = self.app.marker_slots()
+        return self._blocking_slots
+
+    def _blocking_notify(self, kind: str, req: BlockingRequest, **data) -> None:
+        base = {"connector_name": self.cfg.producer.name, "data_collections": ",".join(req.tables)}
+        self._notify(Notification(kind, req.snapshot_id, {**base, **data}, aggregate_type=AGGREGATE_TYPE))
+
+    def _blocking_snapshot(self, req: BlockingRequest, at: Boundary, slots: MarkerSlots) -> None:
+        log.info("blocking snapshot %s: the stream pauses at %s; reading %s", req.snapshot_id, at.point,
+                 ", ".join(req.tables))
+        self._blocking_notify("STARTED", req, tables=req.tables, signal=req.snapshot_id)
+        read = BlockingRead(self.cfg.source, self.cfg.snapshot.chunk_size, self.info.is_mariadb)
+        seq = time.time_ns() // 1_000_000 * 1000  # (chunk ids no run before used)
+        try:
+            read.open(at)
+            for n, job in enumerate(req.jobs):
+                seq = self._blocking_table(req, job, read, at, slots, seq, first=n == 0, last=n == len(req.jobs) - 1)
+        finally:
+            read.close()
+        self._blocking_notify("COMPLETED", req)
+        log.info("blocking snapshot %s completed; the stream goes on from %s", req.snapshot_id, at.point)
+
+    def _blocking_table(self, req: BlockingRequest, job: TableJob, read: BlockingRead, at: Boundary,
+                        slots: MarkerSlots, seq: int, *, first: bool, last: bool) -> int:
+        """One table read whole and written; the last chunk id used."""
+        tdef = read_table_def(self.coord.conn(), *job.db_table)
+        if tdef is None:
+            self._blocking_notify("TABLE_SCAN_COMPLETED", req, scanned_collection=job.table, status="SUCCEEDED",
+                                  total_rows_scanned="0", table=job.table, rows=0, dropped=True)
+            return seq
+        tdef = self.coord.resolve(tdef)
+        keys = [job.surrogate_key] if job.surrogate_key else tdef.primary_key
+        self._blocking_notify("IN_PROGRESS", req, current_collection_in_progress=job.table, table=job.table)
+        rows, first_batch = 0, True
+        for batch, last_batch in read.batches(tdef, keys, job.condition):
+            end = len(batch) - 1
+            marks = [snapshot_record(first and first_batch and i == 0, last and last_batch and i == end,
+                                     first_batch and i == 0, last_batch and i == end) for i in range(len(batch))]
+            start = 0
+            for i in range(1, len(batch) + 1):  # runs of rows with the same mark: a window each
+                if i == len(batch) or marks[i] != marks[start]:
+                    seq += 1
+                    self._write_chunk(self._blocking_chunk(req, job, tdef, keys, batch[start:i], marks[start], at,
+                                                           slots, seq))
+                    start = i
+            rows += len(batch)
+            first_batch = False
+            if self.batch_events >= self.cfg.producer.batch_size:
+                self._commit(self.current_resume())
+        self._blocking_notify("TABLE_SCAN_COMPLETED", req, scanned_collection=job.table, status="SUCCEEDED",
+                              total_rows_scanned=str(rows), table=job.table, rows=rows)
+        log.info("blocking snapshot %s: %s read, %d rows", req.snapshot_id, job.table, rows)
+        return seq
+
+    @staticmethod
+    def _blocking_chunk(req: BlockingRequest, job: TableJob, tdef, keys: list[str], rows: list[dict], mark: str,
+                        at: Boundary, slots: MarkerSlots, chunk_id: int) -> ReleasedChunk:
+        """Rows as a window of their own at the pause point: OPEN, CLOSE, then the rows."""
+        open_at, close_at = slots.window(at.based, len(rows))
+        key_range = {"lo": encode_key([rows[0][k] for k in keys]), "hi": encode_key([rows[-1][k] for k in keys])}
+        markers = tuple(MarkerSeen(kind, req.snapshot_id, chunk_id, job.table, key_range, p, {"blocking": True})
+                        for kind, p in (("OPEN", open_at), ("CLOSE", close_at)))
+        return ReleasedChunk(req.snapshot_id, chunk_id, tdef, rows, open_at, close_at, keys, markers=markers,
+                             snapshot_record=mark, server_id=0 if req.first_start else None)

@@ -1,0 +1,226 @@
+"""Blocking snapshots (Debezium's ``execute-snapshot`` with ``"type": "blocking"``) on the real
+stack: the stream pauses at one point, the tables are read whole, their rows land there, the
+stream goes on; under writes the topic replayed equals the table, nothing lost or repeated.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from common.kafka.offsets import end_offsets
+from contract.position import event_of
+from tests.producer_helpers import ProducerProcess, ProducerThread, read_events, run_until_caught_up, wait_for
+from tests.snapshot_helpers import (
+    WriteLoad,
+    create_table,
+    dblog_replay,
+    has_notification,
+    kafka_signal,
+    markers,
+    notifications,
+    replayed_equal,
+    signal,
+    source_rows,
+)
+
+
+def _topic(cfg, db, table):
+    return f"{cfg.kafka.topic_prefix}.{db}.{table}"
+
+
+def _prepare(stack, config, test_db, tables: dict[str, int], kind: str = "single", chunk_size: int = 100):
+    with stack.admin() as conn:
+        keys = {t: create_table(conn, test_db, t, kind, rows) for t, rows in tables.items()}
+    config.source.include_databases = [test_db]
+    config.snapshot.chunk_size = chunk_size
+    run_until_caught_up(config)  # (latest: the rows loaded before are not streamed; the position is stored)
+    return keys
+
+
+def _blocking(tables: list[str], **extra) -> dict:
+    return {"data-collections": tables, "type": "blocking", **extra}
+
+
+def _rows(config, db, table) -> list[dict]:
+    return [v for _, _, v in read_events(config, _topic(config, db, table)) if v["op"] == "r"]
+
+
+@pytest.mark.parametrize("kind", ["single", "composite"])
+def test_blocking_snapshot_under_writes_equals_the_table(stack, config, test_db, kind):
+    keys = _prepare(stack, config, test_db, {"t": 1200}, kind)["t"]
+    with ProducerThread(config), WriteLoad(stack.admin, test_db, "t", kind, key_space=1400, seed=5) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        sid = signal(config, "execute-snapshot", _blocking([f"{test_db}.t"]))
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="blocking snapshot done")
+        wait_for(lambda: sum(load.ops.values()) > 400, what="writes after the snapshot")
+        load.stop()
+    run_until_caught_up(config)
+
+    events, result = replayed_equal(stack, config, test_db, "t", keys)  # (positions rise: nothing written twice)
+    assert result.chunk_rows_dropped == 0  # every window is empty of changes: no row loses to one
+    rows = [v for _, _, v in events if v["op"] == "r"]
+    assert 1000 < len(rows) < 1400
+    assert len({event_of(v["position"]) for v in rows}) == 1  # all at the one pause point
+    pause = event_of(rows[0]["position"])
+    changes = [v for _, _, v in events if v["op"] != "r"]
+    assert any(event_of(v["position"]) < pause for v in changes) and any(event_of(v["position"]) > pause
+                                                                          for v in changes)
+    # Debezium's source.snapshot marks: the first and last row of the snapshot, "true" between.
+    marks = [v["source"]["snapshot"] for v in sorted(rows, key=lambda v: v["position"])]
+    assert marks[0] == "first" and marks[-1] == "last" and set(marks[1:-1]) == {"true"}
+    assert all(v["source"]["snapshot"] == "false" for v in changes)
+    # Markers: an OPEN and a CLOSE per window, marked blocking, at the rows' window.
+    windows = {(m["snapshot_id"], m["chunk_id"]): m for m in markers(config) if m.get("blocking")}
+    assert {(w.snapshot_id, w.chunk_id) for w in result.windows} <= set(windows)
+    found = [n for n in notifications(config) if n["id"] == sid]
+    assert [n["type"] for n in found] == ["STARTED", "IN_PROGRESS", "TABLE_SCAN_COMPLETED", "COMPLETED"]
+    assert {n["aggregateType"] for n in found} == {"Initial Snapshot"}
+    scanned = found[2]["additionalData"]
+    assert scanned["scanned_collection"] == f"{test_db}.t" and scanned["status"] == "SUCCEEDED"
+    assert scanned["total_rows_scanned"] == str(len(rows)) and scanned["connector_name"] == config.producer.name
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_blocking_snapshot_over_kafka_with_whole_select_conditions(stack, config, test_db, read_only):
+    """Through the Kafka signal channel, two tables, one with Debezium's blocking
+    ``additional-conditions`` (a whole SELECT): that table's rows are the SELECT's, the other's
+    all of them; the first/last marks span the snapshot, the per-table ones each table.  In
+    read-only mode the same, with nothing written to the source."""
+    config.snapshot.read_only = read_only
+    with stack.admin(test_db) as conn, conn.cursor() as cur:  # keyless: matched by the regex, skipped
+        cur.execute("CREATE TABLE nokey (x INT)")
+    _prepare(stack, config, test_db, {"a": 300, "b": 120})
+    with ProducerThread(config):
+        sid = kafka_signal(config, "execute-snapshot", _blocking(
+            [f"{test_db}.a", f"{test_db}\\.(b|nokey)"], **{"additional-conditions": [
+                {"data-collection": f"{test_db}.a", "filter": f"SELECT * FROM `{test_db}`.`a` WHERE id >= 200"}]}))
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="blocking snapshot done")
+    a, b = (sorted(_rows(config, test_db, t), key=lambda v: v["position"]) for t in ("a", "b"))
+    assert [v["after"]["id"] for v in a] == list(range(200, 300)) and len(b) == 120
+    assert (a[0]["source"]["snapshot"], a[-1]["source"]["snapshot"]) == ("first", "last_in_data_collection")
+    assert (b[0]["source"]["snapshot"], b[-1]["source"]["snapshot"]) == ("first_in_data_collection", "last")
+    assert a[-1]["position"] < b[0]["position"]
+    [skipped] = [n for n in notifications(config) if n["id"] == sid and n["type"] == "SKIPPED"]
+    assert skipped["additionalData"]["table"] == f"{test_db}.nokey"
+
+
+@pytest.mark.parametrize("how", ["signal", "snapshot.mode"])
+def test_a_blocking_snapshot_killed_midway_is_taken_again(stack, config, test_db, tmp_path, how):
+    """SIGKILL while the rows are being written: the restarted producer takes the snapshot
+    again from the stored pause point (the request is stored with it), once, and the topic
+    replayed equals the table.  A signal's, or the one ``snapshot.mode: always`` takes at a
+    start (the restart does not add a second)."""
+    rows = 60000
+    keys = _prepare(stack, config, test_db, {"t": rows}, chunk_size=200)["t"]
+    config.producer.batch_size = 400  # (commits while the rows are written: some are in Kafka at the kill)
+    config.snapshot.mode = "always" if how == "snapshot.mode" else None
+    topic = _topic(config, test_db, "t")
+    proc = ProducerProcess(config, tmp_path)
+    proc.start()
+    with WriteLoad(stack.admin, test_db, "t", "single", key_space=rows + 500, seed=3) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        if how == "signal":
+            sid = signal(config, "execute-snapshot", _blocking([f"{test_db}.t"]))
+        else:
+            wait_for(lambda: any(n["type"] == "STARTED" for n in _notifications(config)), what="the start's snapshot")
+            sid = next(n["id"] for n in _notifications(config) if n["type"] == "STARTED")
+        wait_for(lambda: _records(config, topic) > 2000, timeout=120, what="rows written")
+        done_before = has_notification(config, "COMPLETED", id=sid)
+        proc.kill9()
+        proc.start()
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=240, what="blocking snapshot done")
+        load.stop()
+    assert proc.stop() == 0
+    run_until_caught_up(config)
+    assert not done_before, "the snapshot ended before the kill"
+    result = dblog_replay(config, topic)
+    with stack.admin() as conn:
+        assert result.table == source_rows(conn, test_db, "t", keys)
+    started = [n for n in notifications(config) if n["type"] == "STARTED" and n["id"] == sid]
+    assert len(started) == 2  # taken again after the kill
+
+
+def _notifications(config) -> list[dict]:
+    try:
+        return notifications(config)
+    except Exception:  # noqa: BLE001 - no notification yet
+        return []
+
+
+def _records(config, topic) -> int:
+    try:
+        offsets = end_offsets(config.kafka.bootstrap_servers, [(topic, p) for p in range(config.kafka.partitions)],
+                              client_config=config.kafka.client_settings())
+    except Exception:  # noqa: BLE001 - no topic yet
+        return 0
+    return sum(end - low for low, end in offsets.values())
+
+
+def test_merge_job_sinks_equal_the_source_after_a_blocking_snapshot_under_writes(stack, merge_config, test_db):
+    """Tables loaded before the stream, writes running while a blocking snapshot reads them
+    and after it: the PostgreSQL and MySQL sinks and the clean changelog equal the source."""
+    from contract.topics import clean_topic
+    from spark_jobs.merge_job import MergeJob
+    from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
+    from tests.snapshot_helpers import write_loads
+
+    cfg = merge_config
+    kinds = {"t_single": "single", "t_composite": "composite"}
+    keys = {}
+    with stack.admin() as conn:
+        for table, kind in kinds.items():
+            keys[table] = create_table(conn, test_db, table, kind, 800)
+    cfg.source.include_databases = [test_db]
+    cfg.snapshot.chunk_size = 150
+    run_until_caught_up(cfg)
+    with ProducerThread(cfg), write_loads(stack, test_db, kinds, 900, min_ops=30) as loads:
+        sid = signal(cfg, "execute-snapshot", _blocking([f"{test_db}.{t}" for t in kinds]))
+        wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="blocking snapshot done")
+        wait_for(lambda: all(sum(ld.ops.values()) > 200 for ld in loads), what="writes after the snapshot")
+    run_until_caught_up(cfg)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    for table in kinds:
+        with stack.admin() as conn:
+            expected = source_rows(conn, test_db, table, keys[table])
+        assert pg_sink_rows(cfg, test_db, table, keys[table]) == expected, f"postgres {table}"
+        assert mysql_sink_rows(stack, cfg, test_db, table, keys[table]) == expected, f"mysql {table}"
+        assert apply_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, table)) == expected, f"clean {table}"
+
+
+def test_cdc_snapshot_blocking_follows_it(stack, config, config_file, test_db):
+    """``cdc snapshot --blocking --where ... --follow``: the signal sent, its progress drawn
+    until the table is done; the rows are the filter's, marked as a blocking snapshot's."""
+    import subprocess
+    import sys
+
+    from common.config import dump_config
+    from tests.producer_helpers import ROOT
+    _prepare(stack, config, test_db, {"t": 400})
+    config_file.write_text(dump_config(config))
+    with ProducerThread(config):
+        out = subprocess.run([sys.executable, "-m", "cdc.cli", "-c", str(config_file), "snapshot", f"{test_db}.t",
+                              "--blocking", "--where", "id < 150", "--follow", "--timeout", "120"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=180)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "execute-snapshot" in out.stdout and f"done: {test_db}.t" in out.stdout
+    rows = _rows(config, test_db, "t")
+    assert sorted(v["after"]["id"] for v in rows) == list(range(150))
+    assert {v["source"]["snapshot"] for v in rows} == {"first", "true", "last"}
+
+
+def test_a_read_the_server_refuses_aborts_the_blocking_snapshot_and_streaming_goes_on(stack, config, test_db):
+    """A filter that passes the checks but that the server refuses when it runs (a regular
+    expression it cannot compile): the snapshot is taken again a few times, then ABORTED with
+    the server's reason; the stream goes on."""
+    _prepare(stack, config, test_db, {"t": 50})
+    with ProducerThread(config):
+        sid = signal(config, "execute-snapshot", _blocking([f"{test_db}.t"], **{"additional-conditions": [
+            {"data-collection": f"{test_db}.t", "filter": "v REGEXP '('"}]}))
+        wait_for(lambda: has_notification(config, "ABORTED", id=sid), timeout=120, what="the snapshot aborted")
+        with stack.admin(test_db) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (1000, 'after', 1)")
+        wait_for(lambda: any(v["op"] == "c" for _, _, v in read_events(config, _topic(config, test_db, "t"))),
+                 what="streaming goes on")
+    [aborted] = [n for n in notifications(config) if n["id"] == sid and n["type"] == "ABORTED"]
+    assert "read failed 5 times" in aborted["additionalData"]["reason"]
+    assert not _rows(config, test_db, "t")

@@ -51,7 +51,7 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
         info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
                         on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only,
                         sources=args.sources, monitoring=args.monitoring, spark_ui=args.spark_ui,
-                        secure=args.secure, brokers=args.brokers)
+                        secure=args.secure, brokers=args.brokers, flavor=args.flavor)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
     console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
@@ -448,6 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "password, Kafka SASL_SSL (SCRAM-SHA-512) with ACLs per user; certificates "
                                 "of a CA of the stack's own, passwords in <state-dir>/secrets (docs/operations.md, "
                                 "'Secure deployment'); default: as the stack has it, plain for a new stack")
+            p.add_argument("--flavor", choices=["mariadb", "mysql"], default=None,
+                           help="the source server: mariadb (the machine's MariaDB, from apt) or mysql (MySQL 9.7 "
+                                "from the Debian unstable root 'make mysql-server' builds once, docs/mysql.md); "
+                                "default: as the stack has it, the machine's server for a new stack")
             p.add_argument("--brokers", type=int, choices=[1, 3], default=None, metavar="N",
                            help="the embedded Apache Kafka's nodes (each broker and controller): 1, or 3 with "
                                 "replication factor 3 and min.insync.replicas 2; default: as the stack has it, one "

@@ -129,8 +129,9 @@ def test_changes_inside_every_window_beat_the_chunk_rows(stack, config, test_db,
     assert any(b.open < a.close for a, b in zip(windows, windows[1:])), "the two readers' windows never overlapped"
 
 
-def test_chunk_rows_carry_the_debezium_snapshot_shape(stack, config, test_db):
-    _prepare(stack, config, test_db, "single", rows=10, chunk_size=4)
+@pytest.mark.servers("mariadb", "mysql")
+def test_chunk_rows_carry_the_debezium_snapshot_shape(source_stack, config, test_db):
+    _prepare(source_stack, config, test_db, "single", rows=10, chunk_size=4)
     with ProducerThread(config):
         sid = snapshot(config, [f"{test_db}.t"])
         wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="snapshot completed")

@@ -1,0 +1,184 @@
+"""The producer on a real MySQL 9.7 (``mysql_stack``: ``cdc stack up --flavor mysql``, the
+server of ``make mysql-server``): what only MySQL has.  MySQL's GTIDs (``uuid:N``) in the
+events and positions, binary JSON, ``SHOW BINARY LOG STATUS``, caching_sha2_password over
+TLS and over plain TCP.  The tests that run on both servers carry
+``@pytest.mark.servers("mariadb", "mysql")`` in their own files (docs/mysql.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pymysql
+import pytest
+
+from common.sql.sessions import connect
+from producer.binlog.server import current_position
+from tests.producer_helpers import ProducerThread, read_events, run_sql, run_until_caught_up, start_at_current, wait_for
+from tests.snapshot_helpers import (
+    WriteLoad,
+    create_table,
+    dblog_replay,
+    has_notification,
+    snapshot,
+    source_rows,
+)
+
+pytestmark = pytest.mark.servers("mysql")
+
+
+def _topic(cfg, db, table):
+    return f"{cfg.kafka.topic_prefix}.{db}.{table}"
+
+
+def _server_uuid(stack) -> str:
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_uuid")
+        return cur.fetchone()[0]
+
+
+def test_the_server_is_mysql_with_the_binlog_settings_capture_needs(source_stack):
+    assert source_stack.mysql["flavor"] == "mysql"
+    with source_stack.cdc() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@version, @@version_comment, @@gtid_mode, @@enforce_gtid_consistency, @@binlog_format, "
+                    "@@binlog_row_image, @@binlog_row_metadata, @@log_bin")
+        version, comment, gtid_mode, enforce, fmt, image, metadata, log_bin = cur.fetchone()
+        assert "mariadb" not in (version + comment).lower()
+        assert int(version.split(".")[0]) >= 9
+        assert (gtid_mode, enforce, fmt, image, metadata, log_bin) == ("ON", "ON", "ROW", "FULL", "FULL", 1)
+        cur.execute("SHOW GRANTS")
+        grants = " ".join(r[0] for r in cur.fetchall())
+        for privilege in ("SELECT", "RELOAD", "SHOW DATABASES", "REPLICATION SLAVE", "REPLICATION CLIENT"):
+            assert privilege in grants
+    with source_stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT plugin FROM mysql.user WHERE user = %s", (source_stack.mysql["cdc_user"],))
+        assert cur.fetchone()[0] == "caching_sha2_password"
+
+
+def test_caching_sha2_full_login_over_tls_and_over_plain_tcp(source_stack):
+    """A user's first login after the server starts is caching_sha2_password's full
+    authentication: over TLS the password goes in the clear inside TLS, over plain TCP it is
+    encrypted with the server's RSA public key.  Both work for the CDC user."""
+    m = source_stack.mysql
+    with source_stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("FLUSH PRIVILEGES")  # empties the fast-authentication cache: the next logins are full ones
+    tls = pymysql.connect(host=m["host"], port=m["port"], user=m["cdc_user"], password=m["cdc_password"],
+                          ssl={"ca": None}, ssl_verify_cert=False)
+    with tls.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        assert cur.fetchone()[1]
+    tls.close()
+    with source_stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("FLUSH PRIVILEGES")
+    plain = pymysql.connect(host=m["host"], port=m["port"], user=m["cdc_user"], password=m["cdc_password"],
+                            ssl_disabled=True)  # (PyMySQL 2 tries TLS by default)
+    with plain.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        assert cur.fetchone()[1] == ""
+    plain.close()
+
+
+def test_current_position_reads_show_binary_log_status_and_gtid_executed(source_stack, config):
+    run_sql(source_stack, None, "CREATE DATABASE IF NOT EXISTS cdc_probe", "DROP DATABASE cdc_probe")
+    conn = connect(config.source)
+    try:
+        pos = current_position(conn)
+    finally:
+        conn.close()
+    with source_stack.admin() as c, c.cursor() as cur:
+        cur.execute("SHOW BINARY LOG STATUS")
+        file, offset, _, _, executed = cur.fetchone()
+    text = repr(pos)
+    assert file in text and str(offset) in text, text
+    assert _server_uuid(source_stack) in executed
+
+
+def test_stream_carries_mysql_gtids_in_transaction_order(source_stack, config, test_db):
+    run_sql(source_stack, test_db, "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
+    start_at_current(config)
+    run_sql(source_stack, test_db, "INSERT INTO items VALUES (1, 'apple', 3), (2, 'pear', 5)",
+            "UPDATE items SET qty = 4 WHERE id = 1", "DELETE FROM items WHERE id = 2")
+    run_until_caught_up(config)
+    events = read_events(config, _topic(config, test_db, "items"))
+    assert [(k, v["op"], v["before"], v["after"]) for _, k, v in events] == [
+        ({"id": 1}, "c", None, {"id": 1, "name": "apple", "qty": 3}),
+        ({"id": 2}, "c", None, {"id": 2, "name": "pear", "qty": 5}),
+        ({"id": 1}, "u", {"id": 1, "name": "apple", "qty": 3}, {"id": 1, "name": "apple", "qty": 4}),
+        ({"id": 2}, "d", {"id": 2, "name": "pear", "qty": 5}, None),
+    ]
+    uuid = _server_uuid(source_stack)
+    gtids = [v["source"]["gtid"] for _, _, v in events]
+    for gtid in gtids:
+        assert re.fullmatch(rf"{uuid}:\d+", gtid), gtid
+    numbers = [int(g.rsplit(":", 1)[1]) for g in gtids]
+    assert numbers[0] == numbers[1] and numbers[1] < numbers[2] < numbers[3]  # one transaction, then one each
+    assert numbers[2] == numbers[1] + 1 and numbers[3] == numbers[2] + 1  # autocommit: consecutive transactions
+    positions = [v["position"] for _, _, v in events]
+    assert positions == sorted(positions) and len(set(positions)) == 4
+    assert all(v["source"]["connector"] == "mysql" and v["source"]["file"].startswith("mysql-bin.")
+               for _, _, v in events)
+
+
+JSON_VALUES = [
+    {"c": {"d": [True, None, 1.5]}},
+    [1, "two", {"three": [3.25, -4]}, [], {}],
+    {"unicode": "grüße, 東京, 🎉", "quote": "a\"b\\c"},
+    {"big": 18446744073709551615, "neg": -9223372036854775808, "small": 1e-300, "f": 0.1},
+    "a string",
+    12345,
+    True,
+    None,
+    {"nested": {"k" + str(i): list(range(i)) for i in range(30)}},
+]
+
+
+def test_binary_json_values_come_through_as_their_text(source_stack, config, test_db):
+    """MySQL stores JSON in its binary form, and so does its binlog; each value comes out as
+    JSON text that parses back to what was written (a JSON null, and SQL NULL, apart)."""
+    run_sql(source_stack, test_db, "CREATE TABLE docs (id INT PRIMARY KEY, doc JSON NULL)")
+    start_at_current(config)
+    with source_stack.admin(test_db) as conn, conn.cursor() as cur:
+        for i, value in enumerate(JSON_VALUES):
+            cur.execute("INSERT INTO docs VALUES (%s, CAST(%s AS JSON))", (i, json.dumps(value)))
+        cur.execute("INSERT INTO docs VALUES (%s, NULL)", (len(JSON_VALUES),))
+        cur.execute("UPDATE docs SET doc = JSON_SET(doc, '$.c.e', 'added') WHERE id = 0")
+    run_until_caught_up(config)
+    events = read_events(config, _topic(config, test_db, "docs"))
+    inserted = {v["after"]["id"]: v["after"]["doc"] for _, _, v in events if v["op"] == "c"}
+    assert inserted[len(JSON_VALUES)] is None  # SQL NULL
+    for i, value in enumerate(JSON_VALUES):
+        assert inserted[i] is not None and json.loads(inserted[i]) == value, (i, inserted)
+    (update,) = [v for _, _, v in events if v["op"] == "u"]
+    assert json.loads(update["before"]["doc"]) == JSON_VALUES[0]
+    assert json.loads(update["after"]["doc"]) == {"c": {"d": [True, None, 1.5], "e": "added"}}
+    # A snapshot reads the same documents as the same text the stream gave (JSON null too).
+    config.source.include_databases = [test_db]
+    with ProducerThread(config):
+        sid = snapshot(config, [f"{test_db}.docs"])
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="snapshot completed")
+    streamed = {**inserted, 0: update["after"]["doc"]}
+    read = {v["after"]["id"]: v["after"]["doc"]
+            for _, _, v in read_events(config, _topic(config, test_db, "docs")) if v["op"] == "r"}
+    assert read == streamed
+
+
+def test_signal_table_snapshot_under_writes_equals_the_table(source_stack, config, test_db):
+    with source_stack.admin() as conn:
+        keys = create_table(conn, test_db, "t", "composite", 1200)
+    config.source.include_databases = [test_db]
+    config.snapshot.chunk_size = 150
+    config.snapshot.parallelism = 2
+    start_at_current(config)  # the rows loaded before come by the snapshot only
+    with ProducerThread(config), WriteLoad(source_stack.admin, test_db, "t", "composite", key_space=1400,
+                                           seed=11) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        sid = snapshot(config, [f"{test_db}.t"])
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
+        load.stop()
+    run_until_caught_up(config)
+    result = dblog_replay(config, _topic(config, test_db, "t"))
+    with source_stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t", keys)
+    assert result.table == expected
+    assert result.chunk_rows >= 1200 * 0.8 and len(result.windows) >= 1200 // 150
+    assert sum(load.ops.values()) > 100

@@ -4,9 +4,10 @@
 and its body (checksum left off); the functions here read the bodies the binlog reader acts
 on -- GTID of both servers, XID, QUERY, HEARTBEAT (and MySQL's v2), TABLE_MAP with the
 optional metadata of ``binlog_row_metadata=FULL``, and the rows events' headers (v1 and v2)
--- and :func:`refusal` names the events the reader cannot read (an encrypted MariaDB binlog,
-MySQL's compressed transactions, MariaDB's compressed events, MySQL's partial JSON updates)
-with the setting that makes them.  Every other event type is skipped by the reader.
+-- MySQL's compressed transactions (TRANSACTION_PAYLOAD: :func:`payload_events`, the events
+inside) -- and :func:`refusal` names the events the reader cannot read (an encrypted MariaDB
+binlog, MariaDB's compressed events, MySQL's partial JSON updates) with the setting that makes
+them.  Every other event type is skipped by the reader.
 
 A TABLE_MAP's columns are :class:`Column` objects with the attributes, and the values,
 python-mysql-replication's ``Column`` has for the same event (``type``, ``name``,
@@ -23,6 +24,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+import zstandard
 
 from pymysqlreplication.constants import CHARSET
 from pymysqlreplication.constants import FIELD_TYPE as T
@@ -52,9 +55,6 @@ _MARIADB_GTID = struct.Struct("<QI")  # sequence number, domain id
 
 def refusal(event_type: int) -> str | None:
     """Why the reader cannot read events of ``event_type`` (None: it can, or skips them)."""
-    if event_type == TRANSACTION_PAYLOAD_EVENT:
-        return ("the binlog holds compressed transactions (TRANSACTION_PAYLOAD_EVENT): "
-                "binlog_transaction_compression=ON is not supported; set it OFF on the source")
     if event_type == MARIADB_START_ENCRYPTION:
         return ("the binlog is encrypted (START_ENCRYPTION_EVENT): encrypt_binlog=ON is not supported; "
                 "the reader cannot decrypt it")
@@ -65,6 +65,99 @@ def refusal(event_type: int) -> str | None:
         return ("the binlog holds partial JSON updates (PARTIAL_UPDATE_ROWS_EVENT): "
                 "binlog_row_value_options=PARTIAL_JSON is not supported; set it to '' on the source")
     return None
+
+
+# --- compressed transactions -------------------------------------------------------------
+
+#: TRANSACTION_PAYLOAD's header fields (MySQL's ``Transaction_payload`` codec: "on the wire"
+#: field types) and compression types.
+PAYLOAD_END_MARK, PAYLOAD_SIZE, PAYLOAD_COMPRESSION, PAYLOAD_UNCOMPRESSED_SIZE = 0, 1, 2, 3
+PAYLOAD_ZSTD, PAYLOAD_NONE = 0, 255
+_INNER_HEADER = struct.Struct("<IBIIIH")
+
+
+class InnerEvent(NamedTuple):
+    """An event inside a compressed transaction: its header's fields and its body.  (MySQL
+    writes them without checksum and with ``log_pos`` 0: they have no place in the file of
+    their own, only the payload event has.)"""
+
+    timestamp: int
+    type: int
+    server_id: int
+    event_size: int
+    log_pos: int
+    flags: int
+    body: bytes
+
+
+def payload(body: bytes) -> bytes:
+    """The events of a TRANSACTION_PAYLOAD body, uncompressed.  The body is header fields (each
+    its type, its length and its value, length-encoded integers), the end mark, then the
+    payload: zstd frames (``binlog_transaction_compression=ON``), or the events as they are
+    (compression type NONE)."""
+    p, size, kind, uncompressed = 0, None, PAYLOAD_ZSTD, None
+    while True:
+        if p >= len(body):
+            raise WireProtocolError("a TRANSACTION_PAYLOAD event ends inside its header")
+        field_type, p = lenenc_int(body, p)
+        if field_type == PAYLOAD_END_MARK:
+            break
+        length, p = lenenc_int(body, p)
+        value = lenenc_int(body, p)[0] if length else 0
+        p += length
+        if field_type == PAYLOAD_SIZE:
+            size = value
+        elif field_type == PAYLOAD_COMPRESSION:
+            kind = value
+        elif field_type == PAYLOAD_UNCOMPRESSED_SIZE:
+            uncompressed = value
+        # (other fields: appended by later servers, skipped by their length)
+    data = body[p:] if size is None else body[p:p + size]
+    if size is not None and len(data) != size:
+        raise WireProtocolError(f"a TRANSACTION_PAYLOAD event holds {len(data)} bytes of payload, its header says "
+                                f"{size}")
+    if kind == PAYLOAD_NONE:
+        out = bytes(data)
+    elif kind == PAYLOAD_ZSTD:
+        out = _zstd(data)
+    else:
+        raise WireProtocolError(f"a TRANSACTION_PAYLOAD event compressed with type {kind}: only zstd (0) and none "
+                                f"(255) are known")
+    if uncompressed is not None and len(out) != uncompressed:
+        raise WireProtocolError(f"a TRANSACTION_PAYLOAD event uncompressed to {len(out)} bytes, its header says "
+                                f"{uncompressed}")
+    return out
+
+
+def _zstd(data: bytes) -> bytes:
+    """Every zstd frame of ``data``, decompressed and joined."""
+    parts = []
+    while data:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        try:
+            parts.append(d.decompress(data))
+        except zstandard.ZstdError as exc:
+            raise WireProtocolError(f"a TRANSACTION_PAYLOAD event's zstd payload does not decompress: {exc}") from None
+        if not d.eof:
+            raise WireProtocolError("a TRANSACTION_PAYLOAD event's zstd payload ends inside a frame")
+        data = d.unused_data
+    return b"".join(parts)
+
+
+def payload_events(body: bytes) -> list[InnerEvent]:
+    """The events inside a TRANSACTION_PAYLOAD body (:func:`payload`), in order."""
+    data = payload(body)
+    events, p, n = [], 0, len(data)
+    while p < n:
+        if p + _INNER_HEADER.size > n:
+            raise WireProtocolError(f"a compressed transaction's payload ends inside an event header (byte {p} of {n})")
+        ts, etype, server_id, size, log_pos, flags = _INNER_HEADER.unpack_from(data, p)
+        if size < _INNER_HEADER.size or p + size > n:
+            raise WireProtocolError(f"a compressed transaction's event of type {etype} declares {size} bytes at byte "
+                                    f"{p} of a payload of {n}")
+        events.append(InnerEvent(ts, etype, server_id, size, log_pos, flags, data[p + _INNER_HEADER.size:p + size]))
+        p += size
+    return events
 
 
 # --- small events ----------------------------------------------------------------------

@@ -182,3 +182,126 @@ def test_signal_table_snapshot_under_writes_equals_the_table(source_stack, confi
     assert result.table == expected
     assert result.chunk_rows >= 1200 * 0.8 and len(result.windows) >= 1200 // 150
     assert sum(load.ops.values()) > 100
+
+
+# --- binlog_transaction_compression=ON: TRANSACTION_PAYLOAD events, zstd -----------------
+
+def _compressed_transactions(stack, db: str) -> int:
+    """How many TRANSACTION_PAYLOAD events the server's binlog holds for ``db``'s tables (from
+    performance_schema's compression statistics)."""
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT COALESCE(SUM(TRANSACTION_COUNTER), 0) FROM performance_schema.binary_log_transaction_"
+                    "compression_stats WHERE LOG_TYPE = 'BINARY' AND COMPRESSION_TYPE = 'ZSTD'")
+        return int(cur.fetchone()[0])
+
+
+def _write_transactions(stack, db: str, compressed: bool) -> None:
+    """One multi-statement transaction over two tables (inserts, an update of a large value,
+    a primary key change, deletes), then autocommitted single-row ones."""
+    with stack.admin(db) as conn, conn.cursor() as cur:
+        cur.execute(f"SET SESSION binlog_transaction_compression = {'ON' if compressed else 'OFF'}")
+        cur.execute("BEGIN")
+        cur.executemany("INSERT INTO a VALUES (%s, %s, %s)", [(i, f"row {i}", "x" * (i * 97 % 3000)) for i in range(200)])
+        cur.execute("UPDATE a SET big = REPEAT('yz', 20000) WHERE id < 3")
+        cur.execute("INSERT INTO b VALUES (1, CAST('{\"k\": [1, 2]}' AS JSON)), (2, CAST('null' AS JSON))")
+        cur.execute("UPDATE a SET id = id + 1000 WHERE id = 7")
+        cur.execute("DELETE FROM a WHERE id BETWEEN 10 AND 19")
+        cur.execute("COMMIT")
+        for i in range(5):
+            cur.execute("UPDATE a SET label = %s WHERE id = %s", (f"single {i}", 30 + i))
+        cur.execute("DELETE FROM b WHERE id = 1")
+
+
+def _changes(config, db):
+    return {t: [(k, v["op"], v["before"], v["after"], v["source"]["gtid"]) for _, k, v in
+                read_events(config, _topic(config, db, t))] for t in ("a", "b")}
+
+
+def test_compressed_transactions_are_read_as_the_same_events(source_stack, config, test_db, unique):
+    """The same transactions written compressed (binlog_transaction_compression=ON) and not:
+    the producer gives the same events from both, in the same order, at positions that rise."""
+    ddl = ("CREATE TABLE a (id INT PRIMARY KEY, label VARCHAR(40), big LONGTEXT)",
+           "CREATE TABLE b (id INT PRIMARY KEY, doc JSON)")
+    other = unique("db")
+    run_sql(source_stack, None, f"CREATE DATABASE `{other}`")
+    try:
+        run_sql(source_stack, test_db, *ddl)
+        run_sql(source_stack, other, *ddl)
+        before = _compressed_transactions(source_stack, test_db)
+        start_at_current(config)
+        _write_transactions(source_stack, test_db, compressed=True)
+        assert _compressed_transactions(source_stack, test_db) >= before + 7  # (the server did compress them)
+        _write_transactions(source_stack, other, compressed=False)
+        run_until_caught_up(config)
+        compressed, plain = _changes(config, test_db), _changes(config, other)
+        strip = lambda rows: [r[:4] for r in rows]  # noqa: E731 - (GTIDs differ)
+        assert strip(compressed["a"]) == strip(plain["a"]) and strip(compressed["b"]) == strip(plain["b"])
+        assert len(compressed["a"]) == 200 + 3 + 2 + 10 + 5 and len(compressed["b"]) == 3
+        assert compressed["b"][1][3] == {"id": 2, "doc": "null"}
+        for t in ("a", "b"):
+            positions = [v["position"] for _, _, v in read_events(config, _topic(config, test_db, t))]
+            assert positions == sorted(positions) and len(set(positions)) == len(positions)
+        gtids = [g for *_, g in compressed["a"]]
+        assert len(set(gtids[:215])) == 1 and len(set(gtids[215:])) == 5  # one transaction, then five
+    finally:
+        run_sql(source_stack, None, f"DROP DATABASE IF EXISTS `{other}`")
+
+
+def test_a_restart_inside_a_compressed_transaction_emits_each_change_once(source_stack, config, test_db):
+    """Resumed after any row of a compressed transaction (from its GTID event, skipping what
+    is out), the reader gives exactly the rows after it."""
+    from producer.binlog.reader import BinlogReader, ResumePoint, RowChanges
+
+    run_sql(source_stack, test_db, "CREATE TABLE a (id INT PRIMARY KEY, label VARCHAR(40), big LONGTEXT)",
+            "CREATE TABLE b (id INT PRIMARY KEY, doc JSON)")
+    conn = connect(config.source)
+    try:
+        file, pos = current_position(conn)
+    finally:
+        conn.close()
+    _write_transactions(source_stack, test_db, compressed=True)
+
+    def rows_from(resume):
+        reader = BinlogReader(config.source, resume, is_mariadb=False, blocking=False)
+        out = []
+        for item in reader:
+            if isinstance(item, RowChanges) and item.db == test_db:
+                out += [(item.position(2 * i), item.resume_after(i)) for i in range(item.first, len(item.rows))]
+        reader.close()
+        return out
+
+    everything = rows_from(ResumePoint(file, pos))
+    assert len(everything) == 200 + 3 + 1 + 10 + 2 + 5 + 1  # (the key change: one row of its event)
+    for cut in (0, 57, 199, 203, 214, len(everything) - 2):
+        rest = rows_from(everything[cut][1])
+        assert [p for p, _ in rest] == [p for p, _ in everything[cut + 1:]], cut
+
+
+def test_a_snapshot_under_writes_with_compression_on_for_every_session(source_stack, config, test_db):
+    """binlog_transaction_compression=ON for the whole server: the writes, and the producer's
+    own window markers, come compressed; the snapshot still ends equal to the table."""
+    with source_stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("SET GLOBAL binlog_transaction_compression = ON")
+    try:
+        with source_stack.admin() as conn:
+            keys = create_table(conn, test_db, "t", "single", 800)
+        config.source.include_databases = [test_db]
+        config.snapshot.chunk_size = 100
+        start_at_current(config)
+        before = _compressed_transactions(source_stack, test_db)
+        with ProducerThread(config), WriteLoad(source_stack.admin, test_db, "t", "single", key_space=900,
+                                               seed=5) as load:
+            wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+            sid = snapshot(config, [f"{test_db}.t"])
+            wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
+            load.stop()
+        run_until_caught_up(config)
+        assert _compressed_transactions(source_stack, test_db) > before + 50
+    finally:
+        with source_stack.admin() as conn, conn.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_transaction_compression = OFF")
+    result = dblog_replay(config, _topic(config, test_db, "t"))
+    with source_stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t", keys)
+    assert result.table == expected
+    assert result.chunk_rows >= 800 * 0.8 and len(result.windows) >= 8

@@ -78,6 +78,39 @@ def test_caching_sha2_full_login_over_tls_and_over_plain_tcp(source_stack):
     plain.close()
 
 
+@pytest.mark.parametrize("tls", [True, False])
+def test_the_own_clients_caching_sha2_full_login(source_stack, tls):
+    """The project's own client (the binlog stream's and the chunk reads' connection) logs in
+    with caching_sha2_password's full authentication: the password inside TLS, or over plain
+    TCP encrypted with the RSA public key it asks the server for."""
+    from common.sql import wire
+    from common.sql.tls import TlsSettings
+
+    m = source_stack.mysql
+    with source_stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("FLUSH PRIVILEGES")  # (the fast-authentication cache emptied: a full login next)
+    conn = wire.connect(m["host"], m["port"], m["cdc_user"], m["cdc_password"],
+                        tls=TlsSettings("required" if tls else "disabled"))
+    try:
+        assert conn.secure is tls
+        assert conn.value("SELECT CURRENT_USER()") .startswith(m["cdc_user"].encode() + b"@")
+    finally:
+        conn.close()
+
+
+def test_the_producer_streams_over_plain_tcp_with_the_servers_rsa_key(source_stack, config, test_db):
+    """source.ssl.mode disabled: every connection of the producer logs in over plain TCP
+    (caching_sha2_password's RSA exchange where the cache is cold) and streams."""
+    config.source.ssl.mode = "disabled"
+    run_sql(source_stack, test_db, "CREATE TABLE t (id INT PRIMARY KEY)")
+    start_at_current(config)
+    with source_stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("FLUSH PRIVILEGES")
+    run_sql(source_stack, test_db, "INSERT INTO t VALUES (1), (2)")
+    run_until_caught_up(config)
+    assert [v["after"] for _, _, v in read_events(config, _topic(config, test_db, "t"))] == [{"id": 1}, {"id": 2}]
+
+
 def test_current_position_reads_show_binary_log_status_and_gtid_executed(source_stack, config):
     run_sql(source_stack, None, "CREATE DATABASE IF NOT EXISTS cdc_probe", "DROP DATABASE cdc_probe")
     conn = connect(config.source)

@@ -93,7 +93,7 @@ def test_the_own_clients_caching_sha2_full_login(source_stack, tls):
                         tls=TlsSettings("required" if tls else "disabled"))
     try:
         assert conn.secure is tls
-        assert conn.value("SELECT CURRENT_USER()") .startswith(m["cdc_user"].encode() + b"@")
+        assert conn.value("SELECT CURRENT_USER()").startswith(m["cdc_user"].encode() + b"@")
     finally:
         conn.close()
 

@@ -210,8 +210,12 @@ class EmbeddedMySQL:
             if fresh:
                 self._initialise(program)
             info.pid = self._launch(program, info.port, tls)
-            wait_until(lambda: self._socket_ready(info, fresh), 60, f"{flavor} server {self.name} on port {info.port}",
-                       pid=info.pid, log_path=self.log)
+            try:
+                wait_until(lambda: self._socket_ready(info, fresh), 60,
+                           f"{flavor} server {self.name} on port {info.port}", pid=info.pid, log_path=self.log)
+            except BaseException:  # (not left running: nothing records its pid yet)
+                stop_pid(info.pid, str(self.datadir), timeout=30)
+                raise
             if fresh and self.replica_of:
                 self._follow(info, self.replica_of)
             elif fresh:

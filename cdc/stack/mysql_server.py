@@ -331,9 +331,10 @@ class EmbeddedMySQL:
         users to arrive (the admin login works once they have)."""
         conn = self._connect_admin(info, fresh=True)
         with conn.cursor() as cur:
-            cur.execute("SET GLOBAL gtid_slave_pos = ''")
+            if is_mariadb(conn):
+                cur.execute("SET GLOBAL gtid_slave_pos = ''")
             cur.execute(change_master_sql(conn, source))
-            cur.execute("START SLAVE")
+            cur.execute(replication_sql(conn, "START SLAVE"))
         conn.close()
         wait_until(lambda: self._socket_ready(info, False), 120,
                    f"replica {self.name} to receive the users of its primary on port {source.port}",
@@ -356,10 +357,28 @@ class EmbeddedMySQL:
 
 
 def change_master_sql(conn: pymysql.connections.Connection, source: ReplicationSource) -> str:
-    """``CHANGE MASTER TO`` ``source`` by GTID (MariaDB), retrying a lost connection each second."""
+    """Replicate ``source`` by GTID, retrying a lost connection each second: MariaDB's ``CHANGE
+    MASTER TO ... MASTER_USE_GTID=slave_pos``; MySQL's ``CHANGE REPLICATION SOURCE TO ...
+    SOURCE_AUTO_POSITION=1`` over TLS (every MySQL server of the stack offers it, and
+    caching_sha2_password's login needs TLS or the source's RSA key)."""
+    if not is_mariadb(conn):
+        return (f"CHANGE REPLICATION SOURCE TO SOURCE_HOST={conn.escape(source.host)}, SOURCE_PORT={int(source.port)}, "
+                f"SOURCE_USER={conn.escape(source.user)}, SOURCE_PASSWORD={conn.escape(source.password)}, "
+                "SOURCE_CONNECT_RETRY=1, SOURCE_AUTO_POSITION=1, SOURCE_SSL=1")
     return (f"CHANGE MASTER TO MASTER_HOST={conn.escape(source.host)}, MASTER_PORT={int(source.port)}, "
             f"MASTER_USER={conn.escape(source.user)}, MASTER_PASSWORD={conn.escape(source.password)}, "
             "MASTER_CONNECT_RETRY=1, MASTER_USE_GTID=slave_pos")
+
+
+#: MySQL's words for MariaDB's replication statements (MySQL 8.4 removed the SLAVE ones).
+_MYSQL_REPLICATION = {"START SLAVE": "START REPLICA", "STOP SLAVE": "STOP REPLICA",
+                      "STOP SLAVE IO_THREAD": "STOP REPLICA IO_THREAD", "RESET SLAVE ALL": "RESET REPLICA ALL",
+                      "SHOW SLAVE STATUS": "SHOW REPLICA STATUS"}
+
+
+def replication_sql(conn: pymysql.connections.Connection, statement: str) -> str:
+    """``statement`` (MariaDB's ``START SLAVE`` and the like) as the server of ``conn`` says it."""
+    return statement if is_mariadb(conn) else _MYSQL_REPLICATION[statement]
 
 
 def is_mariadb(conn: pymysql.connections.Connection) -> bool:

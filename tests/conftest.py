@@ -192,10 +192,12 @@ def config_file(config: CDCConfig, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+def replicated(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Topology]:
     """A fresh MariaDB primary with two replicas (GTID replication, read-only, log_slave_updates)
-    in a directory of this test's own; everything is stopped and removed afterwards."""
-    topology = Topology(tmp_path_factory.mktemp("repl"), replicas=2).start()  # a short path: sockets
+    in a directory of this test's own; everything is stopped and removed afterwards.  MySQL
+    with ``@pytest.mark.parametrize("replicated", ["mariadb", "mysql"], indirect=True)``."""
+    flavor = getattr(request, "param", "mariadb")
+    topology = Topology(tmp_path_factory.mktemp("repl"), replicas=2, flavor=flavor).start()  # a short path: sockets
     try:
         yield topology
     finally:
@@ -203,10 +205,11 @@ def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
 
 
 @pytest.fixture
-def own_mysql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+def own_mysql(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Topology]:
     """A MariaDB server of this test's own (no replicas), for what must not touch the session
-    server (purging its binlogs); ``own_mysql.point(config)`` reads from it."""
-    topology = Topology(tmp_path_factory.mktemp("own"), replicas=0).start()
+    server (purging its binlogs); ``own_mysql.point(config)`` reads from it.  MySQL as
+    ``replicated``'s (an indirect parameter)."""
+    topology = Topology(tmp_path_factory.mktemp("own"), replicas=0, flavor=getattr(request, "param", "mariadb")).start()
     try:
         yield topology
     finally:

@@ -338,3 +338,30 @@ def test_a_snapshot_under_writes_with_compression_on_for_every_session(source_st
         expected = source_rows(conn, test_db, "t", keys)
     assert result.table == expected
     assert result.chunk_rows >= 800 * 0.8 and len(result.windows) >= 8
+
+
+@pytest.mark.parametrize("own_mysql", ["mysql"], indirect=True)
+def test_a_gtid_start_the_server_purged_stops_with_the_servers_reason(own_mysql, config, unique):
+    """startup.mode=gtid with a set the server's binlogs no longer follow (purged): MySQL
+    refuses the dump (ERR 1236), and the producer stops saying so instead of reconnecting for
+    ever."""
+    from common.errors import CDCError
+    from producer.app import ProducerApp
+    from tests.producer_helpers import purge_binlogs
+
+    db = unique("db")
+    with own_mysql.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_uuid")
+        (uuid,) = cur.fetchone()
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY)")
+        for i in range(5):
+            cur.execute(f"INSERT INTO `{db}`.t VALUES ({i})")
+        purge_binlogs(conn)
+        cur.execute("SELECT @@gtid_purged")
+        assert cur.fetchone()[0]
+    own_mysql.point(config, own_mysql.primary)
+    config.producer.startup.mode, config.producer.startup.gtid_set = "gtid", f"{uuid}:1-2"
+    with pytest.raises(CDCError, match="refused to send its binlog") as err:
+        ProducerApp(config).run(idle_exit_s=1.0)
+    assert "1236" in str(err.value)

@@ -60,9 +60,11 @@ $(JARS_STAMP): $(JAR_POMS)
 jars: $(JARS_STAMP)
 
 # DEMO_ARGS: e.g. --shards (four shards on two servers merged into one table); make demo-shards
+# FLAVOR=mysql: the demo on MySQL 9.7 (make mysql-server's root; state in .cdc/demo-mysql)
 DEMO_ARGS ?=
+FLAVOR ?=
 demo: venv system-deps mysql-server jars
-	$(VENV)/bin/cdc demo $(DEMO_ARGS)
+	$(VENV)/bin/cdc demo $(if $(FLAVOR),--flavor $(FLAVOR)) $(DEMO_ARGS)
 
 demo-shards: venv system-deps jars
 	$(VENV)/bin/cdc demo --shards $(DEMO_ARGS)

@@ -396,10 +396,13 @@ def _cmd_lake(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import cdc.demo as demo
     import cdc.demo_shards as demo_shards
+    if args.flavor and args.shards:
+        raise CommandError("cdc demo --shards runs on the machine's server only so far: leave out --flavor")
+    state_dir = args.state_dir or (".cdc/demo-mysql" if args.flavor == "mysql" else ".cdc/demo")
     if args.shards:
-        return demo_shards.run_shards_demo(Path(args.state_dir), ddl=args.ddl, keep_running=args.keep_running)
-    return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running, secure=args.secure,
-                         lake_engine=args.lake_engine)
+        return demo_shards.run_shards_demo(Path(state_dir), ddl=args.ddl, keep_running=args.keep_running)
+    return demo.run_demo(Path(state_dir), keep_running=args.keep_running, secure=args.secure,
+                         lake_engine=args.lake_engine, flavor=args.flavor)
 
 
 def _source_option(p: argparse.ArgumentParser, help_: str) -> None:
@@ -462,7 +465,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 "have the producer recover by snapshot (default), or refuse to start")
 
     demo_p = sub.add_parser("demo", help="run the pipeline on demo data on the embedded stack")
-    demo_p.add_argument("--state-dir", default=".cdc/demo")
+    demo_p.add_argument("--state-dir", default=None,
+                        help="the embedded stack's directory (default .cdc/demo; .cdc/demo-mysql with --flavor mysql)")
+    demo_p.add_argument("--flavor", choices=["mariadb", "mysql"], default=None,
+                        help="the source server: mariadb (the machine's) or mysql (MySQL 9.7 from 'make mysql-server', "
+                             "docs/mysql.md); default: as the stack in the state directory has it, else the machine's")
     demo_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
     demo_p.add_argument("--secure", action="store_true",
                         help="on a secure stack (cdc stack up --secure): TLS and passwords everywhere")

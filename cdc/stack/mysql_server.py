@@ -229,6 +229,8 @@ class EmbeddedMySQL:
         return info
 
     def stop(self, info: dict) -> bool:
+        if info.get("flavor") == "mysql" and pid_alive(info.get("pid")):
+            end_dump_threads(info)
         return stop_pid(info.get("pid"), str(self.datadir), timeout=60)
 
     # -- steps ----------------------------------------------------------------------
@@ -432,6 +434,23 @@ def server_connect(info: dict, *, user: str = "admin", **kw) -> pymysql.connecti
     (``"cdc"``), over TLS when the server runs with it (``kw``: more pymysql options)."""
     return connect_mysql(server_tls(info), host=info["host"], port=info["port"], user=info[f"{user}_user"],
                          password=info[f"{user}_password"], **kw)
+
+
+def end_dump_threads(info: dict) -> None:
+    """Kill a MySQL server's binlog dump threads (before it is stopped): one whose replica or
+    producer went away waits for the next event (or heartbeat) before it notices, and the
+    server's shutdown waits about 10 s for it."""
+    try:
+        conn = server_connect(info, autocommit=True, connect_timeout=2)
+    except (pymysql.err.MySQLError, TlsError, KeyError):
+        return  # (not reachable: stopped by its signal alone)
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+        for (thread_id,) in cur.fetchall():
+            try:
+                cur.execute(f"KILL {int(thread_id)}")
+            except pymysql.err.MySQLError:
+                pass  # (it ended meanwhile)
 
 
 def server_status(info: dict) -> tuple[bool, str]:

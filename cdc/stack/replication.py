@@ -31,11 +31,12 @@ from cdc.stack.mysql_server import (
     EmbeddedMySQL,
     ReplicationSource,
     change_master_sql,
+    end_dump_threads,
     identified_by,
     is_mariadb,
     replication_sql,
 )
-from cdc.stack.process import stop_pid
+from cdc.stack.process import pid_alive, stop_pid
 from contract.errors import GtidError
 from contract.gtid import GtidSet
 
@@ -226,6 +227,8 @@ def start_replicas(state_dir: Path, primary: dict[str, Any], count: int, *,
 
 def stop_server(info: dict[str, Any], *, kill: bool = False, timeout: float = 60.0) -> bool:
     """Stop one server of the topology (SIGTERM; ``kill``: SIGKILL, a crash); True if it ran."""
+    if not kill and info.get("flavor") == "mysql" and pid_alive(info.get("pid")):
+        end_dump_threads(info)
     return stop_pid(info.get("pid"), str(info["datadir"]), timeout=timeout,
                     sig=signal.SIGKILL if kill else signal.SIGTERM)
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import zstandard
-
 from pymysqlreplication.constants import CHARSET
 from pymysqlreplication.constants import FIELD_TYPE as T
 

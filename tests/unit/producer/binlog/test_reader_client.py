@@ -9,14 +9,19 @@ import struct
 import time
 
 import pytest
+import zstandard
 
 from common.config import SourceConfig
 from common.errors import ServerGone, UnsupportedType
 from common.sql.wire import encode_lenenc_int
 from producer.binlog import reader as reader_module
-import zstandard
-
-from producer.binlog.binlog_events import QUERY_EVENT, TABLE_MAP_EVENT, TRANSACTION_PAYLOAD_EVENT, WRITE_ROWS_V2, XID_EVENT
+from producer.binlog.binlog_events import (
+    QUERY_EVENT,
+    TABLE_MAP_EVENT,
+    TRANSACTION_PAYLOAD_EVENT,
+    WRITE_ROWS_V2,
+    XID_EVENT,
+)
 from producer.binlog.binlog_stream import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT
 from producer.binlog.reader import BinlogReader, ResumePoint, RowChanges, TransactionEnd
 from tests.unit.producer.binlog.test_binlog_stream import ROTATE, _answer_queries, event, fde_body

@@ -367,3 +367,32 @@ def test_a_gtid_start_the_server_purged_stops_with_the_servers_reason(own_mysql,
     with pytest.raises(CDCError, match="refused to send its binlog") as err:
         ProducerApp(config).run(idle_exit_s=1.0)
     assert "1236" in str(err.value)
+
+
+@pytest.mark.parametrize("own_mysql", ["mysql"], indirect=True)
+@pytest.mark.parametrize("setting, statement, message", [
+    ("binlog_row_value_options", "SET SESSION binlog_row_value_options = 'PARTIAL_JSON'",
+     "binlog_row_value_options=PARTIAL_JSON is not supported"),
+    ("binlog_row_image", "SET SESSION binlog_row_image = 'MINIMAL'", "binlog_row_image must be FULL"),
+])
+def test_what_the_reader_still_refuses_stops_it_naming_the_setting(own_mysql, config, unique, setting, statement,
+                                                                    message):
+    """Settings MySQL users turn on that the reader does not read yet, each turned on for real
+    (a session of a server of the test's own: the refused events stay in its binlog): the
+    producer stops naming the setting instead of emitting wrong or partial rows."""
+    from common.errors import UnsupportedType
+    from producer.app import ProducerApp
+
+    db = unique("db")
+    own_mysql.point(config, own_mysql.primary)
+    with own_mysql.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, doc JSON, v VARCHAR(10))")
+        cur.execute(f"INSERT INTO `{db}`.t VALUES (1, '{{\"a\": 1, \"b\": \"x\"}}', 'v')")
+    start_at_current(config)
+    with own_mysql.admin(database=db) as conn, conn.cursor() as cur:
+        cur.execute(statement)
+        cur.execute("UPDATE t SET doc = JSON_SET(doc, '$.a', 2) WHERE id = 1")
+    with pytest.raises(UnsupportedType, match=message) as err:
+        ProducerApp(config).run(idle_exit_s=2.0)
+    assert setting in str(err.value)

@@ -35,7 +35,7 @@ from common.sql.wire import lenenc_int
 # Event types (MySQL's and MariaDB's log_event.h).
 QUERY_EVENT, XID_EVENT, TABLE_MAP_EVENT, HEARTBEAT_EVENT = 2, 16, 19, 27
 ROWS_QUERY_EVENT, GTID_EVENT, ANONYMOUS_GTID_EVENT, PREVIOUS_GTIDS_EVENT = 29, 33, 34, 35
-PARTIAL_UPDATE_ROWS_EVENT, TRANSACTION_PAYLOAD_EVENT, HEARTBEAT_EVENT_V2 = 39, 40, 41
+PARTIAL_UPDATE_ROWS_EVENT, TRANSACTION_PAYLOAD_EVENT, HEARTBEAT_EVENT_V2, GTID_TAGGED_LOG_EVENT = 39, 40, 41, 42
 WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1 = 23, 24, 25
 WRITE_ROWS_V2, UPDATE_ROWS_V2, DELETE_ROWS_V2 = 30, 31, 32
 MARIADB_ANNOTATE_ROWS, MARIADB_BINLOG_CHECKPOINT, MARIADB_GTID_EVENT, MARIADB_GTID_LIST = 160, 161, 162, 163
@@ -166,6 +166,62 @@ def mysql_gtid(body: bytes) -> str:
     h = body[1:17].hex()
     gno = int.from_bytes(body[17:25], "little")
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}:{gno}"
+
+
+def mysql_tagged_gtid(body: bytes) -> str:
+    """A MySQL GTID_TAGGED_LOG_EVENT's GTID as ``uuid:tag:gno`` (MySQL 8.3+, ``SET gtid_next =
+    'AUTOMATIC:tag'``).  Its body is MySQL's serialization format: the format version, the
+    serialized size and the last non-ignorable field's id, then fields, each its id and its
+    value, in id order: 0 the flags, 1 the source's UUID (16 bytes, each a variable-length
+    integer), 2 the transaction number (signed), 3 the tag (its length, then its bytes),
+    then the commit timestamps, lengths and versions (not needed here)."""
+    p = 0
+    for _ in range(3):  # version, size, last non-ignorable field id
+        _, p = varlen_uint(body, p)
+    sid, gno, tag = b"", None, ""
+    while p < len(body):
+        field_id, p = varlen_uint(body, p)
+        if field_id == 0:
+            _, p = varlen_uint(body, p)
+        elif field_id == 1:
+            out = bytearray()
+            for _ in range(16):
+                byte, p = varlen_uint(body, p)
+                out.append(byte)
+            sid = bytes(out)
+        elif field_id == 2:
+            gno, p = varlen_int(body, p)
+        elif field_id == 3:
+            n, p = varlen_uint(body, p)
+            tag, p = body[p:p + n].decode("ascii", "replace"), p + n
+        else:
+            break  # (the fields after the tag)
+    if len(sid) != 16 or gno is None:
+        raise WireProtocolError(f"a GTID_TAGGED_LOG_EVENT without its source UUID or number ({body.hex()})")
+    h = sid.hex()
+    uuid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return f"{uuid}:{tag}:{gno}" if tag else f"{uuid}:{gno}"
+
+
+def varlen_uint(data: bytes, p: int) -> tuple[int, int]:
+    """MySQL's serialization format's unsigned integer at ``p`` and the position after it: the
+    first byte's trailing one bits say how many bytes follow (eight: a whole 64-bit value
+    follows), the value is the bytes, little-endian, shifted right by that count plus one."""
+    if p >= len(data):
+        raise WireProtocolError("a variable-length integer past the end of its event")
+    first = data[p]
+    extra = (~first & (first + 1)).bit_length() - 1  # (the trailing ones)
+    if extra >= 8:
+        return int.from_bytes(data[p + 1:p + 9], "little"), p + 9
+    if p + extra >= len(data):
+        raise WireProtocolError("a variable-length integer past the end of its event")
+    return int.from_bytes(data[p:p + extra + 1], "little") >> (extra + 1), p + extra + 1
+
+
+def varlen_int(data: bytes, p: int) -> tuple[int, int]:
+    """A signed :func:`varlen_uint` (zigzag: 0, -1, 1, -2 as 0, 1, 2, 3)."""
+    u, p = varlen_uint(data, p)
+    return (u >> 1) ^ -(u & 1), p
 
 
 def mariadb_gtid(body: bytes, server_id: int) -> str:

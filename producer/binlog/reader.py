@@ -39,6 +39,7 @@ from producer.binlog.binlog_events import (
     DELETE_ROWS_V1,
     DELETE_ROWS_V2,
     GTID_EVENT,
+    GTID_TAGGED_LOG_EVENT,
     HEARTBEAT_EVENT,
     HEARTBEAT_EVENT_V2,
     MARIADB_GTID_EVENT,
@@ -55,6 +56,7 @@ from producer.binlog.binlog_events import (
     heartbeat_file,
     mariadb_gtid,
     mysql_gtid,
+    mysql_tagged_gtid,
     payload_events,
     query,
     refusal,
@@ -467,7 +469,8 @@ class BinlogReader(ReaderCore):
                 self._next_pos = log_pos
                 yield self._commit(log_pos, log_pos - len(body))
             elif etype in _GTID_EVENTS:
-                gtid = mariadb_gtid(body, server_id) if etype == MARIADB_GTID_EVENT else mysql_gtid(body)
+                gtid = (mariadb_gtid(body, server_id) if etype == MARIADB_GTID_EVENT else
+                        mysql_tagged_gtid(body) if etype == GTID_TAGGED_LOG_EVENT else mysql_gtid(body))
                 self._txn = _TxnState(self._file, log_pos - size if log_pos else self._next_pos, gtid, None, 0, True)
                 if log_pos:
                     self._next_pos = log_pos
@@ -643,6 +646,6 @@ RECONNECT_FIRST_DELAY_S = 0.25
 #: Post-header lengths until a FORMAT_DESCRIPTION says (binlog v4's).
 _POST_HEADER_LENGTHS = {QUERY_EVENT: 13, TABLE_MAP_EVENT: 8, WRITE_ROWS_V1: 8, UPDATE_ROWS_V1: 8, DELETE_ROWS_V1: 8,
                         WRITE_ROWS_V2: 10, UPDATE_ROWS_V2: 10, DELETE_ROWS_V2: 10}
-_GTID_EVENTS = frozenset({GTID_EVENT, MARIADB_GTID_EVENT})
+_GTID_EVENTS = frozenset({GTID_EVENT, GTID_TAGGED_LOG_EVENT, MARIADB_GTID_EVENT})
 #: The events the reader acts on (the others are skipped; the skip by start time ignores them).
 _HANDLED = frozenset({QUERY_EVENT, XID_EVENT, TABLE_MAP_EVENT, *_GTID_EVENTS, *ROWS_KINDS})

@@ -211,3 +211,40 @@ def test_the_payload_as_mysql_wrote_it():
 def test_a_broken_payload_is_a_protocol_error(body, message):
     with pytest.raises(WireProtocolError, match=message):
         be.payload_events(body)
+
+
+# --- tagged GTIDs (MySQL 8.3+) -------------------------------------------------------------
+
+#: GTID_TAGGED_LOG_EVENT bodies MySQL 9.7.4 wrote (server uuid c3ac5846-eb32-11f1-bb14-02fc00000001)
+#: for ``SET gtid_next = 'AUTOMATIC:batch'`` and a tag of 27 characters, each the first of its tag.
+TAGGED = {
+    "c3ac5846-eb32-11f1-bb14-02fc00000001:batch:1":
+        "0272000000020d03b102b08cad036422c503ed022804f103000000020404060a626174636808340a380c7ffbad3a785661"
+        "061055041283120b",
+    "c3ac5846-eb32-11f1-bb14-02fc00000001:abcdefghij_klmnopqrstuvwxyz:1":
+        "029e000000020d03b102b08cad036422c503ed022804f10300000002040406366162636465666768696a5f6b6c6d6e6f70"
+        "7172737475767778797a08340a3c0c7f4cb13a7856610610ad041283120b",
+}
+
+
+@pytest.mark.parametrize("gtid, body", TAGGED.items())
+def test_a_tagged_gtid_event_as_mysql_wrote_it(gtid, body):
+    assert be.mysql_tagged_gtid(bytes.fromhex(body)) == gtid
+
+
+@pytest.mark.parametrize("data, value, size", [
+    (b"\x02", 1, 1), (b"\x72", 57, 1), (b"\x0d\x03", 195, 2), (b"\x83\x12\x0b", 90704, 3),
+    (b"\xff" + (2**64 - 1).to_bytes(8, "little"), 2**64 - 1, 9), (b"\x7f" + bytes(6) + b"\x01", 1 << 48, 8),
+])
+def test_varlen_integers(data, value, size):
+    assert be.varlen_uint(data, 0) == (value, size)
+
+
+@pytest.mark.parametrize("unsigned, signed", [(0, 0), (1, -1), (2, 1), (3, -2), (4, 2)])
+def test_signed_varlen_integers_are_zigzag(unsigned, signed):
+    assert be.varlen_int(bytes([unsigned << 1]), 0) == (signed, 1)
+
+
+def test_a_tagged_gtid_event_without_its_uuid_is_a_protocol_error():
+    with pytest.raises(WireProtocolError, match="without its source UUID"):
+        be.mysql_tagged_gtid(bytes.fromhex("02720000000404"))

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps clean bench bench-race bench-race-embedded chaos chaos-read-only soak soak-peak
+.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps mysql-server clean bench bench-race bench-race-embedded chaos chaos-read-only soak soak-peak
 
 $(STAMP): pyproject.toml setup.py contract/type_table.py contract/conversion_rules.py contract/conversion_rules_c.py contract/conversion_rules_proof.py contract/codecs/_avro_reader.c contract/codecs/avro_read.h spark_jobs/sinks/_copy_text.c spark_jobs/partition/_change_scan.c contract/codecs/_avro_json.c contract/codecs/avro_json.h common/kafka/_partitioner.c producer/events/_binlog_images.c producer/events/_select_rows.c producer/events/avro_out.h producer/events/row_program.h producer/_native_producer.c | system-deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ debezium: $(DEBEZIUM_STAMP)
 system-deps:
 	@bash scripts/ensure-system-deps.sh
 
+# MySQL 9.7 for `cdc stack up --flavor mysql` and the suites that run on MySQL too: a Debian
+# unstable root with mysql-server-core, built once (as root; about 30 s and 600 MB) in a cache
+# outside the checkout, CDC_MYSQL_ROOT (default /var/cache/mysql-cdc/sid-root); instant when
+# it is there (docs/mysql.md).
+mysql-server:
+	@bash scripts/ensure-mysql-root.sh
+
 # The Java parts (Apache Kafka, ...) from Maven Central into .jars/<module>/: the versions are in
 # java/pom.xml, Maven's own cache (~/.m2) keeps what it fetched; nothing is fetched at run time.
 JAR_POMS  := $(wildcard java/pom.xml java/*/pom.xml)
@@ -53,9 +60,11 @@ $(JARS_STAMP): $(JAR_POMS)
 jars: $(JARS_STAMP)
 
 # DEMO_ARGS: e.g. --shards (four shards on two servers merged into one table); make demo-shards
+# FLAVOR=mysql: the demo on MySQL 9.7 (make mysql-server's root; state in .cdc/demo-mysql)
 DEMO_ARGS ?=
-demo: venv system-deps jars
-	$(VENV)/bin/cdc demo $(DEMO_ARGS)
+FLAVOR ?=
+demo: venv system-deps mysql-server jars
+	$(VENV)/bin/cdc demo $(if $(FLAVOR),--flavor $(FLAVOR)) $(DEMO_ARGS)
 
 demo-shards: venv system-deps jars
 	$(VENV)/bin/cdc demo --shards $(DEMO_ARGS)
@@ -70,7 +79,7 @@ demo-shards: venv system-deps jars
 # (xdist's default sends the files with the most tests first: the long one-test files came last).
 TEST_WORKERS ?= 2
 
-test: venv pathway debezium system-deps jars
+test: venv pathway debezium system-deps mysql-server jars
 	@bash scripts/ensure-system-deps.sh --debezium
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 --durations=25 tests
 

@@ -51,7 +51,7 @@ def _cmd_stack_up(args: argparse.Namespace) -> int:
         info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
                         on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only,
                         sources=args.sources, monitoring=args.monitoring, spark_ui=args.spark_ui,
-                        secure=args.secure, brokers=args.brokers)
+                        secure=args.secure, brokers=args.brokers, flavor=args.flavor)
     m, k, p = info.mysql, info.kafka, info.postgres
     console.print(f"[green]stack up[/green] in {info.state_dir}")
     console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
@@ -417,10 +417,13 @@ def _cmd_lake(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import cdc.demo as demo
     import cdc.demo_shards as demo_shards
+    if args.flavor and args.shards:
+        raise CommandError("cdc demo --shards runs on the machine's server only so far: leave out --flavor")
+    state_dir = args.state_dir or (".cdc/demo-mysql" if args.flavor == "mysql" else ".cdc/demo")
     if args.shards:
-        return demo_shards.run_shards_demo(Path(args.state_dir), ddl=args.ddl, keep_running=args.keep_running)
-    return demo.run_demo(Path(args.state_dir), keep_running=args.keep_running, secure=args.secure,
-                         lake_engine=args.lake_engine)
+        return demo_shards.run_shards_demo(Path(state_dir), ddl=args.ddl, keep_running=args.keep_running)
+    return demo.run_demo(Path(state_dir), keep_running=args.keep_running, secure=args.secure,
+                         lake_engine=args.lake_engine, flavor=args.flavor)
 
 
 def _source_option(p: argparse.ArgumentParser, help_: str) -> None:
@@ -469,6 +472,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "password, Kafka SASL_SSL (SCRAM-SHA-512) with ACLs per user; certificates "
                                 "of a CA of the stack's own, passwords in <state-dir>/secrets (docs/operations.md, "
                                 "'Secure deployment'); default: as the stack has it, plain for a new stack")
+            p.add_argument("--flavor", choices=["mariadb", "mysql"], default=None,
+                           help="the source server: mariadb (the machine's MariaDB, from apt) or mysql (MySQL 9.7 "
+                                "from the Debian unstable root 'make mysql-server' builds once, docs/mysql.md); "
+                                "default: as the stack has it, the machine's server for a new stack")
             p.add_argument("--brokers", type=int, choices=[1, 3], default=None, metavar="N",
                            help="the embedded Apache Kafka's nodes (each broker and controller): 1, or 3 with "
                                 "replication factor 3 and min.insync.replicas 2; default: as the stack has it, one "
@@ -479,7 +486,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 "have the producer recover by snapshot (default), or refuse to start")
 
     demo_p = sub.add_parser("demo", help="run the pipeline on demo data on the embedded stack")
-    demo_p.add_argument("--state-dir", default=".cdc/demo")
+    demo_p.add_argument("--state-dir", default=None,
+                        help="the embedded stack's directory (default .cdc/demo; .cdc/demo-mysql with --flavor mysql)")
+    demo_p.add_argument("--flavor", choices=["mariadb", "mysql"], default=None,
+                        help="the source server: mariadb (the machine's) or mysql (MySQL 9.7 from 'make mysql-server', "
+                             "docs/mysql.md); default: as the stack in the state directory has it, else the machine's")
     demo_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
     demo_p.add_argument("--secure", action="store_true",
                         help="on a secure stack (cdc stack up --secure): TLS and passwords everywhere")

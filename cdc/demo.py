@@ -145,12 +145,16 @@ class _WriteLoad(BackgroundWriter):
 TABLES = ["shop.customers", "shop.order_lines", "shop.products"]
 
 
-def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False, lake_engine: str = "spark") -> int:
+def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False, lake_engine: str = "spark",
+             flavor: str | None = None) -> int:
+    """The demo on the embedded stack in ``state_dir``; ``flavor``: its source server,
+    ``mariadb`` or ``mysql`` (``cdc stack up --flavor``; None: as the stack has it)."""
     console.rule("[bold]MySQL CDC demo" + (" (secure: TLS and passwords everywhere)" if secure else ""))
     t_start = time.monotonic()
     with console.status("starting the embedded stack (MariaDB/MySQL, Kafka broker, PostgreSQL)..."):
-        info = stack_up(state_dir, secure=secure)
-    console.print(f"stack up in {info.state_dir} (config: {info.config_path})")
+        info = stack_up(state_dir, secure=secure, flavor=flavor)
+    m = info.mysql
+    console.print(f"stack up in {info.state_dir} (config: {info.config_path}; source: {m['flavor']} {m['version']})")
     ok = True
     try:
         cfg = load_config(info.config_path)

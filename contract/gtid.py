@@ -27,7 +27,8 @@ __all__ = ["GtidSet", "GtidError"]
 
 _MARIADB_ONE = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 _MYSQL_ONE = re.compile(r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
-                        r"((?::\d+(?:-\d+)?)+)$")
+                        r"((?::(?:\d+(?:-\d+)?|[A-Za-z_][A-Za-z0-9_]{0,31}))+)$")
+_TAG = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 
 
 @dataclass
@@ -62,12 +63,16 @@ class GtidSet:
             return
         m = _MYSQL_ONE.match(item)
         if not m:
-            raise GtidError(f"not a MySQL GTID set element (uuid:interval[:interval...]): {item!r}")
-        top = 0
+            raise GtidError(f"not a MySQL GTID set element (uuid[:tag]:interval[:interval...]): {item!r}")
+        # A tag (MySQL 8.3+: ``uuid:1-14:batch:1-3``) starts the intervals of another source,
+        # ``uuid:tag`` (tags compare case-insensitively: the server writes them in lower case).
+        uuid = source = m.group(1).lower()
         for part in m.group(2).strip(":").split(":"):
+            if _TAG.fullmatch(part):
+                source = f"{uuid}:{part.lower()}"
+                continue
             lo, _, hi = part.partition("-")
-            top = max(top, int(hi or lo))
-        self._raise(m.group(1).lower(), "", top)
+            self._raise(source, "", int(hi or lo))
 
     def _raise(self, source: str, server: str, number: int) -> None:
         have = self.last.get(source)

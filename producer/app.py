@@ -34,7 +34,7 @@ from producer.binlog import server as src
 from producer.binlog.process import GC_THRESHOLDS, ReaderProcess
 from producer.capture_filter import CaptureFilter
 from producer.column_controls import ColumnControls
-from producer.errors import WriterError
+from producer.errors import BinlogPurgedError, WriterError
 from producer.events.builder import EventBuilder, type_modes
 from producer.events.outbox import OutboxRouter
 from producer.kafka_writer import KafkaWriter
@@ -50,6 +50,10 @@ from producer.snapshot.table_reader import list_tables, read_table_def
 from producer.startup import Startup
 
 log = logging.getLogger(__name__)
+
+#: ER_SOURCE_FATAL_ERROR_READING_BINLOG (MariaDB's ER_MASTER_FATAL_ERROR_READING_BINLOG): the
+#: server's answer to a binlog dump it cannot serve.
+BINLOG_DUMP_FATAL = 1236
 
 
 class ProducerApp:
@@ -99,6 +103,14 @@ class ProducerApp:
                     return self._run_once(max_events=max_events, idle_exit_s=idle_exit_s)
                 except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError,
                         SourceUnavailable, ServerError) as exc:  # (ServerError: an ERR of the binlog client's)
+                    if isinstance(exc, ServerError) and exc.code == BINLOG_DUMP_FATAL:
+                        # (the server will not send what was asked, and will not on a retry: MySQL's
+                        # "purged required binary logs", a GTID set it does not know, a binlog it
+                        # cannot read)
+                        raise BinlogPurgedError(
+                            f"the source {self.cfg.source.host}:{self.cfg.source.port} refused to send its binlog "
+                            f"from the producer's position: {exc}. Point the producer at a server that has these "
+                            "transactions, or set producer.startup.when_needed: snapshot and start it again") from exc
                     log.warning("source connection lost (%s); reconnecting in %.1fs", exc, delay)
                     self.metrics.disconnected(f"the source connection was lost ({exc}); reconnecting")
                 except WriterError as exc:

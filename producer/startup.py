@@ -129,7 +129,14 @@ class Startup:
     def _purged_gtids(conn, info: src.ServerInfo, wanted: GtidSet) -> str:
         """The domains whose transactions after ``wanted`` this server's binlogs no longer
         begin with (its oldest binlog starts further on), as text; "" when none (MariaDB:
-        ``BINLOG_GTID_POS`` of the oldest binlog's start; MySQL: not told here)."""
+        ``BINLOG_GTID_POS`` of the oldest binlog's start; MySQL: ``@@gtid_purged``, the
+        transactions no binlog holds any more, reaching past ``wanted`` for a source)."""
+        if not info.is_mariadb:
+            purged = src.purged_gtids(conn)
+            return ", ".join(
+                f"source {uuid}: purged up to {purged.item(uuid)}, the stored set "
+                f"{'reaches ' + wanted.item(uuid) if uuid in wanted.last else 'has none of it'}"
+                for uuid, (_, n) in sorted(purged.last.items()) if n > wanted.last.get(uuid, ("", 0))[1])
         start = src.gtids_at(conn, info, src.earliest_position(conn)[0], 4)
         if start is None:
             return ""

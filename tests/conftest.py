@@ -1,7 +1,11 @@
 """Test harness: one real stack per session, unique names per test.
 
 The stack is the embedded one (the machine's MariaDB/MySQL binary, Apache Kafka
-from ``make jars``, a private PostgreSQL) started in a session state directory on free ports.  With
+from ``make jars``, a private PostgreSQL) started in a session state directory on free ports.
+A test marked ``@pytest.mark.servers("mariadb", "mysql")`` runs once per source server: its
+``source_stack`` (and ``config``, ``test_db``) is the session stack's MariaDB, or a MySQL 9.7
+server (``mysql_stack``: MySQL from ``make mysql-server``, with the session stack's Kafka and
+PostgreSQL, started when a test first asks for it).  Unmarked tests run on MariaDB.  With
 ``CDC_TEST_STACK=containers`` and a Docker engine present, testcontainers start
 MySQL 8.4, Apache Kafka (KRaft) and PostgreSQL instead.  A stack that cannot start
 fails the session with the reason: no test is skipped because a service is missing.
@@ -20,7 +24,7 @@ import pytest
 
 from common.config import CDCConfig, dump_config
 from tests.replication_helpers import Topology
-from tests.stack_handle import StackHandle, start_test_stack
+from tests.stack_handle import StackHandle, start_source_stack, start_test_stack
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,6 +33,51 @@ def pytest_configure(config: pytest.Config) -> None:
     def on_term(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, on_term)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("servers")
+    if marker is None:
+        return
+    unknown = set(marker.args) - set(SERVER_FLAVORS)
+    if not marker.args or unknown:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: servers() takes flavors among {SERVER_FLAVORS}, "
+                                f"not {marker.args}")
+    if "server_flavor" not in metafunc.fixturenames:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid} is marked servers() but uses no source_stack, config "
+                                "or test_db: it would run the same test twice")
+    metafunc.parametrize("server_flavor", marker.args, indirect=True)
+
+
+SERVER_FLAVORS = ("mariadb", "mysql")
+
+
+@pytest.fixture
+def server_flavor(request: pytest.FixtureRequest) -> str:
+    """The source server of this test: ``mariadb``, or what its ``servers`` marker gives."""
+    return getattr(request, "param", "mariadb")
+
+
+@pytest.fixture(scope="session")
+def mysql_stack(stack: StackHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackHandle]:
+    """A MySQL 9.7 server (``cdc stack up --flavor mysql``) beside the session stack, sharing its
+    Kafka and PostgreSQL; started when a test first asks for it, stopped with the session."""
+    state_dir = tmp_path_factory.mktemp("mysql-stack")
+    try:
+        handle = start_source_stack(state_dir, stack, "mysql")
+    except Exception as exc:  # fail loudly, never skip
+        pytest.exit(f"the MySQL test server could not start: {exc}", returncode=3)
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+@pytest.fixture
+def source_stack(server_flavor: str, request: pytest.FixtureRequest) -> StackHandle:
+    """The stack whose source server this test reads: the session stack (MariaDB), or
+    ``mysql_stack`` for a test run on MySQL (``servers`` marker)."""
+    return request.getfixturevalue("mysql_stack" if server_flavor == "mysql" else "stack")
 
 
 @pytest.fixture(scope="session")
@@ -83,13 +132,13 @@ def _no_producer_left_running() -> Iterator[None]:
 
 
 @pytest.fixture
-def test_db(stack: StackHandle, unique) -> Iterator[str]:
-    """A fresh database for one test, dropped afterwards."""
+def test_db(source_stack: StackHandle, unique) -> Iterator[str]:
+    """A fresh database for one test on its source server, dropped afterwards."""
     name = unique("db")
-    with stack.admin() as conn, conn.cursor() as cur:
+    with source_stack.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
     yield name
-    with stack.admin() as conn, conn.cursor() as cur:
+    with source_stack.admin() as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
 
 
@@ -99,9 +148,9 @@ def topic(unique) -> str:
 
 
 @pytest.fixture
-def config(stack: StackHandle, tmp_path: Path, unique) -> CDCConfig:
-    """A configuration for the session stack with a unique topic prefix and state dir."""
-    cfg = stack.config()
+def config(source_stack: StackHandle, tmp_path: Path, unique) -> CDCConfig:
+    """A configuration for the test's stack (``source_stack``) with a unique topic prefix and state dir."""
+    cfg = source_stack.config()
     cfg.kafka.topic_prefix = unique("cdc")
     cfg.producer.name = cfg.kafka.topic_prefix
     cfg.state_dir = str(tmp_path / "state")
@@ -143,10 +192,12 @@ def config_file(config: CDCConfig, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+def replicated(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Topology]:
     """A fresh MariaDB primary with two replicas (GTID replication, read-only, log_slave_updates)
-    in a directory of this test's own; everything is stopped and removed afterwards."""
-    topology = Topology(tmp_path_factory.mktemp("repl"), replicas=2).start()  # a short path: sockets
+    in a directory of this test's own; everything is stopped and removed afterwards.  MySQL
+    with ``@pytest.mark.parametrize("replicated", ["mariadb", "mysql"], indirect=True)``."""
+    flavor = getattr(request, "param", "mariadb")
+    topology = Topology(tmp_path_factory.mktemp("repl"), replicas=2, flavor=flavor).start()  # a short path: sockets
     try:
         yield topology
     finally:
@@ -154,10 +205,11 @@ def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
 
 
 @pytest.fixture
-def own_mysql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+def own_mysql(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Topology]:
     """A MariaDB server of this test's own (no replicas), for what must not touch the session
-    server (purging its binlogs); ``own_mysql.point(config)`` reads from it."""
-    topology = Topology(tmp_path_factory.mktemp("own"), replicas=0).start()
+    server (purging its binlogs); ``own_mysql.point(config)`` reads from it.  MySQL as
+    ``replicated``'s (an indirect parameter)."""
+    topology = Topology(tmp_path_factory.mktemp("own"), replicas=0, flavor=getattr(request, "param", "mariadb")).start()
     try:
         yield topology
     finally:

@@ -243,8 +243,9 @@ def purge_binlogs(conn) -> tuple[str, str]:
         cur.execute("SHOW BINARY LOGS")
         oldest = cur.fetchall()[0][0]
         cur.execute("FLUSH BINARY LOGS")
+        status = "SHOW MASTER STATUS" if "mariadb" in conn.get_server_info().lower() else "SHOW BINARY LOG STATUS"
         for _ in range(50):
-            cur.execute("SHOW MASTER STATUS")
+            cur.execute(status)
             newest = cur.fetchone()[0]
             cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
             cur.execute("SHOW BINARY LOGS")

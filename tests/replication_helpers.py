@@ -1,5 +1,5 @@
-"""A MariaDB primary with replicas of its own for one test (the ``replicated`` and
-``own_mysql`` fixtures), started from the machine's binaries by :mod:`cdc.stack.replication`."""
+"""A primary with replicas of its own for one test (the ``replicated`` and ``own_mysql``
+fixtures; MariaDB, or MySQL with ``flavor="mysql"``), started by :mod:`cdc.stack.replication`."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ class Topology:
     """A primary and ``replicas`` replicas under ``state_dir``; ``servers`` lists every
     server started (a stopped one stays listed, so :meth:`close` removes it too)."""
 
-    def __init__(self, state_dir: Path, replicas: int = 2) -> None:
+    def __init__(self, state_dir: Path, replicas: int = 2, flavor: str = "mariadb") -> None:
         self.state_dir = state_dir
+        self.flavor = flavor
         self.count = replicas
         self.primary: dict[str, Any] = {}
         self.replicas: list[dict[str, Any]] = []
@@ -28,7 +29,7 @@ class Topology:
 
     def start(self) -> "Topology":
         try:
-            self.primary = EmbeddedMySQL(self.state_dir).start().to_json()
+            self.primary = EmbeddedMySQL(self.state_dir, flavor=self.flavor).start().to_json()
             self.servers.append(self.primary)
             started = start_replicas(self.state_dir, self.primary, self.count)
             self.replicas = started.get("replicas", [])
@@ -75,7 +76,8 @@ class Topology:
         self.replicas = others
 
     def close(self) -> None:
-        """Stop every server and delete the state directory."""
-        for server in self.servers:
+        """Stop every server and delete the state directory: the replicas first (a MySQL
+        primary's shutdown waits about 10 s for the dump threads of replicas still connected)."""
+        for server in reversed(self.servers):
             remove_server(server)
         shutil.rmtree(self.state_dir, ignore_errors=True)

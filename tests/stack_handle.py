@@ -151,6 +151,13 @@ def start_test_stack(state_dir: Path) -> StackHandle:
     return StackHandle(info.data, state_dir, closer=lambda: stack_down(state_dir), kind="embedded")
 
 
+def start_source_stack(state_dir: Path, beside: StackHandle, flavor: str) -> StackHandle:
+    """A source server of ``flavor`` (``cdc stack up --flavor``) in ``state_dir``, with the Kafka
+    and PostgreSQL of the stack ``beside``; closing it stops that server only."""
+    info = stack_up(state_dir, kafka_bootstrap=beside.bootstrap, postgres_dsn=beside.pg_dsn, flavor=flavor)
+    return StackHandle(info.data, state_dir, closer=lambda: stack_down(state_dir), kind="embedded")
+
+
 def _start_containers(state_dir: Path) -> StackHandle:  # pragma: no cover - needs a Docker engine
     """MySQL 8.4 with the binlog settings, Apache Kafka in KRaft mode, PostgreSQL."""
     from testcontainers.kafka import KafkaContainer
@@ -197,4 +204,4 @@ def _start_containers(state_dir: Path) -> StackHandle:  # pragma: no cover - nee
                        containers={"mysql": mysql, "kafka": kafka, "postgres": postgres})
 
 
-__all__ = ["StackHandle", "start_test_stack", "SINK_DATABASE"]
+__all__ = ["StackHandle", "start_source_stack", "start_test_stack", "SINK_DATABASE"]

@@ -184,7 +184,8 @@ def start_sources(state_dir: Path, first: dict[str, Any], count: int, *,
     try:
         for index in range(2, count + 1):
             server = EmbeddedMySQL(state_dir, first["signal_table"], name=f"mysql{index}", server_id=10 + index,
-                                   cdc_read_only=first["cdc_read_only"], tls=dict(first.get("tls") or {}))
+                                   cdc_read_only=first["cdc_read_only"], tls=dict(first.get("tls") or {}),
+                                   flavor=first.get("flavor"))
             seed = previous[index - 2] if index - 2 < len(previous) else {
                 "admin_password": first["admin_password"], "cdc_password": first["cdc_password"],
                 "cdc_read_only": first["cdc_read_only"]}
@@ -268,7 +269,8 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
              on_lost_kafka: str = "recover", replicas: int | None = None,
              read_only: bool | None = None, sources: int | None = None,
              server_args: tuple[str, ...] = (), monitoring: bool | None = None,
-             spark_ui: bool | None = None, secure: bool | None = None, brokers: int | None = None) -> StackInfo:
+             spark_ui: bool | None = None, secure: bool | None = None, brokers: int | None = None,
+             flavor: str | None = None) -> StackInfo:
     """Start the stack; ``on_lost_kafka`` (``recover`` | ``refuse``): what to do when the
     embedded broker must be started again (its topics are gone) and the state directory
     holds what depended on them.  ``replicas``: how many MariaDB replicas of the server to
@@ -285,7 +287,10 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     recorded, off for a new stack).  ``secure``: TLS and
     passwords on every connection (:mod:`cdc.stack.secure`; None: as recorded, plain for a new
     stack).  ``brokers``: the embedded Kafka's nodes, 1 or 3 (None: as recorded, one for a new
-    stack; with 3 the configurations create topics with replication factor 3)."""
+    stack; with 3 the configurations create topics with replication factor 3).  ``flavor``: the
+    source server, ``mariadb`` (the machine's) or ``mysql`` (MySQL from the root ``make
+    mysql-server`` builds, :mod:`cdc.stack.mysql_root`); None: as recorded, the machine's
+    server for a new stack.  A stack keeps its flavor: another one needs another state directory."""
     if on_lost_kafka not in ("recover", "refuse"):
         raise StackError(f"on_lost_kafka must be 'recover' or 'refuse', not {on_lost_kafka!r}")
     state_dir = state_dir.resolve()
@@ -311,7 +316,7 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     data: dict[str, Any] = {"state_dir": str(state_dir)}
     try:
         mysql = EmbeddedMySQL(state_dir, signal_table, cdc_read_only=read_only, server_args=server_args,
-                              tls=guarded.mysql_tls() if guarded else {})
+                              tls=guarded.mysql_tls() if guarded else {}, flavor=flavor)
         data["mysql"] = mysql.start(previous.get("mysql")).to_json()
         if guarded:
             data["secure"] = guarded.record(data["mysql"])

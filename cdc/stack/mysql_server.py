@@ -1,5 +1,7 @@
 """The embedded MySQL-compatible server: the machine's ``mariadbd``/``mysqld`` binary
-on a private datadir with the binlog settings change capture needs.
+(flavor ``mariadb``), or MySQL's ``mysqld`` from the root ``make mysql-server`` builds
+(flavor ``mysql``, :mod:`cdc.stack.mysql_root`), on a private datadir with the binlog
+settings change capture needs.
 
 The same class runs a replica (``replica_of``): its own datadir and port, a distinct
 ``--server-id``, ``--read-only=ON``; :mod:`cdc.stack.replication` builds a primary with
@@ -19,6 +21,7 @@ from pathlib import Path
 import pymysql
 
 from cdc.errors import StackError
+from cdc.stack.mysql_root import MySQLRoot, root_path
 from cdc.stack.process import free_port, pid_alive, spawn, stop_pid, wait_until
 from common.errors import TlsError
 from common.sql.quoting import quote_ident, quote_table
@@ -48,6 +51,53 @@ def server_flavor(binary: str) -> tuple[str, str]:
     m = re.search(r"Ver\s+([0-9.]+)", out)
     version = m.group(1) if m else "unknown"
     return ("mariadb" if "mariadb" in out.lower() else "mysql"), version
+
+
+#: The flavors ``cdc stack up --flavor`` offers.
+FLAVORS = ("mariadb", "mysql")
+
+
+@dataclass(frozen=True)
+class ServerProgram:
+    """How to run one flavor's server: ``argv`` (the binary, behind the root's loader for
+    MySQL), the ``options`` that follow ``--no-defaults``, the environment (None: this one's)."""
+
+    flavor: str
+    version: str
+    binary: str
+    argv: tuple[str, ...]
+    options: tuple[str, ...] = ()
+    env: dict | None = None
+
+
+def server_program(flavor: str | None = None) -> ServerProgram:
+    """The server of ``flavor``: ``mariadb``, the machine's MariaDB; ``mysql``, MySQL from the
+    root of ``make mysql-server`` (or the machine's own ``mysqld`` when it is MySQL and no root
+    was built); None: the machine's server, whichever it is."""
+    if flavor not in (None, *FLAVORS):
+        raise StackError(f"the server flavor must be one of {', '.join(FLAVORS)}, not {flavor!r}")
+    if flavor == "mysql":
+        root = MySQLRoot(root_path())
+        if not root.built:
+            machine = _machine_binary()
+            if machine and server_flavor(machine)[0] == "mysql":
+                return ServerProgram("mysql", server_flavor(machine)[1], machine, (machine,))
+            root = MySQLRoot.find()  # raises, saying how to build it
+        return ServerProgram("mysql", root.version, root.mysqld, tuple(root.server_argv()),
+                             tuple(root.server_options()), root.env())
+    binary = find_server_binary()
+    found, version = server_flavor(binary)
+    if flavor == "mariadb" and found != "mariadb":
+        raise StackError(f"the machine's server {binary} is {found} {version}, not MariaDB: install mariadb-server, "
+                         "or use --flavor mysql")
+    return ServerProgram(found, version, binary, (binary,))
+
+
+def _machine_binary() -> str | None:
+    try:
+        return find_server_binary()
+    except StackError:
+        return None
 
 
 @dataclass
@@ -102,13 +152,17 @@ class EmbeddedMySQL:
     ``server_args``: more server options (``--version=5.7.44-log``: a server that tells
     clients it is MySQL 5.7, for a peer that only speaks to MySQL, such as Debezium's
     MySQL connector in the conformance tests).  ``tls``: ``{"ca", "cert", "key"}`` PEM files:
-    the server accepts TLS connections only (``--require-secure-transport``), None: as recorded."""
+    the server accepts TLS connections only (``--require-secure-transport``), None: as recorded.
+    ``flavor``: ``mariadb`` or ``mysql`` (:func:`server_program`); None: as recorded, else the
+    machine's server.  MySQL offers TLS on every server (certificates it makes in its datadir)
+    and its users log in with ``caching_sha2_password``."""
 
     def __init__(self, state_dir: Path, signal_table: str = "cdc_control.cdc_signal", *, name: str = "mysql",
                  server_id: int = 1, replica_of: ReplicationSource | None = None,
                  cdc_read_only: bool | None = None, server_args: tuple[str, ...] = (),
-                 tls: dict | None = None) -> None:
+                 tls: dict | None = None, flavor: str | None = None) -> None:
         self.name = name
+        self.flavor = flavor
         self.tls = tls
         self.server_args = tuple(server_args)
         self.root = state_dir / name
@@ -130,8 +184,13 @@ class EmbeddedMySQL:
         """Start the server, or find it running.  ``previous``: its record in stack.json
         (a replica's first start: the primary's passwords, which replication brings)."""
         previous = previous or {}
-        binary = find_server_binary()
-        flavor, version = server_flavor(binary)
+        wanted = self.flavor or previous.get("flavor")
+        if self.flavor and previous.get("flavor") and self.flavor != previous["flavor"] and self.initialised:
+            raise StackError(f"the server {self.name} of this stack is {previous['flavor']} (its datadir "
+                             f"{self.datadir}), not {self.flavor}: run 'cdc stack down' and use another state "
+                             "directory for a stack on the other server")
+        program = server_program(wanted)
+        binary, flavor, version = program.binary, program.flavor, program.version
         read_only = bool(previous.get("cdc_read_only")) if self.cdc_read_only is None else self.cdc_read_only
         tls = dict(previous.get("tls") or {}) if self.tls is None else dict(self.tls)
         if pid_alive(previous.get("pid")) and (previous.get("tls") or {}) == tls and self._healthy(previous):
@@ -149,10 +208,14 @@ class EmbeddedMySQL:
                 self.stop(previous)
             fresh = not self.initialised
             if fresh:
-                self._initialise(binary, flavor)
-            info.pid = self._launch(binary, flavor, info.port, tls)
-            wait_until(lambda: self._socket_ready(info, fresh), 60, f"{flavor} server {self.name} on port {info.port}",
-                       pid=info.pid, log_path=self.log)
+                self._initialise(program)
+            info.pid = self._launch(program, info.port, tls)
+            try:
+                wait_until(lambda: self._socket_ready(info, fresh), 60,
+                           f"{flavor} server {self.name} on port {info.port}", pid=info.pid, log_path=self.log)
+            except BaseException:  # (not left running: nothing records its pid yet)
+                stop_pid(info.pid, str(self.datadir), timeout=30)
+                raise
             if fresh and self.replica_of:
                 self._follow(info, self.replica_of)
             elif fresh:
@@ -166,6 +229,8 @@ class EmbeddedMySQL:
         return info
 
     def stop(self, info: dict) -> bool:
+        if info.get("flavor") == "mysql" and pid_alive(info.get("pid")):
+            end_dump_threads(info)
         return stop_pid(info.get("pid"), str(self.datadir), timeout=60)
 
     # -- steps ----------------------------------------------------------------------
@@ -179,7 +244,8 @@ class EmbeddedMySQL:
         tmp.mkdir(parents=True, exist_ok=True)
         return tmp
 
-    def _initialise(self, binary: str, flavor: str) -> None:
+    def _initialise(self, program: ServerProgram) -> None:
+        flavor = program.flavor
         if self.datadir.exists():
             shutil.rmtree(self.datadir)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -190,15 +256,16 @@ class EmbeddedMySQL:
             argv = [installer, "--no-defaults", f"--datadir={self.datadir}", "--auth-root-authentication-method=normal",
                     "--skip-test-db", f"--tmpdir={self._tmpdir()}", *self._user_args()]
         else:
-            argv = [binary, "--no-defaults", "--initialize-insecure", f"--datadir={self.datadir}",
-                    f"--tmpdir={self._tmpdir()}", *self._user_args()]
-        res = subprocess.run(argv, capture_output=True, text=True)
+            argv = [*program.argv, "--no-defaults", *program.options, "--initialize-insecure",
+                    f"--datadir={self.datadir}", f"--tmpdir={self._tmpdir()}", *self._user_args()]
+        res = subprocess.run(argv, capture_output=True, text=True, env=program.env)
         if res.returncode != 0:
             raise StackError(f"initialising the {flavor} datadir failed ({' '.join(argv)}):\n{res.stdout}\n{res.stderr}")
 
-    def _launch(self, binary: str, flavor: str, port: int, tls: dict) -> int:
+    def _launch(self, program: ServerProgram, port: int, tls: dict) -> int:
+        flavor = program.flavor
         args = [
-            binary, "--no-defaults", f"--datadir={self.datadir}", f"--port={port}", "--bind-address=127.0.0.1",
+            *program.argv, "--no-defaults", *program.options, f"--datadir={self.datadir}", f"--port={port}", "--bind-address=127.0.0.1",
             f"--socket={self.socket}", f"--pid-file={self.pidfile}", f"--log-error={self.log}",
             f"--log-bin={self.datadir / 'mysql-bin'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
             "--binlog-row-metadata=FULL", f"--server-id={self.server_id}", "--skip-name-resolve",
@@ -207,7 +274,8 @@ class EmbeddedMySQL:
             *self._user_args(),
         ]
         if flavor == "mysql":  # log_replica_updates is on by default
-            args += ["--gtid-mode=ON", "--enforce-gtid-consistency=ON", "--mysqlx=OFF"]
+            # (--secure-file-priv=: its default directory, /var/lib/mysql-files, may not exist here)
+            args += ["--gtid-mode=ON", "--enforce-gtid-consistency=ON", "--mysqlx=OFF", "--secure-file-priv="]
         else:
             # A server logs what it replicates too, so any server of a topology can feed a
             # producer (or become the primary) with every transaction under its own GTID.
@@ -218,7 +286,7 @@ class EmbeddedMySQL:
             args += [f"--ssl-ca={tls['ca']}", f"--ssl-cert={tls['cert']}", f"--ssl-key={tls['key']}",
                      "--require-secure-transport=ON"]
         args += list(self.server_args)
-        return spawn(args, self.root / "mysqld.out")
+        return spawn(args, self.root / "mysqld.out", env=program.env)
 
     def _socket_ready(self, info: MySQLServerInfo, fresh: bool) -> bool:
         try:
@@ -265,9 +333,10 @@ class EmbeddedMySQL:
         users to arrive (the admin login works once they have)."""
         conn = self._connect_admin(info, fresh=True)
         with conn.cursor() as cur:
-            cur.execute("SET GLOBAL gtid_slave_pos = ''")
+            if is_mariadb(conn):
+                cur.execute("SET GLOBAL gtid_slave_pos = ''")
             cur.execute(change_master_sql(conn, source))
-            cur.execute("START SLAVE")
+            cur.execute(replication_sql(conn, "START SLAVE"))
         conn.close()
         wait_until(lambda: self._socket_ready(info, False), 120,
                    f"replica {self.name} to receive the users of its primary on port {source.port}",
@@ -290,19 +359,43 @@ class EmbeddedMySQL:
 
 
 def change_master_sql(conn: pymysql.connections.Connection, source: ReplicationSource) -> str:
-    """``CHANGE MASTER TO`` ``source`` by GTID (MariaDB), retrying a lost connection each second."""
+    """Replicate ``source`` by GTID, retrying a lost connection each second: MariaDB's ``CHANGE
+    MASTER TO ... MASTER_USE_GTID=slave_pos``; MySQL's ``CHANGE REPLICATION SOURCE TO ...
+    SOURCE_AUTO_POSITION=1`` over TLS (every MySQL server of the stack offers it, and
+    caching_sha2_password's login needs TLS or the source's RSA key)."""
+    if not is_mariadb(conn):
+        return (f"CHANGE REPLICATION SOURCE TO SOURCE_HOST={conn.escape(source.host)}, SOURCE_PORT={int(source.port)}, "
+                f"SOURCE_USER={conn.escape(source.user)}, SOURCE_PASSWORD={conn.escape(source.password)}, "
+                "SOURCE_CONNECT_RETRY=1, SOURCE_AUTO_POSITION=1, SOURCE_SSL=1")
     return (f"CHANGE MASTER TO MASTER_HOST={conn.escape(source.host)}, MASTER_PORT={int(source.port)}, "
             f"MASTER_USER={conn.escape(source.user)}, MASTER_PASSWORD={conn.escape(source.password)}, "
             "MASTER_CONNECT_RETRY=1, MASTER_USE_GTID=slave_pos")
 
 
+#: MySQL's words for MariaDB's replication statements (MySQL 8.4 removed the SLAVE ones).
+_MYSQL_REPLICATION = {"START SLAVE": "START REPLICA", "STOP SLAVE": "STOP REPLICA",
+                      "STOP SLAVE IO_THREAD": "STOP REPLICA IO_THREAD", "RESET SLAVE ALL": "RESET REPLICA ALL",
+                      "SHOW SLAVE STATUS": "SHOW REPLICA STATUS"}
+
+
+def replication_sql(conn: pymysql.connections.Connection, statement: str) -> str:
+    """``statement`` (MariaDB's ``START SLAVE`` and the like) as the server of ``conn`` says it."""
+    return statement if is_mariadb(conn) else _MYSQL_REPLICATION[statement]
+
+
+def is_mariadb(conn: pymysql.connections.Connection) -> bool:
+    return "mariadb" in conn.get_server_info().lower()
+
+
 def identified_by(conn: pymysql.connections.Connection, password: str) -> str:
     """``IDENTIFIED BY ...`` for ``password``: on MariaDB by its hash (``mysql_native_password``),
-    so that the binlog, which logs these statements as written, holds no password."""
-    if "mariadb" in conn.get_server_info().lower():
+    so that the binlog, which logs these statements as written, holds no password; on MySQL
+    with ``caching_sha2_password`` (its only password plugin since 9.0; MySQL logs the
+    statement with the hash, not the password)."""
+    if is_mariadb(conn):
         digest = hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest().upper()
         return f"IDENTIFIED BY PASSWORD '*{digest}'"
-    return f"IDENTIFIED BY {conn.escape(password)}"
+    return f"IDENTIFIED WITH caching_sha2_password BY {conn.escape(password)}"
 
 
 def cdc_user_statements(conn: pymysql.connections.Connection, user: str, password: str,
@@ -311,12 +404,16 @@ def cdc_user_statements(conn: pymysql.connections.Connection, user: str, passwor
 
     The user may read the binlog and SELECT; it may only INSERT and DELETE rows of the
     signal table (its snapshot window markers), nothing else.  ``read_only``: not even
-    that (read-only snapshots, ``snapshot.read_only``)."""
+    that (read-only snapshots, ``snapshot.read_only``).  On MySQL it has the grants Debezium's
+    MySQL connector documents (SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION
+    CLIENT), so that the peers run as the same user."""
     u = f"{conn.escape(user)}@'%'"
+    privileges = ("REPLICATION SLAVE, REPLICATION CLIENT, SELECT" if is_mariadb(conn) else
+                  "SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT")
     statements = [
         f"CREATE USER IF NOT EXISTS {u} {identified_by(conn, password)}",
         f"ALTER USER {u} {identified_by(conn, password)}",
-        f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {u}",
+        f"GRANT {privileges} ON *.* TO {u}",
         f"CREATE DATABASE IF NOT EXISTS {quote_ident(signal_table.split('.')[0])}",
         SIGNAL_DDL.format(table=quote_table(signal_table)),
     ]
@@ -337,6 +434,23 @@ def server_connect(info: dict, *, user: str = "admin", **kw) -> pymysql.connecti
     (``"cdc"``), over TLS when the server runs with it (``kw``: more pymysql options)."""
     return connect_mysql(server_tls(info), host=info["host"], port=info["port"], user=info[f"{user}_user"],
                          password=info[f"{user}_password"], **kw)
+
+
+def end_dump_threads(info: dict) -> None:
+    """Kill a MySQL server's binlog dump threads (before it is stopped): one whose replica or
+    producer went away waits for the next event (or heartbeat) before it notices, and the
+    server's shutdown waits about 10 s for it."""
+    try:
+        conn = server_connect(info, autocommit=True, connect_timeout=2)
+    except (pymysql.err.MySQLError, TlsError, KeyError):
+        return  # (not reachable: stopped by its signal alone)
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+        for (thread_id,) in cur.fetchall():
+            try:
+                cur.execute(f"KILL {int(thread_id)}")
+            except pymysql.err.MySQLError:
+                pass  # (it ended meanwhile)
 
 
 def server_status(info: dict) -> tuple[bool, str]:

@@ -1,16 +1,18 @@
-"""A MariaDB primary with replicas, from the machine's binaries (``cdc stack up --replicas N``,
-and the tests' ``replicated`` fixture).
+"""A primary with replicas, MariaDB or MySQL (``cdc stack up --replicas N``, and the tests'
+``replicated`` fixture).
 
 Each replica is an :class:`~cdc.stack.mysql_server.EmbeddedMySQL` of its own under
 ``<state>/replica<i>`` (own datadir, free port, ``--server-id`` 1 + i, ``--read-only=ON``,
 ``--log-slave-updates=ON``, the primary's binlog settings), replicating the primary by GTID
-(``MASTER_USE_GTID=slave_pos``) as the replication user ``repl``, created on the primary.  A
+(MariaDB's ``MASTER_USE_GTID=slave_pos``, MySQL's ``SOURCE_AUTO_POSITION=1``) as the replication
+user ``repl``, created on the primary.  A
 new replica replays the primary's binlog from its first transaction, so it gets the admin and
 CDC users, the signal table and every row: the primary's binlog must still begin there.
 
 Failover: :func:`stop_server` (the primary dies), :func:`promote` (a replica becomes the
 primary, the others follow it by GTID), :func:`wait_caught_up` (a replica has applied all a
-primary logged: its ``@@gtid_slave_pos`` covers the primary's ``@@gtid_binlog_pos``).
+primary logged: its ``@@gtid_slave_pos`` covers the primary's ``@@gtid_binlog_pos``; on MySQL
+both are ``@@gtid_executed``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,16 @@ from typing import Any
 import pymysql
 
 from cdc.errors import StackError
-from cdc.stack.mysql_server import EmbeddedMySQL, ReplicationSource, change_master_sql, identified_by
-from cdc.stack.process import stop_pid
+from cdc.stack.mysql_server import (
+    EmbeddedMySQL,
+    ReplicationSource,
+    change_master_sql,
+    end_dump_threads,
+    identified_by,
+    is_mariadb,
+    replication_sql,
+)
+from cdc.stack.process import pid_alive, stop_pid
 from contract.errors import GtidError
 from contract.gtid import GtidSet
 
@@ -51,12 +61,27 @@ def _source(info: dict[str, Any], replication: dict[str, str]) -> ReplicationSou
 
 # -- GTID positions ----------------------------------------------------------------------
 
-def _gtids(text: str | None) -> GtidSet:
-    """A MariaDB GTID position (``0-1-42,1-3-7``)."""
+def _gtids(text: str | None, flavor: str = "mariadb") -> GtidSet:
+    """A MariaDB GTID position (``0-1-42,1-3-7``), or a MySQL GTID set (``flavor`` mysql)."""
     try:
-        return GtidSet.parse(text or "", "mariadb")
+        return GtidSet.parse((text or "").replace("\n", ""), flavor)
     except GtidError:
-        raise StackError(f"not a MariaDB GTID position: {text!r}") from None
+        raise StackError(f"not a {flavor} GTID {'position' if flavor == 'mariadb' else 'set'}: {text!r}") from None
+
+
+def _flavor(conn: pymysql.connections.Connection) -> str:
+    return "mariadb" if is_mariadb(conn) else "mysql"
+
+
+def _logged(conn: pymysql.connections.Connection) -> str:
+    """What a server logged: MariaDB ``@@gtid_binlog_pos``, MySQL ``@@gtid_executed``."""
+    return _variable(conn, "gtid_binlog_pos" if is_mariadb(conn) else "gtid_executed")
+
+
+def _applied(conn: pymysql.connections.Connection) -> str:
+    """What a replica applied: MariaDB ``@@gtid_slave_pos``, MySQL ``@@gtid_executed`` (a
+    read-only replica executes nothing of its own)."""
+    return _variable(conn, "gtid_slave_pos" if is_mariadb(conn) else "gtid_executed")
 
 
 def _variable(conn: pymysql.connections.Connection, name: str) -> str:
@@ -66,16 +91,27 @@ def _variable(conn: pymysql.connections.Connection, name: str) -> str:
 
 
 def binlog_pos(info: dict[str, Any]) -> str:
-    """``@@gtid_binlog_pos`` of a server: the last GTID it logged in each domain."""
+    """What a server logged: ``@@gtid_binlog_pos`` (the last GTID of each domain), on MySQL
+    ``@@gtid_executed``."""
     with admin_connection(info) as conn:
-        return _variable(conn, "gtid_binlog_pos")
+        return _logged(conn)
+
+
+#: MySQL's column names of SHOW REPLICA STATUS, as MariaDB's SHOW SLAVE STATUS names them.
+_MYSQL_STATUS_NAMES = {"Retrieved_Gtid_Set": "Gtid_IO_Pos"}
 
 
 def slave_status(conn: pymysql.connections.Connection) -> dict[str, Any]:
-    """``SHOW SLAVE STATUS`` as a dict (empty when the server replicates from nobody)."""
+    """``SHOW SLAVE STATUS`` as a dict (empty when the server replicates from nobody); on MySQL
+    ``SHOW REPLICA STATUS`` under MariaDB's column names (``Slave_IO_Running``,
+    ``Master_Host``, ``Seconds_Behind_Master``, ``Gtid_IO_Pos`` for the GTIDs received...)."""
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
-        cur.execute("SHOW SLAVE STATUS")
-        return cur.fetchone() or {}
+        cur.execute(replication_sql(conn, "SHOW SLAVE STATUS"))
+        row = cur.fetchone() or {}
+    if row and not is_mariadb(conn):
+        row = {_MYSQL_STATUS_NAMES.get(k, k.replace("Replica", "Slave").replace("Source", "Master")): v
+               for k, v in row.items()}
+    return row
 
 
 def _replication_error(status: dict[str, Any]) -> str | None:
@@ -90,13 +126,14 @@ def wait_caught_up(primary: dict[str, Any], replica: dict[str, Any], timeout: fl
     ``@@gtid_slave_pos`` covers the primary's ``@@gtid_binlog_pos``); returns that position.
     A replication error on the replica fails at once, with the server's message."""
     target_text = binlog_pos(primary)
-    target = _gtids(target_text)
     deadline = time.monotonic() + timeout
     slave_pos, status = "", {}
     with admin_connection(replica) as conn:
+        flavor = _flavor(conn)
+        target = _gtids(target_text, flavor)
         while True:
-            slave_pos = _variable(conn, "gtid_slave_pos")
-            if _gtids(slave_pos).covers(target):
+            slave_pos = _applied(conn)
+            if _gtids(slave_pos, flavor).covers(target):
                 return target_text
             status = slave_status(conn)
             error = _replication_error(status)
@@ -134,8 +171,11 @@ def _check_binlog_is_whole(primary: dict[str, Any]) -> None:
         files = [r[0] for r in cur.fetchall()]
         if not files:
             raise StackError(f"the server on port {primary['port']} has no binary log: replicas need one")
-        cur.execute(f"SHOW BINLOG EVENTS IN {conn.escape(files[0])} LIMIT 4")
-        before = [r[5] for r in cur.fetchall() if r[2] == "Gtid_list"]
+        if is_mariadb(conn):
+            cur.execute(f"SHOW BINLOG EVENTS IN {conn.escape(files[0])} LIMIT 4")
+            before = [r[5] for r in cur.fetchall() if r[2] == "Gtid_list"]
+        else:  # (MySQL: the GTIDs no binlog holds any more)
+            before = [_variable(conn, "gtid_purged")]
     if before and before[0].strip() not in ("[]", ""):
         raise StackError(
             f"the primary on port {primary['port']} no longer has its whole binary log: its oldest file "
@@ -146,7 +186,8 @@ def _check_binlog_is_whole(primary: dict[str, Any]) -> None:
 def replica_server(state_dir: Path, index: int, primary: dict[str, Any], replication: dict[str, str]) -> EmbeddedMySQL:
     """The server of replica ``index`` (1..2), replicating ``primary``."""
     return EmbeddedMySQL(state_dir, primary["signal_table"], name=replica_name(index), server_id=1 + index,
-                         replica_of=_source(primary, replication), cdc_read_only=bool(primary.get("cdc_read_only")))
+                         replica_of=_source(primary, replication), cdc_read_only=bool(primary.get("cdc_read_only")),
+                         flavor=primary.get("flavor"))
 
 
 def start_replicas(state_dir: Path, primary: dict[str, Any], count: int, *,
@@ -162,8 +203,8 @@ def start_replicas(state_dir: Path, primary: dict[str, Any], count: int, *,
         stop_server(old)
     if count == 0:
         return {}
-    if primary.get("flavor") != "mariadb":
-        raise StackError(f"replicas are started on MariaDB only; this machine's server is {primary.get('flavor')} "
+    if primary.get("flavor") not in ("mariadb", "mysql"):
+        raise StackError(f"replicas are started on MariaDB and MySQL only, not on {primary.get('flavor')} "
                          f"{primary.get('version', '')}: start the stack without --replicas")
     replication = ensure_replication_user(primary, replication)
     replicas: list[dict[str, Any]] = []
@@ -186,6 +227,8 @@ def start_replicas(state_dir: Path, primary: dict[str, Any], count: int, *,
 
 def stop_server(info: dict[str, Any], *, kill: bool = False, timeout: float = 60.0) -> bool:
     """Stop one server of the topology (SIGTERM; ``kill``: SIGKILL, a crash); True if it ran."""
+    if not kill and info.get("flavor") == "mysql" and pid_alive(info.get("pid")):
+        end_dump_threads(info)
     return stop_pid(info.get("pid"), str(info["datadir"]), timeout=timeout,
                     sig=signal.SIGKILL if kill else signal.SIGTERM)
 
@@ -203,10 +246,11 @@ def remove_server(info: dict[str, Any]) -> None:
 def _wait_relay_applied(conn: pymysql.connections.Connection, port: int, timeout: float) -> None:
     """Wait until the SQL thread applied every transaction the IO thread received."""
     deadline = time.monotonic() + timeout
+    flavor = _flavor(conn)
     while True:
-        received = _gtids(slave_status(conn).get("Gtid_IO_Pos"))
-        applied = _variable(conn, "gtid_slave_pos")
-        if _gtids(applied).covers(received):
+        received = _gtids(slave_status(conn).get("Gtid_IO_Pos"), flavor)
+        applied = _applied(conn)
+        if _gtids(applied, flavor).covers(received):
             return
         if time.monotonic() > deadline:
             raise StackError(f"replica on port {port} did not apply its relay log within {timeout:.0f}s "
@@ -218,24 +262,25 @@ def _copy_missing(conn: pymysql.connections.Connection, port: int, source: dict[
                   replication: dict[str, str], until: str, timeout: float) -> None:
     """The replica of ``conn`` (on ``port``, its replication stopped) replicates ``source``
     until it has applied GTID position ``until``, then stops again."""
+    flavor = _flavor(conn)
     with conn.cursor() as cur:
         cur.execute(change_master_sql(conn, _source(source, replication)))
-        cur.execute("START SLAVE")
+        cur.execute(replication_sql(conn, "START SLAVE"))
         deadline = time.monotonic() + timeout
-        while not _gtids(_variable(conn, "gtid_slave_pos")).covers(_gtids(until)):
+        while not _gtids(_applied(conn), flavor).covers(_gtids(until, flavor)):
             if time.monotonic() > deadline:
                 raise StackError(f"replica on port {port} did not get {until} from the replica on port "
                                  f"{source['port']} within {timeout:.0f}s")
             time.sleep(0.1)
-        cur.execute("STOP SLAVE")
+        cur.execute(replication_sql(conn, "STOP SLAVE"))
 
 
 def point_at(replica: dict[str, Any], source: dict[str, Any], replication: dict[str, str]) -> None:
     """Make ``replica`` replicate ``source`` by GTID from what it has applied."""
     with admin_connection(replica) as conn, conn.cursor() as cur:
-        cur.execute("STOP SLAVE")
+        cur.execute(replication_sql(conn, "STOP SLAVE"))
         cur.execute(change_master_sql(conn, _source(source, replication)))
-        cur.execute("START SLAVE")
+        cur.execute(replication_sql(conn, "START SLAVE"))
 
 
 def promote(new_primary: dict[str, Any], others: list[dict[str, Any]], replication: dict[str, str],
@@ -250,24 +295,25 @@ def promote(new_primary: dict[str, Any], others: list[dict[str, Any]], replicati
     replica can follow it.  A replica that still applied transactions ``new_primary`` has
     not is refused.  ``new_primary`` and ``others`` are updated (``role``)."""
     with admin_connection(new_primary) as conn, conn.cursor() as cur:
-        cur.execute("STOP SLAVE IO_THREAD")
+        flavor = _flavor(conn)
+        cur.execute(replication_sql(conn, "STOP SLAVE IO_THREAD"))
         _wait_relay_applied(conn, new_primary["port"], timeout)
-        cur.execute("STOP SLAVE")
+        cur.execute(replication_sql(conn, "STOP SLAVE"))
         for other in others:
             with admin_connection(other) as other_conn, other_conn.cursor() as other_cur:
-                other_cur.execute("STOP SLAVE IO_THREAD")
+                other_cur.execute(replication_sql(other_conn, "STOP SLAVE IO_THREAD"))
                 _wait_relay_applied(other_conn, other["port"], timeout)
-                ahead = _variable(other_conn, "gtid_slave_pos")
-            if not _gtids(_variable(conn, "gtid_slave_pos")).covers(_gtids(ahead)):
+                ahead = _applied(other_conn)
+            if not _gtids(_applied(conn), flavor).covers(_gtids(ahead, flavor)):
                 _copy_missing(conn, new_primary["port"], other, replication, ahead, timeout)
-        cur.execute("RESET SLAVE ALL")
+        cur.execute(replication_sql(conn, "RESET SLAVE ALL"))
         cur.execute("SET GLOBAL read_only = OFF")
-        new_pos = _variable(conn, "gtid_binlog_pos")
+        new_pos = _logged(conn)
     new_primary["role"] = "primary"
     for other in others:
         with admin_connection(other) as conn:
-            applied = _variable(conn, "gtid_slave_pos")
-        if not _gtids(new_pos).covers(_gtids(applied)):
+            applied = _applied(conn)
+        if not _gtids(new_pos, flavor).covers(_gtids(applied, flavor)):
             raise StackError(
                 f"replica on port {other['port']} applied transactions the new primary on port "
                 f"{new_primary['port']} does not have ({applied} against {new_pos}): it cannot follow it. "
@@ -284,7 +330,7 @@ def replica_status(info: dict[str, Any]) -> tuple[bool, str]:
         return False, f"unreachable: {exc}"
     with conn:
         status = slave_status(conn)
-        applied = _variable(conn, "gtid_slave_pos")
+        applied = _applied(conn)
     if not status:
         return True, f"port {info['port']}, replicates from nobody (promoted?), applied {applied or 'nothing'}"
     error = _replication_error(status)

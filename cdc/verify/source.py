@@ -47,6 +47,13 @@ class SourceTable:
             exprs.append(f"CAST({q} AS DOUBLE)" if c.kind == "float32" else q)
         self.select = ", ".join(exprs)
         self.qkeys = [quote_ident(k) for k in spec.key]
+        # The key in a lookup's row IN list: an ENUM/SET column by its number (``+ 0``), as its
+        # parameters are (TableSpec's key_params).  MySQL compares an ENUM or SET column with
+        # an integer by number in ``col = n`` and ``col IN (n, m)``, but as text in a row IN
+        # list of several rows (``(e, k) IN ((1, 'a'), (2, 'b'))`` found nothing on MySQL 9.7,
+        # where MariaDB finds both).
+        self.lookup_keys = [f"({q} + 0)" if c.enum and len(spec.key) > 1 else q
+                            for q, c in zip(self.qkeys, spec.key_specs)]
         self.table = f"{quote_ident(spec.db)}.{quote_ident(spec.table)}"
         self.nkey = len(spec.key)
 
@@ -90,7 +97,7 @@ class SourceTable:
         ks = self.spec.key_specs
         for i in range(0, len(keys), LOOKUP_BATCH):
             batch = keys[i:i + LOOKUP_BATCH]
-            pred, params = key_in_list(self.qkeys, [self.spec.key_params(k, "source") for k in batch])
+            pred, params = key_in_list(self.lookup_keys, [self.spec.key_params(k, "source") for k in batch])
             for r in self.session.values(f"SELECT {', '.join(self.qkeys)} FROM {self.table} WHERE {pred}", params):
                 found.add(tuple(c.source(v) for c, v in zip(ks, r)))
         return {k for k in keys if k in found}

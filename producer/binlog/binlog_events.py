@@ -4,9 +4,10 @@
 and its body (checksum left off); the functions here read the bodies the binlog reader acts
 on -- GTID of both servers, XID, QUERY, HEARTBEAT (and MySQL's v2), TABLE_MAP with the
 optional metadata of ``binlog_row_metadata=FULL``, and the rows events' headers (v1 and v2)
--- and :func:`refusal` names the events the reader cannot read (an encrypted MariaDB binlog,
-MySQL's compressed transactions, MariaDB's compressed events, MySQL's partial JSON updates)
-with the setting that makes them.  Every other event type is skipped by the reader.
+-- MySQL's compressed transactions (TRANSACTION_PAYLOAD: :func:`payload_events`, the events
+inside) -- and :func:`refusal` names the events the reader cannot read (an encrypted MariaDB
+binlog, MariaDB's compressed events, MySQL's partial JSON updates) with the setting that makes
+them.  Every other event type is skipped by the reader.
 
 A TABLE_MAP's columns are :class:`Column` objects with the attributes, and the values,
 python-mysql-replication's ``Column`` has for the same event (``type``, ``name``,
@@ -24,6 +25,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import zstandard
 from pymysqlreplication.constants import CHARSET
 from pymysqlreplication.constants import FIELD_TYPE as T
 
@@ -33,7 +35,7 @@ from common.sql.wire import lenenc_int
 # Event types (MySQL's and MariaDB's log_event.h).
 QUERY_EVENT, XID_EVENT, TABLE_MAP_EVENT, HEARTBEAT_EVENT = 2, 16, 19, 27
 ROWS_QUERY_EVENT, GTID_EVENT, ANONYMOUS_GTID_EVENT, PREVIOUS_GTIDS_EVENT = 29, 33, 34, 35
-PARTIAL_UPDATE_ROWS_EVENT, TRANSACTION_PAYLOAD_EVENT, HEARTBEAT_EVENT_V2 = 39, 40, 41
+PARTIAL_UPDATE_ROWS_EVENT, TRANSACTION_PAYLOAD_EVENT, HEARTBEAT_EVENT_V2, GTID_TAGGED_LOG_EVENT = 39, 40, 41, 42
 WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1 = 23, 24, 25
 WRITE_ROWS_V2, UPDATE_ROWS_V2, DELETE_ROWS_V2 = 30, 31, 32
 MARIADB_ANNOTATE_ROWS, MARIADB_BINLOG_CHECKPOINT, MARIADB_GTID_EVENT, MARIADB_GTID_LIST = 160, 161, 162, 163
@@ -52,9 +54,6 @@ _MARIADB_GTID = struct.Struct("<QI")  # sequence number, domain id
 
 def refusal(event_type: int) -> str | None:
     """Why the reader cannot read events of ``event_type`` (None: it can, or skips them)."""
-    if event_type == TRANSACTION_PAYLOAD_EVENT:
-        return ("the binlog holds compressed transactions (TRANSACTION_PAYLOAD_EVENT): "
-                "binlog_transaction_compression=ON is not supported; set it OFF on the source")
     if event_type == MARIADB_START_ENCRYPTION:
         return ("the binlog is encrypted (START_ENCRYPTION_EVENT): encrypt_binlog=ON is not supported; "
                 "the reader cannot decrypt it")
@@ -67,6 +66,99 @@ def refusal(event_type: int) -> str | None:
     return None
 
 
+# --- compressed transactions -------------------------------------------------------------
+
+#: TRANSACTION_PAYLOAD's header fields (MySQL's ``Transaction_payload`` codec: "on the wire"
+#: field types) and compression types.
+PAYLOAD_END_MARK, PAYLOAD_SIZE, PAYLOAD_COMPRESSION, PAYLOAD_UNCOMPRESSED_SIZE = 0, 1, 2, 3
+PAYLOAD_ZSTD, PAYLOAD_NONE = 0, 255
+_INNER_HEADER = struct.Struct("<IBIIIH")
+
+
+class InnerEvent(NamedTuple):
+    """An event inside a compressed transaction: its header's fields and its body.  (MySQL
+    writes them without checksum and with ``log_pos`` 0: they have no place in the file of
+    their own, only the payload event has.)"""
+
+    timestamp: int
+    type: int
+    server_id: int
+    event_size: int
+    log_pos: int
+    flags: int
+    body: bytes
+
+
+def payload(body: bytes) -> bytes:
+    """The events of a TRANSACTION_PAYLOAD body, uncompressed.  The body is header fields (each
+    its type, its length and its value, length-encoded integers), the end mark, then the
+    payload: zstd frames (``binlog_transaction_compression=ON``), or the events as they are
+    (compression type NONE)."""
+    p, size, kind, uncompressed = 0, None, PAYLOAD_ZSTD, None
+    while True:
+        if p >= len(body):
+            raise WireProtocolError("a TRANSACTION_PAYLOAD event ends inside its header")
+        field_type, p = lenenc_int(body, p)
+        if field_type == PAYLOAD_END_MARK:
+            break
+        length, p = lenenc_int(body, p)
+        value = lenenc_int(body, p)[0] if length else 0
+        p += length
+        if field_type == PAYLOAD_SIZE:
+            size = value
+        elif field_type == PAYLOAD_COMPRESSION:
+            kind = value
+        elif field_type == PAYLOAD_UNCOMPRESSED_SIZE:
+            uncompressed = value
+        # (other fields: appended by later servers, skipped by their length)
+    data = body[p:] if size is None else body[p:p + size]
+    if size is not None and len(data) != size:
+        raise WireProtocolError(f"a TRANSACTION_PAYLOAD event holds {len(data)} bytes of payload, its header says "
+                                f"{size}")
+    if kind == PAYLOAD_NONE:
+        out = bytes(data)
+    elif kind == PAYLOAD_ZSTD:
+        out = _zstd(data)
+    else:
+        raise WireProtocolError(f"a TRANSACTION_PAYLOAD event compressed with type {kind}: only zstd (0) and none "
+                                f"(255) are known")
+    if uncompressed is not None and len(out) != uncompressed:
+        raise WireProtocolError(f"a TRANSACTION_PAYLOAD event uncompressed to {len(out)} bytes, its header says "
+                                f"{uncompressed}")
+    return out
+
+
+def _zstd(data: bytes) -> bytes:
+    """Every zstd frame of ``data``, decompressed and joined."""
+    parts = []
+    while data:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        try:
+            parts.append(d.decompress(data))
+        except zstandard.ZstdError as exc:
+            raise WireProtocolError(f"a TRANSACTION_PAYLOAD event's zstd payload does not decompress: {exc}") from None
+        if not d.eof:
+            raise WireProtocolError("a TRANSACTION_PAYLOAD event's zstd payload ends inside a frame")
+        data = d.unused_data
+    return b"".join(parts)
+
+
+def payload_events(body: bytes) -> list[InnerEvent]:
+    """The events inside a TRANSACTION_PAYLOAD body (:func:`payload`), in order."""
+    data = payload(body)
+    events, p, n = [], 0, len(data)
+    while p < n:
+        if p + _INNER_HEADER.size > n:
+            raise WireProtocolError(f"a compressed transaction's payload ends inside an event header (byte {p} of {n})")
+        ts, etype, server_id, size, log_pos, flags = _INNER_HEADER.unpack_from(data, p)
+        if size < _INNER_HEADER.size or p + size > n:
+            raise WireProtocolError(f"a compressed transaction's event of type {etype} declares {size} bytes at byte "
+                                    f"{p} of a payload of {n}")
+        events.append(InnerEvent(ts, etype, server_id, size, log_pos, flags, data[p + _INNER_HEADER.size:p + size]))
+        p += size
+    return events
+
+
 # --- small events ----------------------------------------------------------------------
 
 def mysql_gtid(body: bytes) -> str:
@@ -74,6 +166,62 @@ def mysql_gtid(body: bytes) -> str:
     h = body[1:17].hex()
     gno = int.from_bytes(body[17:25], "little")
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}:{gno}"
+
+
+def mysql_tagged_gtid(body: bytes) -> str:
+    """A MySQL GTID_TAGGED_LOG_EVENT's GTID as ``uuid:tag:gno`` (MySQL 8.3+, ``SET gtid_next =
+    'AUTOMATIC:tag'``).  Its body is MySQL's serialization format: the format version, the
+    serialized size and the last non-ignorable field's id, then fields, each its id and its
+    value, in id order: 0 the flags, 1 the source's UUID (16 bytes, each a variable-length
+    integer), 2 the transaction number (signed), 3 the tag (its length, then its bytes),
+    then the commit timestamps, lengths and versions (not needed here)."""
+    p = 0
+    for _ in range(3):  # version, size, last non-ignorable field id
+        _, p = varlen_uint(body, p)
+    sid, gno, tag = b"", None, ""
+    while p < len(body):
+        field_id, p = varlen_uint(body, p)
+        if field_id == 0:
+            _, p = varlen_uint(body, p)
+        elif field_id == 1:
+            out = bytearray()
+            for _ in range(16):
+                byte, p = varlen_uint(body, p)
+                out.append(byte)
+            sid = bytes(out)
+        elif field_id == 2:
+            gno, p = varlen_int(body, p)
+        elif field_id == 3:
+            n, p = varlen_uint(body, p)
+            tag, p = body[p:p + n].decode("ascii", "replace"), p + n
+        else:
+            break  # (the fields after the tag)
+    if len(sid) != 16 or gno is None:
+        raise WireProtocolError(f"a GTID_TAGGED_LOG_EVENT without its source UUID or number ({body.hex()})")
+    h = sid.hex()
+    uuid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return f"{uuid}:{tag}:{gno}" if tag else f"{uuid}:{gno}"
+
+
+def varlen_uint(data: bytes, p: int) -> tuple[int, int]:
+    """MySQL's serialization format's unsigned integer at ``p`` and the position after it: the
+    first byte's trailing one bits say how many bytes follow (eight: a whole 64-bit value
+    follows), the value is the bytes, little-endian, shifted right by that count plus one."""
+    if p >= len(data):
+        raise WireProtocolError("a variable-length integer past the end of its event")
+    first = data[p]
+    extra = (~first & (first + 1)).bit_length() - 1  # (the trailing ones)
+    if extra >= 8:
+        return int.from_bytes(data[p + 1:p + 9], "little"), p + 9
+    if p + extra >= len(data):
+        raise WireProtocolError("a variable-length integer past the end of its event")
+    return int.from_bytes(data[p:p + extra + 1], "little") >> (extra + 1), p + extra + 1
+
+
+def varlen_int(data: bytes, p: int) -> tuple[int, int]:
+    """A signed :func:`varlen_uint` (zigzag: 0, -1, 1, -2 as 0, 1, 2, 3)."""
+    u, p = varlen_uint(data, p)
+    return (u >> 1) ^ -(u & 1), p
 
 
 def mariadb_gtid(body: bytes, server_id: int) -> str:

@@ -39,12 +39,14 @@ from producer.binlog.binlog_events import (
     DELETE_ROWS_V1,
     DELETE_ROWS_V2,
     GTID_EVENT,
+    GTID_TAGGED_LOG_EVENT,
     HEARTBEAT_EVENT,
     HEARTBEAT_EVENT_V2,
     MARIADB_GTID_EVENT,
     QUERY_EVENT,
     ROWS_KINDS,
     TABLE_MAP_EVENT,
+    TRANSACTION_PAYLOAD_EVENT,
     UPDATE_ROWS_V1,
     UPDATE_ROWS_V2,
     UPDATE_TYPES,
@@ -54,6 +56,8 @@ from producer.binlog.binlog_events import (
     heartbeat_file,
     mariadb_gtid,
     mysql_gtid,
+    mysql_tagged_gtid,
+    payload_events,
     query,
     refusal,
     rows_header,
@@ -465,7 +469,8 @@ class BinlogReader(ReaderCore):
                 self._next_pos = log_pos
                 yield self._commit(log_pos, log_pos - len(body))
             elif etype in _GTID_EVENTS:
-                gtid = mariadb_gtid(body, server_id) if etype == MARIADB_GTID_EVENT else mysql_gtid(body)
+                gtid = (mariadb_gtid(body, server_id) if etype == MARIADB_GTID_EVENT else
+                        mysql_tagged_gtid(body) if etype == GTID_TAGGED_LOG_EVENT else mysql_gtid(body))
                 self._txn = _TxnState(self._file, log_pos - size if log_pos else self._next_pos, gtid, None, 0, True)
                 if log_pos:
                     self._next_pos = log_pos
@@ -475,10 +480,65 @@ class BinlogReader(ReaderCore):
                 yield from self._query(q.query, q.schema, q.thread_id, ts, log_pos,
                                        log_pos - n if log_pos else self._next_pos,
                                        log_pos - size if log_pos else self._next_pos, n)
+            elif etype == TRANSACTION_PAYLOAD_EVENT:
+                yield from self._payload_event(size, log_pos, body)
             else:
                 item = self._position_event(stream, etype, ts, log_pos, body)
                 if item is not None:
                     yield item
+
+    def _payload_event(self, size: int, log_pos: int, body: bytes) -> Iterator[RowChanges | TransactionEnd]:
+        """A compressed transaction (``binlog_transaction_compression=ON``): MySQL writes the
+        transaction's GTID event, then one TRANSACTION_PAYLOAD holding its other events
+        (BEGIN, table maps, rows events, XID), compressed, each without a place in the file.
+
+        Every event inside gets one of the payload's own positions: the ``k``-th event is at
+        the payload event's own position (its end less its body, as for any event) plus ``k``.  So the positions of its rows rise in log
+        order, lie after the GTID event and before the next event, and are the same on every
+        read (a restart inside the transaction reads it again from its GTID event and skips
+        what is out, as for any transaction).  ``source.pos`` is the payload event's first
+        byte.  A transaction of more events than its payload has bytes (zstd can shrink
+        repeated events below a byte each) has not enough positions: refused, naming it."""
+        if self._skip_before is not None:  # (its transaction began before the start time)
+            if log_pos:
+                self._next_pos = log_pos
+            return
+        events = payload_events(body)
+        first = log_pos - len(body) if log_pos else self._next_pos
+        event_start = log_pos - size if log_pos else self._next_pos
+        if len(events) > len(body):
+            raise UnsupportedType(
+                f"a compressed transaction at {self._file}:{event_start} of {self.cfg.host}:{self.cfg.port} holds "
+                f"{len(events)} events in a payload of {len(body)} bytes: more than the positions it has (one per "
+                "byte); write such transactions with binlog_transaction_compression=OFF (a session setting)")
+        for k, (ts, etype, _server_id, inner_size, _lp, _flags, inner) in enumerate(events):
+            at = first + k  # (the event's position; as for an event in the file: the end minus the body)
+            if etype in ROWS_KINDS:
+                item = self._rows_event(etype, ts, inner_size, at + len(inner), inner, event_pos=event_start)
+                if item is not None:
+                    yield item
+            elif etype == TABLE_MAP_EVENT:
+                self._table_map_event(inner)
+            elif etype == XID_EVENT:
+                self._next_pos = log_pos
+                yield self._commit(log_pos, at)
+            elif etype == QUERY_EVENT:
+                q = query(inner, self._post[QUERY_EVENT])
+                word = q.query.strip().upper()
+                if not (word in ("BEGIN", "COMMIT") or word.startswith(("XA START", "XA COMMIT"))):
+                    raise UnsupportedType(f"a compressed transaction at {self._file}:{event_start} holds a statement "
+                                          f"({q.query[:80]!r}): only DML transactions are compressed")
+                # (BEGIN opens the transaction its GTID event opened already; COMMIT ends it
+                # where the payload event ends, as XID does)
+                yield from self._query(q.query, q.schema, q.thread_id, ts, log_pos if word != "BEGIN" else 0, at, at,
+                                       len(inner))
+            else:
+                why = refusal(etype)
+                if why is not None:
+                    raise UnsupportedType(f"{why} (in the compressed transaction at {self._file}:{event_start} of "
+                                          f"{self.cfg.host}:{self.cfg.port})")
+        if log_pos:
+            self._next_pos = log_pos
 
     def _position_event(self, stream: BinlogStream, etype: int, ts: int, log_pos: int, body: bytes) -> Idle | None:
         """ROTATE, FORMAT_DESCRIPTION and heartbeats; an event the reader cannot read refused
@@ -520,9 +580,11 @@ class BinlogReader(ReaderCore):
         if self._decoders.get(tid) is None and self._tables.get(tid) is not None:
             self._why_not[tid] = _why_not_decoded(tm.columns)
 
-    def _rows_event(self, etype: int, ts: int, size: int, log_pos: int, body: bytes) -> RowChanges | None:
+    def _rows_event(self, etype: int, ts: int, size: int, log_pos: int, body: bytes,
+                    event_pos: int | None = None) -> RowChanges | None:
         """The item of a rows event of a captured table (None: not captured, or nothing new);
-        encoded by the table's image encoder where it takes every row, else decoded as values."""
+        encoded by the table's image encoder where it takes every row, else decoded as values.
+        ``event_pos``: its ``source.pos`` (None: its first byte, ``log_pos - size``)."""
         hdr = rows_header(etype, body, self._post[etype])
         tid = hdr.table_id
         table_def = self._tables.get(tid)
@@ -557,7 +619,7 @@ class BinlogReader(ReaderCore):
         if first >= len(rows):
             return None
         return self._changes(ROWS_KINDS[etype], table_def.db, table_def.name, table_def, base, rows, first, ts, size,
-                             log_pos - size)
+                             log_pos - size if event_pos is None else event_pos)
 
 
 def _why_not_decoded(columns: list) -> str:
@@ -584,6 +646,6 @@ RECONNECT_FIRST_DELAY_S = 0.25
 #: Post-header lengths until a FORMAT_DESCRIPTION says (binlog v4's).
 _POST_HEADER_LENGTHS = {QUERY_EVENT: 13, TABLE_MAP_EVENT: 8, WRITE_ROWS_V1: 8, UPDATE_ROWS_V1: 8, DELETE_ROWS_V1: 8,
                         WRITE_ROWS_V2: 10, UPDATE_ROWS_V2: 10, DELETE_ROWS_V2: 10}
-_GTID_EVENTS = frozenset({GTID_EVENT, MARIADB_GTID_EVENT})
+_GTID_EVENTS = frozenset({GTID_EVENT, GTID_TAGGED_LOG_EVENT, MARIADB_GTID_EVENT})
 #: The events the reader acts on (the others are skipped; the skip by start time ignores them).
 _HANDLED = frozenset({QUERY_EVENT, XID_EVENT, TABLE_MAP_EVENT, *_GTID_EVENTS, *ROWS_KINDS})

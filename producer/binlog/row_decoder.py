@@ -133,7 +133,9 @@ def _pascal_bytes(length_size: int) -> Reader:
 def _json(length_size: int) -> Reader:
     """MySQL's binary JSON (``RowsEvent``'s JSON read): its length, then the document parsed by
     python-mysql-replication's public ``json_binary.parse_json`` (objects with ``bytes`` keys,
-    strings as ``bytes``); an empty value is None."""
+    strings as ``bytes``); an empty value is None.  A document that is JSON's ``null`` (which
+    ``parse_json`` gives as None) is the text ``"null"``, as a snapshot's SELECT reads it: not
+    SQL NULL, which the row's null bitmap says."""
     length_of = _uint_le(length_size)
 
     def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
@@ -143,7 +145,8 @@ def _json(length_size: int) -> Reader:
             return None, off
         if off + n > len(buf):
             raise ValueError("truncated JSON value")
-        return parse_json(buf[off], buf[off + 1:off + n]), off + n
+        value = parse_json(buf[off], buf[off + 1:off + n])
+        return ("null" if value is None else value), off + n
     return read
 
 

@@ -119,6 +119,14 @@ def executed_gtids(conn, is_mariadb: bool) -> GtidSet:
     return GtidSet.parse(text or "", "mariadb" if is_mariadb else "mysql")
 
 
+def purged_gtids(conn) -> GtidSet:
+    """MySQL's ``@@gtid_purged``: the transactions the server executed whose binlogs are gone."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.gtid_purged")
+        (text,) = cur.fetchone()
+    return GtidSet.parse(text or "", "mysql")
+
+
 def gtids_at(conn, info: ServerInfo, file: str, pos: int) -> GtidSet | None:
     """The GTID position of binlog coordinates ``file:pos`` (MariaDB's ``BINLOG_GTID_POS``);
     None on MySQL, or when the server does not know the coordinates."""

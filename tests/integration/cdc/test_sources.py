@@ -9,6 +9,7 @@ import sys
 
 import psycopg
 import pymysql
+import pytest
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
@@ -44,6 +45,7 @@ def _ops(view, db: str) -> dict[int, str]:
             for _, _, value in read_events(view, table_topic(view.kafka.topic_prefix, db, "orders"))}
 
 
+@pytest.mark.parametrize("own_mysql", ["mariadb", "mysql"], indirect=True)  # (mysql: MariaDB east, MySQL west)
 def test_a_producer_per_source_with_its_own_topics_snapshots_and_status(stack, own_mysql, two_sources, unique,
                                                                           tmp_path):
     cfg = two_sources
@@ -181,17 +183,20 @@ def test_verify_compares_a_merged_target_with_the_union_of_its_shards(stack, own
                 cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
 
 
-def test_stack_up_with_two_source_servers(stack, tmp_path_factory):
+@pytest.mark.parametrize("flavor", ["mariadb", "mysql"])
+def test_stack_up_with_two_source_servers(stack, tmp_path_factory, flavor):
     """``cdc stack up --sources 2`` (Kafka and PostgreSQL of the session stack): a second
-    server of its own, recorded in stack.json, both in cdc-sources.yaml as ``sources``;
-    ``status`` reports it, ``up`` again keeps it, ``--sources 1`` and ``down`` stop it."""
+    server of its own (of the first one's flavor), recorded in stack.json, both in
+    cdc-sources.yaml as ``sources``; ``status`` reports it, ``up`` again keeps it,
+    ``--sources 1`` and ``down`` stop it."""
     state = tmp_path_factory.mktemp("stack-src")
-    out = stack.stack_up_beside(state, "--sources", "2")
+    out = stack.stack_up_beside(state, "--sources", "2", "--flavor", flavor)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         assert "mysql2" in out.stdout and "cdc-sources.yaml" in out.stdout
         data = read_stack(state)
         [second] = data["sources"]
+        assert data["mysql"]["flavor"] == second["flavor"] == flavor
         assert pid_alive(second["pid"]) and second["port"] != data["mysql"]["port"] and second["role"] == "primary"
         cfg = load_config(state / "cdc-sources.yaml")
         east, west = cfg.captured_sources()

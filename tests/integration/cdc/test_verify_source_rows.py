@@ -50,9 +50,10 @@ def _same_reads(spec: TableSpec, ours: SourceTable, theirs: SourceTable, sizes: 
     return rows
 
 
-def test_verify_source_reads_are_pymysqls(stack, config, test_db):
-    mariadb = stack.mysql.get("flavor", "mariadb") == "mariadb"
-    with stack.admin(test_db) as conn:
+@pytest.mark.servers("mariadb", "mysql")
+def test_verify_source_reads_are_pymysqls(source_stack, config, test_db):
+    mariadb = source_stack.mysql.get("flavor", "mariadb") == "mariadb"
+    with source_stack.admin(test_db) as conn:
         create_all_types(conn, mariadb)
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
@@ -65,7 +66,7 @@ def test_verify_source_reads_are_pymysqls(stack, config, test_db):
                 for i in range(120)])
         with conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{test_db}_m`")
-    make_many_types_table(stack, f"{test_db}_m", n=200)
+    make_many_types_table(source_stack, f"{test_db}_m", n=200)
     conn, session = read_session(config.source, binary_prefix=True), row_session(config.source)
     try:
         for db, table, sizes, at_least in [(test_db, "types", (1, 2, 10), 3), (test_db, "k", (1, 7, 50, 1000), 120),
@@ -77,18 +78,19 @@ def test_verify_source_reads_are_pymysqls(stack, config, test_db):
     finally:
         session.close()
         conn.close()
-        with stack.admin() as admin, admin.cursor() as cur:
+        with source_stack.admin() as admin, admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{test_db}_m`")
 
 
-def test_a_source_session_killed_mid_verify_is_a_clear_error(stack, config, test_db):
-    make_many_types_table(stack, test_db, n=50)
+@pytest.mark.servers("mariadb", "mysql")
+def test_a_source_session_killed_mid_verify_is_a_clear_error(source_stack, config, test_db):
+    make_many_types_table(source_stack, test_db, n=50)
     conn, session = read_session(config.source, binary_prefix=True), row_session(config.source)
     try:
         spec = table_spec(conn, config, test_db, "types")
         chunks = SourceTable(session, spec).chunks(10)
         next(chunks)
-        with stack.admin() as admin, admin.cursor() as cur:
+        with source_stack.admin() as admin, admin.cursor() as cur:
             cur.execute(f"KILL {session.conn.handshake.connection_id}")
         with pytest.raises(ServerGone, match=r"the server at .* (closed|dropped) the connection"):
             next(chunks)

@@ -2,6 +2,8 @@
 fromisoformat) and a read session's (pymysql, DATETIME by fromisoformat) are pymysql's own, on
 the real server: every type at its edges, NULLs, long values, many rows."""
 
+import pytest
+
 from common.sql.sessions import read_session, row_session
 from tests.all_types import create_all_types
 
@@ -13,9 +15,10 @@ def _rows(conn, sql: str) -> list[tuple]:
         return list(cur.fetchall())
 
 
-def test_read_session_rows_are_pymysqls(stack, config, test_db):
-    mariadb = stack.mysql.get("flavor", "mariadb") == "mariadb"
-    with stack.admin(test_db) as conn:
+@pytest.mark.servers("mariadb", "mysql")
+def test_read_session_rows_are_pymysqls(source_stack, config, test_db):
+    mariadb = source_stack.mysql.get("flavor", "mariadb") == "mariadb"
+    with source_stack.admin(test_db) as conn:
         create_all_types(conn, mariadb)
         with conn.cursor() as cur:  # more rows: long strings (lengths coded in 2 and 3 bytes), zero dates
             cur.execute("SET SESSION sql_mode = ''")
@@ -24,11 +27,11 @@ def test_read_session_rows_are_pymysqls(stack, config, test_db):
                         "FROM seq_1_to_200" if mariadb else
                         "INSERT INTO types (id, tx, vc) VALUES (10, REPEAT('é', 300), 'v')")
     cfg = config.model_copy(deep=True)
-    cfg.source.user, cfg.source.password = stack.mysql["admin_user"], stack.mysql["admin_password"]
+    cfg.source.user, cfg.source.password = source_stack.mysql["admin_user"], source_stack.mysql["admin_password"]
     session, rows = read_session(cfg.source), row_session(cfg.source)
     try:
         sql = f"SELECT * FROM `{test_db}`.types ORDER BY id"
-        with stack.admin(test_db) as plain:
+        with source_stack.admin(test_db) as plain:
             expected = _rows(plain, sql)
         for got in (_rows(session, sql), rows.values(sql)):
             assert len(got) == len(expected) >= 3

@@ -1,8 +1,9 @@
-"""``source.ssl`` on a real MariaDB that accepts TLS connections only
+"""``source.ssl`` on a real MariaDB, and a real MySQL 9.7, that accepts TLS connections only
 (``require_secure_transport=ON``, certificates this module makes): every mode, every
 refusal (no TLS, a wrong CA, a wrong host name, no TLS on the server), and the producer's
 every connection (start-up checks, the binlog stream, snapshot chunk reads and marker writes)
-over TLS end to end."""
+over TLS end to end.  Every test of the module's own server runs on both servers (its
+fixture's parameter); on MySQL the users log in with caching_sha2_password."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from tests.producer_helpers import read_events, run_until_caught_up, start_at_cu
 from tests.snapshot_helpers import signal
 
 
-@pytest.fixture(scope="module")
-def tls_server(tmp_path_factory):
-    """A MariaDB of this module's own, TLS only, its certificate for ``localhost`` alone."""
+@pytest.fixture(scope="module", params=["mariadb", "mysql"])
+def tls_server(tmp_path_factory, request):
+    """A server of this module's own (MariaDB, then MySQL), TLS only, its certificate for
+    ``localhost`` alone."""
     root = tmp_path_factory.mktemp("tls")
     ca = CertificateAuthority(root / "certs")
     server = ca.issue("server", ("localhost",))
-    info = EmbeddedMySQL(root, tls={"ca": ca.ca, "cert": server.cert, "key": server.key}).start().to_json()
+    info = EmbeddedMySQL(root, tls={"ca": ca.ca, "cert": server.cert, "key": server.key},
+                         flavor=request.param).start().to_json()
     try:
         yield {"info": info, "ca": ca, "root": root}
     finally:

@@ -10,6 +10,8 @@ None left out on both sides), the same NULL bitmaps, geometry types and primary 
 
 from __future__ import annotations
 
+import pytest
+
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import TableMapEvent
 
@@ -69,11 +71,12 @@ def _own_maps(config, start, end) -> list:
         stream.close()
 
 
-def test_table_maps_parse_as_the_library_parses_them(stack, config, test_db):
+@pytest.mark.servers("mariadb", "mysql")
+def test_table_maps_parse_as_the_library_parses_them(source_stack, config, test_db):
     with connect(config.source) as src:
         start = current_position(src)
-    with stack.admin(test_db) as conn:
-        create_all_types(conn, mariadb=True)
+    with source_stack.admin(test_db) as conn:
+        create_all_types(conn, mariadb=source_stack.mysql.get("flavor", "mariadb") == "mariadb")
         with conn.cursor() as cur:
             cur.execute(OTHER_CHARSETS)
             # (the UCS-2/UTF-16/UTF-32 values NULL or empty: python-mysql-replication, and the row

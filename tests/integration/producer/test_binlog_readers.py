@@ -51,8 +51,8 @@ def _plain(item) -> tuple:
 
 
 def _read(reader_class, config, start: ResumePoint, end: tuple[str, int], *, other: str = "",
-          encode: bool = True) -> list[tuple]:
-    reader = reader_class(config.source, start, is_mariadb=True, blocking=False,
+          encode: bool = True, mariadb: bool = True) -> list[tuple]:
+    reader = reader_class(config.source, start, is_mariadb=mariadb, blocking=False,
                           images=_encoding(config) if encode else None, wants=lambda db, table: db != other)
     try:
         out = []
@@ -106,11 +106,16 @@ def _workload(stack, config, test_db, unique) -> tuple[tuple[str, int], tuple[st
     return start, end, other
 
 
-def test_the_own_client_gives_the_items_the_library_gives(stack, config, test_db, unique):
-    start, end, other = _workload(stack, config, test_db, unique)
+@pytest.mark.servers("mariadb", "mysql")
+def test_the_own_client_gives_the_items_the_library_gives(source_stack, config, test_db, unique):
+    start, end, other = _workload(source_stack, config, test_db, unique)
+    mariadb = source_stack.mysql.get("flavor", "mariadb") == "mariadb"
+
+    def read(*args, **kw):
+        return _read(*args, mariadb=mariadb, **kw)
     try:
-        own = _read(BinlogReader, config, ResumePoint(*start), end, other=other)
-        library = _read(LibraryBinlogReader, config, ResumePoint(*start), end, other=other)
+        own = read(BinlogReader, config, ResumePoint(*start), end, other=other)
+        library = read(LibraryBinlogReader, config, ResumePoint(*start), end, other=other)
         assert own == library
         tables = {(k[2], k[3]) for k in own if k[0] == "rows"}
         assert (test_db, "items") in tables and (test_db, "types") in tables
@@ -119,7 +124,7 @@ def test_the_own_client_gives_the_items_the_library_gives(stack, config, test_db
         assert any(k[0] == "SchemaChange" for k in own)
         assert len({k[11] for k in own if k[0] == "rows"}) == 2  # (rows read in both files)
         # Without the image encoders: every row decoded as values (PackedRows), the same.
-        assert _read(BinlogReader, config, ResumePoint(*start), end, other=other, encode=False) == _read(
+        assert read(BinlogReader, config, ResumePoint(*start), end, other=other, encode=False) == read(
             LibraryBinlogReader, config, ResumePoint(*start), end, other=other, encode=False)
 
         # From resume points inside the range: after the first change of the transaction of
@@ -130,11 +135,11 @@ def test_the_own_client_gives_the_items_the_library_gives(stack, config, test_db
         half = len(multi[6][2]) // 8  # (an update's bodies: a key and a row body per image, two images a row)
         assert half >= 10
         for point in (in_txn[16], ResumePoint(multi[12], multi[13], multi[5].encode_row(2 * half + 1))):
-            own_from = _read(BinlogReader, config, point, end, other=other)
-            assert own_from == _read(LibraryBinlogReader, config, point, end, other=other)
+            own_from = read(BinlogReader, config, point, end, other=other)
+            assert own_from == read(LibraryBinlogReader, config, point, end, other=other)
             assert 0 < len(own_from) < len(own)
     finally:
-        with stack.admin() as conn, conn.cursor() as cur:
+        with source_stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{other}`")
 
 

@@ -15,6 +15,8 @@ of both are the same, and the select encoder took the rows.
 
 from __future__ import annotations
 
+import pytest
+
 
 from common.sql.sessions import connect, read_session, row_session
 from contract.position import BinlogPosition
@@ -35,8 +37,8 @@ BENCH_DDL = """CREATE TABLE items (
   updated_at DATETIME(3) NOT NULL, qty INT NOT NULL, note TEXT NULL) DEFAULT CHARSET=utf8mb4"""
 
 
-def _changes(config, start: tuple[str, int], end: tuple[str, int], encoding) -> list[RowChanges]:
-    reader = BinlogReader(config.source, ResumePoint(*start), is_mariadb=True, blocking=False, images=encoding)
+def _changes(config, start: tuple[str, int], end: tuple[str, int], encoding, mariadb: bool) -> list[RowChanges]:
+    reader = BinlogReader(config.source, ResumePoint(*start), is_mariadb=mariadb, blocking=False, images=encoding)
     try:
         out = []
         for item in reader:
@@ -49,10 +51,11 @@ def _changes(config, start: tuple[str, int], end: tuple[str, int], encoding) -> 
         reader.close()
 
 
-def test_encoded_images_give_the_records_values_give(stack, config, test_db, monkeypatch):
+@pytest.mark.servers("mariadb", "mysql")
+def test_encoded_images_give_the_records_values_give(source_stack, config, test_db, monkeypatch):
     monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)  # the envelope's ts_ms
-    with stack.admin(test_db) as conn:
-        mariadb = stack.mysql.get("flavor", "mariadb") == "mariadb"
+    with source_stack.admin(test_db) as conn:
+        mariadb = source_stack.mysql.get("flavor", "mariadb") == "mariadb"
         with connect(config.source) as src:
             start = current_position(src)
         with conn.cursor() as cur:
@@ -69,8 +72,8 @@ def test_encoded_images_give_the_records_values_give(stack, config, test_db, mon
             cur.execute("UPDATE types SET vc = 'changed', id = id + 10")
             cur.execute("DELETE FROM types WHERE id = 13")
             cur.execute("DROP TABLE types")  # the many-types table comes under the same name: another version
-    make_many_types_table(stack, test_db, n=40)
-    with stack.admin(test_db) as conn, conn.cursor() as cur:
+    make_many_types_table(source_stack, test_db, n=40)
+    with source_stack.admin(test_db) as conn, conn.cursor() as cur:
         cur.execute("UPDATE types SET vc = CONCAT(vc, '!'), d10 = d10 + 1")
         cur.execute("DELETE FROM types WHERE id % 20 = 0")
     with connect(config.source) as src:
@@ -78,8 +81,8 @@ def test_encoded_images_give_the_records_values_give(stack, config, test_db, mon
 
     builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
     encoding = builder.stream_encoding({config.source.signal_table})
-    encoded = _changes(config, start, end, encoding)
-    values = _changes(config, start, end, None)
+    encoded = _changes(config, start, end, encoding, mariadb)
+    values = _changes(config, start, end, None, mariadb)
     assert [(c.table, c.kind, c.base) for c in encoded] == [(c.table, c.kind, c.base) for c in values]
     assert all(type(c.rows) is PackedRows for c in values)
     fused = {(c.table, c.kind) for c in encoded if type(c.rows) is EncodedImages}
@@ -99,22 +102,23 @@ def _chunk(table, rows) -> ReleasedChunk:
                          BinlogPosition.from_binlog("mysql-bin.000002", 900), list(table.primary_key))
 
 
-def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_give(stack, config, test_db,
+@pytest.mark.servers("mariadb", "mysql")
+def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_give(source_stack, config, test_db,
                                                                                    monkeypatch):
     """The chunk read process's reads (a row session: the project's own connection) against
     pymysql's (a read session, its public API): the same rows' values, the same records."""
     monkeypatch.setattr("producer.events.builder.time.time", lambda: 1700000000.123)
-    with stack.admin(test_db) as conn, conn.cursor() as cur:
+    with source_stack.admin(test_db) as conn, conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(BENCH_DDL)
         cur.execute("INSERT INTO items VALUES " + ",".join(
             f"({i}, 'item-{i} \u00e9', {-i * 7}.{i % 100:02d}, '20{i % 100:02d}-0{1 + i % 9}-{1 + i % 28:02d} "
             f"{i % 24}:{i % 60:02d}:01.{i % 1000:03d}', {i}, {'NULL' if i % 5 == 0 else repr('note ' * (i % 4))})"
             for i in range(1, 2001)))
-        mariadb = stack.mysql.get("flavor", "mariadb") == "mariadb"
+        mariadb = source_stack.mysql.get("flavor", "mariadb") == "mariadb"
         create_all_types(conn, mariadb)
         cur.execute(f"CREATE DATABASE `{test_db}_m`")
-    make_many_types_table(stack, f"{test_db}_m", n=60)
+    make_many_types_table(source_stack, f"{test_db}_m", n=60)
     builder = EventBuilder(config.kafka.topic_prefix, "prod", 1)
     session = read_session(config.source)
     rows_session = row_session(config.source)
@@ -149,5 +153,5 @@ def test_snapshot_rows_encoded_from_the_selects_bytes_give_the_records_values_gi
     finally:
         session.close()
         rows_session.close()
-        with stack.admin() as conn, conn.cursor() as cur:
+        with source_stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{test_db}_m`")

@@ -1,4 +1,5 @@
-"""Capture from a replica, and failover by GTID, on a real MariaDB primary with two replicas.
+"""Capture from a replica, and failover by GTID, on a real MariaDB primary with two replicas,
+and on a real MySQL 9.7 one (the ``replicated`` fixture's parameter).
 
 The producer reads replica 1 (read-only snapshots: a replica cannot take marker rows) while
 the primary takes the writes and a snapshot runs.  The producer is killed, the primary dies,
@@ -53,6 +54,7 @@ def _on_replica1(topo, cfg, db: str, kind: str, rows: int) -> list[str]:
     return keys
 
 
+@pytest.mark.parametrize("replicated", ["mariadb", "mysql"], indirect=True)
 def test_failover_mid_snapshot_to_another_replica_loses_nothing(replicated, merge_config, unique, tmp_path):
     topo, cfg, db, rows = replicated, merge_config, unique("shop"), 20000
     cfg.snapshot.chunk_size, cfg.snapshot.parallelism = 50, 2
@@ -109,6 +111,15 @@ def test_failover_mid_snapshot_to_another_replica_loses_nothing(replicated, merg
     assert report.equal, report
 
 
+def _logged_gtids(conn) -> str:
+    """What the server of ``conn`` logged: MariaDB's ``@@gtid_binlog_pos``, MySQL's ``@@gtid_executed``."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos" if "mariadb" in conn.get_server_info().lower() else
+                    "SELECT @@gtid_executed")
+        return cur.fetchone()[0].replace("\n", "")
+
+
+@pytest.mark.parametrize("replicated, own_mysql", [("mariadb", "mariadb"), ("mysql", "mysql")], indirect=True)
 def test_a_server_of_another_topology_is_refused_naming_both_gtid_sets(replicated, own_mysql, config, unique):
     topo, cfg, db = replicated, config, unique("shop")
     _on_replica1(topo, cfg, db, "single", 50)
@@ -121,19 +132,18 @@ def test_a_server_of_another_topology_is_refused_naming_both_gtid_sets(replicate
         cur.execute(f"UPDATE `{db}`.t SET n = n + 1")
     topo.wait_caught_up(topo.replicas[0])
     run_until_caught_up(cfg)
-    with topo.cdc(topo.replicas[0]) as conn, conn.cursor() as cur:
-        cur.execute("SELECT @@gtid_binlog_pos")
-        stored = cur.fetchone()[0]
+    with topo.cdc(topo.replicas[0]) as conn:
+        stored = _logged_gtids(conn)
     own_mysql.point(cfg, own_mysql.primary)
-    with own_mysql.admin() as conn, conn.cursor() as cur:
-        cur.execute("SELECT @@gtid_binlog_pos")
-        other = cur.fetchone()[0]
+    with own_mysql.admin() as conn:
+        other = _logged_gtids(conn)
     with pytest.raises(CDCError) as err:
         ProducerApp(cfg).run(idle_exit_s=1.0)
     message = str(err.value)
     assert "failover refused" in message and stored in message and other in message, message
 
 
+@pytest.mark.parametrize("replicated", ["mariadb", "mysql"], indirect=True)
 def test_a_failover_target_whose_binlogs_lost_the_next_transactions_stops_or_snapshots(replicated, config, unique):
     """The stored GTID set is in the other replica's history, but it purged the binlogs
     with the transactions after it: stop naming them, or (when_needed: snapshot) stream

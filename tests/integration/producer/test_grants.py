@@ -1,4 +1,5 @@
-"""The producer checks its user's grants at start-up and names what is missing."""
+"""The producer checks its user's grants at start-up and names what is missing, on MariaDB and
+on MySQL 9.7."""
 
 from __future__ import annotations
 
@@ -13,26 +14,28 @@ from common.sql.sessions import connect
 from producer.app import ProducerApp
 from producer.binlog.server import check_grants
 
+pytestmark = pytest.mark.servers("mariadb", "mysql")  # (MySQL: SHOW GRANTS' own form, caching_sha2 users)
+
 
 @contextmanager
-def _user(stack, name: str, *grants: str):
+def _user(source_stack, name: str, *grants: str):
     """A user of the session server with only ``grants`` (``... ON x``), dropped afterwards."""
     password = secrets.token_hex(12)
-    with stack.admin() as conn, conn.cursor() as cur:
+    with source_stack.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE USER '{name}'@'%' IDENTIFIED BY {conn.escape(password)}")
         for grant in grants:
             cur.execute(f"GRANT {grant} TO '{name}'@'%'")
     try:
         yield password
     finally:
-        with stack.admin() as conn, conn.cursor() as cur:
+        with source_stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"DROP USER IF EXISTS '{name}'@'%'")
 
 
-def test_a_user_without_replication_slave_stops_the_producer_naming_it(stack, config, unique):
+def test_a_user_without_replication_slave_stops_the_producer_naming_it(source_stack, config, unique):
     name = unique("noslave")[:32]
     signal = quote_table(config.source.signal_table)
-    with _user(stack, name, "REPLICATION CLIENT, SELECT ON *.*", f"INSERT, DELETE ON {signal}") as password:
+    with _user(source_stack, name, "REPLICATION CLIENT, SELECT ON *.*", f"INSERT, DELETE ON {signal}") as password:
         config.source.user, config.source.password = name, password
         with pytest.raises(SourceError) as err:
             ProducerApp(config).run(idle_exit_s=1)
@@ -43,9 +46,9 @@ def test_a_user_without_replication_slave_stops_the_producer_naming_it(stack, co
     assert "REPLICATION CLIENT:" not in text and "INSERT:" not in text and password not in text
 
 
-def test_a_read_only_user_passes_only_in_read_only_mode(stack, config, unique):
+def test_a_read_only_user_passes_only_in_read_only_mode(source_stack, config, unique):
     name = unique("readonly")[:32]
-    with _user(stack, name, "REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.*") as password:
+    with _user(source_stack, name, "REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.*") as password:
         config.source.user, config.source.password = name, password
         conn = connect(config.source)
         try:
@@ -60,7 +63,7 @@ def test_a_read_only_user_passes_only_in_read_only_mode(stack, config, unique):
     assert "snapshot.read_only: true" in text
 
 
-def test_the_stack_cdc_user_passes(stack, config):
+def test_the_stack_cdc_user_passes(source_stack, config):
     conn = connect(config.source)
     try:
         check_grants(conn, read_only=False, signal_table=config.source.signal_table)
@@ -78,9 +81,9 @@ def _grants_but(signal: str, missing: str) -> list[str]:
     return [f"{', '.join(on_all)} ON *.*", f"{', '.join(on_signal)} ON {signal}"]
 
 
-def _named_missing(stack, config, name: str, grants: list[str], *, read_only: bool) -> tuple[list[str], str]:
+def _named_missing(source_stack, config, name: str, grants: list[str], *, read_only: bool) -> tuple[list[str], str]:
     """The grants the check names as missing for a user with only ``grants``, and its message."""
-    with _user(stack, name, *grants) as password:
+    with _user(source_stack, name, *grants) as password:
         config.source.user, config.source.password = name, password
         conn = connect(config.source)
         try:
@@ -93,22 +96,22 @@ def _named_missing(stack, config, name: str, grants: list[str], *, read_only: bo
 
 
 @pytest.mark.parametrize("missing", _EVERY_GRANT)
-def test_the_grants_check_names_exactly_the_grant_missing(stack, config, unique, missing):
+def test_the_grants_check_names_exactly_the_grant_missing(source_stack, config, unique, missing):
     name, signal = unique("lacks")[-30:], quote_table(config.source.signal_table)
-    named, text = _named_missing(stack, config, name, _grants_but(signal, missing), read_only=False)
+    named, text = _named_missing(source_stack, config, name, _grants_but(signal, missing), read_only=False)
     assert named == [missing]
     on = "*.*" if missing in ("REPLICATION SLAVE", "REPLICATION CLIENT", "SELECT") else signal
     assert f"GRANT {missing} ON {on} TO '{name}'@'%';" in text
 
 
 @pytest.mark.parametrize("missing", ["INSERT", "DELETE"])
-def test_read_only_snapshots_need_no_write_at_all(stack, config, unique, missing):
+def test_read_only_snapshots_need_no_write_at_all(source_stack, config, unique, missing):
     signal = quote_table(config.source.signal_table)
-    assert _named_missing(stack, config, unique("rosnap")[-30:], _grants_but(signal, missing), read_only=True) \
+    assert _named_missing(source_stack, config, unique("rosnap")[-30:], _grants_but(signal, missing), read_only=True) \
         == ([], "")
 
 
-def test_writes_granted_on_another_table_do_not_cover_the_signal_table(stack, config, unique, test_db):
+def test_writes_granted_on_another_table_do_not_cover_the_signal_table(source_stack, config, unique, test_db):
     grants = ["REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.*", f"INSERT, DELETE ON `{test_db}`.*"]
-    named, _ = _named_missing(stack, config, unique("elsewhere")[-30:], grants, read_only=False)
+    named, _ = _named_missing(source_stack, config, unique("elsewhere")[-30:], grants, read_only=False)
     assert named == ["INSERT", "DELETE"]

@@ -31,10 +31,11 @@ def _topic(cfg, db, table):
     return f"{cfg.kafka.topic_prefix}.{db}.{table}"
 
 
-def test_insert_update_delete_are_debezium_envelopes(stack, config, test_db):
-    run_sql(stack, test_db, "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
+@pytest.mark.servers("mariadb", "mysql")
+def test_insert_update_delete_are_debezium_envelopes(source_stack, config, test_db):
+    run_sql(source_stack, test_db, "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
     start_at_current(config)
-    run_sql(stack, test_db, "INSERT INTO items VALUES (1, 'apple', 3), (2, 'pear', 5)",
+    run_sql(source_stack, test_db, "INSERT INTO items VALUES (1, 'apple', 3), (2, 'pear', 5)",
           "UPDATE items SET qty = 4 WHERE id = 1", "DELETE FROM items WHERE id = 2")
     run_until_caught_up(config)
     events = read_events(config, _topic(config, test_db, "items"))

@@ -180,6 +180,7 @@ def _rebuilt(cfg, db: str, table: str) -> tuple[dict, list[dict]]:
     return {k: row for k, (_, row) in state.items()}, found
 
 
+@pytest.mark.parametrize("own_mysql", ["mariadb", "mysql"], indirect=True)
 def test_purged_binlogs_stop_the_producer_or_with_when_needed_snapshot_again(own_mysql, config, caplog):
     """Rows inserted, updated and deleted while the producer is down, then the binlogs that
     hold them purged: ``when_needed: stop`` stops naming the stored file, the oldest binlog

@@ -82,14 +82,15 @@ def test_snapshot_under_concurrent_writes_equals_the_table(stack, config, test_d
     assert "TABLE_SCAN_COMPLETED" in kinds
 
 
+@pytest.mark.servers("mariadb", "mysql")
 @pytest.mark.parametrize("kind", ["single", "string"])
-def test_changes_inside_every_window_beat_the_chunk_rows(stack, config, test_db, kind):
+def test_changes_inside_every_window_beat_the_chunk_rows(source_stack, config, test_db, kind):
     """A trigger on the signal table changes rows just before every CLOSE marker of this
     test's chunks: inside the window, after the chunk's SELECT.  The chunk rows of those
     keys are stale, so the replay only equals the table if they sit in the right window."""
-    keys = _prepare(stack, config, test_db, kind, rows=600, chunk_size=100, parallelism=2)
+    keys = _prepare(source_stack, config, test_db, kind, rows=600, chunk_size=100, parallelism=2)
     trigger = f"cdc_control.`w_{test_db}`"
-    with stack.admin() as conn, conn.cursor() as cur:
+    with source_stack.admin() as conn, conn.cursor() as cur:
         cur.execute(f"""CREATE TRIGGER {trigger} BEFORE INSERT ON {config.source.signal_table} FOR EACH ROW
             BEGIN
               IF NEW.type = 'snapshot-window-close' AND NEW.data LIKE '%{test_db}.t%' THEN
@@ -103,11 +104,11 @@ def test_changes_inside_every_window_beat_the_chunk_rows(stack, config, test_db,
             sid = snapshot(config, [f"{test_db}.t"])
             wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="snapshot completed")
     finally:
-        with stack.admin() as conn, conn.cursor() as cur:
+        with source_stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"DROP TRIGGER IF EXISTS {trigger}")
     run_until_caught_up(config)
     result = dblog_replay(config, _topic(config, test_db, "t"))
-    with stack.admin() as conn:
+    with source_stack.admin() as conn:
         expected = source_rows(conn, test_db, "t", keys)
     assert result.chunk_rows_dropped > 0
     assert result.table == expected
@@ -115,8 +116,9 @@ def test_changes_inside_every_window_beat_the_chunk_rows(stack, config, test_db,
     assert any(b.open < a.close for a, b in zip(windows, windows[1:])), "the two readers' windows never overlapped"
 
 
-def test_chunk_rows_carry_the_debezium_snapshot_shape(stack, config, test_db):
-    _prepare(stack, config, test_db, "single", rows=10, chunk_size=4)
+@pytest.mark.servers("mariadb", "mysql")
+def test_chunk_rows_carry_the_debezium_snapshot_shape(source_stack, config, test_db):
+    _prepare(source_stack, config, test_db, "single", rows=10, chunk_size=4)
     with ProducerThread(config):
         sid = snapshot(config, [f"{test_db}.t"])
         wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="snapshot completed")
@@ -131,9 +133,10 @@ def test_chunk_rows_carry_the_debezium_snapshot_shape(stack, config, test_db):
     assert len({v["snapshot_window"]["chunk_id"] for _, _, v in events}) == 3  # 4 + 4 + 2
 
 
-def test_additional_conditions_and_surrogate_key(stack, config, test_db):
-    _prepare(stack, config, test_db, "single", rows=200, chunk_size=30)
-    with stack.admin() as conn, conn.cursor() as cur:
+@pytest.mark.servers("mariadb", "mysql")
+def test_additional_conditions_and_surrogate_key(source_stack, config, test_db):
+    _prepare(source_stack, config, test_db, "single", rows=200, chunk_size=30)
+    with source_stack.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE TABLE `{test_db}`.nopk (code VARCHAR(10) NOT NULL UNIQUE, qty INT)")
         cur.executemany(f"INSERT INTO `{test_db}`.nopk VALUES (%s, %s)", [(f"c{i:03d}", i) for i in range(45)])
         conn.commit()
@@ -420,10 +423,11 @@ def test_a_new_signal_adds_its_tables_to_the_running_snapshot(stack, config, tes
     assert done == [f"{test_db}.t", f"{test_db}.late"]  # in order: the running table first
 
 
-def test_enum_and_set_keys_are_chunked_in_their_index_order(stack, config, test_db):
+@pytest.mark.servers("mariadb", "mysql")
+def test_enum_and_set_keys_are_chunked_in_their_index_order(source_stack, config, test_db):
     """ENUM/SET sort by index, not by text: every row exactly once with tiny chunks."""
-    _prepare(stack, config, test_db, "single", rows=1)
-    with stack.admin() as conn, conn.cursor() as cur:
+    _prepare(source_stack, config, test_db, "single", rows=1)
+    with source_stack.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE TABLE `{test_db}`.ek (id INT, e ENUM('zz','aa','mm'), s SET('q','b','x') NOT NULL, "
                     "v INT, PRIMARY KEY (id, e, s))")
         rows = [(i, e, st, i) for i in range(3) for e in ("zz", "aa", "mm") for st in ("q", "b,x", "")]
@@ -441,7 +445,7 @@ def test_enum_and_set_keys_are_chunked_in_their_index_order(stack, config, test_
                for _, _, v in read_events(config, _topic(config, test_db, "ek")) if v["op"] == "r"]
         assert sorted(got) == sorted((i, e, st) for i, e, st, _ in rows), parallelism
     # Streamed from the binlog, an empty SET in the key (the binlog says None, "empty set") is '' too.
-    with stack.admin() as conn, conn.cursor() as cur:
+    with source_stack.admin() as conn, conn.cursor() as cur:
         cur.execute(f"UPDATE `{test_db}`.ek SET v = 100 WHERE id = 0 AND s = ''")
         cur.execute(f"DELETE FROM `{test_db}`.ek WHERE id = 1 AND s = ''")
     run_until_caught_up(config)

@@ -15,11 +15,12 @@ from tests.producer_helpers import read_events, stream_all_types
 TIME_MAX_US = (838 * 3600 + 59 * 60 + 59) * 1_000_000
 
 
+@pytest.mark.servers("mariadb", "mysql")
 @pytest.mark.parametrize("fmt", ["avro", "debezium-json"])
-def test_type_matrix_through_binlog_and_kafka(stack, config, test_db, fmt):
+def test_type_matrix_through_binlog_and_kafka(source_stack, config, test_db, fmt):
     """Decoded, both formats give the same values (debezium-json read back by RecordDecoder)."""
     config.producer.format = fmt
-    stream_all_types(stack, config, test_db,
+    stream_all_types(source_stack, config, test_db,
                      ["UPDATE types SET vc = 'changed', biu = 9223372036854775808 WHERE id = 1"])
     events = read_events(config, f"{config.kafka.topic_prefix}.{test_db}.types")
     assert [v["op"] for _, _, v in events] == ["c", "c", "c", "u"]

@@ -81,3 +81,31 @@ def test_covers_is_per_domain_max_comparison(a, b):
     for d, n in b.items():
         merged.add(f"{d}-1-{n}")
     assert merged.covers(ga) and merged.covers(gb)
+
+
+U = "c3ac5846-eb32-11f1-bb14-02fc00000001"
+
+
+def test_a_mysql_set_with_tags_keeps_each_tag_as_a_source_of_its_own():
+    """MySQL 8.3+ tags (``uuid:1-14:batch:1-3``): a tag starts the intervals of ``uuid:tag``;
+    tags compare in lower case; the text is the server's syntax again."""
+    gs = GtidSet.parse(f"{U}:1-14:Batch:1-3:7,\n{U}:other_tag:2", "mysql")
+    assert gs.last == {U: ("", 14), f"{U}:batch": ("", 7), f"{U}:other_tag": ("", 2)}
+    assert str(gs) == f"{U}:1-14,{U}:batch:1-7,{U}:other_tag:1-2"
+    assert GtidSet.parse(str(gs), "mysql") == gs
+    passed = GtidSet("mysql")
+    for gtid in (f"{U}:14", f"{U}:batch:7", f"{U}:other_tag:2"):
+        passed.add(gtid)
+    assert passed.covers(gs) and gs.covers(passed)
+    passed = GtidSet.parse(f"{U}:1-14:batch:1-6", "mysql")
+    assert not passed.covers(gs) and passed.missing(gs) == [f"{U}:batch: {U}:batch:1-6 < {U}:batch:1-7",
+                                                            f"{U}:other_tag: nothing < {U}:other_tag:1-2"]
+
+
+@pytest.mark.parametrize("text", [f"{U}:batch", f"{U}:1-3:9tag:1", f"{U}:{'t' * 33}:1"])
+def test_a_tag_mysql_would_refuse_is_refused(text):
+    if text.endswith(":batch"):  # (a tag without its transactions: nothing of that source)
+        assert GtidSet.parse(text, "mysql").last == {}
+        return
+    with pytest.raises(GtidError):
+        GtidSet.parse(text, "mysql")

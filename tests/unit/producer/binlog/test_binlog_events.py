@@ -58,14 +58,14 @@ def test_heartbeats_v1_and_v2():
 
 
 @pytest.mark.parametrize("etype, setting", [
-    (be.TRANSACTION_PAYLOAD_EVENT, "binlog_transaction_compression"), (be.MARIADB_START_ENCRYPTION, "encrypt_binlog"),
+    (be.MARIADB_START_ENCRYPTION, "encrypt_binlog"),
     (166, "log_bin_compress"), (be.PARTIAL_UPDATE_ROWS_EVENT, "binlog_row_value_options"),
 ])
 def test_the_events_the_reader_cannot_read_are_refused_by_their_setting(etype, setting):
     assert setting in be.refusal(etype)
 
 
-@pytest.mark.parametrize("etype", [be.QUERY_EVENT, be.MARIADB_ANNOTATE_ROWS, be.MARIADB_GTID_LIST,
+@pytest.mark.parametrize("etype", [be.QUERY_EVENT, be.TRANSACTION_PAYLOAD_EVENT, be.MARIADB_ANNOTATE_ROWS, be.MARIADB_GTID_LIST,
                                    be.MARIADB_BINLOG_CHECKPOINT, be.PREVIOUS_GTIDS_EVENT, be.ROWS_QUERY_EVENT])
 def test_the_events_skipped_or_read_are_not_refused(etype):
     assert be.refusal(etype) is None
@@ -150,3 +150,101 @@ def test_a_table_map_without_optional_metadata_has_no_names():
 def test_a_uuid_is_hex_grouped_as_mysql_writes_it():
     sid = uuid.UUID("3e11fa47-71ca-11e1-9e33-c80aa9429562")
     assert be.mysql_gtid(b"\x00" + sid.bytes + struct.pack("<Q", 23)) == "3e11fa47-71ca-11e1-9e33-c80aa9429562:23"
+
+
+# --- compressed transactions (TRANSACTION_PAYLOAD) ---------------------------------------
+
+def _inner(etype: int, body: bytes) -> bytes:
+    """An event as MySQL writes it inside a payload: no checksum, log_pos 0."""
+    return struct.pack("<IBIIIH", 1700000000, etype, 1, 19 + len(body), 0, 0) + body
+
+
+def _payload_body(data: bytes, raw_size: int, kind: int = be.PAYLOAD_ZSTD, *, size: int | None = None) -> bytes:
+    def field(ftype: int, value: int) -> bytes:
+        v = lenenc_int(value)
+        return lenenc_int(ftype) + lenenc_int(len(v)) + v
+    return (field(be.PAYLOAD_COMPRESSION, kind) + field(be.PAYLOAD_UNCOMPRESSED_SIZE, raw_size)
+            + field(be.PAYLOAD_SIZE, len(data) if size is None else size) + b"\x00" + data)
+
+
+INNER = [_inner(be.QUERY_EVENT, b"\x05" * 13 + b"BEGIN"), _inner(be.WRITE_ROWS_V2, b"rows" * 40),
+         _inner(be.XID_EVENT, (5).to_bytes(8, "little"))]
+
+
+@pytest.mark.parametrize("frames", [1, 2])
+def test_a_zstd_payload_gives_its_events(frames):
+    import zstandard
+    raw = b"".join(INNER)
+    cut = len(INNER[0]) if frames == 2 else len(raw)  # (MySQL writes one frame; more are read too)
+    data = b"".join(zstandard.ZstdCompressor().compress(part) for part in (raw[:cut], raw[cut:]) if part)
+    events = be.payload_events(_payload_body(data, len(raw)))
+    assert [(e.type, e.log_pos, e.event_size, e.body) for e in events] == [
+        (be.QUERY_EVENT, 0, len(INNER[0]), INNER[0][19:]), (be.WRITE_ROWS_V2, 0, len(INNER[1]), b"rows" * 40),
+        (be.XID_EVENT, 0, 27, (5).to_bytes(8, "little"))]
+
+
+def test_an_uncompressed_payload_gives_its_events():
+    raw = b"".join(INNER)
+    assert [e.type for e in be.payload_events(_payload_body(raw, len(raw), be.PAYLOAD_NONE))] == [2, 30, 16]
+
+
+def test_the_payload_as_mysql_wrote_it():
+    """A payload event of MySQL 9.7.4 (BEGIN; INSERT two rows; UPDATE one; COMMIT): its header
+    fields in MySQL's order (compression type, uncompressed size, payload size)."""
+    head = bytes.fromhex("0201000303fc330101019f00")
+    assert head[:3] == bytes([be.PAYLOAD_COMPRESSION, 1, be.PAYLOAD_ZSTD])
+    import zstandard
+    raw = b"".join(INNER)
+    data = zstandard.ZstdCompressor().compress(raw)
+    body = head[:4] + bytes([3, 0xFC]) + len(raw).to_bytes(2, "little") + bytes([1, 1, len(data)]) + b"\x00" + data
+    assert len(data) < 251 and [e.type for e in be.payload_events(body)] == [2, 30, 16]
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"\x02\x01\x00", "ends inside its header"),
+    (_payload_body(b"not zstd", 8), "does not decompress"),
+    (_payload_body(b"".join(INNER), len(b"".join(INNER)), 7), "compressed with type 7"),
+    (_payload_body(b"".join(INNER), 3, be.PAYLOAD_NONE), "uncompressed to"),
+    (_payload_body(b"".join(INNER), len(b"".join(INNER)), be.PAYLOAD_NONE, size=5000), "its header says 5000"),
+    (_payload_body(INNER[0][:30], 30, be.PAYLOAD_NONE), "declares"),
+])
+def test_a_broken_payload_is_a_protocol_error(body, message):
+    with pytest.raises(WireProtocolError, match=message):
+        be.payload_events(body)
+
+
+# --- tagged GTIDs (MySQL 8.3+) -------------------------------------------------------------
+
+#: GTID_TAGGED_LOG_EVENT bodies MySQL 9.7.4 wrote (server uuid c3ac5846-eb32-11f1-bb14-02fc00000001)
+#: for ``SET gtid_next = 'AUTOMATIC:batch'`` and a tag of 27 characters, each the first of its tag.
+TAGGED = {
+    "c3ac5846-eb32-11f1-bb14-02fc00000001:batch:1":
+        "0272000000020d03b102b08cad036422c503ed022804f103000000020404060a626174636808340a380c7ffbad3a785661"
+        "061055041283120b",
+    "c3ac5846-eb32-11f1-bb14-02fc00000001:abcdefghij_klmnopqrstuvwxyz:1":
+        "029e000000020d03b102b08cad036422c503ed022804f10300000002040406366162636465666768696a5f6b6c6d6e6f70"
+        "7172737475767778797a08340a3c0c7f4cb13a7856610610ad041283120b",
+}
+
+
+@pytest.mark.parametrize("gtid, body", TAGGED.items())
+def test_a_tagged_gtid_event_as_mysql_wrote_it(gtid, body):
+    assert be.mysql_tagged_gtid(bytes.fromhex(body)) == gtid
+
+
+@pytest.mark.parametrize("data, value, size", [
+    (b"\x02", 1, 1), (b"\x72", 57, 1), (b"\x0d\x03", 195, 2), (b"\x83\x12\x0b", 90704, 3),
+    (b"\xff" + (2**64 - 1).to_bytes(8, "little"), 2**64 - 1, 9), (b"\x7f" + bytes(6) + b"\x01", 1 << 48, 8),
+])
+def test_varlen_integers(data, value, size):
+    assert be.varlen_uint(data, 0) == (value, size)
+
+
+@pytest.mark.parametrize("unsigned, signed", [(0, 0), (1, -1), (2, 1), (3, -2), (4, 2)])
+def test_signed_varlen_integers_are_zigzag(unsigned, signed):
+    assert be.varlen_int(bytes([unsigned << 1]), 0) == (signed, 1)
+
+
+def test_a_tagged_gtid_event_without_its_uuid_is_a_protocol_error():
+    with pytest.raises(WireProtocolError, match="without its source UUID"):
+        be.mysql_tagged_gtid(bytes.fromhex("02720000000404"))

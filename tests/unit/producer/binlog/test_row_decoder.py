@@ -405,5 +405,11 @@ def test_mysql_binary_json_as_the_library_reads_it(doc):
     cols = [_column("id", T.LONG), _column("j", T.JSON, length_size=4)]
     row = b"\x00" + struct.pack("<i", 1) + struct.pack("<I", 1 + len(body)) + bytes([t]) + body
     [decoded] = RowDecoder(cols).decode(row, False)
-    assert decoded["values"] == library_rows(cols, row, False)[0]["values"]
+    library = library_rows(cols, row, False)[0]["values"]
+    if doc is None:
+        # A document that is JSON's null: the library gives None, as for SQL NULL; the row
+        # decoder gives the text "null", as a snapshot's SELECT reads it (the one difference).
+        assert (decoded["values"]["j"], library["j"]) == ("null", None)
+        return
+    assert decoded["values"] == library
     assert decoded["values"]["j"] == _as_library_gives(doc)

@@ -142,8 +142,8 @@ class LakeCommitter:
             while self.staged_rows() >= self.max_staged_rows and not self._stop.is_set() and self._running():
                 if started is None:
                     started = self.held_since = time.time()
-                    log.warning("the %s lake holds the stream back: %d changes staged and not committed (max_staged_rows"
-                                " %d)%s", self.name, self.staged_rows(), self.max_staged_rows,
+                    log.warning("the %s lake holds the stream back: %d changes staged and not committed "
+                                "(max_staged_rows %d)%s", self.name, self.staged_rows(), self.max_staged_rows,
                                 f"; last commit error: {self.last_error}" if self.last_error else "")
                 self._cond.wait(1.0)
         if started is not None:
@@ -294,6 +294,15 @@ class LakeCommitter:
             return True
         return any(t.rows() >= self.commit_rows for t in list(self._tables.values()))
 
+    def watch_requests(self, path: Path) -> None:
+        """Commit at once when ``path`` (``cdc lake commit``'s request) is written from now on
+        (one written before is not this committer's)."""
+        self.request_path = path
+        try:
+            self._request_seen = path.stat().st_mtime
+        except OSError:
+            pass
+
     def _requested(self) -> bool:
         if self.request_path is None:
             return False
@@ -338,10 +347,13 @@ class LakeCommitter:
                 "last_commit_at": t.last_commit_at, "staged_batches": len(t.pending), "staged_rows": t.rows(),
                 "freshness_s": round(now - oldest, 3) if oldest is not None else 0.0}
         delays = sorted(self.delays)
-        oldest = min((t.oldest() for t in list(self._tables.values()) if t.pending), default=None)
-        return {"oldest_staged_at": oldest,"interval_s": self.interval_s, "staged_rows": self.staged_rows(), "max_staged_rows": self.max_staged_rows,
-                "commit_delay_p50_s": round(delays[len(delays) // 2], 3) if delays else None,
-                "commit_delay_p99_s": round(delays[min(len(delays) - 1, int(len(delays) * 0.99))], 3) if delays else None,
+
+        def delay(q: float) -> float | None:
+            return round(delays[min(len(delays) - 1, int(len(delays) * q))], 3) if delays else None
+        return {"interval_s": self.interval_s, "staged_rows": self.staged_rows(),
+                "max_staged_rows": self.max_staged_rows,
+                "oldest_staged_at": min((t.oldest() for t in list(self._tables.values()) if t.pending), default=None),
+                "commit_delay_p50_s": delay(0.5), "commit_delay_p99_s": delay(0.99),
                 "holding_stream_since": self.held_since, "last_error": self.last_error, "forced_at": self.forced_at,
                 **self.figures, "tables": tables}
 
@@ -355,18 +367,11 @@ class LakeCommitters:
                            for name, sink in sinks if isinstance(sink, LakeSinkBase)]
         self.state_dir = Path(state_dir)
         for c in self.committers:
-            c.request_path = self.state_dir / REQUEST_FILE
-            try:  # a request written before this job started is not this job's
-                c._request_seen = c.request_path.stat().st_mtime
-            except OSError:
-                pass
+            c.watch_requests(self.state_dir / REQUEST_FILE)
         self._users = 0  # the jobs that run with them (the committers stop with the last)
         self._lock = threading.Lock()
         self._status_thread: threading.Thread | None = None
         self._stop = threading.Event()
-
-    def of(self, sink: Any) -> LakeCommitter | None:
-        return next((c for c in self.committers if c.sink is sink), None)
 
     def start(self) -> None:
         """Start the committers (recovering the journal's staged batches) for one more job."""

@@ -169,7 +169,8 @@ def cadence_lines(result: dict[str, Any]) -> list[str]:
     """The figures as Markdown (docs/benchmarks.md's "Lakes on their own commit cadence")."""
     out = [f"{result['events']:,} changes backlog, both lakes at `commit_interval_s: {result['interval_s']:g}`, "
            f"{result['rounds']} alternated rounds (medians), `local[2]`:", "",
-           "| run | events/s | to changelog only | rounds | lake commits (Delta, Iceberg) |", "| --- | --- | --- | --- | --- |"]
+           "| run | events/s | to changelog only | rounds | lake commits (Delta, Iceberg) |",
+           "| --- | --- | --- | --- | --- |"]
     b = result.get("backlog") or {}
     for name in b.get("names", []):
         r = b["runs"][name]

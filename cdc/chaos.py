@@ -295,32 +295,37 @@ def _delta_staging(cfg: CDCConfig) -> Path | None:
     return Path(d.staging_path or f"{d.path}/_cdc_staging") if d.enabled else None
 
 
-def _commits_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]]:
-    """The run's Delta tables' log entries (a new one: a lake commit just landed)."""
+def _commits_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]] | None:
+    """The run's Delta tables' log entries (a new one: a lake commit just landed); None without
+    the Delta sink."""
     logs = _lake_tables_log(cfg, db)
-    return lambda: {str(p) for d in logs if d.is_dir() for p in d.iterdir() if p.suffix == ".json"}
+    return (lambda: {str(p) for d in logs if d.is_dir() for p in d.iterdir() if p.suffix == ".json"}) if logs else None
 
 
-def _manifests_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]]:
+def _manifests_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]] | None:
     """The Delta sink's staged batches of the run (a new one: a batch staged, not committed)."""
     root = _delta_staging(cfg)
-    return (lambda: set(map(str, root.glob(f"*/{db}__*/b*/_staged.json")))) if root else (lambda: set())
+    return (lambda: set(map(str, root.glob(f"*/{db}__*/b*/_staged.json")))) if root else None
 
 
-def _intents_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]]:
+def _intents_seen(cfg: CDCConfig, db: str) -> Callable[[], set[str]] | None:
     """The Delta sink's commit intents of the run (a new one: a lake commit under way)."""
     root = _delta_staging(cfg)
-    return (lambda: set(map(str, root.glob(f"_commits/{db}__*/c*.json")))) if root else (lambda: set())
+    return (lambda: set(map(str, root.glob(f"_commits/{db}__*/c*.json")))) if root else None
 
 
 #: The moments of the lake commits a merge job kill can wait for.
 LAKE_MOMENTS = {"job-commit": _commits_seen, "job-staged": _manifests_seen, "job-intent": _intents_seen}
 
 
-def _kill_on_new(job: CdcProcess, seen: Callable[[], set[str]], timeout: float = 180.0) -> int:
+def _kill_on_new(job: CdcProcess, seen: Callable[[], set[str]] | None, timeout: float = 180.0) -> int:
     """SIGKILL the merge job as soon as ``seen`` names something it did not name before (a
     lake commit, a staged batch, a commit intent: :data:`LAKE_MOMENTS`); 1 if it landed so, 0
-    if nothing new came within ``timeout`` (killed then all the same; nothing to watch: at once)."""
+    if nothing new came within ``timeout`` (killed then all the same; nothing to watch, no
+    lake sink in the run: at once, the plan's other actions keep their times)."""
+    if seen is None:
+        job.kill9()
+        return 0
     before = seen()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

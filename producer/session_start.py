@@ -15,13 +15,13 @@ from contract.errors import BadSignal
 from contract.notifications import Notification
 from contract.topics import schemas_topic
 from producer.errors import ProducerStopped
+from producer.startup import SCHEMAS_KEPT
 from producer.snapshot.table_reader import list_tables, read_table_def
 
 log = logging.getLogger(__name__)
 
 #: The stored offset record's note that the producer published writer schemas to the schemas
 #: topic: with it, an empty schemas topic means the topic was lost (a schema error).
-SCHEMAS_KEPT = "schemas"
 
 
 class SessionStart:

@@ -23,6 +23,10 @@ from producer.snapshot_mode import snapshot_mode
 
 log = logging.getLogger(__name__)
 
+#: The offset record's note that the schemas topic holds this producer's writer schemas
+#: (producer.session_start: an empty schemas topic then stops the producer, or is rebuilt).
+SCHEMAS_KEPT = "schemas"
+
 #: How a producer recovers when Kafka lost its history (producer.lost_history).
 RECOVERY_MODES = ("stop", "resume", "snapshot")
 
@@ -256,7 +260,9 @@ class Startup:
                 f"meanwhile), so the sinks and the clean changelog are whole again\n"
                 f"(producer.lost_history: resume|snapshot does the same on every start; cdc produce --reset-offsets "
                 f"forgets both positions and starts as producer.startup says)", local, self.local.path)
-        extra = {k: v for k, v in local.items() if k not in ("resume", "ts_ms", "recover")}
+        # (the schemas topic went with the rest of Kafka's history: the records re-published from
+        # here publish their writer schemas again, as on a first start)
+        extra = {k: v for k, v in local.items() if k not in ("resume", "ts_ms", "recover", SCHEMAS_KEPT)}
         if mode == "resume":
             if not in_binlog:
                 raise ProducerStopped(f"{what}.\nRecovery by resume is not possible: the binlog no longer has "

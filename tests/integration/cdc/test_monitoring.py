@@ -141,7 +141,7 @@ def test_prometheus_scrapes_the_producer_and_merge_job_and_their_series_move(wat
     assert {t["labels"]["job"]: t["health"] for t in targets} == {"cdc-producer": "up", "cdc-merge": "up",
                                                                    "prometheus": "up"}
     rules = [r["name"] for g in prometheus_get(w.url, "/api/v1/rules")["groups"] for r in g["rules"]]
-    assert len(rules) == 9 and "CDCDataLoss" in rules and "CDCMergeQueryStopped" in rules
+    assert len(rules) == 11 and "CDCDataLoss" in rules and "CDCLakeStale" in rules
     assert w.value('debezium_metrics_RowsScanned{context="snapshot",table="shop.t"}') >= 500
 
     events = w.value('debezium_metrics_TotalNumberOfEventsSeen{context="streaming"}')

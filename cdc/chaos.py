@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
@@ -78,9 +79,13 @@ class BrokerChaos:
     #: Called with the cluster's record after a node started again (its new pid: stack.json).
     on_change: Callable[[dict], None] | None = None
 
-    def stop_busiest_leader(self, cfg: CDCConfig, topics: list[str], *, kill: bool) -> int:
+    def stop_busiest_leader(self, cfg: CDCConfig, topics: list[str], *, kill: bool, in_sync_s: float = 60.0) -> int:
         """Stop the node leading the partition of ``topics`` that holds the most records
-        (SIGKILL when ``kill``, else a controlled shutdown); its id."""
+        (SIGKILL when ``kill``, else a controlled shutdown); its id.  First every partition's
+        replicas are waited for to be in sync again (at most ``in_sync_s``): the run stops one
+        node at a time, never a second one while a node started again is still catching up
+        (then the leaders left could be replicas that missed acknowledged writes)."""
+        self.wait_in_sync(cfg, in_sync_s)
         client = cfg.kafka.client_settings()
         leaders = partition_leaders(cfg.kafka.bootstrap_servers, topics, client)
         ends = end_offsets(cfg.kafka.bootstrap_servers, list(leaders), client_config=client) if leaders else {}
@@ -90,6 +95,20 @@ class BrokerChaos:
         stop_node(node, sig=signal.SIGKILL if kill else signal.SIGTERM)
         self.down.append(node_id)
         return node_id
+
+    def wait_in_sync(self, cfg: CDCConfig, timeout: float) -> bool:
+        """Wait until every partition of the cluster has all its replicas in sync; whether it did."""
+        admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_settings()})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                meta = admin.list_topics(timeout=10)
+                if all(len(p.isrs) >= len(p.replicas) for t in meta.topics.values() for p in t.partitions.values()):
+                    return True
+            except Exception:  # noqa: BLE001 - a node still starting: asked again
+                pass
+            time.sleep(0.5)
+        return False
 
     def start_stopped(self) -> list[int]:
         """Start every node stopped so far again (their ports and data); their ids."""
@@ -227,8 +246,9 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
                 signal_row(f"{what}-snapshot", {"type": "incremental"})
             elif what == "kill":
                 p = producer if arg == "producer" else job
-                if arg in LAKE_MOMENTS:
+                if arg in LAKE_MOMENTS:  # (the merge job, at a lake commit's moment)
                     counts[f"job_kills_at_{arg[4:]}"] += _kill_on_new(job, LAKE_MOMENTS[arg](cfg, db))
+                else:
                     p.kill9()
                 counts["producer_kills" if arg == "producer" else "job_kills"] += 1
                 p.start()

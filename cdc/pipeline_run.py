@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdc.errors import CommandError
 from common.config import CDCConfig, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,11 @@ class CdcProcess:
     starts: int = 0
 
     def start(self) -> None:
+        """Start the process; one that still runs is an error (two producers of one name fence
+        each other, two merge jobs of one checkpoint race: a caller meant to stop it first)."""
+        if self.alive():
+            raise CommandError(f"the {self.name} (pid {self.proc.pid}) still runs: stop or kill it before starting it "
+                               "again")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                          env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)

@@ -157,6 +157,100 @@ def _spread(rnd: random.Random, n: int, start: float, end: float, gap: float) ->
     return [start + o + i * gap for i, o in enumerate(offsets)]
 
 
+def _chaos_config(cfg: CDCConfig, run: str, work_dir: Path, brokers: BrokerChaos | None) -> CDCConfig:
+    """The run's configuration: its own topics, database and sinks, Kafka transactions, small
+    chunks, every sink on, short trigger and lake commit intervals."""
+    cfg = run_config(cfg, run, work_dir, partitions=2)
+    cfg.kafka.transactions = True
+    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = 100, 2
+    cfg.sinks.changelog.enabled = cfg.sinks.postgres.enabled = cfg.sinks.mysql.enabled = True
+    cfg.sinks.postgres.schema_name = run
+    cfg.sinks.mysql.database = f"sink_{run}"
+    cfg.spark.trigger_interval_s = 1.0
+    cfg.sinks.delta.commit_interval_s = cfg.sinks.iceberg.commit_interval_s = 3.0  # (several commits a minute)
+    if brokers is not None:  # every topic on every node, a write acknowledged by two
+        cfg.kafka.replication_factor = min(3, len(brokers.info["nodes"]))
+    return cfg
+
+
+def _prepare_source(cfg: CDCConfig, admin: Callable[[], Any], run: str, rows: int, read_only: bool) -> None:
+    """The run's database and tables of ``rows`` rows; with ``read_only`` a CDC user without
+    any write privilege (set in ``cfg``) and read-only snapshots."""
+    db = run
+    with admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+        if read_only:
+            user, password = f"ro_{run}"[:32], uuid.uuid4().hex
+            cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (user, password))
+            cur.execute(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO `{user}`@'%'")
+            cfg.source.user, cfg.source.password = user, password
+            cfg.snapshot.read_only = True
+    with admin() as conn:
+        for kind in KINDS:
+            create_table(conn, db, f"t_{kind}", kind, rows)
+
+
+@dataclass
+class _ChaosRun:
+    """What one run's actions work on: its configuration and database, its processes and Kafka
+    nodes, its counts."""
+
+    cfg: CDCConfig
+    db: str
+    admin: Callable[[], Any]
+    restart_source: Callable[[], None]
+    producer: CdcProcess
+    job: CdcProcess
+    brokers: BrokerChaos | None
+    counts: dict[str, Any]
+
+    def signal_row(self, kind: str, data: dict | None) -> str:
+        """Insert a signal row (the source may be restarting: tried for a minute)."""
+        for _ in range(60):
+            try:  # (a read-only CDC user may not insert)
+                c = self.admin() if self.cfg.snapshot.read_only else connect(self.cfg.source)
+            except Exception:  # noqa: BLE001 - retried
+                time.sleep(1.0)
+                continue
+            try:
+                self.counts["signals"] += 1
+                return send_signal(c, self.cfg.source.signal_table, kind, data)
+            finally:
+                c.close()
+        raise ChaosError(f"could not insert the {kind} signal: the source stays away")
+
+    def act(self, action: str) -> str | None:
+        """Carry out one planned action; what to print (None: nothing done)."""
+        what, _, arg = action.partition(":")
+        counts = self.counts
+        if arg == "broker":
+            if self.brokers is None:
+                return None
+            if what == "start":
+                counts["broker_starts"] += len(self.brokers.start_stopped())
+                return action
+            node = self.brokers.stop_busiest_leader(self.cfg, [f"{self.db}.{self.db}.t_{k}" for k in KINDS],
+                                                    kill=what == "kill")
+            counts["broker_kills" if what == "kill" else "broker_shutdowns"] += 1
+            return f"{action} (node {node})"
+        if what == "snapshot":
+            self.signal_row("execute-snapshot", execute_snapshot_data([f"{self.db}.t_{arg}"]))
+        elif what in ("pause", "resume"):
+            self.signal_row(f"{what}-snapshot", {"type": "incremental"})
+        elif what == "kill":
+            p = self.producer if arg == "producer" else self.job
+            if arg in LAKE_MOMENTS:  # (the merge job, at a lake commit's moment)
+                counts[f"job_kills_at_{arg[4:]}"] += _kill_on_new(self.job, LAKE_MOMENTS[arg](self.cfg, self.db))
+            else:
+                p.kill9()
+            counts["producer_kills" if arg == "producer" else "job_kills"] += 1
+            p.start()
+        elif what == "restart":
+            self.restart_source()
+            counts["source_restarts"] += 1
+        return action
+
+
 def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Callable[[], None], seed: int = 1,
               rows: int = 3000, duration: float = 60.0, producer_kills: int = 10, job_kills: int = 5,
               work_dir: Path, console: Console | None = None, read_only: bool = False,
@@ -168,54 +262,18 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
 
     console = console or Console()
     work_dir.mkdir(parents=True, exist_ok=True)
-    run = f"chaos{seed}_{uuid.uuid4().hex[:6]}"
-    db = run
-    cfg = run_config(cfg, run, work_dir, partitions=2)
-    cfg.kafka.transactions = True
-    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = 100, 2
-    cfg.sinks.changelog.enabled = cfg.sinks.postgres.enabled = cfg.sinks.mysql.enabled = True
-    cfg.sinks.postgres.schema_name = run
-    cfg.sinks.mysql.database = f"sink_{run}"
-    cfg.spark.trigger_interval_s = 1.0
-    cfg.sinks.delta.commit_interval_s = cfg.sinks.iceberg.commit_interval_s = 3.0  # (several commits a minute)
-    if brokers is not None:  # every topic on every node, a write acknowledged by two
-        cfg.kafka.replication_factor = min(3, len(brokers.info["nodes"]))
+    run = db = f"chaos{seed}_{uuid.uuid4().hex[:6]}"
+    cfg = _chaos_config(cfg, run, work_dir, brokers)
     plan = ChaosPlan.make(seed, duration=duration, producer_kills=producer_kills, job_kills=job_kills,
                           broker_kills=brokers is not None)
     counts: dict[str, Any] = {"seed": seed, "rows_per_table": rows, "producer_kills": 0, "job_kills": 0,
                               "job_kills_at_commit": 0, "job_kills_at_staged": 0, "job_kills_at_intent": 0,
                               "source_restarts": 0, "signals": 0, "broker_kills": 0,
-                              "broker_shutdowns": 0, "broker_starts": 0}
-    with admin() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-        if read_only:
-            user, password = f"ro_{run}"[:32], uuid.uuid4().hex
-            cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (user, password))
-            cur.execute(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO `{user}`@'%'")
-            cfg.source.user, cfg.source.password = user, password
-            cfg.snapshot.read_only = True
-    counts["read_only"] = read_only
-    keys = {}
-    with admin() as conn:
-        for kind in KINDS:
-            keys[kind] = create_table(conn, db, f"t_{kind}", kind, rows)
+                              "broker_shutdowns": 0, "broker_starts": 0, "read_only": read_only}
+    _prepare_source(cfg, admin, run, rows, read_only)
     start_at_current(cfg)
     producer, job = pipeline_processes(cfg, work_dir, "chaos")
-
-    def signal_row(kind: str, data: dict | None) -> str:
-        for _ in range(60):  # the source may be restarting
-            try:
-                c = admin() if read_only else connect(cfg.source)  # a read-only CDC user may not insert
-            except Exception:  # noqa: BLE001 - retried
-                time.sleep(1.0)
-                continue
-            try:
-                counts["signals"] += 1
-                return send_signal(c, cfg.source.signal_table, kind, data)
-            finally:
-                c.close()
-        raise ChaosError(f"could not insert the {kind} signal: the source stays away")
-
+    chaos = _ChaosRun(cfg, db, admin, restart_source, producer, job, brokers, counts)
     loads = [WriteLoad(admin, db, f"t_{k}", k, key_space=rows + rows // 10, seed=seed * 10 + i, pause_s=0.003)
              for i, k in enumerate(KINDS)]
     console.print(f"chaos run {run}: seed {seed}, {len(plan.actions)} planned actions over about {duration:.0f}s")
@@ -230,49 +288,10 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
             delay = at - (time.monotonic() - t0)
             if delay > 0:
                 time.sleep(delay)
-            what, _, arg = action.partition(":")
-            if arg == "broker":
-                if brokers is None:
-                    continue
-                if what == "start":
-                    counts["broker_starts"] += len(brokers.start_stopped())
-                else:
-                    node = brokers.stop_busiest_leader(cfg, [f"{run}.{db}.t_{k}" for k in KINDS], kill=what == "kill")
-                    counts["broker_kills" if what == "kill" else "broker_shutdowns"] += 1
-                    action += f" (node {node})"
-            elif what == "snapshot":
-                signal_row("execute-snapshot", execute_snapshot_data([f"{db}.t_{arg}"]))
-            elif what in ("pause", "resume"):
-                signal_row(f"{what}-snapshot", {"type": "incremental"})
-            elif what == "kill":
-                p = producer if arg == "producer" else job
-                if arg in LAKE_MOMENTS:  # (the merge job, at a lake commit's moment)
-                    counts[f"job_kills_at_{arg[4:]}"] += _kill_on_new(job, LAKE_MOMENTS[arg](cfg, db))
-                else:
-                    p.kill9()
-                counts["producer_kills" if arg == "producer" else "job_kills"] += 1
-                p.start()
-            elif what == "restart":
-                restart_source()
-                counts["source_restarts"] += 1
-            console.print(f"  {time.monotonic() - t0:6.1f}s  {action}")
-        _wait(lambda: _tables_done(cfg, db) >= len(KINDS), 600, "every table's snapshot to complete",
-              lambda: _check_alive(producer, job))
-        for load in loads:
-            load.stop()
-        counts["writes"] = {f"t_{k}": dict(load.ops) for k, load in zip(KINDS, loads)}
-        c = connect(cfg.source)
-        try:
-            end = current_position(c)
-        finally:
-            c.close()
-        store = OffsetStore(cfg.kafka, cfg.producer.name)
-        _wait(lambda: _caught_up(store, end), 300, "the producer to catch up", lambda: _check_alive(producer, job))
-        producer.stop()
-        job.stop()
-        drain = MergeJob(cfg)
-        drain.run(available_now=True)
-        report = verify(cfg, [f"{db}.t_{k}" for k in KINDS], changelog=True)
+            done = chaos.act(action)
+            if done is not None:
+                console.print(f"  {time.monotonic() - t0:6.1f}s  {done}")
+        report = _drain_and_verify(chaos, loads)
     finally:
         for load in loads:
             load.halt()
@@ -282,25 +301,53 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
             brokers.start_stopped()  # (a node left down by a failure)
     counts["seconds"] = round(time.monotonic() - t0, 1)
     counts["producer_starts"], counts["job_starts"] = producer.starts, job.starts
+    _end_counts(cfg, admin, db, counts)
+    counts["verify_equal"] = report.equal
+    print_report(report, console)
+    _print_counts(counts, console)
+    counts["report"] = report
+    return counts
+
+
+def _drain_and_verify(chaos: _ChaosRun, loads: list[WriteLoad]):
+    """Once every table's snapshot is done: the loads stopped, the producer caught up with the
+    source, the merge job drained; ``cdc verify``'s report of the run's tables."""
+    cfg, db, producer, job = chaos.cfg, chaos.db, chaos.producer, chaos.job
+    _wait(lambda: _tables_done(cfg, db) >= len(KINDS), 600, "every table's snapshot to complete",
+          lambda: _check_alive(producer, job))
+    for load in loads:
+        load.stop()
+    chaos.counts["writes"] = {f"t_{k}": dict(load.ops) for k, load in zip(KINDS, loads)}
+    c = connect(cfg.source)
+    try:
+        end = current_position(c)
+    finally:
+        c.close()
+    store = OffsetStore(cfg.kafka, cfg.producer.name)
+    _wait(lambda: _caught_up(store, end), 300, "the producer to catch up", lambda: _check_alive(producer, job))
+    producer.stop()
+    job.stop()
+    MergeJob(cfg).run(available_now=True)
+    return verify(cfg, [f"{db}.t_{k}" for k in KINDS], changelog=True)
+
+
+def _end_counts(cfg: CDCConfig, admin: Callable[[], Any], db: str, counts: dict[str, Any]) -> None:
+    """The counts read after the run: copies in the raw topics and the clean changelog, the
+    source's rows, the lake tables' commits and batches committed twice."""
     raw_copies = clean_dups = 0
     counts["source_rows"] = {}
     for kind in KINDS:
         table = f"t_{kind}"
-        raw_copies += _copies(read_topic(cfg.kafka.bootstrap_servers, f"{run}.{db}.{table}",
+        raw_copies += _copies(read_topic(cfg.kafka.bootstrap_servers, f"{db}.{db}.{table}",
                                          client_config=cfg.kafka.client_settings()))
-        clean_dups += _copies(read_topic(cfg.kafka.bootstrap_servers, clean_topic(run, db, table),
+        clean_dups += _copies(read_topic(cfg.kafka.bootstrap_servers, clean_topic(db, db, table),
                                          client_config=cfg.kafka.client_settings()))
         with admin() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT COUNT(*) FROM `{db}`.`{table}`")
             counts["source_rows"][table] = cur.fetchone()[0]
     counts["raw_topic_copies"] = raw_copies
     counts["clean_changelog_duplicates"] = clean_dups
-    counts["verify_equal"] = report.equal
     counts["lake_commits"], counts["lake_batches_committed_twice"] = _lake_commits(cfg, db)
-    print_report(report, console)
-    _print_counts(counts, console)
-    counts["report"] = report
-    return counts
 
 
 def _lake_tables_log(cfg: CDCConfig, db: str) -> list[Path]:

@@ -286,6 +286,20 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
     return latency, idle_change
 
 
+def _lake_part(cfg, info, work: Path, db: str, live_rows: int, max_id: int, rate: int, seconds: float,
+               lake_engines: tuple[str, ...], console: Console, cpu_roots: dict) -> tuple[dict[str, Any], int]:
+    """(f) and (g): the lake runs, then the latency with the last engine's Delta table; the lake
+    figures and the source's rows after them (the latency run adds rows)."""
+    out = lake_runs(cfg, work, db, live_rows, _throughput_run, console, cpu_roots, engines=lake_engines)
+    if rate and seconds:  # (the last engine's Delta run)
+        out["delta_latency"] = delta_latency(cfg, work, info, db, rate, seconds, max_id + 1, str(work / "producer"),
+                                             _latency_run, console, name=out["names"][-2])
+        with admin(info.mysql, db) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
+            live_rows = cur.fetchone()[0]
+    return out, live_rows
+
+
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
                 seconds: float = 30.0, scale_out: bool = True, lake: bool = True, keep_running: bool = False,
                 kafka_sources: int = 0, lake_engines: tuple[str, ...] = ("driver",),
@@ -343,15 +357,8 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM `{TABLE}`")
             live_rows, max_id = cur.fetchone()
         if lake:
-            result["lake"] = lake_runs(cfg, work, db, live_rows, _throughput_run, console, cpu_roots,
-                                       engines=lake_engines)
-            if rate and seconds:  # (the last engine's Delta run)
-                result["lake"]["delta_latency"] = delta_latency(cfg, work, info, db, rate, seconds, max_id + 1,
-                                                                str(work / "producer"), _latency_run, console,
-                                                                name=result["lake"]["names"][-2])
-                with admin(info.mysql, db) as conn, conn.cursor() as cur:
-                    cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
-                    live_rows = cur.fetchone()[0]
+            result["lake"], live_rows = _lake_part(cfg, info, work, db, live_rows, max_id, rate, seconds,
+                                                   lake_engines, console, cpu_roots)
         if scale_out:
             result["scale_out"] = _scale_out(cfg, work, db, live_rows, console, cpu_roots)
             if lake and "spark" in lake_engines:  # (more workers with both lakes on: the lake section's)

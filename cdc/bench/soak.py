@@ -352,6 +352,70 @@ def false_loss_alarm(cfg: CDCConfig) -> str | None:
     return check_history(cfg.kafka, cfg.producer.name, cfg.state_dir)[2]
 
 
+def _soak_config(cfg: CDCConfig, run: str, work_dir: Path, partitions: int, lake: bool,
+                 lake_retention_hours: int | None, lake_engine: str) -> CDCConfig:
+    """The run's configuration: its own topics and sinks, PostgreSQL and the changelog on, the
+    lakes as asked."""
+    cfg = run_config(cfg, run, work_dir, partitions=partitions)
+    cfg.sinks.postgres.enabled = cfg.sinks.changelog.enabled = True
+    cfg.sinks.mysql.enabled = False
+    cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = lake
+    cfg.sinks.delta.retention_hours = cfg.sinks.iceberg.retention_hours = lake_retention_hours
+    cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = lake_engine
+    cfg.sinks.postgres.schema_name = run
+    return cfg
+
+
+def _check_running(*processes) -> None:
+    """A run's process that exited stops the soak, naming its log."""
+    for p in processes:
+        if not p.alive():
+            raise BenchError(f"the {p.name} exited ({p.proc.returncode if p.proc else '?'}); see {p.log}")
+
+
+def _sample(cfg: CDCConfig, clock, load, ms: dict, span: tuple[float, float], counts: tuple[int, int, int],
+            pids: dict[str, int | None], t0: float, lake_dirs: dict[str, Path]) -> dict[str, Any]:
+    """One sample's figures over ``span`` (the last sample's time, now): latency, rates from
+    ``counts`` (changes written and merged at the last sample, merged now), memory of the
+    ``pids``' process trees, checkpoint files, tombstones, pace warnings, and the lakes'."""
+    (last_t, now), (last_written, last_input, merged) = span, counts
+    p50, p99, n = clock.latency_ms(last_t, now)
+    sample = {"t_s": round(now - t0, 1), "source_lag_s": _producer_lag(cfg), "latency_p50_ms": p50,
+              "latency_p99_ms": p99, "rows_measured": n, "changes_written": load.count,
+              "written_per_s": round((load.count - last_written) / (now - last_t), 1) if now > last_t else None,
+              "merged_per_s": round((merged - last_input) / (now - last_t), 1) if now > last_t else None,
+              "rss_mb": {k: tree_rss_mb(v) for k, v in pids.items()},
+              "private_mb": {k: tree_rss_mb(v, "RssAnon") for k, v in pids.items()},
+              "checkpoint_files": _files(Path(cfg.spark.checkpoint_dir)),
+              "tombstones": clock.tombstones(), "pace_warnings": [w.get("message") for w in ms.get("warnings") or []]}
+    if lake_dirs:
+        sample["lake"] = _lake_sample(lake_dirs)
+        sample["lake_commits"] = _lake_commits(cfg)
+    return sample
+
+
+def _deepen(cfg: CDCConfig, run: str, db: str, partitions: int, deep_batches: int, console: Console) -> None:
+    """``deep_batches`` one-record batches into each partition of the soak table's topic first."""
+    topic = table_topic(run, db, TABLE)
+    ensure_topics(cfg.kafka, [topic], partitions=partitions)
+    with console.status(f"{partitions} x {deep_batches:,} one-record batches into {topic}..."):
+        deepen_partitions(cfg.kafka.bootstrap_servers, topic, partitions, deep_batches, cfg.kafka.client_settings())
+
+
+def _drain(cfg: CDCConfig, db: str, producer, job, drain_s: float) -> tuple[bool, float]:
+    """After the load: ``cdc verify`` every 10 s until the sinks equal the source (at most
+    ``drain_s``); whether they did, and when."""
+    t_stop = time.time()
+    report = None
+    while time.time() - t_stop < drain_s:
+        time.sleep(10.0)
+        _check_running(producer, job)
+        report = verify(cfg, [f"{db}.{TABLE}"])
+        if report.equal:
+            break
+    return bool(report is not None and report.equal), round(time.time() - t_stop, 1)
+
+
 def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60.0, rate: int = 1000,
              rows: int = 50_000, partitions: int = 2, sample_s: float = 30.0, deep_batches: int = 0,
              drain_s: float = 180.0, stack_pids: dict[str, int | None] | None = None, loss_checks: int = 1,
@@ -370,20 +434,11 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
     work_dir.mkdir(parents=True, exist_ok=True)
     run = f"soak_{uuid.uuid4().hex[:8]}"
     db = run
-    cfg = run_config(cfg, run, work_dir, partitions=partitions)
-    cfg.sinks.postgres.enabled = cfg.sinks.changelog.enabled = True
-    cfg.sinks.mysql.enabled = False
-    cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = lake
-    cfg.sinks.delta.retention_hours = cfg.sinks.iceberg.retention_hours = lake_retention_hours
-    cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = lake_engine
-    cfg.sinks.postgres.schema_name = run
+    cfg = _soak_config(cfg, run, work_dir, partitions, lake, lake_retention_hours, lake_engine)
     lake_dirs = _lake_dirs(cfg, db)
     create_table(mysql, db, rows)
     if deep_batches:
-        topic = table_topic(run, db, TABLE)
-        ensure_topics(cfg.kafka, [topic], partitions=partitions)
-        with console.status(f"{partitions} x {deep_batches:,} one-record batches into {topic}..."):
-            deepen_partitions(cfg.kafka.bootstrap_servers, topic, partitions, deep_batches, cfg.kafka.client_settings())
+        _deepen(cfg, run, db, partitions, deep_batches, console)
     start_at_current(cfg)
     producer, job = pipeline_processes(cfg, work_dir, "soak")
     clock = SinkClock(cfg, db)
@@ -411,36 +466,20 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
             time.sleep(max(0.0, min(sample_s, seconds - (time.time() - t0))))
             if load.error is not None:
                 raise BenchError(f"the write load failed: {load.error}")
-            for p in (producer, job):
-                if not p.alive():
-                    raise BenchError(f"the {p.name} exited ({p.proc.returncode if p.proc else '?'}); see {p.log}")
+            _check_running(producer, job)
             now = time.time()
             clock.install()
             ms = _merge_status(cfg)
             merged = int(ms.get("totals", {}).get("input", 0))
-            p50, p99, n = clock.latency_ms(last_t, now)
             alarm = None
             for _ in range(loss_checks):  # what `cdc status` says, while the producer commits
                 alarm = false_loss_alarm(cfg) or alarm
                 if alarm:
                     alarms.append(alarm)
                 result["loss_checks"] = result.get("loss_checks", 0) + 1
-            sample = {"t_s": round(now - t0, 1), "source_lag_s": _producer_lag(cfg), "latency_p50_ms": p50,
-                      "latency_p99_ms": p99, "rows_measured": n, "changes_written": load.count,
-                      "written_per_s": round((load.count - last_written) / (now - last_t), 1) if now > last_t else None,
-                      "merged_per_s": round((merged - last_input) / (now - last_t), 1) if now > last_t else None,
-                      "rss_mb": {"producer": tree_rss_mb(producer.proc.pid), "merge": tree_rss_mb(job.proc.pid),
-                                 **{k: tree_rss_mb(v) for k, v in pids.items()}},
-                      "private_mb": {"producer": tree_rss_mb(producer.proc.pid, "RssAnon"),
-                                     "merge": tree_rss_mb(job.proc.pid, "RssAnon"),
-                                     **{k: tree_rss_mb(v, "RssAnon") for k, v in pids.items()}},
-                      "checkpoint_files": _files(Path(cfg.spark.checkpoint_dir)),
-                      "tombstones": clock.tombstones(), "pace_warnings": [w.get("message") for w in
-                                                                          ms.get("warnings") or []],
-                      "lost_history_alarm": alarm}
-            if lake_dirs:
-                sample["lake"] = _lake_sample(lake_dirs)
-                sample["lake_commits"] = _lake_commits(cfg)
+            sample = _sample(cfg, clock, load, ms, (last_t, now), (last_written, last_input, merged),
+                             {"producer": producer.proc.pid, "merge": job.proc.pid, **pids}, t0, lake_dirs)
+            sample["lost_history_alarm"] = alarm
             samples.append(sample)
             last_t, last_input, last_written = now, merged, load.count
             if on_sample is not None:
@@ -448,18 +487,7 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
             console.print(_sample_line(sample))
         load.stop()
         result["ops"] = dict(load.ops)
-        t_stop = time.time()
-        report = None
-        while time.time() - t_stop < drain_s:
-            time.sleep(10.0)
-            for p in (producer, job):
-                if not p.alive():
-                    raise BenchError(f"the {p.name} exited ({p.proc.returncode if p.proc else '?'}); see {p.log}")
-            report = verify(cfg, [f"{db}.{TABLE}"])
-            if report.equal:
-                break
-        result["drain_s"] = round(time.time() - t_stop, 1)
-        result["equal"] = bool(report is not None and report.equal)
+        result["equal"], result["drain_s"] = _drain(cfg, db, producer, job, drain_s)
         result["final_warnings"] = [w.get("message") for w in _merge_status(cfg).get("warnings") or []]
     finally:
         load.halt()

@@ -3,6 +3,7 @@ fixtures; MariaDB, or MySQL with ``flavor="mysql"``), started by :mod:`cdc.stack
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,32 @@ class Topology:
         for server in reversed(self.servers):
             remove_server(server)
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def table_rows(topology: Topology, server: dict, db: str) -> list[tuple]:
+    """``db.t``'s rows on ``server``, by id."""
+    with topology.admin(server, db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, v FROM t ORDER BY id")
+        return list(cur.fetchall())
+
+
+def write(topology: Topology, server: dict, db: str, *statements: str) -> str:
+    """Run ``statements`` on ``server`` (autocommitted, a transaction each); the GTID of the last
+    one in the server's own form (MariaDB ``domain-server-seq``, MySQL ``uuid:N``)."""
+    with topology.admin(server, db) as conn, conn.cursor() as cur:
+        for stmt in statements:
+            cur.execute(stmt)
+        if topology.flavor != "mysql":
+            cur.execute("SELECT @@last_gtid")
+            return cur.fetchone()[0]
+        cur.execute("SELECT @@server_uuid, @@gtid_executed")
+        uuid, executed = cur.fetchone()
+    last = re.search(rf"{uuid}:(?:\d+-)?(\d+)", executed.replace("\n", ""))
+    return f"{uuid}:{last.group(1)}"
+
+
+def create_shop_table(topology: Topology) -> None:
+    """``shop.t`` (id, v) on the primary."""
+    with topology.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(40))")

@@ -1,11 +1,11 @@
 """A MySQL 9.7 primary with replicas (``make mysql-server``'s server): replication by GTID
 (``SOURCE_AUTO_POSITION=1``, over TLS, the replication user on caching_sha2_password),
-failover by promotion, the replicas logging what they apply under the primary's GTIDs, and
+failover by promotion (a promotion that first copies what another replica received: test_replication.py, on both
+servers), the replicas logging what they apply under the primary's GTIDs, and
 ``cdc stack up --flavor mysql --replicas``.  (MariaDB's: test_replication.py.)"""
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import pymysql
@@ -13,7 +13,7 @@ import pytest
 
 from cdc.stack.manager import read_stack, stack_down, stack_status
 from cdc.stack.process import pid_alive
-from tests.replication_helpers import Topology
+from tests.replication_helpers import Topology, create_shop_table, table_rows, write
 
 
 @pytest.fixture
@@ -26,41 +26,17 @@ def replicated_mysql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topol
         topology.close()
 
 
-def _rows(topology: Topology, server: dict, db: str) -> list[tuple]:
-    with topology.admin(server, db) as conn, conn.cursor() as cur:
-        cur.execute("SELECT id, v FROM t ORDER BY id")
-        return list(cur.fetchall())
-
-
-def _write(topology: Topology, server: dict, db: str, *statements: str) -> str:
-    """Run ``statements`` on ``server`` (autocommitted, one transaction each); returns the GTID
-    of the last one (``uuid:N``)."""
-    with topology.admin(server, db) as conn, conn.cursor() as cur:
-        for stmt in statements:
-            cur.execute(stmt)
-        cur.execute("SELECT @@server_uuid, @@gtid_executed")
-        uuid, executed = cur.fetchone()
-    last = re.search(rf"{uuid}:(?:\d+-)?(\d+)", executed.replace("\n", ""))
-    return f"{uuid}:{last.group(1)}"
-
-
-def _create_table(topology: Topology) -> None:
-    with topology.admin() as conn, conn.cursor() as cur:
-        cur.execute("CREATE DATABASE shop")
-        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(40))")
-
-
 def test_mysql_replicas_follow_the_primary_and_the_promoted_one_feeds_the_other(replicated_mysql):
     """A row written on the primary reaches both replicas (read-only, logging what they apply,
     replicating by GTID over TLS); the primary dies, replica 1 is promoted, replica 2 follows
     it and gets what is written there under replica 1's own server uuid."""
     topo = replicated_mysql
-    _create_table(topo)
-    gtid = _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'on the primary')")
+    create_shop_table(topo)
+    gtid = write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'on the primary')")
     uuids = set()
     for replica in topo.replicas:
         topo.wait_caught_up(replica)
-        assert _rows(topo, replica, "shop") == [(1, "on the primary")]
+        assert table_rows(topo, replica, "shop") == [(1, "on the primary")]
     for server in (topo.primary, *topo.replicas):
         with topo.admin(server) as conn, conn.cursor() as cur:
             cur.execute("SELECT @@server_uuid, @@read_only, @@log_replica_updates, @@gtid_mode, @@binlog_row_image, "
@@ -91,7 +67,7 @@ def test_mysql_replicas_follow_the_primary_and_the_promoted_one_feeds_the_other(
     assert not pid_alive(old_primary["pid"])
     topo.promote(replica1)
     assert topo.primary is replica1 and topo.replicas == [replica2]
-    gtid = _write(topo, replica1, "shop", "INSERT INTO t VALUES (2, 'after')", "UPDATE t SET v = 'kept' WHERE id = 1")
+    gtid = write(topo, replica1, "shop", "INSERT INTO t VALUES (2, 'after')", "UPDATE t SET v = 'kept' WHERE id = 1")
     with topo.admin(replica1) as conn, conn.cursor() as cur:
         cur.execute("SELECT @@server_uuid, @@read_only")
         uuid, read_only = cur.fetchone()
@@ -99,34 +75,11 @@ def test_mysql_replicas_follow_the_primary_and_the_promoted_one_feeds_the_other(
         assert cur.fetchone() is None and read_only == 0
     assert gtid.startswith(f"{uuid}:")  # written on the new primary under its own server uuid
     topo.wait_caught_up(replica2, source=replica1)
-    assert _rows(topo, replica2, "shop") == [(1, "kept"), (2, "after")]
+    assert table_rows(topo, replica2, "shop") == [(1, "kept"), (2, "after")]
     with topo.admin(replica2) as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute("SHOW REPLICA STATUS")
         status = cur.fetchone()
     assert (status["Source_Port"], status["Auto_Position"]) == (replica1["port"], 1)
-
-
-def test_the_promoted_mysql_replica_first_gets_what_another_replica_received(replicated_mysql):
-    """Replica 1 misses transactions replica 2 received (its IO thread stopped): promoting
-    replica 1 copies them from replica 2 first, and replica 2 then follows it."""
-    topo = replicated_mysql
-    _create_table(topo)
-    _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'both')")
-    for replica in topo.replicas:
-        topo.wait_caught_up(replica)
-    replica1, replica2 = topo.replicas
-    with topo.admin(replica1) as conn, conn.cursor() as cur:
-        cur.execute("STOP REPLICA IO_THREAD")
-    _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (2, 'only replica 2')",
-           "UPDATE t SET v = 'new' WHERE id = 1")
-    topo.wait_caught_up(replica2)
-    assert _rows(topo, replica1, "shop") == [(1, "both")]
-    topo.stop(topo.primary, kill=True)
-    topo.promote(replica1)
-    assert _rows(topo, replica1, "shop") == [(1, "new"), (2, "only replica 2")]
-    _write(topo, replica1, "shop", "INSERT INTO t VALUES (3, 'after')")
-    topo.wait_caught_up(replica2, source=replica1)
-    assert _rows(topo, replica2, "shop") == [(1, "new"), (2, "only replica 2"), (3, "after")]
 
 
 def test_stack_up_with_mysql_replicas(stack, tmp_path_factory):

@@ -12,37 +12,16 @@ import pytest
 from cdc.stack.manager import read_stack, stack_down, stack_status, stack_up
 from cdc.stack.process import pid_alive
 from common.config import load_config
-from tests.replication_helpers import Topology
-
-
-def _rows(topology: Topology, server: dict, db: str) -> list[tuple]:
-    with topology.admin(server, db) as conn, conn.cursor() as cur:
-        cur.execute("SELECT id, v FROM t ORDER BY id")
-        return list(cur.fetchall())
-
-
-def _write(topology: Topology, server: dict, db: str, *statements: str) -> str:
-    """Run ``statements`` on ``server``; returns the GTID of the last one."""
-    with topology.admin(server, db) as conn, conn.cursor() as cur:
-        for stmt in statements:
-            cur.execute(stmt)
-        cur.execute("SELECT @@last_gtid")
-        return cur.fetchone()[0]
-
-
-def _create_table(topology: Topology) -> None:
-    with topology.admin() as conn, conn.cursor() as cur:
-        cur.execute("CREATE DATABASE shop")
-        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(40))")
+from tests.replication_helpers import create_shop_table, table_rows, write
 
 
 def test_a_row_written_on_the_primary_reaches_both_replicas(replicated):
     topo = replicated
-    _create_table(topo)
-    _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'on the primary')")
+    create_shop_table(topo)
+    write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'on the primary')")
     for replica in topo.replicas:
         topo.wait_caught_up(replica)
-        assert _rows(topo, replica, "shop") == [(1, "on the primary")]
+        assert table_rows(topo, replica, "shop") == [(1, "on the primary")]
     ids = set()
     for server in (topo.primary, *topo.replicas):
         with topo.admin(server) as conn, conn.cursor() as cur:
@@ -70,8 +49,8 @@ def test_a_row_written_on_the_primary_reaches_both_replicas(replicated):
 
 def test_after_the_primary_dies_the_promoted_replica_feeds_the_other(replicated):
     topo = replicated
-    _create_table(topo)
-    _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'before')")
+    create_shop_table(topo)
+    write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'before')")
     for replica in topo.replicas:
         topo.wait_caught_up(replica)
     old_primary = topo.primary
@@ -80,10 +59,10 @@ def test_after_the_primary_dies_the_promoted_replica_feeds_the_other(replicated)
     assert not pid_alive(old_primary["pid"])
     topo.promote(replica1)
     assert topo.primary is replica1 and topo.replicas == [replica2]
-    gtid = _write(topo, replica1, "shop", "INSERT INTO t VALUES (2, 'after')", "UPDATE t SET v = 'kept' WHERE id = 1")
+    gtid = write(topo, replica1, "shop", "INSERT INTO t VALUES (2, 'after')", "UPDATE t SET v = 'kept' WHERE id = 1")
     assert gtid.startswith(f"0-{replica1['server_id']}-")  # written on the new primary under its own id
     topo.wait_caught_up(replica2, source=replica1)
-    assert _rows(topo, replica2, "shop") == [(1, "kept"), (2, "after")]
+    assert table_rows(topo, replica2, "shop") == [(1, "kept"), (2, "after")]
     with topo.admin(replica1) as conn, conn.cursor() as cur:
         cur.execute("SELECT @@read_only")
         assert cur.fetchone() == (0,)
@@ -95,37 +74,38 @@ def test_after_the_primary_dies_the_promoted_replica_feeds_the_other(replicated)
     assert (status["Master_Port"], status["Using_Gtid"]) == (replica1["port"], "Slave_Pos")
 
 
+@pytest.mark.parametrize("replicated", ["mariadb", "mysql"], indirect=True)
 def test_the_promoted_replica_first_gets_what_another_replica_received_and_it_did_not(replicated):
-    """The primary dies after one replica received transactions the other did not (the
+    """(MariaDB and MySQL.) The primary dies after one replica received transactions the other did not (the
     race of a crash under writes, made certain here by stopping replica 1's IO thread):
     promoting replica 1 copies them from replica 2 first, and replica 2 then follows it."""
     topo = replicated
-    _create_table(topo)
-    _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'both')")
+    create_shop_table(topo)
+    write(topo, topo.primary, "shop", "INSERT INTO t VALUES (1, 'both')")
     for replica in topo.replicas:
         topo.wait_caught_up(replica)
     replica1, replica2 = topo.replicas
     with topo.admin(replica1) as conn, conn.cursor() as cur:
-        cur.execute("STOP SLAVE IO_THREAD")
-    _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (2, 'only replica 2')",
+        cur.execute("STOP REPLICA IO_THREAD")
+    write(topo, topo.primary, "shop", "INSERT INTO t VALUES (2, 'only replica 2')",
            "UPDATE t SET v = 'new' WHERE id = 1")
     topo.wait_caught_up(replica2)
-    assert _rows(topo, replica1, "shop") == [(1, "both")]
+    assert table_rows(topo, replica1, "shop") == [(1, "both")]
     topo.stop(topo.primary, kill=True)
     topo.promote(replica1)
-    assert _rows(topo, replica1, "shop") == [(1, "new"), (2, "only replica 2")]
-    _write(topo, replica1, "shop", "INSERT INTO t VALUES (3, 'after')")
+    assert table_rows(topo, replica1, "shop") == [(1, "new"), (2, "only replica 2")]
+    write(topo, replica1, "shop", "INSERT INTO t VALUES (3, 'after')")
     topo.wait_caught_up(replica2, source=replica1)
-    assert _rows(topo, replica2, "shop") == [(1, "new"), (2, "only replica 2"), (3, "after")]
+    assert table_rows(topo, replica2, "shop") == [(1, "new"), (2, "only replica 2"), (3, "after")]
     with topo.admin(replica1) as conn, conn.cursor() as cur:
-        cur.execute("SHOW SLAVE STATUS")
+        cur.execute("SHOW REPLICA STATUS")
         assert cur.fetchone() is None  # (it replicates nobody once promoted)
 
 
 def test_the_replica_binlog_holds_the_primary_transactions_under_their_gtids(replicated):
     topo = replicated
-    _create_table(topo)
-    gtid = _write(topo, topo.primary, "shop", "INSERT INTO t VALUES (7, 'seven')")
+    create_shop_table(topo)
+    gtid = write(topo, topo.primary, "shop", "INSERT INTO t VALUES (7, 'seven')")
     assert gtid.startswith("0-1-")
     replica = topo.replicas[0]
     topo.wait_caught_up(replica)

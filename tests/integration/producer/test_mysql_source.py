@@ -195,26 +195,38 @@ def test_binary_json_values_come_through_as_their_text(source_stack, config, tes
     assert read == streamed
 
 
-def test_signal_table_snapshot_under_writes_equals_the_table(source_stack, config, test_db):
+def _snapshot_under_writes(source_stack, config, db: str, kind: str, rows: int, *, chunk: int, seed: int,
+                           before_writes=None):
+    """Table ``t`` of ``rows`` rows (loaded before the producer starts: they come by the
+    snapshot only) snapshotted by a signal while a write load runs on it, the producer caught
+    up after: the topic replayed by the DBLog rule, the table's rows, the load's operations and
+    what ``before_writes()`` said before the producer started."""
     with source_stack.admin() as conn:
-        keys = create_table(conn, test_db, "t", "composite", 1200)
-    config.source.include_databases = [test_db]
-    config.snapshot.chunk_size = 150
-    config.snapshot.parallelism = 2
-    start_at_current(config)  # the rows loaded before come by the snapshot only
-    with ProducerThread(config), WriteLoad(source_stack.admin, test_db, "t", "composite", key_space=1400,
-                                           seed=11) as load:
+        keys = create_table(conn, db, "t", kind, rows)
+    config.source.include_databases = [db]
+    config.snapshot.chunk_size = chunk
+    start_at_current(config)
+    marks = before_writes() if before_writes is not None else None
+    with ProducerThread(config), WriteLoad(source_stack.admin, db, "t", kind, key_space=rows + rows // 6,
+                                           seed=seed) as load:
         wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
-        sid = snapshot(config, [f"{test_db}.t"])
+        sid = snapshot(config, [f"{db}.t"])
         wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
         load.stop()
     run_until_caught_up(config)
-    result = dblog_replay(config, _topic(config, test_db, "t"))
+    result = dblog_replay(config, _topic(config, db, "t"))
     with source_stack.admin() as conn:
-        expected = source_rows(conn, test_db, "t", keys)
+        expected = source_rows(conn, db, "t", keys)
+    return result, expected, sum(load.ops.values()), marks
+
+
+def test_signal_table_snapshot_under_writes_equals_the_table(source_stack, config, test_db):
+    config.snapshot.parallelism = 2
+    result, expected, writes, _ = _snapshot_under_writes(source_stack, config, test_db, "composite", 1200,
+                                                         chunk=150, seed=11)
     assert result.table == expected
     assert result.chunk_rows >= 1200 * 0.8 and len(result.windows) >= 1200 // 150
-    assert sum(load.ops.values()) > 100
+    assert writes > 100
 
 
 # --- binlog_transaction_compression=ON: TRANSACTION_PAYLOAD events, zstd -----------------
@@ -318,26 +330,13 @@ def test_a_snapshot_under_writes_with_compression_on_for_every_session(source_st
     with source_stack.admin() as conn, conn.cursor() as cur:
         cur.execute("SET GLOBAL binlog_transaction_compression = ON")
     try:
-        with source_stack.admin() as conn:
-            keys = create_table(conn, test_db, "t", "single", 800)
-        config.source.include_databases = [test_db]
-        config.snapshot.chunk_size = 100
-        start_at_current(config)
-        before = _compressed_transactions(source_stack, test_db)
-        with ProducerThread(config), WriteLoad(source_stack.admin, test_db, "t", "single", key_space=900,
-                                               seed=5) as load:
-            wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
-            sid = snapshot(config, [f"{test_db}.t"])
-            wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="snapshot completed")
-            load.stop()
-        run_until_caught_up(config)
+        result, expected, _, before = _snapshot_under_writes(
+            source_stack, config, test_db, "single", 800, chunk=100, seed=5,
+            before_writes=lambda: _compressed_transactions(source_stack, test_db))
         assert _compressed_transactions(source_stack, test_db) > before + 50
     finally:
         with source_stack.admin() as conn, conn.cursor() as cur:
             cur.execute("SET GLOBAL binlog_transaction_compression = OFF")
-    result = dblog_replay(config, _topic(config, test_db, "t"))
-    with source_stack.admin() as conn:
-        expected = source_rows(conn, test_db, "t", keys)
     assert result.table == expected
     assert result.chunk_rows >= 800 * 0.8 and len(result.windows) >= 8
 

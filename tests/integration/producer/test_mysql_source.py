@@ -133,12 +133,9 @@ def test_stream_carries_mysql_gtids_in_transaction_order(source_stack, config, t
             "UPDATE items SET qty = 4 WHERE id = 1", "DELETE FROM items WHERE id = 2")
     run_until_caught_up(config)
     events = read_events(config, _topic(config, test_db, "items"))
-    assert [(k, v["op"], v["before"], v["after"]) for _, k, v in events] == [
-        ({"id": 1}, "c", None, {"id": 1, "name": "apple", "qty": 3}),
-        ({"id": 2}, "c", None, {"id": 2, "name": "pear", "qty": 5}),
-        ({"id": 1}, "u", {"id": 1, "name": "apple", "qty": 3}, {"id": 1, "name": "apple", "qty": 4}),
-        ({"id": 2}, "d", {"id": 2, "name": "pear", "qty": 5}, None),
-    ]
+    # (the envelopes themselves: test_producer's test_insert_update_delete_are_debezium_envelopes, on both servers)
+    assert [(k, v["op"]) for _, k, v in events] == [({"id": 1}, "c"), ({"id": 2}, "c"), ({"id": 1}, "u"),
+                                                     ({"id": 2}, "d")]
     uuid = _server_uuid(source_stack)
     gtids = [v["source"]["gtid"] for _, _, v in events]
     for gtid in gtids:

@@ -141,10 +141,11 @@ class LakeCommitter:
         with self._cond:
             while self.staged_rows() >= self.max_staged_rows and not self._stop.is_set() and self._running():
                 if started is None:
-                    started = self.held_since = time.time()
+                    started = time.time()
                     log.warning("the %s lake holds the stream back: %d changes staged and not committed "
                                 "(max_staged_rows %d)%s", self.name, self.staged_rows(), self.max_staged_rows,
                                 f"; last commit error: {self.last_error}" if self.last_error else "")
+                    self.held_since = started  # (after the warning: whoever sees it held finds it reported)
                 self._cond.wait(1.0)
         if started is not None:
             self.figures["held_s"] += time.time() - started

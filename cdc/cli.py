@@ -325,13 +325,13 @@ def _cmd_bench_broker(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_soak(args: argparse.Namespace) -> int:
-    from cdc.bench.soak import bench_soak
+    from cdc.bench.soak import LakeSoak, bench_soak
     result = bench_soak(Path(args.state_dir), minutes=args.minutes, rate=args.rate, rows=args.rows,
                         partitions=args.partitions, sample_s=args.sample_s, out=Path(args.out) if args.out else None,
                         png=Path(args.png or (f"docs/soak-lake{'-spark' if args.lake_engine == 'spark' else ''}.png" if args.lake else "docs/soak.png" if args.rate
                                               else "docs/soak-peak.png")) if args.out else None,
-                        keep_running=args.keep_running, lake=args.lake, lake_retention_hours=args.lake_retention_hours,
-                        writers=args.writers, lake_engine=args.lake_engine, console=_bench_console(args))
+                        keep_running=args.keep_running, writers=args.writers, console=_bench_console(args),
+                        lake=LakeSoak(args.lake_engine, args.lake_retention_hours, args.lake_interval) if args.lake else None)
     if args.json:
         print(json.dumps({k: v for k, v in result.items()}, indent=2, default=str))
     return 0 if result["verdict"]["passed"] else 1
@@ -657,6 +657,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_soak_p.add_argument("--lake-engine", choices=["driver", "spark"], default="driver",
                               help="with --lake: the engine that merges into them (default driver; spark: "
                                    "Spark's executors, merge-on-read)")
+    bench_soak_p.add_argument("--lake-interval", type=float, default=None,
+                              help="with --lake: the sinks' commit_interval_s (default: theirs)")
     bench_soak_p.add_argument("--state-dir", default=".cdc/bench")
     bench_soak_p.add_argument("--keep-running", action="store_true")
     bench_soak_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")

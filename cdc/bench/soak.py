@@ -48,6 +48,7 @@ import random
 import statistics
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -98,6 +99,16 @@ def create_table(mysql: dict, db: str, rows: int) -> None:
             values = ",".join(f"({i},'n{i}',{i % 100000}.25,'{'x' * (i % 200)}',NOW(6))"
                               for i in range(start, min(rows, start + 5000)))
             cur.execute(f"INSERT INTO `{db}`.`{TABLE}` VALUES {values}")
+
+
+@dataclass(frozen=True)
+class LakeSoak:
+    """A soak's lake sinks (``--lake``): both on, on ``engine``, removing versions older than
+    ``retention_hours``, committed every ``interval_s`` (None: the sinks' default)."""
+
+    engine: str = "driver"
+    retention_hours: int | None = 1
+    interval_s: float | None = None
 
 
 class MixedLoad(PacedWriter):
@@ -352,16 +363,18 @@ def false_loss_alarm(cfg: CDCConfig) -> str | None:
     return check_history(cfg.kafka, cfg.producer.name, cfg.state_dir)[2]
 
 
-def _soak_config(cfg: CDCConfig, run: str, work_dir: Path, partitions: int, lake: bool,
-                 lake_retention_hours: int | None, lake_engine: str) -> CDCConfig:
+def _soak_config(cfg: CDCConfig, run: str, work_dir: Path, partitions: int, lake: LakeSoak | None) -> CDCConfig:
     """The run's configuration: its own topics and sinks, PostgreSQL and the changelog on, the
     lakes as asked."""
     cfg = run_config(cfg, run, work_dir, partitions=partitions)
     cfg.sinks.postgres.enabled = cfg.sinks.changelog.enabled = True
     cfg.sinks.mysql.enabled = False
-    cfg.sinks.delta.enabled = cfg.sinks.iceberg.enabled = lake
-    cfg.sinks.delta.retention_hours = cfg.sinks.iceberg.retention_hours = lake_retention_hours
-    cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = lake_engine
+    for section in (cfg.sinks.delta, cfg.sinks.iceberg):
+        section.enabled = lake is not None
+        if lake is not None:
+            section.retention_hours, section.engine = lake.retention_hours, lake.engine
+            if lake.interval_s is not None:
+                section.commit_interval_s = lake.interval_s
     cfg.sinks.postgres.schema_name = run
     return cfg
 
@@ -419,22 +432,19 @@ def _drain(cfg: CDCConfig, db: str, producer, job, drain_s: float) -> tuple[bool
 def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60.0, rate: int = 1000,
              rows: int = 50_000, partitions: int = 2, sample_s: float = 30.0, deep_batches: int = 0,
              drain_s: float = 180.0, stack_pids: dict[str, int | None] | None = None, loss_checks: int = 1,
-             lake: bool = False, lake_retention_hours: int | None = 1, writers: int = 1,
-             lake_engine: str = "driver",
-             console: Console | None = None, on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
+             lake: LakeSoak | None = None, writers: int = 1, console: Console | None = None, on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """One soak run (see the module docstring) against the stack ``cfg`` and ``mysql`` (its
     admin connection details) point at; ``stack_pids``: the broker's, MariaDB's and
     PostgreSQL's processes, for their memory; ``loss_checks``: how many times each sample
     asks what ``cdc status`` says of lost history; ``lake``: the Delta and Iceberg sinks on too
-    (as `cdc stack up` has them, on ``lake_engine``: ``driver`` or ``spark``), removing versions
-    older than ``lake_retention_hours``, their tables' files and MB sampled; ``writers``: connections writing side by side (``rate`` 0:
+    (as `cdc stack up` has them, as :class:`LakeSoak` says), their tables' files and MB sampled; ``writers``: connections writing side by side (``rate`` 0:
     each as fast as the source takes single-row transactions, the source's peak).  Returns
     the samples and the verdict's figures."""
     console = console or Console()
     work_dir.mkdir(parents=True, exist_ok=True)
     run = f"soak_{uuid.uuid4().hex[:8]}"
     db = run
-    cfg = _soak_config(cfg, run, work_dir, partitions, lake, lake_retention_hours, lake_engine)
+    cfg = _soak_config(cfg, run, work_dir, partitions, lake)
     lake_dirs = _lake_dirs(cfg, db)
     create_table(mysql, db, rows)
     if deep_batches:
@@ -453,8 +463,10 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
     result: dict[str, Any] = {"run": run, "rate": rate, "writers": writers, "minutes": minutes, "rows": rows,
                               "partitions": partitions,
                               "deep_batches": deep_batches, "sample_s": sample_s, "samples": samples,
-                              "lake": lake, "lake_retention_hours": lake_retention_hours if lake else None,
-                              "lake_engine": lake_engine if lake else None}
+                              "lake": lake is not None,
+                              "lake_retention_hours": lake.retention_hours if lake else None,
+                              "lake_engine": lake.engine if lake else None,
+                              "lake_interval_s": cfg.sinks.delta.commit_interval_s if lake else None}
     try:
         producer.start()
         job.start()
@@ -640,6 +652,7 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
              f"{' --writers ' + str(result.get('writers')) if (result.get('writers') or 1) > 1 else ''}"
              f"{' --lake --lake-retention-hours ' + str(result.get('lake_retention_hours')) if result.get('lake') else ''}"
              f"{' --lake-engine ' + result['lake_engine'] if result.get('lake') and result.get('lake_engine') else ''}"
+             f"{' --lake-interval ' + format(result['lake_interval_s'], 'g') if result.get('lake') and result.get('lake_interval_s') is not None else ''}"
              f"` ({when}): the producer and the "
              f"merge job (`local[2]`, PostgreSQL sink and clean changelog"
              f"{', Delta and Iceberg tables' if result.get('lake') else ''}) under "
@@ -692,8 +705,7 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
 
 def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows: int = 50_000, partitions: int = 2,
                sample_s: float = 30.0, out: Path | None = None, png: Path | None = None, keep_running: bool = False,
-               lake: bool = False, lake_retention_hours: int | None = 1, writers: int = 1,
-               lake_engine: str = "driver", console: Console | None = None) -> dict[str, Any]:
+               lake: LakeSoak | None = None, writers: int = 1, console: Console | None = None) -> dict[str, Any]:
     """``cdc bench soak`` on the embedded stack of ``state_dir``: :func:`run_soak`, then the
     verdict printed and, with ``out``, its section in that file (docs/benchmarks.md) with the
     plot at ``png``."""
@@ -704,8 +716,7 @@ def bench_soak(state_dir: Path, *, minutes: float = 60.0, rate: int = 1000, rows
     work_dir = Path(state_dir) / f"soak-{int(time.time())}"
     try:
         result = run_soak(cfg, mysql=info.mysql, work_dir=work_dir, minutes=minutes, rate=rate, rows=rows,
-                          partitions=partitions, sample_s=sample_s, stack_pids=pids, lake=lake,
-                          lake_retention_hours=lake_retention_hours, writers=writers, lake_engine=lake_engine,
+                          partitions=partitions, sample_s=sample_s, stack_pids=pids, lake=lake, writers=writers,
                           console=console)
     finally:
         if keep_running:

@@ -39,7 +39,15 @@ from typing import Any, Iterator, Sequence
 
 from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
 from spark_jobs.sinks.lake_base import BATCHES_HELD, LakeSinkBase
-from spark_jobs.sinks.lake_journal import LakeJournal, StagedBatch, commit_runs, covered, same_shape, split_committed
+from spark_jobs.sinks.lake_journal import (
+    LakeJournal,
+    StagedBatch,
+    commit_marks,
+    commit_runs,
+    covered,
+    same_shape,
+    split_committed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +227,10 @@ class LakeCommitter:
         and, once per application, the batch an earlier release's commit of it holds."""
         if not t.loaded:
             t.commit = self.sink.committed_batch(t.db, t.table, self.app)
-            t.marks = self.journal.marks(t.db, t.table, t.commit)
+            record = self.journal.commit_record(t.db, t.table, t.commit)
+            t.marks = commit_marks(record)
+            t.position = max(t.position, str(record.get("position") or ""))
+            t.last_commit_at = t.last_commit_at or record.get("at")  # (an earlier process's: its intent's time)
             t.loaded = True
         for app in apps - t.legacy_checked:
             older = self.sink.committed_batch(t.db, t.table, app)  # (a commit per micro-batch, before the cadence)
@@ -238,13 +249,14 @@ class LakeCommitter:
             marks = dict(t.marks)
             for b in run:
                 marks[b.app] = max(marks.get(b.app, -1), b.batch)
-            self.journal.intend(t.db, t.table, k, marks)
+            position = max([t.position] + [b.max_position for b in run])
+            self.journal.intend(t.db, t.table, k, marks, position)
             result = self.sink.commit(t.db, t.table, [p for b in run for p in b.parts], batch_id=k, app=self.app,
                                       owner=self.owner, meta={BATCHES_HELD: json.dumps(covered(t.marks, run))},
                                       keep_staged=True)
             now = time.time()
             t.commit, t.marks, t.commits, t.last_commit_at = k, marks, t.commits + 1, now
-            t.position = max([t.position] + [b.max_position for b in run])
+            t.position = position
             self.journal.marks(t.db, t.table, k)  # (the intents before it go)
             upserted, deleted = upserted + result.upserted, deleted + result.deleted
             self.figures["commits"] += 1
@@ -332,8 +344,19 @@ class LakeCommitter:
                     log.error("the %s lake committer: %s", self.name, exc)
                 if forced:
                     self.forced_at = time.time()
+            self._load_unseen()
             with self._cond:
                 self._cond.wait(TICK_S)
+
+    def _load_unseen(self) -> None:
+        """What each table seen for the first time holds already (its last commit, the position,
+        when: the status shows them before this process's first commit of it)."""
+        for t in [t for t in list(self._tables.values()) if not t.loaded]:
+            try:
+                with self._commit_lock:
+                    self._load(t, set())
+            except Exception as exc:  # noqa: BLE001 - only the status waits: the commit loads it again
+                log.debug("the %s lake's %s.%s not read yet: %s", self.name, t.db, t.table, exc)
 
     # -- figures -------------------------------------------------------------------------------
     def status(self) -> dict:

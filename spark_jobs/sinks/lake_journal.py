@@ -133,6 +133,11 @@ def same_shape(run: Sequence[StagedBatch], batch: StagedBatch) -> bool:
     return True
 
 
+def commit_marks(record: dict) -> dict[str, int]:
+    """The marks of a commit's intent (:meth:`LakeJournal.commit_record`)."""
+    return {str(a): int(b) for a, b in (record.get("marks") or {}).items()}
+
+
 class LakeJournal:
     """The staged batches' manifests and the tables' commit intents of one lake sink, in its
     staging area (a local directory or an object store, as the parts)."""
@@ -195,10 +200,11 @@ class LakeJournal:
     def _commits_dir(self, db: str, table: str) -> str:
         return f"{self.staging.root}/{COMMITS_DIR}/{safe_segment(db)}__{safe_segment(table)}"
 
-    def intend(self, db: str, table: str, commit: int, marks: dict[str, int]) -> None:
-        """Commit ``commit``'s marks, written before the commit."""
+    def intend(self, db: str, table: str, commit: int, marks: dict[str, int], position: str = "") -> None:
+        """Commit ``commit``'s marks and the highest source position it will hold, written
+        before the commit."""
         self._write(f"{self._commits_dir(db, table)}/c{commit}.json",
-                    {"commit": commit, "marks": marks, "at": time.time()})
+                    {"commit": commit, "marks": marks, "position": position, "at": time.time()})
 
     def intents(self, db: str, table: str) -> list[int]:
         """The commit numbers of the table's intents on file."""
@@ -213,6 +219,12 @@ class LakeJournal:
         """The marks of the table's commit ``committed`` (the one the table holds last; None:
         none), and every other intent removed (older ones are superseded, newer ones were never
         committed)."""
+        return commit_marks(self.commit_record(db, table, committed))
+
+    def commit_record(self, db: str, table: str, committed: int | None) -> dict:
+        """The intent of the table's commit ``committed`` as written (``marks``, ``position``,
+        ``at``: when it was written, just before the commit; {}: none), and every other intent
+        removed, as :meth:`marks` does."""
         doc = self._read(f"{self._commits_dir(db, table)}/c{committed}.json") if committed is not None else None
         for k in self.intents(db, table):
             if k != committed:
@@ -220,7 +232,7 @@ class LakeJournal:
                     self.fs.delete_file(f"{self._commits_dir(db, table)}/c{k}.json")
                 except OSError:  # gone meanwhile, or left for the next time
                     pass
-        return {str(a): int(b) for a, b in ((doc or {}).get("marks") or {}).items()}
+        return doc or {}
 
     def last_commit(self, db: str, table: str) -> int | None:
         """The highest commit number the table's intents name (None: none)."""

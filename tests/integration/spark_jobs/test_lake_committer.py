@@ -252,3 +252,24 @@ def test_vacuum_leaves_a_batch_that_waits_for_its_commit(driver_delta, tmp_path)
     again.start()
     again.stop()
     assert rows(sink) == {1: ("a", P(10))}
+
+
+def test_a_restarted_committer_shows_what_the_table_holds_before_its_first_commit(driver_delta, tmp_path):
+    """The status (`cdc status`'s lake table) names the position and commit a table holds from
+    an earlier process's commits, before this process commits it."""
+    sink, src = driver_delta, simple_source()
+    first = committers_of(sink, tmp_path)
+    first.start()
+    stage(first, sink, src, 0, [[src.upsert({"id": 1, "v": "a"}, 10, "c"), src.upsert({"id": 2, "v": "b"}, 20, "c")]])
+    first.stop()  # (drains: commit 1)
+    second = committers_of(sink, tmp_path)  # (interval an hour: no commit while the test looks)
+    second.start()
+    try:
+        stage(second, sink, src, 1, [[src.upsert({"id": 3, "v": "c"}, 30, "c")]])
+        c = second.committers[0]
+        wait_for(lambda: (c.status()["tables"].get("shop.items") or {}).get("commit") == 1)
+        table = c.status()["tables"]["shop.items"]
+        assert table["position"] == P(20) and table["last_commit_at"] is not None
+        assert table["staged_rows"] == 1 and c.figures["commits"] == 0
+    finally:
+        second.stop(drain=False)

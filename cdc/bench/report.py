@@ -401,7 +401,7 @@ def render_race(stream: dict | None, snapshot: dict | None, *, when: str | None 
     with_defaults = any((x or {}).get("debezium_defaults") for x in (stream, snapshot))
     rounds = len((stream or snapshot or {}).get("rounds") or []) or 1
     lines = [RACE_HEADING, "",
-             f"Written by `cdc bench race` on {when} UTC (`make bench-race`; `make bench` keeps this section as it "
+             f"Written by `cdc bench race` on {when} UTC (`make bench-race-embedded`; `make bench` keeps this section as it "
              f"is). {rounds} round(s) of each benchmark; ours and Debezium's rows of a table come from the same "
              "rounds, on the same binlog range or the same table, the same server and the same broker. Machine: "
              f"{m['nproc']} cores ({m['cpu']}). Server: MariaDB reporting version `{version}` (Debezium's MySQL "

@@ -3,7 +3,7 @@ confluent-kafka's client (basic auth, TLS) and frames records Confluent's way; t
 job decodes them through the same client and its sinks equal the source.
 
 Against a stand-in registry (tests/registry_helpers.py): no Schema Registry server can run
-here (see the README)."""
+here (docs/pipeline.md, "Stream changes into Kafka")."""
 
 from __future__ import annotations
 

@@ -187,15 +187,17 @@ def test_off_names_the_new_tables_and_leaves_them_to_a_signal(stack, config, tes
         assert len(source_rows(conn, test_db, "b", keys["b"])) == 1500
 
 
-def test_merge_job_creates_the_sink_tables_of_new_tables_and_they_equal_the_source(stack, merge_config, test_db):
+def test_merge_job_creates_the_sink_tables_of_new_tables_and_they_equal_the_source(stack, lake_config, test_db):
     """A table that starts to match (snapshotted by itself) and a table created while the
-    producer runs, both under writes: the merge job creates their PostgreSQL and MySQL tables
-    and clean changelogs, and each equals its source table."""
+    producer runs, both under writes, after the merge job's first run: the job's next run
+    creates their PostgreSQL, MySQL, Delta and Iceberg tables and clean changelogs, and each
+    equals its source table (``cdc verify`` for every sink)."""
+    from cdc.verify import verify
     from contract.topics import clean_topic
     from spark_jobs.merge_job import MergeJob
     from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
 
-    cfg = merge_config
+    cfg = lake_config
     keys = _tables(stack, test_db)
     cfg.snapshot.chunk_size = 300
     cfg.source.include_tables = [rf"{test_db}\.a"]
@@ -220,3 +222,6 @@ def test_merge_job_creates_the_sink_tables_of_new_tables_and_they_equal_the_sour
         assert pg_sink_rows(cfg, test_db, table, keys[table]) == expected, f"postgres {table}"
         assert mysql_sink_rows(stack, cfg, test_db, table, keys[table]) == expected, f"mysql {table}"
         assert apply_clean(cfg, clean_topic(cfg.kafka.topic_prefix, test_db, table)) == expected, f"clean {table}"
+    report = verify(cfg, [f"{test_db}.{t}" for t in ("a", "b", "c_new")])
+    assert report.equal, report.to_dict()
+    assert {r.sink for t in report.tables for r in t.results} >= {"postgres", "mysql", "delta", "iceberg"}

@@ -19,7 +19,6 @@ import time
 from common.sql.sessions import read_session
 from contract.errors import BadSignal
 from contract.notifications import Notification
-from producer.errors import ProducerStopped
 from producer.new_tables import CAPTURE_LISTS, capture_lists, newly_captured
 from producer.snapshot.table_reader import list_tables
 
@@ -71,11 +70,17 @@ class SessionNewTables:
         if mode == "blocking":
             self.coord.blocking.startup(self.coord.conn(), tables, snapshot_id, resolve=self.coord.resolve,
                                         overrides=self.coord.overrides, first_start=False,
-                                        skipped=lambda t, why: self._notify(Notification(
-                                            "SKIPPED", snapshot_id, {"table": t, "reason": why})))
+                                        skipped=lambda t, why: self._skipped(snapshot_id, [t] if t else tables, why))
             return
         try:  # (a table that cannot be snapshotted, no primary key, is skipped with a SKIPPED notification)
             self.coord.add_tables(tables, snapshot_id, skippable=set(tables), reason=REASON)
-        except BadSignal as exc:
-            raise ProducerStopped(f"the snapshot of the newly added tables {', '.join(tables)} cannot start: "
-                                  f"{exc.reason}") from None
+        except BadSignal as exc:  # none of them can be (no key, gone since listed): each named, the stream goes on
+            log.warning("the newly added tables %s are not snapshotted: %s", ", ".join(tables), exc.reason)
+            self._skipped(snapshot_id, tables, exc.reason)
+
+    def _skipped(self, snapshot_id: str, tables: list[str], reason: str) -> None:
+        """A SKIPPED notification per table of ``tables`` left out, with the part of ``reason``
+        that names it (the reasons of several tables come joined by "; ")."""
+        for table in tables:
+            why = [r for r in reason.split("; ") if table in r] or [reason]
+            self._notify(Notification("SKIPPED", snapshot_id, {"table": table, "reason": "; ".join(why)}))

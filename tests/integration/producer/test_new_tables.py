@@ -225,3 +225,26 @@ def test_merge_job_creates_the_sink_tables_of_new_tables_and_they_equal_the_sour
     report = verify(cfg, [f"{test_db}.{t}" for t in ("a", "b", "c_new")])
     assert report.equal, report.to_dict()
     assert {r.sink for t in report.tables for r in t.results} >= {"postgres", "mysql", "delta", "iceberg"}
+
+
+@pytest.mark.parametrize("mode", ["incremental", "blocking"])
+def test_a_keyless_table_alone_newly_matching_is_skipped_named_and_starts_no_snapshot(stack, config, test_db, mode):
+    """The only newly matching table has no primary key: a SKIPPED notification names it with
+    the reason; no snapshot is started (none left in the stored state), the producer does not
+    stop, and the table's changes stream."""
+    _tables(stack, test_db)
+    config.snapshot.new_tables = mode
+    config.source.include_tables = [rf"{test_db}\.a"]
+    run_until_caught_up(config)
+    config.source.include_tables = [rf"{test_db}\.(a|nokey)"]
+    with ProducerThread(config) as producer:
+        wait_for(lambda: _notes(config, "SKIPPED"), what="the keyless table skipped", state=producer.state)
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"INSERT INTO `{test_db}`.`nokey` VALUES (100)")
+        wait_for(lambda: _ops(config, test_db, "nokey") == ["c"], what="the keyless table's change streamed")
+    [skipped] = _notes(config, "SKIPPED")
+    assert skipped["additionalData"]["table"] == f"{test_db}.nokey"
+    assert "no primary key" in skipped["additionalData"]["reason"]
+    assert _any_started(config) == []
+    stored = OffsetStore(config.kafka, config.producer.name).load()
+    assert "snapshot" not in stored and "blocking" not in stored and stored[CAPTURE_LISTS]["include_tables"] == [rf"{test_db}\.(a|nokey)"]

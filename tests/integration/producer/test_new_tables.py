@@ -61,29 +61,31 @@ def _more_writes(*loads: WriteLoad, n: int = 150) -> None:
     wait_for(lambda: all(sum(ld.ops.values()) > s + n for ld, s in zip(loads, start)), what="more writes")
 
 
-def test_a_table_created_while_the_producer_runs_is_captured_from_its_first_row(stack, config, test_db):
+@pytest.mark.servers("mariadb", "mysql")
+def test_a_table_created_while_the_producer_runs_is_captured_from_its_first_row(source_stack, config, test_db):
     """CREATE TABLE of a table the lists' pattern matches, written to at once and then under a
     write load, and CREATE TABLE ... SELECT of an uncaptured table's rows (in row-based binlogs its
     rows are row events after the CREATE): every row reaches the topic as a change event; no
     snapshot is taken."""
-    with stack.admin() as conn:
+    with source_stack.admin() as conn:
         create_table(conn, test_db, "t_old", "single", 0)
         create_table(conn, test_db, "src", "single", 700)  # not captured: its rows reach t_copy by the SELECT
     config.source.include_tables = [rf"{test_db}\.t_.*"]
     run_until_caught_up(config)  # (the position and the lists stored)
-    with ProducerThread(config), WriteLoad(stack.admin, test_db, "t_old", "single", key_space=300, seed=1) as old:
+    with ProducerThread(config), \
+            WriteLoad(source_stack.admin, test_db, "t_old", "single", key_space=300, seed=1) as old:
         _more_writes(old, n=50)
-        with stack.admin() as conn:
+        with source_stack.admin() as conn:
             keys = create_table(conn, test_db, "t_new", "composite", 400)
             with conn.cursor() as cur:
                 cur.execute(f"CREATE TABLE `{test_db}`.`t_copy` (PRIMARY KEY (`id`)) "
                             f"SELECT * FROM `{test_db}`.`src` WHERE `id` < 600")
             conn.commit()
-        with WriteLoad(stack.admin, test_db, "t_new", "composite", key_space=500, seed=2) as new:
+        with WriteLoad(source_stack.admin, test_db, "t_new", "composite", key_space=500, seed=2) as new:
             _more_writes(old, new, n=200)
     run_until_caught_up(config)
     for table, key in (("t_old", ["id"]), ("t_new", keys), ("t_copy", ["id"])):
-        replayed_equal(stack, config, test_db, table, key)
+        replayed_equal(source_stack, config, test_db, table, key)
     assert _ops(config, test_db, "t_copy") == ["c"] * 600
     assert "r" not in _ops(config, test_db, "t_new")
     assert _any_started(config) == []
@@ -101,9 +103,10 @@ def _tables(stack, db: str) -> dict[str, list[str]]:
     return keys
 
 
+@pytest.mark.servers("mariadb", "mysql")
 @pytest.mark.parametrize("mode", ["incremental", "blocking"])
-def test_a_table_that_starts_to_match_is_snapshotted_once_under_writes(stack, config, test_db, mode):
-    keys = _tables(stack, test_db)
+def test_a_table_that_starts_to_match_is_snapshotted_once_under_writes(source_stack, config, test_db, mode):
+    keys = _tables(source_stack, test_db)
     config.snapshot.new_tables = mode
     config.snapshot.chunk_size = 200
     config.source.include_tables = [rf"{test_db}\.a"]
@@ -111,8 +114,8 @@ def test_a_table_that_starts_to_match_is_snapshotted_once_under_writes(stack, co
     assert OffsetStore(config.kafka, config.producer.name).load()[CAPTURE_LISTS]["include_tables"] == \
         [rf"{test_db}\.a"]
     config.source.include_tables = [rf"{test_db}\.(a|b|nokey)"]  # widened: b and nokey newly match
-    with WriteLoad(stack.admin, test_db, "a", "single", key_space=400, seed=3) as la, \
-            WriteLoad(stack.admin, test_db, "b", "composite", key_space=1800, seed=4) as lb:
+    with WriteLoad(source_stack.admin, test_db, "a", "single", key_space=400, seed=3) as la, \
+            WriteLoad(source_stack.admin, test_db, "b", "composite", key_space=1800, seed=4) as lb:
         _more_writes(la, lb, n=30)
         with ProducerThread(config) as producer:
             wait_for(lambda: _notes(config, "COMPLETED"), timeout=120, what="the new tables' snapshot",
@@ -122,7 +125,7 @@ def test_a_table_that_starts_to_match_is_snapshotted_once_under_writes(stack, co
     run_until_caught_up(config)
 
     for table in ("a", "b"):
-        replayed_equal(stack, config, test_db, table, keys[table])
+        replayed_equal(source_stack, config, test_db, table, keys[table])
     assert "r" not in _ops(config, test_db, "a"), "a table captured before was snapshotted again"
     assert _ops(config, test_db, "b").count("r") >= 1000
     [started] = _notes(config, "STARTED")  # once, for b alone, with no signal sent

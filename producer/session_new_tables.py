@@ -14,6 +14,7 @@ starts the snapshot again, and one killed after resumes the stored snapshot as a
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from common.sql.sessions import read_session
@@ -82,5 +83,6 @@ class SessionNewTables:
         """A SKIPPED notification per table of ``tables`` left out, with the part of ``reason``
         that names it (the reasons of several tables come joined by "; ")."""
         for table in tables:
-            why = [r for r in reason.split("; ") if table in r] or [reason]
+            named = re.compile(rf"(?<![\w.]){re.escape(table)}(?![\w.])")
+            why = [r for r in reason.split("; ") if named.search(r)] or [reason]
             self._notify(Notification("SKIPPED", snapshot_id, {"table": table, "reason": "; ".join(why)}))

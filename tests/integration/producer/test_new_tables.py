@@ -254,3 +254,60 @@ def test_a_keyless_table_alone_newly_matching_is_skipped_named_and_starts_no_sna
     assert _any_started(config) == []
     stored = OffsetStore(config.kafka, config.producer.name).load()
     assert "snapshot" not in stored and "blocking" not in stored and stored[CAPTURE_LISTS]["include_tables"] == [rf"{test_db}\.(a|nokey)"]
+
+
+def test_a_running_merge_job_takes_up_the_new_tables_as_they_come(stack, merge_config, test_db):
+    """The merge job runs on (no restart) while a table starts to match (the producer restarted
+    with widened lists, snapshotting it) and another is created, both under writes: it reads
+    their topics as they appear, creates their sink tables, and each ends equal to the source."""
+    import threading
+
+    from spark_jobs.merge_job import MergeJob
+    from tests.sink_helpers import mysql_sink_rows, pg_sink_rows
+
+    cfg = merge_config
+    keys = _tables(stack, test_db)
+    cfg.snapshot.chunk_size = 300
+    cfg.source.include_tables = [rf"{test_db}\.a"]
+    run_until_caught_up(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{test_db}`.`a` VALUES (%s, %s, %s)", [(i, f"v{i}", i) for i in range(50)])
+    run_until_caught_up(cfg)
+
+    def equal(table: str) -> bool:
+        with stack.admin() as conn:
+            expected = source_rows(conn, test_db, table, keys[table])
+        try:
+            return pg_sink_rows(cfg, test_db, table, keys[table]) == expected == \
+                mysql_sink_rows(stack, cfg, test_db, table, keys[table])
+        except Exception:  # noqa: BLE001 - no sink table yet
+            return False
+
+    job = MergeJob(cfg)
+    failed: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _run_catching(job, failed), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: equal("a") or failed, timeout=180, what="the job merging a")
+        cfg.source.include_tables = [rf"{test_db}\.(a|b|c_.*)"]
+        with WriteLoad(stack.admin, test_db, "b", "composite", key_space=1800, seed=8) as lb, ProducerThread(cfg):
+            with stack.admin() as conn:
+                keys["c_new"] = create_table(conn, test_db, "c_new", "string", 300)
+            with WriteLoad(stack.admin, test_db, "c_new", "string", key_space=400, seed=9) as lc:
+                wait_for(lambda: _notes(cfg, "COMPLETED"), timeout=120, what="the new table's snapshot")
+                _more_writes(lb, lc)
+                lb.stop()
+            wait_for(lambda: (equal("b") and equal("c_new")) or failed, timeout=240,
+                     what="the running job's sinks of the new tables equal to the source")
+    finally:
+        job.stop()
+        thread.join(120)
+    assert not failed, failed
+    assert all(equal(t) for t in ("a", "b", "c_new"))
+
+
+def _run_catching(job, failed: list) -> None:
+    try:
+        job.run()
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        failed.append(exc)

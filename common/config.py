@@ -461,6 +461,11 @@ SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "when_needed", "always",
 REMOVED_SNAPSHOT_MODES = {"schema_only": "no_data", "never": "no_data", "schema_only_recovery": "recovery"}
 
 
+#: ``snapshot.new_tables``: what a start does with the tables that newly match the capture lists
+#: (producer/new_tables.py; docs/operations.md, "Newly added tables").
+NEW_TABLES_MODES = ("incremental", "blocking", "off")
+
+
 class ConfigurationBasedSnapshot(Section):
     """Debezium's ``snapshot.mode.configuration.based.*``: what ``snapshot.mode:
     configuration_based`` does on every start (Debezium's defaults: all false)."""
@@ -485,6 +490,10 @@ class SnapshotConfig(Section):
     # No writes to the source: chunk windows bounded by GTID sets read before and after each chunk
     # SELECT instead of marker rows (issue 14); signals from the Kafka channel.
     read_only: bool = False
+    # Tables that start to match the capture lists (the lists changed, the producer restarted):
+    # snapshotted by themselves, incrementally or blocking, once; or not (off: a WARNING names
+    # them). A table created while the lists match it is streamed from its first row either way.
+    new_tables: Literal[NEW_TABLES_MODES] = "incremental"
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -494,6 +503,17 @@ class SnapshotConfig(Section):
             if v in REMOVED_SNAPSHOT_MODES:
                 raise ValueError(f"snapshot.mode {v!r} was removed in Debezium 3: use "
                                  f"{REMOVED_SNAPSHOT_MODES[v]!r} (docs/configuration.md, \"snapshot.mode\")")
+        return v
+
+    @field_validator("new_tables", mode="before")
+    @classmethod
+    def _new_tables(cls, v: Any) -> Any:
+        if isinstance(v, bool) and not v:  # (YAML's unquoted off)
+            return "off"
+        if isinstance(v, str):
+            v = v.strip().lower()
+            if v not in NEW_TABLES_MODES:
+                raise ValueError(f"snapshot.new_tables {v!r} is not one of {', '.join(NEW_TABLES_MODES)}")
         return v
 
     @model_validator(mode="after")

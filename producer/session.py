@@ -37,6 +37,7 @@ from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.record_encoder import RecordEncoder, from_avro_bodies
 from producer.schema_changes import SessionSchemaChanges
 from producer.session_blocking import SessionBlocking
+from producer.session_new_tables import SessionNewTables
 from producer.session_start import SessionStart
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
@@ -71,7 +72,7 @@ class ProducerParts(Protocol):
     def marker_slots(self) -> MarkerSlots: ...
 
 
-class StreamSession(SessionSchemaChanges, SessionStart, SessionBlocking):
+class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, SessionBlocking):
     """One connected run: reader + writer, until stopped or an error."""
 
     def __init__(self, app: ProducerParts, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
@@ -121,8 +122,7 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionBlocking):
         total = 0
         last_activity = time.monotonic()
         self._start_schemas()
-        if self.state.extra.get("initial_snapshot") == "pending":
-            self._start_initial_snapshot()
+        self._start_snapshots()  # (the start's own, or the newly added tables')
         coord = self.coord
         if coord.blocking.requests:  # (at the start position, before any change: the initial one, a restarted one)
             self._blocking_due(self._handled)

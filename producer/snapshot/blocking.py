@@ -202,7 +202,7 @@ class BlockingQueue:
         except BadSignal as exc:  # (no table can be read in key order)
             jobs, left_out = [], [("", exc.reason)]
         for name, reason in left_out:
-            log.warning("initial snapshot: %s; the table is skipped", reason)
+            log.warning("snapshot %s: %s; the table is skipped", snapshot_id, reason)
             skipped(name, reason)
         order = debezium_order([j.table for j in jobs], self.include_tables)
         if jobs:

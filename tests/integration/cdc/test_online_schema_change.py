@@ -22,7 +22,7 @@ from common.kafka.clients import base_config
 from contract.topics import table_topic
 from spark_jobs.merge_job import MergeJob
 from tests.producer_helpers import ProducerThread, read_events, start_at_current, wait_caught_up, wait_for
-from tests.snapshot_helpers import create_table, notifications, write_loads
+from tests.snapshot_helpers import create_table, has_notification, notifications, signal, snapshot, write_loads
 
 ROOT = Path(__file__).resolve().parents[3]
 GH_OST_VERSION = (ROOT / "scripts" / "gh-ost.version").read_text().strip()
@@ -50,7 +50,8 @@ def gh_ost(server: dict, db: str, table: str, alter: str, workdir: Path) -> list
 def pt_osc(server: dict, db: str, table: str, alter: str, workdir: Path) -> list[str]:
     """pt-online-schema-change's command, as docs/operations.md gives it (``--recursion-method=none``:
     3.2.1 looks for replicas with ``SHOW SLAVE HOSTS``, which MySQL 8.4+ no longer has)."""
-    dsn = f"h={server['host']},P={server['port']},u={server['admin_user']},p={server['admin_password']},D={db},t={table}"
+    dsn = (f"h={server['host']},P={server['port']},u={server['admin_user']},p={server['admin_password']},"
+           f"D={db},t={table}")
     return ["pt-online-schema-change", f"--alter={alter}", dsn, "--recursion-method=none", "--chunk-size=200",
             "--execute"]
 
@@ -77,10 +78,12 @@ def _snapshots_done(cfg) -> bool:
 
 def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdir: Path) -> None:
     """The tables created, loaded and captured (``include_databases``: the helper tables match
-    it), the producer streaming, a write load on each table; ``command`` run for each table in turn while
-    the writes go on, and more writes after its cut-over; then the load stops, the producer reads
-    to the end and finishes what it started, and the merge job runs."""
+    it), the producer streaming, a write load on each table, a snapshot of them started and
+    paused; ``command`` run for each table in turn while the writes go on, and more writes after
+    its cut-over; the snapshot resumed (it reads the altered tables); then the load stops, the
+    producer reads to the end and finishes what it started, and the merge job runs."""
     cfg.source.include_databases = [db]
+    cfg.snapshot.chunk_size = 100
     start_at_current(cfg)  # (the tables' rows streamed as they are inserted)
     with source_stack.admin() as conn:
         for table in alters:
@@ -88,12 +91,21 @@ def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdi
     server = source_stack.mysql
     with ProducerThread(cfg) as producer:
         with write_loads(source_stack, db, {t: "single" for t in alters}, 1600, pause_s=0.002) as loads:
+            # an incremental snapshot of the tables, paused from its first chunks until every
+            # cut-over is done: it reads the tables before and after their cut-overs
+            sid = snapshot(cfg, [f"{db}.{t}" for t in alters])
+            signal(cfg, "pause-snapshot", {"type": "incremental"})
+            wait_for(lambda: has_notification(cfg, "PAUSED", id=sid), timeout=60, what="the snapshot paused")
             for (table, alter), load in zip(alters.items(), loads):
                 run = subprocess.run(command(server, db, table, alter, workdir), capture_output=True, text=True,
                                      timeout=600)
-                assert run.returncode == 0, f"{command.__name__} on {db}.{table}: {run.stdout[-3000:]}{run.stderr[-3000:]}"
+                assert run.returncode == 0, \
+                    f"{command.__name__} on {db}.{table}: {run.stdout[-3000:]}{run.stderr[-3000:]}"
                 done = sum(load.ops.values())
-                wait_for(lambda: sum(load.ops.values()) > done + 50, what=f"writes to {table} after its cut-over")
+                wait_for(lambda load=load, done=done: sum(load.ops.values()) > done + 50,
+                         what=f"writes to {table} after its cut-over")
+            assert not has_notification(cfg, "COMPLETED", id=sid)
+            signal(cfg, "resume-snapshot", {"type": "incremental"})
         with source_stack.admin() as conn:
             wait_caught_up(cfg, conn)
         wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshots started after a cut-over completed",

@@ -52,7 +52,25 @@ def test_a_cut_over_whose_copy_rewrote_rows_or_whose_alter_was_not_read_snapshot
     osc = _osc()
     osc.helper_ddl("create", "shop", "_orders_new", "CREATE TABLE `shop`.`_orders_new` (id INT)")
     osc.helper_ddl("alter", "shop", "_orders_new", "ALTER TABLE `shop`.`_orders_new` ADD c CHAR(3) DEFAULT 'EUR'")
-    cuts, _ = osc.cut_overs([(("shop", "orders"), ("shop", "_orders_old")), (("shop", "_orders_new"), ("shop", "orders"))])
+    cuts, _ = osc.cut_overs([(("shop", "orders"), ("shop", "_orders_old")),
+                             (("shop", "_orders_new"), ("shop", "orders"))])
     assert "pt-online-schema-change's copy _orders_new: a column added with a value" in cuts[0].snapshot_reason()
     cuts, _ = osc.cut_overs([(("shop", "_orders_new"), ("shop", "orders"))])  # its ALTER was taken already
     assert "was not read" in cuts[0].snapshot_reason()
+
+
+def test_a_two_step_cut_over_is_one_rename_at_a_time():
+    """gh-ost's ``--cut-over=two-step``: ``t`` moved aside, then the copy renamed to ``t``."""
+    osc = _osc()
+    osc.helper_ddl("create", "shop", "_orders_gho", "create table `shop`.`_orders_gho` like `shop`.`orders`")
+    osc.helper_ddl("alter", "shop", "_orders_gho", "alter table `shop`.`_orders_gho` MODIFY v VARCHAR(80)")
+    assert osc.cut_overs([(("shop", "orders"), ("shop", "_orders_del"))]) == ([], [])
+    cuts, others = osc.cut_overs([(("shop", "_orders_gho"), ("shop", "orders"))])
+    assert others == [] and cuts[0].snapshot_reason() == "gh-ost's copy _orders_gho: a column's type changed"
+
+
+def test_renames_that_are_no_cut_over_stay_renames():
+    osc = _osc()
+    pairs = [(("shop", "orders"), ("shop", "_invoices_old")),  # another table's helper name
+             (("shop", "_orders_gho"), ("other", "orders"))]  # into another database
+    assert osc.cut_overs(pairs) == ([], pairs)

@@ -26,6 +26,7 @@ from tests.snapshot_helpers import create_table, has_notification, notifications
 
 ROOT = Path(__file__).resolve().parents[3]
 GH_OST_VERSION = (ROOT / "scripts" / "gh-ost.version").read_text().strip()
+ROWS = 4000  # per table: the tools copy them in 40 chunks of 100 while the writes go on
 HELPER = re.compile(r"_(gho|ghc|ghk|del|new|old)$")
 
 
@@ -40,7 +41,7 @@ def gh_ost(server: dict, db: str, table: str, alter: str, workdir: Path) -> list
     """gh-ost's command on the primary itself, as docs/operations.md gives it."""
     return [str(gh_ost_binary()), f"--host={server['host']}", f"--port={server['port']}",
             f"--user={server['admin_user']}", f"--password={server['admin_password']}", f"--database={db}",
-            f"--table={table}", f"--alter={alter}", "--allow-on-master", "--chunk-size=200",
+            f"--table={table}", f"--alter={alter}", "--allow-on-master", "--chunk-size=100",
             "--initially-drop-ghost-table", "--initially-drop-old-table", "--ok-to-drop-table",
             f"--serve-socket-file={workdir / f'gh-ost.{table}.sock'}",
             f"--throttle-additional-flag-file={workdir / 'gh-ost.throttle'}", "--default-retries=120",
@@ -52,8 +53,8 @@ def pt_osc(server: dict, db: str, table: str, alter: str, workdir: Path) -> list
     3.2.1 looks for replicas with ``SHOW SLAVE HOSTS``, which MySQL 8.4+ no longer has)."""
     dsn = (f"h={server['host']},P={server['port']},u={server['admin_user']},p={server['admin_password']},"
            f"D={db},t={table}")
-    return ["pt-online-schema-change", f"--alter={alter}", dsn, "--recursion-method=none", "--chunk-size=200",
-            "--execute"]
+    return ["pt-online-schema-change", f"--alter={alter}", dsn, "--recursion-method=none", "--chunk-size=100",
+            "--chunk-time=0", "--execute"]
 
 
 def _topics(cfg) -> set[str]:
@@ -83,14 +84,14 @@ def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdi
     its cut-over; the snapshot resumed (it reads the altered tables); then the load stops, the
     producer reads to the end and finishes what it started, and the merge job runs."""
     cfg.source.include_databases = [db]
-    cfg.snapshot.chunk_size = 100
+    cfg.snapshot.chunk_size = 500
     start_at_current(cfg)  # (the tables' rows streamed as they are inserted)
     with source_stack.admin() as conn:
         for table in alters:
-            create_table(conn, db, table, "single", 1500)
+            create_table(conn, db, table, "single", ROWS)
     server = source_stack.mysql
     with ProducerThread(cfg) as producer:
-        with write_loads(source_stack, db, {t: "single" for t in alters}, 1600, pause_s=0.002) as loads:
+        with write_loads(source_stack, db, {t: "single" for t in alters}, ROWS + 100, pause_s=0.002) as loads:
             # an incremental snapshot of the tables, paused from its first chunks until every
             # cut-over is done: it reads the tables before and after their cut-overs
             sid = snapshot(cfg, [f"{db}.{t}" for t in alters])

@@ -26,7 +26,11 @@ if [ ! -x "$GO" ]; then
   echo "building gh-ost $VERSION needs Go (https://go.dev/dl/, or GO=/path/to/go): none at $GO" >&2
   exit 1
 fi
-mkdir -p "$DIR/$VERSION"
+if ! mkdir -p "$DIR/$VERSION" 2>/dev/null || [ ! -w "$DIR/$VERSION" ]; then
+  echo "cannot write $DIR/$VERSION: run 'make gh-ost' once as a user who can, or set CDC_GH_OST_DIR to a" \
+       "writable directory (the tests read the same variable)" >&2
+  exit 1
+fi
 exec 9>"$DIR/.lock"
 flock 9
 if [ -x "$BIN" ]; then  # built by another make while this one waited

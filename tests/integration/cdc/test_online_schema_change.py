@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 from pathlib import Path
 
@@ -163,3 +164,63 @@ def test_pt_online_schema_change_under_writes_ends_with_every_sink_equal(source_
     _migrate(source_stack, lake_config, test_db, alters, pt_osc, tmp_path)
     assert not _snapshot_reasons(lake_config)
     _assert_followed(source_stack, lake_config, test_db, alters)
+
+
+def _gh_ost_status(sock: Path) -> str:
+    """gh-ost's answer to ``status`` on its socket (its interactive commands); "" while it has none."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(str(sock))
+            s.sendall(b"status\n")
+            return b"".join(iter(lambda: s.recv(65536), b"")).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.servers("mysql")
+def test_a_producer_started_between_the_copy_and_the_cut_over_snapshots_the_table(source_stack, lake_config,
+                                                                                    test_db, tmp_path):
+    """The producer that read gh-ost's ALTER of the copy stops while gh-ost holds the cut-over
+    back (``--postpone-cut-over-flag-file``); the one started next never reads that ALTER, so
+    at the cut-over it cannot tell whether the copy rewrote rows, and snapshots the table."""
+    cfg, db, table = lake_config, test_db, "t_held"
+    cfg.source.include_databases = [db]
+    start_at_current(cfg)
+    with source_stack.admin() as conn:
+        create_table(conn, db, table, "single", ROWS)
+    flag = tmp_path / "postpone-cut-over"
+    flag.touch()
+    cmd = gh_ost(source_stack.mysql, db, table, "ADD COLUMN extra INT NULL", tmp_path)
+    cmd.insert(-1, f"--postpone-cut-over-flag-file={flag}")
+    sock = tmp_path / f"gh-ost.{table}.sock"
+    with write_loads(source_stack, db, {table: "single"}, ROWS + 100, pause_s=0.002) as (load,):
+        with ProducerThread(cfg):
+            tool = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            try:
+                wait_for(lambda: "postponing cut-over" in _gh_ost_status(sock), timeout=300,
+                         what="gh-ost's copy done, its cut-over held back", state=lambda: _gh_ost_status(sock))
+                with source_stack.admin() as conn:
+                    wait_caught_up(cfg, conn)  # (this producer read the ALTER of _t_held_gho)
+            except BaseException:
+                tool.kill()
+                raise
+        with ProducerThread(cfg) as producer:
+            flag.unlink()
+            out, _ = tool.communicate(timeout=600)
+            assert tool.returncode == 0, out[-3000:]
+            done = sum(load.ops.values())
+            wait_for(lambda: sum(load.ops.values()) > done + 50, what="writes after the cut-over")
+            with source_stack.admin() as conn:
+                wait_caught_up(cfg, conn)
+            wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshot after the cut-over completed",
+                     state=producer.state)
+            with source_stack.admin() as conn:
+                wait_caught_up(cfg, conn)
+    with ProducerThread(cfg), source_stack.admin() as conn:
+        wait_caught_up(cfg, conn)  # (the load's last writes, made as the second producer stopped)
+    assert MergeJob(cfg).run(available_now=True) == 0
+    reasons = _snapshot_reasons(cfg)
+    assert set(reasons) == {table}, reasons
+    assert "whose ALTER of _t_held_gho was not read" in reasons[table], reasons
+    _assert_followed(source_stack, cfg, db, {table: "ADD COLUMN extra INT NULL"})

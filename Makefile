@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps mysql-server clean bench bench-race bench-race-embedded chaos chaos-read-only soak soak-peak
+.PHONY: demo demo-shards test unit venv jars pathway debezium system-deps mysql-server gh-ost clean bench bench-race bench-race-embedded chaos chaos-read-only soak soak-peak
 
 $(STAMP): pyproject.toml setup.py contract/type_table.py contract/conversion_rules.py contract/conversion_rules_c.py contract/conversion_rules_proof.py contract/codecs/_avro_reader.c contract/codecs/avro_read.h spark_jobs/sinks/_copy_text.c spark_jobs/partition/_change_scan.c contract/codecs/_avro_json.c contract/codecs/avro_json.h common/kafka/_partitioner.c producer/events/_binlog_images.c producer/events/_select_rows.c producer/events/avro_out.h producer/events/row_program.h producer/_native_producer.c | system-deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,13 @@ system-deps:
 mysql-server:
 	@bash scripts/ensure-mysql-root.sh
 
+# gh-ost for the online schema change tests (tests/integration/cdc/test_online_schema_change.py):
+# built from its Go module at the release in scripts/gh-ost.version, once, into a cache outside
+# the checkout, CDC_GH_OST_DIR (default /var/cache/gh-ost-cdc); instant when it is there.
+# (pt-online-schema-change comes with Debian's percona-toolkit: make system-deps.)
+gh-ost:
+	@bash scripts/ensure-gh-ost.sh
+
 # The Java parts (Apache Kafka, ...) from Maven Central into .jars/<module>/: the versions are in
 # java/pom.xml, Maven's own cache (~/.m2) keeps what it fetched; nothing is fetched at run time.
 JAR_POMS  := $(wildcard java/pom.xml java/*/pom.xml)
@@ -79,7 +86,7 @@ demo-shards: venv system-deps jars
 # (xdist's default sends the files with the most tests first: the long one-test files came last).
 TEST_WORKERS ?= 2
 
-test: venv pathway debezium system-deps mysql-server jars
+test: venv pathway debezium system-deps mysql-server gh-ost jars
 	@bash scripts/ensure-system-deps.sh --debezium
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 --durations=25 tests
 

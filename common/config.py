@@ -167,6 +167,12 @@ class SourceConfig(Section):
     datatype_propagate_source_type: list[str] = Field(default_factory=list)
     # Binlog event filters: {"shop.orders": ["truncate", "drop"]} ignores those DDL.
     ignore_events: dict[str, list[str]] = Field(default_factory=dict)
+    # gh-ost and pt-online-schema-change (producer/online_schema_change.py): ``follow`` leaves
+    # the helper tables of a captured table ``t`` out (``_t_gho``, ``_t_ghc``, ``_t_ghk``,
+    # ``_t_del``, ``_t_new``, ``_t_old``) and reads the cut-over RENAME as ``t`` altered in place;
+    # ``capture`` treats them as any table (their rows captured when the lists match them, the
+    # cut-over a rename of ``t`` away and a snapshot of the new ``t``).
+    online_schema_change: Literal["follow", "capture"] = "follow"
     # Debezium-shaped signal table, ``db.table``.
     signal_table: str = "cdc_control.cdc_signal"
     # Where user signals come from (Debezium's signal.enabled.channels): rows inserted into

@@ -33,6 +33,7 @@ from contract.topics import markers_topic
 from producer.binlog import server as src
 from producer.binlog.process import GC_THRESHOLDS, ReaderProcess
 from producer.capture_filter import CaptureFilter
+from producer.online_schema_change import OnlineSchemaChanges
 from producer.column_controls import ColumnControls
 from producer.errors import BinlogPurgedError, WriterError
 from producer.events.builder import EventBuilder, type_modes
@@ -70,6 +71,8 @@ class ProducerApp:
                               "so the producer does not run (the merge job and cdc verify read them)")
         self.cfg = cfg
         self.filter = CaptureFilter(cfg.source)
+        # gh-ost's and pt-osc's copies under way (their ALTERs, until the cut-over), across sessions
+        self.online_schema_changes = OnlineSchemaChanges(self.filter.listed)
         # Which columns the events carry, and their keys: a bad pattern stops the start here.
         self.columns = ColumnControls.from_config(cfg.source)
         # Debezium's outbox event router (producer.outbox): a bad pattern stops the start here.

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from common.config import SourceConfig
 from producer.errors import FilterConfigError
+from producer.online_schema_change import helper_of
 
 SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 DML_EVENTS = frozenset({"insert", "update", "delete"})
@@ -48,6 +49,8 @@ class CaptureFilter:
                 raise FilterConfigError(f"source.ignore_events[{pattern!r}]: unknown event(s) {sorted(bad)}; "
                                         f"known: {sorted(KNOWN_EVENTS)}")
             self._ignore.append((_compile([pattern], "source.ignore_events")[0], frozenset(e.lower() for e in events)))
+        self.follow_online_schema_changes = cfg.online_schema_change == "follow"
+        self.listed = lru_cache(maxsize=65536)(self._listed)
         self.captures = lru_cache(maxsize=65536)(self._captures)
 
     def is_signal(self, db: str, table: str) -> bool:
@@ -61,6 +64,14 @@ class CaptureFilter:
         return not _matches(self.exclude_db, db)
 
     def _captures(self, db: str, table: str) -> bool:
+        """Listed, and not a helper table of gh-ost or pt-osc of a listed table
+        (``source.online_schema_change: follow``)."""
+        if not self.listed(db, table):
+            return False
+        return not (self.follow_online_schema_changes and helper_of(db, table, self.listed) is not None)
+
+    def _listed(self, db: str, table: str) -> bool:
+        """What the database and table lists say of ``db.table``."""
         if not self.database_captured(db):
             return False
         name = f"{db}.{table}"

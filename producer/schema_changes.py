@@ -4,6 +4,8 @@ A statement on a captured table is published as a schema change record; TRUNCATE
 TABLE and RENAME TABLE also as table markers the merge job applies to the sinks; the
 snapshot coordinator learns of the change (a chunk read across it is read again), and a DDL
 that rewrites rows without logging them (``rows_rewritten``) starts a snapshot of the table.
+gh-ost's and pt-osc's helper tables are not the table's (``producer.online_schema_change``):
+their CREATE and ALTER are noted, and their cut-over RENAME is the table altered in place.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from contract.errors import BadSignal
 from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE, table_ddl_marker
 from contract.records import schema_change_record
 from producer.binlog.reader import SchemaChange
+from producer.online_schema_change import CutOver
 from producer.snapshot.table_reader import read_table_def
 
 log = logging.getLogger(__name__)
@@ -30,21 +33,26 @@ class SessionSchemaChanges:
 
     def _schema_change(self, item: SchemaChange) -> None:
         verb, db, table = ddl_target(item.ddl, item.db)
-        renames = renamed_tables(item.ddl, item.db) if verb in ("rename", "alter") else []
-        drops = dropped_tables(item.ddl, item.db) if verb == "drop" and table is not None else []
-        if verb and db is not None:
-            self.coord.on_schema_change(db, table)
-            for (odb, otable), _ in renames:
-                self.coord.on_schema_change(odb or db, otable)
         if not verb or db is None:
             return
+        renames = [((odb or db, otable), (ndb or db, ntable)) for (odb, otable), (ndb, ntable)
+                   in (renamed_tables(item.ddl, item.db) if verb in ("rename", "alter") else [])]
+        drops = dropped_tables(item.ddl, item.db) if verb == "drop" and table is not None else []
+        self.coord.on_schema_change(db, table)
+        for (odb, otable), _ in renames:
+            self.coord.on_schema_change(odb, otable)
+        osc = self.app.online_schema_changes if self.app.filter.follow_online_schema_changes else None
+        if osc is not None and table is not None and not renames and verb in ("create", "alter") \
+                and osc.helper_ddl(verb, db, table, item.ddl):
+            return  # gh-ost's or pt-osc's copy of a captured table: not the table's statement
+        cut_overs, renames = osc.cut_overs(renames) if osc is not None and renames else ([], renames)
         captured = (self.app.filter.database_captured(db) if table is None else
                     any(self.app.filter.captures(d or db, t) for d, t in
                         [(db, table), *drops, *(n for pair in renames for n in pair)]))
         if not captured:
             return
         self.encoder.schemas_changed()
-        gone = [f"{d or db}.{t}" for d, t in drops] + [f"{d or db}.{t}" for (d, t), _ in renames]
+        gone = [f"{d or db}.{t}" for d, t in drops] + [f"{d}.{t}" for (d, t), _ in renames]
         if gone:  # a running snapshot of them stops (their chunks could only fail)
             self.coord.tables_gone(set(gone))
         if verb and self.app.filter.ignored(db, table, verb):
@@ -63,18 +71,32 @@ class SessionSchemaChanges:
             for d, t in drops:
                 if self.app.filter.captures(d or db, t):
                     self._write_marker(table_ddl_marker(DROP_TABLE, d or db, t, item.position))
-        elif renames:
-            for (odb, otable), (ndb, ntable) in renames:
-                odb, ndb = odb or db, ndb or db
-                if self.app.filter.captures(odb, otable):
-                    self._write_marker(table_ddl_marker(RENAME_TABLE, odb, otable, item.position, to_db=ndb,
-                                                        to_table=ntable))
-                if self.app.filter.captures(ndb, ntable):  # its rows are there without row events
-                    self._snapshot_after_ddl(ndb, ntable, f"the table renamed from {odb}.{otable}")
+        elif renames or cut_overs:
+            self._renames(renames, cut_overs, item)
         else:
             reason = rows_rewritten(verb, item.ddl)
             if reason:
                 self._snapshot_after_ddl(db, table, reason)
+
+    def _renames(self, renames: list, cut_overs: list[CutOver], item: SchemaChange) -> None:
+        """RENAME TABLE: a RENAME_TABLE marker for each captured table renamed and a snapshot of
+        each captured table renamed into place; a cut-over of gh-ost or pt-osc is the table
+        altered in place (its copy's ALTER tells whether its rows must be read again)."""
+        for (odb, otable), (ndb, ntable) in renames:
+            if self.app.filter.captures(odb, otable):
+                self._write_marker(table_ddl_marker(RENAME_TABLE, odb, otable, item.position, to_db=ndb,
+                                                    to_table=ntable))
+            if self.app.filter.captures(ndb, ntable):  # its rows are there without row events
+                self._snapshot_after_ddl(ndb, ntable, f"the table renamed from {odb}.{otable}")
+        for cut in cut_overs:
+            if not self.app.filter.captures(cut.db, cut.table):
+                continue
+            reason = cut.snapshot_reason()
+            log.info("%s's cut-over of %s.%s at %s: the table's new schema from its next event; %s", cut.tool,
+                     cut.db, cut.table, item.position.encode(),
+                     f"snapshotting it ({reason})" if reason else "its copy changed no row's values: no snapshot")
+            if reason:
+                self._snapshot_after_ddl(cut.db, cut.table, reason)
 
     def _truncate(self, db: str, table: str, item: SchemaChange, source: dict) -> None:
         """TRUNCATE TABLE: Debezium's truncate event (``producer.emit_truncate``) and a

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the servers the embedded stack runs, when the machine has none:
 # a MySQL-compatible server (MariaDB from apt), PostgreSQL, and Prometheus with promtool
-# (`cdc stack up --monitoring`, the alert rules' checks), and librdkafka's header for the
-# producer's compiled Kafka client.  Java 17 is needed by Spark.
+# (`cdc stack up --monitoring`, the alert rules' checks), librdkafka's header for the
+# producer's compiled Kafka client, and percona-toolkit (pt-online-schema-change, for the tests).  Java 17 is needed by Spark.
 # With --debezium (make debezium, for the tests): also Debian's MariaDB JDBC driver, which
 # Debezium's MySQL connector needs to read a MariaDB server (docs/debezium-conformance.md).
 set -euo pipefail
@@ -30,6 +30,9 @@ if ! command -v mvn >/dev/null 2>&1; then
 fi
 if [ ! -f /usr/include/librdkafka/rdkafka.h ]; then
   need+=(librdkafka-dev)  # the header the producer's own Kafka client is built against (producer/_native_producer.c)
+fi
+if ! command -v pt-online-schema-change >/dev/null 2>&1; then
+  need+=(percona-toolkit)  # pt-online-schema-change, run by the online schema change tests
 fi
 if ! command -v setpriv >/dev/null 2>&1; then
   need+=(util-linux)

@@ -622,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_lakes_p.add_argument("--rounds", type=int, default=2, help="alternated rounds (default 2)")
     bench_lakes_p.add_argument("--lake-engines", default="driver,spark", type=_lake_engines,
                                help="engines, comma-separated (default driver,spark)")
-    bench_lakes_p.add_argument("--interval", type=float, default=10.0, help="the lakes' commit_interval_s (default 10)")
+    bench_lakes_p.add_argument("--interval", type=float, default=10.0, help="the lakes' commit_interval_s (default 10, not the sinks' 60: a latency run lasts a minute)")
     bench_lakes_p.add_argument("--state-dir", default=".cdc/bench")
     bench_lakes_p.add_argument("--json", action="store_true", help="print every figure as JSON")
     bench_lakes_p.add_argument("--out", help="write the figures as a section of this file (docs/benchmarks.md)")

@@ -87,6 +87,10 @@ JUDGED_MEMORY = ("producer", "merge", "broker")
 P99_LIMIT_MS = 2000.0
 TREND_LIMIT = 1.2
 EQUAL_WITHIN_S = 60.0
+#: With the lakes on: each lake table's disk at the end (MB, at the run's retention), and each
+#: committer's staging-to-commit p99 against the commit interval plus this.
+LAKE_DISK_LIMIT_MB = 1000.0
+LAKE_FRESH_SLACK_S = 10.0
 
 
 def create_table(mysql: dict, db: str, rows: int) -> None:
@@ -547,11 +551,6 @@ def verdict(result: dict) -> dict[str, Any]:
             rss_growth[k] = round(b / a, 2) if a else None
     judged_rss = {k: v for k, v in rss_growth.items()
                   if v is not None and (k in JUDGED_MEMORY or k.startswith("broker-"))}
-    lake_growth = {}
-    if first and last and last[-1].get("lake"):
-        for k, v in last[-1]["lake"].items():
-            a = (first[0].get("lake") or {}).get(k, {}).get("mb") or 0.0
-            lake_growth[k] = round(v["mb"] / a, 2) if a else None
     all_p99 = [v for v in p99(samples)]
     warm = _window(samples, WARM_UP_S, end)
     warm_p99 = p99(warm)
@@ -568,7 +567,7 @@ def verdict(result: dict) -> dict[str, Any]:
         "latency_p99_max_after_warm_up_ms": max(warm_p99) if warm_p99 else None,
         "rss_growth": rss_growth,
         "false_loss_alarms": len(result.get("lost_history_alarms") or []),
-        "lake_growth": lake_growth,
+        "lake_end": lake_end(result),
         # what the load and the pipeline sustained after the warm-up (the source's peak: the rate it took)
         "written_per_s_median": statistics.median(written) if written else None,
         "merged_per_s_median": statistics.median(merged) if merged else None,
@@ -578,8 +577,52 @@ def verdict(result: dict) -> dict[str, Any]:
     out["latency_flat"] = out["latency_p99_ratio"] is not None and out["latency_p99_ratio"] <= TREND_LIMIT
     out["latency_bounded"] = bool(warm_p99) and max(warm_p99) <= P99_LIMIT_MS
     out["rss_flat"] = bool(judged_rss) and all(v <= 1.25 for v in judged_rss.values())
+    ends = out["lake_end"].values()
+    out["lake_disk_bounded"] = all(e["mb"] <= LAKE_DISK_LIMIT_MB for e in ends)
+    out["lake_fresh"] = all(e.get("fresh", True) for e in ends)
     out["passed"] = out["no_stall"] and out["latency_flat"] and out["latency_bounded"] and out["rss_flat"] \
-        and out["false_loss_alarms"] == 0
+        and out["false_loss_alarms"] == 0 and out["lake_disk_bounded"] and out["lake_fresh"]
+    return out
+
+
+def _lake_rows(result: dict) -> list[str]:
+    """The verdict's rows of the lakes' disk, freshness and commits (none without lakes)."""
+    v, interval = result["verdict"], result.get("lake_interval_s")
+    ends = v.get("lake_end") or {}
+    if not ends:
+        return []
+    disk = ", ".join(f"{k} {e['mb']:,.1f} / {e['files']:,}" for k, e in ends.items())
+    rows = [f"| each lake table's disk at the end <= {LAKE_DISK_LIMIT_MB / 1000:g} GB (retention "
+            f"{result.get('lake_retention_hours')} h): MB / files | {disk} | "
+            f"{'yes' if v['lake_disk_bounded'] else 'no'} |"]
+    if interval is not None:
+        fresh = ", ".join(f"{k} {_f(e.get('commit_delay_p99_s'), '.1f')} s" for k, e in ends.items())
+        rows.append(f"| lake freshness: each committer's staging-to-commit p99 <= the interval + "
+                    f"{LAKE_FRESH_SLACK_S:g} s (interval {interval:g} s) | {fresh} | "
+                    f"{'yes' if v['lake_fresh'] else 'no'} |")
+    per_h = ", ".join(f"{k} {e.get('commits_per_h', '-')}" for k, e in ends.items())
+    rows.append(f"| lake commits per table per hour | {per_h} | shown |")
+    return rows
+
+
+def lake_end(result: dict) -> dict[str, dict[str, Any]]:
+    """Per lake sink at the last sample: its table's MB and files on disk, its commits (and per
+    hour), its committer's staging-to-commit p99 and, when the run's interval is known, whether
+    that p99 is within the interval plus :data:`LAKE_FRESH_SLACK_S`."""
+    samples = result["samples"]
+    if not samples or not samples[-1].get("lake"):
+        return {}
+    last, interval = samples[-1], result.get("lake_interval_s")
+    out = {}
+    for k, disk in last["lake"].items():
+        commits = (last.get("lake_commits") or {}).get(k) or {}
+        e = {"mb": disk["mb"], "files": disk["files"], "commits": commits.get("commits"),
+             "commit_delay_p99_s": commits.get("commit_delay_p99_s")}
+        if e["commits"] is not None and last["t_s"]:
+            e["commits_per_h"] = round(e["commits"] * 3600.0 / last["t_s"])
+        if interval is not None and e["commit_delay_p99_s"] is not None:
+            e["fresh"] = e["commit_delay_p99_s"] <= interval + LAKE_FRESH_SLACK_S
+        out[k] = e
     return out
 
 
@@ -679,10 +722,7 @@ def render(result: dict, *, when: str, png: str | None = None) -> str:
              f"{_f(v.get('written_per_s_median'))} / {_f(v.get('merged_per_s_median'))} changes/s | shown |",
              f"| producer behind the source after warm-up, median / worst sample | "
              f"{_f(v.get('source_lag_median_s'), '.1f')} / {_f(v.get('source_lag_max_s'), '.1f')} s | shown |"]
-    if v.get("lake_growth"):
-        lines.append(f"| lake tables' disk (MB, last / first after warm-up; retention "
-                     f"{result.get('lake_retention_hours')} h) | "
-                     f"{', '.join(f'{k} {g}' for k, g in v['lake_growth'].items())} | shown |")
+    lines += _lake_rows(result)
     lines.append("")
     if png:
         lines += [f"![soak series]({png})", ""]

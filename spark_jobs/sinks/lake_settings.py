@@ -38,8 +38,8 @@ class LakeSinkConfig(Section):
     # changes (after the DBLog rule) and is done; one committer per table merges every batch
     # staged since its last commit in one commit, off the micro-batch's path (docs/lake.md,
     # "Commit cadence"). 0: a commit with every micro-batch, on its path (the batch ends when
-    # its lake commits are done).
-    commit_interval_s: float = Field(10.0, ge=0)
+    # its lake commits are done). 60 by measurement (docs/lake.md, "The default").
+    commit_interval_s: float = Field(60.0, ge=0)
     # A table is committed before its interval is up once this many changes are staged for it.
     commit_rows: int = Field(500_000, ge=1)
     # The stream waits (a pace warning, cdc_lake_staged_rows) while this many changes are

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -279,6 +280,16 @@ def _lake_engines(text: str) -> str:
     if not engines or any(e not in ("driver", "spark") for e in engines):
         raise argparse.ArgumentTypeError(f"{text!r}: driver, spark or driver,spark")
     return ",".join(engines)
+
+
+def _lake_variants(text: str) -> str:
+    """``cdc bench lakes``'s engines: ``driver``, ``spark``, each also as ``<engine>-nice<N>``
+    (its committers at ``commit_nice: N``), comma-separated."""
+    variants = [e.strip() for e in text.split(",") if e.strip()]
+    if not variants or any(not re.fullmatch(r"(driver|spark)(-nice\d{1,2})?", e) for e in variants):
+        raise argparse.ArgumentTypeError(f"{text!r}: driver, spark, driver,spark; an engine's committers at another "
+                                         "commit_nice: driver-nice0")
+    return ",".join(variants)
 
 
 def _cmd_bench_lakes(args: argparse.Namespace) -> int:
@@ -620,8 +631,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_lakes_p.add_argument("--rate", type=int, default=5000, help="inserts/s of the latency runs (0: none)")
     bench_lakes_p.add_argument("--seconds", type=float, default=60.0, help="length of each latency run (default 60)")
     bench_lakes_p.add_argument("--rounds", type=int, default=2, help="alternated rounds (default 2)")
-    bench_lakes_p.add_argument("--lake-engines", default="driver,spark", type=_lake_engines,
-                               help="engines, comma-separated (default driver,spark)")
+    bench_lakes_p.add_argument("--lake-engines", default="driver,spark", type=_lake_variants,
+                               help="engines, comma-separated (default driver,spark); <engine>-nice<N>: its "
+                                    "committers at commit_nice N (e.g. driver,driver-nice0)")
     bench_lakes_p.add_argument("--interval", type=float, default=10.0, help="the lakes' commit_interval_s (default 10, not the sinks' 60: a latency run lasts a minute)")
     bench_lakes_p.add_argument("--state-dir", default=".cdc/bench")
     bench_lakes_p.add_argument("--json", action="store_true", help="print every figure as JSON")

@@ -89,6 +89,29 @@ class TableCommits:
         return min((b.staged_at for b in self.pending), default=None)
 
 
+class CommitRequests:
+    """``cdc lake commit``'s request file, watched: due once each time it is written after the
+    watch began (one written before is not this committer's)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen = self._written()
+
+    def _written(self) -> float:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def due(self) -> bool:
+        """Whether the file was written since the last look."""
+        at = self._written()
+        if at > self._seen:
+            self._seen = at
+            return True
+        return False
+
+
 class LakeCommitter:
     """The committer of one lake sink's tables (``name``: its section, ``sink``: the driver's
     sink object, ``section``: its settings, ``owner``: the pipeline)."""
@@ -98,6 +121,7 @@ class LakeCommitter:
         self.interval_s = float(getattr(section, "commit_interval_s", 0.0))
         self.commit_rows = int(getattr(section, "commit_rows", 500_000))
         self.max_staged_rows = int(getattr(section, "max_staged_rows", 2_000_000))
+        self.nice = int(getattr(section, "commit_nice", 0))
         self.app = committer_app(owner)
         self.journal = LakeJournal(sink.staging)
         self._tables: dict[tuple[str, str], TableCommits] = {}
@@ -115,8 +139,7 @@ class LakeCommitter:
         self._backoff = 0.0
         #: The longest wait before a failed commit is tried again (the wait doubles from 1 s).
         self.retry_max_s = 60.0
-        self.request_path: Path | None = None
-        self._request_seen = 0.0
+        self.requests: CommitRequests | None = None  # `cdc lake commit`'s, once watched
         self.forced_at = 0.0  # when the last `cdc lake commit` request was served
         self.looks = 0  # the thread's looks at what is due
 
@@ -308,34 +331,28 @@ class LakeCommitter:
         return any(t.rows() >= self.commit_rows for t in list(self._tables.values()))
 
     def watch_requests(self, path: Path) -> None:
-        """Commit at once when ``path`` (``cdc lake commit``'s request) is written from now on
-        (one written before is not this committer's)."""
-        self.request_path = path
-        try:
-            self._request_seen = path.stat().st_mtime
-        except OSError:
-            pass
+        """Commit at once when ``path`` (``cdc lake commit``'s request) is written from now on."""
+        self.requests = CommitRequests(path)
 
-    def _requested(self) -> bool:
-        if self.request_path is None:
-            return False
+    def _lower_priority(self) -> None:
+        """This thread (the committer's) at :attr:`nice` (Linux: a thread's own nice value)."""
+        if not self.nice or not hasattr(os, "setpriority"):
+            return
         try:
-            at = self.request_path.stat().st_mtime
-        except OSError:
-            return False
-        if at > self._request_seen:
-            self._request_seen = at
-            return True
-        return False
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+        except OSError as exc:
+            log.warning("the %s lake committer runs at the job's priority (commit_nice %d refused: %s)",
+                        self.name, self.nice, exc)
 
     def _loop(self) -> None:
+        self._lower_priority()
         try:
             self.sink.in_commit_thread()
         except Exception as exc:  # noqa: BLE001 - only the scheduling pool is lost
             log.warning("the %s lake committer runs in Spark's default pool: %s", self.name, exc)
         while not self._stop.is_set():
             self.looks += 1
-            forced = self._requested()
+            forced = self.requests is not None and self.requests.due()
             if forced or self._due():
                 self._next_cycle = time.monotonic() + max(self.interval_s, self._backoff)
                 try:

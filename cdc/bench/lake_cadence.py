@@ -48,15 +48,19 @@ __all__ = ["bench_lake_cadence", "lakes_config", "cadence_lines"]
 
 def lakes_config(cfg, work: Path, run: str, engine: str | None, interval_s: float, *, postgres: bool = False,
                  change_data_feed: bool = False):
-    """``cfg`` with both lakes on ``engine`` (None: no lake) at ``interval_s``, their tables in
-    ``work/run``; the changelog on without ``postgres``."""
+    """``cfg`` with both lakes on ``engine`` (None: no lake; ``<engine>-nice<N>``: its
+    committers at ``commit_nice: N``) at ``interval_s``, their tables in ``work/run``; the
+    changelog on without ``postgres``."""
     cfg = cfg.model_copy(deep=True)
     cfg.sinks.postgres.enabled, cfg.sinks.mysql.enabled = postgres, False
     cfg.sinks.changelog.enabled = not postgres
+    name, _, nice = (engine or "driver").partition("-nice")
     for section in (cfg.sinks.delta, cfg.sinks.iceberg):
         section.enabled = engine is not None
-        section.engine = engine or "driver"
+        section.engine = name
         section.commit_interval_s = interval_s
+        if nice:
+            section.commit_nice = int(nice)
     cfg.sinks.delta.path = str(work / run / "delta")
     cfg.sinks.delta.change_data_feed = change_data_feed
     cfg.sinks.iceberg.warehouse = str(work / run / "iceberg")

@@ -46,5 +46,10 @@ class LakeSinkConfig(Section):
     # staged and not committed in the sink's tables: a slow or unavailable lake holds the
     # stream back instead of filling the staging directory.
     max_staged_rows: int = Field(2_000_000, ge=1)
+    # The committer's thread (and the threads it starts: delta-rs's runtime when it starts it) at
+    # this nice value, below the stream's (0: as the job): on a machine short of cores the
+    # stream's sinks go first and the lake commits take the time left (the `driver` engine; the
+    # `spark` engine's commits run in Spark's executors, in the fair scheduler's `lake` pool).
+    commit_nice: int = Field(10, ge=0, le=19)
     # The size compaction aims at, in bytes.
     target_file_size: int = Field(128 * 1024 * 1024, ge=1024 * 1024)

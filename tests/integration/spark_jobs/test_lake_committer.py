@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -273,3 +274,21 @@ def test_a_restarted_committer_shows_what_the_table_holds_before_its_first_commi
         assert table["staged_rows"] == 1 and c.figures["commits"] == 0
     finally:
         second.stop(drain=False)
+
+
+def test_the_committer_thread_runs_at_commit_nice_and_the_stream_at_the_jobs(driver_delta, tmp_path):
+    """``commit_nice``: the committer's thread (Linux: a thread's own nice value) below the
+    stream's threads, which keep the job's."""
+    group = committers_of(driver_delta, tmp_path, commit_nice=7)
+    group.start()
+    try:
+        thread = next(t for t in threading.enumerate() if t.name == "cdc-lake-lake")
+        wait_for(lambda: group.committers[0].looks > 0)
+        assert _nice(thread.native_id) == 7 and _nice(threading.get_native_id()) == os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        group.stop()
+
+
+def _nice(tid: int) -> int:
+    """A thread's nice value, from /proc (the 19th field of its stat line)."""
+    return int(Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])

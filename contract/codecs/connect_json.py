@@ -139,6 +139,23 @@ _NO_SLOT = 0xFF
 _SLOTS = 16  # (AJ_SLOTS)
 
 
+def float32_shortest(v: float) -> float:
+    """A float32 value (widened to a double) as the double of its shortest decimal digits that read
+    back as the same float32: what Kafka Connect's JSON converter writes for a FLOAT32
+    (``Float.toString``: ``0.1``, not the widened ``0.10000000149011612``)."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return v
+    f32 = _F32.pack(v)
+    for digits in range(1, 10):
+        shorter = float(f"{v:.{digits}g}")
+        try:
+            if _F32.pack(shorter) == f32:
+                return shorter
+        except OverflowError:  # (rounded past float32's largest)
+            continue
+    return v
+
+
 def _program(items: Items) -> bytes | None:
     """The program of ``items``: adjacent text joined into one literal op."""
     if items is None:
@@ -220,9 +237,14 @@ class _AvroToConnect:
             return self.record(t, ns)
         if isinstance(prim, (dict, list)):
             return self.type(prim, ns, what)
-        if prim == "array":
+        if prim == "array":  # (a VECTOR: Debezium's FloatVector, its name and version as its schema has them)
             items, enc_item, _ = self.field_type(t["items"], ns, what)
-            return {"type": "array", "items": items}, lambda v: [enc_item(x) for x in v], None
+            if t["items"] == "float":  # (a VECTOR's floats, as Kafka Connect's JSON converter writes them)
+                enc_item = float32_shortest
+            array: dict[str, Any] = {"type": "array", "items": items}
+            if "connect.name" in t:
+                array.update(name=t["connect.name"], version=t.get("connect.version", 1))
+            return array, lambda v: [enc_item(x) for x in v], None
         if prim not in _PRIMITIVE:
             raise SerdeError(f"{what}: Avro type {prim!r} has no Connect form")
         schema: dict[str, Any] = {"type": _PRIMITIVE[prim]}

@@ -118,7 +118,7 @@ def make_many_types_table(stack, db: str, n: int = 40) -> None:
 
 # MySQL's own types (MySQL 8.0+/9.x; not MariaDB): binary JSON at its edges (nested, large: over
 # 64 KiB, its large format; unicode; numbers at their limits; opaque DATE/TIME/DATETIME/DECIMAL
-# scalars made by JSON_OBJECT), every geometry, VECTOR (MySQL 9), TIME/DATETIME/TIMESTAMP at
+# scalars made by JSON_OBJECT), every geometry, VECTOR (MySQL 9), a FLOAT (0.1: not exact in float32), TIME/DATETIME/TIMESTAMP at
 # every fractional precision, YEAR, BIT widths, ENUM/SET, an invisible column, generated
 # columns (virtual and stored).  Rows by explicit column lists: the invisible column is not in
 # ``VALUES`` without one and the generated ones take no value.
@@ -128,7 +128,7 @@ CREATE TABLE mtypes (
   js JSON, jbig JSON,
   g POINT, g4326 POINT SRID 4326, geo GEOMETRY, ls LINESTRING, pg POLYGON, mpt MULTIPOINT, mls MULTILINESTRING,
   mpg MULTIPOLYGON, gc GEOMETRYCOLLECTION,
-  vec VECTOR(3), vec1 VECTOR(1),
+  vec VECTOR(3), vec1 VECTOR(1), fl FLOAT,
   t0 TIME, t1 TIME(1), t2 TIME(2), t3 TIME(3), t4 TIME(4), t5 TIME(5), t6 TIME(6),
   d0 DATETIME, d1 DATETIME(1), d2 DATETIME(2), d3 DATETIME(3), d4 DATETIME(4), d5 DATETIME(5), d6 DATETIME(6),
   s0 TIMESTAMP NULL, s1 TIMESTAMP(1) NULL, s2 TIMESTAMP(2) NULL, s3 TIMESTAMP(3) NULL, s4 TIMESTAMP(4) NULL,
@@ -139,7 +139,7 @@ CREATE TABLE mtypes (
   gv INT AS (id * 2) VIRTUAL, gs VARCHAR(20) AS (CONCAT('g-', id)) STORED
 ) DEFAULT CHARSET=utf8mb4
 """
-MYSQL_TYPES_COLUMNS = ("id, js, jbig, g, g4326, geo, ls, pg, mpt, mls, mpg, gc, vec, vec1, "
+MYSQL_TYPES_COLUMNS = ("id, js, jbig, g, g4326, geo, ls, pg, mpt, mls, mpg, gc, vec, vec1, fl, "
                        "t0, t1, t2, t3, t4, t5, t6, d0, d1, d2, d3, d4, d5, d6, s0, s1, s2, s3, s4, s5, s6, "
                        "yr, b1, b8, b9, b63, e, st, inv")
 _JSON_EDGES = ('{"nested": {"a": [1, [2, [3, {"b": null, "c": [true, false]}]]], "e": {}, "f": []}, '
@@ -159,7 +159,7 @@ MYSQL_TYPES_ROWS = [
     "ST_GeomFromText('MULTIPOINT(0 0, 1 2)'), ST_GeomFromText('MULTILINESTRING((0 0, 1 1), (2 2, 3 3))'), "
     "ST_GeomFromText('MULTIPOLYGON(((0 0, 1 0, 1 1, 0 0)), ((5 5, 6 5, 6 6, 5 5)))'), "
     "ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))'), "
-    "STRING_TO_VECTOR('[3.4028234e38, -1.5, 1.17549435e-38]'), STRING_TO_VECTOR('[0.1]'), "
+    "STRING_TO_VECTOR('[3.4028234e38, -1.5, 1.17549435e-38]'), STRING_TO_VECTOR('[0.1]'), 0.1, "
     "'838:59:59', '838:59:58.9', '-838:59:58.99', '12:34:56.789', '-00:00:00.0001', '23:59:59.99999', "
     "'-01:02:03.123456', '9999-12-31 23:59:59', '9999-12-31 23:59:59.9', '2024-02-29 12:00:00.01', "
     "'1000-01-01 00:00:00.001', '2000-01-01 00:00:00.0001', '1969-12-31 23:59:59.99999', "
@@ -173,6 +173,7 @@ MYSQL_TYPES_ROWS = [
     "ST_GeomFromText('POLYGON((0 0, 1 0, 0 1, 0 0))'), ST_GeomFromText('MULTIPOINT(0 0)'), "
     "ST_GeomFromText('MULTILINESTRING((0 0, 1 1))'), ST_GeomFromText('MULTIPOLYGON(((0 0, 1 0, 1 1, 0 0)))'), "
     "ST_GeomFromText('GEOMETRYCOLLECTION EMPTY'), STRING_TO_VECTOR('[0, -0, 0]'), STRING_TO_VECTOR('[-3.4028234e38]'), "
+    "16777217, "
     "'-838:59:59', '00:00:00.0', '00:00:00.01', '-00:00:00.001', '00:00:00.0001', '-12:00:00.00001', "
     "'-00:00:00.000001', '1000-01-01 00:00:00', '1000-01-01 00:00:00.0', '1970-01-01 00:00:00.00', "
     "'1970-01-01 00:00:00.000', '1999-12-31 23:59:59.9999', '1000-01-01 00:00:00.00001', "

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.codecs.connect_json import ConnectJsonWriter, avro_view, connect_schema, float32_shortest
+from contract.codecs.connect_json import TRANSCODES, ConnectJsonWriter, avro_view, connect_schema, float32_shortest
 from contract.codecs.serde import RecordDecoder
 from contract.envelope import envelope_schema, record_names, source_block
 from contract.errors import SerdeError
@@ -366,3 +366,13 @@ def test_a_float32_is_written_with_the_shortest_digits_that_read_back_as_it(valu
     written = float32_shortest(value)
     assert struct.pack("<f", written) == struct.pack("<f", value)
     assert float32_shortest(struct.unpack("<f", struct.pack("<f", 0.1))[0]) == 0.1
+
+
+@pytest.mark.skipif(not TRANSCODES, reason="the transcoder is not built here")
+def test_the_transcoder_writes_a_float_with_its_shortest_digits():
+    """A FLOAT column holding 0.1 (float32 0.100000001490116...): ``0.1``, as the dict path and Kafka
+    Connect's JSON converter write it, not the widened double's 17 digits."""
+    schema = {"type": "record", "name": "r", "fields": [{"name": "f", "type": ["null", "float"], "default": None}]}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), {"f": 0.1})
+    assert json.loads(ConnectJsonWriter(schema).transcode(body.getvalue()))["payload"] == {"f": 0.1}

@@ -135,10 +135,12 @@ soak-peak: venv system-deps jars
 # A long chaos run (processes killed under load, on three Kafka nodes of which one is killed
 # twice and shut down once, the merge job killed right after lake commits; must end equal, no
 # lake batch committed twice).  SEED=n picks the plan; BROKERS=1 on one node; LAKE_ENGINE=driver
-# for the lake sinks' driver engine (default spark: the executors merge the lake, docs/lake.md).
-chaos: venv system-deps jars
+# for the lake sinks' driver engine (default spark: the executors merge the lake, docs/lake.md);
+# FLAVOR=mysql on MySQL 9.7 (make mysql-server) instead of MariaDB.
+chaos: venv system-deps jars $(if $(filter mysql,$(FLAVOR)),mysql-server)
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) CDC__SINKS__DELTA__ENGINE=$${LAKE_ENGINE:-spark} \
-		CDC__SINKS__ICEBERG__ENGINE=$${LAKE_ENGINE:-spark} $(VENV)/bin/cdc chaos --brokers $${BROKERS:-3} --seed $${SEED:-1}
+		CDC__SINKS__ICEBERG__ENGINE=$${LAKE_ENGINE:-spark} $(VENV)/bin/cdc chaos --brokers $${BROKERS:-3} --seed $${SEED:-1} \
+		$(if $(FLAVOR),--flavor $(FLAVOR))
 
 # The same with read-only snapshots, as a CDC user that may not write to the source.
 chaos-read-only: venv system-deps jars

@@ -192,8 +192,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     """A long chaos run on its own embedded stack."""
     import cdc.chaos as chaos
     import cdc.demo as demo
-    state = Path(args.state_dir)
-    info = stack_up(state, brokers=args.brokers)
+    state = Path(args.state_dir or (".cdc/chaos-mysql" if args.flavor == "mysql" else ".cdc/chaos"))
+    info = stack_up(state, brokers=args.brokers, flavor=args.flavor)
     cfg = load_config(info.config_path)
     brokers = None
     if len(info.kafka.get("nodes") or []) > 1:  # nodes killed and shut down too
@@ -764,7 +764,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the stack's Kafka nodes (default 3): with 3, the node leading the busiest partition is "
                               "killed during the snapshots and again during streaming, and one shut down, each started "
                               "again")
-    chaos_p.add_argument("--state-dir", default=".cdc/chaos")
+    chaos_p.add_argument("--flavor", choices=["mariadb", "mysql"], default=None,
+                         help="the source server (default: the machine's, MariaDB; mysql: MySQL 9.7 from "
+                              "'make mysql-server')")
+    chaos_p.add_argument("--state-dir", default=None, help="default .cdc/chaos (.cdc/chaos-mysql with --flavor mysql)")
     chaos_p.add_argument("--keep-running", action="store_true")
     chaos_p.add_argument("--read-only", action="store_true",
                          help="the producer as a CDC user without write privileges, read-only snapshots")

@@ -29,6 +29,9 @@ BITS = "io.debezium.data.Bits"
 ENUM = "io.debezium.data.Enum"
 ENUM_SET = "io.debezium.data.EnumSet"
 JSON = "io.debezium.data.Json"
+#: MySQL 9's VECTOR: an array of float32 (Debezium's ``io.debezium.data.vector.FloatVector``
+#: schema, whose name is this).
+FLOAT_VECTOR = "io.debezium.data.FloatVector"
 
 #: Debezium's spatial records, and the namespace of their Avro records.
 GEOMETRY_NAMESPACE = "io.debezium.data.geometry"

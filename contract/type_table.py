@@ -37,6 +37,7 @@ from contract import logical_types
 __all__ = [
     "SourceType",
     "SOURCE_TYPES",
+    "SINKLESS_FAMILIES",
     "INTEGER_TYPES",
     "IntegerType",
     "family_of",
@@ -90,6 +91,7 @@ SOURCE_TYPES: tuple[SourceType, ...] = (
     SourceType("enum", ("enum",), "text"),
     SourceType("set", ("set",), "text"),
     SourceType("json", ("json",), "json"),
+    SourceType("vector", ("vector",), "bytes"),
     SourceType("date", ("date",), "date", always_nullable=True),
     SourceType("time", ("time",), "time"),
     SourceType("datetime", ("datetime",), "datetime", always_nullable=True),
@@ -102,6 +104,10 @@ SOURCE_TYPES: tuple[SourceType, ...] = (
     SourceType("inet4", ("inet4",), "text"),
     SourceType("inet6", ("inet6",), "text"),
 )
+
+#: Families the producer writes (as Debezium does) but no sink stores yet: the merge job stops on
+#: such a column naming it (MySQL 9's VECTOR, Debezium's FloatVector array: issue 68).
+SINKLESS_FAMILIES = frozenset({"vector"})
 
 _FAMILY_OF = {dt: s.family for s in SOURCE_TYPES for dt in s.data_types}
 _BY_FAMILY = {s.family: s for s in SOURCE_TYPES}

@@ -152,6 +152,7 @@ class ProducerApp:
         # table's rows are read here).
         # (the outbox table's rows too: the router reads their values)
         by_values = {cfg.source.signal_table} | ({cfg.producer.outbox.table} if self.outbox else set())
+        builder.versions.transcoded = cfg.producer.format == "debezium-json"
         images = builder.stream_encoding(by_values) if from_avro_bodies(cfg.producer.format) else None
         reader = ReaderProcess(cfg.source, state.resume, is_mariadb=info.is_mariadb,
                                batch_rows=max(1, cfg.producer.batch_size // 4), file_base=state.file_base,

@@ -114,3 +114,94 @@ def make_many_types_table(stack, db: str, n: int = 40) -> None:
         for i in range(1, n + 1):
             cur.execute(sql, (*many_types_row(i), f"POINT({i} {i / 4})"))
         cur.execute("INSERT INTO types (id) VALUES (5)")  # every other column NULL
+
+
+# MySQL's own types (MySQL 8.0+/9.x; not MariaDB): binary JSON at its edges (nested, large: over
+# 64 KiB, its large format; unicode; numbers at their limits; opaque DATE/TIME/DATETIME/DECIMAL
+# scalars made by JSON_OBJECT), every geometry, VECTOR (MySQL 9), a FLOAT (0.1: not exact in float32), TIME/DATETIME/TIMESTAMP at
+# every fractional precision, YEAR, BIT widths, ENUM/SET, an invisible column, generated
+# columns (virtual and stored).  Rows by explicit column lists: the invisible column is not in
+# ``VALUES`` without one and the generated ones take no value.
+MYSQL_TYPES_DDL = """
+CREATE TABLE mtypes (
+  id INT PRIMARY KEY,
+  js JSON, jbig JSON,
+  g POINT, g4326 POINT SRID 4326, geo GEOMETRY, ls LINESTRING, pg POLYGON, mpt MULTIPOINT, mls MULTILINESTRING,
+  mpg MULTIPOLYGON, gc GEOMETRYCOLLECTION,
+  vec VECTOR(3), vec1 VECTOR(1), fl FLOAT,
+  t0 TIME, t1 TIME(1), t2 TIME(2), t3 TIME(3), t4 TIME(4), t5 TIME(5), t6 TIME(6),
+  d0 DATETIME, d1 DATETIME(1), d2 DATETIME(2), d3 DATETIME(3), d4 DATETIME(4), d5 DATETIME(5), d6 DATETIME(6),
+  s0 TIMESTAMP NULL, s1 TIMESTAMP(1) NULL, s2 TIMESTAMP(2) NULL, s3 TIMESTAMP(3) NULL, s4 TIMESTAMP(4) NULL,
+  s5 TIMESTAMP(5) NULL, s6 TIMESTAMP(6) NULL,
+  yr YEAR, b1 BIT(1), b8 BIT(8), b9 BIT(9), b63 BIT(63),
+  e ENUM('a', 'é ü', 'x,y'), st SET('a', 'b', 'c', 'd'),
+  inv VARCHAR(10) INVISIBLE,
+  gv INT AS (id * 2) VIRTUAL, gs VARCHAR(20) AS (CONCAT('g-', id)) STORED
+) DEFAULT CHARSET=utf8mb4
+"""
+MYSQL_TYPES_COLUMNS = ("id, js, jbig, g, g4326, geo, ls, pg, mpt, mls, mpg, gc, vec, vec1, fl, "
+                       "t0, t1, t2, t3, t4, t5, t6, d0, d1, d2, d3, d4, d5, d6, s0, s1, s2, s3, s4, s5, s6, "
+                       "yr, b1, b8, b9, b63, e, st, inv")
+_JSON_EDGES = ('{"nested": {"a": [1, [2, [3, {"b": null, "c": [true, false]}]]], "e": {}, "f": []}, '
+               '"ints": [9223372036854775807, -9223372036854775808, 18446744073709551615, 0, -1], '
+               '"doubles": [1.7976931348623157e308, -5e-324, 0.1, 1e-7, -0.0, 123456789.125], '
+               '"text": "\\u00e9\\u4e2d\\ud83d\\ude00 \\" \\\\ \\n \\t \\u0001", "\\u00fc key": "", '
+               '"long_int_as_double": 1e20}')
+MYSQL_TYPES_ROWS = [
+    # the high edges; JSON with opaque scalars and a large document
+    "INSERT INTO mtypes ({cols}) VALUES (1, '" + _JSON_EDGES.replace("\\", "\\\\") + "', "
+    "JSON_OBJECT('big', REPEAT('x', 70000), 'd', CAST('2024-02-29' AS DATE), 't', CAST('-838:59:59' AS TIME), "
+    "'t3', CAST('12:34:56.789' AS TIME(3)), 'dt', CAST('9999-12-31 23:59:59.999999' AS DATETIME(6)), "
+    "'dec', CAST('-12345678901234567890.123456789' AS DECIMAL(30,9)), 'arr', JSON_ARRAY(1, 'two', 3.5)), "
+    "ST_GeomFromText('POINT(180 90)'), ST_GeomFromText('POINT(45.5 -120.25)', 4326), "
+    "ST_GeomFromText('LINESTRING(0 0, 1 1, 2 3)'), ST_GeomFromText('LINESTRING(-1 -1, 1e10 2.5e-7)'), "
+    "ST_GeomFromText('POLYGON((0 0, 10 0, 10 10, 0 10, 0 0), (1 1, 2 1, 2 2, 1 1))'), "
+    "ST_GeomFromText('MULTIPOINT(0 0, 1 2)'), ST_GeomFromText('MULTILINESTRING((0 0, 1 1), (2 2, 3 3))'), "
+    "ST_GeomFromText('MULTIPOLYGON(((0 0, 1 0, 1 1, 0 0)), ((5 5, 6 5, 6 6, 5 5)))'), "
+    "ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))'), "
+    "STRING_TO_VECTOR('[3.4028234e38, -1.5, 1.17549435e-38]'), STRING_TO_VECTOR('[0.1]'), 0.1, "
+    "'838:59:59', '838:59:58.9', '-838:59:58.99', '12:34:56.789', '-00:00:00.0001', '23:59:59.99999', "
+    "'-01:02:03.123456', '9999-12-31 23:59:59', '9999-12-31 23:59:59.9', '2024-02-29 12:00:00.01', "
+    "'1000-01-01 00:00:00.001', '2000-01-01 00:00:00.0001', '1969-12-31 23:59:59.99999', "
+    "'9999-12-31 23:59:59.999999', '2038-01-19 03:14:07', '2038-01-19 03:14:06.9', '2000-02-29 00:00:00.99', "
+    "'1970-01-01 00:00:01.001', '2001-09-09 01:46:40.0001', '2024-01-01 00:00:00.00001', "
+    "'2038-01-19 03:14:07.999999', 2155, b'1', b'11111111', b'100000001', "
+    "b'111111111111111111111111111111111111111111111111111111111111111', 'x,y', 'a,b,c,d', 'hidden')",
+    # the low edges: JSON scalars and empties, zero-ish values
+    "INSERT INTO mtypes ({cols}) VALUES (2, '\"just a string\"', '[]', ST_GeomFromText('POINT(-180 -90)'), "
+    "ST_GeomFromText('POINT(0 0)', 4326), ST_GeomFromText('POINT(0 0)'), ST_GeomFromText('LINESTRING(0 0, 0 0)'), "
+    "ST_GeomFromText('POLYGON((0 0, 1 0, 0 1, 0 0))'), ST_GeomFromText('MULTIPOINT(0 0)'), "
+    "ST_GeomFromText('MULTILINESTRING((0 0, 1 1))'), ST_GeomFromText('MULTIPOLYGON(((0 0, 1 0, 1 1, 0 0)))'), "
+    "ST_GeomFromText('GEOMETRYCOLLECTION EMPTY'), STRING_TO_VECTOR('[0, -0, 0]'), STRING_TO_VECTOR('[-3.4028234e38]'), "
+    "16777217, "
+    "'-838:59:59', '00:00:00.0', '00:00:00.01', '-00:00:00.001', '00:00:00.0001', '-12:00:00.00001', "
+    "'-00:00:00.000001', '1000-01-01 00:00:00', '1000-01-01 00:00:00.0', '1970-01-01 00:00:00.00', "
+    "'1970-01-01 00:00:00.000', '1999-12-31 23:59:59.9999', '1000-01-01 00:00:00.00001', "
+    "'1000-01-01 00:00:00.000000', '1970-01-01 00:00:01', '1970-01-01 00:00:01.1', '1970-01-01 00:00:01.01', "
+    "'1970-01-01 00:00:01.000', '1970-01-01 00:00:01.0001', '1970-01-01 00:00:01.00001', "
+    "'1970-01-01 00:00:01.000001', 1901, b'0', b'0', b'0', b'0', 'a', '', '')",
+    # every column but the key NULL (the generated ones are still computed)
+    "INSERT INTO mtypes (id) VALUES (3)",
+    # JSON's null, numbers and booleans as whole documents, against SQL NULL
+    "INSERT INTO mtypes (id, js, jbig, e, st) VALUES (4, 'null', '18446744073709551615', 'é ü', 'b,d')",
+    "INSERT INTO mtypes (id, js, jbig) VALUES (5, 'true', '-1.5e-300')",
+]
+MYSQL_TYPES_CHANGES = [
+    "UPDATE mtypes SET js = JSON_SET(js, '$.nested.a[0]', 'changed', '$.new', JSON_ARRAY()), "
+    "vec = STRING_TO_VECTOR('[1, 2, 3]'), t6 = '00:00:00', d6 = '2001-02-03 04:05:06.7', s3 = NULL, inv = 'seen', "
+    "b9 = b'1', st = 'c' WHERE id = 1",
+    "UPDATE mtypes SET id = 20 WHERE id = 2",  # the generated columns follow the key
+    "DELETE FROM mtypes WHERE id = 3",
+]
+# A table without a primary key made while sql_generate_invisible_primary_key is on: MySQL adds
+# `my_row_id BIGINT UNSIGNED AUTO_INCREMENT INVISIBLE PRIMARY KEY` (MySQL 8.0.30+).
+MYSQL_GIPK = ["SET SESSION sql_generate_invisible_primary_key = ON",
+              "CREATE TABLE gipk (a INT, b VARCHAR(10))",
+              "SET SESSION sql_generate_invisible_primary_key = OFF"]
+MYSQL_GIPK_CHANGES = ["INSERT INTO gipk VALUES (1, 'one'), (2, 'two')", "UPDATE gipk SET b = 'zwei' WHERE a = 2",
+                      "DELETE FROM gipk WHERE a = 1"]
+
+
+def mysql_types_rows() -> list[str]:
+    """:data:`MYSQL_TYPES_ROWS` with their column lists."""
+    return [sql.replace("{cols}", MYSQL_TYPES_COLUMNS) for sql in MYSQL_TYPES_ROWS]

@@ -32,10 +32,11 @@ Reading = tuple[str | None, Callable | None]
 #: The session's character set (utf8mb4) as Python names its codec: pymysql's ``encoding`` of it.
 ENCODING = "utf8"
 _BINARY = 63  # the binary character set's id: a string column of bytes
+VECTOR = 242  # MySQL 9's VECTOR (pymysql's FIELD_TYPE lacks it): its float32s, in the binary character set
 #: The field types whose text is a string in the column's character set (bytes in the binary one).
 _TEXT_TYPES = frozenset({FIELD_TYPE.BIT, FIELD_TYPE.BLOB, FIELD_TYPE.LONG_BLOB, FIELD_TYPE.MEDIUM_BLOB,
                          FIELD_TYPE.STRING, FIELD_TYPE.TINY_BLOB, FIELD_TYPE.VAR_STRING, FIELD_TYPE.VARCHAR,
-                         FIELD_TYPE.GEOMETRY})
+                         FIELD_TYPE.GEOMETRY, VECTOR})
 
 
 def reading(column: wire.Column, decoders: Mapping[int, Callable]) -> Reading:

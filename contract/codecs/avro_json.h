@@ -145,6 +145,22 @@ static int aj_double(AjBuf *b, double v) {
     return rc;
 }
 
+/* A float32 as the double of its shortest decimal digits (6 to 9 significant) that read back as
+ * the same float32: what Kafka Connect's JSON converter writes (0.1, not the widened
+ * 0.10000000149011612), and what the Python path writes (producer.events.values._float32). */
+static double aj_float32_shortest(float f) {
+    if (!isfinite(f))
+        return (double)f;
+    char text[40];
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(text, sizeof text, "%.*g", digits, (double)f);
+        double cand = strtod(text, NULL);
+        if ((float)cand == f)
+            return cand;
+    }
+    return (double)f;
+}
+
 static int aj_string(AjBuf *b, const uint8_t *s, Py_ssize_t n) {
     static const char hex[] = "0123456789abcdef";
     if (aj_reserve(b, n + 2) < 0)
@@ -256,7 +272,7 @@ static int aj_run(const uint8_t *prog, const uint8_t *prog_end, const uint8_t **
                 return aj_bad("a truncated float");
             memcpy(&f, *in, 4);   /* (little-endian, as Avro's) */
             *in += 4;
-            if (aj_double(b, (double)f) < 0)
+            if (aj_double(b, aj_float32_shortest(f)) < 0)
                 return -1;
             break;
         }

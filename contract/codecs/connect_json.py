@@ -139,6 +139,28 @@ _NO_SLOT = 0xFF
 _SLOTS = 16  # (AJ_SLOTS)
 
 
+def float32_shortest(v: float) -> float:
+    """A float32 value (widened to a double) as the double of its shortest decimal digits (6 to 9
+    significant) that read back as the same float32: what Kafka Connect's JSON converter writes for a FLOAT32
+    (``Float.toString``: ``0.1``, not the widened ``0.10000000149011612``)."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return v
+    f32 = _F32.pack(v)
+    for digits in range(6, 10):  # (from 6, as the transcoder and producer.events.values._float32: the same text)
+        shorter = float(f"{v:.{digits}g}")
+        try:
+            if _F32.pack(shorter) == f32:
+                return shorter
+        except OverflowError:  # (rounded past float32's largest)
+            continue
+    return v
+
+
+#: The encoders of the primitives that are not written as they are: bytes as base64, a float32
+#: with its shortest digits (the transcoder's 'F' writes the same).
+_ENCODES: dict[str, Callable[[Any], Any]] = {"bytes": lambda v: _b64(v), "float": float32_shortest}
+
+
 def _program(items: Items) -> bytes | None:
     """The program of ``items``: adjacent text joined into one literal op."""
     if items is None:
@@ -208,7 +230,7 @@ class _AvroToConnect:
     def type(self, t: Any, ns: str | None, what: str) -> tuple[dict, Encode, Items]:
         if isinstance(t, str):
             if t in _PRIMITIVE:
-                return {"type": _PRIMITIVE[t]}, (_b64 if t == "bytes" else _same), (_SCALAR_OPS[t],)
+                return {"type": _PRIMITIVE[t]}, _ENCODES.get(t, _same), (_SCALAR_OPS[t],)
             found = self.named.get(_fullname(t, ns)) or self.named.get(t)
             if found is None:
                 raise SerdeError(f"{what}: unknown Avro type name {t!r}")
@@ -220,15 +242,18 @@ class _AvroToConnect:
             return self.record(t, ns)
         if isinstance(prim, (dict, list)):
             return self.type(prim, ns, what)
-        if prim == "array":
+        if prim == "array":  # (a VECTOR: Debezium's FloatVector, its name and version as its schema has them)
             items, enc_item, _ = self.field_type(t["items"], ns, what)
-            return {"type": "array", "items": items}, lambda v: [enc_item(x) for x in v], None
+            array: dict[str, Any] = {"type": "array", "items": items}
+            if "connect.name" in t:
+                array.update(name=t["connect.name"], version=t.get("connect.version", 1))
+            return array, lambda v: [enc_item(x) for x in v], None
         if prim not in _PRIMITIVE:
             raise SerdeError(f"{what}: Avro type {prim!r} has no Connect form")
         schema: dict[str, Any] = {"type": _PRIMITIVE[prim]}
         if prim == "int" and t.get("connect.type") in ("int8", "int16"):
             schema["type"] = t["connect.type"]
-        enc: Encode = _b64 if prim == "bytes" else _same
+        enc: Encode = _ENCODES.get(prim, _same)
         op = _SCALAR_OPS[prim]
         params = t.get("connect.parameters")
         if t.get("logicalType") == "decimal" and prim == "bytes":

@@ -30,6 +30,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 
 from common.sql.sessions import source_tls
 from common.sql.tls import connect_mysql
+from producer.binlog.binlog_events import mysql_commit_ms
 from producer.binlog.reader import (
     Idle,
     ReaderCore,
@@ -110,8 +111,10 @@ class LibraryBinlogReader(ReaderCore):
             if isinstance(ev, TableMapEvent):
                 self._take_table_map(ev.table_id, ev.schema, ev.table, table_map_key(ev), ev.null_bitmask, ev.columns,
                                      lambda: table_def_from_table_map(ev))
-            elif isinstance(ev, (GtidEvent, MariadbGtidEvent)):
-                self._txn = _TxnState(self._file, event_start, ev.gtid, None, 0, True)
+            elif isinstance(ev, (GtidEvent, MariadbGtidEvent)):  # (MySQL's: its commit time, from its body)
+                body = ev.packet.packet.get_all_data()[20:]  # (the OK byte and the header off)
+                self._txn = _TxnState(self._file, event_start, ev.gtid, None, 0, True,
+                                      None if isinstance(ev, MariadbGtidEvent) else mysql_commit_ms(body))
             elif isinstance(ev, QueryEvent):
                 db = ev.schema.decode() if isinstance(ev.schema, bytes) else ev.schema
                 yield from self._query(_query_text(ev), db, ev.slave_proxy_id, ev.timestamp, end_pos, start,

@@ -55,6 +55,7 @@ from producer.binlog.binlog_events import (
     XID_EVENT,
     heartbeat_file,
     mariadb_gtid,
+    mysql_commit_ms,
     mysql_gtid,
     mysql_tagged_gtid,
     payload_events,
@@ -221,6 +222,9 @@ class _TxnState:
     thread: int | None = None
     events: int = 0
     open: bool = False
+    #: The transaction's commit time in ms from its MySQL GTID event (None: the events' own
+    #: header time, in seconds, as on MariaDB): its rows' ``source.ts_ms``, as Debezium's.
+    commit_ms: int | None = None
 
 
 class ReaderCore:
@@ -373,7 +377,8 @@ class ReaderCore:
         txn.events += len(rows) - first
         self._last = base.with_row(2 * len(rows) - 1)
         resume_file, resume_pos = (txn.start_file, txn.start_pos) if txn.open else (self._file, self._next_pos)
-        return RowChanges(kind, db, table, table_def, base, rows, first, timestamp * 1000, txn.gtid, txn.thread,
+        ts_ms = timestamp * 1000 if txn.commit_ms is None else txn.commit_ms
+        return RowChanges(kind, db, table, table_def, base, rows, first, ts_ms, txn.gtid, txn.thread,
                           self._file, resume_file, resume_pos, size, event_start)
 
 
@@ -471,7 +476,9 @@ class BinlogReader(ReaderCore):
             elif etype in _GTID_EVENTS:
                 gtid = (mariadb_gtid(body, server_id) if etype == MARIADB_GTID_EVENT else
                         mysql_tagged_gtid(body) if etype == GTID_TAGGED_LOG_EVENT else mysql_gtid(body))
-                self._txn = _TxnState(self._file, log_pos - size if log_pos else self._next_pos, gtid, None, 0, True)
+                self._txn = _TxnState(self._file, log_pos - size if log_pos else self._next_pos, gtid, None, 0, True,
+                                      None if etype in (MARIADB_GTID_EVENT, GTID_TAGGED_LOG_EVENT) else
+                                      mysql_commit_ms(body))
                 if log_pos:
                     self._next_pos = log_pos
             elif etype == QUERY_EVENT:

@@ -29,12 +29,13 @@ from typing import Any, Callable
 
 from pymysqlreplication.constants import BINLOG, NONE_SOURCE
 from pymysqlreplication.constants import FIELD_TYPE as T
-from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
 from common.errors import UnsupportedType
 from common.generated_code import run_generated
 from contract.conversion_rules import datetime2_fraction, packed_date_days, packed_decimal, packed_time_seconds
+from producer.binlog.binlog_events import VECTOR
+from producer.binlog.json_binary import document_text
 
 #: ``reader(buf, offset, reasons) -> (value, next offset)``; ``reasons`` is the event's
 #: column name -> why-None map (python-mysql-replication keeps one per event).
@@ -131,11 +132,12 @@ def _pascal_bytes(length_size: int) -> Reader:
 
 
 def _json(length_size: int) -> Reader:
-    """MySQL's binary JSON (``RowsEvent``'s JSON read): its length, then the document parsed by
-    python-mysql-replication's public ``json_binary.parse_json`` (objects with ``bytes`` keys,
-    strings as ``bytes``); an empty value is None.  A document that is JSON's ``null`` (which
-    ``parse_json`` gives as None) is the text ``"null"``, as a snapshot's SELECT reads it: not
-    SQL NULL, which the row's null bitmap says."""
+    """MySQL's binary JSON: its length, then the document as its text
+    (:func:`producer.binlog.json_binary.document_text`: every scalar as MySQL has it, a TIME
+    beyond 23 hours and a DECIMAL's digits included, which python-mysql-replication's
+    ``parse_json`` cannot give); an empty value is None.  A document that is JSON's ``null`` is
+    the text ``"null"``, as a snapshot's SELECT reads it: not SQL NULL, which the row's null
+    bitmap says."""
     length_of = _uint_le(length_size)
 
     def read(buf: bytes, off: int, reasons: dict) -> tuple[Any, int]:
@@ -145,8 +147,7 @@ def _json(length_size: int) -> Reader:
             return None, off
         if off + n > len(buf):
             raise ValueError("truncated JSON value")
-        value = parse_json(buf[off], buf[off + 1:off + n])
-        return ("null" if value is None else value), off + n
+        return document_text(buf[off:off + n]), off + n
     return read
 
 
@@ -497,6 +498,8 @@ def column_reader(col) -> Reader:
         return _pascal_bytes(col.length_size)
     if t == T.JSON:
         return _json(col.length_size)
+    if t == VECTOR:  # (its float32s as bytes: the converter reads them)
+        return _pascal_bytes(col.length_size)
     if t == T.DATETIME:
         return _datetime(col)
     if t == T.TIME:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pymysqlreplication.constants import FIELD_TYPE as T
 
 from common.errors import UnsupportedType
+from producer.binlog.binlog_events import VECTOR
 from producer.table_schema import ColumnDef, TableDef
 
 _INTS = {T.TINY: "tinyint", T.SHORT: "smallint", T.INT24: "mediumint", T.LONG: "int", T.LONGLONG: "bigint"}
@@ -65,6 +66,9 @@ def column_def_from_binlog(col, ordinal: int, nullable: bool, geometry_type: int
         dt, ct = "set", f"set({_quote_members(col.set_values or [])})"
     elif t == T.JSON:
         dt, ct = "json", "json"
+    elif t == VECTOR:
+        dt = "vector"
+        ct = dt
     elif t == T.GEOMETRY:
         dt = _GEOMETRY_TYPES.get(geometry_type or 0, "geometry")
         ct = dt

@@ -228,7 +228,7 @@ _AVRO_TYPES: dict[str, Any] = {
     "inet4": lambda col, modes: "string",
     "inet6": lambda col, modes: "string",
     "binary": _binary_type,
-    "enum": lambda col, modes: _semantic("string", logical_types.ENUM, {"allowed": ",".join(col.enum_values)}),
+    "enum": lambda col, modes: _semantic("string", logical_types.ENUM, {"allowed": allowed_members(col.enum_values)}),
     "set": lambda col, modes: _semantic("string", logical_types.ENUM_SET, {"allowed": ",".join(col.enum_values)}),
     "json": lambda col, modes: _semantic("string", logical_types.JSON),
     "date": _date_type,
@@ -238,7 +238,15 @@ _AVRO_TYPES: dict[str, Any] = {
     "year": lambda col, modes: _semantic("int", logical_types.YEAR),
     "point": lambda col, modes: _point_record(),
     "geometry": lambda col, modes: _geometry_record(),
+    "vector": lambda col, modes: {"type": "array", "items": "float", "connect.version": 1,
+                                  "connect.name": logical_types.FLOAT_VECTOR},
 }
+
+
+def allowed_members(members: list[str]) -> str:
+    """An ENUM's ``allowed`` parameter as Debezium writes it: the members joined by commas, a
+    comma inside a member escaped (``'x,y'`` is ``x\\,y``), so the list splits back into them."""
+    return ",".join(m.replace(",", "\\,") for m in members)
 
 
 def _base_type(col: ColumnDef, modes: TypeModes = DEFAULT_MODES) -> Any:

@@ -183,6 +183,9 @@ class StreamEncoding:
     controls: ColumnControls
     keep_values: frozenset[str]  # qualified tables whose rows the producer reads (the signal table)
     modes: TypeModes = DEFAULT_MODES
+    #: Records made by the Connect JSON transcoder (debezium-json): a table whose value schema it
+    #: has no program for (an array: a VECTOR column) crosses as values, its records made from dicts.
+    transcoded: bool = False
 
     def image_encoder(self, table: TableDef, columns: list) -> BinlogImageEncoder | None:
         """The image encoder of a table map's rows events (``columns``: the map's columns, from
@@ -193,7 +196,10 @@ class StreamEncoding:
         if table.qualified_name in self.keep_values:
             return None
         try:
-            return BinlogImageEncoder(columns, table_events(self.prefix, table, self.controls, modes=self.modes))
+            te = table_events(self.prefix, table, self.controls, modes=self.modes)
+            if self.transcoded and ConnectJsonWriter(te.value_schema).program is None:
+                return None
+            return BinlogImageEncoder(columns, te)
         except Exception:  # noqa: BLE001 - NotFast, or a table the general path reports on
             return None
 
@@ -337,6 +343,9 @@ class TableVersions:
         self._tables: dict[int, tuple[TableDef, TableEvents]] = {}
         # Snapshot reads: by table definition fingerprint (each chunk reads the definition).
         self._read_tables: dict[str, TableEvents] = {}
+        #: Records made by the Connect JSON transcoder (debezium-json): rows of a table it has no
+        #: program for (a VECTOR's array) are encoded by no reader process (read_encoding, stream_encoding).
+        self.transcoded = False
 
     def table_events(self, table: TableDef) -> TableEvents:
         cached = self._tables.get(id(table))
@@ -363,6 +372,8 @@ class TableVersions:
         te = self.read_table_events(table)
         if te.table.column_names != table.column_names:
             return None
+        if self.transcoded and ConnectJsonWriter(te.value_schema).program is None:
+            return None
         return ReadEncoding(self.prefix, table, tuple(te.key_columns), self.modes)
 
     def _make(self, table: TableDef, *, binlog: bool = True) -> TableEvents:
@@ -371,7 +382,7 @@ class TableVersions:
     def stream_encoding(self, keep_values: set[str]) -> StreamEncoding:
         """What the binlog reader process needs to encode row images as :meth:`EventBuilder.records`
         would (records made from Avro bodies); ``keep_values``: tables whose rows cross as values."""
-        return StreamEncoding(self.prefix, self.controls, frozenset(keep_values), self.modes)
+        return StreamEncoding(self.prefix, self.controls, frozenset(keep_values), self.modes, self.transcoded)
 
 
 class EventBuilder:

@@ -73,6 +73,7 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal
 from typing import Any, Callable, Mapping, Sequence
 
 from common.errors import UnsupportedType
+from producer.binlog.json_binary import JsonText, RawNumber, json_text
 from producer.errors import ConversionError
 from contract.type_table import DECIMAL20, DEFAULT_MODES, INTEGER_TYPES, TypeModes, family_of
 from producer.events.avro_types import decimal_precision_scale, field_names
@@ -273,11 +274,13 @@ def canonical_json(text: str) -> str:
 
     Keys keep their order (MySQL already sorts them, MariaDB keeps the inserted order in
     both the snapshot and the binlog), separators are ``", "`` and ``": "`` as in MySQL's
-    own output, non-ASCII stays literal, numbers go through Python's float/int.  Text that
-    does not parse is returned unchanged.
+    own output, non-ASCII stays literal, numbers with a point or an exponent keep their text
+    (a DECIMAL's digits, MySQL's ``1e20`` and ``0.0000001``: :class:`RawNumber`), so MySQL's
+    own text (a snapshot's SELECT) comes out unchanged, as the binlog's does
+    (:func:`producer.binlog.json_binary.json_text`).  Text that does not parse is returned unchanged.
     """
     try:
-        return _dump_json(json.loads(text))
+        return json_text(json.loads(text, parse_float=RawNumber))
     except (ValueError, TypeError):
         return text
 
@@ -444,6 +447,8 @@ def _json_converter(col: ColumnDef, binlog: bool) -> Converter:
         if v is None:
             return None
         t = type(v)
+        if t is JsonText:  # (the binlog's binary JSON, already its text)
+            return str(v)
         if t is str:
             return canonical_json(v)
         if t is bytes or t is bytearray:
@@ -562,6 +567,22 @@ def _geometry_converter() -> Converter:
             return None
         wkb, srid = _split_geometry(v)
         return {"wkb": wkb, "srid": srid}
+    return conv
+
+
+def float_vector(v: bytes) -> list[float]:
+    """A VECTOR's value (its little-endian float32s, as the binlog and a SELECT give them) as
+    its floats; refuses a length that is not a whole number of them."""
+    if len(v) % 4:
+        raise ValueError(f"a VECTOR value of {len(v)} bytes: not a whole number of float32s")
+    return list(struct.unpack(f"<{len(v) // 4}f", v))
+
+
+def _vector_converter() -> Converter:
+    def conv(v: Any) -> Any:
+        if v is None:
+            return None
+        return float_vector(v.encode("latin-1") if isinstance(v, str) else bytes(v))
     return conv
 
 
@@ -708,6 +729,7 @@ _CONVERTERS: dict[str, Callable[[ColumnDef, bool, TypeModes], Converter]] = {
     "year": lambda col, binlog, modes: _year_converter(),
     "point": lambda col, binlog, modes: _point_converter(),
     "geometry": lambda col, binlog, modes: _geometry_converter(),
+    "vector": lambda col, binlog, modes: _vector_converter(),
     "uuid": lambda col, binlog, modes: _uuid_converter(),
     "inet6": lambda col, binlog, modes: _inet_converter(6),
     "inet4": lambda col, binlog, modes: _inet_converter(4),

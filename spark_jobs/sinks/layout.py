@@ -169,7 +169,8 @@ def _kind_of(t: Any, what: str) -> tuple[str, dict]:
     if kind is None:
         if isinstance(cname, str) and cname.startswith(logical_types.TIME_PREFIX):
             raise UnsupportedType(f"{what}: unsupported temporal type {cname!r}")
-        raise UnsupportedType(f"{what}: unsupported Avro type {prim!r}")
+        raise UnsupportedType(f"{what}: unsupported Avro type {prim!r}" + (f" ({cname}: no sink stores it yet)"
+                                                                           if isinstance(cname, str) else ""))
     if kind == "decimal":
         return kind, {"precision": int(t["precision"]), "scale": int(t.get("scale", 0))}
     if kind == "bits":

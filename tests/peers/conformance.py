@@ -164,17 +164,27 @@ def compare(ours: Iterable[Event], theirs: Iterable[Event], *, tables: Iterable[
 _ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|")
 
 
-def listed_differences(doc: Path) -> set[str]:
+def listed_differences(doc: Path, section: str | None = None) -> set[str]:
     """The difference ids the conformance table lists: the first cell of each table row,
-    in backticks."""
-    return {m.group(1) for line in doc.read_text().splitlines() if (m := _ROW.match(line.strip()))}
+    in backticks; with ``section``, only the rows under the heading ``## <section>`` (up to
+    the next heading of that level)."""
+    lines = doc.read_text().splitlines()
+    if section is not None:
+        heads = [i for i, line in enumerate(lines) if line.strip() == f"## {section}"]
+        if not heads:
+            raise ValueError(f"{doc.name} has no section '## {section}'")
+        rest = lines[heads[0] + 1:]
+        lines = rest[:next((i for i, line in enumerate(rest) if line.startswith("## ")), len(rest))]
+    return {m.group(1) for line in lines if (m := _ROW.match(line.strip()))}
 
 
-def check_against_table(found: list[Difference], doc: Path, *, scope: Iterable[str]) -> list[str]:
-    """What is wrong with the table for the ids under ``scope`` (id prefixes such as
-    ``value:types.``): differences it does not list and listed ones that did not occur."""
+def check_against_table(found: list[Difference], doc: Path, *, scope: Iterable[str],
+                        section: str | None = None) -> list[str]:
+    """What is wrong with the table (of ``section``: :func:`listed_differences`) for the ids
+    under ``scope`` (id prefixes such as ``value:types.``): differences it does not list and
+    listed ones that did not occur."""
     scope = tuple(scope)
-    listed = {x for x in listed_differences(doc) if x.startswith(scope)}
+    listed = {x for x in listed_differences(doc, section) if x.startswith(scope)}
     ids = {d.id for d in found}
     problems = [f"not in {doc.name}: {d}" for d in found if d.id not in listed]
     problems += [f"listed in {doc.name} but not found any more: {x}" for x in sorted(listed - ids)]

@@ -36,6 +36,9 @@ from tests.producer_helpers import ROOT, ProducerThread, start_at_current, wait_
 from tests.snapshot_helpers import has_notification, snapshot
 
 DOC = ROOT / "docs" / "debezium-conformance.md"
+# Every aspect compare() names a difference by (tests/peers/conformance.py).
+ALL_ASPECTS = ("events:", "key-schema:", "schema:", "value:", "envelope:", "source:", "source-value:",
+               "snapshot-source-value:")
 DBZ_PREFIX = "dbz"
 
 # Run after the tables exist and both capturers stream.
@@ -88,6 +91,7 @@ class DebeziumCapture:
         props = connector_properties(host=server["host"], port=server["port"], user=server["admin_user"],
                                      password=server["admin_password"], server_id=4242, prefix=DBZ_PREFIX,
                                      databases=[db], state_dir=state / "dbz-state",
+                                     flavor=server.get("flavor", "mariadb"),
                                      **{"signal.data.collection": f"{db}.{DBZ_SIGNALS}", **more})
         (state / "dbz.json").write_text(json.dumps(props))
         self.out.touch()
@@ -210,8 +214,7 @@ def test_our_events_match_debeziums_event_for_event(config, unique, debezium_ser
     found = compare(ours, theirs, tables=[f"{db}.{t}" for t in tables])
     report = "\n".join(f"  {d}" for d in found)
     print(f"{len(ours)} events ours, {len(theirs)} Debezium's; differences:\n{report}")
-    problems = check_against_table(found, DOC, scope=("events:", "key-schema:", "schema:", "value:", "envelope:",
-                                                      "source:", "source-value:", "snapshot-source-value:"))
+    problems = check_against_table(found, DOC, scope=ALL_ASPECTS, section="Differences")
     assert not problems, "\n".join(problems) + f"\n\nevery difference found:\n{report}"
 
 

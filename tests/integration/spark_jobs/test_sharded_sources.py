@@ -45,12 +45,19 @@ def pg_rows_or_empty(cfg, db: str) -> dict:
         return {}
 
 
-@pytest.mark.parametrize("ddl,lakes", [("pessimistic", False), ("optimistic", False), ("optimistic", True)],
-                         ids=["pessimistic", "optimistic", "optimistic-lakes"])
+@pytest.mark.parametrize("ddl,lakes,own_mysql", [("pessimistic", False, "mariadb"), ("optimistic", False, "mariadb"),
+                                                  ("optimistic", True, "mariadb"), ("pessimistic", False, "mysql")],
+                         ids=["pessimistic", "optimistic", "optimistic-lakes", "pessimistic-mysql"],
+                         indirect=["own_mysql"])
 def test_four_shards_on_two_servers_merge_into_one_target(stack, own_mysql, two_sources, unique, tmp_path, ddl, lakes):
     """With ``lakes`` the Delta and Iceberg sinks too: both sources' queries hand their batches to
-    one committer per lake table, so no query fails or retries on the other's commits."""
+    one committer per lake table, so no query fails or retries on the other's commits.  With
+    ``own_mysql`` ``mysql`` the second server is MySQL 9.7: two shards on MariaDB and two on MySQL,
+    the pessimistic DDL held across the two kinds of server."""
     cfg = two_sources
+    with own_mysql.admin() as conn, conn.cursor() as cur:  # (the second server is the one asked for)
+        cur.execute("SELECT @@version")
+        assert ("MariaDB" in cur.fetchone()[0]) == (own_mysql.flavor == "mariadb")
     if lakes:
         cfg.sinks.delta.path = str(tmp_path / "lake" / "delta")
         cfg.sinks.iceberg.warehouse = str(tmp_path / "lake" / "iceberg")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.peers.conformance import check_against_table, compare, listed_differences, parse
 
 INT = {"type": "int32", "optional": False}
@@ -56,3 +58,14 @@ def test_the_table_must_list_exactly_what_is_found(tmp_path: Path):
     assert any("not in table.md: envelope:position" in p for p in problems)
     assert any("listed in table.md but not found any more: schema:t.gone" in p for p in problems)
     assert not any("value:t.v" in p for p in problems)
+
+
+def test_a_section_lists_only_its_own_rows(tmp_path: Path):
+    doc = tmp_path / "table.md"
+    doc.write_text("## Differences\n\n| `value:t.v` | on one server |\n\n### a sub-heading\n\n| `schema:t.s` | too |\n\n"
+                   "## Differences on MySQL\n\n| `value:t.w` | on the other |\n\n## After\n\n| `value:t.x` | no |\n")
+    assert listed_differences(doc, "Differences") == {"value:t.v", "schema:t.s"}
+    assert listed_differences(doc, "Differences on MySQL") == {"value:t.w"}
+    assert listed_differences(doc) == {"value:t.v", "schema:t.s", "value:t.w", "value:t.x"}
+    with pytest.raises(ValueError, match="no section"):
+        listed_differences(doc, "Nowhere")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import struct
 from decimal import Decimal
 
 import fastavro
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.codecs.connect_json import ConnectJsonWriter, avro_view, connect_schema
+from contract.codecs.connect_json import TRANSCODES, ConnectJsonWriter, avro_view, connect_schema, float32_shortest
 from contract.codecs.serde import RecordDecoder
 from contract.envelope import envelope_schema, record_names, source_block
 from contract.errors import SerdeError
@@ -97,7 +98,7 @@ def test_column_types_carry_debeziums_names_and_parameters():
     assert (row["fl"]["type"], row["db"]["type"], row["b1"]["type"]) == ("float", "double", "boolean")
     assert row["b13"] == {"type": "bytes", "optional": True, "name": "io.debezium.data.Bits", "version": 1,
                           "parameters": {"length": "13"}, "field": "b13"}
-    assert row["en"]["name"] == "io.debezium.data.Enum" and row["en"]["parameters"] == {"allowed": "a,b'q,c,d"}
+    assert row["en"]["name"] == "io.debezium.data.Enum" and row["en"]["parameters"] == {"allowed": "a,b'q,c\\,d"}
     assert row["st"]["name"] == "io.debezium.data.EnumSet" and row["st"]["parameters"] == {"allowed": "x,y,z"}
     assert {k: row["js"][k] for k in ("type", "name", "version")} == {
         "type": "string", "name": "io.debezium.data.Json", "version": 1}
@@ -356,3 +357,22 @@ def test_bad_records_are_refused_naming_the_field():
         dec.decode(json.dumps({"schema": bad_bytes, "payload": {"b": "***"}}).encode())
     with pytest.raises(SerdeError, match="unknown Connect schema type 'int128'"):
         dec.decode(b'{"schema":{"type":"int128","optional":false},"payload":1}')
+
+
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False))
+def test_a_float32_is_written_with_the_shortest_digits_that_read_back_as_it(value):
+    """A VECTOR's floats (Connect's FLOAT32 in an array): the digits Kafka Connect's JSON converter
+    writes (``0.1``, not the widened ``0.10000000149011612``)."""
+    written = float32_shortest(value)
+    assert struct.pack("<f", written) == struct.pack("<f", value)
+    assert float32_shortest(struct.unpack("<f", struct.pack("<f", 0.1))[0]) == 0.1
+
+
+@pytest.mark.skipif(not TRANSCODES, reason="the transcoder is not built here")
+def test_the_transcoder_writes_a_float_with_its_shortest_digits():
+    """A FLOAT column holding 0.1 (float32 0.100000001490116...): ``0.1``, as the dict path and Kafka
+    Connect's JSON converter write it, not the widened double's 17 digits."""
+    schema = {"type": "record", "name": "r", "fields": [{"name": "f", "type": ["null", "float"], "default": None}]}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), {"f": 0.1})
+    assert json.loads(ConnectJsonWriter(schema).transcode(body.getvalue()))["payload"] == {"f": 0.1}

@@ -248,3 +248,36 @@ def test_signed_varlen_integers_are_zigzag(unsigned, signed):
 def test_a_tagged_gtid_event_without_its_uuid_is_a_protocol_error():
     with pytest.raises(WireProtocolError, match="without its source UUID"):
         be.mysql_tagged_gtid(bytes.fromhex("02720000000404"))
+
+
+def test_a_vector_columns_metadata_is_its_length_prefix():
+    """MySQL 9's VECTOR (type 242) has one metadata byte, as a BLOB: read, the next column's
+    metadata is its own (a TIME2's fsp here, which would read the VECTOR's byte otherwise)."""
+    types, meta = bytes([be.VECTOR, T.TIME2]), b"\x04\x03"
+    body = ((9).to_bytes(6, "little") + b"\x00\x00\x01d\x00\x01t\x00" + lenenc_int(2) + types + lenenc_int(2) + meta
+            + b"\x03")
+    vec, t = be.table_map(body, mariadb=False).columns
+    assert (vec.type, vec.length_size) == (242, 4) and (t.type, t.fsp) == (T.TIME2, 3)
+
+
+def test_mysql_counts_a_vector_among_the_columns_with_a_charset():
+    """MySQL 9.7's DEFAULT_CHARSET field counts a VECTOR (binary, an exception at its index) among
+    the character columns: the VARCHAR after it takes the default (utf8mb4), not the VECTOR's."""
+    types, meta = bytes([be.VECTOR, T.VARCHAR]), b"\x04" + (40).to_bytes(2, "little")
+    charsets = lenenc_int(255) + lenenc_int(0) + lenenc_int(63)  # default 255; column 0: 63 (binary)
+    body = ((9).to_bytes(6, "little") + b"\x00\x00\x01d\x00\x01t\x00" + lenenc_int(2) + types + lenenc_int(3) + meta
+            + b"\x03" + bytes([2]) + lenenc_int(len(charsets)) + charsets)
+    vec, vc = be.table_map(body, mariadb=False).columns
+    assert vec.character_set_name == "binary" and vc.collation_name == "utf8mb4_0900_ai_ci"
+
+
+def test_a_mysql_gtid_events_commit_time():
+    """MySQL 8.0.1+'s GTID event: the immediate commit timestamp (microseconds) after 42 bytes, its
+    top bit set when the original one (a replica's source's) follows: the original, in ms."""
+    head = bytes(42)
+    same = head + (1_795_884_053_342_123).to_bytes(7, "little")
+    assert be.mysql_commit_ms(same) == 1_795_884_053_342
+    replicated = head + (2_000_000_000_000_000 | 1 << 55).to_bytes(7, "little") + (1_795_884_053_342_999).to_bytes(
+        7, "little")
+    assert be.mysql_commit_ms(replicated) == 1_795_884_053_342
+    assert be.mysql_commit_ms(head) is None  # (before 8.0.1: no timestamp)

@@ -177,7 +177,7 @@ def test_string_binary_enum_set_json_types():
     for name in ("bn", "vb", "bl"):
         assert avro_type(COLS[name]) == ["null", "bytes"], name
     en = avro_type(COLS["en"])[1]
-    assert en["connect.name"] == "io.debezium.data.Enum" and en["connect.parameters"] == {"allowed": "a,b'q,c,d"}
+    assert en["connect.name"] == "io.debezium.data.Enum" and en["connect.parameters"] == {"allowed": "a,b'q,c\\,d"}
     st_ = avro_type(COLS["st"])[1]
     assert st_["connect.name"] == "io.debezium.data.EnumSet" and st_["connect.parameters"] == {"allowed": "x,y,z"}
     assert avro_type(COLS["js"])[1] == {"type": "string", "connect.version": 1, "connect.name": "io.debezium.data.Json"}
@@ -226,11 +226,37 @@ def test_geometry_types():
 
 
 def test_unsupported_type_raises_clearly():
-    c = make_col("v", "vector", "vector(3)")
-    with pytest.raises(UnsupportedType, match="vector"):
+    c = make_col("v", "hnsw", "hnsw(3)")
+    with pytest.raises(UnsupportedType, match="hnsw"):
         avro_type(c)
     with pytest.raises(UnsupportedType, match="'v'"):
         value_converter(c)
+
+
+def test_vector_is_debeziums_float_vector():
+    """MySQL 9's VECTOR: an array of Avro floats named ``io.debezium.data.FloatVector`` (Debezium 3's
+    MySQL connector), its value the float32s of the column's bytes, binlog and SELECT alike."""
+    t = avro_type(make_col("v", "vector", "vector", nullable=False))
+    assert t == {"type": "array", "items": "float", "connect.name": "io.debezium.data.FloatVector",
+                 "connect.version": 1}
+    conv = value_converter(make_col("v", "vector", "vector"))
+    assert conv(None) is None
+    assert conv(struct.pack("<3f", 1.5, -2.0, 0.0)) == [1.5, -2.0, 0.0]
+    assert conv(b"") == []
+    with pytest.raises(ValueError, match="not a whole number of float32s"):
+        conv(b"\x00\x00\x80")
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False), max_size=64))
+def test_vector_values_round_trip_through_avro(floats):
+    col = make_col("v", "vector", "vector", nullable=False)
+    value = value_converter(col, binlog=True)(struct.pack(f"<{len(floats)}f", *floats))
+    assert value == floats
+    schema = parse_schema({"type": "record", "name": "r", "fields": [avro_field(col)]})
+    buf = io.BytesIO()
+    schemaless_writer(buf, schema, {"v": value})
+    buf.seek(0)
+    assert schemaless_reader(buf, schema) == {"v": floats}
 
 
 @pytest.mark.parametrize("name", list(COLS))
@@ -476,7 +502,11 @@ def test_enum_and_set_from_indexes_and_unknown_members():
 
 
 def test_json_canonical_form():
-    assert canonical_json('{"a":1,"b":[true,null,1e2]}') == '{"a": 1, "b": [true, null, 100.0]}'
+    # (separators MySQL's; a number with a point or an exponent keeps its text: a DECIMAL's digits, MySQL's
+    # own 1e20 and 0.0000001, as a snapshot's SELECT of MySQL gives them and its binlog reads: json_binary)
+    assert canonical_json('{"a":1,"b":[true,null,1e2]}') == '{"a": 1, "b": [true, null, 1e2]}'
+    assert canonical_json('[-12345678901234567890.123456789, 0.0000001, 1e20]') == \
+        '[-12345678901234567890.123456789, 0.0000001, 1e20]'
     assert canonical_json("not json") == "not json"
     conv = value_converter(COLS["js"], binlog=True)
     assert conv({b"d": Decimal("1.5"), b"n": Decimal("10"), b"t": datetime(2020, 1, 2, 3, 4, 5)}) == (
@@ -789,3 +819,9 @@ def test_json_text_and_binary_trees_agree(v):
     assert json.loads(out) == v
     if v is not None:  # MySQL's binlog cannot tell a JSON null from SQL NULL
         assert binconv(_as_mysql_tree(v)) == out
+
+
+def test_an_enums_allowed_members_escape_their_commas():
+    """Debezium's ``allowed`` of ``ENUM('a', 'x,y')``: ``a,x\\,y`` (MySQL 9.7, conformance test)."""
+    col = make_col("e", "enum", "enum('a','x,y')")
+    assert avro_type(col)[1]["connect.parameters"] == {"allowed": "a,x\\,y"}

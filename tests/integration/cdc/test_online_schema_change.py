@@ -108,13 +108,19 @@ def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdi
                          what=f"writes to {table} after its cut-over")
             assert not has_notification(cfg, "COMPLETED", id=sid)
             signal(cfg, "resume-snapshot", {"type": "incremental"})
-        with source_stack.admin() as conn:
-            wait_caught_up(cfg, conn)
-        wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshots started after a cut-over completed",
-                 state=producer.state)
-        with source_stack.admin() as conn:
-            wait_caught_up(cfg, conn)
+        _caught_up_and_snapshotted(source_stack, cfg, producer)
     assert MergeJob(cfg).run(available_now=True) == 0
+
+
+def _caught_up_and_snapshotted(source_stack, cfg, producer) -> None:
+    """The running producer caught up with the source, every snapshot a cut-over started
+    completed, and caught up again (the writes made meanwhile)."""
+    with source_stack.admin() as conn:
+        wait_caught_up(cfg, conn)
+    wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshots started after a cut-over completed",
+             state=producer.state)
+    with source_stack.admin() as conn:
+        wait_caught_up(cfg, conn)
 
 
 def _assert_followed(source_stack, cfg, db: str, alters: dict[str, str]) -> None:
@@ -129,10 +135,10 @@ def _assert_followed(source_stack, cfg, db: str, alters: dict[str, str]) -> None
         assert tables == {table}, (table, tables)
     with source_stack.admin() as conn, conn.cursor() as cur:
         for table in alters:
-            cur.execute(f"SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
-                        f"AND TABLE_NAME = %s", (db, table))
+            cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+                        "AND TABLE_NAME = %s", (db, table))
             assert "extra" in {r[0] for r in cur.fetchall()}, f"{db}.{table} was not altered"
-            cur.execute(f"SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))
+            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))
             assert cur.fetchone()[0] == len(alters), "a helper table was left behind"
     report = verify(cfg, [f"{db}.{t}" for t in alters], changelog=True, chunk_size=500)
     for t in report.tables:
@@ -211,12 +217,7 @@ def test_a_producer_started_between_the_copy_and_the_cut_over_snapshots_the_tabl
             assert tool.returncode == 0, out[-3000:]
             done = sum(load.ops.values())
             wait_for(lambda: sum(load.ops.values()) > done + 50, what="writes after the cut-over")
-            with source_stack.admin() as conn:
-                wait_caught_up(cfg, conn)
-            wait_for(lambda: _snapshots_done(cfg), timeout=180, what="the snapshot after the cut-over completed",
-                     state=producer.state)
-            with source_stack.admin() as conn:
-                wait_caught_up(cfg, conn)
+            _caught_up_and_snapshotted(source_stack, cfg, producer)
     with ProducerThread(cfg), source_stack.admin() as conn:
         wait_caught_up(cfg, conn)  # (the load's last writes, made as the second producer stopped)
     assert MergeJob(cfg).run(available_now=True) == 0

@@ -193,6 +193,19 @@ def test_off_names_the_new_tables_and_leaves_them_to_a_signal(stack, config, tes
         assert len(source_rows(conn, test_db, "b", keys["b"])) == 1500
 
 
+def _a_captured_with_rows(stack, cfg, test_db: str) -> dict:
+    """The test's tables made, ``a`` alone captured (chunks of 300) and given 50 rows, the
+    producer caught up; the tables' keys."""
+    keys = _tables(stack, test_db)
+    cfg.snapshot.chunk_size = 300
+    cfg.source.include_tables = [rf"{test_db}\.a"]
+    run_until_caught_up(cfg)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{test_db}`.`a` VALUES (%s, %s, %s)", [(i, f"v{i}", i) for i in range(50)])
+    run_until_caught_up(cfg)
+    return keys
+
+
 def test_merge_job_creates_the_sink_tables_of_new_tables_and_they_equal_the_source(stack, lake_config, test_db):
     """A table that starts to match (snapshotted by itself) and a table created while the
     producer runs, both under writes, after the merge job's first run: the job's next run
@@ -204,13 +217,7 @@ def test_merge_job_creates_the_sink_tables_of_new_tables_and_they_equal_the_sour
     from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
 
     cfg = lake_config
-    keys = _tables(stack, test_db)
-    cfg.snapshot.chunk_size = 300
-    cfg.source.include_tables = [rf"{test_db}\.a"]
-    run_until_caught_up(cfg)
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO `{test_db}`.`a` VALUES (%s, %s, %s)", [(i, f"v{i}", i) for i in range(50)])
-    run_until_caught_up(cfg)
+    keys = _a_captured_with_rows(stack, cfg, test_db)
     assert MergeJob(cfg).run(available_now=True) == 0  # (the job's first run: a's topic alone exists)
     cfg.source.include_tables = [rf"{test_db}\.(a|b|c_.*)"]
     with WriteLoad(stack.admin, test_db, "b", "composite", key_space=1800, seed=6) as lb, ProducerThread(cfg):
@@ -266,13 +273,7 @@ def test_a_running_merge_job_takes_up_the_new_tables_as_they_come(stack, merge_c
     from tests.sink_helpers import mysql_sink_rows, pg_sink_rows
 
     cfg = merge_config
-    keys = _tables(stack, test_db)
-    cfg.snapshot.chunk_size = 300
-    cfg.source.include_tables = [rf"{test_db}\.a"]
-    run_until_caught_up(cfg)
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO `{test_db}`.`a` VALUES (%s, %s, %s)", [(i, f"v{i}", i) for i in range(50)])
-    run_until_caught_up(cfg)
+    keys = _a_captured_with_rows(stack, cfg, test_db)
 
     def equal(table: str) -> bool:
         with stack.admin() as conn:

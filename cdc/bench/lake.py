@@ -160,6 +160,10 @@ class DeltaClock:
                 for ms, stamp in first_commit.values() if stamp is not None]
 
 
+#: The lakes' commit interval in (g)'s latency run.
+LATENCY_INTERVAL_S = 10.0
+
+
 def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
                   latency_run: Callable[..., tuple[dict, dict]], console: Console,
                   name: str = "delta") -> dict[str, Any]:
@@ -172,6 +176,9 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
     run_cfg = lake_config(cfg, work, name, change_data_feed=True)
     run_cfg.state_dir = str(work / f"lake-{name}" / "state")
     run_cfg.spark.checkpoint_dir = str(work / f"lake-{name}" / "checkpoints")
+    # (a run of seconds: the lakes at `cdc bench lakes`' 10 s, not the sinks' 60, or the clock
+    # would wait a minute for its first and its last row)
+    run_cfg.sinks.delta.commit_interval_s = run_cfg.sinks.iceberg.commit_interval_s = LATENCY_INTERVAL_S
     both = run_cfg.sinks.delta.engine == "spark"
     if both:
         run_cfg.sinks.iceberg.enabled = True
@@ -192,6 +199,7 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
     latency, _ = latency_run(run_cfg, info, db, rate, seconds, first_id, producer_state, console,
                              clock=DeltaClock(run_cfg, db, handle.version() + 1), idle_changes=0)
     latency["run"] = name
+    latency["commit_interval_s"] = LATENCY_INTERVAL_S
     latency["lakes"] = ["delta", "iceberg"] if both else ["delta"]
     return latency
 

@@ -199,7 +199,9 @@ def lake_lines(lake: dict | None) -> list[str]:
         lines += ["", f"(g) Latency with the {' and '.join(x.capitalize() for x in lt.get('lakes') or ['delta'])} "
                       f"sink{'s' if len(lt.get('lakes') or []) > 1 else ''} ({lt.get('run', 'delta')}), "
                       f"{lt['writes_per_s']:,.0f} row inserts/s for "
-                      f"{lt['seconds']:.0f} s, trigger interval {lt['trigger_interval_s']:g} s, "
+                      f"{lt['seconds']:.0f} s, trigger interval {lt['trigger_interval_s']:g} s"
+                      + (f", lake commits every {lt['commit_interval_s']:g} s" if lt.get("commit_interval_s") else "")
+                      + ", "
                       f"{lt['rows_measured']:,} rows: p50 {lt['p50_ms']:,.0f} ms, p99 {lt['p99_ms']:,.0f} ms, max "
                       f"{lt['max_ms']:,.0f} ms, from each row's INSERT time to the Delta commit that first held it "
                       "(its change data feed's `_commit_timestamp`)."]

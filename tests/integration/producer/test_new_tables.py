@@ -193,6 +193,21 @@ def test_off_names_the_new_tables_and_leaves_them_to_a_signal(stack, config, tes
         assert len(source_rows(conn, test_db, "b", keys["b"])) == 1500
 
 
+def _widened_under_writes(stack, cfg, test_db: str, keys: dict, seed: int, then=lambda: None) -> None:
+    """The lists widened to ``b`` and ``c_*`` and a producer started while ``b`` is written;
+    ``c_new`` created and written; once the new tables' snapshot completed, more writes to
+    both; ``then`` with the producer still running."""
+    cfg.source.include_tables = [rf"{test_db}\.(a|b|c_.*)"]
+    with WriteLoad(stack.admin, test_db, "b", "composite", key_space=1800, seed=seed) as lb, ProducerThread(cfg):
+        with stack.admin() as conn:
+            keys["c_new"] = create_table(conn, test_db, "c_new", "string", 300)
+        with WriteLoad(stack.admin, test_db, "c_new", "string", key_space=400, seed=seed + 1) as lc:
+            wait_for(lambda: _notes(cfg, "COMPLETED"), timeout=120, what="the new table's snapshot")
+            _more_writes(lb, lc)
+            lb.stop()
+        then()
+
+
 def _a_captured_with_rows(stack, cfg, test_db: str) -> dict:
     """The test's tables made, ``a`` alone captured (chunks of 300) and given 50 rows, the
     producer caught up; the tables' keys."""
@@ -219,13 +234,7 @@ def test_merge_job_creates_the_sink_tables_of_new_tables_and_they_equal_the_sour
     cfg = lake_config
     keys = _a_captured_with_rows(stack, cfg, test_db)
     assert MergeJob(cfg).run(available_now=True) == 0  # (the job's first run: a's topic alone exists)
-    cfg.source.include_tables = [rf"{test_db}\.(a|b|c_.*)"]
-    with WriteLoad(stack.admin, test_db, "b", "composite", key_space=1800, seed=6) as lb, ProducerThread(cfg):
-        with stack.admin() as conn:
-            keys["c_new"] = create_table(conn, test_db, "c_new", "string", 300)
-        with WriteLoad(stack.admin, test_db, "c_new", "string", key_space=400, seed=7) as lc:
-            wait_for(lambda: _notes(cfg, "COMPLETED"), timeout=120, what="the new table's snapshot")
-            _more_writes(lb, lc)
+    _widened_under_writes(stack, cfg, test_db, keys, seed=6)
     run_until_caught_up(cfg)
     assert MergeJob(cfg).run(available_now=True) == 0
     for table in ("a", "b", "c_new"):
@@ -290,16 +299,9 @@ def test_a_running_merge_job_takes_up_the_new_tables_as_they_come(stack, merge_c
     thread.start()
     try:
         wait_for(lambda: equal("a") or failed, timeout=180, what="the job merging a")
-        cfg.source.include_tables = [rf"{test_db}\.(a|b|c_.*)"]
-        with WriteLoad(stack.admin, test_db, "b", "composite", key_space=1800, seed=8) as lb, ProducerThread(cfg):
-            with stack.admin() as conn:
-                keys["c_new"] = create_table(conn, test_db, "c_new", "string", 300)
-            with WriteLoad(stack.admin, test_db, "c_new", "string", key_space=400, seed=9) as lc:
-                wait_for(lambda: _notes(cfg, "COMPLETED"), timeout=120, what="the new table's snapshot")
-                _more_writes(lb, lc)
-                lb.stop()
-            wait_for(lambda: (equal("b") and equal("c_new")) or failed, timeout=240,
-                     what="the running job's sinks of the new tables equal to the source")
+        _widened_under_writes(stack, cfg, test_db, keys, seed=8, then=lambda: wait_for(
+            lambda: (equal("b") and equal("c_new")) or failed, timeout=240,
+            what="the running job's sinks of the new tables equal to the source"))
     finally:
         job.stop()
         thread.join(120)

@@ -442,13 +442,8 @@ def _source_option(p: argparse.ArgumentParser, help_: str) -> None:
     p.add_argument("--source", metavar="NAME", default=None, help=help_)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cdc", description="MySQL change data capture into Kafka, merged by Spark")
-    parser.add_argument("-c", "--config", default=str(DEFAULT_CONFIG_PATH),
-                        help="configuration file (default ./cdc.yaml)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _stack_parser(sub) -> None:
+    """``cdc stack``: its arguments and handler."""
     stack_p = sub.add_parser("stack", help="the embedded stack: MySQL-compatible server, Kafka broker, PostgreSQL")
     stack_sub = stack_p.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
     for name, fn, help_ in (("up", _cmd_stack_up, "start (idempotent)"), ("down", _cmd_stack_down, "stop what up started"),
@@ -496,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "state directory holds a merge checkpoint or producer positions: reset them and "
                                 "have the producer recover by snapshot (default), or refuse to start")
 
+
+def _demo_parser(sub) -> None:
+    """``cdc demo``: its arguments and handler."""
     demo_p = sub.add_parser("demo", help="run the pipeline on demo data on the embedded stack")
     demo_p.add_argument("--state-dir", default=None,
                         help="the embedded stack's directory (default .cdc/demo; .cdc/demo-mysql with --flavor mysql)")
@@ -514,6 +512,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "or the driver through delta-rs and pyiceberg (docs/lake.md)")
     demo_p.set_defaults(func=_cmd_demo)
 
+
+def _produce_parser(sub) -> None:
+    """``cdc produce``: its arguments and handler."""
     produce_p = sub.add_parser("produce", help="stream binlog row changes into Kafka")
     produce_p.add_argument("--reset-offsets", action="store_true",
                          help="forget the stored position (the next start follows producer.startup)")
@@ -527,8 +528,16 @@ def build_parser() -> argparse.ArgumentParser:
                               "and producer name); needed when several are configured")
     produce_p.set_defaults(func=_cmd_produce)
 
+
+def _bench_group(sub) -> argparse.Action:
+    """``cdc bench``: the group each benchmark adds its parser to."""
     bench_p = sub.add_parser("bench", help="benchmarks on the embedded stack")
     bench_sub = bench_p.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+    return bench_sub
+
+
+def _bench_stream_parser(bench_sub) -> None:
+    """``cdc bench stream``: its arguments and handler."""
     bench_stream_p = bench_sub.add_parser(
         "stream", help="binlog -> Kafka: python-mysql-replication vs the producer vs mariadb-binlog")
     bench_stream_p.add_argument("--rows", type=int, default=500_000, help="row changes to generate (default 500000)")
@@ -550,6 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_stream_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_stream_p.set_defaults(func=_cmd_bench_stream)
 
+
+def _snapshot_parser(sub) -> None:
+    """``cdc snapshot``: its arguments and handler."""
     snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot, or take a "
                                              "blocking one (a signal)")
     snap_p.add_argument("tables", nargs="*", metavar="DB.TABLE",
@@ -576,6 +588,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "keyed by its name); needed when several are configured")
     snap_p.set_defaults(func=_cmd_snapshot)
 
+
+def _bench_snapshot_parser(bench_sub) -> None:
+    """``cdc bench snap``: its arguments and handler."""
     bench_snap_p = bench_sub.add_parser(
         "snapshot", help="incremental snapshot of a table: pymysql keyset scan vs the producer vs mariadb-dump")
     bench_snap_p.add_argument("--rows", type=int, default=1_000_000, help="rows in the table (default 1000000)")
@@ -597,11 +612,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench_snap_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_snap_p.set_defaults(func=_cmd_bench_snapshot)
 
+
+def _merge_parser(sub) -> None:
+    """``cdc merge``: its arguments and handler."""
     merge_p = sub.add_parser("merge", help="run the Spark merge job: DBLog dedup into the clean changelog and sinks")
     merge_p.add_argument("--available-now", action="store_true",
                        help="process what is in Kafka now, then exit (default: run until stopped)")
     merge_p.set_defaults(func=_cmd_merge)
 
+
+def _bench_merge_parser(bench_sub) -> None:
+    """``cdc bench merge``: its arguments and handler."""
     bench_merge_p = bench_sub.add_parser("merge", help="the Spark merge job into PostgreSQL: throughput and latency")
     bench_merge_p.add_argument("--events", type=int, default=1_000_000, help="change events in Kafka (default 1000000)")
     bench_merge_p.add_argument("--rate", type=int, default=5000, help="steady events/s for the latency run (0: skip)")
@@ -625,6 +646,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_merge_p.add_argument("--keep-running", action="store_true")
     bench_merge_p.set_defaults(func=_cmd_bench_merge)
 
+
+def _bench_lakes_parser(bench_sub) -> None:
+    """``cdc bench lakes``: its arguments and handler."""
     bench_lakes_p = bench_sub.add_parser("lakes", help="the lake sinks on their commit cadence: backlog rate with both "
                                          "lakes on, the PostgreSQL sink's latency with them on and off, their freshness")
     bench_lakes_p.add_argument("--events", type=int, default=500_000, help="change events of the backlog (default 500000)")
@@ -640,6 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_lakes_p.add_argument("--out", help="write the figures as a section of this file (docs/benchmarks.md)")
     bench_lakes_p.set_defaults(func=_cmd_bench_lakes)
 
+
+def _bench_broker_parser(bench_sub) -> None:
+    """``cdc bench broker``: its arguments and handler."""
     bench_broker_p = bench_sub.add_parser(
         "broker", help="the embedded Kafka by partition depth: fetch and produce latency, memory")
     bench_broker_p.add_argument("--steps", default="100000,300000,1000000,2000000,5000000",
@@ -648,6 +675,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_broker_p.add_argument("--json", action="store_true", help="print one JSON list with every figure")
     bench_broker_p.set_defaults(func=_cmd_bench_broker)
 
+
+def _bench_soak_parser(bench_sub) -> None:
+    """``cdc bench soak``: its arguments and handler."""
     bench_soak_p = bench_sub.add_parser(
         "soak", help="producer and merge job for an hour under a steady mixed load: latency, memory, no stall")
     bench_soak_p.add_argument("--minutes", type=float, default=60.0, help="length of the load (default 60)")
@@ -676,6 +706,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_soak_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
     bench_soak_p.set_defaults(func=_cmd_bench_soak)
 
+
+def _bench_report_parser(bench_sub) -> None:
+    """``cdc bench report``: its arguments and handler."""
     bench_report_p = bench_sub.add_parser("report", help="stream, snapshot and merge benchmarks into docs/benchmarks.md")
     bench_report_p.add_argument("--out", default="docs/benchmarks.md")
     bench_report_p.add_argument("--stream-rows", type=int, default=500_000)
@@ -684,6 +717,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_report_p.add_argument("--state-dir", default=".cdc/bench")
     bench_report_p.set_defaults(func=_cmd_bench_report)
 
+
+def _bench_race_parser(bench_sub) -> None:
+    """``cdc bench race``: its arguments and handler."""
     bench_race_p = bench_sub.add_parser(
         "race", help="ours vs Debezium embedded: bench stream and snapshot with --debezium, into docs/benchmarks.md")
     bench_race_p.add_argument("--out", default="docs/benchmarks.md", help="its race section is replaced")
@@ -716,6 +752,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_race_p.add_argument("--state-dir", default=".cdc/bench")
     bench_race_p.set_defaults(func=_cmd_bench_race)
 
+
+def _bench_peers_parser(bench_sub) -> None:
+    """``cdc bench peers``: its arguments and handler."""
     bench_peers_p = bench_sub.add_parser(
         "peers", help="ours vs the peers as deployed: Debezium in Kafka Connect (streaming, single-row transactions, "
                       "incremental snapshot) and Flink CDC's snapshot, into docs/benchmarks.md (make bench-race)")
@@ -738,6 +777,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_peers_p.add_argument("--keep-running", action="store_true")
     bench_peers_p.set_defaults(func=_cmd_bench_peers)
 
+
+def _bench_sinks_parser(bench_sub) -> None:
+    """``cdc bench sinks``: its arguments and handler."""
     bench_sinks_p = bench_sub.add_parser(
         "sinks", help="the merge job vs Debezium's JDBC sink on the same Debezium topics: events/s over one backlog "
                       "and p99 latency under load, both sinks verified (make bench-race)")
@@ -754,6 +796,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sinks_p.add_argument("--keep-running", action="store_true")
     bench_sinks_p.set_defaults(func=_cmd_bench_sinks)
 
+
+def _chaos_parser(sub) -> None:
+    """``cdc chaos``: its arguments and handler."""
     chaos_p = sub.add_parser("chaos", help="the pipeline under load with processes killed; must end equal (make chaos)")
     chaos_p.add_argument("--seed", type=int, default=1)
     chaos_p.add_argument("--rows", type=int, default=20_000, help="rows per table before the producer starts")
@@ -773,6 +818,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the producer as a CDC user without write privileges, read-only snapshots")
     chaos_p.set_defaults(func=_cmd_chaos)
 
+
+def _lake_parser(sub) -> None:
+    """``cdc lake``: its arguments and handler."""
     lake_p = sub.add_parser("lake", help="the lake tables (Delta, Iceberg): optimize, vacuum, expire, files, sql")
     lake_sub = lake_p.add_subparsers(dest="lake_command", required=True, metavar="ACTION")
     for name, help_ in (("optimize", "compact small files (Delta: OPTIMIZE and a log checkpoint)"),
@@ -795,10 +843,16 @@ def build_parser() -> argparse.ArgumentParser:
     sql_p.add_argument("--json", action="store_true", help="print the rows as JSON")
     sql_p.set_defaults(func=_cmd_lake)
 
+
+def _status_parser(sub) -> None:
+    """``cdc status``: its arguments and handler."""
     status_p = sub.add_parser("status", help="producer position, lag and rate")
     _source_option(status_p, "only the producer of this source (default: every source's)")
     status_p.set_defaults(func=_cmd_status)
 
+
+def _route_parser(sub) -> None:
+    """``cdc route``: its arguments and handler."""
     route_p = sub.add_parser("route", help="pessimistic routes' held DDL: status, force or skip (docs/sharding.md)")
     route_sub = route_p.add_subparsers(dest="route_command", required=True, metavar="ACTION")
     rs = route_sub.add_parser("status", help="each route's target, waiting schema versions, held records")
@@ -813,6 +867,9 @@ def build_parser() -> argparse.ArgumentParser:
         rp.add_argument("--version", default=None, help="only this schema version (as cdc route status shows it)")
         rp.set_defaults(func=_cmd_route)
 
+
+def _verify_parser(sub) -> None:
+    """``cdc verify``: its arguments and handler."""
     ver_p = sub.add_parser("verify", help="compare source tables with the sinks (chunk checksums, then row by row)")
     ver_p.add_argument("tables", nargs="*", metavar="DB.TABLE",
                      help="tables to verify (names or regular expressions; default: every captured table)")
@@ -822,6 +879,24 @@ def build_parser() -> argparse.ArgumentParser:
     ver_p.add_argument("--samples", type=int, default=5, help="differing rows shown per kind (default 5)")
     ver_p.add_argument("--json", action="store_true", help="print the report as JSON")
     ver_p.set_defaults(func=_cmd_verify)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc", description="MySQL change data capture into Kafka, merged by Spark")
+    parser.add_argument("-c", "--config", default=str(DEFAULT_CONFIG_PATH),
+                        help="configuration file (default ./cdc.yaml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_stack_parser, _demo_parser, _produce_parser):
+        add(sub)
+    bench_sub = _bench_group(sub)
+    for add in (_snapshot_parser, _merge_parser, _chaos_parser, _lake_parser, _status_parser, _route_parser,
+                _verify_parser):
+        add(sub)
+    for add_benchmark in (_bench_stream_parser, _bench_snapshot_parser, _bench_merge_parser, _bench_lakes_parser,
+                          _bench_broker_parser, _bench_soak_parser, _bench_report_parser, _bench_race_parser,
+                          _bench_peers_parser, _bench_sinks_parser):
+        add_benchmark(bench_sub)
     return parser
 
 

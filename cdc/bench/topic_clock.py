@@ -7,7 +7,11 @@ in a thread, and keeps the ``time.monotonic()`` at which the topic first held a 
 tenth of the expected records (the end of the warm-up) and all of them.  The figures
 derived (:func:`clock_figures`) are then the same for every side: start-up from the
 process's launch (or the signal) to the first record, rows/s from the first record, after
-the warm-up, and including the start-up.  Their resolution is ``interval``.
+the warm-up, and including the start-up.  Their resolution is one poll (``interval`` plus
+the poll's own time): a side fast enough to write the rest of its records between two polls
+has two marks on the same poll, and the span between them is then taken as that poll's
+distance from the one before (the longest it can have been: the rate a lower bound, the run
+flagged ``within_one_poll``), never as zero seconds and a rate of 0.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class TopicClock:
         self.warm: float | None = None
         self.done: float | None = None
         self.count = 0
+        self.before_done: float | None = None  # the poll before the one that saw every record
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"clock-{topic}")
 
@@ -44,6 +49,7 @@ class TopicClock:
                              "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
         try:
             parts: list[TopicPartition] = []
+            last_poll: float | None = None
             while not self._stop.is_set():
                 now = time.monotonic()
                 try:
@@ -58,8 +64,9 @@ class TopicClock:
                 if count >= max(1, self.expected // 10) and self.warm is None:
                     self.warm = now
                 if count >= self.expected:
-                    self.done = now
+                    self.done, self.before_done = now, last_poll
                     return
+                last_poll = now
                 self._stop.wait(self.interval)
         finally:
             consumer.close()
@@ -105,9 +112,16 @@ def clock_figures(clock: TopicClock, rows: int, launch: float, *, signal: float 
     def rate(n: float, seconds: float) -> float:
         return n / seconds if seconds > 0 else 0.0
 
-    out.update(startup_s=first - launch, total_s=done - launch, from_first_s=done - first,
-               rows_per_s_total=rate(rows, done - launch), rows_per_s_from_first=rate(rows, done - first),
-               rows_per_s_after_warmup=rate(rows - rows / 10, done - warm) if warm is not None else 0.0)
+    def span(mark: float) -> float:  # from a mark to the last; on the same poll: at most one poll
+        if done > mark or clock.before_done is None:
+            return done - mark
+        out["within_one_poll"] = True
+        return done - clock.before_done
+
+    from_first = span(first)
+    out.update(startup_s=first - launch, total_s=done - launch, from_first_s=from_first,
+               rows_per_s_total=rate(rows, done - launch), rows_per_s_from_first=rate(rows, from_first),
+               rows_per_s_after_warmup=rate(rows - rows / 10, span(warm)) if warm is not None else 0.0)
     if signal is not None:
         out.update(signal_to_first_s=first - signal, from_signal_s=done - signal,
                    rows_per_s_from_signal=rate(rows, done - signal))

@@ -47,6 +47,12 @@ Options (case-insensitive, as for every Spark source):
     The merge job wakes on the other sources' schema topics, so that the rows a pessimistic
     route holds are released when another source's shard runs the DDL, even while this
     source writes nothing.
+``idleWaitMs``
+    With nothing new to read, how long ``latestOffset`` waits for a record before answering
+    that (default 0: it answers at once).  The wait is a fetch from the partitions' ends that
+    the broker holds until a record arrives (under read_committed: until its transaction
+    commits), so with a short trigger a batch starts as soon as records are there, while an
+    idle query asks Spark's trigger loop no more often than once per wait.
 ``kafka.isolation.level``
     ``read_committed`` unless set: records of open transactions are not read.
 ``kafkaConsumer.pollTimeoutMs``
@@ -103,7 +109,7 @@ from pyspark.sql.types import (
 
 from common.errors import CDCError, OffsetLookupError, PartitionStalled
 from common.kafka.clients import topic_ids
-from common.kafka.offsets import end_offsets
+from common.kafka.offsets import end_offsets, offsets_consumer
 from common.kafka.security import resolve_references
 from common.kafka.topic_reader import READ_AHEAD, read_partition
 from spark_jobs.data_loss import TP, DataLoss, apply_data_loss, data_loss_message, detect_data_loss
@@ -162,6 +168,7 @@ class SourceOptions:
     fetch_timeout_s: float = 30.0
     fail_on_data_loss: bool = True
     wake_topics: tuple[str, ...] = ()
+    idle_wait_s: float = 0.0
 
     def subscribed(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -239,10 +246,11 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise KafkaSourceOptionError(f"wakeTopics names topics the query reads: {read}")
     poll_ms = _positive_int(opts, "kafkaconsumer.polltimeoutms", 120_000)
     fetch_ms = _positive_int(opts, "fetchoffset.timeoutms", 30_000)
+    idle_ms = _positive_int(opts, "idlewaitms", None) if str(opts.get("idlewaitms", "0")).strip() != "0" else 0
     return SourceOptions(bootstrap_servers=bootstrap, topics=topics, pattern=pattern, starting=starting,
                          max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", None),
                          client_config=client, poll_timeout_s=poll_ms / 1000.0, fetch_timeout_s=fetch_ms / 1000.0,
-                         fail_on_data_loss=fail == "true", wake_topics=wake)
+                         fail_on_data_loss=fail == "true", wake_topics=wake, idle_wait_s=(idle_ms or 0) / 1000.0)
 
 
 def parse_starting_offsets(text: Any) -> Union[str, dict[TP, int]]:
@@ -322,12 +330,18 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.opts = options
         self._meta = None            # driver-side consumer for metadata, created lazily
+        self._offsets = None         # ... for end offsets, and an admin client for topic ids:
+        self._admin = None           # kept from trigger to trigger (a client's start each time cost ~20 ms)
+        self._waiter = None          # ... and a consumer for idleWaitMs's fetch
+        self._unchanged: dict | None = None  # latestOffset's answer when nothing was new (see there)
+        self._waited_ends: dict[TP, int] = {}
+        self.last_wait = ""  # what ended the last wait for records (_wait_for_records)
         self._initial: dict | None = None  # initialOffset's answer, resolved once
         self._next_start: dict | None = None  # the end of the last batch planned
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_meta"] = None
+        state["_meta"] = state["_offsets"] = state["_admin"] = state["_waiter"] = None
         return state
 
     # ---- driver side -----------------------------------------------------------------
@@ -336,6 +350,14 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         return {**self.opts.client_config, "bootstrap.servers": self.opts.bootstrap_servers,
                 "group.id": f"cdc-kafka-source-{purpose}-{uuid.uuid4().hex}", "enable.auto.commit": False,
                 "enable.auto.offset.store": False}
+
+    def _end_offsets(self, parts: list[TP]) -> dict[TP, tuple[int, int]]:
+        """:func:`~common.kafka.offsets.end_offsets` asked of the reader's own consumer."""
+        if self._offsets is None:
+            client = {k: v for k, v in self._client("offsets").items() if k != "bootstrap.servers"}
+            self._offsets = offsets_consumer(self.opts.bootstrap_servers, client)
+        return end_offsets(self.opts.bootstrap_servers, parts, timeout=self.opts.fetch_timeout_s,
+                           consumer=self._offsets)
 
     def _discover(self) -> list[TP]:
         from confluent_kafka import Consumer
@@ -362,10 +384,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
                 parts = self._discover()
                 if not parts:
                     return {}
-                client = {k: v for k, v in self._client("offsets").items() if k != "bootstrap.servers"}
-                found = end_offsets(self.opts.bootstrap_servers, parts, timeout=self.opts.fetch_timeout_s,
-                                    client_config=client)
-                return {tp: (int(lo), int(hi)) for tp, (lo, hi) in found.items()}
+                return {tp: (int(lo), int(hi)) for tp, (lo, hi) in self._end_offsets(parts).items()}
             except (KafkaException, OffsetLookupError) as exc:
                 # A topic created a moment ago may not have partition leaders yet.
                 if time.monotonic() > deadline:
@@ -389,9 +408,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
             md = self._meta.list_topics(timeout=self.opts.fetch_timeout_s)
             parts = [(t, p) for t in self.opts.wake_topics if t in md.topics and md.topics[t].error is None
                      for p in md.topics[t].partitions]
-            client = {k: v for k, v in self._client("offsets").items() if k != "bootstrap.servers"}
-            found = end_offsets(self.opts.bootstrap_servers, parts, timeout=self.opts.fetch_timeout_s,
-                                client_config=client) if parts else {}
+            found = self._end_offsets(parts) if parts else {}
         except (KafkaException, OffsetLookupError) as exc:  # the next trigger asks again
             _log.warning("cdc-kafka: end offsets of the wake topics unavailable: %s", exc)
             return {}
@@ -400,10 +417,14 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
     def _fetch_ids(self, topics) -> dict[str, str]:
         from confluent_kafka import KafkaException
 
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+            self._admin = AdminClient({"bootstrap.servers": self.opts.bootstrap_servers,
+                                       **{k: v for k, v in self.opts.client_config.items()
+                                          if k not in ("isolation.level",)}})
         try:
             return topic_ids(self.opts.bootstrap_servers, topics, timeout=self.opts.fetch_timeout_s,
-                             client_config={k: v for k, v in self.opts.client_config.items()
-                                            if k not in ("isolation.level",)})
+                             admin=self._admin)
         except KafkaException:
             return {}  # ids unknown this time: compared where known only
 
@@ -417,8 +438,47 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
                                             ids=self._fetch_ids({t for t, _ in latest}))
         return self._initial
 
+    def _wait_for_records(self, ends: Mapping[TP, int]) -> str:
+        """Until a record is there past ``ends`` in one of those partitions, or
+        ``idle_wait_s`` passed (:data:`SourceOptions.idle_wait_s`): a fetch from the ends,
+        which the broker holds until records arrive; then the partitions are let go (nothing
+        more is fetched by this consumer until the next wait).  What ended it: ``record``,
+        ``timeout`` or ``error``."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        if not ends:
+            time.sleep(self.opts.idle_wait_s)  # (no partition yet: the topics are looked for again after)
+            return "timeout"
+        try:
+            if self._waiter is None:  # (what it fetches is dropped: a little, from the ends on)
+                self._waiter = Consumer({**self._client("wait"), "enable.partition.eof": False,
+                                         "auto.offset.reset": "latest",
+                                         "fetch.wait.max.ms": max(1, int(self.opts.idle_wait_s * 1000)),
+                                         "max.partition.fetch.bytes": 1 << 16, "queued.max.messages.kbytes": 1024})
+            self._waiter.assign([TopicPartition(t, p, o) for (t, p), o in ends.items()])
+            try:
+                got = self._waiter.consume(num_messages=1, timeout=self.opts.idle_wait_s)
+            finally:
+                self._waiter.unassign()
+        except KafkaException as exc:  # the wait is an optimisation: the next trigger looks again
+            _log.warning("cdc-kafka: the wait for new records failed (%s); looking again at the next trigger", exc)
+            return "error"
+        if not got:
+            return "timeout"
+        return "error" if got[0].error() is not None else "record"
+
     def latestOffset(self) -> dict:
+        answer = self._latest_offset()
+        if answer is self._unchanged and self.opts.idle_wait_s > 0:
+            self.last_wait = self._wait_for_records(self._waited_ends)
+            answer = self._latest_offset()
+        return answer
+
+    def _latest_offset(self) -> dict:
+        """:meth:`latestOffset`'s answer now; the start itself (``_unchanged``) when there is
+        nothing new, with the ends looked at kept in ``_waited_ends``."""
         start = self._next_start if self._next_start is not None else self.initialOffset()
+        self._unchanged = None
         latest = self._fetch_latest()
         cap = self.opts.max_offsets_per_trigger
         start_map = {tp: o for tp, o in offsets_from_json(start).items() if self.opts.subscribed(tp[0])}
@@ -439,7 +499,9 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         end = plan_end_offsets(base, latest, cap)
         wake = {**wake_from_json(start), **self._fetch_wake()}  # (a wake topic gone for a moment: kept)
         if not losses and end == start_map and wake == wake_from_json(start):
-            return start  # nothing new: Spark runs no batch
+            self._unchanged = start  # nothing new: Spark runs no batch
+            self._waited_ends = {**{tp: hi for tp, (_, hi) in latest.items()}, **wake}
+            return start
         return offsets_to_json(end, ids=ids, lost=losses, wake=wake,
                                log_end={tp: hi for tp, (_, hi) in latest.items()})  # (the pace watch's arrivals)
 
@@ -451,11 +513,11 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         pass  # offsets live in Spark's checkpoint; nothing is committed to Kafka
 
     def stop(self) -> None:
-        if self._meta is not None:
-            try:
-                self._meta.close()
-            finally:
-                self._meta = None
+        self._admin = None  # (an admin client has no close: its threads end when it is collected)
+        for name in ("_meta", "_offsets", "_waiter"):
+            client, self.__dict__[name] = self.__dict__[name], None
+            if client is not None:
+                client.close()
 
     # ---- executor side ---------------------------------------------------------------
 

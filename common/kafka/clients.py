@@ -139,16 +139,17 @@ _NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
 def topic_ids(bootstrap_servers: str, topics: Iterable[str], *, client_config: dict | None = None,
-              timeout: float = 15.0) -> dict[str, str]:
+              timeout: float = 15.0, admin: AdminClient | None = None) -> dict[str, str]:
     """Kafka's topic id of each topic that exists (a new id when a topic is deleted and
     created again).  Topics the broker does not know, and brokers without topic ids, are
-    left out: callers compare ids only where both sides know one."""
+    left out: callers compare ids only where both sides know one.  ``admin``: an admin client
+    of the caller's to ask instead of a new one (``client_config`` is then its)."""
     from confluent_kafka import TopicCollection
 
     names = sorted(set(topics))
     if not names:
         return {}
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
+    admin = admin or AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
     out: dict[str, str] = {}
     for name, fut in admin.describe_topics(TopicCollection(names), request_timeout=timeout).items():
         try:

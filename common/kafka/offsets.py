@@ -27,23 +27,34 @@ _NO_ANSWER = (KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._T
 _MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 
 
+def offsets_consumer(bootstrap_servers: str, client_config: dict | None = None) -> Consumer:
+    """A consumer that :func:`end_offsets` asks (``read_committed`` unless ``client_config``
+    says otherwise); the caller closes it."""
+    return Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"cdc-offsets-{uuid.uuid4().hex}",
+                     "enable.auto.commit": False, "isolation.level": "read_committed", **(client_config or {})})
+
+
 def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *, timeout: float = 15.0,
-                client_config: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+                client_config: dict | None = None, consumer: Consumer | None = None
+                ) -> dict[tuple[str, int], tuple[int, int]]:
     """``{(topic, partition): (low, end)}``: each partition's first offset and its end, the
     last stable offset under ``isolation.level=read_committed`` (the default), the high
     watermark under ``read_uncommitted``.
 
     The whole call takes at most about ``timeout`` seconds: :class:`OffsetLookupError` if
     the broker has not answered by then.  A partition the broker does not know raises
-    ``KafkaException``, as ``Consumer.get_watermark_offsets`` does.
+    ``KafkaException``, as ``Consumer.get_watermark_offsets`` does.  ``consumer``: one of
+    :func:`offsets_consumer`'s to ask (left open) instead of a new one (closed at the end): a
+    caller that asks at every trigger saves a client's start and connection each time
+    (``client_config`` is then the consumer's).
     """
     parts = list(dict.fromkeys((str(t), int(p)) for t, p in partitions))
     if not parts:
         return {}
-    conf = {"bootstrap.servers": bootstrap_servers, "group.id": f"cdc-offsets-{uuid.uuid4().hex}",
-            "enable.auto.commit": False, "isolation.level": "read_committed", **(client_config or {})}
     deadline = time.monotonic() + timeout
-    consumer = Consumer(conf)
+    own = consumer is None
+    if own:
+        consumer = offsets_consumer(bootstrap_servers, client_config)
     try:
         found: dict[tuple[str, int], tuple[int, int]] = {}
         for topic, part in parts:
@@ -65,4 +76,5 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
             found[(topic, part)] = (low, max(low, end))
         return found
     finally:
-        consumer.close()
+        if own:
+            consumer.close()

@@ -7,6 +7,7 @@ Structured Streaming and compared by (topic, partition, offset) and content.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -224,6 +225,48 @@ def test_subscribe_pattern_picks_up_new_topic(spark, config, unique, tmp_path):
     by_topic = Counter(r[0] for r in collector.rows)
     assert by_topic == {old: 30, new: 20}
     assert sorted(collector.values()) == sorted([*sent_old, *sent_new])
+
+
+def test_an_idle_reader_waits_for_records_and_answers_when_a_transaction_commits(config, topic):
+    """``idleWaitMs``: with nothing new, ``latestOffset`` waits on a fetch the broker holds,
+    and answers with the new end when records are committed (a transaction's, so the wait
+    ends at its commit, not at its first record); with nothing written it answers the start
+    unchanged once the wait is over.  What ended each wait is asserted, not how long it took."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    from spark_jobs.kafka_source import CdcKafkaStreamReader
+    bs = _bootstrap(config)
+    _create(bs, topic, 2)
+    _produce(bs, topic, 3, 2)
+    reader = CdcKafkaStreamReader(parse_options({"kafka.bootstrap.servers": bs, "subscribe": topic,
+                                                 "startingOffsets": "earliest", "idleWaitMs": "300"}))
+    try:
+        first = reader.latestOffset()
+        reader.partitions(reader.initialOffset(), first)  # (Spark plans the batch: the next starts there)
+        assert reader.latestOffset() == first and reader.last_wait == "timeout"  # nothing new: the start again
+
+        reader.opts = dataclasses.replace(reader.opts, idle_wait_s=120.0)
+        producer = Producer({"bootstrap.servers": bs, "transactional.id": f"{topic}-tx"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, key=b"k", value=b"late", partition=1)
+        producer.flush(30)  # (in the log, not committed: a read_committed wait does not end on it)
+
+        def commit_later():
+            time.sleep(1.0)
+            producer.commit_transaction(30)
+        committer = threading.Thread(target=commit_later)
+        committer.start()
+        answer = reader.latestOffset()
+        committer.join(60)
+        assert reader.last_wait == "record"
+        ends = {tp: hi for tp, (_, hi) in end_offsets(bs, [(topic, 0), (topic, 1)]).items()}
+        assert json.loads(json.dumps(answer))[topic] == {"0": ends[(topic, 0)], "1": ends[(topic, 1)]}
+        assert answer != first
+    finally:
+        reader.stop()
 
 
 @pytest.mark.parametrize("options, message", [

@@ -614,10 +614,24 @@ class SinksConfig(Section):
 class SparkConfig(Section):
     master: str = "local[*]"
     checkpoint_dir: str = ".cdc/checkpoints"
-    trigger_interval_s: float = 0.5
+    # The micro-batch trigger: a batch starts at most this often, and as soon as the last one
+    # ended when records are waiting.
+    trigger_interval_s: float = 0.1
+    # With nothing new to read, the source waits up to this long for a record before telling
+    # Spark so (a fetch the broker holds until records are committed): a batch starts as soon
+    # as they are, while an idle job asks no more often than this (0: no wait, one look a
+    # trigger).  The cdc-kafka source only.
+    idle_wait_s: float = Field(0.5, ge=0)
     # "python": the confluent-kafka data source; "jvm": Spark's own kafka source.
     kafka_source: Literal["python", "jvm"] = "python"
     max_offsets_per_trigger: int | None = None
+    # A micro-batch of at most this many records is merged in the driver's own process, one
+    # range after the other, instead of as a Spark job on the executors: a Spark job has a
+    # fixed cost (scheduling, the tasks' start in Python workers: ~90-200 ms on two cores,
+    # docs/merge-performance.md, "The latency floor") that a small batch pays for little
+    # work.  The same merge and the same transactions either way; 0: always a Spark job.
+    # (The cdc-kafka source only: Spark's own kafka source is read through the DataFrame.)
+    inline_batch_records: int = Field(10_000, ge=0)
     # Stop (true, as Spark's failOnDataLoss) when Kafka no longer holds records the job has
     # not read (topic deleted or recreated, retention, a checkpoint past the log's end);
     # false: carry on from what Kafka holds, counting what was lost.

@@ -72,7 +72,6 @@ from spark_jobs.batch_commit import owner_of, query_app_id
 from spark_jobs.batch_report import BatchReport, KafkaLag, MergeCollector
 from spark_jobs.data_loss import DataLoss
 from spark_jobs.data_loss_guard import DataLossGuard
-from spark_jobs.errors import MergeStateError
 from spark_jobs.driver_kafka import DriverKafka
 from spark_jobs.kafka_offsets import log_end_from_json, lost_from_json
 from spark_jobs.lake_committer import LakeCommitters, lake_committers
@@ -251,7 +250,7 @@ class MergeJob:
 
     # -- one micro-batch ------------------------------------------------------------------------
     def process_batch(self, df, batch_id: int) -> None:
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         if self.first_batch_started is None:
             self.first_batch_started = t0
         prev = self.store.state_before(batch_id)
@@ -271,7 +270,7 @@ class MergeJob:
         states = prev.get("partitions", {})
         inputs, orphans = batch_inputs(self.prefix, states, prev.get("orphan_markers", {}), partitions, markers)
         t_tasks = time.monotonic()
-        ranges = self._ranges(batch_id)
+        ranges = self.tasks.range_spans(batch_id)
         self.running.starts(batch_id, t0, ranges)
         ok = False
         try:
@@ -302,17 +301,19 @@ class MergeJob:
                   "lake_commit_s": t_committed - t_finish,  # (the hand-over; inline committers: their commits)
                   **{f"lake_commit_{name}_s": v for name, v in (committed.get("commit_s") or {}).items()}}
         self._report(batch_id, stats, len(markers), t_end - t0, lost=lost, deleted_missing=deleted, phases=phases,
-                     ranges=ranges, states=new_states, log_ends=log_ends)
+                     ranges=ranges, states=new_states, log_ends=log_ends, started_at=wall0)
 
     def _report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
                 lost: list[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None,
-                ranges: dict | None = None, states: dict | None = None, log_ends: dict | None = None) -> None:
+                ranges: dict | None = None, states: dict | None = None, log_ends: dict | None = None,
+                started_at: float | None = None) -> None:
         """The batch's figures: :meth:`BatchReport.report` (the logs' ends: ``log_ends``, else
         the query's last progress report's)."""
         latest, spark_ms = progress_figures(self.query)
         latest = log_ends or latest
         self.report.report(batch_id, stats, markers, seconds, lost=lost, deleted_missing=deleted_missing,
-                           phases=phases, latest=latest, spark_ms=spark_ms, ranges=ranges, states=states)
+                           phases=phases, latest=latest, spark_ms=spark_ms, ranges=ranges, states=states,
+                           started_at=started_at)
 
     def _app_id(self) -> str:
         """The batch sinks' application id (:func:`~spark_jobs.batch_commit.query_app_id`);
@@ -321,16 +322,11 @@ class MergeJob:
             return ""
         return query_app_id(self.query_dir, self.owner, self.source_name)
 
-    def _ranges(self, batch_id: int) -> dict[str, tuple[int, int]]:
-        """The batch's partition ranges by ``topic[partition]`` (empty where not known)."""
-        try:
-            return {f"{r.topic}[{r.partition}]": (max(r.start, 0), r.end) for r in self.tasks.batch_ranges(batch_id)}
-        except MergeStateError:
-            return {}
-
     def close(self) -> None:
-        """Let go of the job's Kafka admin client (it is made again if the job runs again)."""
+        """Let go of the job's Kafka admin client, and of the clients its batches merged in
+        this process kept (all made again if the job runs again)."""
         self.kafka.close()
+        self.tasks.close()
 
     # -- running -----------------------------------------------------------------------------
     def stop(self, wait_s: float = 60.0) -> None:
@@ -377,7 +373,8 @@ class MergeJob:
         try:
             while not self._stop.is_set():
                 self.topics.ensure()
-                writer = (self.tasks.reader(spark).writeStream.foreachBatch(self.process_batch)
+                writer = (self.tasks.reader(spark, idle_wait=not available_now).writeStream
+                          .foreachBatch(self.process_batch)
                           .option("checkpointLocation", str(self.checkpoint / "query")))
                 try:
                     if available_now and self.cfg.spark.kafka_source == "jvm":  # (admission control: Spark's own)

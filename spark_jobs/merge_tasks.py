@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark import cloudpickle
+
 from common.config import CDCConfig
 from common.kafka.security import SECURITY_KEYS, export_secret_references, jvm_settings
 from contract.topics import route_decisions_topic, schemas_topic, table_topic_pattern
 from spark_jobs.errors import MergeStateError
 from spark_jobs.kafka_source import KafkaRange, batch_ranges, parse_options
 from spark_jobs.offset_log import batch_end_offsets
+from spark_jobs.partition import worker_cache
 from spark_jobs.partition.settings import MergeSettings
 from spark_jobs.partition_merge import OUTPUT_SCHEMA, arrow_function, range_function
 from spark_jobs.sharding.routes import Router
@@ -38,9 +41,10 @@ class MergeTasks:
         self.router = router
         self.other_prefixes = other_prefixes
 
-    def source_options(self) -> dict[str, str]:
+    def source_options(self, *, idle_wait: bool = False) -> dict[str, str]:
         """The stream source's options: the source's table topics, from the earliest offsets,
-        read committed, ``maxOffsetsPerTrigger`` records a batch at most."""
+        read committed, ``maxOffsetsPerTrigger`` records a batch at most; ``idle_wait``: with
+        ``spark.idle_wait_s``'s wait for records (a query that runs until stopped)."""
         cfg = self.cfg
         options = {"kafka.bootstrap.servers": cfg.kafka.bootstrap_servers,
                    "subscribePattern": table_topic_pattern(self.prefix),
@@ -48,6 +52,8 @@ class MergeTasks:
                    "maxOffsetsPerTrigger": str(cfg.spark.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER),
                    "kafka.isolation.level": "read_committed",
                    "failOnDataLoss": "true" if self.cfg.spark.fail_on_data_loss else "false"}
+        if idle_wait and cfg.spark.idle_wait_s > 0:
+            options["idleWaitMs"] = str(max(1, round(cfg.spark.idle_wait_s * 1000)))
         # Secrets as ${env:}/${file:} references: the options are shown in the query plan.
         client = {**self.client, **cfg.kafka.client_settings(secrets=export_secret_references(cfg.kafka.security))}
         if cfg.spark.kafka_source == "jvm":  # the JVM client's own names for kafka.security
@@ -64,10 +70,12 @@ class MergeTasks:
                                              + [route_decisions_topic(cfg.kafka.topic_prefix)])
         return options
 
-    def reader(self, spark):
-        """The stream of the source's table topics (``cdc-kafka``, or Spark's ``kafka``)."""
-        fmt = "kafka" if self.cfg.spark.kafka_source == "jvm" else "cdc-kafka"
-        return spark.readStream.format(fmt).options(**self.source_options()).load()
+    def reader(self, spark, *, idle_wait: bool = False):
+        """The stream of the source's table topics (``cdc-kafka``, or Spark's ``kafka``);
+        ``idle_wait``: :meth:`source_options`'."""
+        if self.cfg.spark.kafka_source == "jvm":
+            return spark.readStream.format("kafka").options(**self.source_options()).load()
+        return spark.readStream.format("cdc-kafka").options(**self.source_options(idle_wait=idle_wait)).load()
 
     def batch_ranges(self, batch_id: int) -> list[KafkaRange]:
         """The Kafka ranges of batch ``batch_id`` as the ``cdc-kafka`` source plans them
@@ -106,9 +114,43 @@ class MergeTasks:
         if not items:
             return []
         opts = parse_options(self.source_options())
+        if self.inline(ranges):
+            return self._run_inline(items, opts, schemas_end, epoch, settings)
         sc = df.sparkSession.sparkContext
         # No more tasks than executor cores: a task merges its ranges one after the other,
         # and a small batch pays Spark's per-task cost fewer times.
         rows = (sc.parallelize(items, max(1, min(len(items), sc.defaultParallelism)))
                 .mapPartitions(range_function(settings, opts, schemas_end, epoch)).collect())
+        return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]
+
+    def range_spans(self, batch_id: int) -> dict[str, tuple[int, int]]:
+        """Batch ``batch_id``'s partition ranges by ``topic[partition]`` (empty where not known)."""
+        try:
+            return {f"{r.topic}[{r.partition}]": (max(r.start, 0), r.end) for r in self.batch_ranges(batch_id)}
+        except MergeStateError:
+            return {}
+
+    @property
+    def _inline_namespace(self) -> str:
+        return f"inline:{self.prefix}"
+
+    def close(self) -> None:
+        """Let go of what batches merged inline kept (their consumers, producers, decoders)."""
+        worker_cache.release(self._inline_namespace)
+
+    def inline(self, ranges: list[KafkaRange]) -> bool:
+        """Whether a batch of ``ranges`` is merged in the driver's process
+        (``spark.inline_batch_records``): at most that many records (a range from a
+        partition's first offset, ``start`` -2, counted from offset 0: at least its records)."""
+        limit = self.cfg.spark.inline_batch_records
+        return bool(limit) and sum(r.end - max(r.start, 0) for r in ranges) <= limit
+
+    def _run_inline(self, items: list, opts, schemas_end: int, epoch: int, settings: MergeSettings) -> list[dict]:
+        """The batch's ranges merged here, one after the other, by the tasks' own function,
+        handed the settings as a task gets them (a copy through pickle: nothing a merge
+        leaves on them carries to the next batch), with what it keeps (consumers, sinks'
+        connections) under this job's namespace (:func:`worker_cache.namespace`)."""
+        task_settings = cloudpickle.loads(cloudpickle.dumps(settings))
+        with worker_cache.namespace(self._inline_namespace):
+            rows = list(range_function(task_settings, opts, schemas_end, epoch, inline=True)(iter(items)))
         return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]

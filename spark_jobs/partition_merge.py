@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from typing import Any, Iterator
 
@@ -192,16 +193,18 @@ def arrow_function(s: MergeSettings, inputs: dict[str, tuple[dict | None, list[d
     return run
 
 
-def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch: int = 0):
+def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch: int = 0, *, inline: bool = False):
     """The task function (``RDD.mapPartitions``) over ``(KafkaRange, state, markers)``
     items, one Kafka partition range each: reads the range itself with confluent-kafka
     (:func:`spark_jobs.kafka_source.read_messages`, with the source's options ``opts``:
     data loss is found as the source finds it) and merges it: the records never travel
     through the JVM.  Yields the ``(kind, topic, partition, payload)`` rows of
-    :func:`arrow_function`."""
+    :func:`arrow_function`.  ``inline``: run in the driver's process (a small batch,
+    :meth:`~spark_jobs.merge_tasks.MergeTasks.run`), whose collector is left as it is."""
     def run(items):
         from spark_jobs.kafka_source import range_consumer, read_messages
-        _tune_worker_gc()
+        if not inline:
+            _tune_worker_gc()
         # one consumer per worker process and source options, reused task after task
         consumer = _cached(("range-consumer", repr(opts)), lambda: range_consumer(opts))
         # The collector is paused from the read on (see _tune_worker_gc): reading makes no
@@ -211,7 +214,7 @@ def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch
         # steady rate fell, docs/merge-performance.md.)
         with gc_paused():
             for rng, state, markers in items:
-                t0, c0 = time.monotonic(), time.thread_time()
+                t0, c0, began = time.monotonic(), time.thread_time(), time.time()
                 records = [] if rng.start == rng.end else [  # (empty: a partition holding rows, see merge_job)
                     (m.offset(), m.key(), m.value()) for msgs in read_messages(opts, rng, consumer=consumer)
                     for m in msgs]
@@ -222,6 +225,8 @@ def range_function(s: MergeSettings, opts: Any, schemas_end: int = 0, sink_epoch
                 stats["read_s"], stats["read_cpu_s"] = read_s, read_cpu_s
                 # what the driver's progress watch judges the read by (spark_jobs.progress_watch)
                 stats["read"] = {"start": rng.start, "end": rng.end, "seconds": round(read_s, 4)}
+                # the range's wall-clock span, for the batch's timeline (BatchReport.recent)
+                stats["span"] = [rng.topic, rng.partition, began, time.time(), os.getpid()]
                 yield "state", rng.topic, rng.partition, json.dumps(new_state)
                 yield "stats", rng.topic, rng.partition, json.dumps(stats)
     return run

@@ -4,6 +4,7 @@ the job; PostgreSQL and MySQL sink tables and the clean changelog must equal the
 from __future__ import annotations
 
 import json
+import os
 from decimal import Decimal
 
 from common.kafka.topic_reader import read_topic
@@ -66,10 +67,15 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
     cfg = merge_config
     kinds = ["single", "composite", "string"]
     keys = _pipeline(stack, cfg, test_db, kinds)
+    cfg.spark.inline_batch_records = 50_000  # (the backlog, ~25,000 records, in one batch merged inline)
     job = MergeJob(cfg)
     assert job.run(available_now=True) == 0
     # the tasks report their wait for the sink tables' turns (each apply takes one)
     assert job.phase_totals["sinks_turn_s"] > 0, job.phase_totals
+    # batches of at most spark.inline_batch_records are merged in the driver's process
+    spans = [span for b in job.report.recent for span in b["spans"]]
+    assert spans and max(b["input"] for b in job.report.recent) <= cfg.spark.inline_batch_records
+    assert {span[4] for span in spans} == {os.getpid()}, spans
     for kind in kinds:
         table = f"t_{kind}"
         with stack.admin() as conn:
@@ -91,7 +97,6 @@ def test_merge_job_sinks_and_clean_changelog_equal_the_source(stack, merge_confi
     # under their partitions' turns (the MySQL sink has none: the table's whole turn)
     assert status["totals"]["partition_turns"] > 0 and status["totals"]["whole_turns"] > 0
     # `cdc status` shows the job's figures from that file.
-    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -142,7 +147,11 @@ def test_added_source_column_appears_in_the_sinks(stack, merge_config, test_db):
         cur.execute(f"UPDATE `{test_db}`.t_single SET price = 12345678901234567890.0123456789 WHERE id < 10")
         conn.commit()
     run_until_caught_up(cfg)
-    _run_available_now(cfg)
+    cfg.spark.inline_batch_records = 0  # every batch a Spark job, its ranges merged in Spark's Python workers
+    job = MergeJob(cfg)
+    assert job.run(available_now=True) == 0
+    spans = [span for b in job.report.recent for span in b["spans"]]
+    assert spans and os.getpid() not in {span[4] for span in spans}, spans
     with stack.admin() as conn:
         expected = source_rows(conn, test_db, "t_single", keys["single"])
     big = Decimal("12345678901234567890.0123456789")
@@ -345,6 +354,7 @@ def test_merge_job_runs_by_spark_submit_on_a_standalone_cluster(stack, lake_conf
     from cdc.verify import verify
     from tests.producer_helpers import wait_for
     cfg = lake_config
+    cfg.spark.inline_batch_records = 0  # (every batch a Spark job: on the worker's executors)
     keys = _pipeline(stack, cfg, test_db, ["single"], rows=300)
     env = spark_env(tmp_path)
     config_path = tmp_path / "cluster.yaml"

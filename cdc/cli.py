@@ -647,6 +647,35 @@ def _bench_merge_parser(bench_sub) -> None:
     bench_merge_p.set_defaults(func=_cmd_bench_merge)
 
 
+def _cmd_bench_latency(args: argparse.Namespace) -> int:
+    from cdc.bench.latency_breakdown import bench_latency
+    if args.rate < 1 or args.seconds <= 0:
+        raise SystemExit("cdc bench latency: --rate and --seconds must be positive")
+    quiet = Console(file=open(os.devnull, "w")) if args.json else console  # noqa: SIM115
+    result = bench_latency(Path(args.state_dir), rate=args.rate, seconds=args.seconds, partitions=args.partitions,
+                           trigger_s=args.trigger, idle_s=args.idle_seconds, keep_running=args.keep_running,
+                           console=quiet)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+    return 0
+
+
+def _bench_latency_parser(bench_sub) -> None:
+    """``cdc bench latency``: its arguments and handler."""
+    p = bench_sub.add_parser("latency", help="where a row's time goes from the source to PostgreSQL at a steady load")
+    p.add_argument("--rate", type=int, default=5000, help="row inserts/s (default 5000)")
+    p.add_argument("--seconds", type=float, default=30.0, help="length of the load (default 30)")
+    p.add_argument("--partitions", type=int, default=4, help="partitions of the table topic (default 4)")
+    p.add_argument("--trigger", type=float, default=None, metavar="SECONDS",
+                   help="the merge job's trigger interval (default: the configuration's spark.trigger_interval_s)")
+    p.add_argument("--idle-seconds", type=float, default=30.0,
+                   help="then the idle pipeline's CPU over this long, and single changes (default 30; 0: skip)")
+    p.add_argument("--state-dir", default=".cdc/bench")
+    p.add_argument("--keep-running", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
+    p.set_defaults(func=_cmd_bench_latency)
+
+
 def _bench_lakes_parser(bench_sub) -> None:
     """``cdc bench lakes``: its arguments and handler."""
     bench_lakes_p = bench_sub.add_parser("lakes", help="the lake sinks on their commit cadence: backlog rate with both "
@@ -895,7 +924,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for add_benchmark in (_bench_stream_parser, _bench_snapshot_parser, _bench_merge_parser, _bench_lakes_parser,
                           _bench_broker_parser, _bench_soak_parser, _bench_report_parser, _bench_race_parser,
-                          _bench_peers_parser, _bench_sinks_parser):
+                          _bench_peers_parser, _bench_sinks_parser, _bench_latency_parser):
         add_benchmark(bench_sub)
     return parser
 

@@ -17,6 +17,7 @@ per partition after the batch, and the DBLog windows open with the keys they hol
 from __future__ import annotations
 
 import bisect
+import collections
 import json
 import logging
 import os
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds buckets of the merge job's histograms (batch durations, source-to-sink latencies).
 SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+#: Batches whose timelines the report keeps (:attr:`BatchReport.recent`): a few minutes' worth.
+RECENT_BATCHES = 500
 
 #: HELP of the merge job's scalar metrics (:meth:`BatchReport.samples`).
 HELP = {
@@ -206,6 +210,11 @@ class BatchReport:
                        # from the partition's state: spark_jobs.clean_changelog)
                        "clean_tails_read": 0, "clean_writes": 0}
         self.last: dict = {}
+        #: The last batches' timelines (``RECENT_BATCHES``): id, wall-clock start and end
+        #: (``time.time()``), records, phases and each range's span in the tasks (``[topic,
+        #: partition, began, ended, pid]``; the driver's pid for a batch merged inline): what
+        #: ``cdc bench latency`` lines up with each row's times and Spark's progress reports.
+        self.recent: collections.deque[dict] = collections.deque(maxlen=RECENT_BATCHES)
         self.phase_totals: dict[str, float] = {}  # seconds per phase over every batch (see report)
         #: For the metrics: the batches' durations and the records' latencies (seconds), rows
         #: applied by ``(sink, db.table)``, the Kafka lag by ``topic[partition]`` after the last
@@ -237,13 +246,15 @@ class BatchReport:
     def report(self, batch_id: int, stats: list[dict], markers: int, seconds: float, *,
                lost: Sequence[DataLoss] = (), deleted_missing: int = 0, phases: dict | None = None,
                latest: dict[str, int] | None = None, spark_ms: dict | None = None,
-               ranges: dict[str, tuple[int, int]] | None = None, states: dict | None = None) -> None:
+               ranges: dict[str, tuple[int, int]] | None = None, states: dict | None = None,
+               started_at: float | None = None) -> None:
         """Batch ``batch_id``'s figures from its tasks' ``stats``: aggregated, logged, added to
         the totals and written to the status file; its reads judged by the progress watch
         (``latest``: the log's end offsets by ``topic[partition]`` where known); ``spark_ms``:
         Spark's own phases of the batch before (its progress report's ``durationMs``);
         ``ranges``: the batch's ranges by ``topic[partition]``, ``states``: the partitions'
-        states after it (for the metrics: :meth:`_measure`)."""
+        states after it (for the metrics: :meth:`_measure`); ``started_at``: the batch's start
+        (``time.time()``), for :attr:`recent`."""
         agg = {k: sum(s.get(k, 0) for s in stats) for k in ("input", "emitted", "dropped", "copies", "dead",
                                                             "upserted", "deleted", "held", "from_bytes",
                                                             "inserted", "fresh_refused", "partition_turns",
@@ -285,6 +296,10 @@ class BatchReport:
             log.debug("batch %d phases: %s", batch_id, phases)
         self.last = {**agg, "markers": markers, "seconds": seconds, "rows_per_second": rate,
                      "latency_p50_ms": p50, "latency_p99_ms": p99}
+        start = started_at if started_at is not None else time.time() - seconds
+        self.recent.append({"batch_id": batch_id, "started_at": start, "ended_at": start + seconds,
+                            "input": agg["input"], "phases": phases,
+                            "spans": [s["span"] for s in stats if "span" in s]})
         reads = [r for r in (PartitionRead.from_stats(s) for s in stats) if r is not None]
         for w in self.watch.batch_done(time.monotonic(), seconds, reads, latest):
             log.warning("batch %d: %s", batch_id, w.message)

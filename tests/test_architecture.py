@@ -31,7 +31,7 @@ MAX_FUNCTION_IMPORTS = 20
 #: load Spark, pyarrow and PostgreSQL's client: `cdc produce` does not; tests/unit/cdc/test_cli_imports.py).
 CLI_COMMAND_MODULES = {"cdc.chaos", "cdc.demo", "cdc.demo_shards", "cdc.lake", "cdc.verify", "cdc.bench.merge",
                        "cdc.bench.peers_race", "cdc.bench.peers_report", "cdc.bench.report", "cdc.bench.lake_cadence",
-                       "cdc.bench.sink_race", "cdc.bench.soak",
+                       "cdc.bench.sink_race", "cdc.bench.soak", "cdc.bench.latency_breakdown",
                        "spark_jobs.data_loss_guard", "spark_jobs.merge_job"}
 
 

@@ -218,20 +218,26 @@ def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict
             "sink_rows": _pg_count(cfg, db) if count_sink else None, "cfg": cfg}
 
 
+def start_producer_process(cfg, state_dir: Path) -> subprocess.Popen:
+    """``cdc produce`` of ``cfg`` with state directory ``state_dir`` (where a backlog's run left
+    its position, or a new one), in a process of its own as it runs in production (in this
+    process its Python work would hold the GIL against the merge job's driver); its log beside."""
+    pcfg = cfg.model_copy(deep=True)
+    pcfg.state_dir = str(state_dir)
+    config_path = Path(state_dir).parent / "latency-producer.yaml"
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path.touch(mode=0o600)
+    config_path.write_text(dump_config(pcfg))
+    return subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(config_path), "produce"],
+                            stdout=subprocess.DEVNULL, stderr=open(config_path.with_suffix(".log"), "wb"))
+
+
 def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
                  console: Console, *, clock: Any = None, idle_changes: int = 5) -> tuple[dict[str, Any], dict[str, Any]]:
     """(c) and (d): producer and merge job running; returns (latency, idle change).  ``clock``:
     where a row's arrival is read (default: the PostgreSQL sink table's insert time)."""
     clock = clock or _SinkClock(cfg, db)
-    # The producer in a process of its own, as it runs in production (in this process its
-    # Python work would hold the GIL against the merge job's driver).
-    pcfg = cfg.model_copy(deep=True)
-    pcfg.state_dir = producer_state  # where the backlog's run left its position
-    config_path = Path(producer_state).parent / "latency-producer.yaml"
-    config_path.touch(mode=0o600)
-    config_path.write_text(dump_config(pcfg))
-    producer = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(config_path), "produce"],
-                                stdout=subprocess.DEVNULL, stderr=open(config_path.with_suffix(".log"), "wb"))
+    producer = start_producer_process(cfg, Path(producer_state))
     job = MergeJob(cfg)
     jt = threading.Thread(target=job.run, daemon=True)
     jt.start()

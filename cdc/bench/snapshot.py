@@ -151,19 +151,8 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     stack's).  ``signal_mono``: the signal's ``time.monotonic()``."""
 
     prefix = prefix or f"benchsnap_{uuid.uuid4().hex[:8]}"
-    cfg = bench_config(info, prefix, db)
-    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = chunk_size, parallelism
-    cfg.producer.format = fmt
-    if transactions is not None:
-        cfg.kafka.transactions = transactions
-    if compression is not None:
-        cfg.kafka.compression = compression
-    start_at_current(cfg)
-    work = Path(info.state_dir) / "bench-snapshot" / prefix
-    work.mkdir(parents=True, exist_ok=True)
-    cfg.state_dir = str(work / "state")
-    cfg_path = work / "cdc.yaml"
-    write_config(cfg, cfg_path)
+    cfg, work, cfg_path = _snapshot_producer_config(info, db, prefix, chunk_size=chunk_size, parallelism=parallelism,
+                                                    fmt=fmt, transactions=transactions, compression=compression)
     log = open(work / "producer.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(cfg_path), "produce"], stdout=log,
                             stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
@@ -186,22 +175,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
                                   execute_snapshot_data([f"{db}.{TABLE}"]))
             finally:
                 conn.close()
-            done_rows, t_done = 0, None
-            deadline = time.monotonic() + 3600
-            while t_done is None and time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise BenchError(f"the producer exited ({proc.returncode}); see {work / 'producer.log'}")
-                for n in follower.poll(0.2):
-                    if n.type == "IN_PROGRESS":
-                        done_rows = int(n.data.get("rows", 0))
-                        samples.append((done_rows, _rss_mb(proc.pid)))
-                        progress.append((done_rows, time.perf_counter()))
-                    elif n.type == "COMPLETED" and n.snapshot_id == sid:
-                        t_done = time.perf_counter()
-                    elif n.type == "SKIPPED" and n.snapshot_id == sid:
-                        raise BenchError(f"the producer refused the signal: {n.data.get('reason')}")
-            if t_done is None:
-                raise BenchError("the snapshot did not complete within an hour")
+            t_done = _wait_for_snapshot(proc, follower, sid, work, samples, progress)
         finally:
             if writer:
                 writer.stop()
@@ -223,13 +197,8 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     total = samples[-1][0]
     counted: dict[str, Any] = {}
     if not writes_per_s:  # quiet: the topic holds the snapshot's rows and nothing else
-        records, counted_by = count_topic_records(bootstrap, topic, rows)
-        if records != rows:
-            raise BenchError(f"the producer's snapshot left {records} records in {topic} (counted by {counted_by}); "
-                             f"the table has {rows} rows")
-        counted = {"topic_records": records, "counted_by": counted_by}
+        counted = _count_quiet_topic(info, topic, rows)
         total = rows
-        dbz.drop_topics(load_config(info.config_path).kafka, [topic])  # the embedded broker keeps it in memory
     # After a 10% warm-up, as Debezium's: from the first progress notification past 10%.
     warm = next(((r, t) for r, t in progress if r >= total / 10), None)
     after_warmup = (total - warm[0]) / (t_done - warm[1]) if warm and t_done > warm[1] else 0.0
@@ -240,6 +209,61 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
             "rss_50_mb": rss_at(samples, 0.5, total), "rss_100_mb": rss_at(samples, 1.0, total),
             "rss_max_mb": round(max(r for _, r in samples), 1), "rss_peak_mb": rss_peak_mb,
             "parallelism": parallelism, "topic": topic, "signal_mono": signal_mono, **counted}
+
+
+def _snapshot_producer_config(info, db: str, prefix: str, *, chunk_size: int, parallelism: int, fmt: str,
+                              transactions: bool | None, compression: str | None) -> tuple[Any, Path, Path]:
+    """The benchmarked producer's configuration, written into its work directory (under the
+    stack's, by ``prefix``); the configuration, the directory and the file."""
+    cfg = bench_config(info, prefix, db)
+    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = chunk_size, parallelism
+    cfg.producer.format = fmt
+    if transactions is not None:
+        cfg.kafka.transactions = transactions
+    if compression is not None:
+        cfg.kafka.compression = compression
+    start_at_current(cfg)
+    work = Path(info.state_dir) / "bench-snapshot" / prefix
+    work.mkdir(parents=True, exist_ok=True)
+    cfg.state_dir = str(work / "state")
+    cfg_path = work / "cdc.yaml"
+    write_config(cfg, cfg_path)
+    return cfg, work, cfg_path
+
+
+def _wait_for_snapshot(proc: subprocess.Popen, follower: NotificationFollower, sid: str, work: Path,
+                       samples: list[tuple[int, float]], progress: list[tuple[int, float]]) -> float:
+    """Follow the producer's notifications until snapshot ``sid`` completes (an hour at the
+    most), sampling the producer's RSS into ``samples`` and its rows into ``progress`` at each
+    progress notification; the ``perf_counter`` of its completion."""
+    done_rows, t_done = 0, None
+    deadline = time.monotonic() + 3600
+    while t_done is None and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchError(f"the producer exited ({proc.returncode}); see {work / 'producer.log'}")
+        for n in follower.poll(0.2):
+            if n.type == "IN_PROGRESS":
+                done_rows = int(n.data.get("rows", 0))
+                samples.append((done_rows, _rss_mb(proc.pid)))
+                progress.append((done_rows, time.perf_counter()))
+            elif n.type == "COMPLETED" and n.snapshot_id == sid:
+                t_done = time.perf_counter()
+            elif n.type == "SKIPPED" and n.snapshot_id == sid:
+                raise BenchError(f"the producer refused the signal: {n.data.get('reason')}")
+    if t_done is None:
+        raise BenchError("the snapshot did not complete within an hour")
+    return t_done
+
+
+def _count_quiet_topic(info, topic: str, rows: int) -> dict[str, Any]:
+    """With the table quiet: the snapshot's topic holds exactly the table's ``rows`` records
+    (else BenchError); then the topic is dropped (the embedded broker keeps it in memory)."""
+    records, counted_by = count_topic_records(info.kafka["bootstrap_servers"], topic, rows)
+    if records != rows:
+        raise BenchError(f"the producer's snapshot left {records} records in {topic} (counted by {counted_by}); "
+                         f"the table has {rows} rows")
+    dbz.drop_topics(load_config(info.config_path).kafka, [topic])  # the embedded broker keeps it in memory
+    return {"topic_records": records, "counted_by": counted_by}
 
 
 def bench_debezium_snapshot(info, db: str, rows: int, mode: str, fmt: str, chunk_size: int, *,

@@ -28,6 +28,7 @@ not a test: nothing asserts timing.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -69,6 +70,7 @@ from cdc.bench.harness import (
     timed_to_devnull,
     topic_records,
 )
+from cdc.cli_common import bench_console
 from cdc.errors import BenchError
 from cdc.progress import NotificationFollower
 from common.config import load_config, write_config
@@ -455,3 +457,38 @@ def print_race(result: dict[str, Any], console: Console) -> None:
                       f"{r['startup_s']:.2f}", f"{r['rows_per_s']:,.0f}", f"{r['rows_per_s_after_warmup']:,.0f}",
                       f"{r['bytes_per_record']:,.0f}", f"{r['rss_peak_mb']:.0f}")
     console.print(table)
+
+
+def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
+    result = bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
+                            parallelism=args.parallelism, writes_per_s=args.writes_per_s,
+                            keep_running=args.keep_running, debezium=args.debezium,
+                            debezium_chunk_sizes=tuple(int(c) for c in args.debezium_chunk_sizes.split(",") if c),
+                            reference=not args.no_reference, console=bench_console(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def add_parser(bench_sub) -> None:
+    """``cdc bench snapshot``: its arguments and handler, under ``cdc bench``'s ``bench_sub``."""
+    bench_snap_p = bench_sub.add_parser(
+        "snapshot", help="incremental snapshot of a table: pymysql keyset scan vs the producer vs mariadb-dump")
+    bench_snap_p.add_argument("--rows", type=int, default=1_000_000, help="rows in the table (default 1000000)")
+    bench_snap_p.add_argument("--chunk-size", type=int, default=8192)
+    bench_snap_p.add_argument("--parallelism", type=int, default=1, help="chunk readers")
+    bench_snap_p.add_argument("--writes-per-s", type=int, default=1000,
+                              help="writes per second during the second run (0: skip it)")
+    bench_snap_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_snap_p.add_argument("--keep-running", action="store_true")
+    bench_snap_p.add_argument("--debezium", nargs="?", const="count:avro,kafka:avro", metavar="MODE:FORMAT,...",
+                              help="race Debezium's incremental snapshot of the same table (make debezium): count-only "
+                                   "handler and/or Kafka's Java producer, JSON or Avro converter (default "
+                                   "count:avro,kafka:avro), at each of --debezium-chunk-sizes")
+    bench_snap_p.add_argument("--debezium-chunk-sizes", default="8192,1024",
+                              help="Debezium's incremental.snapshot.chunk.size values (default 8192,1024: ours and "
+                                   "Debezium's default)")
+    bench_snap_p.add_argument("--no-reference", action="store_true",
+                              help="skip the keyset scan and mariadb-dump (a) and (c)")
+    bench_snap_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
+    bench_snap_p.set_defaults(func=_cmd_bench_snapshot)

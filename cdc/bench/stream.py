@@ -29,6 +29,7 @@ test: nothing here asserts timing.  ``python -m cdc.bench.stream`` is the child 
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import json
 import logging
@@ -74,6 +75,7 @@ from cdc.bench.harness import (
     timed_to_devnull,
     topic_records,
 )
+from cdc.cli_common import bench_console
 from cdc.errors import BenchError
 from common.config import load_config, write_config
 from common.kafka.clients import ensure_topics
@@ -583,6 +585,41 @@ def print_race(result: dict[str, Any], console: Console) -> None:
     if ratios:
         console.print("ratios (ours / Debezium rows/s; rss: Debezium / ours): " +
                       ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+
+
+def _cmd_bench_stream(args: argparse.Namespace) -> int:
+    tx = {"both": (True, False), "on": (True,), "off": (False,)}[args.transactions]
+    result = bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
+                          profile_dir=Path(args.profile) if args.profile else None, transactions=tx,
+                          debezium=args.debezium, reference=not args.no_reference, single_row=args.single_row,
+                          console=bench_console(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def add_parser(bench_sub) -> None:
+    """``cdc bench stream``: its arguments and handler, under ``cdc bench``'s ``bench_sub``."""
+    bench_stream_p = bench_sub.add_parser(
+        "stream", help="binlog -> Kafka: python-mysql-replication vs the producer vs mariadb-binlog")
+    bench_stream_p.add_argument("--rows", type=int, default=500_000, help="row changes to generate (default 500000)")
+    bench_stream_p.add_argument("--state-dir", default=".cdc/bench", help="the benchmark's own stack (default .cdc/bench)")
+    bench_stream_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
+    bench_stream_p.add_argument("--profile", metavar="DIR", help="write a cProfile of each producer run into DIR")
+    bench_stream_p.add_argument("--transactions", choices=("both", "on", "off"), default="both",
+                                help="the producer runs: with and without Kafka transactions (default both)")
+    bench_stream_p.add_argument("--debezium", nargs="?", const="count:json,count:avro,kafka:json,kafka:avro",
+                                metavar="MODE:FORMAT,...",
+                                help="race Debezium embedded over the same binlog range (make debezium): a count-only "
+                                     "handler (count) and/or Kafka's Java producer (kafka), with its JSON or Avro "
+                                     "converter (default: all four)")
+    bench_stream_p.add_argument("--no-reference", action="store_true",
+                                help="skip python-mysql-replication and mariadb-binlog (a) and (c)")
+    bench_stream_p.add_argument("--single-row", action="store_true",
+                                help="each change its own autocommit statement (OLTP-shaped) instead of multi-row "
+                                     "statements")
+    bench_stream_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
+    bench_stream_p.set_defaults(func=_cmd_bench_stream)
 
 
 if __name__ == "__main__":

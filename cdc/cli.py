@@ -6,8 +6,9 @@ the message without a traceback and exits 1.
 
 Each command owns its arguments and handler: an ``add_parser`` function that adds its parser
 (its options, their defaults and help, and its handler as ``func``).  :func:`build_parser`
-registers them.  ``cdc stack`` (:mod:`cdc.stack.command`), ``cdc status`` (:mod:`cdc.status`),
-``cdc route`` (:mod:`cdc.route_reset`) and the benchmarks ``stream``, ``snapshot`` and ``broker``
+registers them.  ``cdc stack`` (:mod:`cdc.stack.command`), ``cdc snapshot``
+(:mod:`cdc.signal_sender`), ``cdc status`` (:mod:`cdc.status`), ``cdc route``
+(:mod:`cdc.route_reset`) and the benchmarks ``stream``, ``snapshot`` and ``broker``
 (:mod:`cdc.bench.stream`, :mod:`cdc.bench.snapshot`, :mod:`cdc.bench.broker`) keep theirs in
 their own modules; the other commands' are still here, as a parser function each.  What
 they share (the console, ``-c``'s configuration, ``--source``): :mod:`cdc.cli_common`.
@@ -38,7 +39,6 @@ from cdc.bench import stream as stream_bench
 from cdc.bench.race_settings import OLTP_ROWS
 from cdc.cli_common import bench_console, console, load, source_option
 from cdc.errors import CommandError
-from cdc.progress import NotificationFollower
 from cdc.stack import command as stack_command
 from cdc.stack.kafka_broker import EmbeddedKafka
 from cdc.stack.manager import record_kafka, restart_mysql, stack_up
@@ -46,7 +46,6 @@ from common import logs
 from common.config import COMPRESSIONS, DEFAULT_CONFIG_PATH, load_config
 from common.errors import CDCError
 from common.kafka.clients import producer_config
-from contract.signals import execute_snapshot_data
 from producer.app import run_producer
 from producer.errors import KafkaHistoryLost
 from producer.offset_store import LocalOffsetCopy, OffsetStore
@@ -79,51 +78,6 @@ def _sinks_note(cfg) -> str:
     if not (cfg.sinks.postgres.enabled or cfg.sinks.mysql.enabled):
         return ""
     return sinks_note(MergeJob(cfg).settings)
-
-
-def _cmd_snapshot(args: argparse.Namespace) -> int:
-    """Send a signal: a row inserted into the signal table (as the CDC user), like ``INSERT
-    INTO cdc_signal ...`` would, or a record on the Kafka signal channel
-    (:mod:`cdc.signal_sender`)."""
-    cfg = load(args).for_source(args.source)
-    channel = signal_sender.choose_channel(cfg, args.channel)
-    if args.pause or args.resume:
-        kind, data = ("pause-snapshot" if args.pause else "resume-snapshot"), {"type": "incremental"}
-    elif args.stop:
-        kind, data = "stop-snapshot", {"type": "incremental", **({"data-collections": args.tables} if args.tables else {})}
-    else:
-        if not args.tables:
-            raise CommandError("name the tables to snapshot, e.g. 'cdc snapshot shop.orders'")
-        kind, data = "execute-snapshot", execute_snapshot_data(args.tables, where=args.where,
-                                                               surrogate_key=args.surrogate_key,
-                                                               delete_missing=args.delete_missing,
-                                                               blocking=args.blocking)
-    follower = None
-    if args.follow and kind == "execute-snapshot":
-        follower = NotificationFollower(cfg)
-    try:
-        sent = signal_sender.send(cfg, channel, kind, data)
-    except BaseException:
-        if follower is not None:
-            follower.close()
-        raise
-    console.print(f"signal {sent.id} ({kind}) {'inserted into' if channel == 'source' else 'sent to'} {sent.where}",
-                  highlight=False)
-    if follower is None:
-        return 0
-    try:
-        result = follower.follow(console, sent.id, args.timeout)
-    finally:
-        follower.close()
-    if result.refused:
-        raise CommandError(f"the producer refused the signal: {result.refused}")
-    if result.done:
-        console.print(f"done: {', '.join(result.done)}")
-    if result.aborted:
-        console.print(f"[yellow]aborted:[/yellow] {', '.join(result.aborted)}")
-    if result.timed_out:
-        raise CommandError("timed out before every table was done (the snapshot goes on)")
-    return 0
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
@@ -378,35 +332,6 @@ def _bench_group(sub) -> argparse.Action:
     return bench_sub
 
 
-def _snapshot_parser(sub) -> None:
-    """``cdc snapshot``: its arguments and handler."""
-    snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot, or take a "
-                                             "blocking one (a signal)")
-    snap_p.add_argument("tables", nargs="*", metavar="DB.TABLE",
-                      help="tables to snapshot (names or regular expressions, as in the signal's data-collections)")
-    snap_p.add_argument("--where", metavar="FILTER", help="only rows matching this predicate (additional-conditions)")
-    snap_p.add_argument("--surrogate-key", metavar="COLUMN", help="chunk on this unique column instead of the primary key")
-    snap_p.add_argument("--delete-missing", action="store_true",
-                      help="once a table is read, the sinks delete the rows it did not find (rows deleted at the "
-                           "source while their changes were lost)")
-    snap_p.add_argument("--blocking", action="store_true",
-                        help="Debezium's blocking snapshot: the stream pauses while the tables are read whole, "
-                             "then goes on from where it paused (--where: a condition, or SELECT * FROM ... WHERE ...)")
-    action = snap_p.add_mutually_exclusive_group()
-    action.add_argument("--stop", action="store_true", help="stop the running snapshot (of TABLES, or all)")
-    action.add_argument("--pause", action="store_true", help="pause the running snapshot")
-    action.add_argument("--resume", action="store_true", help="resume a paused snapshot")
-    snap_p.add_argument("--channel", choices=list(signal_sender.CHANNELS), default=None,
-                        help="send the signal as a row of the signal table (source) or a record on <prefix>._signals "
-                             "(kafka); default: source, unless source.signal_channels leaves it out or "
-                             "snapshot.read_only is on")
-    snap_p.add_argument("--follow", action="store_true", help="draw progress bars until the tables are done")
-    snap_p.add_argument("--timeout", type=float, default=None, help="with --follow: give up after SECONDS")
-    source_option(snap_p, "signal the producer of this source (its signal table, or its <prefix>._signals topic "
-                           "keyed by its name); needed when several are configured")
-    snap_p.set_defaults(func=_cmd_snapshot)
-
-
 def _merge_parser(sub) -> None:
     """``cdc merge``: its arguments and handler."""
     merge_p = sub.add_parser("merge", help="run the Spark merge job: DBLog dedup into the clean changelog and sinks")
@@ -649,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (stack_command.add_parser, _demo_parser, _produce_parser):
         add(sub)
     bench_sub = _bench_group(sub)
-    for add in (_snapshot_parser, _merge_parser, _chaos_parser, _lake_parser, status_command.add_parser,
+    for add in (signal_sender.add_parser, _merge_parser, _chaos_parser, _lake_parser, status_command.add_parser,
                 route_reset.add_parser, _verify_parser):
         add(sub)
     for add_benchmark in (stream_bench.add_parser, snapshot_bench.add_parser, _bench_merge_parser, _bench_lakes_parser,

@@ -3,6 +3,15 @@
 A command that cannot do what was asked raises a :class:`common.errors.CDCError` whose
 message says why and what to do; :func:`main` is the one place that catches them: it prints
 the message without a traceback and exits 1.
+
+Each command owns its arguments and handler: an ``add_parser`` function that adds its parser
+(its options, their defaults and help, and its handler as ``func``).  :func:`build_parser`
+registers them.  ``cdc stack`` (:mod:`cdc.stack.command`), ``cdc snapshot``
+(:mod:`cdc.signal_sender`), ``cdc status`` (:mod:`cdc.status`), ``cdc route``
+(:mod:`cdc.route_reset`) and the benchmarks ``stream``, ``snapshot`` and ``broker``
+(:mod:`cdc.bench.stream`, :mod:`cdc.bench.snapshot`, :mod:`cdc.bench.broker`) keep theirs in
+their own modules; the other commands' are still here, as a parser function each.  What
+they share (the console, ``-c``'s configuration, ``--source``): :mod:`cdc.cli_common`.
 """
 
 from __future__ import annotations
@@ -23,82 +32,25 @@ from rich.table import Table
 # (the commands of the merge job's side -- Spark, pyarrow, PostgreSQL's client -- import them
 # where they run: `cdc produce` and `cdc snapshot` load none of them, 75 MB less per producer)
 from cdc import route_reset, signal_sender
-from cdc.bench.broker import bench_broker
+from cdc import status as status_command
+from cdc.bench import broker as broker_bench
+from cdc.bench import snapshot as snapshot_bench
+from cdc.bench import stream as stream_bench
 from cdc.bench.race_settings import OLTP_ROWS
-from cdc.bench.snapshot import bench_snapshot
-from cdc.bench.stream import bench_stream
+from cdc.cli_common import bench_console, console, load, source_option
 from cdc.errors import CommandError
-from cdc.progress import NotificationFollower
+from cdc.stack import command as stack_command
 from cdc.stack.kafka_broker import EmbeddedKafka
-from cdc.stack.manager import SOURCE_NAMES, record_kafka, restart_mysql, stack_down, stack_status, stack_up
-from cdc.status import show_status
+from cdc.stack.manager import record_kafka, restart_mysql, stack_up
 from common import logs
 from common.config import COMPRESSIONS, DEFAULT_CONFIG_PATH, load_config
 from common.errors import CDCError
 from common.kafka.clients import producer_config
-from contract.signals import execute_snapshot_data
 from producer.app import run_producer
 from producer.errors import KafkaHistoryLost
 from producer.offset_store import LocalOffsetCopy, OffsetStore
 
-console = Console(stderr=False)
 err_console = Console(stderr=True)
-
-
-# --- stack -----------------------------------------------------------------------------
-
-def _cmd_stack_up(args: argparse.Namespace) -> int:
-    with console.status("starting the embedded stack..."):
-        info = stack_up(Path(args.state_dir), kafka_bootstrap=args.kafka_bootstrap, postgres_dsn=args.postgres_dsn,
-                        on_lost_kafka=args.on_lost_kafka, replicas=args.replicas, read_only=args.read_only,
-                        sources=args.sources, monitoring=args.monitoring, spark_ui=args.spark_ui,
-                        secure=args.secure, brokers=args.brokers, flavor=args.flavor)
-    m, k, p = info.mysql, info.kafka, info.postgres
-    console.print(f"[green]stack up[/green] in {info.state_dir}")
-    console.print(f"  mysql     {m['flavor']} {m['version']} at {m['host']}:{m['port']} (pid {m['pid']})"
-                  + (", CDC user read-only" if m.get("cdc_read_only") else ""))
-    for index, r in enumerate(info.replicas, start=1):
-        console.print(f"  replica{index}  at {r['host']}:{r['port']} (pid {r['pid']}, server-id {r['server_id']}, "
-                      "read-only, GTID replication)")
-    for index, s in enumerate(info.sources, start=2):
-        console.print(f"  mysql{index}    {s['flavor']} {s['version']} at {s['host']}:{s['port']} (pid {s['pid']}), "
-                      "a second source server")
-    console.print(f"  kafka     {k['bootstrap_servers']}" + (
-        f" (Apache Kafka, {len(k['nodes'])} node(s), pids {', '.join(str(n['pid']) for n in k['nodes'])})"
-        if k.get("embedded") else " (external)"))
-    console.print("  postgres  " + (f"127.0.0.1:{p['port']} (pid {p['pid']})" if p.get("embedded") else "external DSN"))
-    mon = info.data.get("monitoring")
-    if mon:
-        console.print(f"  prometheus {mon['prometheus']['url']} (pid {mon['prometheus']['pid']}), scraping the "
-                      f"producer on :{mon['producer_port']} and the merge job on :{mon['merge_port']}")
-    if info.data.get("spark_ui_port"):
-        console.print(f"  spark ui  http://127.0.0.1:{info.data['spark_ui_port']} (the merge job's driver, while it runs)")
-    console.print(f"  config    {info.config_path}   (use: cdc -c {info.config_path} ...)")
-    if info.data.get("secure"):
-        console.print(f"  secure    TLS only (CA {info.data['secure']['ca']}), passwords in {info.state_dir / 'secrets'}; "
-                      "Kafka SASL_SSL (SCRAM-SHA-512)")
-    if info.sources_config_path is not None:
-        names = "|".join(SOURCE_NAMES[:1 + len(info.sources)])
-        console.print(f"  sources   {info.sources_config_path}   (every source server: cdc -c {info.sources_config_path} "
-                      f"produce --source {names})")
-    for note in info.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
-    return 0
-
-
-def _cmd_stack_down(args: argparse.Namespace) -> int:
-    stopped = stack_down(Path(args.state_dir))
-    console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
-    return 0
-
-
-def _cmd_stack_status(args: argparse.Namespace) -> int:
-    report = stack_status(Path(args.state_dir))
-    table = Table("part", "health", "details")
-    for part, (ok, detail) in report.items():
-        table.add_row(part, "[green]up[/green]" if ok else "[red]down[/red]", detail)
-    console.print(table)
-    return 0 if all(ok for ok, _ in report.values()) else 1
 
 
 # --- pipeline commands ------------------------------------------------------------------
@@ -126,66 +78,6 @@ def _sinks_note(cfg) -> str:
     if not (cfg.sinks.postgres.enabled or cfg.sinks.mysql.enabled):
         return ""
     return sinks_note(MergeJob(cfg).settings)
-
-
-def _bench_console(args: argparse.Namespace) -> Console:
-    return Console(file=open(os.devnull, "w")) if args.json else console  # noqa: SIM115
-
-
-def _cmd_bench_stream(args: argparse.Namespace) -> int:
-    tx = {"both": (True, False), "on": (True,), "off": (False,)}[args.transactions]
-    result = bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
-                          profile_dir=Path(args.profile) if args.profile else None, transactions=tx,
-                          debezium=args.debezium, reference=not args.no_reference, single_row=args.single_row,
-                          console=_bench_console(args))
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    return 0
-
-
-def _cmd_snapshot(args: argparse.Namespace) -> int:
-    """Send a signal: a row inserted into the signal table (as the CDC user), like ``INSERT
-    INTO cdc_signal ...`` would, or a record on the Kafka signal channel
-    (:mod:`cdc.signal_sender`)."""
-    cfg = load(args).for_source(args.source)
-    channel = signal_sender.choose_channel(cfg, args.channel)
-    if args.pause or args.resume:
-        kind, data = ("pause-snapshot" if args.pause else "resume-snapshot"), {"type": "incremental"}
-    elif args.stop:
-        kind, data = "stop-snapshot", {"type": "incremental", **({"data-collections": args.tables} if args.tables else {})}
-    else:
-        if not args.tables:
-            raise CommandError("name the tables to snapshot, e.g. 'cdc snapshot shop.orders'")
-        kind, data = "execute-snapshot", execute_snapshot_data(args.tables, where=args.where,
-                                                               surrogate_key=args.surrogate_key,
-                                                               delete_missing=args.delete_missing,
-                                                               blocking=args.blocking)
-    follower = None
-    if args.follow and kind == "execute-snapshot":
-        follower = NotificationFollower(cfg)
-    try:
-        sent = signal_sender.send(cfg, channel, kind, data)
-    except BaseException:
-        if follower is not None:
-            follower.close()
-        raise
-    console.print(f"signal {sent.id} ({kind}) {'inserted into' if channel == 'source' else 'sent to'} {sent.where}",
-                  highlight=False)
-    if follower is None:
-        return 0
-    try:
-        result = follower.follow(console, sent.id, args.timeout)
-    finally:
-        follower.close()
-    if result.refused:
-        raise CommandError(f"the producer refused the signal: {result.refused}")
-    if result.done:
-        console.print(f"done: {', '.join(result.done)}")
-    if result.aborted:
-        console.print(f"[yellow]aborted:[/yellow] {', '.join(result.aborted)}")
-    if result.timed_out:
-        raise CommandError("timed out before every table was done (the snapshot goes on)")
-    return 0
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
@@ -327,58 +219,17 @@ def _cmd_bench_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench_broker(args: argparse.Namespace) -> int:
-    rows = bench_broker(tuple(int(x) for x in args.steps.split(",") if x), per_batch=args.per_batch,
-                        console=_bench_console(args))
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    return 0
-
-
 def _cmd_bench_soak(args: argparse.Namespace) -> int:
     from cdc.bench.soak import LakeSoak, bench_soak
     result = bench_soak(Path(args.state_dir), minutes=args.minutes, rate=args.rate, rows=args.rows,
                         partitions=args.partitions, sample_s=args.sample_s, out=Path(args.out) if args.out else None,
                         png=Path(args.png or (f"docs/soak-lake{'-spark' if args.lake_engine == 'spark' else ''}.png" if args.lake else "docs/soak.png" if args.rate
                                               else "docs/soak-peak.png")) if args.out else None,
-                        keep_running=args.keep_running, writers=args.writers, console=_bench_console(args),
+                        keep_running=args.keep_running, writers=args.writers, console=bench_console(args),
                         lake=LakeSoak(args.lake_engine, args.lake_retention_hours, args.lake_interval) if args.lake else None)
     if args.json:
         print(json.dumps({k: v for k, v in result.items()}, indent=2, default=str))
     return 0 if result["verdict"]["passed"] else 1
-
-
-def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
-    result = bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
-                            parallelism=args.parallelism, writes_per_s=args.writes_per_s,
-                            keep_running=args.keep_running, debezium=args.debezium,
-                            debezium_chunk_sizes=tuple(int(c) for c in args.debezium_chunk_sizes.split(",") if c),
-                            reference=not args.no_reference, console=_bench_console(args))
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    return 0
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    """Producer position, lag and rate, lost history, the merge job's figures, snapshot bars."""
-    show_status(load(args), console, source=args.source)
-    return 0
-
-
-def _cmd_route(args: argparse.Namespace) -> int:
-    """``cdc route status|force|skip``: pessimistic routes' held DDL (cdc/route_reset.py)."""
-    cfg = load(args)
-    if args.route_command == "status":
-        states = route_reset.route_states(cfg, args.target)
-        if args.json:
-            sys.stdout.write(json.dumps([s.to_dict() for s in states], indent=2) + "\n")
-        else:
-            route_reset.print_states(states, console)
-        return 0
-    for shard, version in route_reset.decide(cfg, args.target, args.route_command, args.shard, args.version):
-        console.print(f"{args.route_command}: {shard} schema {version} (route to {args.target}); the merge job "
-                      "applies it with its next batch", highlight=False)
-    return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -437,61 +288,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                          lake_engine=args.lake_engine, flavor=args.flavor)
 
 
-def _source_option(p: argparse.ArgumentParser, help_: str) -> None:
-    """``--source NAME``: which ``sources`` entry a command is about (not needed with ``source`` alone)."""
-    p.add_argument("--source", metavar="NAME", default=None, help=help_)
-
-
-def _stack_parser(sub) -> None:
-    """``cdc stack``: its arguments and handler."""
-    stack_p = sub.add_parser("stack", help="the embedded stack: MySQL-compatible server, Kafka broker, PostgreSQL")
-    stack_sub = stack_p.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
-    for name, fn, help_ in (("up", _cmd_stack_up, "start (idempotent)"), ("down", _cmd_stack_down, "stop what up started"),
-                            ("status", _cmd_stack_status, "health of each part")):
-        p = stack_sub.add_parser(name, help=help_)
-        p.add_argument("--state-dir", default=".cdc/stack", help="where data, logs, stack.json and cdc.yaml live")
-        p.set_defaults(func=fn)
-        if name == "up":
-            p.add_argument("--kafka-bootstrap", help="use this external Kafka instead of the embedded broker")
-            p.add_argument("--postgres-dsn", help="use this existing PostgreSQL instead of a private one")
-            p.add_argument("--replicas", type=int, choices=[0, 1, 2], default=None, metavar="N",
-                           help="run N MariaDB replicas of the server (0..2; GTID replication, read-only); "
-                                "default: as many as the stack has, none for a new stack")
-            p.add_argument("--sources", type=int, choices=[1, 2], default=None, metavar="N",
-                           help="run N source servers (1..2): with 2, a second server of its own (mysql2) and "
-                                "cdc-sources.yaml naming both under 'sources' (east, west); default: as many as the "
-                                "stack has, one for a new stack")
-            p.add_argument("--read-only", action=argparse.BooleanOptionalAction, default=None,
-                           help="a CDC user that writes nothing (REPLICATION SLAVE, REPLICATION CLIENT, SELECT; "
-                                "snapshot.read_only: true in cdc.yaml); --no-read-only gives it back INSERT and "
-                                "DELETE on the signal table; default: as the stack has it, writable for a new stack")
-            p.add_argument("--monitoring", action=argparse.BooleanOptionalAction, default=None,
-                           help="metrics ports for the producers and the merge job in cdc.yaml, and a Prometheus "
-                                "(the machine's 'prometheus') scraping them with the alert rules of "
-                                "cdc/monitoring/alerts.yml; --no-monitoring stops it; default: as the stack has it, "
-                                "none for a new stack")
-            p.add_argument("--spark-ui", action=argparse.BooleanOptionalAction, default=None,
-                           help="Spark's web UI for the merge job's driver on a port of its own (spark.ui_port in "
-                                "cdc.yaml); default: as the stack has it, off for a new stack")
-            p.add_argument("--secure", action=argparse.BooleanOptionalAction, default=None,
-                           help="TLS and passwords on every connection: MariaDB TLS only, PostgreSQL hostssl with a "
-                                "password, Kafka SASL_SSL (SCRAM-SHA-512) with ACLs per user; certificates "
-                                "of a CA of the stack's own, passwords in <state-dir>/secrets (docs/operations.md, "
-                                "'Secure deployment'); default: as the stack has it, plain for a new stack")
-            p.add_argument("--flavor", choices=["mariadb", "mysql"], default=None,
-                           help="the source server: mariadb (the machine's MariaDB, from apt) or mysql (MySQL 9.7 "
-                                "from the Debian unstable root 'make mysql-server' builds once, docs/mysql.md); "
-                                "default: as the stack has it, the machine's server for a new stack")
-            p.add_argument("--brokers", type=int, choices=[1, 3], default=None, metavar="N",
-                           help="the embedded Apache Kafka's nodes (each broker and controller): 1, or 3 with "
-                                "replication factor 3 and min.insync.replicas 2; default: as the stack has it, one "
-                                "for a new stack")
-            p.add_argument("--on-lost-kafka", choices=["recover", "refuse"], default="recover",
-                           help="when the embedded Kafka's data directory was lost (its topics are gone) and the "
-                                "state directory holds a merge checkpoint or producer positions: reset them and "
-                                "have the producer recover by snapshot (default), or refuse to start")
-
-
 def _demo_parser(sub) -> None:
     """``cdc demo``: its arguments and handler."""
     demo_p = sub.add_parser("demo", help="run the pipeline on demo data on the embedded stack")
@@ -524,7 +320,7 @@ def _produce_parser(sub) -> None:
     produce_p.add_argument("--recover", choices=["resume", "snapshot"], default=None,
                          help="when Kafka lost this producer's history: re-publish from the position kept in the "
                               "state directory (resume), and also snapshot every captured table again (snapshot)")
-    _source_option(produce_p, "run the producer of this source (a name from 'sources': its settings, topic prefix "
+    source_option(produce_p, "run the producer of this source (a name from 'sources': its settings, topic prefix "
                               "and producer name); needed when several are configured")
     produce_p.set_defaults(func=_cmd_produce)
 
@@ -534,83 +330,6 @@ def _bench_group(sub) -> argparse.Action:
     bench_p = sub.add_parser("bench", help="benchmarks on the embedded stack")
     bench_sub = bench_p.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
     return bench_sub
-
-
-def _bench_stream_parser(bench_sub) -> None:
-    """``cdc bench stream``: its arguments and handler."""
-    bench_stream_p = bench_sub.add_parser(
-        "stream", help="binlog -> Kafka: python-mysql-replication vs the producer vs mariadb-binlog")
-    bench_stream_p.add_argument("--rows", type=int, default=500_000, help="row changes to generate (default 500000)")
-    bench_stream_p.add_argument("--state-dir", default=".cdc/bench", help="the benchmark's own stack (default .cdc/bench)")
-    bench_stream_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
-    bench_stream_p.add_argument("--profile", metavar="DIR", help="write a cProfile of each producer run into DIR")
-    bench_stream_p.add_argument("--transactions", choices=("both", "on", "off"), default="both",
-                                help="the producer runs: with and without Kafka transactions (default both)")
-    bench_stream_p.add_argument("--debezium", nargs="?", const="count:json,count:avro,kafka:json,kafka:avro",
-                                metavar="MODE:FORMAT,...",
-                                help="race Debezium embedded over the same binlog range (make debezium): a count-only "
-                                     "handler (count) and/or Kafka's Java producer (kafka), with its JSON or Avro "
-                                     "converter (default: all four)")
-    bench_stream_p.add_argument("--no-reference", action="store_true",
-                                help="skip python-mysql-replication and mariadb-binlog (a) and (c)")
-    bench_stream_p.add_argument("--single-row", action="store_true",
-                                help="each change its own autocommit statement (OLTP-shaped) instead of multi-row "
-                                     "statements")
-    bench_stream_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
-    bench_stream_p.set_defaults(func=_cmd_bench_stream)
-
-
-def _snapshot_parser(sub) -> None:
-    """``cdc snapshot``: its arguments and handler."""
-    snap_p = sub.add_parser("snapshot", help="trigger, pause, resume or stop an incremental snapshot, or take a "
-                                             "blocking one (a signal)")
-    snap_p.add_argument("tables", nargs="*", metavar="DB.TABLE",
-                      help="tables to snapshot (names or regular expressions, as in the signal's data-collections)")
-    snap_p.add_argument("--where", metavar="FILTER", help="only rows matching this predicate (additional-conditions)")
-    snap_p.add_argument("--surrogate-key", metavar="COLUMN", help="chunk on this unique column instead of the primary key")
-    snap_p.add_argument("--delete-missing", action="store_true",
-                      help="once a table is read, the sinks delete the rows it did not find (rows deleted at the "
-                           "source while their changes were lost)")
-    snap_p.add_argument("--blocking", action="store_true",
-                        help="Debezium's blocking snapshot: the stream pauses while the tables are read whole, "
-                             "then goes on from where it paused (--where: a condition, or SELECT * FROM ... WHERE ...)")
-    action = snap_p.add_mutually_exclusive_group()
-    action.add_argument("--stop", action="store_true", help="stop the running snapshot (of TABLES, or all)")
-    action.add_argument("--pause", action="store_true", help="pause the running snapshot")
-    action.add_argument("--resume", action="store_true", help="resume a paused snapshot")
-    snap_p.add_argument("--channel", choices=list(signal_sender.CHANNELS), default=None,
-                        help="send the signal as a row of the signal table (source) or a record on <prefix>._signals "
-                             "(kafka); default: source, unless source.signal_channels leaves it out or "
-                             "snapshot.read_only is on")
-    snap_p.add_argument("--follow", action="store_true", help="draw progress bars until the tables are done")
-    snap_p.add_argument("--timeout", type=float, default=None, help="with --follow: give up after SECONDS")
-    _source_option(snap_p, "signal the producer of this source (its signal table, or its <prefix>._signals topic "
-                           "keyed by its name); needed when several are configured")
-    snap_p.set_defaults(func=_cmd_snapshot)
-
-
-def _bench_snapshot_parser(bench_sub) -> None:
-    """``cdc bench snap``: its arguments and handler."""
-    bench_snap_p = bench_sub.add_parser(
-        "snapshot", help="incremental snapshot of a table: pymysql keyset scan vs the producer vs mariadb-dump")
-    bench_snap_p.add_argument("--rows", type=int, default=1_000_000, help="rows in the table (default 1000000)")
-    bench_snap_p.add_argument("--chunk-size", type=int, default=8192)
-    bench_snap_p.add_argument("--parallelism", type=int, default=1, help="chunk readers")
-    bench_snap_p.add_argument("--writes-per-s", type=int, default=1000,
-                              help="writes per second during the second run (0: skip it)")
-    bench_snap_p.add_argument("--state-dir", default=".cdc/bench")
-    bench_snap_p.add_argument("--keep-running", action="store_true")
-    bench_snap_p.add_argument("--debezium", nargs="?", const="count:avro,kafka:avro", metavar="MODE:FORMAT,...",
-                              help="race Debezium's incremental snapshot of the same table (make debezium): count-only "
-                                   "handler and/or Kafka's Java producer, JSON or Avro converter (default "
-                                   "count:avro,kafka:avro), at each of --debezium-chunk-sizes")
-    bench_snap_p.add_argument("--debezium-chunk-sizes", default="8192,1024",
-                              help="Debezium's incremental.snapshot.chunk.size values (default 8192,1024: ours and "
-                                   "Debezium's default)")
-    bench_snap_p.add_argument("--no-reference", action="store_true",
-                              help="skip the keyset scan and mariadb-dump (a) and (c)")
-    bench_snap_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
-    bench_snap_p.set_defaults(func=_cmd_bench_snapshot)
 
 
 def _merge_parser(sub) -> None:
@@ -651,10 +370,9 @@ def _cmd_bench_latency(args: argparse.Namespace) -> int:
     from cdc.bench.latency_breakdown import bench_latency
     if args.rate < 1 or args.seconds <= 0:
         raise SystemExit("cdc bench latency: --rate and --seconds must be positive")
-    quiet = Console(file=open(os.devnull, "w")) if args.json else console  # noqa: SIM115
     result = bench_latency(Path(args.state_dir), rate=args.rate, seconds=args.seconds, partitions=args.partitions,
                            trigger_s=args.trigger, idle_s=args.idle_seconds, keep_running=args.keep_running,
-                           console=quiet)
+                           console=bench_console(args))
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
     return 0
@@ -692,17 +410,6 @@ def _bench_lakes_parser(bench_sub) -> None:
     bench_lakes_p.add_argument("--json", action="store_true", help="print every figure as JSON")
     bench_lakes_p.add_argument("--out", help="write the figures as a section of this file (docs/benchmarks.md)")
     bench_lakes_p.set_defaults(func=_cmd_bench_lakes)
-
-
-def _bench_broker_parser(bench_sub) -> None:
-    """``cdc bench broker``: its arguments and handler."""
-    bench_broker_p = bench_sub.add_parser(
-        "broker", help="the embedded Kafka by partition depth: fetch and produce latency, memory")
-    bench_broker_p.add_argument("--steps", default="100000,300000,1000000,2000000,5000000",
-                                help="records in the partition at each measurement")
-    bench_broker_p.add_argument("--per-batch", type=int, default=10, help="records per produced batch (default 10)")
-    bench_broker_p.add_argument("--json", action="store_true", help="print one JSON list with every figure")
-    bench_broker_p.set_defaults(func=_cmd_bench_broker)
 
 
 def _bench_soak_parser(bench_sub) -> None:
@@ -873,30 +580,6 @@ def _lake_parser(sub) -> None:
     sql_p.set_defaults(func=_cmd_lake)
 
 
-def _status_parser(sub) -> None:
-    """``cdc status``: its arguments and handler."""
-    status_p = sub.add_parser("status", help="producer position, lag and rate")
-    _source_option(status_p, "only the producer of this source (default: every source's)")
-    status_p.set_defaults(func=_cmd_status)
-
-
-def _route_parser(sub) -> None:
-    """``cdc route``: its arguments and handler."""
-    route_p = sub.add_parser("route", help="pessimistic routes' held DDL: status, force or skip (docs/sharding.md)")
-    route_sub = route_p.add_subparsers(dest="route_command", required=True, metavar="ACTION")
-    rs = route_sub.add_parser("status", help="each route's target, waiting schema versions, held records")
-    rs.add_argument("target", nargs="?", default=None, metavar="DB.TABLE", help="one route's target")
-    rs.add_argument("--json", action="store_true", help="print as JSON")
-    rs.set_defaults(func=_cmd_route)
-    for action, help_ in (("force", "the target takes the waiting versions' columns now; held rows apply"),
-                          ("skip", "the waiting versions' rows apply without the columns the target lacks")):
-        rp = route_sub.add_parser(action, help=help_)
-        rp.add_argument("target", metavar="DB.TABLE", help="the route's target")
-        rp.add_argument("--shard", default=None, metavar="SOURCE/DB.TABLE", help="only this shard's versions")
-        rp.add_argument("--version", default=None, help="only this schema version (as cdc route status shows it)")
-        rp.set_defaults(func=_cmd_route)
-
-
 def _verify_parser(sub) -> None:
     """``cdc verify``: its arguments and handler."""
     ver_p = sub.add_parser("verify", help="compare source tables with the sinks (chunk checksums, then row by row)")
@@ -916,14 +599,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="configuration file (default ./cdc.yaml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_stack_parser, _demo_parser, _produce_parser):
+    for add in (stack_command.add_parser, _demo_parser, _produce_parser):
         add(sub)
     bench_sub = _bench_group(sub)
-    for add in (_snapshot_parser, _merge_parser, _chaos_parser, _lake_parser, _status_parser, _route_parser,
-                _verify_parser):
+    for add in (signal_sender.add_parser, _merge_parser, _chaos_parser, _lake_parser, status_command.add_parser,
+                route_reset.add_parser, _verify_parser):
         add(sub)
-    for add_benchmark in (_bench_stream_parser, _bench_snapshot_parser, _bench_merge_parser, _bench_lakes_parser,
-                          _bench_broker_parser, _bench_soak_parser, _bench_report_parser, _bench_race_parser,
+    for add_benchmark in (stream_bench.add_parser, snapshot_bench.add_parser, _bench_merge_parser, _bench_lakes_parser,
+                          broker_bench.add_parser, _bench_soak_parser, _bench_report_parser, _bench_race_parser,
                           _bench_peers_parser, _bench_sinks_parser, _bench_latency_parser):
         add_benchmark(bench_sub)
     return parser
@@ -940,11 +623,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-def load(args: argparse.Namespace):
-    """The configuration named by ``-c`` (for subcommands)."""
-    return load_config(args.config)
 
 
 if __name__ == "__main__":

@@ -157,19 +157,8 @@ def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False, 
     console.print(f"stack up in {info.state_dir} (config: {info.config_path}; source: {m['flavor']} {m['version']})")
     ok = True
     try:
-        cfg = load_config(info.config_path)
         run = f"demo{int(time.time())}"
-        cfg.kafka.topic_prefix = cfg.producer.name = run
-        grant_topic_prefix(info.state_dir, run)  # (a secure stack's ACLs are per topic prefix)
-        cfg.kafka.partitions = 2
-        cfg.source.include_databases = ["shop"]
-        cfg.sinks.postgres.schema_name = run
-        cfg.sinks.mysql.database = f"cdc_sink_{run}"
-        lake_of_run(cfg, info.state_dir / run, run)
-        cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = lake_engine  # (spark: the executors merge the lake)
-        cfg.state_dir = str(info.state_dir / run)
-        cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
-        cfg.spark.master = "local[2]"
+        cfg = _demo_config(info, run, lake_engine)
         with console.status("loading the demo schema and data (before the producer starts)..."):
             t0 = time.monotonic()
             counts = load_demo_data(info)
@@ -189,33 +178,14 @@ def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False, 
         load.start()
         console.print("write load running (updates, deletes, re-inserts)")
 
-        follower = NotificationFollower(cfg)
-        tables = TABLES
-        with _admin(info) as conn, conn.cursor() as cur:
-            sql = ("INSERT INTO cdc_control.cdc_signal (id, type, data) VALUES "
-                   f"('{run}', 'execute-snapshot', '{{\"data-collections\": [\"shop.customers\", "
-                   f"\"shop.order_lines\", \"shop.products\"], \"type\": \"incremental\"}}')")
-            console.print(f"[bold]signal:[/bold] {sql}")
-            cur.execute(sql)
-        result = follower.follow(console, run, timeout=600)
-        follower.close()
-        if result.refused or len(result.done) < len(tables):
-            console.print(f"[red]the snapshot did not complete[/red]: {result}")
-            ok = False
+        ok &= _snapshot_demo_tables(cfg, info, run)
         load.stop(60)
         writes = load.done
         console.print(f"write load stopped after {writes:,} statements")
         with console.status("the producer catches up..."):
             snap = stop_producer(cfg, app, producer)
         console.print(f"producer: {snap['events_total']:,} events written, position {snap['file']}:{snap['pos']}")
-        with console.status("the merge job drains what is left..."):
-            job.stop()
-            merger.join(120)
-            drain = MergeJob(cfg)
-            drain.run(available_now=True)
-        console.print(f"merge job: {job.totals['input'] + drain.totals['input']:,} records, "
-                      f"{job.totals['dropped'] + drain.totals['dropped']:,} chunk rows dropped by the DBLog rule, "
-                      f"{job.totals['dead'] + drain.totals['dead']} dead letters")
+        drain = _drain_merge_job(cfg, job, merger)
         with console.status("cdc verify: every source table against its sinks and clean changelog..."):
             report = verify(cfg, TABLES, changelog=True)
         print_report(report, console)
@@ -228,6 +198,56 @@ def run_demo(state_dir: Path, keep_running: bool = False, secure: bool = False, 
     finally:
         leave_stack(info, keep_running, console)
     return 0 if ok else 1
+
+
+def _demo_config(info: StackInfo, run: str, lake_engine: str):
+    """The stack's configuration for this run: its own topics (granted on a secure stack),
+    sink schema and database, lake tables and state; the lakes merged by ``lake_engine``."""
+    cfg = load_config(info.config_path)
+    cfg.kafka.topic_prefix = cfg.producer.name = run
+    grant_topic_prefix(info.state_dir, run)  # (a secure stack's ACLs are per topic prefix)
+    cfg.kafka.partitions = 2
+    cfg.source.include_databases = ["shop"]
+    cfg.sinks.postgres.schema_name = run
+    cfg.sinks.mysql.database = f"cdc_sink_{run}"
+    lake_of_run(cfg, info.state_dir / run, run)
+    cfg.sinks.delta.engine = cfg.sinks.iceberg.engine = lake_engine  # (spark: the executors merge the lake)
+    cfg.state_dir = str(info.state_dir / run)
+    cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
+    cfg.spark.master = "local[2]"
+    return cfg
+
+
+def _snapshot_demo_tables(cfg, info: StackInfo, run: str) -> bool:
+    """An incremental snapshot of the demo's tables, asked by a signal row and followed to its
+    end; False when it was refused or left a table out."""
+    follower = NotificationFollower(cfg)
+    with _admin(info) as conn, conn.cursor() as cur:
+        sql = ("INSERT INTO cdc_control.cdc_signal (id, type, data) VALUES "
+               f"('{run}', 'execute-snapshot', '{{\"data-collections\": [\"shop.customers\", "
+               f"\"shop.order_lines\", \"shop.products\"], \"type\": \"incremental\"}}')")
+        console.print(f"[bold]signal:[/bold] {sql}")
+        cur.execute(sql)
+    result = follower.follow(console, run, timeout=600)
+    follower.close()
+    if result.refused or len(result.done) < len(TABLES):
+        console.print(f"[red]the snapshot did not complete[/red]: {result}")
+        return False
+    return True
+
+
+def _drain_merge_job(cfg, job: MergeJob, merger: threading.Thread) -> MergeJob:
+    """Stop the streaming merge job, run one to the end of the topics, report their totals;
+    returns the draining job (to close)."""
+    with console.status("the merge job drains what is left..."):
+        job.stop()
+        merger.join(120)
+        drain = MergeJob(cfg)
+        drain.run(available_now=True)
+    console.print(f"merge job: {job.totals['input'] + drain.totals['input']:,} records, "
+                  f"{job.totals['dropped'] + drain.totals['dropped']:,} chunk rows dropped by the DBLog rule, "
+                  f"{job.totals['dead'] + drain.totals['dead']} dead letters")
+    return drain
 
 
 def leave_stack(info: StackInfo, keep_running: bool, console: Console) -> None:

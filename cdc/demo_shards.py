@@ -71,35 +71,11 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
     console.print(f"stack up in {info.state_dir} (config: {info.sources_config_path})")
     ok = True
     try:
-        cfg = stack_sources_config(info.data, info.state_dir)
         run = f"shards{int(time.time())}"
-        cfg.kafka.topic_prefix = run
-        cfg.kafka.partitions = 2
-        cfg.sinks.postgres.schema_name = run
-        cfg.sinks.mysql.database = f"cdc_sink_{run}"
-        cfg.state_dir = str(info.state_dir / run)
-        cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
-        cfg.spark.master = "local[2]"
+        cfg = _shards_config(info, run, ddl)
         servers = {"east": info.mysql, "west": info.sources[0]}
-        shards = SHARDS
-        for entry in cfg.sources:
-            entry.include_databases = shards[entry.name]
-        cfg.routes = [shards_route(ddl)]
-        with console.status("four shards of shop.orders (the same ids in each)..."):
-            for name, dbs in shards.items():
-                with admin_connection(servers[name]) as conn:
-                    for db in dbs:
-                        with conn.cursor() as cur:
-                            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
-                            cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
-                        create_table(conn, db, "orders", "single", rows)
-        console.print(f"shards: {', '.join(f'{n}/{db}.orders' for n, dbs in shards.items() for db in dbs)}, "
-                      f"{rows:,} rows each (ids 0..{rows - 1})")
-        console.print("route: [bold]east|west / shop_0[1-4] / orders -> shop.orders[/bold] (origin columns "
-                      f"__source, __db, __table in the key; ddl: {ddl}); column mapping: region from the source "
-                      "name '(.*)', shard from the database 'shop_(.*)'")
-
-        views = {name: cfg.for_source(name) for name in shards}
+        _create_shards(servers, rows, ddl)
+        views = {name: cfg.for_source(name) for name in SHARDS}
         producers = {name: start_producer(view) for name, view in views.items()}
         for name, (_, _, (file, pos)) in producers.items():
             console.print(f"producer {name} streaming from {file}:{pos} into {views[name].kafka.topic_prefix}.*")
@@ -111,47 +87,14 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
             merger.start()
         loads = [WriteLoad(lambda s=servers[name]: admin_connection(s), db, "orders", "single", key_space=rows + rows // 10,
                            seed=i, pause_s=0.005)
-                 for i, (name, db) in enumerate((n, d) for n, dbs in shards.items() for d in dbs)]
+                 for i, (name, db) in enumerate((n, d) for n, dbs in SHARDS.items() for d in dbs)]
         for load in loads:
             load.start()
         console.print("write load running on every shard (inserts, updates, deletes, key changes, re-inserts)")
-
         followers = {name: NotificationFollower(view) for name, view in views.items()}
-        sids = {}
-        for name, view in views.items():
-            sids[name] = f"{run}-{name}"
-            tables = ", ".join(f'"{db}.orders"' for db in shards[name])
-            sql = (f"INSERT INTO {view.source.signal_table} (id, type, data) VALUES ('{sids[name]}', "
-                   f"'execute-snapshot', '{{\"data-collections\": [{tables}], \"type\": \"incremental\"}}')")
-            console.print(f"[bold]signal on {name}:[/bold] {sql}")
-            with admin_connection(servers[name]) as conn, conn.cursor() as cur:
-                cur.execute(sql)
-
-        with console.status("the merge job's first rows reach the target..."):
-            deadline = time.monotonic() + 300
-            while not _target_columns(cfg) and time.monotonic() < deadline and merger.is_alive():
-                time.sleep(0.5)
-        order = [("east", "shop_01"), ("west", "shop_03"), ("east", "shop_02"), ("west", "shop_04")]
-        for i, (name, db) in enumerate(order):
-            if i:  # the job has seen the DDL: pessimistic, rows held; optimistic, the column in the target
-                seen = (lambda: sum(j.held for j in jobs) > 0) if ddl == "pessimistic" else \
-                    (lambda: "coupon" in _target_columns(cfg))
-                deadline = time.monotonic() + 120
-                while not seen() and time.monotonic() < deadline and merger.is_alive():
-                    time.sleep(0.5)
-            time.sleep(2.0)
-            console.print(f"target columns: {', '.join(_target_columns(cfg)) or '(not created yet)'}; records held until "
-                          f"every shard ran the DDL: {sum(j.held for j in jobs)}")
-            with admin_connection(servers[name]) as conn, conn.cursor() as cur:
-                cur.execute(f"ALTER TABLE `{db}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
-                cur.execute(f"UPDATE `{db}`.orders SET coupon = %s WHERE MOD(id, 50) = 0", (f"c{i + 1}",))
-            console.print(f"[bold]{name}/{db}:[/bold] ALTER TABLE orders ADD COLUMN coupon VARCHAR(20) NULL")
-        for name, follower in followers.items():
-            result = follower.follow(console, sids[name], timeout=600)
-            follower.close()
-            if result.refused or len(result.done) < len(shards[name]):
-                console.print(f"[red]the snapshot of {name} did not complete[/red]: {result}")
-                ok = False
+        sids = _signal_snapshots(views, servers, run)
+        _alter_shard_by_shard(cfg, servers, jobs, merger, ddl)
+        ok &= _follow_snapshots(followers, sids)
         for load in loads:
             load.stop(60)
         console.print(f"write load stopped after {sum(sum(ld.ops.values()) for ld in loads):,} statements")
@@ -159,16 +102,7 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
             for name, (app, thread, _) in producers.items():
                 snap = stop_producer(views[name], app, thread)
                 console.print(f"producer {name}: {snap['events_total']:,} events written")
-        with console.status("the merge job drains what is left..."):
-            for job in jobs:
-                job.stop()
-            merger.join(120)
-            drain = [MergeJob(cfg, c) for c in cfg.captured_sources()]
-            run_jobs(drain, available_now=True)
-        console.print(f"merge job: {sum(j.totals['input'] for j in jobs + drain):,} records, "
-                      f"{sum(j.totals['dropped'] for j in jobs + drain):,} chunk rows dropped by the DBLog rule, most "
-                      f"records held at once by the pessimistic route: {max(j.held_peak for j in jobs + drain):,}")
-        console.print(f"target columns: {', '.join(_target_columns(cfg))}")
+        _drain_merge_job(cfg, jobs, merger)
         with console.status("cdc verify: the merged targets against the union of the shards..."):
             report = verify(cfg)
         print_report(report, console)
@@ -179,3 +113,101 @@ def run_shards_demo(state_dir: Path, ddl: str = "pessimistic", keep_running: boo
         leave_stack(info, keep_running, console)
     return 0 if ok else 1
 
+
+def _shards_config(info, run: str, ddl: str):
+    """The stack's two-source configuration for this run: its own topics, sink schema and
+    state, each source capturing its shards, and the demo's route."""
+    cfg = stack_sources_config(info.data, info.state_dir)
+    cfg.kafka.topic_prefix = run
+    cfg.kafka.partitions = 2
+    cfg.sinks.postgres.schema_name = run
+    cfg.sinks.mysql.database = f"cdc_sink_{run}"
+    cfg.state_dir = str(info.state_dir / run)
+    cfg.spark.checkpoint_dir = str(info.state_dir / run / "checkpoints")
+    cfg.spark.master = "local[2]"
+    for entry in cfg.sources:
+        entry.include_databases = SHARDS[entry.name]
+    cfg.routes = [shards_route(ddl)]
+    return cfg
+
+
+def _create_shards(servers: dict, rows: int, ddl: str) -> None:
+    """The four shard databases, each with ``rows`` rows of ``orders`` (the same ids in each)."""
+    with console.status("four shards of shop.orders (the same ids in each)..."):
+        for name, dbs in SHARDS.items():
+            with admin_connection(servers[name]) as conn:
+                for db in dbs:
+                    with conn.cursor() as cur:
+                        cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+                        cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+                    create_table(conn, db, "orders", "single", rows)
+    console.print(f"shards: {', '.join(f'{n}/{db}.orders' for n, dbs in SHARDS.items() for db in dbs)}, "
+                  f"{rows:,} rows each (ids 0..{rows - 1})")
+    console.print("route: [bold]east|west / shop_0[1-4] / orders -> shop.orders[/bold] (origin columns "
+                  f"__source, __db, __table in the key; ddl: {ddl}); column mapping: region from the source "
+                  "name '(.*)', shard from the database 'shop_(.*)'")
+
+
+def _signal_snapshots(views: dict, servers: dict, run: str) -> dict[str, str]:
+    """A snapshot of each source's shards, asked by a signal row on its server; the signals' ids."""
+    sids = {}
+    for name, view in views.items():
+        sids[name] = f"{run}-{name}"
+        tables = ", ".join(f'"{db}.orders"' for db in SHARDS[name])
+        sql = (f"INSERT INTO {view.source.signal_table} (id, type, data) VALUES ('{sids[name]}', "
+               f"'execute-snapshot', '{{\"data-collections\": [{tables}], \"type\": \"incremental\"}}')")
+        console.print(f"[bold]signal on {name}:[/bold] {sql}")
+        with admin_connection(servers[name]) as conn, conn.cursor() as cur:
+            cur.execute(sql)
+    return sids
+
+
+def _alter_shard_by_shard(cfg, servers: dict, jobs: list, merger: threading.Thread, ddl: str) -> None:
+    """Once the first rows reach the target, ``ADD COLUMN coupon`` on one shard after another,
+    each after the job has seen the previous one's DDL (pessimistic: rows held; optimistic:
+    the column in the target)."""
+    with console.status("the merge job's first rows reach the target..."):
+        deadline = time.monotonic() + 300
+        while not _target_columns(cfg) and time.monotonic() < deadline and merger.is_alive():
+            time.sleep(0.5)
+    order = [("east", "shop_01"), ("west", "shop_03"), ("east", "shop_02"), ("west", "shop_04")]
+    for i, (name, db) in enumerate(order):
+        if i:  # the job has seen the DDL: pessimistic, rows held; optimistic, the column in the target
+            seen = (lambda: sum(j.held for j in jobs) > 0) if ddl == "pessimistic" else \
+                (lambda: "coupon" in _target_columns(cfg))
+            deadline = time.monotonic() + 120
+            while not seen() and time.monotonic() < deadline and merger.is_alive():
+                time.sleep(0.5)
+        time.sleep(2.0)
+        console.print(f"target columns: {', '.join(_target_columns(cfg)) or '(not created yet)'}; records held until "
+                      f"every shard ran the DDL: {sum(j.held for j in jobs)}")
+        with admin_connection(servers[name]) as conn, conn.cursor() as cur:
+            cur.execute(f"ALTER TABLE `{db}`.orders ADD COLUMN coupon VARCHAR(20) NULL")
+            cur.execute(f"UPDATE `{db}`.orders SET coupon = %s WHERE MOD(id, 50) = 0", (f"c{i + 1}",))
+        console.print(f"[bold]{name}/{db}:[/bold] ALTER TABLE orders ADD COLUMN coupon VARCHAR(20) NULL")
+
+
+def _follow_snapshots(followers: dict, sids: dict[str, str]) -> bool:
+    """Follow each source's snapshot to its end; False when one was refused or left a shard out."""
+    ok = True
+    for name, follower in followers.items():
+        result = follower.follow(console, sids[name], timeout=600)
+        follower.close()
+        if result.refused or len(result.done) < len(SHARDS[name]):
+            console.print(f"[red]the snapshot of {name} did not complete[/red]: {result}")
+            ok = False
+    return ok
+
+
+def _drain_merge_job(cfg, jobs: list, merger: threading.Thread) -> None:
+    """Stop the streaming merge job, run it once more to the end of the topics, and report its totals."""
+    with console.status("the merge job drains what is left..."):
+        for job in jobs:
+            job.stop()
+        merger.join(120)
+        drain = [MergeJob(cfg, c) for c in cfg.captured_sources()]
+        run_jobs(drain, available_now=True)
+    console.print(f"merge job: {sum(j.totals['input'] for j in jobs + drain):,} records, "
+                  f"{sum(j.totals['dropped'] for j in jobs + drain):,} chunk rows dropped by the DBLog rule, most "
+                  f"records held at once by the pessimistic route: {max(j.held_peak for j in jobs + drain):,}")
+    console.print(f"target columns: {', '.join(_target_columns(cfg))}")

@@ -15,14 +15,18 @@ applies their rows without what the target lacks.  The decision goes to the topi
 queries: the records held so far are applied by the next batch, once (they leave the
 partition's state in the batch that applies them; a replay decides from the same topic).
 A decision that cannot apply is refused here with the reason, before anything is written.
+The command's arguments and handler: :func:`add_parser`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdc import cli_common
 from cdc.errors import CommandError
 from common.config import CDCConfig
 from contract.schema_store import SchemaStore
@@ -177,3 +181,36 @@ def print_states(states: list[RouteState], console) -> None:
             console.print("  nothing waits", highlight=False)
         for shard, version, action in st.decisions:
             console.print(f"  decided: {action} {escape(str(shard))} schema {version}", highlight=False)
+
+
+def _cmd_route(args: argparse.Namespace) -> int:
+    """``cdc route status|force|skip``: pessimistic routes' held DDL."""
+    cfg = cli_common.load(args)
+    if args.route_command == "status":
+        states = route_states(cfg, args.target)
+        if args.json:
+            sys.stdout.write(json.dumps([s.to_dict() for s in states], indent=2) + "\n")
+        else:
+            print_states(states, cli_common.console)
+        return 0
+    for shard, version in decide(cfg, args.target, args.route_command, args.shard, args.version):
+        cli_common.console.print(f"{args.route_command}: {shard} schema {version} (route to {args.target}); the merge job "
+                      "applies it with its next batch", highlight=False)
+    return 0
+
+
+def add_parser(sub) -> None:
+    """``cdc route``: its arguments and handler, under the ``cdc`` command's ``sub``."""
+    route_p = sub.add_parser("route", help="pessimistic routes' held DDL: status, force or skip (docs/sharding.md)")
+    route_sub = route_p.add_subparsers(dest="route_command", required=True, metavar="ACTION")
+    rs = route_sub.add_parser("status", help="each route's target, waiting schema versions, held records")
+    rs.add_argument("target", nargs="?", default=None, metavar="DB.TABLE", help="one route's target")
+    rs.add_argument("--json", action="store_true", help="print as JSON")
+    rs.set_defaults(func=_cmd_route)
+    for action, help_ in (("force", "the target takes the waiting versions' columns now; held rows apply"),
+                          ("skip", "the waiting versions' rows apply without the columns the target lacks")):
+        rp = route_sub.add_parser(action, help=help_)
+        rp.add_argument("target", metavar="DB.TABLE", help="the route's target")
+        rp.add_argument("--shard", default=None, metavar="SOURCE/DB.TABLE", help="only this shard's versions")
+        rp.add_argument("--version", default=None, help="only this schema version (as cdc route status shows it)")
+        rp.set_defaults(func=_cmd_route)

@@ -1,9 +1,11 @@
 """``cdc status``: the producer's stored position (Kafka, and the copy kept in the state
 directory), its live figures, the merge job's last batch and totals, snapshot progress;
-with ``sources``, each source's producer in a table of its own (``--source NAME``: one)."""
+with ``sources``, each source's producer in a table of its own (``--source NAME``: one).
+The command's arguments and handler: :func:`add_parser`."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -12,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape as rich_escape
 from rich.table import Table
 
+from cdc import cli_common
 from cdc.progress import draw_status_bars
 from common.config import CDCConfig
 from producer.metrics import status_file
@@ -119,3 +122,16 @@ def _merge_table(ms: dict, console: Console, source: str | None) -> None:
     for w in ms.get("warnings") or []:
         mt.add_row("[yellow]WARNING[/yellow]", rich_escape(w.get("message", "")))
     console.print(mt)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    """Producer position, lag and rate, lost history, the merge job's figures, snapshot bars."""
+    show_status(cli_common.load(args), cli_common.console, source=args.source)
+    return 0
+
+
+def add_parser(sub) -> None:
+    """``cdc status``: its arguments and handler, under the ``cdc`` command's ``sub``."""
+    status_p = sub.add_parser("status", help="producer position, lag and rate")
+    cli_common.source_option(status_p, "only the producer of this source (default: every source's)")
+    status_p.set_defaults(func=_cmd_status)

@@ -110,23 +110,64 @@ def test_the_design_document_names_modules_that_exist_and_every_subpackage():
     assert unlisted == [], "docs/DESIGN.md does not list these packages"
 
 
-SIZED_PACKAGES = ("producer", "spark_jobs", "contract", "common")
 MAX_CLASS_LINES, MAX_FUNCTION_LINES = 300, 80
+#: Functions and classes past the size rule for now, each with why it is not split yet (an
+#: entry whose code is back within the rule is refused too: delete it).
+SIZE_EXCEPTIONS = {
+    "cdc/bench/sink_race.py bench_sinks": "another branch is rewriting cdc/bench/sink_race.py (issue 71 item 1 "
+                                          "left it to that change)",
+}
 
 
-def test_no_class_over_300_lines_and_no_function_over_80_in_the_pipeline():
-    """Issue 38's size figures, kept: a class or function past them in the pipeline's packages
-    is a sign that it holds more than one job (the operator tools in cdc/ are not counted)."""
+def _sized_files():
+    """Every Python file of the project's own code: its packages, scripts/ and the files at the
+    root (setup.py); not the tests."""
+    for pkg in (*PACKAGES, "scripts"):
+        yield from sorted((ROOT / pkg).rglob("*.py"))
+    yield from sorted(ROOT.glob("*.py"))
+
+
+def oversized(tree: ast.Module, where: str) -> list[tuple[str, str]]:
+    """(``<file> <name>``, what) for each class over :data:`MAX_CLASS_LINES` and function or
+    method (nested ones too) over :data:`MAX_FUNCTION_LINES` in ``tree``, counted from its
+    ``def``/``class`` line to its last line."""
     over = []
-    for pkg in SIZED_PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                limit = (MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else
-                         MAX_FUNCTION_LINES if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None)
-                if limit is not None and node.end_lineno - node.lineno + 1 > limit:
-                    over.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: "
-                                f"{node.end_lineno - node.lineno + 1} lines (at most {limit})")
-    assert not over, "\n".join(over)
+    for node in ast.walk(tree):
+        limit = (MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else
+                 MAX_FUNCTION_LINES if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None)
+        lines = node.end_lineno - node.lineno + 1 if limit is not None else 0
+        if limit is not None and lines > limit:
+            kind = "class" if isinstance(node, ast.ClassDef) else "function"
+            over.append((f"{where} {node.name}", f"{where}:{node.lineno} {kind} {node.name}: {lines} lines "
+                                                 f"(at most {limit})"))
+    return over
+
+
+def test_no_class_over_300_lines_and_no_function_over_80_anywhere():
+    """Issue 38's size figures, for the whole tree since issue 71 (the operator tools in cdc/
+    and the scripts too, not the tests): a class or function past them holds more than one
+    job; split it by responsibility, a helper per step."""
+    over, found = [], set()
+    for path in _sized_files():
+        for key, what in oversized(ast.parse(path.read_text(), str(path)), str(path.relative_to(ROOT))):
+            found.add(key)
+            if key not in SIZE_EXCEPTIONS:
+                over.append(what)
+    assert not over, "over the size rule:\n" + "\n".join(over)
+    stale = sorted(set(SIZE_EXCEPTIONS) - found)
+    assert not stale, f"within the size rule now: delete their SIZE_EXCEPTIONS entries: {stale}"
+
+
+def test_the_size_check_counts_functions_methods_and_classes():
+    def body(n: int, indent: str) -> str:
+        return "".join(f"{indent}x{i} = {i}\n" for i in range(n))
+
+    assert oversized(ast.parse("def f():\n" + body(79, "    ")), "m.py") == []  # 80 lines with its def
+    assert [k for k, _ in oversized(ast.parse("def f():\n" + body(80, "    ")), "m.py")] == ["m.py f"]
+    method = "class C:\n    def g(self):\n" + body(80, "        ")
+    assert [k for k, _ in oversized(ast.parse(method), "m.py")] == ["m.py g"]
+    assert oversized(ast.parse("class D:\n" + body(299, "    ")), "m.py") == []
+    assert [k for k, _ in oversized(ast.parse("class D:\n" + body(300, "    ")), "m.py")] == ["m.py D"]
 
 
 def test_no_module_imports_a_private_name_of_another_library():

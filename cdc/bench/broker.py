@@ -23,6 +23,8 @@ test.
 
 from __future__ import annotations
 
+import argparse
+import json
 import shutil
 import statistics
 import tempfile
@@ -36,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.bench.harness import proc_status_kb
+from cdc.cli_common import bench_console
 from cdc.errors import BenchError
 from cdc.stack.kafka_broker import EmbeddedKafka, node_pids
 from spark_jobs.clean_changelog import CleanPartitionWriter, clean_producer
@@ -130,3 +133,22 @@ def bench_broker(steps: tuple[int, ...] = (100_000, 300_000, 1_000_000, 2_000_00
                       f"{r['broker_rss_mb']:,}")
     console.print(table)
     return rows
+
+
+def _cmd_bench_broker(args: argparse.Namespace) -> int:
+    rows = bench_broker(tuple(int(x) for x in args.steps.split(",") if x), per_batch=args.per_batch,
+                        console=bench_console(args))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+def add_parser(bench_sub) -> None:
+    """``cdc bench broker``: its arguments and handler, under ``cdc bench``'s ``bench_sub``."""
+    bench_broker_p = bench_sub.add_parser(
+        "broker", help="the embedded Kafka by partition depth: fetch and produce latency, memory")
+    bench_broker_p.add_argument("--steps", default="100000,300000,1000000,2000000,5000000",
+                                help="records in the partition at each measurement")
+    bench_broker_p.add_argument("--per-batch", type=int, default=10, help="records per produced batch (default 10)")
+    bench_broker_p.add_argument("--json", action="store_true", help="print one JSON list with every figure")
+    bench_broker_p.set_defaults(func=_cmd_bench_broker)

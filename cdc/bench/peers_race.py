@@ -345,6 +345,42 @@ def peer_versions(peers: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _generate_streams(info, run: str, stream_rows: int, oltp_rows: int, dbs: list[str],
+                      console: Console) -> list[dict[str, Any]]:
+    """The streaming workloads, each in a database of its own (added to ``dbs``) and a binlog
+    range of its own: ``stream_rows`` changes in multi-row statements, ``oltp_rows`` single-row
+    transactions (0: none); each one's key, label, database, range and changes."""
+    streams = []
+    for label, rows, single in (("multi-row streaming", stream_rows, False),
+                                ("single-row transactions", oltp_rows, True)):
+        if rows <= 0:
+            continue
+        db = f"peers_{run}_{'oltp' if single else 'stream'}"
+        dbs.append(db)
+        with admin(info.mysql) as conn, conn.cursor() as cur:
+            create_bench_table(cur, db)
+            cur.execute("FLUSH BINARY LOGS")
+            start = current_position(conn)
+            with console.status(f"generating {rows:,} row changes ({label})..."):
+                changes = generate_changes(conn, rows, single_row=single)
+            end = current_position(conn)
+        streams.append({"key": "single_row" if single else "streaming", "label": label, "db": db,
+                        "start": list(start), "end": list(end), "changes": changes})
+    return streams
+
+
+def _load_snapshot_table(info, db: str, rows: int, console: Console) -> None:
+    """The snapshot workload: the bench table in ``db`` loaded with ``rows`` rows (analyzed),
+    and Debezium's signal table beside it."""
+    with admin(info.mysql) as conn, conn.cursor() as cur:
+        create_bench_table(cur, db)
+        cur.execute(dbz.SIGNAL_TABLE_DDL)
+        with console.status(f"loading {rows:,} rows..."):
+            load_table(conn, rows)
+        cur.execute(f"ANALYZE TABLE `{TABLE}`")
+        cur.fetchall()
+
+
 def bench_peers(state_dir: Path = DEFAULT_STATE_DIR, *, stream_rows: int = 1_000_000, oltp_rows: int = 100_000,
                 snapshot_rows: int = 1_000_000, chunk_size: int = 8192, rounds: int = race_rounds.DEFAULT_ROUNDS,
                 peers: tuple[str, ...] = PEERS, parallelisms: tuple[int, ...] = (1, 2),
@@ -375,32 +411,10 @@ def bench_peers(state_dir: Path = DEFAULT_STATE_DIR, *, stream_rows: int = 1_000
             with conn.cursor() as cur:
                 cur.execute("SELECT VERSION()")
                 result["server_version"] = check_peer_server_version(cur.fetchone()[0], peers)
-        streams = []
-        if CONNECT in peers:
-            for label, rows, single in (("multi-row streaming", stream_rows, False),
-                                        ("single-row transactions", oltp_rows, True)):
-                if rows <= 0:
-                    continue
-                db = f"peers_{run}_{'oltp' if single else 'stream'}"
-                dbs.append(db)
-                with admin(info.mysql) as conn, conn.cursor() as cur:
-                    create_bench_table(cur, db)
-                    cur.execute("FLUSH BINARY LOGS")
-                    start = current_position(conn)
-                    with console.status(f"generating {rows:,} row changes ({label})..."):
-                        changes = generate_changes(conn, rows, single_row=single)
-                    end = current_position(conn)
-                streams.append({"key": "single_row" if single else "streaming", "label": label, "db": db,
-                                "start": list(start), "end": list(end), "changes": changes})
+        streams = _generate_streams(info, run, stream_rows, oltp_rows, dbs, console) if CONNECT in peers else []
         snap_db = f"peers_{run}_snap"
         dbs.append(snap_db)
-        with admin(info.mysql) as conn, conn.cursor() as cur:
-            create_bench_table(cur, snap_db)
-            cur.execute(dbz.SIGNAL_TABLE_DDL)
-            with console.status(f"loading {snapshot_rows:,} rows..."):
-                load_table(conn, snapshot_rows)
-            cur.execute(f"ANALYZE TABLE `{TABLE}`")
-            cur.fetchall()
+        _load_snapshot_table(info, snap_db, snapshot_rows, console)
         per_round: dict[str, list] = {s["key"]: [] for s in streams}
         per_round["snapshot"] = []
         for i, order in enumerate(race_rounds.round_orders(rounds)):

@@ -28,6 +28,7 @@ not a test: nothing asserts timing.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -69,6 +70,7 @@ from cdc.bench.harness import (
     timed_to_devnull,
     topic_records,
 )
+from cdc.cli_common import bench_console
 from cdc.errors import BenchError
 from cdc.progress import NotificationFollower
 from common.config import load_config, write_config
@@ -151,19 +153,8 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     stack's).  ``signal_mono``: the signal's ``time.monotonic()``."""
 
     prefix = prefix or f"benchsnap_{uuid.uuid4().hex[:8]}"
-    cfg = bench_config(info, prefix, db)
-    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = chunk_size, parallelism
-    cfg.producer.format = fmt
-    if transactions is not None:
-        cfg.kafka.transactions = transactions
-    if compression is not None:
-        cfg.kafka.compression = compression
-    start_at_current(cfg)
-    work = Path(info.state_dir) / "bench-snapshot" / prefix
-    work.mkdir(parents=True, exist_ok=True)
-    cfg.state_dir = str(work / "state")
-    cfg_path = work / "cdc.yaml"
-    write_config(cfg, cfg_path)
+    cfg, work, cfg_path = _snapshot_producer_config(info, db, prefix, chunk_size=chunk_size, parallelism=parallelism,
+                                                    fmt=fmt, transactions=transactions, compression=compression)
     log = open(work / "producer.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "-c", str(cfg_path), "produce"], stdout=log,
                             stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
@@ -186,22 +177,7 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
                                   execute_snapshot_data([f"{db}.{TABLE}"]))
             finally:
                 conn.close()
-            done_rows, t_done = 0, None
-            deadline = time.monotonic() + 3600
-            while t_done is None and time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise BenchError(f"the producer exited ({proc.returncode}); see {work / 'producer.log'}")
-                for n in follower.poll(0.2):
-                    if n.type == "IN_PROGRESS":
-                        done_rows = int(n.data.get("rows", 0))
-                        samples.append((done_rows, _rss_mb(proc.pid)))
-                        progress.append((done_rows, time.perf_counter()))
-                    elif n.type == "COMPLETED" and n.snapshot_id == sid:
-                        t_done = time.perf_counter()
-                    elif n.type == "SKIPPED" and n.snapshot_id == sid:
-                        raise BenchError(f"the producer refused the signal: {n.data.get('reason')}")
-            if t_done is None:
-                raise BenchError("the snapshot did not complete within an hour")
+            t_done = _wait_for_snapshot(proc, follower, sid, work, samples, progress)
         finally:
             if writer:
                 writer.stop()
@@ -223,13 +199,8 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
     total = samples[-1][0]
     counted: dict[str, Any] = {}
     if not writes_per_s:  # quiet: the topic holds the snapshot's rows and nothing else
-        records, counted_by = count_topic_records(bootstrap, topic, rows)
-        if records != rows:
-            raise BenchError(f"the producer's snapshot left {records} records in {topic} (counted by {counted_by}); "
-                             f"the table has {rows} rows")
-        counted = {"topic_records": records, "counted_by": counted_by}
+        counted = _count_quiet_topic(info, topic, rows)
         total = rows
-        dbz.drop_topics(load_config(info.config_path).kafka, [topic])  # the embedded broker keeps it in memory
     # After a 10% warm-up, as Debezium's: from the first progress notification past 10%.
     warm = next(((r, t) for r, t in progress if r >= total / 10), None)
     after_warmup = (total - warm[0]) / (t_done - warm[1]) if warm and t_done > warm[1] else 0.0
@@ -240,6 +211,61 @@ def bench_producer_snapshot(info, db: str, rows: int, *, chunk_size: int, parall
             "rss_50_mb": rss_at(samples, 0.5, total), "rss_100_mb": rss_at(samples, 1.0, total),
             "rss_max_mb": round(max(r for _, r in samples), 1), "rss_peak_mb": rss_peak_mb,
             "parallelism": parallelism, "topic": topic, "signal_mono": signal_mono, **counted}
+
+
+def _snapshot_producer_config(info, db: str, prefix: str, *, chunk_size: int, parallelism: int, fmt: str,
+                              transactions: bool | None, compression: str | None) -> tuple[Any, Path, Path]:
+    """The benchmarked producer's configuration, written into its work directory (under the
+    stack's, by ``prefix``); the configuration, the directory and the file."""
+    cfg = bench_config(info, prefix, db)
+    cfg.snapshot.chunk_size, cfg.snapshot.parallelism = chunk_size, parallelism
+    cfg.producer.format = fmt
+    if transactions is not None:
+        cfg.kafka.transactions = transactions
+    if compression is not None:
+        cfg.kafka.compression = compression
+    start_at_current(cfg)
+    work = Path(info.state_dir) / "bench-snapshot" / prefix
+    work.mkdir(parents=True, exist_ok=True)
+    cfg.state_dir = str(work / "state")
+    cfg_path = work / "cdc.yaml"
+    write_config(cfg, cfg_path)
+    return cfg, work, cfg_path
+
+
+def _wait_for_snapshot(proc: subprocess.Popen, follower: NotificationFollower, sid: str, work: Path,
+                       samples: list[tuple[int, float]], progress: list[tuple[int, float]]) -> float:
+    """Follow the producer's notifications until snapshot ``sid`` completes (an hour at the
+    most), sampling the producer's RSS into ``samples`` and its rows into ``progress`` at each
+    progress notification; the ``perf_counter`` of its completion."""
+    done_rows, t_done = 0, None
+    deadline = time.monotonic() + 3600
+    while t_done is None and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchError(f"the producer exited ({proc.returncode}); see {work / 'producer.log'}")
+        for n in follower.poll(0.2):
+            if n.type == "IN_PROGRESS":
+                done_rows = int(n.data.get("rows", 0))
+                samples.append((done_rows, _rss_mb(proc.pid)))
+                progress.append((done_rows, time.perf_counter()))
+            elif n.type == "COMPLETED" and n.snapshot_id == sid:
+                t_done = time.perf_counter()
+            elif n.type == "SKIPPED" and n.snapshot_id == sid:
+                raise BenchError(f"the producer refused the signal: {n.data.get('reason')}")
+    if t_done is None:
+        raise BenchError("the snapshot did not complete within an hour")
+    return t_done
+
+
+def _count_quiet_topic(info, topic: str, rows: int) -> dict[str, Any]:
+    """With the table quiet: the snapshot's topic holds exactly the table's ``rows`` records
+    (else BenchError); then the topic is dropped (the embedded broker keeps it in memory)."""
+    records, counted_by = count_topic_records(info.kafka["bootstrap_servers"], topic, rows)
+    if records != rows:
+        raise BenchError(f"the producer's snapshot left {records} records in {topic} (counted by {counted_by}); "
+                         f"the table has {rows} rows")
+    dbz.drop_topics(load_config(info.config_path).kafka, [topic])  # the embedded broker keeps it in memory
+    return {"topic_records": records, "counted_by": counted_by}
 
 
 def bench_debezium_snapshot(info, db: str, rows: int, mode: str, fmt: str, chunk_size: int, *,
@@ -431,3 +457,38 @@ def print_race(result: dict[str, Any], console: Console) -> None:
                       f"{r['startup_s']:.2f}", f"{r['rows_per_s']:,.0f}", f"{r['rows_per_s_after_warmup']:,.0f}",
                       f"{r['bytes_per_record']:,.0f}", f"{r['rss_peak_mb']:.0f}")
     console.print(table)
+
+
+def _cmd_bench_snapshot(args: argparse.Namespace) -> int:
+    result = bench_snapshot(Path(args.state_dir), rows=args.rows, chunk_size=args.chunk_size,
+                            parallelism=args.parallelism, writes_per_s=args.writes_per_s,
+                            keep_running=args.keep_running, debezium=args.debezium,
+                            debezium_chunk_sizes=tuple(int(c) for c in args.debezium_chunk_sizes.split(",") if c),
+                            reference=not args.no_reference, console=bench_console(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def add_parser(bench_sub) -> None:
+    """``cdc bench snapshot``: its arguments and handler, under ``cdc bench``'s ``bench_sub``."""
+    bench_snap_p = bench_sub.add_parser(
+        "snapshot", help="incremental snapshot of a table: pymysql keyset scan vs the producer vs mariadb-dump")
+    bench_snap_p.add_argument("--rows", type=int, default=1_000_000, help="rows in the table (default 1000000)")
+    bench_snap_p.add_argument("--chunk-size", type=int, default=8192)
+    bench_snap_p.add_argument("--parallelism", type=int, default=1, help="chunk readers")
+    bench_snap_p.add_argument("--writes-per-s", type=int, default=1000,
+                              help="writes per second during the second run (0: skip it)")
+    bench_snap_p.add_argument("--state-dir", default=".cdc/bench")
+    bench_snap_p.add_argument("--keep-running", action="store_true")
+    bench_snap_p.add_argument("--debezium", nargs="?", const="count:avro,kafka:avro", metavar="MODE:FORMAT,...",
+                              help="race Debezium's incremental snapshot of the same table (make debezium): count-only "
+                                   "handler and/or Kafka's Java producer, JSON or Avro converter (default "
+                                   "count:avro,kafka:avro), at each of --debezium-chunk-sizes")
+    bench_snap_p.add_argument("--debezium-chunk-sizes", default="8192,1024",
+                              help="Debezium's incremental.snapshot.chunk.size values (default 8192,1024: ours and "
+                                   "Debezium's default)")
+    bench_snap_p.add_argument("--no-reference", action="store_true",
+                              help="skip the keyset scan and mariadb-dump (a) and (c)")
+    bench_snap_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
+    bench_snap_p.set_defaults(func=_cmd_bench_snapshot)

@@ -29,6 +29,7 @@ test: nothing here asserts timing.  ``python -m cdc.bench.stream`` is the child 
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import json
 import logging
@@ -74,6 +75,7 @@ from cdc.bench.harness import (
     timed_to_devnull,
     topic_records,
 )
+from cdc.cli_common import bench_console
 from cdc.errors import BenchError
 from common.config import load_config, write_config
 from common.kafka.clients import ensure_topics
@@ -135,23 +137,16 @@ def bench_native(datadir: Path, files: list[str], start_pos: int, end_pos: int, 
 
 # --- (b) the producer, in a child process ---------------------------------------------------------
 
-def _child_main() -> int:
-    """Run the producer over a range and report (``python -m cdc.bench.stream`` with a JSON spec on
-    stdin)."""
-    spec = json.loads(sys.stdin.read())
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def _mark_run(app: ProducerApp, warm_at: int, end_key) -> dict[str, float]:
+    """Wrap the producer's metrics hooks to mark its run: the first event, the warm-up's end
+    (``warm_at`` events) and the offset commit that covers ``end_key``, which stops it.
 
-    cfg = load_config(spec["config_path"])
-    end_key = _pos_key(*spec["end"])
-    app = ProducerApp(cfg)
+    Marks on the monotonic clock (CLOCK_MONOTONIC, as the parent's launch stamp and
+    Debezium's runner): the parent times the run from this process's launch."""
     marks: dict[str, float] = {}
     metrics = app.metrics
     orig_event, orig_committed = metrics.event, metrics.committed
 
-    warm_at = max(1, int(spec.get("expected") or 0) // 10)  # rates after a 10% warm-up, as Debezium's
-
-    # Marks on the monotonic clock (CLOCK_MONOTONIC, as the parent's launch stamp and
-    # Debezium's runner): the parent times the run from this process's launch.
     def event(ts_ms: int, n: int = 1, seen=None) -> None:
         if "first_event" not in marks:
             marks["first_event"] = time.monotonic()
@@ -167,22 +162,50 @@ def _child_main() -> int:
             app.stop()
 
     metrics.event, metrics.committed = event, committed  # type: ignore[method-assign]
+    return marks
 
-    # (events, RSS of this process + its children) every 0.25 s; the children's peaks.
-    samples: list[tuple[int, float]] = []
-    child_hwm_kb: dict[int, int] = {}
-    child_cpu_s: dict[int, float] = {}  # the last reading of each child's CPU time
-    stop_sampling = threading.Event()
 
-    def sample() -> None:
-        while not stop_sampling.wait(0.25):
+class _TreeSampler:
+    """(events, RSS of this process + its children) every 0.25 s, in a thread; the children's
+    peaks and CPU time."""
+
+    def __init__(self, metrics) -> None:
+        self.metrics = metrics
+        self.samples: list[tuple[int, float]] = []
+        self.child_hwm_kb: dict[int, int] = {}
+        self.child_cpu_s: dict[int, float] = {}  # the last reading of each child's CPU time
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="rss-sampler")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(1)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.25):
             rss = proc_status_kb("VmRSS")
             for pid in child_pids():
                 rss += proc_status_kb("VmRSS", pid)
-                child_hwm_kb[pid] = max(child_hwm_kb.get(pid, 0), proc_status_kb("VmHWM", pid))
-                child_cpu_s[pid] = max(child_cpu_s.get(pid, 0.0), cpu_seconds(pid))
-            samples.append((metrics.events_total, rss / 1024))
-    sampler = threading.Thread(target=sample, daemon=True, name="rss-sampler")
+                self.child_hwm_kb[pid] = max(self.child_hwm_kb.get(pid, 0), proc_status_kb("VmHWM", pid))
+                self.child_cpu_s[pid] = max(self.child_cpu_s.get(pid, 0.0), cpu_seconds(pid))
+            self.samples.append((self.metrics.events_total, rss / 1024))
+
+
+def _child_main() -> int:
+    """Run the producer over a range and report (``python -m cdc.bench.stream`` with a JSON spec on
+    stdin)."""
+    spec = json.loads(sys.stdin.read())
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    cfg = load_config(spec["config_path"])
+    app = ProducerApp(cfg)
+    metrics = app.metrics
+    warm_at = max(1, int(spec.get("expected") or 0) // 10)  # rates after a 10% warm-up, as Debezium's
+    marks = _mark_run(app, warm_at, _pos_key(*spec["end"]))
+    sampler = _TreeSampler(metrics)
 
     cpu_base = cpu_seconds()
     rss_base = proc_status_kb("VmRSS") / 1024
@@ -200,8 +223,7 @@ def _child_main() -> int:
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(spec["profile"])
-        stop_sampling.set()
-        sampler.join(1)
+        sampler.stop()
     t_exit = time.monotonic()
     cpu_s = cpu_seconds() - cpu_base
     done = marks.get("done")
@@ -213,11 +235,11 @@ def _child_main() -> int:
         "after_warmup_s": (done - marks["warm"]) if done and "warm" in marks else None,
         "warmup_events": marks.get("warm_events"),
         "rss_base_mb": round(rss_base, 1), "rss_peak_mb": round(proc_status_kb("VmHWM") / 1024, 1),
-        "reader_rss_peak_mb": round(max(child_hwm_kb.values(), default=0) / 1024, 1),
-        "hwm_before_run_mb": round(hwm_base, 1), "rss_samples": samples,
+        "reader_rss_peak_mb": round(max(sampler.child_hwm_kb.values(), default=0) / 1024, 1),
+        "hwm_before_run_mb": round(hwm_base, 1), "rss_samples": sampler.samples,
         # CPU seconds of the run (start-up included): this process (all its threads, the
         # Kafka client's too) and its binlog reader process (sampled every 0.25 s)
-        "cpu_s": round(cpu_s, 2), "reader_cpu_s": round(sum(child_cpu_s.values()), 2),
+        "cpu_s": round(cpu_s, 2), "reader_cpu_s": round(sum(sampler.child_cpu_s.values()), 2),
     }
     Path(spec["result_path"]).write_text(json.dumps(result))
     return 0
@@ -414,25 +436,9 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
     run = uuid.uuid4().hex[:8]
     db = f"bench_{run}"
     try:
-        with admin(mysql) as conn, conn.cursor() as cur:
-            if runs:
-                result["server_version"] = dbz.check_server_version(conn)
-            create_bench_table(cur, db)
-            cur.execute("FLUSH BINARY LOGS")  # this run's range starts in a file of its own
-            start = current_position(conn)
-            with console.status(f"generating {rows:,} row changes..."):
-                t0 = time.perf_counter()
-                changes = generate_changes(conn, rows, single_row=single_row)
-                gen_s = time.perf_counter() - t0
-            end = current_position(conn)
-            cur.execute("SHOW BINARY LOGS")
-            logs = [(r[0], int(r[1])) for r in cur.fetchall()]
-        files = [f for f, _ in logs if _file_index(start[0]) <= _file_index(f) <= _file_index(end[0])]
-        total = changes["total"]
-        result.update(rows=total, changes=changes, database=db, start=list(start), end=list(end),
-                      generate={"seconds": gen_s, "rows_per_s": total / gen_s if gen_s else 0.0},
-                      binlog_bytes=sum(size for f, size in logs if f in files))
-
+        start, end, files = _generate_range(mysql, db, rows, result, single_row=single_row,
+                                            check_version=bool(runs), console=console)
+        total = result["rows"]
         if reference:
             with console.status("(a) python-mysql-replication decoding..."):
                 result["reference"] = bench_reference(mysql, db, start, end)
@@ -453,27 +459,58 @@ def bench_stream(state_dir: Path = DEFAULT_STATE_DIR, rows: int = 500_000, *, ke
                 natives = [bench_native(Path(mysql["datadir"]), files, start[1], end[1], total) for _ in range(times)]
                 result["native"] = sorted(natives, key=lambda r: r["seconds"])[len(natives) // 2]
                 result["native"]["runs"] = times
-
-        ratios: dict[str, float | None] = {}
-        if "native" in result:
-            for key in ("producer_no_tx", "producer_tx"):
-                if key in result and result["native"]["rows_per_s"]:
-                    for clock in ("rows_per_s_after_startup", "rows_per_s_after_warmup"):
-                        if result[key].get(clock):
-                            ratios[f"{key}_{clock.removeprefix('rows_per_s_')}/native"] = (
-                                result[key][clock] / result["native"]["rows_per_s"])
-        if reference:
-            a = result["reference"]["rows_per_s"]
-            ratios["c/a"] = result["native"]["rows_per_s"] / a
-            for key, name in (("producer_tx", "b_tx/a"), ("producer_no_tx", "b_no_tx/a")):
-                if key in result:
-                    ratios[name] = result[key]["rows_per_s"] / a
-        result["ratios"] = {**ratios, **result["ratios"]}
+        result["ratios"] = {**_decoding_ratios(result, reference), **result["ratios"]}
     finally:
         drop_bench_database(info, db, state_dir, keep_running, console, purge_binlogs=True)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     print_report(result, console)
     return result
+
+
+def _generate_range(mysql: dict, db: str, rows: int, result: dict[str, Any], *, single_row: bool,
+                    check_version: bool, console: Console) -> tuple[tuple[str, int], tuple[str, int], list[str]]:
+    """Create the bench table in ``db`` and make ``rows`` changes in a binlog range of their
+    own (recorded in ``result``: rows, changes, range, generation rate, binlog bytes; with
+    ``check_version``, the server's version for Debezium); the range's start, end and files."""
+    with admin(mysql) as conn, conn.cursor() as cur:
+        if check_version:
+            result["server_version"] = dbz.check_server_version(conn)
+        create_bench_table(cur, db)
+        cur.execute("FLUSH BINARY LOGS")  # this run's range starts in a file of its own
+        start = current_position(conn)
+        with console.status(f"generating {rows:,} row changes..."):
+            t0 = time.perf_counter()
+            changes = generate_changes(conn, rows, single_row=single_row)
+            gen_s = time.perf_counter() - t0
+        end = current_position(conn)
+        cur.execute("SHOW BINARY LOGS")
+        logs = [(r[0], int(r[1])) for r in cur.fetchall()]
+    files = [f for f, _ in logs if _file_index(start[0]) <= _file_index(f) <= _file_index(end[0])]
+    total = changes["total"]
+    result.update(rows=total, changes=changes, database=db, start=list(start), end=list(end),
+                  generate={"seconds": gen_s, "rows_per_s": total / gen_s if gen_s else 0.0},
+                  binlog_bytes=sum(size for f, size in logs if f in files))
+    return start, end, files
+
+
+def _decoding_ratios(result: dict[str, Any], reference: bool) -> dict[str, float | None]:
+    """Ours over the native decoding (each clock), and with ``reference`` the native decoding
+    and ours over python-mysql-replication's (``c/a``, ``b_tx/a``, ``b_no_tx/a``)."""
+    ratios: dict[str, float | None] = {}
+    if "native" in result:
+        for key in ("producer_no_tx", "producer_tx"):
+            if key in result and result["native"]["rows_per_s"]:
+                for clock in ("rows_per_s_after_startup", "rows_per_s_after_warmup"):
+                    if result[key].get(clock):
+                        ratios[f"{key}_{clock.removeprefix('rows_per_s_')}/native"] = (
+                            result[key][clock] / result["native"]["rows_per_s"])
+    if reference:
+        a = result["reference"]["rows_per_s"]
+        ratios["c/a"] = result["native"]["rows_per_s"] / a
+        for key, name in (("producer_tx", "b_tx/a"), ("producer_no_tx", "b_no_tx/a")):
+            if key in result:
+                ratios[name] = result[key]["rows_per_s"] / a
+    return ratios
 
 
 def print_report(result: dict[str, Any], console: Console) -> None:
@@ -548,6 +585,41 @@ def print_race(result: dict[str, Any], console: Console) -> None:
     if ratios:
         console.print("ratios (ours / Debezium rows/s; rss: Debezium / ours): " +
                       ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+
+
+def _cmd_bench_stream(args: argparse.Namespace) -> int:
+    tx = {"both": (True, False), "on": (True,), "off": (False,)}[args.transactions]
+    result = bench_stream(Path(args.state_dir), rows=args.rows, keep_running=args.keep_running,
+                          profile_dir=Path(args.profile) if args.profile else None, transactions=tx,
+                          debezium=args.debezium, reference=not args.no_reference, single_row=args.single_row,
+                          console=bench_console(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def add_parser(bench_sub) -> None:
+    """``cdc bench stream``: its arguments and handler, under ``cdc bench``'s ``bench_sub``."""
+    bench_stream_p = bench_sub.add_parser(
+        "stream", help="binlog -> Kafka: python-mysql-replication vs the producer vs mariadb-binlog")
+    bench_stream_p.add_argument("--rows", type=int, default=500_000, help="row changes to generate (default 500000)")
+    bench_stream_p.add_argument("--state-dir", default=".cdc/bench", help="the benchmark's own stack (default .cdc/bench)")
+    bench_stream_p.add_argument("--keep-running", action="store_true", help="leave the stack running at the end")
+    bench_stream_p.add_argument("--profile", metavar="DIR", help="write a cProfile of each producer run into DIR")
+    bench_stream_p.add_argument("--transactions", choices=("both", "on", "off"), default="both",
+                                help="the producer runs: with and without Kafka transactions (default both)")
+    bench_stream_p.add_argument("--debezium", nargs="?", const="count:json,count:avro,kafka:json,kafka:avro",
+                                metavar="MODE:FORMAT,...",
+                                help="race Debezium embedded over the same binlog range (make debezium): a count-only "
+                                     "handler (count) and/or Kafka's Java producer (kafka), with its JSON or Avro "
+                                     "converter (default: all four)")
+    bench_stream_p.add_argument("--no-reference", action="store_true",
+                                help="skip python-mysql-replication and mariadb-binlog (a) and (c)")
+    bench_stream_p.add_argument("--single-row", action="store_true",
+                                help="each change its own autocommit statement (OLTP-shaped) instead of multi-row "
+                                     "statements")
+    bench_stream_p.add_argument("--json", action="store_true", help="print one JSON object with every figure")
+    bench_stream_p.set_defaults(func=_cmd_bench_stream)
 
 
 if __name__ == "__main__":

@@ -296,52 +296,20 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     previous = read_stack(state_dir) or {}
-    notes: list[str] = []
-    prev_kafka = previous.get("kafka") or {}
-    # (another number of nodes is another cluster: the old one's topics are left behind)
-    resized = bool(brokers) and bool(prev_kafka.get("nodes")) and brokers != len(prev_kafka["nodes"])
-    kafka_lost = not kafka_bootstrap and bool(prev_kafka.get("embedded")) and (
-        EmbeddedKafka.data_lost(prev_kafka) or resized)
-    dependents = lost_kafka_dependents(state_dir) if kafka_lost else []
-    if dependents and on_lost_kafka == "refuse":
-        raise StackError(
-            f"the embedded Kafka of this stack lost its data ({state_dir / 'kafka'} no longer holds cluster "
-            f"{prev_kafka.get('cluster_id')}): started again it is empty. These depended on its topics:\n  - " +
-            "\n  - ".join(dependents) +
-            "\nRun 'cdc stack up --on-lost-kafka recover' to start it anyway, delete the merge checkpoint and have "
-            "each producer re-publish and snapshot its tables again on its next start; or move the state directory "
-            "away to start from nothing.")
+    lost = _LostKafka.find(state_dir, previous, kafka_bootstrap, brokers)
+    if lost.dependents and on_lost_kafka == "refuse":
+        lost.refuse()
     secure = bool(previous.get("secure")) if secure is None else secure
     guarded = _secure_stack(state_dir, previous, secure, replicas, kafka_bootstrap)
     data: dict[str, Any] = {"state_dir": str(state_dir)}
     try:
-        mysql = EmbeddedMySQL(state_dir, signal_table, cdc_read_only=read_only, server_args=server_args,
-                              tls=guarded.mysql_tls() if guarded else {}, flavor=flavor)
-        data["mysql"] = mysql.start(previous.get("mysql")).to_json()
-        if guarded:
-            data["secure"] = guarded.record(data["mysql"])
-        count = len(previous.get("replicas") or []) if replicas is None else replicas
-        data.update(start_replicas(state_dir, data["mysql"], count, previous=previous.get("replicas"),
-                                   replication=previous.get("replication")))
-        n_sources = 1 + len(previous.get("sources") or []) if sources is None else sources
-        extra = start_sources(state_dir, data["mysql"], n_sources, previous=previous.get("sources"))
-        if extra:
-            data["sources"] = extra
+        n_sources = _start_servers(state_dir, previous, data, guarded, signal_table=signal_table,
+                                   read_only=read_only, server_args=server_args, flavor=flavor,
+                                   replicas=replicas, sources=sources)
         if kafka_bootstrap:
             data["kafka"] = external_broker(kafka_bootstrap)
         else:
-            prev_k = previous.get("kafka") if (previous.get("kafka") or {}).get("embedded") else None
-            if resized and prev_k and EmbeddedKafka.running(prev_k):
-                raise StackError(f"this stack's Kafka runs {len(prev_k['nodes'])} node(s): run 'cdc stack down' "
-                                 f"before 'cdc stack up --brokers {brokers}' (a new cluster: its topics start empty)")
-            count = brokers or (prev_k or {}).get("brokers") or 1
-            cluster = EmbeddedKafka(state_dir, count)
-            data["kafka"] = cluster.start(prev_k, security=guarded.broker_security() if guarded else None)
-            if guarded:
-                prefix = CDCConfig().kafka.topic_prefix
-                clean = [f"{prefix}.clean."] + [f"{prefix}_{name}.clean." for name in SOURCE_NAMES]
-                data["kafka"]["users"] = guarded.kafka_users(data["kafka"], prefix, clean)
-                data["kafka"]["security"] = data["kafka"]["users"]["operator"]
+            data["kafka"] = _start_embedded_kafka(state_dir, previous, brokers, lost.resized, guarded)
         if postgres_dsn:
             data["postgres"] = external_postgres(postgres_dsn)
         else:
@@ -350,16 +318,110 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
             data["postgres"] = pg.start(prev_p, tls=guarded.postgres_tls() if guarded else None)
         if spark_ui or (spark_ui is None and previous.get("spark_ui_port")):
             data["spark_ui_port"] = previous.get("spark_ui_port") or free_port()
-        watched = bool(previous.get("monitoring")) if monitoring is None else monitoring
-        if watched:
-            data["monitoring"] = start_monitoring(state_dir, previous.get("monitoring"), n_sources)
-        elif (previous.get("monitoring") or {}).get("prometheus"):
-            EmbeddedPrometheus(state_dir).stop(previous["monitoring"]["prometheus"])
+        _start_or_stop_monitoring(state_dir, previous, data, monitoring, n_sources)
     except BaseException:
         # Record what is running so 'down' can stop it, then report.
         partial = {**previous, **data}
         _write_private(_stack_file(state_dir), json.dumps(partial, indent=2))
         raise
+    _write_stack_files(state_dir, data)
+    return StackInfo(state_dir, data, lost.recover(brokers))
+
+
+@dataclass
+class _LostKafka:
+    """Whether ``up`` finds the embedded broker's topics gone (its data directory lost, or
+    another number of nodes: another cluster), and what in the state directory depended on them."""
+    lost: bool
+    resized: bool
+    dependents: list[str]
+    state_dir: Path
+    cluster_id: Any
+
+    @classmethod
+    def find(cls, state_dir: Path, previous: dict[str, Any], kafka_bootstrap: str | None,
+             brokers: int | None) -> _LostKafka:
+        prev_kafka = previous.get("kafka") or {}
+        # (another number of nodes is another cluster: the old one's topics are left behind)
+        resized = bool(brokers) and bool(prev_kafka.get("nodes")) and brokers != len(prev_kafka["nodes"])
+        lost = not kafka_bootstrap and bool(prev_kafka.get("embedded")) and (
+            EmbeddedKafka.data_lost(prev_kafka) or resized)
+        dependents = lost_kafka_dependents(state_dir) if lost else []
+        return cls(lost, resized, dependents, state_dir, prev_kafka.get("cluster_id"))
+
+    def refuse(self) -> None:
+        raise StackError(
+            f"the embedded Kafka of this stack lost its data ({self.state_dir / 'kafka'} no longer holds cluster "
+            f"{self.cluster_id}): started again it is empty. These depended on its topics:\n  - " +
+            "\n  - ".join(self.dependents) +
+            "\nRun 'cdc stack up --on-lost-kafka recover' to start it anyway, delete the merge checkpoint and have "
+            "each producer re-publish and snapshot its tables again on its next start; or move the state directory "
+            "away to start from nothing.")
+
+    def recover(self, brokers: int | None) -> list[str]:
+        """The notes for the user on a lost broker, after resetting what depended on its topics."""
+        if not self.lost:
+            return []
+        notes = [f"the embedded Kafka now runs {brokers} node(s), a new cluster: every topic of the earlier run "
+                 "is gone" if self.resized else
+                 f"the embedded Kafka's data directory ({self.state_dir / 'kafka'}) no longer held its cluster: it "
+                 "was started anew, and every topic of the earlier run is gone"]
+        if self.dependents:
+            notes += _reset_for_lost_kafka(self.state_dir)
+        return notes
+
+
+def _start_servers(state_dir: Path, previous: dict[str, Any], data: dict[str, Any], guarded: SecureStack | None,
+                   *, signal_table: str, read_only: bool | None, server_args: tuple[str, ...], flavor: str | None,
+                   replicas: int | None, sources: int | None) -> int:
+    """Start the source server, its replicas and the second source server, recording each in
+    ``data`` as it comes up; returns how many source servers the stack has."""
+    mysql = EmbeddedMySQL(state_dir, signal_table, cdc_read_only=read_only, server_args=server_args,
+                          tls=guarded.mysql_tls() if guarded else {}, flavor=flavor)
+    data["mysql"] = mysql.start(previous.get("mysql")).to_json()
+    if guarded:
+        data["secure"] = guarded.record(data["mysql"])
+    count = len(previous.get("replicas") or []) if replicas is None else replicas
+    data.update(start_replicas(state_dir, data["mysql"], count, previous=previous.get("replicas"),
+                               replication=previous.get("replication")))
+    n_sources = 1 + len(previous.get("sources") or []) if sources is None else sources
+    extra = start_sources(state_dir, data["mysql"], n_sources, previous=previous.get("sources"))
+    if extra:
+        data["sources"] = extra
+    return n_sources
+
+
+def _start_embedded_kafka(state_dir: Path, previous: dict[str, Any], brokers: int | None, resized: bool,
+                          guarded: SecureStack | None) -> dict[str, Any]:
+    """Start the embedded Kafka (``brokers`` nodes, else as recorded, else one), with its
+    users when the stack is secure; its record for stack.json."""
+    prev_k = previous.get("kafka") if (previous.get("kafka") or {}).get("embedded") else None
+    if resized and prev_k and EmbeddedKafka.running(prev_k):
+        raise StackError(f"this stack's Kafka runs {len(prev_k['nodes'])} node(s): run 'cdc stack down' "
+                         f"before 'cdc stack up --brokers {brokers}' (a new cluster: its topics start empty)")
+    count = brokers or (prev_k or {}).get("brokers") or 1
+    cluster = EmbeddedKafka(state_dir, count)
+    kafka = cluster.start(prev_k, security=guarded.broker_security() if guarded else None)
+    if guarded:
+        prefix = CDCConfig().kafka.topic_prefix
+        clean = [f"{prefix}.clean."] + [f"{prefix}_{name}.clean." for name in SOURCE_NAMES]
+        kafka["users"] = guarded.kafka_users(kafka, prefix, clean)
+        kafka["security"] = kafka["users"]["operator"]
+    return kafka
+
+
+def _start_or_stop_monitoring(state_dir: Path, previous: dict[str, Any], data: dict[str, Any],
+                              monitoring: bool | None, n_sources: int) -> None:
+    """Start the stack's Prometheus when monitored (None: as recorded), else stop a recorded one."""
+    watched = bool(previous.get("monitoring")) if monitoring is None else monitoring
+    if watched:
+        data["monitoring"] = start_monitoring(state_dir, previous.get("monitoring"), n_sources)
+    elif (previous.get("monitoring") or {}).get("prometheus"):
+        EmbeddedPrometheus(state_dir).stop(previous["monitoring"]["prometheus"])
+
+
+def _write_stack_files(state_dir: Path, data: dict[str, Any]) -> None:
+    """stack.json, cdc.yaml, and cdc-sources.yaml with two source servers (else none)."""
     _write_private(_stack_file(state_dir), json.dumps(data, indent=2))
     _write_private(state_dir / "cdc.yaml", dump_config(stack_config(data, state_dir)))
     several = stack_sources_config(data, state_dir)
@@ -367,14 +429,6 @@ def stack_up(state_dir: Path = DEFAULT_STATE_DIR, *, kafka_bootstrap: str | None
         _write_private(state_dir / SOURCES_CONFIG, dump_config(several))
     else:
         (state_dir / SOURCES_CONFIG).unlink(missing_ok=True)
-    if kafka_lost:
-        notes.append(f"the embedded Kafka now runs {brokers} node(s), a new cluster: every topic of the earlier run "
-                     "is gone" if resized else
-                     f"the embedded Kafka's data directory ({state_dir / 'kafka'}) no longer held its cluster: it "
-                     "was started anew, and every topic of the earlier run is gone")
-        if dependents:
-            notes += _reset_for_lost_kafka(state_dir)
-    return StackInfo(state_dir, data, notes)
 
 
 def _secure_stack(state_dir: Path, previous: dict[str, Any], secure: bool, replicas: int | None,

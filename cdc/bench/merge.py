@@ -22,8 +22,9 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    are not used); p50 and p99 over every row;
 5. (d) idle change: with nothing else written, one row at a time (five times, 2 s apart),
    the same measure; the median and the worst are reported;
-6. (e) scale-out: (b) again against a Spark standalone master with one worker, then two
-   workers, of one core each (all on this machine, so the ratio shows what the job does
+6. (e) scale-out: (b) again against a Spark standalone master with two workers of one core
+   each, the job given one core (``spark.cores.max``: one executor, as one worker would
+   give it), then both (all on this machine, so the ratio shows what the job does
    with a second executor, not a second machine); the driver's serial share (planning and
    state, per batch) is reported: what would stop the job scaling on real nodes.
 
@@ -385,6 +386,18 @@ def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
     run its own tables: ``spark``'s file work is the executors', so it is what more workers share)."""
     out: dict[str, Any] = {"lake_engine": lake_engine}
     tag = f"-lakes-{lake_engine}" if lake_engine else ""
+    # One cluster of two one-core workers for both runs: ``spark.cores.max`` gives the first
+    # run one executor of one core (what a cluster of one worker gives it), the second two;
+    # the cluster's JVMs are started once, not once a run.
+    with standalone_cluster(work / f"spark{tag}", workers=2, cores=1) as master:
+        _scale_out_runs(cfg, work, db, live_rows, console, cpu_roots, lake_engine, tag, master, out)
+    one, two = out["workers_1"]["steady_events_per_s"], out["workers_2"]["steady_events_per_s"]
+    out["ratio_2_to_1"] = two / one if one else 0.0
+    return out
+
+
+def _scale_out_runs(cfg, work: Path, db: str, live_rows: int, console: Console, cpu_roots: dict[str, int | None] | None,
+                    lake_engine: str | None, tag: str, master: str, out: dict[str, Any]) -> None:
     for workers in (1, 2):
         run_cfg, conf = cfg, {"spark.cores.max": str(workers), "spark.executor.cores": "1",
                               "spark.executor.memory": "1g"}
@@ -397,8 +410,7 @@ def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
             run_cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_standalone{workers}_lakes"
             conf.update(lake_conf(run_cfg.sinks))
         with console.status(f"(e) standalone master, {workers} worker(s) of 1 core"
-                            f"{', Delta and Iceberg on ' + lake_engine if lake_engine else ''}..."), \
-                standalone_cluster(work / f"spark-{workers}{tag}", workers=workers, cores=1) as master:
+                            f"{', Delta and Iceberg on ' + lake_engine if lake_engine else ''}..."):
             r = _throughput_run(run_cfg, work, f"standalone{workers}{tag}", master, db, conf=conf,
                                 cpu_roots=cpu_roots)
             r.pop("cfg")
@@ -407,9 +419,6 @@ def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
                                  f"the source {live_rows}")
             out[f"workers_{workers}"] = r
             stop_session()
-    one, two = out["workers_1"]["steady_events_per_s"], out["workers_2"]["steady_events_per_s"]
-    out["ratio_2_to_1"] = two / one if one else 0.0
-    return out
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:

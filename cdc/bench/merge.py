@@ -62,7 +62,7 @@ from cdc.bench.harness import (
     results_table,
     start_stack,
 )
-from cdc.bench.lake import LAKE_RUNS, delta_latency, lake_runs
+from cdc.bench.lake import LAKE_RUNS, LATENCY_INTERVAL_S, delta_latency, lake_runs
 from cdc.errors import BenchError
 from cdc.bench.kafka_sources import kafka_source_rounds
 from cdc.stack.kafka_broker import kafka_pids
@@ -220,9 +220,11 @@ def _throughput_run(cfg, work: Path, name: str, master: str, db: str, conf: dict
 
 
 def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
-                 console: Console, *, clock: Any = None, idle_changes: int = 5) -> tuple[dict[str, Any], dict[str, Any]]:
+                 console: Console, *, clock: Any = None, idle_changes: int = 5,
+                 idle_gap_s: float = 2.0) -> tuple[dict[str, Any], dict[str, Any]]:
     """(c) and (d): producer and merge job running; returns (latency, idle change).  ``clock``:
-    where a row's arrival is read (default: the PostgreSQL sink table's insert time)."""
+    where a row's arrival is read (default: the PostgreSQL sink table's insert time);
+    ``idle_gap_s``: the quiet time before each idle change."""
     clock = clock or _SinkClock(cfg, db)
     # The producer in a process of its own, as it runs in production (in this process its
     # Python work would hold the GIL against the merge job's driver).
@@ -264,7 +266,7 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
             cur.execute("SET time_zone = '+00:00'")
             row = last
             for _ in range(idle_changes):
-                time.sleep(2.0)
+                time.sleep(idle_gap_s)
                 cur.execute(insert_sql(row, 1, stamped=True))
                 deadline = time.monotonic() + 30
                 while not clock.has(row) and time.monotonic() < deadline:
@@ -288,13 +290,15 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
 
 
 def _lake_part(cfg, info, work: Path, db: str, live_rows: int, max_id: int, rate: int, seconds: float,
-               lake_engines: tuple[str, ...], console: Console, cpu_roots: dict) -> tuple[dict[str, Any], int]:
+               lake_engines: tuple[str, ...], console: Console, cpu_roots: dict,
+               latency_interval_s: float = LATENCY_INTERVAL_S) -> tuple[dict[str, Any], int]:
     """(f) and (g): the lake runs, then the latency with the last engine's Delta table; the lake
     figures and the source's rows after them (the latency run adds rows)."""
     out = lake_runs(cfg, work, db, live_rows, _throughput_run, console, cpu_roots, engines=lake_engines)
     if rate and seconds:  # (the last engine's Delta run)
         out["delta_latency"] = delta_latency(cfg, work, info, db, rate, seconds, max_id + 1, str(work / "producer"),
-                                             _latency_run, console, name=out["names"][-2])
+                                             _latency_run, console, name=out["names"][-2],
+                                             interval_s=latency_interval_s)
         with admin(info.mysql, db) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
             live_rows = cur.fetchone()[0]
@@ -304,7 +308,11 @@ def _lake_part(cfg, info, work: Path, db: str, live_rows: int, max_id: int, rate
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
                 seconds: float = 30.0, scale_out: bool = True, lake: bool = True, keep_running: bool = False,
                 kafka_sources: int = 0, lake_engines: tuple[str, ...] = ("driver",),
+                idle_gap_s: float = 2.0, lake_latency_interval_s: float = LATENCY_INTERVAL_S,
                 console: Console | None = None) -> dict[str, Any]:
+    """The merge benchmark (the module docstring).  ``idle_gap_s``: the quiet time before each
+    of (d)'s idle changes; ``lake_latency_interval_s``: the lakes' commit interval in (g)'s
+    latency run (the smoke test shortens both: its figures are not judged)."""
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "requested_events": events, "partitions": partitions}
@@ -353,13 +361,14 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
                                                           console, cpu_roots)
         if rate and seconds:
             result["latency"], result["idle_change"] = _latency_run(merged_cfg, info, db, rate, seconds, max_id + 1,
-                                                                    str(work / "producer"), console)
+                                                                    str(work / "producer"), console,
+                                                                    idle_gap_s=idle_gap_s)
         with admin(info.mysql, db) as conn, conn.cursor() as cur:  # the latency run added rows
             cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM `{TABLE}`")
             live_rows, max_id = cur.fetchone()
         if lake:
             result["lake"], live_rows = _lake_part(cfg, info, work, db, live_rows, max_id, rate, seconds,
-                                                   lake_engines, console, cpu_roots)
+                                                   lake_engines, console, cpu_roots, lake_latency_interval_s)
         if scale_out:
             result["scale_out"] = _scale_out(cfg, work, db, live_rows, console, cpu_roots)
             if lake and "spark" in lake_engines:  # (more workers with both lakes on: the lake section's)

@@ -166,7 +166,7 @@ LATENCY_INTERVAL_S = 10.0
 
 def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
                   latency_run: Callable[..., tuple[dict, dict]], console: Console,
-                  name: str = "delta") -> dict[str, Any]:
+                  name: str = "delta", interval_s: float = LATENCY_INTERVAL_S) -> dict[str, Any]:
     """(g): :func:`latency_run` (the merge benchmark's (c)) with the Delta sink on, its change
     data feed the clock: the job and the table of (f)'s Delta run ``name`` (``delta``,
     ``delta-spark``), going on from where it stopped (the change data feed turned on first).
@@ -176,9 +176,9 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
     run_cfg = lake_config(cfg, work, name, change_data_feed=True)
     run_cfg.state_dir = str(work / f"lake-{name}" / "state")
     run_cfg.spark.checkpoint_dir = str(work / f"lake-{name}" / "checkpoints")
-    # (a run of seconds: the lakes at `cdc bench lakes`' 10 s, not the sinks' 60, or the clock
-    # would wait a minute for its first and its last row)
-    run_cfg.sinks.delta.commit_interval_s = run_cfg.sinks.iceberg.commit_interval_s = LATENCY_INTERVAL_S
+    # (a run of seconds: the lakes at ``interval_s``, by default `cdc bench lakes`' 10 s, not the
+    # sinks' 60, or the clock would wait a minute for its first and its last row)
+    run_cfg.sinks.delta.commit_interval_s = run_cfg.sinks.iceberg.commit_interval_s = interval_s
     both = run_cfg.sinks.delta.engine == "spark"
     if both:
         run_cfg.sinks.iceberg.enabled = True
@@ -199,9 +199,10 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
     latency, _ = latency_run(run_cfg, info, db, rate, seconds, first_id, producer_state, console,
                              clock=DeltaClock(run_cfg, db, handle.version() + 1), idle_changes=0)
     latency["run"] = name
-    latency["commit_interval_s"] = LATENCY_INTERVAL_S
+    latency["commit_interval_s"] = interval_s
     latency["lakes"] = ["delta", "iceberg"] if both else ["delta"]
     return latency
 
 
-__all__ = ["LAKE_RUNS", "lake_run_names", "lake_config", "lake_runs", "delta_latency", "DeltaClock"]
+__all__ = ["LAKE_RUNS", "LATENCY_INTERVAL_S", "lake_run_names", "lake_config", "lake_runs", "delta_latency",
+           "DeltaClock"]

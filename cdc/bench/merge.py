@@ -22,8 +22,9 @@ One run on the embedded stack (its own state dir, default ``.cdc/bench``):
    are not used); p50 and p99 over every row;
 5. (d) idle change: with nothing else written, one row at a time (five times, 2 s apart),
    the same measure; the median and the worst are reported;
-6. (e) scale-out: (b) again against a Spark standalone master with one worker, then two
-   workers, of one core each (all on this machine, so the ratio shows what the job does
+6. (e) scale-out: (b) again against a Spark standalone master with two workers of one core
+   each, the job given one core (``spark.cores.max``: one executor, as one worker would
+   give it), then both (all on this machine, so the ratio shows what the job does
    with a second executor, not a second machine); the driver's serial share (planning and
    state, per batch) is reported: what would stop the job scaling on real nodes.
 
@@ -61,7 +62,7 @@ from cdc.bench.harness import (
     results_table,
     start_stack,
 )
-from cdc.bench.lake import LAKE_RUNS, delta_latency, lake_runs
+from cdc.bench.lake import LAKE_RUNS, LATENCY_INTERVAL_S, delta_latency, lake_runs
 from cdc.errors import BenchError
 from cdc.bench.kafka_sources import kafka_source_rounds
 from cdc.stack.kafka_broker import kafka_pids
@@ -233,9 +234,11 @@ def start_producer_process(cfg, state_dir: Path) -> subprocess.Popen:
 
 
 def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, producer_state: str,
-                 console: Console, *, clock: Any = None, idle_changes: int = 5) -> tuple[dict[str, Any], dict[str, Any]]:
+                 console: Console, *, clock: Any = None, idle_changes: int = 5,
+                 idle_gap_s: float = 2.0) -> tuple[dict[str, Any], dict[str, Any]]:
     """(c) and (d): producer and merge job running; returns (latency, idle change).  ``clock``:
-    where a row's arrival is read (default: the PostgreSQL sink table's insert time)."""
+    where a row's arrival is read (default: the PostgreSQL sink table's insert time);
+    ``idle_gap_s``: the quiet time before each idle change."""
     clock = clock or _SinkClock(cfg, db)
     producer = start_producer_process(cfg, Path(producer_state))
     job = MergeJob(cfg)
@@ -269,7 +272,7 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
             cur.execute("SET time_zone = '+00:00'")
             row = last
             for _ in range(idle_changes):
-                time.sleep(2.0)
+                time.sleep(idle_gap_s)
                 cur.execute(insert_sql(row, 1, stamped=True))
                 deadline = time.monotonic() + 30
                 while not clock.has(row) and time.monotonic() < deadline:
@@ -293,13 +296,15 @@ def _latency_run(cfg, info, db: str, rate: int, seconds: float, first_id: int, p
 
 
 def _lake_part(cfg, info, work: Path, db: str, live_rows: int, max_id: int, rate: int, seconds: float,
-               lake_engines: tuple[str, ...], console: Console, cpu_roots: dict) -> tuple[dict[str, Any], int]:
+               lake_engines: tuple[str, ...], console: Console, cpu_roots: dict,
+               latency_interval_s: float = LATENCY_INTERVAL_S) -> tuple[dict[str, Any], int]:
     """(f) and (g): the lake runs, then the latency with the last engine's Delta table; the lake
     figures and the source's rows after them (the latency run adds rows)."""
     out = lake_runs(cfg, work, db, live_rows, _throughput_run, console, cpu_roots, engines=lake_engines)
     if rate and seconds:  # (the last engine's Delta run)
         out["delta_latency"] = delta_latency(cfg, work, info, db, rate, seconds, max_id + 1, str(work / "producer"),
-                                             _latency_run, console, name=out["names"][-2])
+                                             _latency_run, console, name=out["names"][-2],
+                                             interval_s=latency_interval_s)
         with admin(info.mysql, db) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
             live_rows = cur.fetchone()[0]
@@ -309,7 +314,11 @@ def _lake_part(cfg, info, work: Path, db: str, live_rows: int, max_id: int, rate
 def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *, rate: int = 5000, partitions: int = 4,
                 seconds: float = 30.0, scale_out: bool = True, lake: bool = True, keep_running: bool = False,
                 kafka_sources: int = 0, lake_engines: tuple[str, ...] = ("driver",),
+                idle_gap_s: float = 2.0, lake_latency_interval_s: float = LATENCY_INTERVAL_S,
                 console: Console | None = None) -> dict[str, Any]:
+    """The merge benchmark (the module docstring).  ``idle_gap_s``: the quiet time before each
+    of (d)'s idle changes; ``lake_latency_interval_s``: the lakes' commit interval in (g)'s
+    latency run (the smoke test shortens both: its figures are not judged)."""
 
     console = console or Console()
     result: dict[str, Any] = {"machine": machine_info(), "requested_events": events, "partitions": partitions}
@@ -358,13 +367,14 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
                                                           console, cpu_roots)
         if rate and seconds:
             result["latency"], result["idle_change"] = _latency_run(merged_cfg, info, db, rate, seconds, max_id + 1,
-                                                                    str(work / "producer"), console)
+                                                                    str(work / "producer"), console,
+                                                                    idle_gap_s=idle_gap_s)
         with admin(info.mysql, db) as conn, conn.cursor() as cur:  # the latency run added rows
             cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM `{TABLE}`")
             live_rows, max_id = cur.fetchone()
         if lake:
             result["lake"], live_rows = _lake_part(cfg, info, work, db, live_rows, max_id, rate, seconds,
-                                                   lake_engines, console, cpu_roots)
+                                                   lake_engines, console, cpu_roots, lake_latency_interval_s)
         if scale_out:
             result["scale_out"] = _scale_out(cfg, work, db, live_rows, console, cpu_roots)
             if lake and "spark" in lake_engines:  # (more workers with both lakes on: the lake section's)
@@ -391,6 +401,18 @@ def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
     run its own tables: ``spark``'s file work is the executors', so it is what more workers share)."""
     out: dict[str, Any] = {"lake_engine": lake_engine}
     tag = f"-lakes-{lake_engine}" if lake_engine else ""
+    # One cluster of two one-core workers for both runs: ``spark.cores.max`` gives the first
+    # run one executor of one core (what a cluster of one worker gives it), the second two;
+    # the cluster's JVMs are started once, not once a run.
+    with standalone_cluster(work / f"spark{tag}", workers=2, cores=1) as master:
+        _scale_out_runs(cfg, work, db, live_rows, console, cpu_roots, lake_engine, tag, master, out)
+    one, two = out["workers_1"]["steady_events_per_s"], out["workers_2"]["steady_events_per_s"]
+    out["ratio_2_to_1"] = two / one if one else 0.0
+    return out
+
+
+def _scale_out_runs(cfg, work: Path, db: str, live_rows: int, console: Console, cpu_roots: dict[str, int | None] | None,
+                    lake_engine: str | None, tag: str, master: str, out: dict[str, Any]) -> None:
     for workers in (1, 2):
         run_cfg, conf = cfg, {"spark.cores.max": str(workers), "spark.executor.cores": "1",
                               "spark.executor.memory": "1g"}
@@ -403,8 +425,7 @@ def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
             run_cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_standalone{workers}_lakes"
             conf.update(lake_conf(run_cfg.sinks))
         with console.status(f"(e) standalone master, {workers} worker(s) of 1 core"
-                            f"{', Delta and Iceberg on ' + lake_engine if lake_engine else ''}..."), \
-                standalone_cluster(work / f"spark-{workers}{tag}", workers=workers, cores=1) as master:
+                            f"{', Delta and Iceberg on ' + lake_engine if lake_engine else ''}..."):
             r = _throughput_run(run_cfg, work, f"standalone{workers}{tag}", master, db, conf=conf,
                                 cpu_roots=cpu_roots)
             r.pop("cfg")
@@ -413,9 +434,6 @@ def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,
                                  f"the source {live_rows}")
             out[f"workers_{workers}"] = r
             stop_session()
-    one, two = out["workers_1"]["steady_events_per_s"], out["workers_2"]["steady_events_per_s"]
-    out["ratio_2_to_1"] = two / one if one else 0.0
-    return out
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:

@@ -419,13 +419,13 @@ def _deepen(cfg: CDCConfig, run: str, db: str, partitions: int, deep_batches: in
         deepen_partitions(cfg.kafka.bootstrap_servers, topic, partitions, deep_batches, cfg.kafka.client_settings())
 
 
-def _drain(cfg: CDCConfig, db: str, producer, job, drain_s: float) -> tuple[bool, float]:
-    """After the load: ``cdc verify`` every 10 s until the sinks equal the source (at most
-    ``drain_s``); whether they did, and when."""
+def _drain(cfg: CDCConfig, db: str, producer, job, drain_s: float, poll_s: float = 10.0) -> tuple[bool, float]:
+    """After the load: ``cdc verify`` every ``poll_s`` until the sinks equal the source (at most
+    ``drain_s``); whether they did, and when (to within ``poll_s``)."""
     t_stop = time.time()
     report = None
     while time.time() - t_stop < drain_s:
-        time.sleep(10.0)
+        time.sleep(poll_s)
         _check_running(producer, job)
         report = verify(cfg, [f"{db}.{TABLE}"])
         if report.equal:
@@ -435,12 +435,14 @@ def _drain(cfg: CDCConfig, db: str, producer, job, drain_s: float) -> tuple[bool
 
 def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60.0, rate: int = 1000,
              rows: int = 50_000, partitions: int = 2, sample_s: float = 30.0, deep_batches: int = 0,
-             drain_s: float = 180.0, stack_pids: dict[str, int | None] | None = None, loss_checks: int = 1,
+             drain_s: float = 180.0, drain_poll_s: float = 10.0, stack_pids: dict[str, int | None] | None = None,
+             loss_checks: int = 1,
              lake: LakeSoak | None = None, writers: int = 1, console: Console | None = None, on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """One soak run (see the module docstring) against the stack ``cfg`` and ``mysql`` (its
     admin connection details) point at; ``stack_pids``: the broker's, MariaDB's and
     PostgreSQL's processes, for their memory; ``loss_checks``: how many times each sample
-    asks what ``cdc status`` says of lost history; ``lake``: the Delta and Iceberg sinks on too
+    asks what ``cdc status`` says of lost history; ``drain_poll_s``: how often the sinks are
+    compared with the source after the load (``drain_s`` at most); ``lake``: the Delta and Iceberg sinks on too
     (as `cdc stack up` has them, as :class:`LakeSoak` says), their tables' files and MB sampled; ``writers``: connections writing side by side (``rate`` 0:
     each as fast as the source takes single-row transactions, the source's peak).  Returns
     the samples and the verdict's figures."""
@@ -503,7 +505,7 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
             console.print(_sample_line(sample))
         load.stop()
         result["ops"] = dict(load.ops)
-        result["equal"], result["drain_s"] = _drain(cfg, db, producer, job, drain_s)
+        result["equal"], result["drain_s"] = _drain(cfg, db, producer, job, drain_s, drain_poll_s)
         result["final_warnings"] = [w.get("message") for w in _merge_status(cfg).get("warnings") or []]
     finally:
         load.halt()

@@ -69,11 +69,14 @@ def standalone_cluster(log_dir: Path, *, workers: int = 1, cores: int = 1, memor
         p = spawn([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                    "--port", str(port), "--webui-port", str(free_port())], log)
         _wait_for_line(log, "I have been elected leader", p, "the Spark master")
+        started = []  # (the workers' JVMs start side by side: each then waited for in turn)
         for n in range(workers):
             log = log_dir / f"worker-{n}.log"
-            p = spawn([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--host",
-                       "127.0.0.1", "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
-                       "--work-dir", str(log_dir / f"work-{n}"), master], log)
+            started.append((log, spawn([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+                                        "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
+                                        "--webui-port", str(free_port()), "--work-dir", str(log_dir / f"work-{n}"),
+                                        master], log)))
+        for n, (log, p) in enumerate(started):
             _wait_for_line(log, "Successfully registered with master", p, f"Spark worker {n}")
         yield master
     finally:

@@ -9,17 +9,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from cdc.bench.peers_race import bench_peers
 from cdc.bench.peers_report import write_peers_section
 from cdc.bench.report import PEERS_HEADING
 from cdc.bench.sink_race import JDBC, OURS, bench_sinks
+from cdc.stack.manager import stack_down
 
 
-def test_bench_peers_smoke(tmp_path: Path):
-    result = bench_peers(tmp_path / "bench", stream_rows=2000, oltp_rows=300, snapshot_rows=3000, chunk_size=1024,
-                         rounds=1, parallelisms=(2,), console=Console(width=160))
+@pytest.fixture(scope="module")
+def bench_state(tmp_path_factory):
+    """One embedded stack (its server as the peers need it) for both races: each bench starts the
+    stack of its state directory or finds it running, and keeps it with ``keep_running``; each run
+    has its own databases and topics. Started once, not once a test; stopped at the module's end."""
+    state = tmp_path_factory.mktemp("bench-peers") / "bench"
+    try:
+        yield state
+    finally:
+        stack_down(state)
+
+
+def test_bench_peers_smoke(bench_state: Path, tmp_path: Path):
+    result = bench_peers(bench_state, stream_rows=2000, oltp_rows=300, snapshot_rows=3000, chunk_size=1024,
+                         rounds=1, parallelisms=(2,), keep_running=True, console=Console(width=160))
     assert result["server_version"].startswith("5.7.")
     assert result["versions"]["debezium_connector_mysql"].startswith("3.6.")
     assert result["versions"]["flink_cdc"] != "?" and result["versions"]["kafka_connect"] != "?"
@@ -49,10 +63,10 @@ def test_bench_peers_smoke(tmp_path: Path):
     assert "Kafka Connect" in text and "Flink CDC" in text
 
 
-def test_bench_sinks_smoke(tmp_path: Path):
+def test_bench_sinks_smoke(bench_state: Path):
     """The merge job and Debezium's JDBC sink land the same Debezium topic, each verified equal to
     the source after the backlog and again after the latency runs (bench_sinks raises otherwise)."""
-    result = bench_sinks(tmp_path / "bench", events=3000, rate=300, seconds=4.0, rounds=1, partitions=2,
+    result = bench_sinks(bench_state, events=3000, rate=300, seconds=4.0, rounds=1, partitions=2, keep_running=True,
                          console=Console(width=160))
     changes = result["changes"]
     assert result["records"] == changes["total"] + changes["delete"]  # Debezium wrote them, tombstones too

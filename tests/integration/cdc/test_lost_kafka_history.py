@@ -300,7 +300,7 @@ def test_stack_restarted_keeps_its_topics_and_with_its_kafka_data_wiped_recovers
         with admin() as conn, conn.cursor() as cur:
             cur.executemany("INSERT INTO shop.items VALUES (%s, %s, %s)", [(i, f"item {i}", i % 7) for i in range(2000)])
             cur.executemany("INSERT INTO shop.tags VALUES (%s, %s)", [(f"t{i}", i) for i in range(50)])
-        _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
+        _ok(_cdc(*conf, "produce", "--exit-when-idle", "0.5"))
         _ok(_cdc(*conf, "merge", "--available-now"))
         _ok(_cdc(*conf, "verify", "--changelog"))
 
@@ -309,7 +309,7 @@ def test_stack_restarted_keeps_its_topics_and_with_its_kafka_data_wiped_recovers
             cur.execute("DELETE FROM shop.items WHERE id < 300")
             cur.execute("UPDATE shop.items SET qty = qty + 100 WHERE id BETWEEN 300 AND 499")
             cur.execute("DELETE FROM shop.tags WHERE n < 10")
-        _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
+        _ok(_cdc(*conf, "produce", "--exit-when-idle", "0.5"))
 
         # Stopped and started again: Kafka keeps its topics, nothing is reset, the pipeline
         # carries on where it was.
@@ -318,14 +318,14 @@ def test_stack_restarted_keeps_its_topics_and_with_its_kafka_data_wiped_recovers
         assert "gone" not in up and "deleted" not in up, up
         with admin() as conn, conn.cursor() as cur:
             cur.execute("UPDATE shop.items SET name = 'after restart' WHERE id BETWEEN 600 AND 609")
-        produced = _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
+        produced = _ok(_cdc(*conf, "produce", "--exit-when-idle", "0.5"))
         assert "Kafka lost the history" not in produced and "Recovering" not in produced
         _ok(_cdc(*conf, "merge", "--available-now"))
         report = _cdc(*conf, "verify", "--changelog", "--json")
         assert json.loads(_ok(report) and report.stdout)["equal"] is True
         with admin() as conn, conn.cursor() as cur:  # (changes the merge job will not have read)
             cur.execute("DELETE FROM shop.items WHERE id BETWEEN 700 AND 709")
-        _ok(_cdc(*conf, "produce", "--exit-when-idle", "2"))
+        _ok(_cdc(*conf, "produce", "--exit-when-idle", "0.5"))
 
         # Stopped, and Kafka's data directory lost: 'up' says what depended on it.
         _ok(_cdc("stack", "down", "--state-dir", str(state)))
@@ -347,7 +347,7 @@ def test_stack_restarted_keeps_its_topics_and_with_its_kafka_data_wiped_recovers
             cur.execute("UPDATE shop.items SET name = 'renamed' WHERE id BETWEEN 1000 AND 1009")
             cur.execute("DELETE FROM shop.items WHERE id BETWEEN 1500 AND 1504")
 
-        produced = _ok(_cdc(*conf, "produce", "--exit-when-idle", "3"))
+        produced = _ok(_cdc(*conf, "produce", "--exit-when-idle", "1"))
         assert "Kafka lost the history" in produced and "Recovering (snapshot)" in produced
         merged = _ok(_cdc(*conf, "merge", "--available-now"))
         assert "did not find deleted" in merged

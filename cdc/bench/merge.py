@@ -343,19 +343,8 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
             produce_s = time.perf_counter() - t0 - idle_exit_s
         result["producer"] = {"events": changes["total"], "seconds": produce_s,
                               "events_per_s": changes["total"] / produce_s if produce_s > 0 else 0.0}
-        topic = table_topic(cfg.kafka.topic_prefix, db, TABLE)
-        with console.status("(a) confluent-kafka + fastavro decoding..."):
-            meter = CpuMeter(cpu_roots)
-            meter.start()
-            result["reference"] = _reference_decode(cfg, topic)
-            n = result["reference"]["events"]
-            result["reference"]["cpu_us_per_event"] = {k: round(v * 1e6 / n, 1) for k, v in meter.stop().items()
-                                                       if n and v}
-        with console.status("(a') the same with the project's compiled decoder..."):
-            result["reference_compiled"] = _compiled_decode(cfg, topic)
-        for ref in ("reference", "reference_compiled"):
-            if result[ref]["events"] != changes["total"]:
-                raise BenchError(f"{result[ref]['events']} events in {topic}, {changes['total']} changes made")
+        result["reference"], result["reference_compiled"] = _references(cfg, db, changes["total"], cpu_roots,
+                                                                         console)
         with console.status("(b) the merge job into PostgreSQL (local[2])..."):
             b = _throughput_run(cfg, work, "local", "local[2]", db, cpu_roots=cpu_roots)
         if b["sink_rows"] != live_rows:
@@ -392,6 +381,24 @@ def bench_merge(state_dir: Path = DEFAULT_STATE_DIR, events: int = 1_000_000, *,
     result["summary"] = summary(result)
     print_report(result, console)
     return result
+
+
+def _references(cfg, db: str, events: int, cpu_roots: dict, console: Console) -> tuple[dict, dict]:
+    """(a) and (a'): the table topic read and decoded by confluent-kafka and fastavro, then by
+    the project's compiled decoder; each checked to have read the ``events`` made."""
+    topic = table_topic(cfg.kafka.topic_prefix, db, TABLE)
+    with console.status("(a) confluent-kafka + fastavro decoding..."):
+        meter = CpuMeter(cpu_roots)
+        meter.start()
+        reference = _reference_decode(cfg, topic)
+        n = reference["events"]
+        reference["cpu_us_per_event"] = {k: round(v * 1e6 / n, 1) for k, v in meter.stop().items() if n and v}
+    with console.status("(a') the same with the project's compiled decoder..."):
+        compiled = _compiled_decode(cfg, topic)
+    for ref in (reference, compiled):
+        if ref["events"] != events:
+            raise BenchError(f"{ref['events']} events in {topic}, {events} changes made")
+    return reference, compiled
 
 
 def _scale_out(cfg, work: Path, db: str, live_rows: int, console: Console,

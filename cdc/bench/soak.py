@@ -436,14 +436,15 @@ def _drain(cfg: CDCConfig, db: str, producer, job, drain_s: float, poll_s: float
 def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60.0, rate: int = 1000,
              rows: int = 50_000, partitions: int = 2, sample_s: float = 30.0, deep_batches: int = 0,
              drain_s: float = 180.0, drain_poll_s: float = 10.0, stack_pids: dict[str, int | None] | None = None,
-             loss_checks: int = 1,
-             lake: LakeSoak | None = None, writers: int = 1, console: Console | None = None, on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
+             loss_checks: int = 1, lake: LakeSoak | None = None, writers: int = 1, console: Console | None = None,
+             on_sample: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """One soak run (see the module docstring) against the stack ``cfg`` and ``mysql`` (its
     admin connection details) point at; ``stack_pids``: the broker's, MariaDB's and
     PostgreSQL's processes, for their memory; ``loss_checks``: how many times each sample
     asks what ``cdc status`` says of lost history; ``drain_poll_s``: how often the sinks are
-    compared with the source after the load (``drain_s`` at most); ``lake``: the Delta and Iceberg sinks on too
-    (as `cdc stack up` has them, as :class:`LakeSoak` says), their tables' files and MB sampled; ``writers``: connections writing side by side (``rate`` 0:
+    compared with the source after the load (``drain_s`` at most); ``lake``: the Delta and
+    Iceberg sinks on too (as `cdc stack up` has them, as :class:`LakeSoak` says), their
+    tables' files and MB sampled; ``writers``: connections writing side by side (``rate`` 0:
     each as fast as the source takes single-row transactions, the source's peak).  Returns
     the samples and the verdict's figures."""
     console = console or Console()
@@ -489,12 +490,8 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
             clock.install()
             ms = _merge_status(cfg)
             merged = int(ms.get("totals", {}).get("input", 0))
-            alarm = None
-            for _ in range(loss_checks):  # what `cdc status` says, while the producer commits
-                alarm = false_loss_alarm(cfg) or alarm
-                if alarm:
-                    alarms.append(alarm)
-                result["loss_checks"] = result.get("loss_checks", 0) + 1
+            alarm = _loss_alarms(cfg, loss_checks, alarms)
+            result["loss_checks"] = result.get("loss_checks", 0) + loss_checks
             sample = _sample(cfg, clock, load, ms, (last_t, now), (last_written, last_input, merged),
                              {"producer": producer.proc.pid, "merge": job.proc.pid, **pids}, t0, lake_dirs)
             sample["lost_history_alarm"] = alarm
@@ -514,6 +511,17 @@ def run_soak(cfg: CDCConfig, *, mysql: dict, work_dir: Path, minutes: float = 60
     result["lost_history_alarms"] = alarms
     result["verdict"] = verdict(result)
     return result
+
+
+def _loss_alarms(cfg: CDCConfig, checks: int, alarms: list[str]) -> str | None:
+    """What ``cdc status`` says of lost history, asked ``checks`` times while the producer
+    commits: each false alarm added to ``alarms``; the last one (None: none)."""
+    alarm = None
+    for _ in range(checks):
+        alarm = false_loss_alarm(cfg) or alarm
+        if alarm:
+            alarms.append(alarm)
+    return alarm
 
 
 def _sample_line(s: dict) -> str:

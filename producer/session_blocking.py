@@ -98,6 +98,13 @@ class SessionBlocking:
         read.close()
         return None
 
+    def drop_blocking_read(self) -> None:
+        """The session ends: a read begun ahead of the stream is ended (begun again by the next
+        session, at its first boundary)."""
+        read, self._blocking_ahead = self._blocking_ahead, None
+        if read is not None:
+            read.close()
+
     def _blocking_progress(self) -> dict | None:
         """The metrics' running snapshot while a blocking one is under way (None: none is)."""
         reqs = self.coord.blocking.requests

@@ -208,8 +208,11 @@ def _records(config, topic) -> int:
 
 def test_merge_job_sinks_equal_the_source_after_a_blocking_snapshot_under_writes(stack, merge_config, test_db):
     """Tables loaded before the stream, writes running while a blocking snapshot reads them
-    and after it: the PostgreSQL and MySQL sinks and the clean changelog equal the source."""
-    from contract.topics import clean_topic
+    and after it: the PostgreSQL and MySQL sinks and the clean changelog equal the source.  A
+    keyless table in the same snapshot: its rows and changes are dead letters, each once (no
+    table sink can hold a table without a key), and the job goes on."""
+    from common.kafka.topic_reader import read_topic
+    from contract.topics import clean_topic, dlq_topic
     from spark_jobs.merge_job import MergeJob
     from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
     from tests.snapshot_helpers import write_loads
@@ -220,15 +223,21 @@ def test_merge_job_sinks_equal_the_source_after_a_blocking_snapshot_under_writes
     with stack.admin() as conn:
         for table, kind in kinds.items():
             keys[table] = create_table(conn, test_db, table, kind, 800)
+        create_keyless(conn, test_db, "nokey", 300)
     cfg.source.include_databases = [test_db]
     cfg.snapshot.chunk_size = 150
     run_until_caught_up(cfg)
-    with ProducerThread(cfg), write_loads(stack, test_db, kinds, 900, min_ops=30) as loads:
-        sid = signal(cfg, "execute-snapshot", _blocking([f"{test_db}.{t}" for t in kinds]))
+    with ProducerThread(cfg), write_loads(stack, test_db, kinds, 900, min_ops=30) as loads, \
+            KeylessLoad(lambda: stack.admin(test_db), test_db, "nokey", seed=4):
+        sid = signal(cfg, "execute-snapshot", _blocking([f"{test_db}.{t}" for t in [*kinds, "nokey"]]))
         wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="blocking snapshot done")
         wait_for(lambda: all(sum(ld.ops.values()) > 200 for ld in loads), what="writes after the snapshot")
     run_until_caught_up(cfg)
     assert MergeJob(cfg).run(available_now=True) == 0
+    nokey = len(read_events(cfg, _topic(cfg, test_db, "nokey")))
+    dead = [m for m in read_topic(cfg.kafka.bootstrap_servers, dlq_topic(cfg.kafka.topic_prefix))
+            if b"without a key" in dict(m.headers())["cdc.dlq.reason"]]
+    assert nokey > 300 and len(dead) == nokey
     for table in kinds:
         with stack.admin() as conn:
             expected = source_rows(conn, test_db, table, keys[table])

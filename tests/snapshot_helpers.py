@@ -210,10 +210,13 @@ class KeylessReplay:
 def keyless_replay(cfg: CDCConfig, db: str, table: str) -> KeylessReplay:
     """A keyless table's topic replayed as a multiset: the snapshot's rows (all at one pause
     point), then every change after them (an update or delete takes out one row equal to its
-    ``before``, which the replay must hold).  Changes below the rows are in them already."""
+    ``before``, which the replay must hold).  Changes below the rows are in them already.  A
+    snapshot taken more than once (a crash mid-read): the last attempt's rows, those from the
+    table's last first row (``source.snapshot`` ``first`` or ``first_in_data_collection``) on."""
     events = sorted(read_events(cfg, f"{cfg.kafka.topic_prefix}.{db}.{table}"), key=lambda e: e[2]["position"])
-    first = next(i for i, (_, _, v) in enumerate(events) if v["op"] == "r")
-    rows = [v for _, _, v in events if v["op"] == "r"]
+    first = max(i for i, (_, _, v) in enumerate(events)
+                if v["op"] == "r" and v["source"]["snapshot"] in ("first", "first_in_data_collection"))
+    rows = [v for _, _, v in events[first:] if v["op"] == "r"]
     assert len({event_of(v["position"]) for v in rows}) == 1, "the rows are not at one pause point"
     replay: Counter = Counter()
     for _, _, v in events[first:]:

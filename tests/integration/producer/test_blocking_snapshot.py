@@ -190,6 +190,42 @@ def test_a_blocking_snapshot_killed_midway_is_taken_again(stack, config, test_db
     assert len(started) == 2  # taken again after the kill
 
 
+def test_a_keyless_table_killed_mid_read_is_read_again_whole_and_its_last_attempt_replays(stack, config, test_db,
+                                                                                         tmp_path):
+    """SIGKILL while a keyless table's rows are written, writes running: the restarted producer
+    reads it again from its first row (no key to resume by); the killed attempt's rows stay in
+    Kafka below the new ones (at least once), and the last attempt's rows (from the last
+    ``first`` mark on) with the changes after them replay to the table."""
+    rows = 60000
+    with stack.admin() as conn:
+        create_keyless(conn, test_db, "nokey", rows)
+    _prepare(stack, config, test_db, {}, chunk_size=200)
+    config.producer.batch_size = 400  # (commits while the rows are written: some are in Kafka at the kill)
+    topic = _topic(config, test_db, "nokey")
+    proc = ProducerProcess(config, tmp_path)
+    proc.start()
+    with KeylessLoad(lambda: stack.admin(test_db), test_db, "nokey", seed=5) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        sid = signal(config, "execute-snapshot", _blocking([f"{test_db}.nokey"]))
+        wait_for(lambda: _records(config, topic) > 2000, timeout=120, what="rows written")
+        done_before = has_notification(config, "COMPLETED", id=sid)
+        proc.kill9()
+        proc.start()
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=240, what="blocking snapshot done")
+        done = sum(load.ops.values())
+        wait_for(lambda: sum(load.ops.values()) > done + 200, what="writes after the snapshot")
+    assert proc.stop() == 0
+    run_until_caught_up(config)
+    assert not done_before, "the snapshot ended before the kill"
+    replay = keyless_replay(config, test_db, "nokey")
+    with stack.admin() as conn:
+        assert replay.table == keyless_rows(conn, test_db, "nokey")
+    every = [v for _, _, v in replay.events if v["op"] == "r"]
+    assert len(every) > len(replay.rows) + 1000  # the killed attempt's rows, repeated
+    assert [v["source"]["snapshot"] for v in every].count("first") == 2
+    assert len([n for n in notifications(config) if n["type"] == "STARTED" and n["id"] == sid]) == 2
+
+
 def _notifications(config) -> list[dict]:
     try:
         return notifications(config)

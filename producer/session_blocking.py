@@ -32,6 +32,8 @@ class SessionBlocking:
     """What a :class:`~producer.session.StreamSession` does for a blocking snapshot."""
 
     _blocking_slots: MarkerSlots | None = None
+    #: a snapshot transaction begun ahead of the stream, held until the stream reaches its point
+    _blocking_ahead: BlockingRead | None = None
 
     def _blocking_due(self, item) -> None:
         """At a transaction boundary with a blocking snapshot asked for: take it now."""
@@ -44,7 +46,10 @@ class SessionBlocking:
             return
         req = queue.requests[0]
         try:
-            self._blocking_snapshot(req, at, slots)
+            read = self._blocking_read(req, at)
+            if read is None:
+                return
+            self._blocking_snapshot(req, at, slots, read)
         except ServerError as exc:  # the server refused a read (a lost connection is retried by the producer)
             req.failures += 1
             if req.failures < MAX_READ_FAILURES:
@@ -57,6 +62,48 @@ class SessionBlocking:
             self._blocking_notify("ABORTED", req, reason=f"read failed {req.failures} times: {exc}")
         queue.requests.pop(0)
         self._commit(self.current_resume())
+
+    def _blocking_read(self, req: BlockingRequest, at: Boundary) -> BlockingRead | None:
+        """The snapshot transaction to read ``req``'s tables in with the stream paused at ``at``;
+        None: not here, the stream goes on.  A keyless table's rows must hold exactly the
+        transactions up to the pause point (a later one, in the rows and streamed after them,
+        would count twice): its snapshot, when it holds more (begun a little after ``at``), is
+        kept while the stream goes on to the boundary at its point, and that boundary is the
+        pause point; passed or not known, it is begun again at the next boundary."""
+        read, self._blocking_ahead = self._blocking_ahead, None
+        if read is not None and read.where(at) not in (0, 1):
+            log.info("blocking snapshot %s: the stream passed %s, the point of the read begun for it, without a "
+                     "boundary there; begun again", req.snapshot_id, read.point)
+            read.close()
+            read = None
+        held = read is not None
+        if read is None:
+            read = BlockingRead(self.cfg.source, self.cfg.snapshot.chunk_size, self.info.is_mariadb)
+            try:
+                read.open(at)
+            except BaseException:
+                read.close()
+                raise
+        where = read.where(at)
+        if not req.exact or where == 0:
+            return read
+        if where == 1:
+            if not held:
+                log.info("blocking snapshot %s: the read begun at %s holds later transactions (up to %s); the "
+                         "stream goes on to there, its pause point", req.snapshot_id, at.point, read.point)
+            self._blocking_ahead = read
+            return None
+        log.info("blocking snapshot %s: the point of the read begun at %s is not known (a commit while it began); "
+                 "begun again at the next boundary", req.snapshot_id, at.point)
+        read.close()
+        return None
+
+    def drop_blocking_read(self) -> None:
+        """The session ends: a read begun ahead of the stream is ended (begun again by the next
+        session, at its first boundary)."""
+        read, self._blocking_ahead = self._blocking_ahead, None
+        if read is not None:
+            read.close()
 
     def _blocking_progress(self) -> dict | None:
         """The metrics' running snapshot while a blocking one is under way (None: none is)."""
@@ -76,14 +123,12 @@ class SessionBlocking:
         base = {"connector_name": self.cfg.producer.name, "data_collections": ",".join(req.tables)}
         self._notify(Notification(kind, req.snapshot_id, {**base, **data}, aggregate_type=AGGREGATE_TYPE))
 
-    def _blocking_snapshot(self, req: BlockingRequest, at: Boundary, slots: MarkerSlots) -> None:
+    def _blocking_snapshot(self, req: BlockingRequest, at: Boundary, slots: MarkerSlots, read: BlockingRead) -> None:
         log.info("blocking snapshot %s: the stream pauses at %s; reading %s", req.snapshot_id, at.point,
                  ", ".join(req.tables))
         self._blocking_notify("STARTED", req, tables=req.tables, signal=req.snapshot_id)
-        read = BlockingRead(self.cfg.source, self.cfg.snapshot.chunk_size, self.info.is_mariadb)
         seq = time.time_ns() // 1_000_000 * 1000  # (chunk ids no run before used)
         try:
-            read.open(at)
             for n, job in enumerate(req.jobs):
                 seq = self._blocking_table(req, job, read, at, slots, seq, first=n == 0, last=n == len(req.jobs) - 1)
         finally:
@@ -128,7 +173,8 @@ class SessionBlocking:
                         at: Boundary, slots: MarkerSlots, chunk_id: int) -> ReleasedChunk:
         """Rows as a window of their own at the pause point: OPEN, CLOSE, then the rows."""
         open_at, close_at = slots.window(at.based, len(rows))
-        key_range = {"lo": encode_key([rows[0][k] for k in keys]), "hi": encode_key([rows[-1][k] for k in keys])}
+        key_range = {"lo": encode_key([rows[0][k] for k in keys]),
+                     "hi": encode_key([rows[-1][k] for k in keys])} if keys else None  # (None: a keyless table)
         markers = tuple(MarkerSeen(kind, req.snapshot_id, chunk_id, job.table, key_range, p, {"blocking": True})
                         for kind, p in (("OPEN", open_at), ("CLOSE", close_at)))
         return ReleasedChunk(req.snapshot_id, chunk_id, tdef, rows, open_at, close_at, keys, markers=markers,

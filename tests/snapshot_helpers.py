@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -11,11 +13,12 @@ import pymysql
 from confluent_kafka import Producer
 
 from cdc import signal_sender
-from cdc.workload import KEY_KINDS, WriteLoad, create_table  # noqa: F401 - re-exported for the tests
+from cdc.workload import KEY_KINDS, BackgroundWriter, WriteLoad, create_table  # noqa: F401 - re-exported for the tests
 from common.config import CDCConfig
 from common.kafka.clients import ensure_topics, producer_config
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect
+from contract.position import event_of
 from contract.signals import execute_snapshot_data, send_signal
 from contract.topics import markers_topic, notifications_topic, signals_topic
 from producer.offset_store import OffsetStore
@@ -158,3 +161,76 @@ def replayed_equal(stack, cfg: CDCConfig, db: str, table: str, keys: list[str]) 
 
 def key_of(row: dict, keys: list[str]) -> tuple:
     return make_key({k: row[k] for k in keys})
+
+
+KEYLESS_TABLE = "(x INT, v VARCHAR(20), n INT)"  # (no key: duplicate rows are legitimate)
+
+
+def create_keyless(conn, db: str, table: str, rows: int) -> None:
+    """A table without a key of ``rows`` rows, 60 distinct ``x``, many rows alike."""
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{db}`.`{table}` {KEYLESS_TABLE}")
+        cur.executemany(f"INSERT INTO `{db}`.`{table}` VALUES (%s, %s, %s)",
+                        [(i % 60, f"v{i % 7}", 0) for i in range(rows)])
+    conn.commit()
+
+
+class KeylessLoad(BackgroundWriter):
+    """Inserts (duplicates among them), updates and deletes of one row each in a table of
+    :func:`create_keyless`, a statement a transaction, until stopped."""
+
+    def __init__(self, conn_factory, db: str, table: str, seed: int) -> None:
+        super().__init__()
+        self.conn_factory, self.table, self.rnd, self.ops = conn_factory, f"`{db}`.`{table}`", random.Random(seed), \
+            Counter()
+
+    def _run(self) -> None:
+        with self.conn_factory() as conn, conn.cursor() as cur:
+            while not self._stop.is_set():
+                op, x, n = self.rnd.choice(["insert", "update", "delete"]), self.rnd.randrange(60), self.rnd.randrange(9)
+                if op == "insert":
+                    cur.execute(f"INSERT INTO {self.table} VALUES (%s, %s, %s)", (x, f"w{n}", n))
+                elif op == "update":
+                    cur.execute(f"UPDATE {self.table} SET n = n + 1 WHERE x = %s LIMIT 1", (x,))
+                else:
+                    cur.execute(f"DELETE FROM {self.table} WHERE x = %s LIMIT 1", (x,))
+                conn.commit()
+                self.ops[op] += 1
+
+
+@dataclass
+class KeylessReplay:
+    events: list  # the topic's records, (partition, key, value), by position
+    rows: list[dict]  # the snapshot's op r values, by position
+    changes_before: int  # change events below the rows (in them already)
+    changes_after: int
+    table: Counter  # the rows, then every change after them: the table as a multiset of (x, v, n)
+
+
+def keyless_replay(cfg: CDCConfig, db: str, table: str) -> KeylessReplay:
+    """A keyless table's topic replayed as a multiset: the snapshot's rows (all at one pause
+    point), then every change after them (an update or delete takes out one row equal to its
+    ``before``, which the replay must hold).  Changes below the rows are in them already.  A
+    snapshot taken more than once (a crash mid-read): the last attempt's rows, those from the
+    table's last first row (``source.snapshot`` ``first`` or ``first_in_data_collection``) on."""
+    events = sorted(read_events(cfg, f"{cfg.kafka.topic_prefix}.{db}.{table}"), key=lambda e: e[2]["position"])
+    first = max(i for i, (_, _, v) in enumerate(events)
+                if v["op"] == "r" and v["source"]["snapshot"] in ("first", "first_in_data_collection"))
+    rows = [v for _, _, v in events[first:] if v["op"] == "r"]
+    assert len({event_of(v["position"]) for v in rows}) == 1, "the rows are not at one pause point"
+    replay: Counter = Counter()
+    for _, _, v in events[first:]:
+        if v["op"] in ("u", "d"):
+            before = (v["before"]["x"], v["before"]["v"], v["before"]["n"])
+            assert replay[before] > 0, f"a change of a row the replay does not hold: {v}"
+            replay[before] -= 1
+        if v["op"] in ("r", "c", "u"):
+            replay[(v["after"]["x"], v["after"]["v"], v["after"]["n"])] += 1
+    return KeylessReplay(events, rows, first, sum(1 for _, _, v in events[first:] if v["op"] != "r"), +replay)
+
+
+def keyless_rows(conn, db: str, table: str) -> Counter:
+    """A table of :func:`create_keyless` as a multiset of ``(x, v, n)``."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT x, v, n FROM `{db}`.`{table}`")
+        return Counter(tuple(r) for r in cur.fetchall())

@@ -18,7 +18,7 @@ packets are read by the project's own client; differential tests against pymysql
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import escape_item, escape_string, through
@@ -113,6 +113,20 @@ class RowSession:
         payloads, columns = self.rows(sql, params)
         values = values_reader(columns)
         return [values(p) for p in payloads]
+
+    def value_batches(self, sql: str, params: Sequence[Any] | None, rows: int) -> Iterator[list[tuple]]:
+        """The rows of a SELECT as tuples of values, ``rows`` at a time, read off the connection
+        as they are asked for (:meth:`common.sql.wire.Connection.query_batches`: memory bounded
+        by ``rows``, not by the result)."""
+        columns, batches = self.conn.query_batches(self.statement(sql, params), rows)
+        values = values_reader(readings(columns, self.decoders))
+        for payloads in batches:
+            yield [values(p) for p in payloads]
+
+    @property
+    def streaming(self) -> bool:
+        """Rows of :meth:`value_batches` left unread: the session takes no other statement."""
+        return self.conn.streaming
 
     def close(self) -> None:
         self.conn.close()

@@ -10,7 +10,8 @@ payloads of 16 MiB - 1 or more split and joined); ``COM_QUERY`` answered by an O
 (:class:`OkResult`) or a small text result set (:class:`ResultSet`: column names, rows of
 bytes or None), or a result set as it came (:meth:`Connection.query_raw`: its columns'
 definitions and its rows' payloads, for a reader that parses them itself, the table reads
-of :mod:`common.sql.row_reads`); ``COM_QUIT`` on close.
+of :mod:`common.sql.row_reads`; or unbuffered, a batch at a time: :meth:`Connection.query_batches`);
+``COM_QUIT`` on close.
 
 An ERR packet is a :class:`~common.errors.ServerError` (code, SQL state, message); a server
 that closes or resets the connection, or does not answer within the timeout, is
@@ -28,6 +29,7 @@ import socket
 import ssl
 import struct
 from dataclasses import dataclass
+from typing import Iterator
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
@@ -353,6 +355,7 @@ class Connection:
         self._read = None  # the buffered socket's read(n)
         self._seq = 0
         self.status = 0  # the server status of the last OK or EOF packet (NO_BACKSLASH_ESCAPES...)
+        self.streaming = False  # a result set's rows left on the socket (query_batches)
 
     @property
     def where(self) -> str:
@@ -520,6 +523,33 @@ class Connection:
         """Run ``sql`` (a str goes as UTF-8): its OK, or its result set as it came (an ERR
         raised as :class:`ServerError`); ``parse``: the columns' definitions read
         (:func:`parse_column`), else only their names (types and flags 0)."""
+        head = self._result_head(sql, parse)
+        return head if isinstance(head, OkResult) else RawResult(head, self._rows())
+
+    def query_batches(self, sql: str | bytes, rows: int) -> tuple[list[Column], Iterator[list[bytes]]]:
+        """Run the SELECT ``sql`` unbuffered: its columns' definitions, and its rows' payloads
+        ``rows`` at a time, each batch read off the socket only when asked for (the server
+        sends as the client reads: the client holds one batch, whatever the result's size).
+        Until the last batch is read the connection takes no other statement
+        (:class:`WireProtocolError`); closed then, it is dropped without COM_QUIT."""
+        if rows < 1:
+            raise ValueError("a batch holds one row or more")
+        head = self._result_head(sql, True)
+        if isinstance(head, OkResult):
+            raise WireProtocolError(f"{sql!r} returned no result set")
+        self.streaming = True
+
+        def batches() -> Iterator[list[bytes]]:
+            while self.streaming:
+                batch = self._rows(rows)
+                if batch:  # (not the EOF alone, after a full batch)
+                    yield batch
+        return head, batches()
+
+    def _result_head(self, sql: str | bytes, parse: bool) -> OkResult | list[Column]:
+        """Send ``sql``: its OK, or its result set's columns (the rows left to read)."""
+        if self.streaming:
+            raise WireProtocolError(f"a statement sent to {self.where} before the rows of the last one were read")
         self.command(COM_QUERY, sql.encode() if isinstance(sql, str) else sql)
         data = self.read_packet()
         first = data[0]
@@ -536,12 +566,14 @@ class Connection:
                    for _ in range(count or 0)]
         if not is_eof(self.read_packet()):
             raise WireProtocolError(f"the server at {self.where} sent no EOF after a result set's columns")
-        return RawResult(columns, self._rows())
+        return columns
 
-    def _rows(self) -> list[bytes]:
+    def _rows(self, limit: int = -1) -> list[bytes]:
         """A result set's rows, their payloads as read, up to its EOF (the session's status
-        taken from it); an ERR in their place raised.  One loop over the socket's buffer, no
-        call a row but its two reads: a table read's chunk is thousands of rows."""
+        taken from it; :attr:`streaming` cleared); an ERR in their place raised.  ``limit``:
+        at most that many, the rest left on the socket (:meth:`query_batches`).  One loop over
+        the socket's buffer, no call a row but its two reads: a table read's chunk is
+        thousands of rows."""
         read, seq, rows = self._read, self._seq, []
         append = rows.append
         while True:
@@ -562,14 +594,17 @@ class Connection:
                 seq = self._seq
             first = data[0] if data else 0
             if first == 0xFE and n < 9:  # the EOF
-                self._seq = seq
+                self._seq, self.streaming = seq, False
                 if n >= 5:
                     self.status = data[3] | data[4] << 8
                 return rows
             if first == 0xFF:
-                self._seq = seq
+                self._seq, self.streaming = seq, False
                 raise parse_error(data)
             append(data)
+            if len(rows) == limit:
+                self._seq = seq
+                return rows
 
     def value(self, sql: str) -> bytes | None:
         """The first column of the first row of ``sql``'s result set (None: no row, or NULL)."""
@@ -580,8 +615,9 @@ class Connection:
 
     # -- the end ---------------------------------------------------------------------
     def close(self) -> None:
-        """Say COM_QUIT (when the connection still stands) and close the socket."""
-        if self._sock is not None:
+        """Say COM_QUIT (when the connection still stands, and no result set's rows are left
+        on it) and close the socket."""
+        if self._sock is not None and not self.streaming:
             try:
                 self.command(COM_QUIT)
             except ServerGone:
@@ -590,6 +626,7 @@ class Connection:
 
     def _drop(self) -> None:
         sock, rfile, self._sock, self._rfile, self._read = self._sock, self._rfile, None, None, None
+        self.streaming = False
         for it in (rfile, sock):
             if it is not None:
                 try:

@@ -70,13 +70,15 @@ def resolve_tables(conn, captures: Callable[[str, str], bool], sig: Signal) -> t
 def table_jobs(conn, tables: list[str], signal_id: str, *, resolve: Callable[[TableDef], TableDef] | None = None,
                conditions: dict[str, str] | None = None,
                surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset(),
-               delete_missing: bool = False,
+               delete_missing: bool = False, keyless: bool = False,
                overrides: Mapping[str, str] | None = None) -> tuple[list[TableJob], list[tuple[str, str]]]:
     """The snapshot jobs of ``tables`` (``db.table``), and those skipped with the reason.
 
     A table that cannot be snapshotted (no primary key and no surrogate key, the surrogate
     key not one of its columns) refuses the whole signal, except one in ``skippable``
-    (matched by a regular expression, as Debezium does): that one alone is skipped.  The key
+    (matched by a regular expression, as Debezium does): that one alone is skipped.
+    ``keyless``: a table without a key is snapshotted too (a blocking snapshot reads it whole,
+    :mod:`producer.snapshot.blocking`; an incremental one needs a key to cut chunks).  The key
     is the events' (``resolve``: the table as the column controls give it, its primary key
     from ``source.message_key_columns`` where set); a filter may name any column, and ANDs in the
     table's ``overrides`` condition (:mod:`producer.snapshot.select_overrides`)."""
@@ -97,7 +99,7 @@ def table_jobs(conn, tables: list[str], signal_id: str, *, resolve: Callable[[Ta
         except ColumnControlsError as exc:
             raise BadSignal(signal_id, f"table {name}: {exc}") from None
         keys = [surrogate_key] if surrogate_key else captured.primary_key
-        if not keys:
+        if not keys and not keyless:
             problem = f"table {name} has no primary key: give a 'surrogate-key'"
         else:
             for k in keys:
@@ -121,7 +123,7 @@ def table_jobs(conn, tables: list[str], signal_id: str, *, resolve: Callable[[Ta
             except FilterRefused as exc:
                 setting = f" (with {OVERRIDES}[{name!r}])" if name in (overrides or {}) else ""
                 raise BadSignal(signal_id, f"filter for {name}{setting} refused: {exc}") from None
-        jobs.append(TableJob(name, condition, surrogate_key, delete_missing=delete_missing))
+        jobs.append(TableJob(name, condition, surrogate_key, delete_missing=delete_missing, keyless=not keys))
     if not jobs:
         raise BadSignal(signal_id, "; ".join(reason for _, reason in skipped) or "no table to snapshot")
     return jobs, skipped

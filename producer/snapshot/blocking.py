@@ -10,7 +10,9 @@ from the pause point: every change up to it lies before the rows in Kafka, every
 it after them, nothing is skipped or written twice.
 
 The rows are read in key order, ``snapshot.chunk_size`` at a time inside that transaction (the
-table's key, or the signal's ``surrogate-key``), and written as windows placed at the pause
+table's key, or the signal's ``surrogate-key``); a table without either is read as Debezium
+reads it, one full SELECT (read unbuffered, ``snapshot.chunk_size`` rows held at a time), its
+records keyed as its streamed changes are (no key).  They are written as windows placed at the pause
 point (:class:`~producer.snapshot.gtid_windows.MarkerSlots`: OPEN and CLOSE markers, then the
 rows, at positions between the events before the point and those after it), so the merge job
 and every consumer read them as any snapshot chunk: an empty window, every row kept.  A
@@ -22,7 +24,9 @@ FROM db.t WHERE ...``, as ``snapshot.select.statement.overrides``); their condit
 and applied as an incremental snapshot's filter is (:mod:`producer.snapshot.select_overrides`,
 :mod:`producer.snapshot.filter`).  A producer killed or disconnected mid-snapshot keeps the
 request in its stored state and takes the snapshot again, from its first table, at the first
-boundary after the restart (the rows already written stay: they are a correct older copy).
+boundary after the restart (the rows already written stay: they are a correct older copy; a
+keyless table's rows, which no key replaces, are then in the topic twice: at least once, as
+Debezium delivers).
 """
 
 from __future__ import annotations
@@ -35,16 +39,18 @@ from typing import Any, Callable, Iterator
 
 from common.config import SourceConfig
 from common.errors import SourceUnavailable
-from common.sql.sessions import read_session, row_session
+from common.sql.sessions import READ_TIMEOUT_S, read_session, row_session
 from contract.errors import BadSignal
+from contract.gtid import GtidSet
+from contract.position import BinlogPosition
 from contract.signals import Signal
 from producer.binlog.server import executed_gtids
 from producer.snapshot.actions import resolve_tables, table_jobs
-from producer.snapshot.chunk_reader import SNAPSHOT_TRIES, start_consistent_snapshot
+from producer.snapshot.chunk_reader import SNAPSHOT_TRIES, mariadb_snapshot_point, start_consistent_snapshot
 from producer.snapshot.gtid_windows import Boundary
 from producer.snapshot.select_overrides import OverrideError, override_condition
 from producer.snapshot.state import TableJob
-from producer.snapshot.table_reader import read_chunk
+from producer.snapshot.table_reader import read_chunk, read_whole
 from producer.table_schema import TableDef
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,12 @@ class BlockingRequest:
     @property
     def tables(self) -> list[str]:
         return [j.table for j in self.jobs]
+
+    @property
+    def exact(self) -> bool:
+        """Whether its read must hold exactly the transactions up to the pause point, no later
+        one: a keyless table's rows, which no key makes idempotent (:meth:`BlockingRead.where`)."""
+        return any(j.keyless for j in self.jobs)
 
     def to_state(self) -> dict:
         return {"snapshot_id": self.snapshot_id, "jobs": [j.to_state() for j in self.jobs],
@@ -95,7 +107,7 @@ def blocking_request(conn, captures: Callable[[str, str], bool], sig: Signal, *,
                                                                "")) from None
     jobs, left_out = table_jobs(conn, tables, sig.id, resolve=resolve, surrogate_key=sig.surrogate_key,
                                 conditions={t: c for t, c in conditions.items() if c is not None},
-                                skippable=matched, overrides=overrides)
+                                skippable=matched, overrides=overrides, keyless=True)
     for name, reason in left_out:
         log.warning("blocking snapshot %r: %s; the table is skipped", sig.id, reason)
         skipped(name, reason)
@@ -134,6 +146,9 @@ class BlockingRead:
     def __init__(self, source: SourceConfig, chunk_size: int, is_mariadb: bool) -> None:
         self.source, self.chunk_size, self.is_mariadb = source, chunk_size, is_mariadb
         self._rows: Any = None
+        #: the snapshot's own point, where known: MariaDB its binlog coordinates, MySQL its GTID set
+        #: (the executed set alike before and after the transaction began)
+        self.point: BinlogPosition | GtidSet | None = None
 
     def open(self, at: Boundary) -> None:
         """Begin the transaction, once the server's snapshot holds every transaction before ``at``."""
@@ -143,6 +158,7 @@ class BlockingRead:
             for _ in range(SNAPSHOT_TRIES):
                 before = executed_gtids(conn, self.is_mariadb)
                 if start_consistent_snapshot(self._rows, self.is_mariadb, at.point, at.gtids, before):
+                    self.point = self._snapshot_point(conn, before)
                     return
                 self._rows.execute("COMMIT")
                 time.sleep(0.005)
@@ -151,28 +167,68 @@ class BlockingRead:
         raise SourceUnavailable(f"the server's snapshot did not reach the pause point {at.point} of the blocking "
                                 f"snapshot in {SNAPSHOT_TRIES} tries")
 
+    def _snapshot_point(self, conn, before: GtidSet) -> BinlogPosition | GtidSet | None:
+        if self.is_mariadb:  # (the server tells it)
+            return mariadb_snapshot_point(self._rows)
+        after = executed_gtids(conn, False)
+        return before if after.covers(before) and before.covers(after) else None
+
+    def where(self, at: Boundary) -> int | None:
+        """Where the snapshot lies from the stream's boundary ``at``: 0 there exactly (it holds
+        every transaction up to ``at`` and no other), 1 further on (the stream has to reach it),
+        -1 behind (the stream passed it without a boundary there), None not known (MySQL: a
+        transaction committed while it began)."""
+        p = self.point
+        if isinstance(p, BinlogPosition):
+            here, there = (at.point.file_index, at.point.pos), (p.file_index, p.pos)
+            return 0 if here == there else 1 if there > here else -1
+        if p is None:
+            return None
+        if p.covers(at.gtids):
+            return 0 if at.gtids.covers(p) else 1
+        return -1
+
     def batches(self, tdef: TableDef, keys: list[str], condition: str | None) -> Iterator[tuple[list[dict], bool]]:
-        """The table's rows in key order, ``chunk_size`` at a time, each batch with whether it
-        is the table's last (read one batch ahead)."""
+        """The table's rows, ``chunk_size`` at a time, each batch with whether it is the table's
+        last (read one batch ahead): in key order, a keyset chunk a batch; without ``keys`` (a
+        table without a key, Debezium's full SELECT of it) in the server's order, one SELECT read
+        unbuffered (:func:`read_whole`: two batches held at most, whatever the table's size)."""
+        if keys:
+            return _with_last(self._keyset(tdef, keys, condition))
+        # (the server waits on the socket while a batch is written to Kafka: give it the reads' patience)
+        self._rows.execute(f"SET SESSION net_write_timeout = {READ_TIMEOUT_S}")
+        return _with_last(read_whole(self._rows, tdef, condition=condition, batch=self.chunk_size))
+
+    def _keyset(self, tdef: TableDef, keys: list[str], condition: str | None) -> Iterator[list[dict]]:
         after = None
-        batch = read_chunk(self._rows, tdef, keys, after=None, upto=None, condition=condition, limit=self.chunk_size)
-        while batch:
+        while True:
+            batch = read_chunk(self._rows, tdef, keys, after=after, upto=None, condition=condition,
+                               limit=self.chunk_size)
+            if batch:
+                yield batch
+            if len(batch) < self.chunk_size:
+                return
             after = [batch[-1][k] for k in keys]
-            following = [] if len(batch) < self.chunk_size else read_chunk(
-                self._rows, tdef, keys, after=after, upto=None, condition=condition, limit=self.chunk_size)
-            yield batch, not following
-            batch = following
 
     def close(self) -> None:
         if self._rows is None:
             return
         try:
-            if not self._rows.closed:
+            if not self._rows.closed and not self._rows.streaming:  # (mid-result: dropped, which ends it too)
                 self._rows.execute("COMMIT")
             self._rows.close()
         except Exception:  # noqa: BLE001 - the server went away: nothing to end
             pass
         self._rows = None
+
+
+def _with_last(batches: Iterator[list[dict]]) -> Iterator[tuple[list[dict], bool]]:
+    """Each batch with whether it is the last (the next one read before it is handed over)."""
+    batch = next(batches, None)
+    while batch is not None:
+        following = next(batches, None)
+        yield batch, following is None
+        batch = following
 
 
 class BlockingQueue:
@@ -198,7 +254,7 @@ class BlockingQueue:
         initial snapshot); a table that cannot be read in key order is left out (``skipped``)."""
         try:
             jobs, left_out = table_jobs(conn, tables, snapshot_id, resolve=resolve, skippable=set(tables),
-                                        overrides=overrides)
+                                        overrides=overrides, keyless=True)
         except BadSignal as exc:  # (no table can be read in key order)
             jobs, left_out = [], [("", exc.reason)]
         for name, reason in left_out:

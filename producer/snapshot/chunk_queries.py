@@ -25,12 +25,14 @@ def _compare(keys: Sequence[str], values: Sequence[Any], last_op: str,
 
 
 def chunk_query(db: str, table: str, columns: Sequence[str], keys: Sequence[str], *, after: Sequence[Any] | None,
-                upto: Sequence[Any] | None, condition: str | None, limit: int,
+                upto: Sequence[Any] | None, condition: str | None, limit: int | None,
                 select_exprs: dict[str, str] | None = None,
                 key_exprs: dict[str, str] | None = None) -> tuple[str, list[Any]]:
     """The SELECT of one chunk.  ``condition`` must already be validated
     (``snapshot_filter.validate_filter``); ``select_exprs`` overrides the expression
-    read for a column (e.g. ``CAST(`f` AS DOUBLE)`` for FLOAT on MariaDB)."""
+    read for a column (e.g. ``CAST(`f` AS DOUBLE)`` for FLOAT on MariaDB).  No ``keys`` and
+    no ``limit``: the whole table (its rows matching ``condition``) in the server's order, as a
+    blocking snapshot reads a table without a key."""
     exprs = select_exprs or {}
     cols = ", ".join(f"{exprs[c]} AS {_q(c)}" if c in exprs else _q(c) for c in columns)
     where, params = [], []
@@ -45,11 +47,12 @@ def chunk_query(db: str, table: str, columns: Sequence[str], keys: Sequence[str]
     if condition:
         # The driver formats the statement with %-parameters: a literal % must be doubled.
         where.append(f"({condition.replace('%', '%%')})")
-    order = ", ".join(_q(k) for k in keys)
     text = f"SELECT {cols} FROM {_q(db)}.{_q(table)}"
     if where:
         text += " WHERE " + " AND ".join(where)
-    return f"{text} ORDER BY {order} LIMIT {int(limit)}", params
+    if keys:
+        text += " ORDER BY " + ", ".join(_q(k) for k in keys)
+    return text if limit is None else f"{text} LIMIT {int(limit)}", params
 
 
 def max_key_query(db: str, table: str, keys: Sequence[str], *, lowest: bool = False) -> str:

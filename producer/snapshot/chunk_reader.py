@@ -78,10 +78,16 @@ def start_consistent_snapshot(session: RowSession, is_mariadb: bool, anchor: Bin
     session.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     if is_mariadb:
-        status = {k.lower(): v for k, v in session.values("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")}
-        seen = BinlogPosition.from_binlog(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+        seen = mariadb_snapshot_point(session)
         return (seen.file_index, seen.pos) >= (anchor.file_index, anchor.pos)
     return before.covers(anchor_gtids)
+
+
+def mariadb_snapshot_point(session: RowSession) -> BinlogPosition:
+    """The binlog coordinates a MariaDB consistent-snapshot transaction holds every transaction
+    up to, and none after (``binlog_snapshot_file`` / ``binlog_snapshot_position``)."""
+    status = {k.lower(): v for k, v in session.values("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")}
+    return BinlogPosition.from_binlog(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
 
 
 class MarkerRows:

@@ -95,6 +95,7 @@ class TableJob:
     # binlog position when the table's snapshot began) that the snapshot did not refresh
     delete_missing: bool = False
     below: str | None = None
+    keyless: bool = False  # no key to read it by: a blocking snapshot reads it whole (producer.snapshot.blocking)
     # in memory only: ranges planned and not yet released (key order), and how far planning got
     outstanding: list[KeyRange] = field(default_factory=list)
     planned_to: list | None = None
@@ -169,7 +170,7 @@ class TableJob:
         return {"table": self.table, "condition": self.condition, "surrogate_key": self.surrogate_key,
                 "max_key": encode_key(self.max_key), "frontier": encode_key(self.frontier), "rows": self.rows,
                 "chunks": self.chunks, "estimated": self.estimated, "max_key_read": self.max_key_read,
-                "delete_missing": self.delete_missing, "below": self.below}
+                "delete_missing": self.delete_missing, "below": self.below, "keyless": self.keyless}
 
     @classmethod
     def from_state(cls, st: dict) -> "TableJob":
@@ -177,4 +178,5 @@ class TableJob:
         return cls(st["table"], st.get("condition"), st.get("surrogate_key"), decode_key(st.get("max_key")),
                    decode_key(st.get("frontier")), int(st.get("rows", 0)), int(st.get("chunks", 0)),
                    int(st.get("estimated", 0)), started=False, max_key_read=bool(st.get("max_key_read")),
-                   delete_missing=bool(st.get("delete_missing")), below=st.get("below"))
+                   delete_missing=bool(st.get("delete_missing")), below=st.get("below"),
+                   keyless=bool(st.get("keyless")))

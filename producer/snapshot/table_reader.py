@@ -9,7 +9,7 @@ connection, :mod:`common.sql.row_reads`).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from common.sql.quoting import quote_ident
 from common.sql.row_reads import RowSession
@@ -108,8 +108,19 @@ def read_chunk(session: RowSession, table: TableDef, keys: Sequence[str], *, aft
                                                            condition=condition, limit=limit)]
 
 
+def read_whole(session: RowSession, table: TableDef, *, condition: str | None,
+               batch: int) -> Iterator[list[dict[str, Any]]]:
+    """The rows of a table without a key (those matching ``condition``), one SELECT read
+    unbuffered, ``batch`` rows at a time, as dicts by column name (:meth:`RowSession.value_batches`:
+    memory bounded by ``batch``, not by the table)."""
+    names = table.column_names
+    sql, params = chunk_statement(table, [], after=None, upto=None, condition=condition, limit=None)
+    for values in session.value_batches(sql, params, batch):
+        yield [dict(zip(names, r)) for r in values]
+
+
 def chunk_statement(table: TableDef, keys: Sequence[str], *, after: Sequence[Any] | None,
-                    upto: Sequence[Any] | None, condition: str | None, limit: int) -> tuple[str, list[Any]]:
+                    upto: Sequence[Any] | None, condition: str | None, limit: int | None) -> tuple[str, list[Any]]:
     """The SELECT of one keyset chunk and its parameters: the table's columns in order."""
     exprs = {c.name: f"CAST({quote_ident(c.name)} AS DOUBLE)"
              for c in table.columns if c.data_type == "float"}

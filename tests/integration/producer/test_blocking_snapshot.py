@@ -5,17 +5,23 @@ stream goes on; under writes the topic replayed equals the table, nothing lost o
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from common.kafka.offsets import end_offsets
 from contract.position import event_of
 from tests.producer_helpers import ProducerProcess, ProducerThread, read_events, run_until_caught_up, wait_for
 from tests.snapshot_helpers import (
+    KeylessLoad,
     WriteLoad,
+    create_keyless,
     create_table,
     dblog_replay,
     has_notification,
     kafka_signal,
+    keyless_replay,
+    keyless_rows,
     markers,
     notifications,
     replayed_equal,
@@ -87,21 +93,67 @@ def test_blocking_snapshot_over_kafka_with_whole_select_conditions(stack, config
     all of them; the first/last marks span the snapshot, the per-table ones each table.  In
     read-only mode the same, with nothing written to the source."""
     config.snapshot.read_only = read_only
-    with stack.admin(test_db) as conn, conn.cursor() as cur:  # keyless: matched by the regex, skipped
+    with stack.admin(test_db) as conn, conn.cursor() as cur:  # keyless, matched by the regex: read whole
         cur.execute("CREATE TABLE nokey (x INT)")
+        cur.execute("INSERT INTO nokey VALUES (1), (1), (2)")
     _prepare(stack, config, test_db, {"a": 300, "b": 120})
     with ProducerThread(config):
         sid = kafka_signal(config, "execute-snapshot", _blocking(
             [f"{test_db}.a", f"{test_db}\\.(b|nokey)"], **{"additional-conditions": [
                 {"data-collection": f"{test_db}.a", "filter": f"SELECT * FROM `{test_db}`.`a` WHERE id >= 200"}]}))
         wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="blocking snapshot done")
-    a, b = (sorted(_rows(config, test_db, t), key=lambda v: v["position"]) for t in ("a", "b"))
+    a, b, nokey = (sorted(_rows(config, test_db, t), key=lambda v: v["position"]) for t in ("a", "b", "nokey"))
     assert [v["after"]["id"] for v in a] == list(range(200, 300)) and len(b) == 120
     assert (a[0]["source"]["snapshot"], a[-1]["source"]["snapshot"]) == ("first", "last_in_data_collection")
-    assert (b[0]["source"]["snapshot"], b[-1]["source"]["snapshot"]) == ("first_in_data_collection", "last")
-    assert a[-1]["position"] < b[0]["position"]
-    [skipped] = [n for n in notifications(config) if n["id"] == sid and n["type"] == "SKIPPED"]
-    assert skipped["additionalData"]["table"] == f"{test_db}.nokey"
+    assert (b[0]["source"]["snapshot"], b[-1]["source"]["snapshot"]) == ("first_in_data_collection",
+                                                                        "last_in_data_collection")
+    assert [(v["after"]["x"], v["source"]["snapshot"]) for v in nokey] == \
+        [(1, "first_in_data_collection"), (1, "true"), (2, "last")]
+    assert a[-1]["position"] < b[0]["position"] < b[-1]["position"] < nokey[0]["position"]
+    assert not [n for n in notifications(config) if n["id"] == sid and n["type"] == "SKIPPED"]
+
+
+@pytest.mark.servers("mariadb", "mysql")
+def test_a_keyless_table_is_read_whole_under_writes_and_replays_to_the_table(source_stack, config, test_db):
+    """A table without a key (duplicate rows in it), more rows than ``snapshot.chunk_size``,
+    written to (inserts of duplicates, updates, deletes) while a blocking snapshot reads it with
+    a keyed table: its rows are read whole (Debezium's full SELECT), null-keyed as its streamed
+    changes, all at the pause point, marked as Debezium marks them; replayed as a multiset, the
+    rows and then every change after them equal the table (nothing lost, nothing counted twice:
+    the read holds no transaction after the pause point)."""
+    stack, db = source_stack, test_db
+    with stack.admin() as conn:
+        create_keyless(conn, db, "nokey", 1000)
+    _prepare(stack, config, db, {"t": 150}, chunk_size=100)
+    with ProducerThread(config), KeylessLoad(lambda: stack.admin(db), db, "nokey", seed=11) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        sid = signal(config, "execute-snapshot", _blocking([f"{db}.t", f"{db}.nokey"]))
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=120, what="blocking snapshot done")
+        at_completion = sum(load.ops.values())
+        wait_for(lambda: sum(load.ops.values()) > at_completion + 300, what="writes after the snapshot")
+        load.stop()
+    run_until_caught_up(config)
+
+    replay = keyless_replay(config, db, "nokey")
+    rows = replay.rows
+    assert {key for _, key, _ in replay.events} == {None}  # keyed as its streamed changes: no key
+    assert 900 < len(rows) < 1300 and replay.changes_before > 10 and replay.changes_after > 100
+    with stack.admin() as conn:
+        source = keyless_rows(conn, db, "nokey")
+    assert replay.table == source and max(source.values()) > 1  # (duplicates: a multiset)
+    # source.snapshot: Debezium's order (by name: nokey, then t), first/last of the snapshot and of each table
+    marks = [v["source"]["snapshot"] for v in rows]
+    assert marks[0] == "first" and marks[-1] == "last_in_data_collection" and set(marks[1:-1]) == {"true"}
+    t_rows = sorted(_rows(config, db, "t"), key=lambda v: v["position"])
+    assert (t_rows[0]["source"]["snapshot"], t_rows[-1]["source"]["snapshot"], len(t_rows)) == \
+        ("first_in_data_collection", "last", 150)
+    assert rows[-1]["position"] < t_rows[0]["position"]
+    windows = [m for m in markers(config) if m.get("blocking") and (m["db"], m["table"]) == (db, "nokey")]
+    assert windows and all(m["key_range"] is None for m in windows)
+    scanned = next(n["additionalData"] for n in notifications(config)
+                   if n["id"] == sid and n["type"] == "TABLE_SCAN_COMPLETED" and n["additionalData"]["table"] ==
+                   f"{db}.nokey")
+    assert scanned["total_rows_scanned"] == str(len(rows))
 
 
 @pytest.mark.parametrize("how", ["signal", "snapshot.mode"])
@@ -140,6 +192,80 @@ def test_a_blocking_snapshot_killed_midway_is_taken_again(stack, config, test_db
     assert len(started) == 2  # taken again after the kill
 
 
+def test_a_keyless_table_killed_mid_read_is_read_again_whole_and_its_last_attempt_replays(stack, config, test_db,
+                                                                                         tmp_path):
+    """SIGKILL while a keyless table's rows are written, writes running: the restarted producer
+    reads it again from its first row (no key to resume by); the killed attempt's rows stay in
+    Kafka below the new ones (at least once), and the last attempt's rows (from the last
+    ``first`` mark on) with the changes after them replay to the table."""
+    rows = 60000
+    with stack.admin() as conn:
+        create_keyless(conn, test_db, "nokey", rows)
+    _prepare(stack, config, test_db, {}, chunk_size=200)
+    config.producer.batch_size = 400  # (commits while the rows are written: some are in Kafka at the kill)
+    topic = _topic(config, test_db, "nokey")
+    proc = ProducerProcess(config, tmp_path)
+    proc.start()
+    with KeylessLoad(lambda: stack.admin(test_db), test_db, "nokey", seed=5) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        sid = signal(config, "execute-snapshot", _blocking([f"{test_db}.nokey"]))
+        wait_for(lambda: _records(config, topic) > 2000, timeout=120, what="rows written")
+        done_before = has_notification(config, "COMPLETED", id=sid)
+        proc.kill9()
+        proc.start()
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=240, what="blocking snapshot done")
+        done = sum(load.ops.values())
+        wait_for(lambda: sum(load.ops.values()) > done + 200, what="writes after the snapshot")
+    assert proc.stop() == 0
+    run_until_caught_up(config)
+    assert not done_before, "the snapshot ended before the kill"
+    replay = keyless_replay(config, test_db, "nokey")
+    with stack.admin() as conn:
+        assert replay.table == keyless_rows(conn, test_db, "nokey")
+    every = [v for _, _, v in replay.events if v["op"] == "r"]
+    assert len(every) > len(replay.rows) + 1000  # the killed attempt's rows, repeated
+    assert [v["source"]["snapshot"] for v in every].count("first") == 2
+    assert len([n for n in notifications(config) if n["type"] == "STARTED" and n["id"] == sid]) == 2
+
+
+def test_a_keyless_tables_whole_read_holds_a_batch_not_the_table(stack, config, test_db):
+    """The keyless table's SELECT read unbuffered: the memory it takes is a batch's
+    (``snapshot.chunk_size``), not the table's: 100,000 rows read 500 at a time peak below a
+    tenth of what the same SELECT read whole holds, and give the same rows."""
+    import time
+    import tracemalloc
+
+    from common.sql.sessions import row_session
+    from producer.snapshot.table_reader import read_table_def, read_whole
+
+    with stack.admin() as conn:
+        create_keyless(conn, test_db, "big", 100_000)
+    session = row_session(config.source)
+    try:
+        with stack.admin() as conn:
+            tdef = read_table_def(conn, test_db, "big")
+        started = time.monotonic()
+        untraced = sum(len(b) for b in read_whole(session, tdef, condition=None, batch=500))
+        took = time.monotonic() - started
+        tracemalloc.start()
+        rows, batches = Counter(), 0
+        for batch in read_whole(session, tdef, condition=None, batch=500):
+            assert len(batch) <= 500
+            rows.update((r["x"], r["v"], r["n"]) for r in batch)
+            batches += 1
+        streamed = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        whole = session.values(f"SELECT x, v, n FROM `{test_db}`.`big`")  # (the session takes statements again)
+        buffered = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    finally:
+        session.close()
+    assert batches == 200 and rows == Counter(whole)
+    print(f"peak: {streamed} B read 500 rows at a time, {buffered} B read whole; "
+          f"{untraced / took:.0f} rows/s read 500 at a time (untraced)")
+    assert streamed * 10 < buffered, (streamed, buffered)
+
+
 def _notifications(config) -> list[dict]:
     try:
         return notifications(config)
@@ -158,8 +284,11 @@ def _records(config, topic) -> int:
 
 def test_merge_job_sinks_equal_the_source_after_a_blocking_snapshot_under_writes(stack, merge_config, test_db):
     """Tables loaded before the stream, writes running while a blocking snapshot reads them
-    and after it: the PostgreSQL and MySQL sinks and the clean changelog equal the source."""
-    from contract.topics import clean_topic
+    and after it: the PostgreSQL and MySQL sinks and the clean changelog equal the source.  A
+    keyless table in the same snapshot: its rows and changes are dead letters, each once (no
+    table sink can hold a table without a key), and the job goes on."""
+    from common.kafka.topic_reader import read_topic
+    from contract.topics import clean_topic, dlq_topic
     from spark_jobs.merge_job import MergeJob
     from tests.sink_helpers import apply_clean, mysql_sink_rows, pg_sink_rows
     from tests.snapshot_helpers import write_loads
@@ -170,15 +299,21 @@ def test_merge_job_sinks_equal_the_source_after_a_blocking_snapshot_under_writes
     with stack.admin() as conn:
         for table, kind in kinds.items():
             keys[table] = create_table(conn, test_db, table, kind, 800)
+        create_keyless(conn, test_db, "nokey", 300)
     cfg.source.include_databases = [test_db]
     cfg.snapshot.chunk_size = 150
     run_until_caught_up(cfg)
-    with ProducerThread(cfg), write_loads(stack, test_db, kinds, 900, min_ops=30) as loads:
-        sid = signal(cfg, "execute-snapshot", _blocking([f"{test_db}.{t}" for t in kinds]))
+    with ProducerThread(cfg), write_loads(stack, test_db, kinds, 900, min_ops=30) as loads, \
+            KeylessLoad(lambda: stack.admin(test_db), test_db, "nokey", seed=4):
+        sid = signal(cfg, "execute-snapshot", _blocking([f"{test_db}.{t}" for t in [*kinds, "nokey"]]))
         wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="blocking snapshot done")
         wait_for(lambda: all(sum(ld.ops.values()) > 200 for ld in loads), what="writes after the snapshot")
     run_until_caught_up(cfg)
     assert MergeJob(cfg).run(available_now=True) == 0
+    nokey = len(read_events(cfg, _topic(cfg, test_db, "nokey")))
+    dead = [m for m in read_topic(cfg.kafka.bootstrap_servers, dlq_topic(cfg.kafka.topic_prefix))
+            if b"without a key" in dict(m.headers())["cdc.dlq.reason"]]
+    assert nokey > 300 and len(dead) == nokey
     for table in kinds:
         with stack.admin() as conn:
             expected = source_rows(conn, test_db, table, keys[table])

@@ -276,16 +276,20 @@ BLOCKING_DIFFERENCES = {"envelope:position", "envelope:snapshot_window", "source
 
 
 def test_blocking_snapshot_matches_debeziums(config, unique, debezium_server, tmp_path):
-    """``execute-snapshot`` of ``"type": "blocking"`` on both sides over two tables: the same
-    records (ops, keys, values, ``source.snapshot``'s first / first_in_data_collection / true /
-    last_in_data_collection / last marks) but for where each side's rows point."""
+    """``execute-snapshot`` of ``"type": "blocking"`` on both sides over three tables, one
+    without a key (read whole, its records null-keyed): the same records (ops, keys, values,
+    ``source.snapshot``'s first / first_in_data_collection / true / last_in_data_collection /
+    last marks) but for where each side's rows point."""
     db = unique("db")
-    tables = ["t", "ck"]
+    tables = ["t", "ck", "nopk"]
     ours, theirs = side_by_side(config, debezium_server, db, tmp_path,
                                 create=_run_sql("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
-                                                "CREATE TABLE ck (a INT, b VARCHAR(5), v INT, PRIMARY KEY (a, b))"),
+                                                "CREATE TABLE ck (a INT, b VARCHAR(5), v INT, PRIMARY KEY (a, b))",
+                                                "CREATE TABLE nopk (a INT, b VARCHAR(10))"),
                                 changes=_run_sql(*[f"INSERT INTO t VALUES ({i}, 'v{i}', {i})" for i in range(1, 8)],
                                                  "INSERT INTO ck VALUES (1, 'x', 1), (1, 'y', 2), (2, 'a', 3)",
+                                                 "INSERT INTO nopk VALUES (1, 'a'), (1, 'a'), (2, NULL), (3, 'c')",
+                                                 "UPDATE nopk SET b = 'z' WHERE a = 3",
                                                  "UPDATE t SET v = 'changed' WHERE id = 2",
                                                  "DELETE FROM t WHERE id = 3"),
                                 snapshot_tables=tables, tables=tables, tag="blocking-1", snapshot_type="blocking")
@@ -295,7 +299,10 @@ def test_blocking_snapshot_matches_debeziums(config, unique, debezium_server, tm
     assert {d.id for d in found} <= BLOCKING_DIFFERENCES, report
     reads = [e for e in ours if e.op == "r"]
     assert [e.value["source"]["snapshot"] for e in reads] == \
-        ["first_in_data_collection"] + ["true"] * 4 + ["last", "first", "true", "last_in_data_collection"]  # (ck first)
+        ["first_in_data_collection"] + ["true"] * 4 + ["last", "first", "true", "last_in_data_collection",
+                                                       "first_in_data_collection", "true", "true",
+                                                       "last_in_data_collection"]  # (ck, nopk, t by name)
+    assert all(e.key is None for e in reads if e.table == f"{db}.nopk")
     for table in tables:  # (the marks side by side, table by table)
         marks = [[e.value["source"]["snapshot"] for e in side if e.op == "r" and e.table == f"{db}.{table}"]
                  for side in (ours, theirs)]

@@ -16,7 +16,17 @@ from common.kafka.offsets import end_offsets
 from producer.new_tables import CAPTURE_LISTS
 from producer.offset_store import OffsetStore
 from tests.producer_helpers import ProducerProcess, ProducerThread, read_events, run_until_caught_up, wait_for
-from tests.snapshot_helpers import WriteLoad, create_table, notifications, replayed_equal, source_rows
+from tests.snapshot_helpers import (
+    KeylessLoad,
+    WriteLoad,
+    create_keyless,
+    create_table,
+    keyless_replay,
+    keyless_rows,
+    notifications,
+    replayed_equal,
+    source_rows,
+)
 
 
 def _topic(cfg, db: str, table: str) -> str:
@@ -131,14 +141,19 @@ def test_a_table_that_starts_to_match_is_snapshotted_once_under_writes(source_st
         replayed_equal(source_stack, config, test_db, table, keys[table])
     assert "r" not in _ops(config, test_db, "a"), "a table captured before was snapshotted again"
     assert _ops(config, test_db, "b").count("r") >= 1000
-    [started] = _notes(config, "STARTED")  # once, for b alone, with no signal sent
-    assert started["additionalData"]["tables"] == [f"{test_db}.b"]
+    [started] = _notes(config, "STARTED")  # once, for the new tables alone, with no signal sent
     assert started["aggregateType"] == ("Initial Snapshot" if mode == "blocking" else "Incremental Snapshot")
     assert len(_notes(config, "COMPLETED")) == 1
+    assert len(_any_started(config)) == 1
+    if mode == "blocking":  # the keyless table read whole, as Debezium's blocking snapshot reads one
+        assert started["additionalData"]["tables"] == [f"{test_db}.b", f"{test_db}.nokey"]
+        nokey = [(k, v["after"]["x"]) for _, k, v in read_events(config, _topic(config, test_db, "nokey"))]
+        assert sorted(nokey) == [(None, x) for x in range(20)] and not _notes(config, "SKIPPED")
+        return
+    assert started["additionalData"]["tables"] == [f"{test_db}.b"]
     [skipped] = _notes(config, "SKIPPED")  # the keyless table: named, with the reason, not lost in silence
     assert skipped["additionalData"]["table"] == f"{test_db}.nokey"
     assert "no primary key" in skipped["additionalData"]["reason"]
-    assert len(_any_started(config)) == 1
 
 
 @pytest.mark.parametrize("mode", ["incremental", "blocking"])
@@ -249,13 +264,12 @@ def test_merge_job_creates_the_sink_tables_of_new_tables_and_they_equal_the_sour
     assert {r.sink for t in report.tables for r in t.results} >= {"postgres", "mysql", "delta", "iceberg"}
 
 
-@pytest.mark.parametrize("mode", ["incremental", "blocking"])
-def test_a_keyless_table_alone_newly_matching_is_skipped_named_and_starts_no_snapshot(stack, config, test_db, mode):
-    """The only newly matching table has no primary key: a SKIPPED notification names it with
-    the reason; no snapshot is started (none left in the stored state), the producer does not
-    stop, and the table's changes stream."""
+def test_a_keyless_table_alone_newly_matching_is_skipped_named_and_starts_no_snapshot(stack, config, test_db):
+    """``incremental``: the only newly matching table has no primary key: a SKIPPED notification
+    names it with the reason; no snapshot is started (none left in the stored state), the
+    producer does not stop, and the table's changes stream."""
     _tables(stack, test_db)
-    config.snapshot.new_tables = mode
+    config.snapshot.new_tables = "incremental"
     config.source.include_tables = [rf"{test_db}\.a"]
     run_until_caught_up(config)
     config.source.include_tables = [rf"{test_db}\.(a|nokey)"]
@@ -270,6 +284,37 @@ def test_a_keyless_table_alone_newly_matching_is_skipped_named_and_starts_no_sna
     assert _any_started(config) == []
     stored = OffsetStore(config.kafka, config.producer.name).load()
     assert "snapshot" not in stored and "blocking" not in stored and stored[CAPTURE_LISTS]["include_tables"] == [rf"{test_db}\.(a|nokey)"]
+
+
+def test_a_keyless_table_newly_matching_is_read_whole_under_writes_with_blocking(stack, config, test_db):
+    """``blocking``: a newly matching table without a key, more rows than ``snapshot.chunk_size``,
+    written to while the start snapshots it: read whole at the start position, null-keyed; the
+    topic replayed as a multiset (the rows, then every change after them) equals the table."""
+    with stack.admin() as conn:
+        create_table(conn, test_db, "a", "single", 0)
+        create_keyless(conn, test_db, "legacy", 1000)
+    config.snapshot.new_tables = "blocking"
+    config.snapshot.chunk_size = 200
+    config.source.include_tables = [rf"{test_db}\.a"]
+    run_until_caught_up(config)
+    config.source.include_tables = [rf"{test_db}\.(a|legacy)"]
+    with KeylessLoad(lambda: stack.admin(test_db), test_db, "legacy", seed=9) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        with ProducerThread(config) as producer:
+            wait_for(lambda: _notes(config, "COMPLETED"), timeout=120, what="the new table's snapshot",
+                     state=producer.state)
+            done = sum(load.ops.values())
+            wait_for(lambda: sum(load.ops.values()) > done + 300, what="writes after the snapshot")
+            load.stop()
+    run_until_caught_up(config)
+    replay = keyless_replay(config, test_db, "legacy")
+    with stack.admin() as conn:
+        assert replay.table == keyless_rows(conn, test_db, "legacy")
+    assert {k for _, k, _ in replay.events} == {None} and 900 < len(replay.rows) < 1300
+    assert replay.changes_after > 100 and not _notes(config, "SKIPPED")
+    [started] = _notes(config, "STARTED")
+    assert started["additionalData"]["tables"] == [f"{test_db}.legacy"]
+    assert [v["source"]["snapshot"] for v in replay.rows[::len(replay.rows) - 1]] == ["first", "last"]
 
 
 def test_a_running_merge_job_takes_up_the_new_tables_as_they_come(stack, merge_config, test_db):

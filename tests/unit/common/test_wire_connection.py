@@ -6,6 +6,7 @@ and a server that closes the connection, stops answering or breaks the packet se
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -283,4 +284,62 @@ def test_a_server_that_stops_sending_rows_is_gone_after_the_read_timeout():
     with pytest.raises(ServerGone, match="did not answer in time"):
         conn.query_raw("SELECT id FROM t")
     assert conn.closed
+    server.join()
+
+
+def test_query_batches_reads_the_rows_a_batch_at_a_time_as_they_are_asked_for():
+    """Unbuffered: the first batch is handed over while the server still holds the rest back
+    (it sends them only once the test has that batch: a client reading the whole result first
+    would wait for ever); a statement before the last row is read is refused; once the EOF is
+    read the connection takes statements again."""
+    rows = [b"\x01" + str(i).encode() for i in range(5)]
+    first_batch = threading.Event()
+
+    def result(side):
+        side.write(b"\x01")
+        side.write(_column(b"id", 63, 3))
+        side.write(b"\xfe\x00\x00\x02\x00")
+        for row in rows[:2]:
+            side.write(row)
+        assert first_batch.wait(5), "the client did not hand over the first batch before the rest came"
+        for row in rows[2:]:
+            side.write(row)
+        side.write(b"\xfe\x00\x00\x02\x00")
+        side.seq = 0
+        assert side.read() == b"\x03SELECT 1"
+        side.write(ok_packet())
+        side.seq = 0
+        assert side.read() == b"\x01"  # COM_QUIT
+
+    server = ScriptedServer(_logged_in_then(result))
+    conn = _connect(server, read_timeout=10)
+    columns, batches = conn.query_batches("SELECT id FROM t", 2)
+    assert columns == [wire.Column("id", 63, 3, 0)]
+    got = [next(batches)]
+    first_batch.set()
+    assert conn.streaming
+    with pytest.raises(WireProtocolError, match="before the rows of the last one were read"):
+        conn.query_raw("SELECT 2")
+    got += list(batches)
+    assert got == [rows[:2], rows[2:4], rows[4:]] and not conn.streaming
+    assert isinstance(conn.query_raw("SELECT 1"), wire.OkResult)
+    conn.close()
+    server.join()
+
+
+def test_a_connection_closed_mid_result_is_dropped_without_com_quit():
+    def result(side):
+        side.write(b"\x01")
+        side.write(_column(b"id", 63, 3))
+        side.write(b"\xfe\x00\x00\x02\x00")
+        side.write(b"\x011")
+        side.write(b"\x012")
+        assert side.sock.recv(1) == b""  # (closed: no COM_QUIT in the middle of the rows)
+
+    server = ScriptedServer(_logged_in_then(result))
+    conn = _connect(server, read_timeout=10)
+    _, batches = conn.query_batches("SELECT id FROM t", 1)
+    assert next(batches) == [b"\x011"]
+    conn.close()
+    assert conn.closed and not conn.streaming
     server.join()

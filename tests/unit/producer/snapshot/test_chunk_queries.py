@@ -13,6 +13,11 @@ def test_composite_keyset_query_shape():
     assert params == [1, 1, "x", 9, 9, "z"]
 
 
+def test_a_keyless_tables_whole_read_has_no_order_and_no_limit():
+    sql, params = chunk_query("d", "t", ["a", "b"], [], after=None, upto=None, condition="`a` > 5", limit=None)
+    assert (sql, params) == ("SELECT `a`, `b` FROM `d`.`t` WHERE (`a` > 5)", [])
+
+
 def test_identifiers_are_quoted():
     sql, _ = chunk_query("we`ird", "t t", ["c`1"], ["c`1"], after=None, upto=None, condition=None, limit=5)
     assert "`we``ird`.`t t`" in sql and "`c``1`" in sql

@@ -388,7 +388,7 @@ class Connection:
             plugin = self.auth_plugin or (hs.plugin if hs.plugin in PLUGINS else NATIVE)
             self.write(handshake_response(caps, self.user, auth_response(plugin, self._password, hs.nonce), plugin,
                                           self.database))
-            self._login(plugin, hs.nonce)
+            self.plugin = login_exchange(self, self._password, plugin, hs.nonce, self.server_public_key)
         except ServerError as exc:
             self._drop()
             problem = tls_problem(exc, self.tls, self.where, offered=bool(hs and hs.capabilities & SSL))
@@ -429,43 +429,6 @@ class Connection:
             raise self._gone(exc) from None
         self._attach(sock)
         self.secure = True
-
-    def _login(self, plugin: str, nonce: bytes) -> None:
-        """The server's answers to the login, to its OK (an auth switch, caching_sha2's rounds)."""
-        while True:
-            data = self.read_packet()
-            first = data[0]
-            if first == 0x00:
-                self.plugin = plugin
-                return
-            if first == 0xFF:
-                raise parse_error(data)
-            if first == 0xFE:  # an authentication switch request
-                name, p = _cstring(data, 1)
-                plugin, nonce = name.decode("ascii", "replace"), data[p:].rstrip(b"\0")
-                self.write(auth_response(plugin, self._password, nonce))
-            elif first == 0x01 and plugin == CACHING_SHA2 and len(data) == 2 and data[1] == _FAST_AUTH_OK:
-                continue  # (the OK follows)
-            elif first == 0x01 and plugin == CACHING_SHA2 and len(data) == 2 and data[1] == _FULL_AUTH:
-                self._full_sha2_login(nonce)
-            else:
-                raise WireProtocolError(f"the server at {self.where} answered the login ({plugin}) with a packet "
-                                        f"this client does not expect (0x{first:02x})")
-
-    def _full_sha2_login(self, nonce: bytes) -> None:
-        """caching_sha2_password's full login: the password in clear text over TLS, else
-        encrypted with the server's RSA public key (given, or asked of the server)."""
-        if self.secure:
-            self.write(self._password + b"\0")
-            return
-        key = self.server_public_key
-        if key is None:
-            self.write(_PUBLIC_KEY_REQUEST)
-            data = self.read_packet()
-            if data[:1] == b"\xff":
-                raise parse_error(data)
-            key = data[1:]
-        self.write(rsa_encrypted_password(self._password, nonce, key))
 
     # -- packets ---------------------------------------------------------------------
     def read_packet(self) -> bytes:
@@ -644,6 +607,42 @@ class Connection:
     def __exit__(self, *exc) -> None:
         self.close()
 
+
+
+def login_exchange(conn: "Connection", password: bytes, plugin: str, nonce: bytes,
+                   server_public_key: bytes | None) -> str:
+    """The server's answers to a login (``conn``'s handshake response sent), to its OK: an
+    authentication switch, caching_sha2_password's rounds (its full login: the password in
+    clear text over TLS, else encrypted with the server's RSA public key, given or asked of
+    the server); an ERR raised.  The plugin the login ended with."""
+    while True:
+        data = conn.read_packet()
+        first = data[0]
+        if first == 0x00:
+            return plugin
+        if first == 0xFF:
+            raise parse_error(data)
+        if first == 0xFE:  # an authentication switch request
+            name, p = _cstring(data, 1)
+            plugin, nonce = name.decode("ascii", "replace"), data[p:].rstrip(b"\0")
+            conn.write(auth_response(plugin, password, nonce))
+        elif first == 0x01 and plugin == CACHING_SHA2 and len(data) == 2 and data[1] == _FAST_AUTH_OK:
+            continue  # (the OK follows)
+        elif first == 0x01 and plugin == CACHING_SHA2 and len(data) == 2 and data[1] == _FULL_AUTH:
+            if conn.secure:
+                conn.write(password + b"\0")
+                continue
+            key = server_public_key
+            if key is None:
+                conn.write(_PUBLIC_KEY_REQUEST)
+                data = conn.read_packet()
+                if data[:1] == b"\xff":
+                    raise parse_error(data)
+                key = data[1:]
+            conn.write(rsa_encrypted_password(password, nonce, key))
+        else:
+            raise WireProtocolError(f"the server at {conn.where} answered the login ({plugin}) with a packet "
+                                    f"this client does not expect (0x{first:02x})")
 
 def connect(host: str, port: int, user: str, password: str, **kw) -> Connection:
     """An open :class:`Connection` (``kw``: its keyword settings)."""

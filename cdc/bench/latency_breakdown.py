@@ -194,9 +194,11 @@ def _kafka_times(cfg, topic: str, first_id: int, last_id: int) -> dict[int, tupl
 
 
 def _steady_load(job: MergeJob, clock: _SinkClock, info, db: str, rate: int, seconds: float, first_id: int,
-                 console: Console) -> tuple[int, int, list[dict], list[dict]]:
+                 producer_pid: int, console: Console) -> tuple[int, int, list[dict], list[dict], float]:
     """The warm-up row, then ``rate`` inserts/s for ``seconds`` s, until every row is in the
-    sink: ``(first id, last id + 1, the job's recent batches, Spark's progress reports)``."""
+    sink: ``(first id, last id + 1, the job's recent batches, Spark's progress reports, CPU
+    seconds)``; the CPU is this process tree's over the load (:func:`_tree_cpu_s`: the merge
+    job, and the load's writer thread, the same whatever the job's settings)."""
     with admin(info.mysql, db) as conn, conn.cursor() as cur:
         cur.execute(insert_sql(first_id, 1))
     deadline = time.monotonic() + 180
@@ -207,9 +209,11 @@ def _steady_load(job: MergeJob, clock: _SinkClock, info, db: str, rate: int, sec
     time.sleep(2.0)
     writer = _SteadyWriter(info.mysql, db, rate, first_id + 1)
     with console.status(f"{rate:,} inserts/s for {seconds:.0f} s..."):
+        c0 = _tree_cpu_s(producer_pid)
         writer.start()
         time.sleep(seconds)
         writer.stop()
+        cpu = sum(max(0.0, v - c0.get(pid, 0.0)) for pid, v in _tree_cpu_s(producer_pid).items())
         deadline = time.monotonic() + 180
         while len(clock.latencies(first_id + 1, writer.next_id)) < writer.count:
             if time.monotonic() > deadline:
@@ -217,7 +221,7 @@ def _steady_load(job: MergeJob, clock: _SinkClock, info, db: str, rate: int, sec
             time.sleep(0.5)
     time.sleep(1.0)  # (the last batch's report)
     progress = [dict(p) if not isinstance(p, dict) else p for p in (job.query.recentProgress if job.query else [])]
-    return first_id + 1, writer.next_id, list(getattr(job.report, "recent", [])), progress
+    return first_id + 1, writer.next_id, list(getattr(job.report, "recent", [])), progress, cpu
 
 
 def _tree_cpu_s(exclude: int | None) -> dict[int, float]:
@@ -298,7 +302,9 @@ def bench_latency(state_dir: Path = DEFAULT_STATE_DIR, *, rate: int = 5000, seco
             with admin(info.mysql, db) as conn, conn.cursor() as cur:  # a row that makes the sink table
                 cur.execute(insert_sql(1, 1))
             clock = _wait_for_table(cfg, db)
-            first, last, recent, progress = _steady_load(job, clock, info, db, rate, seconds, 2, console)
+            first, last, recent, progress, cpu = _steady_load(job, clock, info, db, rate, seconds, 2, producer.pid,
+                                                              console)
+            result["load_cpu_s"] = round(cpu, 2)
             if idle_s > 0:
                 with console.status(f"the idle pipeline: {idle_s:.0f} s, then single changes..."):
                     result["idle"] = _idle(clock, info, db, last, idle_s, 5, producer.pid)
@@ -356,7 +362,8 @@ def print_breakdown(result: dict[str, Any], console: Console) -> None:
     lt = result.get("latency") or {}
     if lt.get("rows"):
         console.print(f"every row ({lt['rows']:,}): p50 {lt['p50_ms']:,.0f} ms, p99 {lt['p99_ms']:,.0f} ms, "
-                      f"max {lt['max_ms']:,.0f} ms")
+                      f"max {lt['max_ms']:,.0f} ms; CPU over the load {result.get('load_cpu_s')} s "
+                      f"(the merge job and the load's writer)")
     idle = result.get("idle")
     if idle:
         console.print(f"idle: the merge job's CPU {idle['cpu_s_per_hour']:,.1f} s an hour ({idle['cpu_s']} s in "

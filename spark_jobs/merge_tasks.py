@@ -1,9 +1,12 @@
 """The merge job's tasks: the stream of a source's table topics, and each micro-batch's
-partitions merged on the executors.
+partitions merged on the executors, or a small batch in the driver's process.
 
 With the ``cdc-kafka`` source each task reads its Kafka ranges itself (planned from Spark's
 offset log as the source plans them, at most one task per executor core): the batch's
-DataFrame is not read.  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read
+DataFrame is not read.  A batch of at most ``spark.inline_batch_records`` records is merged
+by the same function in the driver's process, its ranges one after the other: a Spark job's
+scheduling and tasks' start cost more than such a batch's work (docs/merge-performance.md,
+"The latency floor").  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read
 through the DataFrame (``mapInArrow``).
 """
 
@@ -97,7 +100,7 @@ class MergeTasks:
         With the ``cdc-kafka`` source each task reads its Kafka ranges itself (at most one task
         per executor core, ``RDD.mapPartitions``): the batch's DataFrame is not read, so the
         records are not turned into Arrow, sent to the JVM and back to a second Python
-        worker.  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read through the
+        worker; a small batch is merged in this process instead (:meth:`inline`).  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read through the
         DataFrame (``mapInArrow``)."""
         if self.cfg.spark.kafka_source == "jvm":
             return [r.asDict() for r in df.select("key", "value", "topic", "partition", "offset")

@@ -268,55 +268,14 @@ def bench_sinks(state_dir: Path = DEFAULT_STATE_DIR, *, events: int = 1_000_000,
         ensure_topics(cfg.kafka, [topic, prefix])
         expected = changes["total"] + changes["delete"]
         worker.start()
-        source = dbz.connector_properties(info.mysql, db, prefix=prefix, state=work / "source", fmt="json",
-                                          server_id=bench_server_id(), **{
-                                              "snapshot.mode": "recovery", "table.include.list": f"{db}.{TABLE}"})
-        for engine_only in ("name", "offset.storage", "offset.storage.file.filename", "converter.schemas.enable"):
-            source.pop(engine_only, None)
-        source.update({"tombstones.on.delete": "true", "database.ssl.mode": "disabled", "tasks.max": "1"})
-        with console.status("Debezium in Kafka Connect writes the backlog..."):
-            worker.create(SOURCE, source, stopped=True)
-            worker.set_offsets(SOURCE, [{"partition": {"server": prefix},
-                                         "offset": {"file": start[0], "pos": int(start[1])}}])
-            worker.resume(SOURCE)
-            deadline = time.monotonic() + 3600
-            while topic_records(info.kafka["bootstrap_servers"], topic) < expected:
-                worker.check(SOURCE)
-                if time.monotonic() > deadline:
-                    raise BenchError("Debezium did not write the backlog within an hour")
-                time.sleep(0.5)
+        _debezium_backlog(worker, info, db, prefix, work, start, topic, expected, console)
         result["records"] = topic_records(info.kafka["bootstrap_servers"], topic)
         build_session("local[2]", kafka_source=cfg.spark.kafka_source)  # started once, as the worker is
         race = _SinkRace(info, cfg, db, topic, worker, work, tasks, console)
         race.records = result["records"]
-        per_round = []
-        for i, order in enumerate(race_rounds.round_orders(rounds)):
-            conditions = round_conditions(info)
-            runs: dict[str, Any] = {}
-            for side in order:
-                with console.status(f"round {i + 1}: {'the merge job' if side == race_rounds.OURS else 'JDBC sink'}..."):
-                    if side == race_rounds.OURS:
-                        runs[OURS] = race.ours(f"r{i + 1}_{run}")
-                    else:
-                        runs[JDBC] = race.jdbc(f"r{i + 1}_{run}")
-            per_round.append({**conditions, "order": list(order), "runs": runs, "ratios": {
-                "merge_job/jdbc_sink": dbz.ratio(runs[OURS]["events_per_s"], runs[JDBC]["records_per_s"]),
-                "merge_job steady/jdbc_sink": dbz.ratio(runs[OURS]["steady_events_per_s"],
-                                                        runs[JDBC]["records_per_s"])}})
-        race_rounds.combine_rounds(result, per_round)
-        latencies: dict[str, list] = {OURS: [], JDBC: []}
-        next_id = max_id + 1
+        race_rounds.combine_rounds(result, _throughput_rounds(race, info, rounds, run, console))
         if rate and seconds:
-            worker.request("PUT", f"/connectors/{race.live[JDBC][1]}/pause")
-            for order in race_rounds.round_orders(rounds):
-                for side in order:
-                    key = OURS if side == race_rounds.OURS else JDBC
-                    with console.status(f"latency, {rate:,} inserts/s, {key}..."):
-                        lat = race.latency(key, rate, seconds, next_id)
-                    latencies[key].append(lat)
-                    next_id = lat["next_id"] + 10
-            result["latency"] = {k: race_rounds.combine_runs(v)[0] | {"spread": race_rounds.combine_runs(v)[1],
-                                                                      "rounds": v} for k, v in latencies.items()}
+            result["latency"] = _latency_rounds(race, rate, seconds, rounds, max_id + 1, console)
             time.sleep(5.0)  # the source connector has streamed the last load
             worker.resume(race.live[JDBC][1])  # both sinks catch up, then both are verified
             race.catch_up(race.live[JDBC][1])
@@ -333,6 +292,65 @@ def bench_sinks(state_dir: Path = DEFAULT_STATE_DIR, *, events: int = 1_000_000,
     return result
 
 
+
+
+def _debezium_backlog(worker: ConnectWorker, info, db: str, prefix: str, work: Path, start: tuple, topic: str,
+                      expected: int, console: Console) -> None:
+    """Debezium's MySQL connector in the worker, from the binlog position ``start``, until the
+    table topic holds the ``expected`` records (the changes and their tombstones)."""
+    source = dbz.connector_properties(info.mysql, db, prefix=prefix, state=work / "source", fmt="json",
+                                      server_id=bench_server_id(), **{
+                                          "snapshot.mode": "recovery", "table.include.list": f"{db}.{TABLE}"})
+    for engine_only in ("name", "offset.storage", "offset.storage.file.filename", "converter.schemas.enable"):
+        source.pop(engine_only, None)
+    source.update({"tombstones.on.delete": "true", "database.ssl.mode": "disabled", "tasks.max": "1"})
+    with console.status("Debezium in Kafka Connect writes the backlog..."):
+        worker.create(SOURCE, source, stopped=True)
+        worker.set_offsets(SOURCE, [{"partition": {"server": prefix},
+                                     "offset": {"file": start[0], "pos": int(start[1])}}])
+        worker.resume(SOURCE)
+        deadline = time.monotonic() + 3600
+        while topic_records(info.kafka["bootstrap_servers"], topic) < expected:
+            worker.check(SOURCE)
+            if time.monotonic() > deadline:
+                raise BenchError("Debezium did not write the backlog within an hour")
+            time.sleep(0.5)
+
+
+def _throughput_rounds(race: _SinkRace, info, rounds: int, run: str, console: Console) -> list[dict]:
+    """(a): each round both sinks over the backlog, in the round's order; the rounds' runs and ratios."""
+    per_round = []
+    for i, order in enumerate(race_rounds.round_orders(rounds)):
+        conditions = round_conditions(info)
+        runs: dict[str, Any] = {}
+        for side in order:
+            with console.status(f"round {i + 1}: {'the merge job' if side == race_rounds.OURS else 'JDBC sink'}..."):
+                if side == race_rounds.OURS:
+                    runs[OURS] = race.ours(f"r{i + 1}_{run}")
+                else:
+                    runs[JDBC] = race.jdbc(f"r{i + 1}_{run}")
+        per_round.append({**conditions, "order": list(order), "runs": runs, "ratios": {
+            "merge_job/jdbc_sink": dbz.ratio(runs[OURS]["events_per_s"], runs[JDBC]["records_per_s"]),
+            "merge_job steady/jdbc_sink": dbz.ratio(runs[OURS]["steady_events_per_s"],
+                                                    runs[JDBC]["records_per_s"])}})
+    return per_round
+
+
+def _latency_rounds(race: _SinkRace, rate: int, seconds: float, rounds: int, next_id: int,
+                    console: Console) -> dict[str, Any]:
+    """(b): the JDBC sink paused, then each round both sides' latency runs in the round's
+    order, from row id ``next_id`` on; each side's medians, spread and runs."""
+    race.worker.request("PUT", f"/connectors/{race.live[JDBC][1]}/pause")
+    latencies: dict[str, list] = {OURS: [], JDBC: []}
+    for order in race_rounds.round_orders(rounds):
+        for side in order:
+            key = OURS if side == race_rounds.OURS else JDBC
+            with console.status(f"latency, {rate:,} inserts/s, {key}..."):
+                lat = race.latency(key, rate, seconds, next_id)
+            latencies[key].append(lat)
+            next_id = lat["next_id"] + 10
+    return {k: race_rounds.combine_runs(v)[0] | {"spread": race_rounds.combine_runs(v)[1], "rounds": v}
+            for k, v in latencies.items()}
 
 
 def render_sinks(result: dict[str, Any], *, when: str | None = None) -> str:

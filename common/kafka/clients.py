@@ -149,7 +149,8 @@ def topic_ids(bootstrap_servers: str, topics: Iterable[str], *, client_config: d
     names = sorted(set(topics))
     if not names:
         return {}
-    admin = admin or AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
+    if admin is None:  # (not `admin or ...`: an admin client with nothing queued has len() 0, so it is falsy)
+        admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
     out: dict[str, str] = {}
     for name, fut in admin.describe_topics(TopicCollection(names), request_timeout=timeout).items():
         try:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.config import SinksConfig
-from spark_jobs.sinks.configured import configured_sinks
+from spark_jobs.partition import worker_cache
+from spark_jobs.sinks.configured import build_sinks, configured_sinks
 
 
 @dataclass
@@ -48,5 +49,9 @@ class MergeSettings:
 
 
 def sinks_of(s: MergeSettings) -> list[tuple[str, Any]]:
-    """The table sinks of the job, built once per worker process."""
+    """The table sinks of the job, built once per worker process; in a batch merged in the
+    driver (:func:`~spark_jobs.partition.worker_cache.namespace`), once per job there: two
+    sources' jobs merge side by side in one driver and must not share a connection."""
+    if worker_cache.current_namespace():
+        return worker_cache.cached(("sinks", repr(s.sinks)), lambda: build_sinks(s.sinks))
     return configured_sinks(s.sinks)

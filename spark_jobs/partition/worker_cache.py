@@ -28,6 +28,11 @@ def namespace(name: str) -> Iterator[None]:
         _namespace.reset(token)
 
 
+def current_namespace() -> str:
+    """The namespace in force in this thread ("" in a Spark worker)."""
+    return _namespace.get()
+
+
 def _key(key: Any) -> Any:
     ns = _namespace.get()
     return (ns, key) if ns else key
@@ -64,7 +69,10 @@ def release(name: str) -> None:
     with _cache_lock:
         keys = [k for k in _cache if isinstance(k, tuple) and len(k) == 2 and k[0] == name]
         objs = [_cache.pop(k) for k in keys]
-    for obj in objs:
+    def named(obj: Any) -> bool:  # the job's sinks: [(name, sink), ...]
+        return isinstance(obj, list) and all(isinstance(x, tuple) and len(x) == 2 for x in obj)
+    parts = [sink for obj in objs if named(obj) for _, sink in obj]
+    for obj in [o for o in objs if not named(o)] + parts:
         for part in (obj, getattr(obj, "store", None)):  # (a decoder's schema store)
             close = getattr(part, "close", None)
             if callable(close):

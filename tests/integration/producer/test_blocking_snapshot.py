@@ -9,7 +9,6 @@ from collections import Counter
 
 import pytest
 
-from common.kafka.offsets import end_offsets
 from contract.position import event_of
 from tests.producer_helpers import ProducerProcess, ProducerThread, read_events, run_until_caught_up, wait_for
 from tests.snapshot_helpers import (
@@ -176,7 +175,8 @@ def test_a_blocking_snapshot_killed_midway_is_taken_again(stack, config, test_db
         else:
             wait_for(lambda: any(n["type"] == "STARTED" for n in _notifications(config)), what="the start's snapshot")
             sid = next(n["id"] for n in _notifications(config) if n["type"] == "STARTED")
-        wait_for(lambda: _records(config, topic) > 2000, timeout=120, what="rows written")
+        # (the topic holds the load's changes too: wait for the snapshot's own rows, committed)
+        wait_for(lambda: _snapshot_rows(config, topic) > 2000, timeout=120, interval=0.5, what="rows written")
         done_before = has_notification(config, "COMPLETED", id=sid)
         proc.kill9()
         proc.start()
@@ -209,7 +209,8 @@ def test_a_keyless_table_killed_mid_read_is_read_again_whole_and_its_last_attemp
     with KeylessLoad(lambda: stack.admin(test_db), test_db, "nokey", seed=5) as load:
         wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
         sid = signal(config, "execute-snapshot", _blocking([f"{test_db}.nokey"]))
-        wait_for(lambda: _records(config, topic) > 2000, timeout=120, what="rows written")
+        # (the topic holds the load's changes too: wait for the snapshot's own rows, committed)
+        wait_for(lambda: _snapshot_rows(config, topic) > 2000, timeout=120, interval=0.5, what="rows written")
         done_before = has_notification(config, "COMPLETED", id=sid)
         proc.kill9()
         proc.start()
@@ -273,13 +274,12 @@ def _notifications(config) -> list[dict]:
         return []
 
 
-def _records(config, topic) -> int:
+def _snapshot_rows(config, topic) -> int:
+    """The committed op ``r`` records in ``topic`` (read_committed)."""
     try:
-        offsets = end_offsets(config.kafka.bootstrap_servers, [(topic, p) for p in range(config.kafka.partitions)],
-                              client_config=config.kafka.client_settings())
+        return sum(1 for _, _, v in read_events(config, topic) if v["op"] == "r")
     except Exception:  # noqa: BLE001 - no topic yet
         return 0
-    return sum(end - low for low, end in offsets.values())
 
 
 def test_merge_job_sinks_equal_the_source_after_a_blocking_snapshot_under_writes(stack, merge_config, test_db):

@@ -246,11 +246,11 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise KafkaSourceOptionError(f"wakeTopics names topics the query reads: {read}")
     poll_ms = _positive_int(opts, "kafkaconsumer.polltimeoutms", 120_000)
     fetch_ms = _positive_int(opts, "fetchoffset.timeoutms", 30_000)
-    idle_ms = _positive_int(opts, "idlewaitms", None) if str(opts.get("idlewaitms", "0")).strip() != "0" else 0
+    idle_ms = 0 if str(opts.get("idlewaitms", "0")).strip() in ("", "0") else _positive_int(opts, "idlewaitms", 0)
     return SourceOptions(bootstrap_servers=bootstrap, topics=topics, pattern=pattern, starting=starting,
                          max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", None),
                          client_config=client, poll_timeout_s=poll_ms / 1000.0, fetch_timeout_s=fetch_ms / 1000.0,
-                         fail_on_data_loss=fail == "true", wake_topics=wake, idle_wait_s=(idle_ms or 0) / 1000.0)
+                         fail_on_data_loss=fail == "true", wake_topics=wake, idle_wait_s=idle_ms / 1000.0)
 
 
 def parse_starting_offsets(text: Any) -> Union[str, dict[TP, int]]:
@@ -333,8 +333,6 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         self._offsets = None         # ... for end offsets, and an admin client for topic ids:
         self._admin = None           # kept from trigger to trigger (a client's start each time cost ~20 ms)
         self._waiter = None          # ... and a consumer for idleWaitMs's fetch
-        self._unchanged: dict | None = None  # latestOffset's answer when nothing was new (see there)
-        self._waited_ends: dict[TP, int] = {}
         self.last_wait = ""  # what ended the last wait for records (_wait_for_records)
         self._initial: dict | None = None  # initialOffset's answer, resolved once
         self._next_start: dict | None = None  # the end of the last batch planned
@@ -468,17 +466,16 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         return "error" if got[0].error() is not None else "record"
 
     def latestOffset(self) -> dict:
-        answer = self._latest_offset()
-        if answer is self._unchanged and self.opts.idle_wait_s > 0:
-            self.last_wait = self._wait_for_records(self._waited_ends)
-            answer = self._latest_offset()
+        answer, unchanged_ends = self._latest_offset()
+        if unchanged_ends is not None and self.opts.idle_wait_s > 0:
+            self.last_wait = self._wait_for_records(unchanged_ends)
+            answer, _ = self._latest_offset()
         return answer
 
-    def _latest_offset(self) -> dict:
-        """:meth:`latestOffset`'s answer now; the start itself (``_unchanged``) when there is
-        nothing new, with the ends looked at kept in ``_waited_ends``."""
+    def _latest_offset(self) -> tuple[dict, dict[TP, int] | None]:
+        """:meth:`latestOffset`'s answer now, and when there is nothing new (the answer is the
+        start itself) the ends looked at, which a wait for records starts from (else None)."""
         start = self._next_start if self._next_start is not None else self.initialOffset()
-        self._unchanged = None
         latest = self._fetch_latest()
         cap = self.opts.max_offsets_per_trigger
         start_map = {tp: o for tp, o in offsets_from_json(start).items() if self.opts.subscribed(tp[0])}
@@ -498,12 +495,10 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         base = apply_data_loss(start_map, losses)
         end = plan_end_offsets(base, latest, cap)
         wake = {**wake_from_json(start), **self._fetch_wake()}  # (a wake topic gone for a moment: kept)
+        ends = {tp: hi for tp, (_, hi) in latest.items()}
         if not losses and end == start_map and wake == wake_from_json(start):
-            self._unchanged = start  # nothing new: Spark runs no batch
-            self._waited_ends = {**{tp: hi for tp, (_, hi) in latest.items()}, **wake}
-            return start
-        return offsets_to_json(end, ids=ids, lost=losses, wake=wake,
-                               log_end={tp: hi for tp, (_, hi) in latest.items()})  # (the pace watch's arrivals)
+            return start, {**ends, **wake}  # nothing new: Spark runs no batch
+        return offsets_to_json(end, ids=ids, lost=losses, wake=wake, log_end=ends), None  # (log_end: the pace watch's)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         self._next_start = end
@@ -513,9 +508,10 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         pass  # offsets live in Spark's checkpoint; nothing is committed to Kafka
 
     def stop(self) -> None:
+        clients = (self._meta, self._offsets, self._waiter)
+        self._meta = self._offsets = self._waiter = None
         self._admin = None  # (an admin client has no close: its threads end when it is collected)
-        for name in ("_meta", "_offsets", "_waiter"):
-            client, self.__dict__[name] = self.__dict__[name], None
+        for client in clients:
             if client is not None:
                 client.close()
 

@@ -100,8 +100,9 @@ class MergeTasks:
         With the ``cdc-kafka`` source each task reads its Kafka ranges itself (at most one task
         per executor core, ``RDD.mapPartitions``): the batch's DataFrame is not read, so the
         records are not turned into Arrow, sent to the JVM and back to a second Python
-        worker; a small batch is merged in this process instead (:meth:`inline`).  Spark's ``kafka`` source (``spark.kafka_source: jvm``) is read through the
-        DataFrame (``mapInArrow``)."""
+        worker; a small batch is merged in this process instead (:meth:`inline`).  Spark's
+        ``kafka`` source (``spark.kafka_source: jvm``) is read through the DataFrame
+        (``mapInArrow``)."""
         if self.cfg.spark.kafka_source == "jvm":
             return [r.asDict() for r in df.select("key", "value", "topic", "partition", "offset")
                     .mapInArrow(arrow_function(settings, inputs, schemas_end, epoch), OUTPUT_SCHEMA).collect()]
@@ -122,9 +123,8 @@ class MergeTasks:
         sc = df.sparkSession.sparkContext
         # No more tasks than executor cores: a task merges its ranges one after the other,
         # and a small batch pays Spark's per-task cost fewer times.
-        rows = (sc.parallelize(items, max(1, min(len(items), sc.defaultParallelism)))
-                .mapPartitions(range_function(settings, opts, schemas_end, epoch)).collect())
-        return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]
+        return _as_dicts(sc.parallelize(items, max(1, min(len(items), sc.defaultParallelism)))
+                         .mapPartitions(range_function(settings, opts, schemas_end, epoch)).collect())
 
     def range_spans(self, batch_id: int) -> dict[str, tuple[int, int]]:
         """Batch ``batch_id``'s partition ranges by ``topic[partition]`` (empty where not known)."""
@@ -155,5 +155,9 @@ class MergeTasks:
         connections) under this job's namespace (:func:`worker_cache.namespace`)."""
         task_settings = cloudpickle.loads(cloudpickle.dumps(settings))
         with worker_cache.namespace(self._inline_namespace):
-            rows = list(range_function(task_settings, opts, schemas_end, epoch, inline=True)(iter(items)))
-        return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]
+            return _as_dicts(range_function(task_settings, opts, schemas_end, epoch, inline=True)(iter(items)))
+
+
+def _as_dicts(rows) -> list[dict]:
+    """The tasks' ``(kind, topic, partition, payload)`` rows as dicts."""
+    return [{"kind": k, "topic": t, "partition": p, "payload": payload} for k, t, p, payload in rows]

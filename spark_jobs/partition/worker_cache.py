@@ -69,14 +69,20 @@ def release(name: str) -> None:
     with _cache_lock:
         keys = [k for k in _cache if isinstance(k, tuple) and len(k) == 2 and k[0] == name]
         objs = [_cache.pop(k) for k in keys]
-    def named(obj: Any) -> bool:  # the job's sinks: [(name, sink), ...]
-        return isinstance(obj, list) and all(isinstance(x, tuple) and len(x) == 2 for x in obj)
-    parts = [sink for obj in objs if named(obj) for _, sink in obj]
-    for obj in [o for o in objs if not named(o)] + parts:
-        for part in (obj, getattr(obj, "store", None)):  # (a decoder's schema store)
-            close = getattr(part, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - letting go is best effort; the rest still go
-                    pass
+    for obj in objs:
+        _close(obj)
+
+
+def _close(obj: Any) -> None:
+    """``obj.close()`` where it has one; a list or tuple's items each (the sinks: ``[(name,
+    sink), ...]``).  Best effort: one that fails does not keep the rest open."""
+    if isinstance(obj, (list, tuple)):
+        for item in obj:
+            _close(item)
+        return
+    close = getattr(obj, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - letting go is best effort
+            pass

@@ -371,7 +371,8 @@ def _cmd_bench_latency(args: argparse.Namespace) -> int:
     if args.rate < 1 or args.seconds <= 0:
         raise SystemExit("cdc bench latency: --rate and --seconds must be positive")
     result = bench_latency(Path(args.state_dir), rate=args.rate, seconds=args.seconds, partitions=args.partitions,
-                           trigger_s=args.trigger, idle_s=args.idle_seconds, keep_running=args.keep_running,
+                           trigger_s=args.trigger, idle_s=args.idle_seconds, source=args.source,
+                           keep_running=args.keep_running,
                            console=bench_console(args))
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
@@ -386,6 +387,9 @@ def _bench_latency_parser(bench_sub) -> None:
     p.add_argument("--partitions", type=int, default=4, help="partitions of the table topic (default 4)")
     p.add_argument("--trigger", type=float, default=None, metavar="SECONDS",
                    help="the merge job's trigger interval (default: the configuration's spark.trigger_interval_s)")
+    p.add_argument("--source", choices=("ours", "debezium"), default="ours",
+                   help="what writes the table topic: our producer (default), or Debezium's MySQL connector in "
+                        "Kafka Connect, read as kafka.input: debezium (the topics cdc bench sinks races on)")
     p.add_argument("--idle-seconds", type=float, default=30.0,
                    help="then the idle pipeline's CPU over this long, and single changes (default 30; 0: skip)")
     p.add_argument("--state-dir", default=".cdc/bench")

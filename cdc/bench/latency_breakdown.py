@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import json
 import os
 import statistics
 import threading
@@ -53,6 +54,9 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
+from cdc.bench import debezium as dbz
+from cdc.bench import race_settings
+from cdc.bench.connect_worker import ConnectWorker, require_plugins
 from cdc.bench.harness import (
     DEFAULT_STATE_DIR,
     TABLE,
@@ -66,7 +70,9 @@ from cdc.bench.harness import (
     start_stack,
 )
 from cdc.bench.merge import _ARRIVED, _SinkClock, _SteadyWriter, start_producer_process
+from cdc.bench.sink_race import start_debezium_source
 from cdc.errors import BenchError
+from common.kafka.clients import ensure_topics
 from common.kafka.topic_reader import read_topic
 from contract.codecs.serde import RecordDecoder
 from contract.schema_store import SchemaStore
@@ -179,18 +185,59 @@ def _row_times(cfg, db: str, first_id: int, last_id: int) -> dict[int, tuple[flo
         return {int(i): (float(s), float(a)) for i, s, a in cur.fetchall()}
 
 
+def debezium_key(raw: bytes) -> dict | None:
+    """A Debezium JSON record key's fields: the ``payload`` of a key written with its schema,
+    the object itself without; None for anything else."""
+    doc = json.loads(raw)
+    if isinstance(doc, dict) and set(doc) == {"schema", "payload"}:
+        doc = doc["payload"]
+    return doc if isinstance(doc, dict) else None
+
+
 def _kafka_times(cfg, topic: str, first_id: int, last_id: int) -> dict[int, tuple[int, float]]:
     """``{id: (partition, record timestamp ms)}`` of the table topic's records of ids in
-    ``[first_id, last_id)``."""
-    dec = RecordDecoder.resolving(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix,
-                                              cfg.kafka.client_settings()))
+    ``[first_id, last_id)`` (our producer's Avro keys, or Debezium's JSON ones)."""
+    if cfg.kafka.input == "debezium":
+        key_of = debezium_key
+    else:
+        key_of = RecordDecoder.resolving(SchemaStore(cfg.kafka.bootstrap_servers, cfg.kafka.topic_prefix,
+                                                     cfg.kafka.client_settings())).decode
     out: dict[int, tuple[int, float]] = {}
     for m in read_topic(cfg.kafka.bootstrap_servers, topic, timeout=120, client_config=cfg.kafka.client_settings()):
-        key = dec.decode(m.key()) if m.key() else None
+        key = key_of(m.key()) if m.key() else None
         row_id = key.get("id") if isinstance(key, dict) else None
         if row_id is not None and first_id <= row_id < last_id:
             out[int(row_id)] = (m.partition(), float(m.timestamp()[1]))
     return out
+
+
+class _Source:
+    """What writes the table topic: our producer (``cdc produce`` in a process of its own) or,
+    with ``input`` ``debezium``, Debezium's MySQL connector in a Kafka Connect worker (the
+    topics ``cdc bench sinks`` races the JDBC sink on); both from the binlog position ``start``."""
+
+    def __init__(self, kind: str, cfg, info, db: str, work: Path, start: tuple) -> None:
+        self.kind, self.worker, self.producer = kind, None, None
+        if kind == "debezium":
+            ensure_topics(cfg.kafka, [table_topic(cfg.kafka.topic_prefix, db, TABLE), cfg.kafka.topic_prefix])
+            self.worker = ConnectWorker(work / "connect", info.kafka["bootstrap_servers"],
+                                        heap=race_settings.DEFAULT_HEAP,
+                                        settings={**race_settings.connect_worker_settings(),
+                                                  "offset.flush.interval.ms": 500}).start()
+            start_debezium_source(self.worker, info, db, cfg.kafka.topic_prefix, work, start)
+            self.pid = self.worker.proc.pid
+        else:
+            cfg.producer.startup.mode = "position"
+            cfg.producer.startup.file, cfg.producer.startup.pos = start
+            self.producer = start_producer_process(cfg, work / "producer")
+            self.pid = self.producer.pid
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        if self.producer is not None:
+            self.producer.terminate()
+            self.producer.wait(60)
 
 
 def _steady_load(job: MergeJob, clock: _SinkClock, info, db: str, rate: int, seconds: float, first_id: int,
@@ -265,14 +312,20 @@ def _idle(clock: Any, info, db: str, row: int, idle_s: float, changes: int, prod
 
 def bench_latency(state_dir: Path = DEFAULT_STATE_DIR, *, rate: int = 5000, seconds: float = 30.0,
                   partitions: int = 4, trigger_s: float | None = None, idle_s: float = 30.0,
-                  keep_running: bool = False, console: Console | None = None) -> dict[str, Any]:
+                  source: str = "ours", keep_running: bool = False, console: Console | None = None) -> dict[str, Any]:
+    """The run (see the module's docstring); ``source`` ``debezium``: the table topic written by
+    Debezium's MySQL connector in Kafka Connect and read as ``kafka.input: debezium``."""
     console = console or Console()
-    result: dict[str, Any] = {"machine": machine_info(), "rate": rate, "seconds": seconds, "partitions": partitions}
-    info = start_stack(state_dir, console)
+    result: dict[str, Any] = {"machine": machine_info(), "rate": rate, "seconds": seconds, "partitions": partitions,
+                              "source": source}
+    if source == "debezium":
+        require_plugins("debezium-mysql")
+    info = start_stack(state_dir, console, (dbz.SERVER_VERSION_ARG,) if source == "debezium" else ())
     run = uuid.uuid4().hex[:8]
     db = f"benchlat_{run}"
     cfg = bench_config(info, db, db)
     cfg.kafka.partitions = partitions
+    cfg.kafka.input = "debezium" if source == "debezium" else cfg.kafka.input
     cfg.sinks.changelog.enabled = cfg.sinks.mysql.enabled = False
     cfg.sinks.postgres.schema_name = db
     if trigger_s is not None:
@@ -280,53 +333,22 @@ def bench_latency(state_dir: Path = DEFAULT_STATE_DIR, *, rate: int = 5000, seco
     result["trigger_interval_s"] = cfg.spark.trigger_interval_s
     work = Path(info.state_dir) / "bench-latency" / run
     cfg.state_dir, cfg.spark.checkpoint_dir = str(work / "job"), str(work / "checkpoints")
-    producer = None
+    writer = None
     try:
         with admin(info.mysql) as conn, conn.cursor() as cur:
+            if source == "debezium":
+                dbz.check_server_version(conn)
             create_bench_table(cur, db)
-            cfg.producer.startup.mode = "position"
-            cfg.producer.startup.file, cfg.producer.startup.pos = current_position(conn)
-        producer = start_producer_process(cfg, work / "producer")
+            start = current_position(conn)
+        writer = _Source(source, cfg, info, db, work, start)
         spark = build_session(cfg.spark.master, app_name=f"cdc-merge-{cfg.kafka.topic_prefix}",
                               kafka_source=cfg.spark.kafka_source)
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "5000")
-        job = MergeJob(cfg)
-        runner = threading.Thread(target=job.run, daemon=True)
-        runner.start()
-        try:
-            deadline = time.monotonic() + 180
-            while job.query is None:  # (the sink table is made by the first record's batch)
-                if time.monotonic() > deadline or not runner.is_alive():
-                    raise BenchError("the merge job's query did not start within 180 s")
-                time.sleep(0.2)
-            with admin(info.mysql, db) as conn, conn.cursor() as cur:  # a row that makes the sink table
-                cur.execute(insert_sql(1, 1))
-            clock = _wait_for_table(cfg, db)
-            first, last, recent, progress, cpu = _steady_load(job, clock, info, db, rate, seconds, 2, producer.pid,
-                                                              console)
-            result["load_cpu_s"] = round(cpu, 2)
-            if idle_s > 0:
-                with console.status(f"the idle pipeline: {idle_s:.0f} s, then single changes..."):
-                    result["idle"] = _idle(clock, info, db, last, idle_s, 5, producer.pid)
-        finally:
-            job.stop()
-            runner.join(120)
-        topic = table_topic(cfg.kafka.topic_prefix, db, TABLE)
-        kafka = _kafka_times(cfg, topic, first, last)
-        rows = [(i, kafka[i][0], s, kafka[i][1], a) for i, (s, a) in _row_times(cfg, db, first, last).items()
-                if i in kafka]
-        batches = batch_timelines(recent, progress)
-        parts = row_parts(rows, batches)
-        load_batches = [b for b in batches if b["batch_id"] in {p["batch_id"] for p in parts}]
-        totals = [a - s for _, (s, a) in _row_times(cfg, db, first, last).items()]
-        result["latency"] = {"rows": len(totals), "p50_ms": quantile(totals, 0.5), "p99_ms": quantile(totals, 0.99),
-                             "max_ms": max(totals) if totals else None}
-        result.update(rows_written=last - first, rows_placed=len(parts), breakdown=breakdown(parts),
-                      batches=batch_summary(load_batches))
+        first, last, recent, progress = _run_job(cfg, info, db, rate, seconds, idle_s, writer.pid, result, console)
+        _split_rows(cfg, db, first, last, recent, progress, result)
     finally:
-        if producer is not None:
-            producer.terminate()
-            producer.wait(60)
+        if writer is not None:
+            writer.stop()
         try:
             stop_session()
         except Exception as exc:  # noqa: BLE001 - cleanup is best effort
@@ -334,6 +356,49 @@ def bench_latency(state_dir: Path = DEFAULT_STATE_DIR, *, rate: int = 5000, seco
         drop_bench_database(info, db, Path(state_dir), keep_running, console)
     print_breakdown(result, console)
     return result
+
+
+def _run_job(cfg, info, db: str, rate: int, seconds: float, idle_s: float, source_pid: int,
+             result: dict[str, Any], console: Console) -> tuple[int, int, list[dict], list[dict]]:
+    """The merge job in a thread of this process: the load, then the idle pipeline (into
+    ``result``); ``(first id, last id + 1, the job's recent batches, Spark's progress reports)``."""
+    job = MergeJob(cfg)
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 180
+        while job.query is None:  # (the sink table is made by the first record's batch)
+            if time.monotonic() > deadline or not runner.is_alive():
+                raise BenchError("the merge job's query did not start within 180 s")
+            time.sleep(0.2)
+        with admin(info.mysql, db) as conn, conn.cursor() as cur:  # a row that makes the sink table
+            cur.execute(insert_sql(1, 1))
+        clock = _wait_for_table(cfg, db)
+        first, last, recent, progress, cpu = _steady_load(job, clock, info, db, rate, seconds, 2, source_pid, console)
+        result["load_cpu_s"] = round(cpu, 2)
+        if idle_s > 0:
+            with console.status(f"the idle pipeline: {idle_s:.0f} s, then single changes..."):
+                result["idle"] = _idle(clock, info, db, last, idle_s, 5, source_pid)
+    finally:
+        job.stop()
+        runner.join(120)
+    return first, last, recent, progress
+
+
+def _split_rows(cfg, db: str, first: int, last: int, recent: list[dict], progress: list[dict],
+                result: dict[str, Any]) -> None:
+    """Every row's clocks read and its latency split (into ``result``)."""
+    kafka = _kafka_times(cfg, table_topic(cfg.kafka.topic_prefix, db, TABLE), first, last)
+    times = _row_times(cfg, db, first, last)
+    rows = [(i, kafka[i][0], s, kafka[i][1], a) for i, (s, a) in times.items() if i in kafka]
+    batches = batch_timelines(recent, progress)
+    parts = row_parts(rows, batches)
+    load_batches = [b for b in batches if b["batch_id"] in {p["batch_id"] for p in parts}]
+    totals = [a - s for s, a in times.values()]
+    result["latency"] = {"rows": len(totals), "p50_ms": quantile(totals, 0.5), "p99_ms": quantile(totals, 0.99),
+                         "max_ms": max(totals) if totals else None}
+    result.update(rows_written=last - first, rows_placed=len(parts), breakdown=breakdown(parts),
+                  batches=batch_summary(load_batches))
 
 
 def _wait_for_table(cfg, db: str) -> _SinkClock:

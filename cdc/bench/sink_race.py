@@ -294,21 +294,27 @@ def bench_sinks(state_dir: Path = DEFAULT_STATE_DIR, *, events: int = 1_000_000,
 
 
 
-def _debezium_backlog(worker: ConnectWorker, info, db: str, prefix: str, work: Path, start: tuple, topic: str,
-                      expected: int, console: Console) -> None:
-    """Debezium's MySQL connector in the worker, from the binlog position ``start``, until the
-    table topic holds the ``expected`` records (the changes and their tombstones)."""
+def start_debezium_source(worker: ConnectWorker, info, db: str, prefix: str, work: Path, start: tuple) -> None:
+    """Debezium's MySQL connector (connector ``SOURCE``) in the worker, streaming the bench
+    table of ``db`` from the binlog position ``start`` into Debezium JSON topics under ``prefix``."""
     source = dbz.connector_properties(info.mysql, db, prefix=prefix, state=work / "source", fmt="json",
                                       server_id=bench_server_id(), **{
                                           "snapshot.mode": "recovery", "table.include.list": f"{db}.{TABLE}"})
     for engine_only in ("name", "offset.storage", "offset.storage.file.filename", "converter.schemas.enable"):
         source.pop(engine_only, None)
     source.update({"tombstones.on.delete": "true", "database.ssl.mode": "disabled", "tasks.max": "1"})
+    worker.create(SOURCE, source, stopped=True)
+    worker.set_offsets(SOURCE, [{"partition": {"server": prefix},
+                                 "offset": {"file": start[0], "pos": int(start[1])}}])
+    worker.resume(SOURCE)
+
+
+def _debezium_backlog(worker: ConnectWorker, info, db: str, prefix: str, work: Path, start: tuple, topic: str,
+                      expected: int, console: Console) -> None:
+    """Debezium's MySQL connector in the worker, from the binlog position ``start``, until the
+    table topic holds the ``expected`` records (the changes and their tombstones)."""
     with console.status("Debezium in Kafka Connect writes the backlog..."):
-        worker.create(SOURCE, source, stopped=True)
-        worker.set_offsets(SOURCE, [{"partition": {"server": prefix},
-                                     "offset": {"file": start[0], "pos": int(start[1])}}])
-        worker.resume(SOURCE)
+        start_debezium_source(worker, info, db, prefix, work, start)
         deadline = time.monotonic() + 3600
         while topic_records(info.kafka["bootstrap_servers"], topic) < expected:
             worker.check(SOURCE)

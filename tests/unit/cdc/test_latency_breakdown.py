@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc.bench.latency_breakdown import PARTS, batch_summary, batch_timelines, breakdown, iso_ms, row_parts
+from cdc.bench.latency_breakdown import PARTS, batch_summary, batch_timelines, breakdown, debezium_key, iso_ms, row_parts
 
 
 def _batch(batch_id: int, trigger_ms: float, start_ms: float, seconds: float, plan_s: float,
@@ -69,3 +69,11 @@ def test_the_breakdown_and_the_batches_summary():
     summary = batch_summary(batch_timelines([r1, r2], [p1, p2]))
     assert summary["batches"] == 2 and summary["trigger_gap_ms_median"] == pytest.approx(300.0)
     assert summary["ours_ms_median"]["plan_s"] == pytest.approx(20.0)
+
+
+def test_a_debezium_key_is_read_with_and_without_its_schema():
+    with_schema = b'{"schema": {"type": "struct", "fields": [{"field": "id", "type": "int64"}]}, "payload": {"id": 7}}'
+    assert debezium_key(with_schema) == {"id": 7}
+    assert debezium_key(b'{"id": 8}') == {"id": 8}
+    assert debezium_key(b'{"payload": 3, "other": 1}') == {"payload": 3, "other": 1}  # (not the schema's envelope)
+    assert debezium_key(b'[1, 2]') is None

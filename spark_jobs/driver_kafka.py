@@ -10,22 +10,15 @@ test_topic_reader.py, so they run here.)
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable
 
 from common.kafka.clients import topic_ids
-from common.kafka.offsets import end_offsets
+from common.kafka.offsets import end_offsets, offsets_consumer
 from common.kafka.topic_reader import partition_records, topic_records
 from contract.markers import decode_marker
 
 log = logging.getLogger(__name__)
-
-def driver_end_offsets(bootstrap: str, partitions, client: dict | None = None) -> dict[tuple[str, int], tuple[int, int]]:
-    """:func:`common.kafka.offsets.end_offsets` with the driver's client settings."""
-    parts = list(partitions)
-    if not parts:
-        return {}
-    return end_offsets(bootstrap, parts, client_config=client)
-
 
 def our_marker(value: bytes, offset: int) -> list[dict]:  # noqa: ARG001 - read_markers' decode
     """A record of our markers topic: its one marker."""
@@ -44,14 +37,18 @@ def read_markers(bootstrap: str, topic: str, start: int, end: int, client: dict 
 
 class DriverKafka:
     """The Kafka cluster as the driver of one source's merge job sees it: ``kafka`` (the
-    configuration's ``kafka`` section) with the job's client settings ``client``, and one
-    admin client for metadata, made on first use (one per look-up costs a connection)."""
+    configuration's ``kafka`` section) with the job's client settings ``client``, one admin
+    client for metadata and one consumer for end offsets, each made on first use: a new
+    client per look-up costs its start and a connection, and the batch's plan looks up end
+    offsets at every trigger (issue 70: a few milliseconds of every batch)."""
 
     def __init__(self, kafka: Any, client: dict) -> None:
         self.kafka = kafka
         self.bootstrap: str = kafka.bootstrap_servers
         self.client = client
         self._admin_client = None
+        self._consumer = None
+        self._consumer_lock = threading.Lock()  # (the batch's plan, and the metrics' lag from another thread)
 
     def admin(self):
         """The job's admin client (metadata), made once: one per look-up costs a connection."""
@@ -62,8 +59,13 @@ class DriverKafka:
         return self._admin_client
 
     def close(self) -> None:
-        """Let go of the admin client (it is made again on the next look-up)."""
+        """Let go of the admin client and close the offsets consumer (both made again on the
+        next look-up)."""
         self._admin_client = None
+        with self._consumer_lock:
+            consumer, self._consumer = self._consumer, None
+            if consumer is not None:
+                consumer.close()
 
     def offsets_now(self, tps) -> dict[tuple[str, int], tuple[int, int]]:
         """``{tp: (low, end)}`` of the partitions of ``tps`` that exist now."""
@@ -73,15 +75,28 @@ class DriverKafka:
         md = self.admin().list_topics(timeout=15)
         there = [(t, p) for t, p in tps if t in md.topics and md.topics[t].error is None
                  and p in md.topics[t].partitions]
-        return driver_end_offsets(self.bootstrap, there, self.client)
+        return self.end_offsets(there)
+
+    @property
+    def offsets_consumer(self):
+        """The consumer the end offsets are asked of (None until the first look-up)."""
+        return self._consumer
 
     def end_offsets(self, partitions) -> dict[tuple[str, int], tuple[int, int]]:
-        """:func:`driver_end_offsets` of ``partitions`` (which must exist)."""
-        return driver_end_offsets(self.bootstrap, partitions, self.client)
+        """:func:`~common.kafka.offsets.end_offsets` of ``partitions`` (which must exist),
+        asked of the job's offsets consumer."""
+        parts = list(partitions)
+        if not parts:
+            return {}
+        with self._consumer_lock:
+            if self._consumer is None:
+                self._consumer = offsets_consumer(self.bootstrap, self.client)
+            return end_offsets(self.bootstrap, parts, consumer=self._consumer)
 
     def topic_ids(self, topics) -> dict[str, str]:
-        """Kafka's id of each of ``topics`` that exists (a topic made again has another)."""
-        return topic_ids(self.bootstrap, topics, client_config=self.client)
+        """Kafka's id of each of ``topics`` that exists (a topic made again has another),
+        asked of the job's admin client."""
+        return topic_ids(self.bootstrap, topics, client_config=self.client, admin=self.admin())
 
     def read_markers(self, topic: str, start: int, end: int,
                      decode: Callable[[bytes, int], list[dict]] = our_marker) -> list[dict]:

@@ -197,3 +197,33 @@ def test_end_offsets_give_up_with_offset_lookup_error_when_the_broker_does_not_a
         end_offsets(bs, [(topic, 0), (topic, 1)], timeout=2.0)
     assert time.monotonic() - t0 < 8
     assert end_offsets(bs, [(topic, 0), (topic, 1)]) == {(topic, 0): (0, 0), (topic, 1): (0, 0)}
+
+
+def test_the_merge_jobs_driver_asks_one_kept_consumer_and_sees_each_commit(stack, config, topic):
+    """The driver's look-ups (every batch's plan) ask one consumer they keep (issue 70): it
+    still stops before an open transaction and moves on its commit, a topic made since is
+    found, and after ``close`` a look-up makes it again."""
+    from spark_jobs.driver_kafka import DriverKafka
+
+    bs = config.kafka.bootstrap_servers
+    ensure_topics(config.kafka, [topic], partitions=1)
+    tp = (topic, 0)
+    kafka = DriverKafka(config.kafka, config.kafka.client_settings())
+    assert kafka.offsets_now([tp]) == {tp: (0, 0)}
+    kept = kafka.offsets_consumer
+    producer = _one_committed_one_open(bs, topic, (b"c", 100), (b"o", 50))
+    try:
+        _, end = kafka.end_offsets([tp])[tp]
+        assert 100 <= end < 150
+        producer.commit_transaction(30)
+        assert kafka.end_offsets([tp])[tp][1] >= 151
+        later = f"{topic}-later"
+        ensure_topics(config.kafka, [later], partitions=2)
+        assert kafka.offsets_now([(later, 0), (later, 1), (f"{topic}-none", 0)]) == {(later, 0): (0, 0),
+                                                                                    (later, 1): (0, 0)}
+        assert kafka.offsets_consumer is kept
+        kafka.close()
+        assert kafka.offsets_consumer is None
+        assert kafka.end_offsets([tp])[tp][1] >= 151 and kafka.offsets_consumer is not None
+    finally:
+        kafka.close()

@@ -85,6 +85,9 @@ from spark_jobs.spark_session import build_session, stop_session
 #: A row's latency parts, in order (:func:`row_parts`).
 PARTS = ("producer", "to_trigger", "spark_before", "driver_plan", "to_range", "in_range")
 
+#: Single changes after the idle time (:func:`_idle`).
+IDLE_CHANGES = 5
+
 #: Spark's progress phases reported per batch (``durationMs``; absent ones left out).
 SPARK_PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets",
                 "triggerExecution")
@@ -378,7 +381,10 @@ def _run_job(cfg, info, db: str, rate: int, seconds: float, idle_s: float, sourc
         result["load_cpu_s"] = round(cpu, 2)
         if idle_s > 0:
             with console.status(f"the idle pipeline: {idle_s:.0f} s, then single changes..."):
-                result["idle"] = _idle(clock, info, db, last, idle_s, 5, source_pid)
+                result["idle"] = _idle(clock, info, db, last, idle_s, IDLE_CHANGES, source_pid)
+            time.sleep(1.0)  # (the last change's batch report)
+            recent = list(getattr(job.report, "recent", []))  # (the single changes' batches too)
+            progress = [dict(p) if not isinstance(p, dict) else p for p in job.query.recentProgress]
     finally:
         job.stop()
         runner.join(120)
@@ -388,11 +394,16 @@ def _run_job(cfg, info, db: str, rate: int, seconds: float, idle_s: float, sourc
 def _split_rows(cfg, db: str, first: int, last: int, recent: list[dict], progress: list[dict],
                 result: dict[str, Any]) -> None:
     """Every row's clocks read and its latency split (into ``result``)."""
-    kafka = _kafka_times(cfg, table_topic(cfg.kafka.topic_prefix, db, TABLE), first, last)
+    kafka = _kafka_times(cfg, table_topic(cfg.kafka.topic_prefix, db, TABLE), first, last + IDLE_CHANGES)
     times = _row_times(cfg, db, first, last)
     rows = [(i, kafka[i][0], s, kafka[i][1], a) for i, (s, a) in times.items() if i in kafka]
     batches = batch_timelines(recent, progress)
     parts = row_parts(rows, batches)
+    if result.get("idle"):  # each single change's split: the first after the idle time is the slow one
+        singles = [(i, kafka[i][0], s, kafka[i][1], a) for i, (s, a) in
+                   sorted(_row_times(cfg, db, last, last + IDLE_CHANGES).items()) if i in kafka]
+        result["idle"]["single_change_parts"] = [{k: round(v) if k in PARTS or k == "total" else v
+                                                  for k, v in r.items()} for r in row_parts(singles, batches)]
     load_batches = [b for b in batches if b["batch_id"] in {p["batch_id"] for p in parts}]
     totals = [a - s for s, a in times.values()]
     result["latency"] = {"rows": len(totals), "p50_ms": quantile(totals, 0.5), "p99_ms": quantile(totals, 0.99),
@@ -433,6 +444,8 @@ def print_breakdown(result: dict[str, Any], console: Console) -> None:
     if idle:
         console.print(f"idle: the merge job's CPU {idle['cpu_s_per_hour']:,.1f} s an hour ({idle['cpu_s']} s in "
                       f"{idle['seconds']} s); single changes {idle['single_change_ms']} ms")
+        for r in idle.get("single_change_parts") or []:
+            console.print(f"  a single change, {r['total']:,} ms: " + ", ".join(f"{k} {r[k]:,}" for k in PARTS))
     bs = result.get("batches") or {}
     if bs.get("batches"):
         console.print(f"{bs['batches']} batches, {bs['records_median']:,.0f} records each (median); triggers "

@@ -48,3 +48,13 @@ def test_each_reader_is_a_consumer_group_of_its_own():
     assert topic_reader_config("b:1")["group.id"] != topic_reader_config("b:1")["group.id"]
     opts = parse_options(_options())
     assert range_consumer_config(opts)["group.id"] != range_consumer_config(opts)["group.id"]
+
+
+def test_the_range_consumer_does_not_wait_at_the_broker_for_records_past_a_commit_marker():
+    """A range of a transactional topic ends with a commit marker, which the consumer passes
+    on the next fetch: a fetch that finds nothing, which the broker holds for the fetch wait
+    (1 ms here, READ_AHEAD's 10 for the whole-topic readers; kafka_source's _READ_DEFAULTS);
+    a user's setting still wins."""
+    assert range_consumer_config(parse_options(_options()))["fetch.wait.max.ms"] == 1
+    assert topic_reader_config("b:1")["fetch.wait.max.ms"] == READ_AHEAD["fetch.wait.max.ms"]
+    assert str(range_consumer_config(parse_options(_options(**{"fetch.wait.max.ms": "7"})))["fetch.wait.max.ms"]) == "7"

@@ -199,7 +199,7 @@ def test_always_with_a_keyless_table_written_while_stopped_replays_to_the_table(
     replay = _replays_to_the_table(stack, config, db)
     earlier = [i for i, (_, _, v) in enumerate(replay.events) if v["op"] == "r"
                and v["source"]["snapshot"] == "last"][0]  # (the first start's last row)
-    between = [v for _, _, v in replay.events[earlier:replay.changes_before] if v["op"] != "r"]
+    between = [v for _, _, v in replay.events[earlier:replay.changes_before] if v["op"] != "r"]  # (to the last rows)
     assert len(between) >= stopped and replay.changes_after > 200
     assert len(replay.rows) == 1000 + sum(-1 if v["op"] == "d" else v["op"] == "c" for v in between)
 

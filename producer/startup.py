@@ -75,7 +75,7 @@ class Startup:
         self.planned = True
         flavor = info.flavor
         known = state.extra.get("gtid")
-        if known is not None and state.extra.get("server_id") in (None, info.server_id):
+        if known and state.extra.get("server_id") in (None, info.server_id):  # ("": none known)
             state.gtids = GtidSet.parse(known, flavor)
         elif state.resume.gtid_set:
             state.gtids = GtidSet.parse(state.resume.gtid_set, flavor)

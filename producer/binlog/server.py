@@ -128,10 +128,10 @@ def purged_gtids(conn) -> GtidSet:
 
 
 def gtids_at(conn, info: ServerInfo, file: str, pos: int) -> GtidSet | None:
-    """The GTID position of binlog coordinates ``file:pos`` (MariaDB's ``BINLOG_GTID_POS``);
-    None on MySQL, or when the server does not know the coordinates."""
+    """The GTID position of binlog coordinates ``file:pos`` (MariaDB's ``BINLOG_GTID_POS``;
+    MySQL: :func:`_mysql_gtids_at_end`); None when the server does not tell it."""
     if not info.is_mariadb:
-        return None
+        return _mysql_gtids_at_end(conn, file, pos)
     with conn.cursor() as cur:
         try:
             cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
@@ -194,3 +194,20 @@ def parse_timestamp(value: str) -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return int(dt.timestamp())
+
+
+def _mysql_gtids_at_end(conn, file: str, pos: int) -> GtidSet | None:
+    """MySQL has no function from binlog coordinates to GTIDs, but at the binlog's end the
+    executed set (``@@gtid_executed``) is theirs: read before the end is read and again after
+    it, alike (no transaction committed between); None when ``file:pos`` is not the end or a
+    transaction committed meanwhile.  A transaction enters ``@@gtid_executed`` only once its
+    binlog is written, so the set holds no transaction past ``file:pos`` (at most one written
+    there whose commit was not done yet: short of it, the stream's next transaction of its
+    source makes that good, never ahead).  Without it a start at the current position (no
+    stored position: ``startup.mode`` latest or initial) knew no GTID there, and a blocking
+    snapshot with a keyless table, whose read's point is a GTID set, waited for the stream to
+    reach that point until another transaction came."""
+    before = executed_gtids(conn, False)
+    if current_position(conn) != (file, pos) or executed_gtids(conn, False) != before:
+        return None
+    return before

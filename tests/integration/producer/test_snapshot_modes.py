@@ -1,6 +1,7 @@
 """Debezium's ``snapshot.mode`` values on the real stack: what each start snapshots, whether
 the producer streams afterwards, a start after purged binlogs (``when_needed``) and after a
-lost schemas topic (``recovery``)."""
+lost schemas topic (``recovery``); a keyless table in the start's snapshot (``initial``,
+``always``) under writes."""
 
 from __future__ import annotations
 
@@ -21,9 +22,18 @@ from tests.producer_helpers import (
     read_events,
     run_until_caught_up,
     shop_table,
+    wait_caught_up,
     wait_for,
 )
-from tests.snapshot_helpers import dblog_replay, notifications
+from tests.snapshot_helpers import (
+    KeylessLoad,
+    create_keyless,
+    dblog_replay,
+    has_notification,
+    keyless_replay,
+    keyless_rows,
+    notifications,
+)
 
 
 def _source(conn_factory, db: str) -> dict:
@@ -114,6 +124,84 @@ def test_initial_only_snapshots_then_stops(stack, config, test_db, table, mode):
         assert replayed.changes == 0 and all(k[0] < 100 for k in replayed.table)
     else:  # the second snapshot read them
         assert replayed.table == _source(stack.admin, test_db)
+
+
+def _keyless(stack, config, db: str, mode: str) -> None:
+    """``db.nokey``, a table without a key of 1,000 rows (duplicates among them), the only
+    table the producer captures, under ``snapshot.mode: mode``."""
+    with stack.admin() as conn:
+        create_keyless(conn, db, "nokey", 1000)
+    config.source.include_databases = [db]
+    config.snapshot.mode = mode
+    config.snapshot.chunk_size = 100
+
+
+def _start(stack, config, snapshots: int, load: KeylessLoad | None = None) -> None:
+    """A start of the producer (while ``load`` writes, if given): its snapshot (the
+    ``snapshots``-th) completed, writes after it, then the load stopped and everything
+    streamed; the producer stopped."""
+    with ProducerThread(config) as producer:
+        wait_for(lambda: len(_started(config)) == snapshots and has_notification(
+            config, "COMPLETED", id=_started(config)[-1]), timeout=120, what="the start's snapshot done",
+            state=producer.state)
+        if load is not None:
+            done = sum(load.ops.values())
+            wait_for(lambda: sum(load.ops.values()) > done + 200, what="writes after the snapshot")
+            load.stop()
+        with stack.admin() as conn:
+            wait_caught_up(config, conn)
+
+
+def _replays_to_the_table(stack, config, db: str):
+    """The keyless table's topic replayed (the last snapshot's rows, then every change after
+    them) equals the table as a multiset; the replay."""
+    replay = keyless_replay(config, db, "nokey")
+    with stack.admin() as conn:
+        source = keyless_rows(conn, db, "nokey")
+    assert replay.table == source and max(source.values()) > 1  # (duplicates: a multiset)
+    assert {key for _, key, _ in replay.events} == {None}
+    return replay
+
+
+def test_initial_with_a_keyless_table_under_writes_replays_to_the_table(stack, config, test_db):
+    """``snapshot.mode: initial``, a keyless table written to (inserts of duplicates, updates,
+    deletes) while the first start snapshots it: the read, begun after the start position,
+    holds the transactions up to its own point, which becomes the pause point (the changes
+    before it streamed below the rows); the rows and every change after them replay to the
+    table, nothing twice, nothing missing."""
+    _keyless(stack, config, test_db, "initial")
+    with KeylessLoad(lambda: stack.admin(test_db), test_db, "nokey", seed=21) as load:
+        wait_for(lambda: sum(load.ops.values()) > 50, what="writes running")
+        _start(stack, config, 1, load)
+    replay = _replays_to_the_table(stack, config, test_db)
+    # (the writes between the start position and the read: streamed below the rows, which are not at the start)
+    assert replay.changes_before > 0 and replay.changes_after > 200
+    assert [v["source"]["snapshot"] for v in replay.rows].count("first") == 1
+
+
+@pytest.mark.servers("mariadb", "mysql")
+def test_always_with_a_keyless_table_written_while_stopped_replays_to_the_table(source_stack, config, test_db):
+    """``snapshot.mode: always``, a keyless table: the first start snapshots it; while the
+    producer is stopped the table is written to (inserts of duplicates, updates, deletes), and
+    the writes go on while it starts again.  The second start's snapshot, taken at the stored
+    position, reads the table as it is now: its pause point moves to the read's point, the
+    changes made while stopped streamed below its rows; the last snapshot's rows and every
+    change after them replay to the table, nothing twice, nothing missing.  The first start,
+    with no write after it: on MySQL the read's point is a GTID set, which the stream knows at
+    the start position too (the server's executed set at the binlog's end)."""
+    stack, db = source_stack, test_db
+    _keyless(stack, config, db, "always")
+    _start(stack, config, 1)  # (no write: on MySQL the start's own GTIDs are the read's point)
+    with KeylessLoad(lambda: stack.admin(db), db, "nokey", seed=13) as load:
+        wait_for(lambda: sum(load.ops.values()) > 300, what="writes while the producer is stopped")
+        stopped = sum(load.ops.values())  # (committed before the start: each a change of one row)
+        _start(stack, config, 2, load)
+    replay = _replays_to_the_table(stack, config, db)
+    earlier = [i for i, (_, _, v) in enumerate(replay.events) if v["op"] == "r"
+               and v["source"]["snapshot"] == "last"][0]  # (the first start's last row)
+    between = [v for _, _, v in replay.events[earlier:replay.changes_before] if v["op"] != "r"]  # (to the last rows)
+    assert len(between) >= stopped and replay.changes_after > 200
+    assert len(replay.rows) == 1000 + sum(-1 if v["op"] == "d" else v["op"] == "c" for v in between)
 
 
 def test_when_needed_snapshots_again_after_purged_binlogs(own_mysql, config):

@@ -45,6 +45,7 @@ from producer.snapshot.coordinator import SnapshotCoordinator
 from producer.snapshot.gtid_windows import Boundary, MarkerSlots
 from producer.startup import ProducerState, Startup
 from producer.transaction_metadata import TransactionMetadata
+from producer.write_path import WritePaths
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,10 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
         self.batch_started = time.monotonic()
         self.last_heartbeat = time.monotonic()
         self.txn = TransactionMetadata(self.prefix, writer.produce)  # (producer.transaction_metadata)
+        # How each table's rows are written: routed, by the native emitter, as records built here
+        self.paths = WritePaths(builder, self.encoder, writer, outbox=app.outbox,
+                                windows=coordinator if coordinator.read_only else None,
+                                txn=self.txn if self.cfg.producer.transaction_metadata else None)
         # Where to restart to lose nothing of what has been handled: a ResumePoint, or the
         # last RowChanges handled (its resume point, built when needed).
         self._handled: ResumePoint | RowChanges = state.resume
@@ -213,26 +218,12 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
         return Boundary(point, based(point, self.state.file_base), self.gtids)
 
     def _produce(self, item: RowChanges, start: int, stop: int) -> int:
-        """Write the events of rows ``start`` to ``stop - 1``; their number."""
-        if self.outbox is not None and self.outbox.routes(item.db, item.table):  # (producer.events.outbox)
-            n = self.outbox.write_rows(self, item, start, stop, self._stored_last)
-            return self._written(n, n, item.ts_ms, (item.db, item.table, item.kind))
-        if self.writer.emitter is not None and not self.cfg.producer.transaction_metadata and \
-                not (self.coord.read_only and self.coord.inflight):  # (rows encoded where read: no record here)
-            if (counts := self.builder.emit_encoded(item, start, stop, self.encoder, self.writer,
-                                                    skip_up_to=self._stored_last)) is not None:
-                return self._written(*counts, item.ts_ms, (item.db, item.table, item.kind))
-        records = self.builder.records(item, start, stop, self.encoder, skip_up_to=self._stored_last)
-        if records and self.coord.read_only and self.coord.inflight:
-            # read-only windows: the keys changed while their chunks are read (dropped at the close)
-            for keys in self.coord.tracking(item.db, item.table):
-                keys.update(r[1] for r in records)
-        events = sum(1 for r in records if r[2] is not None)  # (tombstones are no change events)
-        if records:
-            if self.cfg.producer.transaction_metadata:
-                self.batch_events += self.txn.begin(item, events)
-            self.writer.produce_all(records)
-        return self._written(len(records), events, item.ts_ms, (item.db, item.table, item.kind))
+        """Write the events of rows ``start`` to ``stop - 1`` by their table's write path
+        (:mod:`producer.write_path`); their number."""
+        table = (item.db, item.table)
+        path = self.paths.get(table) or self.paths.choose(table)
+        records, events = path.write(item, start, stop, self._stored_last)
+        return self._written(records, events, item.ts_ms, (item.db, item.table, item.kind))
 
     def _written(self, records: int, events: int, ts_ms: int, what: tuple[str, str, str]) -> int:
         """``records`` were written (``events`` of them change events of ``what``): counted in the

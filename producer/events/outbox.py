@@ -22,8 +22,8 @@ UPDATEs of the outbox table are ignored with a warning (``invalid_operation``, D
 ``table.op.invalid.behavior``: ``warn``, ``error``: logged as an error, ``fatal``: the producer
 stops), DELETEs silently, as Debezium's router does; snapshot reads of the table (``r``) are
 routed as inserts, as Debezium's are.  The outbox table's own change topic is not written
-(Debezium's router replaces its records).  Other tables never come here: the session asks
-:meth:`OutboxRouter.routes` once per rows event.
+(Debezium's router replaces its records).  Other tables never come here: the session's write
+paths (:mod:`producer.write_path`) ask :meth:`OutboxRouter.routes` once per table.
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def _java_double(x: float) -> str:
 
 
 class RoutingParts(Protocol):
-    """What the router uses of the stream session (:class:`producer.session.StreamSession`)."""
+    """What the router uses of its caller (the outbox table's write path,
+    :class:`producer.write_path.OutboxPath`; the stream session for snapshot chunks)."""
 
     builder: Any   # producer.events.builder.EventBuilder: the table versions' converters and schemas
     encoder: Any   # producer.record_encoder.RecordEncoder: the record format

@@ -34,10 +34,16 @@ def expiry_cutoffs(timestamps_ms: Sequence[int], now: datetime, retention_hours:
     return oldest_kept, max(by_age, min(oldest_kept, now - COMMIT_MARGIN))
 
 
+def small_files(handle: Any, target_file_size: int) -> list[Any]:
+    """The scan tasks of the table's data files below half of ``target_file_size`` (what
+    :func:`compact_small_files` rewrites)."""
+    return [t for t in handle.scan().plan_files() if t.file.file_size_in_bytes < target_file_size // 2]
+
+
 def compact_small_files(handle: Any, target_file_size: int) -> dict:
     """Rewrite the table's data files below half of ``target_file_size`` into files of that
     size, in one snapshot; what was done."""
-    small = [t for t in handle.scan().plan_files() if t.file.file_size_in_bytes < target_file_size // 2]
+    small = small_files(handle, target_file_size)
     if len(small) < 2:
         return {"files_removed": 0, "files_added": 0}
     with handle.transaction() as tx:

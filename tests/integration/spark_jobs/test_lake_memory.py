@@ -52,3 +52,27 @@ def test_a_copy_on_write_commit_leaves_no_freed_memory_in_pyarrows_pool(tmp_path
         assert sink._load("shop", "big").scan().count() == rows
     finally:
         sink.close()
+
+
+def test_iceberg_compaction_reads_a_group_of_files_of_the_target_size_at_a_time(tmp_path, unique):
+    """Compaction merged every small file in one read: the whole table in memory, however
+    large, when its files are small.  Now it reads and writes a group of files of at most
+    ``target_file_size`` at a time (in one snapshot): 8 files of about a third of the target
+    become 3 or 4, the rows all there."""
+    sink = make_lake_sink("iceberg", tmp_path, None, unique("cat"))
+    try:
+        for b in range(8):
+            changes = _changes(list(range(b * 500, (b + 1) * 500)), "c", 10 ** 12 + b * 1000)
+            part = sink.staging.write("app", "shop", "many", b, 0, changes, ["id"])
+            part["input"] = changes.num_rows
+            sink.commit("shop", "many", [part], batch_id=b, app="app", owner="cdc-merge:test")
+        handle = sink._load("shop", "many")
+        sizes = [t.file.file_size_in_bytes for t in handle.scan().plan_files()]
+        assert len(sizes) == 8
+        sink.target_file_size = 3 * max(sizes) + 1
+        done = sink.compact("shop", "many")
+        assert done["files_removed"] >= 6 and done["files_added"] >= 2, done
+        assert 3 <= sink.file_count("shop", "many") <= 4
+        assert sink._load("shop", "many").scan().count() == 4000
+    finally:
+        sink.close()

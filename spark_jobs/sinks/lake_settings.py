@@ -29,7 +29,7 @@ class LakeSinkConfig(Section):
     # so that a long run keeps a bounded number of files per table.
     compact_every: int = Field(50, ge=0)
     # Also compact a table after any commit that leaves it with at least this many small files
-    # (those compaction merges: Delta's below target_file_size, Iceberg's below half of it), as
+    # (below half of target_file_size: any two of them make one file compaction writes), as
     # Delta's auto compaction (minNumFiles) and Iceberg's rewrite (min-input-files) trigger: a
     # copy-on-write commit writes a file per file it rewrites, and counting commits alone let
     # them pile up between two compactions (0: by compact_every only; 1 is refused: one file is

@@ -67,6 +67,7 @@ from common.kafka.security import export_secret_references
 from common.metrics_http import process_registry, serve_metrics
 from contract.schema_store import SchemaStore
 from contract.topics import dlq_topic
+from spark_jobs import driver_memory  # noqa: F401 - pyarrow's pool chosen before anything makes it
 from spark_jobs import sections  # noqa: F401 - every section of the configuration registered before it loads
 from spark_jobs.batch_commit import owner_of, query_app_id
 from spark_jobs.batch_report import BatchReport, KafkaLag, MergeCollector

@@ -127,17 +127,19 @@ class DeltaSink(LakeSinkBase):
                                                   for k, v in (section.storage_options or {}).items()},
                    staging=section.staging_path or None, soft_delete=section.soft_delete,
                    change_data_feed=section.change_data_feed, compact_every=section.compact_every,
-                   retention_hours=section.retention_hours, target_file_size=section.target_file_size)
+                   compact_min_files=section.compact_min_files, retention_hours=section.retention_hours,
+                   target_file_size=section.target_file_size)
 
     def __init__(self, path: str, *, storage_options: dict[str, str] | None = None, staging: str | None = None,
                  soft_delete: bool = False, change_data_feed: bool = False, compact_every: int = 0,
-                 retention_hours: int | None = None, target_file_size: int = 128 * 1024 * 1024) -> None:
+                 compact_min_files: int = 0, retention_hours: int | None = None,
+                 target_file_size: int = 128 * 1024 * 1024) -> None:
         if not path:
             raise SinkError("sinks.delta.path must be set")
         self.path = str(path).rstrip("/")
         self.storage_options = dict(storage_options or {})
         super().__init__(staging or f"{self.path}/_cdc_staging", soft_delete=soft_delete, compact_every=compact_every,
-                         retention_hours=retention_hours)
+                         compact_min_files=compact_min_files, retention_hours=retention_hours)
         self.change_data_feed = change_data_feed
         self.target_file_size = target_file_size
 
@@ -398,6 +400,16 @@ class DeltaSink(LakeSinkBase):
             if "cdc.batch" in meta:
                 out.append(batches_held(meta))
         return out
+
+    def small_file_count(self, db: str, table: str) -> int:
+        """Data files of the latest version below half of ``target_file_size`` (two of them always
+        make one file of OPTIMIZE's, which bin-packs files up to the target; counting every file
+        below the target would count what it leaves, a table of files just below it, each time)."""
+        handle = self._load(db, table)
+        if handle is None:
+            return 0
+        sizes = pa.table(handle.get_add_actions(flatten=True)).column("size_bytes")
+        return int(pc.sum(pc.less(sizes, self.target_file_size // 2)).as_py() or 0)
 
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's latest version."""

@@ -39,6 +39,7 @@ from spark_jobs.sinks.iceberg_maintenance import (
     drop_dead_manifests,
     expiry_cutoffs,
     remove_unreferenced_files,
+    small_files,
 )
 from spark_jobs.sinks.iceberg_catalog import IcebergCatalog, catalog_errors, no_secret, warehouse_uri
 from spark_jobs.sinks.iceberg_merge import rewrite, winners
@@ -85,12 +86,14 @@ class IcebergSink(LakeSinkBase):
                    namespace=section.namespace,
                    properties={k: v.get_secret_value() for k, v in (section.properties or {}).items()},
                    staging=section.staging_path or None, soft_delete=section.soft_delete,
-                   compact_every=section.compact_every, retention_hours=section.retention_hours,
+                   compact_every=section.compact_every, compact_min_files=section.compact_min_files,
+                   retention_hours=section.retention_hours,
                    max_snapshots=section.max_snapshots, target_file_size=section.target_file_size)
 
     def __init__(self, catalog_uri: str, warehouse: str, *, catalog_name: str = "cdc", namespace: str = "",
                  properties: dict[str, str] | None = None, staging: str | None = None, soft_delete: bool = False,
-                 compact_every: int = 0, retention_hours: int | None = None, max_snapshots: int | None = None,
+                 compact_every: int = 0, compact_min_files: int = 0, retention_hours: int | None = None,
+                 max_snapshots: int | None = None,
                  target_file_size: int = 128 * 1024 * 1024) -> None:
         if not catalog_uri or not warehouse:
             raise SinkError("sinks.iceberg.catalog_uri and sinks.iceberg.warehouse must be set")
@@ -102,7 +105,8 @@ class IcebergSink(LakeSinkBase):
         self.target_file_size = target_file_size
         self.max_snapshots = max_snapshots
         super().__init__(staging or f"{self.warehouse}/_cdc_staging", soft_delete=soft_delete,
-                         compact_every=compact_every, retention_hours=retention_hours)
+                         compact_every=compact_every, compact_min_files=compact_min_files,
+                         retention_hours=retention_hours)
         self._catalog = IcebergCatalog(catalog_uri, self.warehouse, catalog_name, self.properties)
 
     def __getstate__(self) -> dict:
@@ -356,6 +360,11 @@ class IcebergSink(LakeSinkBase):
             if "cdc.batch" in props:
                 found.setdefault(props.get("cdc.commit", str(snap.snapshot_id)), batches_held(props))
         return list(found.values())
+
+    def small_file_count(self, db: str, table: str) -> int:
+        """Data files of the current snapshot below half of ``target_file_size`` (what :meth:`compact` rewrites)."""
+        h = self._load(db, table)
+        return 0 if h is None or h.current_snapshot() is None else len(small_files(h, self.target_file_size))
 
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's current snapshot."""

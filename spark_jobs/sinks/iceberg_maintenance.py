@@ -34,22 +34,46 @@ def expiry_cutoffs(timestamps_ms: Sequence[int], now: datetime, retention_hours:
     return oldest_kept, max(by_age, min(oldest_kept, now - COMMIT_MARGIN))
 
 
+def small_files(handle: Any, target_file_size: int) -> list[Any]:
+    """The scan tasks of the table's data files below half of ``target_file_size`` (what
+    :func:`compact_small_files` rewrites)."""
+    return [t for t in handle.scan().plan_files() if t.file.file_size_in_bytes < target_file_size // 2]
+
+
+def file_groups(tasks: Sequence[Any], limit: int) -> list[list[Any]]:
+    """``tasks`` in groups of at most ``limit`` bytes of files each (a file larger than that
+    alone), smallest files first; a group of one file is left out (nothing to merge)."""
+    groups: list[list[Any]] = [[]]
+    size = 0
+    for t in sorted(tasks, key=lambda t: t.file.file_size_in_bytes):
+        if groups[-1] and size + t.file.file_size_in_bytes > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(t)
+        size += t.file.file_size_in_bytes
+    return [g for g in groups if len(g) > 1]
+
+
 def compact_small_files(handle: Any, target_file_size: int) -> dict:
     """Rewrite the table's data files below half of ``target_file_size`` into files of that
-    size, in one snapshot; what was done."""
-    small = [t for t in handle.scan().plan_files() if t.file.file_size_in_bytes < target_file_size // 2]
-    if len(small) < 2:
+    size, in one snapshot, a group of files of at most ``target_file_size`` at a time (the
+    memory a compaction takes follows that, not the table); what was done."""
+    groups = file_groups(small_files(handle, target_file_size), target_file_size)
+    if not groups:
         return {"files_removed": 0, "files_added": 0}
+    removed = added = 0
     with handle.transaction() as tx:
         meta = tx.table_metadata  # (a deep copy at each use: once, as in iceberg_merge.rewrite)
         with tx.update_snapshot(snapshot_properties={"cdc.maintenance": "compact"}).overwrite() as ow:
-            added = write_data_files(handle, meta, read_data_files(handle, meta, small), ow.commit_uuid,
-                                     itertools.count(0))
-            for t in small:
-                ow.delete_data_file(t.file)
-            for f in added:
-                ow.append_data_file(f)
-    return {"files_removed": len(small), "files_added": len(added)}
+            counter = itertools.count(0)
+            for group in groups:
+                for f in write_data_files(handle, meta, read_data_files(handle, meta, group), ow.commit_uuid, counter):
+                    ow.append_data_file(f)
+                    added += 1
+                for t in group:
+                    ow.delete_data_file(t.file)
+                removed += len(group)
+    return {"files_removed": removed, "files_added": added}
 
 
 def drop_dead_manifests(handle: Any) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from common.config import Section
 
@@ -28,6 +28,13 @@ class LakeSinkConfig(Section):
     # Compact a table's small files after every N of its commits (0: only by `cdc lake optimize`),
     # so that a long run keeps a bounded number of files per table.
     compact_every: int = Field(50, ge=0)
+    # Also compact a table after any commit that leaves it with at least this many small files
+    # (below half of target_file_size: any two of them make one file compaction writes), as
+    # Delta's auto compaction (minNumFiles) and Iceberg's rewrite (min-input-files) trigger: a
+    # copy-on-write commit writes a file per file it rewrites, and counting commits alone let
+    # them pile up between two compactions (0: by compact_every only; 1 is refused: one file is
+    # nothing to compact).
+    compact_min_files: int = Field(10, ge=0)
     # With each compaction, what older versions go (Delta: VACUUM and old log entries; Iceberg:
     # snapshots expired and the files no snapshot left needs deleted): every version committed
     # within the last retention_hours stays readable; 0 keeps only the latest; null never
@@ -53,3 +60,10 @@ class LakeSinkConfig(Section):
     commit_nice: int = Field(10, ge=0, le=19)
     # The size compaction aims at, in bytes.
     target_file_size: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
+
+    @field_validator("compact_min_files")
+    @classmethod
+    def _min_files(cls, v: int) -> int:
+        if v == 1:
+            raise ValueError("compact_min_files must be 0 (off) or at least 2: compaction merges files")
+        return v

@@ -446,6 +446,30 @@ def test_compact_every_keeps_the_files_of_a_long_run_bounded(driver_lake):
     assert len(lake_commits(lake, "shop", "items")) == 40  # compaction commits are not the job's batches
 
 
+def test_compact_min_files_compacts_before_the_count_of_commits_is_reached(driver_lake):
+    """Commits of new keys add a file each; with ``compact_every`` far away (a commit a minute
+    makes 50 an hour) the files pile up until it comes, unless a commit that leaves
+    ``compact_min_files`` small files compacts the table then."""
+    lake = driver_lake
+    src = simple_source()
+    lake.compact_every, lake.retention_hours = 1000, None
+    counts = {}
+    for min_files in (0, 4):
+        lake.compact_min_files = min_files
+        table = f"piles{min_files}"
+        files = []
+        for b in range(12):
+            commit_batch(lake, "shop", table, src.schema, ["id"],
+                         [[src.upsert({"id": b * 10 + i, "v": f"{b}"}, 1000 * b + i, "c") for i in range(10)]], b)
+            files.append(lake.file_count("shop", table))
+        counts[min_files] = files
+        assert len(values(lake, "shop", table)) == 120
+        assert len(lake_commits(lake, "shop", table)) == 12  # compaction commits are not the job's batches
+    assert counts[0][-1] >= 12, counts  # by the count of commits alone: a file a commit
+    assert max(counts[4]) <= 4, counts  # compacted whenever a commit left 4 small files
+    assert lake.small_file_count("shop", "piles4") < 4
+
+
 def test_two_writers_committing_at_once_both_land(lake, stack, tmp_path, unique):
     """Two jobs of one pipeline (two sources' queries routed into one table) commit to the
     same table at the same moment: the one that loses the race reads the table again and

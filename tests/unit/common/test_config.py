@@ -227,3 +227,14 @@ def test_kafka_compression_reaches_every_producer_and_a_bad_one_is_named(tmp_pat
     path.write_text("kafka:\n  compression: brotli\n")
     with pytest.raises(ConfigError, match="kafka.compression"):
         load_config(path, environ={})
+
+
+def test_the_lakes_compact_min_files_is_off_or_at_least_two(tmp_path: Path):
+    path = tmp_path / "cdc.yaml"
+    path.write_text("sinks:\n  iceberg:\n    compact_min_files: 1\n")
+    with pytest.raises(ConfigError, match="sinks.iceberg.compact_min_files"):
+        load_config(path)
+    cfg = load_config(path, environ={"CDC__SINKS__ICEBERG__COMPACT_MIN_FILES": "0",
+                                     "CDC__SINKS__DELTA__COMPACT_MIN_FILES": "4"})
+    assert (cfg.sinks.iceberg.compact_min_files, cfg.sinks.delta.compact_min_files) == (0, 4)
+    assert CDCConfig().sinks.delta.compact_min_files == 10

@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BUILT  := contract/type_codes.h
 
 .PHONY: demo demo-shards test unit venv jars pathway debezium system-deps mysql-server gh-ost clean bench bench-race bench-race-embedded chaos chaos-read-only soak soak-peak
 
@@ -14,8 +15,14 @@ $(STAMP): pyproject.toml setup.py contract/type_table.py contract/conversion_rul
 
 # (and, each time: Spark's Python processes import pip's PySpark from site-packages, not
 # from its pyspark.zip, which Python compiles anew in every process: cdc/pyspark_zip.py)
-venv: $(STAMP)
+venv: $(STAMP) $(BUILT)
 	@$(PY) -m cdc.pyspark_zip > /dev/null
+
+# The C extensions are built in the tree (pip's editable install, setup.py writing this
+# header first): a tree cleaned of untracked files while its venv was kept (`git clean -x -e
+# .venv`) has none, and the stamp in the venv would not notice; then they are built again.
+$(BUILT): | $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev]'
 
 # Pathway (the `pathway` extra), a Debezium consumer the tests run, in a venv of its own:
 # it pins pyarrow below the project's (tests/integration/producer/test_debezium_json.py).

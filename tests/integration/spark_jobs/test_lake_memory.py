@@ -6,7 +6,6 @@ what the process holds, not the largest commit so far.  Linux (``/proc/self/stat
 from __future__ import annotations
 
 import random
-import sys
 
 import pyarrow as pa
 import pytest
@@ -14,8 +13,6 @@ import pytest
 from spark_jobs.sinks.lake_types import OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from tests.lake_helpers import make_lake_sink
-
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 
 
 def private_mb() -> float:

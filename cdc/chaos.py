@@ -15,10 +15,12 @@ One scenario (``make chaos`` runs a long one, the test suite a moderate one):
 * the producer killed with SIGKILL ``producer_kills`` times and the merge job
   ``job_kills`` times at moments drawn from the seed, each restarted; the source
   database restarted once;
-* with ``brokers`` (a Kafka cluster of three nodes): the node leading the busiest partition
-  of the run's table topics killed with SIGKILL while the snapshots run and again while
-  only the stream does, each started again some seconds later, and a node stopped with
-  Kafka's controlled shutdown (SIGTERM) and started again;
+* with ``brokers`` (a Kafka cluster of three nodes, ``cdc.broker_chaos``): the node leading
+  the busiest partition of the run's table topics killed with SIGKILL while a snapshot runs
+  (one is started if none is) and again while only the stream does, each started again
+  some seconds later, and a node stopped with Kafka's controlled shutdown (SIGTERM) and
+  started again; after the run, the topics show that each stopped node led its partition
+  and that a snapshot was running at the first kill;
 * with ``read_only``: the producer runs as a CDC user that may not write at all
   (REPLICATION SLAVE, REPLICATION CLIENT, SELECT) with ``snapshot.read_only`` (windows
   bounded by GTID sets); the signals are rows another user inserts;
@@ -33,24 +35,21 @@ the machine does the rest.
 from __future__ import annotations
 
 import random
-import signal
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
+from cdc.broker_chaos import BROKER_DOWN_S, BrokerChaos, leader_epochs, leader_moved, snapshot_running
 from cdc.errors import ChaosError
-from cdc.stack.kafka_broker import EmbeddedKafka, partition_leaders, stop_node
 from cdc.pipeline_run import CdcProcess, pipeline_processes, run_config
 from cdc.verify import print_report, verify
 from cdc.workload import WriteLoad, create_table
 from common.config import CDCConfig
-from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect
 from contract.notifications import Notification
@@ -63,62 +62,6 @@ from spark_jobs.sinks.configured import build_sinks
 from spark_jobs.sinks.lake_base import LakeSinkBase
 
 KINDS = ("single", "composite", "string")
-#: How long a Kafka node the chaos stopped stays down.
-BROKER_DOWN_S = 6.0
-
-
-@dataclass
-class BrokerChaos:
-    """The chaos run's hold on a Kafka cluster of several nodes (the stack's ``kafka`` record
-    and its :class:`~cdc.stack.kafka_broker.EmbeddedKafka`): which node leads the busiest
-    partition, and stopping and starting nodes."""
-
-    cluster: EmbeddedKafka
-    info: dict
-    down: list[int] = field(default_factory=list)
-    #: Called with the cluster's record after a node started again (its new pid: stack.json).
-    on_change: Callable[[dict], None] | None = None
-
-    def stop_busiest_leader(self, cfg: CDCConfig, topics: list[str], *, kill: bool, in_sync_s: float = 60.0) -> int:
-        """Stop the node leading the partition of ``topics`` that holds the most records
-        (SIGKILL when ``kill``, else a controlled shutdown); its id.  First every partition's
-        replicas are waited for to be in sync again (at most ``in_sync_s``): the run stops one
-        node at a time, never a second one while a node started again is still catching up
-        (then the leaders left could be replicas that missed acknowledged writes)."""
-        self.wait_in_sync(cfg, in_sync_s)
-        client = cfg.kafka.client_settings()
-        leaders = partition_leaders(cfg.kafka.bootstrap_servers, topics, client)
-        ends = end_offsets(cfg.kafka.bootstrap_servers, list(leaders), client_config=client) if leaders else {}
-        busiest = max(ends, key=lambda tp: ends[tp][1]) if ends else None
-        node_id = leaders[busiest] if busiest is not None else self.info["nodes"][0]["id"]
-        node = next(n for n in self.info["nodes"] if n["id"] == node_id)
-        stop_node(node, sig=signal.SIGKILL if kill else signal.SIGTERM)
-        self.down.append(node_id)
-        return node_id
-
-    def wait_in_sync(self, cfg: CDCConfig, timeout: float) -> bool:
-        """Wait until every partition of the cluster has all its replicas in sync; whether it did."""
-        admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers, **cfg.kafka.client_settings()})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                meta = admin.list_topics(timeout=10)
-                if all(len(p.isrs) >= len(p.replicas) for t in meta.topics.values() for p in t.partitions.values()):
-                    return True
-            except Exception:  # noqa: BLE001 - a node still starting: asked again
-                pass
-            time.sleep(0.5)
-        return False
-
-    def start_stopped(self) -> list[int]:
-        """Start every node stopped so far again (their ports and data); their ids."""
-        started, self.down = self.down, []
-        for node_id in started:
-            self.info = self.cluster.restart_node(self.info, node_id)
-        if started and self.on_change is not None:
-            self.on_change(self.info)
-        return started
-
 
 @dataclass
 class ChaosPlan:
@@ -143,10 +86,12 @@ class ChaosPlan:
         kinds = ("kill:job", "kill:job-commit", "kill:job-staged", "kill:job-intent")
         acts += [(t, kinds[i % len(kinds)]) for i, t in enumerate(job_times)]
         acts.append((rnd.uniform(duration * 0.3, duration * 0.7), "restart:source"))
-        if broker_kills:  # a node down for BROKER_DOWN_S each time: killed twice, then shut down
-            for at, how in ((rnd.uniform(5.5, 7.0), "kill"), (rnd.uniform(duration * 0.5, duration * 0.6), "kill"),
-                            (rnd.uniform(duration * 0.75, duration * 0.85), "shutdown")):
-                acts += [(at, f"{how}:broker"), (at + BROKER_DOWN_S, "start:broker")]
+        if broker_kills:  # a node down for BROKER_DOWN_S each time: killed during a snapshot and
+            # while only the stream runs, then shut down
+            for at, how in ((rnd.uniform(5.5, 7.0), "kill:broker:snapshot"),
+                            (rnd.uniform(duration * 0.5, duration * 0.6), "kill:broker"),
+                            (rnd.uniform(duration * 0.75, duration * 0.85), "shutdown:broker")):
+                acts += [(at, how), (at + BROKER_DOWN_S, "start:broker")]
         return cls(seed, sorted(acts))
 
 
@@ -219,20 +164,37 @@ class _ChaosRun:
                 c.close()
         raise ChaosError(f"could not insert the {kind} signal: the source stays away")
 
+    def ensure_snapshot(self, timeout: float = 60.0) -> None:
+        """A snapshot of the run's tables running now: one started (of ``t_single``) if none is."""
+        if snapshot_running(self.cfg, self.db, int(time.time() * 1000)):
+            return
+        self.signal_row("execute-snapshot", execute_snapshot_data([f"{self.db}.t_single"]))
+        _wait(lambda: snapshot_running(self.cfg, self.db, int(time.time() * 1000)), timeout,
+              "the snapshot started for a broker kill", lambda: _check_alive(self.producer))
+
+    def broker_action(self, what: str, arg: str, action: str) -> str | None:
+        """Start the stopped Kafka nodes, or stop the one leading the busiest partition (with
+        ``arg`` ``broker:snapshot``, while a snapshot runs); what to print."""
+        if self.brokers is None:
+            return None
+        if what == "start":
+            self.counts["broker_starts"] += len(self.brokers.start_stopped())
+            return action
+        self.brokers.wait_in_sync(self.cfg, 60.0)
+        during = arg.endswith(":snapshot")
+        if during:
+            self.ensure_snapshot()
+        stop = self.brokers.stop_busiest_leader(self.cfg, [f"{self.db}.{self.db}.t_{k}" for k in KINDS],
+                                                kill=what == "kill", during_snapshot=during)
+        self.counts["broker_kills" if what == "kill" else "broker_shutdowns"] += 1
+        return f"{action} (node {stop.node}, leading {stop.topic}[{stop.partition}], end offset {stop.end_offset:,})"
+
     def act(self, action: str) -> str | None:
         """Carry out one planned action; what to print (None: nothing done)."""
         what, _, arg = action.partition(":")
         counts = self.counts
-        if arg == "broker":
-            if self.brokers is None:
-                return None
-            if what == "start":
-                counts["broker_starts"] += len(self.brokers.start_stopped())
-                return action
-            node = self.brokers.stop_busiest_leader(self.cfg, [f"{self.db}.{self.db}.t_{k}" for k in KINDS],
-                                                    kill=what == "kill")
-            counts["broker_kills" if what == "kill" else "broker_shutdowns"] += 1
-            return f"{action} (node {node})"
+        if arg.startswith("broker"):
+            return self.broker_action(what, arg, action)
         if what == "snapshot":
             self.signal_row("execute-snapshot", execute_snapshot_data([f"{self.db}.t_{arg}"]))
         elif what in ("pause", "resume"):
@@ -302,11 +264,25 @@ def run_chaos(cfg: CDCConfig, *, admin: Callable[[], Any], restart_source: Calla
     counts["seconds"] = round(time.monotonic() - t0, 1)
     counts["producer_starts"], counts["job_starts"] = producer.starts, job.starts
     _end_counts(cfg, admin, db, counts)
+    if brokers is not None:
+        _broker_counts(cfg, db, brokers, counts)
     counts["verify_equal"] = report.equal
     print_report(report, console)
     _print_counts(counts, console)
     counts["report"] = report
     return counts
+
+
+def passed(counts: dict[str, Any], brokers: BrokerChaos | None) -> bool:
+    """Whether a run's counts pass: sinks equal, no duplicate in the clean changelog, no lake
+    batch committed twice; with ``brokers``, every stopped node led its partition and the kill
+    planned during a snapshot came while one ran."""
+    ok = counts["verify_equal"] and counts["clean_changelog_duplicates"] == 0 \
+        and counts["lake_batches_committed_twice"] == 0
+    if brokers is not None:
+        ok = ok and counts["broker_stops_of_the_leader"] == len(brokers.stops) \
+            and counts["broker_kills_during_snapshot"] == sum(s.during_snapshot for s in brokers.stops)
+    return bool(ok)
 
 
 def _drain_and_verify(chaos: _ChaosRun, loads: list[WriteLoad]):
@@ -348,6 +324,19 @@ def _end_counts(cfg: CDCConfig, admin: Callable[[], Any], db: str, counts: dict[
     counts["raw_topic_copies"] = raw_copies
     counts["clean_changelog_duplicates"] = clean_dups
     counts["lake_commits"], counts["lake_batches_committed_twice"] = _lake_commits(cfg, db)
+
+
+def _broker_counts(cfg: CDCConfig, db: str, brokers: BrokerChaos, counts: dict[str, Any]) -> None:
+    """The evidence of the Kafka nodes' stops, read from the topics (``cdc.broker_chaos``): the
+    stops whose node led the partition they were made for, and the stops planned during a
+    snapshot that came while one ran."""
+    stops = brokers.stops
+    epochs = [leader_epochs(cfg, s, until) for s, until in zip(stops, [s.at_ms for s in stops[1:]] + [None])]
+    counts["broker_stop_epochs"] = [f"node {s.node} {s.topic}[{s.partition}] at {s.end_offset}: epoch {a} -> {b}"
+                                    for s, (a, b) in zip(stops, epochs)]
+    counts["broker_stops_of_the_leader"] = sum(map(leader_moved, epochs))
+    counts["broker_kills_during_snapshot"] = sum(s.during_snapshot and snapshot_running(cfg, db, s.at_ms)
+                                                 for s in stops)
 
 
 def _lake_tables_log(cfg: CDCConfig, db: str) -> list[Path]:
@@ -474,11 +463,15 @@ def _print_counts(counts: dict, console: Console) -> None:
     t = Table("what", "count", title=f"chaos run, seed {counts['seed']}")
     for k in ("producer_kills", "job_kills", "job_kills_at_commit", "job_kills_at_staged", "job_kills_at_intent",
               "source_restarts", "producer_starts", "job_starts",
-              "broker_kills", "broker_shutdowns", "broker_starts", "signals", "raw_topic_copies", "clean_changelog_duplicates", "lake_commits",
+              "broker_kills", "broker_shutdowns", "broker_starts", "broker_stops_of_the_leader",
+              "broker_kills_during_snapshot", "signals", "raw_topic_copies", "clean_changelog_duplicates", "lake_commits",
               "lake_batches_committed_twice", "seconds"):
-        t.add_row(k.replace("_", " "), str(counts[k]))
+        if k in counts:
+            t.add_row(k.replace("_", " "), str(counts[k]))
     t.add_row("source rows at the end", ", ".join(f"{k} {v:,}" for k, v in counts["source_rows"].items()))
     t.add_row("writes", "; ".join(f"{k}: " + ", ".join(f"{op} {n}" for op, n in ops.items())
                                   for k, ops in counts.get("writes", {}).items()))
+    if counts.get("broker_stop_epochs"):
+        t.add_row("broker stops' leader epochs", "; ".join(counts["broker_stop_epochs"]))
     t.add_row("verify", "[green]equal[/green]" if counts["verify_equal"] else "[red]DIFFERS[/red]")
     console.print(t)

@@ -14,7 +14,7 @@ import threading
 from typing import Any, Callable
 
 from common.kafka.clients import topic_ids
-from common.kafka.offsets import end_offsets, offsets_consumer
+from common.kafka.offsets import KeptOffsetsConsumer
 from common.kafka.topic_reader import partition_records, topic_records
 from contract.markers import decode_marker
 
@@ -47,7 +47,7 @@ class DriverKafka:
         self.bootstrap: str = kafka.bootstrap_servers
         self.client = client
         self._admin_client = None
-        self._consumer = None
+        self._offsets = KeptOffsetsConsumer(self.bootstrap, client)
         self._consumer_lock = threading.Lock()  # (the batch's plan, and the metrics' lag from another thread)
 
     def admin(self):
@@ -63,9 +63,7 @@ class DriverKafka:
         next look-up)."""
         self._admin_client = None
         with self._consumer_lock:
-            consumer, self._consumer = self._consumer, None
-            if consumer is not None:
-                consumer.close()
+            self._offsets.close()
 
     def offsets_now(self, tps) -> dict[tuple[str, int], tuple[int, int]]:
         """``{tp: (low, end)}`` of the partitions of ``tps`` that exist now."""
@@ -79,19 +77,18 @@ class DriverKafka:
 
     @property
     def offsets_consumer(self):
-        """The consumer the end offsets are asked of (None until the first look-up)."""
-        return self._consumer
+        """The consumer the end offsets are asked of (None until the first look-up, and after
+        a failed one)."""
+        return self._offsets.consumer
 
     def end_offsets(self, partitions) -> dict[tuple[str, int], tuple[int, int]]:
         """:func:`~common.kafka.offsets.end_offsets` of ``partitions`` (which must exist),
-        asked of the job's offsets consumer."""
+        asked of the job's kept offsets consumer (made again when a look-up fails)."""
         parts = list(partitions)
         if not parts:
             return {}
         with self._consumer_lock:
-            if self._consumer is None:
-                self._consumer = offsets_consumer(self.bootstrap, self.client)
-            return end_offsets(self.bootstrap, parts, consumer=self._consumer)
+            return self._offsets.end_offsets(parts)
 
     def topic_ids(self, topics) -> dict[str, str]:
         """Kafka's id of each of ``topics`` that exists (a topic made again has another),

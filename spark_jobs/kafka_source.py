@@ -109,7 +109,7 @@ from pyspark.sql.types import (
 
 from common.errors import CDCError, OffsetLookupError, PartitionStalled
 from common.kafka.clients import topic_ids
-from common.kafka.offsets import end_offsets, offsets_consumer
+from common.kafka.offsets import KeptOffsetsConsumer, end_offsets
 from common.kafka.security import resolve_references
 from common.kafka.topic_reader import READ_AHEAD, read_partition
 from spark_jobs.data_loss import TP, DataLoss, apply_data_loss, data_loss_message, detect_data_loss
@@ -353,9 +353,8 @@ class CdcKafkaStreamReader(DataSourceStreamReader):
         """:func:`~common.kafka.offsets.end_offsets` asked of the reader's own consumer."""
         if self._offsets is None:
             client = {k: v for k, v in self._client("offsets").items() if k != "bootstrap.servers"}
-            self._offsets = offsets_consumer(self.opts.bootstrap_servers, client)
-        return end_offsets(self.opts.bootstrap_servers, parts, timeout=self.opts.fetch_timeout_s,
-                           consumer=self._offsets)
+            self._offsets = KeptOffsetsConsumer(self.opts.bootstrap_servers, client)
+        return self._offsets.end_offsets(parts, timeout=self.opts.fetch_timeout_s)
 
     def _discover(self) -> list[TP]:
         from confluent_kafka import Consumer

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any, Iterable, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
@@ -9,6 +11,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.errors import KafkaAuthError
 from common.kafka.security import SECURITY_KEYS
+
+_log = logging.getLogger(__name__)
 
 
 class KafkaSection(Protocol):
@@ -96,27 +100,58 @@ def producer_config(cfg: KafkaSection, *, transactional_id: str | None = None, *
     return conf
 
 
+#: The errors of a topic's creation that a new attempt can get past: the brokers answer, but
+#: the controller the request waits for is away (a node down, an election under way).
+RETRIABLE_CREATE_ERRORS = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError.NOT_CONTROLLER,
+                                     KafkaError.REQUEST_TIMED_OUT, KafkaError._ALL_BROKERS_DOWN})
+
+
 def ensure_topics(cfg: KafkaSection, names: Iterable[str], *, partitions: int | None = None,
-                  compacted: bool = False, timeout: float = 30.0) -> None:
-    """Create the topics that do not exist yet (existing ones are left as they are)."""
+                  compacted: bool = False, timeout: float = 30.0, retry_s: float = 180.0) -> None:
+    """Create the topics that do not exist yet (existing ones are left as they are).
+
+    A creation that fails for a reason a new attempt can get past (:data:`RETRIABLE_CREATE_ERRORS`:
+    the cluster answers, its controller does not) is tried again with a new admin client (fresh
+    metadata: another controller) for up to ``retry_s`` seconds, each failure logged; no broker
+    answering at all (the topics' listing fails) raises at once."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        failed = _create_missing(cfg, names, partitions, compacted, timeout)
+        if failed is None:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaException(failed)
+        _log.warning("creating Kafka topics failed (%s); trying again with a new admin client", failed.str())
+        time.sleep(1.0)
+
+
+def _create_missing(cfg: KafkaSection, names: Iterable[str], partitions: int | None, compacted: bool,
+                    timeout: float) -> KafkaError | None:
+    """One attempt of :func:`ensure_topics`: None when every topic exists now, else the error
+    that a new attempt can get past (any other is raised)."""
     admin = AdminClient(base_config(cfg))
     existing = set(admin.list_topics(timeout=timeout).topics)
     wanted = [n for n in dict.fromkeys(names) if n not in existing]
     if not wanted:
-        return
+        return None
     conf = {"cleanup.policy": "compact"} if compacted else {}
     futures = admin.create_topics(
         [NewTopic(n, partitions or cfg.partitions, cfg.replication_factor, config=conf) for n in wanted],
         operation_timeout=timeout)
+    retriable = None
     for name, fut in futures.items():
         try:
             fut.result()
         except KafkaException as exc:
-            refused = authorization_problem(exc.args[0] if exc.args else None, cfg, f"creating topic {name}")
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            refused = authorization_problem(err, cfg, f"creating topic {name}")
             if refused:
                 raise KafkaAuthError(refused) from None
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            if err is not None and err.code() in RETRIABLE_CREATE_ERRORS:
+                retriable = err
+            elif "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
+    return retriable
 
 
 def delete_topics(cfg: KafkaSection, names: Iterable[str], *, timeout: float = 30.0) -> None:

@@ -34,6 +34,39 @@ def offsets_consumer(bootstrap_servers: str, client_config: dict | None = None) 
                      "enable.auto.commit": False, "isolation.level": "read_committed", **(client_config or {})})
 
 
+class KeptOffsetsConsumer:
+    """One :func:`offsets_consumer` kept from look-up to look-up (a caller that asks at every
+    trigger saves a client's start and a connection each time), made again when a look-up
+    fails: a kept client's metadata can go stale while nodes go away and come back (seen:
+    a partition it called unknown after a node's shutdown, for as long as it was kept, while a
+    new client found it), so a failed look-up is asked once more of a new consumer before its
+    error is raised.  Not thread-safe: the caller serialises look-ups and :meth:`close`."""
+
+    def __init__(self, bootstrap_servers: str, client_config: dict | None = None) -> None:
+        self.bootstrap_servers, self.client_config = bootstrap_servers, client_config
+        self.consumer: Consumer | None = None
+
+    def end_offsets(self, partitions: Iterable[tuple[str, int]], *, timeout: float = 15.0
+                    ) -> dict[tuple[str, int], tuple[int, int]]:
+        """:func:`end_offsets` of ``partitions``, asked of the kept consumer."""
+        parts = list(partitions)
+        for attempt in (1, 2):
+            if self.consumer is None:
+                self.consumer = offsets_consumer(self.bootstrap_servers, self.client_config)
+            try:
+                return end_offsets(self.bootstrap_servers, parts, timeout=timeout, consumer=self.consumer)
+            except (KafkaException, OffsetLookupError):
+                self.close()  # (made again by the next look-up)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            consumer.close()
+
+
 def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *, timeout: float = 15.0,
                 client_config: dict | None = None, consumer: Consumer | None = None
                 ) -> dict[tuple[str, int], tuple[int, int]]:

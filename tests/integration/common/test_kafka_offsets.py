@@ -12,7 +12,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from common.errors import OffsetLookupError
 from common.kafka.clients import ensure_topics
@@ -62,6 +62,19 @@ def _one_committed_one_open(bs: str, topic: str, committed: tuple[bytes, int], l
     return producer
 
 
+def _until_end(end_now, at_least: int, timeout: float = 30.0) -> int:
+    """``end_now()`` asked until it is at least ``at_least`` (or ``timeout`` passed: the last
+    answer).  A transaction's commit returns once its coordinator logged the
+    decision; the commit markers reach the partitions after that, and the end a read_committed
+    consumer sees (the last stable offset) moves only then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        end = end_now()
+        if end >= at_least or time.monotonic() > deadline:
+            return end
+        time.sleep(0.02)
+
+
 def test_end_offsets_stop_before_an_open_transaction_and_move_on_its_commit(stack, config, topic):
     bs = config.kafka.bootstrap_servers
     ensure_topics(config.kafka, [topic], partitions=1)
@@ -85,7 +98,8 @@ def test_end_offsets_stop_before_an_open_transaction_and_move_on_its_commit(stac
 
         producer.commit_transaction(30)
         open_txn = False
-        _, end2 = end_offsets(bs, [tp])[tp]
+        # (the coordinator writes the commit marker after it answered the commit: waited for)
+        end2 = _until_end(lambda: end_offsets(bs, [tp])[tp][1], hw + 1)
         _, hw2 = end_offsets(bs, [tp], client_config=UNCOMMITTED)[tp]
         assert end2 == hw2 >= hw + 1  # the commit marker of the second transaction is counted
         committed = _read(bs, topic, 0, end2, "read_committed")
@@ -202,7 +216,7 @@ def test_end_offsets_give_up_with_offset_lookup_error_when_the_broker_does_not_a
 def test_the_merge_jobs_driver_asks_one_kept_consumer_and_sees_each_commit(stack, config, topic):
     """The driver's look-ups (every batch's plan) ask one consumer they keep (issue 70): it
     still stops before an open transaction and moves on its commit, a topic made since is
-    found, and after ``close`` a look-up makes it again."""
+    found, a failed look-up lets it go, and after ``close`` a look-up makes it again."""
     from spark_jobs.driver_kafka import DriverKafka
 
     bs = config.kafka.bootstrap_servers
@@ -216,12 +230,18 @@ def test_the_merge_jobs_driver_asks_one_kept_consumer_and_sees_each_commit(stack
         _, end = kafka.end_offsets([tp])[tp]
         assert 100 <= end < 150
         producer.commit_transaction(30)
-        assert kafka.end_offsets([tp])[tp][1] >= 151
+        assert _until_end(lambda: kafka.end_offsets([tp])[tp][1], 151) >= 151  # (the marker: after the answer)
         later = f"{topic}-later"
         ensure_topics(config.kafka, [later], partitions=2)
         assert kafka.offsets_now([(later, 0), (later, 1), (f"{topic}-none", 0)]) == {(later, 0): (0, 0),
                                                                                     (later, 1): (0, 0)}
         assert kafka.offsets_consumer is kept
+        # a look-up that fails lets the kept consumer go (its metadata may be stale: a node went away
+        # and came back): asked again of a new one, and the next look-up makes one again
+        with pytest.raises(KafkaException):
+            kafka.end_offsets([(f"{topic}-none", 0)])
+        assert kafka.offsets_consumer is None
+        assert kafka.end_offsets([tp])[tp][1] >= 151 and kafka.offsets_consumer not in (None, kept)
         kafka.close()
         assert kafka.offsets_consumer is None
         assert kafka.end_offsets([tp])[tp][1] >= 151 and kafka.offsets_consumer is not None

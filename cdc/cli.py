@@ -37,6 +37,7 @@ from cdc.bench import broker as broker_bench
 from cdc.bench import snapshot as snapshot_bench
 from cdc.bench import stream as stream_bench
 from cdc.bench.race_settings import OLTP_ROWS
+from cdc.broker_chaos import BrokerChaos
 from cdc.cli_common import bench_console, console, load, source_option
 from cdc.errors import CommandError
 from cdc.stack import command as stack_command
@@ -84,7 +85,6 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     """A long chaos run on its own embedded stack."""
     import cdc.chaos as chaos
     import cdc.demo as demo
-    from cdc.broker_chaos import BrokerChaos
     state = Path(args.state_dir or (".cdc/chaos-mysql" if args.flavor == "mysql" else ".cdc/chaos"))
     info = stack_up(state, brokers=args.brokers, flavor=args.flavor)
     cfg = load_config(info.config_path)

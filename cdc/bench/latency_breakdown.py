@@ -259,11 +259,12 @@ def _steady_load(job: MergeJob, clock: _SinkClock, info, db: str, rate: int, sec
     time.sleep(2.0)
     writer = _SteadyWriter(info.mysql, db, rate, first_id + 1)
     with console.status(f"{rate:,} inserts/s for {seconds:.0f} s..."):
-        c0 = _tree_cpu_s(producer_pid)
+        others = {producer_pid} | stack_pids(info.data)
+        c0 = _tree_cpu_s(others)
         writer.start()
         time.sleep(seconds)
         writer.stop()
-        cpu = sum(max(0.0, v - c0.get(pid, 0.0)) for pid, v in _tree_cpu_s(producer_pid).items())
+        cpu = sum(max(0.0, v - c0.get(pid, 0.0)) for pid, v in _tree_cpu_s(others).items())
         deadline = time.monotonic() + 180
         while len(clock.latencies(first_id + 1, writer.next_id)) < writer.count:
             if time.monotonic() > deadline:
@@ -274,9 +275,20 @@ def _steady_load(job: MergeJob, clock: _SinkClock, info, db: str, rate: int, sec
     return first_id + 1, writer.next_id, list(getattr(job.report, "recent", [])), progress, cpu
 
 
-def _tree_cpu_s(exclude: int | None) -> dict[int, float]:
+def stack_pids(data: Any) -> set[int]:
+    """The pids in a stack's record (``stack.json``: its MySQL servers, Kafka nodes, PostgreSQL)."""
+    if isinstance(data, dict):
+        return {int(v) for k, v in data.items() if k == "pid" and v} | {p for v in data.values() for p in stack_pids(v)}
+    if isinstance(data, list):
+        return {p for v in data for p in stack_pids(v)}
+    return set()
+
+
+def _tree_cpu_s(exclude: set[int]) -> dict[int, float]:
     """CPU seconds (user + system) by pid of this process and its descendants (Spark's JVM,
-    its Python workers and data source runners) except ``exclude``'s subtree (the producer's)."""
+    its Python workers and data source runners) except the subtrees of ``exclude`` (the
+    producer's or Debezium's worker, and the stack's servers when this process started them:
+    :func:`stack_pids`)."""
     table = _proc_table(commands=False)
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in table.items():
@@ -284,7 +296,7 @@ def _tree_cpu_s(exclude: int | None) -> dict[int, float]:
     out, todo = {}, [os.getpid()]
     while todo:
         pid = todo.pop()
-        if pid == exclude or pid not in table:
+        if pid in exclude or pid not in table:
             continue
         out[pid] = table[pid][2]
         todo += children.get(pid, [])
@@ -295,9 +307,10 @@ def _idle(clock: Any, info, db: str, row: int, idle_s: float, changes: int, prod
     """The idle pipeline: the merge job's CPU over ``idle_s`` s with nothing written (the
     producer's excluded), then ``changes`` single-row inserts 2 s apart, each one's latency."""
     time.sleep(3.0)  # (the load's last batches and reports)
-    c0, t0 = _tree_cpu_s(producer_pid), time.monotonic()
+    others = {producer_pid} | stack_pids(info.data)
+    c0, t0 = _tree_cpu_s(others), time.monotonic()
     time.sleep(idle_s)
-    cpu = sum(max(0.0, v - c0.get(pid, 0.0)) for pid, v in _tree_cpu_s(producer_pid).items())  # (exited: not counted)
+    cpu = sum(max(0.0, v - c0.get(pid, 0.0)) for pid, v in _tree_cpu_s(others).items())  # (exited: not counted)
     wall = time.monotonic() - t0
     single: list[float] = []
     with admin(info.mysql, db) as conn, conn.cursor() as cur:

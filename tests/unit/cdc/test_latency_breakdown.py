@@ -77,3 +77,15 @@ def test_a_debezium_key_is_read_with_and_without_its_schema():
     assert debezium_key(b'{"id": 8}') == {"id": 8}
     assert debezium_key(b'{"payload": 3, "other": 1}') == {"payload": 3, "other": 1}  # (not the schema's envelope)
     assert debezium_key(b'[1, 2]') is None
+
+
+def test_the_stacks_servers_are_left_out_of_the_jobs_cpu():
+    """The stack's record names its servers' pids (MySQL servers, Kafka nodes, PostgreSQL):
+    the idle job's CPU leaves them out when the benchmark started them as its children."""
+    from cdc.bench.latency_breakdown import stack_pids
+
+    record = {"state_dir": "/x", "mysql": {"pid": 11, "port": 3306}, "mysql2": {"pid": 12},
+              "kafka": {"nodes": [{"id": 1, "pid": 21}, {"id": 2, "pid": 22}, {"id": 3, "pid": None}]},
+              "postgres": {"pid": 31}, "spark": {}}
+    assert stack_pids(record) == {11, 12, 21, 22, 31}
+    assert stack_pids({}) == set()

@@ -3,8 +3,8 @@ node that leads the busiest partition of the run's table topics, starting it aga
 evidence, read from the topics after the run, that each stop did what it was meant to:
 
 * **the stopped node led the partition**: the records the partition took after the stop (at
-  and past its end offset then, before the next stop) carry a newer leader epoch than those
-  below that offset (Kafka writes the epoch of the leader that appended a record batch into
+  and past its end offset then, before the next stop where there are any) carry a newer leader
+  epoch than those below that offset (Kafka writes the epoch of the leader that appended a record batch into
   it; the epoch moves only when leadership does);
 * **a snapshot was running** at a stop planned during the snapshots: some snapshot of the
   run's tables had started (its first notification) and not yet ended (COMPLETED or
@@ -109,8 +109,9 @@ class BrokerChaos:
 def leader_epochs(cfg: CDCConfig, stop: BrokerStop, until_ms: int | None) -> tuple[int, int]:
     """The newest leader epoch of the records of the partition ``stop`` was made for below its
     end offset then, and of those at and past it created before ``until_ms`` (the next stop);
-    -1 where there are none."""
-    before = after = -1
+    when none was (the producer held up until then: a restart, the election), of every record
+    past it.  -1 where there are none."""
+    before = within = later = -1
     for m in read_topic(cfg.kafka.bootstrap_servers, stop.topic, client_config=cfg.kafka.client_settings()):
         epoch = m.leader_epoch()
         if m.partition() != stop.partition or epoch is None:
@@ -118,8 +119,10 @@ def leader_epochs(cfg: CDCConfig, stop: BrokerStop, until_ms: int | None) -> tup
         if m.offset() < stop.end_offset:
             before = max(before, epoch)
         elif until_ms is None or m.timestamp()[1] < until_ms:
-            after = max(after, epoch)
-    return before, after
+            within = max(within, epoch)
+        else:
+            later = max(later, epoch)
+    return before, within if within >= 0 else later
 
 
 def leader_moved(epochs: tuple[int, int]) -> bool:

@@ -199,6 +199,7 @@ def test_an_aborted_transaction_is_never_read_committed(stack, config, topic):
     assert end_offsets(bs, [tp])[tp] == (0, 11)  # the ten and their commit marker
     assert end_offsets(bs, [tp], client_config=UNCOMMITTED)[tp] == (0, 16)
     producer.abort_transaction(30)
+    assert _until_end(lambda: end_offsets(bs, [tp])[tp][1], 17) == 17  # (the abort marker: after the answer)
     assert end_offsets(bs, [tp])[tp] == end_offsets(bs, [tp], client_config=UNCOMMITTED)[tp] == (0, 17)
     assert [v for _, v in _read(bs, topic, 0, 17, "read_committed")] == [b"kept%d" % i for i in range(10)]
 

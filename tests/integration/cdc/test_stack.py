@@ -138,11 +138,17 @@ def test_end_offsets_reach_the_true_end_with_many_record_batches(stack, config, 
             producer.commit_transaction(30)
         else:
             producer.flush(30)
+    # Transactions add one commit marker per transaction to each partition; the coordinator writes
+    # the last one after it answered the commit, so the ends are asked until they are there (30 s).
+    want = {p: counts[p] + (3 if transactional else 0) for p in (0, 1)}
+    deadline = time.monotonic() + 30
     ends = end_offsets(stack.bootstrap, [(topic, 0), (topic, 1)])
+    while any(ends[(topic, p)][1] < want[p] for p in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        ends = end_offsets(stack.bootstrap, [(topic, 0), (topic, 1)])
     for part in (0, 1):
         low, end = ends[(topic, part)]
-        # Transactions add one commit marker per transaction to each partition.
-        expected = counts[part] + (3 if transactional else 0)
+        expected = want[part]
         assert (low, end) == (0, expected)
         # Reading from low to end yields every record (and stops there).
         consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"r-{topic}",

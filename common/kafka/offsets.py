@@ -48,18 +48,22 @@ class KeptOffsetsConsumer:
 
     def end_offsets(self, partitions: Iterable[tuple[str, int]], *, timeout: float = 15.0
                     ) -> dict[tuple[str, int], tuple[int, int]]:
-        """:func:`end_offsets` of ``partitions``, asked of the kept consumer."""
+        """:func:`end_offsets` of ``partitions``, asked of the kept consumer (once more of a new
+        one when that fails)."""
         parts = list(partitions)
-        for attempt in (1, 2):
-            if self.consumer is None:
-                self.consumer = offsets_consumer(self.bootstrap_servers, self.client_config)
-            try:
-                return end_offsets(self.bootstrap_servers, parts, timeout=timeout, consumer=self.consumer)
-            except (KafkaException, OffsetLookupError):
-                self.close()  # (made again by the next look-up)
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return self._ask(parts, timeout)
+        except (KafkaException, OffsetLookupError):
+            return self._ask(parts, timeout)
+
+    def _ask(self, parts: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], tuple[int, int]]:
+        if self.consumer is None:
+            self.consumer = offsets_consumer(self.bootstrap_servers, self.client_config)
+        try:
+            return end_offsets(self.bootstrap_servers, parts, timeout=timeout, consumer=self.consumer)
+        except (KafkaException, OffsetLookupError):
+            self.close()  # (made again by the next look-up)
+            raise
 
     def close(self) -> None:
         consumer, self.consumer = self.consumer, None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import Mapping
 
 from pyspark.errors import PySparkRuntimeError
@@ -85,6 +88,33 @@ def java_options_elsewhere(environ: Mapping[str, str] | None = None) -> bool:
         return False
 
 
+def scratch_dir(root: Path | None = None) -> Path:
+    """Spark's scratch space for this process's local session (``spark.local.dir``):
+    ``<temp>/cdc-spark-<uid>/<pid>``.  The driver copies the jars of ``spark.jars`` there
+    (84 MB with the lake connectors) and keeps its block manager's files there; a JVM that ends
+    cleanly removes them, a killed one leaves them (40 such copies, 3.4 GB, after one run of the
+    suite).  So the directories of processes that no longer run are removed when this one is
+    made."""
+    base = (root or Path(tempfile.gettempdir())) / f"cdc-spark-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    for other in base.iterdir():
+        if other.name.isdigit() and int(other.name) != os.getpid() and not _runs(int(other.name)):
+            shutil.rmtree(other, ignore_errors=True)
+    mine = base / str(os.getpid())
+    mine.mkdir(exist_ok=True)
+    return mine
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def connector_jars() -> str:
     """The jars of Spark's own Kafka source (and the lake connectors) for ``spark.jars``:
     ``.jars/spark``, which ``make jars`` resolves from Maven Central (java/spark/pom.xml) for
@@ -97,7 +127,8 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
     """Get or create a session: few shuffle partitions, no UI (``ui_port``: Spark's UI on that
     port, ``spark.ui_port``), ``cdc-kafka`` registered,
     checkpoints written as :data:`CHECKPOINT_FILE_MANAGER` says (unless ``conf`` names
-    another manager), the JVMs as :func:`session_conf` starts them (a session that runs
+    another manager), a local master's scratch space in :func:`scratch_dir` (unless ``conf``
+    or ``SPARK_LOCAL_DIRS`` names one), the JVMs as :func:`session_conf` starts them (a session that runs
     already keeps its JVM).
 
     ``conf`` with SQL extensions (the lake sinks': ``spark_jobs.sinks.configured.lake_conf``)
@@ -121,6 +152,8 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
                .config(*CHECKPOINT_FILE_MANAGER))
     if ui_port:
         builder = builder.config("spark.ui.port", str(ui_port))
+    if master.startswith("local") and "spark.local.dir" not in (conf or {}) and not os.environ.get("SPARK_LOCAL_DIRS"):
+        builder = builder.config("spark.local.dir", str(scratch_dir()))
     if kafka_source == "jvm" and not (conf and "spark.jars" in conf):
         builder = builder.config("spark.jars", connector_jars())
     extra = _driver_class_path(conf or {})

@@ -67,9 +67,11 @@ def mysql_stack(stack: StackHandle, tmp_path_factory: pytest.TempPathFactory) ->
         handle = start_source_stack(state_dir, stack, "mysql")
     except Exception as exc:  # fail loudly, never skip
         pytest.exit(f"the MySQL test server could not start: {exc}", returncode=3)
+    _SESSION_STACKS.append(handle)
     try:
         yield handle
     finally:
+        _SESSION_STACKS.remove(handle)
         handle.close()
 
 
@@ -87,11 +89,31 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackHandle]:
         handle = start_test_stack(state_dir)
     except Exception as exc:  # fail loudly, never skip
         pytest.exit(f"the test stack could not start: {exc}", returncode=3)
+    _SESSION_STACKS.append(handle)
     try:
         yield handle
     finally:
+        _SESSION_STACKS.remove(handle)
         _let_kafka_clients_go()
         handle.close()
+
+
+#: The session's stacks, while they run (``stack``, ``mysql_stack``).
+_SESSION_STACKS: list[StackHandle] = []
+
+
+@pytest.fixture(autouse=True)
+def _session_stack_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test: a server of the session's stacks whose process has ended fails that
+    test with the server's log, and stops the run.  Every later test of the worker would
+    otherwise fail on it one by one, each after its own timeouts: a CI run whose disk had
+    filled went on failing so until its time ran out, and never said why."""
+    yield
+    dead = [line for handle in _SESSION_STACKS for line in handle.dead_servers()]
+    if dead:
+        message = "a server of the session's test stack died:\n" + "\n".join(dead)
+        request.session.shouldfail = message.splitlines()[0] + " " + dead[0].split(";")[0]
+        pytest.fail(message, pytrace=False)
 
 
 def _let_kafka_clients_go() -> None:

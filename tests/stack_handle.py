@@ -15,7 +15,8 @@ from typing import Callable
 
 import pymysql
 
-from cdc.stack.manager import SINK_DATABASE, restart_mysql, stack_config, stack_down, stack_up
+from cdc.stack.manager import SINK_DATABASE, read_stack, restart_mysql, stack_config, stack_down, stack_up
+from cdc.stack.process import pid_alive
 from common.config import CDCConfig
 
 
@@ -56,6 +57,32 @@ class StackHandle:
 
     def close(self) -> None:
         self.closer()
+
+    def dead_servers(self) -> list[str]:
+        """The embedded servers of this stack (as its ``stack.json`` records them now: a
+        restarted server under its new pid) whose process has ended, each with the end of its
+        log and the free space of the disk its data is on; ``[]`` when all run."""
+        if self.kind != "embedded":
+            return []
+        data = read_stack(self.state_dir) or {}
+        servers = [("mysql", data.get("mysql"))]
+        servers += [(f"replica {i}", r) for i, r in enumerate(data.get("replicas") or [], start=1)]
+        servers += [(f"mysql{i}", r) for i, r in enumerate(data.get("sources") or [], start=2)]
+        kafka = data.get("kafka") or {}
+        if kafka.get("embedded"):
+            servers += [(f"Kafka node {n.get('id')}", n) for n in kafka.get("nodes") or []]
+        pg = data.get("postgres") or {}
+        if pg.get("embedded"):
+            servers.append(("PostgreSQL", pg))
+        dead = []
+        for name, info in servers:
+            if not info or not info.get("pid") or pid_alive(info["pid"]):
+                continue
+            log = Path(info.get("log") or "")
+            free = shutil.disk_usage(log.parent if log.parent.exists() else self.state_dir).free
+            dead.append(f"{name} (pid {info['pid']}) of the stack in {self.state_dir} is not running "
+                        f"({free / 2**30:.1f} GB free on its disk); the end of {log}:\n{_tail(log)}")
+        return dead
 
     def stack_up_beside(self, state_dir: Path, *args: str) -> subprocess.CompletedProcess:
         """``cdc stack up --state-dir STATE_DIR ARGS`` as a process, with this stack's Kafka and
@@ -102,6 +129,15 @@ class StackHandle:
             yield
         finally:
             c.unpause()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
 
 
 def _listens(pid: int, port: int) -> bool:

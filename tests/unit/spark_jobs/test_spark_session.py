@@ -32,3 +32,27 @@ def test_java_options_chosen_by_whoever_started_the_jvm_are_kept(tmp_path):
     (conf_dir / "spark-defaults.conf").write_text("spark.cores.max 2\nspark.executor.extraJavaOptions  -Xss4m\n")
     assert java_options_elsewhere({"SPARK_CONF_DIR": str(conf_dir)})
     assert java_options_elsewhere({"SPARK_HOME": str(tmp_path)})
+
+
+def test_the_scratch_dirs_of_processes_that_ended_are_removed_and_the_running_ones_kept(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from spark_jobs.spark_session import scratch_dir
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    ended_pid = int(ended.stdout)
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        base = tmp_path / f"cdc-spark-{os.getuid()}"
+        for pid in (ended_pid, running.pid):
+            (base / str(pid) / "spark-x" / "userFiles-y").mkdir(parents=True)
+            (base / str(pid) / "spark-x" / "userFiles-y" / "delta.jar").write_bytes(b"jar")
+        (base / "notes").mkdir()  # not a process's: left alone
+        mine = scratch_dir(tmp_path)
+        assert mine == base / str(os.getpid()) and mine.is_dir()
+        assert sorted(p.name for p in base.iterdir()) == sorted([str(os.getpid()), str(running.pid), "notes"])
+        assert scratch_dir(tmp_path) == mine  # made again by the same process: kept
+    finally:
+        running.kill()
+        running.wait()

@@ -42,3 +42,23 @@ def test_a_server_whose_process_ended_is_named_with_the_end_of_its_log(tmp_path)
     finally:
         running.kill()
         running.wait()
+
+
+def test_the_whole_suite_refuses_to_start_on_a_disk_short_of_space_and_a_part_of_it_starts(monkeypatch):
+    import shutil
+    from collections import namedtuple
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import pytest
+
+    from tests import conftest
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(100 * 2**30, 97 * 2**30, 3 * 2**30))
+    whole = str(Path(conftest.__file__).parent)
+    with pytest.raises(pytest.UsageError, match=r"the suite needs 10 GB free in .*, and 3.0 GB are"):
+        conftest._enough_disk_for_the_suite(SimpleNamespace(args=[whole]))
+    conftest._enough_disk_for_the_suite(SimpleNamespace(args=[whole + "/unit"]))  # a part: left to try
+    conftest._enough_disk_for_the_suite(SimpleNamespace(args=[whole], workerinput={}))  # the controller checks
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(100 * 2**30, 80 * 2**30, 20 * 2**30))
+    conftest._enough_disk_for_the_suite(SimpleNamespace(args=[whole]))

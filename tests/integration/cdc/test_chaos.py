@@ -48,6 +48,9 @@ def test_chaos_run_ends_equal(stack, config, tmp_path, read_only):
     # in the read-only run: the executors merge the lake tables, the job killed during their commits
     config.sinks.delta.enabled = config.sinks.iceberg.enabled = True
     config.sinks.delta.engine = config.sinks.iceberg.engine = "spark" if read_only else "driver"
+    # the job killed once at each of the four moments (a plain kill, after a lake commit, after a
+    # staging, during a commit); five times without the spark lakes, whose job takes 10-20 s to start
+    job_kills = 4 if read_only else 5
     brokers = None
     if read_only:  # on three Kafka nodes of its own
         cluster = EmbeddedKafka(tmp_path / "kafka3", 3)
@@ -55,7 +58,7 @@ def test_chaos_run_ends_equal(stack, config, tmp_path, read_only):
         config.kafka.bootstrap_servers = brokers.info["bootstrap_servers"]
     try:
         counts = run_chaos(config, admin=stack.admin, restart_source=lambda: stack.restart_source(down_s=1.0),
-                           seed=seed, rows=2000, duration=45.0, producer_kills=10, job_kills=5,
+                           seed=seed, rows=2000, duration=45.0, producer_kills=10, job_kills=job_kills,
                            work_dir=tmp_path / "chaos", console=Console(width=160), read_only=read_only,
                            brokers=brokers)
     finally:
@@ -67,7 +70,7 @@ def test_chaos_run_ends_equal(stack, config, tmp_path, read_only):
         assert counts["broker_stops_of_the_leader"] == 3, counts["broker_stop_epochs"]
         assert counts["broker_kills_during_snapshot"] == 1, counts
         assert passed(counts, brokers)
-    assert counts["producer_kills"] >= 10 and counts["job_kills"] >= 5 and counts["source_restarts"] == 1
+    assert counts["producer_kills"] >= 10 and counts["job_kills"] >= job_kills and counts["source_restarts"] == 1
     assert counts["clean_changelog_duplicates"] == 0
     assert counts["verify_equal"], counts["report"]
     # every lake table written, no batch committed twice, kills right after a lake commit, between a

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,41 @@ REQUEST_FILE = "lake-commit-request"
 STATUS_FILE = "lake-status.json"
 #: How long the committer's thread sleeps between looks (a request, a table over its rows).
 TICK_S = 0.25
+
+
+#: The interpreter's switch interval while a lake commit runs (CPython's default: 5 ms).  The
+#: committers run Python (the lake libraries' bookkeeping) beside the stream's batch thread, whose
+#: every answer from PostgreSQL or Kafka needs the GIL back: it waits up to the switch interval
+#: each time (docs/lake.md, "The stream during a lake commit").
+COMMIT_SWITCH_INTERVAL_S = 0.0005
+
+
+class SwitchInterval:
+    """The switch interval lowered while any committer of the process commits, restored after
+    the last."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._saved = 0.0
+
+    @contextmanager
+    def lowered(self, seconds: float) -> Iterator[None]:
+        with self._lock:
+            if self._inside == 0:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(seconds, self._saved))
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inside -= 1
+                if self._inside == 0:
+                    sys.setswitchinterval(self._saved)
+
+
+_SWITCH_INTERVAL = SwitchInterval()
 
 
 def committer_app(owner: str) -> str:
@@ -356,7 +392,8 @@ class LakeCommitter:
             if forced or self._due():
                 self._next_cycle = time.monotonic() + max(self.interval_s, self._backoff)
                 try:
-                    self.commit_now()
+                    with _SWITCH_INTERVAL.lowered(COMMIT_SWITCH_INTERVAL_S):
+                        self.commit_now()
                 except Exception as exc:  # noqa: BLE001 - a committer must not die: logged, tried again
                     log.error("the %s lake committer: %s", self.name, exc)
                 if forced:

@@ -292,3 +292,33 @@ def test_the_committer_thread_runs_at_commit_nice_and_the_stream_at_the_jobs(dri
 def _nice(tid: int) -> int:
     """A thread's nice value, from /proc (the 19th field of its stat line)."""
     return int(Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_the_switch_interval_is_lowered_while_the_committer_commits(driver_delta, tmp_path, monkeypatch):
+    """The committers run Python beside the stream's batch thread: while one commits, the
+    interpreter's switch interval is :data:`COMMIT_SWITCH_INTERVAL_S`, so that the stream's
+    thread gets the GIL back sooner after each answer it waits for; restored after."""
+    import sys
+
+    from spark_jobs.lake_committer import COMMIT_SWITCH_INTERVAL_S
+    sink, src = driver_delta, simple_source()
+    before = sys.getswitchinterval()
+    seen = []
+    commit = sink.commit
+
+    def commit_seen(*args, **kw):  # (the real commit; the interval it ran under noted)
+        seen.append(sys.getswitchinterval())
+        return commit(*args, **kw)
+    monkeypatch.setattr(sink, "commit", commit_seen)
+    group = committers_of(sink, tmp_path, commit_interval_s=3600.0, commit_rows=1)
+    group.start()
+    c = group.committers[0]
+    try:
+        stage(group, sink, src, 0, [[src.upsert({"id": 1, "v": "a"}, 10, "c")]])
+        wait_for(lambda: c.figures["commits"] == 1)
+        assert seen == [COMMIT_SWITCH_INTERVAL_S] and COMMIT_SWITCH_INTERVAL_S < before
+        wait_for(lambda: sys.getswitchinterval() == before)
+        assert set(rows(sink)) == {1}
+    finally:
+        group.stop()
+    assert sys.getswitchinterval() == before

@@ -13,6 +13,7 @@ from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from common.jars import module_jars
+from common.processes import pid_alive
 from spark_jobs.kafka_source import CdcKafkaDataSource
 
 #: The JVMs' options when the records never pass through them (the ``cdc-kafka`` source):
@@ -98,21 +99,11 @@ def scratch_dir(root: Path | None = None) -> Path:
     base = (root or Path(tempfile.gettempdir())) / f"cdc-spark-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
     for other in base.iterdir():
-        if other.name.isdigit() and int(other.name) != os.getpid() and not _runs(int(other.name)):
+        if other.name.isdigit() and int(other.name) != os.getpid() and not pid_alive(int(other.name)):
             shutil.rmtree(other, ignore_errors=True)
     mine = base / str(os.getpid())
     mine.mkdir(exist_ok=True)
     return mine
-
-
-def _runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def connector_jars() -> str:

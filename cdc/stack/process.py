@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cdc.errors import StackError
+from common.processes import pid_alive
 
 
 #: How many ports below the kernel's ephemeral range the servers' ports are drawn from.
@@ -80,28 +81,6 @@ def port_listener(port: int) -> str:
         except OSError:
             continue
     return "a process this user cannot see"
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) is not alive, once its last thread has ended: a
-    # killed JVM's main thread is a zombie at once while its other threads still end, and
-    # they hold its files and sockets meanwhile (a killed Kafka node's port was still
-    # listening six seconds later, in `make chaos` on a busy machine).
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(") ", 1)[1][0] != "Z":
-                return True
-        return len(os.listdir(f"/proc/{pid}/task")) > 1
-    except OSError:
-        return Path(f"/proc/{pid}").exists()  # (gone meanwhile: not alive)
 
 
 def pid_cmdline(pid: int) -> str:

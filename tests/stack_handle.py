@@ -16,7 +16,8 @@ from typing import Callable
 import pymysql
 
 from cdc.stack.manager import SINK_DATABASE, read_stack, restart_mysql, stack_config, stack_down, stack_up
-from cdc.stack.process import pid_alive
+from cdc.stack.process import log_tail
+from common.processes import pid_alive
 from common.config import CDCConfig
 
 
@@ -131,11 +132,9 @@ class StackHandle:
             c.unpause()
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+def _tail(path: Path) -> str:
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
-            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+        return "\n".join(log_tail(path))
     except OSError as exc:
         return f"(unreadable: {exc})"
 

@@ -116,11 +116,18 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, *, pid: int
     raise StackError(f"{what} did not become ready within {timeout:.0f}s{_log_tail(log_path)}")
 
 
+def log_tail(log_path: Path, lines: int = 15) -> list[str]:
+    """The last ``lines`` lines of a server's log (read from its last 64 KB: a Kafka node's log
+    grows large); OSError when it cannot be read."""
+    with open(log_path, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+        return f.read().decode(errors="replace").splitlines()[-lines:]
+
+
 def _log_tail(log_path: Path | None, lines: int = 15) -> str:
     if log_path is None or not log_path.exists():
         return ""
-    tail = log_path.read_text(errors="replace").splitlines()[-lines:]
-    return f"; last lines of {log_path}:\n    " + "\n    ".join(tail)
+    return f"; last lines of {log_path}:\n    " + "\n    ".join(log_tail(log_path, lines))
 
 
 def stop_pid(pid: int | None, must_contain: str, timeout: float = 20.0, sig: int = signal.SIGTERM) -> bool:

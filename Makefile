@@ -7,7 +7,7 @@ BUILT  := contract/type_codes.h
 
 .PHONY: demo demo-shards test unit venv jars pathway debezium system-deps mysql-server gh-ost clean bench bench-race bench-race-embedded chaos chaos-read-only soak soak-peak
 
-$(STAMP): pyproject.toml setup.py contract/type_table.py contract/conversion_rules.py contract/conversion_rules_c.py contract/conversion_rules_proof.py contract/codecs/_avro_reader.c contract/codecs/avro_read.h spark_jobs/sinks/_copy_text.c spark_jobs/partition/_change_scan.c contract/codecs/_avro_json.c contract/codecs/avro_json.h common/kafka/_partitioner.c producer/events/_binlog_images.c producer/events/_select_rows.c producer/events/avro_out.h producer/events/row_program.h producer/_native_producer.c | system-deps
+$(STAMP): pyproject.toml setup.py contract/type_table.py contract/conversion_rules.py contract/conversion_rules_c.py contract/conversion_rules_proof.py contract/codecs/_avro_reader.c contract/codecs/avro_read.h spark_jobs/sinks/_copy_text.c spark_jobs/task/_change_scan.c contract/codecs/_avro_json.c contract/codecs/avro_json.h common/kafka/_partitioner.c producer/events/_binlog_images.c producer/events/_select_rows.c producer/events/avro_out.h producer/events/row_program.h producer/_native_producer.c | system-deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -1,7 +1,7 @@
 """The package's compiled parts (everything else is in pyproject.toml): the native Avro reader of
 contract/codecs/avro_decoder.py (its reads shared, in avro_read.h, with the PostgreSQL sink's COPY
 lines of spark_jobs/sinks/copy_text.py and the merge task's change scan of
-spark_jobs/partition/decide.py), the Avro-to-JSON transcoder of connect_json.py, Kafka's default
+spark_jobs/task/decide.py), the Avro-to-JSON transcoder of connect_json.py, Kafka's default
 partitioner of common/kafka/partitioner.py, the binlog image and SELECT row encoders of
 producer/events/image_encoder.py and select_encoder.py, and the producer's own Kafka client of
 producer/native_producer.py (built against librdkafka's header, /usr/include/librdkafka/rdkafka.h
@@ -59,7 +59,7 @@ setup(cmdclass={"build_ext": BuildExtensions}, ext_modules=[Extension("contract.
                              extra_compile_args=["-O2"], include_dirs=["contract/codecs", "contract"],
                              depends=["contract/codecs/avro_read.h", TYPE_CODES, "contract/type_table.py",
                                       TYPE_RULES, RULES_SOURCE, "contract/conversion_rules_c.py"]),
-                   Extension("spark_jobs.partition._change_scan", ["spark_jobs/partition/_change_scan.c"],
+                   Extension("spark_jobs.task._change_scan", ["spark_jobs/task/_change_scan.c"],
                              optional=True, extra_compile_args=["-O2"], include_dirs=["contract/codecs"],
                              depends=["contract/codecs/avro_read.h"]),
                    Extension("contract.codecs._avro_json", ["contract/codecs/_avro_json.c"], optional=True,

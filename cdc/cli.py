@@ -74,7 +74,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 def _sinks_note(cfg) -> str:
     """How far each configured table sink got (for messages about lost history)."""
-    from spark_jobs.data_loss_guard import sinks_note
+    from spark_jobs.planning.data_loss_guard import sinks_note
     from spark_jobs.merge_job import MergeJob
     if not (cfg.sinks.postgres.enabled or cfg.sinks.mysql.enabled):
         return ""

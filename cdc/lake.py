@@ -38,8 +38,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from cdc.errors import CommandError
 from common.config import CDCConfig
-from spark_jobs.batch_commit import owner_of
-from spark_jobs.lake_committer import REQUEST_FILE, STATUS_FILE, LakeCommitters
+from spark_jobs.commit.batch_commit import owner_of
+from spark_jobs.commit.lake_committer import REQUEST_FILE, STATUS_FILE, LakeCommitters
 from spark_jobs.sinks.configured import build_sinks, lake_conf
 from spark_jobs.sinks.lake_base import LakeSinkBase
 

@@ -11,7 +11,7 @@ state), and why a stopped route stopped.
 the route's, or those of ``--shard source/db.table`` and ``--version``): ``force`` makes the
 target take their columns and types now (the shards without them write NULL there), ``skip``
 applies their rows without what the target lacks.  The decision goes to the topic
-``<kafka.topic_prefix>._routes`` (:mod:`spark_jobs.route_decisions`), which wakes the merge
+``<kafka.topic_prefix>._routes`` (:mod:`spark_jobs.planning.route_decisions`), which wakes the merge
 queries: the records held so far are applied by the next batch, once (they leave the
 partition's state in the batch that applies them; a replay decides from the same topic).
 A decision that cannot apply is refused here with the reason, before anything is written.
@@ -30,9 +30,9 @@ from cdc import cli_common
 from cdc.errors import CommandError
 from common.config import CDCConfig
 from contract.schema_store import SchemaStore
-from spark_jobs.driver_kafka import DriverKafka
+from spark_jobs.input.driver_kafka import DriverKafka
 from spark_jobs.errors import RouteError
-from spark_jobs.route_targets import RouteTargets
+from spark_jobs.planning.route_targets import RouteTargets
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sharding.shapes import ShardId
 

@@ -581,7 +581,7 @@ class SinksConfig(Section):
 
     schema_changes: list[SchemaChangeRule] = Field(default_factory=list)
     # How often (seconds) the merge job drops the table sinks' tombstones that no replay can
-    # reach any more (spark_jobs/tombstone_horizon.py); 0: never (they then grow with deletes).
+    # reach any more (spark_jobs/maintenance/tombstone_horizon.py); 0: never (they then grow with deletes).
     tombstone_purge_s: float = Field(60.0, ge=0)
 
     @model_validator(mode="before")

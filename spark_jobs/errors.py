@@ -21,7 +21,7 @@ class KafkaReadTimeout(KafkaSourceError, TimeoutError):
 
 class KafkaDataLossError(KafkaSourceError):
     """Kafka no longer holds records the query has not read (``failOnDataLoss=true``);
-    ``losses``: the :class:`spark_jobs.data_loss.DataLoss` of each partition."""
+    ``losses``: the :class:`spark_jobs.input.data_loss.DataLoss` of each partition."""
 
     def __init__(self, message: str, losses: Sequence[Any]) -> None:
         super().__init__(message)

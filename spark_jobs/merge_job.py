@@ -10,10 +10,10 @@ micro-batch (``foreachBatch``):
    records after it, so every marker below any record of the batch is in that range.
    The range is written down before use (``merge-state/<batch>.plan.json``) so a
    replayed batch reads the same markers;
-2. runs :func:`spark_jobs.partition_merge.merge_partition` per table partition on the
+2. runs :func:`spark_jobs.task.partition_merge.merge_partition` per table partition on the
    executors: the batch's Kafka ranges, planned from Spark's offset log as the source plans
    them, in at most one task per executor core, each task reading its ranges itself
-   (:func:`spark_jobs.partition_merge.range_function`; with ``spark.kafka_source: jvm``,
+   (:func:`spark_jobs.task.partition_merge.range_function`; with ``spark.kafka_source: jvm``,
    ``mapInArrow`` over the batch's DataFrame); no shuffle: decode, the DBLog rule, clean
    changelog, sinks, dead letters;
 3. applies the table markers once every partition of their table has been read past the
@@ -69,38 +69,38 @@ from contract.schema_store import SchemaStore
 from contract.topics import dlq_topic
 from spark_jobs import driver_memory  # noqa: F401 - pyarrow's pool chosen before anything makes it
 from spark_jobs import sections  # noqa: F401 - every section of the configuration registered before it loads
-from spark_jobs.batch_commit import owner_of, query_app_id
-from spark_jobs.batch_report import BatchReport, KafkaLag, MergeCollector
-from spark_jobs.data_loss import DataLoss
-from spark_jobs.data_loss_guard import DataLossGuard
-from spark_jobs.driver_kafka import DriverKafka
-from spark_jobs.kafka_offsets import log_end_from_json, lost_from_json
-from spark_jobs.lake_committer import LakeCommitters, lake_committers
-from spark_jobs.marker_planner import MarkerPlanner, batch_inputs
-from spark_jobs.merge_state import MergeStateStore
-from spark_jobs.available_now import run_available_now
-from spark_jobs.merge_tasks import MergeTasks
-from spark_jobs.offset_log import batch_end_offsets
-from spark_jobs.partition.decide import merge_markers
-from spark_jobs.partition.settings import MergeSettings, sinks_of
-from spark_jobs.partition_merge import warm_worker
-from spark_jobs.partition_turns import batch_turn_keys, key_partition_counts
-from spark_jobs.route_targets import RouteTargets
-from spark_jobs.running_batch import RunningBatch, progress_figures
-from spark_jobs.schema_guard import SchemaGuard
+from spark_jobs.commit.batch_commit import owner_of, query_app_id
+from spark_jobs.report.batch_report import BatchReport, KafkaLag, MergeCollector
+from spark_jobs.input.data_loss import DataLoss
+from spark_jobs.planning.data_loss_guard import DataLossGuard
+from spark_jobs.input.driver_kafka import DriverKafka
+from spark_jobs.input.kafka_offsets import log_end_from_json, lost_from_json
+from spark_jobs.commit.lake_committer import LakeCommitters, lake_committers
+from spark_jobs.planning.marker_planner import MarkerPlanner, batch_inputs
+from spark_jobs.commit.merge_state import MergeStateStore
+from spark_jobs.input.available_now import run_available_now
+from spark_jobs.planning.merge_tasks import MergeTasks
+from spark_jobs.input.offset_log import batch_end_offsets
+from spark_jobs.task.decide import merge_markers
+from spark_jobs.task.settings import MergeSettings, sinks_of
+from spark_jobs.task.partition_merge import warm_worker
+from spark_jobs.planning.partition_turns import batch_turn_keys, key_partition_counts
+from spark_jobs.planning.route_targets import RouteTargets
+from spark_jobs.report.running_batch import RunningBatch, progress_figures
+from spark_jobs.planning.schema_guard import SchemaGuard
 from spark_jobs.sharding.routes import Router
 from spark_jobs.sinks.configured import lake_conf, spark_lakes
 from spark_jobs.sinks.lake_spark import check_connectors
-from spark_jobs.table_markers import TableMarkers, debezium_truncates
-from spark_jobs.table_topics import TableTopics
-from spark_jobs.tombstone_purger import TombstonePurger
+from spark_jobs.commit.table_markers import TableMarkers, debezium_truncates
+from spark_jobs.planning.table_topics import TableTopics
+from spark_jobs.maintenance.tombstone_purger import TombstonePurger
 
 log = logging.getLogger(__name__)
 
 
 def warm_workers(spark, name: str) -> threading.Thread:
     """Start Spark's Python workers while the merge query starts: a job of one empty task per
-    executor core (:func:`~spark_jobs.partition_merge.warm_worker`), run on a thread of its
+    executor core (:func:`~spark_jobs.task.partition_merge.warm_worker`), run on a thread of its
     own (``name`` in its name) so that the query's start does not wait for it.
 
     Otherwise the first micro-batch's tasks wait for them: Spark starts its Python daemon,
@@ -131,15 +131,15 @@ class MergeJob:
     status under its name (:func:`run_merge` runs one per source, one query each).
 
     The job orchestrates its named parts, each in its own module: the table topics
-    (:class:`~spark_jobs.table_topics.TableTopics`), the state store
-    (:class:`~spark_jobs.merge_state.MergeStateStore`), the data-loss guard
-    (:class:`~spark_jobs.data_loss_guard.DataLossGuard`), the marker planner
-    (:class:`~spark_jobs.marker_planner.MarkerPlanner`), the schema guard
-    (:class:`~spark_jobs.schema_guard.SchemaGuard`), the route targets
-    (:class:`~spark_jobs.route_targets.RouteTargets`), the table markers
-    (:class:`~spark_jobs.table_markers.TableMarkers`), the tombstone purger
-    (:class:`~spark_jobs.tombstone_purger.TombstonePurger`) and the batch report
-    (:class:`~spark_jobs.batch_report.BatchReport`); it runs the query and its retry loop."""
+    (:class:`~spark_jobs.planning.table_topics.TableTopics`), the state store
+    (:class:`~spark_jobs.commit.merge_state.MergeStateStore`), the data-loss guard
+    (:class:`~spark_jobs.planning.data_loss_guard.DataLossGuard`), the marker planner
+    (:class:`~spark_jobs.planning.marker_planner.MarkerPlanner`), the schema guard
+    (:class:`~spark_jobs.planning.schema_guard.SchemaGuard`), the route targets
+    (:class:`~spark_jobs.planning.route_targets.RouteTargets`), the table markers
+    (:class:`~spark_jobs.commit.table_markers.TableMarkers`), the tombstone purger
+    (:class:`~spark_jobs.maintenance.tombstone_purger.TombstonePurger`) and the batch report
+    (:class:`~spark_jobs.report.batch_report.BatchReport`); it runs the query and its retry loop."""
 
     def __init__(self, cfg: CDCConfig, source: CapturedSource | None = None) -> None:
         cfg = cfg.for_part("merge")  # (its own Kafka login, when it has one)
@@ -317,7 +317,7 @@ class MergeJob:
                            started_at=started_at)
 
     def _app_id(self) -> str:
-        """The batch sinks' application id (:func:`~spark_jobs.batch_commit.query_app_id`);
+        """The batch sinks' application id (:func:`~spark_jobs.commit.batch_commit.query_app_id`);
         empty without a batch sink."""
         if not any(sink.KIND == "batch" for _, sink in sinks_of(self.settings)):
             return ""
@@ -381,7 +381,7 @@ class MergeJob:
                     if available_now and self.cfg.spark.kafka_source == "jvm":  # (admission control: Spark's own)
                         self._started(writer.trigger(availableNow=True)).awaitTermination()
                         return 0
-                    if available_now:  # (spark_jobs.available_now: Spark 4.1's trigger would stop early)
+                    if available_now:  # (spark_jobs.input.available_now: Spark 4.1's trigger would stop early)
                         run_available_now(lambda every: self._started(writer.trigger(processingTime=every)),
                                           self.tasks.source_options(), self.checkpoint / "query")
                         return 0
@@ -452,7 +452,7 @@ def stop_if_refused(exc: Exception, cfg: CDCConfig) -> None:
 
 def job_metrics(job: MergeJob, *, process: bool = True) -> CollectorRegistry:
     """The registry the job's metrics port serves: the figures of the job and of its peers
-    (:class:`~spark_jobs.batch_report.MergeCollector`), and with ``process`` the driver
+    (:class:`~spark_jobs.report.batch_report.MergeCollector`), and with ``process`` the driver
     process's own (:func:`common.metrics_http.process_registry`)."""
     registry = process_registry() if process else CollectorRegistry()
     registry.register(MergeCollector(lambda: [(j.source_name, j.report) for j in job.peers], job.lakes))

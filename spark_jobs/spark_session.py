@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from common.jars import module_jars
 from common.processes import pid_alive
-from spark_jobs.kafka_source import CdcKafkaDataSource
+from spark_jobs.input.kafka_source import CdcKafkaDataSource
 
 #: The JVMs' options when the records never pass through them (the ``cdc-kafka`` source):
 #: the client compiler only.  C2 compiled for 5 s of CPU per job start, on code the merge

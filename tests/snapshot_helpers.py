@@ -22,7 +22,7 @@ from contract.position import event_of
 from contract.signals import execute_snapshot_data, send_signal
 from contract.topics import markers_topic, notifications_topic, signals_topic
 from producer.offset_store import OffsetStore
-from spark_jobs.dblog import ChunkRow, apply_in_order, dedupe_log, from_envelope, make_key
+from spark_jobs.task.dblog import ChunkRow, apply_in_order, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import dedupe_by_position, read_events, wait_for
 
 
@@ -123,7 +123,7 @@ class OracleResult:
 
 def dblog_replay(cfg: CDCConfig, topic: str) -> OracleResult:
     """Read a table topic, drop copies by position, apply the DBLog rule (the reference
-    implementation in ``spark_jobs.dblog``) and apply the result in order."""
+    implementation in ``spark_jobs.task.dblog``) and apply the result in order."""
     events = read_events(cfg, topic)
     kept, copies = dedupe_by_position(events)
     changes, rows = [], []

@@ -25,14 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "contract", "schemas", "producer", "spark_jobs", "cdc")
 #: Project modules that may be imported inside a function: they import pyspark.
-LAZY_MODULES = {"spark_jobs.spark_session", "spark_jobs.kafka_source"}
+LAZY_MODULES = {"spark_jobs.spark_session", "spark_jobs.input.kafka_source"}
 MAX_FUNCTION_IMPORTS = 20
 #: The CLI's commands of the merge side, imported by cdc/cli.py in the commands that run them (they
 #: load Spark, pyarrow and PostgreSQL's client: `cdc produce` does not; tests/unit/cdc/test_cli_imports.py).
 CLI_COMMAND_MODULES = {"cdc.chaos", "cdc.demo", "cdc.demo_shards", "cdc.lake", "cdc.verify", "cdc.bench.merge",
                        "cdc.bench.peers_race", "cdc.bench.peers_report", "cdc.bench.report", "cdc.bench.lake_cadence",
                        "cdc.bench.sink_race", "cdc.bench.soak", "cdc.bench.latency_breakdown",
-                       "spark_jobs.data_loss_guard", "spark_jobs.merge_job"}
+                       "spark_jobs.planning.data_loss_guard", "spark_jobs.merge_job"}
 
 
 def _modules():

@@ -16,7 +16,7 @@ machine's wall clock:
 
 and for every micro-batch two timelines: Spark's progress report (the trigger's start and
 ``durationMs``: the source's ``latestOffset``, the offset log, planning, ``addBatch``, the
-commit log) and the batch report's (:attr:`spark_jobs.batch_report.BatchReport.recent`: the
+commit log) and the batch report's (:attr:`spark_jobs.report.batch_report.BatchReport.recent`: the
 ``foreachBatch`` call's start and end, the driver's plan, the tasks, the finish).  A row is
 placed in the batch whose ``foreachBatch`` call was running when it arrived, and its latency
 split (:func:`row_parts`) into

@@ -581,7 +581,7 @@ def compile_change_header(schema: Any) -> tuple[Decoder, Decoder]:
 
 
 #: The fields whose name indices :func:`change_scan_program` gives, in the native change
-#: scan's order (``scan_changes`` in ``spark_jobs/partition/_change_scan.c``): the envelope's, then ``source``'s.
+#: scan's order (``scan_changes`` in ``spark_jobs/task/_change_scan.c``): the envelope's, then ``source``'s.
 SCAN_FIELDS = ("before", "after", "source", "op", "position", "snapshot_window", "ts_ms", "db", "table")
 
 

@@ -3,7 +3,7 @@
  * skipping a value.  Programs are native-endian int32 words that contract/codecs/avro_decoder.py
  * compiles from a writer schema (native_program; native_skip_words for the nodes other programs
  * skip fields with).  Included by contract/codecs/_avro_reader.c (records into dicts),
- * spark_jobs/sinks/_copy_text.c (a row image's COPY line) and spark_jobs/partition/_change_scan.c
+ * spark_jobs/sinks/_copy_text.c (a row image's COPY line) and spark_jobs/task/_change_scan.c
  * (the merge task's change scan): each a module of its own layer. */
 #ifndef CDC_AVRO_READ_H
 #define CDC_AVRO_READ_H

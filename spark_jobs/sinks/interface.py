@@ -8,7 +8,7 @@ moves a row backwards.
 A **batch sink** (:class:`BatchSink`: lake tables such as Delta Lake or Iceberg) commits in
 transactions of its own: each task stages its partition's changes (:meth:`BatchSink.stage`:
 files written, nothing visible), the driver hands each table's staged batch to the sink's lake
-committer (:mod:`spark_jobs.lake_committer`), which commits the parts of every batch staged
+committer (:mod:`spark_jobs.commit.lake_committer`), which commits the parts of every batch staged
 since its last commit in one transaction (:meth:`BatchSink.commit`), idempotent by the
 commit's number (a commit replayed after a crash commits nothing twice).
 

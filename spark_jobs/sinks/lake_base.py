@@ -119,7 +119,7 @@ class LakeSinkBase(BatchSink):
                 log.info("%s table of %s.%s: another writer committed first (%s); trying again", self.FORMAT, db,
                          table, exc)
                 time.sleep(0.05 * attempt)
-        if not keep_staged:  # (the lake committer removes what it committed itself: spark_jobs.lake_committer)
+        if not keep_staged:  # (the lake committer removes what it committed itself: spark_jobs.commit.lake_committer)
             self.staging.remove_batch(app, db, table, batch_id)
             self.staging.remove_older(app, db, table, batch_id)
         done = self._commits[(db, table)] = self._commits.get((db, table), 0) + 1

@@ -123,7 +123,7 @@ def with_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
     """Session settings for one commit, cleared after it.  The session's settings are every
     thread's: commits that set the same settings take turns (a lock per set of names), the
     Delta and the Iceberg sinks' commits, which set different ones, run side by side
-    (``spark_jobs.batch_commit``)."""
+    (``spark_jobs.commit.batch_commit``)."""
     if not conf:
         yield
         return

@@ -35,7 +35,7 @@ if no tombstone of K is at or above its position, and an applied newer upsert re
 tombstone (the row's own position then protects the key).  A batch with no tombstone of
 its table at or above its lowest position skips that guard (``apply``): a re-inserted key
 then keeps a tombstone below its row, which stops nothing the row would not.  The merge job
-purges tombstones below a position no replay can reach (:mod:`spark_jobs.tombstone_horizon`,
+purges tombstones below a position no replay can reach (:mod:`spark_jobs.maintenance.tombstone_horizon`,
 :meth:`PostgresSink.purge_tombstones`).  The key is identified by a 16-byte hash of its canonical JSON
 (:func:`~spark_jobs.sinks.keys.key_json`), so one tombstone table serves keys of
 any types and lengths.
@@ -174,7 +174,7 @@ class PostgresSink(PostgresCopyWrite, TableSinkBase):
         Writers of two partitions share the row and go side by side: they never write the
         same sink row (the task checked that its records carry the table's one key schema and
         are where Kafka's partitioner puts their keys:
-        :func:`~spark_jobs.partition_merge.owns_keys`).  A second writer of one partition (a
+        :func:`~spark_jobs.task.partition_merge.owns_keys`).  A second writer of one partition (a
         zombie task of an earlier attempt) waits for the first on the advisory lock.  The
         whole turn waits for every sharer, and they for it: what every other writer takes
         (records whose key another partition may hold, tables that had another key schema,

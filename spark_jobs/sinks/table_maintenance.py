@@ -20,7 +20,7 @@ class TableMaintenance:
         tables ``wanted(source db, source table)`` says, or all); returns how many.
 
         Safe once no record below ``before_position`` can be applied again (the merge job
-        calls it with such a horizon: :mod:`spark_jobs.tombstone_horizon`).  A tombstone
+        calls it with such a horizon: :mod:`spark_jobs.maintenance.tombstone_horizon`).  A tombstone
         below its key's row (left by a batch applied without the guard, see :meth:`apply`)
         stops nothing the row's own position would not stop: a tombstone matters only while
         a record of its key below its position can still come, and only when the key has

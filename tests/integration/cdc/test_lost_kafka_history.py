@@ -112,7 +112,7 @@ def test_merge_job_stops_on_a_recreated_topic_and_carries_on_when_told(stack, me
         cur.execute("UPDATE t SET v = 'changed' WHERE id = 1")
     run_until_caught_up(cfg)
     cfg.spark.fail_on_data_loss = False
-    with caplog.at_level(logging.WARNING, logger="spark_jobs.batch_report"):
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.report.batch_report"):
         assert MergeJob(cfg).run(available_now=True) == 0
     warned = [r.getMessage() for r in caplog.records if "Kafka lost records" in r.getMessage()]
     assert warned and topic in warned[0], caplog.text[-2000:]

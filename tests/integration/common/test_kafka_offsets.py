@@ -218,7 +218,7 @@ def test_the_merge_jobs_driver_asks_one_kept_consumer_and_sees_each_commit(stack
     """The driver's look-ups (every batch's plan) ask one consumer they keep (issue 70): it
     still stops before an open transaction and moves on its commit, a topic made since is
     found, a failed look-up lets it go, and after ``close`` a look-up makes it again."""
-    from spark_jobs.driver_kafka import DriverKafka
+    from spark_jobs.input.driver_kafka import DriverKafka
 
     bs = config.kafka.bootstrap_servers
     ensure_topics(config.kafka, [topic], partitions=1)

@@ -3,7 +3,7 @@
 The producer runs as a CDC user with REPLICATION SLAVE, REPLICATION CLIENT and SELECT only:
 it cannot write to the source, so a snapshot that completes wrote nothing.  Signals are
 rows inserted by another user (the signal table is read through the binlog).  The oracle is
-the DBLog rule's reference implementation (``spark_jobs.dblog``) over the table topic: it
+the DBLog rule's reference implementation (``spark_jobs.task.dblog``) over the table topic: it
 must equal the source table, under concurrent writes with key changes and delete +
 re-insert, for single, composite and string keys, one or several readers, and kill -9.
 Hot keys, an idle binlog and kill -9 on MySQL 9.7 too (its GTID windows).

@@ -14,7 +14,7 @@ from contract.markers import DELETE_MISSING
 from contract.topics import table_topic
 from producer.app import ProducerApp
 from producer.errors import BinlogPurgedError
-from spark_jobs.dblog import ChunkRow, dedupe_log, from_envelope, make_key
+from spark_jobs.task.dblog import ChunkRow, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import (
     ProducerProcess,
     ProducerThread,

@@ -1,6 +1,6 @@
 """Incremental snapshots on the real stack: signal rows in, chunk rows and markers out.
 
-The oracle is the DBLog rule's reference implementation (``spark_jobs.dblog``): the table
+The oracle is the DBLog rule's reference implementation (``spark_jobs.task.dblog``): the table
 topic, copies dropped by position, chunk rows deduplicated against the changes in their
 windows, applied in position order, must equal the source table.
 """

@@ -14,7 +14,7 @@ from common.kafka.topic_reader import read_topic
 from contract.topics import schemas_topic, table_topic
 from producer.app import ProducerApp
 from producer.errors import BinlogPurgedError, ProducerStopped
-from spark_jobs.dblog import make_key
+from spark_jobs.task.dblog import make_key
 from tests.integration.producer.test_recovery import _rebuilt
 from tests.producer_helpers import (
     ProducerThread,

@@ -1,4 +1,4 @@
-"""merge_partition with the native change scan (``scan_changes``, spark_jobs.partition.decide.scan_plain)
+"""merge_partition with the native change scan (``scan_changes``, spark_jobs.task.decide.scan_plain)
 leaves what it leaves without it, on the producer's own records: a table's stream changes
 under a write load while a snapshot of it runs (windows open: the loop decides those
 records, the scan the plain runs between them), in two batches, then the second batch
@@ -11,14 +11,14 @@ import psycopg
 
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
-from spark_jobs.partition.decide import native_scan
+from spark_jobs.task.decide import native_scan
 from contract.topics import markers_topic, table_topic
-from spark_jobs import partition_merge
-from spark_jobs.driver_kafka import read_markers
-from spark_jobs.marker_planner import batch_inputs
-from spark_jobs.partition import decide
-from spark_jobs.partition.settings import MergeSettings
-from spark_jobs.partition_merge import merge_partition
+from spark_jobs.task import partition_merge
+from spark_jobs.input.driver_kafka import read_markers
+from spark_jobs.planning.marker_planner import batch_inputs
+from spark_jobs.task import decide
+from spark_jobs.task.settings import MergeSettings
+from spark_jobs.task.partition_merge import merge_partition
 from spark_jobs.sinks.postgres import PostgresSink
 from tests.producer_helpers import ProducerThread, run_until_caught_up, start_at_current, wait_for
 from tests.snapshot_helpers import create_table, has_notification, snapshot, write_loads

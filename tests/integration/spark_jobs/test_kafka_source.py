@@ -19,9 +19,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.kafka.offsets import end_offsets
-from spark_jobs.available_now import run_available_now
+from spark_jobs.input.available_now import run_available_now
 from spark_jobs.errors import KafkaDataLossError, KafkaReadTimeout
-from spark_jobs.kafka_source import SCHEMA, KafkaRange, SourceOptions, parse_options, read_range
+from spark_jobs.input.kafka_source import SCHEMA, KafkaRange, SourceOptions, parse_options, read_range
 from spark_jobs.spark_session import build_session
 
 
@@ -107,7 +107,7 @@ def _reader(spark, bs: str, **options):
 
 
 def _available_now(spark, bs: str, checkpoint: Path, collector: Collector | None = None, **options) -> Collector:
-    """What the partitions hold now, read in batches (spark_jobs.available_now)."""
+    """What the partitions hold now, read in batches (spark_jobs.input.available_now)."""
     collector = collector or Collector()
     writer = _reader(spark, bs, **options).writeStream.foreachBatch(collector).option("checkpointLocation",
                                                                                        str(checkpoint))
@@ -249,7 +249,7 @@ def test_an_idle_reader_waits_for_records_and_answers_when_a_transaction_commits
 
     from confluent_kafka import Producer
 
-    from spark_jobs.kafka_source import CdcKafkaStreamReader
+    from spark_jobs.input.kafka_source import CdcKafkaStreamReader
     bs = _bootstrap(config)
     _create(bs, topic, 2)
     _produce(bs, topic, 3, 2)

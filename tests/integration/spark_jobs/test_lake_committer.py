@@ -1,4 +1,4 @@
-"""The lake committer (spark_jobs/lake_committer.py) on real lake sinks: batches staged as the
+"""The lake committer (spark_jobs/commit/lake_committer.py) on real lake sinks: batches staged as the
 merge job stages them and committed on the committer's cadence, several batches in one commit
 (the newest position per key winning across them), each batch once across crashes, a lake that
 refuses commits holding the stream back, and the interval and size bounds."""
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from spark_jobs.batch_report import MergeCollector
-from spark_jobs.lake_committer import REQUEST_FILE, LakeCommitters
+from spark_jobs.report.batch_report import MergeCollector
+from spark_jobs.commit.lake_committer import REQUEST_FILE, LakeCommitters
 from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.lake_base import LakeSinkBase
 from spark_jobs.sinks.naming import POSITION_COLUMN
@@ -300,7 +300,7 @@ def test_the_switch_interval_is_lowered_while_the_committer_commits(driver_delta
     thread gets the GIL back sooner after each answer it waits for; restored after."""
     import sys
 
-    from spark_jobs.lake_committer import COMMIT_SWITCH_INTERVAL_S
+    from spark_jobs.commit.lake_committer import COMMIT_SWITCH_INTERVAL_S
     sink, src = driver_delta, simple_source()
     before = sys.getswitchinterval()
     seen = []

@@ -19,8 +19,8 @@ import pytest
 
 from cdc.lake import lake_sinks, maintain
 from common.config import CDCConfig, dump_config
-from spark_jobs.batch_commit import owner_of
-from spark_jobs.lake_committer import LakeCommitters
+from spark_jobs.commit.batch_commit import owner_of
+from spark_jobs.commit.lake_committer import LakeCommitters
 from tests.integration.spark_jobs.test_sinks import simple_source
 from tests.lake_helpers import LAKE_KINDS, commit_batch, lake_rows
 

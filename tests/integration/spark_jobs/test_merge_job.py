@@ -167,7 +167,7 @@ def test_added_source_column_appears_in_the_sinks(stack, merge_config, test_db):
 def test_tombstones_go_once_no_replay_can_reach_them(stack, merge_config, test_db):
     """Deletes leave tombstones in both table sinks; the job drops them once the producer's
     stored resume point is past them and the job's committed offsets passed every record
-    written before that point was read (spark_jobs/tombstone_horizon.py), and not before."""
+    written before that point was read (spark_jobs/maintenance/tombstone_horizon.py), and not before."""
     from spark_jobs.sinks.configured import build_sinks
     from tests.producer_helpers import start_at_current
     cfg = merge_config

@@ -36,7 +36,7 @@ def _probe(_items):
     import gc
     import os
     import sys
-    yield os.getpid(), "spark_jobs.partition_merge" in sys.modules, gc.get_threshold()
+    yield os.getpid(), "spark_jobs.task.partition_merge" in sys.modules, gc.get_threshold()
 
 
 def test_the_python_workers_are_ready_before_the_first_batch(fresh_spark):

@@ -11,7 +11,7 @@ setting the user gives still wins.
 from __future__ import annotations
 
 from common.kafka.topic_reader import READ_AHEAD, topic_reader_config
-from spark_jobs.kafka_source import parse_options, range_consumer_config
+from spark_jobs.input.kafka_source import parse_options, range_consumer_config
 
 LIBRDKAFKA_DEFAULT_BACKOFF_MS = 1000
 

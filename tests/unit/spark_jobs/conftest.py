@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs import partition_merge
+from spark_jobs.task import partition_merge
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from common.config import CDCConfig
 from common.metrics_http import serve_metrics
 from contract.topics import table_topic_pattern
-from spark_jobs.batch_report import KafkaLag
+from spark_jobs.report.batch_report import KafkaLag
 from spark_jobs.merge_job import MergeJob, job_metrics, jobs_alive, queries_running
 
 

@@ -88,7 +88,7 @@ def test_the_native_reader_is_built_where_it_can_be_and_used():
     if can_build():
         assert avro_decoder._avro_reader is not None
         # (the merge tasks' change scan, test_change_scan.py; the PostgreSQL sink's COPY lines, test_copy_text.py)
-        from spark_jobs.partition import decide
+        from spark_jobs.task import decide
         from spark_jobs.sinks import copy_text
         assert decide.native_scan is not None and copy_text._copy_text is not None
         assert native_enabled() == (os.environ.get(NATIVE_ENV, "1") != "0")

@@ -112,9 +112,8 @@ def route_states(cfg: CDCConfig, target: str | None = None) -> list[RouteState]:
         if coordinator is not None:
             st.stopped = coordinator.stopped
             st.target = [f"{c.name} {c.type}" for c in coordinator.target.columns] if coordinator.target else []
-            versions = {(s, v.id): v.at for s in coordinator.shards for v in coordinator._versions[s].values()}
             for shard, version in coordinator.waiting():
-                st.waiting.append(Waiting(shard, version, versions.get((shard, version), ""),
+                st.waiting.append(Waiting(shard, version, coordinator.version_at(shard, version),
                                           coordinator.missing(shard, version)))
             # (a shard's held records wait behind its first waiting version)
             for shard in {w.shard for w in st.waiting}:

@@ -10,6 +10,10 @@ the names live here, in the contract.
 
 from __future__ import annotations
 
+#: Avro's primitive type names (the Avro specification): a type named by one of these is no named
+#: type of a schema.
+AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+
 #: Kafka Connect's decimal: bytes (two's complement, big-endian) with a ``scale`` parameter.
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 #: The parameter names of :data:`DECIMAL`.

@@ -358,3 +358,82 @@ def test_the_private_attribute_check_sees_what_it_is_for():
     # a class body's names are its own: a method's same name is not the library's value
     assert uses("from pydantic import Field\nclass C:\n    kafka: int = Field(1)\n"
                 "    def f(self):\n        kafka = self.copy()\n        kafka._x = 1\n") == []
+
+
+def _package_of(path: Path) -> str:
+    """The package a module belongs to: its folder, as a dotted name (``spark_jobs.sinks``)."""
+    return ".".join(path.relative_to(ROOT).parent.parts)
+
+
+def _private_definitions(tree: ast.Module) -> set[str]:
+    """The private names a module defines: functions, classes, module and class variables, and
+    attributes it sets on ``self`` or ``cls``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            if isinstance(t, ast.Name):
+                names.add(t.id)
+            elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in ("self", "cls"):
+                names.add(t.attr)
+    return {n for n in names if _is_private(n)}
+
+
+def project_private_reaches(modules: list[tuple[Path, ast.Module]]) -> list[str]:
+    """Where one of the project's packages reaches a private name another package defines: a
+    ``from ... import _name`` of a module of another package (a private module of its own
+    package, a C extension, is its own business), or ``x._name`` on anything but ``self``,
+    ``cls`` and ``super()`` where ``_name`` is defined in another package and not in its own."""
+    defined: dict[str, set[str]] = {}
+    for path, tree in modules:
+        for name in _private_definitions(tree):
+            defined.setdefault(name, set()).add(_package_of(path))
+    found = []
+    for path, tree in modules:
+        pkg, where = _package_of(path), path.relative_to(ROOT)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
+                    node.module.split(".")[0] in PACKAGES:
+                target = node.module if (ROOT / node.module.replace(".", "/")).is_dir() \
+                    else node.module.rpartition(".")[0]
+                private = [a.name for a in node.names if _is_private(a.name)]
+                if private and target != pkg:
+                    found.append(f"{where}:{node.lineno}: from {node.module} import {', '.join(private)}")
+            elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+                holder = node.value
+                if isinstance(holder, ast.Name) and holder.id in ("self", "cls") or \
+                        isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) and holder.func.id == "super":
+                    continue
+                owners = defined.get(node.attr, set())
+                if owners and pkg not in owners:
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(holder)}.{node.attr} "
+                                 f"(defined in {', '.join(sorted(owners))})")
+    return found
+
+
+def test_no_package_reaches_into_another_packages_private_names():
+    """What one package needs of another is public (issue 71: the benchmarks called the lake
+    sinks' ``_load``, ``_sql`` and ``_create``, ``cdc route`` read the coordinator's
+    ``_versions``, sharding imported the sinks' layout's ``_PRIMITIVES`` and ``_record_ns``)."""
+    found = project_private_reaches(list(_modules()))
+    assert not found, found
+
+
+def test_the_private_names_check_sees_what_it_is_for(tmp_path):
+    """The check finds a private import and a private attribute across packages, and lets a
+    package's own privates, ``self``'s and ``super()``'s be."""
+    sinks = ROOT / "spark_jobs" / "sinks" / "x_sink.py"
+    bench = ROOT / "cdc" / "bench" / "x_bench.py"
+    mods = [
+        (sinks, ast.parse("_LIMIT = 3\n\nclass S:\n    def _load(self):\n        self._cache = 1\n"
+                          "        return self._cache\n\n    def load(self):\n        return super()._load()\n")),
+        (bench, ast.parse("from spark_jobs.sinks.x_sink import _LIMIT, S\n\ndef run(sink):\n"
+                          "    return sink._load(), sink.load(), sink._mine\n\ndef _mine():\n    pass\n")),
+    ]
+    assert project_private_reaches(mods) == [
+        "cdc/bench/x_bench.py:1: from spark_jobs.sinks.x_sink import _LIMIT",
+        "cdc/bench/x_bench.py:4: sink._load (defined in spark_jobs.sinks)",
+    ]

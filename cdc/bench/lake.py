@@ -186,16 +186,16 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
         run_cfg.sinks.iceberg.catalog_name = f"{cfg.kafka.topic_prefix}_latency"
     from spark_jobs.spark_session import build_session
     sink = lake_sink(run_cfg)
-    handle = sink._load(db, TABLE)
+    handle = sink.load_table(db, TABLE)
     if handle is None:
         raise BenchError("(g) needs the Delta table of (f)")
     if isinstance(sink, DeltaSparkSink):
         build_session("local[2]", conf=lake_conf(run_cfg.sinks))
-        sink._sql("turning the change data feed on", db, TABLE, f"ALTER TABLE {sink.spark_name(db, TABLE)} SET "
+        sink.run_sql("turning the change data feed on", db, TABLE, f"ALTER TABLE {sink.spark_name(db, TABLE)} SET "
                   "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
     else:
         handle.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
-    handle = sink._load(db, TABLE)
+    handle = sink.load_table(db, TABLE)
     latency, _ = latency_run(run_cfg, info, db, rate, seconds, first_id, producer_state, console,
                              clock=DeltaClock(run_cfg, db, handle.version() + 1), idle_changes=0)
     latency["run"] = name

@@ -59,7 +59,7 @@ def _schema() -> pa.Schema:
 def fill(spark: Any, sink: LakeSinkBase, table: str, rows: int) -> None:
     """A table of ``rows`` rows (keys 0..rows-1, positions below every change's) in one write."""
     schema = _schema()
-    sink._create(DB, table, schema, ["id"], "cdc-merge:bench")
+    sink.create_table(DB, table, schema, ["id"], "cdc-merge:bench")
     df = spark.range(rows).selectExpr(
         "id", "concat('value-', id) AS v", "id * 7 AS n",
         "CAST(timestamp_seconds(1767225600 + id % 86400) AS TIMESTAMP_NTZ) AS at",

@@ -36,6 +36,7 @@ from fastavro.schema import expand_schema
 
 from common.generated_code import compile_generated
 from contract.errors import NotCompiled, SerdeError
+from contract.logical_types import AVRO_PRIMITIVES
 
 try:  # the native reader (contract/codecs/_avro_reader.c, built by setup.py where a C compiler is)
     from contract.codecs import _avro_reader
@@ -52,7 +53,6 @@ __all__ = ["OFFSET", "SCAN_FIELDS", "CodeWriter", "Decoder", "NotCompiled", "cha
 #: value starts, in place of its value (the field is skipped; a decoder of its type reads it later).
 OFFSET = "offset"
 
-_PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 
 
 def read_long(b: bytes, i: int) -> tuple[int, int]:
@@ -235,7 +235,7 @@ class CodeWriter:
             if kind in ("array", "map"):
                 self._block(t, kind, d, target, depth)
                 return
-            if kind in _PRIMITIVES:
+            if kind in AVRO_PRIMITIVES:
                 return self.value(kind, d, target, depth + 1)
             raise NotCompiled(f"type {kind!r}")
         if t == "null":
@@ -299,7 +299,7 @@ class CodeWriter:
                 if kind == "map":
                     self.skip("string", d + 2, depth + 1)
                 self.skip(t["values"] if kind == "map" else t["items"], d + 2, depth + 1)
-            elif kind in _PRIMITIVES:
+            elif kind in AVRO_PRIMITIVES:
                 self.skip(kind, d, depth + 1)
             else:
                 raise NotCompiled(f"type {kind!r}")
@@ -427,7 +427,7 @@ def _program_node(t: Any, words: list[int], names: dict[str, int], depth: int, r
         if kind == "fixed":
             words += [_N_FIXED, int(t["size"])]
             return
-        if kind in _PRIMITIVES:
+        if kind in AVRO_PRIMITIVES:
             return _program_node(kind, words, names, depth + 1, read, None)
         raise NotCompiled(f"type {kind!r}")
     if t not in _N_PRIMITIVE:

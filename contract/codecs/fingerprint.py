@@ -29,9 +29,10 @@ from typing import Any
 
 from fastavro.schema import fingerprint as _crc
 
+from contract.logical_types import AVRO_PRIMITIVES
+
 __all__ = ["canonical_form", "schema_fingerprint"]
 
-_PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 _NAMED = {"record", "error", "enum", "fixed"}
 #: The canonical attributes of a type, in the Parsing Canonical Form's order.
 _ORDER = ("name", "type", "fields", "symbols", "items", "values", "size")
@@ -52,7 +53,7 @@ def _full(name: str, namespace: str | None) -> str:
 
 def _form(schema: Any, namespace: str | None) -> str:
     if isinstance(schema, str):
-        return _text(schema if schema in _PRIMITIVES else _full(schema, namespace))
+        return _text(schema if schema in AVRO_PRIMITIVES else _full(schema, namespace))
     if isinstance(schema, list):
         return "[" + ",".join(_form(s, namespace) for s in schema) + "]"
     if not isinstance(schema, dict):
@@ -77,10 +78,10 @@ def _form(schema: Any, namespace: str | None) -> str:
         parts += [("type", _text(t)), ("items", _form(schema["items"], namespace))]
     elif t == "map":
         parts += [("type", _text(t)), ("values", _form(schema["values"], namespace))]
-    elif t in _PRIMITIVES and not extra:
+    elif t in AVRO_PRIMITIVES and not extra:
         return _text(t)
     else:
-        parts.append(("type", _text(t if t in _PRIMITIVES else _full(t, namespace))))
+        parts.append(("type", _text(t if t in AVRO_PRIMITIVES else _full(t, namespace))))
     parts.sort(key=lambda p: _ORDER.index(p[0]))
     parts += [(k, _text(v)) for k, v in extra]
     return "{" + ",".join(f"{_text(k)}:{v}" for k, v in parts) + "}"

@@ -110,6 +110,11 @@ class ShardDDLCoordinator:
     def shards(self) -> list[ShardId]:
         return sorted(self._versions)
 
+    def version_at(self, shard: ShardId, version: str) -> str:
+        """The position at which ``shard`` first showed its schema ``version`` ("" if unknown)."""
+        seen = self._versions.get(shard, {}).get(version)
+        return seen.at if seen is not None else ""
+
     def latest(self, shard: ShardId) -> TableShape:
         """The newest shape of ``shard`` (by position)."""
         return self._latest(shard).shape

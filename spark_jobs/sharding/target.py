@@ -19,10 +19,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from contract.logical_types import AVRO_PRIMITIVES
 from spark_jobs.sharding.coordinator import ShardDDLCoordinator
 from spark_jobs.sharding.routes import Route
 from spark_jobs.sharding.shapes import ShardId, TableShape, shape_of_sink_columns
-from spark_jobs.sinks.layout import _PRIMITIVES, _record_ns, row_columns, row_record
+from spark_jobs.sinks.layout import record_namespace, row_columns, row_record
 
 __all__ = ["target_schema", "target_row", "target_fields", "target_key_schema", "target_envelope_schema",
            "target_key", "check_history", "coordinate"]
@@ -34,7 +35,7 @@ def _inline(t: Any, s: Any, ns: str | None, defined: set[str]) -> Any:
     if isinstance(t, list):
         return [_inline(x, s, ns, defined) for x in t]
     if isinstance(t, str):
-        if t in _PRIMITIVES:
+        if t in AVRO_PRIMITIVES:
             return t
         resolved = s.resolve(t, ns)
         full = _full(resolved, ns)
@@ -83,7 +84,7 @@ def target_schema(route: Route, shards: Mapping[ShardId, tuple[Any, Sequence[str
         schema, key = shards[shard]
         record, s = row_record(schema)
         shapes[shard] = shape_of_sink_columns(row_columns(schema), key)
-        fields[shard] = [(f, s, _record_ns(record)) for f in record.get("fields", [])]
+        fields[shard] = [(f, s, record_namespace(record)) for f in record.get("fields", [])]
     target = route.check(shapes)
     if shape is not None:  # pessimistic: the coordinator's target, not the union
         target = route.shape(shape)

@@ -140,7 +140,7 @@ class DeltaSink(DeltaMaintenance, LakeSinkBase):
     def read_batches(self, db: str, table: str) -> Iterator[pa.RecordBatch] | None:
         """The table's rows in Arrow batches (None: no such table), deletion vectors applied
         (the ``spark`` engine's: delta-rs's DataFusion reader; ``to_pyarrow_dataset`` refuses them)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         return None if handle is None else _retyped(_query(handle, "SELECT * FROM t"), self._schema(handle))
 
     def duckdb_scan(self, db: str, table: str) -> str:
@@ -154,7 +154,7 @@ class DeltaSink(DeltaMaintenance, LakeSinkBase):
             return pafs.LocalFileSystem(), self.path
 
     # -- the table ------------------------------------------------------------------------------
-    def _load(self, db: str, table: str) -> Any:
+    def load_table(self, db: str, table: str) -> Any:
         from deltalake import DeltaTable
         _, delta_error, not_found = _delta_errors()
         uri = self.table_uri(db, table)
@@ -181,7 +181,7 @@ class DeltaSink(DeltaMaintenance, LakeSinkBase):
             conf["delta.enableChangeDataFeed"] = "true"
         return conf
 
-    def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
+    def create_table(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
         from deltalake import DeltaTable
         _, delta_error, _ = _delta_errors()
         uri = self.table_uri(db, table)
@@ -223,7 +223,7 @@ class DeltaSink(DeltaMaintenance, LakeSinkBase):
         old = _query(handle, "SELECT * FROM t")  # (opened here: delta-rs cannot open it while it writes; streamed)
         write_deltalake(handle, pa.RecordBatchReader.from_batches(schema, _retyped(old, schema)), mode="overwrite",
                         schema_mode="overwrite", storage_options=self.storage_options or None)
-        return self._load(db, table)
+        return self.load_table(db, table)
 
     def _merge(self, handle: Any, db: str, table: str, changes: pa.Table, key: list[str], batch_id: int,
                app: str, meta: dict[str, str]) -> tuple[int, int]:
@@ -275,7 +275,7 @@ class DeltaSink(DeltaMaintenance, LakeSinkBase):
         return " AND ".join(conds)
 
     def delete_below(self, db: str, table: str, position: str, where: dict | None = None) -> int:
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return 0
         predicate = self._predicate(position, where)
@@ -286,16 +286,16 @@ class DeltaSink(DeltaMaintenance, LakeSinkBase):
         return int(handle.delete(predicate).get("num_deleted_rows", 0))
 
     def _delete_rows_below(self, db: str, table: str, position: str) -> None:
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is not None:
             handle.delete(self._predicate(position, None))
 
     def _has_rows(self, db: str, table: str) -> bool:
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         return handle is not None and handle.count() > 0
 
     def _rows_above(self, db: str, table: str, position: str) -> bool:
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         return handle is not None and _query(handle, f"SELECT 1 FROM t WHERE {quote_delta(POSITION_COLUMN)} > "
                                                       f"{literal(position)} LIMIT 1").read_all().num_rows > 0
 
@@ -323,7 +323,7 @@ class DeltaSink(DeltaMaintenance, LakeSinkBase):
     def applied_positions(self) -> dict[tuple[str, str], str]:
         out = {}
         for db, table in self.tables():
-            handle = self._load(db, table)
+            handle = self.load_table(db, table)
             if handle is None:
                 continue
             actions = pa.table(handle.get_add_actions(flatten=True))

@@ -36,7 +36,7 @@ def _user_metadata(entry: dict) -> dict:
 
 
 class DeltaMaintenance:
-    """The maintenance of :class:`~spark_jobs.sinks.delta.DeltaSink` (which gives ``_load`` and
+    """The maintenance of :class:`~spark_jobs.sinks.delta.DeltaSink` (which gives ``load_table`` and
     ``target_file_size``)."""
 
     target_file_size: int
@@ -44,7 +44,7 @@ class DeltaMaintenance:
     # -- maintenance ---------------------------------------------------------------------------------
     def compact(self, db: str, table: str) -> dict:
         """Compact small files (OPTIMIZE) and write a checkpoint of the log."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return {}
         done = handle.optimize.compact(target_size=self.target_file_size)
@@ -53,7 +53,7 @@ class DeltaMaintenance:
 
     def vacuum(self, db: str, table: str, retention_hours: float) -> dict:
         """Remove files no version within ``retention_hours`` references, and old log entries."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return {}
         # (delta-rs takes whole hours: rounded up, a file a reader within the retention needs never goes)
@@ -66,7 +66,7 @@ class DeltaMaintenance:
         """VACUUM at the retention, and the log entries before the last checkpoint (the one
         the compaction just before wrote) older than it too (``delta.logRetentionDuration`` set
         to the retention: by default a table keeps 30 days of log, a file per commit)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return {}
         wanted = retention_interval(retention_hours)
@@ -78,7 +78,7 @@ class DeltaMaintenance:
         """Per commit the merge job made to the table (within the log's retention, oldest
         first), the ``(app, batch)`` of every batch it holds
         (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return []
         out = []
@@ -92,7 +92,7 @@ class DeltaMaintenance:
         """Data files of the latest version below half of ``target_file_size`` (two of them always
         make one file of OPTIMIZE's, which bin-packs files up to the target; counting every file
         below the target would count what it leaves, a table of files just below it, each time)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return 0
         sizes = pa.table(handle.get_add_actions(flatten=True)).column("size_bytes")
@@ -100,5 +100,5 @@ class DeltaMaintenance:
 
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's latest version."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         return 0 if handle is None else len(handle.file_uris())

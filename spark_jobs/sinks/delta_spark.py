@@ -98,17 +98,17 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
                                    f"{java_error(exc)} (is sinks.delta.path writable by the merge job?)")
         return SinkError(f"Delta table of {db}.{table}: {what} failed: {java_error(exc)}")
 
-    def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
+    def create_table(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
         columns = ", ".join(f"{quote(f.name)} {spark_type(f.type)}" for f in schema)
         props = ", ".join(f"{sql_literal(k)} = {sql_literal(v)}" for k, v in self._configuration(key, owner).items())
         try:
-            self._sql("creating the table", db, table,
+            self.run_sql("creating the table", db, table,
                       f"CREATE TABLE {self.spark_name(db, table)} ({columns}) USING delta TBLPROPERTIES ({props})")
         except SinkError as exc:
             if "already exists" in str(exc).lower() or "DELTA_PATH_EXISTS" in str(exc):
                 raise LakeCommitConflict(f"the table was created meanwhile: {exc}") from exc
             raise
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             raise SinkUnavailable(f"the Delta table of {db}.{table} was created but cannot be read at "
                                   f"{self.table_uri(db, table)}")
@@ -121,9 +121,10 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
             return self._rewrite_by_spark(db, table, current, schema, retyped)
         if added:
             columns = ", ".join(f"{quote(f.name)} {spark_type(f.type)}" for f in added)
-            self._sql("adding columns", db, table, f"ALTER TABLE {self.spark_name(db, table)} ADD COLUMNS ({columns})")
+            self.run_sql("adding columns", db, table,
+                         f"ALTER TABLE {self.spark_name(db, table)} ADD COLUMNS ({columns})")
             log.info("Delta table of %s.%s: columns added: %s", db, table, ", ".join(f.name for f in added))
-            return self._load(db, table)
+            return self.load_table(db, table)
         return handle
 
     def _rewrite_by_spark(self, db: str, table: str, current: pa.Schema, wanted: pa.Schema,
@@ -143,7 +144,7 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
         self._run("writing it again with the new types", db, table,
                   lambda: (old.selectExpr(*cols).write.format("delta").mode("overwrite")
                            .option("overwriteSchema", "true").save(self.spark_uri(db, table))))
-        return self._load(db, table)
+        return self.load_table(db, table)
 
     def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
                      app: str, bounds: tuple | None, meta: dict[str, str]) -> tuple[int, int] | None:
@@ -151,7 +152,7 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
                 "spark.databricks.delta.commitInfo.userMetadata": json.dumps({"cdc.app": app,
                                                                               "cdc.batch": str(batch_id), **meta})}
         with temp_view(changes) as view:
-            rows = self._sql(f"the MERGE of batch {batch_id}", db, table,
+            rows = self.run_sql(f"the MERGE of batch {batch_id}", db, table,
                              merge_statement(self.spark_name(db, table), view, columns, key,
                                              soft_delete=self.soft_delete, bounds=bounds), conf)
         if not rows:  # Delta found the batch committed (its app transaction): nothing was written
@@ -184,15 +185,15 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
 
     # -- the driver's table operations (Spark's DELETE and UPDATE) ---------------------------------
     def delete_below(self, db: str, table: str, position: str, where: dict | None = None) -> int:
-        if self._load(db, table) is None:
+        if self.load_table(db, table) is None:
             return 0
         predicate = self._spark_predicate(position, where)
         name = self.spark_name(db, table)
         if self.soft_delete:
-            rows = self._sql("flagging rows below a marker", db, table,
+            rows = self.run_sql("flagging rows below a marker", db, table,
                              f"UPDATE {name} SET {quote(DELETED_COLUMN)} = true, {quote(POSITION_COLUMN)} = "
                              f"{sql_literal(position)} WHERE {predicate} "
                              f"AND NOT coalesce({quote(DELETED_COLUMN)}, false)")
             return int(rows[0][0]) if rows else 0
-        rows = self._sql("deleting rows below a marker", db, table, f"DELETE FROM {name} WHERE {predicate}")
+        rows = self.run_sql("deleting rows below a marker", db, table, f"DELETE FROM {name} WHERE {predicate}")
         return int(rows[0][0]) if rows else 0

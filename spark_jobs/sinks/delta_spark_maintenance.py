@@ -19,7 +19,7 @@ FILE_RETENTION = "delta.deletedFileRetentionDuration"
 
 class DeltaSparkMaintenance:
     """The maintenance of :class:`~spark_jobs.sinks.delta_spark.DeltaSparkSink` (which gives
-    ``_load``, ``_sql``, ``_fs``, ``spark_name``, ``_retention_properties`` and ``target_file_size``)."""
+    ``load_table``, ``run_sql``, ``_fs``, ``spark_name``, ``_retention_properties`` and ``target_file_size``)."""
 
     target_file_size: int
 
@@ -28,9 +28,9 @@ class DeltaSparkMaintenance:
         """OPTIMIZE: small files bin-packed into files of ``target_file_size``, and every file
         whose deletion vector marks a row written again without it (Delta's
         ``optimize.maxDeletedRowsRatio`` 0: the deletes folded back)."""
-        if self._load(db, table) is None:
+        if self.load_table(db, table) is None:
             return {}
-        rows = self._sql("OPTIMIZE", db, table, f"OPTIMIZE {self.spark_name(db, table)}",
+        rows = self.run_sql("OPTIMIZE", db, table, f"OPTIMIZE {self.spark_name(db, table)}",
                          {"spark.databricks.delta.optimize.maxFileSize": str(self.target_file_size),
                           "spark.databricks.delta.optimize.maxDeletedRowsRatio": "0"})
         metrics = rows[0]["metrics"].asDict() if rows else {}
@@ -40,10 +40,10 @@ class DeltaSparkMaintenance:
     def vacuum(self, db: str, table: str, retention_hours: float) -> dict:
         """VACUUM: the files no version within ``retention_hours`` references removed (the log's
         entries older than the table's log retention go at its next checkpoint)."""
-        if self._load(db, table) is None:
+        if self.load_table(db, table) is None:
             return {}
         before = self._files_on_disk(db, table)
-        self._sql("VACUUM", db, table, f"VACUUM {self.spark_name(db, table)} RETAIN {float(retention_hours)} HOURS")
+        self.run_sql("VACUUM", db, table, f"VACUUM {self.spark_name(db, table)} RETAIN {float(retention_hours)} HOURS")
         return {"files_removed": max(0, before - self._files_on_disk(db, table))}
 
     def _files_on_disk(self, db: str, table: str) -> int:
@@ -56,14 +56,14 @@ class DeltaSparkMaintenance:
         """VACUUM at the retention, with the table's log and file retention set to it (by default
         a table keeps 30 days of log, a file per commit), and the log's entries older than it
         and before its last checkpoint removed (:meth:`prune_log`)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return {}
         wanted = self._retention_properties(retention_hours)
         config = handle.metadata().configuration
         if any(config.get(k) != v for k, v in wanted.items()):
             props = ", ".join(f"{sql_literal(k)} = {sql_literal(v)}" for k, v in wanted.items())
-            self._sql("setting the retention", db, table,
+            self.run_sql("setting the retention", db, table,
                       f"ALTER TABLE {self.spark_name(db, table)} SET TBLPROPERTIES ({props})")
         return {**self.vacuum(db, table, retention_hours), "log_entries_removed": self.prune_log(db, table)}
 
@@ -73,7 +73,7 @@ class DeltaSparkMaintenance:
         Delta's own cleanup, at its checkpoints, cuts at the start of a day: at a commit a
         second a table would keep up to a day of log, 86,400 files; this keeps the retention's.
         Only log files go: no version within the retention loses an entry."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return 0
         from deltalake.exceptions import DeltaError
@@ -98,7 +98,7 @@ class DeltaSparkMaintenance:
 
     def deletion_vectors(self, db: str, table: str) -> int:
         """Data files of the latest version that carry a deletion vector (rows marked deleted)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return 0
         return len(pa.RecordBatchReader.from_stream(handle.deletion_vectors()).read_all())

@@ -134,20 +134,20 @@ class IcebergSink(LakeSinkBase):
 
     def read_batches(self, db: str, table: str) -> Iterator[pa.RecordBatch] | None:
         """The table's rows in Arrow batches (None: no such table)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return None
         return iter(()) if handle.current_snapshot() is None else iter(handle.scan().to_arrow_batch_reader())
 
     def duckdb_scan(self, db: str, table: str) -> str:
         """DuckDB's table function reading the table's current metadata (its iceberg extension)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             raise SinkError(f"no Iceberg table of {db}.{table}")
         return "iceberg_scan('" + handle.metadata_location.replace("'", "''") + "')"
 
     # -- the table ------------------------------------------------------------------------------
-    def _load(self, db: str, table: str) -> Any:
+    def load_table(self, db: str, table: str) -> Any:
         err = catalog_errors()
         try:
             return self.catalog.load_table(self.identifier(db, table))
@@ -168,7 +168,7 @@ class IcebergSink(LakeSinkBase):
     def _schema(self, handle: Any) -> pa.Schema:
         return handle.schema().as_arrow()
 
-    def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
+    def create_table(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
         err = catalog_errors()
         ident = self.identifier(db, table)
         try:
@@ -202,7 +202,7 @@ class IcebergSink(LakeSinkBase):
         if retyped:
             log.warning("Iceberg table of %s.%s: column(s) %s changed type beyond what Iceberg promotes; their old "
                         "values read as null until the snapshot refills them", db, table, ", ".join(retyped))
-        return self._load(db, table)
+        return self.load_table(db, table)
 
     def _change_columns(self, handle: Any, db: str, table: str, dropped: list[str], added: list[pa.Field],
                         widened: list[pa.Field]) -> None:
@@ -248,7 +248,7 @@ class IcebergSink(LakeSinkBase):
         return expr
 
     def delete_below(self, db: str, table: str, position: str, where: dict | None = None) -> int:
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return 0
         expr = self._below(position, where)
@@ -269,17 +269,17 @@ class IcebergSink(LakeSinkBase):
         return doomed
 
     def _delete_rows_below(self, db: str, table: str, position: str) -> None:
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is not None:
             handle.delete(self._below(position, None))
 
     def _has_rows(self, db: str, table: str) -> bool:
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         return handle is not None and handle.scan(selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows > 0
 
     def _rows_above(self, db: str, table: str, position: str) -> bool:
         from pyiceberg.expressions import GreaterThan
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         return handle is not None and handle.scan(row_filter=GreaterThan(POSITION_COLUMN, position),
                            selected_fields=(POSITION_COLUMN,)).to_arrow().num_rows > 0
 
@@ -306,7 +306,7 @@ class IcebergSink(LakeSinkBase):
     def applied_positions(self) -> dict[tuple[str, str], str]:
         out = {}
         for db, table in self.tables():
-            handle = self._load(db, table)
+            handle = self.load_table(db, table)
             if handle is None or handle.current_snapshot() is None:
                 continue
             positions = handle.scan(selected_fields=(POSITION_COLUMN,)).to_arrow().column(POSITION_COLUMN)
@@ -320,7 +320,7 @@ class IcebergSink(LakeSinkBase):
         """Rewrite the table's small data files (below half of ``target_file_size``) into
         files of that size, in one snapshot, after dropping the manifests that list no live
         file."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None or handle.current_snapshot() is None:
             return {}
         dropped = drop_dead_manifests(handle)
@@ -331,7 +331,7 @@ class IcebergSink(LakeSinkBase):
         but the newest ``max_snapshots`` (the current one stays;
         :func:`~spark_jobs.sinks.iceberg_maintenance.expiry_cutoffs`), then delete the files no
         snapshot left needs (pyiceberg's expiry only edits the metadata)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None or handle.current_snapshot() is None:
             return {}
         before = len(handle.metadata.snapshots)
@@ -351,7 +351,7 @@ class IcebergSink(LakeSinkBase):
         """Per commit the merge job made to the table (its snapshots not yet expired; a commit
         is one snapshot, counted by its ``cdc.commit``), oldest first, the ``(app, batch)`` of
         every batch it holds (:func:`~spark_jobs.sinks.lake_base.batches_held`)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return []
         found: dict[str, list[tuple[str, int]]] = {}  # by the commit's own id
@@ -363,12 +363,12 @@ class IcebergSink(LakeSinkBase):
 
     def small_file_count(self, db: str, table: str) -> int:
         """Data files of the current snapshot below half of ``target_file_size`` (what :meth:`compact` rewrites)."""
-        h = self._load(db, table)
+        h = self.load_table(db, table)
         return 0 if h is None or h.current_snapshot() is None else len(small_files(h, self.target_file_size))
 
     def file_count(self, db: str, table: str) -> int:
         """Data files in the table's current snapshot."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None or handle.current_snapshot() is None:
             return 0
         return len(handle.scan().plan_files())

@@ -172,24 +172,24 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
                                    "sinks.iceberg.warehouse writable by the merge job?)")
         return SinkError(f"Iceberg table of {db}.{table}: {what} failed: {java_error(exc)}")
 
-    def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
+    def create_table(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
         ident = self.identifier(db, table)
         props = {OWNER_PROPERTY: owner or "cdc-merge", "format-version": "2", **MERGE_ON_READ,
                  "write.parquet.compression-codec": "zstd", "cdc.key": ",".join(key),
                  # (each commit writes a metadata file: keep the last 100, as Iceberg's default count)
                  "write.metadata.delete-after-commit.enabled": "true"}
         columns = ", ".join(f"{quote(f.name)} {spark_type(f.type)}" for f in schema)
-        self._sql("creating the namespace", db, table,
+        self.run_sql("creating the namespace", db, table,
                   f"CREATE NAMESPACE IF NOT EXISTS {quote(self.catalog_name)}.{quote(ident[0])}")
         try:
-            self._sql("creating the table", db, table,
+            self.run_sql("creating the table", db, table,
                       f"CREATE TABLE {self.spark_name(db, table)} ({columns}) USING iceberg TBLPROPERTIES ("
                       + ", ".join(f"{sql_literal(k)} = {sql_literal(v)}" for k, v in props.items()) + ")")
         except SinkError as exc:
             if "already exists" in str(exc).lower():
                 raise LakeCommitConflict(f"the table was created meanwhile: {exc}") from exc
             raise
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             raise SinkUnavailable(f"the Iceberg table of {db}.{table} was created but cannot be loaded")
         return handle
@@ -198,12 +198,12 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
                         widened: list[pa.Field]) -> None:
         name = self.spark_name(db, table)
         for c in dropped:
-            self._sql("dropping a retyped column", db, table, f"ALTER TABLE {name} DROP COLUMN {quote(c)}")
+            self.run_sql("dropping a retyped column", db, table, f"ALTER TABLE {name} DROP COLUMN {quote(c)}")
         if added:
-            self._sql("adding columns", db, table, f"ALTER TABLE {name} ADD COLUMNS ("
+            self.run_sql("adding columns", db, table, f"ALTER TABLE {name} ADD COLUMNS ("
                       + ", ".join(f"{quote(f.name)} {spark_type(f.type)}" for f in added) + ")")
         for f in widened:
-            self._sql("widening a column", db, table,
+            self.run_sql("widening a column", db, table,
                       f"ALTER TABLE {name} ALTER COLUMN {quote(f.name)} TYPE {spark_type(f.type)}")
 
     def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
@@ -213,10 +213,10 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
         conf = {f"{prefix}cdc.app": app, f"{prefix}cdc.batch": str(batch_id), f"{prefix}cdc.commit": commit,
                 **{prefix + k: v for k, v in meta.items()}}
         with temp_view(changes) as view:
-            self._sql(f"the MERGE of batch {batch_id}", db, table,
+            self.run_sql(f"the MERGE of batch {batch_id}", db, table,
                       merge_statement(self.spark_name(db, table), view, columns, key, soft_delete=self.soft_delete,
                                       bounds=bounds), conf)
-        after = self._load(db, table)
+        after = self.load_table(db, table)
         snap = after.current_snapshot() if after is not None else None
         props = snap.summary.additional_properties if snap is not None and snap.summary else {}
         if props.get("cdc.commit") != commit:
@@ -236,11 +236,12 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
         self._run(f"the append of batch {batch_id}", db, table, writer.append)
 
     def _count(self, db: str, table: str, predicate: str) -> int:
-        rows = self._sql("reading", db, table, f"SELECT count(*) FROM {self.spark_name(db, table)} WHERE {predicate}")
+        rows = self.run_sql("reading", db, table,
+                            f"SELECT count(*) FROM {self.spark_name(db, table)} WHERE {predicate}")
         return int(rows[0][0])
 
     def delete_below(self, db: str, table: str, position: str, where: dict | None = None) -> int:
-        if self._load(db, table) is None:
+        if self.load_table(db, table) is None:
             return 0
         predicate = self._spark_predicate(position, where)
         name = self.spark_name(db, table)
@@ -248,21 +249,21 @@ class IcebergSparkSink(SparkMerge, IcebergSparkMaintenance, IcebergSink):
             predicate += f" AND NOT coalesce({quote(DELETED_COLUMN)}, false)"
             doomed = self._count(db, table, predicate)
             if doomed:
-                self._sql("flagging rows below a marker", db, table,
+                self.run_sql("flagging rows below a marker", db, table,
                           f"UPDATE {name} SET {quote(DELETED_COLUMN)} = true, {quote(POSITION_COLUMN)} = "
                           f"{sql_literal(position)} WHERE {predicate}")
             return doomed
         doomed = self._count(db, table, predicate)
         if doomed:
-            self._sql("deleting rows below a marker", db, table, f"DELETE FROM {name} WHERE {predicate}")
+            self.run_sql("deleting rows below a marker", db, table, f"DELETE FROM {name} WHERE {predicate}")
         return doomed
 
     def _remove(self, db: str, table: str) -> None:
-        self._sql("dropping the table", db, table, f"DROP TABLE {self.spark_name(db, table)} PURGE")
+        self.run_sql("dropping the table", db, table, f"DROP TABLE {self.spark_name(db, table)} PURGE")
 
     def _move(self, db: str, table: str, to_db: str, to_table: str) -> None:
         to = self.identifier(to_db, to_table)
-        self._sql("creating the namespace", db, table,
+        self.run_sql("creating the namespace", db, table,
                   f"CREATE NAMESPACE IF NOT EXISTS {quote(self.catalog_name)}.{quote(to[0])}")
-        self._sql("renaming the table", db, table,
+        self.run_sql("renaming the table", db, table,
                   f"ALTER TABLE {self.spark_name(db, table)} RENAME TO {quote(to[0])}.{quote(to[1])}")

@@ -34,7 +34,7 @@ def jdbc_message(exc: Exception) -> str:
 
 class IcebergSparkMaintenance:
     """The maintenance and table reads of :class:`~spark_jobs.sinks.iceberg_spark.IcebergSparkSink`
-    (which gives ``_load``, ``_sql``, ``identifier``, ``spark_name``, ``catalog_name``,
+    (which gives ``load_table``, ``run_sql``, ``identifier``, ``spark_name``, ``catalog_name``,
     ``target_file_size`` and ``max_snapshots``)."""
 
     catalog_name: str
@@ -74,7 +74,7 @@ class IcebergSparkMaintenance:
     # -- maintenance (Iceberg's Spark procedures) ------------------------------------------------
     def _call(self, db: str, table: str, procedure: str, args: str) -> dict:
         ident = ".".join(self.identifier(db, table))
-        rows = self._sql(procedure, db, table,
+        rows = self.run_sql(procedure, db, table,
                          f"CALL {quote(self.catalog_name)}.system.{procedure}(table => {sql_literal(ident)}{args})")
         return rows[0].asDict() if rows else {}
 
@@ -83,7 +83,7 @@ class IcebergSparkMaintenance:
         every data file with position deletes written again without the deleted rows (the
         deletes folded back), then ``rewrite_position_delete_files`` (the delete files left
         dangling removed, the rest compacted)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None or handle.current_snapshot() is None:
             return {}
         data = self._call(db, table, "rewrite_data_files", ", options => map("
@@ -104,7 +104,7 @@ class IcebergSparkMaintenance:
         same cutoff and at least :data:`ORPHAN_MARGIN`: a younger one may belong to a commit
         under way).  The batch markers of the snapshots that go are kept as table
         properties first (:meth:`_committed_batch` reads them)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None or handle.current_snapshot() is None:
             return {}
         snapshots = handle.metadata.snapshots
@@ -114,7 +114,7 @@ class IcebergSparkMaintenance:
         expired = self._call(db, table, "expire_snapshots", f", older_than => TIMESTAMP {_ts(by_snapshot)}, "
                                                           "retain_last => 1")
         orphans = self._remove_orphan_files(db, table, min(by_file, now - ORPHAN_MARGIN))
-        after = self._load(db, table)
+        after = self.load_table(db, table)
         removed = sum(int(expired.get(k) or 0) for k in ("deleted_data_files_count",
                                                           "deleted_position_delete_files_count",
                                                           "deleted_equality_delete_files_count",
@@ -127,7 +127,7 @@ class IcebergSparkMaintenance:
         """Iceberg's ``remove_orphan_files``: the files under the table's location that no
         snapshot or metadata names, written before ``older_than``; how many went (a row each)."""
         ident = ".".join(self.identifier(db, table))
-        return len(self._sql("remove_orphan_files", db, table,
+        return len(self.run_sql("remove_orphan_files", db, table,
                              f"CALL {quote(self.catalog_name)}.system.remove_orphan_files(table => "
                              f"{sql_literal(ident)}, older_than => TIMESTAMP {_ts(older_than)})"))
 
@@ -142,7 +142,7 @@ class IcebergSparkMaintenance:
         newer = {batch_property(a): str(b) for a, b in found.items()
                  if int(handle.properties.get(batch_property(a), -1)) < b}
         if newer:
-            self._sql("keeping the batch markers", db, table, f"ALTER TABLE {self.spark_name(db, table)} SET "
+            self.run_sql("keeping the batch markers", db, table, f"ALTER TABLE {self.spark_name(db, table)} SET "
                       "TBLPROPERTIES (" + ", ".join(f"{sql_literal(k)} = {sql_literal(v)}"
                                                    for k, v in newer.items()) + ")")
 
@@ -152,7 +152,7 @@ class IcebergSparkMaintenance:
 
     def delete_file_count(self, db: str, table: str) -> int:
         """Position (or equality) delete files the current snapshot's data files carry."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None or handle.current_snapshot() is None:
             return 0
         return len({d.file_path for t in handle.scan().plan_files() for d in t.delete_files})

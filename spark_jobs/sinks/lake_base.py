@@ -66,8 +66,8 @@ def app_id(owner: str, source_name: str, query_id: str) -> str:
 class LakeSinkBase(BatchSink):
     """A :class:`~spark_jobs.sinks.interface.BatchSink` of lake tables.
 
-    Subclasses implement the format: ``_load`` (the table, or None), ``_owner`` and
-    ``_committed_batch`` (read from a loaded table), ``_create`` (a new table of an Arrow
+    Subclasses implement the format: ``load_table`` (the table, or None), ``_owner`` and
+    ``_committed_batch`` (read from a loaded table), ``create_table`` (a new table of an Arrow
     schema, owned by ``owner``), ``_schema`` (a loaded table's Arrow schema), ``_evolve``
     (columns added, types widened or the table written again), ``_merge`` (the reduced
     changes in one commit tagged with the batch) and the driver's table operations."""
@@ -148,7 +148,7 @@ class LakeSinkBase(BatchSink):
 
     def _commit_once(self, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int, app: str,
                      owner: str, given: int, meta: dict[str, str]) -> ApplyResult:
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is not None:
             self.check_owner(handle, db, table, owner)
             done = self._committed_batch(handle, app)
@@ -168,7 +168,7 @@ class LakeSinkBase(BatchSink):
         superseded = given - changes.num_rows
         target = lake_schema_of(changes.schema, self.soft_delete)
         if handle is None:
-            handle = self._create(db, table, target, key, owner)
+            handle = self.create_table(db, table, target, key, owner)
         else:
             handle = self._evolve(handle, db, table, target, key)
         upserted, deleted = self._merge(handle, db, table, self._conformed(handle, changes), key, batch_id, app, meta)
@@ -231,7 +231,7 @@ class LakeSinkBase(BatchSink):
 
     def committed_batch(self, db: str, table: str, app: str) -> int | None:
         """The last batch ``app`` committed to the table (None: none, or no table)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         return None if handle is None else self._committed_batch(handle, app)
 
     # -- the driver's table operations (DROP and RENAME TABLE) -----------------------------------
@@ -239,7 +239,7 @@ class LakeSinkBase(BatchSink):
         """Drop the lake table of ``db.table``; with ``below`` (the DROP's position) only its
         rows below it go, and the table only when nothing is left (rows above it belong to a
         table created again under the same name)."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return False
         if below is not None:
@@ -254,12 +254,12 @@ class LakeSinkBase(BatchSink):
         when that one exists: the producer snapshots a renamed table); with ``position`` a
         table holding a row written after it is left (a table created again under the old
         name).  ``renamed``, ``dropped`` or ``none``."""
-        handle = self._load(db, table)
+        handle = self.load_table(db, table)
         if handle is None:
             return "none"
         if position is not None and self._rows_above(db, table, check_position(position)):
             return "none"
-        if self._load(to_db, to_table) is not None:
+        if self.load_table(to_db, to_table) is not None:
             self.drop_table(db, table)
             return "dropped"
         self._move(db, table, to_db, to_table)
@@ -270,7 +270,9 @@ class LakeSinkBase(BatchSink):
         """Where the table of ``db.table`` is (a path or a catalog identifier), in messages."""
         raise NotImplementedError
 
-    def _load(self, db: str, table: str) -> Any:
+    def load_table(self, db: str, table: str) -> Any:
+        """The format's handle of the table of ``db.table`` (a ``DeltaTable``, a pyiceberg ``Table``),
+        or None when there is none yet (public: the benchmarks and tools read tables through it)."""
         raise NotImplementedError
 
     def _owner(self, handle: Any) -> str | None:
@@ -279,7 +281,9 @@ class LakeSinkBase(BatchSink):
     def _committed_batch(self, handle: Any, app: str) -> int | None:
         raise NotImplementedError
 
-    def _create(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
+    def create_table(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
+        """A new, empty table of ``db.table`` with the Arrow ``schema``, keyed by ``key`` and owned by
+        ``owner`` (an application id); its handle (public: a benchmark fills tables it made so)."""
         raise NotImplementedError
 
     def _schema(self, handle: Any) -> pa.Schema:

@@ -238,8 +238,8 @@ class SparkMerge:
     parts' descriptions (no part opened on the driver), the table made or evolved, then the
     executors read the parts and either append them (every key above the table's highest:
     new rows of a rising key) or MERGE them by position; and the driver's table operations
-    in Spark SQL.  The format gives ``_create``, ``_evolve``, ``_schema``, ``_load``,
-    ``spark_name``, :data:`conflicts` and :meth:`_spark_error` (how :meth:`_sql` sorts
+    in Spark SQL.  The format gives ``create_table``, ``_evolve``, ``_schema``, ``load_table``,
+    ``spark_name``, :data:`conflicts` and :meth:`_spark_error` (how :meth:`run_sql` sorts
     Spark's errors), :meth:`_merge_frame`, :meth:`_append_frame` and :meth:`_key_upper_bound`."""
 
     soft_delete: bool
@@ -280,7 +280,7 @@ class SparkMerge:
                 raise
             raise error from exc
 
-    def _sql(self, what: str, db: str, table: str, statement: str, conf: dict[str, str] | None = None) -> list:
+    def run_sql(self, what: str, db: str, table: str, statement: str, conf: dict[str, str] | None = None) -> list:
         """Run a statement on the table in Spark (with ``conf`` set meanwhile); its rows."""
         spark = self._spark()
 
@@ -297,7 +297,7 @@ class SparkMerge:
             raise UnsupportedType(f"the staged parts of {db}.{table} do not share a schema: {exc}") from exc
         target = lake_schema_of(wanted, self.soft_delete)
         if handle is None:
-            handle = self._create(db, table, target, key, owner)  # type: ignore[attr-defined]
+            handle = self.create_table(db, table, target, key, owner)  # type: ignore[attr-defined]
         else:
             handle = self._evolve(handle, db, table, target, key)  # type: ignore[attr-defined]
         schema = self._schema(handle)  # type: ignore[attr-defined]
@@ -364,17 +364,17 @@ class SparkMerge:
         return " AND ".join(conds)
 
     def _delete_rows_below(self, db: str, table: str, position: str) -> None:
-        self._sql("deleting rows below a DROP", db, table,
+        self.run_sql("deleting rows below a DROP", db, table,
                   f"DELETE FROM {self.spark_name(db, table)} WHERE "  # type: ignore[attr-defined]
                   f"{self._spark_predicate(position, None)}")
 
     def _has_rows(self, db: str, table: str) -> bool:
-        if self._load(db, table) is None:  # type: ignore[attr-defined]
+        if self.load_table(db, table) is None:  # type: ignore[attr-defined]
             return False
-        return bool(self._sql("reading", db, table,
+        return bool(self.run_sql("reading", db, table,
                               f"SELECT 1 FROM {self.spark_name(db, table)} LIMIT 1"))  # type: ignore[attr-defined]
 
     def _rows_above(self, db: str, table: str, position: str) -> bool:
-        return bool(self._sql("reading", db, table,
+        return bool(self.run_sql("reading", db, table,
                               f"SELECT 1 FROM {self.spark_name(db, table)} WHERE "  # type: ignore[attr-defined]
                               f"{quote(POSITION_COLUMN)} > {sql_literal(position)} LIMIT 1"))

@@ -44,11 +44,11 @@ __all__ = [
     "column_kind",
     "as_sink_column",
     "cached_layout",
+    "record_namespace",
 ]
 
 
 # =============================================================================== schema walking
-_PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 _NAMED = {"record", "error", "enum", "fixed"}
 
 GEOMETRY_NAME = logical_types.GEOMETRY
@@ -99,7 +99,7 @@ class _Schema:
 
     def resolve(self, t: Any, ns: str | None) -> Any:
         """``t`` with a name reference replaced by the named type's definition."""
-        if isinstance(t, str) and t not in _PRIMITIVES:
+        if isinstance(t, str) and t not in logical_types.AVRO_PRIMITIVES:
             found = self.names.get(_fullname(t, ns)) or self.names.get(t)
             if found is None:
                 if t in (GEOMETRY_NAME, POINT_NAME):  # well known, even when not defined here
@@ -111,7 +111,8 @@ class _Schema:
         return t
 
 
-def _record_ns(record: dict, outer: str | None = None) -> str | None:
+def record_namespace(record: dict, outer: str | None = None) -> str | None:
+    """The namespace of an Avro ``record`` schema (its full name's, inherited from ``outer``), or None."""
     return _fullname(record["name"], record.get("namespace", outer)).rpartition(".")[0] or None
 
 
@@ -125,7 +126,7 @@ def row_record(value_schema: Any) -> tuple[dict, "_Schema"]:
     if "after" in fields and "op" in fields:
         branches = fields["after"]["type"]
         branches = branches if isinstance(branches, list) else [branches]
-        ns = _record_ns(top)
+        ns = record_namespace(top)
         records = [s.resolve(b, ns) for b in branches if b != "null"]
         if len(records) != 1 or not isinstance(records[0], dict) or records[0].get("type") != "record":
             raise SinkError(f"envelope field 'after' is not a nullable record: {fields['after']['type']!r}")
@@ -203,7 +204,7 @@ def row_columns(value_schema: Any) -> list[SinkColumn]:
     the producer had to rename the field), and reads the field's value from the row.
     """
     record, s = row_record(value_schema)
-    ns = _record_ns(record)
+    ns = record_namespace(record)
     cols: list[SinkColumn] = []
     seen: set[str] = set()
     for f in record.get("fields", []):

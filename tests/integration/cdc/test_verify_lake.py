@@ -125,7 +125,7 @@ def delta_append(delta: DeltaSink, db: str, table: str, rows: list[dict]) -> Non
 
 def iceberg_append(iceberg: IcebergSink, db: str, table: str, rows: list[dict]) -> None:
     """Rows added to the Iceberg table with pyiceberg (``Table.append``)."""
-    tbl = iceberg._load(db, table)
+    tbl = iceberg.load_table(db, table)
     schema = tbl.schema().as_arrow()
     tbl.append(pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema))
 
@@ -133,7 +133,7 @@ def iceberg_append(iceberg: IcebergSink, db: str, table: str, rows: list[dict]) 
 def iceberg_change(iceberg: IcebergSink, db: str, table: str, key: int, **values) -> None:
     """A row of the Iceberg table rewritten with other values (``Table.overwrite`` with a filter)."""
     from pyiceberg.expressions import EqualTo
-    tbl = iceberg._load(db, table)
+    tbl = iceberg.load_table(db, table)
     (row,) = tbl.scan(row_filter=EqualTo("id", key)).to_arrow().to_pylist()
     row.update(values)
     tbl.overwrite(pa.Table.from_pylist([row], schema=tbl.schema().as_arrow()), overwrite_filter=EqualTo("id", key))
@@ -141,7 +141,7 @@ def iceberg_change(iceberg: IcebergSink, db: str, table: str, key: int, **values
 
 def iceberg_delete(iceberg: IcebergSink, db: str, table: str, key: int) -> None:
     from pyiceberg.expressions import EqualTo
-    iceberg._load(db, table).delete(EqualTo("id", key))
+    iceberg.load_table(db, table).delete(EqualTo("id", key))
 
 
 def run_cli(cfg: CDCConfig, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

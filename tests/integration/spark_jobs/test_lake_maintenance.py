@@ -95,7 +95,7 @@ def test_expire_keeps_the_snapshots_within_the_retention_and_only_the_current_on
     ice = sinks["iceberg"]
     new_keys(ice, 2)
     rewrites(ice, 4, first=2)  # each rewrite leaves a data file only older snapshots name
-    handle = ice._load("shop", "items")
+    handle = ice.load_table("shop", "items")
     n, current = len(handle.metadata.snapshots), handle.current_snapshot().snapshot_id
     assert n >= 6, n
     rows = lake_rows(ice, "shop", "items", ["id"], position=True)
@@ -105,10 +105,10 @@ def test_expire_keeps_the_snapshots_within_the_retention_and_only_the_current_on
     # within an hour's retention every snapshot, and every file, stays
     kept = by_sink(maintain(cfg, "expire", retention_hours=1))["iceberg"]
     assert (kept["snapshots_expired"], kept["files_removed"]) == (0, 0), kept
-    assert len(ice._load("shop", "items").metadata.snapshots) == n
+    assert len(ice.load_table("shop", "items").metadata.snapshots) == n
 
     done = by_sink(maintain(cfg, "expire", retention_hours=0))["iceberg"]
-    handle = ice._load("shop", "items")
+    handle = ice.load_table("shop", "items")
     assert done["snapshots_expired"] == n - 1, (done, n)
     assert [s.snapshot_id for s in handle.metadata.snapshots] == [current]
     assert lake_rows(ice, "shop", "items", ["id"], position=True) == rows
@@ -127,7 +127,7 @@ def test_vacuum_removes_the_files_no_version_needs_and_stale_staged_parts(cfg, s
     new_keys(delta, 2)
     rewrites(delta, 3, first=2)
     table = Path(delta.table_uri("shop", "items"))
-    live = {Path(u.removeprefix("file://")) for u in delta._load("shop", "items").file_uris()}
+    live = {Path(u.removeprefix("file://")) for u in delta.load_table("shop", "items").file_uris()}
     on_disk = {p for p in table.glob("*.parquet")}
     assert len(live) == 2 and len(on_disk) == 5, (live, on_disk)
     rows = lake_rows(delta, "shop", "items", ["id"], position=True)

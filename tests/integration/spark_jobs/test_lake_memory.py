@@ -46,7 +46,7 @@ def test_a_copy_on_write_commit_leaves_no_freed_memory_in_pyarrows_pool(tmp_path
             pa.default_memory_pool().release_unused()
             assert after - private_mb() < 25, (b, after, private_mb())
         assert sink.file_count("shop", "big") >= 1
-        assert sink._load("shop", "big").scan().count() == rows
+        assert sink.load_table("shop", "big").scan().count() == rows
     finally:
         sink.close()
 
@@ -63,13 +63,13 @@ def test_iceberg_compaction_reads_a_group_of_files_of_the_target_size_at_a_time(
             part = sink.staging.write("app", "shop", "many", b, 0, changes, ["id"])
             part["input"] = changes.num_rows
             sink.commit("shop", "many", [part], batch_id=b, app="app", owner="cdc-merge:test")
-        handle = sink._load("shop", "many")
+        handle = sink.load_table("shop", "many")
         sizes = [t.file.file_size_in_bytes for t in handle.scan().plan_files()]
         assert len(sizes) == 8
         sink.target_file_size = 3 * max(sizes) + 1
         done = sink.compact("shop", "many")
         assert done["files_removed"] >= 6 and done["files_added"] >= 2, done
         assert 3 <= sink.file_count("shop", "many") <= 4
-        assert sink._load("shop", "many").scan().count() == 4000
+        assert sink.load_table("shop", "many").scan().count() == 4000
     finally:
         sink.close()

@@ -136,7 +136,7 @@ def test_deleted_and_changed_keys_reach_the_lake_and_duckdb_reads_it(stack, lake
         assert sinks["delta"].deletion_vectors(test_db, "t") == 0
         assert sinks["iceberg"].delete_file_count(test_db, "t") == 0
         delta_files = sinks["delta"]._files_on_disk(test_db, "t")
-        snapshots = len(sinks["iceberg"]._load(test_db, "t").metadata.snapshots)
+        snapshots = len(sinks["iceberg"].load_table(test_db, "t").metadata.snapshots)
     vacuumed = {(r["sink"], r["table"]): r for r in cdc("vacuum", "--retention-hours", "0")}
     assert ("delta", "(staged parts)") in vacuumed
     expired = {(r["sink"], r["table"]): r for r in cdc("expire", "--retention-hours", "0")}
@@ -144,7 +144,7 @@ def test_deleted_and_changed_keys_reach_the_lake_and_duckdb_reads_it(stack, lake
     if engine == "spark":  # VACUUM removed the compacted files; expire_snapshots all but the current one
         assert vacuumed[("delta", f"{test_db}.t")]["files_removed"] == delta_files - 1, vacuumed
         assert expired[("iceberg", f"{test_db}.t")]["snapshots_expired"] == snapshots - 1, expired
-        assert len(sinks["iceberg"]._load(test_db, "t").metadata.snapshots) == 1
+        assert len(sinks["iceberg"].load_table(test_db, "t").metadata.snapshots) == 1
     for sink in sinks.values():
         sink.close()
     assert cdc("sql", f'SELECT count(*) AS n FROM delta."{test_db}".t') == [{"n": 40}]

@@ -235,7 +235,7 @@ def test_every_type_added_to_a_table_and_widened_in_place_keeps_its_values(drive
     records = [full.upsert(r, 100 + i, "r") for i, r in enumerate(stored)]
     commit_batch(lake, test_db, "types", full.schema, ["id"], [records], 1)  # row 1 replaced, 2 and 3 new
     commit_batch(lake, test_db, "created", full.schema, ["id"], [records], 0)
-    evolved, created = (lake._schema(lake._load(test_db, t)) for t in ("types", "created"))
+    evolved, created = (lake._schema(lake.load_table(test_db, t)) for t in ("types", "created"))
     assert dict(zip(evolved.names, evolved.types)) == dict(zip(created.names, created.types))  # (order, ids aside)
     got = lake_rows(lake, test_db, "types", ["id"])
     assert sorted(got) == [(1,), (2,), (3,)]
@@ -254,7 +254,7 @@ def test_every_type_added_to_a_table_and_widened_in_place_keeps_its_values(drive
                                                                        "c")]], 0)
     commit_batch(lake, "shop", "wide", v2.schema, ["id"], [[v2.upsert({"id": 2, "f": 0.1, "n": Decimal("1e11")}, 11,
                                                                        "c")]], 1)
-    schema = lake._schema(lake._load("shop", "wide"))
+    schema = lake._schema(lake.load_table("shop", "wide"))
     assert (schema.field("f").type, schema.field("n").type) == (pa.float64(), pa.decimal128(14, 2))
     assert values(lake, "shop", "wide", ("f", "n")) == {1: (1.5, Decimal("12.34")), 2: (0.1, Decimal("1e11"))}
 
@@ -270,14 +270,14 @@ def test_an_iceberg_batch_is_one_snapshot_with_its_properties(stack, tmp_path, u
         for b in range(3):  # three files of new keys
             commit_batch(sink, "shop", "items", src.schema, ["id"],
                          [[src.upsert({"id": 10 * b + i, "v": f"{b}.{i}"}, 100 * b + i, "c") for i in range(5)]], b)
-        handle = sink._load("shop", "items")
+        handle = sink.load_table("shop", "items")
         before = len(handle.metadata.snapshots)
         # keys of two of the files replaced, one deleted, one added, in two partitions
         batch = [[src.upsert({"id": 1, "v": "new"}, 500), src.delete({"id": 12}, 501)],
                  [src.upsert({"id": 30, "v": "added"}, 502, "c"), src.upsert({"id": 2, "v": "older"}, 1)]]
         res = commit_batch(sink, "shop", "items", src.schema, ["id"], batch, 3)
         assert (res.upserted, res.deleted, res.skipped) == (2, 1, 1)
-        handle = sink._load("shop", "items")
+        handle = sink.load_table("shop", "items")
         snapshots = handle.metadata.snapshots
         assert len(snapshots) == before + 1
         summary = handle.current_snapshot().summary
@@ -294,11 +294,11 @@ def test_an_iceberg_batch_is_one_snapshot_with_its_properties(stack, tmp_path, u
             assert (12,) not in rows
         # replayed: nothing committed
         again = commit_batch(sink, "shop", "items", src.schema, ["id"], batch, 3)
-        assert again.upserted == 0 and len(sink._load("shop", "items").metadata.snapshots) == before + 1
+        assert again.upserted == 0 and len(sink.load_table("shop", "items").metadata.snapshots) == before + 1
         assert lake_commits(sink, "shop", "items") == [("app-1", b) for b in range(4)]
         # compaction: one snapshot, the same rows
         done = sink.compact("shop", "items")
-        handle = sink._load("shop", "items")
+        handle = sink.load_table("shop", "items")
         assert done["files_removed"] >= 2 and sink.file_count("shop", "items") == done["files_added"] == 1, done
         summary = handle.current_snapshot().summary
         assert summary["cdc.maintenance"] == "compact" and summary["cdc.batch"] is None
@@ -504,7 +504,7 @@ def test_two_writers_committing_at_once_both_land(lake, stack, tmp_path, unique)
 def _files_on_disk(sink, db: str, table: str) -> int:
     """The table's files, but Iceberg's metadata files: each commit writes one, and the table
     keeps the last 100 (``write.metadata.previous-versions-max``), checked apart."""
-    where = sink.table_uri(db, table) if hasattr(sink, "table_uri") else sink._load(db, table).metadata.location
+    where = sink.table_uri(db, table) if hasattr(sink, "table_uri") else sink.load_table(db, table).metadata.location
     files = [p for p in Path(where.removeprefix("file://")).rglob("*") if p.is_file()]
     assert sum(1 for p in files if p.name.endswith(".metadata.json")) <= 101
     return sum(1 for p in files if not p.name.endswith(".metadata.json"))
@@ -534,9 +534,9 @@ def test_old_versions_go_so_the_disk_of_a_long_run_stays_bounded(driver_lake):
     assert counts[-1] < grown, (counts, grown)  # 40 batches leave fewer files than 10 without removal
     assert values(lake, "shop", "kept") == {i: (f"39-{i}",) for i in range(50)}
     if isinstance(lake, IcebergSink):  # each commit would read more manifests than the last: a run that slows down
-        handle = lake._load("shop", "kept")
+        handle = lake.load_table("shop", "kept")
         assert len(handle.current_snapshot().manifests(handle.io)) <= lake.compact_every + 2
-        grown_handle = lake._load("shop", "grows")
+        grown_handle = lake.load_table("shop", "grows")
         assert len(grown_handle.current_snapshot().manifests(grown_handle.io)) >= 10  # (pyiceberg's, without)
     again = commit_batch(lake, "shop", "kept", src.schema, ["id"], batch(39), 39)
     assert (again.upserted, again.deleted) == (0, 0)  # committed before: the batch marker survived
@@ -561,12 +561,12 @@ def test_iceberg_keeps_at_most_max_snapshots_so_its_commits_do_not_slow_down(sta
                 commit_batch(sink, "shop", "capped", src.schema, ["id"],
                              [[src.upsert({"id": i, "v": f"{b}-{i}"}, 1000 * b + i, "c" if b == 0 else "u")
                                for i in range(20)]], b)
-        capped, uncapped = (sinks[c]._load("shop", "capped").metadata.snapshots for c in (6, None))
+        capped, uncapped = (sinks[c].load_table("shop", "capped").metadata.snapshots for c in (6, None))
         assert len(uncapped) >= 30  # (a snapshot or two a commit, none expired within the hour)
         assert len(capped) <= 6 + 1, len(capped)  # (+1: two snapshots of one commit in one millisecond)
         capped_sink = sinks[6]
         assert values(capped_sink, "shop", "capped") == {i: (f"29-{i}",) for i in range(20)}
-        handle = capped_sink._load("shop", "capped")
+        handle = capped_sink.load_table("shop", "capped")
         oldest = min(capped, key=lambda s: s.timestamp_ms)
         assert handle.scan(snapshot_id=oldest.snapshot_id).to_arrow().num_rows == 20  # its files are all there
         again = commit_batch(capped_sink, "shop", "capped", src.schema, ["id"],
@@ -612,7 +612,7 @@ def test_merge_on_read_marks_replaced_rows_and_compaction_folds_them_back(spark_
 
 def _data_files(sink, db: str, table: str) -> list[str]:
     """The data files of the table's latest version."""
-    handle = sink._load(db, table)
+    handle = sink.load_table(db, table)
     if isinstance(sink, DeltaSink):
         return [u.rsplit("/", 1)[-1] for u in handle.file_uris()]
     return [t.file.file_path.rsplit("/", 1)[-1] for t in handle.scan().plan_files()]
@@ -638,13 +638,13 @@ def test_removing_old_versions_leaves_only_what_the_latest_version_needs(spark_l
         assert done["files_removed"] == on_disk - live, done
         assert lake._files_on_disk("shop", "old") == live
     else:
-        snapshots = len(lake._load("shop", "old").metadata.snapshots)
+        snapshots = len(lake.load_table("shop", "old").metadata.snapshots)
         assert snapshots >= 5  # four batches and the compaction
         done = lake.remove_old_versions("shop", "old", 0)
         assert done["snapshots_expired"] == snapshots - 1, done
-        assert len(lake._load("shop", "old").metadata.snapshots) == 1
+        assert len(lake.load_table("shop", "old").metadata.snapshots) == 1
         assert done["files_removed"] > 0
-        data_dir = Path(lake._load("shop", "old").metadata.location.removeprefix("file://")) / "data"
+        data_dir = Path(lake.load_table("shop", "old").metadata.location.removeprefix("file://")) / "data"
         assert sorted(p.name for p in data_dir.rglob("*.parquet")) == sorted(_data_files(lake, "shop", "old"))
     assert values(lake, "shop", "old") == {i: (f"3-{i}",) for i in range(10)}
     again = commit_batch(lake, "shop", "old", src.schema, ["id"], [[src.upsert({"id": 0, "v": "replayed"}, 300, "u")]],

@@ -90,7 +90,7 @@ def java_options_elsewhere(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def scratch_dir(root: Path | None = None) -> Path:
-    """Spark's scratch space for this process's local session (``spark.local.dir``):
+    """Spark's scratch space for this process's local session (its JVM's ``SPARK_LOCAL_DIRS``):
     ``<temp>/cdc-spark-<uid>/<pid>``.  The driver copies the jars of ``spark.jars`` there
     (84 MB with the lake connectors) and keeps its block manager's files there; a JVM that ends
     cleanly removes them, a killed one leaves them (40 such copies, 3.4 GB, after one run of the
@@ -143,15 +143,23 @@ def build_session(master: str = "local[2]", app_name: str = "mysql-cdc", conf: M
                .config(*CHECKPOINT_FILE_MANAGER))
     if ui_port:
         builder = builder.config("spark.ui.port", str(ui_port))
-    if master.startswith("local") and "spark.local.dir" not in (conf or {}) and not os.environ.get("SPARK_LOCAL_DIRS"):
-        builder = builder.config("spark.local.dir", str(scratch_dir()))
+    # (given as the JVM's SPARK_LOCAL_DIRS, which Spark reads first: as spark.local.dir it logs a
+    # warning at each start that a cluster manager's value would override it)
+    scratch = str(scratch_dir()) if master.startswith("local") and "spark.local.dir" not in (conf or {}) \
+        and not os.environ.get("SPARK_LOCAL_DIRS") else None
     if kafka_source == "jvm" and not (conf and "spark.jars" in conf):
         builder = builder.config("spark.jars", connector_jars())
     extra = _driver_class_path(conf or {})
     for key, value in {**extra, **session_conf(conf, kafka_source,
                                                java_options_elsewhere=java_options_elsewhere())}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if scratch is not None:
+        os.environ["SPARK_LOCAL_DIRS"] = scratch  # (for the JVM a new session starts; not kept for later children)
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        if scratch is not None:
+            os.environ.pop("SPARK_LOCAL_DIRS", None)
     spark.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "ERROR"))
     spark.dataSource.register(CdcKafkaDataSource)
     return spark

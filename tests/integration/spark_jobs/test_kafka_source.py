@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -44,7 +45,10 @@ def test_the_session_keeps_its_scratch_space_where_a_later_start_clears_it(spark
 
     from spark_jobs.spark_session import scratch_dir
     here = scratch_dir()
-    assert spark.conf.get("spark.local.dir") == str(here)
+    # given as the JVM's SPARK_LOCAL_DIRS: as spark.local.dir, Spark warned at each start that a
+    # cluster manager's value overrides it; not left in this process's environment either
+    assert spark.conf.get("spark.local.dir", None) is None
+    assert "SPARK_LOCAL_DIRS" not in os.environ
     assert Path(SparkFiles.getRootDirectory()).is_relative_to(here)
     assert any(here.glob("blockmgr-*"))
 

@@ -467,12 +467,46 @@ def compile_decoder(schema: Any, fields: dict | None = None) -> Decoder:
     return _checked(_compile(schema, fields), schema)
 
 
+_NAMED = ("record", "error", "enum", "fixed")
+
+
+def collapse_named(t: Any, namespace: str | None = None, seen: set[str] | None = None) -> Any:
+    """``t`` with each named type defined once: a later definition of a name already defined
+    (as an expanded schema has one wherever the type is used: a table's second POINT or
+    GEOMETRY column) becomes a reference to it, so that the schema parses again."""
+    seen = set() if seen is None else seen
+    if isinstance(t, list):
+        return [collapse_named(x, namespace, seen) for x in t]
+    if not isinstance(t, dict):
+        return t
+    kind = t.get("type")
+    if kind in _NAMED and isinstance(t.get("name"), str):
+        name = t["name"]
+        ns = t.get("namespace", namespace)
+        full = name if "." in name or not ns else f"{ns}.{name}"
+        if full in seen:
+            return full
+        seen.add(full)
+        inner = full.rpartition(".")[0] or None
+        if kind in ("record", "error"):
+            return {**t, "fields": [{**f, "type": collapse_named(f["type"], inner, seen)} for f in t["fields"]]}
+        return t
+    if kind == "array":
+        return {**t, "items": collapse_named(t["items"], namespace, seen)}
+    if kind == "map":
+        return {**t, "values": collapse_named(t["values"], namespace, seen)}
+    if isinstance(kind, (dict, list)):
+        return {**t, "type": collapse_named(kind, namespace, seen)}
+    return t
+
+
 def _compile(schema: Any, fields: dict | None = None, tail: tuple[str, ...] = (),
              consts: dict[str, Any] | None = None) -> Decoder:
     """:func:`compile_decoder`'s function, its errors as they come (``IndexError``, ...);
-    ``tail``: lines run on ``out`` before it is returned, with ``consts`` in scope."""
+    ``tail``: lines run on ``out`` before it is returned, with ``consts`` in scope.  ``schema``
+    may be a part of an expanded one (:func:`collapse_named`)."""
     try:
-        expanded = expand_schema(schema)
+        expanded = expand_schema(collapse_named(schema))
     except RecursionError:
         raise NotCompiled("a recursive schema") from None
     native = None if tail else _native_reader(expanded, fields)

@@ -37,7 +37,6 @@ from contract import logical_types
 __all__ = [
     "SourceType",
     "SOURCE_TYPES",
-    "SINKLESS_FAMILIES",
     "INTEGER_TYPES",
     "IntegerType",
     "family_of",
@@ -91,7 +90,7 @@ SOURCE_TYPES: tuple[SourceType, ...] = (
     SourceType("enum", ("enum",), "text"),
     SourceType("set", ("set",), "text"),
     SourceType("json", ("json",), "json"),
-    SourceType("vector", ("vector",), "bytes"),
+    SourceType("vector", ("vector",), "vector"),
     SourceType("date", ("date",), "date", always_nullable=True),
     SourceType("time", ("time",), "time"),
     SourceType("datetime", ("datetime",), "datetime", always_nullable=True),
@@ -104,10 +103,6 @@ SOURCE_TYPES: tuple[SourceType, ...] = (
     SourceType("inet4", ("inet4",), "text"),
     SourceType("inet6", ("inet6",), "text"),
 )
-
-#: Families the producer writes (as Debezium does) but no sink stores yet: the merge job stops on
-#: such a column naming it (MySQL 9's VECTOR, Debezium's FloatVector array: issue 68).
-SINKLESS_FAMILIES = frozenset({"vector"})
 
 _FAMILY_OF = {dt: s.family for s in SOURCE_TYPES for dt in s.data_types}
 _BY_FAMILY = {s.family: s for s in SOURCE_TYPES}
@@ -232,6 +227,9 @@ SINK_KINDS: dict[str, SinkKind] = {k.kind: k for k in (
     SinkKind("year", "smallint", "YEAR", 1, ("int16",)),
     SinkKind("geometry", "bytea", "LONGBLOB", None, ("binary",), "binary"),
     SinkKind("point", "bytea", "LONGBLOB", None, ("binary",), "binary"),
+    # MySQL 9's VECTOR, Debezium's FloatVector: an array of float32 (as JSON in MySQL/MariaDB, whose
+    # VECTOR types differ; pgvector's vector is not in PostgreSQL itself)
+    SinkKind("float_vector", "real[]", "JSON", None, ("list_", ("float32",))),
 )}
 
 #: The kind of a column by its Avro type's ``connect.name`` (Debezium's semantic types).
@@ -249,6 +247,7 @@ CONNECT_KINDS: dict[str, str] = {
     logical_types.CONNECT_DATE: "date",
     logical_types.CONNECT_TIME: "time_ms",
     logical_types.CONNECT_TIMESTAMP: "timestamp_ms",
+    logical_types.FLOAT_VECTOR: "float_vector",
 }
 #: The kind of a record type by its ``connect.name`` (or full name): Debezium's spatial records.
 RECORD_KINDS: dict[str, str] = {logical_types.GEOMETRY: "geometry", logical_types.POINT: "point"}
@@ -313,6 +312,11 @@ def c_header() -> str:
 
 
 # =============================================================================== the docs' tables
+def _arrow_text(spec: tuple) -> str:
+    """A type table's ``arrow`` entry as the pyarrow call it names (``list_(float32())``)."""
+    return f"{spec[0]}({', '.join(_arrow_text(a) if isinstance(a, tuple) else a for a in spec[1:])})"
+
+
 def markdown_tables() -> str:
     """The two tables as docs/types.md shows them (tests/unit/contract/test_type_table.py keeps the
     page equal to this)."""
@@ -330,7 +334,7 @@ def markdown_tables() -> str:
     lines += ["", "| sink kind | Avro / Connect | PostgreSQL | MySQL | MySQL key bytes | Arrow |",
               "| --- | --- | --- | --- | --- | --- |"]
     for k in SINK_KINDS.values():
-        arrow = "(parameters)" if k.arrow is None else f"{k.arrow[0]}({', '.join(k.arrow[1:])})"
+        arrow = "(parameters)" if k.arrow is None else _arrow_text(k.arrow)
         key = k.variable or ("(parameters)" if k.postgres is None else k.mysql_key_bytes or "")
         lines.append(f"| {k.kind} | {', '.join(by_kind.get(k.kind, [])) or 'primitive'} | "
                      f"{k.postgres or '(parameters)'} | {k.mysql or '(parameters)'} | {key} | {arrow} |")

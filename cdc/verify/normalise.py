@@ -95,15 +95,59 @@ def canonical_double(v: Any, scale: int | None = None) -> Any:
 
 
 def canonical_json(v: Any) -> Any:
-    """JSON as compact text with sorted keys (text that does not parse stays as it is)."""
+    """JSON as compact text with sorted keys and each number by its value (text that does not
+    parse stays as it is): an integer of 64 bits exactly, any other number as a double, as
+    MySQL's JSON holds them; an integral one written as an integer.  PostgreSQL's jsonb keeps
+    numbers as numeric, so MySQL's ``1e+20`` or ``-0.0`` read back from it as
+    ``100000000000000000000`` and ``0.0``: the same numbers here."""
     if isinstance(v, (bytes, bytearray, memoryview)):
         v = bytes(v).decode("utf-8", "surrogateescape")
     if isinstance(v, str):
         try:
+            v = json.loads(v, parse_int=_json_int)
+        except ValueError:
+            return v
+    return _json_text(v)
+
+
+def _json_int(text: str) -> Any:
+    n = int(text)
+    return n if -(1 << 64) < n < 1 << 64 else float(text)
+
+
+def _json_text(v: Any) -> str:
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{_json_text(str(k))}:{_json_text(v[k])}" for k in sorted(v, key=str)) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(map(_json_text, v)) + "]"
+    if v is None or isinstance(v, (bool, str, int)):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (float, Decimal)):
+        f = float(v)
+        if f.is_integer() and abs(f) < 1 << 64:
+            return str(int(f))  # (-0.0 is 0)
+        return repr(f) if math.isfinite(f) else json.dumps(str(v))
+    return json.dumps(str(v), ensure_ascii=False)
+
+
+def canonical_vector(v: Any) -> Any:
+    """A float vector as a JSON array of its float32 values: MySQL's VECTOR bytes (little-endian
+    float32s), a list (PostgreSQL's real[], a lake's list, the events' Avro array) or JSON text
+    (the MySQL sink's column)."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v)
+        if len(b) % 4:
+            return b  # not a vector: left as it is, it will differ
+        v = struct.unpack(f"<{len(b) // 4}f", b)
+    elif isinstance(v, str):
+        try:
             v = json.loads(v)
         except ValueError:
             return v
-    return json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    try:
+        return json.dumps([canonical_float32(x) for x in v], separators=(",", ":"))
+    except (TypeError, ValueError):
+        return str(v)
 
 
 def _zero_date_text(s: str) -> bool:
@@ -264,6 +308,8 @@ def normalise(kind: str, v: Any, *, scale: int | None = None, members: Sequence[
         return canonical_bytes(v)
     if kind == "json":
         return canonical_json(v)
+    if kind == "vector":
+        return canonical_vector(v)
     if kind == "date":
         return canonical_date(v)
     if kind == "time":

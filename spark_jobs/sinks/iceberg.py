@@ -234,7 +234,8 @@ class IcebergSink(LakeSinkBase):
                                   f"{batch_id}): {no_secret(exc)}") from exc
         deletes = int(pc.sum(is_delete).as_py() or 0)
         if not self.soft_delete:  # a delete of a key the table does not hold removes nothing
-            held = applied.filter(is_delete).join(replaced, keys=key, join_type="inner").num_rows if deletes else 0
+            held = applied.filter(is_delete).select(key).join(replaced, keys=key, join_type="inner").num_rows \
+                if deletes else 0
             return applied.num_rows - deletes, held
         return applied.num_rows - deletes, deletes
 

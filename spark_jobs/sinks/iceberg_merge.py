@@ -11,7 +11,8 @@
 
 pyiceberg's own ``delete(filter)`` matches rows by a filter expression: for a composite key an
 ``Or`` of one ``And`` per key, which for tens of thousands of keys did not bind in minutes.
-Here only the first key column is an expression; the rest is Arrow joins.
+Here only the first key column is an expression; the rest is Arrow joins, of the key columns
+and each row's index (an Arrow join refuses a list column among the others: a float vector's).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,6 +31,13 @@ from spark_jobs.sinks.naming import POSITION_COLUMN
 __all__ = ["winners", "rewrite", "new_rows", "shaped", "coarse"]
 
 _OLD = "__cdc_old_position"
+_ROW = "__cdc_row"
+
+
+def _indexed_keys(rows: pa.Table, key: list[str]) -> pa.Table:
+    """``rows``' key columns and each row's index (:data:`_ROW`): what a join takes of them."""
+    return pa.table([rows.column(k) for k in key] + [pa.array(np.arange(rows.num_rows, dtype=np.int64))],
+                    names=key + [_ROW])
 
 
 def coarse(rows: pa.Table, key: list[str]) -> Any:
@@ -64,12 +73,12 @@ def winners(handle: Any, changes: pa.Table, key: list[str]) -> tuple[pa.Table, p
         return changes, changes.slice(0, 0).select(key)
     ex = pa.table([existing.column(k).cast(changes.schema.field(k).type) for k in key]
                   + [existing.column(POSITION_COLUMN).cast(pa.string())], names=key + [_OLD])
-    joined = changes.join(ex, keys=key, join_type="left outer")
+    joined = _indexed_keys(changes, key).join(ex, keys=key, join_type="left outer")
     old = joined.column(_OLD)
-    wins = pc.or_kleene(pc.is_null(old), pc.greater(joined.column(POSITION_COLUMN), old))
-    applied = joined.filter(wins)
-    replaced = applied.filter(pc.is_valid(applied.column(_OLD))).select(key)
-    return applied.drop_columns([_OLD]), replaced
+    wins = pc.or_kleene(pc.is_null(old), pc.greater(changes.column(POSITION_COLUMN).take(joined.column(_ROW)), old))
+    chosen = joined.filter(wins)
+    replaced = chosen.filter(pc.is_valid(chosen.column(_OLD))).select(key)
+    return changes.take(chosen.column(_ROW)), replaced
 
 
 def new_rows(applied: pa.Table, is_delete: Any, key: list[str], schema: pa.Schema, gone: list[pa.Table],
@@ -85,9 +94,13 @@ def new_rows(applied: pa.Table, is_delete: Any, key: list[str], schema: pa.Schem
         last = pa.concat_tables(gone) if gone else None
         if last is not None and last.num_rows:
             last = last.drop_columns([c for c in (POSITION_COLUMN, DELETED_COLUMN) if c in last.column_names])
-            keys = keys.join(pa.table([last.column(c).cast(keys.schema.field(c).type) if c in key else
-                                       last.column(c) for c in last.column_names], names=last.column_names),
-                             keys=key, join_type="left outer")
+            probe = _indexed_keys(pa.table([last.column(k).cast(keys.schema.field(k).type) for k in key], names=key),
+                                  key)
+            keys = keys.join(probe, keys=key, join_type="left outer")
+            at = keys.column(_ROW)  # (null where the table did not hold the key: its values null)
+            others = [c for c in last.column_names if c not in key]
+            keys = pa.table([keys.column(c) for c in key + [POSITION_COLUMN]]
+                            + [last.column(c).take(at) for c in others], names=key + [POSITION_COLUMN] + others)
         parts.append(shaped(keys, schema, deleted=True))
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
@@ -113,11 +126,12 @@ def rewrite(handle: Any, tx: Any, applied: pa.Table, replaced: pa.Table, key: li
             for task in handle.scan(row_filter=coarse(replaced, key)).plan_files():
                 rows = read_data_files(handle, meta, [task])
                 keys = keys_as(replaced, rows, key)
-                kept = rows.join(keys, keys=key, join_type="left anti")
-                if kept.num_rows == rows.num_rows:
+                hit = _indexed_keys(rows, key).join(keys, keys=key, join_type="left semi").column(_ROW)
+                if len(hit) == 0:
                     continue
+                kept = rows.filter(pc.invert(pc.is_in(pa.array(np.arange(rows.num_rows, dtype=np.int64)), hit)))
                 if soft_delete:
-                    gone.append(rows.join(keys, keys=key, join_type="inner"))
+                    gone.append(rows.take(hit))
                 ow.delete_data_file(task.file)
                 write(kept)
         write(new_rows(applied, is_delete, key, schema, gone, soft_delete))

@@ -135,7 +135,7 @@ def _bool_lit(v: Any) -> str:
 _KIND_LITERAL: dict[str, Literal] = {
     "smallint": _int_lit, "int": _int_lit, "long": _int_lit, "year": _int_lit, "bits": _int_lit,
     "float": _float_lit, "double": _float_lit, "decimal": _decimal_lit, "boolean": _bool_lit,
-    "string": _str_lit, "enum": _str_lit, "set": _str_lit, "json": _str_lit,
+    "string": _str_lit, "enum": _str_lit, "set": _str_lit, "json": _str_lit, "float_vector": _str_lit,
     "bytes": _bytes_lit, "geometry": _bytes_lit, "point": _bytes_lit,
     "date": _temporal_lit, "time": _str_lit, "time_ms": _str_lit,
     "timestamp_ms": _temporal_lit, "timestamp_us": _temporal_lit, "zoned_timestamp": _temporal_lit,

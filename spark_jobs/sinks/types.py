@@ -23,6 +23,7 @@ timestamp_us       long io.debezium.time.MicroTimestamp      timestamp(6) withou
 zoned_timestamp    string io.debezium.time.ZonedTimestamp    timestamp(6) with tz        TIMESTAMP(6) NULL
 year               int io.debezium.time.Year                 smallint                    YEAR
 geometry, point    record Geometry {wkb, srid} / Point       bytea (the WKB)             LONGBLOB (the WKB)
+float_vector       array of float io.debezium.data.FloatVector  real[]                 JSON (an array)
 =================  =======================================  ==========================  =======================
 
 Notes:

@@ -202,10 +202,17 @@ def postgres_converter(col: Any) -> Callable[[Any], Any]:
         return _nullable(lambda b: bits_to_text(b, n))
     if c.kind == "zoned_timestamp":
         return _nullable(parse_zoned_timestamp)
+    if c.kind == "float_vector":  # (a list: psycopg writes it as an array)
+        return _identity
     conv = _common_converter(c)
     if conv is None:
         raise UnsupportedType(f"column {c.name!r}: no converter for kind {c.kind!r}")
     return conv
+
+
+def vector_json(v: Any) -> str:
+    """A float vector (Avro's array of floats) as a JSON array: MySQL's and MariaDB's sink column."""
+    return "[" + ",".join(map(repr, map(float, v))) + "]"
 
 
 def _naive_utc(text: str) -> datetime:
@@ -219,6 +226,8 @@ def mysql_converter(col: Any) -> Callable[[Any], Any]:
         return _nullable(bits_to_int)
     if c.kind == "zoned_timestamp":
         return _nullable(_naive_utc)
+    if c.kind == "float_vector":
+        return _nullable(vector_json)
     conv = _common_converter(c)
     if conv is None:
         raise UnsupportedType(f"column {c.name!r}: no converter for kind {c.kind!r}")

@@ -101,6 +101,34 @@ def test_float32_distinct_values_stay_distinct(a, b):
     assert canonical_float32(a) != canonical_float32(b)
 
 
+@given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=20))
+def test_a_vectors_forms_agree(xs):
+    """MySQL's VECTOR bytes (source), the events' Avro floats and a lake's list, PostgreSQL's real[]
+    (its shortest float4 text read as doubles) and the MySQL sink's JSON compare equal."""
+    from spark_jobs.sinks.values import vector_json
+    widened = [F32.unpack(F32.pack(x))[0] for x in xs]
+    source = struct.pack(f"<{len(xs)}f", *xs)
+    pg_read = [float(f"{x:.9g}") for x in widened]
+    forms = [source_value("vector", source), normalise_avro("vector", widened), normalise("vector", pg_read),
+             normalise("vector", vector_json(widened))]
+    assert forms.count(forms[0]) == len(forms), forms
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1, max_size=5),
+       st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1, max_size=5))
+def test_distinct_vectors_stay_distinct(a, b):
+    wa, wb = ([F32.unpack(F32.pack(x))[0] or 0.0 for x in v] for v in (a, b))  # (-0 is 0, as for FLOAT)
+    assume(wa != wb)
+    assert normalise("vector", wa) != normalise("vector", wb)
+
+
+def test_vector_examples():
+    assert normalise("vector", struct.pack("<3f", 1.5, -0.0, 0.1)) == "[1.5,0.0,0.10000000149011612]"
+    assert normalise("vector", "[1.5, 0, 0.1]") == normalise("vector", [1.5, 0.0, 0.1])
+    assert normalise("vector", b"\x00\x01\x02") == b"\x00\x01\x02"  # not a vector's bytes: differs
+    assert normalise("vector", None) is None and column_kind("vector") == "vector"
+
+
 def test_float_and_double_examples():
     assert normalise("float32", -0.0) == 0.0 and repr(normalise("double", -0.0)) == "0.0"
     assert normalise("double", 0.1) == 0.1 and normalise("double", "0.1") == 0.1
@@ -208,6 +236,15 @@ def test_json_examples():
     assert canonical_json("null") == "null" and normalise("json", None) is None
     assert canonical_json("{not json") == "{not json"
     assert canonical_json('{"a": 1}') != canonical_json('{"a": 2}')
+    # numbers by their value: as PostgreSQL's jsonb (numeric) gives MySQL's back; a decimal MySQL's
+    # JSON (a double) keeps to 17 digits and PostgreSQL's in full
+    assert canonical_json('[1.7976931348623157e+308, 1e+20, -0.0, 0.1, 18446744073709551615, 1.50, 1e19, '
+                          '-1.2345678901234567e19]') == \
+        canonical_json("[179769313486231570" + "0" * 291 + ", 100000000000000000000, 0.0, 0.1, 18446744073709551615, "
+                       "1.5, 10000000000000000000, -12345678901234567890.123456789]")
+    assert canonical_json("[18446744073709551615]") != canonical_json("[18446744073709551614]")
+    assert canonical_json("[1]") != canonical_json('["1"]') and canonical_json("[1]") != canonical_json("[1.1]")
+    assert canonical_json('{"a": [true, null]}') == '{"a":[true,null]}'
 
 
 def test_text_enum_set_unicode():

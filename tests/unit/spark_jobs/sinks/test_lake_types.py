@@ -84,9 +84,18 @@ def test_every_producer_type_has_an_iceberg_type(row):
     assert iceberg_type(t) == _pyiceberg_type(t)
 
 
+def test_a_float_vectors_iceberg_type_is_the_list_pyiceberg_creates_a_table_with():
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+    t = pa.list_(pa.field("element", pa.float32(), metadata={"PARQUET:field_id": "2"}))
+    made = pyarrow_to_schema(pa.schema([pa.field("c", t, metadata={"PARQUET:field_id": "1"})])).fields[0].field_type
+    ours = iceberg_type(arrow_type(SinkColumn("c", "c", "float_vector")))
+    assert (ours.element_type, ours.element_required) == (made.element_type, made.element_required)
+
+
 @pytest.mark.parametrize("t", [pa.time64("us"), pa.timestamp("ns"), pa.timestamp("us", tz="Europe/Paris"),
                                pa.decimal256(40, 0), pa.list_(pa.int32()), pa.uint64()], ids=str)
 def test_an_arrow_type_no_lake_column_takes_has_no_iceberg_type(t):
+    """(a list of float32, a float vector's, is the one list a lake column takes)"""
     with pytest.raises(UnsupportedType):
         iceberg_type(t)
 

@@ -129,7 +129,7 @@ def test_a_crash_between_staging_and_commit_and_during_a_commit_commits_each_bat
     stage(fourth, sink, src, 3, [[src.upsert({"id": 5, "v": "e"}, 50, "c")]])
     c = fourth.committers[0]
     t = c._tables[("shop", "items")]
-    c.load_table(t, {APP})
+    c._load(t, {APP})
     c.journal.intend("shop", "items", (t.commit or 0) + 1, {**t.marks, APP: 3})
     fifth = committers_of(sink, tmp_path)
     fifth.start()

@@ -470,11 +470,12 @@ def compile_decoder(schema: Any, fields: dict | None = None) -> Decoder:
 _NAMED = ("record", "error", "enum", "fixed")
 
 
-def collapse_named(t: Any, namespace: str | None = None, seen: set[str] | None = None) -> Any:
-    """``t`` with each named type defined once: a later definition of a name already defined
-    (as an expanded schema has one wherever the type is used: a table's second POINT or
-    GEOMETRY column) becomes a reference to it, so that the schema parses again."""
-    seen = set() if seen is None else seen
+def collapse_named(t: Any, namespace: str | None = None, seen: dict[str, Any] | None = None) -> Any:
+    """``t`` with each named type defined once: a later definition of a name already defined,
+    the same as the first (as an expanded schema has one wherever the type is used: a table's
+    second POINT or GEOMETRY column), becomes a reference to it, so that the schema parses
+    again.  A different one stays, for the parser to refuse."""
+    seen = {} if seen is None else seen
     if isinstance(t, list):
         return [collapse_named(x, namespace, seen) for x in t]
     if not isinstance(t, dict):
@@ -485,8 +486,8 @@ def collapse_named(t: Any, namespace: str | None = None, seen: set[str] | None =
         ns = t.get("namespace", namespace)
         full = name if "." in name or not ns else f"{ns}.{name}"
         if full in seen:
-            return full
-        seen.add(full)
+            return full if seen[full] == t else t
+        seen[full] = t
         inner = full.rpartition(".")[0] or None
         if kind in ("record", "error"):
             return {**t, "fields": [{**f, "type": collapse_named(f["type"], inner, seen)} for f in t["fields"]]}

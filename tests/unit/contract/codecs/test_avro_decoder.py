@@ -256,3 +256,15 @@ def test_a_row_with_a_named_type_used_twice_is_read_by_the_change_decoders():
     header, image = compile_change_header(schema)
     assert image(data, header(data, 0)["row_at"]) == row
     assert compile_change_reader(schema)(data, 0)["row"] == row
+
+
+def test_only_the_same_definition_of_a_named_type_is_collapsed():
+    from contract.codecs.avro_decoder import collapse_named
+    a = {"type": "record", "name": "P", "namespace": "n", "fields": [{"name": "x", "type": "int"}]}
+    b = {"type": "record", "name": "P", "namespace": "n", "fields": [{"name": "x", "type": "long"}]}
+    row = {"type": "record", "name": "R", "fields": [{"name": "f", "type": a}, {"name": "g", "type": dict(a)},
+                                                    {"name": "h", "type": ["null", b]}]}
+    got = collapse_named(row)
+    assert [f["type"] for f in got["fields"]] == [a, "n.P", ["null", b]]
+    with pytest.raises(Exception, match="redefined named type"):
+        compile_decoder(got)

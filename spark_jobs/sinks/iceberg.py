@@ -57,6 +57,10 @@ def batch_property(app: str) -> str:
     return f"cdc.batch.{app}"
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
 def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     """Whether Iceberg holds ``wanted``'s values in the column as it is or promoted in place."""
     if table_type == wanted or (pa.types.is_string(wanted) or pa.types.is_large_string(wanted)) and \
@@ -64,6 +68,8 @@ def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
         return True
     if pa.types.is_binary(wanted) or pa.types.is_large_binary(wanted):
         return pa.types.is_binary(table_type) or pa.types.is_large_binary(table_type)
+    if _is_list(wanted) and _is_list(table_type):  # (pyiceberg reads a list column as a large list)
+        return wanted.value_type == table_type.value_type
     pairs = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
     if (table_type, wanted) in pairs or (wanted, table_type) in pairs:
         return True

@@ -101,7 +101,7 @@ def spark_type(t: pa.DataType) -> str:
         return "TIMESTAMP_NTZ" if t.tz is None else "TIMESTAMP"
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision},{t.scale})"
-    if pa.types.is_list(t):
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
         return f"ARRAY<{spark_type(t.value_type)}>"
     raise SinkError(f"no Spark type for the lake column type {t}")
 

@@ -119,7 +119,7 @@ def iceberg_type(t: pa.DataType) -> Any:
         return it.DecimalType(t.precision, t.scale)
     if pa.types.is_timestamp(t) and t.unit == "us" and t.tz in (None, "UTC", "+00:00", "Etc/UTC", "Z"):
         return it.TimestampType() if t.tz is None else it.TimestamptzType()
-    if pa.types.is_list(t) and pa.types.is_float32(t.value_type):  # a float vector
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_float32(t.value_type):  # a float vector
         # (the element's field id: pyiceberg's schema update gives a fresh one)
         return it.ListType(element_id=0, element_type=it.FloatType(), element_required=False)
     raise UnsupportedType(f"no Iceberg type for the Arrow type {t} (not a lake column type)")

@@ -42,9 +42,9 @@ from spark_jobs.sinks.iceberg_maintenance import (
     small_files,
 )
 from spark_jobs.sinks.iceberg_catalog import IcebergCatalog, catalog_errors, no_secret, warehouse_uri
-from spark_jobs.sinks.iceberg_merge import rewrite, winners
+from spark_jobs.sinks.iceberg_merge import held_deletes, rewrite, winners
 from spark_jobs.sinks.lake_base import OWNER_PROPERTY, LakeSinkBase, batches_held, evolved_schema
-from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, iceberg_type
+from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, iceberg_type, is_list_type
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from spark_jobs.sinks.registry import register_sink
 
@@ -57,10 +57,6 @@ def batch_property(app: str) -> str:
     return f"cdc.batch.{app}"
 
 
-def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t)
-
-
 def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
     """Whether Iceberg holds ``wanted``'s values in the column as it is or promoted in place."""
     if table_type == wanted or (pa.types.is_string(wanted) or pa.types.is_large_string(wanted)) and \
@@ -68,7 +64,7 @@ def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:
         return True
     if pa.types.is_binary(wanted) or pa.types.is_large_binary(wanted):
         return pa.types.is_binary(table_type) or pa.types.is_large_binary(table_type)
-    if _is_list(wanted) and _is_list(table_type):  # (pyiceberg reads a list column as a large list)
+    if is_list_type(wanted) and is_list_type(table_type):
         return wanted.value_type == table_type.value_type
     pairs = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
     if (table_type, wanted) in pairs or (wanted, table_type) in pairs:
@@ -240,9 +236,7 @@ class IcebergSink(LakeSinkBase):
                                   f"{batch_id}): {no_secret(exc)}") from exc
         deletes = int(pc.sum(is_delete).as_py() or 0)
         if not self.soft_delete:  # a delete of a key the table does not hold removes nothing
-            held = applied.filter(is_delete).select(key).join(replaced, keys=key, join_type="inner").num_rows \
-                if deletes else 0
-            return applied.num_rows - deletes, held
+            return applied.num_rows - deletes, held_deletes(applied, is_delete, replaced, key) if deletes else 0
         return applied.num_rows - deletes, deletes
 
     # -- the driver's table operations ----------------------------------------------------------

@@ -28,7 +28,7 @@ from spark_jobs.sinks.iceberg_files import read_data_files, write_data_files
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
-__all__ = ["winners", "rewrite", "new_rows", "shaped", "coarse"]
+__all__ = ["winners", "rewrite", "new_rows", "shaped", "coarse", "held_deletes"]
 
 _OLD = "__cdc_old_position"
 _ROW = "__cdc_row"
@@ -79,6 +79,12 @@ def winners(handle: Any, changes: pa.Table, key: list[str]) -> tuple[pa.Table, p
     chosen = joined.filter(wins)
     replaced = chosen.filter(pc.is_valid(chosen.column(_OLD))).select(key)
     return changes.take(chosen.column(_ROW)), replaced
+
+
+def held_deletes(applied: pa.Table, is_delete: Any, replaced: pa.Table, key: list[str]) -> int:
+    """How many of the batch's deletes removed a row the table held (a delete of a key it did
+    not hold removes nothing): joined by key alone (a join refuses a list among the other columns)."""
+    return applied.filter(is_delete).select(key).join(replaced, keys=key, join_type="inner").num_rows
 
 
 def new_rows(applied: pa.Table, is_delete: Any, key: list[str], schema: pa.Schema, gone: list[pa.Table],

@@ -25,7 +25,7 @@ from common.errors import UnsupportedType
 from spark_jobs.errors import LakeCommitConflict, SinkError
 from spark_jobs.sinks.batch import ApplyResult, check_position
 from spark_jobs.sinks.lake_stage import StagingArea, part_schema
-from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, lake_schema_of
+from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, is_list_type, lake_schema_of
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
 __all__ = ["DELTA_EXTENSION", "ICEBERG_EXTENSION", "lake_session", "check_connectors", "spark_type", "quote",
@@ -101,7 +101,7 @@ def spark_type(t: pa.DataType) -> str:
         return "TIMESTAMP_NTZ" if t.tz is None else "TIMESTAMP"
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision},{t.scale})"
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
+    if is_list_type(t):
         return f"ARRAY<{spark_type(t.value_type)}>"
     raise SinkError(f"no Spark type for the lake column type {t}")
 

@@ -58,6 +58,7 @@ __all__ = [
     "OP_COLUMN",
     "MAX_DECIMAL_PRECISION",
     "arrow_type",
+    "is_list_type",
     "iceberg_type",
     "lake_converter",
     "lake_schema",
@@ -102,6 +103,11 @@ def arrow_type(col: SinkColumn, *, small_ints: bool = True) -> pa.DataType:
     return t
 
 
+def is_list_type(t: pa.DataType) -> bool:
+    """A list column's Arrow type, either form (pyiceberg reads a list column back as a large list)."""
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
 def iceberg_type(t: pa.DataType) -> Any:
     """The Iceberg type (a ``pyiceberg.types`` instance) of a lake column's Arrow type: the
     types :func:`arrow_type` gives (16-bit and 8-bit integers as int: Iceberg has none;
@@ -119,7 +125,7 @@ def iceberg_type(t: pa.DataType) -> Any:
         return it.DecimalType(t.precision, t.scale)
     if pa.types.is_timestamp(t) and t.unit == "us" and t.tz in (None, "UTC", "+00:00", "Etc/UTC", "Z"):
         return it.TimestampType() if t.tz is None else it.TimestamptzType()
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_float32(t.value_type):  # a float vector
+    if is_list_type(t) and pa.types.is_float32(t.value_type):  # a float vector
         # (the element's field id: pyiceberg's schema update gives a fresh one)
         return it.ListType(element_id=0, element_type=it.FloatType(), element_required=False)
     raise UnsupportedType(f"no Iceberg type for the Arrow type {t} (not a lake column type)")

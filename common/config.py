@@ -746,7 +746,12 @@ class CDCConfig(Section):
         if not self.sources:
             if name is not None and name != self.producer.name:
                 self.captured_source(name)  # raises, naming the one source
-            return self
+            source = self._without_sink_databases(self.source)
+            if source is self.source:
+                return self
+            view = self.model_copy(deep=True, update={"source": source})
+            view._of_source = self._of_source
+            return view
         if name is None:
             if len(self.sources) > 1:
                 raise ConfigError(f"several sources are configured ({', '.join(s.name for s in self.sources)}): "
@@ -759,10 +764,34 @@ class CDCConfig(Section):
             "name": captured.producer_name,
             "metrics_port": None if self.producer.metrics_port is None else self.producer.metrics_port + index})
         view = self.model_copy(deep=True, update={
-            "source": SourceConfig.model_validate(entry), "sources": [], "routes": [], "producer": producer,
+            "source": self._without_sink_databases(SourceConfig.model_validate(entry)), "sources": [], "routes": [],
+            "producer": producer,
             "kafka": self.kafka.model_copy(deep=True, update={"topic_prefix": captured.topic_prefix})})
         view._of_source = name
         return view
+
+    def sink_databases_on(self, source: SourceConfig) -> list[str]:
+        """The databases that enabled sinks write into on the server of ``source`` (a sink
+        section with ``host``, ``port`` and ``database`` naming that server): the merge job's
+        own writes, which are never captured (:meth:`for_source` excludes them)."""
+        out = []
+        for section in self.sinks.sections().values():
+            database = getattr(section, "database", None)
+            if (getattr(section, "enabled", False) and isinstance(database, str) and database
+                    and same_server((getattr(section, "host", None), getattr(section, "port", None)),
+                                    (source.host, source.port))):
+                out.append(database)
+        return out
+
+    def _without_sink_databases(self, source: SourceConfig) -> SourceConfig:
+        """``source`` with the sinks' databases on its server added to ``exclude_databases``
+        (``source`` itself when there are none, or they are excluded already): capturing the
+        sink tables would feed the merge job its own writes."""
+        extra = [re.escape(db) for db in self.sink_databases_on(source)
+                 if re.escape(db) not in source.exclude_databases and db not in source.exclude_databases]
+        if not extra:
+            return source
+        return source.model_copy(update={"exclude_databases": [*source.exclude_databases, *extra]})
 
     def for_part(self, part: Literal["producer", "merge"]) -> "CDCConfig":
         """This configuration as the producer (``producer.kafka_security``) or the merge job
@@ -784,6 +813,23 @@ class CDCConfig(Section):
             if c.name == name:
                 return c
         raise ConfigError(f"no source named {name!r} (sources: {', '.join(c.name for c in self.captured_sources())})")
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
+
+
+def same_server(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
+    """Whether two ``(host, port)`` name the same server: the same port, and the same host
+    name (case aside) or both a name of this machine's loopback."""
+    (host_a, port_a), (host_b, port_b) = a, b
+    if port_a != port_b or not isinstance(host_a, str) or not isinstance(host_b, str):
+        return False
+    host_a, host_b = host_a.lower().strip("[]"), host_b.lower().strip("[]")
+    return host_a == host_b or (_is_loopback(host_a) and _is_loopback(host_b))
+
+
+def _is_loopback(host: str) -> bool:
+    return host in _LOOPBACK or host.startswith("127.")
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -129,7 +129,6 @@ def stack_config(data: dict[str, Any], state_dir: Path) -> CDCConfig:
     cfg.source.host, cfg.source.port = m["host"], m["port"]
     cfg.source.user, cfg.source.password = m["cdc_user"], m["cdc_password"]
     cfg.source.signal_table = m["signal_table"]
-    cfg.source.exclude_databases = [SINK_DATABASE]
     cfg.snapshot.read_only = bool(m.get("cdc_read_only"))
     cfg.kafka.bootstrap_servers = k["bootstrap_servers"]
     cfg.kafka.replication_factor = min(3, k.get("brokers") or 1)

@@ -16,12 +16,9 @@ def source_tables(conn, cfg, tables: Sequence[str] | None) -> tuple[list[tuple[s
     """The tables to verify (captured ones, or those named) and names that matched nothing."""
     every = list_tables(conn)
     if not tables:
-        flt = CaptureFilter(cfg.source)
-        sink = cfg.sinks.mysql
-        same_server = sink.enabled and (sink.host, sink.port) == (cfg.source.host, cfg.source.port)
+        flt = CaptureFilter(cfg.source)  # (the sinks' databases on this server excluded: CDCConfig.for_source)
         outbox = cfg.producer.outbox.table if cfg.producer.outbox is not None else None
-        return [(d, t) for d, t in every if flt.captures(d, t) and not (same_server and d == sink.database)
-                and f"{d}.{t}" != outbox], []
+        return [(d, t) for d, t in every if flt.captures(d, t) and f"{d}.{t}" != outbox], []
     out: list[tuple[str, str]] = []
     unknown: list[str] = []
     names = {f"{d}.{t}": (d, t) for d, t in every}

@@ -190,3 +190,36 @@ def test_the_example_of_docs_sharding_md_is_valid(tmp_path: Path):
     [route] = cfg.routes
     shards = [("east", 1), ("east", 2), ("west", 3), ("west", 4)]
     assert all(route.matches(s, f"shop_0{i}", "orders") for s, i in shards)
+
+
+def test_the_sinks_database_on_the_source_server_is_never_captured():
+    """The MySQL sink writing into the source server (localhost and 127.0.0.1 are one
+    server): the view every part reads excludes its database, so the producer never feeds
+    the merge job its own writes; another port, another host or a disabled sink: unchanged."""
+    from producer.capture_filter import CaptureFilter
+
+    def view(sink: dict, **source) -> CDCConfig:
+        return CDCConfig.model_validate({"source": {"host": "localhost", "port": 3306, **source},
+                                         "sinks": {"mysql": {"enabled": True, "host": "127.0.0.1", "port": 3306,
+                                                             "database": "out.sink", **sink}}}).for_source()
+
+    on_source = view({}, include_databases=["out.sink", "shop"])
+    assert on_source.source.exclude_databases == [r"out\.sink"]
+    flt = CaptureFilter(on_source.source)
+    assert flt.captures("shop", "t") and not flt.captures("out.sink", "shop__t")
+    assert flt.captures("outXsink", "t")  # (only the sink's own name: its dot is escaped in the pattern)
+    assert view({}, exclude_databases=[r"out\.sink"]).source.exclude_databases == [r"out\.sink"]  # once
+    for other in ({"port": 3307}, {"host": "db2"}, {"enabled": False}):
+        cfg = view(other)
+        assert cfg.source.exclude_databases == [] and cfg.sink_databases_on(cfg.source) == []
+    two = CDCConfig.model_validate({"sources": [{"name": "east", "host": "db1"}, {"name": "west", "host": "DB2"}],
+                                    "sinks": {"mysql": {"enabled": True, "host": "db2", "port": 3306}}})
+    assert two.for_source("east").source.exclude_databases == []
+    assert two.for_source("west").source.exclude_databases == ["cdc_sink"]
+
+
+def test_same_server():
+    from common.config import same_server
+    assert same_server(("localhost", 3306), ("127.0.0.1", 3306)) and same_server(("[::1]", 1), ("127.0.1.1", 1))
+    assert same_server(("DB", 3306), ("db", 3306)) and not same_server(("db", 3306), ("db", 3307))
+    assert not same_server(("db1", 3306), ("localhost", 3306)) and not same_server((None, 3306), ("db", 3306))

@@ -70,6 +70,12 @@ class SchemaChangeStopped(CDCError):
     """A table's schema changed and ``sinks.schema_changes`` says ``columns: stop`` for it."""
 
 
+class BatchKeepsFailing(CDCError):
+    """A bounded run (``cdc merge --available-now``) failed on the same batch again and again
+    (:data:`spark_jobs.query_restarts.BOUNDED_RUN_ATTEMPTS` times, no batch finished between):
+    it stops with the last failure instead of retrying it forever."""
+
+
 class MergeStateError(CDCError):
     """The merge job's checkpoint does not hold what a micro-batch needs (its offsets)."""
 

@@ -41,7 +41,8 @@ A replayed batch (after a crash, Spark runs the last uncommitted batch again wit
 same offsets) starts from the state stored for the batch before, reads the same markers
 and so decides the same; the sinks never move a row backwards and the clean changelog
 skips what it already holds.  The query restarts after a failure (a lost database,
-Kafka) with backoff; ``cdc merge`` stops on SIGTERM/SIGINT.
+Kafka) with backoff; a bounded run (``available_now``) stops instead when one batch keeps
+failing (:mod:`spark_jobs.query_restarts`).  ``cdc merge`` stops on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from contract.topics import dlq_topic
 from spark_jobs import driver_memory  # noqa: F401 - pyarrow's pool chosen before anything makes it
 from spark_jobs import sections  # noqa: F401 - every section of the configuration registered before it loads
 from spark_jobs.commit.batch_commit import owner_of, query_app_id
+from spark_jobs.query_restarts import QueryRestarts
 from spark_jobs.report.batch_report import BatchReport, KafkaLag, MergeCollector
 from spark_jobs.input.data_loss import DataLoss
 from spark_jobs.planning.data_loss_guard import DataLossGuard
@@ -370,7 +372,7 @@ class MergeJob:
         server = serve_metrics(self.cfg.spark.metrics_port if first else None, job_metrics(self),
                                health=lambda: jobs_alive(self.peers, stall_s), ready=lambda: queries_running(self.peers))
         self.running.watch(f"cdc-merge-watch-{self.prefix}")
-        delay, restarts = 1.0, 0
+        restarts = QueryRestarts(bounded=available_now, max_restarts=max_restarts)
         try:
             while not self._stop.is_set():
                 self.topics.ensure()
@@ -398,14 +400,11 @@ class MergeJob:
                         self.stop_on_data_loss()  # lost Kafka history stops the job: a restart cannot help
                     self.stop_on_schema_change()  # so does a schema change the configuration refuses
                     self.check_routes()  # and a route whose tables no longer merge (a conflicting DDL)
-                    restarts += 1
                     self.running.restarted(str(exc))
-                    if max_restarts is not None and restarts > max_restarts:
-                        raise
+                    delay = restarts.after_failure(exc, self.report.batches)  # (or raises: a bounded run's end)
                     log.error("the merge query failed (%s); restarting from the checkpoint in %.0fs",
                               str(exc).splitlines()[0][:500], delay)
                     self._stop.wait(delay)
-                    delay = min(delay * 2, 60.0)
             return 0
         finally:
             self.query = None

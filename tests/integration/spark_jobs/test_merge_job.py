@@ -411,3 +411,39 @@ def _cmdline(pid: int) -> bytes:
         return open(f"/proc/{pid}/cmdline", "rb").read()
     except OSError:
         return b""
+
+
+def test_a_bounded_run_stops_on_a_batch_that_keeps_failing(stack, merge_config, test_db):
+    """A batch no restart can apply (a PostgreSQL constraint refuses every row of a run: the
+    sink is the problem, not the records, so the batch fails instead of dead-lettering them):
+    a bounded run stops with the failure after BOUNDED_RUN_ATTEMPTS tries instead of retrying
+    it forever, and once the cause is gone the next run applies the batch (nothing was lost)."""
+    import psycopg
+    import pytest
+
+    from spark_jobs.errors import BatchKeepsFailing
+    from spark_jobs.query_restarts import BOUNDED_RUN_ATTEMPTS
+    from spark_jobs.sinks.postgres import PostgresSink
+    cfg = merge_config
+    keys = _pipeline(stack, cfg, test_db, ["single"], rows=20)
+    _run_available_now(cfg)
+    dsn = cfg.sinks.postgres.dsn.get_secret_value()
+    table = PostgresSink(dsn, cfg.sinks.postgres.schema_name).qualified_name(test_db, "t_single")
+    with psycopg.connect(dsn) as pg:
+        pg.execute(f"ALTER TABLE {table} ADD CONSTRAINT refused CHECK (id < 99990) NOT VALID")
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `{test_db}`.t_single VALUES (99998, 'refused', 1), (99999, 'refused', 2)")
+        conn.commit()
+    run_until_caught_up(cfg)
+    job = MergeJob(cfg)
+    with pytest.raises(BatchKeepsFailing, match=f"failed {BOUNDED_RUN_ATTEMPTS} times in a row") as failed:
+        job.run(available_now=True)
+    assert "refused" in str(failed.value.__cause__)  # (the constraint's name, in PostgreSQL's error)
+    assert job.report.batches == 0
+    with psycopg.connect(dsn) as pg:
+        pg.execute(f"ALTER TABLE {table} DROP CONSTRAINT refused")
+    _run_available_now(cfg)
+    with stack.admin() as conn:
+        expected = source_rows(conn, test_db, "t_single", keys["single"])
+    assert {(99998,), (99999,)} <= set(expected) and pg_sink_rows(cfg, test_db, "t_single", keys["single"]) == expected
+    assert not list(read_topic(cfg.kafka.bootstrap_servers, dlq_topic(cfg.kafka.topic_prefix)))  # none dead-lettered

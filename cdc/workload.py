@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 import pymysql
 
 # Table shapes by key kind: DDL body, key columns, a key maker.
+#: MySQL's and MariaDB's error of a statement on a table that does not exist.
+ER_NO_SUCH_TABLE = 1146
+
 KEY_KINDS = {
     "single": ("id INT PRIMARY KEY, v VARCHAR(40), n INT", ["id"], lambda i: (i,)),
     "composite": ("a INT, b VARCHAR(20), v VARCHAR(40), n INT, PRIMARY KEY (a, b)", ["a", "b"],
@@ -79,7 +82,13 @@ def create_table(conn, db: str, table: str, kind: str, rows: int) -> list[str]:
 @dataclass
 class WriteLoad(BackgroundWriter):
     """Random inserts, updates, deletes, primary-key changes and delete + re-insert of the
-    same key (in one transaction) against a table, in a thread, until stopped."""
+    same key (in one transaction) against a table, in a thread, until stopped.  A table
+    missing for a moment (gh-ost's two-step cut-over renames it aside, then its copy into
+    place) fails those statements, counted in ``missing`` (not in ``ops``); missing for ``MISSING_TABLE_S``
+    ends the load with the error."""
+
+    #: How long the table may be missing before the load gives up.
+    MISSING_TABLE_S = 60.0
 
     conn_factory: object
     db: str
@@ -89,6 +98,7 @@ class WriteLoad(BackgroundWriter):
     seed: int = 1
     pause_s: float = 0.0  # between statements (0: as fast as the server takes them)
     ops: dict = field(default_factory=dict)
+    missing: int = 0  # statements that found the table missing
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
@@ -102,6 +112,7 @@ class WriteLoad(BackgroundWriter):
         cols = ", ".join(f"`{c}`" for c in [*keys, "v", "n"])
         marks = ", ".join(["%s"] * (len(keys) + 2))
         conn = None
+        missing_since: float | None = None
         try:
             while not self._stop.is_set():
                 if conn is None:
@@ -134,10 +145,18 @@ class WriteLoad(BackgroundWriter):
                     self.ops[op] = self.ops.get(op, 0) + 1
                 except pymysql.err.IntegrityError:
                     pending = "rollback"
+                except pymysql.err.ProgrammingError as exc:
+                    if exc.args[0] != ER_NO_SUCH_TABLE:
+                        raise
+                    missing_since = missing_since or time.monotonic()
+                    if time.monotonic() - missing_since > self.MISSING_TABLE_S:
+                        raise
+                    self.missing += 1
+                    pending = "rollback"
                 except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
                     pending = "reconnect"
                 else:
-                    pending = None
+                    pending, missing_since = None, None
                 if pending == "rollback":
                     try:
                         conn.rollback()

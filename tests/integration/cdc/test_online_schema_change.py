@@ -78,12 +78,13 @@ def _snapshots_done(cfg) -> bool:
     return started <= {n["id"] for n in notifications(cfg) if n["type"] == "COMPLETED"}
 
 
-def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdir: Path) -> None:
+def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdir: Path) -> dict[str, str]:
     """The tables created, loaded and captured (``include_databases``: the helper tables match
     it), the producer streaming, a write load on each table, a snapshot of them started and
     paused; ``command`` run for each table in turn while the writes go on, and more writes after
     its cut-over; the snapshot resumed (it reads the altered tables); then the load stops, the
-    producer reads to the end and finishes what it started, and the merge job runs."""
+    producer reads to the end and finishes what it started, and the merge job runs.  Returns
+    each table's tool output."""
     cfg.source.include_databases = [db]
     cfg.snapshot.chunk_size = 500
     start_at_current(cfg)  # (the tables' rows streamed as they are inserted)
@@ -91,6 +92,7 @@ def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdi
         for table in alters:
             create_table(conn, db, table, "single", ROWS)
     server = source_stack.mysql
+    outputs = {}
     with ProducerThread(cfg) as producer:
         with write_loads(source_stack, db, {t: "single" for t in alters}, ROWS + 100, pause_s=0.002) as loads:
             # an incremental snapshot of the tables, paused from its first chunks until every
@@ -103,6 +105,7 @@ def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdi
                                      timeout=600)
                 assert run.returncode == 0, \
                     f"{command.__name__} on {db}.{table}: {run.stdout[-3000:]}{run.stderr[-3000:]}"
+                outputs[table] = run.stdout + run.stderr
                 done = sum(load.ops.values())
                 wait_for(lambda load=load, done=done: sum(load.ops.values()) > done + 50,
                          what=f"writes to {table} after its cut-over")
@@ -110,6 +113,7 @@ def _migrate(source_stack, cfg, db: str, alters: dict[str, str], command, workdi
             signal(cfg, "resume-snapshot", {"type": "incremental"})
         _caught_up_and_snapshotted(source_stack, cfg, producer)
     assert MergeJob(cfg).run(available_now=True) == 0
+    return outputs
 
 
 def _caught_up_and_snapshotted(source_stack, cfg, producer) -> None:
@@ -154,7 +158,19 @@ def test_gh_ost_under_writes_ends_with_every_sink_equal(source_stack, lake_confi
     events of the table: that table alone is snapshotted, the reason naming gh-ost's copy)."""
     alters = {"t_plain": "ADD COLUMN extra INT NULL",
               "t_default": "ADD COLUMN extra CHAR(3) NOT NULL DEFAULT 'EUR'"}
-    _migrate(source_stack, lake_config, test_db, alters, gh_ost, tmp_path)
+
+    def cut_over_each_way(server: dict, db: str, table: str, alter: str, workdir: Path) -> list[str]:
+        """t_plain swapped by gh-ost's two-step cut-over (``RENAME t TO _t_del``, then
+        ``RENAME _t_gho TO t``: two statements, t missing between them), t_default by the
+        atomic one (both renames in one statement, gh-ost's default)."""
+        cmd = gh_ost(server, db, table, alter, workdir)
+        if table == "t_plain":
+            cmd.insert(-1, "--cut-over=two-step")
+        return cmd
+
+    outputs = _migrate(source_stack, lake_config, test_db, alters, cut_over_each_way, tmp_path)
+    # (gh-ost's log of each way: "Renaming ghost table" only in the two-step's)
+    assert "Renaming ghost table" in outputs["t_plain"] and "Renaming ghost table" not in outputs["t_default"]
     reasons = _snapshot_reasons(lake_config)
     assert set(reasons) == {"t_default"}, reasons
     assert reasons["t_default"].startswith("gh-ost's copy _t_default_gho: a column added with a value"), reasons

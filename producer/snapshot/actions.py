@@ -67,6 +67,25 @@ def resolve_tables(conn, captures: Callable[[str, str], bool], sig: Signal) -> t
     return out, {t for t in out if t not in named}
 
 
+def jobs_kept(running: list[TableJob], added: list[TableJob], *, after_ddl: bool,
+              delete_missing: bool) -> list[TableJob]:
+    """The running snapshot's jobs that stay when ``added`` join it: all of them, but those of
+    a table in ``added`` when the producer adds it after DDL (what was read of it may predate
+    the DDL: read again from its start, keeping delete-missing when the old job had it), or
+    when ``added`` reads with delete-missing what a plain job was reading."""
+    tables = {j.table for j in added}
+    if after_ddl:
+        for old in running:
+            if old.table in tables and old.delete_missing:
+                for j in added:
+                    if j.table == old.table:
+                        j.delete_missing = True
+        return [j for j in running if j.table not in tables]
+    if delete_missing:
+        return [j for j in running if j.table not in tables or j.delete_missing]
+    return list(running)
+
+
 def table_jobs(conn, tables: list[str], signal_id: str, *, resolve: Callable[[TableDef], TableDef] | None = None,
                conditions: dict[str, str] | None = None,
                surrogate_key: str | None = None, skippable: set[str] | frozenset = frozenset(),

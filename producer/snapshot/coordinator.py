@@ -50,13 +50,14 @@ from contract.errors import BadSignal
 from contract.notifications import Notification
 from contract.position import BinlogPosition
 from contract.signals import WINDOW_CLOSE, WINDOW_OPEN, parse_signal
-from producer.snapshot.actions import ACTIONS, table_jobs
+from producer.snapshot.actions import ACTIONS, jobs_kept, table_jobs
 from producer.snapshot.blocking import BlockingQueue
 from producer.snapshot.chunk_planner import ChunkPlanner
 from producer.snapshot.chunk_reader import ChunkReader, MarkerRows
 from producer.snapshot.chunk_windows import ChunkWindows
 from producer.snapshot.chunks import DeleteMissing, InflightChunk, MarkerSeen, ReleasedChunk
 from producer.snapshot.gtid_windows import Boundary, MarkerSlots
+from producer.snapshot.missing_tables import RECHECK_S, MissingTables
 from producer.snapshot.state import TableJob, encode_key
 from producer.snapshot.table_reader import read_table_def
 from producer.table_schema import TableDef
@@ -109,6 +110,7 @@ class SnapshotCoordinator(ChunkWindows):
         # so no window stays open downstream.
         self._pending_closes: list[tuple[str, str]] = []
         self._aborted: set[str] = set()  # tables whose snapshot was aborted (reads kept failing, key dropped)
+        self.missing = MissingTables()  # tables the server did not show when their chunk was due
         self._done: list[DeleteMissing] = []  # delete-missing tables read completely, for the markers topic
         if state:
             self._restore(state)
@@ -221,17 +223,8 @@ class SnapshotCoordinator(ChunkWindows):
             log.warning("signal %r: %s; the table is skipped, the others are snapshotted", signal_id, reason)
             self.notify(Notification("SKIPPED", signal_id, {"table": name, "reason": reason}))
         tables = [j.table for j in jobs]
-        if self.snapshot_id is not None and reason:
-            # started by the producer after DDL: a table the running snapshot reads is read
-            # again from its start (what it read so far may predate the DDL)
-            for old in [j for j in self.jobs if j.table in tables]:
-                for j in jobs:
-                    if j.table == old.table and old.delete_missing:
-                        j.delete_missing = True
-                self.jobs.remove(old)
-        elif self.snapshot_id is not None and delete_missing:
-            # a table already in the running snapshot is read again with delete-missing
-            self.jobs = [j for j in self.jobs if j.table not in tables or j.delete_missing]
+        if self.snapshot_id is not None:
+            self.jobs = jobs_kept(self.jobs, jobs, after_ddl=bool(reason), delete_missing=delete_missing)
         if self.snapshot_id is None:
             self.snapshot_id = signal_id or uuid.uuid4().hex
             self.jobs = jobs
@@ -330,27 +323,35 @@ class SnapshotCoordinator(ChunkWindows):
             return None  # wait for this table's chunks before the next table
         return None
 
-    def _start_table(self, job: TableJob) -> bool:
-        conn = self.conn()
-        tdef = _read_captured(conn, job, self.resolve)
-        if tdef is None:
+    def _present(self, job: TableJob) -> TableDef | None:
+        """The table of ``job`` as it is now; None when the server does not show it: waited for
+        (:mod:`producer.snapshot.missing_tables`), or, missing too long, its scan completed as
+        dropped and ``job`` removed."""
+        tdef = _read_captured(self.conn(), job, self.resolve)  # every chunk: DDL during the snapshot is picked up
+        if tdef is not None:
+            self.missing.found(job.table)
+        elif self.missing.waits(job.table, time.monotonic()):
+            self._retry_after = time.monotonic() + RECHECK_S
+        else:
             self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
                                                                                        "dropped": True}))
             self._remove(job)
+        return tdef
+
+    def _start_table(self, job: TableJob) -> bool:
+        tdef = self._present(job)
+        if tdef is None:
             return False
-        keys = self.planner.start_table(conn, job, tdef)
+        keys = self.planner.start_table(self.conn(), job, tdef)
         log.info("snapshot %s: %s, key %s up to %s (about %d rows)", self.snapshot_id, job.table, ",".join(keys),
                  job.max_key, job.estimated)
         return True
 
     def _submit(self, job: TableJob) -> bool:
+        tdef = self._present(job)
+        if tdef is None:
+            return job not in self.jobs  # (dropped: go on with the others; missing: wait)
         conn = self.conn()
-        tdef = _read_captured(conn, job, self.resolve)  # every chunk: DDL during the snapshot is picked up
-        if tdef is None:  # dropped meanwhile
-            self.notify(Notification("TABLE_SCAN_COMPLETED", self.snapshot_id or "", {"table": job.table,
-                                                                                       "dropped": True}))
-            self._remove(job)
-            return True
         keys = self.planner.keys(job, tdef)
         if any(k not in tdef.column_names for k in keys):
             log.error("snapshot %s: key column(s) %s of %s are gone; the table's snapshot is aborted",

@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,44 @@ def test_a_producer_started_between_the_copy_and_the_cut_over_snapshots_the_tabl
     assert set(reasons) == {table}, reasons
     assert "whose ALTER of _t_held_gho was not read" in reasons[table], reasons
     _assert_followed(source_stack, cfg, db, {table: "ADD COLUMN extra INT NULL"})
+
+
+@pytest.mark.servers("mysql")
+def test_a_snapshot_across_a_two_step_cut_over_reads_the_table_after_it(source_stack, merge_config, test_db):
+    """gh-ost's two-step cut-over leaves a moment without the table (``ALTER TABLE t RENAME
+    _t_del``, then ``ALTER TABLE _t_gho RENAME t``); a snapshot whose next chunk falls in that
+    moment waits for the table instead of taking it for dropped, and reads the rest of it after
+    the cut-over. The moment is held open here (the two statements by hand, seconds apart) and
+    the table's rows are older than the stream, so only the snapshot brings them."""
+    cfg, db = merge_config, test_db
+    cfg.source.include_databases = [db]
+    cfg.snapshot.chunk_size = 100
+    with source_stack.admin() as conn:
+        keys = create_table(conn, db, "t", "single", 2000)
+    start_at_current(cfg)
+    with ProducerThread(cfg) as producer, source_stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{db}`.`_t_gho` LIKE `{db}`.`t`")  # gh-ost's copy, with its ALTER
+        cur.execute(f"ALTER TABLE `{db}`.`_t_gho` ADD COLUMN extra INT NULL")
+        cur.execute(f"INSERT INTO `{db}`.`_t_gho` (id, v, n) SELECT id, v, n FROM `{db}`.`t`")
+        conn.commit()
+        sid = snapshot(cfg, [f"{db}.t"])
+        signal(cfg, "pause-snapshot", {"type": "incremental"})
+        wait_for(lambda: has_notification(cfg, "PAUSED", id=sid), timeout=60, what="the snapshot paused")
+        cur.execute(f"ALTER TABLE `{db}`.`t` RENAME `{db}`.`_t_del`")
+        signal(cfg, "resume-snapshot", {"type": "incremental"})
+        wait_for(lambda: has_notification(cfg, "RESUMED", id=sid), timeout=60, what="the snapshot resumed")
+        time.sleep(3)  # (chunks are due while the table is missing)
+        assert not has_notification(cfg, "COMPLETED", id=sid)
+        cur.execute(f"ALTER TABLE `{db}`.`_t_gho` RENAME `{db}`.`t`")
+        cur.execute(f"DROP TABLE `{db}`.`_t_del`")
+        conn.commit()
+        _caught_up_and_snapshotted(source_stack, cfg, producer)
+        wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120, what="the snapshot completed")
+    scans = [n for n in notifications(cfg) if n.get("id") == sid and n.get("type") == "TABLE_SCAN_COMPLETED"]
+    assert scans and not any(n.get("additionalData", {}).get("dropped") for n in scans), scans
+    assert MergeJob(cfg).run(available_now=True) == 0
+    report = verify(cfg, [f"{db}.t"], chunk_size=500)
+    for t in report.tables:
+        for r in t.results:
+            assert r.equal, f"{t.table} {r.sink}: {r}"
+    assert keys == ["id"]

@@ -53,6 +53,8 @@ class SessionSchemaChanges:
             return
         self.encoder.schemas_changed()
         gone = [f"{d or db}.{t}" for d, t in drops] + [f"{d}.{t}" for (d, t), _ in renames]
+        if verb == "drop" and table is None:  # DROP DATABASE: its tables the running snapshot reads
+            gone += [j.table for j in self.coord.jobs if j.db_table[0] == db]
         if gone:  # a running snapshot of them stops (their chunks could only fail)
             self.coord.tables_gone(set(gone))
         if verb and self.app.filter.ignored(db, table, verb):

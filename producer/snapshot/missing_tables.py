@@ -3,11 +3,11 @@
 The snapshot looks up a table's definition on the live server before each chunk, while the
 stream may not have read the binlog that far: a table missing there is usually a DROP or a
 RENAME that the stream has yet to reach (and when it does, the snapshot stops reading that
-table, ``SnapshotCoordinator.tables_gone``), or a moment of gh-ost's two-step cut-over
-(``ALTER TABLE t RENAME _t_del``, then ``ALTER TABLE _t_gho RENAME t``), after which the
-table is there again, altered, and its snapshot must go on.  So a missing table is waited
-for; only one missing for :data:`GRACE_S` (a DROP DATABASE, which names no table, or a stream
-far behind) is taken for dropped.  Pure: the caller passes the clock.
+table, ``SnapshotCoordinator.tables_gone``; a DROP DATABASE, each of its tables), or a
+moment of gh-ost's two-step cut-over (``ALTER TABLE t RENAME _t_del``, then ``ALTER TABLE
+_t_gho RENAME t``), after which the table is there again, altered, and its snapshot must go
+on.  So a missing table is waited for; only one missing for :data:`GRACE_S` (a stream far
+behind the server) is taken for dropped.  Pure: the caller passes the clock.
 """
 
 from __future__ import annotations

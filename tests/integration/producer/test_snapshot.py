@@ -212,6 +212,33 @@ def test_unknown_signal_type_is_reported(stack, config, test_db):
     assert "unknown signal type" in n["additionalData"]["reason"]
 
 
+def test_a_dropped_database_stops_its_tables_in_the_running_snapshot(stack, config, test_db):
+    """DROP DATABASE names no table: the stream stops the running snapshot's tables of that
+    database when it reads the statement (ABORTED naming them), not a grace period later as
+    tables the server stopped showing (TABLE_SCAN_COMPLETED with ``dropped``); the snapshot's
+    other tables are read whole."""
+    other = f"{test_db}_gone"
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{other}`")
+        create_table(conn, other, "b", "single", 500)
+    _prepare(stack, config, test_db, "single", rows=300, chunk_size=20)
+    config.source.include_databases = [test_db, other]
+    with ProducerThread(config):
+        sid = snapshot(config, [f"{other}.b", f"{test_db}.t"])
+        wait_for(lambda: has_notification(config, "IN_PROGRESS", id=sid), timeout=30, what="first chunk")
+        signal(config, "pause-snapshot", {"type": "incremental"})
+        wait_for(lambda: has_notification(config, "PAUSED", id=sid), timeout=30, what="PAUSED")
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE `{other}`")
+        wait_for(lambda: has_notification(config, "ABORTED", id=sid), timeout=30, what="ABORTED")
+        signal(config, "resume-snapshot", {"type": "incremental"})
+        wait_for(lambda: has_notification(config, "COMPLETED", id=sid), timeout=60, what="t completed")
+    found = [n for n in notifications(config) if n["id"] == sid]
+    assert [n["additionalData"]["tables"] for n in found if n["type"] == "ABORTED"] == [[f"{other}.b"]]
+    assert not any(n["additionalData"].get("dropped") for n in found if n["type"] == "TABLE_SCAN_COMPLETED")
+    assert len([v for _, _, v in read_events(config, _topic(config, test_db, "t")) if v["op"] == "r"]) == 300
+
+
 def config_file_for(config):
     from pathlib import Path
     return Path(config.state_dir).parent / "status.yaml"

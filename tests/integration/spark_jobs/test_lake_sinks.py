@@ -409,6 +409,34 @@ def test_iceberg_on_a_sqlite_catalog(tmp_path):
     sink.close()
 
 
+def test_iceberg_reads_the_rows_of_a_batchs_keys_by_their_range_and_merges_hundreds_spread_keys(tmp_path):
+    """The driver engine's Iceberg merge finds the table's rows of a batch's keys through the
+    files the range of the first key column plans (no ``In`` of every key, which pyiceberg makes
+    and binds in Python a literal at a time), kept by the keys themselves: a range spanning the
+    table holds only the batch's rows; then 600 updates and deletes spread over 3 files merge."""
+    from pyiceberg.expressions import And, EqualTo
+
+    from spark_jobs.sinks.iceberg_merge import coarse, held_rows
+    sink = make_lake_sink("iceberg", tmp_path, None, "local")
+    src = simple_source()
+    for b in range(3):  # (a data file a batch: keys 0-2999)
+        commit_batch(sink, "shop", "items", src.schema, ["id"],
+                     [[src.upsert({"id": i, "v": f"v{i}"}, 10 + i, "c") for i in range(b * 1000, b * 1000 + 1000)]], b)
+    handle = sink.load_table("shop", "items")
+    batch = pa.table({"id": pa.array([5, 2995], pa.int64())})
+    assert isinstance(coarse(batch, ["id"]), And) and isinstance(coarse(batch.slice(0, 1), ["id"]), EqualTo)
+    held = held_rows(handle, batch, ["id"], ["id", POSITION_COLUMN])
+    assert sorted(held.column("id").to_pylist()) == [5, 2995]  # (not the 2,991 rows between them)
+    spread = list(range(0, 3000, 5))
+    changes = [src.delete({"id": i}, 5000 + i) if i % 2 else src.upsert({"id": i, "v": f"new{i}"}, 5000 + i)
+               for i in spread]
+    commit_batch(sink, "shop", "items", src.schema, ["id"], [changes], 3)
+    expected = {i: (f"new{i}",) if i % 5 == 0 and i % 2 == 0 else (f"v{i}",)
+                for i in range(3000) if not (i % 5 == 0 and i % 2)}
+    assert values(sink, "shop", "items") == expected
+    sink.close()
+
+
 def test_composite_and_temporal_keys(lake):
     src = Source(table_def("shop", "lines", [
         col("o", "int", "int(11)", nullable=False, prec=10, scale=0),

@@ -24,7 +24,7 @@ import pyarrow as pa
 from common.errors import UnsupportedType
 from spark_jobs.errors import LakeCommitConflict, SinkError
 from spark_jobs.sinks.batch import ApplyResult, check_position
-from spark_jobs.sinks.lake_stage import StagingArea, part_schema
+from spark_jobs.sinks.lake_stage import StagingArea, part_schema, unified_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, is_list_type, lake_schema_of
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
@@ -294,7 +294,7 @@ class SparkMerge:
     def _apply(self, handle: Any, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int,
                app: str, owner: str, given: int, meta: dict[str, str]) -> ApplyResult:
         try:
-            wanted = pa.unify_schemas([part_schema(p) for p in staged], promote_options="permissive")
+            wanted = unified_schema(staged)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise UnsupportedType(f"the staged parts of {db}.{table} do not share a schema: {exc}") from exc
         target = lake_schema_of(wanted, self.soft_delete)

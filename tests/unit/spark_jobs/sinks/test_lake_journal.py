@@ -85,3 +85,39 @@ def test_committing_staged_batches_together_equals_committing_them_one_by_one(ba
         if chunk:
             _apply(together, reduce_changes(pa.concat_tables(chunk), ["id"]))
     assert together == one_by_one
+
+
+#: Part schemas a table's batches carry: the columns as staged, one added (unifies: the
+#: column is null where a part lacks it), and ``v`` retyped to a number (does not unify).
+_SCHEMAS = [pa.schema([("id", pa.int64()), ("v", pa.string())]),
+            pa.schema([("id", pa.int64()), ("v", pa.string()), ("w", pa.int32())]),
+            pa.schema([("id", pa.int64()), ("v", pa.int64())])]
+
+
+def _encoded(schema: pa.Schema) -> str:
+    import base64
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def _unify_every_part(run, b) -> bool:
+    """The rule as written before: every part of the run and the batch unified, each time."""
+    from spark_jobs.sinks.lake_stage import part_schema
+    if run[0].parts[0]["key"] != b.parts[0]["key"]:
+        return False
+    try:
+        pa.unify_schemas([part_schema(p) for x in [*run, b] for p in x.parts], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 2), min_size=1, max_size=3), st.booleans()), max_size=25))
+def test_same_shape_cuts_runs_as_unifying_every_part_would(items):
+    """same_shape unifies only a schema its run does not hold yet: the runs are those of
+    unifying every part's schema at each batch (the quadratic rule it replaces)."""
+    from spark_jobs.sinks.lake_journal import same_shape
+    batches = [StagedBatch("a", n, "db", "t", tuple({"key": ["id", "x"] if other_key else ["id"],
+                                                     "schema": _encoded(_SCHEMAS[s]), "rows": 1} for s in schemas))
+               for n, (schemas, other_key) in enumerate(items)]
+    assert commit_runs(batches, same_shape) == commit_runs(batches, _unify_every_part)

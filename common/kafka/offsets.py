@@ -25,6 +25,11 @@ _NO_ANSWER = (KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._T
 # ... and that a partition's leadership is moving (a topic just made, a node that went away):
 # asked again until the timeout.
 _MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+# ... and that the node asked does not know the partition (yet: a topic made a moment ago, whose
+# metadata has not reached every node of a cluster; seen in the broker-kill chaos run).
+_UNKNOWN = (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
+#: How long a partition the caller listed (``listed=True``) may be unknown to the node asked.
+UNKNOWN_GRACE_S = 5.0
 
 
 def offsets_consumer(bootstrap_servers: str, client_config: dict | None = None) -> Consumer:
@@ -72,7 +77,7 @@ class KeptOffsetsConsumer:
 
 
 def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *, timeout: float = 15.0,
-                client_config: dict | None = None, consumer: Consumer | None = None
+                client_config: dict | None = None, consumer: Consumer | None = None, listed: bool = False
                 ) -> dict[tuple[str, int], tuple[int, int]]:
     """``{(topic, partition): (low, end)}``: each partition's first offset and its end, the
     last stable offset under ``isolation.level=read_committed`` (the default), the high
@@ -80,7 +85,10 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
 
     The whole call takes at most about ``timeout`` seconds: :class:`OffsetLookupError` if
     the broker has not answered by then.  A partition the broker does not know raises
-    ``KafkaException``, as ``Consumer.get_watermark_offsets`` does.  ``consumer``: one of
+    ``KafkaException``, as ``Consumer.get_watermark_offsets`` does; with ``listed`` (the
+    partitions come from the cluster's metadata: they exist) it is asked again for up to
+    :data:`UNKNOWN_GRACE_S` first (the node asked may not know a topic made a moment ago).
+    ``consumer``: one of
     :func:`offsets_consumer`'s to ask (left open) instead of a new one (closed at the end): a
     caller that asks at every trigger saves a client's start and connection each time
     (``client_config`` is then the consumer's).
@@ -89,6 +97,7 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
     if not parts:
         return {}
     deadline = time.monotonic() + timeout
+    unknown_until = time.monotonic() + UNKNOWN_GRACE_S
     own = consumer is None
     if own:
         consumer = offsets_consumer(bootstrap_servers, client_config)
@@ -102,7 +111,8 @@ def end_offsets(bootstrap_servers: str, partitions: Iterable[tuple[str, int]], *
                 low, end = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=left)
             except KafkaException as exc:
                 code = exc.args[0].code() if exc.args else None
-                if code in _MOVING and deadline - time.monotonic() > 0.2:
+                waits = code in _MOVING or (listed and code in _UNKNOWN and time.monotonic() < unknown_until)
+                if waits and deadline - time.monotonic() > 0.2:
                     time.sleep(0.1)
                     parts.append((topic, part))  # (asked again after the others)
                     continue

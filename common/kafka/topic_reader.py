@@ -122,7 +122,7 @@ def read_topic(bootstrap_servers: str, topic: str, *, start: dict[int, int] | No
         if tmd is None or tmd.error is not None:
             return
         parts = sorted(tmd.partitions)
-        ends = end_offsets(bootstrap_servers, [(topic, p) for p in parts], client_config=client_config)
+        ends = end_offsets(bootstrap_servers, [(topic, p) for p in parts], client_config=client_config, listed=True)
         for p in parts:
             low, end = ends[(topic, p)]
             first = max(low, (start or {}).get(p, low))

@@ -248,3 +248,19 @@ def test_the_merge_jobs_driver_asks_one_kept_consumer_and_sees_each_commit(stack
         assert kafka.end_offsets([tp])[tp][1] >= 151 and kafka.offsets_consumer is not None
     finally:
         kafka.close()
+
+
+def test_a_listed_partition_unknown_to_the_node_asked_is_asked_again(stack, config, unique):
+    """A partition the caller listed from the cluster's metadata, unknown to the node asked
+    (a topic made a moment ago; seen in the broker-kill chaos run, which then stopped the
+    producer at its start): ``listed`` asks again until the node knows it; unlisted, the
+    ``KafkaException`` of an unknown partition comes at once, as before."""
+    bs, topic = config.kafka.bootstrap_servers, unique("late")
+    with pytest.raises(KafkaException):
+        end_offsets(bs, [(topic, 0)])
+    made = threading.Timer(1.0, lambda: ensure_topics(config.kafka, [topic], partitions=1))
+    made.start()
+    try:
+        assert end_offsets(bs, [(topic, 0)], listed=True) == {(topic, 0): (0, 0)}
+    finally:
+        made.join()

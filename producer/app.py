@@ -21,9 +21,9 @@ import pymysql
 from confluent_kafka import KafkaException
 
 from common.config import CDCConfig
-from common.errors import ConfigError, ServerError, SourceUnavailable
+from common.errors import ConfigError, OffsetLookupError, ServerError, SourceUnavailable
 from common.gc_tuning import tune_gc
-from common.kafka.clients import check_connection, producer_config
+from common.kafka.clients import check_connection, kafka_away, producer_config
 from common.kafka.offsets import end_offsets
 from common.kafka.topic_reader import read_topic
 from common.sql.sessions import connect, read_session
@@ -119,6 +119,12 @@ class ProducerApp:
                 except WriterError as exc:
                     log.error("Kafka write failed (%s); restarting from the stored position in %.1fs", exc, delay)
                     self.metrics.disconnected(f"a Kafka write failed ({exc}); restarting")
+                except (KafkaException, OffsetLookupError) as exc:  # a read (schemas, offsets, signals)
+                    if isinstance(exc, KafkaException) and not kafka_away(exc):
+                        raise
+                    log.warning("Kafka is away or moving (%s); starting again from the stored position in %.1fs",
+                                exc, delay)
+                    self.metrics.disconnected(f"Kafka is away or moving ({exc}); starting again")
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 30.0)
             return 0

@@ -106,6 +106,25 @@ RETRIABLE_CREATE_ERRORS = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPOR
                                      KafkaError.REQUEST_TIMED_OUT, KafkaError._ALL_BROKERS_DOWN})
 
 
+#: Errors of a look-up or a read that mean the cluster is away or moving for now (no answer,
+#: a node down, a partition's leader being elected, a topic's metadata not on every node yet).
+KAFKA_AWAY_ERRORS = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                               KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+                               KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                               KafkaError._UNKNOWN_PARTITION, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                               KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+
+
+def kafka_away(exc: BaseException) -> bool:
+    """Whether ``exc`` (a ``KafkaException``) says the cluster is away or moving for now
+    (:data:`KAFKA_AWAY_ERRORS`, or an error librdkafka marks retriable) rather than refusing:
+    a new attempt can get past it."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(err, KafkaError) or err.fatal():
+        return False
+    return err.code() in KAFKA_AWAY_ERRORS or err.retriable()
+
+
 def ensure_topics(cfg: KafkaSection, names: Iterable[str], *, partitions: int | None = None,
                   compacted: bool = False, timeout: float = 30.0, retry_s: float = 180.0) -> None:
     """Create the topics that do not exist yet (existing ones are left as they are).

@@ -24,21 +24,26 @@ RECHECK_S = 0.2
 
 class MissingTables:
     def __init__(self) -> None:
-        self._since: dict[str, float] = {}
+        self._seen: dict[str, tuple[float, float]] = {}  # table -> (missing since, last seen missing)
 
     def waits(self, table: str, now: float) -> bool:
         """``table`` is missing at ``now``: True while it is waited for, False once it has
-        been missing for :data:`GRACE_S` (then it is forgotten)."""
-        since = self._since.setdefault(table, now)
+        been missing for :data:`GRACE_S` (then it is forgotten).  An absence not looked at for
+        :data:`GRACE_S` (its snapshot stopped by the stream, paused, or done) is a new one when
+        seen again."""
+        since, last = self._seen.get(table, (now, now))
+        if now - last >= GRACE_S:
+            since = now
         if since == now:
             log.info("%s is missing: waiting up to %.0fs for the binlog to say why (a drop, a rename) or for "
                      "it to be back (a two-step cut-over's moment)", table, GRACE_S)
         if now - since < GRACE_S:
+            self._seen[table] = (since, now)
             return True
-        del self._since[table]
+        del self._seen[table]
         return False
 
     def found(self, table: str) -> None:
         """``table`` is there (again)."""
-        if self._since.pop(table, None) is not None:
+        if self._seen.pop(table, None) is not None:
             log.info("%s is back: its snapshot goes on", table)

@@ -58,7 +58,7 @@ from producer.snapshot.chunk_windows import ChunkWindows
 from producer.snapshot.chunks import DeleteMissing, InflightChunk, MarkerSeen, ReleasedChunk
 from producer.snapshot.gtid_windows import Boundary, MarkerSlots
 from producer.snapshot.missing_tables import RECHECK_S, MissingTables
-from producer.snapshot.state import TableJob, encode_key
+from producer.snapshot.state import SavedSnapshot, TableJob, encode_key
 from producer.snapshot.table_reader import read_table_def
 from producer.table_schema import TableDef
 
@@ -121,22 +121,18 @@ class SnapshotCoordinator(ChunkWindows):
             return None
         # Windows opened downstream that no CLOSE marker closed yet: after a restart they are
         # closed by CLOSE marker rows written then (their readers are gone).
-        unclosed = [list(ch.close_marker) for ch in self.inflight.values()
+        unclosed = [tuple(ch.close_marker) for ch in self.inflight.values()
                     if ch.open_position is not None and ch.quiet is None]
-        return {"snapshot_id": self.snapshot_id, "paused": self.paused, "chunk_seq": self.chunk_seq,
-                "jobs": [j.to_state() for j in self.jobs],
-                "unclosed": unclosed + [list(c) for c in self._pending_closes]}
+        return SavedSnapshot(self.snapshot_id, self.paused, self.chunk_seq, self.jobs,
+                             unclosed + self._pending_closes).to_state()
 
     def _restore(self, st: dict) -> None:
-        self._pending_closes = [(str(i), str(d)) for i, d in st.get("unclosed", [])]
-        if st.get("snapshot_id") is None:
+        saved = SavedSnapshot.from_state(st, time.time_ns())
+        self._pending_closes = saved.closes
+        if saved.snapshot_id is None:
             return  # only CLOSE markers were owed
-        self.snapshot_id = st["snapshot_id"]
-        self.paused = st.get("paused", False)
-        # Chunk ids an earlier process used after its last stored state must not be used
-        # again (its markers may still come through the binlog): continue from the clock.
-        self.chunk_seq = max(int(st.get("chunk_seq", 0)), time.time_ns() // 1_000_000 * 1000)
-        self.jobs = [TableJob.from_state(j) for j in st.get("jobs", [])]
+        self.snapshot_id, self.paused, self.chunk_seq, self.jobs = (saved.snapshot_id, saved.paused, saved.chunk_seq,
+                                                                    saved.jobs)
         log.info("snapshot %s resumes%s: %s", self.snapshot_id, " (paused)" if self.paused else "", ", ".join(
             f"{j.table} after key {j.frontier}" if j.frontier is not None else j.table for j in self.jobs))
 

@@ -180,3 +180,31 @@ class TableJob:
                    int(st.get("estimated", 0)), started=False, max_key_read=bool(st.get("max_key_read")),
                    delete_missing=bool(st.get("delete_missing")), below=st.get("below"),
                    keyless=bool(st.get("keyless")))
+
+
+@dataclass
+class SavedSnapshot:
+    """What the offset record keeps of a producer's running snapshot (the coordinator's
+    ``state()``), and what a restarted coordinator takes back from it: the snapshot, whether
+    it was paused, its chunk counter, its tables' jobs, and the CLOSE marker rows it owes
+    (windows opened downstream that no CLOSE closed: written when it starts again)."""
+
+    snapshot_id: str | None
+    paused: bool
+    chunk_seq: int
+    jobs: list[TableJob]
+    closes: list[tuple[str, str]]
+
+    def to_state(self) -> dict:
+        return {"snapshot_id": self.snapshot_id, "paused": self.paused, "chunk_seq": self.chunk_seq,
+                "jobs": [j.to_state() for j in self.jobs], "unclosed": [list(c) for c in self.closes]}
+
+    @classmethod
+    def from_state(cls, st: dict, now_ns: int) -> "SavedSnapshot":
+        """The saved snapshot; its chunk counter at least the clock's (``now_ns``) in
+        milliseconds x 1000: chunk ids an earlier process used after its last stored state
+        must not be used again (its markers may still come through the binlog)."""
+        return cls(st.get("snapshot_id"), bool(st.get("paused", False)),
+                   max(int(st.get("chunk_seq", 0)), now_ns // 1_000_000 * 1000),
+                   [TableJob.from_state(j) for j in st.get("jobs", [])],
+                   [(str(i), str(d)) for i, d in st.get("unclosed", [])])

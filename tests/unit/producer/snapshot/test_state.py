@@ -115,3 +115,13 @@ def test_a_full_read_splits_its_range_for_the_next_chunk_before_its_release():
     assert job.split(job.outstanding[0], [100]) is None  # its last row is the range's end: nothing left
     job.retry(job.outstanding[0])
     assert not job.done
+
+
+def test_a_saved_snapshot_comes_back_as_saved_its_chunk_counter_at_least_the_clock():
+    from producer.snapshot.state import SavedSnapshot, TableJob
+    saved = SavedSnapshot("s1", True, 7, [TableJob("db.t", frontier=[5], rows=9)], [("s1-1-2-close", "{}")])
+    back = SavedSnapshot.from_state(saved.to_state(), now_ns=0)
+    assert back == saved
+    assert SavedSnapshot.from_state(saved.to_state(), now_ns=3_000_000).chunk_seq == 3000  # (3 ms: 3 x 1000)
+    owed = SavedSnapshot.from_state({"unclosed": [["x-close", "{}"]]}, now_ns=0)
+    assert owed.snapshot_id is None and owed.closes == [("x-close", "{}")]

@@ -173,7 +173,8 @@ class ProducerApp:
                     connect=lambda: read_session(cfg.source), state=state.extra.get("snapshot"),
                     read_only=cfg.snapshot.read_only, is_mariadb=info.is_mariadb, file_base=state.file_base,
                     slots=self.marker_slots() if cfg.snapshot.read_only else None, source=cfg.source,
-                    owner=cfg.producer.name, resolve=self.columns.resolve, blocking=state.extra.get("blocking"))
+                    owner=cfg.producer.name, resolve=self.columns.resolve, blocking=state.extra.get("blocking"),
+                    blocking_spans=state.extra.get("blocking_spans"))
                 stored_signal = state.extra.get("signal_offset")
                 signals = (KafkaSignalChannel(cfg.kafka, cfg.producer.name,
                                               stored_signal if isinstance(stored_signal, int) else None)

@@ -18,6 +18,7 @@ from common.sql.sessions import read_session
 from contract.envelope import source_block
 from contract.errors import BadSignal
 from contract.markers import DROP_TABLE, RENAME_TABLE, TRUNCATE, table_ddl_marker
+from contract.position import BinlogPosition
 from contract.records import schema_change_record
 from producer.binlog.reader import SchemaChange
 from producer.online_schema_change import CutOver
@@ -45,10 +46,12 @@ class SessionSchemaChanges:
         if osc is not None and table is not None and not renames and verb in ("create", "alter") \
                 and osc.helper_ddl(verb, db, table, item.ddl):
             return  # gh-ost's or pt-osc's copy of a captured table: not the table's statement
+        resulting = [n for _, n in renames] if renames else [(db, table)]
         cut_overs, renames = osc.cut_overs(renames) if osc is not None and renames else ([], renames)
         captured = (self.app.filter.database_captured(db) if table is None else
                     any(self.app.filter.captures(d or db, t) for d, t in
-                        [(db, table), *drops, *(n for pair in renames for n in pair)]))
+                        [(db, table), *drops, *(n for pair in renames for n in pair),
+                         *((c.db, c.table) for c in cut_overs)]))
         if not captured:
             return
         self.encoder.schemas_changed()
@@ -57,6 +60,8 @@ class SessionSchemaChanges:
             gone += [j.table for j in self.coord.jobs if j.db_table[0] == db]
         if gone:  # a running snapshot of them stops (their chunks could only fail)
             self.coord.tables_gone(set(gone))
+        if verb != "drop" and table is not None:  # (the names the statement leaves: a cut-over's table)
+            self._blocking_read_crossed(resulting, item)
         if verb and self.app.filter.ignored(db, table, verb):
             log.info("ignoring %s of %s.%s (source.ignore_events)", verb.upper(), db, table)
             return
@@ -100,6 +105,20 @@ class SessionSchemaChanges:
             if reason:
                 self._snapshot_after_ddl(cut.db, cut.table, reason)
 
+    def _blocking_read_crossed(self, tables: list[tuple[str, str]], item: SchemaChange) -> None:
+        """DDL that leaves ``tables`` (a cut-over's table, an ALTERed one) inside the span of a
+        blocking snapshot's read of them (:class:`~producer.snapshot.blocking.ReadSpans`): the
+        read may have found another table under the name, as it was at the pause point (gh-ost's
+        copy, still being filled), so the table is snapshotted again, rows the sinks hold and it
+        lacks deleted."""
+        at = BinlogPosition.from_binlog(item.file, item.pos)
+        for db, table in tables:
+            if self.app.filter.captures(db, table) and \
+                    self.coord.blocking.spans.crossed(f"{db}.{table}", (at.file_index, at.pos)):
+                self._snapshot_after_ddl(db, table, f"DDL at {item.position.encode()} came while a blocking snapshot "
+                                         "read the table (it may have read another table under its name)",
+                                         delete_missing=True)
+
     def _truncate(self, db: str, table: str, item: SchemaChange, source: dict) -> None:
         """TRUNCATE TABLE: Debezium's truncate event (``producer.emit_truncate``) and a
         TRUNCATE marker, by which the sinks delete every row written before it."""
@@ -118,7 +137,7 @@ class SessionSchemaChanges:
         log.info("TRUNCATE of %s.%s at %s: the sinks delete its rows written before it", db, table,
                  item.position.encode())
 
-    def _snapshot_after_ddl(self, db: str, table: str, reason: str) -> None:
+    def _snapshot_after_ddl(self, db: str, table: str, reason: str, *, delete_missing: bool = False) -> None:
         """DDL changed rows of ``db.table`` without row events: snapshot the table (unless
         ``snapshot.after_ddl`` is off), so the sinks get the rows as they are now."""
         if not self.cfg.snapshot.after_ddl:
@@ -131,6 +150,7 @@ class SessionSchemaChanges:
             return
         log.info("%s on %s: the table's rows changed without row events; snapshotting it", reason, name)
         try:
-            self.coord.add_tables([name], f"ddl-{int(time.time() * 1000)}", skippable={name}, reason=reason)
+            self.coord.add_tables([name], f"ddl-{int(time.time() * 1000)}", skippable={name}, reason=reason,
+                                  delete_missing=delete_missing)
         except BadSignal as exc:  # gone already (dropped by a later DDL): nothing to snapshot
             log.warning("cannot snapshot %s after DDL: %s", name, exc.reason)

@@ -246,6 +246,13 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
             self.state.extra.pop("blocking", None)
         else:
             self.state.extra["blocking"] = blocking
+        if resume.file:
+            passed = resume.position()
+            self.coord.blocking.spans.passed((passed.file_index, passed.pos))
+        if (spans := self.coord.blocking.spans.state()) is None:
+            self.state.extra.pop("blocking_spans", None)
+        else:
+            self.state.extra["blocking_spans"] = spans
         snap = self.coord.state()
         if snap is None:
             self.state.extra.pop("snapshot", None)

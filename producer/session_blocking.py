@@ -18,10 +18,13 @@ import time
 
 from common.errors import ServerError
 from contract.notifications import Notification
+from contract.position import BinlogPosition
+from producer.binlog.server import current_position
 from producer.snapshot.blocking import AGGREGATE_TYPE, BlockingRead, BlockingRequest, snapshot_record
 from producer.snapshot.chunk_windows import MAX_READ_FAILURES
 from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
 from producer.snapshot.gtid_windows import Boundary, MarkerSlots
+from producer.snapshot.missing_tables import RECHECK_S, MissingTables
 from producer.snapshot.state import TableJob, encode_key
 from producer.snapshot.table_reader import read_table_def
 
@@ -139,7 +142,7 @@ class SessionBlocking:
     def _blocking_table(self, req: BlockingRequest, job: TableJob, read: BlockingRead, at: Boundary,
                         slots: MarkerSlots, seq: int, *, first: bool, last: bool) -> int:
         """One table read whole and written; the last chunk id used."""
-        tdef = read_table_def(self.coord.conn(), *job.db_table)
+        tdef = self._blocking_table_def(job)
         if tdef is None:
             self._blocking_notify("TABLE_SCAN_COMPLETED", req, scanned_collection=job.table, status="SUCCEEDED",
                                   total_rows_scanned="0", table=job.table, rows=0, dropped=True)
@@ -163,10 +166,26 @@ class SessionBlocking:
             first_batch = False
             if self.batch_events >= self.cfg.producer.batch_size:
                 self._commit(self.current_resume())
+        end = BinlogPosition.from_binlog(*current_position(self.coord.conn()))
+        self.coord.blocking.spans.read(job.table, (at.point.file_index, at.point.pos), (end.file_index, end.pos))
         self._blocking_notify("TABLE_SCAN_COMPLETED", req, scanned_collection=job.table, status="SUCCEEDED",
                               total_rows_scanned=str(rows), table=job.table, rows=rows)
         log.info("blocking snapshot %s: %s read, %d rows", req.snapshot_id, job.table, rows)
         return seq
+
+    def _blocking_table_def(self, job: TableJob):
+        """The table's definition on the server, None when it is gone: a table missing there
+        is waited for (:class:`~producer.snapshot.missing_tables.MissingTables`: a two-step
+        cut-over's moment without it), up to the grace, the stream paused meanwhile."""
+        missing = MissingTables()
+        while True:
+            tdef = read_table_def(self.coord.conn(), *job.db_table)
+            if tdef is not None:
+                missing.found(job.table)
+                return tdef
+            if not missing.waits(job.table, time.monotonic()):
+                return None
+            time.sleep(RECHECK_S)
 
     @staticmethod
     def _blocking_chunk(req: BlockingRequest, job: TableJob, tdef, keys: list[str], rows: list[dict], mark: str,

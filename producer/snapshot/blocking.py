@@ -231,12 +231,59 @@ def _with_last(batches: Iterator[list[dict]]) -> Iterator[tuple[list[dict], bool
         batch = following
 
 
-class BlockingQueue:
-    """The blocking snapshots asked for and not done yet, in order (stored with the position)."""
+class ReadSpans:
+    """The binlog span of each table a blocking snapshot read, until the stream passes it.
 
-    def __init__(self, state: list | None = None, include_tables: list[str] | None = None) -> None:
+    A blocking read sees its tables as of the pause point, but finds them by name at the time
+    of the read: a table renamed into place meanwhile (gh-ost's or pt-osc's cut-over, ``RENAME
+    TABLE t TO _t_del, _t_gho TO t``) is read as *that* table was at the pause point, a copy
+    still being filled.  So each table's span runs from the pause point to the binlog's end
+    read after its rows (binlog coordinates, ``(file index, pos)``); DDL of the table the
+    stream then reads inside the span means the read may not be the table's, and the producer
+    snapshots the table again (:meth:`crossed`).  Pure."""
+
+    def __init__(self, state: dict | None = None) -> None:
+        self._spans: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+            str(t): ((int(p[0][0]), int(p[0][1])), (int(p[1][0]), int(p[1][1]))) for t, p in (state or {}).items()}
+
+    def state(self) -> dict | None:
+        """What the offset record keeps (a restart before the stream passed a span keeps it)."""
+        return {t: [list(p), list(e)] for t, (p, e) in self._spans.items()} or None
+
+    def read(self, table: str, point: tuple[int, int], end: tuple[int, int]) -> None:
+        """``table`` read at the pause point ``point``, the binlog's end ``end`` after it."""
+        self._spans[table] = (point, end)
+
+    def passed(self, at: tuple[int, int]) -> None:
+        """The stream stands at ``at``: the spans ending before it are forgotten."""
+        if self._spans:
+            self._spans = {t: s for t, s in self._spans.items() if s[1] > at}
+
+    def crossed(self, table: str, at: tuple[int, int]) -> bool:
+        """Whether DDL of ``table`` whose first event starts at ``at`` lies in the span of its
+        last blocking read, from the pause point to before the end (then the span is forgotten:
+        the table is snapshotted again once)."""
+        span = self._spans.get(table)
+        if span is None:
+            return False
+        if at >= span[1]:  # (written after the read: the stream passed the span)
+            del self._spans[table]
+            return False
+        if at < span[0]:
+            return False
+        del self._spans[table]
+        return True
+
+
+class BlockingQueue:
+    """The blocking snapshots asked for and not done yet, in order (stored with the position),
+    and the spans of the tables they read (:class:`ReadSpans`)."""
+
+    def __init__(self, state: list | None = None, include_tables: list[str] | None = None,
+                 spans: dict | None = None) -> None:
         self.requests = [BlockingRequest.from_state(r) for r in state or []]
         self.include_tables = list(include_tables or [])  # (source.include_tables: Debezium's table order)
+        self.spans = ReadSpans(spans)
 
     def request(self, conn, captures: Callable[[str, str], bool], sig: Signal, *,
                 resolve: Callable[[TableDef], TableDef] | None, overrides: dict | None,

@@ -83,9 +83,11 @@ class SnapshotCoordinator(ChunkWindows):
                  notify: Callable[[Notification], None] = lambda n: None, read_only: bool = False,
                  is_mariadb: bool = True, slots: MarkerSlots | None = None, file_base: int = 0,
                  source: SourceConfig | None = None, owner: str = "",
-                 resolve: Callable[[TableDef], TableDef] = _same, blocking: list | None = None) -> None:
+                 resolve: Callable[[TableDef], TableDef] = _same, blocking: list | None = None,
+                 blocking_spans: dict | None = None) -> None:
         self.read_only, self.resolve = read_only, resolve  # (resolve: the table as its events carry it)
-        self.blocking = BlockingQueue(blocking, getattr(source, "include_tables", None))  # (the session takes them)
+        # (the session takes them)
+        self.blocking = BlockingQueue(blocking, getattr(source, "include_tables", None), blocking_spans)
         # The producer's name, in each window marker it writes: a marker of another producer
         # sharing the signal table (another source on the same server) is none of this one's.
         self.owner = owner

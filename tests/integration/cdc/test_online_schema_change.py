@@ -9,10 +9,12 @@ on MySQL 9.7; pt-online-schema-change (Debian's percona-toolkit 3.2.1) on MariaD
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -161,17 +163,17 @@ def test_gh_ost_under_writes_ends_with_every_sink_equal(source_stack, lake_confi
               "t_default": "ADD COLUMN extra CHAR(3) NOT NULL DEFAULT 'EUR'"}
 
     def cut_over_each_way(server: dict, db: str, table: str, alter: str, workdir: Path) -> list[str]:
-        """t_plain swapped by gh-ost's two-step cut-over (``RENAME t TO _t_del``, then
-        ``RENAME _t_gho TO t``: two statements, t missing between them), t_default by the
-        atomic one (both renames in one statement, gh-ost's default)."""
+        """t_default swapped by gh-ost's two-step cut-over (``RENAME t TO _t_del``, then
+        ``RENAME _t_gho TO t``: two statements, t missing between them; the second names the
+        copy first), t_plain by the atomic one (both renames in one statement, gh-ost's default)."""
         cmd = gh_ost(server, db, table, alter, workdir)
-        if table == "t_plain":
+        if table == "t_default":
             cmd.insert(-1, "--cut-over=two-step")
         return cmd
 
     outputs = _migrate(source_stack, lake_config, test_db, alters, cut_over_each_way, tmp_path)
     # (gh-ost's log of each way: "Renaming ghost table" only in the two-step's)
-    assert "Renaming ghost table" in outputs["t_plain"] and "Renaming ghost table" not in outputs["t_default"]
+    assert "Renaming ghost table" in outputs["t_default"] and "Renaming ghost table" not in outputs["t_plain"]
     reasons = _snapshot_reasons(lake_config)
     assert set(reasons) == {"t_default"}, reasons
     assert reasons["t_default"].startswith("gh-ost's copy _t_default_gho: a column added with a value"), reasons
@@ -283,3 +285,77 @@ def test_a_snapshot_across_a_two_step_cut_over_reads_the_table_after_it(source_s
         for r in t.results:
             assert r.equal, f"{t.table} {r.sink}: {r}"
     assert keys == ["id"]
+
+
+class _WhenBlockingReadBegins(logging.Handler):
+    """Runs ``action`` in the producer's thread the moment its blocking snapshot has begun its
+    read (its consistent snapshot open at the pause point) and before it reads a table."""
+
+    def __init__(self, action) -> None:
+        super().__init__()
+        self.action, self.done = action, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.done.is_set() and "the stream pauses at" in record.getMessage():
+            self.action()
+            self.done.set()
+
+
+@pytest.mark.servers("mysql")
+def test_a_blocking_snapshot_across_a_two_step_cut_over_ends_with_the_table_as_it_is(source_stack, merge_config,
+                                                                                   test_db):
+    """A blocking snapshot reads its tables as they were at its pause point, but finds them by
+    name when it reads them: across gh-ost's two-step cut-over the table is first missing (the
+    read waits for it instead of taking it for dropped), then it is the copy, as the copy was at
+    the pause point (half filled, and holding a row the table had lost). The stream, reading the
+    cut-over inside that read's span, snapshots the table again with delete-missing: every sink
+    ends equal to the table. The moment is held by hand; the rows are older than the stream."""
+    cfg, db = merge_config, test_db
+    cfg.source.include_databases = [db]
+    cfg.snapshot.chunk_size = 100
+    with source_stack.admin() as conn:
+        create_table(conn, db, "t", "single", 2000)
+    start_at_current(cfg)
+    with source_stack.admin() as conn, conn.cursor() as cur:  # (the producer reads the copy's ALTER: no snapshot)
+        cur.execute(f"CREATE TABLE `{db}`.`_t_gho` LIKE `{db}`.`t`")  # gh-ost's copy, half filled
+        cur.execute(f"ALTER TABLE `{db}`.`_t_gho` ADD COLUMN extra INT NULL")
+        cur.execute(f"INSERT INTO `{db}`.`_t_gho` (id, v, n) SELECT id, v, n FROM `{db}`.`t` WHERE id < 1000")
+        cur.execute(f"INSERT INTO `{db}`.`_t_gho` (id, v, n) VALUES (99999, 'gone', 0)")  # deleted from t since
+        conn.commit()
+
+    def move_aside() -> None:
+        with source_stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"ALTER TABLE `{db}`.`t` RENAME `{db}`.`_t_del`")
+
+    hook, logger = _WhenBlockingReadBegins(move_aside), logging.getLogger("producer.session_blocking")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(hook)
+    try:
+        with ProducerThread(cfg) as producer, source_stack.admin() as conn, conn.cursor() as cur:
+            sid = snapshot(cfg, [f"{db}.t"], blocking=True)
+            assert hook.done.wait(60), "the blocking snapshot did not begin"
+            time.sleep(1)  # (its read waits for the missing table meanwhile)
+            # the copy completed after the pause point, then swapped in
+            cur.execute(f"INSERT INTO `{db}`.`_t_gho` (id, v, n) SELECT id, v, n FROM `{db}`.`_t_del` "
+                        "WHERE id >= 1000")
+            cur.execute(f"DELETE FROM `{db}`.`_t_gho` WHERE id = 99999")
+            conn.commit()
+            cur.execute(f"ALTER TABLE `{db}`.`_t_gho` RENAME `{db}`.`t`")
+            cur.execute(f"DROP TABLE `{db}`.`_t_del`")
+            conn.commit()
+            wait_for(lambda: has_notification(cfg, "COMPLETED", id=sid), timeout=120,
+                     what="the blocking snapshot completed", state=producer.state)
+            _caught_up_and_snapshotted(source_stack, cfg, producer)
+    finally:
+        logger.removeHandler(hook)
+        logger.setLevel(level)
+    scans = [n for n in notifications(cfg) if n.get("id") == sid and n.get("type") == "TABLE_SCAN_COMPLETED"]
+    assert scans and not any(n.get("additionalData", {}).get("dropped") for n in scans), scans
+    reasons = _snapshot_reasons(cfg)
+    assert set(reasons) == {"t"} and "came while a blocking snapshot read the table" in reasons["t"], reasons
+    assert MergeJob(cfg).run(available_now=True) == 0
+    report = verify(cfg, [f"{db}.t"], chunk_size=500)
+    for t in report.tables:
+        for r in t.results:
+            assert r.equal, f"{t.table} {r.sink}: {r}"

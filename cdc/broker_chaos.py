@@ -17,7 +17,7 @@ import json
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from confluent_kafka.admin import AdminClient
 
@@ -107,22 +107,30 @@ class BrokerChaos:
 
 
 def leader_epochs(cfg: CDCConfig, stop: BrokerStop, until_ms: int | None) -> tuple[int, int]:
-    """The newest leader epoch of the records of the partition ``stop`` was made for below its
-    end offset then, and of those at and past it created before ``until_ms`` (the next stop);
-    when none was (the producer held up until then: a restart, the election), of every record
-    past it.  -1 where there are none."""
+    """:func:`epochs_across` the stop, of the records of the partition ``stop`` was made for."""
+    records = ((m.offset(), m.timestamp()[1], m.leader_epoch())
+               for m in read_topic(cfg.kafka.bootstrap_servers, stop.topic, client_config=cfg.kafka.client_settings())
+               if m.partition() == stop.partition and m.leader_epoch() is not None)
+    return epochs_across(records, stop.end_offset, until_ms)
+
+
+def epochs_across(records: Iterable[tuple[int, int, int]], end_offset: int, until_ms: int | None) -> tuple[int, int]:
+    """The newest leader epoch of a partition's ``records`` (offset, timestamp ms, epoch) below
+    ``end_offset`` (its end when a node was stopped), and of those at and past it created before
+    ``until_ms`` (the next stop); when none of these came from a newer leader (the producer held
+    up until then: a restart, the election), of every record past it.  -1 where there are none.
+    (The end offset is the high watermark: the stopped leader may have appended records past it,
+    in its own epoch, that its followers had fetched and the watermark not yet reached; they are
+    the old leader's.)"""
     before = within = later = -1
-    for m in read_topic(cfg.kafka.bootstrap_servers, stop.topic, client_config=cfg.kafka.client_settings()):
-        epoch = m.leader_epoch()
-        if m.partition() != stop.partition or epoch is None:
-            continue
-        if m.offset() < stop.end_offset:
+    for offset, ts_ms, epoch in records:
+        if offset < end_offset:
             before = max(before, epoch)
-        elif until_ms is None or m.timestamp()[1] < until_ms:
+        elif until_ms is None or ts_ms < until_ms:
             within = max(within, epoch)
         else:
             later = max(later, epoch)
-    return before, within if within >= 0 else later
+    return before, within if within > before else max(within, later)
 
 
 def leader_moved(epochs: tuple[int, int]) -> bool:

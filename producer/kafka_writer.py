@@ -32,6 +32,32 @@ THROUGHPUT_SETTINGS = {"linger.ms": 20, "batch.num.messages": 10000, "batch.size
                        "queue.buffering.max.kbytes": 262144}
 
 
+def transactional_id(name: str) -> str:
+    """The transactional id of producer ``name``'s writer."""
+    return f"cdc-producer-{name}"
+
+
+def settle_last_transaction(kafka: KafkaConfig, name: str, timeout_s: float = 60.0) -> bool:
+    """Let Kafka finish producer ``name``'s last transaction; whether it could be asked.
+
+    A commit returns once the transaction coordinator has logged it; the commit markers reach
+    the partitions after that, and until they do, read-committed readers (the offsets' load)
+    do not see the transaction's records.  A writer killed with a node of the cluster (the
+    chaos run's broker kills) can leave them unwritten for seconds, its last position then
+    looking lost.  Initialising a client of the same transactional id waits until the
+    coordinator has completed that transaction (and aborts one left open, as the next writer
+    would), fencing the last writer."""
+    client = Producer(producer_config(kafka, transactional_id=transactional_id(name)))
+    try:
+        client.init_transactions(timeout_s)
+    except KafkaException as exc:
+        log.warning("producer %r: Kafka could not be asked to finish its last transaction (%s)", name, exc)
+        return False
+    finally:
+        client.flush(0)
+    return True
+
+
 class KafkaWriter:
     """The producer's transport: records into Kafka in batches (transactions when
     ``transactions``), topics created on first use.  Framing is the record encoder's
@@ -45,7 +71,7 @@ class KafkaWriter:
         self._errors: list[str] = []
         self._refused: list[str] = []  # what Kafka's ACLs refused (KafkaAuthError: no retry helps)
         self._topics: set[str] = set()
-        tx_id = f"cdc-producer-{name}" if transactions else None
+        tx_id = transactional_id(name) if transactions else None
         settings = producer_config(kafka, transactional_id=tx_id, **{
             **THROUGHPUT_SETTINGS, "linger.ms": linger_ms, "partitioner": "murmur2_random"})
         # The producer's own librdkafka client (producer.native_producer), which also joins and

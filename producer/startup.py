@@ -18,6 +18,7 @@ from contract.position import BinlogPosition
 from producer.binlog import server as src
 from producer.binlog.reader import ResumePoint
 from producer.errors import BinlogPurgedError, KafkaHistoryLost, ProducerStopped
+from producer.kafka_writer import settle_last_transaction
 from producer.offset_store import LocalOffsetCopy, OffsetStore, lost_history
 from producer.snapshot_mode import snapshot_mode
 
@@ -152,6 +153,13 @@ class Startup:
             return self._failover(conn, info, stored)
         local = self.local.load()
         problem = lost_history(stored, local)
+        if problem is not None and self.cfg.kafka.transactions and \
+                settle_last_transaction(self.cfg.kafka, self.cfg.producer.name):
+            stored = self.store.load()  # (its last transaction's records visible now, if Kafka has them)
+            problem = lost_history(stored, local)
+            if problem is None:
+                log.info("producer %r: its last transaction was not complete in Kafka yet (a node stopped with it); "
+                         "it is now", self.cfg.producer.name)
         if problem is not None:
             return self._recover(conn, problem, local, recover)
         if local is not None and recover and recover != "stop":

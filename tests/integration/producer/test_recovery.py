@@ -3,17 +3,22 @@ purged while the producer was down."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
 import time
 
 import pytest
+from confluent_kafka import KafkaException, Producer
 
+from common.kafka.clients import producer_config
 from contract.markers import DELETE_MISSING
 from contract.topics import table_topic
 from producer.app import ProducerApp
 from producer.errors import BinlogPurgedError
+from producer.kafka_writer import settle_last_transaction, transactional_id
+from producer.offset_store import OffsetStore
 from spark_jobs.task.dblog import ChunkRow, dedupe_log, from_envelope, make_key
 from tests.producer_helpers import (
     ProducerProcess,
@@ -227,3 +232,26 @@ def test_purged_binlogs_stop_the_producer_or_with_when_needed_snapshot_again(own
     assert len(found) == 1 and found[0]["snapshot_id"].startswith("recovery-")
     assert make_key({"id": 46}) not in table and make_key({"id": 6}) not in table  # deleted while down
     assert table[make_key({"id": 45})]["v"] == "changed while down"
+
+
+def test_a_start_settles_the_last_transaction_before_it_reads_the_position(stack, config, unique):
+    """A commit returns before its markers reach the partitions; a writer killed with a Kafka
+    node can leave them unwritten, and its position unreadable to the next start for seconds
+    (a chaos run's producer then stopped on a false "Kafka lost the history"). Before it calls
+    the history lost, the start asks Kafka to finish the last transaction under the writer's
+    transactional id (:func:`settle_last_transaction`). Here a writer leaves one open, its
+    offset record written: settling fences that writer and ends its transaction (aborted, as
+    the next writer would), and the record, never committed, is not read as the position."""
+    name = unique("settle")
+    store = OffsetStore(config.kafka, name)
+    store.ensure()
+    gone = Producer(producer_config(config.kafka, transactional_id=transactional_id(name)))
+    gone.init_transactions(30)
+    gone.begin_transaction()
+    gone.produce(store.topic, key=name.encode(), value=json.dumps({"resume": {"file": "b.000001", "pos": 4}}))
+    gone.flush(30)
+    assert settle_last_transaction(config.kafka, name)
+    with pytest.raises(KafkaException) as fenced:
+        gone.commit_transaction(30)
+    assert fenced.value.args[0].fatal() or "fenced" in str(fenced.value).lower(), fenced.value
+    assert store.load() is None

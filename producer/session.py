@@ -246,7 +246,7 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
             self.state.extra.pop("blocking", None)
         else:
             self.state.extra["blocking"] = blocking
-        if resume.file:
+        if resume.file and self.coord.blocking.spans:  # (nothing to do, and nothing parsed, without spans)
             passed = resume.position()
             self.coord.blocking.spans.passed((passed.file_index, passed.pos))
         if (spans := self.coord.blocking.spans.state()) is None:

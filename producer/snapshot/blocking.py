@@ -246,6 +246,9 @@ class ReadSpans:
         self._spans: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
             str(t): ((int(p[0][0]), int(p[0][1])), (int(p[1][0]), int(p[1][1]))) for t, p in (state or {}).items()}
 
+    def __len__(self) -> int:
+        return len(self._spans)
+
     def state(self) -> dict | None:
         """What the offset record keeps (a restart before the stream passed a span keeps it)."""
         return {t: [list(p), list(e)] for t, (p, e) in self._spans.items()} or None

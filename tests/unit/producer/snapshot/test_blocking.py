@@ -73,7 +73,7 @@ def test_a_span_the_stream_passed_is_forgotten():
     spans.passed((1, 900))
     assert spans.state() == {"db.u": [[1, 100], [3, 4]]}
     assert not spans.crossed("db.u", (3, 4))  # (at the end: passed, and forgotten)
-    assert spans.state() is None
+    assert spans.state() is None and not spans
 
 
 def test_read_spans_survive_the_offset_record():

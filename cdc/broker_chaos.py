@@ -67,20 +67,29 @@ class BrokerChaos:
         the run stops one node at a time, never a second one while a node started again is
         still catching up (then the leaders left could be replicas that missed acknowledged
         writes).  A :class:`ChaosError` when no partition of ``topics`` holds a record yet."""
-        client = cfg.kafka.client_settings()
-        leaders = partition_leaders(cfg.kafka.bootstrap_servers, topics, client)
-        ends = end_offsets(cfg.kafka.bootstrap_servers, list(leaders), client_config=client) if leaders else {}
-        busy = {tp: end for tp, (_, end) in ends.items() if end > 0 and leaders.get(tp, -1) >= 0}
-        if not busy:
+        busiest = self.busiest_partition(cfg, topics)
+        if busiest is None:
             raise ChaosError(f"no partition of {', '.join(topics)} holds a record or has a leader: nothing to stop")
-        (topic, partition), end = max(busy.items(), key=lambda kv: kv[1])
-        node_id = leaders[(topic, partition)]
+        (topic, partition), end, node_id = busiest
         node = next(n for n in self.info["nodes"] if n["id"] == node_id)
         stop = BrokerStop(node_id, kill, int(time.time() * 1000), topic, partition, end, during_snapshot)
         stop_node(node, sig=signal.SIGKILL if kill else signal.SIGTERM)
         self.down.append(node_id)
         self.stops.append(stop)
         return stop
+
+    @staticmethod
+    def busiest_partition(cfg: CDCConfig, topics: list[str]) -> tuple[tuple[str, int], int, int] | None:
+        """The partition of ``topics`` holding the most records and having a leader: ``((topic,
+        partition), end offset, leader's node id)``; None while none does."""
+        client = cfg.kafka.client_settings()
+        leaders = partition_leaders(cfg.kafka.bootstrap_servers, topics, client)
+        ends = end_offsets(cfg.kafka.bootstrap_servers, list(leaders), client_config=client) if leaders else {}
+        busy = {tp: end for tp, (_, end) in ends.items() if end > 0 and leaders.get(tp, -1) >= 0}
+        if not busy:
+            return None
+        tp, end = max(busy.items(), key=lambda kv: kv[1])
+        return tp, end, leaders[tp]
 
     def wait_in_sync(self, cfg: CDCConfig, timeout: float) -> bool:
         """Wait until every partition of the cluster has all its replicas in sync; whether it did."""

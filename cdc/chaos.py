@@ -181,11 +181,14 @@ class _ChaosRun:
             self.counts["broker_starts"] += len(self.brokers.start_stopped())
             return action
         self.brokers.wait_in_sync(self.cfg, 60.0)
+        topics = [f"{self.db}.{self.db}.t_{k}" for k in KINDS]
+        # (early in the run, on a busy machine, the producer may not have written a record yet)
+        _wait(lambda: self.brokers.busiest_partition(self.cfg, topics) is not None, 120.0,
+              "a record in the run's topics (a partition whose leader to stop)", lambda: _check_alive(self.producer))
         during = arg.endswith(":snapshot")
         if during:
             self.ensure_snapshot()
-        stop = self.brokers.stop_busiest_leader(self.cfg, [f"{self.db}.{self.db}.t_{k}" for k in KINDS],
-                                                kill=what == "kill", during_snapshot=during)
+        stop = self.brokers.stop_busiest_leader(self.cfg, topics, kill=what == "kill", during_snapshot=during)
         self.counts["broker_kills" if what == "kill" else "broker_shutdowns"] += 1
         return f"{action} (node {stop.node}, leading {stop.topic}[{stop.partition}], end offset {stop.end_offset:,})"
 

@@ -69,15 +69,20 @@ def parse(topic: str, key: str | bytes | None, value: str | bytes | None, prefix
                  None if v is None else v.get("payload"), None if v is None else v.get("schema"))
 
 
+def json_lines(path: Path) -> list:
+    """The records of a JSON-lines file another process may be writing now: its complete lines
+    only (a last line without its newline is still being written)."""
+    text = path.read_text()
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+
+
 def read_jsonl(path: Path, prefix: str) -> list[Event]:
     """The events of a :mod:`tests.peers.debezium_capture` file."""
     out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            e = parse(r["topic"], r["key"], r["value"], prefix)
-            if e is not None:
-                out.append(e)
+    for r in json_lines(path):
+        e = parse(r["topic"], r["key"], r["value"], prefix)
+        if e is not None:
+            out.append(e)
     return out
 
 
@@ -191,5 +196,6 @@ def check_against_table(found: list[Difference], doc: Path, *, scope: Iterable[s
     return problems
 
 
-__all__ = ["Difference", "Event", "check_against_table", "compare", "listed_differences", "parse", "read_jsonl",
+__all__ = ["Difference", "Event", "check_against_table", "compare", "json_lines", "listed_differences", "parse",
+           "read_jsonl",
            "SOURCE_VALUES"]

@@ -30,7 +30,7 @@ import pytest
 from common.kafka.topic_reader import read_topic
 from contract.topics import table_topic
 from tests.all_types import create_all_types, insert_all_types
-from tests.peers.conformance import Event, check_against_table, compare, parse, read_jsonl
+from tests.peers.conformance import Event, check_against_table, compare, json_lines, parse, read_jsonl
 from tests.peers.debezium_capture import connector_properties, debezium_mariadb, stop_process
 from tests.producer_helpers import ROOT, ProducerThread, start_at_current, wait_for
 from tests.snapshot_helpers import has_notification, snapshot
@@ -112,7 +112,7 @@ class DebeziumCapture:
         """Debezium's notifications (``notification.enabled.channels: sink``, on topic
         :data:`DBZ_NOTIFICATIONS`): records of the same queue as its events, so one is written
         after every event Debezium emitted before it."""
-        return [json.loads(r["value"])["payload"] for r in map(json.loads, self.out.read_text().splitlines())
+        return [json.loads(r["value"])["payload"] for r in json_lines(self.out)
                 if r["topic"] == DBZ_NOTIFICATIONS and r["value"]]
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from common.kafka.topic_reader import read_topic
+from tests.peers.conformance import json_lines
 from tests.producer_helpers import (
     ROOT,
     ProducerThread,
@@ -66,10 +67,7 @@ def _rebuilt(path: Path) -> set[tuple] | None:
     if not path.exists():
         return set()
     counts: dict[tuple, int] = {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        r = json.loads(line)
+    for r in json_lines(path):
         row = (r["id"], r["name"], r["qty"], r["price"], r["born"])
         counts[row] = counts.get(row, 0) + r["diff"]
     if any(n not in (0, 1) for n in counts.values()):

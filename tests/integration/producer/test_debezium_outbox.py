@@ -20,6 +20,7 @@ import pytest
 from common.kafka.topic_reader import read_topic
 from contract.envelope import POSITION_HEADER
 from tests.integration.producer.test_debezium_conformance import DBZ_PREFIX, DebeziumCapture, _admin
+from tests.peers.conformance import json_lines
 from tests.peers.debezium_capture import debezium_mariadb
 from tests.producer_helpers import ProducerThread, start_at_current, wait_for
 
@@ -74,12 +75,10 @@ def debezium_server(tmp_path_factory):
 
 def _theirs(path) -> list[tuple]:
     out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            headers = {k: v for k, v in r.get("headers", {}).items() if not k.startswith(CONTEXT_HEADERS)}
-            out.append([r["topic"], None if r["key"] is None else json.loads(r["key"]),
-                        None if r["value"] is None else json.loads(r["value"]), headers])
+    for r in json_lines(path):
+        headers = {k: v for k, v in r.get("headers", {}).items() if not k.startswith(CONTEXT_HEADERS)}
+        out.append([r["topic"], None if r["key"] is None else json.loads(r["key"]),
+                    None if r["value"] is None else json.loads(r["value"]), headers])
     return out
 
 

@@ -11,14 +11,34 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
+import pymysql
+
 from common.sql.quoting import quote_ident
 from common.sql.row_reads import RowSession
 from producer.snapshot.chunk_queries import boundary_query, chunk_query, max_key_query
 from producer.table_schema import ColumnDef, TableDef
 
 
+# A statement on a name that is not (or no longer) there, or not the session's to read: the
+# definition's own query answers for it (no table, or none visible to the session).
+_NO_TABLE_ERRORS = (1044, 1049, 1142, 1143, 1146)
+LOCK_WAIT_TIMEOUT = 1205
+#: How long a definition's read waits for a DDL on the table to commit (then it reads what
+#: information_schema says, as it would without waiting: a DDL queued behind a long transaction
+#: does not hold the producer up).
+DDL_COMMIT_WAIT_S = 10
+
+
 def read_table_def(conn, db: str, table: str) -> TableDef | None:
+    """``db.table``'s definition (None: no such table), once the DDL on the name in flight, if
+    any, has committed.  A server hands the binlog to a replica once an event is written (after
+    the binlog's flush or sync, before the engine's commit: MySQL's ordered commit), so a DDL
+    event can come while its table is not yet there, or not yet changed.  The DDL holds its
+    metadata locks on the names until it has committed; MySQL's information_schema takes none,
+    a statement on the table does: ``SELECT ... LIMIT 0`` waits for them (at most
+    :data:`DDL_COMMIT_WAIT_S`)."""
     with conn.cursor() as cur:
+        _wait_for_ddl(cur, conn.get_server_info(), db, table)
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, ORDINAL_POSITION, NUMERIC_PRECISION, "
             "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, CHARACTER_MAXIMUM_LENGTH, COLUMN_KEY "
@@ -35,6 +55,19 @@ def read_table_def(conn, db: str, table: str) -> TableDef | None:
                       numeric_precision=r[5], numeric_scale=r[6], datetime_precision=r[7], character_set=r[8],
                       char_max_length=r[9]) for r in rows]
     return TableDef(db=db, name=table, columns=cols, primary_key=pk)
+
+
+def _wait_for_ddl(cur, server: str, db: str, table: str) -> None:
+    select = f"1 FROM {quote_ident(db)}.{quote_ident(table)} LIMIT 0"
+    try:
+        if "MariaDB" in server:
+            cur.execute(f"SET STATEMENT lock_wait_timeout = {DDL_COMMIT_WAIT_S} FOR SELECT {select}")
+        else:
+            cur.execute(f"SELECT /*+ SET_VAR(lock_wait_timeout = {DDL_COMMIT_WAIT_S}) */ {select}")
+        cur.fetchall()
+    except pymysql.err.MySQLError as exc:
+        if not exc.args or exc.args[0] not in (*_NO_TABLE_ERRORS, LOCK_WAIT_TIMEOUT):
+            raise
 
 
 def list_tables(conn) -> list[tuple[str, str]]:

@@ -44,10 +44,14 @@ def server_info(conn) -> ServerInfo:
 
 
 def check_server(conn) -> ServerInfo:
-    """Refuse, naming the setting and its fix, a server whose binlog cannot feed CDC."""
+    """Refuse, naming the setting and its fix, a server whose binlog cannot feed CDC, or whose
+    commits do not follow the binlog's order (MySQL's ``binlog_order_commits``: a snapshot
+    window's rows are read after its open marker committed, and hold every change before the
+    marker only when those committed first)."""
     info = server_info(conn)
     with conn.cursor() as cur:
-        v = _variables(cur, ["log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata"])
+        v = _variables(cur, ["log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
+                             "binlog_order_commits"])
     problems = []
     if v.get("log_bin", "OFF").upper() not in ("ON", "1"):
         problems.append("the binary log is off (log_bin=OFF): start the server with --log-bin "
@@ -62,6 +66,10 @@ def check_server(conn) -> ServerInfo:
         problems.append(f"binlog_row_metadata is {v['binlog_row_metadata']!r}, not FULL: "
                         "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server configuration); "
                         "the producer reads column names and types from the binlog itself")
+    if v.get("binlog_order_commits", "ON").upper() not in ("ON", "1"):  # (MySQL's; MariaDB always orders them)
+        problems.append("binlog_order_commits is OFF: the server may commit a transaction after a later one of "
+                        "the binlog, so a snapshot's read could miss a change the stream gave before its window "
+                        "(a lost change): SET GLOBAL binlog_order_commits = ON (and in the server configuration)")
     if problems:
         raise SourceError("the source server is not configured for change capture:\n  - " + "\n  - ".join(problems))
     return info

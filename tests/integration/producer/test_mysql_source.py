@@ -55,6 +55,22 @@ def test_the_server_is_mysql_with_the_binlog_settings_capture_needs(source_stack
         assert cur.fetchone()[0] == "caching_sha2_password"
 
 
+def test_a_server_committing_out_of_the_binlogs_order_is_refused_naming_the_setting(source_stack, config):
+    """``binlog_order_commits = OFF`` lets MySQL commit a transaction of a commit group after a
+    later one: a snapshot window's open marker could commit (and its chunk be read) before a
+    change written ahead of it in the binlog.  The producer refuses to start, saying how to fix it."""
+    from common.errors import SourceError
+    from producer.app import ProducerApp
+
+    with source_stack.admin() as conn, conn.cursor() as cur:
+        cur.execute("SET GLOBAL binlog_order_commits = OFF")
+        try:
+            with pytest.raises(SourceError, match=r"binlog_order_commits is OFF.*SET GLOBAL binlog_order_commits = ON"):
+                ProducerApp(config).run(idle_exit_s=1.0)
+        finally:
+            cur.execute("SET GLOBAL binlog_order_commits = ON")
+
+
 def test_caching_sha2_full_login_over_tls_and_over_plain_tcp(source_stack):
     """A user's first login after the server starts is caching_sha2_password's full
     authentication: over TLS the password goes in the clear inside TLS, over plain TCP it is

@@ -67,8 +67,8 @@ def check_server(conn) -> ServerInfo:
                         "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server configuration); "
                         "the producer reads column names and types from the binlog itself")
     if v.get("binlog_order_commits", "ON").upper() not in ("ON", "1"):  # (MySQL's; MariaDB always orders them)
-        problems.append("binlog_order_commits is OFF: the server may commit a transaction after a later one of "
-                        "the binlog, so a snapshot's read could miss a change the stream gave before its window "
+        problems.append("binlog_order_commits is OFF: the server may commit a transaction after one written later "
+                        "to the binlog, so a snapshot's read could miss a change the stream gave before its window "
                         "(a lost change): SET GLOBAL binlog_order_commits = ON (and in the server configuration)")
     if problems:
         raise SourceError("the source server is not configured for change capture:\n  - " + "\n  - ".join(problems))

@@ -23,9 +23,9 @@ from producer.table_schema import ColumnDef, TableDef
 # definition's own query answers for it (no table, or none visible to the session).
 _NO_TABLE_ERRORS = (1044, 1049, 1142, 1143, 1146)
 LOCK_WAIT_TIMEOUT = 1205
-#: How long a definition's read waits for a DDL on the table to commit (then it reads what
-#: information_schema says, as it would without waiting: a DDL queued behind a long transaction
-#: does not hold the producer up).
+#: How long a definition's read waits for a DDL on the table to commit; then it reads what
+#: information_schema says, as it did without waiting (a DDL queued behind a long transaction
+#: holds each read up that long at most; the chunk's own SELECT waits for it anyway).
 DDL_COMMIT_WAIT_S = 10
 
 

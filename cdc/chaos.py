@@ -59,7 +59,7 @@ from producer.binlog.server import current_position, start_at_current
 from producer.offset_store import OffsetStore
 from spark_jobs.merge_job import MergeJob
 from spark_jobs.sinks.configured import build_sinks
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 
 KINDS = ("single", "composite", "string")
 
@@ -402,7 +402,7 @@ def _lake_commits(cfg: CDCConfig, db: str) -> tuple[int, int]:
     earlier commit of the same table held already (0 expected)."""
     commits = twice = 0
     for _, sink in build_sinks(cfg.sinks):
-        if isinstance(sink, LakeSinkBase):
+        if isinstance(sink, LakeSink):
             for k in KINDS:
                 held = sink.commit_marks(db, f"t_{k}")
                 marks = [pair for batches in held for pair in batches]

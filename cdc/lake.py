@@ -41,20 +41,20 @@ from common.config import CDCConfig
 from spark_jobs.commit.batch_commit import owner_of
 from spark_jobs.commit.lake_committer import REQUEST_FILE, STATUS_FILE, LakeCommitters
 from spark_jobs.sinks.configured import build_sinks, lake_conf
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 
 __all__ = ["lake_sinks", "maintain", "file_counts", "duckdb_connection", "lake_sql", "commit_lakes"]
 
 
-def lake_sinks(cfg: CDCConfig) -> list[tuple[str, LakeSinkBase]]:
+def lake_sinks(cfg: CDCConfig) -> list[tuple[str, LakeSink]]:
     """The enabled lake sinks of the configuration, by name."""
-    sinks = [(name, s) for name, s in build_sinks(cfg.sinks) if isinstance(s, LakeSinkBase)]
+    sinks = [(name, s) for name, s in build_sinks(cfg.sinks) if isinstance(s, LakeSink)]
     if not sinks:
         raise CommandError("no lake sink is enabled (sinks.delta or sinks.iceberg in the configuration)")
     return sinks
 
 
-def _selected(sink: LakeSinkBase, patterns: Sequence[str]) -> Iterator[tuple[str, str]]:
+def _selected(sink: LakeSink, patterns: Sequence[str]) -> Iterator[tuple[str, str]]:
     for db, table in sink.tables():
         if not patterns or any(re.fullmatch(p, f"{db}.{table}") for p in patterns):
             yield db, table
@@ -89,8 +89,8 @@ def maintain(cfg: CDCConfig, action: str, patterns: Sequence[str] = (), *, reten
     results = []
     for name, sink in sinks:
         step = {"optimize": lambda d, t: sink.compact(d, t),
-                "vacuum": lambda d, t: getattr(sink, "vacuum", None) and sink.vacuum(d, t, retention_hours),
-                "expire": lambda d, t: getattr(sink, "expire", None) and sink.expire(d, t, retention_hours)}[action]
+                "vacuum": lambda d, t: getattr(sink.engine, "vacuum", None) and sink.engine.vacuum(d, t, retention_hours),
+                "expire": lambda d, t: getattr(sink.engine, "expire", None) and sink.engine.expire(d, t, retention_hours)}[action]
         for db, table in _selected(sink, patterns):
             if progress:
                 progress(f"{name} {db}.{table}")

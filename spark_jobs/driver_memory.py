@@ -4,7 +4,7 @@
 The ``driver`` engine's lake commits (pyiceberg, and the staged parts read for delta-rs) run in
 the driver's committer threads, their files read and written by pyiceberg's and pyarrow's
 worker threads.  With pyarrow's default allocator, mimalloc, a thread's freed pages stay with
-the thread that allocated them, and :func:`~spark_jobs.sinks.lake_base.release_unused_memory`
+the thread that allocated them, and :func:`~spark_jobs.sinks.lake_sink.release_unused_memory`
 from the committer's thread does not reach them: an Iceberg table grown to 410,000 rows left
 the process at 464 MB private after a commit with mimalloc and 231 MB with jemalloc, whose
 purge returns every arena's freed pages.  pyarrow takes its default pool from

@@ -9,11 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from types import SimpleNamespace
-
-from spark_jobs.sinks import configured  # noqa: F401 - every sink registered
+from spark_jobs.sinks.delta import DeltaSink
+from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.naming import POSITION_COLUMN
-from spark_jobs.sinks.registry import sink_class
 
 LAKE_KINDS = ["delta", "iceberg"]
 
@@ -38,11 +36,10 @@ def make_lake_sink(kind: str, tmp: Path, pg_dsn: str | None, name: str, engine: 
     """A sink of ``kind`` and ``engine`` in its own place: a Delta directory, or an Iceberg
     catalog named ``name`` (its tables apart from every other test's) on PostgreSQL, or SQLite
     without a DSN."""
-    cls = sink_class(kind, SimpleNamespace(engine=engine))  # (the class the configuration would pick)
     if kind == "delta":
-        return cls(str(tmp / "delta"), **kw)
+        return DeltaSink(str(tmp / "delta"), engine=engine, **kw)
     uri = iceberg_catalog_uri(pg_dsn) if pg_dsn else f"sqlite:///{tmp}/catalog.db"
-    return cls(uri, str(tmp / "warehouse"), catalog_name=name, **kw)
+    return IcebergSink(uri, str(tmp / "warehouse"), engine=engine, catalog_name=name, **kw)
 
 
 def commit_batch(sink, db: str, table: str, schema: Any, key: list[str], partitions: Sequence[Sequence[Any]],

@@ -26,8 +26,8 @@ from cdc.bench.harness import TABLE
 from cdc.errors import BenchError
 from spark_jobs.sinks.configured import build_sinks, lake_conf
 from spark_jobs.sinks.delta import DeltaSink
-from spark_jobs.sinks.delta_spark import DeltaSparkSink
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.delta_spark import DeltaSparkEngine
+from spark_jobs.sinks.lake_sink import LakeSink
 
 #: The lake runs of the default engine: (name, what it writes).
 LAKE_RUNS = ("changelog", "delta", "iceberg")
@@ -57,11 +57,11 @@ def lake_config(cfg, work: Path, name: str, *, change_data_feed: bool = False):
     return cfg
 
 
-def lake_sink(cfg) -> LakeSinkBase | None:
-    return next((s for _, s in build_sinks(cfg.sinks) if isinstance(s, LakeSinkBase)), None)
+def lake_sink(cfg) -> LakeSink | None:
+    return next((s for _, s in build_sinks(cfg.sinks) if isinstance(s, LakeSink)), None)
 
 
-def lake_rows(sink: LakeSinkBase, db: str) -> int:
+def lake_rows(sink: LakeSink, db: str) -> int:
     batches = sink.read_batches(db, TABLE)
     return sum(b.num_rows for b in batches) if batches is not None else 0
 
@@ -120,7 +120,7 @@ class DeltaClock:
         sink = lake_sink(cfg)
         if not isinstance(sink, DeltaSink):
             raise BenchError("the Delta latency run needs the Delta sink on")
-        self.uri = sink.table_uri(db, TABLE)
+        self.uri = sink.format.table_uri(db, TABLE)
         self.since_version = since_version  # the first version with the change data feed on
 
     def _table(self):
@@ -189,10 +189,11 @@ def delta_latency(cfg, work: Path, info, db: str, rate: int, seconds: float, fir
     handle = sink.load_table(db, TABLE)
     if handle is None:
         raise BenchError("(g) needs the Delta table of (f)")
-    if isinstance(sink, DeltaSparkSink):
+    if isinstance(sink.engine, DeltaSparkEngine):
         build_session("local[2]", conf=lake_conf(run_cfg.sinks))
-        sink.run_sql("turning the change data feed on", db, TABLE, f"ALTER TABLE {sink.spark_name(db, TABLE)} SET "
-                  "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+        sink.engine.run_sql("turning the change data feed on", db, TABLE,
+                            f"ALTER TABLE {sink.engine.spark_name(db, TABLE)} SET "
+                            "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
     else:
         handle.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
     handle = sink.load_table(db, TABLE)

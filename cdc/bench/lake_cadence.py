@@ -40,7 +40,7 @@ from cdc.bench.merge import _latency_run, _pct, _throughput_run
 from cdc.errors import BenchError
 from producer.app import ProducerApp
 from spark_jobs.sinks.configured import build_sinks, lake_conf
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 from spark_jobs.spark_session import build_session, stop_session
 
 __all__ = ["bench_lake_cadence", "lakes_config", "cadence_lines"]
@@ -82,7 +82,7 @@ def _backlog(cfg, work: Path, db: str, live_rows: int, engines: tuple[str, ...],
             res.pop("cfg")
             res["tables"] = {}
             for sink_name, sink in build_sinks(run_cfg.sinks):
-                if isinstance(sink, LakeSinkBase):
+                if isinstance(sink, LakeSink):
                     rows = lake_rows(sink, db)
                     if rows != live_rows:
                         raise BenchError(f"{name}: the {sink_name} table has {rows} rows, the source {live_rows}")

@@ -36,10 +36,8 @@ import pyarrow as pa
 from common.config import SinksConfig
 from spark_jobs.sinks.configured import lake_conf
 from spark_jobs.sinks.delta import DeltaSink
-from spark_jobs.sinks.delta_spark import DeltaSparkSink
 from spark_jobs.sinks.iceberg import IcebergSink
-from spark_jobs.sinks.iceberg_spark import IcebergSparkSink
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 from spark_jobs.sinks.lake_types import OP_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
@@ -56,7 +54,7 @@ def _schema() -> pa.Schema:
                       pa.field("at", pa.timestamp("us")), pa.field(POSITION_COLUMN, pa.string())])
 
 
-def fill(spark: Any, sink: LakeSinkBase, table: str, rows: int) -> None:
+def fill(spark: Any, sink: LakeSink, table: str, rows: int) -> None:
     """A table of ``rows`` rows (keys 0..rows-1, positions below every change's) in one write."""
     schema = _schema()
     sink.create_table(DB, table, schema, ["id"], "cdc-merge:bench")
@@ -65,9 +63,9 @@ def fill(spark: Any, sink: LakeSinkBase, table: str, rows: int) -> None:
         "CAST(timestamp_seconds(1767225600 + id % 86400) AS TIMESTAMP_NTZ) AS at",
         f"lpad(CAST(id AS STRING), 30, '0') AS {POSITION_COLUMN}")
     if sink.FORMAT == "Delta":
-        df.write.format("delta").mode("append").save(sink.spark_uri(DB, table))
+        df.write.format("delta").mode("append").save(sink.engine.spark_uri(DB, table))
     else:
-        df.writeTo(sink.spark_name(DB, table)).append()
+        df.writeTo(sink.engine.spark_name(DB, table)).append()
 
 
 def batch(kind: str, rows: int, changes: int, top: int, position: int, rng: random.Random) -> pa.Table:
@@ -87,13 +85,13 @@ def batch(kind: str, rows: int, changes: int, top: int, position: int, rng: rand
                      OP_COLUMN: pa.array(ops)})
 
 
-def _sinks(fmt: str, work: Path, pg_uri: str | None) -> dict[str, LakeSinkBase]:
+def _sinks(fmt: str, work: Path, pg_uri: str | None) -> dict[str, LakeSink]:
     """The format's sink of each engine, on the same tables."""
     if fmt == "delta":
-        return {"spark": DeltaSparkSink(str(work / "delta")), "driver": DeltaSink(str(work / "delta"))}
+        return {engine: DeltaSink(str(work / "delta"), engine=engine) for engine in ("spark", "driver")}
     uri = pg_uri or f"sqlite:///{work}/catalog.db"
-    return {"spark": IcebergSparkSink(uri, str(work / "iceberg"), catalog_name="bench_scale"),
-            "driver": IcebergSink(uri, str(work / "iceberg"), catalog_name="bench_scale")}
+    return {engine: IcebergSink(uri, str(work / "iceberg"), engine=engine, catalog_name="bench_scale")
+            for engine in ("spark", "driver")}
 
 
 def run(work: Path, large: int, small: int, changes: int, rounds: int, formats: list[str], pg_uri: str | None,
@@ -147,7 +145,7 @@ def run(work: Path, large: int, small: int, changes: int, rounds: int, formats: 
             if engine == "spark" and fmt == "delta":  # (delta-rs 1.6 writes no table with deletion vectors)
                 filler.compact(DB, "t_small"), filler.compact(DB, "t_large")
         for name in sizes:
-            held = spark.sql(f"SELECT count(*) FROM {filler.spark_name(DB, f't_{name}')}").first()[0]
+            held = spark.sql(f"SELECT count(*) FROM {filler.engine.spark_name(DB, f't_{name}')}").first()[0]
             if held != tops[name]:
                 raise RuntimeError(f"{fmt} t_{name}: {held} rows, expected {tops[name]}")
         for sink in sinks.values():

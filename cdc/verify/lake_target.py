@@ -19,14 +19,14 @@ from cdc.errors import TargetMissing
 from cdc.verify.report import SinkResult
 from cdc.verify.spec import TableSpec
 from cdc.verify.targets import KeyedRowsTarget
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 from spark_jobs.sinks.lake_types import DELETED_COLUMN
 
 
 class LakeTarget(KeyedRowsTarget):
     """One lake sink's tables, each read into memory when its turn comes."""
 
-    def __init__(self, name: str, lake: LakeSinkBase) -> None:
+    def __init__(self, name: str, lake: LakeSink) -> None:
         super().__init__()
         self.sink = name
         self.lake = lake

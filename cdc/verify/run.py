@@ -34,7 +34,7 @@ from spark_jobs.errors import ColumnMappingMismatch
 from spark_jobs.sharding.routes import Route, Router
 from spark_jobs.sharding.shapes import ShardId
 from spark_jobs.sinks.configured import build_sinks
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 from spark_jobs.sinks.postgres import PostgresSink
 
 
@@ -42,7 +42,7 @@ def build_targets(cfg) -> list[Target]:
     """A target per enabled sink (the clean changelog's are per source, in :func:`verify`)."""
     out: list[Target] = []
     for name, sink in build_sinks(cfg.sinks):
-        if isinstance(sink, LakeSinkBase):
+        if isinstance(sink, LakeSink):
             out.append(LakeTarget(name, sink))
         else:
             out.append(PostgresTarget(sink) if isinstance(sink, PostgresSink) else MySQLTarget(sink))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.lake_base import app_id
+from spark_jobs.sinks.lake_sink import app_id
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
-from spark_jobs.sinks.lake_base import BATCHES_HELD, LakeSinkBase
+from spark_jobs.sinks.lake_sink import BATCHES_HELD, LakeSink
 from spark_jobs.sinks.lake_journal import (
     LakeJournal,
     StagedBatch,
@@ -152,7 +152,7 @@ class LakeCommitter:
     """The committer of one lake sink's tables (``name``: its section, ``sink``: the driver's
     sink object, ``section``: its settings, ``owner``: the pipeline)."""
 
-    def __init__(self, name: str, sink: LakeSinkBase, section: Any, owner: str) -> None:
+    def __init__(self, name: str, sink: LakeSink, section: Any, owner: str) -> None:
         self.name, self.sink, self.owner = name, sink, owner
         self.interval_s = float(getattr(section, "commit_interval_s", 0.0))
         self.commit_rows = int(getattr(section, "commit_rows", 500_000))
@@ -442,7 +442,7 @@ class LakeCommitters:
 
     def __init__(self, sinks: Sequence[tuple[str, Any]], sections: Any, owner: str, state_dir: Path) -> None:
         self.committers = [LakeCommitter(name, sink, getattr(sections, name), owner)
-                           for name, sink in sinks if isinstance(sink, LakeSinkBase)]
+                           for name, sink in sinks if isinstance(sink, LakeSink)]
         self.state_dir = Path(state_dir)
         for c in self.committers:
             c.watch_requests(self.state_dir / REQUEST_FILE)

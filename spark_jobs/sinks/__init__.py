@@ -11,9 +11,9 @@ Every sink implements the one sink interface (:mod:`.interface`): a row sink ups
 partition (these two), a batch sink commits once per table per batch (lake tables); each
 registers under its configuration section (:mod:`.registry`), whose settings its light
 ``<name>_settings`` module declares (:mod:`.postgres_settings`, ...; the lake sinks' shared
-ones in :mod:`.lake_settings`), and :mod:`.configured` builds the enabled ones (the lake
-sinks on their ``engine``: the driver's :mod:`.delta` and :mod:`.iceberg`, or Spark's
-:mod:`.delta_spark` and :mod:`.iceberg_spark` over :mod:`.lake_spark`).  The writers (:mod:`.postgres`, :mod:`.mysql`, on :mod:`.base`) import
+ones in :mod:`.lake_settings`), and :mod:`.configured` builds the enabled ones (a lake
+sink is a format and an engine passed into :mod:`.lake_sink`: :mod:`.delta` and :mod:`.iceberg`
+build them from their sections).  The writers (:mod:`.postgres`, :mod:`.mysql`, on :mod:`.base`) import
 their database drivers; what they build on
 is pure (no I/O): :mod:`.layout` (value schema -> columns and key), :mod:`.types`
 (column types), :mod:`.values` (value conversion), :mod:`.batch` (batch reduction),

@@ -24,11 +24,12 @@ from common.config import SinksConfig
 from common.jars import module_jars
 from spark_jobs.errors import SinkError
 # the sink modules: registered as imported
-from spark_jobs.sinks import delta, delta_spark, iceberg, iceberg_spark, mysql, postgres  # noqa: F401
-from spark_jobs.sinks.iceberg_spark import IcebergSparkSink
+from spark_jobs.sinks import delta, iceberg, mysql, postgres  # noqa: F401
+from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.iceberg_spark import catalog_conf
 from spark_jobs.sinks.lake_spark import DELTA_EXTENSION, ICEBERG_EXTENSION
 from spark_jobs.sinks.interface import Sink
-from spark_jobs.sinks.registry import registered_sinks, sink_class
+from spark_jobs.sinks.registry import registered_sinks
 
 _built: dict[tuple, list[tuple[str, Sink]]] = {}
 _lock = threading.Lock()
@@ -41,7 +42,7 @@ def _sections(cfg: SinksConfig) -> list[tuple[str, type[Sink], Any]]:
     if unset:
         raise SinkError(f"no settings registered for the sinks {', '.join(unset)}: their settings modules are "
                         f"imported by spark_jobs.sections")
-    return [(name, sink_class(name, section), section) for name, section in sections.items() if name in kinds]
+    return [(name, kinds[name], section) for name, section in sections.items() if name in kinds]
 
 
 def _plain(value: Any) -> Any:
@@ -89,7 +90,7 @@ def lake_conf(cfg: SinksConfig | None) -> dict[str, str]:
     """The Spark session settings of the lake sinks ``cfg`` turns on with the ``spark`` engine
     (none without one), for ``spark_jobs.spark_session.build_session(conf=...)``: the
     connectors' jars (``make jars``: nothing fetched at run time), Delta's SQL extension and
-    catalog, Iceberg's extension and its catalog (:meth:`IcebergSparkSink.catalog_conf`), and
+    catalog, Iceberg's extension and its catalog (:func:`~spark_jobs.sinks.iceberg_spark.catalog_conf`), and
     Delta's settings for small, frequent commits."""
     lakes = spark_lakes(cfg)
     if not lakes:
@@ -113,5 +114,5 @@ def lake_conf(cfg: SinksConfig | None) -> dict[str, str]:
            "spark.scheduler.mode": "FAIR",
            "spark.scheduler.allocation.file": str(Path(__file__).with_name("lake_pools.xml"))}
     if "iceberg" in lakes:
-        out.update(IcebergSparkSink.from_config(cfg.iceberg).catalog_conf())  # type: ignore[union-attr]
+        out.update(catalog_conf(IcebergSink.from_config(cfg.iceberg).format))  # type: ignore[union-attr]
     return out

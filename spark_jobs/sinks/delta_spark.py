@@ -1,12 +1,12 @@
 """The Delta Lake sink's ``spark`` engine (``sinks.delta.engine: spark``): the tables of
-:class:`~spark_jobs.sinks.delta.DeltaSink`, merged by Spark's executors with delta-spark in the
+:class:`~spark_jobs.sinks.delta_format.DeltaFormat`, merged by Spark's executors with delta-spark in the
 merge job's session, a MERGE by position per table per micro-batch, merge-on-read: a replaced
 or deleted row is marked in a deletion vector, its file is not written again; compaction
 (OPTIMIZE) folds them back on its schedule.
 
 Exactly once: each MERGE carries the merge job's application transaction (Delta's idempotent
 DML: ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` = the batch id,
-:mod:`spark_jobs.sinks.lake_base`), so a replayed batch finds ``transaction_version(app) >=
+:mod:`spark_jobs.sinks.lake_sink`), so a replayed batch finds ``transaction_version(app) >=
 batch`` (checked before the commit, and by Delta itself in it) and commits nothing; the
 commit's ``userMetadata`` names the app and the batch.  The key columns and the position carry
 file statistics (``delta.dataSkippingStatsColumns``): the MERGE skips the files outside the
@@ -16,7 +16,8 @@ The driver reads the table's log with delta-rs (owner, schema, the batch the tab
 the key's upper bound) and, for ``cdc verify``, its rows (DataFusion's reader, which applies
 deletion vectors); every write is Spark's.  A column whose type changes so that the table's
 type cannot hold the new values writes the whole table again (one overwrite commit, by the
-executors), as the ``driver`` engine does.
+executors), as the ``driver`` engine does.  Maintenance is Spark's OPTIMIZE and VACUUM, and
+the log's old entries pruned with delta-rs (docs/lake.md, "Maintenance").
 """
 
 from __future__ import annotations
@@ -27,15 +28,13 @@ import os
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from spark_jobs.errors import LakeCommitConflict, SinkError, SinkUnavailable
-from spark_jobs.sinks.delta import LOG_RETENTION, DeltaSink, fits_delta_column, retention_interval
-from spark_jobs.sinks.delta_spark_maintenance import FILE_RETENTION, DeltaSparkMaintenance
-from spark_jobs.sinks.lake_base import evolved_schema
+from spark_jobs.sinks.delta_format import LOG_RETENTION, DeltaFormat, fits_delta_column, retention_interval
+from spark_jobs.sinks.lake_engine import evolved_schema
 from spark_jobs.sinks.lake_spark import (
-    EMPTY_TABLE,
-    SparkMerge,
+    SparkEngine,
     java_error,
     lake_session,
     merge_statement,
@@ -44,30 +43,38 @@ from spark_jobs.sinks.lake_spark import (
     sql_literal,
     temp_view,
 )
+from spark_jobs.sinks.lake_stage import StagingArea
 from spark_jobs.sinks.lake_types import DELETED_COLUMN
 from spark_jobs.sinks.naming import POSITION_COLUMN
-from spark_jobs.sinks.registry import register_sink
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeltaSparkSink"]
+__all__ = ["DeltaSparkEngine", "FILE_RETENTION"]
 
 #: Delta's exceptions of a commit that lost the race with another writer.
 _CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
               "ConcurrentTransactionException", "ProtocolChangedException", "MetadataChangedException",
               "ConcurrentWriteException", "DELTA_CONCURRENT")
+#: The table property that says how long VACUUM leaves the files a version removed.
+FILE_RETENTION = "delta.deletedFileRetentionDuration"
 
 
-@register_sink("delta", engine="spark")
-class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
-    """Source tables as Delta tables under ``path``, written by Spark (see the module docstring)."""
+class DeltaSparkEngine(SparkEngine):
+    """Delta tables written by Spark (see the module docstring)."""
 
     conflicts = _CONFLICTS
+
+    format: DeltaFormat
+
+    def __init__(self, fmt: DeltaFormat, staging: StagingArea, *, soft_delete: bool = False,
+                 retention_hours: float | None = None) -> None:
+        super().__init__(fmt, staging, soft_delete=soft_delete)
+        self.retention_hours = retention_hours
 
     # -- where ---------------------------------------------------------------------------------
     def spark_uri(self, db: str, table: str) -> str:
         """The table's location as Spark's file systems name it."""
-        uri = self.table_uri(db, table)
+        uri = self.format.table_uri(db, table)
         if "://" not in uri:
             return "file://" + os.path.abspath(uri)
         return "s3a://" + uri[5:] if uri.startswith("s3://") else uri
@@ -77,8 +84,9 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
         return "delta." + quote(self.spark_uri(db, table))
 
     # -- the table (its log read with delta-rs, written by Spark) ---------------------------------
-    def _configuration(self, key: list[str], owner: str) -> dict[str, str]:
-        conf = {**super()._configuration(key, owner),
+    def configuration(self, key: list[str], owner: str) -> dict[str, str]:
+        """The properties of a new table: the format's, deletion vectors and the retention."""
+        conf = {**self.format.configuration(key, owner),
                 # merge-on-read: a MERGE marks the rows it replaces instead of writing their files again
                 "delta.enableDeletionVectors": "true"}
         if self.retention_hours is not None:
@@ -90,17 +98,17 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
         """How long the log keeps its entries and VACUUM the files they remove."""
         return {LOG_RETENTION: retention_interval(hours), FILE_RETENTION: retention_interval(hours)}
 
-    def _spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
+    def spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
         """An unreachable place :class:`SinkUnavailable`, the rest :class:`SinkError`."""
         if any(m in str(exc) for m in ("AccessDeniedException", "FileAlreadyExistsException", "Mkdirs failed",
                                        "ParentNotDirectoryException", "IOException", "Permission denied")):
-            return SinkUnavailable(f"Delta table of {db}.{table} ({self.table_uri(db, table)}): {what} failed: "
+            return SinkUnavailable(f"Delta table of {db}.{table} ({self.format.table_uri(db, table)}): {what} failed: "
                                    f"{java_error(exc)} (is sinks.delta.path writable by the merge job?)")
         return SinkError(f"Delta table of {db}.{table}: {what} failed: {java_error(exc)}")
 
     def create_table(self, db: str, table: str, schema: pa.Schema, key: list[str], owner: str) -> Any:
         columns = ", ".join(f"{quote(f.name)} {spark_type(f.type)}" for f in schema)
-        props = ", ".join(f"{sql_literal(k)} = {sql_literal(v)}" for k, v in self._configuration(key, owner).items())
+        props = ", ".join(f"{sql_literal(k)} = {sql_literal(v)}" for k, v in self.configuration(key, owner).items())
         try:
             self.run_sql("creating the table", db, table,
                       f"CREATE TABLE {self.spark_name(db, table)} ({columns}) USING delta TBLPROPERTIES ({props})")
@@ -108,14 +116,14 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
             if "already exists" in str(exc).lower() or "DELTA_PATH_EXISTS" in str(exc):
                 raise LakeCommitConflict(f"the table was created meanwhile: {exc}") from exc
             raise
-        handle = self.load_table(db, table)
+        handle = self.format.load_table(db, table)
         if handle is None:
             raise SinkUnavailable(f"the Delta table of {db}.{table} was created but cannot be read at "
-                                  f"{self.table_uri(db, table)}")
+                                  f"{self.format.table_uri(db, table)}")
         return handle
 
-    def _evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
-        current = self._schema(handle)
+    def evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
+        current = self.format.schema(handle)
         added, retyped = evolved_schema(current, schema, fits_delta_column)
         if retyped:
             return self._rewrite_by_spark(db, table, current, schema, retyped)
@@ -124,7 +132,7 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
             self.run_sql("adding columns", db, table,
                          f"ALTER TABLE {self.spark_name(db, table)} ADD COLUMNS ({columns})")
             log.info("Delta table of %s.%s: columns added: %s", db, table, ", ".join(f.name for f in added))
-            return self.load_table(db, table)
+            return self.format.load_table(db, table)
         return handle
 
     def _rewrite_by_spark(self, db: str, table: str, current: pa.Schema, wanted: pa.Schema,
@@ -141,12 +149,12 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
                 for f in current]
         cols += [f"CAST(NULL AS {spark_type(f.type)}) AS {quote(f.name)}" for f in wanted
                  if f.name not in current.names]
-        self._run("writing it again with the new types", db, table,
+        self.run("writing it again with the new types", db, table,
                   lambda: (old.selectExpr(*cols).write.format("delta").mode("overwrite")
                            .option("overwriteSchema", "true").save(self.spark_uri(db, table))))
-        return self.load_table(db, table)
+        return self.format.load_table(db, table)
 
-    def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
+    def merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
                      app: str, bounds: tuple | None, meta: dict[str, str]) -> tuple[int, int] | None:
         conf = {"spark.databricks.delta.write.txnAppId": app, "spark.databricks.delta.write.txnVersion": str(batch_id),
                 "spark.databricks.delta.commitInfo.userMetadata": json.dumps({"cdc.app": app,
@@ -160,24 +168,13 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
         m = rows[0].asDict()
         changed = int(m.get("num_inserted_rows") or 0) + int(m.get("num_updated_rows") or 0)
         if self.soft_delete:
-            return changed, 0  # (SparkMerge splits the flagged deletes off)
+            return changed, 0  # (SparkEngine.apply splits the flagged deletes off)
         return changed, int(m.get("num_deleted_rows") or 0)
 
-    def _key_upper_bound(self, handle: Any, column: str) -> Any:
-        actions = pa.table(handle.get_add_actions(flatten=True))
-        if "num_records" in actions.column_names:
-            actions = actions.filter(pc.greater(pc.fill_null(actions.column("num_records"), 1), 0))
-        if actions.num_rows == 0:
-            return EMPTY_TABLE
-        col = f"max.{column}"
-        if col not in actions.column_names or actions.column(col).null_count:
-            return None  # a file without statistics of the column
-        return pc.max(actions.column(col)).as_py()
-
-    def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str,
+    def append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str,
                       meta: dict[str, str]) -> None:
         rows = changes.selectExpr(*[quote(c) if c != DELETED_COLUMN else f"false AS {quote(c)}" for c in columns])
-        self._run(f"the append of batch {batch_id}", db, table,
+        self.run(f"the append of batch {batch_id}", db, table,
                   lambda: (rows.write.format("delta").mode("append").option("txnAppId", app)
                            .option("txnVersion", batch_id)
                            .option("userMetadata", json.dumps({"cdc.app": app, "cdc.batch": str(batch_id), **meta}))
@@ -185,9 +182,9 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
 
     # -- the driver's table operations (Spark's DELETE and UPDATE) ---------------------------------
     def delete_below(self, db: str, table: str, position: str, where: dict | None = None) -> int:
-        if self.load_table(db, table) is None:
+        if self.format.load_table(db, table) is None:
             return 0
-        predicate = self._spark_predicate(position, where)
+        predicate = self.spark_predicate(position, where)
         name = self.spark_name(db, table)
         if self.soft_delete:
             rows = self.run_sql("flagging rows below a marker", db, table,
@@ -197,3 +194,76 @@ class DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink):
             return int(rows[0][0]) if rows else 0
         rows = self.run_sql("deleting rows below a marker", db, table, f"DELETE FROM {name} WHERE {predicate}")
         return int(rows[0][0]) if rows else 0
+
+    def remove(self, db: str, table: str) -> None:
+        self.format.remove_dir(db, table)
+
+    def move(self, db: str, table: str, to_db: str, to_table: str) -> None:
+        self.format.move_dir(db, table, to_db, to_table)
+
+    # -- maintenance (Spark's OPTIMIZE and VACUUM) -----------------------------------------------------
+    def compact(self, db: str, table: str) -> dict:
+        """OPTIMIZE: small files bin-packed into files of ``target_file_size``, and every file
+        whose deletion vector marks a row written again without it (Delta's
+        ``optimize.maxDeletedRowsRatio`` 0: the deletes folded back)."""
+        if self.format.load_table(db, table) is None:
+            return {}
+        rows = self.run_sql("OPTIMIZE", db, table, f"OPTIMIZE {self.spark_name(db, table)}",
+                         {"spark.databricks.delta.optimize.maxFileSize": str(self.format.target_file_size),
+                          "spark.databricks.delta.optimize.maxDeletedRowsRatio": "0"})
+        metrics = rows[0]["metrics"].asDict() if rows else {}
+        return {"files_removed": int(metrics.get("numFilesRemoved") or 0),
+                "files_added": int(metrics.get("numFilesAdded") or 0)}
+
+    def vacuum(self, db: str, table: str, retention_hours: float) -> dict:
+        """VACUUM: the files no version within ``retention_hours`` references removed (the log's
+        entries older than the table's log retention go at its next checkpoint)."""
+        if self.format.load_table(db, table) is None:
+            return {}
+        before = self.format.files_on_disk(db, table)
+        self.run_sql("VACUUM", db, table, f"VACUUM {self.spark_name(db, table)} RETAIN {float(retention_hours)} HOURS")
+        return {"files_removed": max(0, before - self.format.files_on_disk(db, table))}
+
+    def remove_old_versions(self, db: str, table: str, retention_hours: float) -> dict:
+        """VACUUM at the retention, with the table's log and file retention set to it (by default
+        a table keeps 30 days of log, a file per commit), and the log's entries older than it
+        and before its last checkpoint removed (:meth:`prune_log`)."""
+        handle = self.format.load_table(db, table)
+        if handle is None:
+            return {}
+        wanted = self._retention_properties(retention_hours)
+        config = handle.metadata().configuration
+        if any(config.get(k) != v for k, v in wanted.items()):
+            props = ", ".join(f"{sql_literal(k)} = {sql_literal(v)}" for k, v in wanted.items())
+            self.run_sql("setting the retention", db, table,
+                      f"ALTER TABLE {self.spark_name(db, table)} SET TBLPROPERTIES ({props})")
+        return {**self.vacuum(db, table, retention_hours), "log_entries_removed": self.prune_log(db, table)}
+
+    def prune_log(self, db: str, table: str) -> int:
+        """Remove the log's entries older than the table's log retention and before its last
+        checkpoint (delta-rs's ``cleanup_metadata``; delta-spark writes the checkpoints).
+        Delta's own cleanup, at its checkpoints, cuts at the start of a day: at a commit a
+        second a table would keep up to a day of log, 86,400 files; this keeps the retention's.
+        Only log files go: no version within the retention loses an entry."""
+        handle = self.format.load_table(db, table)
+        if handle is None:
+            return 0
+        from deltalake.exceptions import DeltaError
+        before = len(self._log_files(db, table))
+        try:
+            handle.cleanup_metadata()
+        except (DeltaError, OSError) as exc:
+            raise SinkError(f"Delta table of {db}.{table}: removing old log entries failed: {exc}") from exc
+        left = self._log_files(db, table)
+        fs, _ = self.format.fs()
+        names = {i.base_name for i in left}
+        for info in left:  # Hadoop's hidden checksum of a log entry delta-rs removed
+            name = info.base_name
+            if name.startswith(".") and name.endswith(".crc") and name[1:-4] not in names:
+                fs.delete_file(info.path)
+        return max(0, before - len(self._log_files(db, table)))
+
+    def _log_files(self, db: str, table: str) -> list[pafs.FileInfo]:
+        fs, root = self.format.fs()
+        infos = fs.get_file_info(pafs.FileSelector(f"{root}/{db}/{table}/_delta_log", allow_not_found=True))
+        return [i for i in infos if i.type == pafs.FileType.File]

@@ -3,7 +3,7 @@ SQLite), opened once per sink object and shared by its users (the merge job's la
 the driver's table operations): pyiceberg creates its catalog tables when it opens a catalog,
 and two threads doing so at once collide in the database (``UniqueViolation`` on PostgreSQL's
 type names), so it is opened under a lock, before the merge queries start
-(:meth:`~spark_jobs.sinks.lake_base.LakeSinkBase.prepare`).  It pickles without its connection
+(:meth:`~spark_jobs.sinks.lake_sink.LakeSink.prepare`).  It pickles without its connection
 (the merge tasks never open it), and errors name no password."""
 
 from __future__ import annotations

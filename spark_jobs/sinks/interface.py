@@ -111,7 +111,7 @@ class BatchSink(Sink):
         """In a merge task: write one partition's changes of ``db.table`` where the commit
         will take them (nothing visible yet); returns what the commit needs of them (JSON
         data: it travels to the driver with the task's figures).  ``app``: the job's
-        application id (:func:`spark_jobs.sinks.lake_base.app_id`)."""
+        application id (:func:`spark_jobs.sinks.lake_sink.app_id`)."""
         raise NotImplementedError
 
     def commit(self, db: str, table: str, staged: Sequence[dict], *, batch_id: int, app: str = "",

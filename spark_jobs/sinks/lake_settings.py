@@ -1,5 +1,5 @@
 """What the lake sinks' settings share (``sinks.delta``, ``sinks.iceberg``, docs/lake.md),
-as :mod:`spark_jobs.sinks.lake_base` is what the sinks share: light (pydantic and common
+as :mod:`spark_jobs.sinks.lake_sink` is what the sinks share: light (pydantic and common
 only), registered by each lake sink's own settings."""
 
 from __future__ import annotations

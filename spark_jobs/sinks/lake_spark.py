@@ -1,6 +1,6 @@
 """The lake sinks' ``spark`` engine: the session the driver commits through, a batch's staged
 parts read by the executors and reduced to one change per key, the MERGE by position that
-the executors run (:class:`SparkMerge`, the commit's part the formats share), and the Spark
+the executors run (:class:`SparkEngine`, the writes the formats share), and the Spark
 types of the lake columns.
 
 The driver plans; Spark's executors read the staged parts, join them with the table's rows
@@ -24,19 +24,19 @@ import pyarrow as pa
 from common.errors import UnsupportedType
 from spark_jobs.errors import LakeCommitConflict, SinkError
 from spark_jobs.sinks.batch import ApplyResult, check_position
+from spark_jobs.sinks.lake_engine import LakeEngine
+from spark_jobs.sinks.lake_format import EMPTY_TABLE
 from spark_jobs.sinks.lake_stage import StagingArea, part_schema, unified_schema
 from spark_jobs.sinks.lake_types import DELETED_COLUMN, OP_COLUMN, is_list_type, lake_schema_of
 from spark_jobs.sinks.naming import POSITION_COLUMN
 
 __all__ = ["DELTA_EXTENSION", "ICEBERG_EXTENSION", "lake_session", "check_connectors", "spark_type", "quote",
            "sql_literal", "staged_frame", "merge_statement", "with_conf", "key_range", "java_error", "temp_view",
-           "EMPTY_TABLE", "SparkMerge"]
+           "EMPTY_TABLE", "SparkEngine"]
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 _ROW = "__cdc_rank"
-#: A key column's upper bound in a table without rows (the sinks' ``_key_upper_bound``).
-EMPTY_TABLE = object()
 _LOCK = threading.RLock()
 #: The fair scheduler pool of the lake committer's Spark jobs (spark_jobs/sinks/lake_pools.xml).
 LAKE_POOL = "lake"
@@ -234,46 +234,50 @@ def java_error(exc: BaseException) -> str:
     return text[:500]
 
 
-class SparkMerge:
-    """The ``spark`` engine's commit of a batch (:meth:`_apply`, in place of the ``driver``
-    engine's of :class:`~spark_jobs.sinks.lake_base.LakeSinkBase`): the table's schema from the
-    parts' descriptions (no part opened on the driver), the table made or evolved, then the
-    executors read the parts and either append them (every key above the table's highest:
-    new rows of a rising key) or MERGE them by position; and the driver's table operations
-    in Spark SQL.  The format gives ``create_table``, ``_evolve``, ``_schema``, ``load_table``,
-    ``spark_name``, :data:`conflicts` and :meth:`_spark_error` (how :meth:`run_sql` sorts
-    Spark's errors), :meth:`_merge_frame`, :meth:`_append_frame` and :meth:`_key_upper_bound`."""
+class SparkEngine(LakeEngine):
+    """The ``spark`` engine's writes that the formats share: a batch's commit (:meth:`apply`:
+    the table's schema from the parts' descriptions, no part opened on the driver; the table
+    made or evolved; then the executors read the parts and either append them, every key above
+    the table's highest: new rows of a rising key, or MERGE them by position), the driver's
+    table operations in Spark SQL, and Spark's errors sorted.  Each format's engine
+    (:class:`~spark_jobs.sinks.delta_spark.DeltaSparkEngine`,
+    :class:`~spark_jobs.sinks.iceberg_spark.IcebergSparkEngine`) gives the statements:
+    :meth:`create_table`, :meth:`evolve`, :meth:`merge_frame`, :meth:`append_frame`,
+    :meth:`spark_name`, :data:`conflicts` and :meth:`spark_error`."""
 
-    soft_delete: bool
-    staging: StagingArea
     #: Spark's messages of a commit that lost the race with another writer (the format's)
     conflicts: tuple[str, ...] = ()
 
-    def _spark(self) -> Any:
+    def session(self) -> Any:
         """The session the format's statements run in."""
         return lake_session()
+
+    def spark_name(self, db: str, table: str) -> str:
+        """The table as Spark SQL names it."""
+        raise NotImplementedError
 
     def in_commit_thread(self) -> None:
         """The Spark jobs of this thread (the lake committer's) in the fair scheduler's ``lake``
         pool (``lake_pools.xml``): a micro-batch's tasks take the next free slot, not the slot
         after a MERGE's last task."""
-        self._spark().sparkContext.setLocalProperty("spark.scheduler.pool", LAKE_POOL)
+        self.session().sparkContext.setLocalProperty("spark.scheduler.pool", LAKE_POOL)
 
-    def _spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
+    def spark_error(self, what: str, db: str, table: str, exc: Exception) -> SinkError:
         """The sink's error for Spark's ``exc`` (not a lost race) while ``what`` on the table."""
         return SinkError(f"{db}.{table}: {what} failed: {java_error(exc)}")
 
     def _failure(self, what: str, db: str, table: str, exc: Exception) -> Exception:
         """What to raise for ``exc``: a lost race :class:`LakeCommitConflict` (the job commits
-        the batch again), the sink's own errors as they are, the rest :meth:`_spark_error`."""
+        the batch again), the sink's own errors as they are, the rest :meth:`spark_error`."""
         if any(c in str(exc) for c in self.conflicts):
             return LakeCommitConflict(java_error(exc))
         if isinstance(exc, SinkError):
             return exc
-        return self._spark_error(what, db, table, exc)
+        return self.spark_error(what, db, table, exc)
 
-    def _run(self, what: str, db: str, table: str, action: Callable[[], Any]) -> Any:
-        """``action()`` (Spark's work on the table), its errors sorted by :meth:`_failure`."""
+    def run(self, what: str, db: str, table: str, action: Callable[[], Any]) -> Any:
+        """``action()`` (Spark's work on the table), its errors sorted (a lost race, the sink's
+        own, :meth:`spark_error`)."""
         try:
             return action()
         except Exception as exc:  # noqa: BLE001 - Spark's errors, sorted by _failure
@@ -284,27 +288,27 @@ class SparkMerge:
 
     def run_sql(self, what: str, db: str, table: str, statement: str, conf: dict[str, str] | None = None) -> list:
         """Run a statement on the table in Spark (with ``conf`` set meanwhile); its rows."""
-        spark = self._spark()
+        spark = self.session()
 
         def run() -> list:
             with with_conf(spark, conf or {}):
                 return spark.sql(statement).collect()
-        return self._run(what, db, table, run)
+        return self.run(what, db, table, run)
 
-    def _apply(self, handle: Any, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int,
-               app: str, owner: str, given: int, meta: dict[str, str]) -> ApplyResult:
+    def apply(self, handle: Any, db: str, table: str, staged: Sequence[dict], key: list[str], batch_id: int,
+              app: str, owner: str, given: int, meta: dict[str, str]) -> ApplyResult:
         try:
             wanted = unified_schema(staged)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise UnsupportedType(f"the staged parts of {db}.{table} do not share a schema: {exc}") from exc
         target = lake_schema_of(wanted, self.soft_delete)
         if handle is None:
-            handle = self.create_table(db, table, target, key, owner)  # type: ignore[attr-defined]
+            handle = self.create_table(db, table, target, key, owner)
         else:
-            handle = self._evolve(handle, db, table, target, key)  # type: ignore[attr-defined]
-        schema = self._schema(handle)  # type: ignore[attr-defined]
-        spark = self._spark()
-        changes = staged_frame(spark, self.staging, staged, [(f.name, spark_type(f.type)) for f in schema], key)
+            handle = self.evolve(handle, db, table, target, key)
+        schema = self.format.schema(handle)
+        changes = staged_frame(self.session(), self.staging, staged, [(f.name, spark_type(f.type)) for f in schema],
+                               key)
         if len(staged) > 1:  # (a job of its own: Delta refuses a MERGE source that is cached)
             from pyspark.sql import functions as F
             row = changes.agg(F.count(F.lit(1)), F.sum(F.when(F.col(OP_COLUMN) == "d", 1).otherwise(0))).first()
@@ -315,10 +319,10 @@ class SparkMerge:
         if deletes == 0 and self._above_every_key(handle, key, bounds):
             # every key of the batch above the table's highest (new rows of a rising key):
             # no row of the table can match, and the MERGE's result is an append of the rows
-            self._append_frame(db, table, changes, schema.names, batch_id, app, meta)
+            self.append_frame(db, table, changes, schema.names, batch_id, app, meta)
             merged: tuple[int, int] | None = (rows, 0)
         else:
-            merged = self._merge_frame(db, table, changes, schema.names, key, batch_id, app, bounds, meta)
+            merged = self.merge_frame(db, table, changes, schema.names, key, batch_id, app, bounds, meta)
         if merged is None:  # the format found the batch committed in the commit itself
             return ApplyResult(skipped=given)
         upserted, deleted = merged
@@ -328,18 +332,23 @@ class SparkMerge:
         skipped = max(0, rows - upserted - deleted)  # older than the table's rows
         return ApplyResult(upserted=upserted, deleted=deleted, skipped=skipped, superseded=given - rows)
 
-    def _merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
-                     app: str, bounds: tuple | None, meta: dict[str, str]) -> tuple[int, int] | None:
+    def evolve(self, handle: Any, db: str, table: str, schema: pa.Schema, key: list[str]) -> Any:
+        """The table with ``schema``'s columns (added, types widened, or the table written
+        again), by Spark; its handle."""
+        raise NotImplementedError
+
+    def merge_frame(self, db: str, table: str, changes: Any, columns: list[str], key: list[str], batch_id: int,
+                    app: str, bounds: tuple | None, meta: dict[str, str]) -> tuple[int, int] | None:
         """MERGE the reduced changes (a Spark DataFrame of the table's ``columns``, the position
         and the op) by position in one commit tagged with ``app`` and ``batch_id``; ``bounds``:
         the first key column's range in the batch (None: unknown).  ``(rows upserted or
         changed, rows deleted)``; None when the commit found the batch committed already."""
         raise NotImplementedError
 
-    def _append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str,
-                      meta: dict[str, str]) -> None:
+    def append_frame(self, db: str, table: str, changes: Any, columns: list[str], batch_id: int, app: str,
+                     meta: dict[str, str]) -> None:
         """Append the changes (none a delete, none of a key the table holds) as rows in one
-        commit tagged like :meth:`_merge_frame`'s."""
+        commit tagged like :meth:`merge_frame`'s."""
         raise NotImplementedError
 
     def _above_every_key(self, handle: Any, key: list[str], bounds: tuple | None) -> bool:
@@ -349,34 +358,28 @@ class SparkMerge:
         table holds a key of the batch.  False where unknown."""
         if bounds is None or not isinstance(bounds[0], int) or isinstance(bounds[0], bool):
             return False
-        top = self._key_upper_bound(handle, key[0])
+        top = self.format.key_upper_bound(handle, key[0])
         return top is not None and (top is EMPTY_TABLE or bounds[0] > top)
 
-    def _key_upper_bound(self, handle: Any, column: str) -> Any:
-        """An upper bound of the integer column ``column`` in the table's live files (from their
-        statistics, no data read), :data:`EMPTY_TABLE` for a table without rows, None if unknown."""
-        return None
-
     # -- the driver's table operations in Spark SQL ------------------------------------------------
-    def _spark_predicate(self, position: str, where: dict | None) -> str:
+    @staticmethod
+    def spark_predicate(position: str, where: dict | None) -> str:
         """The rows below ``position`` (and equal to ``where``'s values)."""
         check_position(position)
         conds = [f"{quote(POSITION_COLUMN)} < {sql_literal(position)}"]
         conds += [f"{quote(c)} = {sql_literal(str(v))}" for c, v in (where or {}).items()]
         return " AND ".join(conds)
 
-    def _delete_rows_below(self, db: str, table: str, position: str) -> None:
+    def delete_rows_below(self, db: str, table: str, position: str) -> None:
         self.run_sql("deleting rows below a DROP", db, table,
-                  f"DELETE FROM {self.spark_name(db, table)} WHERE "  # type: ignore[attr-defined]
-                  f"{self._spark_predicate(position, None)}")
+                     f"DELETE FROM {self.spark_name(db, table)} WHERE {self.spark_predicate(position, None)}")
 
-    def _has_rows(self, db: str, table: str) -> bool:
-        if self.load_table(db, table) is None:  # type: ignore[attr-defined]
+    def has_rows(self, db: str, table: str) -> bool:
+        if self.format.load_table(db, table) is None:
             return False
-        return bool(self.run_sql("reading", db, table,
-                              f"SELECT 1 FROM {self.spark_name(db, table)} LIMIT 1"))  # type: ignore[attr-defined]
+        return bool(self.run_sql("reading", db, table, f"SELECT 1 FROM {self.spark_name(db, table)} LIMIT 1"))
 
-    def _rows_above(self, db: str, table: str, position: str) -> bool:
+    def rows_above(self, db: str, table: str, position: str) -> bool:
         return bool(self.run_sql("reading", db, table,
-                              f"SELECT 1 FROM {self.spark_name(db, table)} WHERE "  # type: ignore[attr-defined]
-                              f"{quote(POSITION_COLUMN)} > {sql_literal(position)} LIMIT 1"))
+                                 f"SELECT 1 FROM {self.spark_name(db, table)} WHERE "
+                                 f"{quote(POSITION_COLUMN)} > {sql_literal(position)} LIMIT 1"))

@@ -42,7 +42,7 @@ class MergeSettings:
     # driver, is idempotent by it); -1: not known (a task run outside a batch).
     batch_id: int = -1
     # The batch sinks' application id (the job's checkpoint: a batch sink's commit of a batch is
-    # recognised by it and the batch id, :func:`spark_jobs.sinks.lake_base.app_id`) and the
+    # recognised by it and the batch id, :func:`spark_jobs.sinks.lake_sink.app_id`) and the
     # pipeline owning the lake tables (``cdc-merge:<kafka.topic_prefix>``).
     app_id: str = ""
     owner: str = ""

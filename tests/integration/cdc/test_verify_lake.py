@@ -32,7 +32,7 @@ from spark_jobs.sharding.target import target_fields, target_row, target_schema
 from spark_jobs.sinks.configured import build_sinks
 from spark_jobs.sinks.delta import DeltaSink
 from spark_jobs.sinks.iceberg import IcebergSink
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 from spark_jobs.sinks.lake_types import DELETED_COLUMN
 from tests.integration.spark_jobs.test_sinks import P, Source, read_source
 from tests.lake_helpers import commit_batch, lake_rows
@@ -48,7 +48,7 @@ class Lakes:
     delta: DeltaSink
     iceberg: IcebergSink
 
-    def __iter__(self) -> Iterator[LakeSinkBase]:
+    def __iter__(self) -> Iterator[LakeSink]:
         return iter((self.delta, self.iceberg))
 
     def close(self) -> None:
@@ -58,7 +58,7 @@ class Lakes:
 
 def lakes_of(cfg: CDCConfig) -> Lakes:
     """The lake sinks ``cfg`` configures: the ones verify reads."""
-    sinks = {name: s for name, s in build_sinks(cfg.sinks) if isinstance(s, LakeSinkBase)}
+    sinks = {name: s for name, s in build_sinks(cfg.sinks) if isinstance(s, LakeSink)}
     return Lakes(cfg, sinks["delta"], sinks["iceberg"])
 
 
@@ -117,7 +117,7 @@ def assert_equal(report: VerifyReport, tables: list[str], rows: int | dict) -> N
 def delta_append(delta: DeltaSink, db: str, table: str, rows: list[dict]) -> None:
     """Rows added to the Delta table with delta-rs (``write_deltalake``, mode append)."""
     from deltalake import DeltaTable, write_deltalake
-    uri = delta.table_uri(db, table)
+    uri = delta.format.table_uri(db, table)
     schema = pa.schema(DeltaTable(uri).schema().to_arrow())
     write_deltalake(uri, pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema),
                     mode="append")
@@ -168,7 +168,7 @@ def test_each_damage_to_a_delta_or_iceberg_table_is_named_with_its_table_key_and
 
         # Delta, table a: id 3 deleted, id 100 added, id 5's text and id 7's DATETIME(6) (by 1 us) changed
         from deltalake import DeltaTable
-        uri = lakes.delta.table_uri(test_db, "a")
+        uri = lakes.delta.format.table_uri(test_db, "a")
         assert DeltaTable(uri).delete("id = 3")["num_deleted_rows"] == 1
         DeltaTable(uri).update(predicate="id = 5", updates={"v": "'changed'"})
         at7 = lake_rows(lakes.delta, test_db, "a", ["id"])[(7,)]["at"]
@@ -309,7 +309,7 @@ def test_a_routed_lake_target_is_verified_shard_by_shard(stack, lake_cfg, test_d
         # Delta: shard a's id 2 deleted, shard b's id 3 changed, an id 77 added under shard a's
         # origin, a row of a table no route names
         from deltalake import DeltaTable
-        uri = lakes.delta.table_uri(test_db, "orders")
+        uri = lakes.delta.format.table_uri(test_db, "orders")
         DeltaTable(uri).delete("__table = 'orders_a' AND id = 2")
         DeltaTable(uri).update(predicate="__table = 'orders_b' AND id = 3", updates={"v": "'moved'"})
         origin = {"__source": source_name, "__db": test_db}

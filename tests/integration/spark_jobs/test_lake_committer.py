@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from spark_jobs.report.batch_report import MergeCollector
 from spark_jobs.commit.lake_committer import REQUEST_FILE, LakeCommitters
 from spark_jobs.sinks.iceberg import IcebergSink
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 from spark_jobs.sinks.naming import POSITION_COLUMN
 from tests.integration.spark_jobs.test_sinks import P, simple_source
 from tests.lake_helpers import LAKE_KINDS, lake_commits, lake_rows, lake_session, make_lake_sink
@@ -51,7 +51,7 @@ def driver_delta(tmp_path):
     sink.close()
 
 
-def stage(committers: LakeCommitters, sink: LakeSinkBase, src, batch_id: int, partitions, app: str = APP,
+def stage(committers: LakeCommitters, sink: LakeSink, src, batch_id: int, partitions, app: str = APP,
           table: str = "items") -> dict:
     """Batch ``batch_id``'s partitions staged as the merge tasks stage them, handed over as the
     driver hands them over."""

@@ -126,7 +126,7 @@ def test_vacuum_removes_the_files_no_version_needs_and_stale_staged_parts(cfg, s
     delta = sinks["delta"]
     new_keys(delta, 2)
     rewrites(delta, 3, first=2)
-    table = Path(delta.table_uri("shop", "items"))
+    table = Path(delta.format.table_uri("shop", "items"))
     live = {Path(u.removeprefix("file://")) for u in delta.load_table("shop", "items").file_uris()}
     on_disk = {p for p in table.glob("*.parquet")}
     assert len(live) == 2 and len(on_disk) == 5, (live, on_disk)

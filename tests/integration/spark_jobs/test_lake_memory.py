@@ -66,7 +66,7 @@ def test_iceberg_compaction_reads_a_group_of_files_of_the_target_size_at_a_time(
         handle = sink.load_table("shop", "many")
         sizes = [t.file.file_size_in_bytes for t in handle.scan().plan_files()]
         assert len(sizes) == 8
-        sink.target_file_size = 3 * max(sizes) + 1
+        sink.format.target_file_size = 3 * max(sizes) + 1
         done = sink.compact("shop", "many")
         assert done["files_removed"] >= 6 and done["files_added"] >= 2, done
         assert 3 <= sink.file_count("shop", "many") <= 4

@@ -13,13 +13,13 @@ import pytest
 from cdc.verify import verify
 from spark_jobs.merge_job import MergeJob
 from spark_jobs.sinks.configured import build_sinks
-from spark_jobs.sinks.lake_base import LakeSinkBase
+from spark_jobs.sinks.lake_sink import LakeSink
 from tests.integration.spark_jobs.test_merge_job import _pipeline
 from tests.lake_helpers import lake_commits
 
 
-def _lake_sinks(cfg) -> dict[str, LakeSinkBase]:
-    return {name: s for name, s in build_sinks(cfg.sinks) if isinstance(s, LakeSinkBase)}
+def _lake_sinks(cfg) -> dict[str, LakeSink]:
+    return {name: s for name, s in build_sinks(cfg.sinks) if isinstance(s, LakeSink)}
 
 
 def _verify_lake(cfg, db: str, tables: list[str]):
@@ -133,9 +133,9 @@ def test_deleted_and_changed_keys_reach_the_lake_and_duckdb_reads_it(stack, lake
     done = {(r["sink"], r["table"]): r for r in cdc("optimize")}
     assert {r["sink"]: r["files_after"] for r in done.values()} == {"delta": 1, "iceberg": 1}, done
     if engine == "spark":  # no row marked deleted any more: Spark's OPTIMIZE and rewrite_data_files
-        assert sinks["delta"].deletion_vectors(test_db, "t") == 0
-        assert sinks["iceberg"].delete_file_count(test_db, "t") == 0
-        delta_files = sinks["delta"]._files_on_disk(test_db, "t")
+        assert sinks["delta"].format.deletion_vectors(test_db, "t") == 0
+        assert sinks["iceberg"].format.delete_file_count(test_db, "t") == 0
+        delta_files = sinks["delta"].format.files_on_disk(test_db, "t")
         snapshots = len(sinks["iceberg"].load_table(test_db, "t").metadata.snapshots)
     vacuumed = {(r["sink"], r["table"]): r for r in cdc("vacuum", "--retention-hours", "0")}
     assert ("delta", "(staged parts)") in vacuumed

@@ -235,7 +235,7 @@ def test_every_type_added_to_a_table_and_widened_in_place_keeps_its_values(drive
     records = [full.upsert(r, 100 + i, "r") for i, r in enumerate(stored)]
     commit_batch(lake, test_db, "types", full.schema, ["id"], [records], 1)  # row 1 replaced, 2 and 3 new
     commit_batch(lake, test_db, "created", full.schema, ["id"], [records], 0)
-    evolved, created = (lake._schema(lake.load_table(test_db, t)) for t in ("types", "created"))
+    evolved, created = (lake.format.schema(lake.load_table(test_db, t)) for t in ("types", "created"))
     assert dict(zip(evolved.names, evolved.types)) == dict(zip(created.names, created.types))  # (order, ids aside)
     got = lake_rows(lake, test_db, "types", ["id"])
     assert sorted(got) == [(1,), (2,), (3,)]
@@ -254,7 +254,7 @@ def test_every_type_added_to_a_table_and_widened_in_place_keeps_its_values(drive
                                                                        "c")]], 0)
     commit_batch(lake, "shop", "wide", v2.schema, ["id"], [[v2.upsert({"id": 2, "f": 0.1, "n": Decimal("1e11")}, 11,
                                                                        "c")]], 1)
-    schema = lake._schema(lake.load_table("shop", "wide"))
+    schema = lake.format.schema(lake.load_table("shop", "wide"))
     assert (schema.field("f").type, schema.field("n").type) == (pa.float64(), pa.decimal128(14, 2))
     assert values(lake, "shop", "wide", ("f", "n")) == {1: (1.5, Decimal("12.34")), 2: (0.1, Decimal("1e11"))}
 
@@ -394,7 +394,7 @@ def test_delta_change_data_feed(tmp_path):
     commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.delete({"id": 1}, 12)]], 2)
     import pyarrow as pa
     from deltalake import DeltaTable
-    feed = pa.table(DeltaTable(sink.table_uri("shop", "items")).load_cdf(starting_version=0).read_all()).to_pylist()
+    feed = pa.table(DeltaTable(sink.format.table_uri("shop", "items")).load_cdf(starting_version=0).read_all()).to_pylist()
     kinds = sorted((r["_commit_version"], r["_change_type"], r["v"]) for r in feed)
     assert kinds == [(1, "insert", "a"), (2, "update_postimage", "b"), (2, "update_preimage", "a"),
                      (3, "delete", "b")]
@@ -405,7 +405,7 @@ def test_iceberg_on_a_sqlite_catalog(tmp_path):
     src = simple_source()
     commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.upsert({"id": 1, "v": "a"}, 10, "c")]], 0)
     assert values(sink, "shop", "items") == {1: ("a",)}
-    assert sink.expire("shop", "items", 0) == {"snapshots_expired": 0, "files_removed": 0}  # 1 snapshot: kept
+    assert sink.engine.expire("shop", "items", 0) == {"snapshots_expired": 0, "files_removed": 0}  # 1 snapshot: kept
     sink.close()
 
 
@@ -532,7 +532,7 @@ def test_two_writers_committing_at_once_both_land(lake, stack, tmp_path, unique)
 def _files_on_disk(sink, db: str, table: str) -> int:
     """The table's files, but Iceberg's metadata files: each commit writes one, and the table
     keeps the last 100 (``write.metadata.previous-versions-max``), checked apart."""
-    where = sink.table_uri(db, table) if hasattr(sink, "table_uri") else sink.load_table(db, table).metadata.location
+    where = sink.format.table_uri(db, table) if hasattr(sink.format, "table_uri") else sink.load_table(db, table).metadata.location
     files = [p for p in Path(where.removeprefix("file://")).rglob("*") if p.is_file()]
     assert sum(1 for p in files if p.name.endswith(".metadata.json")) <= 101
     return sum(1 for p in files if not p.name.endswith(".metadata.json"))
@@ -608,7 +608,7 @@ def test_iceberg_keeps_at_most_max_snapshots_so_its_commits_do_not_slow_down(sta
 def _deletes_marked(sink, db: str, table: str) -> int:
     """Rows a merge-on-read commit marked instead of writing their files again: Delta's data
     files carrying a deletion vector, Iceberg's position delete files."""
-    return sink.deletion_vectors(db, table) if isinstance(sink, DeltaSink) else sink.delete_file_count(db, table)
+    return sink.format.deletion_vectors(db, table) if isinstance(sink, DeltaSink) else sink.format.delete_file_count(db, table)
 
 
 def test_merge_on_read_marks_replaced_rows_and_compaction_folds_them_back(spark_lake):
@@ -660,11 +660,11 @@ def test_removing_old_versions_leaves_only_what_the_latest_version_needs(spark_l
     live = lake.file_count("shop", "old")
     assert live == 1
     if isinstance(lake, DeltaSink):
-        on_disk = lake._files_on_disk("shop", "old")
+        on_disk = lake.format.files_on_disk("shop", "old")
         assert on_disk > live  # the versions before the compaction's files and deletion vectors
         done = lake.remove_old_versions("shop", "old", 0)
         assert done["files_removed"] == on_disk - live, done
-        assert lake._files_on_disk("shop", "old") == live
+        assert lake.format.files_on_disk("shop", "old") == live
     else:
         snapshots = len(lake.load_table("shop", "old").metadata.snapshots)
         assert snapshots >= 5  # four batches and the compaction
@@ -732,7 +732,7 @@ def test_verify_finds_each_difference_of_a_damaged_lake_table_and_skips_soft_del
     for name, r in before.items():
         assert r.equal and r.source_rows == r.sink_rows == 30, (name, r)
     spark = lake_session()
-    d, i = sinks["delta"].spark_name(test_db, "items"), sinks["iceberg"].spark_name(test_db, "items")
+    d, i = sinks["delta"].engine.spark_name(test_db, "items"), sinks["iceberg"].engine.spark_name(test_db, "items")
     p = P(999)
     spark.sql(f"DELETE FROM {d} WHERE id = 3")
     spark.sql(f"UPDATE {d} SET v = 'changed' WHERE id = 4")

@@ -437,3 +437,36 @@ def test_the_private_names_check_sees_what_it_is_for(tmp_path):
         "cdc/bench/x_bench.py:1: from spark_jobs.sinks.x_sink import _LIMIT",
         "cdc/bench/x_bench.py:4: sink._load (defined in spark_jobs.sinks)",
     ]
+
+
+def stacked_sink_classes(modules: list[tuple[Path, ast.Module]]) -> list[str]:
+    """The classes of ``spark_jobs/sinks`` that derive from more than one of the project's
+    classes (a sink made of stacked bases overriding each other's hooks, not of parts passed in)."""
+    defined = {n.name for _, tree in modules for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    found = []
+    for path, tree in modules:
+        if path.relative_to(ROOT).parts[:2] != ("spark_jobs", "sinks"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+                own = [b for b in bases if b in defined]
+                if len(own) > 1:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name}({', '.join(own)})")
+    return found
+
+
+def test_sinks_are_made_of_parts_not_stacked_bases():
+    """Issue 71: a sink is a frame with its parts passed in (a lake sink: a format and an engine;
+    a table sink: a connection, its tables and a writer), not a class of several project bases
+    (``DeltaSparkSink(SparkMerge, DeltaSparkMaintenance, DeltaSink)`` was)."""
+    found = stacked_sink_classes(list(_modules()))
+    assert not found, found
+
+
+def test_the_stacked_bases_check_sees_what_it_is_for():
+    sinks = ROOT / "spark_jobs" / "sinks" / "x_sink.py"
+    other = ROOT / "producer" / "x_session.py"
+    code = "class A:\n    pass\n\nclass B:\n    pass\n\nclass C(A, B):\n    pass\n\nclass D(A, dict):\n    pass\n"
+    assert stacked_sink_classes([(sinks, ast.parse(code)), (other, ast.parse(code))]) == [
+        "spark_jobs/sinks/x_sink.py:7: C(A, B)"]

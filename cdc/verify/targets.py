@@ -306,9 +306,10 @@ class MySQLTarget(DBTarget):
 
     def __init__(self, sink: MySQLSink) -> None:
         super().__init__()
-        self.args = dict(host=sink.host, port=sink.port, user=sink.user, password=sink.password)
-        self.tls = sink.tls
-        self.database = sink.database
+        db = sink.db  # (its connection's settings: the same server, login and TLS)
+        self.args = dict(host=db.host, port=db.port, user=db.user, password=db.password)
+        self.tls = db.tls
+        self.database = db.database
         self.names = sink
 
     def quote(self, name: str) -> str:

@@ -51,7 +51,7 @@ class Change(NamedTuple):
 
 class EncodedChange(NamedTuple):
     """A change whose row image is still in its Avro bytes: the merge job's records, for a
-    sink that writes images straight from them (:meth:`TableSinkBase.apply_encoded`).
+    sink that writes images straight from them (:meth:`~spark_jobs.sinks.table_sink.TableSink.apply_encoded`).
     ``data`` is the change event (single-object framing), ``row_at`` where the image
     (``before`` for a delete, else ``after``: its ``["null", row]`` union) starts in it."""
 

@@ -64,7 +64,8 @@ from pymysql.converters import escape_string
 from common.sql.quoting import quote_ident
 from common.sql.tls import TlsSettings, connect_mysql
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.base import TablePlan, TableSinkBase
+from spark_jobs.sinks.sink_connection import SinkConnection
+from spark_jobs.sinks.table_sink import SqlTables, TablePlan, TableSink, TableWriter
 from spark_jobs.sinks.batch import ApplyResult
 from spark_jobs.sinks.keys import freeze_key, key_json_and_hash
 from spark_jobs.sinks.layout import SinkColumn, TableLayout
@@ -73,7 +74,7 @@ from spark_jobs.sinks.registry import register_sink
 from spark_jobs.sinks.types import mysql_key_types, mysql_type
 from spark_jobs.sinks.values import format_time_micros, is_pass_through, mysql_converter, row_error, row_getter
 
-__all__ = ["MySQLSink"]
+__all__ = ["MySQLSink", "MySQLConnection", "MySQLTables", "MySQLWriter"]
 
 _MAX_IDENT = 64
 _READ_CHUNK = 500
@@ -190,38 +191,28 @@ class _Plan(TablePlan):
     key_cols_sql: str
 
 
-@register_sink("mysql")
-class MySQLSink(TableSinkBase):
-    """Upsert sink into MySQL/MariaDB.  Picklable: the connection is opened where it is used."""
+class MySQLConnection(SinkConnection):
+    """The sink's pymysql connection (UTC, strict SQL mode, the ``database`` made and selected);
+    on connect it learns the server's flavor, its binary collation and the statement size
+    that stays under ``max_allowed_packet``."""
 
-    MAX_IDENT = _MAX_IDENT
-    SETTINGS = ("host", "port", "user", "password", "database", "serialize", "connect_timeout", "tls")
+    WHAT = "MySQLSink"
     DRIVER_ERROR = pymysql.Error
     UNAVAILABLE_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
-    @classmethod
-    def from_config(cls, section: Any) -> "MySQLSink":
-        """The sink of ``sinks.mysql``."""
-        return cls(section.host, section.port, section.user, section.password.get_secret_value(), section.database,
-                   tls=TlsSettings.of(section.ssl, "sinks.mysql.ssl"))
-
-    def __init__(self, host: str, port: int, user: str, password: Any, database: str, *,
-                 serialize: bool = True, connect_timeout: float = 10, tls: TlsSettings | None = None) -> None:
-        if not database:
-            raise SinkError("database must be non-empty")
-        if hasattr(password, "get_secret_value"):  # pydantic SecretStr from CDCConfig
-            password = password.get_secret_value()
-        super().__init__(serialize)
+    def __init__(self, host: str, port: int, user: str, password: str, database: str, *,
+                 connect_timeout: float = 10, tls: TlsSettings | None = None) -> None:
+        super().__init__()
         self.host, self.port, self.user, self.password = host, int(port), user, password or ""
         self.database = database
         self.connect_timeout = connect_timeout
         self.tls = tls or TlsSettings(setting="sinks.mysql.ssl")  # TLS as sinks.mysql.ssl says
         self.flavor = ""
         self.collation = ""
-        self._max_sql = 1 << 20
+        #: The longest statement the writer sends (bytes).
+        self.max_sql = 1 << 20
 
-    # ------------------------------------------------------------------ connection
-    def _connect(self) -> pymysql.connections.Connection:
+    def connect(self) -> pymysql.connections.Connection:
         conn = connect_mysql(self.tls, host=self.host, port=self.port, user=self.user, password=self.password,
                              charset="utf8mb4", autocommit=False, connect_timeout=self.connect_timeout)
         try:
@@ -237,7 +228,7 @@ class MySQLSink(TableSinkBase):
                     nums = [int(x) for x in re.findall(r"\d+", version)[:3]]
                     self.collation = "utf8mb4_0900_bin" if nums >= [8, 0, 17] else "utf8mb4_bin"
                 # Statements stay well under max_allowed_packet (4 bytes a character at worst).
-                self._max_sql = max(64 * 1024, min(4 << 20, (int(packet) - 4096) // 4))
+                self.max_sql = max(64 * 1024, min(4 << 20, (int(packet) - 4096) // 4))
                 cur.execute(f"CREATE DATABASE IF NOT EXISTS {q(self.database)} CHARACTER SET utf8mb4")
             conn.select_db(self.database)
             conn.commit()
@@ -246,10 +237,10 @@ class MySQLSink(TableSinkBase):
             raise
         return conn
 
-    def _is_open(self, conn: pymysql.connections.Connection) -> bool:
+    def is_open(self, conn: pymysql.connections.Connection) -> bool:
         return conn.open
 
-    def _drop_broken(self) -> None:
+    def drop_broken(self) -> None:
         if self._conn is None:
             return
         try:
@@ -258,35 +249,41 @@ class MySQLSink(TableSinkBase):
             self.close()
 
     @contextlib.contextmanager
-    def _transaction_cursor(self, conn: pymysql.connections.Connection) -> Iterator[pymysql.cursors.Cursor]:
+    def transaction_cursor(self, conn: pymysql.connections.Connection) -> Iterator[pymysql.cursors.Cursor]:
         conn.begin()
         with conn.cursor() as cur:
             yield cur
         conn.commit()
 
-    # ------------------------------------------------------------------ names
-    def _quote(self, name: str) -> str:
+
+class MySQLTables(SqlTables):
+    """The sink tables of database ``db.database``: names, catalogue, DDL."""
+
+    MAX_IDENT = _MAX_IDENT
+    db: MySQLConnection
+
+    def quote(self, name: str) -> str:
         return q(name)
 
     def qualified_name(self, db: str, table: str) -> str:
-        return f"{q(self.database)}.{q(self.table_name(db, table))}"
+        return f"{q(self.db.database)}.{q(self.table_name(db, table))}"
 
-    def _bookkeeping(self, name: str) -> str:
+    def bookkeeping(self, name: str) -> str:
         return q(name)
 
-    def _rename_sql(self, db: str, table: str, to_db: str, to_table: str) -> str:
+    def rename_sql(self, db: str, table: str, to_db: str, to_table: str) -> str:
         return f"RENAME TABLE {self.qualified_name(db, table)} TO {self.qualified_name(to_db, to_table)}"
 
-    def _registered(self, cur) -> list[tuple[str, str, str]]:
+    def registered(self, cur) -> list[tuple[str, str, str]]:
         cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-                    [self.database, TABLES])
+                    [self.db.database, TABLES])
         if not cur.fetchone()[0]:
             return []
         cur.execute(f"SELECT table_name, source_db, source_table FROM {q(TABLES)} ORDER BY table_name")
         return [(n, d, t) for n, d, t in cur.fetchall()]
 
-    def _has_table(self, cur, db: str, table: str) -> bool:
-        return self.table_name(db, table) in {n for n, _, _ in self._registered(cur)}
+    def has_table(self, cur, db: str, table: str) -> bool:
+        return self.table_name(db, table) in {n for n, _, _ in self.registered(cur)}
 
     # ------------------------------------------------------------------ DDL
     def _column_sql(self, c: SinkColumn, key_types: dict[str, str], is_key: bool) -> str:
@@ -296,23 +293,23 @@ class MySQLSink(TableSinkBase):
             return f"{t} NOT NULL DEFAULT CURRENT_TIMESTAMP(6)" if is_key else f"{t} NULL DEFAULT NULL"
         return f"{t} NOT NULL" if is_key else f"{t} NULL"
 
-    def _prepare(self, db: str, table: str, layout: TableLayout, rekey: bool = False) -> _Plan:
+    def prepare(self, db: str, table: str, layout: TableLayout, rekey: bool = False) -> _Plan:
         sig = layout.signature()
         name = self.table_name(db, table)
         for c in layout.columns:
             if len(c.name) > _MAX_IDENT:
                 raise SinkError(f"{db}.{table}: column name {c.name!r} is longer than {_MAX_IDENT} characters")
-        qualified = f"{q(self.database)}.{q(name)}"
+        qualified = f"{q(self.db.database)}.{q(name)}"
         key_types = mysql_key_types(layout.key)
         key_set = {c.name for c in layout.key}
-        conn = self.connection()
-        lock = f"cdc_sink_ddl:{self.database}"[:64]
-        with self._guarded(), conn.cursor() as cur:
+        conn = self.db.connection()
+        lock = f"cdc_sink_ddl:{self.db.database}"[:64]
+        with self.db.guarded(), conn.cursor() as cur:
             cur.execute("SELECT GET_LOCK(%s, 120)", [lock])
             if cur.fetchone()[0] != 1:
                 raise SinkError(f"could not take the DDL lock {lock!r}")
             try:
-                opts = f"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={self.collation}"
+                opts = f"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={self.db.collation}"
                 cur.execute(
                     f"CREATE TABLE IF NOT EXISTS {q(TABLES)} (table_name VARCHAR(64) NOT NULL PRIMARY KEY,"
                     " source_db VARCHAR(64) NOT NULL, source_table VARCHAR(64) NOT NULL,"
@@ -326,17 +323,17 @@ class MySQLSink(TableSinkBase):
                 # (apply asks for a table's tombstones at or above a position; a purge for
                 # those below; a table made before that index has it added once)
                 cur.execute("SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
-                            "AND TABLE_NAME = %s AND INDEX_NAME = %s", [self.database, TOMBSTONES,
+                            "AND TABLE_NAME = %s AND INDEX_NAME = %s", [self.db.database, TOMBSTONES,
                                                                         _TOMBSTONE_POSITIONS])
                 if not cur.fetchone()[0]:
                     cur.execute(f"ALTER TABLE {q(TOMBSTONES)} ADD KEY {q(_TOMBSTONE_POSITIONS)} (table_name, position)")
-                registered = self._check_registration(cur, name, qualified, db, table, layout.key_names, rekey)
+                registered = self.check_registration(cur, name, qualified, db, table, layout.key_names, rekey)
                 defs = [f"{q(c.name)} {self._column_sql(c, key_types, c.name in key_set)}" for c in layout.columns]
                 defs.append(f"{q(POSITION_COLUMN)} {_POSITION_TYPE}")
                 defs.append(f"PRIMARY KEY ({', '.join(q(c.name) for c in layout.key)})")
                 cur.execute(f"CREATE TABLE IF NOT EXISTS {qualified} ({', '.join(defs)}) {opts}")
                 cur.execute("SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
-                            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", [self.database, name])
+                            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", [self.db.database, name])
                 existing = {n.lower(): _normalize_type(t) for n, t in cur.fetchall()}
                 alters = []
                 for c in layout.columns:
@@ -346,10 +343,10 @@ class MySQLSink(TableSinkBase):
                     if have is None:
                         alters.append(f"ALTER TABLE {qualified} ADD COLUMN {q(c.name)} "
                                       f"{self._column_sql(c, key_types, False)}")
-                    elif have != want and not (want == "json" and have == "longtext" and self.flavor == "mariadb"):
+                    elif have != want and not (want == "json" and have == "longtext" and self.db.flavor == "mariadb"):
                         alters.append(f"ALTER TABLE {qualified} MODIFY COLUMN {q(c.name)} "
                                       f"{self._column_sql(c, key_types, is_key)}")
-                self._alter_and_register(cur, alters, registered, name, db, table, layout.key_names)
+                self.alter_and_register(cur, alters, registered, name, db, table, layout.key_names)
                 conn.commit()
             finally:
                 cur.execute("DO RELEASE_LOCK(%s)", [lock])
@@ -379,8 +376,14 @@ class MySQLSink(TableSinkBase):
             key_cols_sql=key_cols_sql,
         )
 
-    # ------------------------------------------------------------------ apply
-    def _write(self, cur, plan: _Plan, upserts: list, deletes: list, has_tombstones: bool,
+
+class MySQLWriter(TableWriter):
+    """A reduced batch as multi-row INSERTs and DELETEs (statements under ``db.max_sql``)."""
+
+    def __init__(self, db: MySQLConnection) -> None:
+        self.db = db
+
+    def write(self, cur, plan: _Plan, upserts: list, deletes: list, has_tombstones: bool,
                result: ApplyResult) -> None:
         ups = _prepared_keys(plan, upserts)
         dels = _prepared_keys(plan, deletes)
@@ -465,7 +468,7 @@ class MySQLSink(TableSinkBase):
             raise row_error(plan.qualified, plan.layout, plan.literals, ch, exc) from exc
 
     def _insert_chunks(self, cur, prefix: str, suffix: str, rows: list[str]) -> None:
-        budget = self._max_sql
+        budget = self.db.max_sql
         start = 0
         while start < len(rows):
             size = len(prefix) + len(suffix)
@@ -475,6 +478,27 @@ class MySQLSink(TableSinkBase):
                 end += 1
             cur.execute(prefix + ",".join(rows[start:end]) + suffix)
             start = end
+
+
+@register_sink("mysql")
+class MySQLSink(TableSink):
+    """Upsert sink into MySQL/MariaDB.  Picklable: the connection is opened where it is used."""
+
+    @classmethod
+    def from_config(cls, section: Any) -> "MySQLSink":
+        """The sink of ``sinks.mysql``."""
+        return cls(section.host, section.port, section.user, section.password.get_secret_value(), section.database,
+                   tls=TlsSettings.of(section.ssl, "sinks.mysql.ssl"))
+
+    def __init__(self, host: str, port: int, user: str, password: Any, database: str, *,
+                 serialize: bool = True, connect_timeout: float = 10, tls: TlsSettings | None = None) -> None:
+        if not database:
+            raise SinkError("database must be non-empty")
+        if hasattr(password, "get_secret_value"):  # pydantic SecretStr from CDCConfig
+            password = password.get_secret_value()
+        db = MySQLConnection(host, port, user, password, database, connect_timeout=connect_timeout, tls=tls)
+        super().__init__(db, MySQLTables(db), MySQLWriter(db), serialize=serialize)
+        self.host, self.port, self.database = db.host, db.port, database
 
 
 def _chunks(items: list, n: int):

@@ -2,6 +2,10 @@
 
 Layout
 ======
+A :class:`PostgresSink` is a :class:`~spark_jobs.sinks.table_sink.TableSink` of three parts:
+its connection (:class:`PostgresConnection`, psycopg 3), its tables (:class:`PostgresTables`:
+names, catalogue, DDL, turns) and its writer
+(:class:`~spark_jobs.sinks.postgres_copy.PostgresCopyWriter`: COPY into stage tables).
 All sink tables of one :class:`PostgresSink` live in one schema (``schema_name``, default
 ``public``, created if missing).  Source table ``db.table`` becomes
 ``"<schema>"."<db>__<table>"`` (:func:`~spark_jobs.sinks.naming.sink_table_name`;
@@ -20,7 +24,7 @@ Two bookkeeping tables per schema:
   turns (``serialize=True``, see below); a merge task whose records all carry their
   table's one key schema and are in the partition Kafka's partitioner gives their keys
   shares the row with the other partitions' (``FOR SHARE``) and takes a turn of its
-  partition instead (``_take_turn``).
+  partition instead (:meth:`PostgresTables.take_turn`).
 * ``__cdc_tombstones (table_name, key_hash, key_json, position)``: deleted keys.
 
 Why tombstones
@@ -85,15 +89,16 @@ from typing import Any, Iterator
 import psycopg
 
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.base import TableSinkBase
 from spark_jobs.sinks.layout import TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN, TABLES, TOMBSTONES, sink_identifier
-from spark_jobs.sinks.postgres_copy import PostgresCopyWrite
+from spark_jobs.sinks.postgres_copy import PostgresCopyWriter
 from spark_jobs.sinks.postgres_plan import PgTablePlan, quote_pg, table_plan
 from spark_jobs.sinks.registry import register_sink
+from spark_jobs.sinks.sink_connection import SinkConnection
+from spark_jobs.sinks.table_sink import SqlTables, TableSink
 from spark_jobs.sinks.types import postgres_type
 
-__all__ = ["PostgresSink", "quote_pg"]
+__all__ = ["PostgresSink", "PostgresConnection", "PostgresTables", "quote_pg"]
 
 _MAX_IDENT = 63
 def _lock_id(text: str) -> int:
@@ -101,12 +106,10 @@ def _lock_id(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True)
 
 
-@register_sink("postgres")
-class PostgresSink(PostgresCopyWrite, TableSinkBase):
-    """Upsert sink into PostgreSQL.  Picklable: the connection is opened where it is used."""
+class PostgresConnection(SinkConnection):
+    """The sink's psycopg connection to ``dsn`` (UTC), opened where it is used."""
 
-    MAX_IDENT = _MAX_IDENT
-    SETTINGS = ("dsn", "schema_name", "serialize")
+    WHAT = "PostgresSink"
     DRIVER_ERROR = psycopg.Error
     UNAVAILABLE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
     #: SQLSTATE classes of an operational error that is about the server, not the data:
@@ -123,50 +126,49 @@ class PostgresSink(PostgresCopyWrite, TableSinkBase):
         state = getattr(exc, "sqlstate", None)
         return state is None or state.startswith(self._OUT_OF_REACH_STATES)
 
-    @classmethod
-    def from_config(cls, section: Any) -> "PostgresSink":
-        """The sink of ``sinks.postgres``."""
-        return cls(section.dsn.get_secret_value(), section.schema_name)
-
-    def __init__(self, dsn: str, schema_name: str = "public", *, serialize: bool = True) -> None:
-        if not schema_name:
-            raise SinkError("schema_name must be non-empty")
-        super().__init__(serialize)
+    def __init__(self, dsn: str) -> None:
+        super().__init__()
         self.dsn = dsn
-        self.schema_name = sink_identifier(schema_name, _MAX_IDENT)
 
-    # ------------------------------------------------------------------ connection
-    def _connect(self) -> psycopg.Connection:
+    def connect(self) -> psycopg.Connection:
         conn = psycopg.connect(self.dsn, autocommit=False)
         conn.execute("SET TIME ZONE 'UTC'")
         conn.commit()
         return conn
 
-    def _is_open(self, conn: psycopg.Connection) -> bool:
+    def is_open(self, conn: psycopg.Connection) -> bool:
         return not conn.closed
 
-    def _drop_broken(self) -> None:
+    def drop_broken(self) -> None:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self.close()
 
     @contextlib.contextmanager
-    def _transaction_cursor(self, conn: psycopg.Connection) -> Iterator[psycopg.Cursor]:
+    def transaction_cursor(self, conn: psycopg.Connection) -> Iterator[psycopg.Cursor]:
         with conn.transaction(), conn.cursor() as cur:
             yield cur
 
-    # ------------------------------------------------------------------ names
-    def _quote(self, name: str) -> str:
+
+
+class PostgresTables(SqlTables):
+    """The sink tables of schema ``schema_name``: names, catalogue, DDL, turns (see the module docstring)."""
+
+    MAX_IDENT = _MAX_IDENT
+
+    def __init__(self, db: PostgresConnection, schema_name: str) -> None:
+        super().__init__(db)
+        self.schema_name = sink_identifier(schema_name, _MAX_IDENT)
+
+    def quote(self, name: str) -> str:
         return quote_pg(name)
 
     def qualified_name(self, db: str, table: str) -> str:
         return f"{quote_pg(self.schema_name)}.{quote_pg(self.table_name(db, table))}"
 
-    def _bookkeeping(self, name: str) -> str:
+    def bookkeeping(self, name: str) -> str:
         return f"{quote_pg(self.schema_name)}.{quote_pg(name)}"
 
-    PARTITION_TURNS = True
-
-    def _take_turn(self, cur: psycopg.Cursor, name: str) -> bool:
+    def take_turn(self, cur: psycopg.Cursor, name: str, partition: int | None) -> bool:
         """The table's whole turn (``FOR UPDATE`` of its row in ``__cdc_tables``), or with
         ``turn_partition`` set, that partition's turn: the row ``FOR SHARE`` and a
         transaction advisory lock of (table, partition).
@@ -181,31 +183,31 @@ class PostgresSink(PostgresCopyWrite, TableSinkBase):
         routed targets, a topic whose partition count changed, the driver's deletes, drops
         and renames).  Measured: the steady batches of a 1M-event benchmark left the two
         cores 30% idle under the whole turn alone (docs/merge-performance.md)."""
-        if self.turn_partition is None:
-            return self._whole_turn(cur, name)
-        cur.execute(f"SELECT 1 FROM {self._bookkeeping(TABLES)} WHERE table_name = %s FOR SHARE", [name])
+        if partition is None:
+            return self.whole_turn(cur, name)
+        cur.execute(f"SELECT 1 FROM {self.bookkeeping(TABLES)} WHERE table_name = %s FOR SHARE", [name])
         registered = cur.fetchone() is not None
         cur.execute("SELECT pg_advisory_xact_lock(%s)",
-                    [_lock_id(f"cdc-sink-turn:{self.schema_name}.{name}:{self.turn_partition}")])
+                    [_lock_id(f"cdc-sink-turn:{self.schema_name}.{name}:{partition}")])
         return registered
 
-    def _rename_sql(self, db: str, table: str, to_db: str, to_table: str) -> str:
+    def rename_sql(self, db: str, table: str, to_db: str, to_table: str) -> str:
         return f"ALTER TABLE {self.qualified_name(db, table)} RENAME TO {quote_pg(self.table_name(to_db, to_table))}"
 
-    def _registered(self, cur: psycopg.Cursor) -> list[tuple[str, str, str]]:
-        cur.execute("SELECT to_regclass(%s) IS NOT NULL", [self._bookkeeping(TABLES)])
+    def registered(self, cur: psycopg.Cursor) -> list[tuple[str, str, str]]:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", [self.bookkeeping(TABLES)])
         if not cur.fetchone()[0]:
             return []
-        cur.execute(f"SELECT table_name, source_db, source_table FROM {self._bookkeeping(TABLES)} ORDER BY table_name")
+        cur.execute(f"SELECT table_name, source_db, source_table FROM {self.bookkeeping(TABLES)} ORDER BY table_name")
         return [(n, d, t) for n, d, t in cur.fetchall()]
 
-    def _has_table(self, cur: psycopg.Cursor, db: str, table: str) -> bool:
+    def has_table(self, cur: psycopg.Cursor, db: str, table: str) -> bool:
         cur.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
-                    [self._bookkeeping(TABLES), self.qualified_name(db, table)])
+                    [self.bookkeeping(TABLES), self.qualified_name(db, table)])
         return bool(cur.fetchone()[0])
 
     # ------------------------------------------------------------------ DDL
-    def _prepare(self, db: str, table: str, layout: TableLayout, rekey: bool = False) -> PgTablePlan:
+    def prepare(self, db: str, table: str, layout: TableLayout, rekey: bool = False) -> PgTablePlan:
         sig = layout.signature()
         name = self.table_name(db, table)
         col_names = {c.name: sink_identifier(c.name, _MAX_IDENT) for c in layout.columns}
@@ -214,15 +216,15 @@ class PostgresSink(PostgresCopyWrite, TableSinkBase):
         schema = quote_pg(self.schema_name)
         qualified = f"{schema}.{quote_pg(name)}"
         key_names = [col_names[c.name] for c in layout.key]
-        with self._transaction() as cur:
+        with self.db.transaction() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_id("cdc-sink-ddl:" + self.schema_name)])
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
             cur.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._bookkeeping(TABLES)} ("
+                f"CREATE TABLE IF NOT EXISTS {self.bookkeeping(TABLES)} ("
                 " table_name text PRIMARY KEY, source_db text NOT NULL, source_table text NOT NULL,"
                 " key_columns text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())")
-            self._ensure_tombstones(cur)
-            registered = self._check_registration(cur, name, qualified, db, table, key_names, rekey)
+            self.ensure_tombstones(cur)
+            registered = self.check_registration(cur, name, qualified, db, table, key_names, rekey)
             defs = []
             for c in layout.columns:
                 nn = " NOT NULL" if c in layout.key else ""
@@ -242,10 +244,10 @@ class PostgresSink(PostgresCopyWrite, TableSinkBase):
                 elif have != ctype:
                     alters.append(f"ALTER TABLE {qualified} ALTER COLUMN {quote_pg(cname)} TYPE {ctype} "
                                   f"USING {quote_pg(cname)}::{ctype}")
-            self._alter_and_register(cur, alters, registered, name, db, table, key_names)
-        return table_plan(sig, name, qualified, layout, col_names, self._bookkeeping(TOMBSTONES))
+            self.alter_and_register(cur, alters, registered, name, db, table, key_names)
+        return table_plan(sig, name, qualified, layout, col_names, self.bookkeeping(TOMBSTONES))
 
-    def _ensure_tombstones(self, cur: psycopg.Cursor) -> None:
+    def ensure_tombstones(self, cur: psycopg.Cursor) -> None:
         """The schema's tombstone table (under the DDL lock): appended to, indexed by
         ``(table_name, position)`` only.  Every statement that reads it is bounded by
         position (the guard and the pruning at or above the batch's lowest position, the
@@ -257,7 +259,7 @@ class PostgresSink(PostgresCopyWrite, TableSinkBase):
         ``INSERT ... ON CONFLICT`` into a B-tree of random hashes), which is dropped when
         found.  ``REPLICA IDENTITY FULL``: a sink database published for logical
         replication can still delete from a table without a primary key."""
-        tomb = self._bookkeeping(TOMBSTONES)
+        tomb = self.bookkeeping(TOMBSTONES)
         cur.execute(f"CREATE TABLE IF NOT EXISTS {tomb} ("
                     " table_name text NOT NULL, key_hash bytea NOT NULL, key_json text NOT NULL,"
                     " position char(30) COLLATE \"C\" NOT NULL)")
@@ -271,5 +273,23 @@ class PostgresSink(PostgresCopyWrite, TableSinkBase):
             if pkey is not None or identity != "f":
                 cur.execute(f"ALTER TABLE {tomb} REPLICA IDENTITY FULL")
 
-    # ------------------------------------------------------------------ apply
 
+@register_sink("postgres")
+class PostgresSink(TableSink):
+    """Upsert sink into PostgreSQL.  Picklable: the connection is opened where it is used."""
+
+    PARTITION_TURNS = True
+
+    @classmethod
+    def from_config(cls, section: Any) -> "PostgresSink":
+        """The sink of ``sinks.postgres``."""
+        return cls(section.dsn.get_secret_value(), section.schema_name)
+
+    def __init__(self, dsn: str, schema_name: str = "public", *, serialize: bool = True) -> None:
+        if not schema_name:
+            raise SinkError("schema_name must be non-empty")
+        db = PostgresConnection(dsn)
+        tables = PostgresTables(db, schema_name)
+        super().__init__(db, tables, PostgresCopyWriter(tables), serialize=serialize)
+        self.dsn = dsn
+        self.schema_name = tables.schema_name

@@ -16,6 +16,7 @@ from spark_jobs.sinks.copy_text import compile_copy_encoder, copy_lines_of
 from spark_jobs.sinks.keys import key_hash, key_json_and_hash
 from spark_jobs.sinks.layout import TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN
+from spark_jobs.sinks.table_sink import SqlTables, TableSink, TableWriter
 from spark_jobs.sinks.postgres_plan import (
     KEY_HASH,
     KEY_JSON,
@@ -49,18 +50,23 @@ def avro_encoders(writer_schema: Any, layout: TableLayout) -> tuple[Any, Any] | 
         return None
 
 
-class PostgresCopyWrite:
-    """The PostgreSQL sink's writes through COPY into stage tables (mixed into
-    :class:`~spark_jobs.sinks.postgres.PostgresSink`)."""
+class PostgresCopyWriter(TableWriter):
+    """The PostgreSQL sink's writes through COPY into stage tables (the writer of
+    :class:`~spark_jobs.sinks.postgres.PostgresSink`; ``tables``: its
+    :class:`~spark_jobs.sinks.postgres.PostgresTables`)."""
 
-    def apply_encoded(self, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
+    def __init__(self, tables: SqlTables) -> None:
+        self.tables = tables
+
+    def apply_encoded(self, sink: TableSink, db: str, table: str, value_schema: Any, key_columns: Sequence[str],
                       changes: Sequence[EncodedChange], writer_schema: Any, *, rekey: bool = False,
                       fresh: int = 0) -> ApplyResult | None:
         """The upserts' rows COPYed as :func:`~spark_jobs.sinks.copy_text.compile_copy_encoder`
         writes them from their Avro bytes (the deletes as :meth:`apply` does, by their key
-        columns); None for a schema with a column kind it does not write (see the base).
+        columns); None for a schema with a column kind it does not write
+        (:meth:`~spark_jobs.sinks.table_sink.TableSink.apply_encoded`).
 
-        The ``fresh`` changes (see the base) go to a stage table of their own and into the
+        The ``fresh`` changes go to a stage table of their own and into the
         table by a plain ``INSERT`` (with the tombstone guard when it is needed, their key
         hashes staged again under the turn as the upserts' are), in a savepoint: an insert
         of a new key costs PostgreSQL about half of what ``INSERT ... ON CONFLICT`` does
@@ -71,8 +77,8 @@ class PostgresCopyWrite:
         succeeds and the table's turn is held."""
         if not changes:
             return ApplyResult()
-        layout = self._layout(value_schema, key_columns)
-        plan = self._ensure(db, table, layout, rekey)
+        layout = sink.layout(value_schema, key_columns)
+        plan = sink.plan(db, table, layout, rekey)
         fpb = changes[0].data[2:10]
         if len(set(map(_FINGERPRINT, map(_DATA, changes)))) > 1:
             return None  # (one writer schema per call)
@@ -94,20 +100,20 @@ class PostgresCopyWrite:
                 upserts.append(ch)
         lowest = min(ch.position for ch in changes)
         result = ApplyResult()
-        with self._transaction() as cur:
-            self._staged_write(cur, plan, lowest, len(upserts),
+        with sink.db.transaction() as cur:
+            self._staged_write(sink, cur, plan, lowest, len(upserts),
                                lambda hashed: self._copy_encoded(cur, plan, upserts, line, key_reader, hashed),
                                deletes, result, encoded=True,
                                inserts=(len(inserts), lambda hashed: self._copy_encoded(
                                    cur, plan, inserts, line, key_reader, hashed, STAGE_INSERTS)))
         return result
 
-    def _write_reduced(self, cur: psycopg.Cursor, plan: PgTablePlan, lowest: str, upserts: list, deletes: list,
-                       result: ApplyResult) -> None:
-        self._staged_write(cur, plan, lowest, len(upserts), lambda hashed: self._copy_rows(cur, plan, upserts, hashed),
+    def write_reduced(self, sink: TableSink, cur: psycopg.Cursor, plan: PgTablePlan, lowest: str, upserts: list,
+                      deletes: list, result: ApplyResult) -> None:
+        self._staged_write(sink, cur, plan, lowest, len(upserts), lambda hashed: self._copy_rows(cur, plan, upserts, hashed),
                            deletes, result)
 
-    def _staged_write(self, cur: psycopg.Cursor, plan: PgTablePlan, lowest: str, n_upserts: int,
+    def _staged_write(self, sink: TableSink, cur: psycopg.Cursor, plan: PgTablePlan, lowest: str, n_upserts: int,
                       stage_upserts: Callable[[bool], None], deletes: list, result: ApplyResult, *,
                       encoded: bool = False, inserts: tuple[int, Callable[[bool], None] | None] = (0, None)
                       ) -> None:
@@ -127,7 +133,7 @@ class PostgresCopyWrite:
         (:meth:`apply_encoded`) that ``stage(hashed)`` COPYs into a stage table of their own
         (staged again with their hashes as the upserts are), written by
         :meth:`_insert_staged`."""
-        hashed = not plan.json_guard and self._has_tombstones(cur, plan, lowest)
+        hashed = not plan.json_guard and self.tables.has_tombstones(cur, plan, lowest)
         n_inserts, stage_inserts = inserts
         if n_upserts:
             cur.execute(plan.encoded_stage_ddl if encoded else plan.stage_upserts_ddl)
@@ -137,8 +143,8 @@ class PostgresCopyWrite:
             stage_inserts(hashed)
         if deletes:
             self._stage_deletes(cur, plan, deletes)
-        if self.serialize or plan.json_guard:
-            has_tombstones = self._begin_write(cur, plan, lowest)
+        if sink.serialize or plan.json_guard:
+            has_tombstones = sink.begin_write(cur, plan, lowest)
         else:
             has_tombstones = hashed
         restage = has_tombstones and not hashed and not plan.json_guard

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.base import TablePlan
+from spark_jobs.sinks.table_sink import TablePlan
 from spark_jobs.sinks.copy_text import stage_column
 from spark_jobs.sinks.layout import TableLayout
 from spark_jobs.sinks.naming import POSITION_COLUMN

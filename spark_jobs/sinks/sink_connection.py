@@ -17,30 +17,43 @@ from spark_jobs.errors import SinkUnavailable
 
 class SinkConnection:
     """A table sink's connection: opened on first use, every statement in a transaction.
-    The sink sets ``SETTINGS``, ``DRIVER_ERROR`` and ``UNAVAILABLE_ERRORS`` and implements
-    ``_connect``, ``_is_open``, ``_drop_broken`` and ``_transaction_cursor``."""
+    A database's own (:class:`~spark_jobs.sinks.postgres.PostgresConnection`,
+    :class:`~spark_jobs.sinks.mysql.MySQLConnection`) sets ``DRIVER_ERROR`` and
+    ``UNAVAILABLE_ERRORS`` and gives :meth:`connect`, :meth:`is_open`, :meth:`drop_broken`
+    and :meth:`transaction_cursor`."""
+
+    #: The sink it connects, in messages (``PostgresSink``).
+    WHAT: str = "sink"
+    #: The driver's base exception (``close`` ignores it: the connection is dropped anyway).
+    DRIVER_ERROR: type[Exception] = Exception
+    #: The driver's exceptions of a database out of reach: raised as :class:`SinkUnavailable`.
+    UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = ()
+
+    def __init__(self) -> None:
+        self._conn: Any = None
 
     def __getstate__(self) -> dict:
-        return {name: getattr(self, name) for name in self.SETTINGS}
+        return {**self.__dict__, "_conn": None}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(**state)
+    @property
+    def open(self) -> bool:
+        """Whether a connection is held (it may have been lost meanwhile)."""
+        return self._conn is not None
 
-    def __enter__(self) -> "SinkConnection":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    @property
+    def held(self) -> Any:
+        """The connection held now, or None (not opened: :meth:`connection` opens one)."""
+        return self._conn
 
     def connection(self) -> Any:
-        """The sink's connection, opened when there is none or it was closed."""
-        if self._conn is None or not self._is_open(self._conn):
+        """The connection, opened when there is none or it was closed."""
+        if self._conn is None or not self.is_open(self._conn):
             try:
-                self._conn = self._connect()
+                self._conn = self.connect()
             except self.UNAVAILABLE_ERRORS as exc:
                 if not self.out_of_reach(exc):
                     raise
-                raise self._unavailable(exc) from exc
+                raise self.unavailable(exc) from exc
         return self._conn
 
     def close(self) -> None:
@@ -57,44 +70,46 @@ class SinkConnection:
         (retry the batch) rather than that it refuses this data (dead-letter the record)."""
         return True
 
-    def _unavailable(self, exc: Exception) -> SinkUnavailable:
-        return SinkUnavailable(f"{type(self).__name__}: {type(exc).__name__}: {exc}")
+    def unavailable(self, exc: Exception) -> SinkUnavailable:
+        """The sink's error of a database out of reach."""
+        return SinkUnavailable(f"{self.WHAT}: {type(exc).__name__}: {exc}")
 
     @contextlib.contextmanager
-    def _guarded(self) -> Iterator[None]:
+    def guarded(self) -> Iterator[None]:
         """Drop the connection when the block broke it; a database out of reach raises
         :class:`SinkUnavailable`."""
         try:
             yield
         except self.UNAVAILABLE_ERRORS as exc:
-            self._drop_broken()
+            self.drop_broken()
             if not self.out_of_reach(exc):
                 raise
-            raise self._unavailable(exc) from exc
+            raise self.unavailable(exc) from exc
         except BaseException:
-            self._drop_broken()
+            self.drop_broken()
             raise
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Any]:
+    def transaction(self) -> Iterator[Any]:
         """A cursor in a transaction: committed when the block ends, rolled back (and a
         broken connection dropped) when it raises."""
         conn = self.connection()
-        with self._guarded(), self._transaction_cursor(conn) as cur:
+        with self.guarded(), self.transaction_cursor(conn) as cur:
             yield cur
 
-    def _connect(self) -> Any:  # pragma: no cover - abstract
+    def connect(self) -> Any:  # pragma: no cover - abstract
         """A new connection, set up for the sink's statements."""
         raise NotImplementedError
 
-    def _is_open(self, conn: Any) -> bool:  # pragma: no cover - abstract
+    def is_open(self, conn: Any) -> bool:  # pragma: no cover - abstract
+        """Whether ``conn`` is still open."""
         raise NotImplementedError
 
-    def _drop_broken(self) -> None:  # pragma: no cover - abstract
+    def drop_broken(self) -> None:  # pragma: no cover - abstract
         """After an error: end the transaction, and close the connection when it is broken."""
         raise NotImplementedError
 
-    def _transaction_cursor(self, conn: Any) -> contextlib.AbstractContextManager:  # pragma: no cover - abstract
+    def transaction_cursor(self, conn: Any) -> contextlib.AbstractContextManager:  # pragma: no cover - abstract
         """A context manager: a cursor in a new transaction of ``conn``, committed on exit
         without an error."""
         raise NotImplementedError

@@ -184,7 +184,7 @@ def apply_runs(sink, db: str, table: str, kept: list[Kept], key_columns: list[st
     """Apply the kept records run by run; a run the sink refuses is applied record by
     record, and the records it still refuses are dead letters.  ``writer_of``: a
     record's writer schema (the records whose images are not decoded are written from
-    their bytes where the sink can: :meth:`~spark_jobs.sinks.base.TableSinkBase.apply_encoded`)."""
+    their bytes where the sink can: :meth:`~spark_jobs.sinks.table_sink.TableSink.apply_encoded`)."""
     dead = []
     for run in runs(kept):
         schema = run[0].schema

@@ -553,7 +553,7 @@ def test_mysql_on_duplicate_key_guard_needs_the_position_last(mysql_backend):
     src = simple_source()
     sink = backend.sink
     sink.apply("shop", "items", src.schema, ["id"], [src.upsert({"id": 1, "v": "new", "n": Decimal(2)}, 50, "c")])
-    plan = sink._plans[("shop", "items")]
+    plan = sink.prepared_plan("shop", "items")
     pos = "`__cdc_position`"
     guard = f"{pos} < VALUES({pos})"
     assert plan.insert_suffix.endswith(f"{pos} = IF({guard}, VALUES({pos}), {pos})")
@@ -1157,7 +1157,7 @@ def test_partitions_turns_go_side_by_side_and_wait_for_their_own_and_for_the_who
         holder.turn_partition = 0
         with psycopg.connect(dsn) as other:  # partition 0's turn, held
             with other.cursor() as cur:
-                assert holder._take_turn(cur, name)
+                assert holder.tables.take_turn(cur, name, holder.turn_partition)
             th1, out1 = writer(1, 2, 20)
             th1.join(60)
             assert not th1.is_alive() and out1.get("result") and out1["result"].upserted == 1, out1

@@ -530,9 +530,9 @@ def test_sinks_pickle_without_connections():
     from spark_jobs.sinks.mysql import MySQLSink
     from spark_jobs.sinks.postgres import PostgresSink
     pg = pickle.loads(pickle.dumps(PostgresSink("postgresql://x@127.0.0.1:1/db", "s", serialize=False)))
-    assert (pg.dsn, pg.schema_name, pg.serialize, pg._conn) == ("postgresql://x@127.0.0.1:1/db", "s", False, None)
+    assert (pg.dsn, pg.schema_name, pg.serialize, pg.db.held) == ("postgresql://x@127.0.0.1:1/db", "s", False, None)
     my = pickle.loads(pickle.dumps(MySQLSink("h", 3306, "u", "p", "sink")))
-    assert (my.host, my.port, my.database, my._conn) == ("h", 3306, "sink", None)
+    assert (my.host, my.port, my.database, my.db.held) == ("h", 3306, "sink", None)
 
 
 def test_an_unreachable_database_is_sink_unavailable():
@@ -546,7 +546,7 @@ def test_an_unreachable_database_is_sink_unavailable():
                  MySQLSink("127.0.0.1", port, "u", "p", "sink", connect_timeout=5)):
         with pytest.raises(SinkUnavailable, match=type(sink).__name__):
             sink.applied_positions()
-        assert sink._conn is None
+        assert sink.db.held is None
 
 
 
@@ -556,10 +556,10 @@ def test_postgres_tells_a_database_out_of_reach_from_data_it_refuses():
     from spark_jobs.sinks.postgres import PostgresSink
 
     sink = PostgresSink("postgresql://nowhere/x")
-    assert sink.out_of_reach(psycopg.OperationalError("connection refused"))  # client side: no SQLSTATE
-    assert sink.out_of_reach(psycopg.errors.AdminShutdown())
-    assert sink.out_of_reach(psycopg.errors.DeadlockDetected())
-    assert not sink.out_of_reach(psycopg.errors.ProgramLimitExceeded())  # a key too large for its index
+    assert sink.db.out_of_reach(psycopg.OperationalError("connection refused"))  # client side: no SQLSTATE
+    assert sink.db.out_of_reach(psycopg.errors.AdminShutdown())
+    assert sink.db.out_of_reach(psycopg.errors.DeadlockDetected())
+    assert not sink.db.out_of_reach(psycopg.errors.ProgramLimitExceeded())  # a key too large for its index
 
 
 @given(st.lists(st.integers(-(1 << 70), 1 << 70), min_size=1, max_size=4))

@@ -5,15 +5,18 @@ A micro-batch reaches a lake table in one commit (:meth:`LakeSink.commit`):
 
 1. the merge tasks stage their partitions' changes (:meth:`LakeSink.stage`: one Parquet
    file per run, per key the change with the highest position, nothing visible);
-2. the driver, once every task of the batch is done, reads the table's parts, reduces them
-   to one change per key (:func:`~spark_jobs.sinks.lake_stage.reduce_changes`) and merges them
-   into the table by position in one commit: a row is replaced only by a change with a higher
-   position; a delete removes the row (or, with ``soft_delete``, flags it ``__cdc_deleted``
-   and keeps the delete's position);
+2. once every task of the batch is done, the engine (:mod:`spark_jobs.sinks.lake_engine`)
+   reduces the table's parts to one change per key (the ``driver`` engine on the driver,
+   :func:`~spark_jobs.sinks.lake_stage.reduce_changes`; the ``spark`` engine in the executors)
+   and merges them into the table by position in one commit: a row is replaced only by a
+   change with a higher position; a delete removes the row (or, with ``soft_delete``, flags it
+   ``__cdc_deleted`` and keeps the delete's position);
 3. that commit carries the job's *application id* and the batch id (Delta: the commit's
-   application transaction, app id and version; Iceberg: a table property written in the
-   same metadata commit and the snapshot's summary), so a batch replayed after a crash finds
-   itself committed and commits nothing; the table's latest version never holds half a batch.
+   application transaction, app id and version; Iceberg: the snapshot's summary, and with the
+   ``driver`` engine a table property written in the same metadata commit), so a batch
+   replayed after a crash finds itself committed and commits nothing (the format reads it:
+   :meth:`~spark_jobs.sinks.lake_format.LakeFormat.committed_batch`); the table's latest
+   version never holds half a batch.
 
 The application id names the job's checkpoint (:func:`app_id`): a merge job started on a new
 checkpoint (lost Kafka history, ``cdc stack up`` after the embedded broker restarted) counts

@@ -88,9 +88,10 @@ def maintain(cfg: CDCConfig, action: str, patterns: Sequence[str] = (), *, reten
             build_session(cfg.spark.master, app_name="cdc-lake", conf=conf)
     results = []
     for name, sink in sinks:
+        engine = sink.engine  # (vacuum: Delta's engines; expire: Iceberg's)
         step = {"optimize": lambda d, t: sink.compact(d, t),
-                "vacuum": lambda d, t: getattr(sink.engine, "vacuum", None) and sink.engine.vacuum(d, t, retention_hours),
-                "expire": lambda d, t: getattr(sink.engine, "expire", None) and sink.engine.expire(d, t, retention_hours)}[action]
+                "vacuum": lambda d, t: getattr(engine, "vacuum", None) and engine.vacuum(d, t, retention_hours),
+                "expire": lambda d, t: getattr(engine, "expire", None) and engine.expire(d, t, retention_hours)}[action]
         for db, table in _selected(sink, patterns):
             if progress:
                 progress(f"{name} {db}.{table}")

@@ -13,8 +13,9 @@ registers under its configuration section (:mod:`.registry`), whose settings its
 ``<name>_settings`` module declares (:mod:`.postgres_settings`, ...; the lake sinks' shared
 ones in :mod:`.lake_settings`), and :mod:`.configured` builds the enabled ones (a lake
 sink is a format and an engine passed into :mod:`.lake_sink`: :mod:`.delta` and :mod:`.iceberg`
-build them from their sections).  The row sinks (:mod:`.postgres`, :mod:`.mysql`, each a :mod:`.table_sink` of a connection, its tables and a writer) import
-their database drivers; what they build on
+build them from their sections).  The row sinks (:mod:`.postgres`, :mod:`.mysql`, each a
+:mod:`.table_sink` of a connection, its tables and a writer) import their database drivers;
+what they build on
 is pure (no I/O): :mod:`.layout` (value schema -> columns and key), :mod:`.types`
 (column types), :mod:`.values` (value conversion), :mod:`.batch` (batch reduction),
 :mod:`.keys` (key forms, tombstone keys), :mod:`.naming` (table and column names).

@@ -110,7 +110,8 @@ class PostgresCopyWriter(TableWriter):
 
     def write_reduced(self, sink: TableSink, cur: psycopg.Cursor, plan: PgTablePlan, lowest: str, upserts: list,
                       deletes: list, result: ApplyResult) -> None:
-        self._staged_write(sink, cur, plan, lowest, len(upserts), lambda hashed: self._copy_rows(cur, plan, upserts, hashed),
+        self._staged_write(sink, cur, plan, lowest, len(upserts),
+                           lambda hashed: self._copy_rows(cur, plan, upserts, hashed),
                            deletes, result)
 
     def _staged_write(self, sink: TableSink, cur: psycopg.Cursor, plan: PgTablePlan, lowest: str, n_upserts: int,

@@ -60,7 +60,8 @@ class TableMaintenance:
             if not self.tables.has_table(cur, db, table):
                 return 0
             self.tables.whole_turn(cur, self.tables.table_name(db, table))  # the writers' lock: ``apply`` waits
-            cur.execute(f"DELETE FROM {self.tables.qualified_name(db, table)} WHERE {self.tables.quote(POSITION_COLUMN)} < %s"
+            cur.execute(f"DELETE FROM {self.tables.qualified_name(db, table)} "
+                        f"WHERE {self.tables.quote(POSITION_COLUMN)} < %s"
                         + conds, [position, *(where or {}).values()])
             return cur.rowcount
 
@@ -82,7 +83,8 @@ class TableMaintenance:
             qualified = self.tables.qualified_name(db, table)
             if below is not None:
                 cur.execute(f"DELETE FROM {qualified} WHERE {self.tables.quote(POSITION_COLUMN)} < %s", [below])
-                cur.execute(f"DELETE FROM {self.tables.bookkeeping(TOMBSTONES)} WHERE table_name = %s AND position < %s",
+                cur.execute(f"DELETE FROM {self.tables.bookkeeping(TOMBSTONES)} "
+                            "WHERE table_name = %s AND position < %s",
                             [name, below])
                 cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified})")
                 if cur.fetchone()[0]:
@@ -128,7 +130,8 @@ class TableMaintenance:
         out: dict[tuple[str, str], str] = {}
         with self.db.transaction() as cur:
             for _, db, table in self.tables.registered(cur):
-                cur.execute(f"SELECT max({self.tables.quote(POSITION_COLUMN)}) FROM {self.tables.qualified_name(db, table)}")
+                cur.execute(f"SELECT max({self.tables.quote(POSITION_COLUMN)}) "
+                            f"FROM {self.tables.qualified_name(db, table)}")
                 top = cur.fetchone()[0]
                 if top:
                     out[(db, table)] = str(top)
@@ -139,5 +142,6 @@ class TableMaintenance:
         keep a key's older ones until they are purged), in position order (for tests and tools)."""
         with self.db.transaction() as cur:
             cur.execute(f"SELECT key_json, max(position) AS top FROM {self.tables.bookkeeping(TOMBSTONES)} "
-                        "WHERE table_name = %s GROUP BY key_json ORDER BY top, key_json", [self.tables.table_name(db, table)])
+                        "WHERE table_name = %s GROUP BY key_json ORDER BY top, key_json",
+                        [self.tables.table_name(db, table)])
             return [(k, p) for k, p in cur.fetchall()]

@@ -394,7 +394,8 @@ def test_delta_change_data_feed(tmp_path):
     commit_batch(sink, "shop", "items", src.schema, ["id"], [[src.delete({"id": 1}, 12)]], 2)
     import pyarrow as pa
     from deltalake import DeltaTable
-    feed = pa.table(DeltaTable(sink.format.table_uri("shop", "items")).load_cdf(starting_version=0).read_all()).to_pylist()
+    table = DeltaTable(sink.format.table_uri("shop", "items"))
+    feed = pa.table(table.load_cdf(starting_version=0).read_all()).to_pylist()
     kinds = sorted((r["_commit_version"], r["_change_type"], r["v"]) for r in feed)
     assert kinds == [(1, "insert", "a"), (2, "update_postimage", "b"), (2, "update_preimage", "a"),
                      (3, "delete", "b")]
@@ -532,7 +533,8 @@ def test_two_writers_committing_at_once_both_land(lake, stack, tmp_path, unique)
 def _files_on_disk(sink, db: str, table: str) -> int:
     """The table's files, but Iceberg's metadata files: each commit writes one, and the table
     keeps the last 100 (``write.metadata.previous-versions-max``), checked apart."""
-    where = sink.format.table_uri(db, table) if hasattr(sink.format, "table_uri") else sink.load_table(db, table).metadata.location
+    where = sink.format.table_uri(db, table) if hasattr(sink.format, "table_uri") \
+        else sink.load_table(db, table).metadata.location
     files = [p for p in Path(where.removeprefix("file://")).rglob("*") if p.is_file()]
     assert sum(1 for p in files if p.name.endswith(".metadata.json")) <= 101
     return sum(1 for p in files if not p.name.endswith(".metadata.json"))
@@ -608,7 +610,8 @@ def test_iceberg_keeps_at_most_max_snapshots_so_its_commits_do_not_slow_down(sta
 def _deletes_marked(sink, db: str, table: str) -> int:
     """Rows a merge-on-read commit marked instead of writing their files again: Delta's data
     files carrying a deletion vector, Iceberg's position delete files."""
-    return sink.format.deletion_vectors(db, table) if isinstance(sink, DeltaSink) else sink.format.delete_file_count(db, table)
+    fmt = sink.format
+    return fmt.deletion_vectors(db, table) if isinstance(sink, DeltaSink) else fmt.delete_file_count(db, table)
 
 
 def test_merge_on_read_marks_replaced_rows_and_compaction_folds_them_back(spark_lake):

@@ -45,12 +45,18 @@ def batch_property(app: str) -> str:
 
 
 def ancestry(handle: Any) -> Iterator[Any]:
-    """The current snapshot and its ancestors still in the metadata, newest first."""
-    by_id = {s.snapshot_id: s for s in handle.metadata.snapshots}
+    """The current snapshot and its ancestors still in the metadata, newest first (the index
+    of the snapshots built only when a caller reads past the current one: a commit's check of
+    the batch it holds mostly stops there)."""
     snap = handle.current_snapshot()
+    by_id: dict[int, Any] | None = None
     while snap is not None:
         yield snap
-        snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        if snap.parent_snapshot_id is None:
+            return
+        if by_id is None:
+            by_id = {s.snapshot_id: s for s in handle.metadata.snapshots}
+        snap = by_id.get(snap.parent_snapshot_id)
 
 
 def _promotes(table_type: pa.DataType, wanted: pa.DataType) -> bool:

@@ -498,7 +498,19 @@ class MySQLSink(TableSink):
             password = password.get_secret_value()
         db = MySQLConnection(host, port, user, password, database, connect_timeout=connect_timeout, tls=tls)
         super().__init__(db, MySQLTables(db), MySQLWriter(db), serialize=serialize)
-        self.host, self.port, self.database = db.host, db.port, database
+
+    @property
+    def host(self) -> str:
+        return self.db.host
+
+    @property
+    def port(self) -> int:
+        return self.db.port
+
+    @property
+    def database(self) -> str:
+        """The database of the sink tables."""
+        return self.db.database
 
 
 def _chunks(items: list, n: int):

@@ -291,5 +291,13 @@ class PostgresSink(TableSink):
         db = PostgresConnection(dsn)
         tables = PostgresTables(db, schema_name)
         super().__init__(db, tables, PostgresCopyWriter(tables), serialize=serialize)
-        self.dsn = dsn
-        self.schema_name = tables.schema_name
+
+    @property
+    def dsn(self) -> str:
+        """The connection's DSN."""
+        return self.db.dsn
+
+    @property
+    def schema_name(self) -> str:
+        """The schema of the sink tables (cut to PostgreSQL's identifier limit)."""
+        return self.tables.schema_name

@@ -36,11 +36,6 @@ class SinkConnection:
         return {**self.__dict__, "_conn": None}
 
     @property
-    def open(self) -> bool:
-        """Whether a connection is held (it may have been lost meanwhile)."""
-        return self._conn is not None
-
-    @property
     def held(self) -> Any:
         """The connection held now, or None (not opened: :meth:`connection` opens one)."""
         return self._conn

@@ -13,6 +13,16 @@ from tests.producer_helpers import decoder, resolving_decoder
 POSITION = "__cdc_position"
 
 
+def difference(got: dict, expected: dict, shown: int = 3) -> str:
+    """What tells ``got`` from ``expected`` (``{key: row}``): the keys missing, the keys extra
+    and the rows that differ, a few of each (for a timeout's message)."""
+    missing = [k for k in expected if k not in got]
+    extra = [k for k in got if k not in expected]
+    differ = [(k, got[k], expected[k]) for k in expected if k in got and got[k] != expected[k]]
+    return (f"{len(missing)} missing {missing[:shown]}, {len(extra)} extra {extra[:shown]}, "
+            f"{len(differ)} differing (key, got, expected) {differ[:shown]}")
+
+
 def pg_sink_rows(cfg, db: str, table: str, keys: list[str]) -> dict:
     sink = PostgresSink(cfg.sinks.postgres.dsn.get_secret_value(), cfg.sinks.postgres.schema_name)
     with psycopg.connect(cfg.sinks.postgres.dsn.get_secret_value()) as conn, conn.cursor() as cur:

@@ -1,19 +1,30 @@
 """The merge job's route targets (docs/sharding.md): each route's target layout from the
 newest schemas of its shards, the check that the routes can be applied, and the merged clean
 changelog's schemas published.
+
+A reader takes the schema published last under a record name as its newest
+(:mod:`contract.schema_store`), and the queries of several sources publish a merged target's
+schemas each from its own view, computed a moment before: a query whose view was a DDL
+behind could publish after one that had seen it, and the target's newest schema would lose
+the column for good (seen once in CI: the merged clean changelog read without a shard's new
+column).  So every publication is followed, under one lock of the process (every source's
+query runs in one, :func:`~spark_jobs.merge_job.run_jobs`), by the check that the newest
+schema of each target is the one of every shard's newest schema now, published again when
+it is not (:meth:`RouteTargets.publish_targets`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from pathlib import Path
 
 from common.config import CDCConfig
 from common.kafka.clients import ensure_topics
 from contract.codecs.serde import AvroWriter
 from contract.envelope import record_names
-from contract.schema_store import SchemaStore, schema_record
+from contract.schema_store import SchemaStore, schema_name, schema_record
 from contract.topics import schemas_topic, table_of_topic, table_topic_pattern
 from spark_jobs.input.driver_kafka import DriverKafka
 from spark_jobs.errors import MergeStateError, RouteError
@@ -32,6 +43,8 @@ from spark_jobs.sharding.target import (
 from spark_jobs.planning.table_topics import TableTopics
 
 log = logging.getLogger(__name__)
+
+_PUBLISHING = threading.Lock()  # the merged clean changelogs' schemas, published by one query at a time
 
 
 class RouteTargets:
@@ -54,6 +67,7 @@ class RouteTargets:
         self.topics = topics
         self.changelog = changelog
         self._published: set[str] = set()  # fingerprints of schemas the job published
+        self._latest: SchemaStore | None = None  # this source's schemas to their end (keep_newest)
         # the operator's decisions on pessimistic routes' waiting DDL (cdc route force|skip)
         self.decisions = RouteDecisions(cfg.kafka, kafka.client) if any(
             r.ddl == "pessimistic" for r in router.routes) else None
@@ -72,12 +86,22 @@ class RouteTargets:
         :class:`~spark_jobs.errors.IncompatibleShards` (naming both tables) when a route's
         tables cannot be merged, at start or after a DDL.  With several sources and no route,
         the check that no two sources' same-named tables land in one sink table."""
+        targets = self.layouts(partitions, schemas_end)
+        if self.changelog:
+            self.publish_targets(targets)
+        return targets
+
+    def layouts(self, partitions: list[tuple[str, int]], schemas_end: int, *, quiet: bool = False) -> dict[str, dict]:
+        """:meth:`targets` without publishing the merged clean changelog's schemas (with
+        ``changelog``: each target's ``key_schema`` and ``envelope_schema`` too); ``partitions``
+        None: every source's tables now, with the newest schemas of all (:meth:`_shards`)."""
         if not self.active:
             return {}
         if schemas_end:
             self.schemas.refresh_until(schemas_end)
-        tables, shards, history = self._shards(partitions)
-        self.router.plan(tables)
+        tables, shards, history = self._shards(partitions, latest=partitions is None)
+        if partitions is not None:
+            self.router.plan(tables)
         if self.decisions is not None and self._decisions_moved():
             self.decisions.refresh()
         targets = {}
@@ -87,7 +111,7 @@ class RouteTargets:
                 coordinator = self.coordinator(route, history[route], keys)
                 schema, key = target_schema(route, members, coordinator.target)
                 waiting = sorted(f"{sh}|{v}" for sh, v in coordinator.waiting())
-                if waiting:
+                if waiting and not quiet:
                     log.info("route to %s (pessimistic): the rows of %s wait for %s to run the same DDL", route.name,
                              ", ".join(waiting), ", ".join(map(str, coordinator.awaited())))
             else:
@@ -96,11 +120,41 @@ class RouteTargets:
                 waiting = []
             targets[route.name] = {"schema": schema, "key": key, "waiting": waiting}
             if self.changelog:
-                # The merged clean changelog's schemas, published like the producer's.
                 targets[route.name]["key_schema"] = target_key_schema(schema, key)
                 targets[route.name]["envelope_schema"] = target_envelope_schema(members[min(members)][0], schema)
-                self.publish_schemas([targets[route.name]["key_schema"], targets[route.name]["envelope_schema"]])
         return targets
+
+    def publish_targets(self, targets: dict[str, dict]) -> None:
+        """Publish the merged clean changelog's schemas of ``targets`` (:meth:`layouts`) as
+        the producer publishes its own, and then keep each target's newest schema the one of
+        every shard's newest schema now (the module's docstring), under the process's lock."""
+        with _PUBLISHING:
+            fresh = self.publish_schemas([s for t in targets.values() for s in (t["key_schema"], t["envelope_schema"])])
+            if fresh:
+                self.keep_newest(set(targets))
+
+    def keep_newest(self, routes: set[str]) -> int:
+        """Publish again, where another schema was published after it, the merged clean
+        changelog's schemas of ``routes`` laid out from every shard's newest schema now; how
+        many.  A layout that cannot be made now (shards that no longer merge) is left to the
+        next batch, which stops on it."""
+        try:
+            now = self.layouts(None, 0, quiet=True)
+        except RouteError as exc:
+            log.debug("the merged clean changelogs' newest schemas are left as they are: %s", exc)
+            return 0
+        self.clean_schemas.refresh()
+        stale = []
+        for name in sorted(routes & set(now)):
+            for schema in (now[name]["key_schema"], now[name]["envelope_schema"]):
+                newest = self.clean_schemas.newest_named(schema_name(schema))
+                if newest is None or newest[0] != AvroWriter(schema).fingerprint:
+                    stale.append(schema)
+        if stale:
+            log.info("the newest schemas of the merged clean changelog of %s published again (another query "
+                     "published an older layout after them)", ", ".join(sorted(routes)))
+            self.publish_schemas(stale, again=True)
+        return len(stale)
 
     def coordinator(self, route, history: dict, keys: dict):
         """A pessimistic route's coordinator (:func:`~spark_jobs.sharding.target.coordinate`)
@@ -145,24 +199,31 @@ class RouteTargets:
                           self.coordinator(route, history[route], keys) if route.ddl == "pessimistic" else None)
         return out
 
-    def _shards(self, partitions: list[tuple[str, int]] | None) -> tuple[list[ShardId], dict, dict]:
+    def _shards(self, partitions: list[tuple[str, int]] | None, latest: bool = False
+                ) -> tuple[list[ShardId], dict, dict]:
         """Every source's tables (this source's: the topics of ``partitions``, or all now
         when None; the others': their table topics now, with their newest schemas), and per
         route its shards' newest ``(envelope schema, key columns)`` and every schema
-        version, oldest first."""
+        version, oldest first.  ``latest``: this source's newest schemas too, from a store of
+        its own (the job's store stays where its batch is)."""
         tables: list[ShardId] = []
         shards: dict = {}
         history: dict = {}  # route -> shard -> every schema version, oldest first
+        stores = dict(self.stores)
+        if latest:
+            if self._latest is None:
+                self._latest = SchemaStore(self.kafka.bootstrap, self.prefix, self.kafka.client or None)
+            stores[self.prefix] = (stores[self.prefix][0], self._latest)
         topics = {self.prefix: sorted({t for t, _ in partitions or []})}
-        if len(self.stores) > 1 or partitions is None:  # the other sources' tables, with their newest schemas now
+        if len(stores) > 1 or partitions is None:  # the other sources' tables, with their newest schemas now
             md = self.kafka.admin().list_topics(timeout=15)
-            for prefix, (_, store) in self.stores.items():
+            for prefix, (_, store) in stores.items():
                 if prefix != self.prefix or partitions is None:
                     rx = re.compile(table_topic_pattern(prefix))
                     topics[prefix] = sorted(n for n, t in md.topics.items() if rx.fullmatch(n) and t.error is None)
                     store.refresh()
         for prefix, names in topics.items():
-            source_name, store = self.stores[prefix]
+            source_name, store = stores[prefix]
             for topic in names:
                 db, table = table_of_topic(prefix, topic)
                 shard = ShardId(source_name, db, table)
@@ -179,18 +240,19 @@ class RouteTargets:
                 history.setdefault(route, {})[shard] = store.versions_named(envelope_name)
         return tables, shards, history
 
-    def publish_schemas(self, schemas: list[dict]) -> None:
-        """Publish the schemas the schemas topic does not hold yet (a merged clean changelog's)."""
+    def publish_schemas(self, schemas: list[dict], again: bool = False) -> int:
+        """Publish the schemas the schemas topic does not hold yet (a merged clean
+        changelog's; ``again``: every one, so that it is the newest of its name); how many."""
         from confluent_kafka import Producer
 
         fresh = []
         for schema in schemas:
             fp = AvroWriter(schema).fingerprint
-            if fp not in self._published and self.clean_schemas.get(fp) is None:
+            if again or (fp not in self._published and self.clean_schemas.get(fp) is None):
                 fresh.append(schema_record(self.cfg.kafka.topic_prefix, fp, schema))
             self._published.add(fp)
         if not fresh:
-            return
+            return 0
         ensure_topics(self.cfg.kafka, [schemas_topic(self.cfg.kafka.topic_prefix)], partitions=1, compacted=True)
         producer = Producer({"bootstrap.servers": self.cfg.kafka.bootstrap_servers, "enable.idempotence": True,
                              **self.kafka.client})
@@ -198,6 +260,7 @@ class RouteTargets:
             producer.produce(topic, value, key)
         if producer.flush(60):
             raise MergeStateError(f"the merged clean changelog's schemas were not acknowledged by Kafka ({topic})")
+        return len(fresh)
 
     def check_routes(self) -> None:
         """Refuse routes the job cannot apply (before the query starts, and after it failed:

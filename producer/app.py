@@ -185,7 +185,7 @@ class ProducerApp:
                 try:
                     return session.loop(max_events=max_events, idle_exit_s=idle_exit_s)
                 finally:
-                    session.drop_blocking_read()
+                    session.blocking.drop_read()
                     coordinator.close()
                     if signals is not None:
                         signals.close()

@@ -22,62 +22,69 @@ from contract.position import BinlogPosition
 from contract.records import schema_change_record
 from producer.binlog.reader import SchemaChange
 from producer.online_schema_change import CutOver
+from producer.session_services import SessionServices
 from producer.snapshot.table_reader import read_table_def
 
 log = logging.getLogger(__name__)
 
 
 class SessionSchemaChanges:
-    """What a :class:`~producer.session.StreamSession` does on a schema change of the binlog:
-    the schema change record, the table markers (TRUNCATE, DROP and RENAME TABLE), the
-    snapshot coordinator told, and the snapshot a rewriting DDL needs."""
+    """What a :class:`~producer.session.StreamSession` (``session``: it writes and counts the
+    records) does on a schema change of the binlog: the schema change record, the table
+    markers (TRUNCATE, DROP and RENAME TABLE), the snapshot coordinator told, and the
+    snapshot a rewriting DDL needs."""
 
-    def _schema_change(self, item: SchemaChange) -> None:
+    def __init__(self, session: SessionServices) -> None:
+        self.session = session
+
+    def follow(self, item: SchemaChange) -> None:
+        session = self.session
         verb, db, table = ddl_target(item.ddl, item.db)
         if not verb or db is None:
             return
         renames = [((odb or db, otable), (ndb or db, ntable)) for (odb, otable), (ndb, ntable)
                    in (renamed_tables(item.ddl, item.db) if verb in ("rename", "alter") else [])]
         drops = dropped_tables(item.ddl, item.db) if verb == "drop" and table is not None else []
-        self.coord.on_schema_change(db, table)
+        session.coord.on_schema_change(db, table)
         for (odb, otable), _ in renames:
-            self.coord.on_schema_change(odb, otable)
-        osc = self.app.online_schema_changes if self.app.filter.follow_online_schema_changes else None
+            session.coord.on_schema_change(odb, otable)
+        captures = session.app.filter.captures
+        osc = session.app.online_schema_changes if session.app.filter.follow_online_schema_changes else None
         if osc is not None and table is not None and not renames and verb in ("create", "alter") \
                 and osc.helper_ddl(verb, db, table, item.ddl):
             return  # gh-ost's or pt-osc's copy of a captured table: not the table's statement
         resulting = [n for _, n in renames] if renames else [(db, table)]
         cut_overs, renames = osc.cut_overs(renames) if osc is not None and renames else ([], renames)
-        captured = (self.app.filter.database_captured(db) if table is None else
-                    any(self.app.filter.captures(d or db, t) for d, t in
+        captured = (session.app.filter.database_captured(db) if table is None else
+                    any(captures(d or db, t) for d, t in
                         [(db, table), *drops, *(n for pair in renames for n in pair),
                          *((c.db, c.table) for c in cut_overs)]))
         if not captured:
             return
-        self.encoder.schemas_changed()
+        session.encoder.schemas_changed()
         gone = [f"{d or db}.{t}" for d, t in drops] + [f"{d}.{t}" for (d, t), _ in renames]
         if verb == "drop" and table is None:  # DROP DATABASE: its tables the running snapshot reads
-            gone += [j.table for j in self.coord.jobs if j.db_table[0] == db]
+            gone += [j.table for j in session.coord.jobs if j.db_table[0] == db]
         if gone:  # a running snapshot of them stops (their chunks could only fail)
-            self.coord.tables_gone(set(gone))
+            session.coord.tables_gone(set(gone))
         if verb != "drop" and table is not None:  # (the names the statement leaves: a cut-over's table)
             self._blocking_read_crossed(resulting, item)
-        if verb and self.app.filter.ignored(db, table, verb):
+        if verb and session.app.filter.ignored(db, table, verb):
             log.info("ignoring %s of %s.%s (source.ignore_events)", verb.upper(), db, table)
             return
-        source = source_block(self.cfg.producer.name, self.info.server_id, db=db, table=table, ts_ms=item.ts_ms,
-                              file=item.file, pos=item.pos, gtid=item.gtid)
-        self.writer.produce(*schema_change_record(self.prefix, source, db=db, ddl=item.ddl,
-                                                  position=item.position.encode(), encode=self.encoder.encode))
-        self.batch_events += 1
+        source = source_block(session.cfg.producer.name, session.info.server_id, db=db, table=table,
+                              ts_ms=item.ts_ms, file=item.file, pos=item.pos, gtid=item.gtid)
+        session.writer.produce(*schema_change_record(session.prefix, source, db=db, ddl=item.ddl,
+                                                     position=item.position.encode(), encode=session.encoder.encode))
+        session.batch_events += 1
         if table is None:
             return
         if verb == "truncate":
             self._truncate(db, table, item, source)
         elif drops:
             for d, t in drops:
-                if self.app.filter.captures(d or db, t):
-                    self._write_marker(table_ddl_marker(DROP_TABLE, d or db, t, item.position))
+                if captures(d or db, t):
+                    session.write_marker(table_ddl_marker(DROP_TABLE, d or db, t, item.position))
         elif renames or cut_overs:
             self._renames(renames, cut_overs, item)
         else:
@@ -89,14 +96,15 @@ class SessionSchemaChanges:
         """RENAME TABLE: a RENAME_TABLE marker for each captured table renamed and a snapshot of
         each captured table renamed into place; a cut-over of gh-ost or pt-osc is the table
         altered in place (its copy's ALTER tells whether its rows must be read again)."""
+        captures = self.session.app.filter.captures
         for (odb, otable), (ndb, ntable) in renames:
-            if self.app.filter.captures(odb, otable):
-                self._write_marker(table_ddl_marker(RENAME_TABLE, odb, otable, item.position, to_db=ndb,
-                                                    to_table=ntable))
-            if self.app.filter.captures(ndb, ntable):  # its rows are there without row events
+            if captures(odb, otable):
+                self.session.write_marker(table_ddl_marker(RENAME_TABLE, odb, otable, item.position, to_db=ndb,
+                                                           to_table=ntable))
+            if captures(ndb, ntable):  # its rows are there without row events
                 self._snapshot_after_ddl(ndb, ntable, f"the table renamed from {odb}.{otable}")
         for cut in cut_overs:
-            if not self.app.filter.captures(cut.db, cut.table):
+            if not captures(cut.db, cut.table):
                 continue
             reason = cut.snapshot_reason()
             log.info("%s's cut-over of %s.%s at %s: the table's new schema from its next event; %s", cut.tool,
@@ -112,9 +120,9 @@ class SessionSchemaChanges:
         copy, still being filled), so the table is snapshotted again, rows the sinks hold and it
         lacks deleted."""
         at = BinlogPosition.from_binlog(item.file, item.pos)
+        spans = self.session.coord.blocking.spans
         for db, table in tables:
-            if self.app.filter.captures(db, table) and \
-                    self.coord.blocking.spans.crossed(f"{db}.{table}", (at.file_index, at.pos)):
+            if self.session.app.filter.captures(db, table) and spans.crossed(f"{db}.{table}", (at.file_index, at.pos)):
                 self._snapshot_after_ddl(db, table, f"DDL at {item.position.encode()} came while a blocking snapshot "
                                          "read the table (it may have read another table under its name)",
                                          delete_missing=True)
@@ -122,35 +130,38 @@ class SessionSchemaChanges:
     def _truncate(self, db: str, table: str, item: SchemaChange, source: dict) -> None:
         """TRUNCATE TABLE: Debezium's truncate event (``producer.emit_truncate``) and a
         TRUNCATE marker, by which the sinks delete every row written before it."""
-        routed = self.outbox is not None and self.outbox.routes(db, table)  # (no change topic: producer.outbox)
-        if self.cfg.producer.emit_truncate and "t" not in self.cfg.producer.skipped_operations and not routed:
-            conn = read_session(self.cfg.source)
+        session = self.session
+        routed = session.outbox is not None and session.outbox.routes(db, table)  # (no change topic: producer.outbox)
+        settings = session.cfg.producer
+        if settings.emit_truncate and "t" not in settings.skipped_operations and not routed:
+            conn = read_session(session.cfg.source)
             try:
                 table_def = read_table_def(conn, db, table)
             finally:
                 conn.close()
             if table_def is not None:  # (gone already: a later DDL dropped it)
-                self.writer.produce(*self.builder.truncate_record(table_def, source, item.position.encode(),
-                                                                  self.encoder))
-                self.batch_events += 1
-        self._write_marker(table_ddl_marker(TRUNCATE, db, table, item.position))
+                session.writer.produce(*session.builder.truncate_record(table_def, source, item.position.encode(),
+                                                                        session.encoder))
+                session.batch_events += 1
+        session.write_marker(table_ddl_marker(TRUNCATE, db, table, item.position))
         log.info("TRUNCATE of %s.%s at %s: the sinks delete its rows written before it", db, table,
                  item.position.encode())
 
     def _snapshot_after_ddl(self, db: str, table: str, reason: str, *, delete_missing: bool = False) -> None:
         """DDL changed rows of ``db.table`` without row events: snapshot the table (unless
         ``snapshot.after_ddl`` is off), so the sinks get the rows as they are now."""
-        if not self.cfg.snapshot.after_ddl:
+        if not self.session.cfg.snapshot.after_ddl:
             log.warning("%s on %s.%s changed its rows without row events; snapshot.after_ddl is off: the sinks "
                         "get them when they change again, or by a snapshot (cdc snapshot)", reason, db, table)
             return
         name = f"{db}.{table}"
-        if self.outbox is not None and self.outbox.routes(db, table):  # (its rows are events, routed once)
+        outbox = self.session.outbox
+        if outbox is not None and outbox.routes(db, table):  # (its rows are events, routed once)
             log.info("%s on the outbox table %s: not snapshotted (its rows would be routed again)", reason, name)
             return
         log.info("%s on %s: the table's rows changed without row events; snapshotting it", reason, name)
         try:
-            self.coord.add_tables([name], f"ddl-{int(time.time() * 1000)}", skippable={name}, reason=reason,
-                                  delete_missing=delete_missing)
+            self.session.coord.add_tables([name], f"ddl-{int(time.time() * 1000)}", skippable={name}, reason=reason,
+                                          delete_missing=delete_missing)
         except BadSignal as exc:  # gone already (dropped by a later DDL): nothing to snapshot
             log.warning("cannot snapshot %s after DDL: %s", name, exc.reason)

@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from pathlib import Path
-from typing import Protocol
 
-from common.config import CDCConfig
 from contract.markers import delete_missing_marker, marker_record, window_marker
 from contract.notifications import Notification
 from contract.position import BinlogPosition
@@ -28,22 +24,19 @@ from contract.topics import markers_topic, notifications_topic
 from producer.binlog.process import ReaderProcess
 from producer.binlog.reader import Idle, ResumePoint, RowChanges, SchemaChange, TransactionEnd, based
 from producer.binlog.server import ServerInfo
-from producer.capture_filter import CaptureFilter
 from producer.events.builder import EventBuilder
-from producer.events.outbox import OutboxRouter
 from producer.kafka_writer import KafkaWriter
-from producer.metrics import ProducerMetrics
-from producer.offset_store import LocalOffsetCopy, OffsetStore
 from producer.record_encoder import RecordEncoder, from_avro_bodies
 from producer.schema_changes import SessionSchemaChanges
 from producer.session_blocking import SessionBlocking
 from producer.session_new_tables import SessionNewTables
+from producer.session_services import ProducerParts
 from producer.session_start import SessionStart
 from producer.signal_channel import KafkaSignalChannel
 from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
 from producer.snapshot.coordinator import SnapshotCoordinator
-from producer.snapshot.gtid_windows import Boundary, MarkerSlots
-from producer.startup import ProducerState, Startup
+from producer.snapshot.gtid_windows import Boundary
+from producer.startup import ProducerState
 from producer.transaction_metadata import TransactionMetadata
 from producer.write_path import WritePaths
 
@@ -56,33 +49,20 @@ ROW_OPS = {"insert": "c", "update": "u", "delete": "d"}
 SIGNAL_POLL_S = 0.1
 
 
-class ProducerParts(Protocol):
-    """What a session uses of the producer that runs it (:class:`producer.app.ProducerApp`)."""
-
-    cfg: CDCConfig
-    filter: CaptureFilter
-    metrics: ProducerMetrics
-    store: OffsetStore
-    local: LocalOffsetCopy
-    state_dir: Path
-    status_file: Path
-    stopping: threading.Event
-    outbox: OutboxRouter | None
-    startup: Startup
-
-    def marker_slots(self) -> MarkerSlots: ...
-
-
-class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, SessionBlocking):
-    """One connected run: reader + writer, until stopped or an error."""
+class StreamSession:
+    """One connected run: reader + writer, until stopped or an error.  Its parts, each handed
+    the session (they write, notify and commit through it): the start's snapshots and schemas
+    (``start``, ``new_tables``), the schema changes of the binlog (``schema_changes``) and the
+    blocking snapshots (``blocking``)."""
 
     def __init__(self, app: ProducerParts, writer: KafkaWriter, builder: EventBuilder, reader: ReaderProcess,
                  state: ProducerState, info: ServerInfo, coordinator: SnapshotCoordinator,
                  signals: KafkaSignalChannel | None = None) -> None:
-        self.app, self.writer, self.builder, self.reader, self.state, self.info = app, writer, builder, reader, state, info
+        self.app, self.writer, self.builder, self.reader = app, writer, builder, reader
+        self.state, self.info = state, info
         self.encoder = RecordEncoder(app.cfg.kafka, app.cfg.producer.format, writer.produce)
         self.coord, self.outbox = coordinator, app.outbox  # (outbox: producer.events.outbox routes its table's rows)
-        coordinator.notify = self._notify
+        coordinator.notify = self.notify
         if from_avro_bodies(app.cfg.producer.format):  # chunk rows encoded where they are read (chunk_process)
             coordinator.readers.encoding = builder.read_encoding
         coordinator.readers.on_read = reader.wake  # the loop polls the coordinator when a read is done
@@ -117,6 +97,9 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
             state.extra.pop("signal_offset", None)
         else:  # the first commit stores where this producer started reading signals
             state.extra["signal_offset"] = signals.next_offset
+        self.start = SessionStart(self)
+        self.new_tables = SessionNewTables(self, self.start)
+        self.schema_changes, self.blocking = SessionSchemaChanges(self), SessionBlocking(self)
 
     def current_resume(self) -> ResumePoint:
         h = self._handled
@@ -126,14 +109,14 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
         cfg, app = self.cfg, self.app
         total = 0
         last_activity = time.monotonic()
-        self._start_schemas()
-        self._start_snapshots()  # (the start's own, or the newly added tables')
+        self.start.schemas()
+        self.new_tables.start_snapshots()  # (the start's own, or the newly added tables')
         coord = self.coord
         if coord.blocking.requests:  # (at the start position, before any change: the initial one, a restarted one)
-            self._blocking_due(self._handled)
-        coord.poll(self._boundary(self._handled))
-        if self._streaming_done():  # (a mode that does not stream, its snapshot done before)
-            self._commit(self.current_resume())
+            self.blocking.due(self._handled)
+        coord.poll(self.boundary(self._handled))
+        if self.start.streaming_done():  # (a mode that does not stream, its snapshot done before)
+            self.commit(self.current_resume())
             return 0
         metrics = app.metrics
         for item in self.reader:
@@ -163,14 +146,14 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
                 if self.txn.open is not None:
                     self.batch_events += self.txn.end(item)
                 if self._due():
-                    self._commit(item.resume)
+                    self.commit(item.resume)
             elif kind is Idle:
                 if item.resume is not None:
                     self._handled = item.resume
                 metrics.idle()
                 if item.resume is not None and (self.batch_events or
                                                 (item.resume.file, item.resume.pos) != self._committed):
-                    self._commit(item.resume)
+                    self.commit(item.resume)
                 self._heartbeat()
                 if coord.working:  # (a snapshot's chunks are work, with or without binlog events)
                     last_activity = time.monotonic()
@@ -181,28 +164,28 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
                 self._handled = item.resume
                 if item.gtid:
                     self.gtids.add(item.gtid)
-                self._schema_change(item)
+                self.schema_changes.follow(item)
             if self.signals is not None and (kind is Idle or time.monotonic() >= self._signals_due):
                 self._kafka_signals(self.signals)
             if coord.busy:
-                boundary = self._boundary(item) if coord.read_only else None
+                boundary = self.boundary(item) if coord.read_only else None
                 coord.poll(boundary)
                 if boundary is not None:
                     for chunk in coord.release_quiet(boundary):
-                        self._write_chunk(chunk)
+                        self.write_chunk(chunk)
                 self._write_deletions()
             if coord.blocking.requests and kind is not RowChanges:  # (a blocking snapshot: at a boundary)
-                self._blocking_due(item)
+                self.blocking.due(item)
             if self.batch_events >= cfg.producer.batch_size * 4:
                 # A very large transaction: commit mid-transaction (resume = its start + last change).
-                self._commit(self.current_resume())
-            if app.stopping.is_set() or (max_events is not None and total >= max_events) or self._streaming_done():
+                self.commit(self.current_resume())
+            if app.stopping.is_set() or (max_events is not None and total >= max_events) or self.start.streaming_done():
                 break
         if self.batch_events or self.writer.in_batch:
-            self._commit(self.current_resume())
+            self.commit(self.current_resume())
         return 0
 
-    def _boundary(self, item) -> Boundary | None:
+    def boundary(self, item) -> Boundary | None:
         """The stream's place after ``item`` when that is a transaction boundary (read-only
         chunk windows open and close there), else None."""
         kind = type(item)
@@ -237,11 +220,11 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
         return self.batch_events > 0 and (self.batch_events >= self.cfg.producer.batch_size or
                                           time.monotonic() - self.batch_started >= self.cfg.producer.batch_interval_s)
 
-    def _commit(self, resume: ResumePoint) -> None:
+    def commit(self, resume: ResumePoint) -> None:
         # The GTIDs passed at ``resume``: a commit inside a transaction resumes at its start,
         # and the transaction's GTID is added at its end.
         self.state.extra["gtid"] = str(self.gtids)
-        self._schemas_kept()
+        self.start.schemas_kept()
         if (blocking := self.coord.blocking.state()) is None:
             self.state.extra.pop("blocking", None)
         else:
@@ -258,7 +241,7 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
             self.state.extra.pop("snapshot", None)
         else:
             self.state.extra["snapshot"] = snap
-        self.app.metrics.snapshot_progress = self._blocking_progress() if snap is None or snap["snapshot_id"] is None \
+        self.app.metrics.snapshot_progress = self.blocking.progress() if snap is None or snap["snapshot_id"] is None \
             else {"snapshot_id": snap["snapshot_id"], "paused": snap["paused"], "tables": self.coord.progress()}
         key, value = self.app.store.record({"resume": resume.to_json(), **self.state.extra})
         t0 = time.monotonic()
@@ -289,7 +272,7 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
             if marker is not None:
                 self._write_window_marker(marker)
             if released is not None:
-                self._write_chunk(released)
+                self.write_chunk(released)
         self._write_deletions()
 
     def _kafka_signals(self, channel: KafkaSignalChannel) -> None:
@@ -309,24 +292,24 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
         self.state.extra["signal_offset"] = channel.next_offset
         self.batch_events += 1  # the stored offset moved: commit it with the next batch
 
-    def _write_marker(self, marker: dict) -> None:
+    def write_marker(self, marker: dict) -> None:
         self.writer.ensure_topic(markers_topic(self.prefix), partitions=1)
         self.writer.produce(*marker_record(self.prefix, marker))
         self.batch_events += 1
 
     def _write_window_marker(self, m: MarkerSeen) -> None:
-        self._write_marker(window_marker(m.kind, m.snapshot_id, m.chunk_id, m.table, m.key_range, m.position,
-                                         **m.extra))
+        self.write_marker(window_marker(m.kind, m.snapshot_id, m.chunk_id, m.table, m.key_range, m.position,
+                                        **m.extra))
 
     def _write_deletions(self) -> None:
         """DELETE_MISSING markers of the delete-missing tables read completely: after their
         chunks' rows, so a reader that sees the marker has every row of the snapshot before it."""
         for d in self.coord.take_deletions():
-            self._write_marker(delete_missing_marker(d.snapshot_id, d.table, d.below))
+            self.write_marker(delete_missing_marker(d.snapshot_id, d.table, d.below))
             log.info("snapshot %s: %s read completely; the sinks delete its rows below position %s that the "
                      "snapshot did not find (delete-missing)", d.snapshot_id, d.table, d.below.encode())
 
-    def _write_chunk(self, chunk: ReleasedChunk) -> int:
+    def write_chunk(self, chunk: ReleasedChunk) -> int:
         if chunk.markers:  # read-only windows: OPEN and CLOSE go with the rows, and before them
             for m in chunk.markers:
                 self._write_window_marker(m)
@@ -348,7 +331,7 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
             self.writer.produce_all(records)
         return self._written(len(records), len(records), int(time.time() * 1000), what)
 
-    def _notify(self, n: Notification) -> None:
+    def notify(self, n: Notification) -> None:
         self.app.metrics.snapshots.notification(n.type, n.snapshot_id, n.data)
         self.writer.ensure_topic(notifications_topic(self.prefix), partitions=1)
         self.writer.produce(*n.record(self.prefix))
@@ -361,7 +344,7 @@ class StreamSession(SessionSchemaChanges, SessionStart, SessionNewTables, Sessio
             resume = self.current_resume()
             self.writer.produce(*heartbeat_record(self.prefix, self.cfg.producer.name, resume.file, resume.pos))
             self.last_heartbeat = time.monotonic()
-            self._commit(resume)
+            self.commit(resume)
 
 
 def _signal_position(resume: ResumePoint, file_base: int) -> BinlogPosition:

@@ -20,6 +20,7 @@ from common.errors import ServerError
 from contract.notifications import Notification
 from contract.position import BinlogPosition
 from producer.binlog.server import current_position
+from producer.session_services import SessionServices
 from producer.snapshot.blocking import AGGREGATE_TYPE, BlockingRead, BlockingRequest, snapshot_record
 from producer.snapshot.chunk_windows import MAX_READ_FAILURES
 from producer.snapshot.chunks import MarkerSeen, ReleasedChunk
@@ -32,16 +33,19 @@ log = logging.getLogger(__name__)
 
 
 class SessionBlocking:
-    """What a :class:`~producer.session.StreamSession` does for a blocking snapshot."""
+    """What a :class:`~producer.session.StreamSession` (``session``: it pauses, commits and
+    writes) does for a blocking snapshot."""
 
-    _blocking_slots: MarkerSlots | None = None
-    #: a snapshot transaction begun ahead of the stream, held until the stream reaches its point
-    _blocking_ahead: BlockingRead | None = None
+    def __init__(self, session: SessionServices) -> None:
+        self.session = session
+        self._marker_slots: MarkerSlots | None = None
+        #: a snapshot transaction begun ahead of the stream, held until the stream reaches its point
+        self._ahead: BlockingRead | None = None
 
-    def _blocking_due(self, item) -> None:
+    def due(self, item) -> None:
         """At a transaction boundary with a blocking snapshot asked for: take it now."""
-        queue = self.coord.blocking
-        at = self._boundary(item)
+        queue = self.session.coord.blocking
+        at = self.session.boundary(item)
         if at is None:
             return
         slots = self._slots()
@@ -49,31 +53,31 @@ class SessionBlocking:
             return
         req = queue.requests[0]
         try:
-            read = self._blocking_read(req, at)
+            read = self._read(req, at)
             if read is None:
                 return
-            self._blocking_snapshot(req, at, slots, read)
+            self._snapshot(req, at, slots, read)
         except ServerError as exc:  # the server refused a read (a lost connection is retried by the producer)
             req.failures += 1
             if req.failures < MAX_READ_FAILURES:
                 log.warning("blocking snapshot %s: a read failed (%s); taken again at the next boundary",
                             req.snapshot_id, exc)
-                self._commit(self.current_resume())
+                self.session.commit(self.session.current_resume())
                 return
             log.error("blocking snapshot %s: a read failed %d times (%s); the snapshot is aborted", req.snapshot_id,
                       req.failures, exc)
-            self._blocking_notify("ABORTED", req, reason=f"read failed {req.failures} times: {exc}")
+            self._notify("ABORTED", req, reason=f"read failed {req.failures} times: {exc}")
         queue.requests.pop(0)
-        self._commit(self.current_resume())
+        self.session.commit(self.session.current_resume())
 
-    def _blocking_read(self, req: BlockingRequest, at: Boundary) -> BlockingRead | None:
+    def _read(self, req: BlockingRequest, at: Boundary) -> BlockingRead | None:
         """The snapshot transaction to read ``req``'s tables in with the stream paused at ``at``;
         None: not here, the stream goes on.  A keyless table's rows must hold exactly the
         transactions up to the pause point (a later one, in the rows and streamed after them,
         would count twice): its snapshot, when it holds more (begun a little after ``at``), is
         kept while the stream goes on to the boundary at its point, and that boundary is the
         pause point; passed or not known, it is begun again at the next boundary."""
-        read, self._blocking_ahead = self._blocking_ahead, None
+        read, self._ahead = self._ahead, None
         if read is not None and read.where(at) not in (0, 1):
             log.info("blocking snapshot %s: the stream passed %s, the point of the read begun for it, without a "
                      "boundary there; begun again", req.snapshot_id, read.point)
@@ -81,7 +85,8 @@ class SessionBlocking:
             read = None
         held = read is not None
         if read is None:
-            read = BlockingRead(self.cfg.source, self.cfg.snapshot.chunk_size, self.info.is_mariadb)
+            cfg = self.session.cfg
+            read = BlockingRead(cfg.source, cfg.snapshot.chunk_size, self.session.info.is_mariadb)
             try:
                 read.open(at)
             except BaseException:
@@ -94,62 +99,62 @@ class SessionBlocking:
             if not held:
                 log.info("blocking snapshot %s: the read begun at %s holds later transactions (up to %s); the "
                          "stream goes on to there, its pause point", req.snapshot_id, at.point, read.point)
-            self._blocking_ahead = read
+            self._ahead = read
             return None
         log.info("blocking snapshot %s: the point of the read begun at %s is not known (a commit while it began); "
                  "begun again at the next boundary", req.snapshot_id, at.point)
         read.close()
         return None
 
-    def drop_blocking_read(self) -> None:
+    def drop_read(self) -> None:
         """The session ends: a read begun ahead of the stream is ended (begun again by the next
         session, at its first boundary)."""
-        read, self._blocking_ahead = self._blocking_ahead, None
+        read, self._ahead = self._ahead, None
         if read is not None:
             read.close()
 
-    def _blocking_progress(self) -> dict | None:
+    def progress(self) -> dict | None:
         """The metrics' running snapshot while a blocking one is under way (None: none is)."""
-        reqs = self.coord.blocking.requests
+        reqs = self.session.coord.blocking.requests
         return {"snapshot_id": reqs[0].snapshot_id, "paused": False, "tables": []} if reqs else None
 
     def _slots(self) -> MarkerSlots:
         """Positions at pause points: the read-only windows' own (one sequence of positions), or
         a sequence above the last marker in Kafka (a killed run's rows at the same point)."""
-        if self.coord.read_only:
-            return self.coord.slots
-        if self._blocking_slots is None:
-            self._blocking_slots = self.app.marker_slots()
-        return self._blocking_slots
+        if self.session.coord.read_only:
+            return self.session.coord.slots
+        if self._marker_slots is None:
+            self._marker_slots = self.session.app.marker_slots()
+        return self._marker_slots
 
-    def _blocking_notify(self, kind: str, req: BlockingRequest, **data) -> None:
-        base = {"connector_name": self.cfg.producer.name, "data_collections": ",".join(req.tables)}
-        self._notify(Notification(kind, req.snapshot_id, {**base, **data}, aggregate_type=AGGREGATE_TYPE))
+    def _notify(self, kind: str, req: BlockingRequest, **data) -> None:
+        base = {"connector_name": self.session.cfg.producer.name, "data_collections": ",".join(req.tables)}
+        self.session.notify(Notification(kind, req.snapshot_id, {**base, **data}, aggregate_type=AGGREGATE_TYPE))
 
-    def _blocking_snapshot(self, req: BlockingRequest, at: Boundary, slots: MarkerSlots, read: BlockingRead) -> None:
+    def _snapshot(self, req: BlockingRequest, at: Boundary, slots: MarkerSlots, read: BlockingRead) -> None:
         log.info("blocking snapshot %s: the stream pauses at %s; reading %s", req.snapshot_id, at.point,
                  ", ".join(req.tables))
-        self._blocking_notify("STARTED", req, tables=req.tables, signal=req.snapshot_id)
+        self._notify("STARTED", req, tables=req.tables, signal=req.snapshot_id)
         seq = time.time_ns() // 1_000_000 * 1000  # (chunk ids no run before used)
         try:
             for n, job in enumerate(req.jobs):
-                seq = self._blocking_table(req, job, read, at, slots, seq, first=n == 0, last=n == len(req.jobs) - 1)
+                seq = self._table(req, job, read, at, slots, seq, first=n == 0, last=n == len(req.jobs) - 1)
         finally:
             read.close()
-        self._blocking_notify("COMPLETED", req)
+        self._notify("COMPLETED", req)
         log.info("blocking snapshot %s completed; the stream goes on from %s", req.snapshot_id, at.point)
 
-    def _blocking_table(self, req: BlockingRequest, job: TableJob, read: BlockingRead, at: Boundary,
-                        slots: MarkerSlots, seq: int, *, first: bool, last: bool) -> int:
+    def _table(self, req: BlockingRequest, job: TableJob, read: BlockingRead, at: Boundary,
+               slots: MarkerSlots, seq: int, *, first: bool, last: bool) -> int:
         """One table read whole and written; the last chunk id used."""
-        tdef = self._blocking_table_def(job)
+        tdef = self._table_def(job)
         if tdef is None:
-            self._blocking_notify("TABLE_SCAN_COMPLETED", req, scanned_collection=job.table, status="SUCCEEDED",
-                                  total_rows_scanned="0", table=job.table, rows=0, dropped=True)
+            self._notify("TABLE_SCAN_COMPLETED", req, scanned_collection=job.table, status="SUCCEEDED",
+                         total_rows_scanned="0", table=job.table, rows=0, dropped=True)
             return seq
-        tdef = self.coord.resolve(tdef)
+        tdef = self.session.coord.resolve(tdef)
         keys = [job.surrogate_key] if job.surrogate_key else tdef.primary_key
-        self._blocking_notify("IN_PROGRESS", req, current_collection_in_progress=job.table, table=job.table)
+        self._notify("IN_PROGRESS", req, current_collection_in_progress=job.table, table=job.table)
         rows, first_batch = 0, True
         for batch, last_batch in read.batches(tdef, keys, job.condition):
             end = len(batch) - 1
@@ -159,27 +164,28 @@ class SessionBlocking:
             for i in range(1, len(batch) + 1):  # runs of rows with the same mark: a window each
                 if i == len(batch) or marks[i] != marks[start]:
                     seq += 1
-                    self._write_chunk(self._blocking_chunk(req, job, tdef, keys, batch[start:i], marks[start], at,
-                                                           slots, seq))
+                    self.session.write_chunk(self._chunk(req, job, tdef, keys, batch[start:i], marks[start], at,
+                                                         slots, seq))
                     start = i
             rows += len(batch)
             first_batch = False
-            if self.batch_events >= self.cfg.producer.batch_size:
-                self._commit(self.current_resume())
-        end = BinlogPosition.from_binlog(*current_position(self.coord.conn()))
-        self.coord.blocking.spans.read(job.table, (at.point.file_index, at.point.pos), (end.file_index, end.pos))
-        self._blocking_notify("TABLE_SCAN_COMPLETED", req, scanned_collection=job.table, status="SUCCEEDED",
-                              total_rows_scanned=str(rows), table=job.table, rows=rows)
+            if self.session.batch_events >= self.session.cfg.producer.batch_size:
+                self.session.commit(self.session.current_resume())
+        end = BinlogPosition.from_binlog(*current_position(self.session.coord.conn()))
+        spans = self.session.coord.blocking.spans
+        spans.read(job.table, (at.point.file_index, at.point.pos), (end.file_index, end.pos))
+        self._notify("TABLE_SCAN_COMPLETED", req, scanned_collection=job.table, status="SUCCEEDED",
+                     total_rows_scanned=str(rows), table=job.table, rows=rows)
         log.info("blocking snapshot %s: %s read, %d rows", req.snapshot_id, job.table, rows)
         return seq
 
-    def _blocking_table_def(self, job: TableJob):
+    def _table_def(self, job: TableJob):
         """The table's definition on the server, None when it is gone: a table missing there
         is waited for (:class:`~producer.snapshot.missing_tables.MissingTables`: a two-step
         cut-over's moment without it), up to the grace, the stream paused meanwhile."""
         missing = MissingTables()
         while True:
-            tdef = read_table_def(self.coord.conn(), *job.db_table)
+            tdef = read_table_def(self.session.coord.conn(), *job.db_table)
             if tdef is not None:
                 missing.found(job.table)
                 return tdef
@@ -188,8 +194,8 @@ class SessionBlocking:
             time.sleep(RECHECK_S)
 
     @staticmethod
-    def _blocking_chunk(req: BlockingRequest, job: TableJob, tdef, keys: list[str], rows: list[dict], mark: str,
-                        at: Boundary, slots: MarkerSlots, chunk_id: int) -> ReleasedChunk:
+    def _chunk(req: BlockingRequest, job: TableJob, tdef, keys: list[str], rows: list[dict], mark: str,
+               at: Boundary, slots: MarkerSlots, chunk_id: int) -> ReleasedChunk:
         """Rows as a window of their own at the pause point: OPEN, CLOSE, then the rows."""
         open_at, close_at = slots.window(at.based, len(rows))
         key_range = {"lo": encode_key([rows[0][k] for k in keys]),

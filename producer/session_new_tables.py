@@ -21,6 +21,8 @@ from common.sql.sessions import read_session
 from contract.errors import BadSignal
 from contract.notifications import Notification
 from producer.new_tables import CAPTURE_LISTS, capture_lists, newly_captured
+from producer.session_services import SessionServices
+from producer.session_start import SessionStart
 from producer.snapshot.table_reader import list_tables
 
 log = logging.getLogger(__name__)
@@ -30,23 +32,27 @@ REASON = "newly captured: the capture lists match it since this start (snapshot.
 
 
 class SessionNewTables:
-    """What a :class:`~producer.session.StreamSession` snapshots as it starts."""
+    """What a :class:`~producer.session.StreamSession` (``session``) snapshots as it starts:
+    the start's own snapshot (``start``'s) or the newly added tables'."""
 
-    def _start_snapshots(self) -> None:
+    def __init__(self, session: SessionServices, start: SessionStart) -> None:
+        self.session, self.start = session, start
+
+    def start_snapshots(self) -> None:
         """The start's snapshot of every captured table, if it takes one; else the newly added
         tables' (a snapshot of every table holds them already)."""
-        every_table = self.state.extra.get("initial_snapshot") == "pending"
+        every_table = self.session.state.extra.get("initial_snapshot") == "pending"
         if every_table:
-            self._start_initial_snapshot()
+            self.start.initial_snapshot()
         self._start_new_tables(every_table)
 
     def _start_new_tables(self, every_table: bool) -> None:
-        source = self.cfg.source
-        stored, lists = self.state.extra.get(CAPTURE_LISTS), capture_lists(source)
-        self.state.extra[CAPTURE_LISTS] = lists
+        source, coord = self.session.cfg.source, self.session.coord
+        stored, lists = self.session.state.extra.get(CAPTURE_LISTS), capture_lists(source)
+        self.session.state.extra[CAPTURE_LISTS] = lists
         if stored == lists:
             return
-        self.batch_events += 1  # (the next commit stores the lists, even when nothing else is written)
+        self.session.batch_events += 1  # (the next commit stores the lists, even when nothing else is written)
         if every_table or not stored:
             return
         conn = read_session(source)
@@ -54,9 +60,9 @@ class SessionNewTables:
             tables = newly_captured(list_tables(conn), stored, source)
         finally:
             conn.close()
-        if self.outbox is not None:  # (its rows are events: routed when inserted, never by a snapshot)
-            tables = [t for t in tables if not self.outbox.routes(*t.split(".", 1))]
-        mode = self.cfg.snapshot.new_tables
+        if self.session.outbox is not None:  # (its rows are events: routed when inserted, never by a snapshot)
+            tables = [t for t in tables if not self.session.outbox.routes(*t.split(".", 1))]
+        mode = self.session.cfg.snapshot.new_tables
         if not tables:
             log.info("the capture lists changed since the stored position; no existing table newly matches them")
             return
@@ -69,12 +75,12 @@ class SessionNewTables:
         log.info("%d table(s) match the capture lists since this start: %s; snapshotting them (%s, "
                  "snapshot.new_tables: %s)", len(tables), ", ".join(tables), snapshot_id, mode)
         if mode == "blocking":
-            self.coord.blocking.startup(self.coord.conn(), tables, snapshot_id, resolve=self.coord.resolve,
-                                        overrides=self.coord.overrides, first_start=False,
-                                        skipped=lambda t, why: self._skipped(snapshot_id, [t] if t else tables, why))
+            coord.blocking.startup(coord.conn(), tables, snapshot_id, resolve=coord.resolve, overrides=coord.overrides,
+                                   first_start=False,
+                                   skipped=lambda t, why: self._skipped(snapshot_id, [t] if t else tables, why))
             return
         try:  # (a table that cannot be snapshotted, no primary key, is skipped with a SKIPPED notification)
-            self.coord.add_tables(tables, snapshot_id, skippable=set(tables), reason=REASON)
+            coord.add_tables(tables, snapshot_id, skippable=set(tables), reason=REASON)
         except BadSignal as exc:  # none of them can be (no key, gone since listed): each named, the stream goes on
             log.warning("the newly added tables %s are not snapshotted: %s", ", ".join(tables), exc.reason)
             self._skipped(snapshot_id, tables, exc.reason)
@@ -85,4 +91,4 @@ class SessionNewTables:
         for table in tables:
             named = re.compile(rf"(?<![\w.]){re.escape(table)}(?![\w.])")
             why = [r for r in reason.split("; ") if named.search(r)] or [reason]
-            self._notify(Notification("SKIPPED", snapshot_id, {"table": table, "reason": "; ".join(why)}))
+            self.session.notify(Notification("SKIPPED", snapshot_id, {"table": table, "reason": "; ".join(why)}))

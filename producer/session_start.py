@@ -15,64 +15,68 @@ from contract.errors import BadSignal
 from contract.notifications import Notification
 from contract.topics import schemas_topic
 from producer.errors import ProducerStopped
-from producer.startup import SCHEMAS_KEPT
+from producer.session_services import SessionServices
 from producer.snapshot.table_reader import list_tables, read_table_def
+from producer.startup import SCHEMAS_KEPT
 
 log = logging.getLogger(__name__)
 
-#: The stored offset record's note that the producer published writer schemas to the schemas
-#: topic: with it, an empty schemas topic means the topic was lost (a schema error).
-
 
 class SessionStart:
-    """What a :class:`~producer.session.StreamSession` does before and while it streams for the
-    start's snapshot mode."""
+    """What a :class:`~producer.session.StreamSession` (``session``) does before and while it
+    streams for the start's snapshot mode."""
+
+    def __init__(self, session: SessionServices) -> None:
+        self.session = session
 
     def _captured_tables(self) -> list[str]:
-        conn = read_session(self.cfg.source)
+        conn = read_session(self.session.cfg.source)
         try:
-            return [f"{d}.{t}" for d, t in list_tables(conn) if self.app.filter.captures(d, t)]
+            return [f"{d}.{t}" for d, t in list_tables(conn) if self.session.app.filter.captures(d, t)]
         finally:
             conn.close()
 
-    def _start_initial_snapshot(self) -> None:
+    def initial_snapshot(self) -> None:
         """``startup.mode: initial``: every captured table, by the snapshot coordinator, while
         the stream runs; ``snapshot.mode`` (Debezium's) that snapshots the data: a blocking
         snapshot of them at the start position, as Debezium's initial snapshot (the recovery
         snapshot after purged binlogs stays incremental: it deletes what it does not find)."""
+        session = self.session
+        coord, state, mode = session.coord, session.state, session.app.startup.mode
         tables = self._captured_tables()
-        self.state.extra["initial_snapshot"] = "started"
-        delete_missing = bool(self.state.extra.pop("initial_delete_missing", False))
+        state.extra["initial_snapshot"] = "started"
+        delete_missing = bool(state.extra.pop("initial_delete_missing", False))
         if not tables:
-            log.info("%s: no captured table exists yet", self.app.startup.mode.setting)
+            log.info("%s: no captured table exists yet", mode.setting)
             return
-        if self.app.startup.mode.debezium and not delete_missing:
-            if any(r.snapshot_id.startswith("initial-") for r in self.coord.blocking.requests):
+        if mode.debezium and not delete_missing:
+            if any(r.snapshot_id.startswith("initial-") for r in coord.blocking.requests):
                 return  # (a killed start's own is taken again: not a second one)
-            self.coord.blocking.startup(self.coord.conn(), tables, f"initial-{int(time.time())}",
-                                        resolve=self.coord.resolve, overrides=self.coord.overrides,
-                                        skipped=lambda t, why: self._notify(Notification(
-                                            "SKIPPED", "initial", {"table": t, "reason": why})),
-                                        first_start=not self.state.stored)
+            coord.blocking.startup(coord.conn(), tables, f"initial-{int(time.time())}", resolve=coord.resolve,
+                                   overrides=coord.overrides,
+                                   skipped=lambda t, why: session.notify(Notification(
+                                       "SKIPPED", "initial", {"table": t, "reason": why})),
+                                   first_start=not state.stored)
             return
         try:
             # A table that cannot be snapshotted (no primary key) is skipped with a
             # notification; the others are snapshotted.
-            self.coord.add_tables(tables, f"{'recovery' if delete_missing else 'initial'}-{int(time.time())}",
-                                  skippable=set(tables), delete_missing=delete_missing)
+            coord.add_tables(tables, f"{'recovery' if delete_missing else 'initial'}-{int(time.time())}",
+                             skippable=set(tables), delete_missing=delete_missing)
         except BadSignal as exc:
             raise ProducerStopped(f"the initial snapshot cannot start: {exc.reason}") from None
 
-    def _start_schemas(self) -> None:
+    def schemas(self) -> None:
         """The schema snapshot a start takes (``snapshot.mode: recovery``, or
         ``configuration_based`` with ``snapshot_schema``), and the check that the schemas topic
         still holds what this producer published (a schema error stops it, unless the mode
         rebuilds it)."""
-        mode, enc = self.app.startup.mode, self.encoder
-        lost = enc.keeps_schemas and bool(self.state.extra.get(SCHEMAS_KEPT)) and enc.schemas_known == 0
+        session = self.session
+        mode, enc, topic = session.app.startup.mode, session.encoder, schemas_topic(session.prefix)
+        lost = enc.keeps_schemas and bool(session.state.extra.get(SCHEMAS_KEPT)) and enc.schemas_known == 0
         if lost and not mode.schemas_on_loss:
             raise ProducerStopped(
-                f"the schemas topic {schemas_topic(self.prefix)} is empty, but producer '{self.cfg.producer.name}' "
+                f"the schemas topic {topic} is empty, but producer '{session.cfg.producer.name}' "
                 f"published writer schemas there before (its stored position says so): the topic was deleted or "
                 f"emptied, and consumers cannot decode the Avro records that use them. To rebuild it from the source "
                 f"tables' definitions, {mode.schemas_hint()}: the producer then publishes every captured table's "
@@ -85,34 +89,36 @@ class SessionStart:
                      mode.setting, enc.fmt)
             return
         n = enc.publish_schemas(self._table_schemas())
-        self.batch_events += n
+        session.batch_events += n
         log.log(logging.ERROR if lost else logging.INFO, "%s%s: published %d writer schema(s) of the captured tables "
-                "to %s", mode.setting, " (the schemas topic was lost)" if lost else "", n, schemas_topic(self.prefix))
+                "to %s", mode.setting, " (the schemas topic was lost)" if lost else "", n, topic)
 
     def _table_schemas(self) -> list[tuple[dict | None, str, str]]:
-        conn = read_session(self.cfg.source)
+        conn = read_session(self.session.cfg.source)
         out: list[tuple[dict | None, str, str]] = []
         try:
             for name in self._captured_tables():
                 tdef = read_table_def(conn, *name.split(".", 1))
                 if tdef is None:
                     continue
-                te = self.builder.read_table_events(tdef)
+                te = self.session.builder.read_table_events(tdef)
                 out += [(te.key_schema, te.topic, "key"), (te.value_schema, te.topic, "value")]
         finally:
             conn.close()
         return out
 
-    def _schemas_kept(self) -> None:
+    def schemas_kept(self) -> None:
         """Note in the offset record that the schemas topic holds this producer's schemas."""
-        if self.encoder.keeps_schemas and self.encoder.schemas_known:
-            self.state.extra[SCHEMAS_KEPT] = True
+        if self.session.encoder.keeps_schemas and self.session.encoder.schemas_known:
+            self.session.state.extra[SCHEMAS_KEPT] = True
 
-    def _streaming_done(self) -> bool:
+    def streaming_done(self) -> bool:
         """A mode that does not stream (``initial_only``): whether its snapshot is done, so the
         run ends (no snapshot under way, none to start)."""
-        if self.app.startup.mode.stream or self.state.extra.get("initial_snapshot") == "pending" or self.coord.busy \
-                or self.coord.blocking.requests:
+        session = self.session
+        mode = session.app.startup.mode
+        if mode.stream or session.state.extra.get("initial_snapshot") == "pending" or session.coord.busy \
+                or session.coord.blocking.requests:
             return False
-        log.info("%s: the snapshot is done; not streaming (the producer stops)", self.app.startup.mode.setting)
+        log.info("%s: the snapshot is done; not streaming (the producer stops)", mode.setting)
         return True

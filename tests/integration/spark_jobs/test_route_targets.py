@@ -40,10 +40,9 @@ def _publish_table_schema(cfg: CDCConfig, prefix: str, db: str, columns: list[st
     into ``prefix``'s schemas topic; the topic's end offset after them."""
     key_name, value_name, envelope_name = record_names(prefix, db, "orders")
     key = {"type": "record", "name": key_name, "fields": [{"name": "id", "type": "int"}]}
-    row = {"type": "record", "name": value_name,
-           "fields": [{"name": c, "type": "int" if c == "id" else ["null", "int"], **({} if c == "id" else
-                                                                                    {"default": None})}
-                      for c in columns]}
+    fields = [{"name": "id", "type": "int"}] + [{"name": c, "type": ["null", "int"], "default": None}
+                                                for c in columns if c != "id"]
+    row = {"type": "record", "name": value_name, "fields": fields}
     ensure_topics(cfg.kafka, [schemas_topic(prefix)], partitions=1, compacted=True)
     producer, failed = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers}), []
     for schema in (key, envelope_schema(row, envelope_name)):
